@@ -1,0 +1,286 @@
+"""The catalog of rules fx2onnx reports.
+
+Every rule is a module-level constant; ``ALL`` lists them in id order and ``by_id`` finds
+one by its id. Ids and names are stable: users filter SARIF reports by them.
+"""
+
+from __future__ import annotations
+
+from diagnostics.levels import Level
+from diagnostics.rule import Rule
+
+FX_GRAPH_TO_ONNX = Rule(
+    id="FXE0007",
+    name="fx-graph-to-onnx",
+    short_description="Translates an FX graph into an ONNX graph.",
+    full_description=(
+        "The exporter walks every node of the FX graph produced by torch.export and "
+        "writes the corresponding ONNX nodes. This diagnostic covers the translation of "
+        "one whole graph (the main graph or the graph of one nn.Module turned into an "
+        "ONNX local function). It is informational; with verbosity logging.DEBUG its "
+        "log holds the FX graph and the resulting ONNX graph."
+    ),
+    message_template="Transforming FX graph {graph_name} to ONNX graph.",
+    help_text=(
+        "Nothing to do unless it is reported as an error. To see the FX and ONNX graphs "
+        "in the report, export with DiagnosticOptions(verbosity_level=logging.DEBUG)."
+    ),
+    default_level=Level.NONE,
+)
+
+FX_NODE_TO_ONNX = Rule(
+    id="FXE0008",
+    name="fx-node-to-onnx",
+    short_description="Translates one FX node into ONNX nodes.",
+    full_description=(
+        "Each FX node (placeholder, get_attr, call_function, call_module, output) is "
+        "translated into zero or more ONNX nodes. The diagnostic points at the line of "
+        "the model's source code that created the node, and its log tells which ONNX "
+        "function was chosen and why. When the translation fails the level is error and "
+        "the log holds the Python traceback."
+    ),
+    message_template="Transforming FX node {node} to ONNX.",
+    help_text=(
+        "If this is an error, look at the source line it points to and the traceback in "
+        "the log: rewrite that line with operators ONNX supports, or register an ONNX "
+        "function for the operator with fx2onnx.OnnxRegistry.register_op(...)."
+    ),
+    default_level=Level.NONE,
+)
+
+FX_PASS = Rule(
+    id="FXE0010",
+    name="fx-pass",
+    short_description="Runs an FX graph transformation before the translation to ONNX.",
+    full_description=(
+        "Before translation the FX graph goes through passes: decomposition of "
+        "operators ONNX cannot express, functionalization, lifting of mutated inputs, "
+        "explicit type promotion and modularization. Each run of a pass is one "
+        "diagnostic; with verbosity logging.DEBUG its log holds the graph difference."
+    ),
+    message_template="Running {pass_name} pass.",
+    help_text=(
+        "Nothing to do unless it is reported as an error. A failing pass is a bug in "
+        "fx2onnx or an unusual graph: report it together with this SARIF file."
+    ),
+    default_level=Level.NONE,
+)
+
+NO_SYMBOLIC_FUNCTION_FOR_CALL_FUNCTION = Rule(
+    id="FXE0011",
+    name="no-symbolic-function-for-call-function",
+    short_description="No ONNX function implements the operator of a call_function node.",
+    full_description=(
+        "The ONNX registry (torchlib's functions plus the ones the user registered) has "
+        "no function for the ATen operator, neither for its exact overload nor for its "
+        "default overload, and no decomposition removed it. The model cannot be exported "
+        "until the operator is supported."
+    ),
+    message_template="No ONNX function to convert the call_function node {target} to ONNX.",
+    help_text=(
+        "Register an ONNX Script function for the operator with "
+        "fx2onnx.OnnxRegistry.register_op(function, namespace, op_name, overload) and pass "
+        "ExportOptions(onnx_registry=registry) to the export, or rewrite the line of the "
+        "model that uses the operator with operators ONNX supports."
+    ),
+    default_level=Level.ERROR,
+)
+
+UNSUPPORTED_FX_NODE_ANALYSIS = Rule(
+    id="FXE0012",
+    name="unsupported-fx-node-analysis",
+    short_description="An FX node the exporter cannot translate, found before translation.",
+    full_description=(
+        "Before translating anything the exporter checks every node of the graph and "
+        "reports all the nodes it cannot translate at once, each pointing at the model's "
+        "source line, so that all problems can be fixed in one round."
+    ),
+    message_template="Unsupported FX node {target}: {reason}",
+    help_text=(
+        "Fix every node listed: register an ONNX function for unsupported operators with "
+        "fx2onnx.OnnxRegistry.register_op(...) and ExportOptions(onnx_registry=...), or "
+        "change the model's source line so that it uses supported operators."
+    ),
+    default_level=Level.ERROR,
+)
+
+OP_LEVEL_VALIDATION = Rule(
+    id="FXE0013",
+    name="op-level-validation",
+    short_description="An ONNX function disagrees with PyTorch on one operator.",
+    full_description=(
+        "With op-level validation on, each call_function node is run both in PyTorch and "
+        "through its ONNX function in ONNX Runtime on random inputs shaped like the "
+        "node's example values, and the outputs are compared. A mismatch or a failure to "
+        "run either side is reported here; the export itself goes on."
+    ),
+    message_template=(
+        "FX node {node} and its ONNX function {function} disagree in op-level "
+        "validation: {reason}"
+    ),
+    help_text=(
+        "Check the exported model's outputs on real inputs. If they differ, register a "
+        "corrected ONNX function for the operator with "
+        "fx2onnx.OnnxRegistry.register_op(...) and report the mismatch to fx2onnx."
+    ),
+    default_level=Level.WARNING,
+)
+
+FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION = Rule(
+    id="FXE0014",
+    name="find-opschema-matched-symbolic-function",
+    short_description="Chooses the ONNX function whose signature fits the node's arguments.",
+    full_description=(
+        "An operator can have several ONNX functions (for example a real and a complex "
+        "one, or one per input type). The dispatcher scores each candidate's signature "
+        "against the node's real argument types. A perfect match is informational; when "
+        "none matches perfectly the nearest one is used and reported as a warning, "
+        "saying which input or attribute did not fit."
+    ),
+    message_template="The ONNX function {function} is the {match} match for {target}.",
+    help_text=(
+        "A nearest (not perfect) match may give wrong results or fail in ONNX Runtime: "
+        "cast the inputs in the model to the types the function supports, or register a "
+        "function that accepts these types with fx2onnx.OnnxRegistry.register_op(...)."
+    ),
+    default_level=Level.NONE,
+)
+
+FX_NODE_INSERT_TYPE_PROMOTION = Rule(
+    id="FXE0015",
+    name="fx-node-insert-type-promotion",
+    short_description="Inserts explicit casts where PyTorch promotes types implicitly.",
+    full_description=(
+        "PyTorch promotes mixed input types implicitly (int + float gives float) but ONNX "
+        "operators need inputs of one type. This pass inserts explicit casts before such "
+        "nodes following PyTorch's type promotion rules, so that the ONNX graph computes "
+        "in the same types as PyTorch."
+    ),
+    message_template="Explicit type promotion for node {target}.",
+    help_text=(
+        "Nothing to do unless it is reported as a warning or an error, which means that "
+        "no type promotion rule is known for the operator: cast its inputs to one type "
+        "in the model."
+    ),
+    default_level=Level.NONE,
+)
+
+FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY = Rule(
+    id="FXE0016",
+    name="find-operator-overloads-in-onnx-registry",
+    short_description="Looks up the ONNX functions registered for an operator overload.",
+    full_description=(
+        "The dispatcher looks for ONNX functions registered for the node's exact "
+        "operator overload (aten::add.Tensor), then for its default overload "
+        "(aten::add). Falling back to the default overload is reported as a warning "
+        "because the default overload may not handle the node's arguments."
+    ),
+    message_template="Looking up ONNX functions for the FX node {node} in the ONNX registry.",
+    help_text=(
+        "If the default overload was used and the result is wrong, register an ONNX "
+        "function for the exact overload with fx2onnx.OnnxRegistry.register_op(function, "
+        "namespace, op_name, overload=...)."
+    ),
+    default_level=Level.NONE,
+)
+
+CAPTURE_FAILURE = Rule(
+    id="FXE0017",
+    name="capture-failure",
+    short_description="torch.export could not capture the model as an FX graph.",
+    full_description=(
+        "The exporter captures the model with torch.export (non-strict first, then "
+        "strict). Capture fails on Python control flow that depends on tensor values, on "
+        "calls torch cannot trace (external libraries, I/O, numpy on tensors) and on "
+        "unsupported input or output types. Nothing can be exported until capture works."
+    ),
+    message_template="torch.export could not capture the model: {reason}",
+    help_text=(
+        "Make the model traceable: replace if/while on tensor values with torch.cond or "
+        "torch.where; do not use .item(), .tolist() or bool(tensor) in control flow; "
+        "move untraceable calls (numpy, I/O, logging) out of forward; use "
+        "torch._check(...) to state facts about data-dependent sizes. Try both capture "
+        "modes: non-strict tolerates more Python, strict reports the exact line. Or pass "
+        "an ExportedProgram you captured yourself."
+    ),
+    default_level=Level.ERROR,
+)
+
+EXPORT_SUMMARY = Rule(
+    id="FXE0018",
+    name="export-summary",
+    short_description="Summary of one export: what was exported and how it went.",
+    full_description=(
+        "One diagnostic per export that says which model was exported and sums up the "
+        "outcome: number of nodes, local functions, errors and warnings."
+    ),
+    message_template="Exported {model} to ONNX: {summary}",
+    help_text=(
+        "Nothing to do. If the export reported errors or warnings, fix those listed in "
+        "the other results of this report."
+    ),
+    default_level=Level.NOTE,
+)
+
+GRAPH_BUILDING = Rule(
+    id="FXE0019",
+    name="onnx-graph-building",
+    short_description="An ONNX function failed while being traced into the ONNX graph.",
+    full_description=(
+        "The chosen ONNX Script function (usually from torchlib) is run on symbolic "
+        "values to emit its ONNX nodes into the graph. It failed: the function does not "
+        "handle the inputs' types, shapes or attribute values, or it has a bug."
+    ),
+    message_template="The ONNX function {function} failed for the FX node {node}: {reason}",
+    help_text=(
+        "Read the traceback in the log. Register a fixed ONNX function for the operator "
+        "with fx2onnx.OnnxRegistry.register_op(...), or change the model's source line "
+        "so that the operator gets different inputs (e.g. cast them), and report the "
+        "failure with this SARIF file."
+    ),
+    default_level=Level.ERROR,
+)
+
+OUTPUT_VERIFICATION = Rule(
+    id="FXE0020",
+    name="output-verification",
+    short_description="ONNX Runtime's outputs differ from PyTorch's.",
+    full_description=(
+        "After export the ONNX model is run in ONNX Runtime on the example inputs and "
+        "its outputs are compared with the PyTorch model's outputs. A mismatch beyond "
+        "the tolerance means the exported model does not compute what the model does."
+    ),
+    message_template="ONNX Runtime output {output} differs from PyTorch: {detail}",
+    help_text=(
+        "Re-export with op-level validation to find the operator at fault, check the "
+        "dtypes (float16/bfloat16 have larger errors) and loosen the tolerance if the "
+        "difference is numerical noise; otherwise report it with this SARIF file."
+    ),
+    default_level=Level.WARNING,
+)
+
+ALL: tuple[Rule, ...] = (
+    FX_GRAPH_TO_ONNX,
+    FX_NODE_TO_ONNX,
+    FX_PASS,
+    NO_SYMBOLIC_FUNCTION_FOR_CALL_FUNCTION,
+    UNSUPPORTED_FX_NODE_ANALYSIS,
+    OP_LEVEL_VALIDATION,
+    FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION,
+    FX_NODE_INSERT_TYPE_PROMOTION,
+    FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY,
+    CAPTURE_FAILURE,
+    EXPORT_SUMMARY,
+    GRAPH_BUILDING,
+    OUTPUT_VERIFICATION,
+)
+
+_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL}
+
+
+def by_id(rule_id: str) -> Rule:
+    """The rule with id ``rule_id`` (e.g. "FXE0011"); KeyError if there is none."""
+    try:
+        return _BY_ID[rule_id]
+    except KeyError:
+        raise KeyError(f"No rule with id {rule_id!r}; known ids: {', '.join(_BY_ID)}") from None
