@@ -1,0 +1,34 @@
+"""Which ONNX function implements an FX node.
+
+The registry of ONNX Script functions per PyTorch operator overload (torchlib's plus
+the user's) and the dispatcher that picks one for a node by matching signatures.
+
+>>> from dispatcher import OnnxRegistry, qualified_name_of
+>>> import torch
+>>> qualified_name_of(torch.ops.aten.add.Tensor)
+'aten::add.Tensor'
+"""
+
+from dispatcher._locations import node_location, node_stack
+from dispatcher._matching import ParameterCheck, SignatureMatch, match_signature
+from dispatcher._names import OpName, normalize_qualified_name, qualified_name_of
+from dispatcher._types import torch_dtype_to_onnx
+from dispatcher.dispatcher import DispatchError, OnnxFunctionDispatcher
+from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
+
+__all__ = [
+    "DispatchError",
+    "OnnxFunctionDispatcher",
+    "OnnxRegistry",
+    "OnnxScriptFunction",
+    "OpName",
+    "ParameterCheck",
+    "RegisteredFunction",
+    "SignatureMatch",
+    "match_signature",
+    "node_location",
+    "node_stack",
+    "normalize_qualified_name",
+    "qualified_name_of",
+    "torch_dtype_to_onnx",
+]

@@ -1,0 +1,224 @@
+"""``OnnxRegistry``: which ONNX functions implement which PyTorch operator.
+
+It starts with torchlib's functions (the ATen library that ships with onnxscript) and
+takes user registrations on top. Every function is stored under the qualified name of
+the operator overload it implements, in registration order, so torchlib's come first
+and the user's after them; the dispatcher tries them newest first, so user functions win.
+
+>>> registry = OnnxRegistry()
+>>> registry.is_registered_op("aten", "add", "Tensor")
+True
+>>> [f.onnx_function.name for f in registry.get_op_functions("aten", "add", "Tensor")]
+['aten_add', 'aten_add_complex']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator
+from typing import Any, Union
+
+import torch
+from onnxscript import values as onnxscript_values
+
+from dispatcher._names import OpName, op_name_of
+
+__all__ = ["OnnxRegistry", "RegisteredFunction", "OnnxScriptFunction"]
+
+OnnxScriptFunction = Union[onnxscript_values.OnnxFunction, onnxscript_values.TracedOnnxFunction]
+_FUNCTION_TYPES = (onnxscript_values.OnnxFunction, onnxscript_values.TracedOnnxFunction)
+
+# The opset torchlib's functions are written against.
+_TORCHLIB_OPSET_VERSION = 18
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisteredFunction:
+    """One ONNX Script function registered for an operator overload."""
+
+    onnx_function: OnnxScriptFunction
+    qualified_name: str
+    is_custom: bool = False
+    is_complex: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.onnx_function.name
+
+    @property
+    def domain(self) -> str:
+        """The function's ONNX domain (``pkg.onnxscript.torch_lib`` for torchlib)."""
+        opset = getattr(self.onnx_function, "opset", None)
+        return getattr(opset, "domain", "") or ""
+
+    def __str__(self) -> str:
+        flags = [f"custom={self.is_custom}", f"complex={self.is_complex}"]
+        return f"{self.name}[{self.qualified_name}; {', '.join(flags)}]"
+
+
+@functools.cache
+def _torchlib_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
+    """torchlib's functions as (registry key, function), loaded once per process."""
+    # Imported here: loading torchlib registers ~550 functions and takes a fraction of a
+    # second, which only the first registry of the process should pay.
+    from onnxscript._framework_apis import torch_2_5
+
+    entries = []
+    for meta in torch_2_5.get_torchlib_ops():
+        if meta.qualified_name.startswith("internal::"):
+            continue
+        key = OpName.parse(meta.qualified_name).qualified_name()
+        entries.append(
+            (key, RegisteredFunction(meta.function, key, is_custom=False, is_complex=meta.is_complex))
+        )
+    return tuple(entries)
+
+
+@functools.cache
+def _torchlib_opset_version() -> int:
+    try:
+        from onnxscript._framework_apis import torch_2_6
+
+        return int(torch_2_6.torchlib_opset_version())
+    except (ImportError, AttributeError):
+        return _TORCHLIB_OPSET_VERSION
+
+
+class OnnxRegistry:
+    """ONNX functions per operator overload: torchlib's defaults plus user registrations.
+
+    Cheap to create: torchlib is loaded once per process, and each registry copies the
+    table only when first used.
+    """
+
+    def __init__(self) -> None:
+        self._table: dict[str, list[RegisteredFunction]] | None = None
+        self._custom: list[tuple[str, RegisteredFunction]] = []
+
+    # -- storage ---------------------------------------------------------------------
+
+    @property
+    def _registry(self) -> dict[str, list[RegisteredFunction]]:
+        """The table itself: qualified name -> functions in registration order.
+
+        Tests may edit it (pop an entry, filter a list) to simulate a smaller library.
+        """
+        if self._table is None:
+            table: dict[str, list[RegisteredFunction]] = {}
+            for key, function in _torchlib_functions():
+                table.setdefault(key, []).append(function)
+            self._table = table
+        return self._table
+
+    @property
+    def opset_version(self) -> int:
+        """The default ONNX opset version of the functions in this registry (18)."""
+        return _torchlib_opset_version()
+
+    # -- registration ----------------------------------------------------------------
+
+    def register_op(
+        self,
+        function: OnnxScriptFunction,
+        namespace: str,
+        op_name: str,
+        overload: str | None = None,
+        is_complex: bool = False,
+    ) -> RegisteredFunction:
+        """Register an ONNX Script function for ``namespace::op_name.overload``.
+
+        ``function`` is an ``onnxscript.OnnxFunction`` (``@onnxscript.script()``) or a
+        ``TracedOnnxFunction``. It is tried before every function registered earlier for
+        the same overload, torchlib's included. ``is_complex=True`` marks an
+        implementation for complex inputs (given as real tensors with a trailing dim 2).
+        """
+        if not isinstance(function, _FUNCTION_TYPES):
+            raise TypeError(
+                f"register_op() needs an ONNX Script function (decorated with "
+                f"@onnxscript.script() or an onnxscript.values.TracedOnnxFunction), got "
+                f"{type(function).__module__}.{type(function).__qualname__}: {function!r}. "
+                f"Wrap a plain Python function with onnxscript.values.TracedOnnxFunction("
+                f"opset, fn) or decorate it with @onnxscript.script()."
+            )
+        key = OpName.from_parts(namespace, op_name, overload).qualified_name()
+        registered = RegisteredFunction(function, key, is_custom=True, is_complex=is_complex)
+        self._registry.setdefault(key, []).append(registered)
+        self._custom.append((key, registered))
+        return registered
+
+    def remove_op(
+        self,
+        namespace: str,
+        op_name: str,
+        overload: str | None = None,
+        *,
+        is_complex: bool | None = None,
+    ) -> list[RegisteredFunction]:
+        """Remove the functions of one overload (only the complex or real ones when
+        ``is_complex`` is given) and return them."""
+        key = OpName.from_parts(namespace, op_name, overload).qualified_name()
+        functions = self._registry.get(key, [])
+        removed = [f for f in functions if is_complex is None or f.is_complex == is_complex]
+        kept = [f for f in functions if f not in removed]
+        if kept:
+            self._registry[key] = kept
+        else:
+            self._registry.pop(key, None)
+        return removed
+
+    # -- queries ---------------------------------------------------------------------
+
+    def get_op_functions(
+        self, namespace: str, op_name: str, overload: str | None = None
+    ) -> list[RegisteredFunction] | None:
+        """The functions registered for the overload, in registration order, or None."""
+        key = OpName.from_parts(namespace, op_name, overload).qualified_name()
+        return self.get_functions(key)
+
+    def get_functions(self, qualified_name: str) -> list[RegisteredFunction] | None:
+        """Like :meth:`get_op_functions`, by qualified name (``aten::add.Tensor``)."""
+        functions = self._registry.get(OpName.parse(qualified_name).qualified_name())
+        return list(functions) if functions else None
+
+    def is_registered_op(self, namespace: str, op_name: str, overload: str | None = None) -> bool:
+        """Whether any function is registered for exactly this overload."""
+        return self.get_op_functions(namespace, op_name, overload) is not None
+
+    def all_registered_ops(self) -> set[str]:
+        """Qualified names of every overload that has a function (``aten::add.Tensor``)."""
+        return {key for key, functions in self._registry.items() if functions}
+
+    def _all_registered_ops(self) -> set[str]:  # the legacy spelling
+        return self.all_registered_ops()
+
+    def is_supported(self, target: Any) -> bool:
+        """Whether an FX call_function target (OpOverload, packet, builtin) has a
+        function for its exact overload or its default overload."""
+        return bool(self.candidate_names(target))
+
+    def candidate_names(self, target: Any) -> list[str]:
+        """The registered qualified names a target can use, best first: its exact
+        overload, then its default overload; for an overload packet whose default
+        overload is not registered, every registered overload of the packet."""
+        try:
+            name = op_name_of(target)
+        except ValueError:
+            return []
+        names = [name] if name.is_default else [name, name.default()]
+        if isinstance(target, torch._ops.OpOverloadPacket):
+            names += [OpName.from_parts(name.namespace, name.op_name, o) for o in target.overloads()]
+        found = []
+        for n in names:
+            key = n.qualified_name()
+            if key not in found and self._registry.get(key):
+                found.append(key)
+        return found
+
+    def custom_functions(self) -> Iterator[tuple[str, RegisteredFunction]]:
+        """The user's registrations, in registration order."""
+        return iter(list(self._custom))
+
+    def __repr__(self) -> str:
+        loaded = "not loaded" if self._table is None else f"{len(self._table)} operators"
+        return f"{type(self).__name__}(opset_version={self.opset_version}, {loaded}, custom={len(self._custom)})"
