@@ -1,0 +1,123 @@
+"""Capture: from what the user gave to an ExportedProgram (or an aten-level GraphModule)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from diagnostics import DiagnosticContext, Level, Stack, rules
+from fx2onnx.dynamic_shapes import DynamicShapesOption, torch_export_spec
+
+
+class CaptureError(RuntimeError):
+    """torch.export could not capture the model (both non-strict and strict were tried)."""
+
+
+@dataclass
+class CapturedModel:
+    """The FX graph to translate and what is needed to map inputs onto it."""
+
+    graph_module: torch.fx.GraphModule
+    exported_program: torch.export.ExportedProgram | None
+    dynamic_shapes_spec: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+_USER_CODE_EXCLUDES = ("/torch/", "/fx2onnx/", "/dispatcher/", "/diagnostics/", "/onnxscript/", "<frozen", "/contextlib.py")
+
+
+def _is_aten_graph(graph_module: torch.fx.GraphModule) -> bool:
+    for node in graph_module.graph.nodes:
+        if node.op in ("call_method", "call_module"):
+            return False
+        if node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
+            if getattr(node.target, "__module__", None) not in ("_operator", "math", "builtins"):
+                return False
+    return True
+
+
+def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> None:
+    """Fill node.meta['val'] of an aten-level GraphModule by running it on FakeTensors."""
+    mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*fake_args)
+
+
+def _record_capture_failure(context: DiagnosticContext, error: BaseException) -> None:
+    frames = traceback.extract_tb(error.__traceback__)
+    text = "".join(traceback.format_list(frames)) + "\n" + str(error)
+    stack = Stack.from_python_traceback(text)
+    location = stack.innermost(exclude=_USER_CODE_EXCLUDES)
+    diagnostic = context.record(
+        rules.CAPTURE_FAILURE,
+        Level.ERROR,
+        location=location,
+        stack=stack,
+        reason=f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}",
+    )
+    diagnostic.log_source_exception(error)
+
+
+def capture(
+    model: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    dynamic_shapes: DynamicShapesOption,
+    context: DiagnosticContext,
+) -> CapturedModel:
+    """Turn an nn.Module, ExportedProgram or GraphModule into a graph with FakeTensor metadata."""
+    if isinstance(model, torch.export.ExportedProgram):
+        return CapturedModel(model.graph_module, model)
+    if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):
+        _fake_propagate(model, [*args, *kwargs.values()])
+        return CapturedModel(model, None)
+    if not isinstance(model, torch.nn.Module):
+        if not callable(model):
+            raise TypeError(
+                f"dynamo_export takes an nn.Module, an ExportedProgram or a GraphModule; got {type(model).__name__}."
+            )
+        model = _CallableModule(model)
+    spec = torch_export_spec(dynamic_shapes, model, args, kwargs)
+    errors: list[BaseException] = []
+    for strict in (False, True):
+        try:
+            program = torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
+        except Exception as error:  # noqa: BLE001 - try strict next, then report both
+            errors.append(error)
+            continue
+        captured = CapturedModel(program.graph_module, program, spec)
+        if errors:
+            captured.notes.append(
+                f"Non-strict torch.export failed ({type(errors[0]).__name__}: {errors[0]}); strict mode succeeded."
+            )
+        return captured
+    _record_capture_failure(context, errors[0])
+    raise CaptureError(
+        "torch.export could not capture the model.\n"
+        f"  non-strict: {type(errors[0]).__name__}: {_first_line(errors[0])}\n"
+        f"  strict:     {type(errors[-1]).__name__}: {_first_line(errors[-1])}\n"
+        "Data-dependent control flow must be written with torch.cond, and values read with .item() "
+        "cannot decide Python branches; see the SARIF report for the line in your code."
+    ) from errors[0]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+class _CallableModule(torch.nn.Module):
+    """Wraps a plain function so that torch.export can take it."""
+
+    def __init__(self, function: Any) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)

@@ -1,0 +1,229 @@
+"""`dynamo_export`: the stages from a PyTorch model to an ONNXProgram, in order.
+
+capture -> decompose -> FX passes -> analysis -> translation -> ONNXProgram.
+Each stage is timed on its own (`ONNXProgram.stage_seconds`).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import torch
+import torch.utils._pytree as pytree
+
+import fx2onnx
+from diagnostics import DiagnosticContext, Level, rules
+from dispatcher import OnnxFunctionDispatcher, OnnxRegistry, node_location, node_stack, qualified_name_of
+from fx2onnx.capture import CaptureError, capture
+from fx2onnx.decompose import decompose_unsupported
+from fx2onnx.dynamic_shapes import user_dim_names
+from fx2onnx.errors import OnnxExporterError
+from fx2onnx.fake_metadata import SymbolNamer
+from fx2onnx.graph_builder import GraphBuilder
+from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
+from fx2onnx.interpreter import FAILED, FxOnnxInterpreter
+from fx2onnx.io_adapter import InputAdapter, OutputAdapter, OutputSlot
+from fx2onnx.options import ExportOptions
+from fx2onnx.program import ONNXProgram
+from fx2onnx.stage_timer import StageTimer
+from fx2onnx.values import TracedValue
+
+
+class _ExportFailed(Exception):
+    """Internal: errors were recorded as diagnostics; stop and report them."""
+
+
+def dynamo_export(
+    model: torch.nn.Module | torch.export.ExportedProgram | torch.fx.GraphModule | Any,
+    /,
+    *model_args: Any,
+    export_options: ExportOptions | None = None,
+    **model_kwargs: Any,
+) -> ONNXProgram:
+    """Export a PyTorch model to ONNX.
+
+    Args:
+        model: an `nn.Module` (captured with torch.export), an `ExportedProgram` (taken
+            as it is) or an aten-level `torch.fx.GraphModule`.
+        model_args, model_kwargs: example inputs; may be nested and contain None.
+        export_options: dynamic shapes, registry, diagnostics; see `ExportOptions`.
+
+    Returns:
+        The `ONNXProgram`. On failure an `OnnxExporterError` is raised that lists every
+        problem found with the user's source lines, and a SARIF report is written.
+    """
+    options = export_options or ExportOptions()
+    context = DiagnosticContext("fx2onnx", fx2onnx.__version__, options.diagnostic_options)
+    timer = StageTimer()
+    try:
+        return _export(model, model_args, model_kwargs, options, context, timer)
+    except Exception as error:
+        if not isinstance(error, (_ExportFailed, CaptureError)) and not context.has_errors():
+            context.record(
+                rules.GRAPH_BUILDING,
+                Level.ERROR,
+                message=f"Export failed: {type(error).__name__}: {error}",
+            ).log_source_exception(error)
+        program = ONNXProgram(None, None, None, context, export_exception=error, stage_seconds=timer.seconds)
+        raise OnnxExporterError(program, _failure_message(context, options)) from error
+
+
+def _failure_message(context: DiagnosticContext, options: ExportOptions) -> str:
+    message = "Failed to export the model to ONNX.\n" + context.summary_text()
+    if options.failure_report_path is not None:
+        path = os.fspath(options.failure_report_path)
+        try:
+            context.dump(path)
+            message += f"\nThe SARIF report is at '{os.path.abspath(path)}'."
+        except (OSError, ValueError) as error:
+            message += f"\nThe SARIF report could not be written to '{path}': {error}"
+    return message
+
+
+def _export(
+    model: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    options: ExportOptions,
+    context: DiagnosticContext,
+    timer: StageTimer,
+) -> ONNXProgram:
+    registry = options.onnx_registry or OnnxRegistry()
+    with timer.stage("capture"):
+        captured = capture(model, args, kwargs, options.dynamic_shapes, context)
+    for note in captured.notes:
+        warnings.warn(note, stacklevel=3)
+
+    program = captured.exported_program
+    with timer.stage("decomposition"):
+        if program is not None:
+            program = decompose_unsupported(program, registry)
+    graph_module = program.graph_module if program is not None else captured.graph_module
+    io = describe_exported_program(program) if program is not None else describe_graph_module(graph_module)
+    _tell_specialized_scalars(io, context)
+
+    namer = SymbolNamer()
+    name_input_dims(graph_module, io, namer, _dim_names_by_position(captured.dynamic_shapes_spec, model, args, kwargs, io))
+
+    with timer.stage("passes"):
+        pass  # functionalization, type promotion and modularization plug in here
+
+    dispatcher = OnnxFunctionDispatcher(registry, context)
+    with timer.stage("analysis"):
+        unsupported = _report_unsupported_nodes(graph_module, dispatcher, context)
+
+    builder = GraphBuilder(opset_version=registry.opset_version)
+    interpreter = FxOnnxInterpreter(
+        builder, dispatcher, context, namer, lifted_tensors=io.lifted_tensors
+    )
+    for node in unsupported:
+        interpreter.env[node] = FAILED
+    with timer.stage("translation"):
+        flat_outputs = interpreter.run(graph_module)
+    if context.has_errors():
+        raise _ExportFailed()
+
+    output_adapter = _register_outputs(builder, io, flat_outputs)
+    model_ir = builder.build_model(fx2onnx.__version__)
+    if options.optimize:
+        with timer.stage("optimization"):
+            _optimize_keeping_functions(model_ir)
+    onnx_program = ONNXProgram(
+        model_ir,
+        InputAdapter(io.in_spec, io.input_slots),
+        output_adapter,
+        context,
+        stage_seconds=timer.seconds,
+    )
+    _record_summary(context, model, model_ir, timer)
+    return onnx_program
+
+
+def _dim_names_by_position(spec: Any, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], io: GraphIO) -> list[dict[int, str]]:
+    names_by_id = user_dim_names(spec, model, args, kwargs)
+    if not names_by_id:
+        return []
+    if io.in_spec is not None and io.in_spec.num_children == 2 and io.in_spec.child(1).context:
+        kwargs = {k: kwargs[k] for k in io.in_spec.child(1).context if k in kwargs}
+    leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    return [names_by_id.get(id(leaf), {}) for leaf in leaves]
+
+
+def _tell_specialized_scalars(io: GraphIO, context: DiagnosticContext) -> None:
+    for name, value in io.specialized_scalars:
+        message = (
+            f"Input '{name}' is a Python {type(value).__name__} ({value!r}): its value is baked into "
+            "the ONNX graph, and the exported model accepts only this value. Pass a tensor to keep it an input."
+        )
+        context.record(rules.GRAPH_BUILDING, Level.NOTE, message=message)
+        warnings.warn(message, stacklevel=4)
+
+
+def _report_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: OnnxFunctionDispatcher, context: DiagnosticContext) -> list[torch.fx.Node]:
+    """Every node with no ONNX function, all reported at once at the user's lines."""
+    unsupported = dispatcher.unsupported_nodes(graph_module)
+    for node in unsupported:
+        try:
+            name = qualified_name_of(node.target)
+        except ValueError:
+            name = str(node.target)
+        context.record(
+            rules.UNSUPPORTED_FX_NODE_ANALYSIS,
+            Level.ERROR,
+            location=node_location(node),
+            stack=node_stack(node),
+            target=name,
+            reason=(
+                f"no ONNX function is registered for '{name}' (FX node '{node.name}') and PyTorch "
+                "has no decomposition for it. Register one with OnnxRegistry.register_op and pass "
+                "ExportOptions(onnx_registry=...), or rewrite the model with supported operators."
+            ),
+            properties={"fx_node": node.name, "operator": name},
+        )
+    return unsupported
+
+
+def _register_outputs(builder: GraphBuilder, io: GraphIO, flat_outputs: list[Any]) -> OutputAdapter:
+    """Make every tensor output a distinct graph output; return the user-facing adapter."""
+    graph = builder.graph
+    used: set[int] = set()
+    slots: list[OutputSlot] = []
+    for position, value in enumerate(flat_outputs):
+        role, target = io.output_roles[position] if position < len(io.output_roles) else ("user", None)
+        if not isinstance(value, ir.Value):
+            if role == "user":
+                slots.append(OutputSlot(None, constant=value))
+            continue
+        if id(value) in used or value.is_graph_input() or value.is_initializer() or value.producer() is None:
+            (copy,) = builder.add_node("", "Identity", [value])
+            copy.dtype, copy.shape = value.dtype, value.shape
+            copy.is_complex = getattr(value, "is_complex", False)
+            value = copy
+        if target is not None and role != "user":
+            value.name = builder.unique_name(f"{target}")
+        used.add(id(value))
+        if role == "user":
+            slots.append(OutputSlot(len(graph.outputs), is_complex=isinstance(value, TracedValue) and value.is_complex))
+        graph.outputs.append(value)
+    return OutputAdapter(io.out_spec, slots)
+
+
+def _optimize_keeping_functions(model: ir.Model) -> None:
+    import onnxscript.optimizer
+
+    # The optimizer inlines every function unless told not to; module functions must stay.
+    onnxscript.optimizer.optimize(model, inline=False)
+
+
+def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, timer: StageTimer) -> None:
+    graph = model_ir.graph
+    times = ", ".join(f"{k} {v:.2f}s" for k, v in timer.seconds.items())
+    summary = (
+        f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {len(graph)} nodes, "
+        f"{len(graph.initializers)} initializers, {len(model_ir.functions)} functions; {times}"
+    )
+    context.record(rules.EXPORT_SUMMARY, Level.NOTE, model=type(model).__name__, summary=summary)

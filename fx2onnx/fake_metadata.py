@@ -1,0 +1,82 @@
+"""ONNX dtypes and shapes from the FakeTensor values that torch.export attaches to nodes.
+
+- a tensor gives its dtype and shape; a SymInt size becomes a named symbolic dim;
+- a complex tensor becomes a real tensor with a trailing dim of 2, marked complex;
+- SymInt / SymFloat / SymBool become 0-d INT64 / FLOAT / BOOL tensors.
+
+Symbolic dims get readable names: the `torch.export.Dim` name when the user gave one,
+otherwise `<input>_dim_<i>`; derived sizes are written as expressions of those names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import onnx_ir as ir
+import sympy
+import torch
+
+from dispatcher import torch_dtype_to_onnx
+
+
+@dataclass(frozen=True)
+class OnnxTypeInfo:
+    dtype: ir.DataType
+    shape: ir.Shape
+    is_complex: bool = False
+
+
+class SymbolNamer:
+    """Maps torch's symbols (`s77`) to the names users read in the ONNX file."""
+
+    def __init__(self) -> None:
+        self._names: dict[sympy.Symbol, str] = {}
+
+    def name_symbol(self, size: Any, name: str) -> None:
+        """Name the symbol behind a SymInt size, unless it already has a name."""
+        if not isinstance(size, torch.SymInt):
+            return
+        expr = size.node.expr
+        if isinstance(expr, sympy.Symbol) and expr not in self._names:
+            self._names[expr] = name
+
+    def dim(self, size: Any) -> int | str:
+        if isinstance(size, int):
+            return size
+        expr = size.node.expr if isinstance(size, torch.SymInt) else sympy.sympify(size)
+        if expr.is_Integer:
+            return int(expr)
+        if expr.free_symbols and all(s in self._names for s in expr.free_symbols):
+            renamed = expr.xreplace({s: sympy.Symbol(self._names[s]) for s in expr.free_symbols})
+            return str(renamed).replace(" ", "")
+        return str(expr).replace(" ", "")
+
+    def shape(self, sizes: Any) -> ir.Shape:
+        return ir.Shape([self.dim(s) for s in sizes])
+
+
+def onnx_type_of(value: Any, namer: SymbolNamer) -> OnnxTypeInfo | None:
+    """The ONNX type of a node's meta["val"], or None for values that are not tensors."""
+    if isinstance(value, torch.Tensor):
+        shape = namer.shape(value.shape)
+        if value.is_complex():
+            return OnnxTypeInfo(torch_dtype_to_onnx(value.dtype), ir.Shape([*shape, 2]), True)
+        return OnnxTypeInfo(torch_dtype_to_onnx(value.dtype), shape)
+    if isinstance(value, (torch.SymBool, bool)):
+        return OnnxTypeInfo(ir.DataType.BOOL, ir.Shape([]))
+    if isinstance(value, (torch.SymInt, int)):
+        return OnnxTypeInfo(ir.DataType.INT64, ir.Shape([]))
+    if isinstance(value, (torch.SymFloat, float)):
+        return OnnxTypeInfo(ir.DataType.FLOAT, ir.Shape([]))
+    return None
+
+
+def apply_type(value: ir.Value, info: OnnxTypeInfo | None) -> None:
+    """Set dtype, shape and the complex flag of a graph value from FX metadata."""
+    if info is None:
+        return
+    value.dtype = info.dtype
+    value.shape = info.shape
+    if hasattr(value, "is_complex"):
+        value.is_complex = info.is_complex

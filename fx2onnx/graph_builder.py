@@ -1,0 +1,217 @@
+"""A TorchScript-like graph under construction, on onnx_ir.
+
+The builder owns one `ir.Graph` (the main graph, or the body of a model-local function):
+its inputs, initializers, nodes and outputs, a cache of constants, and the model-local
+functions that its nodes call. Node outputs get their dtype and shape from ONNX's own
+per-node inference when they are created, so that torchlib functions that read
+`.dtype` / `.shape` of intermediate values get answers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from fx2onnx.values import TracedValue
+
+# The ONNX opset that torchlib's functions are written against.
+DEFAULT_OPSET = 18
+
+ConstantKey = tuple[Any, ir.DataType]
+
+
+class GraphBuilder:
+    """Builds one ONNX graph node by node."""
+
+    def __init__(self, name: str = "main_graph", opset_version: int = DEFAULT_OPSET) -> None:
+        self.graph = ir.Graph(
+            inputs=[], outputs=[], nodes=[], opset_imports={"": opset_version}, name=name
+        )
+        self.opset_version = opset_version
+        # Functions called by nodes of this graph, keyed by (domain, name, overload).
+        self.functions: dict[ir.OperatorIdentifier, ir.Function] = {}
+        self._constants: dict[ConstantKey, TracedValue] = {}
+        self._node_counter = itertools.count()
+        self._used_names: set[str] = set()
+        # Set while one FX node is translated: names and metadata of the nodes it emits.
+        self.current_scope: str = ""
+        self.current_metadata: dict[str, str] = {}
+
+    # -- names ---------------------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        name = base
+        suffix = 1
+        while name in self._used_names:
+            name = f"{base}_{suffix}"
+            suffix += 1
+        self._used_names.add(name)
+        return name
+
+    # -- graph inputs and initializers ---------------------------------------------------
+    def add_input(
+        self,
+        name: str,
+        dtype: ir.DataType | None,
+        shape: ir.Shape | None,
+        is_complex: bool = False,
+    ) -> TracedValue:
+        value = TracedValue(self.unique_name(name), shape=shape, is_complex=is_complex)
+        if dtype is not None:
+            value.dtype = dtype
+        self.graph.inputs.append(value)
+        return value
+
+    def add_initializer(self, name: str, tensor: ir.TensorProtocol, is_complex: bool = False) -> TracedValue:
+        value = TracedValue(
+            self.unique_name(name),
+            shape=ir.Shape(tensor.shape),
+            type=ir.TensorType(tensor.dtype),
+            const_value=tensor,
+            is_complex=is_complex,
+        )
+        self.graph.register_initializer(value)
+        return value
+
+    def set_outputs(self, outputs: Sequence[ir.Value]) -> None:
+        self.graph.outputs.extend(outputs)
+
+    # -- nodes -----------------------------------------------------------------------------
+    def add_node(
+        self,
+        domain: str,
+        op_type: str,
+        inputs: Sequence[ir.Value | None],
+        attributes: Sequence[ir.Attr] = (),
+        num_outputs: int = 1,
+        version: int | None = None,
+        overload: str = "",
+    ) -> list[TracedValue]:
+        # Trailing missing optional inputs are dropped; inner ones stay as empty names.
+        inputs = list(inputs)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        outputs = [TracedValue() for _ in range(num_outputs)]
+        base = f"{self.current_scope}/{op_type}" if self.current_scope else op_type
+        node = ir.Node(
+            domain,
+            op_type,
+            inputs=inputs,
+            attributes=attributes,
+            outputs=outputs,
+            version=version,
+            overload=overload,
+            name=f"{base}_{next(self._node_counter)}",
+            metadata_props=dict(self.current_metadata) if self.current_metadata else None,
+        )
+        for index, output in enumerate(outputs):
+            output.name = self.unique_name(f"val_{node.name.replace('/', '_')}_{index}")
+        self.graph.append(node)
+        if domain == "":
+            _infer_output_types(node)
+        return outputs
+
+    def constant(self, value: Any, dtype: ir.DataType) -> TracedValue:
+        """A Constant node holding a Python scalar or list, shared by all its users."""
+        key_value = tuple(value) if isinstance(value, list) else value
+        key = (key_value, type(key_value), dtype)
+        cached = self._constants.get(key)  # type: ignore[arg-type]
+        if cached is not None:
+            return cached
+        array = np.array(value, dtype=dtype.numpy())
+        tensor = ir.tensor(array, dtype=dtype)
+        (output,) = self.add_node("", "Constant", [], [ir.AttrTensor("value", tensor)])
+        output.dtype = dtype
+        output.shape = ir.Shape(array.shape)
+        output.const_value = tensor
+        self._constants[key] = output  # type: ignore[index]
+        return output
+
+    def tensor_constant(self, tensor: ir.TensorProtocol) -> TracedValue:
+        (output,) = self.add_node("", "Constant", [], [ir.AttrTensor("value", tensor)])
+        output.dtype = tensor.dtype
+        output.shape = ir.Shape(tensor.shape)
+        output.const_value = tensor
+        return output
+
+    # -- functions ---------------------------------------------------------------------
+    def add_function(self, function: ir.Function, domain_version: int = 1) -> None:
+        self.functions.setdefault(function.identifier(), function)
+        self.graph.opset_imports.setdefault(function.domain, domain_version)
+
+    def import_opset(self, domain: str, version: int) -> None:
+        self.graph.opset_imports.setdefault(domain, version)
+
+    # -- result --------------------------------------------------------------------------
+    def build_model(self, producer_version: str) -> ir.Model:
+        model = ir.Model(
+            self.graph,
+            ir_version=10,
+            producer_name="fx2onnx",
+            producer_version=producer_version,
+            functions=list(self.functions.values()),
+        )
+        # Function bodies may use domains of their own; the model must import them all.
+        for function in self.functions.values():
+            for domain, version in function.opset_imports.items():
+                self.graph.opset_imports.setdefault(domain, version)
+        return model
+
+
+def _type_proto_of(value: ir.Value) -> onnx.TypeProto | None:
+    if value.dtype is None:
+        return None
+    shape = None
+    if value.shape is not None:
+        shape = [d if isinstance(d, int) else (d.value or None) for d in value.shape]
+    return onnx.helper.make_tensor_type_proto(value.dtype.value, shape)
+
+
+def _infer_output_types(node: ir.Node) -> None:
+    """Fill dtype and shape of a standard-domain node's outputs with ONNX's inference.
+
+    Best effort: when an input's type is unknown or the op cannot be inferred, the
+    outputs stay untyped, and the FX metadata fills the final outputs of the FX node.
+    """
+    input_types = {}
+    for value in node.inputs:
+        if value is None:
+            continue
+        type_proto = _type_proto_of(value)
+        if type_proto is None:
+            return
+        input_types[value.name] = type_proto
+    try:
+        schema = onnx.defs.get_schema(node.op_type, node.version or DEFAULT_OPSET, node.domain)
+        node_proto = ir.serde.serialize_node(node)
+        input_data = {
+            value.name: ir.serde.serialize_tensor(value.const_value)
+            for value in node.inputs
+            if value is not None and value.const_value is not None and value.const_value.size <= 64
+        }
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema, node_proto, input_types, input_data=input_data
+        )
+    except Exception:  # noqa: BLE001 - inference is an optimization, never a failure
+        return
+    for output in node.outputs:
+        type_proto = inferred.get(output.name)
+        if type_proto is None or not type_proto.HasField("tensor_type"):
+            continue
+        tensor_type = type_proto.tensor_type
+        if tensor_type.elem_type:
+            output.dtype = ir.DataType(tensor_type.elem_type)
+        if tensor_type.HasField("shape"):
+            dims: list[int | str | None] = []
+            for dim in tensor_type.shape.dim:
+                if dim.HasField("dim_value"):
+                    dims.append(dim.dim_value)
+                elif dim.HasField("dim_param"):
+                    dims.append(dim.dim_param)
+                else:
+                    dims.append(None)
+            output.shape = ir.Shape(dims)

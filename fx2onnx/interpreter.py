@@ -1,0 +1,262 @@
+"""FxOnnxInterpreter: translates an FX graph into the graph builder, one node at a time.
+
+It reads like `torch.fx.Interpreter`: `run_node` dispatches on `node.op` to one method per
+opcode, and an environment maps each FX node to what it became in the ONNX graph (a
+value, a tuple of values, or a Python constant). Its state (environment, builder,
+dispatcher, diagnostics) lives on the instance.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+import onnxscript.evaluator
+import torch
+import torch.fx
+
+from diagnostics import DiagnosticContext, Level, rules
+from dispatcher import DispatchError, OnnxFunctionDispatcher, node_location, node_stack, torch_dtype_to_onnx
+from fx2onnx.fake_metadata import SymbolNamer, apply_type, onnx_type_of
+from fx2onnx.graph_builder import GraphBuilder
+from fx2onnx.tensor_data import TorchTensorData
+from fx2onnx.tracing_evaluator import TracingEvaluator, install_value_arithmetic
+from fx2onnx.values import TracedValue
+
+# torch keyword arguments that have no meaning in an ONNX graph
+_DROPPED_KWARGS = frozenset(
+    {"layout", "device", "requires_grad", "pin_memory", "memory_format", "implicit", "non_blocking"}
+)
+
+
+class _Failed:
+    """Marks the result of a node whose translation failed, so its users are skipped
+    instead of reporting the same problem again."""
+
+    def __repr__(self) -> str:
+        return "<failed>"
+
+
+FAILED = _Failed()
+
+
+class NodeTranslationError(RuntimeError):
+    """Raised when a node cannot be translated; carries the FX node."""
+
+    def __init__(self, message: str, node: torch.fx.Node) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+class FxOnnxInterpreter:
+    """Writes one FX graph into a `GraphBuilder`."""
+
+    def __init__(
+        self,
+        builder: GraphBuilder,
+        dispatcher: OnnxFunctionDispatcher,
+        diagnostic_context: DiagnosticContext,
+        namer: SymbolNamer,
+        *,
+        lifted_tensors: Mapping[str, tuple[str, torch.Tensor]] | None = None,
+        input_names: Mapping[str, str] | None = None,
+        call_module_handler: Callable[["FxOnnxInterpreter", torch.fx.Node, list[Any]], Any] | None = None,
+    ) -> None:
+        self.builder = builder
+        self.dispatcher = dispatcher
+        self.diagnostics = diagnostic_context
+        self.namer = namer
+        # placeholder name -> (parameter/buffer/constant name, tensor): become initializers
+        self.lifted_tensors = dict(lifted_tensors or {})
+        # placeholder name -> ONNX graph input name
+        self.input_names = dict(input_names or {})
+        self.call_module_handler = call_module_handler
+        self.evaluator = TracingEvaluator(builder)
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.graph_module: torch.fx.GraphModule | None = None
+        self.outputs: list[Any] = []
+        install_value_arithmetic()
+
+    # -- driving -------------------------------------------------------------------------
+    def run(self, graph_module: torch.fx.GraphModule) -> list[Any]:
+        """Translate every node; returns what the output node returned, flattened."""
+        self.graph_module = graph_module
+        for node in graph_module.graph.nodes:
+            if node not in self.env:  # nodes marked failed up front are not retried
+                self.run_node(node)
+        return self.outputs
+
+    def run_node(self, node: torch.fx.Node) -> None:
+        if _uses_failed(node, self.env):
+            self.env[node] = FAILED
+            return
+        diagnostic = None
+        if self.diagnostics.would_record(Level.NONE):
+            diagnostic = self.diagnostics.record(
+                rules.FX_NODE_TO_ONNX,
+                Level.NONE,
+                node=f"{node.op}:{node.target}[name={node.name}]",
+                location=node_location(node),
+            )
+        self.builder.current_scope = node.name
+        self.builder.current_metadata = {"pkg.fx2onnx.fx_node": f"{node.op}:{node.target}"}
+        try:
+            self.env[node] = getattr(self, node.op)(node)
+        except DispatchError:
+            # The dispatcher already recorded an error diagnostic with the user's line.
+            self.env[node] = FAILED
+        except Exception as error:  # noqa: BLE001 - collect every problem, then report
+            self.env[node] = FAILED
+            failure = self.diagnostics.record(
+                rules.GRAPH_BUILDING,
+                Level.ERROR,
+                message=(
+                    f"Translating FX node '{node.name}' ({node.op} {_target_name(node)}) failed: "
+                    f"{type(error).__name__}: {error}"
+                ),
+                location=node_location(node),
+                stack=node_stack(node),
+                properties={"fx_node": node.format_node(), "target": _target_name(node)},
+            )
+            failure.log_source_exception(error)
+        finally:
+            self.builder.current_scope = ""
+            self.builder.current_metadata = {}
+        if diagnostic is not None and self.env[node] is not FAILED:
+            diagnostic.log(lambda: f"FX node: `{node.format_node()}`")
+
+    # -- one method per opcode -----------------------------------------------------------
+    def placeholder(self, node: torch.fx.Node) -> Any:
+        lifted = self.lifted_tensors.get(node.name)
+        if lifted is not None:
+            name, tensor = lifted
+            value = self.builder.add_initializer(name, TorchTensorData(tensor, name=name), tensor.is_complex())
+            apply_type(value, onnx_type_of(node.meta.get("val"), self.namer))
+            return value
+        meta = node.meta.get("val")
+        info = onnx_type_of(meta, self.namer)
+        if meta is None or (info is not None and not isinstance(meta, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))):
+            # None and Python scalars were specialized into the graph: a constant, no input.
+            return meta
+        if info is None:
+            raise TypeError(f"Input '{node.name}' has an unsupported type {type(meta).__name__}")
+        name = self.input_names.get(node.name, node.name)
+        return self.builder.add_input(name, info.dtype, info.shape, info.is_complex)
+
+    def get_attr(self, node: torch.fx.Node) -> Any:
+        assert self.graph_module is not None
+        attribute = _fetch_attr(self.graph_module, str(node.target))
+        if isinstance(attribute, torch.Tensor):
+            name = str(node.target)
+            value = self.builder.add_initializer(name, TorchTensorData(attribute, name=name), attribute.is_complex())
+            return value
+        # GraphModules (branches of control flow) and other objects are used by later nodes.
+        return attribute
+
+    def call_function(self, node: torch.fx.Node) -> Any:
+        if node.target is operator.getitem and isinstance(self.env.get(node.args[0]), (tuple, list)):
+            return self.env[node.args[0]][node.args[1]]  # type: ignore[index]
+        function = self.dispatcher.dispatch(node)
+        args = [self._onnx_arg(arg) for arg in node.args]
+        kwargs = {
+            key: self._onnx_arg(value)
+            for key, value in node.kwargs.items()
+            if key not in _DROPPED_KWARGS
+        }
+        with onnxscript.evaluator.default_as(self.evaluator):
+            result = self.evaluator.eval_function(function, args, kwargs)
+        return self._finish_outputs(node, result)
+
+    def call_method(self, node: torch.fx.Node) -> Any:
+        raise NotImplementedError(
+            f"call_method nodes ('{node.target}') are not supported: capture the model with "
+            "torch.export (fx2onnx.dynamo_export does) so that methods become ATen operators."
+        )
+
+    def call_module(self, node: torch.fx.Node) -> Any:
+        if self.call_module_handler is None:
+            raise NotImplementedError(
+                f"call_module node '{node.target}' reached the interpreter without a module "
+                "translator; only graphs produced by the Modularize pass contain call_module."
+            )
+        args = [self._onnx_arg(arg) for arg in node.args]
+        return self.call_module_handler(self, node, args)
+
+    def output(self, node: torch.fx.Node) -> Any:
+        flat, _ = torch.utils._pytree.tree_flatten(node.args[0])
+        self.outputs = [self.env[arg] if isinstance(arg, torch.fx.Node) else arg for arg in flat]
+        return None
+
+    # -- helpers -------------------------------------------------------------------------
+    def _onnx_arg(self, arg: Any) -> Any:
+        """An FX argument as the torchlib function expects it."""
+        if isinstance(arg, torch.fx.Node):
+            return self.env[arg]
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(self._onnx_arg(item) for item in arg)
+        if isinstance(arg, torch.dtype):
+            return torch_dtype_to_onnx(arg).value
+        if isinstance(arg, (torch.device, torch.layout, torch.memory_format)):
+            return None
+        return arg
+
+    def _finish_outputs(self, node: torch.fx.Node, result: Any) -> Any:
+        """Type the outputs from FX metadata and name them after the FX node."""
+        meta = node.meta.get("val")
+        if isinstance(result, (tuple, list)):
+            metas = meta if isinstance(meta, (tuple, list)) else [None] * len(result)
+            return tuple(
+                self._finish_one(node, item, item_meta, index)
+                for index, (item, item_meta) in enumerate(zip(result, metas))
+            )
+        return self._finish_one(node, result, meta, None)
+
+    def _finish_one(self, node: torch.fx.Node, value: Any, meta: Any, index: int | None) -> Any:
+        if not isinstance(value, ir.Value):
+            if isinstance(value, (int, float, bool)) and not isinstance(meta, torch.Tensor):
+                info = onnx_type_of(meta if meta is not None else value, self.namer)
+                value = self.builder.constant(value, info.dtype if info else ir.DataType.INT64)
+            else:
+                return value
+        info = onnx_type_of(meta, self.namer)
+        if info is not None and value.producer() is not None and value.const_value is None:
+            apply_type(value, info)
+            if value.name and value.name.startswith("val_"):
+                base = node.name if index is None else f"{node.name}_{index}"
+                value.name = self.builder.unique_name(base)
+        elif info is not None and isinstance(value, TracedValue):
+            value.is_complex = info.is_complex
+        return value
+
+
+def _uses_failed(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
+    return any(env.get(arg) is FAILED for arg in node.all_input_nodes)
+
+
+def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
+    item: Any = module
+    for part in target.split("."):
+        item = getattr(item, part)
+    return item
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "name", None)
+    if callable(name):
+        return name()
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', repr(target))}"
+
+
+def flatten_values(values: Sequence[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for item in values:
+        if isinstance(item, (tuple, list)):
+            flat.extend(flatten_values(item))
+        else:
+            flat.append(item)
+    return flat

@@ -1,0 +1,117 @@
+"""Map PyTorch-style inputs and outputs onto the flat lists the ONNX graph takes and gives.
+
+Inputs: pytree-flatten `(args, kwargs)` in the order the program was exported with,
+check the structure, drop `None` and the Python scalars that were specialized into the
+graph (checking they still have the exported value), turn complex tensors into real ones.
+Outputs: pick the user's outputs among the graph outputs, restore complex tensors, and
+rebuild the model's output structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from fx2onnx.errors import UnsupportedInputError
+from fx2onnx.tensor_data import real_view
+
+
+@dataclass(frozen=True)
+class InputSlot:
+    """One leaf of the flattened inputs: fed to ONNX, or a value baked into the graph."""
+
+    name: str
+    is_onnx_input: bool
+    constant: Any = None
+
+
+@dataclass(frozen=True)
+class OutputSlot:
+    """One leaf of the model's outputs: an ONNX output index, or a constant."""
+
+    onnx_index: int | None
+    is_complex: bool = False
+    constant: Any = None
+
+
+class InputAdapter:
+    def __init__(self, in_spec: pytree.TreeSpec | None, slots: Sequence[InputSlot]) -> None:
+        self.in_spec = in_spec
+        self.slots = list(slots)
+
+    def flatten(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        if self.in_spec is None:
+            leaves, _ = pytree.tree_flatten(list(args) + list(kwargs.values()))
+            return leaves
+        kwargs_spec = self.in_spec.child(1) if self.in_spec.num_children == 2 else None
+        if kwargs_spec is not None and kwargs_spec.context is not None:
+            expected = list(kwargs_spec.context)
+            if set(expected) != set(kwargs):
+                raise UnsupportedInputError(
+                    f"Model inputs incompatible with the format that was exported: keyword arguments "
+                    f"{sorted(kwargs)} were given, the program was exported with {sorted(expected)}."
+                )
+            kwargs = {key: kwargs[key] for key in expected}
+        leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        if spec != self.in_spec:
+            raise UnsupportedInputError(
+                "Model inputs incompatible with the format that was exported.\n"
+                f"  exported: {self.in_spec}\n  given:    {spec}\n"
+                "Pass inputs with the same nesting (tuples, lists, dicts, None) as at export."
+            )
+        return leaves
+
+    def apply(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
+        leaves = self.flatten(args, kwargs)
+        if len(leaves) != len(self.slots):
+            raise UnsupportedInputError(
+                f"Expected {len(self.slots)} input leaves, got {len(leaves)}."
+            )
+        onnx_inputs: list[torch.Tensor] = []
+        for slot, leaf in zip(self.slots, leaves):
+            if slot.is_onnx_input:
+                if not isinstance(leaf, torch.Tensor):
+                    leaf = torch.tensor(leaf)
+                onnx_inputs.append(real_view(leaf))
+            elif not _same_constant(slot.constant, leaf):
+                raise UnsupportedInputError(
+                    f"Input '{slot.name}' was specialized to {slot.constant!r} at export, "
+                    f"but {leaf!r} was given. Python scalars are baked into the ONNX graph; "
+                    "export again with the new value, or pass it as a tensor."
+                )
+        return onnx_inputs
+
+
+def _same_constant(expected: Any, given: Any) -> bool:
+    if isinstance(given, torch.Tensor) or isinstance(expected, torch.Tensor):
+        return False
+    return expected == given
+
+
+class OutputAdapter:
+    def __init__(self, out_spec: pytree.TreeSpec | None, slots: Sequence[OutputSlot]) -> None:
+        self.out_spec = out_spec
+        self.slots = list(slots)
+
+    def apply(self, onnx_outputs: Sequence[torch.Tensor]) -> Any:
+        leaves = []
+        for slot in self.slots:
+            if slot.onnx_index is None:
+                leaves.append(slot.constant)
+                continue
+            value = onnx_outputs[slot.onnx_index]
+            if slot.is_complex:
+                value = torch.view_as_complex(value.contiguous())
+            leaves.append(value)
+        if self.out_spec is None:
+            return leaves[0] if len(leaves) == 1 else leaves
+        return pytree.tree_unflatten(leaves, self.out_spec)
+
+    @staticmethod
+    def flatten_torch_outputs(outputs: Any) -> list[Any]:
+        leaves, _ = pytree.tree_flatten(outputs)
+        return [real_view(leaf) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]

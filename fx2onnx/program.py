@@ -1,0 +1,163 @@
+"""ONNXProgram: the exported model, how to save it, run it, and what the export reported."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import torch
+
+from diagnostics import DiagnosticContext
+from fx2onnx.io_adapter import InputAdapter, OutputAdapter
+
+# Protobuf cannot hold more than 2 GiB: larger models keep their weights in a data file.
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+def _initializer_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+class ONNXProgram:
+    """An exported ONNX model with its PyTorch-facing adapters and diagnostics.
+
+    >>> program = fx2onnx.dynamo_export(model, x)
+    >>> program.save("model.onnx")
+    >>> program(x)            # runs in onnxruntime, returns torch tensors
+    >>> program.save_diagnostics("report.sarif")
+    """
+
+    def __init__(
+        self,
+        model: ir.Model | None,
+        input_adapter: InputAdapter | None,
+        output_adapter: OutputAdapter | None,
+        diagnostic_context: DiagnosticContext,
+        *,
+        export_exception: BaseException | None = None,
+        stage_seconds: dict[str, float] | None = None,
+    ) -> None:
+        self._model = model
+        self._input_adapter = input_adapter
+        self._output_adapter = output_adapter
+        self.diagnostic_context = diagnostic_context
+        self.export_exception = export_exception
+        # How long each export stage took (capture, decomposition, passes, translation, ...).
+        self.stage_seconds = dict(stage_seconds or {})
+        self._session = None
+
+    # -- the model -----------------------------------------------------------------------
+    def _require_model(self) -> ir.Model:
+        if self._model is None:
+            raise RuntimeError(
+                "This ONNXProgram comes from a failed export and holds no model; "
+                "see its diagnostics (save_diagnostics) for what failed."
+            ) from self.export_exception
+        return self._model
+
+    @property
+    def model(self) -> ir.Model:
+        """The model as onnx_ir."""
+        return self._require_model()
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as an `onnx.ModelProto` (weights included)."""
+        return ir.serde.serialize_model(self._require_model())
+
+    # -- saving --------------------------------------------------------------------------
+    def save(self, destination: str | os.PathLike, *, external_data: bool | None = None) -> None:
+        """Write the model to `destination`.
+
+        Weights go to a data file beside it (`<name>.data`) when `external_data` is True,
+        or, by default, when they are too large for one protobuf (2 GB). The files are
+        written under temporary names and moved in place at the end, so a failed save
+        never leaves a half-written model.
+        """
+        model = self._require_model()
+        destination = Path(destination)
+        if destination.is_dir():
+            raise IsADirectoryError(f"'{destination}' is a directory; give a file path such as model.onnx")
+        if external_data is None:
+            external_data = _initializer_bytes(model) >= _PROTOBUF_LIMIT
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        data_name = destination.name + ".data" if external_data else None
+        with tempfile.TemporaryDirectory(dir=destination.parent, prefix=".fx2onnx-save-") as staging:
+            staged = Path(staging) / destination.name
+            ir.save(model, staged, external_data=data_name)
+            if data_name is not None:
+                os.replace(Path(staging) / data_name, destination.parent / data_name)
+            os.replace(staged, destination)
+
+    def save_diagnostics(self, destination: str | os.PathLike) -> None:
+        """Write the SARIF 2.1.0 report of this export (the path must end with .sarif)."""
+        self.diagnostic_context.dump(os.fspath(destination))
+
+    # -- running -------------------------------------------------------------------------
+    def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        """The flat list of tensors the ONNX graph takes for these PyTorch inputs."""
+        if self._input_adapter is None:
+            raise RuntimeError("This ONNXProgram has no input adapter (the export failed).")
+        return self._input_adapter.apply(args, kwargs)
+
+    def adapt_torch_outputs_to_onnx(self, model_outputs: Any) -> list[Any]:
+        """The flat list of tensors (complex as real pairs) that ONNX gives for these
+        PyTorch outputs: compare it with the onnxruntime results."""
+        return OutputAdapter.flatten_torch_outputs(model_outputs)
+
+    def _inference_session(self):  # noqa: ANN202 - onnxruntime.InferenceSession
+        if self._session is None:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            proto = self.model_proto
+            if proto.ByteSize() < _PROTOBUF_LIMIT:
+                self._session = ort.InferenceSession(
+                    proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                )
+            else:
+                with tempfile.TemporaryDirectory() as folder:
+                    path = Path(folder) / "model.onnx"
+                    self.save(path, external_data=True)
+                    self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return self._session
+
+    def run_flat(self, onnx_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Run onnxruntime on the flat ONNX inputs; returns the flat ONNX outputs."""
+        session = self._inference_session()
+        names = [i.name for i in session.get_inputs()]
+        if len(names) != len(onnx_inputs):
+            raise ValueError(f"The ONNX model takes {len(names)} inputs, {len(onnx_inputs)} were given.")
+        feed = {name: _to_numpy(tensor) for name, tensor in zip(names, onnx_inputs)}
+        return [torch.from_numpy(np.asarray(result)) for result in session.run(None, feed)]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the model in onnxruntime on PyTorch inputs; returns torch tensors in the
+        model's own output structure (complex outputs restored)."""
+        onnx_inputs = self.adapt_torch_inputs_to_onnx(*args, **kwargs)
+        outputs = self.run_flat(onnx_inputs)
+        assert self._output_adapter is not None
+        return self._output_adapter.apply(outputs)
+
+    def release(self) -> None:
+        """Drop the onnxruntime session."""
+        self._session = None
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+__all__ = ["ONNXProgram"]
