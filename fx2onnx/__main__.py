@@ -1,0 +1,5 @@
+import sys
+
+from fx2onnx.cli import main
+
+sys.exit(main())
