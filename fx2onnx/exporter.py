@@ -28,6 +28,7 @@ from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_
 from fx2onnx.interpreter import FAILED, FxOnnxInterpreter
 from fx2onnx.io_adapter import InputAdapter, OutputAdapter, OutputSlot
 from fx2onnx.options import ExportOptions
+from fx2onnx.passes.remove_assertions import remove_assertions
 from fx2onnx.program import ONNXProgram
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.values import TracedValue
@@ -110,7 +111,7 @@ def _export(
     name_input_dims(graph_module, io, namer, _dim_names_by_position(captured.dynamic_shapes_spec, model, args, kwargs, io))
 
     with timer.stage("passes"):
-        pass  # functionalization, type promotion and modularization plug in here
+        remove_assertions(graph_module)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
     with timer.stage("analysis"):

@@ -147,7 +147,15 @@ class GraphBuilder:
         self.graph.opset_imports.setdefault(domain, version)
 
     # -- result --------------------------------------------------------------------------
+    def remove_unused_initializers(self) -> None:
+        """Weights no node reads (e.g. BatchNorm's num_batches_tracked in eval) are dropped."""
+        outputs = {id(v) for v in self.graph.outputs}
+        for name, value in list(self.graph.initializers.items()):
+            if not value.uses() and id(value) not in outputs:
+                del self.graph.initializers[name]
+
     def build_model(self, producer_version: str) -> ir.Model:
+        self.remove_unused_initializers()
         model = ir.Model(
             self.graph,
             ir_version=10,

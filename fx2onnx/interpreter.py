@@ -160,6 +160,8 @@ class FxOnnxInterpreter:
             return self.env[node.args[0]][node.args[1]]  # type: ignore[index]
         function = self.dispatcher.dispatch(node)
         args = [self._onnx_arg(arg) for arg in node.args]
+        if _has_complex_input(node):
+            args = _scalars_as_complex(node, args)
         kwargs = {
             key: self._onnx_arg(value)
             for key, value in node.kwargs.items()
@@ -229,6 +231,27 @@ class FxOnnxInterpreter:
         elif info is not None and isinstance(value, TracedValue):
             value.is_complex = info.is_complex
         return value
+
+
+def _has_complex_input(node: torch.fx.Node) -> bool:
+    return any(
+        isinstance(arg.meta.get("val"), torch.Tensor) and arg.meta["val"].is_complex()
+        for arg in node.all_input_nodes
+    )
+
+
+def _scalars_as_complex(node: torch.fx.Node, args: list[Any]) -> list[Any]:
+    """Python numbers given where the ATen schema takes a Tensor become complex numbers,
+    so that `z + 1` adds (1, 0) to the (real, imag) pairs and not 1 to both."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return args
+    converted = list(args)
+    for index, (arg, parameter) in enumerate(zip(args, schema.arguments)):
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            if isinstance(parameter.type, torch.TensorType):
+                converted[index] = complex(arg)
+    return converted
 
 
 def _uses_failed(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:

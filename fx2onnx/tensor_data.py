@@ -51,4 +51,4 @@ class TorchTensorData(ir.Tensor):
     def tobytes(self) -> bytes:
         # contiguous() copies only tensors that are not laid out densely already
         raw: torch.Tensor = self.raw.contiguous()
-        return raw.view(torch.uint8).numpy(force=True).tobytes() if raw.numel() else b""
+        return raw.reshape(-1).view(torch.uint8).numpy(force=True).tobytes() if raw.numel() else b""

@@ -1,0 +1,1 @@
+"""FX passes that run between capture and translation."""
