@@ -198,22 +198,27 @@ class OnnxRegistry:
         return bool(self.candidate_names(target))
 
     def candidate_names(self, target: Any) -> list[str]:
-        """The registered qualified names a target can use, best first: its exact
-        overload, then its default overload; for an overload packet whose default
-        overload is not registered, every registered overload of the packet."""
+        """The registered qualified names whose functions may translate ``target``.
+
+        The exact overload when it is registered; else the default overload; else, for
+        an overload packet (``aten.sym_size``), every registered overload of the packet.
+        Empty when nothing is registered (or the target cannot be named).
+        """
         try:
             name = op_name_of(target)
         except ValueError:
             return []
-        names = [name] if name.is_default else [name, name.default()]
+        for candidate in (name, name.default()):
+            key = candidate.qualified_name()
+            if self._registry.get(key):
+                return [key]
         if isinstance(target, torch._ops.OpOverloadPacket):
-            names += [OpName.from_parts(name.namespace, name.op_name, o) for o in target.overloads()]
-        found = []
-        for n in names:
-            key = n.qualified_name()
-            if key not in found and self._registry.get(key):
-                found.append(key)
-        return found
+            keys = (
+                OpName.from_parts(name.namespace, name.op_name, overload).qualified_name()
+                for overload in target.overloads()
+            )
+            return [key for key in keys if self._registry.get(key)]
+        return []
 
     def custom_functions(self) -> Iterator[tuple[str, RegisteredFunction]]:
         """The user's registrations, in registration order."""
