@@ -28,6 +28,10 @@ class GraphConstructionError(RuntimeError):
 
 
 def _python_dtype(value: Any) -> ir.DataType:
+    if isinstance(value, (ir.Tensor, ir.Value)) and value.dtype is not None:
+        return value.dtype
+    if isinstance(value, np.ndarray):
+        return ir.DataType.from_numpy(value.dtype)
     if isinstance(value, bool):
         return ir.DataType.BOOL
     if isinstance(value, int):
@@ -133,6 +137,8 @@ class TracingEvaluator:
 
     # -- constants -----------------------------------------------------------------------
     def _dtype_for(self, param: ir.schemas.Parameter, value: Any, binding: Mapping[str, ir.DataType]) -> ir.DataType:
+        if isinstance(value, (ir.Tensor, np.ndarray)):
+            return _python_dtype(value)
         bound = binding.get(param.type_constraint.name)
         if bound is not None:
             return bound
@@ -148,7 +154,7 @@ class TracingEvaluator:
     def _as_value(self, value: Any, dtype: ir.DataType) -> ir.Value | None:
         if value is None or isinstance(value, ir.Value):
             return value
-        if isinstance(value, (ir.TensorProtocol,)):
+        if isinstance(value, ir.Tensor):
             return self.builder.tensor_constant(value)
         if isinstance(value, np.ndarray):
             return self.builder.tensor_constant(ir.tensor(value))
