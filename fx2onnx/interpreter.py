@@ -19,7 +19,7 @@ import torch.fx
 
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import DispatchError, OnnxFunctionDispatcher, node_location, node_stack, torch_dtype_to_onnx
-from fx2onnx.fake_metadata import SymbolNamer, apply_type, onnx_type_of
+from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.tensor_data import TorchTensorData
 from fx2onnx.tracing_evaluator import TracingEvaluator, install_value_arithmetic
@@ -224,6 +224,11 @@ class FxOnnxInterpreter:
                 return value
         info = onnx_type_of(meta, self.namer)
         if info is not None and value.producer() is not None and value.const_value is None:
+            if _shapes_conflict(value.shape, info.shape):
+                # The ONNX function computes something else than PyTorch does here (e.g. the
+                # unused saved statistics of batch norm in eval mode): declare what the
+                # node produces, never a shape that the ONNX checker would reject.
+                info = OnnxTypeInfo(info.dtype, value.shape, info.is_complex)
             apply_type(value, info)
             if value.name and value.name.startswith("val_"):
                 base = node.name if index is None else f"{node.name}_{index}"
@@ -231,6 +236,16 @@ class FxOnnxInterpreter:
         elif info is not None and isinstance(value, TracedValue):
             value.is_complex = info.is_complex
         return value
+
+
+def _shapes_conflict(inferred: ir.Shape | None, declared: ir.Shape) -> bool:
+    """True when ONNX inference gave a shape that the FX metadata contradicts
+    (another rank, or another size for a dim both know as a number)."""
+    if inferred is None:
+        return False
+    if len(inferred) != len(declared):
+        return True
+    return any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(inferred, declared))
 
 
 def _has_complex_input(node: torch.fx.Node) -> bool:

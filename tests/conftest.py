@@ -1,0 +1,179 @@
+"""Shared helpers of the end-to-end tests: export, save, check, run in onnxruntime, compare."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import fx2onnx
+from sarif_checks import validate_sarif
+
+RTOL = 1e-3
+ATOL = 1e-4
+
+# Warnings that PyTorch, transformers and onnxscript print during every export.
+_NOISY_WARNINGS = (
+    "ignore::DeprecationWarning",
+    "ignore::FutureWarning",
+    "ignore:.*TracerWarning.*",
+    "ignore:.*enable_nested_tensor.*:UserWarning",
+    "ignore:.*Non-strict torch.export failed.*:UserWarning",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in _NOISY_WARNINGS:
+        config.addinivalue_line("filterwarnings", line)
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch() -> Iterator[None]:
+    torch.manual_seed(0)
+    yield
+
+
+def make_options(tmp_path: Path | None, **kwargs: Any) -> fx2onnx.ExportOptions:
+    """ExportOptions whose failure report goes to tmp_path (never to the repository root)."""
+    kwargs.setdefault("failure_report_path", None if tmp_path is None else tmp_path / "r.sarif")
+    return fx2onnx.ExportOptions(**kwargs)
+
+
+def validate_written_reports(folder: Path) -> None:
+    """Every SARIF file a test wrote must be valid SARIF 2.1.0."""
+    for path in Path(folder).glob("*.sarif"):
+        validate_sarif(path)
+
+
+def flat_leaves(outputs: Any) -> list[Any]:
+    leaves, _ = pytree.tree_flatten(outputs)
+    return leaves
+
+
+def assert_outputs_close(actual: Any, expected: Any, rtol: float = RTOL, atol: float = ATOL) -> None:
+    """Same structure, same tensors within tolerance (dtypes must match too)."""
+    actual_leaves, actual_spec = pytree.tree_flatten(actual)
+    expected_leaves, expected_spec = pytree.tree_flatten(expected)
+    assert actual_spec == expected_spec, f"output structure differs:\n  onnx:  {actual_spec}\n  torch: {expected_spec}"
+    for index, (got, want) in enumerate(zip(actual_leaves, expected_leaves)):
+        if isinstance(want, torch.Tensor):
+            assert isinstance(got, torch.Tensor), f"output {index}: expected a tensor, got {type(got).__name__}"
+            torch.testing.assert_close(got, want.detach(), rtol=rtol, atol=atol, msg=lambda m, i=index: f"output {i}: {m}")
+        else:
+            assert got == want, f"output {index}: {got!r} != {want!r}"
+
+
+def all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    """Nodes of the main graph, of its sub-graphs and of every model-local function."""
+
+    def walk(nodes: Sequence[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
+        for node in nodes:
+            yield node
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    yield from walk(attribute.g.node)
+                for graph in attribute.graphs:
+                    yield from walk(graph.node)
+
+    yield from walk(model.graph.node)
+    for function in model.functions:
+        yield from walk(function.node)
+
+
+def op_types(model: onnx.ModelProto) -> set[str]:
+    return {node.op_type for node in all_nodes(model)}
+
+
+def translated_fx_targets(model: onnx.ModelProto) -> set[str]:
+    """The FX nodes the exporter translated, read from the ONNX nodes' metadata."""
+    targets = set()
+    for node in all_nodes(model):
+        for prop in node.metadata_props:
+            if prop.key == "pkg.fx2onnx.fx_node":
+                targets.add(prop.value)
+    return targets
+
+
+def check_saved_model(program: fx2onnx.ONNXProgram, path: Path, **save_kwargs: Any) -> Path:
+    program.save(path, **save_kwargs)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    return path
+
+
+def _run_eager(model: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    with torch.no_grad():
+        return model(*args, **kwargs)
+
+
+def export_program(
+    model: Any,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    options: fx2onnx.ExportOptions | None = None,
+    tmp_path: Path | None = None,
+) -> fx2onnx.ONNXProgram:
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    options = options or make_options(tmp_path)
+    try:
+        return fx2onnx.dynamo_export(model, *args, export_options=options, **dict(kwargs or {}))
+    finally:
+        if tmp_path is not None:
+            validate_written_reports(tmp_path)
+
+
+def export_and_compare_impl(
+    model: Any,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    options: fx2onnx.ExportOptions | None = None,
+    tmp_path: Path | None = None,
+    second_inputs: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
+    *,
+    eager: Callable[..., Any] | None = None,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> fx2onnx.ONNXProgram:
+    """Export `model`, save it, run the full ONNX checker on the file, run onnxruntime
+    through `ONNXProgram.__call__` and compare with PyTorch eager (also on `second_inputs`,
+    given as `(args, kwargs)`)."""
+    kwargs = dict(kwargs or {})
+    program = export_program(model, args, kwargs, options, tmp_path)
+    assert tmp_path is not None
+    check_saved_model(program, tmp_path / "m.onnx")
+    eager = eager or model
+    runs = [(tuple(args), kwargs)]
+    if second_inputs is not None:
+        runs.append((tuple(second_inputs[0]), dict(second_inputs[1])))
+    for run_args, run_kwargs in runs:
+        expected = _run_eager(eager, run_args, run_kwargs)
+        actual = program(*run_args, **run_kwargs)
+        assert_outputs_close(actual, expected, rtol=rtol, atol=atol)
+    program.save_diagnostics(tmp_path / "export.sarif")
+    validate_sarif(tmp_path / "export.sarif")
+    return program
+
+
+@pytest.fixture
+def export_and_compare(tmp_path: Path) -> Callable[..., fx2onnx.ONNXProgram]:
+    """`export_and_compare(model, args, kwargs=None, options=None, second_inputs=None)`."""
+
+    def run(model: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+            options: fx2onnx.ExportOptions | None = None, second_inputs: Any = None, **extra: Any) -> fx2onnx.ONNXProgram:
+        return export_and_compare_impl(model, args, kwargs, options, tmp_path, second_inputs, **extra)
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def _quiet_known_warnings() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        yield
