@@ -27,8 +27,11 @@ from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
 from fx2onnx.interpreter import FAILED, FxOnnxInterpreter
 from fx2onnx.io_adapter import InputAdapter, OutputAdapter, OutputSlot
-from fx2onnx.options import ExportOptions
+from fx2onnx.module_functions import ModuleFunctionTranslator
+from fx2onnx.options import ExportOptions, ModuleFunctionOptions
+from fx2onnx.passes.modularize import modularize
 from fx2onnx.passes.remove_assertions import remove_assertions
+from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.values import TracedValue
@@ -112,14 +115,25 @@ def _export(
 
     with timer.stage("passes"):
         remove_assertions(graph_module)
+        insert_type_promotion(graph_module, context)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
     with timer.stage("analysis"):
         unsupported = _report_unsupported_nodes(graph_module, dispatcher, context)
 
+    function_options = ModuleFunctionOptions.resolve(options.module_functions)
+    module_translator = None
+    if function_options is not None and not unsupported:
+        # Last pass, after the analysis: problems are reported on the flat graph.
+        with timer.stage("passes"):
+            weight_names = {node_name: target for node_name, (target, _) in io.lifted_tensors.items()}
+            graph_module = modularize(graph_module, function_options, weight_names)
+        module_translator = ModuleFunctionTranslator(function_options.share_identical)
+
     builder = GraphBuilder(opset_version=registry.opset_version)
     interpreter = FxOnnxInterpreter(
-        builder, dispatcher, context, namer, lifted_tensors=io.lifted_tensors
+        builder, dispatcher, context, namer, lifted_tensors=io.lifted_tensors,
+        call_module_handler=module_translator,
     )
     for node in unsupported:
         interpreter.env[node] = FAILED

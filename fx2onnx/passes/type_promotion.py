@@ -1,0 +1,299 @@
+"""Explicit type promotion: insert casts so every ONNX op computes in PyTorch's dtypes.
+
+PyTorch promotes mixed inputs implicitly (int tensor + 2.5 is float, bool.cumsum() is
+int64, int / int is float) while ONNX operators need inputs of one allowed type. This
+pass reads PyTorch's own promotion rules:
+
+- elementwise ops: the `ELEMENTWISE_TYPE_PROMOTION_KIND` and the promoting arguments
+  that `torch._refs` attaches to each reference implementation, fed to
+  `torch._prims_common.elementwise_dtypes`;
+- reductions (`sum`, `prod`, `cumsum`, ...): the output dtype PyTorch computed
+  (`node.meta["val"]`), which is int64 for bool/int inputs.
+
+Casts are `prims.convert_element_type` nodes with their own FakeTensor `meta["val"]`.
+Each inserted cast is one `FX_NODE_INSERT_TYPE_PROMOTION` diagnostic (level NONE, kept
+at DEBUG verbosity) at the user's source line.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch._prims_common as prims_common
+import torch._prims_common.wrappers as prims_wrappers
+import torch._refs
+import torch.fx
+from torch._guards import detect_fake_mode
+
+from diagnostics import DiagnosticContext, Level, rules
+from dispatcher import node_location, node_stack
+
+_KIND = prims_common.ELEMENTWISE_TYPE_PROMOTION_KIND
+_CAST = torch.ops.prims.convert_element_type.default
+_SCALAR_TENSOR = torch.ops.aten.scalar_tensor.default
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+# Reductions whose output dtype PyTorch widens (bool/int -> int64) or sets with `dtype=`;
+# ONNX computes in the input type, so the input is cast to the output dtype first.
+_WIDENING_REDUCTIONS = frozenset({"sum", "nansum", "prod", "cumsum", "cumprod"})
+
+
+class _Rule:
+    """Promotion rule of one elementwise op: promoting argument positions and kind."""
+
+    def __init__(self, positions: tuple[int, ...], kind: _KIND) -> None:
+        self.positions = positions
+        self.kind = kind
+
+
+def _find_promotion_wrapper(fn: Callable, depth: int = 0, seen: set[int] | None = None) -> Any:
+    # torch._refs functions are wrapped (out_wrapper, elementwise_type_promotion_wrapper,
+    # factory closures); the promotion wrapper object sits in one of the closures.
+    seen = set() if seen is None else seen
+    if depth > 6 or id(fn) in seen:
+        return None
+    seen.add(id(fn))
+    nested = [fn.__wrapped__] if hasattr(fn, "__wrapped__") else []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(content, prims_wrappers.elementwise_type_promotion_wrapper):
+            return content
+        if inspect.isfunction(content):
+            nested.append(content)
+    for inner in nested:
+        found = _find_promotion_wrapper(inner, depth + 1, seen)
+        if found is not None:
+            return found
+    return None
+
+
+# Ops whose reference has no promotion wrapper of its own (it dispatches to others).
+_EXTRA_RULES: dict[str, tuple[tuple[int, ...], _KIND]] = {
+    "rsub": ((0, 1), _KIND.DEFAULT),
+    "clamp_min": ((0, 1), _KIND.DEFAULT),
+    "clamp_max": ((0, 1), _KIND.DEFAULT),
+}
+
+
+@functools.cache
+def _rule_for(packet_name: str) -> _Rule | None:
+    if packet_name in _EXTRA_RULES:
+        positions, kind = _EXTRA_RULES[packet_name]
+        return _Rule(positions, kind)
+    reference = getattr(torch._refs, packet_name, None)
+    if not callable(reference):
+        return None
+    wrapper = _find_promotion_wrapper(reference)
+    if wrapper is None or not wrapper.type_promoting_arg_names:
+        return None
+    try:
+        parameters = list(inspect.signature(reference).parameters)
+    except (TypeError, ValueError):
+        return None
+    positions = tuple(parameters.index(name) for name in wrapper.type_promoting_arg_names if name in parameters)
+    return _Rule(positions, wrapper.type_promotion_kind)
+
+
+def _div_rule(node: torch.fx.Node) -> _Rule:
+    # div with a rounding mode keeps integers integral; true division makes them float.
+    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
+    return _Rule((0, 1), _KIND.INT_TO_FLOAT if mode is None else _KIND.DEFAULT)
+
+
+def _rule_for_node(node: torch.fx.Node) -> _Rule | None:
+    packet = node.target.overloadpacket.__name__
+    if packet in ("div", "div_"):
+        return _div_rule(node)
+    return _rule_for(packet)
+
+
+def _argument(node: torch.fx.Node, position: int) -> tuple[Any, str | int | None]:
+    """The node's argument at schema position ``position`` and where it is stored."""
+    if position < len(node.args):
+        return node.args[position], position
+    arguments = node.target._schema.arguments
+    if position < len(arguments) and arguments[position].name in node.kwargs:
+        name = arguments[position].name
+        return node.kwargs[name], name
+    return None, None
+
+
+def _example(value: Any) -> Any:
+    """What `elementwise_dtypes` should see for an FX argument."""
+    if isinstance(value, torch.fx.Node):
+        meta = value.meta.get("val")
+        if isinstance(meta, torch.SymBool):
+            return True
+        if isinstance(meta, torch.SymInt):
+            return 1
+        if isinstance(meta, torch.SymFloat):
+            return 1.0
+        return meta
+    return value
+
+
+class _Inserter:
+    def __init__(self, graph_module: torch.fx.GraphModule, context: DiagnosticContext | None) -> None:
+        self.graph = graph_module.graph
+        self.context = context
+        self.fake_mode = detect_fake_mode(
+            [n.meta.get("val") for n in self.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+        )
+        self.inserted = 0
+
+    def _fake(self, compute: Callable[[], Any]) -> Any:
+        if self.fake_mode is None:
+            return compute()
+        with self.fake_mode:
+            return compute()
+
+    def cast(self, node: torch.fx.Node, value: torch.fx.Node, dtype: torch.dtype, why: str) -> torch.fx.Node:
+        """A cast of ``value`` to ``dtype`` inserted just before ``node``."""
+        meta = value.meta.get("val")
+        with self.graph.inserting_before(node):
+            if isinstance(meta, _SYM_TYPES):
+                cast = self.graph.call_function(_SCALAR_TENSOR, (value,), {"dtype": dtype})
+                cast.meta["val"] = self._fake(lambda: torch.empty((), dtype=dtype))
+            else:
+                cast = self.graph.call_function(_CAST, (value, dtype))
+                cast.meta["val"] = self._fake(lambda: _CAST(meta, dtype))
+        self._copy_source_meta(node, cast)
+        self._report(node, f"Input '{value.name}' of '{node.name}' ({node.target}) is cast to {dtype}: {why}")
+        return cast
+
+    def cast_output(self, node: torch.fx.Node, dtype: torch.dtype, why: str) -> torch.fx.Node:
+        """Cast ``node``'s result to ``dtype`` for all its users."""
+        meta = node.meta.get("val")
+        with self.graph.inserting_after(node):
+            cast = self.graph.call_function(_CAST, (node, dtype))
+        node.replace_all_uses_with(cast, delete_user_cb=lambda user: user is not cast)
+        cast.meta["val"] = self._fake(lambda: _CAST(meta, dtype))
+        self._copy_source_meta(node, cast)
+        self._report(node, f"Output of '{node.name}' ({node.target}) is cast to {dtype}: {why}")
+        return cast
+
+    @staticmethod
+    def _copy_source_meta(source: torch.fx.Node, cast: torch.fx.Node) -> None:
+        # the cast belongs to the same user line and module as the node it serves
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node"):
+            if key in source.meta:
+                cast.meta[key] = source.meta[key]
+
+    def _report(self, node: torch.fx.Node, message: str) -> None:
+        self.inserted += 1
+        if self.context is None:
+            return
+        self.context.record(
+            rules.FX_NODE_INSERT_TYPE_PROMOTION,
+            Level.NONE,
+            message=message,
+            location=node_location(node),
+            stack=node_stack(node),
+            properties={"fx_node": node.name, "operator": str(node.target)},
+        )
+
+
+def _replace_argument(node: torch.fx.Node, where: str | int, new: torch.fx.Node) -> None:
+    if isinstance(where, int):
+        args = list(node.args)
+        args[where] = new
+        node.args = tuple(args)
+    else:
+        kwargs = dict(node.kwargs)
+        kwargs[where] = new
+        node.kwargs = kwargs
+
+
+def _input_dtype(rule: _Rule, examples: list[Any]) -> torch.dtype | None:
+    """The dtype the op's tensor inputs must have so that ONNX computes like PyTorch."""
+    kind = rule.kind
+    if kind in (_KIND.ALWAYS_BOOL, _KIND.COMPLEX_TO_FLOAT):
+        # inputs meet in their common type; the op itself yields bool / real
+        kind = _KIND.DEFAULT
+    _, result_dtype = prims_common.elementwise_dtypes(*examples, type_promotion_kind=kind)
+    # PyTorch's "op math" (float16 computed in float32) is not reproduced: ONNX computes
+    # in the result type, as PyTorch's own kernels for these types do on CPU.
+    return result_dtype
+
+
+def _promote_elementwise(inserter: _Inserter, node: torch.fx.Node, rule: _Rule) -> None:
+    found = [(pos,) + _argument(node, pos) for pos in rule.positions]
+    found = [(pos, value, where) for pos, value, where in found if where is not None and value is not None]
+    examples = [_example(value) for _, value, _ in found]
+    if not any(isinstance(e, torch.Tensor) for e in examples):
+        return
+    if any(e is None or not isinstance(e, (torch.Tensor, bool, int, float, complex)) for e in examples):
+        return
+    try:
+        dtype = _input_dtype(rule, examples)
+    except (RuntimeError, ValueError, TypeError):
+        return
+    if dtype is None:
+        return
+    for (_, value, where), example in zip(found, examples):
+        if not isinstance(value, torch.fx.Node):
+            continue
+        meta = value.meta.get("val")
+        if isinstance(meta, torch.Tensor) and meta.dtype != dtype:
+            why = f"PyTorch computes {node.target} of {_describe(examples)} in {dtype} ({rule.kind.name} promotion)."
+            _replace_argument(node, where, inserter.cast(node, value, dtype, why))
+        elif isinstance(meta, _SYM_TYPES) and not _natural_match(meta, dtype):
+            why = f"a symbolic {type(meta).__name__} meets {dtype} tensors in {node.target}."
+            _replace_argument(node, where, inserter.cast(node, value, dtype, why))
+
+
+def _natural_match(meta: Any, dtype: torch.dtype) -> bool:
+    # the interpreter turns SymInt into int64 and SymBool into bool 0-d tensors
+    return (isinstance(meta, torch.SymInt) and dtype == torch.int64) or (
+        isinstance(meta, torch.SymBool) and dtype == torch.bool
+    )
+
+
+def _describe(examples: list[Any]) -> str:
+    parts = []
+    for example in examples:
+        if isinstance(example, torch.Tensor):
+            parts.append(f"{example.dtype} tensor")
+        else:
+            parts.append(f"Python {type(example).__name__}")
+    return ", ".join(parts)
+
+
+def _promote_reduction(inserter: _Inserter, node: torch.fx.Node) -> None:
+    value, where = _argument(node, 0)
+    out = node.meta.get("val")
+    if not isinstance(value, torch.fx.Node) or not isinstance(out, torch.Tensor):
+        return
+    meta = value.meta.get("val")
+    if isinstance(meta, torch.Tensor) and meta.dtype != out.dtype and not out.dtype.is_complex:
+        why = f"PyTorch accumulates {node.target} of a {meta.dtype} tensor in {out.dtype}."
+        _replace_argument(node, where, inserter.cast(node, value, out.dtype, why))
+
+
+def insert_type_promotion(graph_module: torch.fx.GraphModule, context: DiagnosticContext | None = None) -> int:
+    """Insert explicit casts before ops whose inputs PyTorch promotes implicitly.
+
+    Returns the number of casts inserted. ``node.meta["val"]`` of every inserted node is
+    set; the graph's outputs keep PyTorch's dtypes.
+    """
+    inserter = _Inserter(graph_module, context)
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        packet = node.target.overloadpacket.__name__
+        if packet in _WIDENING_REDUCTIONS:
+            _promote_reduction(inserter, node)
+            continue
+        rule = _rule_for_node(node)
+        if rule is not None:
+            _promote_elementwise(inserter, node, rule)
+    if inserter.inserted:
+        graph_module.recompile()
+    return inserter.inserted
