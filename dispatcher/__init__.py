@@ -9,8 +9,8 @@ the user's) and the dispatcher that picks one for a node by matching signatures.
 'aten::add.Tensor'
 """
 
-from dispatcher._locations import node_location, node_stack
-from dispatcher._matching import ParameterCheck, SignatureMatch, match_signature
+from dispatcher._locations import is_tool_frame, node_location, node_stack, stack_location
+from dispatcher._matching import ParameterCheck, SignatureMatch, match_signature, optional_parameters
 from dispatcher._names import OpName, normalize_qualified_name, qualified_name_of
 from dispatcher._types import torch_dtype_to_onnx
 from dispatcher.dispatcher import DispatchError, OnnxFunctionDispatcher
@@ -25,10 +25,13 @@ __all__ = [
     "ParameterCheck",
     "RegisteredFunction",
     "SignatureMatch",
+    "is_tool_frame",
     "match_signature",
     "node_location",
     "node_stack",
     "normalize_qualified_name",
+    "optional_parameters",
     "qualified_name_of",
+    "stack_location",
     "torch_dtype_to_onnx",
 ]

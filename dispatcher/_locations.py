@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
+import sysconfig
+
 import torch.fx
 from diagnostics import Location, Stack
 
-# Frames in these are never the user's line: the exporter's own packages and the
-# libraries it drives.
+# Packages whose frames are never the user's line: the exporter's own packages and the
+# libraries it drives. They are matched by where they are installed, so a user project
+# that happens to live in a folder named "torch" or "fx2onnx" is still the user's code.
+_TOOL_PACKAGES = ("torch", "onnxscript", "onnx_ir", "onnx", "fx2onnx", "dispatcher", "diagnostics")
+# Fallback for paths that are not absolute or not where the packages are installed now
+# (e.g. a stack trace recorded on another machine).
 _NOT_USER_CODE = (
-    "/torch/",
-    "/fx2onnx/",
-    "/dispatcher/",
-    "/diagnostics/",
-    "/onnxscript/",
-    "/onnx_ir/",
-    "<frozen ",
+    "/site-packages/torch/",
+    "/dist-packages/torch/",
+    "/site-packages/onnxscript/",
+    "/site-packages/onnx_ir/",
+    "/site-packages/onnx/",
 )
 _INSTALLED_PACKAGES = ("/site-packages/", "/dist-packages/")
 
@@ -46,8 +53,47 @@ def stack_location(stack: Stack) -> Location | None:
 
 def _innermost(stack: Stack, exclude: tuple[str, ...]) -> Location | None:
     for frame in reversed(stack.frames):
-        # Relative paths ("torch/fx/...") and Windows separators match like absolute ones.
-        path = "/" + frame.path.replace("\\", "/")
-        if not any(part in path for part in exclude):
+        if not is_tool_frame(frame.path) and not _contains(frame.path, exclude):
             return frame
     return None
+
+
+def is_tool_frame(path: str) -> bool:
+    """Whether a frame's file belongs to torch, the exporter, or the Python standard
+    library (or is a pseudo-file such as ``<frozen ...>`` or ``<eval_with_key>.3``)."""
+    if not path or path.startswith("<"):
+        return True
+    if _contains(path, _NOT_USER_CODE):
+        return True
+    if not os.path.isabs(path):
+        # "torch/fx/passes/x.py": relative to a sys.path entry.
+        return path.replace("\\", "/").split("/", 1)[0] in _TOOL_PACKAGES
+    path = os.path.normcase(os.path.normpath(path))
+    if any(path.startswith(root) for root in _tool_roots()):
+        return True
+    stdlib = _stdlib_root()
+    return path.startswith(stdlib) and not _contains(path, _INSTALLED_PACKAGES)
+
+
+def _contains(path: str, parts: tuple[str, ...]) -> bool:
+    # Relative paths ("torch/fx/...") and Windows separators match like absolute ones.
+    normalized = "/" + path.replace("\\", "/")
+    return any(part in normalized for part in parts)
+
+
+@functools.cache
+def _tool_roots() -> tuple[str, ...]:
+    roots = []
+    for name in _TOOL_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(os.path.normcase(os.path.normpath(location)) + os.sep)
+    return tuple(roots)
+
+
+@functools.cache
+def _stdlib_root() -> str:
+    return os.path.normcase(os.path.normpath(sysconfig.get_paths()["stdlib"])) + os.sep

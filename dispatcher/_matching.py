@@ -24,13 +24,17 @@ bound parameters that fit, and the match is perfect when all of them fit.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
 import torch
 import torch.fx
-from onnx_ir.schemas import AttributeParameter, OpSignature, Parameter
+from onnx_ir.schemas import AttributeParameter, OpSignature, Parameter, TypeConstraintParam
 
 from dispatcher import _types
 
@@ -100,9 +104,18 @@ def clean_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def match_signature(
-    signature: OpSignature | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+    signature: OpSignature | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    optional: frozenset[str] = frozenset(),
 ) -> SignatureMatch:
-    """Match an FX call ``(args, kwargs)`` against an ONNX function's signature."""
+    """Match an FX call ``(args, kwargs)`` against an ONNX function's signature.
+
+    ``optional`` names parameters that accept None although the signature does not say
+    so (``onnx_ir`` drops ``Optional[...]`` from annotations; see
+    :func:`optional_parameters`).
+    """
     if signature is None:
         return SignatureMatch(rejected="the function has no signature to match against")
     params = list(signature.params)
@@ -138,15 +151,53 @@ def match_signature(
     for param in params:
         value = bound.get(param.name)
         if value is None:
-            if _is_required(param):
+            if _is_required(param) and param.name not in optional:
                 return SignatureMatch(rejected=f"the required parameter '{param.name}' is not given")
             if param.name not in bound:
                 continue  # left to its default
         if isinstance(param, AttributeParameter):
             checks.append(_check_attribute(param, value))
+        elif value is None and param.name in optional:
+            checks.append(ParameterCheck(param.name, False, True, "None", "None (optional)"))
         else:
             checks.append(_check_input(param, value))
     return SignatureMatch(checks=tuple(checks))
+
+
+def optional_parameters(function: Any) -> frozenset[str]:
+    """Names of the Python function's parameters annotated ``Optional[...]``/``X | None``
+    or defaulting to None: the ONNX function accepts None for them."""
+    python_function = getattr(function, "function", None) or getattr(function, "func", None)
+    if python_function is None:
+        return frozenset()
+    try:
+        return _optional_parameters(python_function)
+    except TypeError:  # unhashable or odd callables
+        return frozenset()
+
+
+@functools.lru_cache(maxsize=2048)
+def _optional_parameters(python_function: Any) -> frozenset[str]:
+    try:
+        parameters = inspect.signature(python_function).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    return frozenset(
+        p.name for p in parameters if p.default is None or _annotation_allows_none(p.annotation)
+    )
+
+
+def _annotation_allows_none(annotation: Any) -> bool:
+    if annotation is inspect.Parameter.empty:
+        return False
+    if isinstance(annotation, str):  # postponed annotations
+        text = annotation.replace(" ", "")
+        return text.startswith("Optional[") or "|None" in text or "None|" in text
+    if annotation is None or annotation is type(None):
+        return True
+    return any(_annotation_allows_none(arg) for arg in typing.get_args(annotation)) if typing.get_origin(
+        annotation
+    ) in (typing.Union, types.UnionType) else False
 
 
 class _Variadic(list):
@@ -160,11 +211,12 @@ def _is_required(param: Parameter | AttributeParameter) -> bool:
 # -- inputs -------------------------------------------------------------------------
 
 
-def _allowed_element_types(param: Parameter) -> tuple[frozenset, frozenset, bool]:
+@functools.lru_cache(maxsize=4096)
+def _allowed_element_types(constraint: TypeConstraintParam) -> tuple[frozenset, frozenset, bool]:
     """(tensor element types, sequence element types, accepts None) of a constraint."""
     tensors, sequences = set(), set()
     optional = False
-    for type_ in param.type_constraint.allowed_types:
+    for type_ in constraint.allowed_types:
         if isinstance(type_, ir.OptionalType):
             optional = True
             type_ = type_.elem_type
@@ -176,7 +228,7 @@ def _allowed_element_types(param: Parameter) -> tuple[frozenset, frozenset, bool
 
 
 def _check_input(param: Parameter, value: Any) -> ParameterCheck:
-    tensors, sequences, optional = _allowed_element_types(param)
+    tensors, sequences, optional = _allowed_element_types(param.type_constraint)
     allowed = _format_constraint(param)
 
     def check(fits: bool, got: str) -> ParameterCheck:

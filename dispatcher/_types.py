@@ -83,7 +83,7 @@ FLOAT_TYPES = frozenset(
 
 
 def scalar_kind(value: object) -> str | None:
-    """"bool", "int", "float" or "complex" for a Python scalar, else None."""
+    """"bool", "int", "float", "complex" or "string" for a Python scalar, else None."""
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
@@ -92,6 +92,8 @@ def scalar_kind(value: object) -> str | None:
         return "float"
     if isinstance(value, complex):
         return "complex"
+    if isinstance(value, str):
+        return "string"
     return None
 
 
@@ -101,12 +103,14 @@ def element_types_for_kind(kind: str) -> frozenset[ir.DataType]:
         return BOOL_TYPES | INT_TYPES | FLOAT_TYPES
     if kind == "int":
         return INT_TYPES | FLOAT_TYPES
+    if kind == "string":
+        return frozenset({ir.DataType.STRING})
     # float, and complex (a pair of reals)
     return FLOAT_TYPES
 
 
 def wider_kind(a: str | None, b: str) -> str:
-    order = ("bool", "int", "float", "complex")
+    order = ("bool", "int", "float", "complex", "string")
     if a is None:
         return b
     return a if order.index(a) >= order.index(b) else b

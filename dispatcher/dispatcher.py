@@ -18,6 +18,7 @@ raises :class:`DispatchError`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from collections.abc import Iterable, Iterator
@@ -25,10 +26,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from diagnostics import Diagnostic, DiagnosticContext, Level, Rule, rules
+from diagnostics import Diagnostic, DiagnosticContext, Level, Location, Rule, Stack, rules
 
-from dispatcher._locations import node_location, node_stack
-from dispatcher._matching import SignatureMatch, clean_kwargs, match_signature
+from dispatcher._locations import node_stack, stack_location
+from dispatcher._matching import SignatureMatch, clean_kwargs, match_signature, optional_parameters
 from dispatcher._names import OpName, op_name_of
 from dispatcher._types import is_complex_value
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
@@ -159,7 +160,12 @@ class OnnxFunctionDispatcher:
         results: list[tuple[RegisteredFunction, SignatureMatch]] = []
         chosen = None
         for function in ordered:
-            match = match_signature(function.onnx_function.op_signature, call.args, call.kwargs)
+            match = match_signature(
+                function.onnx_function.op_signature,
+                call.args,
+                call.kwargs,
+                optional=optional_parameters(function.onnx_function),
+            )
             results.append((function, match))
             if match.is_perfect:
                 chosen = (function, match)
@@ -262,13 +268,48 @@ class OnnxFunctionDispatcher:
 
     def unsupported_nodes(self, graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
         """Every call_function node, in this graph and in the GraphModules it calls,
-        whose target has no registered ONNX function (operator.getitem excepted)."""
+        that no registered ONNX function can translate (see :meth:`unsupported_reason`);
+        ``operator.getitem`` is left to the interpreter. Records no diagnostics."""
         return [
             node
             for node in _call_function_nodes(graph_module, set())
-            if node.target not in _INTERPRETER_TARGETS
-            and not self.registry.is_supported(node.target)
+            if self.unsupported_reason(node) is not None
         ]
+
+    def unsupported_reason(self, node: torch.fx.Node) -> str | None:
+        """Why :meth:`dispatch` would fail for ``node`` (None when it would not):
+        no function registered, none of the right kind (complex or real), or none whose
+        signature can bind the node's arguments. Records no diagnostics."""
+        if node.target in _INTERPRETER_TARGETS:
+            return None
+        try:
+            name = op_name_of(node.target)
+        except ValueError as exc:
+            return str(exc)
+        keys = self.registry.candidate_names(node.target)
+        if not keys:
+            return f"no ONNX function is registered for {name}"
+        call = _Call(node)
+        is_complex = call.has_complex_input()
+        functions = [
+            f
+            for key in keys
+            for f in self.registry.get_functions(key) or ()
+            if f.is_complex == is_complex
+        ]
+        if not functions:
+            kind = "complex" if is_complex else "real"
+            return f"{', '.join(keys)} has no {kind} implementation"
+        for function in functions:
+            match = match_signature(
+                function.onnx_function.op_signature,
+                call.args,
+                call.kwargs,
+                optional=optional_parameters(function.onnx_function),
+            )
+            if match.is_candidate:
+                return None
+        return f"no function registered for {', '.join(keys)} takes these arguments"
 
 
 def _call_function_nodes(
@@ -298,8 +339,14 @@ class _Call:
         self.kwargs = clean_kwargs(node.kwargs)
         self.qualified_name: str | None = None
         self.overloads_tried: list[str] = []
-        self.stack = node_stack(node) or None
-        self.location = node_location(node)
+
+    @functools.cached_property
+    def stack(self) -> Stack | None:
+        return node_stack(self.node) or None
+
+    @functools.cached_property
+    def location(self) -> Location | None:
+        return stack_location(self.stack) if self.stack else None
 
     @property
     def target_text(self) -> str:

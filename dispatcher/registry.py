@@ -22,6 +22,7 @@ from typing import Any, Union
 import torch
 from onnxscript import values as onnxscript_values
 
+from dispatcher._matching import DROPPED_KWARGS
 from dispatcher._names import OpName, op_name_of
 
 __all__ = ["OnnxRegistry", "RegisteredFunction", "OnnxScriptFunction"]
@@ -83,6 +84,24 @@ def _torchlib_opset_version() -> int:
         return int(torch_2_6.torchlib_opset_version())
     except (ImportError, AttributeError):
         return _TORCHLIB_OPSET_VERSION
+
+
+def _takes_schema(function: RegisteredFunction, schema: torch.FunctionSchema) -> bool:
+    """Whether the function's signature can bind every argument the torch schema
+    requires (positional ones by position, keyword-only ones by name)."""
+    signature = function.onnx_function.op_signature
+    if signature is None:
+        return False
+    variadic = any(getattr(p, "variadic", False) for p in signature.params)
+    required = [a for a in schema.arguments if not a.has_default_value()]
+    positional = [a for a in required if not a.kwarg_only]
+    if len(positional) > len(signature.params) and not variadic:
+        return False
+    return all(
+        a.name in signature.params_map or a.name in DROPPED_KWARGS
+        for a in required
+        if a.kwarg_only
+    )
 
 
 class OnnxRegistry:
@@ -194,8 +213,17 @@ class OnnxRegistry:
 
     def is_supported(self, target: Any) -> bool:
         """Whether an FX call_function target (OpOverload, packet, builtin) has a
-        function for its exact overload or its default overload."""
-        return bool(self.candidate_names(target))
+        function for its exact overload, or for its default overload when one of those
+        functions can take the exact overload's arguments (``aten::squeeze.dims`` does
+        not fit ``aten::squeeze``'s one-input function, so it is not supported)."""
+        keys = self.candidate_names(target)
+        if not keys:
+            return False
+        if not isinstance(target, torch._ops.OpOverload):
+            return True
+        if keys[0] == op_name_of(target).qualified_name():
+            return True
+        return any(_takes_schema(f, target._schema) for f in self._registry[keys[0]])
 
     def candidate_names(self, target: Any) -> list[str]:
         """The registered qualified names whose functions may translate ``target``.

@@ -410,8 +410,23 @@ def test_unsupported_nodes_recurse_into_submodules_and_skip_getitem():
     root.block = inner_module
     graph_module = torch.fx.GraphModule(root, outer)
 
-    found = make_dispatcher().unsupported_nodes(graph_module)
+    dispatcher = make_dispatcher()
+    found = dispatcher.unsupported_nodes(graph_module)
     assert [n.name for n in found] == [bad.name, unsupported_outer.name]
+    assert "aten::_assert_tensor_metadata" in dispatcher.unsupported_reason(bad)
+    assert dispatcher.diagnostic_context._diagnostics == []  # analysis records nothing
+
+
+def test_unsupported_reason_checks_kind_and_binding():
+    registry = OnnxRegistry()
+    registry.remove_op("aten", "mul", "Tensor", is_complex=True)
+    dispatcher = make_dispatcher(registry)
+    complex_mul = call_node(torch.ops.aten.mul.Tensor, t(torch.complex64), t(torch.complex64))
+    assert "no complex implementation" in dispatcher.unsupported_reason(complex_mul)
+    squeeze = call_node(torch.ops.aten.squeeze.dims, t(), [0])
+    assert "takes these arguments" in dispatcher.unsupported_reason(squeeze)
+    assert dispatcher.unsupported_reason(call_node(torch.ops.aten.squeeze.dim, t(), 0)) is None
+    assert dispatcher.unsupported_reason(call_node(operator.getitem, (t(), t()), 0)) is None
 
 
 # -- locations -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from onnxscript import BOOL, FLOAT, INT64, opset18 as op, script
 from onnx_ir.schemas import OpSignature
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from dispatcher import match_signature
+from dispatcher import match_signature, optional_parameters
 from dispatcher.registry import OnnxRegistry
 
 # -- hand-made signatures -------------------------------------------------------------
@@ -251,3 +251,21 @@ def test_keyword_and_positional_binding_agree(g):
 
 def test_signature_none_is_rejected():
     assert not match_signature(None, (), {}).is_candidate
+
+
+def test_optional_annotations_lost_by_the_signature_still_accept_none(g):
+    # torchlib: output_size: Optional[INT64]; onnx_ir's signature says "required INT64".
+    [upsample] = OnnxRegistry().get_functions("aten::upsample_bilinear2d.vec")
+    function = upsample.onnx_function
+    args = (g.tensor(shape=(1, 3, 4, 4)), None, False, [2.0, 2.0])
+    assert not match_signature(function.op_signature, args, {}).is_candidate
+    match = match_signature(function.op_signature, args, {}, optional=optional_parameters(function))
+    assert match.is_perfect, match.summary()
+    assert "output_size" in optional_parameters(function)
+
+
+def test_string_constant_fits_an_any_type_input(g):
+    div_mode = torchlib("aten::div.Tensor_mode")
+    ids = g.tensor(torch.int64)
+    assert match_signature(div_mode, (ids, 3), {"rounding_mode": "floor"}).is_perfect
+    assert not match_signature(signature(mul_float), (g.tensor(), "x"), {}).is_perfect

@@ -159,9 +159,19 @@ def test_is_supported(registry, target, supported):
 
 def test_is_supported_falls_back_to_the_default_overload():
     registry = OnnxRegistry()
-    registry.register_op(custom_relu, "aten", "hardtanh")  # default overload only
-    registry.remove_op("aten", "hardtanh")
-    assert not registry.is_supported(torch.ops.aten.hardtanh.default)
+    registry.remove_op("aten", "add", "Tensor")
+    assert not registry.is_supported(torch.ops.aten.add.Tensor)
+    registry.register_op(custom_add, "aten", "add")  # default overload only
+    assert registry.is_supported(torch.ops.aten.add.Tensor)
+    assert registry.candidate_names(torch.ops.aten.add.Tensor) == ["aten::add"]
+
+
+def test_default_overload_that_cannot_take_the_arguments_does_not_count():
+    registry = OnnxRegistry()
+    # torchlib's aten::squeeze takes only `self`; squeeze.dims needs `dim` too.
+    assert registry.candidate_names(torch.ops.aten.squeeze.dims) == ["aten::squeeze"]
+    assert not registry.is_supported(torch.ops.aten.squeeze.dims)
+    assert registry.is_supported(torch.ops.aten.squeeze.dim)
+    # `out=` overloads need a keyword argument no ONNX function has.
     registry.register_op(custom_relu, "aten", "hardtanh")
-    assert registry.is_supported(torch.ops.aten.hardtanh.default)
-    assert registry.is_supported(torch.ops.aten.hardtanh.out)  # default overload exists
+    assert not registry.is_supported(torch.ops.aten.hardtanh.out)
