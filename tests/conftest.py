@@ -26,6 +26,7 @@ _NOISY_WARNINGS = (
     "ignore:.*TracerWarning.*",
     "ignore:.*enable_nested_tensor.*:UserWarning",
     "ignore:.*Non-strict torch.export failed.*:UserWarning",
+    "ignore:The tensor attributes .* were assigned during export:UserWarning",
 )
 
 

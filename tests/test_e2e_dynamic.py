@@ -1,0 +1,142 @@
+"""End-to-end: dynamic shapes, readable symbolic dim names, SymInt arithmetic."""
+
+from __future__ import annotations
+
+import re
+
+import onnx
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+from conftest import make_options
+
+transformers = pytest.importorskip("transformers")
+
+_TORCH_SYMBOL = re.compile(r"\bs\d+\b")
+
+
+def input_dims(model: onnx.ModelProto, index: int = 0) -> list[int | str]:
+    dims = model.graph.input[index].type.tensor_type.shape.dim
+    return [d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims]
+
+
+def output_dims(model: onnx.ModelProto, index: int = 0) -> list[int | str]:
+    dims = model.graph.output[index].type.tensor_type.shape.dim
+    return [d.dim_param if d.HasField("dim_param") else d.dim_value for d in dims]
+
+
+def assert_no_torch_symbols(model: onnx.ModelProto) -> None:
+    for value in [*model.graph.input, *model.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            assert not _TORCH_SYMBOL.search(dim.dim_param), f"{value.name}: torch symbol {dim.dim_param!r} in ONNX"
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_mlp_all_dims_dynamic(export_and_compare, tmp_path):
+    program = export_and_compare(
+        MLP(), (torch.randn(3, 8),), options=make_options(tmp_path, dynamic_shapes=True),
+        second_inputs=((torch.randn(7, 8),), {}),
+    )
+    proto = program.model_proto
+    assert input_dims(proto) == ["x_dim_0", 8]
+    assert output_dims(proto) == ["x_dim_0", 4]
+    assert_no_torch_symbols(proto)
+
+
+def test_mlp_with_dim_spec(export_and_compare, tmp_path):
+    spec = {"x": {0: Dim("batch", min=1, max=64)}}
+    program = export_and_compare(
+        MLP(), (torch.randn(3, 8),), options=make_options(tmp_path, dynamic_shapes=spec),
+        second_inputs=((torch.randn(5, 8),), {}),
+    )
+    proto = program.model_proto
+    assert input_dims(proto) == ["batch", 8]
+    assert output_dims(proto) == ["batch", 4]
+
+
+def test_mlp_with_positional_dim_spec(export_and_compare, tmp_path):
+    spec = ({0: Dim("batch")},)
+    program = export_and_compare(
+        MLP(), (torch.randn(3, 8),), options=make_options(tmp_path, dynamic_shapes=spec),
+        second_inputs=((torch.randn(6, 8),), {}),
+    )
+    assert input_dims(program.model_proto) == ["batch", 8]
+
+
+def _gpt2() -> nn.Module:
+    config = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.slow
+def test_gpt2_all_dims_dynamic(export_and_compare, tmp_path):
+    program = export_and_compare(
+        _gpt2(), kwargs={"input_ids": torch.randint(0, 100, (2, 8))},
+        options=make_options(tmp_path, dynamic_shapes=True),
+        second_inputs=((), {"input_ids": torch.randint(0, 100, (3, 11))}),
+    )
+    proto = program.model_proto
+    assert input_dims(proto) == ["input_ids_dim_0", "input_ids_dim_1"]
+    assert_no_torch_symbols(proto)
+
+
+@pytest.mark.slow
+def test_gpt2_with_dim_spec(export_and_compare, tmp_path):
+    spec = {"input_ids": {0: Dim("batch", max=16), 1: Dim("sequence", max=64)}}
+    program = export_and_compare(
+        _gpt2(), kwargs={"input_ids": torch.randint(0, 100, (2, 8))},
+        options=make_options(tmp_path, dynamic_shapes=spec),
+        second_inputs=((), {"input_ids": torch.randint(0, 100, (3, 11))}),
+    )
+    proto = program.model_proto
+    assert input_dims(proto) == ["batch", "sequence"]
+    assert output_dims(proto)[:2] == ["batch", "sequence"]
+    assert_no_torch_symbols(proto)
+
+
+class SymIntArithmetic(nn.Module):
+    def forward(self, x: torch.Tensor):
+        flat = x.reshape(x.size(0) * x.size(1), -1)
+        zeros = x.new_zeros(x.size(0))
+        positions = torch.arange(x.size(1))
+        return flat, zeros, positions
+
+
+def test_symint_arithmetic(export_and_compare, tmp_path):
+    program = export_and_compare(
+        SymIntArithmetic(), (torch.randn(3, 4, 5),), options=make_options(tmp_path, dynamic_shapes=True),
+        second_inputs=((torch.randn(4, 6, 5),), {}),
+    )
+    proto = program.model_proto
+    assert input_dims(proto) == ["x_dim_0", "x_dim_1", "x_dim_2"]
+    assert output_dims(proto, 1) == ["x_dim_0"]
+    assert output_dims(proto, 2) == ["x_dim_1"]
+    assert_no_torch_symbols(proto)
+
+
+class SizeAsScalar(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / x.shape[0] + x.size(1)
+
+
+def test_size_used_as_a_number(export_and_compare, tmp_path):
+    export_and_compare(
+        SizeAsScalar(), (torch.randn(3, 4),), options=make_options(tmp_path, dynamic_shapes=True),
+        second_inputs=((torch.randn(5, 2),), {}),
+    )
+
+
+def test_static_export_has_no_symbolic_dims(export_and_compare):
+    program = export_and_compare(MLP(), (torch.randn(3, 8),))
+    assert input_dims(program.model_proto) == [3, 8]
