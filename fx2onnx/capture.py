@@ -12,6 +12,7 @@ import torch.fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from diagnostics import DiagnosticContext, Level, Stack, rules
+from dispatcher import stack_location
 from fx2onnx.dynamic_shapes import DynamicShapesOption, torch_export_spec
 
 
@@ -27,9 +28,6 @@ class CapturedModel:
     exported_program: torch.export.ExportedProgram | None
     dynamic_shapes_spec: Any = None
     notes: list[str] = field(default_factory=list)
-
-
-_USER_CODE_EXCLUDES = ("/torch/", "/fx2onnx/", "/dispatcher/", "/diagnostics/", "/onnxscript/", "<frozen", "/contextlib.py")
 
 
 def _is_aten_graph(graph_module: torch.fx.GraphModule) -> bool:
@@ -53,13 +51,13 @@ def _record_capture_failure(context: DiagnosticContext, error: BaseException) ->
     frames = traceback.extract_tb(error.__traceback__)
     text = "".join(traceback.format_list(frames)) + "\n" + str(error)
     stack = Stack.from_python_traceback(text)
-    location = stack.innermost(exclude=_USER_CODE_EXCLUDES)
+    location = stack_location(stack)
     diagnostic = context.record(
         rules.CAPTURE_FAILURE,
         Level.ERROR,
         location=location,
         stack=stack,
-        reason=f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}",
+        reason=f"{type(error).__name__}: {_first_line(error)} Hint: {capture_hint(error)}",
     )
     diagnostic.log_source_exception(error)
 
@@ -105,6 +103,34 @@ def capture(
         "Data-dependent control flow must be written with torch.cond, and values read with .item() "
         "cannot decide Python branches; see the SARIF report for the line in your code."
     ) from errors[0]
+
+
+_HINTS = (
+    (
+        ("data-dependent", "DataDependent", "unbacked", ".item()"),
+        "a Python branch or size depends on a tensor's values (if x.sum() > 0, int(x.max()), "
+        ".item()); write the branch with torch.cond or torch.where, or state the fact with "
+        "torch._check(...).",
+    ),
+    (
+        ("data pointer", "data_ptr", "numpy", "FakeTensor", "fake tensor"),
+        "forward() calls something that needs real tensor data (data_ptr(), .numpy(), a C "
+        "extension); move that call out of forward() or wrap it in a "
+        "torch.library.custom_op with a fake implementation.",
+    ),
+)
+
+
+def capture_hint(error: BaseException) -> str:
+    """What to change in the model for this capture error, in one sentence."""
+    text = f"{type(error).__name__}: {error}"
+    for needles, hint in _HINTS:
+        if any(needle in text for needle in needles):
+            return hint
+    return (
+        "make forward() traceable by torch.export (no Python control flow on tensor values, "
+        "no untraceable calls); the log of this result holds the full traceback."
+    )
 
 
 def _first_line(error: BaseException) -> str:
