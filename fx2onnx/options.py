@@ -12,6 +12,37 @@ from dispatcher import OnnxRegistry
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
 
 
+@dataclass(frozen=True)
+class ModuleFunctionOptions:
+    """Which module calls become model-local ONNX functions.
+
+    A pattern is a module class (`torch.nn.Linear`) or a string matched (fnmatch style)
+    against the class's qualified name (`transformers.models.gpt2.modeling_gpt2.GPT2Block`),
+    its short name (`GPT2Block`) and the attribute path of the call (`transformer.h.*`).
+    Calls that are not functions are inlined into the caller's graph.
+
+    Attributes:
+        include: None: every module call; otherwise only calls that match one pattern.
+        exclude: calls that match one of these patterns are never functions.
+        torch_nn_leaves: whether torch.nn modules with no module calls inside (Linear,
+            LayerNorm, ReLU...) become functions too.
+        share_identical: one definition for functions whose bodies are structurally
+            identical (same ops, attributes, types and shapes), called from every site.
+    """
+
+    include: tuple[str | type, ...] | None = None
+    exclude: tuple[str | type, ...] = ()
+    torch_nn_leaves: bool = True
+    share_identical: bool = True
+
+    @staticmethod
+    def resolve(value: "bool | ModuleFunctionOptions") -> "ModuleFunctionOptions | None":
+        """The options in effect for `ExportOptions.module_functions` (None: flat graph)."""
+        if isinstance(value, ModuleFunctionOptions):
+            return value
+        return ModuleFunctionOptions() if value else None
+
+
 @dataclass
 class ExportOptions:
     """Options of `fx2onnx.dynamo_export`.
@@ -24,6 +55,9 @@ class ExportOptions:
         failure_report_path: where the SARIF report goes when the export fails
             (None: no file is written).
         optimize: run onnxscript's optimizer on the result (module functions are kept).
+        module_functions: which `nn.Module` calls become ONNX model-local functions.
+            True (default): every module call; False: none, one flat graph; or a
+            `ModuleFunctionOptions` to choose modules and the treatment of torch.nn leaves.
     """
 
     dynamic_shapes: Any = None
@@ -31,4 +65,5 @@ class ExportOptions:
     diagnostic_options: DiagnosticOptions = field(default_factory=DiagnosticOptions)
     failure_report_path: str | os.PathLike | None = DEFAULT_REPORT_PATH
     optimize: bool = False
+    module_functions: bool | ModuleFunctionOptions = True
     fake_context: Any = None
