@@ -516,3 +516,13 @@ def test_every_node_of_an_exported_model_matches_perfectly():
     assert any(name.startswith("mul") for name in complex_choices)
     assert any(name.startswith("view_as_real") for name in complex_choices)
     assert any(f.onnx_function.name == "aten_sym_size" for f in chosen.values())
+
+
+def test_stack_location_works_on_any_stack():
+    from diagnostics import Stack
+
+    from dispatcher import stack_location
+
+    stack = Stack.from_python_traceback(LIBRARY_TRACE)
+    assert stack_location(stack).path == "/home/user/project/train.py"
+    assert stack_location(Stack()) is None
