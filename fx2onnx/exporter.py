@@ -6,7 +6,9 @@ Each stage is timed on its own (`ONNXProgram.stage_seconds`).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -105,7 +107,7 @@ def _export(
     program = captured.exported_program
     with timer.stage("decomposition"):
         if program is not None:
-            program = decompose_unsupported(program, registry)
+            program = run_pass(context, "decompose_unsupported", decompose_unsupported, program, registry)
     graph_module = program.graph_module if program is not None else captured.graph_module
     io = describe_exported_program(program) if program is not None else describe_graph_module(graph_module)
     _tell_specialized_scalars(io, context)
@@ -114,8 +116,8 @@ def _export(
     name_input_dims(graph_module, io, namer, _dim_names_by_position(captured.dynamic_shapes_spec, model, args, kwargs, io))
 
     with timer.stage("passes"):
-        remove_assertions(graph_module)
-        insert_type_promotion(graph_module, context)
+        run_pass(context, "remove_assertions", remove_assertions, graph_module)
+        run_pass(context, "insert_type_promotion", insert_type_promotion, graph_module, context)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
     with timer.stage("analysis"):
@@ -127,7 +129,7 @@ def _export(
         # Last pass, after the analysis: problems are reported on the flat graph.
         with timer.stage("passes"):
             weight_names = {node_name: target for node_name, (target, _) in io.lifted_tensors.items()}
-            graph_module = modularize(graph_module, function_options, weight_names)
+            graph_module = run_pass(context, "modularize", modularize, graph_module, function_options, weight_names)
         module_translator = ModuleFunctionTranslator(function_options.share_identical)
 
     builder = GraphBuilder(opset_version=registry.opset_version)
@@ -137,8 +139,12 @@ def _export(
     )
     for node in unsupported:
         interpreter.env[node] = FAILED
-    with timer.stage("translation"):
+    with timer.stage("translation"), context.scope(
+        rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=type(model).__name__
+    ) as graph_diagnostic:
+        graph_diagnostic.log_code(lambda: graph_module.print_readable(print_output=False), "python")
         flat_outputs = interpreter.run(graph_module)
+        graph_diagnostic.properties["fx_nodes"] = len(graph_module.graph.nodes)
     if context.has_errors():
         raise _ExportFailed()
 
@@ -156,6 +162,35 @@ def _export(
     )
     _record_summary(context, model, model_ir, timer)
     return onnx_program
+
+
+def run_pass(context: DiagnosticContext, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run one FX pass ``fn(*args, **kwargs)`` as a diagnostic scope (FXE0010, level none).
+
+    The diagnostic records the pass's time; at logging.DEBUG verbosity its log also holds
+    the node count of the graph before and after. An exception makes it an error and
+    propagates.
+    """
+    with context.scope(rules.FX_PASS, Level.NONE, pass_name=name) as diagnostic:
+        graph = _graph_of(args[0]) if args else None
+        before = len(graph.nodes) if graph is not None and diagnostic.would_log(logging.DEBUG) else None
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        seconds = time.perf_counter() - start
+        diagnostic.properties["seconds"] = round(seconds, 6)
+        diagnostic.log(f"`{name}` took {seconds:.4f} s.", logging.INFO)
+        after_graph = _graph_of(result) or graph
+        if before is not None and after_graph is not None:
+            diagnostic.log(f"FX nodes: {before} before, {len(after_graph.nodes)} after.")
+    return result
+
+
+def _graph_of(value: Any) -> torch.fx.Graph | None:
+    if isinstance(value, torch.fx.GraphModule):
+        return value.graph
+    if isinstance(value, torch.export.ExportedProgram):
+        return value.graph_module.graph
+    return None
 
 
 def _dim_names_by_position(spec: Any, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], io: GraphIO) -> list[dict[int, str]]:
