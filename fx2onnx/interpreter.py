@@ -17,7 +17,7 @@ import onnxscript.evaluator
 import torch
 import torch.fx
 
-from diagnostics import DiagnosticContext, Level, rules
+from diagnostics import Diagnostic, DiagnosticContext, Level, rules
 from dispatcher import DispatchError, OnnxFunctionDispatcher, node_location, node_stack, torch_dtype_to_onnx
 from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
@@ -77,6 +77,8 @@ class FxOnnxInterpreter:
         self.env: dict[torch.fx.Node, Any] = {}
         self.graph_module: torch.fx.GraphModule | None = None
         self.outputs: list[Any] = []
+        # The FXE0008 diagnostic of the node being translated (None below DEBUG verbosity).
+        self._node_diagnostic: Diagnostic | None = None
         install_value_arithmetic()
 
     # -- driving -------------------------------------------------------------------------
@@ -99,7 +101,10 @@ class FxOnnxInterpreter:
                 Level.NONE,
                 node=f"{node.op}:{node.target}[name={node.name}]",
                 location=node_location(node),
+                stack=node_stack(node) or None,
             )
+            diagnostic.log(lambda: f"FX node: `{node.format_node()}`")
+        self._node_diagnostic = diagnostic
         self.builder.current_scope = node.name
         self.builder.current_metadata = {"pkg.fx2onnx.fx_node": f"{node.op}:{node.target}"}
         try:
@@ -124,8 +129,9 @@ class FxOnnxInterpreter:
         finally:
             self.builder.current_scope = ""
             self.builder.current_metadata = {}
-        if diagnostic is not None and self.env[node] is not FAILED:
-            diagnostic.log(lambda: f"FX node: `{node.format_node()}`")
+            self._node_diagnostic = None
+        if diagnostic is not None and self.env[node] is FAILED:
+            diagnostic.log("Translation failed: see the error result for this FX node.")
 
     # -- one method per opcode -----------------------------------------------------------
     def placeholder(self, node: torch.fx.Node) -> Any:
@@ -158,7 +164,15 @@ class FxOnnxInterpreter:
     def call_function(self, node: torch.fx.Node) -> Any:
         if node.target is operator.getitem and isinstance(self.env.get(node.args[0]), (tuple, list)):
             return self.env[node.args[0]][node.args[1]]  # type: ignore[index]
-        function = self.dispatcher.dispatch(node)
+        registered = self.dispatcher.dispatch_registered(node)
+        function = registered.onnx_function
+        if self._node_diagnostic is not None:
+            origin = "registered by the user" if registered.is_custom else "from torchlib"
+            self._node_diagnostic.log(
+                f"ONNX function: `{registered.name}` ({origin}), chosen by signature matching "
+                "against the node's argument types (the FXE0014 result of this node says how "
+                "well it matched)."
+            )
         args = [self._onnx_arg(arg) for arg in node.args]
         if _has_complex_input(node):
             args = _scalars_as_complex(node, args)
