@@ -74,8 +74,23 @@ def dynamo_export(
                 Level.ERROR,
                 message=f"Export failed: {type(error).__name__}: {error}",
             ).log_source_exception(error)
+        _record_failure_summary(context, model, timer)
         program = ONNXProgram(None, None, None, context, export_exception=error, stage_seconds=timer.seconds)
         raise OnnxExporterError(program, _failure_message(context, options)) from error
+
+
+def _record_failure_summary(context: DiagnosticContext, model: Any, timer: StageTimer) -> None:
+    """The one summary note of a failed export: how many problems, how far it got."""
+    errors, warnings_ = len(context.errors()), len(context.warnings())
+    times = ", ".join(f"{k} {v:.2f}s" for k, v in timer.seconds.items())
+    context.record(
+        rules.EXPORT_SUMMARY,
+        Level.NOTE,
+        message=(
+            f"Exporting {type(model).__name__} to ONNX failed with {errors} error(s) and "
+            f"{warnings_} warning(s); stages run: {times or 'none'}."
+        ),
+    )
 
 
 def _failure_message(context: DiagnosticContext, options: ExportOptions) -> str:
