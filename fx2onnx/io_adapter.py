@@ -59,8 +59,8 @@ class InputAdapter:
         leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
         if spec != self.in_spec:
             raise UnsupportedInputError(
-                "Model inputs incompatible with the format that was exported.\n"
-                f"  exported: {self.in_spec}\n  given:    {spec}\n"
+                "Model inputs incompatible with the format that was exported (* is one tensor, scalar or None).\n"
+                f"  exported: {describe_inputs(self.in_spec)}\n  given:    {describe_inputs(spec)}\n"
                 "Pass inputs with the same nesting (tuples, lists, dicts, None) as at export."
             )
         return leaves
@@ -84,6 +84,28 @@ class InputAdapter:
                     "export again with the new value, or pass it as a tensor."
                 )
         return onnx_inputs
+
+
+def describe_inputs(spec: pytree.TreeSpec) -> str:
+    """The `(args, kwargs)` structure as Python-like text: `args=(*, [*, *]), kwargs={'mask': *}`."""
+    if spec.type is tuple and spec.num_children == 2 and spec.child(1).type is dict:
+        args = [describe_structure(spec.child(0).child(i)) for i in range(spec.child(0).num_children)]
+        return f"args=({', '.join(args)}), kwargs={describe_structure(spec.child(1))}"
+    return describe_structure(spec)
+
+
+def describe_structure(spec: pytree.TreeSpec) -> str:
+    """One nested value as Python-like text; `*` is one leaf (a tensor, a scalar or None)."""
+    if spec.is_leaf():
+        return "*"
+    children = [describe_structure(spec.child(i)) for i in range(spec.num_children)]
+    if spec.type is tuple:
+        return "(" + ", ".join(children) + ("," if len(children) == 1 else "") + ")"
+    if spec.type is list:
+        return "[" + ", ".join(children) + "]"
+    if spec.type is dict:
+        return "{" + ", ".join(f"{key!r}: {child}" for key, child in zip(spec.context, children)) + "}"
+    return f"{spec.type.__name__}(" + ", ".join(children) + ")"
 
 
 def _same_constant(expected: Any, given: Any) -> bool:
