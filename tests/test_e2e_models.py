@@ -134,3 +134,133 @@ class EmbeddingLayerNorm(nn.Module):
 
 def test_embedding_layer_norm(export_and_compare):
     export_and_compare(EmbeddingLayerNorm(), (torch.randint(0, 50, (2, 7)),))
+
+
+# -- capture paths ---------------------------------------------------------------------
+
+import pytest  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+import fx2onnx  # noqa: E402
+from conftest import export_program, op_types, translated_fx_targets  # noqa: E402
+
+
+def test_exported_program_is_taken_as_it_is(export_and_compare):
+    model = MLP().eval()
+    x = torch.randn(3, 8)
+    exported = torch.export.export(model, (x,))
+    program = export_and_compare(exported, (x,), eager=model)
+    assert {"fc1.weight", "fc2.bias"} <= set(program.model.graph.initializers)
+
+
+def test_aten_graph_module_from_make_fx(export_and_compare):
+    model = MLP().eval()
+    x = torch.randn(3, 8)
+    graph_module = make_fx(model)(x)
+    assert all(
+        isinstance(node.target, torch._ops.OpOverload)
+        for node in graph_module.graph.nodes
+        if node.op == "call_function"
+    )
+    export_and_compare(graph_module, (x,), eager=model)
+
+
+def test_plain_function_is_captured(export_and_compare):
+    def gelu_residual(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x) + y
+
+    export_and_compare(gelu_residual, (torch.randn(2, 5), torch.randn(2, 5)))
+
+
+# -- torchlib functions, not decompositions --------------------------------------------
+
+
+class Norms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.layer_norm = nn.LayerNorm(8)
+        self.instance_norm = nn.InstanceNorm2d(4, affine=True)
+        self.upsample = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+
+    def forward(self, x: torch.Tensor, image: torch.Tensor):
+        q = self.layer_norm(self.linear(x)).reshape(2, 2, 3, 4)
+        attention = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        upsampled = self.upsample(self.instance_norm(image))
+        resized = torch.nn.functional.interpolate(image, size=(5, 7), mode="bilinear", align_corners=True)
+        return attention, upsampled, resized
+
+
+def test_whole_operators_reach_their_torchlib_function(export_and_compare):
+    program = export_and_compare(Norms(), (torch.randn(2, 3, 8), torch.randn(1, 4, 6, 6)))
+    proto = program.model_proto
+    targets = translated_fx_targets(proto)
+    for operator in (
+        "aten.linear.default",
+        "aten.layer_norm.default",
+        "aten.scaled_dot_product_attention.default",
+        "aten.upsample_bilinear2d.vec",
+        "aten.instance_norm.default",
+    ):
+        assert f"call_function:{operator}" in targets, f"{operator} was decomposed: {sorted(targets)}"
+    assert {"Resize", "InstanceNormalization", "LayerNormalization"} <= op_types(proto)
+
+
+# -- initializer names -----------------------------------------------------------------
+
+
+def test_initializers_keep_parameter_names(tmp_path):
+    program = export_program(Encoder(), (torch.randn(2, 6, 16),), tmp_path=tmp_path)
+    names = set(program.model.graph.initializers)
+    assert "encoder.layers.0.linear1.weight" in names
+    assert "encoder.layers.1.self_attn.in_proj_weight" in names
+    assert "encoder.layers.1.norm2.bias" in names
+    # weights are graph initializers, never graph inputs
+    assert [i.name for i in program.model_proto.graph.input] == ["x"]
+
+
+def test_buffers_keep_their_names(tmp_path):
+    program = export_program(_cnn(), (torch.randn(2, 3, 16, 16),), tmp_path=tmp_path)
+    names = set(program.model.graph.initializers)
+    assert {"1.running_mean", "1.running_var", "0.weight", "7.bias"} <= names
+
+
+# -- operators without an ONNX function ------------------------------------------------
+
+
+@torch.library.custom_op("testlib::mystery", mutates_args=())
+def mystery(x: torch.Tensor) -> torch.Tensor:
+    return x.clone() * 3
+
+
+@mystery.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class CallsMystery(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x)
+        return torch.ops.testlib.mystery(y) + 1  # MYSTERY-LINE
+
+
+def test_operator_without_onnx_function_is_reported(tmp_path):
+    import inspect
+
+    from sarif_checks import validate_sarif
+
+    line = next(
+        number
+        for number, text in enumerate(inspect.getsource(inspect.getmodule(CallsMystery)).splitlines(), 1)
+        if text.rstrip().endswith("# MYSTERY-LINE")
+    )
+    report = tmp_path / "r.sarif"
+    with pytest.raises(fx2onnx.OnnxExporterError) as caught:
+        export_program(CallsMystery(), (torch.randn(2, 3),), tmp_path=tmp_path)
+    message = str(caught.value)
+    assert "testlib::mystery" in message
+    assert f"test_e2e_models.py:{line}" in message
+    assert report.exists()
+    log = validate_sarif(report)
+    assert any("testlib::mystery" in result["message"]["text"] for result in log["runs"][0]["results"])
+    assert caught.value.onnx_program.diagnostic_context.has_errors()
