@@ -13,12 +13,13 @@ from diagnostics import DiagnosticOptions
 from dispatcher import OnnxRegistry
 from fx2onnx.errors import OnnxExporterError, UnsupportedInputError
 from fx2onnx.exporter import dynamo_export
-from fx2onnx.options import ExportOptions
+from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.program import ONNXProgram
 
 __all__ = [
     "DiagnosticOptions",
     "ExportOptions",
+    "ModuleFunctionOptions",
     "ONNXProgram",
     "OnnxExporterError",
     "OnnxRegistry",
