@@ -243,6 +243,10 @@ class FxOnnxInterpreter:
                 # unused saved statistics of batch norm in eval mode): declare what the
                 # node produces, never a shape that the ONNX checker would reject.
                 info = OnnxTypeInfo(info.dtype, value.shape, info.is_complex)
+            if value.dtype is not None and value.dtype != info.dtype and not info.is_complex:
+                # The ONNX function computes in another type than PyTorch (e.g. integer
+                # pow in float): cast back so the graph carries PyTorch's dtype.
+                (value,) = self.builder.add_node("", "Cast", [value], [ir.AttrInt64("to", info.dtype.value)])
             apply_type(value, info)
             if value.name and value.name.startswith("val_"):
                 base = node.name if index is None else f"{node.name}_{index}"

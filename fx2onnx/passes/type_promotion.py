@@ -10,7 +10,7 @@ pass reads PyTorch's own promotion rules:
 - reductions (`sum`, `prod`, `cumsum`, ...): the output dtype PyTorch computed
   (`node.meta["val"]`), which is int64 for bool/int inputs.
 
-Casts are `prims.convert_element_type` nodes with their own FakeTensor `meta["val"]`.
+Casts are `aten._to_copy(dtype=...)` nodes with their own FakeTensor `meta["val"]`.
 Each inserted cast is one `FX_NODE_INSERT_TYPE_PROMOTION` diagnostic (level NONE, kept
 at DEBUG verbosity) at the user's source line.
 """
@@ -33,7 +33,9 @@ from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import node_location, node_stack
 
 _KIND = prims_common.ELEMENTWISE_TYPE_PROMOTION_KIND
-_CAST = torch.ops.prims.convert_element_type.default
+# aten._to_copy rather than prims.convert_element_type: its ONNX function accepts every
+# dtype (bool and uint8 included).
+_CAST = torch.ops.aten._to_copy.default
 _SCALAR_TENSOR = torch.ops.aten.scalar_tensor.default
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -162,8 +164,8 @@ class _Inserter:
                 cast = self.graph.call_function(_SCALAR_TENSOR, (value,), {"dtype": dtype})
                 cast.meta["val"] = self._fake(lambda: torch.empty((), dtype=dtype))
             else:
-                cast = self.graph.call_function(_CAST, (value, dtype))
-                cast.meta["val"] = self._fake(lambda: _CAST(meta, dtype))
+                cast = self.graph.call_function(_CAST, (value,), {"dtype": dtype})
+                cast.meta["val"] = self._fake(lambda: _CAST(meta, dtype=dtype))
         self._copy_source_meta(node, cast)
         self._report(node, f"Input '{value.name}' of '{node.name}' ({node.target}) is cast to {dtype}: {why}")
         return cast
@@ -172,9 +174,9 @@ class _Inserter:
         """Cast ``node``'s result to ``dtype`` for all its users."""
         meta = node.meta.get("val")
         with self.graph.inserting_after(node):
-            cast = self.graph.call_function(_CAST, (node, dtype))
+            cast = self.graph.call_function(_CAST, (node,), {"dtype": dtype})
         node.replace_all_uses_with(cast, delete_user_cb=lambda user: user is not cast)
-        cast.meta["val"] = self._fake(lambda: _CAST(meta, dtype))
+        cast.meta["val"] = self._fake(lambda: _CAST(meta, dtype=dtype))
         self._copy_source_meta(node, cast)
         self._report(node, f"Output of '{node.name}' ({node.target}) is cast to {dtype}: {why}")
         return cast
@@ -277,6 +279,30 @@ def _promote_reduction(inserter: _Inserter, node: torch.fx.Node) -> None:
         _replace_argument(node, where, inserter.cast(node, value, out.dtype, why))
 
 
+# (op, dtype) pairs that PyTorch computes but ONNX (or ONNX Runtime's CPU kernels) has no
+# type for: computed in a wider type, the result cast back. Wrapping integer arithmetic
+# agrees modulo 2**8, so uint8/int8 results are the same.
+_WIDER_COMPUTE: dict[str, dict[torch.dtype, torch.dtype]] = {
+    "pow": {torch.uint8: torch.int32, torch.int8: torch.int32, torch.int16: torch.int32},
+    "where": {torch.bool: torch.uint8},
+}
+
+
+def _compute_wider(inserter: _Inserter, node: torch.fx.Node, rule: _Rule) -> None:
+    out = node.meta.get("val")
+    widen = _WIDER_COMPUTE.get(node.target.overloadpacket.__name__, {})
+    if not isinstance(out, torch.Tensor) or out.dtype not in widen:
+        return
+    wide = widen[out.dtype]
+    why = f"ONNX has no {node.target} for {out.dtype}; it is computed in {wide}."
+    for position in rule.positions:
+        value, where = _argument(node, position)
+        if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
+            _replace_argument(node, where, inserter.cast(node, value, wide, why))
+    node.meta["val"] = inserter._fake(lambda: _CAST(out, dtype=wide))
+    inserter.cast_output(node, out.dtype, f"PyTorch's result is {out.dtype}.")
+
+
 def insert_type_promotion(graph_module: torch.fx.GraphModule, context: DiagnosticContext | None = None) -> int:
     """Insert explicit casts before ops whose inputs PyTorch promotes implicitly.
 
@@ -294,6 +320,7 @@ def insert_type_promotion(graph_module: torch.fx.GraphModule, context: Diagnosti
         rule = _rule_for_node(node)
         if rule is not None:
             _promote_elementwise(inserter, node, rule)
+            _compute_wider(inserter, node, rule)
     if inserter.inserted:
         graph_module.recompile()
     return inserter.inserted
