@@ -11,7 +11,10 @@ Then each bound parameter is checked:
   SymInt/SymFloat/SymBool node a 0-d INT64/FLOAT/BOOL tensor, a list of tensor nodes a
   sequence. A Python scalar (or a list of them) becomes a constant whose type the
   evaluator picks later, so it fits when the constraint allows any element type of
-  its kind (bool < int < float, as in PyTorch: an int fits a float tensor).
+  its kind (bool < int < float, as in PyTorch: an int fits a float tensor; a str
+  needs STRING). None fits an optional input (including ``Optional[...]`` annotations
+  that the signature lost). A node without ``meta["val"]`` is given the benefit of
+  the doubt.
 * an attribute (``onnx_ir.schemas.AttributeParameter``) fits when the Python value has
   the attribute's type: int/bool/torch.dtype for INT, int/float for FLOAT, str for
   STRING, a list or tuple of those for INTS/FLOATS/STRINGS.
