@@ -319,3 +319,26 @@ def test_node_location_of_a_transformers_model_is_its_modeling_file():
     torch_dir = os.path.dirname(torch.__file__)
     fx2onnx_dir = os.path.dirname(fx2onnx.__file__)
     assert not [p for p in paths if p.startswith((torch_dir, fx2onnx_dir)) or "/transformers/" not in p]
+
+
+def test_user_code_in_a_folder_named_like_a_tool_package_is_still_user_code():
+    """Frames are matched by where torch and fx2onnx are installed, not by folder names:
+    a checkout at .../fx2onnx/tests/ (as on CI) is the user's code; stdlib frames are not."""
+    import sysconfig
+
+    from dispatcher import is_tool_frame, stack_location
+    from diagnostics import Stack
+
+    stdlib = os.path.join(sysconfig.get_paths()["stdlib"], "contextlib.py")
+    trace = (
+        '  File "/home/runner/work/fx2onnx/fx2onnx/tests/test_model.py", line 12, in forward\n'
+        "    return self.block(x)\n"
+        f'  File "{stdlib}", line 81, in inner\n'
+        "    return func(*args, **kwds)\n"
+        f'  File "{os.path.join(os.path.dirname(torch.__file__), "nn", "modules", "module.py")}", line 1775, in _call_impl\n'
+        "    return forward_call(*args, **kwargs)\n"
+    )
+    location = stack_location(Stack.from_python_traceback(trace))
+    assert (location.path, location.line) == ("/home/runner/work/fx2onnx/fx2onnx/tests/test_model.py", 12)
+    assert is_tool_frame(stdlib) and is_tool_frame(fx2onnx.__file__) and is_tool_frame("<eval_with_key>.3")
+    assert not is_tool_frame(THIS_FILE)
