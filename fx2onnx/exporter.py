@@ -28,10 +28,11 @@ from fx2onnx.fake_metadata import SymbolNamer
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
 from fx2onnx.interpreter import FAILED, FxOnnxInterpreter
-from fx2onnx.io_adapter import InputAdapter, OutputAdapter, OutputSlot
+from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
 from fx2onnx.module_functions import ModuleFunctionTranslator
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
+from fx2onnx.passes.functionalize import functionalize_graph_module
 from fx2onnx.passes.remove_assertions import remove_assertions
 from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
@@ -124,6 +125,9 @@ def _export(
         if program is not None:
             program = run_pass(context, "decompose_unsupported", decompose_unsupported, program, registry)
     graph_module = program.graph_module if program is not None else captured.graph_module
+    if program is None:
+        with timer.stage("passes"):
+            graph_module = functionalize_graph_module(graph_module)
     io = describe_exported_program(program) if program is not None else describe_graph_module(graph_module)
     _tell_specialized_scalars(io, context)
 
@@ -163,7 +167,7 @@ def _export(
     if context.has_errors():
         raise _ExportFailed()
 
-    output_adapter = _register_outputs(builder, io, flat_outputs)
+    output_adapter, mutation_outputs = _register_outputs(builder, io, flat_outputs)
     model_ir = builder.build_model(fx2onnx.__version__)
     if options.optimize:
         with timer.stage("optimization"):
@@ -174,6 +178,8 @@ def _export(
         output_adapter,
         context,
         stage_seconds=timer.seconds,
+        mutation_outputs=mutation_outputs,
+        module=model if isinstance(model, torch.nn.Module) and not isinstance(model, torch.fx.GraphModule) else None,
     )
     _record_summary(context, model, model_ir, timer)
     return onnx_program
@@ -252,11 +258,17 @@ def _report_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: On
     return unsupported
 
 
-def _register_outputs(builder: GraphBuilder, io: GraphIO, flat_outputs: list[Any]) -> OutputAdapter:
-    """Make every tensor output a distinct graph output; return the user-facing adapter."""
+# torch.export's output kinds of mutated values, and how ONNXProgram.mutation_outputs names them
+_MUTATION_KINDS = {"buffer_mutation": "buffer", "user_input_mutation": "user_input"}
+
+
+def _register_outputs(builder: GraphBuilder, io: GraphIO, flat_outputs: list[Any]) -> tuple[OutputAdapter, list[MutationOutput]]:
+    """Make every tensor output a distinct graph output; return the user-facing adapter
+    and the outputs that carry new values of mutated inputs and buffers."""
     graph = builder.graph
     used: set[int] = set()
     slots: list[OutputSlot] = []
+    mutations: list[MutationOutput] = []
     for position, value in enumerate(flat_outputs):
         role, target = io.output_roles[position] if position < len(io.output_roles) else ("user", None)
         if not isinstance(value, ir.Value):
@@ -268,13 +280,16 @@ def _register_outputs(builder: GraphBuilder, io: GraphIO, flat_outputs: list[Any
             copy.dtype, copy.shape = value.dtype, value.shape
             copy.is_complex = getattr(value, "is_complex", False)
             value = copy
-        if target is not None and role != "user":
+        if target is not None and role in _MUTATION_KINDS:
+            value.name = builder.unique_name(f"{target}{MUTATION_SUFFIX}")
+            mutations.append(MutationOutput(_MUTATION_KINDS[role], target, value.name, len(graph.outputs)))
+        elif target is not None and role != "user":
             value.name = builder.unique_name(f"{target}")
         used.add(id(value))
         if role == "user":
             slots.append(OutputSlot(len(graph.outputs), is_complex=isinstance(value, TracedValue) and value.is_complex))
         graph.outputs.append(value)
-    return OutputAdapter(io.out_spec, slots)
+    return OutputAdapter(io.out_spec, slots), mutations
 
 
 def _optimize_keeping_functions(model: ir.Model) -> None:

@@ -75,8 +75,14 @@ def describe_graph_module(graph_module: torch.fx.GraphModule) -> GraphIO:
     for node in _placeholders(graph_module):
         meta = node.meta.get("val")
         io.input_slots.append(InputSlot(node.name, isinstance(meta, _TENSOR_LIKE), None if isinstance(meta, _TENSOR_LIKE) else meta))
-    leaves, io.out_spec = pytree.tree_flatten(_output_args(graph_module))
-    io.output_roles = [("user", None)] * len(leaves)
+    outputs = _output_args(graph_module)
+    # functionalize_graph_module puts the new values of mutated inputs first
+    mutated = graph_module.meta.get("fx2onnx_input_mutations")
+    if mutated is not None:
+        io.output_roles = [("user_input_mutation", name) for name in mutated]
+        outputs = outputs[1]
+    leaves, io.out_spec = pytree.tree_flatten(outputs)
+    io.output_roles += [("user", None)] * len(leaves)
     return io
 
 

@@ -38,6 +38,24 @@ class OutputSlot:
     constant: Any = None
 
 
+@dataclass(frozen=True)
+class MutationOutput:
+    """A graph output that carries the new value of a mutated user input or buffer.
+
+    ``kind`` is "user_input" or "buffer"; ``target`` the input's name or the buffer's
+    attribute path (``bn.running_mean``). The ONNX output is named ``<target>.mutated``:
+    ONNX needs it distinct from the input or initializer of the same name.
+    """
+
+    kind: str
+    target: str
+    onnx_name: str
+    onnx_index: int
+
+
+MUTATION_SUFFIX = ".mutated"
+
+
 class InputAdapter:
     def __init__(self, in_spec: pytree.TreeSpec | None, slots: Sequence[InputSlot]) -> None:
         self.in_spec = in_spec
@@ -64,6 +82,14 @@ class InputAdapter:
                 "Pass inputs with the same nesting (tuples, lists, dicts, None) as at export."
             )
         return leaves
+
+    def leaf_named(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The given input leaf that the graph input ``name`` was exported from."""
+        leaves = self.flatten(args, kwargs)
+        for slot, leaf in zip(self.slots, leaves):
+            if slot.name == name:
+                return leaf
+        raise KeyError(f"The program has no input named '{name}'.")
 
     def apply(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
         leaves = self.flatten(args, kwargs)

@@ -14,7 +14,7 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import DiagnosticContext
-from fx2onnx.io_adapter import InputAdapter, OutputAdapter
+from fx2onnx.io_adapter import InputAdapter, MutationOutput, OutputAdapter
 
 # Protobuf cannot hold more than 2 GiB: larger models keep their weights in a data file.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -42,6 +42,8 @@ class ONNXProgram:
         *,
         export_exception: BaseException | None = None,
         stage_seconds: dict[str, float] | None = None,
+        mutation_outputs: Sequence[MutationOutput] = (),
+        module: torch.nn.Module | None = None,
     ) -> None:
         self._model = model
         self._input_adapter = input_adapter
@@ -50,6 +52,11 @@ class ONNXProgram:
         self.export_exception = export_exception
         # How long each export stage took (capture, decomposition, passes, translation, ...).
         self.stage_seconds = dict(stage_seconds or {})
+        # Graph outputs holding the new values of mutated user inputs and buffers
+        # (named `<target>.mutated`); `__call__(..., write_back=True)` applies them.
+        self.mutation_outputs: list[MutationOutput] = list(mutation_outputs)
+        # The exported module, whose buffers write_back updates unless another is given.
+        self.module = module
         self._session = None
 
     # -- the model -----------------------------------------------------------------------
@@ -138,13 +145,48 @@ class ONNXProgram:
         feed = {name: _to_numpy(tensor) for name, tensor in zip(names, onnx_inputs)}
         return [torch.from_numpy(np.asarray(result)) for result in session.run(None, feed)]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(
+        self, *args: Any, write_back: bool = False, module: torch.nn.Module | None = None, **kwargs: Any
+    ) -> Any:
         """Run the model in onnxruntime on PyTorch inputs; returns torch tensors in the
-        model's own output structure (complex outputs restored)."""
+        model's own output structure (complex outputs restored).
+
+        With ``write_back=True`` the new values of mutated inputs are copied into the
+        given tensors and those of mutated buffers into ``module`` (default: the module
+        that was exported), so that running the program has the effect running the
+        model has. Buffers are read from the ONNX initializers, i.e. their values at
+        export time.
+        """
         onnx_inputs = self.adapt_torch_inputs_to_onnx(*args, **kwargs)
         outputs = self.run_flat(onnx_inputs)
         assert self._output_adapter is not None
+        if write_back:
+            self.write_back(outputs, args, kwargs, module)
         return self._output_adapter.apply(outputs)
+
+    def write_back(
+        self,
+        onnx_outputs: Sequence[torch.Tensor],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        module: torch.nn.Module | None = None,
+    ) -> None:
+        """Copy the mutation outputs of one run into the given inputs and module buffers."""
+        assert self._input_adapter is not None
+        module = module if module is not None else self.module
+        for mutation in self.mutation_outputs:
+            new_value = onnx_outputs[mutation.onnx_index]
+            if mutation.kind == "user_input":
+                destination = self._input_adapter.leaf_named(mutation.target, args, kwargs)
+            elif module is None:
+                raise ValueError(
+                    f"The model mutates buffer '{mutation.target}': pass the module to update, "
+                    "program(..., write_back=True, module=model)."
+                )
+            else:
+                destination = module.get_buffer(mutation.target)
+            with torch.no_grad():
+                destination.copy_(new_value.reshape(destination.shape))
 
     def release(self) -> None:
         """Drop the onnxruntime session."""
