@@ -260,6 +260,7 @@ class TracingEvaluator:
                     flat_inputs.append(value)
         for callee in [function, *function.function_ir.get_called_functions().values()]:
             proto = callee.to_function_proto()
+            proto.domain = _function_domain(callee)
             identifier = (proto.domain, proto.name, "")
             if identifier not in self.builder.functions:
                 self.builder.add_function(ir.serde.deserialize_function(proto))
@@ -267,13 +268,22 @@ class TracingEvaluator:
             attr for attr in ir.convenience.convert_attributes(binding.attributes) if attr.value is not None
         ]
         outputs = self.builder.add_node(
-            function.function_ir.domain,
+            _function_domain(function),
             function.name,
             flat_inputs,
             attributes,
             num_outputs=len(binding.signature.outputs),
         )
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+# ONNX Script functions written without a domain would land in the standard domain "",
+# where ONNX looks for built-in operators only; they are called in this domain instead.
+USER_FUNCTION_DOMAIN = "pkg.fx2onnx.user"
+
+
+def _function_domain(function: osv.OnnxFunction) -> str:
+    return function.function_ir.domain or USER_FUNCTION_DOMAIN
 
 
 def _op_version(op: osv.Op) -> int | None:
