@@ -32,6 +32,7 @@ from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, Ou
 from fx2onnx.module_functions import ModuleFunctionTranslator
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
+from fx2onnx.passes.decompose_nodes import decompose_nodes
 from fx2onnx.passes.functionalize import functionalize_graph_module
 from fx2onnx.passes.remove_assertions import remove_assertions
 from fx2onnx.passes.type_promotion import insert_type_promotion
@@ -136,6 +137,7 @@ def _export(
 
     with timer.stage("passes"):
         run_pass(context, "remove_assertions", remove_assertions, graph_module)
+        run_pass(context, "decompose_nodes", decompose_nodes, graph_module, registry)
         run_pass(context, "insert_type_promotion", insert_type_promotion, graph_module, context)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)

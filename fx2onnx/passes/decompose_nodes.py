@@ -1,0 +1,139 @@
+"""Replace single FX nodes by PyTorch's decomposition of their operator.
+
+The decomposition stage uses torch.export's core table; functionalization produces ops
+outside it that ONNX has no function for (`diagonal_scatter`, `as_strided_scatter`), and
+the ONNX function of training-mode batch norm computes with the running statistics
+(inference semantics) and leaves them unchanged. Each such node is traced alone through
+its entry in `torch._decomp.decomposition_table` (under the graph's fake mode, so
+symbolic sizes stay symbolic) and the traced nodes are inlined in its place, keeping the
+node's source location and module stack.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch._decomp import decomposition_table
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from dispatcher import OnnxRegistry
+from fx2onnx.decompose import onnx_decomposition_table
+
+_TRAINING_BATCH_NORM = {
+    torch.ops.aten._native_batch_norm_legit_functional.default: 5,  # position of `training`
+    torch.ops.aten.native_batch_norm.default: 5,
+}
+_SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
+
+
+def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
+    target = node.target
+    if target not in decomposition_table and target not in _OWN_DECOMPOSITIONS:
+        return False
+    if target in _TRAINING_BATCH_NORM:
+        position = _TRAINING_BATCH_NORM[target]
+        return len(node.args) > position and node.args[position] is True
+    return not registry.is_supported(target)
+
+
+def _trace_alone(node: torch.fx.Node, decomposition: Callable, table: dict) -> torch.fx.GraphModule:
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+    examples = [flat[i].meta["val"] for i in positions]
+
+    def call(*values: Any) -> Any:
+        items = list(flat)
+        for position, value in zip(positions, values):
+            items[position] = value
+        args, kwargs = pytree.tree_unflatten(items, spec)
+        return decomposition(*args, **kwargs)
+
+    fake_mode = detect_fake_mode([e for e in examples if isinstance(e, torch.Tensor)])
+    if fake_mode is None:
+        return make_fx(call, decomposition_table=table, tracing_mode="fake")(*examples)
+    with fake_mode:
+        return make_fx(call, decomposition_table=table, tracing_mode="real")(*examples)
+
+
+def _inline(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphModule) -> None:
+    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, torch.fx.Node)]
+    env: dict[torch.fx.Node, Any] = {}
+    placeholders = iter(inputs)
+    result: Any = None
+    with graph.inserting_before(node):
+        for inner in traced.graph.nodes:
+            if inner.op == "placeholder":
+                env[inner] = next(placeholders)
+            elif inner.op == "output":
+                result = pytree.tree_map(lambda v: env[v] if isinstance(v, torch.fx.Node) else v, inner.args[0])
+            elif inner.op == "get_attr":
+                raise NotImplementedError("decompositions that create constants are not inlined")
+            else:
+                copy = graph.node_copy(inner, lambda n: env[n])
+                for key in _SOURCE_META:
+                    if key in node.meta:
+                        copy.meta[key] = node.meta[key]
+                env[inner] = copy
+    if isinstance(result, (tuple, list)):
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem:
+                user.replace_all_uses_with(result[user.args[1]])
+                graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(result)
+    if not node.users:
+        graph.erase_node(node)
+
+
+def _diagonal_scatter(
+    input: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1
+) -> torch.Tensor:
+    # PyTorch's own decomposition goes through prims; this one is an index_put on the
+    # diagonal's (row, column) positions, with the two dims moved to the front.
+    moved = input.movedim((dim1, dim2), (0, 1))
+    steps = torch.arange(src.shape[-1], device=input.device)
+    rows = steps + max(-offset, 0)
+    columns = steps + max(offset, 0)
+    updated = moved.index_put((rows, columns), src.movedim(-1, 0))
+    return updated.movedim((0, 1), (dim1, dim2))
+
+
+_OWN_DECOMPOSITIONS: dict[Any, Callable] = {torch.ops.aten.diagonal_scatter.default: _diagonal_scatter}
+
+
+def _table(registry: OnnxRegistry) -> dict:
+    """torch.export's table plus every torch decomposition of an operator ONNX lacks."""
+    table = onnx_decomposition_table(registry)
+    for op, decomposition in decomposition_table.items():
+        if op not in table and isinstance(op, torch._ops.OpOverload) and not registry.is_supported(op):
+            if op.namespace == "aten":
+                table[op] = decomposition
+    table.update(_OWN_DECOMPOSITIONS)
+    return table
+
+
+def decompose_nodes(graph_module: torch.fx.GraphModule, registry: OnnxRegistry) -> int:
+    """Inline PyTorch's decomposition of nodes ONNX cannot compute faithfully; returns
+    how many nodes were replaced."""
+    table = _table(registry)
+    replaced = 0
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function" or not _needs_decomposition(node, registry):
+            continue
+        try:
+            decomposition = _OWN_DECOMPOSITIONS.get(node.target, decomposition_table.get(node.target))
+            traced = _trace_alone(node, decomposition, table)
+            _inline(graph_module.graph, node, traced)
+        except NotImplementedError:
+            continue
+        replaced += 1
+    if replaced:
+        graph_module.graph.lint()
+        graph_module.recompile()
+    return replaced
