@@ -11,6 +11,10 @@ While a torchlib function runs under `onnxscript.evaluator.default_as(evaluator)
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -245,6 +249,11 @@ class TracingEvaluator:
         if isinstance(function, osv.TracedOnnxFunction) or getattr(function, "traceable", False):
             inputs = self._convert_inputs(binding, keep_lists=True)
             body = function.func if isinstance(function, osv.TracedOnnxFunction) else function.function
+            # A Python number stays a Python number where the function's Python signature
+            # asks for one (`dim: Optional[int]`): its body uses it as an attribute or in `if`.
+            for name in _python_scalar_parameters(body) & binding.inputs.keys():
+                if isinstance(binding.inputs[name], (bool, int, float)):
+                    inputs[name] = binding.inputs[name]
             return body(**inputs, **binding.attributes)
         return self._call_local_function(function, binding)
 
@@ -284,6 +293,28 @@ USER_FUNCTION_DOMAIN = "pkg.fx2onnx.user"
 
 def _function_domain(function: osv.OnnxFunction) -> str:
     return function.function_ir.domain or USER_FUNCTION_DOMAIN
+
+
+_PYTHON_SCALARS = (bool, int, float)
+
+
+@functools.cache
+def _python_scalar_parameters(body: Any) -> frozenset[str]:
+    """Parameters of a traced function annotated with a Python scalar type
+    (`int`, `float`, `bool`, or `Optional` of one) rather than a tensor type."""
+    try:
+        annotations = inspect.get_annotations(body, eval_str=True)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: treat every input as a tensor
+        return frozenset()
+    names = set()
+    for name, annotation in annotations.items():
+        if annotation in _PYTHON_SCALARS:
+            names.add(name)
+        elif typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if members and all(a in _PYTHON_SCALARS for a in members):
+                names.add(name)
+    return frozenset(names)
 
 
 def _op_version(op: osv.Op) -> int | None:

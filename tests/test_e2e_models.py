@@ -264,3 +264,18 @@ def test_operator_without_onnx_function_is_reported(tmp_path):
     log = validate_sarif(report)
     assert any("testlib::mystery" in result["message"]["text"] for result in log["runs"][0]["results"])
     assert caught.value.onnx_program.diagnostic_context.has_errors()
+
+
+# -- Python numbers given to trace-only torchlib functions -----------------------------
+
+
+class ScalarArguments(nn.Module):
+    def forward(self, x: torch.Tensor, q: torch.Tensor):
+        attention = torch.nn.functional.scaled_dot_product_attention(q, q, q, scale=0.3)
+        padded = torch.nn.functional.pad(x, (1, 2), value=0.5)
+        upsampled = torch.nn.functional.interpolate(x.unsqueeze(0), scale_factor=2.0, mode="nearest")
+        return x.argmax(-1), x.argmin(dim=0, keepdim=True), x.clamp(min=-0.5, max=0.5), attention, padded, upsampled
+
+
+def test_python_numbers_reach_trace_only_functions(export_and_compare):
+    export_and_compare(ScalarArguments(), (torch.randn(3, 4, 5), torch.randn(1, 2, 3, 4)))
