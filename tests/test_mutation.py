@@ -227,3 +227,16 @@ def test_graph_module_with_in_place_ops(fn: Any) -> None:
     torch.testing.assert_close(actual, expected)
     for got, want in zip(onnx_inputs, eager_inputs):
         torch.testing.assert_close(got, want)
+
+
+class StridedAndIndexedViews(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y.as_strided((2, 2), (1, 3), 1).add_(1.0)
+        y[torch.tensor([0, 2])] *= 3
+        y.diagonal(1).sub_(4.0)
+        return y
+
+
+def test_as_strided_index_and_diagonal_views() -> None:
+    _check(StridedAndIndexedViews(), torch.randn(3, 3))

@@ -1,7 +1,8 @@
 """Replace single FX nodes by PyTorch's decomposition of their operator.
 
 The decomposition stage uses torch.export's core table; functionalization produces ops
-outside it that ONNX has no function for (`diagonal_scatter`, `as_strided_scatter`), and
+outside it that ONNX has no function for (`diagonal_scatter`, `as_strided_scatter`: ours
+are index_put on the view's positions), and
 the ONNX function of training-mode batch norm computes with the running statistics
 (inference semantics) and leaves them unchanged. Each such node is traced alone through
 its entry in `torch._decomp.decomposition_table` (under the graph's fake mode, so
@@ -104,7 +105,24 @@ def _diagonal_scatter(
     return updated.movedim((0, 1), (dim1, dim2))
 
 
-_OWN_DECOMPOSITIONS: dict[Any, Callable] = {torch.ops.aten.diagonal_scatter.default: _diagonal_scatter}
+def _as_strided_scatter(
+    input: torch.Tensor, src: torch.Tensor, size: list[int], stride: list[int], storage_offset: int | None = None
+) -> torch.Tensor:
+    # The functional base is contiguous: the strided view's elements are the positions
+    # offset + sum(index_k * stride_k) of the flattened base.
+    positions = torch.full((), storage_offset or 0, dtype=torch.int64, device=input.device)
+    for axis, (length, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = -1
+        positions = positions + (torch.arange(length, device=input.device) * step).reshape(shape)
+    flat = input.reshape(-1).index_put((positions.reshape(-1),), src.reshape(-1))
+    return flat.reshape(input.shape)
+
+
+_OWN_DECOMPOSITIONS: dict[Any, Callable] = {
+    torch.ops.aten.diagonal_scatter.default: _diagonal_scatter,
+    torch.ops.aten.as_strided_scatter.default: _as_strided_scatter,
+}
 
 
 def _table(registry: OnnxRegistry) -> dict:
