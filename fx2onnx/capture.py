@@ -40,6 +40,22 @@ def _is_aten_graph(graph_module: torch.fx.GraphModule) -> bool:
     return True
 
 
+def _has_fake_metadata(graph_module: torch.fx.GraphModule) -> bool:
+    """Every value already carries FakeTensor metadata of one fake mode (make_fx graphs
+    traced in "fake" or "symbolic" mode do): keep it, with its symbolic sizes, instead of
+    propagating again. A "real" make_fx trace gives each value a mode of its own."""
+    modes = set()
+    for node in graph_module.graph.nodes:
+        if node.op not in ("placeholder", "call_function"):
+            continue
+        if "val" not in node.meta:
+            return False
+        for value in torch.utils._pytree.tree_leaves(node.meta["val"]):
+            if isinstance(value, torch._subclasses.fake_tensor.FakeTensor):
+                modes.add(id(value.fake_mode))
+    return len(modes) == 1
+
+
 def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> None:
     """Fill node.meta['val'] of an aten-level GraphModule by running it on FakeTensors."""
     mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
@@ -73,7 +89,8 @@ def capture(
     if isinstance(model, torch.export.ExportedProgram):
         return CapturedModel(model.graph_module, model)
     if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):
-        _fake_propagate(model, [*args, *kwargs.values()])
+        if not _has_fake_metadata(model):
+            _fake_propagate(model, [*args, *kwargs.values()])
         return CapturedModel(model, None)
     if not isinstance(model, torch.nn.Module):
         if not callable(model):

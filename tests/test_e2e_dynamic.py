@@ -140,3 +140,19 @@ def test_size_used_as_a_number(export_and_compare, tmp_path):
 def test_static_export_has_no_symbolic_dims(export_and_compare):
     program = export_and_compare(MLP(), (torch.randn(3, 8),))
     assert input_dims(program.model_proto) == [3, 8]
+
+
+def test_symbolic_make_fx_graph_keeps_its_symbolic_sizes(export_and_compare):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def model(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w).sum(-1)
+
+    w = torch.randn(8, 4)
+    graph_module = make_fx(model, tracing_mode="symbolic")(torch.randn(3, 8), w)
+    program = export_and_compare(
+        graph_module, (torch.randn(3, 8), w), eager=model, second_inputs=((torch.randn(6, 8), w), {})
+    )
+    dims = input_dims(program.model_proto)
+    assert isinstance(dims[0], str) and dims[0].endswith("_dim_0")
+    assert_no_torch_symbols(program.model_proto)
