@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from conftest import make_options
+from conftest import MLP, make_options
 
 transformers = pytest.importorskip("transformers")
 
@@ -31,16 +31,6 @@ def assert_no_torch_symbols(model: onnx.ModelProto) -> None:
     for value in [*model.graph.input, *model.graph.output]:
         for dim in value.type.tensor_type.shape.dim:
             assert not _TORCH_SYMBOL.search(dim.dim_param), f"{value.name}: torch symbol {dim.dim_param!r} in ONNX"
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.fc2 = nn.Linear(16, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
 
 
 def test_mlp_all_dims_dynamic(export_and_compare, tmp_path):

@@ -5,15 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.fc2 = nn.Linear(16, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
+from conftest import MLP
 
 
 def test_mlp(export_and_compare):

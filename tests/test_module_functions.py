@@ -306,19 +306,24 @@ def _assert_one_shared_layer(proto: onnx.ModelProto, class_name: str, calls: int
     assert definitions[0].domain == f"pkg.transformers.{transformers.__version__}"
 
 
-def test_gpt2_blocks_share_one_definition() -> None:
-    config = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=LAYERS, n_head=4, n_positions=64, use_cache=False)
-    model = transformers.GPT2LMHeadModel(config)
-    ids = torch.randint(0, 100, (2, 8))
-    program = export(model, kwargs={"input_ids": ids})
+def _export_and_check_against_eager(model: torch.nn.Module, kwargs: dict, output: str) -> onnx.ModelProto:
+    """Export with module functions; the model and its inlined form both match eager."""
+    program = export(model, kwargs=kwargs)
     proto = program.model_proto
     onnx.checker.check_model(proto, full_check=True)
     with torch.no_grad():
-        expected = model.eval()(input_ids=ids).logits
-    torch.testing.assert_close(program(input_ids=ids)["logits"], expected, rtol=1e-3, atol=1e-4)
+        expected = getattr(model.eval()(**kwargs), output)
+    torch.testing.assert_close(program(**kwargs)[output], expected, rtol=1e-3, atol=1e-4)
     inlined = onnx.inliner.inline_local_functions(proto)
-    (logits,) = _run_proto(inlined, program.adapt_torch_inputs_to_onnx(input_ids=ids))[:1]
-    np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-3, atol=1e-4)
+    (first,) = _run_proto(inlined, program.adapt_torch_inputs_to_onnx(**kwargs))[:1]
+    np.testing.assert_allclose(first, expected.numpy(), rtol=1e-3, atol=1e-4)
+    return proto
+
+
+def test_gpt2_blocks_share_one_definition() -> None:
+    config = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=LAYERS, n_head=4, n_positions=64, use_cache=False)
+    ids = torch.randint(0, 100, (2, 8))
+    proto = _export_and_check_against_eager(transformers.GPT2LMHeadModel(config), {"input_ids": ids}, "logits")
     _assert_one_shared_layer(proto, "transformers.models.gpt2.modeling_gpt2.GPT2Block")
     for inner in ("GPT2Attention", "GPT2MLP"):
         _assert_one_shared_layer(proto, f"transformers.models.gpt2.modeling_gpt2.{inner}", calls=1)
@@ -326,18 +331,9 @@ def test_gpt2_blocks_share_one_definition() -> None:
 
 def test_bert_layers_share_one_definition() -> None:
     config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4, intermediate_size=64)
-    model = transformers.BertModel(config)
     ids = torch.randint(0, 100, (2, 8))
     kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    program = export(model, kwargs=kwargs)
-    proto = program.model_proto
-    onnx.checker.check_model(proto, full_check=True)
-    with torch.no_grad():
-        expected = model.eval()(**kwargs).last_hidden_state
-    torch.testing.assert_close(program(**kwargs)["last_hidden_state"], expected, rtol=1e-3, atol=1e-4)
-    inlined = onnx.inliner.inline_local_functions(proto)
-    (hidden,) = _run_proto(inlined, program.adapt_torch_inputs_to_onnx(**kwargs))[:1]
-    np.testing.assert_allclose(hidden, expected.numpy(), rtol=1e-3, atol=1e-4)
+    proto = _export_and_check_against_eager(transformers.BertModel(config), kwargs, "last_hidden_state")
     _assert_one_shared_layer(proto, "transformers.models.bert.modeling_bert.BertLayer")
 
 
@@ -346,15 +342,6 @@ def test_llama_decoder_layers_share_one_definition() -> None:
         vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
     )
-    model = transformers.LlamaForCausalLM(config)
     ids = torch.randint(0, 100, (2, 8))
-    program = export(model, kwargs={"input_ids": ids})
-    proto = program.model_proto
-    onnx.checker.check_model(proto, full_check=True)
-    with torch.no_grad():
-        expected = model.eval()(input_ids=ids).logits
-    torch.testing.assert_close(program(input_ids=ids)["logits"], expected, rtol=1e-3, atol=1e-4)
-    inlined = onnx.inliner.inline_local_functions(proto)
-    (logits,) = _run_proto(inlined, program.adapt_torch_inputs_to_onnx(input_ids=ids))[:1]
-    np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-3, atol=1e-4)
+    proto = _export_and_check_against_eager(transformers.LlamaForCausalLM(config), {"input_ids": ids}, "logits")
     _assert_one_shared_layer(proto, "transformers.models.llama.modeling_llama.LlamaDecoderLayer")
