@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 
 from dispatcher import OnnxRegistry
+from fx2onnx.passes.remove_assertions import ASSERTION_OPS
+
+# Building torch.export's table costs ~0.6 s; it depends only on which operators the
+# registry covers, so it is kept per set of registered names.
+_TABLES: dict[frozenset[str], dict] = {}
 
 
 def _has_exact_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bool:
@@ -18,16 +23,22 @@ def _has_exact_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bo
 def onnx_decomposition_table(registry: OnnxRegistry) -> dict:
     """torch.export's default decompositions minus every operator the registry implements,
     so `aten.linear`, `aten.layer_norm`, `aten.scaled_dot_product_attention`... stay whole."""
-    table = torch.export.default_decompositions()
-    for op in list(table.keys()):
-        if _has_exact_function(registry, op):
-            del table[op]
-    return table
+    key = frozenset(registry.all_registered_ops())
+    table = _TABLES.get(key)
+    if table is None:
+        table = torch.export.default_decompositions()
+        for op in list(table.keys()):
+            if _has_exact_function(registry, op):
+                del table[op]
+        _TABLES[key] = table
+    return table.copy()
 
 
 def _needs_decomposition(program: torch.export.ExportedProgram, table: dict, registry: OnnxRegistry) -> bool:
     for node in program.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if node.target in ASSERTION_OPS:
+                continue  # removed by a later pass, nothing to decompose
             if node.target in table or not registry.is_supported(node.target):
                 return True
     return False

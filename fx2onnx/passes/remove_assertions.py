@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-_ASSERTION_OPS = {
+ASSERTION_OPS = {
     torch.ops.aten._assert_tensor_metadata.default,
     torch.ops.aten._assert_scalar.default,
     torch.ops.aten._assert_async.default,
@@ -23,7 +23,7 @@ def remove_assertions(graph_module: torch.fx.GraphModule) -> int:
     """Erase assertion nodes that nothing uses; returns how many were removed."""
     removed = 0
     for node in list(graph_module.graph.nodes):
-        if node.op == "call_function" and node.target in _ASSERTION_OPS and not node.users:
+        if node.op == "call_function" and node.target in ASSERTION_OPS and not node.users:
             graph_module.graph.erase_node(node)
             removed += 1
     if removed:
