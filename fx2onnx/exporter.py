@@ -169,7 +169,7 @@ def _export(
     if context.has_errors():
         raise _ExportFailed()
 
-    output_adapter, mutation_outputs = _register_outputs(builder, io, flat_outputs)
+    output_adapter, mutation_outputs = _register_outputs(builder, io, flat_outputs, interpreter.output_metas)
     model_ir = builder.build_model(fx2onnx.__version__)
     if options.optimize:
         with timer.stage("optimization"):
@@ -264,7 +264,12 @@ def _report_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: On
 _MUTATION_KINDS = {"buffer_mutation": "buffer", "user_input_mutation": "user_input"}
 
 
-def _register_outputs(builder: GraphBuilder, io: GraphIO, flat_outputs: list[Any]) -> tuple[OutputAdapter, list[MutationOutput]]:
+_SYMBOLIC_SCALARS = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+
+
+def _register_outputs(
+    builder: GraphBuilder, io: GraphIO, flat_outputs: list[Any], output_metas: Sequence[Any] = ()
+) -> tuple[OutputAdapter, list[MutationOutput]]:
     """Make every tensor output a distinct graph output; return the user-facing adapter
     and the outputs that carry new values of mutated inputs and buffers."""
     graph = builder.graph
@@ -289,7 +294,14 @@ def _register_outputs(builder: GraphBuilder, io: GraphIO, flat_outputs: list[Any
             value.name = builder.unique_name(f"{target}")
         used.add(id(value))
         if role == "user":
-            slots.append(OutputSlot(len(graph.outputs), is_complex=isinstance(value, TracedValue) and value.is_complex))
+            meta = output_metas[position] if position < len(output_metas) else None
+            slots.append(
+                OutputSlot(
+                    len(graph.outputs),
+                    is_complex=isinstance(value, TracedValue) and value.is_complex,
+                    python_type=_SYMBOLIC_SCALARS.get(type(meta)),
+                )
+            )
         graph.outputs.append(value)
     return OutputAdapter(io.out_spec, slots), mutations
 

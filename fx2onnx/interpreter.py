@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from diagnostics import Diagnostic, DiagnosticContext, Level, rules
-from dispatcher import DispatchError, OnnxFunctionDispatcher, node_location, node_stack, torch_dtype_to_onnx
+from dispatcher import DispatchError, OnnxFunctionDispatcher, node_location, node_stack, schema_defaults, torch_dtype_to_onnx
 from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.tensor_data import TorchTensorData
@@ -77,6 +77,8 @@ class FxOnnxInterpreter:
         self.env: dict[torch.fx.Node, Any] = {}
         self.graph_module: torch.fx.GraphModule | None = None
         self.outputs: list[Any] = []
+        # FX metadata of each output leaf: sizes (SymInt) go back to the user as Python ints.
+        self.output_metas: list[Any] = []
         # The FXE0008 diagnostic of the node being translated (None below DEBUG verbosity).
         self._node_diagnostic: Diagnostic | None = None
         install_value_arithmetic()
@@ -181,6 +183,9 @@ class FxOnnxInterpreter:
             for key, value in node.kwargs.items()
             if key not in _DROPPED_KWARGS
         }
+        # ATen schema defaults for parameters the ONNX function requires but the node omits
+        defaults = schema_defaults(node.target, function.op_signature, node.args, node.kwargs)
+        kwargs.update((key, self._onnx_arg(value)) for key, value in defaults.items())
         with onnxscript.evaluator.default_as(self.evaluator):
             result = self.evaluator.eval_function(function, args, kwargs)
         return self._finish_outputs(node, result)
@@ -203,6 +208,7 @@ class FxOnnxInterpreter:
     def output(self, node: torch.fx.Node) -> Any:
         flat, _ = torch.utils._pytree.tree_flatten(node.args[0])
         self.outputs = [self.env[arg] if isinstance(arg, torch.fx.Node) else arg for arg in flat]
+        self.output_metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in flat]
         return None
 
     # -- helpers -------------------------------------------------------------------------

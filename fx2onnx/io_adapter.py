@@ -36,6 +36,8 @@ class OutputSlot:
     onnx_index: int | None
     is_complex: bool = False
     constant: Any = None
+    # int/float/bool for outputs that are symbolic sizes in PyTorch (a 0-d tensor in ONNX)
+    python_type: type | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,8 @@ class OutputAdapter:
             value = onnx_outputs[slot.onnx_index]
             if slot.is_complex:
                 value = torch.view_as_complex(value.contiguous())
+            elif slot.python_type is not None:
+                value = slot.python_type(value.item())
             leaves.append(value)
         if self.out_spec is None:
             return leaves[0] if len(leaves) == 1 else leaves

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+import fx2onnx
 from conftest import MLP, make_options
 
 transformers = pytest.importorskip("transformers")
@@ -146,3 +147,16 @@ def test_symbolic_make_fx_graph_keeps_its_symbolic_sizes(export_and_compare):
     dims = input_dims(program.model_proto)
     assert isinstance(dims[0], str) and dims[0].endswith("_dim_0")
     assert_no_torch_symbols(program.model_proto)
+
+
+def test_returned_size_is_a_python_int_at_every_shape(tmp_path):
+    class SizeAndSum(nn.Module):
+        def forward(self, x: torch.Tensor):
+            return x.sum(), x.shape[0] * 2
+
+    program = fx2onnx.dynamo_export(SizeAndSum(), torch.randn(3, 4), export_options=make_options(tmp_path, dynamic_shapes=True))
+    for rows in (3, 7):
+        x = torch.randn(rows, 4)
+        total, doubled = program(x)
+        assert doubled == rows * 2 and type(doubled) is int
+        torch.testing.assert_close(total, x.sum())
