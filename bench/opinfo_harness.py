@@ -61,6 +61,12 @@ def quiet() -> None:
     warnings.filterwarnings("ignore")
     for name in ("torch", "torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir", "fx2onnx"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(4)  # failures are reported per sample
+    except ImportError:
+        pass
 
 
 def op_infos(dtype: torch.dtype, names: list[str] | None = None) -> list[Any]:

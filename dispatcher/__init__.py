@@ -10,10 +10,10 @@ the user's) and the dispatcher that picks one for a node by matching signatures.
 """
 
 from dispatcher._locations import is_tool_frame, node_location, node_stack, stack_location
-from dispatcher._matching import ParameterCheck, SignatureMatch, match_signature, optional_parameters
+from dispatcher._matching import ParameterCheck, SignatureMatch, match_signature, optional_parameters, schema_defaults
 from dispatcher._names import OpName, normalize_qualified_name, qualified_name_of
 from dispatcher._types import torch_dtype_to_onnx
-from dispatcher.dispatcher import DispatchError, OnnxFunctionDispatcher
+from dispatcher.dispatcher import DispatchError, OnnxFunctionDispatcher, is_tuple_constructor
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
 __all__ = [
@@ -31,6 +31,8 @@ __all__ = [
     "node_stack",
     "normalize_qualified_name",
     "optional_parameters",
+    "schema_defaults",
+    "is_tuple_constructor",
     "qualified_name_of",
     "stack_location",
     "torch_dtype_to_onnx",

@@ -167,6 +167,31 @@ def match_signature(
     return SignatureMatch(checks=tuple(checks))
 
 
+def schema_defaults(
+    target: Any, signature: OpSignature | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Defaults from the ATen schema of ``target`` for the parameters that the ONNX
+    signature requires but the call leaves out (``aten::amax(x)`` means ``dim=[]``;
+    torchlib's function has no default for ``dim``)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or signature is None:
+        return {}
+    aten_defaults = {
+        argument.name: argument.default_value
+        for argument in schema.arguments
+        if argument.has_default_value() and argument.default_value is not None
+    }
+    filled: dict[str, Any] = {}
+    for position, param in enumerate(signature.params):
+        if position < len(args) or param.name in kwargs or not _is_required(param):
+            continue
+        if isinstance(param, Parameter) and param.variadic:
+            break
+        if param.name in aten_defaults:
+            filled[param.name] = aten_defaults[param.name]
+    return filled
+
+
 def optional_parameters(function: Any) -> frozenset[str]:
     """Names of the Python function's parameters annotated ``Optional[...]``/``X | None``
     or defaulting to None: the ONNX function accepts None for them."""

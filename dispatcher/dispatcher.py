@@ -29,15 +29,21 @@ import torch.fx
 from diagnostics import Diagnostic, DiagnosticContext, Level, Location, Rule, Stack, rules
 
 from dispatcher._locations import node_stack, stack_location
-from dispatcher._matching import SignatureMatch, clean_kwargs, match_signature, optional_parameters
+from dispatcher._matching import SignatureMatch, clean_kwargs, match_signature, optional_parameters, schema_defaults
 from dispatcher._names import OpName, op_name_of
 from dispatcher._types import is_complex_value
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
-__all__ = ["DispatchError", "OnnxFunctionDispatcher"]
+__all__ = ["DispatchError", "OnnxFunctionDispatcher", "is_tuple_constructor"]
 
 # Handled by the interpreter itself (picks an element of a multi-output node).
 _INTERPRETER_TARGETS = frozenset({operator.getitem})
+
+
+def is_tuple_constructor(target: Any) -> bool:
+    """A named-tuple class (``torch.return_types.var_mean``) called in the graph: it only
+    groups values, so the interpreter builds the tuple itself."""
+    return isinstance(target, type) and issubclass(target, tuple)
 
 
 class DispatchError(RuntimeError):
@@ -163,7 +169,7 @@ class OnnxFunctionDispatcher:
             match = match_signature(
                 function.onnx_function.op_signature,
                 call.args,
-                call.kwargs,
+                call.kwargs_for(function.onnx_function.op_signature),
                 optional=optional_parameters(function.onnx_function),
             )
             results.append((function, match))
@@ -280,7 +286,7 @@ class OnnxFunctionDispatcher:
         """Why :meth:`dispatch` would fail for ``node`` (None when it would not):
         no function registered, none of the right kind (complex or real), or none whose
         signature can bind the node's arguments. Records no diagnostics."""
-        if node.target in _INTERPRETER_TARGETS:
+        if node.target in _INTERPRETER_TARGETS or is_tuple_constructor(node.target):
             return None
         try:
             name = op_name_of(node.target)
@@ -304,7 +310,7 @@ class OnnxFunctionDispatcher:
             match = match_signature(
                 function.onnx_function.op_signature,
                 call.args,
-                call.kwargs,
+                call.kwargs_for(function.onnx_function.op_signature),
                 optional=optional_parameters(function.onnx_function),
             )
             if match.is_candidate:
@@ -364,6 +370,12 @@ class _Call:
                 snippet = snippet if len(snippet) <= 60 else snippet[:57] + "..."
                 text += f" ({snippet})"
         return text
+
+    def kwargs_for(self, signature: Any) -> dict[str, Any]:
+        """The keyword arguments, plus ATen schema defaults for parameters that
+        ``signature`` requires and the node leaves out."""
+        defaults = schema_defaults(self.node.target, signature, self.args, self.kwargs)
+        return {**self.kwargs, **defaults} if defaults else self.kwargs
 
     def has_complex_input(self) -> bool:
         return any(is_complex_value(v) for v in _node_values(self.args + tuple(self.node.kwargs.values())))

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from diagnostics import Diagnostic, DiagnosticContext, Level, rules
-from dispatcher import DispatchError, OnnxFunctionDispatcher, node_location, node_stack, schema_defaults, torch_dtype_to_onnx
+from dispatcher import DispatchError, OnnxFunctionDispatcher, is_tuple_constructor, node_location, node_stack, schema_defaults, torch_dtype_to_onnx
 from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.tensor_data import TorchTensorData
@@ -166,6 +166,9 @@ class FxOnnxInterpreter:
     def call_function(self, node: torch.fx.Node) -> Any:
         if node.target is operator.getitem and isinstance(self.env.get(node.args[0]), (tuple, list)):
             return self.env[node.args[0]][node.args[1]]  # type: ignore[index]
+        if is_tuple_constructor(node.target):
+            items = node.args[0] if len(node.args) == 1 and isinstance(node.args[0], (list, tuple)) else node.args
+            return tuple(self._onnx_arg(item) for item in items)
         registered = self.dispatcher.dispatch_registered(node)
         function = registered.onnx_function
         if self._node_diagnostic is not None:

@@ -56,6 +56,15 @@ def _python_dtype(value: Any) -> ir.DataType:
     raise TypeError(f"Cannot make an ONNX constant of {type(value).__name__} {value!r}")
 
 
+def _is_untyped_param(param: ir.schemas.Parameter) -> bool:
+    """A parameter the Python function left unannotated: it allows tensors, sequences and
+    optionals alike, and its body expects the Python value itself (a str mode, a number)."""
+    allowed = param.type_constraint.allowed_types
+    return any(isinstance(t, ir.SequenceType) for t in allowed) and any(
+        isinstance(t, ir.TensorType) for t in allowed
+    )
+
+
 def _is_sequence_param(param: ir.schemas.Parameter) -> bool:
     allowed = param.type_constraint.allowed_types
     return bool(allowed) and all(isinstance(t, ir.SequenceType) for t in allowed)
@@ -190,6 +199,9 @@ class TracingEvaluator:
         for name, value in binding.inputs.items():
             param = binding.signature.params_map[name]
             if isinstance(value, ir.Value) or value is None:
+                converted[name] = value
+            elif keep_lists and (isinstance(value, str) or _is_untyped_param(param)):
+                # A traced body reads Python values of untyped parameters itself.
                 converted[name] = value
             elif isinstance(value, (list, tuple)) and (keep_lists or param.variadic):
                 if param.variadic and not keep_lists:

@@ -25,6 +25,32 @@ class TracedValue(ir.Value):
         super().__init__(name=name, shape=shape, type=type, const_value=const_value)
         self.is_complex = is_complex
 
+    # Order comparisons and a few more operators inside torchlib bodies record ONNX ops
+    # (onnx_ir gives +, -, *, / and unary -); == stays identity so values remain hashable.
+    def __lt__(self, other, /):
+        return self._get_magic_handler().Less(self, other)
+
+    def __le__(self, other, /):
+        return self._get_magic_handler().LessOrEqual(self, other)
+
+    def __gt__(self, other, /):
+        return self._get_magic_handler().Greater(self, other)
+
+    def __ge__(self, other, /):
+        return self._get_magic_handler().GreaterOrEqual(self, other)
+
+    def __pow__(self, other, /):
+        return self._get_magic_handler().Pow(self, other)
+
+    def __and__(self, other, /):
+        return self._get_magic_handler().And(self, other)
+
+    def __or__(self, other, /):
+        return self._get_magic_handler().Or(self, other)
+
+    def __invert__(self):
+        return self._get_magic_handler().Not(self)
+
     @property
     def rank(self) -> int | None:
         return None if self.shape is None else len(self.shape)
