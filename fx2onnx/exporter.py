@@ -251,9 +251,10 @@ def _report_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: On
             stack=node_stack(node),
             target=name,
             reason=(
-                f"no ONNX function is registered for '{name}' (FX node '{node.name}') and PyTorch "
-                "has no decomposition for it. Register one with OnnxRegistry.register_op and pass "
-                "ExportOptions(onnx_registry=...), or rewrite the model with supported operators."
+                f"{dispatcher.unsupported_reason(node) or 'no ONNX function is registered for ' + repr(name)} "
+                f"(FX node '{node.name}'), and PyTorch has no decomposition for it. Register a function "
+                "with OnnxRegistry.register_op and pass ExportOptions(onnx_registry=...), or rewrite "
+                "the model with supported operators."
             ),
             properties={"fx_node": node.name, "operator": name},
         )
