@@ -8,6 +8,7 @@ apart). Random operators are skipped; `empty*` operators are compared by shape o
     python bench/opinfo_coverage.py --dtype float32 --jobs 2 --json opinfo_float32.json
     python bench/opinfo_coverage.py --dtype complex64 --ops add,mul,abs
     python bench/opinfo_coverage.py --report opinfo_float32.json   # print a saved run again
+    python bench/opinfo_coverage.py --rerun-failing opinfo_float32.json --json after.json
 
 Printed per exporter: operators fully passing (every sample), samples passing, failures
 by category (export, onnxruntime, mismatch, timeout), dtype mismatches; then the
@@ -223,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--op-seconds", type=float, default=400, help="time limit of one operator (the worker is killed)")
     parser.add_argument("--json", default="", help="save per-sample results and the summary here")
     parser.add_argument("--report", default="", help="print the report of a saved --json file and exit")
+    parser.add_argument("--rerun-failing", default="", help="a saved --json run: run again (both exporters) "
+                        "only the operators fx2onnx did not fully pass, and report the merged results")
     parser.add_argument("--log", default="", help="per-operator progress goes here (default: stderr)")
     args = parser.parse_args(argv)
 
@@ -237,11 +240,21 @@ def main(argv: list[str] | None = None) -> int:
     names = [harness.opinfo_name(o) for o in harness.op_infos(dtype, [n for n in args.ops.split(",") if n] or None)]
     if args.limit:
         names = names[: args.limit]
+    base: list[harness.OpResult] = []
+    if args.rerun_failing:
+        with open(args.rerun_failing) as f:
+            base = [harness.OpResult.from_json(r) for r in json.load(f)["results"]]
+        failing = {r.name for r in base if not r.skipped and not r.passed("fx2onnx")}
+        names = [n for n in names if n in failing]
     log = open(args.log, "a") if args.log else sys.stderr
     start = time.time()
     results = run_all(names, args.dtype, max(1, args.jobs), args.samples, args.sample_seconds, args.op_seconds, log)
-    order = {name: i for i, name in enumerate(names)}
-    results.sort(key=lambda r: order.get(r.name, 0))
+    if base:
+        rerun = {r.name: r for r in results}
+        results = [rerun.get(r.name, r) for r in base]
+    else:
+        order = {name: i for i, name in enumerate(names)}
+        results.sort(key=lambda r: order.get(r.name, 0))
     summary = print_report(results, args.dtype)
     print(f"\n{len(names)} operators in {time.time() - start:.0f} s with {args.jobs} job(s).")
     if args.json:
