@@ -1,8 +1,18 @@
-"""Decompose only the operators that no registered ONNX function covers."""
+"""Decompose only the operators that no registered ONNX function covers.
+
+An operator stays whole when the registry has a function for its exact overload
+(`aten.linear`, `aten.layer_norm`, `aten.scaled_dot_product_attention`...). A node on
+complex tensors needs a complex implementation; when only a real one exists, PyTorch's
+decomposition of the operator is used instead (e.g. complex `reshape` becomes `view`,
+which has one).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from torch._decomp import decomposition_table as _torch_decompositions
 
 from dispatcher import OnnxRegistry
 from fx2onnx.passes.remove_assertions import ASSERTION_OPS
@@ -10,6 +20,8 @@ from fx2onnx.passes.remove_assertions import ASSERTION_OPS
 # Building torch.export's table costs ~0.6 s; it depends only on which operators the
 # registry covers, so it is kept per set of registered names.
 _TABLES: dict[frozenset[str], dict] = {}
+# Decompositions may expose further complex operators without a complex implementation.
+_MAX_COMPLEX_ROUNDS = 3
 
 
 def _has_exact_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bool:
@@ -18,6 +30,13 @@ def _has_exact_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bo
     namespace, _, rest = op.name().partition("::")
     name, _, overload = rest.partition(".")
     return registry.is_registered_op(namespace, name, overload or "default")
+
+
+def _has_complex_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bool:
+    for name in registry.candidate_names(op):
+        if any(function.is_complex for function in registry.get_functions(name) or ()):
+            return True
+    return False
 
 
 def onnx_decomposition_table(registry: OnnxRegistry) -> dict:
@@ -34,6 +53,34 @@ def onnx_decomposition_table(registry: OnnxRegistry) -> dict:
     return table.copy()
 
 
+def _decomposition_of(op: torch._ops.OpOverload) -> Callable | None:
+    """PyTorch's decomposition of an operator: its composite kernel, or a registered one."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+        return op.decompose
+    return _torch_decompositions.get(op)
+
+
+def _is_complex_node(node: torch.fx.Node) -> bool:
+    return any(
+        isinstance(arg.meta.get("val"), torch.Tensor) and arg.meta["val"].is_complex()
+        for arg in node.all_input_nodes
+    )
+
+
+def _complex_gaps(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> dict:
+    """Decompositions for complex nodes whose operator has only real implementations."""
+    gaps = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target in gaps or not _is_complex_node(node) or _has_complex_function(registry, node.target):
+            continue
+        decomposition = _decomposition_of(node.target)
+        if decomposition is not None:
+            gaps[node.target] = decomposition
+    return gaps
+
+
 def _needs_decomposition(program: torch.export.ExportedProgram, table: dict, registry: OnnxRegistry) -> bool:
     for node in program.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
@@ -48,6 +95,12 @@ def decompose_unsupported(program: torch.export.ExportedProgram, registry: OnnxR
     """Run decompositions only when some operator needs one; otherwise keep the program
     as it is (no re-trace of the whole graph)."""
     table = onnx_decomposition_table(registry)
-    if not _needs_decomposition(program, table, registry):
-        return program
-    return program.run_decompositions(table)
+    if _needs_decomposition(program, table, registry):
+        program = program.run_decompositions(table)
+    for _ in range(_MAX_COMPLEX_ROUNDS):
+        gaps = _complex_gaps(program, registry)
+        if not gaps:
+            break
+        table.update(gaps)
+        program = program.run_decompositions(table)
+    return program

@@ -71,3 +71,14 @@ class RotaryBuffer(nn.Module):
 
 def test_rotary_with_complex_buffer(export_and_compare):
     export_and_compare(RotaryBuffer(), (torch.randn(2, 6, 8),))
+
+
+def test_complex_operators_without_complex_function_are_decomposed(export_and_compare):
+    """reshape/flatten/resolve_conj have only real torchlib functions; on complex tensors
+    PyTorch's decompositions (view, which has a complex function) are used instead."""
+
+    class ReshapeComplex(torch.nn.Module):
+        def forward(self, z: torch.Tensor) -> torch.Tensor:
+            return z.reshape(-1).flatten().resolve_conj().view(2, -1) * 2
+
+    export_and_compare(ReshapeComplex(), (torch.randn(2, 3, dtype=torch.complex64),))
