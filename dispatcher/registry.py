@@ -1,7 +1,8 @@
 """``OnnxRegistry``: which ONNX functions implement which PyTorch operator.
 
-It starts with torchlib's functions (the ATen library that ships with onnxscript) and
-takes user registrations on top. Every function is stored under the qualified name of
+It starts with torchlib's functions (the ATen library that ships with onnxscript), then
+fx2onnx's complex implementations of operators torchlib has none for
+(:mod:`dispatcher.complex_functions`), and takes user registrations on top. Every function is stored under the qualified name of
 the operator overload it implements, in registration order, so torchlib's come first
 and the user's after them; the dispatcher tries them newest first, so user functions win.
 
@@ -77,6 +78,19 @@ def _torchlib_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
 
 
 @functools.cache
+def _complex_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
+    """fx2onnx's complex implementations of operators that torchlib has none for
+    (:mod:`dispatcher.complex_functions`): defaults, after torchlib's."""
+    from dispatcher.complex_functions import COMPLEX_FUNCTIONS
+
+    return tuple(
+        (key, RegisteredFunction(function, key, is_custom=False, is_complex=True))
+        for names, function in COMPLEX_FUNCTIONS
+        for key in (OpName.parse(name).qualified_name() for name in names)
+    )
+
+
+@functools.cache
 def _torchlib_opset_version() -> int:
     try:
         from onnxscript._framework_apis import torch_2_6
@@ -126,6 +140,8 @@ class OnnxRegistry:
         if self._table is None:
             table: dict[str, list[RegisteredFunction]] = {}
             for key, function in _torchlib_functions():
+                table.setdefault(key, []).append(function)
+            for key, function in _complex_functions():
                 table.setdefault(key, []).append(function)
             self._table = table
         return self._table

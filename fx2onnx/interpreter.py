@@ -19,6 +19,7 @@ import torch.fx
 
 from diagnostics import Diagnostic, DiagnosticContext, Level, rules
 from dispatcher import DispatchError, OnnxFunctionDispatcher, is_tuple_constructor, node_location, node_stack, schema_defaults, torch_dtype_to_onnx
+from dispatcher.complex_functions import COMPLEX_DOMAIN
 from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.tensor_data import TorchTensorData
@@ -178,20 +179,71 @@ class FxOnnxInterpreter:
                 "against the node's argument types (the FXE0014 result of this node says how "
                 "well it matched)."
             )
-        args = [self._onnx_arg(arg) for arg in node.args]
         if _has_complex_input(node):
+            node_args, node_kwargs = node.args, node.kwargs
+            if registered.domain == COMPLEX_DOMAIN:
+                # fx2onnx's complex functions tell a complex target dtype from a real one.
+                node_args, node_kwargs = _map_leaves((node_args, node_kwargs), _complex_dtype_as_onnx)
+            result = self._evaluate(node, function, node_args, node_kwargs, scalars_as_complex=True)
+        elif _has_complex_output(node):
+            result = self._complex_from_real(node, function)
+        else:
+            result = self._evaluate(node, function, node.args, node.kwargs)
+        return self._finish_outputs(node, result)
+
+    def _evaluate(
+        self,
+        node: torch.fx.Node,
+        function: Any,
+        node_args: Sequence[Any],
+        node_kwargs: Mapping[str, Any],
+        scalars_as_complex: bool = False,
+    ) -> Any:
+        """Trace ``function`` on the node's arguments (given apart, they may be edited)."""
+        args = [self._onnx_arg(arg) for arg in node_args]
+        if scalars_as_complex:
             args = _scalars_as_complex(node, args)
         kwargs = {
             key: self._onnx_arg(value)
-            for key, value in node.kwargs.items()
+            for key, value in node_kwargs.items()
             if key not in _DROPPED_KWARGS
         }
         # ATen schema defaults for parameters the ONNX function requires but the node omits
-        defaults = schema_defaults(node.target, function.op_signature, node.args, node.kwargs)
+        defaults = schema_defaults(node.target, function.op_signature, node_args, node_kwargs)
         kwargs.update((key, self._onnx_arg(value)) for key, value in defaults.items())
         with onnxscript.evaluator.default_as(self.evaluator):
-            result = self.evaluator.eval_function(function, args, kwargs)
-        return self._finish_outputs(node, result)
+            return self.evaluator.eval_function(function, args, kwargs)
+
+    def _complex_from_real(self, node: torch.fx.Node, function: Any) -> Any:
+        """A complex result of a node without complex inputs (``full``, ``zeros``,
+        ``linspace``, ``scalar_tensor`` with a complex dtype or fill value).
+
+        The node's real function runs with the component dtype and the real parts of
+        complex numbers; when it does not already give the real form (a trailing dim of
+        2, as ``view_as_complex`` or ``polar`` do) it runs again with the imaginary parts
+        (or the imaginary part is 0) and both are stacked on a new last axis.
+        """
+        meta = node.meta.get("val")
+        real_args, real_kwargs = _map_leaves((node.args, node.kwargs), _real_part)
+        real = self._evaluate(node, function, real_args, real_kwargs)
+        if not isinstance(real, ir.Value) or real.shape is None:
+            return real
+        if len(real.shape) == meta.dim() + 1:
+            return real  # already the real form
+        complex_leaves: list[complex] = []
+        _map_leaves((node.args, node.kwargs), lambda leaf: complex_leaves.append(leaf) if isinstance(leaf, complex) else None)
+        last_axis = self.builder.constant([-1], ir.DataType.INT64)
+        if any(number.imag != 0 for number in complex_leaves):
+            imag_args, imag_kwargs = _map_leaves((node.args, node.kwargs), _imag_part)
+            imag = self._evaluate(node, function, imag_args, imag_kwargs)
+        else:
+            zero = self.builder.constant(0, real.dtype or ir.DataType.FLOAT)
+            (shape,) = self.builder.add_node("", "Shape", [real])
+            (imag,) = self.builder.add_node("", "Expand", [zero, shape])
+        (real_column,) = self.builder.add_node("", "Unsqueeze", [real, last_axis])
+        (imag_column,) = self.builder.add_node("", "Unsqueeze", [imag, last_axis])
+        (pair,) = self.builder.add_node("", "Concat", [real_column, imag_column], [ir.AttrInt64("axis", -1)])
+        return pair
 
     def call_method(self, node: torch.fx.Node) -> Any:
         raise NotImplementedError(
@@ -280,6 +332,48 @@ def _has_complex_input(node: torch.fx.Node) -> bool:
         isinstance(arg.meta.get("val"), torch.Tensor) and arg.meta["val"].is_complex()
         for arg in node.all_input_nodes
     )
+
+
+def _has_complex_output(node: torch.fx.Node) -> bool:
+    meta = node.meta.get("val")
+    return isinstance(meta, torch.Tensor) and meta.is_complex()
+
+
+_COMPLEX_TO_REAL_DTYPE = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
+_COMPLEX_TO_ONNX = {torch.complex64: ir.DataType.COMPLEX64.value, torch.complex128: ir.DataType.COMPLEX128.value}
+
+
+def _map_leaves(tree: Any, function: Callable[[Any], Any]) -> Any:
+    """``tree`` (args and kwargs) with ``function`` applied to every non-node leaf
+    (``function`` returns None to keep a leaf)."""
+    if isinstance(tree, dict):
+        return {key: _map_leaves(value, function) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)) and not isinstance(tree, torch.Size):
+        return type(tree)(_map_leaves(item, function) for item in tree)
+    if isinstance(tree, torch.fx.Node):
+        return tree
+    mapped = function(tree)
+    return tree if mapped is None else mapped
+
+
+def _real_part(leaf: Any) -> Any:
+    if isinstance(leaf, complex):
+        return leaf.real
+    if isinstance(leaf, torch.dtype):
+        return _COMPLEX_TO_REAL_DTYPE.get(leaf)
+    return None
+
+
+def _imag_part(leaf: Any) -> Any:
+    if isinstance(leaf, complex):
+        return leaf.imag
+    if isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
+        return None
+    return _real_part(leaf)
+
+
+def _complex_dtype_as_onnx(leaf: Any) -> Any:
+    return _COMPLEX_TO_ONNX.get(leaf) if isinstance(leaf, torch.dtype) else None
 
 
 def _scalars_as_complex(node: torch.fx.Node, args: list[Any]) -> list[Any]:
