@@ -209,6 +209,15 @@ def complex_squeeze(self: TTensor) -> TTensor:
     return op.Squeeze(self, op.Constant(value_ints=axes))
 
 
+@_complex_op("prims::squeeze")
+def complex_prims_squeeze(a: TTensor, dimensions: Sequence[int]) -> TTensor:
+    rank = _rank(a)
+    axes = sorted({d % rank for d in dimensions}) if rank else []
+    if not axes:
+        return op.Identity(a)
+    return op.Squeeze(a, op.Constant(value_ints=axes))
+
+
 @_complex_op("aten::expand")
 def complex_expand(self: TTensor, size: Sequence[INT64], implicit: bool = False) -> TTensor:
     # -1 keeps a dim in PyTorch; ONNX broadcasting keeps it for 1, hence Abs.
@@ -220,6 +229,24 @@ def complex_where(condition: BOOL, self: TTensor, other: TTensor) -> TTensor:
     return op.Where(op.Unsqueeze(condition, op.Constant(value_ints=[-1])), self, other)
 
 
+def _slice(x, start: int, end: int, axis: int):
+    return op.Slice(x, op.Constant(value_ints=[start]), op.Constant(value_ints=[end]), op.Constant(value_ints=[axis]))
+
+
+def _pad_circular(self, begins: list[int], ends: list[int], axes: list[int]):
+    # Wrap around: the last `begin` entries go before, the first `end` ones after.
+    result = self
+    for begin, end, axis in zip(begins, ends, axes):
+        pieces = []
+        if begin:
+            pieces.append(_slice(result, -begin, 2**62, axis))
+        pieces.append(result)
+        if end:
+            pieces.append(_slice(result, 0, end, axis))
+        result = op.Concat(*pieces, axis=axis) if len(pieces) > 1 else result
+    return result
+
+
 def _pad(self, pad: Sequence[Any], mode: str, value: Any):
     pairs = len(pad) // 2
     # pad = [begin, end] for the last dim, then the one before...; ONNX wants
@@ -229,6 +256,8 @@ def _pad(self, pad: Sequence[Any], mode: str, value: Any):
     ends = [pad[2 * i + 1] for i in range(pairs)]
     pads = _ints([*begins, *ends])
     axes_value = op.Constant(value_ints=axes)
+    if mode == "circular" and all(isinstance(p, int) and p >= 0 for p in pad):
+        return _pad_circular(self, begins, ends, axes)
     if mode != "constant":
         onnx_mode = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
         return op.Pad(self, pads, None, axes_value, mode=onnx_mode)
@@ -347,6 +376,17 @@ def complex_index_put(self: TReal, indices: Sequence[Optional[INT64]], values: T
 @_complex_op("aten::index.Tensor", "aten::_unsafe_index.Tensor")
 def complex_index(self: TTensor, indices: Sequence[Optional[INT64]]) -> TTensor:
     return _torchlib("aten_index")(self, list(indices))
+
+
+@_complex_op("aten::mean")
+def complex_mean(self: TReal, dtype: int = -1) -> TReal:
+    # A 0-d complex tensor is [2] in its real form: it is its own mean.
+    result = self
+    if _rank(self) > 0:
+        result = op.ReduceMean(self, op.Constant(value_ints=list(range(_rank(self)))), keepdims=0)
+    if dtype is not None and dtype != -1:
+        result = op.Cast(result, to=component_dtype(dtype))
+    return op.Identity(result)
 
 
 @_complex_op("aten::resolve_conj", "aten::resolve_neg", "aten::lift_fresh_copy", "aten::alias", "aten::detach")

@@ -142,6 +142,14 @@ def _same_constant(expected: Any, given: Any) -> bool:
     return expected == given
 
 
+def _as_complex(value: torch.Tensor) -> torch.Tensor:
+    """A complex tensor from its real form [..., 2] (an empty one too, whose strides
+    view_as_complex rejects)."""
+    if value.numel() == 0:
+        return torch.complex(value[..., 0], value[..., 1])
+    return torch.view_as_complex(value.contiguous())
+
+
 class OutputAdapter:
     def __init__(self, out_spec: pytree.TreeSpec | None, slots: Sequence[OutputSlot]) -> None:
         self.out_spec = out_spec
@@ -155,7 +163,7 @@ class OutputAdapter:
                 continue
             value = onnx_outputs[slot.onnx_index]
             if slot.is_complex:
-                value = torch.view_as_complex(value.contiguous())
+                value = _as_complex(value)
             elif slot.python_type is not None:
                 value = slot.python_type(value.item())
             leaves.append(value)
