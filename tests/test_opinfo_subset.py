@@ -25,7 +25,15 @@ FLOAT32_OPS = [
     "nn.functional.linear", "nn.functional.relu", "permute", "pow", "rsqrt", "sort",
     "split", "stack", "sum", "topk", "transpose", "where",
 ]
-COMPLEX64_OPS = ["add", "mul", "sub", "neg", "permute", "cat"]
+COMPLEX64_OPS = [
+    "add", "mul", "sub", "neg", "permute", "cat",
+    # fx2onnx's complex implementations (dispatcher/complex_functions.py)
+    "unsqueeze", "expand", "where", "constant_pad_nd", "nn.functional.pad.circular", "index_put",
+    "diagonal", "split_with_sizes", "squeeze", "cumsum", "new_full", "mm", "dot", "log10",
+    "linalg.vector_norm", "var", "zeros_like",
+    # complex results of real inputs, 0-d complex results
+    "full", "zeros", "eye", "linspace", "sum", "mean", "scalar_tensor",
+]
 SAMPLES = 2
 
 
