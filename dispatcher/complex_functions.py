@@ -492,6 +492,15 @@ def complex_mul_scalar(self: TReal, other) -> TReal:
     return _scale(self, other)
 
 
+@_complex_op("aten::div.Scalar", "aten::divide.Scalar", "aten::true_divide.Scalar")
+def complex_div_scalar(self: TReal, other) -> TReal:
+    # z / c = z * (1 / c); a real c divides both parts.
+    number = complex(other)
+    if number.imag == 0:
+        return op.Div(self, _scalar_like(number.real, self))
+    return _scale(self, 1 / number)
+
+
 @_complex_op("aten::cumsum")
 def complex_cumsum(self: TReal, dim: int, dtype: int = -1) -> TReal:
     result = self

@@ -59,6 +59,8 @@ CASES: dict[str, tuple[Callable, Callable[[], tuple]]] = {
     "as_strided": (lambda z: torch.as_strided(z, (2, 2), (1, 2), 1), lambda: (_z(3, 4),)),
     "resolve_conj": (lambda z: z.conj().resolve_conj(), lambda: (_z(3, 4),)),
     "resolve_neg": (lambda z: (z * 2).resolve_neg(), lambda: (_z(3, 4),)),
+    "div_scalar": (lambda z: torch.ops.aten.div.Scalar(z, 2.0), lambda: (_z(3, 4),)),
+    "div_complex_scalar": (lambda z: torch.ops.aten.div.Scalar(z, 1 - 2j), lambda: (_z(3, 4),)),
     "cumsum": (lambda z: torch.cumsum(z, -1), lambda: (_z(3, 4),)),
     "sum_0d": (lambda z: z.sum(), lambda: (_z(),)),
     "mean_0d": (lambda z: z.mean(), lambda: (_z(),)),
