@@ -378,6 +378,20 @@ def complex_index(self: TTensor, indices: Sequence[Optional[INT64]]) -> TTensor:
     return _torchlib("aten_index")(self, list(indices))
 
 
+@_complex_op("aten::sum.dim_IntList")
+def complex_sum_dim(self: TReal, dim: Optional[Sequence[int]] = None, keepdim: bool = False, dtype: int = -1) -> TReal:
+    rank = _rank(self)
+    if isinstance(dim, int):
+        dim = [dim]
+    result = self
+    if rank > 0:
+        axes = list(range(rank)) if not dim else sorted({d % rank for d in dim})
+        result = op.ReduceSum(self, op.Constant(value_ints=axes), keepdims=1 if keepdim else 0)
+    if dtype is not None and dtype != -1:
+        result = op.Cast(result, to=component_dtype(dtype))
+    return op.Identity(result)
+
+
 @_complex_op("aten::mean")
 def complex_mean(self: TReal, dtype: int = -1) -> TReal:
     # A 0-d complex tensor is [2] in its real form: it is its own mean.

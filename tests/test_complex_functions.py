@@ -63,6 +63,8 @@ CASES: dict[str, tuple[Callable, Callable[[], tuple]]] = {
     "div_complex_scalar": (lambda z: torch.ops.aten.div.Scalar(z, 1 - 2j), lambda: (_z(3, 4),)),
     "cumsum": (lambda z: torch.cumsum(z, -1), lambda: (_z(3, 4),)),
     "sum_0d": (lambda z: z.sum(), lambda: (_z(),)),
+    "sum_dim_dtype": (lambda z: torch.sum(z, (0, -1), keepdim=True, dtype=torch.complex128), lambda: (_z(3, 4, 2),)),
+    "sum_dim_0d": (lambda z: torch.sum(z, 0), lambda: (_z(),)),
     "mean_0d": (lambda z: z.mean(), lambda: (_z(),)),
     "mm": (lambda a, b: torch.mm(a, b), lambda: (_z(3, 4), _z(4, 2))),
     "bmm": (lambda a, b: torch.bmm(a, b), lambda: (_z(2, 3, 4), _z(2, 4, 2))),
