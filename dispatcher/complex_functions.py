@@ -258,6 +258,17 @@ def _pad(self, pad: Sequence[Any], mode: str, value: Any):
     axes_value = op.Constant(value_ints=axes)
     if mode == "circular" and all(isinstance(p, int) and p >= 0 for p in pad):
         return _pad_circular(self, begins, ends, axes)
+    if mode == "replicate" and any(isinstance(p, int) and p < 0 for p in pad):
+        # A negative pad crops, yet PyTorch still repeats the edge of the whole input
+        # (output i reads input clamp(i - begin)); onnxruntime's edge mode cannot.
+        shape = list(self.shape)
+        for begin, end, axis in zip(begins, ends, axes):
+            size = shape[axis]
+            if not (isinstance(size, int) and size > 0 and isinstance(begin, int) and isinstance(end, int)):
+                raise NotImplementedError("complex replicate padding with negative pads needs static sizes")
+            positions = [min(max(i - begin, 0), size - 1) for i in range(size + begin + end)]
+            self = op.Gather(self, op.Constant(value_ints=positions), axis=axis)
+        return self
     if mode != "constant":
         onnx_mode = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
         return op.Pad(self, pads, None, axes_value, mode=onnx_mode)

@@ -39,6 +39,7 @@ CASES: dict[str, tuple[Callable, Callable[[], tuple]]] = {
     "constant_pad": (lambda z: torch.nn.functional.pad(z, (1, 2, 0, 1)), lambda: (_z(3, 4),)),
     "constant_pad_complex_value": (lambda z: torch.constant_pad_nd(z, (1, 2), 1 + 2j), lambda: (_z(3, 4),)),
     "reflect_pad": (lambda z: torch.nn.functional.pad(z, (1, 1), mode="reflect"), lambda: (_z(2, 3, 4),)),
+    "replicate_pad_negative": (lambda z: torch.nn.functional.pad(z, (-1, 2, 1, -1), mode="replicate"), lambda: (_z(2, 3, 4),)),
     "circular_pad": (lambda z: torch.nn.functional.pad(z, (1, 2), mode="circular"), lambda: (_z(2, 3, 4),)),
     "mul_scalar": (lambda z: torch.ops.aten.mul.Scalar(z, 2 + 1j), lambda: (_z(3, 4),)),
     "to_complex128": (lambda z: z.to(torch.complex128), lambda: (_z(3),)),
