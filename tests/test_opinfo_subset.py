@@ -30,7 +30,8 @@ COMPLEX64_OPS = [
     # fx2onnx's complex implementations (dispatcher/complex_functions.py)
     "unsqueeze", "expand", "where", "constant_pad_nd", "nn.functional.pad.circular", "index_put",
     "diagonal", "split_with_sizes", "squeeze", "cumsum", "new_full", "mm", "dot", "log10",
-    "linalg.vector_norm", "var", "zeros_like",
+    "linalg.vector_norm", "var", "zeros_like", "trapz", "masked.sum",
+    "nn.functional.pad.replicate_negative",
     # complex results of real inputs, 0-d complex results
     "full", "zeros", "eye", "linspace", "sum", "mean", "scalar_tensor",
 ]
