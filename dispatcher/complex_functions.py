@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript import opset18 as op
 from onnxscript import values as osv
@@ -605,7 +606,7 @@ def complex_linalg_vector_norm(self: TReal, ord=2.0, dim: Optional[Sequence[int]
 
 
 @_complex_op("prims::var")
-def complex_prims_var(inp: TReal, dims: Optional[Sequence[int]], correction: int, output_dtype: Optional[int] = None) -> TReal:
+def complex_prims_var(inp: TReal, dims: Optional[Sequence[int]], correction: float, output_dtype: Optional[int] = None) -> TReal:
     # var(z) = var(real) + var(imag): the mean squared distance |z - mean|^2.
     rank = _rank(inp)
     axes_list = list(range(rank)) if not dims else [d % rank for d in dims]
@@ -622,3 +623,77 @@ def complex_prims_var(inp: TReal, dims: Optional[Sequence[int]], correction: int
     if output_dtype is not None and output_dtype != -1:
         result = op.Cast(result, to=component_dtype(output_dtype))
     return result
+
+
+@_complex_op("aten::gather")
+def complex_gather(self: TTensor, dim: int, index: INT64, sparse_grad: bool = False) -> TTensor:
+    # Each index picks a (real, imag) pair: the index gets the trailing axis too.
+    pairs = op.Expand(
+        op.Unsqueeze(index, op.Constant(value_ints=[-1])),
+        op.Concat(op.Shape(index), op.Constant(value_ints=[2]), axis=0),
+    )
+    return op.GatherElements(self, pairs, axis=_dim(dim))
+
+
+@_complex_op("aten::copy")
+def complex_copy(self: TTensor, src: TTensor, non_blocking: bool = False) -> TTensor:
+    return op.Expand(op.CastLike(src, self), op.Shape(self))
+
+
+@_complex_op("aten::nonzero")
+def complex_nonzero(self: TReal) -> INT64:
+    real, imag = _squeezed_parts(self)
+    zero = _scalar_like(0.0, real)
+    nonzero = op.Or(op.Not(op.Equal(real, zero)), op.Not(op.Equal(imag, zero)))
+    if _rank(self) == 0:
+        # (1, 0) when the number is not 0, else (0, 0)
+        count = op.Reshape(op.Cast(nonzero, to=ir.DataType.INT64.value), op.Constant(value_ints=[1]))
+        empty = op.Constant(value=ir.tensor(np.zeros((1, 0), dtype=np.int64)))
+        return op.Expand(empty, op.Concat(count, op.Constant(value_ints=[0]), axis=0))
+    return op.Transpose(op.NonZero(nonzero), perm=[1, 0])
+
+
+def _equal(a, b):
+    ar, ai = _squeezed_parts(a)
+    br, bi = _squeezed_parts(b)
+    return op.And(op.Equal(ar, br), op.Equal(ai, bi))
+
+
+@_complex_op("prims::eq")
+def complex_prims_eq(self: TReal, other: TReal) -> BOOL:
+    return _equal(self, other)
+
+
+@_complex_op("prims::ne")
+def complex_prims_ne(self: TReal, other: TReal) -> BOOL:
+    return op.Not(_equal(self, other))
+
+
+@_complex_op("prims::neg")
+def complex_prims_neg(self: TReal) -> TReal:
+    return op.Neg(self)
+
+
+@_complex_op("prims::exp")
+def complex_prims_exp(self: TReal) -> TReal:
+    # exp(a + bi) = e^a (cos b + i sin b)
+    real, imag = _squeezed_parts(self)
+    scale = op.Exp(real)
+    return _join_unsqueezed(op.Mul(scale, op.Cos(imag)), op.Mul(scale, op.Sin(imag)))
+
+
+@_complex_op("prims::sum")
+def complex_prims_sum(inp: TReal, dims: Optional[Sequence[int]], output_dtype: Optional[int] = None) -> TReal:
+    return complex_sum_dim.func(inp, dims, False, -1 if output_dtype is None else output_dtype)
+
+
+@_complex_op("prims::div")
+def complex_prims_div(self: TReal, other: TReal) -> TReal:
+    # (a + bi) / (c + di) = ((ac + bd) + (bc - ad)i) / (c^2 + d^2)
+    a, b = _squeezed_parts(self)
+    c, d = _squeezed_parts(other)
+    denominator = op.Add(op.Mul(c, c), op.Mul(d, d))
+    real = op.Div(op.Add(op.Mul(a, c), op.Mul(b, d)), denominator)
+    imag = op.Div(op.Sub(op.Mul(b, c), op.Mul(a, d)), denominator)
+    return _join_unsqueezed(real, imag)
+
