@@ -5,7 +5,9 @@
 - SymInt / SymFloat / SymBool become 0-d INT64 / FLOAT / BOOL tensors.
 
 Symbolic dims get readable names: the `torch.export.Dim` name when the user gave one,
-otherwise `<input>_dim_<i>`; derived sizes are written as expressions of those names.
+otherwise `<input>_dim_<i>`; a data-dependent size (the length of `nonzero`'s result, a
+value read with `.item()`) is named after the FX node that first produces it
+(`nonzero_dim_0`, `item`); derived sizes are written as expressions of those names.
 """
 
 from __future__ import annotations
@@ -32,14 +34,30 @@ class SymbolNamer:
 
     def __init__(self) -> None:
         self._names: dict[sympy.Symbol, str] = {}
+        self._taken: set[str] = set()
 
     def name_symbol(self, size: Any, name: str) -> None:
-        """Name the symbol behind a SymInt size, unless it already has a name."""
+        """Name the symbol behind a SymInt size, unless it already has a name; a name
+        another symbol holds gets a numeric suffix."""
         if not isinstance(size, torch.SymInt):
             return
         expr = size.node.expr
         if isinstance(expr, sympy.Symbol) and expr not in self._names:
-            self._names[expr] = name
+            unique, suffix = name, 1
+            while unique in self._taken:
+                suffix += 1
+                unique = f"{name}_{suffix}"
+            self._names[expr] = unique
+            self._taken.add(unique)
+
+    def name_new_symbols(self, value: Any, base: str) -> None:
+        """Name the symbols a node's result introduces (data-dependent sizes): dim `i` of a
+        tensor becomes `<base>_dim_<i>`, a SymInt becomes `<base>`."""
+        if isinstance(value, torch.Tensor):
+            for index, size in enumerate(value.shape):
+                self.name_symbol(size, f"{base}_dim_{index}")
+        else:
+            self.name_symbol(value, base)
 
     def dim(self, size: Any) -> int | str:
         if isinstance(size, int):

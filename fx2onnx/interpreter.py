@@ -297,6 +297,7 @@ class FxOnnxInterpreter:
                 value = self.builder.constant(value, info.dtype if info else ir.DataType.INT64)
             else:
                 return value
+        self.namer.name_new_symbols(meta, node.name if index is None else f"{node.name}_{index}")
         info = onnx_type_of(meta, self.namer)
         if info is not None and value.producer() is not None and value.const_value is None:
             if _shapes_conflict(value.shape, info.shape):
