@@ -56,6 +56,17 @@ def _has_fake_metadata(graph_module: torch.fx.GraphModule) -> bool:
     return len(modes) == 1
 
 
+def copy_graph_module(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule with its own graph: nodes are copied (their metadata dicts too, the
+    FakeTensors in them shared), weights and sub-modules are shared, not copied."""
+    graph = torch.fx.Graph(tracer_cls=graph_module.graph._tracer_cls)
+    output = graph.graph_copy(graph_module.graph, {})
+    graph.output(output)
+    copy = torch.fx.GraphModule(graph_module, graph, class_name=type(graph_module).__name__)
+    copy.meta.update(graph_module.meta)
+    return copy
+
+
 def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> None:
     """Fill node.meta['val'] of an aten-level GraphModule by running it on FakeTensors."""
     mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
@@ -89,9 +100,10 @@ def capture(
     if isinstance(model, torch.export.ExportedProgram):
         return CapturedModel(model.graph_module, model)
     if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):
-        if not _has_fake_metadata(model):
-            _fake_propagate(model, [*args, *kwargs.values()])
-        return CapturedModel(model, None)
+        graph_module = copy_graph_module(model)  # later stages edit it: not the user's
+        if not _has_fake_metadata(graph_module):
+            _fake_propagate(graph_module, [*args, *kwargs.values()])
+        return CapturedModel(graph_module, None)
     if not isinstance(model, torch.nn.Module):
         if not callable(model):
             raise TypeError(

@@ -20,7 +20,7 @@ import torch.utils._pytree as pytree
 import fx2onnx
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry, node_location, node_stack, qualified_name_of
-from fx2onnx.capture import CaptureError, capture
+from fx2onnx.capture import CaptureError, capture, copy_graph_module
 from fx2onnx.decompose import decompose_unsupported
 from fx2onnx.dynamic_shapes import user_dim_names
 from fx2onnx.errors import OnnxExporterError
@@ -33,6 +33,7 @@ from fx2onnx.module_functions import ModuleFunctionTranslator
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
 from fx2onnx.passes.decompose_nodes import decompose_nodes
+from fx2onnx.passes.effect_tokens import remove_effect_tokens
 from fx2onnx.passes.functionalize import functionalize_graph_module
 from fx2onnx.passes.remove_assertions import remove_assertions
 from fx2onnx.passes.type_promotion import insert_type_promotion
@@ -126,6 +127,9 @@ def _export(
         if program is not None:
             program = run_pass(context, "decompose_unsupported", decompose_unsupported, program, registry)
     graph_module = program.graph_module if program is not None else captured.graph_module
+    if program is model:
+        # The passes below edit the graph in place: never edit the user's program.
+        graph_module = copy_graph_module(graph_module)
     if program is None:
         with timer.stage("passes"):
             graph_module = functionalize_graph_module(graph_module)
@@ -136,6 +140,7 @@ def _export(
     name_input_dims(graph_module, io, namer, _dim_names_by_position(captured.dynamic_shapes_spec, model, args, kwargs, io))
 
     with timer.stage("passes"):
+        run_pass(context, "remove_effect_tokens", remove_effect_tokens, graph_module, io.effect_tokens)
         run_pass(context, "remove_assertions", remove_assertions, graph_module)
         run_pass(context, "decompose_nodes", decompose_nodes, graph_module, registry)
         run_pass(context, "insert_type_promotion", insert_type_promotion, graph_module, context)

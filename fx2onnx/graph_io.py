@@ -29,6 +29,8 @@ class GraphIO:
     # for each FX output leaf: "user", or the kind and target of a mutation output
     output_roles: list[tuple[str, str | None]] = field(default_factory=list)
     specialized_scalars: list[tuple[str, Any]] = field(default_factory=list)
+    # placeholders of torch.export's effect tokens: no ONNX inputs (see passes/effect_tokens)
+    effect_tokens: set[str] = field(default_factory=set)
 
 
 def _placeholders(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
@@ -58,6 +60,8 @@ def describe_exported_program(program: torch.export.ExportedProgram) -> GraphIO:
             if tensor is None:
                 tensor = program.constants[target]
             io.lifted_tensors[node.name] = (target, tensor)
+        elif spec.kind == InputKind.TOKEN:
+            io.effect_tokens.add(node.name)
         else:
             raise NotImplementedError(
                 f"Graph input '{node.name}' of kind {spec.kind.name} is not supported yet."

@@ -1,5 +1,5 @@
-"""Remove runtime assertion nodes: they check tensor metadata or symbolic ranges in
-PyTorch and have no meaning in a static ONNX graph."""
+"""Remove runtime assertion nodes: they check tensor metadata, symbolic ranges or the
+success of a linear-algebra routine in PyTorch and have no meaning in a static ONNX graph."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ ASSERTION_OPS = {
     torch.ops.aten._functional_assert_async.msg,
     torch.ops.aten._functional_sym_constrain_range.default,
     torch.ops.aten._functional_sym_constrain_range_for_size.default,
+    torch.ops.aten._linalg_check_errors.default,  # raises on singular input in PyTorch
 }
 
 

@@ -1,0 +1,67 @@
+"""Unwrap side-effect ordering: `with_effects(token, op, *args)` becomes a plain call of `op`.
+
+torch.export threads an effect token through operators that have side effects (runtime
+checks such as `_linalg_check_errors`, custom operators registered with effects) so that
+PyTorch keeps their order. ONNX graphs have no side effects to order: each wrapped
+operator becomes an ordinary node, dispatched like any other (or reported by name when it
+has no ONNX function), and the token placeholders and outputs disappear.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection
+
+import torch
+import torch.fx
+
+_WITH_EFFECTS = torch.ops.higher_order.with_effects
+
+
+def remove_effect_tokens(graph_module: torch.fx.GraphModule, token_names: Collection[str]) -> int:
+    """Unwrap every `with_effects` node and drop the token placeholders (named in the
+    graph signature); returns how many nodes were unwrapped. Token outputs become None:
+    they are not graph outputs."""
+    graph = graph_module.graph
+    unwrapped = 0
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is _WITH_EFFECTS:
+            _unwrap(graph, node)
+            unwrapped += 1
+    tokens = [node for node in graph.nodes if node.op == "placeholder" and node.name in token_names]
+    if not tokens and not unwrapped:
+        return 0
+    output = next(node for node in reversed(graph.nodes) if node.op == "output")
+    token_set = set(tokens)
+    output.args = torch.fx.node.map_arg(output.args, lambda arg: None if arg in token_set else arg)
+    for token in tokens:
+        if not token.users:
+            graph.erase_node(token)
+    graph_module.recompile()
+    return unwrapped
+
+
+def _unwrap(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    token, op, *op_args = node.args
+    with graph.inserting_before(node):
+        call = graph.call_function(op, tuple(op_args), dict(node.kwargs))
+    call.meta = dict(node.meta)
+    results = node.meta.get("val")
+    # with_effects returns (token, result) or (token, *results)
+    if isinstance(results, (tuple, list)):
+        results = results[1:]
+        call.meta["val"] = results[0] if len(results) == 1 else tuple(results)
+    for user in list(node.users):
+        if user.op == "call_function" and user.target is operator.getitem:
+            index = user.args[1]
+            if index == 0:
+                user.replace_all_uses_with(token)
+            elif isinstance(results, (tuple, list)) and len(results) == 1:
+                user.replace_all_uses_with(call)
+            else:
+                user.args = (call, index - 1)
+                continue
+            graph.erase_node(user)
+    if not node.users:
+        graph.erase_node(node)
+
