@@ -102,8 +102,8 @@ class DiagnosticContext:
     ) -> Iterator[Diagnostic]:
         """Record a diagnostic for a unit of work; an exception inside makes it an error.
 
-        The exception's traceback goes into the diagnostic's log and the exception
-        propagates unchanged.
+        The message then ends with the exception's type and first line, its traceback
+        goes into the diagnostic's log, and the exception propagates unchanged.
         """
         diagnostic = self.record(
             rule, level, message, location=location, stack=stack,
@@ -112,6 +112,7 @@ class DiagnosticContext:
         try:
             yield diagnostic
         except Exception as exc:
+            diagnostic.message = f"{diagnostic.message} Failed: {_exception_line(exc)}"
             diagnostic.log_source_exception(exc)
             diagnostic.level = Level.ERROR
             raise
@@ -157,3 +158,9 @@ class DiagnosticContext:
         logger.log(
             diagnostic.level.logging_level, "[%s] %s", diagnostic.rule.id, diagnostic.message
         )
+
+
+def _exception_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, for a one-line summary of an exception."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

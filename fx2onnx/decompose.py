@@ -9,7 +9,9 @@ which has one).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._decomp import decomposition_table as _torch_decompositions
@@ -53,11 +55,23 @@ def onnx_decomposition_table(registry: OnnxRegistry) -> dict:
     return table.copy()
 
 
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
 def _decomposition_of(op: torch._ops.OpOverload) -> Callable | None:
     """PyTorch's decomposition of an operator: its composite kernel, or a registered one."""
     if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
-        return op.decompose
+        python_kernel = op.py_kernels.get(_COMPOSITE)
+        if callable(python_kernel) and not isinstance(python_kernel, torch._C.DispatchKey):
+            return python_kernel
+        return functools.partial(_run_composite_kernel, op)
     return _torch_decompositions.get(op)
+
+
+def _run_composite_kernel(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    # Not `op.decompose`: run_decompositions installs table entries as the Python kernel of
+    # this very key, so decompose would call this entry again and recurse forever.
+    return op._op_dk(_COMPOSITE, *args, **kwargs)
 
 
 def _is_complex_node(node: torch.fx.Node) -> bool:

@@ -123,6 +123,9 @@ def test_scope_turns_an_exception_into_an_error_with_its_traceback() -> None:
             raise KeyError("no such value")
     assert ctx.errors() == [diag]
     assert isinstance(diag.source_exception, KeyError)
+    # the message states the cause, not only what was being done
+    assert diag.message.endswith("Failed: KeyError: 'no such value'")
+    assert "getitem_3" in diag.message
     markdown = diag.markdown()
     assert "about to fail" in markdown
     assert "## Exception log" in markdown and "KeyError: 'no such value'" in markdown

@@ -82,3 +82,18 @@ def test_complex_operators_without_complex_function_are_decomposed(export_and_co
             return z.reshape(-1).flatten().resolve_conj().view(2, -1) * 2
 
     export_and_compare(ReshapeComplex(), (torch.randn(2, 3, dtype=torch.complex64),))
+
+
+class CompositeOnComplex(torch.nn.Module):
+    """einsum, tensordot and hstack have no complex function; their only decomposition is
+    PyTorch's composite kernel, which must be run without recursing into the table."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        product = torch.einsum("ij,jk->ik", a, b)
+        return torch.hstack([product, torch.tensordot(a, b, dims=1)])
+
+
+def test_composite_operators_on_complex_tensors(export_and_compare):
+    a = torch.randn(2, 3, dtype=torch.complex64)
+    b = torch.randn(3, 4, dtype=torch.complex64)
+    export_and_compare(CompositeOnComplex(), (a, b))
