@@ -229,17 +229,8 @@ class TracingEvaluator:
                 f"Cannot build ONNX node {op.domain or 'ai.onnx'}::{op.name} from "
                 f"args={args!r} kwargs={kwargs!r}: {error}"
             ) from error
-        flat_inputs: list[ir.Value | None] = []
-        for param in signature.params:
-            if isinstance(param, ir.schemas.Parameter):
-                value = inputs.get(param.name)
-                if param.variadic:
-                    flat_inputs.extend(value or [])
-                else:
-                    flat_inputs.append(value)
-        attributes = [
-            attr for attr in ir.convenience.convert_attributes(binding.attributes) if attr.value is not None
-        ]
+        flat_inputs = _inputs_in_signature_order(signature, inputs)
+        attributes = _node_attributes(binding.attributes)
         num_outputs = _number_of_outputs(signature, binding.attributes)
         outputs = self.builder.add_node(
             op.domain, op.name, flat_inputs, attributes, num_outputs, version=_op_version(op)
@@ -271,23 +262,14 @@ class TracingEvaluator:
 
     def _call_local_function(self, function: osv.OnnxFunction, binding: _Binding):
         inputs = self._convert_inputs(binding, keep_lists=False)
-        flat_inputs: list[ir.Value | None] = []
-        for param in binding.signature.params:
-            if isinstance(param, ir.schemas.Parameter):
-                value = inputs.get(param.name)
-                if param.variadic:
-                    flat_inputs.extend(value or [])
-                else:
-                    flat_inputs.append(value)
+        flat_inputs = _inputs_in_signature_order(binding.signature, inputs)
         for callee in [function, *function.function_ir.get_called_functions().values()]:
             proto = callee.to_function_proto()
             proto.domain = _function_domain(callee)
             identifier = (proto.domain, proto.name, "")
             if identifier not in self.builder.functions:
                 self.builder.add_function(ir.serde.deserialize_function(proto))
-        attributes = [
-            attr for attr in ir.convenience.convert_attributes(binding.attributes) if attr.value is not None
-        ]
+        attributes = _node_attributes(binding.attributes)
         outputs = self.builder.add_node(
             _function_domain(function),
             function.name,
@@ -296,6 +278,24 @@ class TracingEvaluator:
             num_outputs=len(binding.signature.outputs),
         )
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _inputs_in_signature_order(signature: ir.schemas.OpSignature, inputs: Mapping[str, Any]) -> list[ir.Value | None]:
+    """The node's inputs in parameter order; a variadic parameter contributes all its values."""
+    flat: list[ir.Value | None] = []
+    for param in signature.params:
+        if isinstance(param, ir.schemas.Parameter):
+            value = inputs.get(param.name)
+            if param.variadic:
+                flat.extend(value or [])
+            else:
+                flat.append(value)
+    return flat
+
+
+def _node_attributes(values: Mapping[str, Any]) -> list[ir.Attr]:
+    """Attributes of a node; those given as None are left out (the op's default holds)."""
+    return [attr for attr in ir.convenience.convert_attributes(dict(values)) if attr.value is not None]
 
 
 # ONNX Script functions written without a domain would land in the standard domain "",
