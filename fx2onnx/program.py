@@ -124,10 +124,11 @@ class ONNXProgram:
 
             options = ort.SessionOptions()
             options.log_severity_level = 3
-            proto = self.model_proto
-            if proto.ByteSize() < _PROTOBUF_LIMIT:
+            # Decided from the weights, before serializing: a model too large for one
+            # protobuf is never copied into one, it goes to a file with external data.
+            if _initializer_bytes(self._require_model()) < _PROTOBUF_LIMIT:
                 self._session = ort.InferenceSession(
-                    proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                    self.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
                 )
             else:
                 with tempfile.TemporaryDirectory() as folder:

@@ -97,6 +97,21 @@ def test_save_with_external_data(program, inputs, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".sarif")) == ["m.onnx", "m.onnx.data"]
 
 
+def test_weights_over_the_protobuf_limit_go_to_external_data(program, inputs, tmp_path, monkeypatch):
+    """The 2 GB rule, with the limit lowered so that this small model crosses it: save()
+    writes a data file unasked, and running the program loads it from a file."""
+    import fx2onnx.program
+
+    expected = program(*inputs)["y"]
+    program.release()
+    monkeypatch.setattr(fx2onnx.program, "_PROTOBUF_LIMIT", 64)
+    monkeypatch.setattr(type(program), "model_proto", property(lambda self: pytest.fail("serialized whole")))
+    program.save(tmp_path / "big.onnx")
+    assert (tmp_path / "big.onnx.data").stat().st_size > 0
+    torch.testing.assert_close(program(*inputs)["y"], expected)
+    onnx.checker.check_model(str(tmp_path / "big.onnx"), full_check=True)
+
+
 def test_save_into_new_folder_and_overwrite(program, tmp_path):
     path = tmp_path / "nested" / "folder" / "m.onnx"
     program.save(path)
