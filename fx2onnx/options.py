@@ -66,4 +66,3 @@ class ExportOptions:
     failure_report_path: str | os.PathLike | None = DEFAULT_REPORT_PATH
     optimize: bool = False
     module_functions: bool | ModuleFunctionOptions = True
-    fake_context: Any = None
