@@ -60,8 +60,10 @@ def copy_graph_module(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModul
     """A GraphModule with its own graph: nodes are copied (their metadata dicts too, the
     FakeTensors in them shared), weights and sub-modules are shared, not copied."""
     graph = torch.fx.Graph(tracer_cls=graph_module.graph._tracer_cls)
-    output = graph.graph_copy(graph_module.graph, {})
-    graph.output(output)
+    graph._codegen = graph_module.graph._codegen  # e.g. torch.export's pytree signature
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in graph_module.graph.nodes:  # the output node too, with its metadata
+        copies[node] = graph.node_copy(node, lambda original: copies[original])
     copy = torch.fx.GraphModule(graph_module, graph, class_name=type(graph_module).__name__)
     copy.meta.update(graph_module.meta)
     return copy

@@ -64,4 +64,3 @@ def _unwrap(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
             graph.erase_node(user)
     if not node.users:
         graph.erase_node(node)
-
