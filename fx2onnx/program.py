@@ -143,8 +143,11 @@ class ONNXProgram:
         names = [i.name for i in session.get_inputs()]
         if len(names) != len(onnx_inputs):
             raise ValueError(f"The ONNX model takes {len(names)} inputs, {len(onnx_inputs)} were given.")
-        feed = {name: _to_numpy(tensor) for name, tensor in zip(names, onnx_inputs)}
-        return [torch.from_numpy(np.asarray(result)) for result in session.run(None, feed)]
+        tensors = [tensor.detach().cpu().contiguous() for tensor in onnx_inputs]
+        if not _uses_bfloat16(session, tensors):
+            feed = {name: tensor.numpy() for name, tensor in zip(names, tensors)}
+            return [torch.from_numpy(np.asarray(result)) for result in session.run(None, feed)]
+        return _run_through_dlpack(session, names, tensors)
 
     def __call__(
         self, *args: Any, write_back: bool = False, module: torch.nn.Module | None = None, **kwargs: Any
@@ -194,13 +197,27 @@ class ONNXProgram:
         self._session = None
 
 
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        import ml_dtypes
+def _uses_bfloat16(session: Any, tensors: Sequence[torch.Tensor]) -> bool:
+    return any(t.dtype == torch.bfloat16 for t in tensors) or any(
+        output.type == "tensor(bfloat16)" for output in session.get_outputs()
+    )
 
-        return tensor.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
-    return tensor.numpy()
+
+def _run_through_dlpack(session: Any, names: Sequence[str], tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run with tensors exchanged through DLPack: bfloat16 has no numpy type."""
+    import onnxruntime as ort
+
+    if not hasattr(ort.OrtValue, "from_dlpack"):
+        raise RuntimeError(
+            f"bfloat16 inputs or outputs need an onnxruntime with DLPack support (this is "
+            f"{ort.__version__}): pip install --upgrade onnxruntime"
+        )
+    feed = {name: ort.OrtValue.from_dlpack(tensor) for name, tensor in zip(names, tensors)}
+    results = session.run_with_ort_values(None, feed)
+    return [
+        torch.from_dlpack(value).clone() if value.data_type() == "tensor(bfloat16)" else torch.from_numpy(value.numpy())
+        for value in results
+    ]
 
 
 __all__ = ["ONNXProgram"]

@@ -127,8 +127,15 @@ class _Binding:
             self.inputs[param.name] = value
 
     def type_binding(self) -> dict[str, ir.DataType]:
-        """Which dtype each type constraint takes, from the inputs that are graph values."""
+        """Which dtype each type constraint takes, from the inputs that are graph values.
+
+        A constraint that only Python numbers of different kinds meet (`where(c, 0, -inf)`)
+        takes their common kind, as Python promotes them (bool < int < float), so that
+        one node never receives an int64 and a float constant for the same type.
+        """
         binding: dict[str, ir.DataType] = {}
+        numbers: dict[str, list[bool | int | float]] = {}
+        allowed: dict[str, Any] = {}
         for name, value in self.inputs.items():
             param = self.signature.params_map[name]
             constraint = param.type_constraint.name
@@ -139,6 +146,15 @@ class _Binding:
                     if isinstance(item, ir.Value) and item.dtype is not None:
                         binding.setdefault(constraint, item.dtype)
                         break
+            elif isinstance(value, (bool, int, float)):
+                numbers.setdefault(constraint, []).append(value)
+                allowed[constraint] = param.type_constraint.allowed_types
+        for constraint, values in numbers.items():
+            if constraint in binding or len({_number_rank(v) for v in values}) < 2:
+                continue
+            common = _python_dtype(max(values, key=_number_rank))
+            if ir.TensorType(common) in allowed[constraint]:
+                binding[constraint] = common
         return binding
 
 
@@ -278,6 +294,11 @@ class TracingEvaluator:
             num_outputs=len(binding.signature.outputs),
         )
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _number_rank(value: bool | int | float) -> int:
+    """Python's promotion order of numbers: bool < int < float."""
+    return 0 if isinstance(value, bool) else 1 if isinstance(value, int) else 2
 
 
 def _inputs_in_signature_order(signature: ir.schemas.OpSignature, inputs: Mapping[str, Any]) -> list[ir.Value | None]:

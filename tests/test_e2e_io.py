@@ -100,3 +100,28 @@ def test_int_and_bool_scalars_are_specialized(tmp_path):
     assert_outputs_close(program(x, 2, True), x.repeat(2, 1))
     with pytest.raises(fx2onnx.UnsupportedInputError, match="flag"):
         program(x, 2, False)
+
+
+class BFloat16InAndOut(nn.Module):
+    def forward(self, half: torch.Tensor, x: torch.Tensor):
+        return half.float() * x, x.bfloat16()
+
+
+def test_bfloat16_inputs_and_outputs_cross_onnxruntime(export_and_compare):
+    """numpy has no bfloat16: such tensors reach onnxruntime and come back through DLPack."""
+    half = torch.randn(2, 3).bfloat16()
+    program = export_and_compare(BFloat16InAndOut(), (half, torch.randn(2, 3)))
+    product, converted = program(half, torch.ones(2, 3))
+    assert converted.dtype == torch.bfloat16
+    torch.testing.assert_close(product, half.float())
+
+
+class MixedPythonNumbers(nn.Module):
+    def forward(self, x: torch.Tensor):
+        # one op, two Python numbers of different kinds for the same ONNX type
+        return torch.where(x > 0, 0, float("-inf")), torch.special.entr(x)
+
+
+def test_python_numbers_of_mixed_kinds_share_one_type(export_and_compare):
+    x = torch.tensor([[-1.0, 0.0, 0.5], [2.0, 1.0, -0.25]])
+    export_and_compare(MixedPythonNumbers(), (x,))
