@@ -24,6 +24,7 @@ FLOAT32_OPS = [
     "nn.functional.conv2d", "nn.functional.gelu", "nn.functional.layer_norm",
     "nn.functional.linear", "nn.functional.relu", "permute", "pow", "rsqrt", "sort",
     "split", "stack", "sum", "topk", "transpose", "where",
+    "bfloat16", "special.entr",  # bfloat16 through DLPack; mixed Python numbers in one op
 ]
 COMPLEX64_OPS = [
     "add", "mul", "sub", "neg", "permute", "cat",
@@ -34,6 +35,8 @@ COMPLEX64_OPS = [
     "nn.functional.pad.replicate_negative",
     # complex results of real inputs, 0-d complex results
     "full", "zeros", "eye", "linspace", "sum", "mean", "scalar_tensor",
+    # decomposed through PyTorch's composite kernels
+    "einsum", "tensordot", "hstack", "trace",
 ]
 SAMPLES = 2
 
