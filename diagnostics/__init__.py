@@ -11,7 +11,7 @@ Pure standard library: it knows nothing of torch or ONNX and can be used on its 
 
 from diagnostics import rules
 from diagnostics.context import DiagnosticContext
-from diagnostics.diagnostic import Diagnostic
+from diagnostics.diagnostic import Diagnostic, exception_summary
 from diagnostics.levels import Level
 from diagnostics.locations import Location, Stack
 from diagnostics.options import DiagnosticOptions
@@ -25,5 +25,6 @@ __all__ = [
     "Location",
     "Rule",
     "Stack",
+    "exception_summary",
     "rules",
 ]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from diagnostics import files, sarif, summary
-from diagnostics.diagnostic import Diagnostic
+from diagnostics.diagnostic import Diagnostic, exception_summary
 from diagnostics.levels import Level
 from diagnostics.locations import Location, Stack
 from diagnostics.markdown_log import MarkdownLog
@@ -112,7 +112,7 @@ class DiagnosticContext:
         try:
             yield diagnostic
         except Exception as exc:
-            diagnostic.message = f"{diagnostic.message} Failed: {_exception_line(exc)}"
+            diagnostic.message = f"{diagnostic.message} Failed: {exception_summary(exc)}"
             diagnostic.log_source_exception(exc)
             diagnostic.level = Level.ERROR
             raise
@@ -159,8 +159,3 @@ class DiagnosticContext:
             diagnostic.level.logging_level, "[%s] %s", diagnostic.rule.id, diagnostic.message
         )
 
-
-def _exception_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, for a one-line summary of an exception."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -72,3 +72,9 @@ class Diagnostic:
     @property
     def is_error(self) -> bool:
         return self.level >= Level.ERROR
+
+
+def exception_summary(exc: BaseException) -> str:
+    """`Type: first line of the message`: an exception in one line, for messages."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else '(no message)'}"

@@ -11,7 +11,7 @@ import torch
 import torch.fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from diagnostics import DiagnosticContext, Level, Stack, rules
+from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
 from dispatcher import stack_location
 from fx2onnx.dynamic_shapes import DynamicShapesOption, torch_export_spec
 
@@ -86,7 +86,7 @@ def _record_capture_failure(context: DiagnosticContext, error: BaseException) ->
         Level.ERROR,
         location=location,
         stack=stack,
-        reason=f"{type(error).__name__}: {_first_line(error)} Hint: {capture_hint(error)}",
+        reason=f"{exception_summary(error)} Hint: {capture_hint(error)}",
     )
     diagnostic.log_source_exception(error)
 
@@ -129,8 +129,8 @@ def capture(
     _record_capture_failure(context, errors[0])
     raise CaptureError(
         "torch.export could not capture the model.\n"
-        f"  non-strict: {type(errors[0]).__name__}: {_first_line(errors[0])}\n"
-        f"  strict:     {type(errors[-1]).__name__}: {_first_line(errors[-1])}\n"
+        f"  non-strict: {exception_summary(errors[0])}\n"
+        f"  strict:     {exception_summary(errors[-1])}\n"
         "Data-dependent control flow must be written with torch.cond, and values read with .item() "
         "cannot decide Python branches; see the SARIF report for the line in your code."
     ) from errors[0]
@@ -163,10 +163,6 @@ def capture_hint(error: BaseException) -> str:
         "no untraceable calls); the log of this result holds the full traceback."
     )
 
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else "(no message)"
 
 
 class _CallableModule(torch.nn.Module):

@@ -62,7 +62,7 @@ def _decomposition_of(op: torch._ops.OpOverload) -> Callable | None:
     """PyTorch's decomposition of an operator: its composite kernel, or a registered one."""
     if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
         python_kernel = op.py_kernels.get(_COMPOSITE)
-        if callable(python_kernel) and not isinstance(python_kernel, torch._C.DispatchKey):
+        if callable(python_kernel):  # a Python decomposition (a DispatchKey entry is not callable)
             return python_kernel
         return functools.partial(_run_composite_kernel, op)
     return _torch_decompositions.get(op)

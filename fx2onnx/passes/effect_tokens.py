@@ -46,17 +46,17 @@ def _unwrap(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     with graph.inserting_before(node):
         call = graph.call_function(op, tuple(op_args), dict(node.kwargs))
     call.meta = dict(node.meta)
-    results = node.meta.get("val")
     # with_effects returns (token, result) or (token, *results)
-    if isinstance(results, (tuple, list)):
-        results = results[1:]
-        call.meta["val"] = results[0] if len(results) == 1 else tuple(results)
+    results = tuple(node.meta.get("val") or ())[1:]
+    single_result = len(results) == 1
+    if results:
+        call.meta["val"] = results[0] if single_result else results
     for user in list(node.users):
         if user.op == "call_function" and user.target is operator.getitem:
             index = user.args[1]
             if index == 0:
                 user.replace_all_uses_with(token)
-            elif isinstance(results, (tuple, list)) and len(results) == 1:
+            elif single_result:
                 user.replace_all_uses_with(call)
             else:
                 user.args = (call, index - 1)
