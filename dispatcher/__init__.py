@@ -10,14 +10,16 @@ the user's) and the dispatcher that picks one for a node by matching signatures.
 """
 
 from dispatcher._locations import is_tool_frame, node_location, node_stack, stack_location
-from dispatcher._matching import ParameterCheck, SignatureMatch, match_signature, optional_parameters, schema_defaults
+from dispatcher._matching import DROPPED_KWARGS, ParameterCheck, SignatureMatch, match_signature, optional_parameters, schema_defaults
 from dispatcher._names import OpName, normalize_qualified_name, qualified_name_of
 from dispatcher._types import torch_dtype_to_onnx
-from dispatcher.dispatcher import DispatchError, OnnxFunctionDispatcher, is_tuple_constructor
+from dispatcher.dispatcher import DispatchError, NodeRoute, OnnxFunctionDispatcher, is_tuple_constructor, node_route
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
 __all__ = [
+    "DROPPED_KWARGS",
     "DispatchError",
+    "NodeRoute",
     "OnnxFunctionDispatcher",
     "OnnxRegistry",
     "OnnxScriptFunction",
@@ -28,6 +30,7 @@ __all__ = [
     "is_tool_frame",
     "match_signature",
     "node_location",
+    "node_route",
     "node_stack",
     "normalize_qualified_name",
     "optional_parameters",

@@ -43,7 +43,7 @@ from dispatcher import _types
 
 # Keyword arguments of ATen operators that say nothing ONNX can use.
 DROPPED_KWARGS = frozenset(
-    {"layout", "device", "requires_grad", "pin_memory", "memory_format", "implicit"}
+    {"layout", "device", "requires_grad", "pin_memory", "memory_format", "implicit", "non_blocking"}
 )
 
 # Objects that torchlib declares as STRING attributes (``device: str = ""``).

@@ -18,6 +18,7 @@ raises :class:`DispatchError`.
 
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 import operator
@@ -34,16 +35,34 @@ from dispatcher._names import OpName, op_name_of
 from dispatcher._types import is_complex_value
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
-__all__ = ["DispatchError", "OnnxFunctionDispatcher", "is_tuple_constructor"]
+__all__ = ["DispatchError", "NodeRoute", "OnnxFunctionDispatcher", "is_tuple_constructor", "node_route"]
 
-# Handled by the interpreter itself (picks an element of a multi-output node).
-_INTERPRETER_TARGETS = frozenset({operator.getitem})
+
+class NodeRoute(enum.Enum):
+    """Who translates a ``call_function`` node."""
+
+    ONNX_FUNCTION = "onnx_function"  # the dispatcher picks a registered ONNX function
+    GETITEM = "getitem"  # the interpreter picks an element of a multi-output node
+    TUPLE = "tuple"  # the interpreter groups values (named-tuple constructors)
+    HIGHER_ORDER = "higher_order"  # control flow (cond, while_loop, scan, map): subgraphs
 
 
 def is_tuple_constructor(target: Any) -> bool:
     """A named-tuple class (``torch.return_types.var_mean``) called in the graph: it only
     groups values, so the interpreter builds the tuple itself."""
     return isinstance(target, type) and issubclass(target, tuple)
+
+
+def node_route(target: Any) -> NodeRoute:
+    """The one decision of who translates a call of ``target``: both the analysis of
+    unsupported nodes and the interpreter ask here."""
+    if target is operator.getitem:
+        return NodeRoute.GETITEM
+    if is_tuple_constructor(target):
+        return NodeRoute.TUPLE
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return NodeRoute.HIGHER_ORDER
+    return NodeRoute.ONNX_FUNCTION
 
 
 class DispatchError(RuntimeError):
@@ -275,7 +294,8 @@ class OnnxFunctionDispatcher:
     def unsupported_nodes(self, graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
         """Every call_function node, in this graph and in the GraphModules it calls,
         that no registered ONNX function can translate (see :meth:`unsupported_reason`);
-        ``operator.getitem`` is left to the interpreter. Records no diagnostics."""
+        nodes that :func:`node_route` gives to the interpreter are left out. Records no
+        diagnostics."""
         return [
             node
             for node in _call_function_nodes(graph_module, set())
@@ -286,8 +306,8 @@ class OnnxFunctionDispatcher:
         """Why :meth:`dispatch` would fail for ``node`` (None when it would not):
         no function registered, none of the right kind (complex or real), or none whose
         signature can bind the node's arguments. Records no diagnostics."""
-        if node.target in _INTERPRETER_TARGETS or is_tuple_constructor(node.target):
-            return None
+        if node_route(node.target) is not NodeRoute.ONNX_FUNCTION:
+            return None  # not the dispatcher's to judge
         try:
             name = op_name_of(node.target)
         except ValueError as exc:

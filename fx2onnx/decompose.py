@@ -17,7 +17,7 @@ import torch
 from torch._decomp import decomposition_table as _torch_decompositions
 
 from dispatcher import OnnxRegistry
-from fx2onnx.passes.remove_assertions import ASSERTION_OPS
+from fx2onnx.private_ops import assertion_ops
 
 # Building torch.export's table costs ~0.6 s; it depends only on which operators the
 # registry covers, so it is kept per set of registered names.
@@ -98,7 +98,7 @@ def _complex_gaps(program: torch.export.ExportedProgram, registry: OnnxRegistry)
 def _needs_decomposition(program: torch.export.ExportedProgram, table: dict, registry: OnnxRegistry) -> bool:
     for node in program.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            if node.target in ASSERTION_OPS:
+            if node.target in assertion_ops():
                 continue  # removed by a later pass, nothing to decompose
             if node.target in table or not registry.is_supported(node.target):
                 return True

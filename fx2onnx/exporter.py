@@ -19,15 +19,16 @@ import torch.utils._pytree as pytree
 
 import fx2onnx
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import OnnxFunctionDispatcher, OnnxRegistry, node_location, node_stack, qualified_name_of
+from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
+from fx2onnx.analysis import report_unsupported_nodes
 from fx2onnx.capture import CaptureError, capture, copy_graph_module
 from fx2onnx.decompose import decompose_unsupported
 from fx2onnx.dynamic_shapes import user_dim_names
 from fx2onnx.errors import OnnxExporterError
 from fx2onnx.fake_metadata import SymbolNamer
-from fx2onnx.graph_builder import GraphBuilder
+from fx2onnx.graph_builder import GraphBuilder, inference_note
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
-from fx2onnx.interpreter import FAILED, FxOnnxInterpreter
+from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
 from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
 from fx2onnx.module_functions import ModuleFunctionTranslator
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
@@ -142,12 +143,12 @@ def _export(
     with timer.stage("passes"):
         run_pass(context, "remove_effect_tokens", remove_effect_tokens, graph_module, io.effect_tokens)
         run_pass(context, "remove_assertions", remove_assertions, graph_module)
-        run_pass(context, "decompose_nodes", decompose_nodes, graph_module, registry)
+        run_pass(context, "decompose_nodes", decompose_nodes, graph_module, registry, context)
         run_pass(context, "insert_type_promotion", insert_type_promotion, graph_module, context)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
     with timer.stage("analysis"):
-        unsupported = _report_unsupported_nodes(graph_module, dispatcher, context)
+        unsupported = report_unsupported_nodes(graph_module, dispatcher, context)
 
     function_options = ModuleFunctionOptions.resolve(options.module_functions)
     module_translator = None
@@ -158,23 +159,19 @@ def _export(
             graph_module = run_pass(context, "modularize", modularize, graph_module, function_options, weight_names)
         module_translator = ModuleFunctionTranslator(function_options.share_identical)
 
-    builder = GraphBuilder(opset_version=registry.opset_version)
-    interpreter = FxOnnxInterpreter(
-        builder, dispatcher, context, namer, lifted_tensors=io.lifted_tensors,
-        call_module_handler=module_translator,
-    )
-    for node in unsupported:
-        interpreter.env[node] = FAILED
+    builder = GraphBuilder(opset_version=registry.opset_version, on_inference_failure=inference_note(context))
+    interpreter = FxOnnxInterpreter(dispatcher, context, namer, call_module_handler=module_translator)
+    weights = {name: BodyInitializer(target, tensor) for name, (target, tensor) in io.lifted_tensors.items()}
     with timer.stage("translation"), context.scope(
         rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=type(model).__name__
     ) as graph_diagnostic:
         graph_diagnostic.log_code(lambda: graph_module.print_readable(print_output=False), "python")
-        flat_outputs = interpreter.run(graph_module)
+        translated = interpreter.translate(graph_module, builder, inputs=weights, skip=unsupported)
         graph_diagnostic.properties["fx_nodes"] = len(graph_module.graph.nodes)
     if context.has_errors():
         raise _ExportFailed()
 
-    output_adapter, mutation_outputs = _register_outputs(builder, io, flat_outputs, interpreter.output_metas)
+    output_adapter, mutation_outputs = _register_outputs(builder, io, translated.outputs, translated.output_metas)
     model_ir = builder.build_model(fx2onnx.__version__)
     if options.optimize:
         with timer.stage("optimization"):
@@ -241,31 +238,6 @@ def _tell_specialized_scalars(io: GraphIO, context: DiagnosticContext) -> None:
         warnings.warn(message, stacklevel=4)
 
 
-def _report_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: OnnxFunctionDispatcher, context: DiagnosticContext) -> list[torch.fx.Node]:
-    """Every node with no ONNX function, all reported at once at the user's lines."""
-    unsupported = dispatcher.unsupported_nodes(graph_module)
-    for node in unsupported:
-        try:
-            name = qualified_name_of(node.target)
-        except ValueError:
-            name = str(node.target)
-        context.record(
-            rules.UNSUPPORTED_FX_NODE_ANALYSIS,
-            Level.ERROR,
-            location=node_location(node),
-            stack=node_stack(node),
-            target=name,
-            reason=(
-                f"{dispatcher.unsupported_reason(node) or 'no ONNX function is registered for ' + repr(name)} "
-                f"(FX node '{node.name}'), and PyTorch has no decomposition for it. Register a function "
-                "with OnnxRegistry.register_op and pass ExportOptions(onnx_registry=...), or rewrite "
-                "the model with supported operators."
-            ),
-            properties={"fx_node": node.name, "operator": name},
-        )
-    return unsupported
-
-
 # torch.export's output kinds of mutated values, and how ONNXProgram.mutation_outputs names them
 _MUTATION_KINDS = {"buffer_mutation": "buffer", "user_input_mutation": "user_input"}
 
@@ -278,37 +250,32 @@ def _register_outputs(
 ) -> tuple[OutputAdapter, list[MutationOutput]]:
     """Make every tensor output a distinct graph output; return the user-facing adapter
     and the outputs that carry new values of mutated inputs and buffers."""
-    graph = builder.graph
-    used: set[int] = set()
+    graph_values = iter(builder.set_outputs([value for value in flat_outputs if isinstance(value, ir.Value)]))
     slots: list[OutputSlot] = []
     mutations: list[MutationOutput] = []
+    index = 0
     for position, value in enumerate(flat_outputs):
         role, target = io.output_roles[position] if position < len(io.output_roles) else ("user", None)
         if not isinstance(value, ir.Value):
             if role == "user":
                 slots.append(OutputSlot(None, constant=value))
             continue
-        if id(value) in used or value.is_graph_input() or value.is_initializer() or value.producer() is None:
-            (copy,) = builder.add_node("", "Identity", [value])
-            copy.dtype, copy.shape = value.dtype, value.shape
-            copy.is_complex = getattr(value, "is_complex", False)
-            value = copy
+        value = next(graph_values)
         if target is not None and role in _MUTATION_KINDS:
             value.name = builder.unique_name(f"{target}{MUTATION_SUFFIX}")
-            mutations.append(MutationOutput(_MUTATION_KINDS[role], target, value.name, len(graph.outputs)))
+            mutations.append(MutationOutput(_MUTATION_KINDS[role], target, value.name, index))
         elif target is not None and role != "user":
             value.name = builder.unique_name(f"{target}")
-        used.add(id(value))
         if role == "user":
             meta = output_metas[position] if position < len(output_metas) else None
             slots.append(
                 OutputSlot(
-                    len(graph.outputs),
+                    index,
                     is_complex=isinstance(value, TracedValue) and value.is_complex,
                     python_type=_SYMBOLIC_SCALARS.get(type(meta)),
                 )
             )
-        graph.outputs.append(value)
+        index += 1
     return OutputAdapter(io.out_spec, slots), mutations
 
 

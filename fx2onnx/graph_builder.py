@@ -10,14 +10,18 @@ per-node inference when they are created, so that torchlib functions that read
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
+from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.values import TracedValue
+
+logger = logging.getLogger(__name__)
 
 # The ONNX opset that torchlib's functions are written against.
 DEFAULT_OPSET = 18
@@ -25,10 +29,38 @@ DEFAULT_OPSET = 18
 ConstantKey = tuple[Any, ir.DataType]
 
 
+# Called once per op type whose per-node inference failed (op type, the error).
+InferenceFailureHandler = Callable[[str, Exception], None]
+
+
+def inference_note(context: DiagnosticContext) -> InferenceFailureHandler:
+    """A handler that records one note per op type whose per-node inference failed (the
+    FX metadata still types the FX node's outputs; intermediate values stay untyped)."""
+
+    def note(op_type: str, error: Exception) -> None:
+        context.record(
+            rules.GRAPH_BUILDING,
+            Level.NOTE,
+            message=(
+                f"ONNX type inference of {op_type} nodes failed while building the graph "
+                f"({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}); "
+                "their outputs are typed from the FX metadata where the FX node ends."
+            ),
+        )
+
+    return note
+
+
 class GraphBuilder:
     """Builds one ONNX graph node by node."""
 
-    def __init__(self, name: str = "main_graph", opset_version: int = DEFAULT_OPSET) -> None:
+    def __init__(
+        self,
+        name: str = "main_graph",
+        opset_version: int = DEFAULT_OPSET,
+        *,
+        on_inference_failure: InferenceFailureHandler | None = None,
+    ) -> None:
         self.graph = ir.Graph(
             inputs=[], outputs=[], nodes=[], opset_imports={"": opset_version}, name=name
         )
@@ -38,9 +70,29 @@ class GraphBuilder:
         self._constants: dict[ConstantKey, TracedValue] = {}
         self._node_counter = itertools.count()
         self._used_names: set[str] = set()
+        # The graph whose opset imports also serve this one (itself, or a subgraph's owner).
+        self._root_graph = self.graph
+        self.on_inference_failure = on_inference_failure
+        self._inference_failures: set[str] = set()
         # Set while one FX node is translated: names and metadata of the nodes it emits.
         self.current_scope: str = ""
         self.current_metadata: dict[str, str] = {}
+
+    def subgraph(self, name: str) -> "GraphBuilder":
+        """A builder for a subgraph (an If branch, a Loop or Scan body) of this graph.
+
+        ONNX names are unique across a graph and its subgraphs, so the subgraph draws
+        names from this builder's pool; functions and opset imports it needs go to the
+        same model as this graph's.
+        """
+        child = GraphBuilder(name, self.opset_version, on_inference_failure=self.on_inference_failure)
+        child.functions = self.functions
+        child._used_names = self._used_names
+        child._node_counter = self._node_counter
+        child._root_graph = self._root_graph
+        child._inference_failures = self._inference_failures
+        child.graph.opset_imports.clear()
+        return child
 
     # -- names ---------------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
@@ -77,8 +129,32 @@ class GraphBuilder:
         self.graph.register_initializer(value)
         return value
 
-    def set_outputs(self, outputs: Sequence[ir.Value]) -> None:
-        self.graph.outputs.extend(outputs)
+    def set_outputs(self, outputs: Sequence[ir.Value]) -> list[TracedValue]:
+        """Make ``outputs`` the graph's outputs, in order, and return them.
+
+        A graph output must be a distinct value made by a node of this graph: a value
+        that is a graph input, an initializer, a value of an enclosing graph, or listed
+        twice is copied by an Identity node (which keeps its type).
+        """
+        final: list[TracedValue] = []
+        seen: set[int] = set()
+        for value in outputs:
+            producer = value.producer()
+            if (
+                id(value) in seen
+                or producer is None
+                or producer.graph is not self.graph
+                or value.is_graph_input()
+                or value.is_initializer()
+            ):
+                (copy,) = self.add_node("", "Identity", [value])
+                copy.dtype, copy.shape = value.dtype, value.shape
+                copy.is_complex = getattr(value, "is_complex", False)
+                value = copy
+            seen.add(id(value))
+            final.append(value)  # type: ignore[arg-type]
+        self.graph.outputs.extend(final)
+        return final
 
     # -- nodes -----------------------------------------------------------------------------
     def add_node(
@@ -112,8 +188,20 @@ class GraphBuilder:
             output.name = self.unique_name(f"val_{node.name.replace('/', '_')}_{index}")
         self.graph.append(node)
         if domain == "":
-            _infer_output_types(node)
+            error = _infer_output_types(node)
+            if error is not None:
+                self._note_inference_failure(op_type, error)
         return outputs
+
+    def _note_inference_failure(self, op_type: str, error: Exception) -> None:
+        # Inference is an optimisation: one note per op type, never a failure.
+        if op_type in self._inference_failures:
+            return
+        self._inference_failures.add(op_type)
+        if self.on_inference_failure is not None:
+            self.on_inference_failure(op_type, error)
+        else:
+            logger.debug("ONNX inference of %s failed: %s", op_type, error)
 
     def constant(self, value: Any, dtype: ir.DataType) -> TracedValue:
         """A Constant node holding a Python scalar or list, shared by all its users."""
@@ -141,10 +229,10 @@ class GraphBuilder:
     # -- functions ---------------------------------------------------------------------
     def add_function(self, function: ir.Function, domain_version: int = 1) -> None:
         self.functions.setdefault(function.identifier(), function)
-        self.graph.opset_imports.setdefault(function.domain, domain_version)
+        self.import_opset(function.domain, domain_version)
 
     def import_opset(self, domain: str, version: int) -> None:
-        self.graph.opset_imports.setdefault(domain, version)
+        self._root_graph.opset_imports.setdefault(domain, version)
 
     # -- result --------------------------------------------------------------------------
     def remove_unused_initializers(self) -> None:
@@ -179,19 +267,22 @@ def _type_proto_of(value: ir.Value) -> onnx.TypeProto | None:
     return onnx.helper.make_tensor_type_proto(value.dtype.value, shape)
 
 
-def _infer_output_types(node: ir.Node) -> None:
+def _infer_output_types(node: ir.Node) -> Exception | None:
     """Fill dtype and shape of a standard-domain node's outputs with ONNX's inference.
 
     Best effort: when an input's type is unknown or the op cannot be inferred, the
     outputs stay untyped, and the FX metadata fills the final outputs of the FX node.
+    Returns the inference error, if any.
     """
+    if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
+        return None  # control flow: its builder types the outputs
     input_types = {}
     for value in node.inputs:
         if value is None:
             continue
         type_proto = _type_proto_of(value)
         if type_proto is None:
-            return
+            return None
         input_types[value.name] = type_proto
     try:
         schema = onnx.defs.get_schema(node.op_type, node.version or DEFAULT_OPSET, node.domain)
@@ -204,8 +295,8 @@ def _infer_output_types(node: ir.Node) -> None:
         inferred = onnx.shape_inference.infer_node_outputs(
             schema, node_proto, input_types, input_data=input_data
         )
-    except Exception:  # noqa: BLE001 - inference is an optimization, never a failure
-        return
+    except Exception as error:  # noqa: BLE001 - inference is an optimization, never a failure
+        return error
     for output in node.outputs:
         type_proto = inferred.get(output.name)
         if type_proto is None or not type_proto.HasField("tensor_type"):
@@ -223,3 +314,4 @@ def _infer_output_types(node: ir.Node) -> None:
                 else:
                     dims.append(None)
             output.shape = ir.Shape(dims)
+    return None

@@ -8,8 +8,7 @@ dispatcher, diagnostics) lives on the instance.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -18,82 +17,95 @@ import torch
 import torch.fx
 
 from diagnostics import Diagnostic, DiagnosticContext, Level, rules
-from dispatcher import DispatchError, OnnxFunctionDispatcher, is_tuple_constructor, node_location, node_stack, schema_defaults, torch_dtype_to_onnx
+from dispatcher import (
+    DROPPED_KWARGS,
+    DispatchError,
+    NodeRoute,
+    OnnxFunctionDispatcher,
+    node_location,
+    node_route,
+    node_stack,
+    schema_defaults,
+    torch_dtype_to_onnx,
+)
 from dispatcher.complex_functions import COMPLEX_DOMAIN
+from fx2onnx import control_flow
 from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.tensor_data import TorchTensorData
 from fx2onnx.tracing_evaluator import TracingEvaluator, install_value_arithmetic
+from fx2onnx.translated_body import FAILED, BodyInitializer, BodyInput, TranslatedBody
 from fx2onnx.values import TracedValue
 
-# torch keyword arguments that have no meaning in an ONNX graph
-_DROPPED_KWARGS = frozenset(
-    {"layout", "device", "requires_grad", "pin_memory", "memory_format", "implicit", "non_blocking"}
-)
+__all__ = ["FAILED", "BodyInitializer", "BodyInput", "FxOnnxInterpreter", "TranslatedBody"]
 
-
-class _Failed:
-    """Marks the result of a node whose translation failed, so its users are skipped
-    instead of reporting the same problem again."""
-
-    def __repr__(self) -> str:
-        return "<failed>"
-
-
-FAILED = _Failed()
-
-
-class NodeTranslationError(RuntimeError):
-    """Raised when a node cannot be translated; carries the FX node."""
-
-    def __init__(self, message: str, node: torch.fx.Node) -> None:
-        super().__init__(message)
-        self.node = node
+CallModuleHandler = Callable[["FxOnnxInterpreter", torch.fx.Node, list[Any]], Any]
 
 
 class FxOnnxInterpreter:
-    """Writes one FX graph into a `GraphBuilder`."""
+    """Translates FX graphs into graph builders; `translate` is its one entry point.
+
+    The instance holds what every translation of one export shares (dispatcher,
+    diagnostics, symbol names, the module-call handler); each `translate` call runs on
+    a fresh body state (environment, builder, evaluator), so bodies nest: a module
+    function or an If branch is translated while its caller's graph is.
+    """
 
     def __init__(
         self,
-        builder: GraphBuilder,
         dispatcher: OnnxFunctionDispatcher,
         diagnostic_context: DiagnosticContext,
         namer: SymbolNamer,
         *,
-        lifted_tensors: Mapping[str, tuple[str, torch.Tensor]] | None = None,
-        input_names: Mapping[str, str] | None = None,
-        call_module_handler: Callable[["FxOnnxInterpreter", torch.fx.Node, list[Any]], Any] | None = None,
+        call_module_handler: CallModuleHandler | None = None,
     ) -> None:
-        self.builder = builder
         self.dispatcher = dispatcher
         self.diagnostics = diagnostic_context
         self.namer = namer
-        # placeholder name -> (parameter/buffer/constant name, tensor): become initializers
-        self.lifted_tensors = dict(lifted_tensors or {})
-        # placeholder name -> ONNX graph input name
-        self.input_names = dict(input_names or {})
         self.call_module_handler = call_module_handler
-        self.evaluator = TracingEvaluator(builder)
-        self.env: dict[torch.fx.Node, Any] = {}
+        # Per-body state, set by `translate` on the instance that runs the body.
+        self.builder: GraphBuilder | None = None
+        self.evaluator: TracingEvaluator | None = None
         self.graph_module: torch.fx.GraphModule | None = None
-        self.outputs: list[Any] = []
-        # FX metadata of each output leaf: sizes (SymInt) go back to the user as Python ints.
-        self.output_metas: list[Any] = []
+        self.env: dict[torch.fx.Node, Any] = {}
+        self._bindings: dict[str, Any] = {}
+        self._outputs: list[Any] = []
+        self._output_metas: list[Any] = []
         # The FXE0008 diagnostic of the node being translated (None below DEBUG verbosity).
         self._node_diagnostic: Diagnostic | None = None
         install_value_arithmetic()
 
     # -- driving -------------------------------------------------------------------------
-    def run(self, graph_module: torch.fx.GraphModule) -> list[Any]:
-        """Translate every node; returns what the output node returned, flattened."""
-        self.graph_module = graph_module
+    def translate(
+        self,
+        graph_module: torch.fx.GraphModule,
+        builder: GraphBuilder,
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        skip: Iterable[torch.fx.Node] = (),
+    ) -> TranslatedBody:
+        """Translate every node of ``graph_module`` into ``builder``'s graph.
+
+        ``inputs`` binds placeholders by name (see `fx2onnx.translated_body`); an unbound
+        placeholder becomes a graph input named after it. Nodes in ``skip`` (reported
+        already, e.g. by the analysis) are not translated, nor are their users. The
+        outputs are returned, not registered: the caller makes them graph outputs.
+        """
+        body = FxOnnxInterpreter(
+            self.dispatcher, self.diagnostics, self.namer, call_module_handler=self.call_module_handler
+        )
+        body.builder = builder
+        body.evaluator = TracingEvaluator(builder)
+        body.graph_module = graph_module
+        body._bindings = dict(inputs or {})
+        body.env = {node: FAILED for node in skip}
         for node in graph_module.graph.nodes:
-            if node not in self.env:  # nodes marked failed up front are not retried
-                self.run_node(node)
-        return self.outputs
+            if node not in body.env:
+                body.run_node(node)
+        return TranslatedBody(builder, body._outputs, body._output_metas, body.env)
 
     def run_node(self, node: torch.fx.Node) -> None:
+        assert self.builder is not None, "run_node runs inside translate()"
         if _uses_failed(node, self.env):
             self.env[node] = FAILED
             return
@@ -108,6 +120,7 @@ class FxOnnxInterpreter:
             )
             diagnostic.log(lambda: f"FX node: `{node.format_node()}`")
         self._node_diagnostic = diagnostic
+        outer_scope, outer_metadata = self.builder.current_scope, self.builder.current_metadata
         self.builder.current_scope = node.name
         self.builder.current_metadata = {"pkg.fx2onnx.fx_node": f"{node.op}:{node.target}"}
         try:
@@ -130,29 +143,32 @@ class FxOnnxInterpreter:
             )
             failure.log_source_exception(error)
         finally:
-            self.builder.current_scope = ""
-            self.builder.current_metadata = {}
+            self.builder.current_scope = outer_scope
+            self.builder.current_metadata = outer_metadata
             self._node_diagnostic = None
         if diagnostic is not None and self.env[node] is FAILED:
             diagnostic.log("Translation failed: see the error result for this FX node.")
 
     # -- one method per opcode -----------------------------------------------------------
     def placeholder(self, node: torch.fx.Node) -> Any:
-        lifted = self.lifted_tensors.get(node.name)
-        if lifted is not None:
-            name, tensor = lifted
-            value = self.builder.add_initializer(name, TorchTensorData(tensor, name=name), tensor.is_complex())
+        binding = self._bindings.get(node.name, BodyInput())
+        if isinstance(binding, BodyInitializer):
+            tensor = binding.tensor
+            value = self.builder.add_initializer(binding.name, TorchTensorData(tensor, name=binding.name), tensor.is_complex())
             apply_type(value, onnx_type_of(node.meta.get("val"), self.namer))
             return value
+        if not isinstance(binding, BodyInput):
+            return binding  # a value of an enclosing graph or a constant, used as it is
         meta = node.meta.get("val")
-        info = onnx_type_of(meta, self.namer)
-        if meta is None or (info is not None and not isinstance(meta, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))):
+        info = binding.info or onnx_type_of(meta, self.namer)
+        if binding.info is None and (
+            meta is None or (info is not None and not isinstance(meta, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)))
+        ):
             # None and Python scalars were specialized into the graph: a constant, no input.
             return meta
         if info is None:
             raise TypeError(f"Input '{node.name}' has an unsupported type {type(meta).__name__}")
-        name = self.input_names.get(node.name, node.name)
-        return self.builder.add_input(name, info.dtype, info.shape, info.is_complex)
+        return self.builder.add_input(binding.name or node.name, info.dtype, info.shape, info.is_complex)
 
     def get_attr(self, node: torch.fx.Node) -> Any:
         assert self.graph_module is not None
@@ -165,11 +181,14 @@ class FxOnnxInterpreter:
         return attribute
 
     def call_function(self, node: torch.fx.Node) -> Any:
-        if node.target is operator.getitem and isinstance(self.env.get(node.args[0]), (tuple, list)):
+        route = node_route(node.target)
+        if route is NodeRoute.GETITEM and isinstance(self.env.get(node.args[0]), (tuple, list)):
             return self.env[node.args[0]][node.args[1]]  # type: ignore[index]
-        if is_tuple_constructor(node.target):
+        if route is NodeRoute.TUPLE:
             items = node.args[0] if len(node.args) == 1 and isinstance(node.args[0], (list, tuple)) else node.args
             return tuple(self._onnx_arg(item) for item in items)
+        if route is NodeRoute.HIGHER_ORDER:
+            return control_flow.translate_higher_order(self, node)
         registered = self.dispatcher.dispatch_registered(node)
         function = registered.onnx_function
         if self._node_diagnostic is not None:
@@ -206,7 +225,7 @@ class FxOnnxInterpreter:
         kwargs = {
             key: self._onnx_arg(value)
             for key, value in node_kwargs.items()
-            if key not in _DROPPED_KWARGS
+            if key not in DROPPED_KWARGS
         }
         # ATen schema defaults for parameters the ONNX function requires but the node omits
         defaults = schema_defaults(node.target, function.op_signature, node_args, node_kwargs)
@@ -262,8 +281,8 @@ class FxOnnxInterpreter:
 
     def output(self, node: torch.fx.Node) -> Any:
         flat, _ = torch.utils._pytree.tree_flatten(node.args[0])
-        self.outputs = [self.env[arg] if isinstance(arg, torch.fx.Node) else arg for arg in flat]
-        self.output_metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in flat]
+        self._outputs = [self.env[arg] if isinstance(arg, torch.fx.Node) else arg for arg in flat]
+        self._output_metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in flat]
         return None
 
     # -- helpers -------------------------------------------------------------------------
@@ -411,12 +430,3 @@ def _target_name(node: torch.fx.Node) -> str:
         return name()
     return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', repr(target))}"
 
-
-def flatten_values(values: Sequence[Any]) -> list[Any]:
-    flat: list[Any] = []
-    for item in values:
-        if isinstance(item, (tuple, list)):
-            flat.extend(flatten_values(item))
-        else:
-            flat.append(item)
-    return flat

@@ -1,7 +1,7 @@
 """Module calls as model-local ONNX functions.
 
 `ModuleFunctionTranslator` is the interpreter's `call_module_handler`: a `call_module`
-node made by the Modularize pass is translated, with a fresh `FxOnnxInterpreter`, into the
+node made by the Modularize pass is translated (`FxOnnxInterpreter.translate`) into the
 body of an `ir.Function` whose inputs are the call's arguments (weights included), and the
 call becomes one node in the caller's graph. Nested calls become functions that call
 functions.
@@ -26,9 +26,9 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
-from fx2onnx.fake_metadata import apply_type, onnx_type_of
+from fx2onnx.fake_metadata import OnnxTypeInfo, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
-from fx2onnx.interpreter import FAILED, FxOnnxInterpreter
+from fx2onnx.interpreter import FAILED, BodyInput, FxOnnxInterpreter
 from fx2onnx.passes.modularize import MODULE_CALL_META, ModuleCall
 from fx2onnx.values import TracedValue
 
@@ -82,16 +82,18 @@ class ModuleFunctionTranslator:
             raise TypeError(
                 f"call_module '{node.target}' is not a module call made by the Modularize pass."
             )
-        body = GraphBuilder(name=function_name(call), opset_version=interpreter.builder.opset_version)
-        translator = FxOnnxInterpreter(
-            body, interpreter.dispatcher, interpreter.diagnostics, interpreter.namer, call_module_handler=self
+        body = GraphBuilder(
+            name=function_name(call),
+            opset_version=interpreter.builder.opset_version,
+            on_inference_failure=interpreter.builder.on_inference_failure,
         )
-        call_inputs = self._bind_parameters(translator, sub_module, args)
-        results = translator.run(sub_module)
-        if any(value is FAILED for value in translator.env.values()):
+        bindings, call_inputs = self._bind_parameters(interpreter, sub_module, args)
+        translated = interpreter.translate(sub_module, body, inputs=bindings)
+        if translated.failed:
             return FAILED  # the failing nodes inside were reported already
+        results = translated.outputs
 
-        outputs = self._function_outputs(body, results)
+        outputs = body.set_outputs([result for result in results if isinstance(result, ir.Value)])
         if not outputs:  # nothing but constants comes out: no call needed
             return results[0] if len(results) == 1 else tuple(results)
         function = self._define(call, body, interpreter.builder)
@@ -116,42 +118,25 @@ class ModuleFunctionTranslator:
         return returned[0] if len(returned) == 1 else tuple(returned)
 
     # -- the body ----------------------------------------------------------------------------
-    def _bind_parameters(self, translator: FxOnnxInterpreter, sub_module: torch.fx.GraphModule, args: list[Any]) -> list[ir.Value]:
-        """Graph values become function inputs; Python constants are baked into the body."""
+    @staticmethod
+    def _bind_parameters(
+        interpreter: FxOnnxInterpreter, sub_module: torch.fx.GraphModule, args: list[Any]
+    ) -> tuple[dict[str, Any], list[ir.Value]]:
+        """Graph values become function inputs; Python constants are baked into the body.
+        Returns the placeholder bindings and the values the call passes."""
         placeholders = [n for n in sub_module.graph.nodes if n.op == "placeholder"]
+        bindings: dict[str, Any] = {}
         call_inputs: list[ir.Value] = []
         for placeholder, arg in zip(placeholders, args):
             if not isinstance(arg, ir.Value):
-                translator.env[placeholder] = arg
+                bindings[placeholder.name] = arg
                 continue
-            info = onnx_type_of(placeholder.meta.get("val"), translator.namer)
-            if info is not None:
-                value = translator.builder.add_input(placeholder.name, info.dtype, info.shape, info.is_complex)
-            else:
-                value = translator.builder.add_input(
-                    placeholder.name, arg.dtype, arg.shape, getattr(arg, "is_complex", False)
-                )
-            translator.env[placeholder] = value
+            info = onnx_type_of(placeholder.meta.get("val"), interpreter.namer)
+            if info is None:
+                info = OnnxTypeInfo(arg.dtype, arg.shape, getattr(arg, "is_complex", False))
+            bindings[placeholder.name] = BodyInput(placeholder.name, info)
             call_inputs.append(arg)
-        return call_inputs
-
-    @staticmethod
-    def _function_outputs(body: GraphBuilder, results: list[Any]) -> list[ir.Value]:
-        """Every graph value that leaves the call is a distinct output made by a node."""
-        outputs: list[ir.Value] = []
-        seen: set[int] = set()
-        for result in results:
-            if not isinstance(result, ir.Value):
-                continue
-            if id(result) in seen or result.producer() is None or result.is_graph_input():
-                (copy,) = body.add_node("", "Identity", [result])
-                copy.dtype, copy.shape = result.dtype, result.shape
-                copy.is_complex = getattr(result, "is_complex", False)
-                result = copy
-            seen.add(id(result))
-            outputs.append(result)
-        body.graph.outputs.extend(outputs)
-        return outputs
+        return bindings, call_inputs
 
     # -- definitions ------------------------------------------------------------------------------
     def _define(self, call: ModuleCall, body: GraphBuilder, caller: GraphBuilder) -> ir.Function:

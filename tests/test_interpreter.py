@@ -28,8 +28,7 @@ def registry() -> OnnxRegistry:
 
 def _interpreter(registry: OnnxRegistry) -> tuple[FxOnnxInterpreter, DiagnosticContext]:
     context = DiagnosticContext("fx2onnx", "test", DiagnosticOptions())
-    builder = GraphBuilder()
-    interpreter = FxOnnxInterpreter(builder, OnnxFunctionDispatcher(registry, context), context, SymbolNamer())
+    interpreter = FxOnnxInterpreter(OnnxFunctionDispatcher(registry, context), context, SymbolNamer())
     return interpreter, context
 
 
@@ -95,10 +94,10 @@ def test_call_method_is_a_clear_error_and_translation_goes_on(registry) -> None:
     graph_module = _with_fake_metadata(torch.fx.GraphModule(torch.nn.Module(), graph), torch.randn(2, 3))
 
     interpreter, context = _interpreter(registry)
-    interpreter.run(graph_module)
+    body = interpreter.translate(graph_module, GraphBuilder())
 
-    assert interpreter.env[method] is FAILED
-    assert isinstance(interpreter.env[doubled], ir.Value)  # the rest was still translated
+    assert body.env[method] is FAILED and body.failed
+    assert isinstance(body.env[doubled], ir.Value)  # the rest was still translated
     (error,) = context.errors()
     assert "call_method" in error.message and "torch.export" in error.message
 
@@ -112,9 +111,9 @@ def test_users_of_a_failed_node_are_skipped_without_more_errors(registry) -> Non
     graph_module = _with_fake_metadata(torch.fx.GraphModule(torch.nn.Module(), graph), torch.randn(2, 3))
 
     interpreter, context = _interpreter(registry)
-    interpreter.run(graph_module)
+    body = interpreter.translate(graph_module, GraphBuilder())
 
-    assert interpreter.env[after] is FAILED
+    assert body.env[after] is FAILED
     assert len(context.errors()) == 1
 
 
@@ -131,13 +130,13 @@ def test_get_attr_makes_named_initializers_and_tolerates_graph_modules(registry)
     graph_module = _with_fake_metadata(torch.fx.GraphModule(root, graph), torch.randn(2, 3))
 
     interpreter, context = _interpreter(registry)
-    interpreter.run(graph_module)
+    body = interpreter.translate(graph_module, GraphBuilder())
 
     assert not context.has_errors()
-    assert interpreter.env[branch] is graph_module.branch
-    initializer = interpreter.builder.graph.initializers["scale"]
+    assert body.env[branch] is graph_module.branch
+    initializer = body.builder.graph.initializers["scale"]
     assert initializer.const_value.numpy().tolist() == [2.0, 2.0, 2.0]
-    assert interpreter.env[scale] is initializer
+    assert body.env[scale] is initializer
 
 
 def test_call_module_without_a_translator_is_a_clear_error(registry) -> None:
@@ -150,7 +149,7 @@ def test_call_module_without_a_translator_is_a_clear_error(registry) -> None:
     graph_module = _with_fake_metadata(torch.fx.GraphModule(root, graph), torch.randn(2, 3))
 
     interpreter, context = _interpreter(registry)
-    interpreter.run(graph_module)
+    interpreter.translate(graph_module, GraphBuilder())
 
     (error,) = context.errors()
     assert "Modularize" in error.message
@@ -164,7 +163,7 @@ def test_outputs_are_pytree_flattened(registry) -> None:
     graph_module = _with_fake_metadata(torch.fx.GraphModule(torch.nn.Module(), graph), torch.randn(2, 3))
 
     interpreter, _ = _interpreter(registry)
-    outputs = interpreter.run(graph_module)
+    outputs = interpreter.translate(graph_module, GraphBuilder()).outputs
 
     assert [value.name for value in outputs] == [x.name, neg.name, neg.name]
     assert outputs[1] is outputs[2]  # one value, listed twice

@@ -12,6 +12,7 @@ node's source location and module stack.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -23,22 +24,21 @@ from torch._decomp import decomposition_table
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from dispatcher import OnnxRegistry
+from diagnostics import DiagnosticContext, Level, rules
+from dispatcher import OnnxRegistry, node_location, node_stack
 from fx2onnx.decompose import onnx_decomposition_table
+from fx2onnx.private_ops import training_batch_norm_ops
 
-_TRAINING_BATCH_NORM = {
-    torch.ops.aten._native_batch_norm_legit_functional.default: 5,  # position of `training`
-    torch.ops.aten.native_batch_norm.default: 5,
-}
 _SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 
 def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
     target = node.target
-    if target not in decomposition_table and target not in _OWN_DECOMPOSITIONS:
+    if target not in decomposition_table and target not in _own_decompositions():
         return False
-    if target in _TRAINING_BATCH_NORM:
-        position = _TRAINING_BATCH_NORM[target]
+    training_batch_norm = training_batch_norm_ops()
+    if target in training_batch_norm:
+        position = training_batch_norm[target]
         return len(node.args) > position and node.args[position] is True
     return not registry.is_supported(target)
 
@@ -119,10 +119,12 @@ def _as_strided_scatter(
     return flat.reshape(input.shape)
 
 
-_OWN_DECOMPOSITIONS: dict[Any, Callable] = {
-    torch.ops.aten.diagonal_scatter.default: _diagonal_scatter,
-    torch.ops.aten.as_strided_scatter.default: _as_strided_scatter,
-}
+@functools.cache
+def _own_decompositions() -> dict[Any, Callable]:
+    return {
+        torch.ops.aten.diagonal_scatter.default: _diagonal_scatter,
+        torch.ops.aten.as_strided_scatter.default: _as_strided_scatter,
+    }
 
 
 def _table(registry: OnnxRegistry) -> dict:
@@ -132,23 +134,34 @@ def _table(registry: OnnxRegistry) -> dict:
         if op not in table and isinstance(op, torch._ops.OpOverload) and not registry.is_supported(op):
             if op.namespace == "aten":
                 table[op] = decomposition
-    table.update(_OWN_DECOMPOSITIONS)
+    table.update(_own_decompositions())
     return table
 
 
-def decompose_nodes(graph_module: torch.fx.GraphModule, registry: OnnxRegistry) -> int:
+def decompose_nodes(
+    graph_module: torch.fx.GraphModule, registry: OnnxRegistry, context: DiagnosticContext | None = None
+) -> int:
     """Inline PyTorch's decomposition of nodes ONNX cannot compute faithfully; returns
-    how many nodes were replaced."""
+    how many nodes were replaced. A node whose decomposition cannot be inlined stays
+    as it is, with a note in ``context``."""
     table = _table(registry)
     replaced = 0
     for node in list(graph_module.graph.nodes):
         if node.op != "call_function" or not _needs_decomposition(node, registry):
             continue
         try:
-            decomposition = _OWN_DECOMPOSITIONS.get(node.target, decomposition_table.get(node.target))
+            decomposition = _own_decompositions().get(node.target, decomposition_table.get(node.target))
             traced = _trace_alone(node, decomposition, table)
             _inline(graph_module.graph, node, traced)
-        except NotImplementedError:
+        except NotImplementedError as error:
+            if context is not None:
+                context.record(
+                    rules.FX_PASS,
+                    Level.NOTE,
+                    message=f"decompose_nodes keeps '{node.name}' ({node.target}) whole: {error}",
+                    location=node_location(node),
+                    stack=node_stack(node),
+                )
             continue
         replaced += 1
     if replaced:

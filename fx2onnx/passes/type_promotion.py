@@ -188,6 +188,19 @@ class _Inserter:
             if key in source.meta:
                 cast.meta[key] = source.meta[key]
 
+    def note_gave_up(self, node: torch.fx.Node, why: str) -> None:
+        """No cast is inserted for ``node``: say why (a warning; ONNX may then reject
+        the mixed input types, which the translation reports at this line)."""
+        if self.context is None:
+            return
+        self.context.record(
+            rules.FX_NODE_INSERT_TYPE_PROMOTION,
+            Level.WARNING,
+            message=f"No type promotion for '{node.name}' ({node.target}): {why}",
+            location=node_location(node),
+            stack=node_stack(node),
+        )
+
     def _report(self, node: torch.fx.Node, message: str) -> None:
         self.inserted += 1
         if self.context is None:
@@ -235,7 +248,8 @@ def _promote_elementwise(inserter: _Inserter, node: torch.fx.Node, rule: _Rule) 
         return
     try:
         dtype = _input_dtype(rule, examples)
-    except (RuntimeError, ValueError, TypeError):
+    except (RuntimeError, ValueError, TypeError) as error:
+        inserter.note_gave_up(node, f"PyTorch's promotion of {_describe(examples)} failed: {type(error).__name__}: {error}")
         return
     if dtype is None:
         return

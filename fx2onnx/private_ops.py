@@ -1,0 +1,65 @@
+"""PyTorch operators that fx2onnx names and that PyTorch may rename or remove (private
+`aten._*` ops and ops a pass treats specially), looked up here, lazily, in one place.
+
+A name that no longer resolves is left out (so `import fx2onnx` and exports keep
+working); `missing_private_ops()` lists such names, and the test suite fails on any.
+
+>>> torch_op("aten.relu.default")
+<OpOverload(op='aten.relu', overload='default')>
+>>> torch_op("aten.no_such_op.default") is None
+True
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+# Runtime assertions: they check metadata, symbolic ranges or linear-algebra success.
+ASSERTION_OP_NAMES = (
+    "aten._assert_tensor_metadata.default",
+    "aten._assert_scalar.default",
+    "aten._assert_async.default",
+    "aten._assert_async.msg",
+    "aten.sym_constrain_range.default",
+    "aten.sym_constrain_range_for_size.default",
+    "aten._functional_assert_async.msg",
+    "aten._functional_sym_constrain_range.default",
+    "aten._functional_sym_constrain_range_for_size.default",
+    "aten._linalg_check_errors.default",  # raises on singular input in PyTorch
+)
+
+# Batch norm overloads with a `training` flag, and its argument position.
+TRAINING_BATCH_NORM_NAMES = {
+    "aten._native_batch_norm_legit_functional.default": 5,
+    "aten.native_batch_norm.default": 5,
+}
+
+
+def torch_op(name: str) -> Any:
+    """The operator overload ``namespace.op.overload`` (`aten.add.Tensor`), or None when
+    this PyTorch has no such operator."""
+    namespace, op_name, overload = name.split(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+@functools.cache
+def assertion_ops() -> frozenset[Any]:
+    return frozenset(op for op in map(torch_op, ASSERTION_OP_NAMES) if op is not None)
+
+
+@functools.cache
+def training_batch_norm_ops() -> dict[Any, int]:
+    """Overload -> position of its `training` argument."""
+    return {op: position for name, position in TRAINING_BATCH_NORM_NAMES.items() if (op := torch_op(name)) is not None}
+
+
+def missing_private_ops() -> list[str]:
+    """Names above that this PyTorch no longer resolves."""
+    names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES]
+    return [name for name in names if torch_op(name) is None]
