@@ -9,8 +9,6 @@ against what `fx2onnx.control_flow` translates.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 import torch.fx
 
@@ -35,10 +33,11 @@ def find_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: OnnxF
     """Every node of ``graph_module`` and of the graphs it calls that cannot be
     translated, with the reason."""
     found = []
-    for node in _nodes_with_subgraphs(graph_module, set()):
-        reason = unsupported_reason(node, dispatcher)
-        if reason is not None:
-            found.append((node, reason))
+    for module in control_flow.subgraph_modules(graph_module):
+        for node in module.graph.nodes:
+            reason = unsupported_reason(node, dispatcher)
+            if reason is not None:
+                found.append((node, reason))
     return found
 
 
@@ -71,18 +70,3 @@ def _operator_name(node: torch.fx.Node) -> str:
     except ValueError:
         name = getattr(node.target, "name", None)
         return name() if callable(name) else str(node.target)
-
-
-def _nodes_with_subgraphs(graph_module: torch.fx.GraphModule, seen: set[int]) -> Iterator[torch.fx.Node]:
-    if id(graph_module) in seen:
-        return
-    seen.add(id(graph_module))
-    for node in graph_module.graph.nodes:
-        yield node
-        if node.op in ("call_module", "get_attr") and isinstance(node.target, str):
-            try:
-                sub = graph_module.get_submodule(node.target)
-            except AttributeError:
-                continue
-            if isinstance(sub, torch.fx.GraphModule):
-                yield from _nodes_with_subgraphs(sub, seen)

@@ -22,6 +22,7 @@ from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
 from fx2onnx.capture import CaptureError, capture, copy_graph_module
+from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
 from fx2onnx.dynamic_shapes import user_dim_names
 from fx2onnx.errors import OnnxExporterError
@@ -142,9 +143,10 @@ def _export(
 
     with timer.stage("passes"):
         run_pass(context, "remove_effect_tokens", remove_effect_tokens, graph_module, io.effect_tokens)
-        run_pass(context, "remove_assertions", remove_assertions, graph_module)
-        run_pass(context, "decompose_nodes", decompose_nodes, graph_module, registry, context)
-        run_pass(context, "insert_type_promotion", insert_type_promotion, graph_module, context)
+        # Branches and bodies of control flow are graphs of their own: every pass runs on them.
+        run_pass(context, "remove_assertions", on_every_graph(remove_assertions), graph_module)
+        run_pass(context, "decompose_nodes", on_every_graph(decompose_nodes), graph_module, registry, context)
+        run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
     with timer.stage("analysis"):

@@ -69,6 +69,7 @@ class FxOnnxInterpreter:
         self.graph_module: torch.fx.GraphModule | None = None
         self.env: dict[torch.fx.Node, Any] = {}
         self._bindings: dict[str, Any] = {}
+        self._skip: frozenset[torch.fx.Node] = frozenset()
         self._outputs: list[Any] = []
         self._output_metas: list[Any] = []
         # The FXE0008 diagnostic of the node being translated (None below DEBUG verbosity).
@@ -98,7 +99,9 @@ class FxOnnxInterpreter:
         body.evaluator = TracingEvaluator(builder)
         body.graph_module = graph_module
         body._bindings = dict(inputs or {})
-        body.env = {node: FAILED for node in skip}
+        # Skipped nodes may sit in branches and bodies: nested translations skip them too.
+        body._skip = self._skip | frozenset(skip)
+        body.env = {node: FAILED for node in body._skip if node.graph is graph_module.graph}
         for node in graph_module.graph.nodes:
             if node not in body.env:
                 body.run_node(node)

@@ -1,0 +1,310 @@
+"""Control flow (torch.cond, while_loop, scan, map) exported as ONNX If, Loop and Scan,
+compared with PyTorch in onnxruntime on inputs that take each branch or iterate a
+different number of times; every model passes the full ONNX checker."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import onnx
+import pytest
+import torch
+from torch._higher_order_ops.map import map as torch_map
+from torch._higher_order_ops.scan import scan
+from torch._higher_order_ops.while_loop import while_loop
+
+import fx2onnx
+from conftest import all_nodes, assert_outputs_close, check_saved_model, make_options, op_types
+
+
+def _export(model, args, tmp_path, **options):
+    program = fx2onnx.dynamo_export(model, *args, export_options=make_options(tmp_path, **options))
+    check_saved_model(program, tmp_path / "model.onnx")
+    return program
+
+
+def _compare(program, model, *inputs):
+    for args in inputs:
+        assert_outputs_close(program(*args), model(*args))
+
+
+# -- cond -> If -----------------------------------------------------------------------------------
+class SignBranches(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def positive(x: torch.Tensor) -> torch.Tensor:
+            return x.sin() * 2
+
+        def negative(x: torch.Tensor) -> torch.Tensor:
+            return x.cos() - x.abs()
+
+        return torch.cond(x.sum() > 0, positive, negative, (x,))
+
+
+def test_cond_on_a_tensor_predicate_takes_each_branch(tmp_path) -> None:
+    model = SignBranches()
+    program = _export(model, (torch.randn(3, 4),), tmp_path)
+    proto = program.model_proto
+    (if_node,) = [n for n in proto.graph.node if n.op_type == "If"]
+    branch_ops = {a.name: {n.op_type for n in a.g.node} for a in if_node.attribute}
+    assert "Sin" in branch_ops["then_branch"] and "Cos" in branch_ops["else_branch"]
+    _compare(program, model, (torch.ones(3, 4),), (-torch.ones(3, 4),), (torch.randn(3, 4),))
+
+
+class ShapeBranches(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.shape[0] > 4, lambda x: x[:2] * 2, lambda x: x[1:3] + 1, (x,))
+
+
+def test_cond_on_a_symbolic_shape_with_dynamic_sizes(tmp_path) -> None:
+    model = ShapeBranches()
+    program = _export(model, (torch.randn(6, 2),), tmp_path, dynamic_shapes=True)
+    assert "If" in op_types(program.model_proto)
+    _compare(program, model, (torch.randn(6, 2),), (torch.randn(3, 2),), (torch.randn(9, 2),))
+
+
+class DifferentShapes(torch.nn.Module):
+    """Branches whose outputs differ in size: the If output's shape is relaxed."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.shape[0] > 4, lambda x: x[:4] * 2, lambda x: x + 1, (x,))
+
+
+def test_cond_with_branch_outputs_of_different_sizes(tmp_path) -> None:
+    model = DifferentShapes()
+    program = _export(model, (torch.randn(6, 2),), tmp_path, dynamic_shapes=True)
+    _compare(program, model, (torch.randn(6, 2),), (torch.randn(3, 2),))
+
+
+class Nested(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def outer_true(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.cond(y.mean() > 0, lambda x, y: x + y, lambda x, y: x - y, (x, y)) * 3
+
+        def outer_false(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x * y
+
+        return torch.cond(x.sum() > 0, outer_true, outer_false, (x, y))
+
+
+def test_nested_conds_reach_every_path(tmp_path) -> None:
+    model = Nested()
+    ones = torch.ones(2, 3)
+    program = _export(model, (ones, ones * 2), tmp_path)  # two tensors: torch.export dedups aliases
+    ifs = [n for n in all_nodes(program.model_proto) if n.op_type == "If"]
+    assert len(ifs) == 2
+    _compare(program, model, (ones, ones), (ones, -ones), (-ones, ones))
+
+
+class BufferUpdatingBranches(torch.nn.Module):
+    """Each branch computes a new value of the buffer; torch.export keeps it functional."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def grow(x: torch.Tensor, total: torch.Tensor):
+            return x * 2, total + x
+
+        def shrink(x: torch.Tensor, total: torch.Tensor):
+            return x - 1, total - 1
+
+        y, total = torch.cond(x.sum() > 0, grow, shrink, (x, self.total))
+        self.total.copy_(total)
+        return y + self.total
+
+
+def test_cond_whose_branches_update_a_buffer(tmp_path) -> None:
+    original = BufferUpdatingBranches()
+    original.total.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    program = _export(copy.deepcopy(original), (torch.randn(3),), tmp_path)
+    assert [(m.kind, m.target) for m in program.mutation_outputs] == [("buffer", "total")]
+    (if_node,) = [n for n in program.model_proto.graph.node if n.op_type == "If"]
+    assert "total.mutated" in if_node.output  # the new value leaves the If
+    for x in (torch.ones(3), -torch.ones(3), torch.tensor([2.0, -1.0, 0.5])):
+        model, written = copy.deepcopy(original), copy.deepcopy(original)
+        expected = model(x)  # updates model.total
+        actual = program(x, write_back=True, module=written)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(written.total, model.total)
+        assert not torch.equal(model.total, original.total)
+
+
+# -- while_loop -> Loop ---------------------------------------------------------------------------
+class CountTo(torch.nn.Module):
+    def forward(self, bound: torch.Tensor, x: torch.Tensor):
+        def keep_going(i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return i < bound
+
+        def step(i: torch.Tensor, x: torch.Tensor):
+            return i + 1, x * 2 + 1
+
+        return while_loop(keep_going, step, (torch.zeros((), dtype=torch.int64), x))
+
+
+def test_while_loop_counts_to_a_data_dependent_bound(tmp_path) -> None:
+    model = CountTo()
+    program = _export(model, (torch.tensor(4), torch.randn(3)), tmp_path)
+    assert "Loop" in op_types(program.model_proto)
+    x = torch.randn(3)
+    # zero iterations (the condition is false before the first), a few, more
+    _compare(program, model, (torch.tensor(0), x), (torch.tensor(3), x), (torch.tensor(7), x))
+
+
+class TwoTensorsAndACounter(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor):
+        def keep_going(n: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return (a.sum() < 50) & (n < 10)
+
+        def step(n: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
+            return n + 1, a + b, b * 1.5
+
+        return while_loop(keep_going, step, (torch.tensor(0), a, b))
+
+
+def test_while_loop_carrying_two_tensors_and_a_counter(tmp_path) -> None:
+    model = TwoTensorsAndACounter()
+    program = _export(model, (torch.ones(2, 2), torch.ones(2, 2)), tmp_path)
+    _compare(
+        program,
+        model,
+        (torch.ones(2, 2), torch.ones(2, 2)),  # stops on the sum
+        (torch.zeros(2, 2), torch.full((2, 2), 0.01)),  # stops on the counter
+        (torch.full((2, 2), 20.0), torch.ones(2, 2)),  # never enters
+    )
+
+
+# -- scan / map -> Scan ---------------------------------------------------------------------------
+class CumulativeSum(torch.nn.Module):
+    def __init__(self, reverse: bool = False, dim: int = 0) -> None:
+        super().__init__()
+        self.reverse, self.dim = reverse, dim
+
+    def forward(self, xs: torch.Tensor):
+        def add(total: torch.Tensor, x: torch.Tensor):
+            total = total + x
+            return total, total.clone()
+
+        init = torch.zeros_like(xs.select(self.dim, 0))
+        return scan(add, init, xs, dim=self.dim, reverse=self.reverse)
+
+
+@pytest.mark.parametrize(("reverse", "dim"), [(False, 0), (True, 0), (False, 1)])
+def test_scan_computes_a_cumulative_sum(tmp_path, reverse, dim) -> None:
+    model = CumulativeSum(reverse, dim)
+    xs = torch.randn(5, 3)
+    program = _export(model, (xs,), tmp_path, dynamic_shapes=True)
+    assert "Scan" in op_types(program.model_proto)
+    total, stacked = program(xs)
+    torch.testing.assert_close(stacked, (xs.flip(dim).cumsum(dim).flip(dim) if reverse else xs.cumsum(dim)))
+    _compare(program, model, (xs,), (torch.randn(8, 3),))
+
+
+class TinyRNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.input = torch.nn.Linear(4, 6)
+        self.hidden = torch.nn.Linear(6, 6)
+
+    def forward(self, sequence: torch.Tensor, state: torch.Tensor):
+        def cell(h: torch.Tensor, x: torch.Tensor):
+            h = torch.tanh(self.input(x) + self.hidden(h))
+            return h, h * 1.0
+
+        return scan(cell, state, sequence)
+
+
+def test_scan_runs_an_rnn_over_time(tmp_path) -> None:
+    model = TinyRNN().eval()
+    program = _export(model, (torch.randn(7, 2, 4), torch.zeros(2, 6)), tmp_path, module_functions=False)
+    _compare(program, model, (torch.randn(7, 2, 4), torch.randn(2, 6)))
+
+
+class MapRows(torch.nn.Module):
+    def forward(self, xs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch_map(lambda x, y: x * y + x.sum(), xs, y)
+
+
+def test_map_becomes_a_scan_without_state(tmp_path) -> None:
+    model = MapRows()
+    program = _export(model, (torch.randn(4, 3), torch.randn(3)), tmp_path)
+    assert "Scan" in op_types(program.model_proto)
+    _compare(program, model, (torch.randn(4, 3), torch.randn(3)))
+
+
+# -- module functions -------------------------------------------------------------------------------
+class Gate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda x: self.linear(x).relu(), lambda x: x * 0.5, (x,))
+
+
+class TwoGates(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = Gate(), Gate()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x) - 0.25)
+
+
+def test_a_module_with_cond_stays_one_function(tmp_path) -> None:
+    model = TwoGates().eval()
+    program = _export(model, (torch.randn(2, 4),), tmp_path)
+    proto = program.model_proto
+    gates = [f for f in proto.functions if "Gate" in f.name and "TwoGates" not in f.name]
+    assert gates, [f.name for f in proto.functions]
+    assert all(any(n.op_type == "If" for n in f.node) for f in gates)
+    assert not any(n.op_type == "If" for n in proto.graph.node)
+    _compare(program, model, (torch.ones(2, 4),), (-torch.ones(2, 4),), (torch.randn(2, 4),))
+
+
+# -- diagnostics ----------------------------------------------------------------------------------
+@torch.library.custom_op("fx2onnx_control_flow_test::mystery", mutates_args=())
+def _mystery(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@_mystery.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class UnsupportedInBranch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def odd(x: torch.Tensor) -> torch.Tensor:
+            return torch.ops.fx2onnx_control_flow_test.mystery(x) + 1  # the unsupported line
+
+        return torch.cond(x.sum() > 0, odd, lambda x: x - 1, (x,))
+
+
+def _line_of(marker: str) -> int:
+    source, first = inspect.getsourcelines(UnsupportedInBranch.forward)
+    return first + next(i for i, text in enumerate(source) if marker in text)
+
+
+def _the_one_error(model, tmp_path):
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        fx2onnx.dynamo_export(model, torch.randn(3), export_options=make_options(tmp_path))
+    (error,) = raised.value.diagnostic_context.errors()
+    assert error.rule.id == "FXE0012" and "mystery" in error.message
+    assert error.location is not None and error.location.path == __file__
+    return error
+
+
+def test_an_unsupported_op_in_a_branch_is_reported_at_its_line(tmp_path) -> None:
+    # A strict capture keeps the branch's own frame: the error points at the op's line.
+    program = torch.export.export(UnsupportedInBranch(), (torch.randn(3),), strict=True)
+    error = _the_one_error(program, tmp_path)
+    assert error.location.line == _line_of("the unsupported line")
+
+
+def test_an_unsupported_op_in_a_branch_of_a_non_strict_capture_points_at_the_cond(tmp_path) -> None:
+    # torch.export's non-strict capture keeps no frame of the branch function: the
+    # innermost user frame is the torch.cond call.
+    error = _the_one_error(UnsupportedInBranch(), tmp_path)
+    assert error.location.line == _line_of("return torch.cond(")
