@@ -179,24 +179,34 @@ def _type_like(value: ir.Value, inner: ir.Value, info: Any) -> None:
 # -- structural identity --------------------------------------------------------------------------
 def structural_key(graph: ir.Graph) -> str:
     """A digest of what a function body computes, independent of value and node names:
-    ops and their domains, attributes, the wiring between nodes, and every value's type
+    ops and their domains, attributes (subgraphs of If/Loop/Scan included, with their
+    references to enclosing values), the wiring between nodes, and every value's type
     and shape. Equal keys mean the bodies are interchangeable."""
-    ids: dict[int, str] = {}
+    parts = _graph_parts(graph, {}, "")
+    parts.append("opsets " + repr(sorted(graph.opset_imports.items())))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _graph_parts(graph: ir.Graph, ids: dict[int, str], prefix: str) -> list[str]:
+    """The structure of ``graph``; ``ids`` names the values of enclosing graphs, which
+    a subgraph may read, by position (``prefix`` keeps nested positions apart)."""
     parts: list[str] = []
     for index, value in enumerate(graph.inputs):
-        ids[id(value)] = f"i{index}"
+        ids[id(value)] = f"{prefix}i{index}"
         parts.append(f"in {index} {_type_text(value)}")
     for index, node in enumerate(graph):
         inputs = ",".join("" if v is None else ids.get(id(v), f"?{v.name}") for v in node.inputs)
-        attributes = ";".join(f"{name}={_attribute_text(attr)}" for name, attr in sorted(node.attributes.items()))
+        attributes = ";".join(
+            f"{name}={_attribute_text(attr, ids, f'{prefix}n{index}.{name}.')}"
+            for name, attr in sorted(node.attributes.items())
+        )
         outputs = []
         for position, value in enumerate(node.outputs):
-            ids[id(value)] = f"n{index}.{position}"
+            ids[id(value)] = f"{prefix}n{index}.{position}"
             outputs.append(_type_text(value))
         parts.append(f"{node.domain}::{node.op_type}:{node.overload}({inputs})[{attributes}]->{'|'.join(outputs)}")
     parts.append("out " + ",".join(ids.get(id(v), f"?{v.name}") for v in graph.outputs))
-    parts.append("opsets " + repr(sorted(graph.opset_imports.items())))
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return parts
 
 
 def _type_text(value: ir.Value) -> str:
@@ -204,7 +214,7 @@ def _type_text(value: ir.Value) -> str:
     return f"{value.dtype}{shape}{'c' if getattr(value, 'is_complex', False) else ''}"
 
 
-def _attribute_text(attr: ir.Attr) -> str:
+def _attribute_text(attr: ir.Attr, ids: dict[int, str], prefix: str) -> str:
     if attr.is_ref():
         return f"ref:{attr.ref_attr_name}"
     value = attr.value
@@ -213,7 +223,8 @@ def _attribute_text(attr: ir.Attr) -> str:
     if attr.type == ir.AttributeType.TENSORS:
         return "Ts" + ",".join(f"{t.dtype}{list(t.shape)}:{hashlib.sha256(t.tobytes()).hexdigest()}" for t in value)
     if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-        # Subgraphs may refer to outer values by name: compare them with their names.
         graphs = value if isinstance(value, (list, tuple)) else [value]
-        return "G" + ",".join(ir.serde.serialize_graph(g).SerializeToString().hex() for g in graphs)
+        return "G" + ",".join(
+            "{" + "\n".join(_graph_parts(g, ids, f"{prefix}{k}.")) + "}" for k, g in enumerate(graphs)
+        )
     return f"{attr.type.name}:{value!r}"

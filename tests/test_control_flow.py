@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import inspect
 
-import onnx
+import onnx_ir as ir
 import pytest
 import torch
 from torch._higher_order_ops.map import map as torch_map
@@ -16,6 +16,8 @@ from torch._higher_order_ops.while_loop import while_loop
 
 import fx2onnx
 from conftest import all_nodes, assert_outputs_close, check_saved_model, make_options, op_types
+from fx2onnx.graph_builder import GraphBuilder
+from fx2onnx.module_functions import structural_key
 
 
 def _export(model, args, tmp_path, **options):
@@ -256,9 +258,10 @@ def test_a_module_with_cond_stays_one_function(tmp_path) -> None:
     model = TwoGates().eval()
     program = _export(model, (torch.randn(2, 4),), tmp_path)
     proto = program.model_proto
-    gates = [f for f in proto.functions if "Gate" in f.name and "TwoGates" not in f.name]
-    assert gates, [f.name for f in proto.functions]
-    assert all(any(n.op_type == "If" for n in f.node) for f in gates)
+    # both gates are structurally identical: one definition (its If included), two calls
+    (gate,) = [f for f in proto.functions if "Gate" in f.name and "TwoGates" not in f.name]
+    assert any(n.op_type == "If" for n in gate.node)
+    assert [n.op_type for n in proto.graph.node].count(gate.name) == 2
     assert not any(n.op_type == "If" for n in proto.graph.node)
     _compare(program, model, (torch.ones(2, 4),), (-torch.ones(2, 4),), (torch.randn(2, 4),))
 
@@ -308,3 +311,26 @@ def test_an_unsupported_op_in_a_branch_of_a_non_strict_capture_points_at_the_con
     # innermost user frame is the torch.cond call.
     error = _the_one_error(UnsupportedInBranch(), tmp_path)
     assert error.location.line == _line_of("return torch.cond(")
+
+
+def _branchy_function(name_prefix: str, branch_op: str) -> ir.Graph:
+    builder = GraphBuilder(name=f"{name_prefix}_f")
+    x = builder.add_input(f"{name_prefix}_x", ir.DataType.FLOAT, ir.Shape([2]))
+    (flag,) = builder.add_node("", "ReduceMax", [x])
+    (positive,) = builder.add_node("", "Greater", [flag, builder.constant(0.0, ir.DataType.FLOAT)])
+    branches = []
+    for label, op in (("then", branch_op), ("else", "Neg")):
+        sub = builder.subgraph(f"{name_prefix}_{label}")
+        (out,) = sub.add_node("", op, [x])  # reads the function's input by name
+        out.dtype, out.shape = ir.DataType.FLOAT, ir.Shape([2])
+        sub.set_outputs([out])
+        branches.append(sub.graph)
+    outputs = builder.add_node("", "If", [positive], [ir.AttrGraph("then_branch", branches[0]), ir.AttrGraph("else_branch", branches[1])])
+    builder.set_outputs(outputs)
+    return builder.graph
+
+
+def test_structural_key_reads_subgraphs_without_their_names() -> None:
+    same = structural_key(_branchy_function("a", "Abs")) == structural_key(_branchy_function("b", "Abs"))
+    different = structural_key(_branchy_function("a", "Abs")) != structural_key(_branchy_function("a", "Relu"))
+    assert same and different
