@@ -38,12 +38,17 @@ TRAINING_BATCH_NORM_NAMES = {
 }
 
 
+# The wrapper torch.export puts around operators with side effects (effect tokens).
+WITH_EFFECTS_NAME = "higher_order.with_effects"
+
+
 def torch_op(name: str) -> Any:
-    """The operator overload ``namespace.op.overload`` (`aten.add.Tensor`), or None when
-    this PyTorch has no such operator."""
-    namespace, op_name, overload = name.split(".")
+    """The operator overload ``namespace.op.overload`` (`aten.add.Tensor`) or operator
+    ``namespace.op`` (`higher_order.cond`), or None when this PyTorch has no such operator."""
+    namespace, op_name, *overload = name.split(".")
     try:
-        return getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
+        op = getattr(getattr(torch.ops, namespace), op_name)
+        return getattr(op, overload[0]) if overload else op
     except (AttributeError, RuntimeError):
         return None
 
@@ -59,7 +64,12 @@ def training_batch_norm_ops() -> dict[Any, int]:
     return {op: position for name, position in TRAINING_BATCH_NORM_NAMES.items() if (op := torch_op(name)) is not None}
 
 
+@functools.cache
+def with_effects_op() -> Any:
+    return torch_op(WITH_EFFECTS_NAME)
+
+
 def missing_private_ops() -> list[str]:
     """Names above that this PyTorch no longer resolves."""
-    names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES]
+    names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES, WITH_EFFECTS_NAME]
     return [name for name in names if torch_op(name) is None]

@@ -15,7 +15,7 @@ from collections.abc import Collection
 import torch
 import torch.fx
 
-_WITH_EFFECTS = torch.ops.higher_order.with_effects
+from fx2onnx.private_ops import with_effects_op
 
 
 def remove_effect_tokens(graph_module: torch.fx.GraphModule, token_names: Collection[str]) -> int:
@@ -24,8 +24,9 @@ def remove_effect_tokens(graph_module: torch.fx.GraphModule, token_names: Collec
     they are not graph outputs."""
     graph = graph_module.graph
     unwrapped = 0
+    with_effects = with_effects_op()
     for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is _WITH_EFFECTS:
+        if node.op == "call_function" and with_effects is not None and node.target is with_effects:
             _unwrap(graph, node)
             unwrapped += 1
     tokens = [node for node in graph.nodes if node.op == "placeholder" and node.name in token_names]
