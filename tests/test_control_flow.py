@@ -334,3 +334,21 @@ def test_structural_key_reads_subgraphs_without_their_names() -> None:
     same = structural_key(_branchy_function("a", "Abs")) == structural_key(_branchy_function("b", "Abs"))
     different = structural_key(_branchy_function("a", "Abs")) != structural_key(_branchy_function("a", "Relu"))
     assert same and different
+
+
+def test_branches_are_diagnostic_scopes_of_their_own(tmp_path) -> None:
+    import logging
+
+    from diagnostics import DiagnosticOptions, rules
+    from sarif_checks import validate_sarif
+
+    options = make_options(tmp_path, diagnostic_options=DiagnosticOptions(verbosity_level=logging.DEBUG))
+    program = fx2onnx.dynamo_export(SignBranches(), torch.randn(3, 4), export_options=options)
+    diagnostics = program.diagnostic_context.diagnostics
+    graphs = [d.message for d in diagnostics if d.rule is rules.FX_GRAPH_TO_ONNX]
+    assert any("then branch of cond" in m for m in graphs) and any("else branch of cond" in m for m in graphs)
+    # the nodes of a branch are translated (and located) one by one, like the main graph's
+    sin = next(d for d in diagnostics if d.rule is rules.FX_NODE_TO_ONNX and "aten.sin" in d.message)
+    assert sin.location is not None and sin.location.path == __file__
+    program.save_diagnostics(tmp_path / "report.sarif")
+    validate_sarif(tmp_path / "report.sarif")
