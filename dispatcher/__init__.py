@@ -13,7 +13,7 @@ from dispatcher._locations import is_tool_frame, node_location, node_stack, stac
 from dispatcher._matching import DROPPED_KWARGS, ParameterCheck, SignatureMatch, match_signature, optional_parameters, schema_defaults
 from dispatcher._names import OpName, normalize_qualified_name, qualified_name_of
 from dispatcher._types import torch_dtype_to_onnx
-from dispatcher.dispatcher import DispatchError, NodeRoute, OnnxFunctionDispatcher, is_tuple_constructor, node_route
+from dispatcher.dispatcher import DispatchError, NodeRoute, OnnxFunctionDispatcher, is_tuple_constructor, node_route, walk_graph_modules
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
 __all__ = [
@@ -39,4 +39,5 @@ __all__ = [
     "qualified_name_of",
     "stack_location",
     "torch_dtype_to_onnx",
+    "walk_graph_modules",
 ]

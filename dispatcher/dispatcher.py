@@ -35,7 +35,7 @@ from dispatcher._names import OpName, op_name_of
 from dispatcher._types import is_complex_value
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
-__all__ = ["DispatchError", "NodeRoute", "OnnxFunctionDispatcher", "is_tuple_constructor", "node_route"]
+__all__ = ["DispatchError", "NodeRoute", "OnnxFunctionDispatcher", "is_tuple_constructor", "node_route", "walk_graph_modules"]
 
 
 class NodeRoute(enum.Enum):
@@ -298,8 +298,8 @@ class OnnxFunctionDispatcher:
         diagnostics."""
         return [
             node
-            for node in _call_function_nodes(graph_module, set())
-            if self.unsupported_reason(node) is not None
+            for _, node in walk_graph_modules(graph_module)
+            if node.op == "call_function" and self.unsupported_reason(node) is not None
         ]
 
     def unsupported_reason(self, node: torch.fx.Node) -> str | None:
@@ -338,22 +338,26 @@ class OnnxFunctionDispatcher:
         return f"no function registered for {', '.join(keys)} takes these arguments"
 
 
-def _call_function_nodes(
-    graph_module: torch.fx.GraphModule, seen: set[int]
-) -> Iterator[torch.fx.Node]:
-    if id(graph_module) in seen:
-        return
-    seen.add(id(graph_module))
-    for node in graph_module.graph.nodes:
-        if node.op == "call_function":
-            yield node
-        elif node.op in ("call_module", "get_attr") and isinstance(node.target, str):
-            try:
-                sub = graph_module.get_submodule(node.target)
-            except AttributeError:
-                continue
-            if isinstance(sub, torch.fx.GraphModule):
-                yield from _call_function_nodes(sub, seen)
+def walk_graph_modules(graph_module: torch.fx.GraphModule) -> Iterator[tuple[torch.fx.GraphModule, torch.fx.Node]]:
+    """Every node of ``graph_module`` and of the GraphModules it reaches through
+    ``get_attr`` or ``call_module`` (module calls, control-flow branches and bodies), with
+    the GraphModule that holds it. A reached GraphModule's nodes come right after the node
+    that reaches it (source order); each GraphModule is walked once."""
+    seen: set[int] = set()
+
+    def walk(module: torch.fx.GraphModule) -> Iterator[tuple[torch.fx.GraphModule, torch.fx.Node]]:
+        seen.add(id(module))
+        for node in module.graph.nodes:
+            yield module, node
+            if node.op in ("call_module", "get_attr") and isinstance(node.target, str):
+                try:
+                    sub = module.get_submodule(node.target)
+                except AttributeError:
+                    continue
+                if isinstance(sub, torch.fx.GraphModule) and id(sub) not in seen:
+                    yield from walk(sub)
+
+    return walk(graph_module)
 
 
 class _Call:

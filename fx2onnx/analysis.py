@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import NodeRoute, OnnxFunctionDispatcher, node_location, node_route, node_stack, qualified_name_of
+from dispatcher import NodeRoute, OnnxFunctionDispatcher, node_location, node_route, node_stack, qualified_name_of, walk_graph_modules
 from fx2onnx import control_flow
 
 
@@ -33,11 +33,10 @@ def find_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: OnnxF
     """Every node of ``graph_module`` and of the graphs it calls that cannot be
     translated, with the reason."""
     found = []
-    for module in control_flow.subgraph_modules(graph_module):
-        for node in module.graph.nodes:
-            reason = unsupported_reason(node, dispatcher)
-            if reason is not None:
-                found.append((node, reason))
+    for _, node in walk_graph_modules(graph_module):
+        reason = unsupported_reason(node, dispatcher)
+        if reason is not None:
+            found.append((node, reason))
     return found
 
 

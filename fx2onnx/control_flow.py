@@ -26,7 +26,7 @@ into the buffer or input, which the exporter turns into a `.mutated` output.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
@@ -34,6 +34,7 @@ import torch
 import torch.fx
 
 from diagnostics import Level, rules
+from dispatcher import walk_graph_modules
 from fx2onnx.fake_metadata import OnnxTypeInfo, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.translated_body import FAILED, BodyInput, TranslatedBody
@@ -62,26 +63,10 @@ def translate_higher_order(interpreter: "FxOnnxInterpreter", node: torch.fx.Node
     return translator(interpreter, node)
 
 
-def subgraph_modules(graph_module: torch.fx.GraphModule) -> Iterator[torch.fx.GraphModule]:
-    """``graph_module`` and, depth first, every GraphModule its nodes reach through
-    `get_attr` or `call_module` (branches, bodies, module calls), each once."""
-    seen: set[int] = set()
-
-    def walk(module: torch.fx.GraphModule) -> Iterator[torch.fx.GraphModule]:
-        if id(module) in seen:
-            return
-        seen.add(id(module))
-        yield module
-        for node in module.graph.nodes:
-            if node.op in ("get_attr", "call_module") and isinstance(node.target, str):
-                try:
-                    sub = module.get_submodule(node.target)
-                except AttributeError:
-                    continue
-                if isinstance(sub, torch.fx.GraphModule):
-                    yield from walk(sub)
-
-    return walk(graph_module)
+def subgraph_modules(graph_module: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
+    """``graph_module`` and every GraphModule its nodes reach (branches, bodies, module
+    calls), each once, in source order."""
+    return list(dict.fromkeys(module for module, _ in walk_graph_modules(graph_module)))
 
 
 def on_every_graph(graph_pass: Callable[..., int]) -> Callable[..., int]:
@@ -89,7 +74,7 @@ def on_every_graph(graph_pass: Callable[..., int]) -> Callable[..., int]:
     and body it reaches; returns the sum of the pass's counts."""
 
     def run(graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> int:
-        return sum(graph_pass(module, *args, **kwargs) or 0 for module in list(subgraph_modules(graph_module)))
+        return sum(graph_pass(module, *args, **kwargs) or 0 for module in subgraph_modules(graph_module))
 
     run.__name__ = getattr(graph_pass, "__name__", "graph_pass")
     run.__doc__ = graph_pass.__doc__
