@@ -197,3 +197,18 @@ def test_one_routing_decision_for_analysis_and_translation() -> None:
     assert node_route(torch.return_types.topk) is NodeRoute.TUPLE
     assert node_route(torch.ops.higher_order.cond) is NodeRoute.HIGHER_ORDER
     assert node_route(torch.ops.aten.add.Tensor) is NodeRoute.ONNX_FUNCTION
+
+
+def test_analysis_names_higher_order_operators_without_a_translation(registry) -> None:
+    from fx2onnx.analysis import find_unsupported_nodes
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    hop = torch.ops.higher_order.associative_scan
+    call = graph.call_function(hop, (None, [x], 0))
+    graph.output(call)
+    graph_module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    context = DiagnosticContext("fx2onnx", "test", DiagnosticOptions())
+
+    [(node, reason)] = find_unsupported_nodes(graph_module, OnnxFunctionDispatcher(registry, context))
+    assert node is call and "associative_scan" in reason and "cond" in reason
