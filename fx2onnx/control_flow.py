@@ -84,8 +84,8 @@ def on_every_graph(graph_pass: Callable[..., int]) -> Callable[..., int]:
 # -- cond -> If -----------------------------------------------------------------------------------
 def _translate_cond(interpreter: "FxOnnxInterpreter", node: torch.fx.Node) -> Any:
     pred_arg, true_arg, false_arg, operand_args = node.args[:4]
-    predicate = interpreter._onnx_arg(pred_arg)
-    operands = list(interpreter._onnx_arg(list(operand_args)))
+    predicate = interpreter.onnx_arg(pred_arg)
+    operands = list(interpreter.onnx_arg(list(operand_args)))
     branches = (_graph_module_of(interpreter, true_arg), _graph_module_of(interpreter, false_arg))
     metas = _output_metas(node)
     builder = interpreter.builder
@@ -130,9 +130,9 @@ def _translate_while_loop(interpreter: "FxOnnxInterpreter", node: torch.fx.Node)
     carried_metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in carried_args]
     carried = [
         _as_value(builder, value, meta, interpreter)
-        for value, meta in zip(interpreter._onnx_arg(list(carried_args)), carried_metas)
+        for value, meta in zip(interpreter.onnx_arg(list(carried_args)), carried_metas)
     ]
-    additional = list(interpreter._onnx_arg(list(additional_args)))
+    additional = list(interpreter.onnx_arg(list(additional_args)))
 
     # The condition before the first iteration, in the enclosing graph.
     first = _translate_body(interpreter, node, cond_fn, builder, _bind(cond_fn, [*carried, *additional]), "condition")
@@ -202,10 +202,10 @@ def _scan(
     builder = interpreter.builder
     init = [
         _as_value(builder, value, arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None, interpreter)
-        for value, arg in zip(interpreter._onnx_arg(init_args), init_args)
+        for value, arg in zip(interpreter.onnx_arg(init_args), init_args)
     ]
-    xs = list(interpreter._onnx_arg(xs_args))
-    additional = list(interpreter._onnx_arg(additional_args))
+    xs = list(interpreter.onnx_arg(xs_args))
+    additional = list(interpreter.onnx_arg(additional_args))
     if not xs:
         raise NotImplementedError(f"'{node.name}' scans no tensors: nothing to iterate over")
 
@@ -268,7 +268,7 @@ def _name(target: Any) -> str:
 
 
 def _graph_module_of(interpreter: "FxOnnxInterpreter", arg: Any) -> torch.fx.GraphModule:
-    module = interpreter._onnx_arg(arg)
+    module = interpreter.onnx_arg(arg)
     if not isinstance(module, torch.fx.GraphModule):
         raise TypeError(f"expected a branch or body GraphModule, got {type(module).__name__}")
     return module

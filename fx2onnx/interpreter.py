@@ -189,7 +189,7 @@ class FxOnnxInterpreter:
             return self.env[node.args[0]][node.args[1]]  # type: ignore[index]
         if route is NodeRoute.TUPLE:
             items = node.args[0] if len(node.args) == 1 and isinstance(node.args[0], (list, tuple)) else node.args
-            return tuple(self._onnx_arg(item) for item in items)
+            return tuple(self.onnx_arg(item) for item in items)
         if route is NodeRoute.HIGHER_ORDER:
             return control_flow.translate_higher_order(self, node)
         registered = self.dispatcher.dispatch_registered(node)
@@ -222,17 +222,17 @@ class FxOnnxInterpreter:
         scalars_as_complex: bool = False,
     ) -> Any:
         """Trace ``function`` on the node's arguments (given apart, they may be edited)."""
-        args = [self._onnx_arg(arg) for arg in node_args]
+        args = [self.onnx_arg(arg) for arg in node_args]
         if scalars_as_complex:
             args = _scalars_as_complex(node, args)
         kwargs = {
-            key: self._onnx_arg(value)
+            key: self.onnx_arg(value)
             for key, value in node_kwargs.items()
             if key not in DROPPED_KWARGS
         }
         # ATen schema defaults for parameters the ONNX function requires but the node omits
         defaults = schema_defaults(node.target, function.op_signature, node_args, node_kwargs)
-        kwargs.update((key, self._onnx_arg(value)) for key, value in defaults.items())
+        kwargs.update((key, self.onnx_arg(value)) for key, value in defaults.items())
         with onnxscript.evaluator.default_as(self.evaluator):
             return self.evaluator.eval_function(function, args, kwargs)
 
@@ -279,7 +279,7 @@ class FxOnnxInterpreter:
                 f"call_module node '{node.target}' reached the interpreter without a module "
                 "translator; only graphs produced by the Modularize pass contain call_module."
             )
-        args = [self._onnx_arg(arg) for arg in node.args]
+        args = [self.onnx_arg(arg) for arg in node.args]
         return self.call_module_handler(self, node, args)
 
     def output(self, node: torch.fx.Node) -> Any:
@@ -289,12 +289,13 @@ class FxOnnxInterpreter:
         return None
 
     # -- helpers -------------------------------------------------------------------------
-    def _onnx_arg(self, arg: Any) -> Any:
-        """An FX argument as the torchlib function expects it."""
+    def onnx_arg(self, arg: Any) -> Any:
+        """An FX argument as the graph sees it: a node becomes what it was translated to,
+        a dtype its ONNX type number, a device or layout None."""
         if isinstance(arg, torch.fx.Node):
             return self.env[arg]
         if isinstance(arg, (list, tuple)):
-            return type(arg)(self._onnx_arg(item) for item in arg)
+            return type(arg)(self.onnx_arg(item) for item in arg)
         if isinstance(arg, torch.dtype):
             return torch_dtype_to_onnx(arg).value
         if isinstance(arg, (torch.device, torch.layout, torch.memory_format)):
