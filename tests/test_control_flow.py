@@ -177,6 +177,38 @@ def test_while_loop_carrying_two_tensors_and_a_counter(tmp_path) -> None:
     )
 
 
+class LoopUpdatesABuffer(torch.nn.Module):
+    """The loop carries the buffer's value; torch.export keeps the update functional."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.ones(3))
+
+    def forward(self, steps: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        def keep_going(i, state):
+            return i < steps
+
+        def step(i, state):
+            return i + 1, state * 0.5 + x
+
+        _, state = while_loop(keep_going, step, (torch.tensor(0), self.state))
+        self.state.copy_(state)
+        return state.sum()
+
+
+def test_while_loop_whose_carried_state_updates_a_buffer(tmp_path) -> None:
+    original = LoopUpdatesABuffer()
+    program = _export(copy.deepcopy(original), (torch.tensor(2), torch.randn(3)), tmp_path)
+    assert [(m.kind, m.target) for m in program.mutation_outputs] == [("buffer", "state")]
+    producer = {out: n.op_type for n in program.model_proto.graph.node for out in n.output}
+    assert producer["state.mutated"] == "Loop"  # the new value leaves the Loop
+    for steps in (0, 1, 4):
+        model, written = copy.deepcopy(original), copy.deepcopy(original)
+        args = (torch.tensor(steps), torch.randn(3))
+        torch.testing.assert_close(program(*args, write_back=True, module=written), model(*args))
+        torch.testing.assert_close(written.state, model.state)
+
+
 # -- scan / map -> Scan ---------------------------------------------------------------------------
 class CumulativeSum(torch.nn.Module):
     def __init__(self, reverse: bool = False, dim: int = 0) -> None:
