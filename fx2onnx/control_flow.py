@@ -34,7 +34,7 @@ import torch
 import torch.fx
 
 from diagnostics import Level, rules
-from dispatcher import walk_graph_modules
+from dispatcher import node_location, walk_graph_modules
 from fx2onnx.fake_metadata import OnnxTypeInfo, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.translated_body import FAILED, BodyInput, TranslatedBody
@@ -299,7 +299,10 @@ def _translate_body(
     """One branch or body, as a diagnostic scope of its own (its nodes report at the
     user's lines inside it)."""
     with interpreter.diagnostics.scope(
-        rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=f"{role} of {_name(node.target)} '{node.name}'"
+        rules.FX_GRAPH_TO_ONNX,
+        Level.NONE,
+        location=node_location(node),
+        graph_name=f"{role} of {_name(node.target)} '{node.name}'",
     ) as diagnostic:
         diagnostic.log_code(lambda: graph_module.print_readable(print_output=False), "python")
         return interpreter.translate(graph_module, builder, inputs=bindings)

@@ -377,8 +377,10 @@ def test_branches_are_diagnostic_scopes_of_their_own(tmp_path) -> None:
     options = make_options(tmp_path, diagnostic_options=DiagnosticOptions(verbosity_level=logging.DEBUG))
     program = fx2onnx.dynamo_export(SignBranches(), torch.randn(3, 4), export_options=options)
     diagnostics = program.diagnostic_context.diagnostics
-    graphs = [d.message for d in diagnostics if d.rule is rules.FX_GRAPH_TO_ONNX]
-    assert any("then branch of cond" in m for m in graphs) and any("else branch of cond" in m for m in graphs)
+    branches = [d for d in diagnostics if d.rule is rules.FX_GRAPH_TO_ONNX and "branch of cond" in d.message]
+    assert sorted(d.message.split(" branch")[0][-4:] for d in branches) == ["else", "then"]
+    # each branch scope is located at the torch.cond call in the user's code
+    assert all(d.location is not None and d.location.path == __file__ for d in branches)
     # the nodes of a branch are translated (and located) one by one, like the main graph's
     sin = next(d for d in diagnostics if d.rule is rules.FX_NODE_TO_ONNX and "aten.sin" in d.message)
     assert sin.location is not None and sin.location.path == __file__
