@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch._decomp import decomposition_table as _torch_decompositions
 
-from dispatcher import OnnxRegistry
+from dispatcher import OnnxRegistry, walk_graph_modules
 from fx2onnx.private_ops import assertion_ops
 
 # Building torch.export's table costs ~0.6 s; it depends only on which operators the
@@ -84,7 +84,7 @@ def _is_complex_node(node: torch.fx.Node) -> bool:
 def _complex_gaps(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> dict:
     """Decompositions for complex nodes whose operator has only real implementations."""
     gaps = {}
-    for node in program.graph.nodes:
+    for _, node in walk_graph_modules(program.graph_module):  # control-flow bodies too
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if node.target in gaps or not _is_complex_node(node) or _has_complex_function(registry, node.target):
@@ -96,7 +96,7 @@ def _complex_gaps(program: torch.export.ExportedProgram, registry: OnnxRegistry)
 
 
 def _needs_decomposition(program: torch.export.ExportedProgram, table: dict, registry: OnnxRegistry) -> bool:
-    for node in program.graph.nodes:
+    for _, node in walk_graph_modules(program.graph_module):  # control-flow bodies too
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             if node.target in assertion_ops():
                 continue  # removed by a later pass, nothing to decompose

@@ -133,6 +133,18 @@ def test_cond_whose_branches_update_a_buffer(tmp_path) -> None:
         assert not torch.equal(model.total, original.total)
 
 
+class DecomposedInABranch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # aten.rms_norm has no ONNX function: PyTorch's decomposition is used, in the branch
+        return torch.cond(x.sum() > 0, lambda x: torch.nn.functional.rms_norm(x, (3,)), lambda x: x * 2, (x,))
+
+
+def test_operators_inside_branches_are_decomposed_like_the_main_graphs(tmp_path) -> None:
+    model = DecomposedInABranch()
+    program = _export(model, (torch.randn(2, 3),), tmp_path)
+    _compare(program, model, (torch.ones(2, 3),), (-torch.ones(2, 3),))
+
+
 # -- while_loop -> Loop ---------------------------------------------------------------------------
 class CountTo(torch.nn.Module):
     def forward(self, bound: torch.Tensor, x: torch.Tensor):
