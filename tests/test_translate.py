@@ -212,3 +212,64 @@ def test_analysis_names_higher_order_operators_without_a_translation(registry) -
 
     [(node, reason)] = find_unsupported_nodes(graph_module, OnnxFunctionDispatcher(registry, context))
     assert node is call and "associative_scan" in reason and "cond" in reason
+
+
+def _cond_graph(predicate) -> torch.fx.GraphModule:
+    import operator
+
+    def branch(op) -> torch.fx.GraphModule:
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        graph.output((graph.call_function(op, (x,)),))
+        return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+    root = torch.nn.Module()
+    root.true_graph, root.false_graph = branch(torch.ops.aten.sin.default), branch(torch.ops.aten.cos.default)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    pred = graph.placeholder("pred") if predicate is None else predicate
+    cond = graph.call_function(
+        torch.ops.higher_order.cond, (pred, graph.get_attr("true_graph"), graph.get_attr("false_graph"), (x,))
+    )
+    graph.output(graph.call_function(operator.getitem, (cond, 0)))
+    graph_module = torch.fx.GraphModule(root, graph)
+    examples = (torch.randn(3),) if predicate is not None else (torch.randn(3), torch.tensor(True))
+    return _graph_module_with_meta(graph_module, *examples)
+
+
+def _graph_module_with_meta(graph_module: torch.fx.GraphModule, *examples) -> torch.fx.GraphModule:
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(graph_module, mode).propagate(*examples)
+    for sub in (graph_module.true_graph, graph_module.false_graph):
+        FakeTensorProp(sub, mode).propagate(examples[0])
+    return graph_module
+
+
+@pytest.mark.parametrize("predicate", [True, False])
+def test_a_cond_with_a_known_predicate_translates_the_taken_branch_in_place(registry, predicate) -> None:
+    interpreter, context = _interpreter(registry)
+    builder = GraphBuilder()
+    body = interpreter.translate(_cond_graph(predicate), builder)
+    assert not context.has_errors(), context.summary_text()
+    assert [n.op_type for n in builder.graph] == ["Sin" if predicate else "Cos"]  # no If
+    builder.set_outputs(body.outputs)
+    x = torch.randn(3)
+    (result,) = _run(builder, {"x": x})
+    torch.testing.assert_close(torch.from_numpy(result), x.sin() if predicate else x.cos())
+
+
+def test_a_cond_on_a_graph_input_becomes_an_if_with_both_branches(registry) -> None:
+    interpreter, context = _interpreter(registry)
+    builder = GraphBuilder()
+    body = interpreter.translate(_cond_graph(None), builder)
+    assert not context.has_errors(), context.summary_text()
+    (if_node,) = list(builder.graph)
+    branches = {name: [n.op_type for n in attr.value] for name, attr in if_node.attributes.items()}
+    assert branches == {"then_branch": ["Sin"], "else_branch": ["Cos"]}
+    builder.set_outputs(body.outputs)
+    x = torch.randn(3)
+    for flag in (True, False):
+        (result,) = _run(builder, {"x": x, "pred": torch.tensor(flag)})
+        torch.testing.assert_close(torch.from_numpy(result), x.sin() if flag else x.cos())
