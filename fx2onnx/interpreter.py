@@ -1,9 +1,11 @@
-"""FxOnnxInterpreter: translates an FX graph into the graph builder, one node at a time.
+"""FxOnnxInterpreter: translates an FX graph into a graph builder, one node at a time.
 
-It reads like `torch.fx.Interpreter`: `run_node` dispatches on `node.op` to one method per
-opcode, and an environment maps each FX node to what it became in the ONNX graph (a
-value, a tuple of values, or a Python constant). Its state (environment, builder,
-dispatcher, diagnostics) lives on the instance.
+`translate(graph_module, builder, inputs=..., skip=...)` is the one entry point: the main
+graph, the body of a module function and each branch or body of control flow
+(`fx2onnx.control_flow`) are translated by it alike. It reads like `torch.fx.Interpreter`:
+`run_node` dispatches on `node.op` to one method per opcode, and an environment maps each
+FX node to what it became in the ONNX graph (a value, a tuple of values, or a Python
+constant). Its state (environment, builder, dispatcher, diagnostics) lives on the instance.
 """
 
 from __future__ import annotations
