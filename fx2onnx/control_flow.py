@@ -141,9 +141,9 @@ def _translate_while_loop(interpreter: "FxOnnxInterpreter", node: torch.fx.Node)
     first_condition = _as_bool_scalar(builder, _as_value(builder, first.outputs[0], first.output_metas[0], interpreter))
 
     sub = builder.subgraph(f"{node.name}_body")
-    iteration = sub.add_input(f"{node.name}_iteration", ir.DataType.INT64, ir.Shape([]))
-    condition_in = sub.add_input(f"{node.name}_condition", ir.DataType.BOOL, ir.Shape([]))
-    del iteration, condition_in  # torch's body sees neither: they are Loop's own
+    # Loop's own first two body inputs; torch's body sees neither.
+    sub.add_input(f"{node.name}_iteration", ir.DataType.INT64, ir.Shape([]))
+    sub.add_input(f"{node.name}_condition", ir.DataType.BOOL, ir.Shape([]))
     placeholders = _placeholders(body_fn)
     bindings: dict[str, Any] = {}
     for index, placeholder in enumerate(placeholders):
