@@ -1,11 +1,144 @@
-"""Write report files atomically, so a crash never leaves a half-written report."""
+"""Safe file writing: every file fx2onnx writes (models, weight data, SARIF reports).
+
+One set of rules for every destination:
+
+- a symlink is followed: its target gets the new content, the link stays;
+- a destination that exists and is not a regular file (a directory, FIFO, device or
+  socket) is an error, and it is left untouched;
+- missing parent folders are created;
+- files are written under temporary names in the destination's own folder and moved in
+  place with ``os.replace`` only once all of them are complete: readers see the old
+  files or the new ones, never a part; temporary files are removed on every exit path,
+  KeyboardInterrupt included;
+- errors name the user's path, never a temporary one.
+
+Pure standard library (no torch, no ONNX): fx2onnx's model saving uses it too.
+"""
 
 from __future__ import annotations
 
 import gzip
 import os
 import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+_TEMP_MARK = ".fx2onnx-tmp-"
+
+
+class DestinationError(OSError):
+    """A destination exists and is not a regular file (FIFO, device, socket)."""
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def resolve_destination(path: str | os.PathLike[str]) -> Path:
+    """The regular file that writing ``path`` replaces: symlinks are followed to their
+    target. Raises (without touching anything) when it exists and is not a regular file."""
+    user_path = os.fspath(path)
+    target = Path(os.path.realpath(user_path))
+    via_link = f" (a symlink to '{target}')" if os.path.islink(user_path) else ""
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(
+            f"Cannot write '{user_path}'{via_link}: it is a directory. Give a file path "
+            "inside it instead; the directory was left as it is."
+        )
+    if not stat.S_ISREG(mode):
+        raise DestinationError(
+            f"Cannot write '{user_path}'{via_link}: it is {_kind_of(mode)}, not a regular "
+            "file. Give the path of a regular file; it was left as it is."
+        )
+    return target
+
+
+class StagedFiles:
+    """Files written under temporary names beside their destinations, then moved in place
+    together by `commit`. Use through `staged_files()`, which cleans up."""
+
+    def __init__(self) -> None:
+        # (temporary path, final path, the path as the user gave it)
+        self._staged: list[tuple[Path, Path, str]] = []
+        self._remove_after_commit: list[Path] = []
+
+    def stage(self, destination: str | os.PathLike[str]) -> Path:
+        """Check ``destination``, create its parent folders, and return the temporary
+        path to write its content to (created empty, only this process writes it)."""
+        final = resolve_destination(destination)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = final.with_name(f".{final.name}{_TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
+        # Register first: whatever happens next, the temporary file is removed.
+        self._staged.append((temp, final, os.fspath(destination)))
+        # "x" creates a new file with the usual umask permissions (mkstemp gives 0600).
+        with open(temp, "xb"):
+            pass
+        return temp
+
+    def remove_after_commit(self, path: str | os.PathLike[str]) -> None:
+        """Delete ``path`` once the new files are in place (a file they make stale)."""
+        self._remove_after_commit.append(Path(path))
+
+    def commit(self) -> None:
+        for temp, final, _ in self._staged:
+            # Checked again: the destination may have changed while the content was written.
+            resolve_destination(final)
+            os.replace(temp, final)
+        for path in self._remove_after_commit:
+            path.unlink(missing_ok=True)
+        self._staged.clear()
+
+    def discard(self) -> None:
+        for temp, _, _ in self._staged:
+            try:
+                temp.unlink(missing_ok=True)
+            except OSError:
+                pass  # the folder itself is gone or read-only: nothing of ours is left in it
+        self._staged.clear()
+
+    def user_path_of(self, path: str | os.PathLike[str] | None) -> str | None:
+        """The user's path for one of the temporary or final paths, else None."""
+        if path is None:
+            return None
+        for temp, final, user_path in self._staged:
+            if os.fspath(path) in (os.fspath(temp), os.fspath(final)):
+                return user_path
+        return None
+
+
+@contextmanager
+def staged_files() -> Iterator[StagedFiles]:
+    """Write several files as one step.
+
+    >>> with staged_files() as files:                      # doctest: +SKIP
+    ...     files.stage("model.onnx").write_bytes(data)
+    """
+    staged = StagedFiles()
+    try:
+        yield staged
+        staged.commit()
+    except OSError as error:
+        user_path = staged.user_path_of(error.filename)
+        if user_path is None or error.errno is None:
+            raise
+        # The same error, naming the user's path instead of the temporary one.
+        raise type(error)(error.errno, error.strerror, user_path) from error
+    finally:
+        staged.discard()
 
 
 def check_report_path(path: str | os.PathLike[str], compress: bool) -> Path:
@@ -20,23 +153,15 @@ def check_report_path(path: str | os.PathLike[str], compress: bool) -> Path:
     return target
 
 
-def write_atomically(path: Path, data: str, compress: bool = False) -> None:
-    """Write ``data`` (UTF-8, gzip when ``compress``) to ``path`` in one step.
-
-    The bytes go to a temporary file in the same directory, which then replaces
-    ``path``: readers see the old file or the complete new one, never a part.
-    """
-    payload = data.encode("utf-8")
+def write_atomically(path: str | os.PathLike[str], data: str | bytes, compress: bool = False) -> None:
+    """Write ``data`` (str as UTF-8, gzip when ``compress``) to ``path`` in one step, by
+    the rules of this module."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
     if compress:
         payload = gzip.compress(payload, mtime=0)  # mtime=0: same input, same bytes
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        # "xb" creates a new file with the usual umask permissions (mkstemp gives 0600).
-        with open(temp, "xb") as stream:
+    with staged_files() as files:
+        temp = files.stage(path)
+        with open(temp, "wb") as stream:
             stream.write(payload)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise

@@ -15,17 +15,22 @@ from diagnostics import DiagnosticOptions
 from dispatcher import OnnxRegistry
 from fx2onnx.errors import OnnxExporterError, UnsupportedInputError
 from fx2onnx.exporter import dynamo_export
+from fx2onnx.fake_mode import ONNXFakeContext, enable_fake_mode
+from fx2onnx.model_signature import ModelSignature
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.program import ONNXProgram
 
 __all__ = [
     "DiagnosticOptions",
     "ExportOptions",
+    "ModelSignature",
     "ModuleFunctionOptions",
+    "ONNXFakeContext",
     "ONNXProgram",
     "OnnxExporterError",
     "OnnxRegistry",
     "UnsupportedInputError",
     "__version__",
     "dynamo_export",
+    "enable_fake_mode",
 ]

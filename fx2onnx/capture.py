@@ -14,6 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
 from dispatcher import stack_location
 from fx2onnx.dynamic_shapes import DynamicShapesOption, torch_export_spec
+from fx2onnx.fake_mode import ONNXFakeContext, check_fake_mode_use
 
 
 class CaptureError(RuntimeError):
@@ -97,8 +98,10 @@ def capture(
     kwargs: Mapping[str, Any],
     dynamic_shapes: DynamicShapesOption,
     context: DiagnosticContext,
+    fake_context: ONNXFakeContext | None = None,
 ) -> CapturedModel:
     """Turn an nn.Module, ExportedProgram or GraphModule into a graph with FakeTensor metadata."""
+    check_fake_mode_use(model, args, kwargs, fake_context)
     if isinstance(model, torch.export.ExportedProgram):
         return CapturedModel(model.graph_module, model)
     if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):

@@ -31,6 +31,7 @@ from fx2onnx.graph_builder import GraphBuilder, inference_note
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
 from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
 from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
+from fx2onnx.model_signature import build_model_signature
 from fx2onnx.module_functions import ModuleFunctionTranslator
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
@@ -120,7 +121,7 @@ def _export(
 ) -> ONNXProgram:
     registry = options.onnx_registry or OnnxRegistry()
     with timer.stage("capture"):
-        captured = capture(model, args, kwargs, options.dynamic_shapes, context)
+        captured = capture(model, args, kwargs, options.dynamic_shapes, context, options.fake_context)
     for note in captured.notes:
         warnings.warn(note, stacklevel=3)
 
@@ -186,6 +187,8 @@ def _export(
         stage_seconds=timer.seconds,
         mutation_outputs=mutation_outputs,
         module=model if isinstance(model, torch.nn.Module) and not isinstance(model, torch.fx.GraphModule) else None,
+        model_signature=build_model_signature(program, io.input_slots, model_ir, mutation_outputs),
+        fake_context=options.fake_context,
     )
     _record_summary(context, model, model_ir, timer)
     return onnx_program

@@ -8,6 +8,7 @@ from typing import Any
 
 from diagnostics import DiagnosticOptions
 from dispatcher import OnnxRegistry
+from fx2onnx.fake_mode import ONNXFakeContext
 
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
 
@@ -58,6 +59,9 @@ class ExportOptions:
         module_functions: which `nn.Module` calls become ONNX model-local functions.
             True (default): every module call; False: none, one flat graph; or a
             `ModuleFunctionOptions` to choose modules and the treatment of torch.nn leaves.
+        fake_context: what `fx2onnx.enable_fake_mode()` yielded, when the model or its
+            example inputs were created in fake mode (weights are then declared without
+            data; give them to `ONNXProgram.save(..., model_state=...)`).
     """
 
     dynamic_shapes: Any = None
@@ -66,3 +70,4 @@ class ExportOptions:
     failure_report_path: str | os.PathLike | None = DEFAULT_REPORT_PATH
     optimize: bool = False
     module_functions: bool | ModuleFunctionOptions = True
+    fake_context: ONNXFakeContext | None = None

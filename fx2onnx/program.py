@@ -14,14 +14,21 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import DiagnosticContext
+from fx2onnx.fake_mode import ONNXFakeContext
 from fx2onnx.io_adapter import InputAdapter, MutationOutput, OutputAdapter
+from fx2onnx.model_signature import BUFFER, CONSTANT_TENSOR, ModelSignature
+from fx2onnx.model_state import ModelState, WeightSource, describe_name_mismatch, open_model_state
+from fx2onnx.model_writer import (
+    WeightGetter,
+    fake_weights,
+    initializer_bytes,
+    program_getters,
+    proto_with_weights_as_inputs,
+    write_model,
+)
 
 # Protobuf cannot hold more than 2 GiB: larger models keep their weights in a data file.
 _PROTOBUF_LIMIT = 2**31 - 1
-
-
-def _initializer_bytes(model: ir.Model) -> int:
-    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
 class ONNXProgram:
@@ -44,6 +51,8 @@ class ONNXProgram:
         stage_seconds: dict[str, float] | None = None,
         mutation_outputs: Sequence[MutationOutput] = (),
         module: torch.nn.Module | None = None,
+        model_signature: ModelSignature | None = None,
+        fake_context: ONNXFakeContext | None = None,
     ) -> None:
         self._model = model
         self._input_adapter = input_adapter
@@ -57,6 +66,8 @@ class ONNXProgram:
         self.mutation_outputs: list[MutationOutput] = list(mutation_outputs)
         # The exported module, whose buffers write_back updates unless another is given.
         self.module = module
+        self._model_signature = model_signature
+        self.fake_context = fake_context
         self._session = None
 
     # -- the model -----------------------------------------------------------------------
@@ -75,35 +86,117 @@ class ONNXProgram:
 
     @property
     def model_proto(self) -> onnx.ModelProto:
-        """The model as an `onnx.ModelProto` (weights included)."""
-        return ir.serde.serialize_model(self._require_model())
+        """The model as an `onnx.ModelProto` (weights included). A program exported in
+        fake mode has no weight data: its weights are graph inputs, as in
+        `save(..., include_initializers=False)`."""
+        model = self._require_model()
+        if fake_weights(model):
+            return proto_with_weights_as_inputs(model)
+        return ir.serde.serialize_model(model)
+
+    @property
+    def model_signature(self) -> ModelSignature | None:
+        """torch.export's graph signature in ONNX names: which inputs are user inputs,
+        parameters, buffers, constants; which outputs are user outputs and mutated
+        buffers or inputs. None when the export failed."""
+        return self._model_signature
+
+    @property
+    def has_weight_data(self) -> bool:
+        """False for a program exported in fake mode (weights declared, without data)."""
+        return not fake_weights(self._require_model())
 
     # -- saving --------------------------------------------------------------------------
-    def save(self, destination: str | os.PathLike, *, external_data: bool | None = None) -> None:
+    def save(
+        self,
+        destination: str | os.PathLike,
+        *,
+        include_initializers: bool = True,
+        model_state: ModelState | None = None,
+        external_data: bool | None = None,
+    ) -> None:
         """Write the model to `destination`.
 
-        Weights go to a data file beside it (`<name>.data`) when `external_data` is True,
-        or, by default, when they are too large for one protobuf (2 GB). The files are
-        written under temporary names and moved in place at the end, so a failed save
-        never leaves a half-written model.
+        Args:
+            include_initializers: False writes the graph without weight data: each
+                weight becomes a graph input named after it (as the former
+                `torch.onnx.dynamo_export` did), to ship the weights apart.
+            model_state: the weights to write, by parameter and buffer name: a state
+                dict, or the path of a `torch.save` checkpoint (memory-mapped) or of a
+                `.safetensors` file (read tensor by tensor). Needed for a program
+                exported in fake mode; for another program it replaces its weights.
+            external_data: weights in a data file beside the model (`<name>.data`);
+                by default only when they are too large for one protobuf (2 GB). They
+                are streamed tensor by tensor, never all in memory at once.
+
+        A symlink is followed to its target; a destination that exists and is not a
+        regular file is an error and is left untouched; missing parent folders are
+        created. Everything is written under temporary names and moved in place at the
+        end, so a failed or interrupted save leaves the destination as it was. Saving
+        without external data deletes the `<name>.data` file that a previous save of
+        fx2onnx wrote for the model it replaces (and no other file).
         """
         model = self._require_model()
-        destination = Path(destination)
-        if destination.is_dir():
-            raise IsADirectoryError(f"'{destination}' is a directory; give a file path such as model.onnx")
+        if not include_initializers:
+            if model_state is not None:
+                raise ValueError(
+                    "model_state gives the weights to write, but include_initializers=False writes none: "
+                    "drop one of the two."
+                )
+            write_model(model, destination, None, external_data=False)
+            return
         if external_data is None:
-            external_data = _initializer_bytes(model) >= _PROTOBUF_LIMIT
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        data_name = destination.name + ".data" if external_data else None
-        with tempfile.TemporaryDirectory(dir=destination.parent, prefix=".fx2onnx-save-") as staging:
-            staged = Path(staging) / destination.name
-            ir.save(model, staged, external_data=data_name)
-            if data_name is not None:
-                os.replace(Path(staging) / data_name, destination.parent / data_name)
-            os.replace(staged, destination)
+            external_data = initializer_bytes(model) >= _PROTOBUF_LIMIT
+        if model_state is None:
+            self._require_weight_data("save it with real weights: program.save(path, model_state=...)")
+            write_model(model, destination, program_getters(model), external_data=external_data)
+            return
+        with open_model_state(model_state) as source:
+            write_model(model, destination, self._getters_from(source), external_data=external_data)
+
+    def _require_weight_data(self, what_to_do: str) -> None:
+        missing = fake_weights(self._require_model())
+        if missing:
+            raise ValueError(
+                f"This program was exported in fake mode: its {len(missing)} weight(s) ({missing[0]!r}, ...) "
+                f"have no data. Give the real weights: {what_to_do}, where model_state is a state dict "
+                "or the path of a torch.save or .safetensors checkpoint."
+            )
+
+    def _getters_from(self, source: WeightSource) -> dict[str, WeightGetter]:
+        """Where each initializer's tensor comes from; a source whose names do not fit
+        the model is an error, raised before anything is written."""
+        model = self._require_model()
+        signature = self._model_signature
+        given = set(source.names())
+        torch_names = {name: (signature.torch_name_of(name) if signature else None) or name for name in model.graph.initializers}
+        without_data = {torch_names[name] for name in fake_weights(model)}
+        required = set(signature.state_dict_names() if signature else ()) | without_data
+        known = set(signature.weight_names() if signature else ()) | set(torch_names.values())
+        missing, unexpected = sorted(required - given), sorted(given - known)
+        if missing or unexpected:
+            hint = ""
+            if signature is not None:
+                not_in_state_dict = {
+                    e.torch_name for e in signature.inputs
+                    if e.kind == CONSTANT_TENSOR or (e.kind == BUFFER and e.persistent is False)
+                }
+                if not_in_state_dict & set(missing):
+                    hint = (
+                        " Non-persistent buffers and constants are not in state_dict(): add them, e.g. "
+                        "{**model.state_dict(), **dict(model.named_buffers())}."
+                    )
+            raise ValueError(describe_name_mismatch(missing, unexpected, hint))
+        getters = program_getters(model)
+        for name, torch_name in torch_names.items():
+            if torch_name in given:
+                getters[name] = lambda torch_name=torch_name: source.get(torch_name)
+        return getters
 
     def save_diagnostics(self, destination: str | os.PathLike) -> None:
-        """Write the SARIF 2.1.0 report of this export (the path must end with .sarif)."""
+        """Write the SARIF 2.1.0 report of this export (the path must end with .sarif),
+        by the same rules as `save`: symlinks followed, non-regular files refused,
+        parent folders created, written atomically."""
         self.diagnostic_context.dump(os.fspath(destination))
 
     # -- running -------------------------------------------------------------------------
@@ -118,28 +211,37 @@ class ONNXProgram:
         PyTorch outputs: compare it with the onnxruntime results."""
         return OutputAdapter.flatten_torch_outputs(model_outputs)
 
-    def _inference_session(self):  # noqa: ANN202 - onnxruntime.InferenceSession
-        if self._session is None:
-            import onnxruntime as ort
+    def _inference_session(self, model_state: ModelState | None = None):  # noqa: ANN202 - onnxruntime.InferenceSession
+        """The onnxruntime session; ``model_state`` gives (new) weights for it."""
+        if self._session is not None and model_state is None:
+            return self._session
+        import onnxruntime as ort
 
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            # Decided from the weights, before serializing: a model too large for one
-            # protobuf is never copied into one, it goes to a file with external data.
-            if _initializer_bytes(self._require_model()) < _PROTOBUF_LIMIT:
-                self._session = ort.InferenceSession(
-                    self.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
-                )
-            else:
-                with tempfile.TemporaryDirectory() as folder:
-                    path = Path(folder) / "model.onnx"
-                    self.save(path, external_data=True)
-                    self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        model = self._require_model()
+        if model_state is None:
+            self._require_weight_data(
+                "program.save(path, model_state=...) and run that file, or program(*inputs, model_state=...)"
+            )
+        # Decided from the weights, before serializing: a model too large for one
+        # protobuf, or weights from a checkpoint, go to a file with external data.
+        if model_state is None and initializer_bytes(model) < _PROTOBUF_LIMIT:
+            self._session = ort.InferenceSession(
+                self.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        else:
+            with tempfile.TemporaryDirectory(prefix="fx2onnx-run-") as folder:
+                path = Path(folder) / "model.onnx"
+                self.save(path, model_state=model_state, external_data=True)
+                self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         return self._session
 
-    def run_flat(self, onnx_inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def run_flat(
+        self, onnx_inputs: Sequence[torch.Tensor], *, model_state: ModelState | None = None
+    ) -> list[torch.Tensor]:
         """Run onnxruntime on the flat ONNX inputs; returns the flat ONNX outputs."""
-        session = self._inference_session()
+        session = self._inference_session(model_state)
         names = [i.name for i in session.get_inputs()]
         if len(names) != len(onnx_inputs):
             raise ValueError(f"The ONNX model takes {len(names)} inputs, {len(onnx_inputs)} were given.")
@@ -150,7 +252,12 @@ class ONNXProgram:
         return _run_through_dlpack(session, names, tensors)
 
     def __call__(
-        self, *args: Any, write_back: bool = False, module: torch.nn.Module | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        write_back: bool = False,
+        module: torch.nn.Module | None = None,
+        model_state: ModelState | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Run the model in onnxruntime on PyTorch inputs; returns torch tensors in the
         model's own output structure (complex outputs restored).
@@ -160,9 +267,12 @@ class ONNXProgram:
         that was exported), so that running the program has the effect running the
         model has. Buffers are read from the ONNX initializers, i.e. their values at
         export time.
+
+        ``model_state`` (a state dict or checkpoint path, as for `save`) loads weights
+        for this run and the following ones; a program exported in fake mode needs it.
         """
         onnx_inputs = self.adapt_torch_inputs_to_onnx(*args, **kwargs)
-        outputs = self.run_flat(onnx_inputs)
+        outputs = self.run_flat(onnx_inputs, model_state=model_state)
         assert self._output_adapter is not None
         if write_back:
             self.write_back(outputs, args, kwargs, module)
@@ -174,6 +284,8 @@ class ONNXProgram:
         args: Sequence[Any],
         kwargs: dict[str, Any],
         module: torch.nn.Module | None = None,
+        model_signature: ModelSignature | None = None,
+        fake_context: ONNXFakeContext | None = None,
     ) -> None:
         """Copy the mutation outputs of one run into the given inputs and module buffers."""
         assert self._input_adapter is not None

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import fx2onnx
+from fx2onnx import model_writer
 from conftest import assert_outputs_close, check_saved_model, export_program
 from sarif_checks import validate_sarif
 
@@ -132,13 +133,12 @@ def test_failed_save_leaves_nothing_behind(program, tmp_path):
 
 
 def test_failed_write_leaves_no_file(program, tmp_path, monkeypatch):
-    def broken_save(*args, **kwargs):
-        staged = args[1]
+    def broken_write(proto, staged):
         with open(staged, "wb") as handle:
             handle.write(b"half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(ir, "save", broken_save)
+    monkeypatch.setattr(model_writer, "_write_proto", broken_write)
     with pytest.raises(OSError, match="disk full"):
         program.save(tmp_path / "m.onnx", external_data=True)
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".sarif")] == []

@@ -1,0 +1,105 @@
+"""Fake mode: build and export models whose weights are never materialized.
+
+>>> with fx2onnx.enable_fake_mode() as fake_context:
+...     model = MyModel()               # parameters are FakeTensors: no memory for weights
+...     x = torch.rand(2, 16)
+>>> program = fx2onnx.dynamo_export(model, x, export_options=fx2onnx.ExportOptions(fake_context=fake_context))
+>>> program.save("model.onnx", model_state="checkpoint.safetensors")
+
+Only the two ends of the pipeline know about it: capture checks what is fake, and
+`ONNXProgram.save` fills the data-less initializers from a state dict or checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+
+@dataclass
+class ONNXFakeContext:
+    """What `enable_fake_mode()` yields; pass it as `ExportOptions(fake_context=...)`.
+
+    Attributes:
+        fake_mode: the FakeTensorMode the model and example inputs were created in.
+        state_dict_paths: kept for the former API's shape; fx2onnx records no paths, give
+            the weights to `ONNXProgram.save(..., model_state=...)` instead.
+    """
+
+    fake_mode: FakeTensorMode
+    state_dict_paths: tuple[str, ...] | None = None
+
+
+@contextlib.contextmanager
+def enable_fake_mode() -> Iterator[ONNXFakeContext]:
+    """Create tensors and modules as FakeTensors (shapes and dtypes, no data) inside it.
+
+    Models built inside take no memory for their weights; export them with
+    `ExportOptions(fake_context=<the yielded context>)` and write the real weights with
+    `ONNXProgram.save(path, model_state=<state dict or checkpoint path>)`.
+    """
+    already_fake = torch._guards.detect_fake_mode() is not None
+    fake_mode = FakeTensorMode(
+        # Real tensors created before (e.g. a real model's weights) may mix with fake
+        # ones, unless an outer fake mode already decides that.
+        allow_non_fake_inputs=not already_fake,
+        shape_env=ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False),
+    )
+    context = ONNXFakeContext(fake_mode=fake_mode)
+    with fake_mode:
+        yield context
+    context.state_dict_paths = ()
+
+
+def is_fake(value: Any) -> bool:
+    """A tensor without data: a FakeTensor or a tensor on the meta device."""
+    return isinstance(value, FakeTensor) or (isinstance(value, torch.Tensor) and value.device.type == "meta")
+
+
+def _module_tensors(model: Any) -> list[torch.Tensor]:
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return [*model.parameters(), *model.buffers()]
+
+
+def check_fake_mode_use(
+    model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], fake_context: ONNXFakeContext | None
+) -> None:
+    """Refuse mixes of fake and real tensors that cannot give a sound export, saying what
+    to change. Allowed: everything real without a fake context; fake inputs (and a fake or
+    real model) with one."""
+    inputs = [leaf for leaf in pytree.tree_leaves((tuple(args), dict(kwargs))) if isinstance(leaf, torch.Tensor)]
+    weights = _module_tensors(model)
+    fake_inputs = [t for t in inputs if is_fake(t)]
+    fake_weights = any(is_fake(t) for t in weights)
+    if fake_context is None:
+        if fake_inputs or fake_weights:
+            what = "weights and example inputs" if fake_inputs and fake_weights else "example inputs" if fake_inputs else "weights"
+            raise ValueError(
+                f"The model's {what} are fake tensors but no fake context was given. Build the model "
+                "and inputs inside `with fx2onnx.enable_fake_mode() as fake_context:` and export with "
+                "ExportOptions(fake_context=fake_context)."
+            )
+        return
+    if len(fake_inputs) < len(inputs):
+        raise ValueError(
+            "ExportOptions(fake_context=...) is set but some example inputs are real tensors: create the "
+            "example inputs inside `with fx2onnx.enable_fake_mode()` too (or drop fake_context to export "
+            "a real model with real inputs)."
+        )
+    foreign = [t for t in fake_inputs if isinstance(t, FakeTensor) and t.fake_mode is not fake_context.fake_mode]
+    if foreign:
+        raise ValueError(
+            "Some example inputs are fake tensors of another fake mode than ExportOptions(fake_context=...): "
+            "create the model and its inputs inside the same `with fx2onnx.enable_fake_mode()` block."
+        )
+
+
+__all__ = ["ONNXFakeContext", "check_fake_mode_use", "enable_fake_mode", "is_fake"]

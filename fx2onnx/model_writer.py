@@ -1,0 +1,226 @@
+"""Write an ONNX model to disk with its weights taken from where they are.
+
+- Weights come from the program's initializers, or by name from a `WeightSource`
+  (a state dict or checkpoint) for the ones it holds.
+- External data is streamed tensor by tensor into one data file: at most one tensor's
+  bytes are in Python's hands at a time (a memory-mapped checkpoint or a contiguous
+  torch tensor is not even copied). The proto keeps only references.
+- Without external data the weights are embedded (the protobuf limit is 2 GB).
+- Without initializers the weights become graph inputs named after them, as the former
+  `torch.onnx.dynamo_export` wrote them, so that weights can be shipped apart.
+- Files go through `diagnostics.files.staged_files`: a failure at any point leaves the
+  destination as it was. Saving without external data removes the data file this
+  program's earlier save left beside the model (recognised by its name and by the model
+  it replaces referencing it), never another file.
+
+The model is not changed: initializer tensors are swapped for the time of serializing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+import torch
+
+from diagnostics.files import StagedFiles, resolve_destination, staged_files
+from dispatcher import torch_dtype_to_onnx
+from fx2onnx.tensor_data import TorchTensorData, has_data, real_view, tensor_bytes_view
+
+# name of an initializer -> a function giving its tensor (called once, when written)
+WeightGetter = Callable[[], "torch.Tensor | ir.TensorProtocol"]
+
+PRODUCER_NAME = "fx2onnx"
+
+
+def data_file_name(destination: str | os.PathLike) -> str:
+    """The external data file of a model: `<model file name>.data`, beside it."""
+    return Path(destination).name + ".data"
+
+
+def initializer_bytes(model: ir.Model) -> int:
+    """Bytes of all initializers, from dtypes and shapes (no data is read)."""
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+@contextlib.contextmanager
+def _swapped_initializers(model: ir.Model, tensors: Mapping[str, ir.TensorProtocol | None]) -> Iterator[None]:
+    """Give initializers other tensors while serializing; put the originals back after."""
+    originals = {name: model.graph.initializers[name].const_value for name in tensors}
+    try:
+        for name, tensor in tensors.items():
+            model.graph.initializers[name].const_value = tensor
+        yield
+    finally:
+        for name, tensor in originals.items():
+            model.graph.initializers[name].const_value = tensor
+
+
+def _checked(name: str, value: ir.Value, tensor: torch.Tensor | ir.TensorProtocol) -> torch.Tensor | ir.TensorProtocol:
+    """The tensor for initializer ``name``, cast to its declared dtype; a shape that does
+    not fit is an error naming both."""
+    expected = tuple(value.shape.numpy()) if value.shape is not None else None
+    if isinstance(tensor, TorchTensorData) and tensor.has_data:
+        tensor = tensor.raw  # write from the torch storage, never through a bytes copy
+    if isinstance(tensor, torch.Tensor):
+        tensor = real_view(tensor.detach())
+        if expected is not None and tuple(tensor.shape) != expected:
+            raise ValueError(
+                f"model_state['{name}'] has shape {tuple(tensor.shape)}; the exported model declares "
+                f"{expected}. Give the weights of the model that was exported."
+            )
+        if value.dtype is not None and torch_dtype_to_onnx(tensor.dtype) != value.dtype:
+            # a checkpoint stored in another precision (e.g. float16 for a float32 model)
+            tensor = tensor.to(_torch_dtype(value.dtype))
+    return tensor
+
+
+def _torch_dtype(dtype: ir.DataType) -> torch.dtype:
+    for candidate in (
+        torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+        torch.int16, torch.int8, torch.uint8, torch.bool,
+    ):
+        if torch_dtype_to_onnx(candidate) == dtype:
+            return candidate
+    raise TypeError(f"No torch dtype to convert a weight to ONNX {dtype}.")
+
+
+def _write_tensor(stream, tensor: torch.Tensor | ir.TensorProtocol) -> int:  # noqa: ANN001 - binary file
+    """Write one tensor's bytes; return how many."""
+    if isinstance(tensor, torch.Tensor):
+        view = tensor_bytes_view(tensor)
+        stream.write(memoryview(view))
+        return view.nbytes
+    data = tensor.tobytes()
+    stream.write(data)
+    return len(data)
+
+
+def _external_tensors(
+    model: ir.Model, getters: Mapping[str, WeightGetter], data_path: Path, data_name: str
+) -> dict[str, ir.ExternalTensor]:
+    """Stream every initializer into ``data_path``; the references to put in the proto."""
+    references: dict[str, ir.ExternalTensor] = {}
+    offset = 0
+    with open(data_path, "wb") as stream:
+        for name, value in model.graph.initializers.items():
+            tensor = _checked(name, value, getters[name]())
+            length = _write_tensor(stream, tensor)
+            assert value.dtype is not None and value.shape is not None
+            references[name] = ir.ExternalTensor(
+                data_name, offset, length, value.dtype, shape=value.shape, name=name, base_dir=data_path.parent
+            )
+            offset += length
+            del tensor  # one tensor at a time
+        stream.flush()
+        os.fsync(stream.fileno())
+    return references
+
+
+def _embedded_tensors(model: ir.Model, getters: Mapping[str, WeightGetter]) -> dict[str, ir.TensorProtocol]:
+    tensors: dict[str, ir.TensorProtocol] = {}
+    for name, value in model.graph.initializers.items():
+        tensor = _checked(name, value, getters[name]())
+        tensors[name] = TorchTensorData(tensor, name=name) if isinstance(tensor, torch.Tensor) else tensor
+    return tensors
+
+
+def proto_with_weights_as_inputs(model: ir.Model) -> onnx.ModelProto:
+    """The model without weight data: each initializer becomes a graph input of its name,
+    dtype and shape (after the user inputs)."""
+    placeholders = {
+        name: ir.ExternalTensor("", 0, 0, value.dtype, shape=value.shape, name=name)  # type: ignore[arg-type]
+        for name, value in model.graph.initializers.items()
+    }
+    with _swapped_initializers(model, placeholders):
+        proto = ir.serde.serialize_model(model)
+    graph = proto.graph
+    weights = {tensor.name for tensor in graph.initializer}
+    kept_info = [info for info in graph.value_info if info.name not in weights]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_info)
+    del graph.initializer[:]
+    for name, value in model.graph.initializers.items():
+        graph.input.append(ir.serde.serialize_value(value, name=name))
+    return proto
+
+
+def _stale_data_file(model_path: Path) -> Path | None:
+    """The data file that the model at ``model_path`` (written by fx2onnx) references under
+    this module's naming rule, if it exists: it is stale once that model is replaced by
+    one with embedded weights."""
+    data_path = model_path.with_name(data_file_name(model_path))
+    if not (model_path.is_file() and data_path.is_file()):
+        return None
+    try:
+        old = onnx.load_model(os.fspath(model_path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model we can read: not ours, leave its files alone
+        return None
+    if old.producer_name != PRODUCER_NAME:
+        return None
+    for tensor in old.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = {entry.key: entry.value for entry in tensor.external_data}.get("location")
+            if location == data_path.name:
+                return data_path
+    return None
+
+
+def write_model(
+    model: ir.Model,
+    destination: str | os.PathLike,
+    getters: Mapping[str, WeightGetter] | None,
+    *,
+    external_data: bool,
+) -> None:
+    """Write ``model`` to ``destination``.
+
+    Args:
+        getters: for each initializer, where its tensor comes from; None writes the
+            weights as graph inputs without data.
+        external_data: weights in `<destination name>.data` beside the model.
+    """
+    with staged_files() as files:
+        model_temp = files.stage(destination)
+        final = resolve_destination(destination)
+        if getters is None:
+            proto = proto_with_weights_as_inputs(model)
+        elif external_data:
+            data_name = data_file_name(final)
+            data_temp = files.stage(final.with_name(data_name))
+            references = _external_tensors(model, getters, data_temp, data_name)
+            with _swapped_initializers(model, references):
+                proto = ir.serde.serialize_model(model)
+        else:
+            with _swapped_initializers(model, _embedded_tensors(model, getters)):
+                proto = ir.serde.serialize_model(model)
+        if getters is None or not external_data:
+            _remove_stale_data(files, final)
+        _write_proto(proto, model_temp)
+
+
+def _remove_stale_data(files: StagedFiles, final: Path) -> None:
+    stale = _stale_data_file(final)
+    if stale is not None:
+        files.remove_after_commit(stale)
+
+
+def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
+    with open(path, "wb") as stream:
+        stream.write(proto.SerializeToString(deterministic=True))
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def program_getters(model: ir.Model) -> dict[str, WeightGetter]:
+    """Each initializer's own tensor (the weights the program holds)."""
+    return {name: (lambda v=value: v.const_value) for name, value in model.graph.initializers.items()}
+
+
+def fake_weights(model: ir.Model) -> list[str]:
+    """Names of the initializers that hold no data (exported in fake mode)."""
+    return [name for name, value in model.graph.initializers.items() if not has_data(value.const_value)]
