@@ -32,6 +32,7 @@ from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_
 from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
 from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
 from fx2onnx.model_signature import build_model_signature
+from fx2onnx.model_writer import fake_weights_hidden
 from fx2onnx.module_functions import ModuleFunctionTranslator
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
@@ -288,7 +289,8 @@ def _optimize_keeping_functions(model: ir.Model) -> None:
     import onnxscript.optimizer
 
     # The optimizer inlines every function unless told not to; module functions must stay.
-    onnxscript.optimizer.optimize(model, inline=False)
+    with fake_weights_hidden(model):  # fake-mode weights have no data to fold
+        onnxscript.optimizer.optimize(model, inline=False)
 
 
 def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, timer: StageTimer) -> None:

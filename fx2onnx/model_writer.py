@@ -19,6 +19,7 @@ The model is not changed: initializer tensors are swapped for the time of serial
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -224,3 +225,30 @@ def program_getters(model: ir.Model) -> dict[str, WeightGetter]:
 def fake_weights(model: ir.Model) -> list[str]:
     """Names of the initializers that hold no data (exported in fake mode)."""
     return [name for name, value in model.graph.initializers.items() if not has_data(value.const_value)]
+
+
+class _DropNoConstantValueNotes(logging.Filter):
+    """onnx_ir's passes note every initializer without a value: expected for fake weights."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "has no constant value" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def fake_weights_hidden(model: ir.Model) -> Iterator[None]:
+    """Initializers without data look like graph inputs for the time of the block (graph
+    passes such as constant folding then leave them alone instead of reading them)."""
+    hidden = fake_weights(model)
+    if not hidden:
+        yield
+        return
+    note_filter = _DropNoConstantValueNotes()
+    loggers = [logging.getLogger("onnx_ir.passes.common.initializer_deduplication")]
+    for logger in loggers:
+        logger.addFilter(note_filter)
+    try:
+        with _swapped_initializers(model, {name: None for name in hidden}):
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(note_filter)
