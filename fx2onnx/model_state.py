@@ -36,19 +36,21 @@ class WeightSource(Protocol):
 
 class _MappingSource:
     def __init__(self, mapping: Mapping[str, Any], origin: str) -> None:
-        not_tensors = [k for k, v in mapping.items() if not isinstance(v, torch.Tensor)]
-        if not_tensors:
-            raise TypeError(
-                f"model_state ({origin}) must map parameter and buffer names to tensors; "
-                f"these entries are not tensors: {_listing(not_tensors)}."
-            )
         self._mapping = mapping
+        self._origin = origin
 
     def names(self) -> list[str]:
         return list(self._mapping)
 
     def get(self, name: str) -> torch.Tensor:
-        return self._mapping[name]
+        # Checked when read: a lazy mapping is never read whole.
+        value = self._mapping[name]
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"model_state ({self._origin}) must map parameter and buffer names to tensors; "
+                f"'{name}' is a {type(value).__name__}."
+            )
+        return value
 
 
 class _SafetensorsSource:
