@@ -122,12 +122,70 @@ def _external_tensors(
     return references
 
 
-def _embedded_tensors(model: ir.Model, getters: Mapping[str, WeightGetter]) -> dict[str, ir.TensorProtocol]:
-    tensors: dict[str, ir.TensorProtocol] = {}
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        out.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(out)
+
+
+def _field(number: int, payload_length: int) -> bytes:
+    """The key and length of a length-delimited protobuf field (its payload follows)."""
+    return _varint(number << 3 | 2) + _varint(payload_length)
+
+
+# Field numbers of onnx.proto3: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+
+
+def _write_embedded(model: ir.Model, getters: Mapping[str, WeightGetter], path: Path) -> None:
+    """Write the model with its weights inside the protobuf, one tensor at a time.
+
+    Protobuf lets a message's fields come in any order, so the file is written as the
+    model's other fields, then the graph field: the graph without initializers followed
+    by each initializer (its header, then its raw bytes straight from the tensor). Every
+    length is known beforehand from dtypes and shapes.
+    """
+    proto = proto_with_weights_as_inputs(model)
+    graph = proto.graph
+    weights = {name for name in model.graph.initializers}
+    kept_inputs = [i for i in graph.input if i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(kept_inputs)
+    graph_head = graph.SerializeToString(deterministic=True)
+    proto.ClearField("graph")
+    model_head = proto.SerializeToString(deterministic=True)
+    entries = []
     for name, value in model.graph.initializers.items():
-        tensor = _checked(name, value, getters[name]())
-        tensors[name] = TorchTensorData(tensor, name=name) if isinstance(tensor, torch.Tensor) else tensor
-    return tensors
+        assert value.dtype is not None and value.shape is not None
+        header = onnx.TensorProto(name=name, data_type=value.dtype.value, dims=list(value.shape.numpy()))
+        header_bytes = header.SerializeToString(deterministic=True)
+        nbytes = value.const_value.nbytes if value.const_value is not None else 0
+        tensor_length = len(header_bytes) + len(_field(_TENSOR_RAW_DATA, nbytes)) + nbytes
+        entries.append((name, value, header_bytes, nbytes, tensor_length))
+    graph_length = len(graph_head) + sum(len(_field(_GRAPH_INITIALIZER, e[4])) + e[4] for e in entries)
+    if len(model_head) + graph_length >= 2**31:
+        raise ValueError(
+            "The weights are too large for one protobuf (2 GB): save with external_data=True "
+            "(or leave external_data unset to decide by size)."
+        )
+    with open(path, "wb") as stream:
+        stream.write(model_head)
+        stream.write(_field(_MODEL_GRAPH, graph_length))
+        stream.write(graph_head)
+        for name, value, header_bytes, nbytes, tensor_length in entries:
+            stream.write(_field(_GRAPH_INITIALIZER, tensor_length))
+            stream.write(header_bytes)
+            stream.write(_field(_TENSOR_RAW_DATA, nbytes))
+            tensor = _checked(name, value, getters[name]())
+            written = _write_tensor(stream, tensor)
+            del tensor  # one tensor at a time
+            if written != nbytes:
+                raise ValueError(f"The weight '{name}' gave {written} bytes, its dtype and shape need {nbytes}.")
+        stream.flush()
+        os.fsync(stream.fileno())
 
 
 def proto_with_weights_as_inputs(model: ir.Model) -> onnx.ModelProto:
@@ -188,20 +246,19 @@ def write_model(
     with staged_files() as files:
         model_temp = files.stage(destination)
         final = resolve_destination(destination)
-        if getters is None:
-            proto = proto_with_weights_as_inputs(model)
-        elif external_data:
+        if getters is not None and external_data:
             data_name = data_file_name(final)
             data_temp = files.stage(final.with_name(data_name))
             references = _external_tensors(model, getters, data_temp, data_name)
             with _swapped_initializers(model, references):
-                proto = ir.serde.serialize_model(model)
+                _write_proto(ir.serde.serialize_model(model), model_temp)
+            return
+        # No data file this time: the one an earlier save wrote for this model is stale.
+        _remove_stale_data(files, final)
+        if getters is None:
+            _write_proto(proto_with_weights_as_inputs(model), model_temp)
         else:
-            with _swapped_initializers(model, _embedded_tensors(model, getters)):
-                proto = ir.serde.serialize_model(model)
-        if getters is None or not external_data:
-            _remove_stale_data(files, final)
-        _write_proto(proto, model_temp)
+            _write_embedded(model, getters, model_temp)
 
 
 def _remove_stale_data(files: StagedFiles, final: Path) -> None:

@@ -162,11 +162,19 @@ class _LazyState(Mapping):
         return len(self._state)
 
 
-def test_external_data_streams_one_tensor_at_a_time(program, tmp_path):
+@pytest.mark.parametrize("external_data", [False, True])
+def test_weights_are_written_one_tensor_at_a_time(program, tmp_path, external_data):
     state = _LazyState({**make_model(seed=2).state_dict(), "offset": torch.arange(4.0)})
     path = tmp_path / "m.onnx"
-    program.save(path, model_state=state, external_data=True)
+    program.save(path, model_state=state, external_data=external_data)
     assert state.most_alive == 1
+    saved = onnx.load(os.fspath(path))
+    for tensor in saved.graph.initializer:
+        torch_name = program.model_signature.torch_name_of(tensor.name)
+        if torch_name in state:
+            np.testing.assert_array_equal(onnx.numpy_helper.to_array(tensor), state[torch_name].numpy())
+    if not external_data:
+        return
     saved = onnx.load(os.fspath(path), load_external_data=False)
     offsets = []
     for tensor in saved.graph.initializer:
