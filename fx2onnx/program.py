@@ -68,6 +68,8 @@ class ONNXProgram:
         self.module = module
         self._model_signature = model_signature
         self.fake_context = fake_context
+        # weights given by apply_weights(), used when save/run get no model_state
+        self._applied_state: ModelState | None = None
         self._session = None
 
     # -- the model -----------------------------------------------------------------------
@@ -148,11 +150,19 @@ class ONNXProgram:
         if external_data is None:
             external_data = initializer_bytes(model) >= _PROTOBUF_LIMIT
         if model_state is None:
+            model_state = self._applied_state
+        if model_state is None:
             self._require_weight_data("save it with real weights: program.save(path, model_state=...)")
             write_model(model, destination, program_getters(model), external_data=external_data)
             return
         with open_model_state(model_state) as source:
             write_model(model, destination, self._getters_from(source), external_data=external_data)
+
+    def apply_weights(self, model_state: ModelState) -> None:
+        """Use these weights (state dict or checkpoint path) for every later `save` and
+        run that is not given a `model_state` of its own."""
+        self._applied_state = model_state
+        self._session = None
 
     def _require_weight_data(self, what_to_do: str) -> None:
         missing = fake_weights(self._require_model())
@@ -200,8 +210,15 @@ class ONNXProgram:
         self.diagnostic_context.dump(os.fspath(destination))
 
     # -- running -------------------------------------------------------------------------
-    def adapt_torch_inputs_to_onnx(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        """The flat list of tensors the ONNX graph takes for these PyTorch inputs."""
+    def adapt_torch_inputs_to_onnx(
+        self, *args: Any, model_with_state_dict: torch.nn.Module | None = None, **kwargs: Any
+    ) -> list[torch.Tensor]:
+        """The flat list of tensors the ONNX graph takes for these PyTorch inputs.
+
+        ``model_with_state_dict`` is accepted for the former API's signature and not
+        needed: weights are initializers of the saved model (`save(..., model_state=...)`),
+        never inputs to feed, except in `include_initializers=False` files.
+        """
         if self._input_adapter is None:
             raise RuntimeError("This ONNXProgram has no input adapter (the export failed).")
         return self._input_adapter.apply(args, kwargs)
@@ -215,6 +232,8 @@ class ONNXProgram:
         """The onnxruntime session; ``model_state`` gives (new) weights for it."""
         if self._session is not None and model_state is None:
             return self._session
+        if model_state is None:
+            model_state = self._applied_state
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -257,6 +276,7 @@ class ONNXProgram:
         write_back: bool = False,
         module: torch.nn.Module | None = None,
         model_state: ModelState | None = None,
+        model_with_state_dict: torch.nn.Module | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run the model in onnxruntime on PyTorch inputs; returns torch tensors in the
@@ -270,7 +290,11 @@ class ONNXProgram:
 
         ``model_state`` (a state dict or checkpoint path, as for `save`) loads weights
         for this run and the following ones; a program exported in fake mode needs it.
+        ``model_with_state_dict`` (the former API's way) takes them from a real module:
+        its state dict and its non-persistent buffers.
         """
+        if model_state is None and model_with_state_dict is not None:
+            model_state = {**model_with_state_dict.state_dict(), **dict(model_with_state_dict.named_buffers())}
         onnx_inputs = self.adapt_torch_inputs_to_onnx(*args, **kwargs)
         outputs = self.run_flat(onnx_inputs, model_state=model_state)
         assert self._output_adapter is not None

@@ -260,3 +260,18 @@ def test_tiny_llama_in_fake_mode(tmp_path):
     with torch.no_grad():
         expected = real(ids).logits
     torch.testing.assert_close(run_file(path, ids)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_weights_from_a_real_module_or_apply_weights(tmp_path):
+    program, _ = fake_export(tmp_path)
+    real = real_net()
+    x = torch.rand(4, 6)
+    with torch.no_grad():
+        expected = real(x)
+    assert_outputs_close(program(x, model_with_state_dict=real), expected)
+    again, _ = fake_export(tmp_path)
+    again.apply_weights(full_state(real))
+    assert_outputs_close(again(x), expected)
+    path = tmp_path / "applied.onnx"
+    again.save(path)
+    torch.testing.assert_close(run_file(path, x)[0], expected)
