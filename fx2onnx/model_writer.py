@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
+from typing import BinaryIO
 from pathlib import Path
 
 import onnx
@@ -140,8 +141,9 @@ def _field(number: int, payload_length: int) -> bytes:
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
 
 
-def _write_embedded(model: ir.Model, getters: Mapping[str, WeightGetter], path: Path) -> None:
-    """Write the model with its weights inside the protobuf, one tensor at a time.
+def write_embedded(model: ir.Model, getters: Mapping[str, WeightGetter], stream: BinaryIO) -> None:
+    """Write the model with its weights inside the protobuf to a binary stream, one tensor
+    at a time.
 
     Protobuf lets a message's fields come in any order, so the file is written as the
     model's other fields, then the graph field: the graph without initializers followed
@@ -171,19 +173,23 @@ def _write_embedded(model: ir.Model, getters: Mapping[str, WeightGetter], path: 
             "The weights are too large for one protobuf (2 GB): save with external_data=True "
             "(or leave external_data unset to decide by size)."
         )
+    stream.write(model_head)
+    stream.write(_field(_MODEL_GRAPH, graph_length))
+    stream.write(graph_head)
+    for name, value, header_bytes, nbytes, tensor_length in entries:
+        stream.write(_field(_GRAPH_INITIALIZER, tensor_length))
+        stream.write(header_bytes)
+        stream.write(_field(_TENSOR_RAW_DATA, nbytes))
+        tensor = _checked(name, value, getters[name]())
+        written = _write_tensor(stream, tensor)
+        del tensor  # one tensor at a time
+        if written != nbytes:
+            raise ValueError(f"The weight '{name}' gave {written} bytes, its dtype and shape need {nbytes}.")
+
+
+def _write_embedded_file(model: ir.Model, getters: Mapping[str, WeightGetter], path: Path) -> None:
     with open(path, "wb") as stream:
-        stream.write(model_head)
-        stream.write(_field(_MODEL_GRAPH, graph_length))
-        stream.write(graph_head)
-        for name, value, header_bytes, nbytes, tensor_length in entries:
-            stream.write(_field(_GRAPH_INITIALIZER, tensor_length))
-            stream.write(header_bytes)
-            stream.write(_field(_TENSOR_RAW_DATA, nbytes))
-            tensor = _checked(name, value, getters[name]())
-            written = _write_tensor(stream, tensor)
-            del tensor  # one tensor at a time
-            if written != nbytes:
-                raise ValueError(f"The weight '{name}' gave {written} bytes, its dtype and shape need {nbytes}.")
+        write_embedded(model, getters, stream)
         stream.flush()
         os.fsync(stream.fileno())
 
@@ -258,7 +264,7 @@ def write_model(
         if getters is None:
             _write_proto(proto_with_weights_as_inputs(model), model_temp)
         else:
-            _write_embedded(model, getters, model_temp)
+            _write_embedded_file(model, getters, model_temp)
 
 
 def _remove_stale_data(files: StagedFiles, final: Path) -> None:

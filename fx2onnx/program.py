@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import onnx
@@ -24,6 +25,7 @@ from fx2onnx.model_writer import (
     initializer_bytes,
     program_getters,
     proto_with_weights_as_inputs,
+    write_embedded,
     write_model,
 )
 
@@ -111,7 +113,7 @@ class ONNXProgram:
     # -- saving --------------------------------------------------------------------------
     def save(
         self,
-        destination: str | os.PathLike,
+        destination: str | os.PathLike | BinaryIO,
         *,
         include_initializers: bool = True,
         model_state: ModelState | None = None,
@@ -120,6 +122,7 @@ class ONNXProgram:
         """Write the model to `destination`.
 
         Args:
+            destination: a file path, or a binary stream for a model with embedded weights.
             include_initializers: False writes the graph without weight data: each
                 weight becomes a graph input named after it (as the former
                 `torch.onnx.dynamo_export` did), to ship the weights apart.
@@ -145,18 +148,37 @@ class ONNXProgram:
                     "model_state gives the weights to write, but include_initializers=False writes none: "
                     "drop one of the two."
                 )
-            write_model(model, destination, None, external_data=False)
+            if hasattr(destination, "write"):
+                destination.write(proto_with_weights_as_inputs(model).SerializeToString(deterministic=True))  # type: ignore[union-attr]
+            else:
+                write_model(model, destination, None, external_data=False)
             return
         if external_data is None:
             external_data = initializer_bytes(model) >= _PROTOBUF_LIMIT
         if model_state is None:
             model_state = self._applied_state
+        if hasattr(destination, "write"):
+            if external_data:
+                raise ValueError(
+                    "'destination' should be provided as a path-like string when saving a model larger than "
+                    "2GB or with external_data=True: the weights are written to a data file beside the model."
+                )
+            with self._weight_getters(model_state) as getters:
+                write_embedded(model, getters, destination)  # type: ignore[arg-type]
+            return
+        with self._weight_getters(model_state) as getters:
+            write_model(model, destination, getters, external_data=external_data)
+
+    @contextlib.contextmanager
+    def _weight_getters(self, model_state: ModelState | None) -> Iterator[dict[str, WeightGetter]]:
+        """Where each initializer's tensor comes from: the program, or ``model_state``."""
+        model = self._require_model()
         if model_state is None:
             self._require_weight_data("save it with real weights: program.save(path, model_state=...)")
-            write_model(model, destination, program_getters(model), external_data=external_data)
+            yield program_getters(model)
             return
         with open_model_state(model_state) as source:
-            write_model(model, destination, self._getters_from(source), external_data=external_data)
+            yield self._getters_from(source)
 
     def apply_weights(self, model_state: ModelState) -> None:
         """Use these weights (state dict or checkpoint path) for every later `save` and

@@ -226,3 +226,16 @@ def test_same_model_exported_twice_gives_identical_files(tmp_path, external_data
     assert names == sorted(p.name for p in second.iterdir())
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_save_to_a_binary_stream(program, tmp_path):
+    import io
+
+    stream = io.BytesIO()
+    program.save(stream)
+    path = tmp_path / "m.onnx"
+    program.save(path)
+    assert stream.getvalue() == path.read_bytes()
+    onnx.checker.check_model(onnx.load_from_string(stream.getvalue()), full_check=True)
+    with pytest.raises(ValueError, match="path-like"):
+        program.save(io.BytesIO(), external_data=True)
