@@ -27,6 +27,7 @@ from fx2onnx.decompose import decompose_unsupported
 from fx2onnx.dynamic_shapes import user_dim_names
 from fx2onnx.errors import OnnxExporterError
 from fx2onnx.fake_metadata import SymbolNamer
+from fx2onnx.fake_mode import outside_fake_mode
 from fx2onnx.graph_builder import GraphBuilder, inference_note
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
 from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
@@ -73,7 +74,8 @@ def dynamo_export(
     context = DiagnosticContext("fx2onnx", fx2onnx.__version__, options.diagnostic_options)
     timer = StageTimer()
     try:
-        return _export(model, model_args, model_kwargs, options, context, timer)
+        with outside_fake_mode():  # the export may be called inside `with enable_fake_mode()`
+            return _export(model, model_args, model_kwargs, options, context, timer)
     except Exception as error:
         if not isinstance(error, (_ExportFailed, CaptureError)) and not context.has_errors():
             context.record(

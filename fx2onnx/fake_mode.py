@@ -58,6 +58,17 @@ def enable_fake_mode() -> Iterator[ONNXFakeContext]:
     context.state_dict_paths = ()
 
 
+@contextlib.contextmanager
+def outside_fake_mode() -> Iterator[None]:
+    """Leave an active fake mode for the time of the block (an export started inside
+    `with enable_fake_mode()` builds real constants; torch.export finds the fake mode
+    from the fake inputs by itself)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily  # private: reached here only
+
+    with unset_fake_temporarily():
+        yield
+
+
 def is_fake(value: Any) -> bool:
     """A tensor without data: a FakeTensor or a tensor on the meta device."""
     return isinstance(value, FakeTensor) or (isinstance(value, torch.Tensor) and value.device.type == "meta")
@@ -102,4 +113,4 @@ def check_fake_mode_use(
         )
 
 
-__all__ = ["ONNXFakeContext", "check_fake_mode_use", "enable_fake_mode", "is_fake"]
+__all__ = ["ONNXFakeContext", "check_fake_mode_use", "enable_fake_mode", "is_fake", "outside_fake_mode"]

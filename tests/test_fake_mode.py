@@ -275,3 +275,36 @@ def test_weights_from_a_real_module_or_apply_weights(tmp_path):
     path = tmp_path / "applied.onnx"
     again.save(path)
     torch.testing.assert_close(run_file(path, x)[0], expected)
+
+
+def test_export_inside_the_fake_mode_block(tmp_path):
+    """dynamo_export called inside `with enable_fake_mode()`, with dynamic shapes and a
+    constant built in forward (torch.arange) that must stay real."""
+
+    class WithConstant(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.gelu(self.fc(x)) * 2.5 + torch.arange(8.0)
+
+    with fx2onnx.enable_fake_mode() as fake_context:
+        model = WithConstant().eval()
+        program = fx2onnx.dynamo_export(
+            model, torch.rand(3, 4), export_options=make_options(tmp_path, fake_context=fake_context, dynamic_shapes=True)
+        )
+    real = WithConstant().eval()
+    x = torch.rand(5, 4)
+    with torch.no_grad():
+        assert_outputs_close(program(x, model_state=real.state_dict()), real(x))
+
+
+def test_private_fake_mode_helper_is_where_it_was():
+    """outside_fake_mode reaches torch's private unset_fake_temporarily: fail loudly if it moves."""
+    from fx2onnx.fake_mode import outside_fake_mode
+
+    with fx2onnx.enable_fake_mode():
+        with outside_fake_mode():
+            assert not isinstance(torch.ones(1), FakeTensor)
+        assert isinstance(torch.ones(1), FakeTensor)
