@@ -81,14 +81,18 @@ def _checked(name: str, value: ir.Value, tensor: torch.Tensor | ir.TensorProtoco
     return tensor
 
 
+# ONNX dtype -> torch dtype a checkpoint's tensor is cast to (plain numeric types only)
+_CAST_TARGETS = {
+    torch_dtype_to_onnx(dtype): dtype
+    for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                  torch.float16, torch.bfloat16, torch.float32, torch.float64)
+}
+
+
 def _torch_dtype(dtype: ir.DataType) -> torch.dtype:
-    for candidate in (
-        torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-        torch.int16, torch.int8, torch.uint8, torch.bool,
-    ):
-        if torch_dtype_to_onnx(candidate) == dtype:
-            return candidate
-    raise TypeError(f"No torch dtype to convert a weight to ONNX {dtype}.")
+    if dtype not in _CAST_TARGETS:
+        raise TypeError(f"A weight of another dtype cannot be cast to ONNX {dtype}: give it as {dtype} already.")
+    return _CAST_TARGETS[dtype]
 
 
 def _write_tensor(stream, tensor: torch.Tensor | ir.TensorProtocol) -> int:  # noqa: ANN001 - binary file
