@@ -308,3 +308,13 @@ def test_private_fake_mode_helper_is_where_it_was():
         with outside_fake_mode():
             assert not isinstance(torch.ones(1), FakeTensor)
         assert isinstance(torch.ones(1), FakeTensor)
+
+
+def test_fake_export_twice_gives_identical_files(tmp_path):
+    state = full_state(real_net())
+    files = []
+    for name in ("a", "b"):
+        program, _ = fake_export(tmp_path, dynamic_shapes=True)
+        program.save(tmp_path / name / "model.onnx", model_state=state, external_data=True)
+        files.append([(tmp_path / name / f).read_bytes() for f in ("model.onnx", "model.onnx.data")])
+    assert files[0] == files[1]
