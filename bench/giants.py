@@ -14,7 +14,8 @@ Cases (each in a fresh subprocess, so that ru_maxrss is the peak of that case al
   onnxruntime and compared with PyTorch eager.
 - ``real1g`` / ``real1g-torch``: a real-weights LLaMA of ~1 GB of float32 weights exported
   and saved with external data by fx2onnx / torch.onnx. Goal (fx2onnx): peak RSS under 2x
-  the weights' size.
+  the weights' size. ``real1g-embedded``: the same, saved with the weights inside the
+  protobuf (the default below 2 GB), also streamed.
 
     flock /tmp/fx2onnx-heavy.lock python bench/giants.py [--cases llama7b-fake,real1g,...]
 """
@@ -142,7 +143,7 @@ def case_llama100m(folder: Path) -> dict:
     }
 
 
-def _real1g(folder: Path, exporter: str) -> dict:
+def _real1g(folder: Path, exporter: str, external_data: bool = True) -> dict:
     import torch
 
     torch.manual_seed(0)
@@ -157,7 +158,7 @@ def _real1g(folder: Path, exporter: str) -> dict:
 
         program = fx2onnx.dynamo_export(model, ids, export_options=fx2onnx.ExportOptions(failure_report_path=None))
         exported = time.perf_counter() - start
-        program.save(path, external_data=True)
+        program.save(path, external_data=external_data)
     else:
         program = torch.onnx.export(model, (ids,), dynamo=True, verbose=False, optimize=False)
         exported = time.perf_counter() - start
@@ -175,6 +176,7 @@ CASES = {
     "llama100m": case_llama100m,
     "real1g": lambda folder: _real1g(folder, "fx2onnx"),
     "real1g-torch": lambda folder: _real1g(folder, "torch"),
+    "real1g-embedded": lambda folder: _real1g(folder, "fx2onnx", external_data=False),
 }
 
 
