@@ -67,6 +67,30 @@ def resolve_destination(path: str | os.PathLike[str]) -> Path:
     return target
 
 
+def _process_is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. PermissionError: it exists, under another user
+        return True
+    return True
+
+
+def remove_leftovers(final: Path) -> None:
+    """Delete the temporary files of ``final`` that a killed process left (SIGKILL, power
+    loss: no cleanup ran). Only files named by this module's rule, of a dead process."""
+    prefix = f".{final.name}{_TEMP_MARK}"
+    try:
+        candidates = [entry for entry in os.scandir(final.parent) if entry.name.startswith(prefix)]
+    except OSError:
+        return  # the folder cannot be listed: writing there will report the problem
+    for entry in candidates:
+        pid, _, token = entry.name[len(prefix):].partition("-")
+        if pid.isdigit() and len(token) == 8 and entry.is_file(follow_symlinks=False) and not _process_is_alive(int(pid)):
+            Path(entry.path).unlink(missing_ok=True)
+
+
 class StagedFiles:
     """Files written under temporary names beside their destinations, then moved in place
     together by `commit`. Use through `staged_files()`, which cleans up."""
@@ -81,6 +105,7 @@ class StagedFiles:
         path to write its content to (created empty, only this process writes it)."""
         final = resolve_destination(destination)
         final.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(final)
         temp = final.with_name(f".{final.name}{_TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
         # Register first: whatever happens next, the temporary file is removed.
         self._staged.append((temp, final, os.fspath(destination)))

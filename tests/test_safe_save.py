@@ -186,3 +186,19 @@ def test_data_file_not_written_by_fx2onnx_is_kept(program, tmp_path):
     path.write_bytes(b"not a model")
     program.save(path)
     assert data.read_bytes() == written_by_other
+
+
+def test_leftovers_of_a_killed_save_are_removed(program, tmp_path):
+    import subprocess
+    import sys
+
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(finished.stdout)
+    dead = tmp_path / f".m.onnx.fx2onnx-tmp-{dead_pid}-0123abcd"
+    alive = tmp_path / f".m.onnx.fx2onnx-tmp-{os.getppid()}-0123abcd"  # a running process's file
+    other = tmp_path / ".m.onnx.something-else"
+    for path in (dead, alive, other):
+        path.write_bytes(b"partial")
+    program.save(tmp_path / "m.onnx")
+    assert not dead.exists()
+    assert alive.exists() and other.exists()
