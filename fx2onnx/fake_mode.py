@@ -94,9 +94,10 @@ def check_fake_mode_use(
         if fake_inputs or fake_weights:
             what = "weights and example inputs" if fake_inputs and fake_weights else "example inputs" if fake_inputs else "weights"
             raise ValueError(
-                f"The model's {what} are fake tensors but no fake context was given. Build the model "
-                "and inputs inside `with fx2onnx.enable_fake_mode() as fake_context:` and export with "
-                "ExportOptions(fake_context=fake_context)."
+                f"The model's {what} are fake tensors (FakeTensor or meta device: no data) but no fake "
+                "context was given. Build the model and inputs inside `with fx2onnx.enable_fake_mode() as "
+                "fake_context:` and export with ExportOptions(fake_context=fake_context); load real weights "
+                "afterwards with ONNXProgram.save(..., model_state=...)."
             )
         return
     if len(fake_inputs) < len(inputs):
