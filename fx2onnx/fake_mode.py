@@ -1,10 +1,18 @@
 """Fake mode: build and export models whose weights are never materialized.
 
+>>> import torch, fx2onnx
 >>> with fx2onnx.enable_fake_mode() as fake_context:
-...     model = MyModel()               # parameters are FakeTensors: no memory for weights
+...     model = torch.nn.Linear(16, 4)  # parameters are FakeTensors: no memory for weights
 ...     x = torch.rand(2, 16)
->>> program = fx2onnx.dynamo_export(model, x, export_options=fx2onnx.ExportOptions(fake_context=fake_context))
->>> program.save("model.onnx", model_state="checkpoint.safetensors")
+>>> options = fx2onnx.ExportOptions(fake_context=fake_context, failure_report_path=None)
+>>> program = fx2onnx.dynamo_export(model, x, export_options=options)
+>>> program.has_weight_data
+False
+>>> outputs = program(torch.rand(2, 16), model_state=torch.nn.Linear(16, 4).state_dict())
+>>> tuple(outputs.shape)
+(2, 4)
+
+`program.save("model.onnx", model_state="checkpoint.safetensors")` writes the file.
 
 Only the two ends of the pipeline know about it: capture checks what is fake, and
 `ONNXProgram.save` fills the data-less initializers from a state dict or checkpoint.
