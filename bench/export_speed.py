@@ -1,170 +1,384 @@
-"""Export speed and memory: fx2onnx side by side with torch.onnx.export(dynamo=True).
+"""Export speed, memory and model speed: fx2onnx side by side with torch.onnx.export(dynamo=True).
 
-Each (model, exporter) pair runs in a fresh subprocess, so that the peak RSS of one
-export is not hidden by what an earlier export already loaded. Inside the subprocess the
-model is built, one untimed warm-up export runs (imports, torch.export caches), then
-``--repeat`` timed exports. Printed per model and exporter: median wall time, peak
-Python allocations (tracemalloc, last repetition), RSS growth over the process before
-the first export, and the ratio fx2onnx / torch; then fx2onnx's per-stage times
-(``ONNXProgram.stage_seconds``).
+Every (model, exporter) pair runs in a fresh subprocess: the export measured is the
+first of its process (what a user waits for), and the peak RSS is that export's own.
+Exporters:
 
-    python bench/export_speed.py                 # all models, 3 repetitions
-    python bench/export_speed.py --models mlp --repeat 5
+    fx2onnx          fx2onnx's default (optimized) export
+    fx2onnx-noopt    ExportOptions(optimize=False)
+    torch            torch.onnx.export(dynamo=True), its default (optimized)
+    torch-noopt      torch.onnx.export(dynamo=True, optimize=False)
+
+Reported per pair: export time (fx2onnx: split by stage), peak RSS, ONNX node count
+(function bodies included) and file size, onnxruntime latency and PyTorch eager latency
+(one process per model runs all its exported files in turns, --runs rounds after
+warm-up, medians: a busy moment slows every contender alike; eager in a process of its own); then the ratios fx2onnx / torch. Markdown goes
+to stdout (and --markdown), the raw results to --json.
+
+    python bench/export_speed.py                                  # every model
+    python bench/export_speed.py --models gpt2 --exporters fx2onnx torch
+    python bench/export_speed.py --scaling transformer            # translation nodes/s at 1x, 4x, 16x layers
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-import tracemalloc
 import warnings
+from typing import Any
 
-MODELS = ("mlp", "demo", "gpt2")
-EXPORTERS = ("fx2onnx", "torch")
+MODELS = ("transformer", "gpt2", "llama", "resnet")
+EXPORTERS = ("fx2onnx", "fx2onnx-noopt", "torch", "torch-noopt")
+DESCRIPTIONS = {
+    "transformer": "TransformerEncoder, 24 layers, d=256, batch 2 x 64 tokens",
+    "gpt2": "GPT-2, 12 layers, 768, 64 tokens",
+    "llama": "LLaMA-style, 8 layers, 1024, 64 tokens",
+    "resnet": "ResNet-style CNN (ResNet-18 layout), 1 x 3 x 224 x 224",
+}
 
 
-def build(name: str):
-    """(model, args) for a benchmark model name."""
+def build(name: str, layers: int | None = None):
+    """(model, args) of a benchmark model; `layers` overrides the layer count."""
     import torch
 
     torch.manual_seed(0)
-    if name == "mlp":
-        model = torch.nn.Sequential(
-            torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 10)
-        )
-        return model.eval(), (torch.randn(8, 64),)
-    if name == "demo":
-        import fx2onnx.demo
-
-        model, args = fx2onnx.demo.demo_model_and_inputs()
-        return model.eval(), tuple(args)
+    if name == "transformer":
+        layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, layers or 24, enable_nested_tensor=False)
+        return model.eval(), (torch.randn(2, 64, 256),)
     if name == "gpt2":
         import transformers
 
-        config = transformers.GPT2Config(
-            n_layer=2, n_embd=32, n_head=2, vocab_size=1000, n_positions=64, use_cache=False
+        config = transformers.GPT2Config(n_layer=layers or 12, n_embd=768, n_head=12, use_cache=False)
+        return transformers.GPT2LMHeadModel(config).eval(), (torch.randint(0, config.vocab_size, (1, 64)),)
+    if name == "llama":
+        import transformers
+
+        config = transformers.LlamaConfig(
+            num_hidden_layers=layers or 8,
+            hidden_size=1024,
+            intermediate_size=2816,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            vocab_size=32000,
+            use_cache=False,
         )
-        return transformers.GPT2LMHeadModel(config).eval(), (torch.randint(0, 1000, (1, 8)),)
+        return transformers.LlamaForCausalLM(config).eval(), (torch.randint(0, config.vocab_size, (1, 64)),)
+    if name == "resnet":
+        return _resnet(layers or 2).eval(), (torch.randn(1, 3, 224, 224),)
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 
-def export_once(exporter: str, model, args) -> dict[str, float]:
-    """Export once; returns fx2onnx's stage times (empty for torch)."""
-    if exporter == "fx2onnx":
+def _resnet(blocks_per_stage: int):
+    """A ResNet-18-style CNN (no torchvision dependency)."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return torch.relu(y + (x if self.down is None else self.down(x)))
+
+    stages, cin = [], 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for index in range(blocks_per_stage):
+            stages.append(Block(cin, cout, stride if index == 0 else 1))
+            cin = cout
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+        *stages, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000),
+    )
+
+
+# -- inside the subprocess -----------------------------------------------------------------
+
+
+def _peak_rss_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def _export(exporter: str, model, args, path: str) -> tuple[float, dict[str, float], object]:
+    """Export once and save; (export seconds, fx2onnx's stage seconds, model proto)."""
+    import onnx
+
+    if exporter.startswith("fx2onnx"):
         import fx2onnx
 
-        program = fx2onnx.dynamo_export(model, *args)
-        program.model_proto  # serialization is part of the work a user waits for
-        return dict(program.stage_seconds)
-    import torch
+        options = fx2onnx.ExportOptions(optimize=exporter == "fx2onnx", progress=False)
+        start = time.perf_counter()
+        program = fx2onnx.dynamo_export(model, *args, export_options=options)
+        seconds = time.perf_counter() - start
+        stages = dict(program.stage_seconds)
+    else:
+        import torch
 
-    program = torch.onnx.export(model, args, dynamo=True, verbose=False)
-    program.model_proto
-    return {}
+        start = time.perf_counter()
+        program = torch.onnx.export(model, args, dynamo=True, optimize=exporter == "torch", verbose=False)
+        seconds = time.perf_counter() - start
+        stages = {}
+    program.save(path)
+    return seconds, stages, onnx.load(path, load_external_data=False)
 
 
-def _rss_bytes() -> int:
-    """Peak resident set size of this process so far (ru_maxrss is KiB on Linux)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+def _node_count(proto) -> int:
+    def count(nodes) -> int:
+        total = 0
+        for node in nodes:
+            total += 1
+            for attribute in node.attribute:
+                if attribute.HasField("g"):
+                    total += count(attribute.g.node)
+                total += sum(count(g.node) for g in attribute.graphs)
+        return total
+
+    return count(proto.graph.node) + sum(count(f.node) for f in proto.functions)
 
 
-def measure(model_name: str, exporter: str, repeat: int) -> dict:
-    """Runs inside the subprocess: warm-up, then timed repetitions."""
+def _file_mib(path: str) -> float:
+    folder = os.path.dirname(path)
+    return sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder)) / 2**20
+
+
+def measure(model_name: str, exporter: str, folder: str, layers: int | None) -> dict:
     warnings.simplefilter("ignore")
     import logging
 
     logging.disable(logging.WARNING)
-    model, args = build(model_name)
-    rss_before = _rss_bytes()
-    export_once(exporter, model, args)  # warm-up: imports and caches
-    rss_after_first = _rss_bytes()
-    times, stages = [], []
-    tracemalloc.start()
-    for index in range(repeat):
-        if index == repeat - 1:
-            tracemalloc.reset_peak()
-        start = time.perf_counter()
-        stages.append(export_once(exporter, model, args))
-        times.append(time.perf_counter() - start)
-    _, peak_alloc = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    stage_median = {key: statistics.median(s[key] for s in stages if key in s) for key in (stages[0] if stages else {})}
-    return {
-        "model": model_name,
-        "exporter": exporter,
-        "seconds": times,
-        "first_export_rss_mib": (rss_after_first - rss_before) / 2**20,
-        "peak_rss_mib": _rss_bytes() / 2**20,
-        "peak_alloc_mib": peak_alloc / 2**20,
-        "stages": stage_median,
-    }
+    import onnx  # noqa: F401 - both exporters need these libraries: loaded before the clock
+    import onnxscript  # noqa: F401
+
+    model, args = build(model_name, layers)
+    result: dict = {"model": model_name, "exporter": exporter, "layers": layers}
+    os.makedirs(os.path.join(folder, exporter))
+    path = os.path.join(folder, exporter, "model.onnx")
+    rss_before = _peak_rss_mib()
+    seconds, stages, proto = _export(exporter, model, args, path)
+    result.update(
+        export_seconds=seconds,
+        stages=stages,
+        peak_rss_mib=_peak_rss_mib(),
+        rss_growth_mib=_peak_rss_mib() - rss_before,
+        nodes=_node_count(proto),
+        file_mib=_file_mib(path),
+    )
+    return result
 
 
-def run_in_subprocess(model_name: str, exporter: str, repeat: int) -> dict:
-    command = [sys.executable, os.path.abspath(__file__), "--child", model_name, exporter, "--repeat", str(repeat)]
+def measure_latency(model_name: str, folder: str, exporters: list[str], runs: int, layers: int | None) -> dict:
+    """Inside one subprocess: the exported models run in turns, round after round, so
+    that a busy moment of the machine slows all of them alike; the median of `runs`
+    rounds per model (after warm-up rounds). With no exported model: PyTorch eager."""
+    warnings.simplefilter("ignore")
+    import numpy as np
+    import onnxruntime
+    import torch
+
+    model, args = build(model_name, layers)
+    runners = {}
+    for exporter in exporters:
+        path = os.path.join(folder, exporter, "model.onnx")
+        if not os.path.exists(path):
+            continue
+        session_options = onnxruntime.SessionOptions()
+        # idle onnxruntime threads must not spin on the cores the next contender runs on
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = onnxruntime.InferenceSession(path, session_options, providers=["CPUExecutionProvider"])
+        feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), args)}
+        runners[exporter] = functools.partial(session.run, None, feeds)
+
+    def eager() -> None:
+        with torch.no_grad():
+            model(*args)
+
+    if not runners:  # eager alone: in a process of its own (thread pools of both would contend)
+        runners["eager"] = eager
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for round_ in range(runs + 3):
+        for name, run in runners.items():
+            run()  # not counted: the first run after another contender warms caches
+            start = time.perf_counter()
+            run()
+            if round_ >= 3:  # warm-up rounds are not counted
+                times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(values) for name, values in times.items()}
+
+
+def _run_child(arguments: list[str], layers: int | None) -> Any:
+    command = [sys.executable, os.path.abspath(__file__), *arguments]
+    if layers:
+        command += ["--layers", str(layers)]
     completed = subprocess.run(command, capture_output=True, text=True)
     if completed.returncode != 0:
-        return {"model": model_name, "exporter": exporter, "error": completed.stderr.strip().splitlines()[-1:]}
+        tail = completed.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        return {"error": tail[0]}
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def print_table(results: list[dict]) -> None:
-    header = f"{'model':<6} {'exporter':<8} {'median s':>9} {'min s':>7} {'peak alloc MiB':>15} {'1st-export RSS MiB':>19} {'peak RSS MiB':>13}"
-    print(header)
-    print("-" * len(header))
-    by_key = {(r["model"], r["exporter"]): r for r in results}
-    for result in results:
-        if "error" in result:
-            print(f"{result['model']:<6} {result['exporter']:<8} FAILED: {result['error']}")
+def benchmark_model(model_name: str, exporters: list[str], runs: int, layers: int | None = None) -> list[dict]:
+    """Each export in its own fresh process, then one process for all latencies."""
+    results = []
+    with tempfile.TemporaryDirectory() as folder:
+        for exporter in exporters:
+            print(f"... {model_name} with {exporter}", file=sys.stderr, flush=True)
+            result = _run_child(["--child", model_name, exporter, "--folder", folder], layers)
+            results.append({"model": model_name, "exporter": exporter, "layers": layers, **result})
+        if runs:
+            print(f"... {model_name}: onnxruntime and eager latency", file=sys.stderr, flush=True)
+            latency = _run_child(["--child-latency", model_name, "--folder", folder, "--runs", str(runs), "--exporters", *exporters], layers)
+            eager = _run_child(["--child-latency", model_name, "--folder", folder, "--runs", str(runs), "--exporters", "none"], layers)
+            for result in results:
+                if result["exporter"] in latency:
+                    result["ort_ms"] = latency[result["exporter"]]
+                if "eager" in eager:
+                    result["eager_ms"] = eager["eager"]
+    return results
+
+
+# -- the report ------------------------------------------------------------------------------
+
+_STAGES = ("registry", "capture", "decomposition", "passes", "analysis", "translation", "optimization")
+
+
+def markdown(results: list[dict]) -> str:
+    lines = [
+        "| model | exporter | export s | " + " | ".join(_STAGES) + " | peak RSS MiB | nodes | file MiB | ORT ms | eager ms |",
+        "|---|---|---:|" + "---:|" * len(_STAGES) + "---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['exporter']} | failed: {r['error']} |")
             continue
-        print(
-            f"{result['model']:<6} {result['exporter']:<8} {statistics.median(result['seconds']):>9.3f} "
-            f"{min(result['seconds']):>7.3f} {result['peak_alloc_mib']:>15.1f} "
-            f"{result['first_export_rss_mib']:>19.1f} {result['peak_rss_mib']:>13.1f}"
+        stages = " | ".join(f"{r['stages'][s]:.2f}" if s in r["stages"] else "" for s in _STAGES)
+        lines.append(
+            f"| {r['model']} | {r['exporter']} | {r['export_seconds']:.2f} | {stages} | {r['peak_rss_mib']:.0f} | "
+            f"{r['nodes']} | {r['file_mib']:.1f} | {r.get('ort_ms', float('nan')):.2f} | {r.get('eager_ms', float('nan')):.2f} |"
         )
-    print()
-    print("ratio fx2onnx / torch (median time, peak alloc, 1st-export RSS):")
+    lines += ["", "Ratios: export time of each fx2onnx mode against the same torch mode; the rest fx2onnx's default (optimizing):", ""]
+    lines.append(
+        "| model | fx2onnx-noopt vs torch-noopt | fx2onnx vs torch | ORT latency vs torch | ORT vs eager | "
+        "decomposition % | translation % | translation+passes % | peak RSS vs torch |"
+    )
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    by_key = {(r["model"], r["exporter"]): r for r in results if "error" not in r}
     for model in dict.fromkeys(r["model"] for r in results):
-        ours, theirs = by_key.get((model, "fx2onnx")), by_key.get((model, "torch"))
-        if not ours or not theirs or "error" in ours or "error" in theirs:
+        ours, ours_noopt = by_key.get((model, "fx2onnx")), by_key.get((model, "fx2onnx-noopt"))
+        torch_opt, torch_noopt = by_key.get((model, "torch")), by_key.get((model, "torch-noopt"))
+        if ours is None:
             continue
-        time_ratio = statistics.median(ours["seconds"]) / statistics.median(theirs["seconds"])
-        alloc_ratio = ours["peak_alloc_mib"] / max(theirs["peak_alloc_mib"], 1e-9)
-        rss_ratio = ours["first_export_rss_mib"] / max(theirs["first_export_rss_mib"], 1e-9)
-        print(f"  {model:<6} time x{time_ratio:.2f}   alloc x{alloc_ratio:.2f}   rss x{rss_ratio:.2f}")
-    print()
-    print("fx2onnx stage times (median seconds):")
-    for result in results:
-        if result.get("exporter") == "fx2onnx" and "stages" in result:
-            stages = ", ".join(f"{k} {v:.3f}" for k, v in result["stages"].items())
-            print(f"  {result['model']:<6} {stages}")
+
+        def ratio(a: float | None, b: float | None) -> str:
+            return f"{a / b:.2f}x" if a is not None and b else "n/a"
+
+        total = ours["export_seconds"]
+        share = lambda *names: f"{100 * sum(ours['stages'].get(n, 0.0) for n in names) / total:.1f}"  # noqa: E731
+        lines.append(
+            f"| {model} | {ratio(ours_noopt and ours_noopt['export_seconds'], torch_noopt and torch_noopt['export_seconds'])} "
+            f"| {ratio(total, torch_opt and torch_opt['export_seconds'])} "
+            f"| {ratio(ours.get('ort_ms'), torch_opt and torch_opt.get('ort_ms'))} "
+            f"| {ratio(ours.get('ort_ms'), ours.get('eager_ms'))} "
+            f"| {share('decomposition')} | {share('translation')} | {share('translation', 'passes')} "
+            f"| {ratio(ours['peak_rss_mib'], torch_opt and torch_opt['peak_rss_mib'])} |"
+        )
+    return "\n".join(lines)
+
+
+def scaling_markdown(results: list[dict]) -> str:
+    lines = ["| layers | FX nodes translated | translation s | nodes/s | passes s | total s |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['layers']} | failed: {r['error']} |")
+            continue
+        rate = r["fx_nodes"] / r["stages"]["translation"]
+        lines.append(
+            f"| {r['layers']} | {r['fx_nodes']} | {r['stages']['translation']:.2f} | {rate:.0f} | "
+            f"{r['stages'].get('passes', 0):.2f} | {r['export_seconds']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def measure_scaling(model_name: str, layers: int) -> dict:
+    """Inside the subprocess: one export of `layers` layers; FX nodes and stage times."""
+    warnings.simplefilter("ignore")
+    import fx2onnx
+    import fx2onnx.interpreter
+
+    model, args = build(model_name, layers)
+    translated = []
+    hook = fx2onnx.interpreter.node_translated  # the progress hook: called once per FX node
+    fx2onnx.interpreter.node_translated = lambda: (translated.append(1), hook())
+    start = time.perf_counter()
+    program = fx2onnx.dynamo_export(model, *args, export_options=fx2onnx.ExportOptions(optimize=False, progress=False))
+    seconds = time.perf_counter() - start
+    fx_nodes = len(translated)
+    return {"model": model_name, "layers": layers, "export_seconds": seconds, "stages": dict(program.stage_seconds), "fx_nodes": fx_nodes}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=EXPORTERS)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--json", help="also write the raw results to this file")
+    parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=(*EXPORTERS, "none"))
+    parser.add_argument("--runs", type=int, default=20, help="onnxruntime / eager runs per model (median)")
+    parser.add_argument("--layers", type=int, help="override every model's layer count")
+    parser.add_argument("--scaling", choices=MODELS, help="translation speed at 1x, 4x and 16x --layers (default 24)")
+    parser.add_argument("--json", help="write the raw results here")
+    parser.add_argument("--markdown", help="write the Markdown tables here")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "EXPORTER"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-latency", metavar="MODEL", help=argparse.SUPPRESS)
+    parser.add_argument("--child-scaling", nargs=2, metavar=("MODEL", "LAYERS"), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.child:
-        print(json.dumps(measure(*options.child, options.repeat)))
+        print(json.dumps(measure(*options.child, options.folder, options.layers)))
         return
-    results = []
-    for model in options.models:
-        for exporter in options.exporters:
-            print(f"... {model} with {exporter}", file=sys.stderr, flush=True)
-            results.append(run_in_subprocess(model, exporter, options.repeat))
-    print(f"torch {_version('torch')}, fx2onnx {_version('fx2onnx')}, {options.repeat} timed repetitions after 1 warm-up")
-    print_table(results)
+    if options.child_latency:
+        print(json.dumps(measure_latency(options.child_latency, options.folder, options.exporters, options.runs, options.layers)))
+        return
+    if options.child_scaling:
+        print(json.dumps(measure_scaling(options.child_scaling[0], int(options.child_scaling[1]))))
+        return
+    header = f"torch {_version('torch')}, onnxscript {_version('onnxscript')}, onnxruntime {_version('onnxruntime')}, fx2onnx {_version('fx2onnx')}"
+    if options.scaling:
+        base = options.layers or 24
+        results = []
+        for factor in (1, 4, 16):
+            print(f"... {options.scaling} with {base * factor} layers", file=sys.stderr, flush=True)
+            command = [sys.executable, os.path.abspath(__file__), "--child-scaling", options.scaling, str(base * factor)]
+            completed = subprocess.run(command, capture_output=True, text=True)
+            if completed.returncode != 0:
+                results.append({"layers": base * factor, "error": (completed.stderr.strip().splitlines() or ["?"])[-1]})
+            else:
+                results.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+        text = f"{header}\n\n{scaling_markdown(results)}"
+    else:
+        results = []
+        for model in options.models:
+            results += benchmark_model(model, options.exporters, options.runs, options.layers)
+        models = "\n".join(f"- {m}: {DESCRIPTIONS[m]}" for m in options.models)
+        text = f"{header}; one export per fresh process; latency: median of {options.runs} interleaved rounds\n\n{models}\n\n{markdown(results)}"
+    print(text)
+    if options.markdown:
+        with open(options.markdown, "w", encoding="utf-8") as stream:
+            stream.write(text + "\n")
     if options.json:
         with open(options.json, "w", encoding="utf-8") as stream:
             json.dump(results, stream, indent=2)

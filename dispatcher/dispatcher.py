@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from diagnostics import Diagnostic, DiagnosticContext, Level, Location, Rule, Stack, rules
 
 from dispatcher._locations import node_stack, stack_location
@@ -91,6 +92,8 @@ class OnnxFunctionDispatcher:
 
     def __init__(self, registry: OnnxRegistry, diagnostic_context: DiagnosticContext) -> None:
         self.registry = registry
+        # dispatch key -> the function chosen (see dispatch_registered)
+        self._choices: dict[Any, RegisteredFunction] = {}
         self.diagnostic_context = diagnostic_context
 
     # -- dispatch ----------------------------------------------------------------------
@@ -100,11 +103,24 @@ class OnnxFunctionDispatcher:
         return self.dispatch_registered(node).onnx_function
 
     def dispatch_registered(self, node: torch.fx.Node) -> RegisteredFunction:
-        """Like :meth:`dispatch`, returning the registry entry (custom? complex?)."""
+        """Like :meth:`dispatch`, returning the registry entry (custom? complex?).
+
+        Models repeat the same call (operator, argument types and constants) layer after
+        layer: a choice that was a perfect match with nothing to report is remembered for
+        the next node of the same kind (the registry must not change meanwhile).
+        """
+        key = _dispatch_key(node)
+        cached = self._choices.get(key) if key is not None else None
+        if cached is not None:
+            return cached
         call = _Call(node)
         candidates = self._overload_candidates(call)
         candidates = self._filter_complex(call, candidates)
-        return self._best_match(call, candidates)
+        chosen = self._best_match(call, candidates)
+        quiet = call.overloads_tried[:1] == [call.qualified_name] and not self.diagnostic_context.would_record(Level.NONE)
+        if key is not None and call.perfect and quiet:
+            self._choices[key] = chosen
+        return chosen
 
     def _overload_candidates(self, call: _Call) -> list[RegisteredFunction]:
         try:
@@ -196,6 +212,7 @@ class OnnxFunctionDispatcher:
                 chosen = (function, match)
                 break
         if chosen is not None:
+            call.perfect = True
             self._report_match(call, chosen, results, Level.NONE)
             return chosen[0]
 
@@ -369,6 +386,7 @@ class _Call:
         self.kwargs = clean_kwargs(node.kwargs)
         self.qualified_name: str | None = None
         self.overloads_tried: list[str] = []
+        self.perfect = False
 
     @functools.cached_property
     def stack(self) -> Stack | None:
@@ -403,6 +421,33 @@ class _Call:
 
     def has_complex_input(self) -> bool:
         return any(is_complex_value(v) for v in _node_values(self.args + tuple(self.node.kwargs.values())))
+
+
+def _dispatch_key(node: torch.fx.Node) -> Any:
+    """What the choice of function for a node depends on: its target, the dtype and rank
+    of its tensor arguments, the kind of its symbolic ones, the values of its constants.
+    None when some argument cannot be keyed."""
+    leaves, spec = pytree.tree_flatten((node.args, dict(node.kwargs)))
+    parts: list[Any] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.fx.Node):
+            value = leaf.meta.get("val")
+            if isinstance(value, torch.Tensor):
+                parts.append(("tensor", value.dtype, value.dim()))
+            elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+                parts.append(("symbolic", type(value).__name__))
+            else:
+                return None
+        elif leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            parts.append((type(leaf).__name__, repr(leaf)))
+        else:
+            return None
+    key = (node.target, str(spec), tuple(parts))
+    try:
+        hash(key)
+    except TypeError:  # an unhashable target: not remembered
+        return None
+    return key
 
 
 def _node_values(values: Iterable[Any]) -> Iterator[Any]:

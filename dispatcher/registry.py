@@ -62,19 +62,31 @@ class RegisteredFunction:
 @functools.cache
 def _torchlib_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
     """torchlib's functions as (registry key, function), loaded once per process."""
-    # Imported here: loading torchlib registers ~550 functions and takes a fraction of a
-    # second, which only the first registry of the process should pay.
-    from onnxscript._framework_apis import torch_2_5
-
     entries = []
-    for meta in torch_2_5.get_torchlib_ops():
-        if meta.qualified_name.startswith("internal::"):
+    for qualified_name, overloads in _torchlib_registry().items():
+        if qualified_name.startswith("internal::"):
             continue
-        key = OpName.parse(meta.qualified_name).qualified_name()
-        entries.append(
-            (key, RegisteredFunction(meta.function, key, is_custom=False, is_complex=meta.is_complex))
-        )
+        key = OpName.parse(qualified_name).qualified_name()
+        for function in overloads.overloads:
+            entries.append((key, RegisteredFunction(function, key, is_custom=False, is_complex=False)))
+        for function in overloads.complex:
+            entries.append((key, RegisteredFunction(function, key, is_custom=False, is_complex=True)))
     return tuple(entries)
+
+
+def _torchlib_registry() -> Any:
+    """torchlib's own registry (qualified name -> its `overloads` and `complex` functions).
+
+    Read directly rather than through `torch_2_5.get_torchlib_ops()`, which builds the IR
+    of every traced function (parsing its source, ~2 s) only to report its domain; a
+    function's signature is built when the dispatcher first matches it.
+    """
+    # Imported here: loading torchlib registers ~550 functions, which only the first
+    # registry of the process should pay.
+    from onnxscript.function_libs.torch_lib import ops, registration
+
+    del ops  # imported for its registrations
+    return registration.default_registry
 
 
 @functools.cache

@@ -1,6 +1,8 @@
 """Decompose only the operators that no registered ONNX function covers.
 
-An operator stays whole when the registry has a function for its exact overload
+Pending nodes are replaced one by one, in place, by the trace of their decomposition;
+the whole program is re-traced (`run_decompositions`) only when a node cannot be
+decomposed alone. An operator stays whole when the registry has a function for its exact overload
 (`aten.linear`, `aten.layer_norm`, `aten.scaled_dot_product_attention`...). A node on
 complex tensors needs a complex implementation; when only a real one exists, PyTorch's
 decomposition of the operator is used instead (e.g. complex `reshape` becomes `view`,
@@ -10,20 +12,30 @@ which has one).
 from __future__ import annotations
 
 import functools
+import logging
+import operator
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.fx
+import torch.utils._pytree as pytree
 from torch._decomp import decomposition_table as _torch_decompositions
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from dispatcher import OnnxRegistry, walk_graph_modules
 from fx2onnx.private_ops import assertion_ops
 
+_logger = logging.getLogger(__name__)
 # Building torch.export's table costs ~0.6 s; it depends only on which operators the
 # registry covers, so it is kept per set of registered names.
 _TABLES: dict[frozenset[str], dict] = {}
 # Decompositions may expose further complex operators without a complex implementation.
 _MAX_COMPLEX_ROUNDS = 3
+# what a node inlined in place of another keeps of the replaced node
+_SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 
 def _has_exact_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bool:
@@ -56,6 +68,33 @@ def onnx_decomposition_table(registry: OnnxRegistry) -> dict:
 
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+_CORE: dict[frozenset[str], dict] = {}
+
+
+def _core_table(registry: OnnxRegistry) -> dict:
+    """PyTorch's core ATen decompositions minus the operators the registry implements:
+    the part of `onnx_decomposition_table` that is cheap to build (its composite-kernel
+    entries are found per node, by `_is_composite`)."""
+    key = frozenset(registry.all_registered_ops())
+    table = _CORE.get(key)
+    if table is None:
+        table = {op: fn for op, fn in _core_aten_decompositions().items() if not _has_exact_function(registry, op)}
+        _CORE[key] = table
+    return table
+
+
+def _core_aten_decompositions() -> dict:
+    """torch's core ATen decomposition table, without the composite-kernel entries that
+    the public `core_aten_decompositions()` materializes for every operator (~0.3 s).
+    Private: reached here only; tests/test_decompose_per_node.py fails if it moves."""
+    from torch._decomp import _core_aten_decompositions_post_autograd
+
+    return _core_aten_decompositions_post_autograd()
+
+
+@functools.cache
+def _is_composite(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
 
 
 def _decomposition_of(op: torch._ops.OpOverload) -> Callable | None:
@@ -95,26 +134,305 @@ def _complex_gaps(program: torch.export.ExportedProgram, registry: OnnxRegistry)
     return gaps
 
 
-def _needs_decomposition(program: torch.export.ExportedProgram, table: dict, registry: OnnxRegistry) -> bool:
-    for _, node in walk_graph_modules(program.graph_module):  # control-flow bodies too
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            if node.target in assertion_ops():
-                continue  # removed by a later pass, nothing to decompose
-            if node.target in table or not registry.is_supported(node.target):
-                return True
-    return False
+def _leaf_key(leaf: Any) -> Any:
+    """What a decomposition's trace depends on for one argument: the metadata of a node
+    (dtype, shape, strides, device), the value of a constant."""
+    if isinstance(leaf, torch.fx.Node):
+        value = leaf.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            return ("tensor", value.dtype, str(tuple(value.shape)), str(value.stride()), str(value.device))
+        return ("node", type(value).__name__, str(value))
+    return (type(leaf).__name__, repr(leaf))
 
 
-def decompose_unsupported(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> torch.export.ExportedProgram:
-    """Run decompositions only when some operator needs one; otherwise keep the program
-    as it is (no re-trace of the whole graph)."""
-    table = onnx_decomposition_table(registry)
-    if _needs_decomposition(program, table, registry):
-        program = program.run_decompositions(table)
+class DecompositionTracer:
+    """Traces single nodes through a decomposition and inlines the result in their place.
+
+    Nodes of one operator on arguments of the same metadata trace to the same graph, so
+    each (operator, argument metadata) is traced once per graph and the trace reused.
+    """
+
+    def __init__(self, table: dict) -> None:
+        self.table = table
+        self._traces: dict[Any, torch.fx.GraphModule] = {}
+
+    def replace(self, graph: torch.fx.Graph, node: torch.fx.Node, decomposition: Callable) -> None:
+        """Inline `decomposition` in place of `node` (NotImplementedError: a decomposition
+        that creates constants, which is not inlined)."""
+        flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+        key = (node.target, decomposition, str(spec), tuple(_leaf_key(leaf) for leaf in flat))
+        traced = self._traces.get(key)
+        if traced is None:
+            traced = self._traces[key] = _trace_alone(node, decomposition, self.table)
+        _inline(graph, node, traced)
+
+
+def _trace_alone(node: torch.fx.Node, decomposition: Callable, table: dict) -> torch.fx.GraphModule:
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+    examples = [flat[i].meta["val"] for i in positions]
+
+    def call(*values: Any) -> Any:
+        items = list(flat)
+        for position, value in zip(positions, values):
+            items[position] = value
+        args, kwargs = pytree.tree_unflatten(items, spec)
+        return decomposition(*args, **kwargs)
+
+    # The node's own inputs' fake mode, else the graph's (a node with no tensor input):
+    # new metadata from another mode could not be combined with the graph's.
+    fake_mode = detect_fake_mode([e for e in examples if isinstance(e, torch.Tensor)]) or _graph_fake_mode(node.graph)
+    if fake_mode is None:
+        return make_fx(call, decomposition_table=table, tracing_mode="fake")(*examples)
+    with fake_mode:
+        return make_fx(call, decomposition_table=table, tracing_mode="real")(*examples)
+
+
+def _graph_fake_mode(graph: torch.fx.Graph) -> Any:
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            mode = detect_fake_mode([value])
+            if mode is not None:
+                return mode
+    return None
+
+
+def _inline(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphModule) -> None:
+    for inner in traced.graph.nodes:
+        if inner.op == "get_attr":
+            raise NotImplementedError("decompositions that create constants are not inlined")
+    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, torch.fx.Node)]
+    _inline_graph(graph, node, traced.graph, inputs, node_meta=True)
+
+
+def _inline_graph(
+    graph: torch.fx.Graph, node: torch.fx.Node, inner_graph: torch.fx.Graph, inputs: list[torch.fx.Node], node_meta: bool
+) -> None:
+    """Copy `inner_graph` in place of `node`, its placeholders bound to `inputs`; the
+    copies take the node's source metadata when `node_meta` (a decomposition's trace has
+    none of its own)."""
+    env: dict[torch.fx.Node, Any] = {}
+    placeholders = iter(inputs)
+    result: Any = None
+    with graph.inserting_before(node):
+        for inner in inner_graph.nodes:
+            if inner.op == "placeholder":
+                env[inner] = next(placeholders)
+            elif inner.op == "output":
+                result = pytree.tree_map(lambda v: env[v] if isinstance(v, torch.fx.Node) else v, inner.args[0])
+            else:
+                copy = graph.node_copy(inner, lambda n: env[n])
+                for key in _SOURCE_META if node_meta else ():
+                    if key in node.meta:
+                        copy.meta[key] = node.meta[key]
+                env[inner] = copy
+    if isinstance(result, (tuple, list)):
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem:
+                user.replace_all_uses_with(result[user.args[1]])
+                graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(result)
+    if not node.users:
+        graph.erase_node(node)
+
+
+_SET_GRAD_ENABLED = torch.ops.higher_order.wrap_with_set_grad_enabled
+
+
+def _inline_grad_mode_regions(graph_module: torch.fx.GraphModule) -> None:
+    """Inline `with torch.no_grad()` / `enable_grad()` regions (a sub-module called by
+    `wrap_with_set_grad_enabled`): the grad mode means nothing in an ONNX graph."""
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function" or node.target is not _SET_GRAD_ENABLED:
+            continue
+        body_node, inputs = node.args[1], list(node.args[2:])
+        body = getattr(graph_module, body_node.target)
+        if any(inner.op == "get_attr" for inner in body.graph.nodes):
+            raise NotImplementedError("grad-mode regions holding sub-modules or constants are not inlined")
+        _inline_graph(graph_module.graph, node, body.graph, inputs, node_meta=False)
+        if not body_node.users:
+            graph_module.graph.erase_node(body_node)
+            graph_module.delete_submodule(body_node.target)
+
+
+# -- direct rewrites: one operator call instead of a trace ----------------------------------------
+_aten = torch.ops.aten
+
+
+def _to_as_copy(node: torch.fx.Node) -> Any:
+    """`x.to(...)`: the input itself when dtype and device stay (ONNX has no aliasing to
+    keep apart), else `_to_copy` to the result's dtype."""
+    source, result = node.args[0], node.meta.get("val")
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(result, torch.Tensor) or not isinstance(value, torch.Tensor):
+        return None
+    if value.dtype == result.dtype and value.device == result.device:
+        return source
+    return (_aten._to_copy.default, (source,), {"dtype": result.dtype}, None)
+
+
+def _batch_norm_in_eval(node: torch.fx.Node) -> Any:
+    """`batch_norm` with running statistics and training=False is the no-training kernel."""
+    if len(node.args) < 8 or node.kwargs:
+        return None
+    input, weight, bias, mean, var, training, momentum, eps = node.args[:8]
+    if training is not False or mean is None or var is None:
+        return None
+    return (_aten._native_batch_norm_legit_no_training.default, (input, weight, bias, mean, var, momentum, eps), {}, 0)
+
+
+# operator -> its rewrite: a node (the result), (target, args, kwargs, output index) or None
+# (no rewrite: trace the decomposition). Each is what PyTorch's composite kernel calls.
+_DIRECT_REWRITES: dict[Any, Callable[[torch.fx.Node], Any]] = {
+    _aten.to.dtype: _to_as_copy,
+    _aten.to.dtype_layout: _to_as_copy,
+    _aten.to.device: _to_as_copy,
+    _aten.batch_norm.default: _batch_norm_in_eval,
+}
+
+
+def _rewrite_directly(graph: torch.fx.Graph, node: torch.fx.Node, fake_mode: Any) -> bool:
+    """Replace `node` by the single call its decomposition makes (no trace): its result
+    metadata comes from running that call on the FakeTensors. False: not applicable."""
+    rewrite = _DIRECT_REWRITES.get(node.target)
+    plan = rewrite(node) if rewrite is not None and fake_mode is not None else None
+    if plan is None:
+        return False
+    if isinstance(plan, torch.fx.Node):
+        node.replace_all_uses_with(plan)
+        graph.erase_node(node)
+        return True
+    target, args, kwargs, index = plan
+    fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
+    with fake_mode:
+        value = target(*fake_args, **fake_kwargs)
+    with graph.inserting_before(node):
+        call = graph.call_function(target, args, kwargs)
+        call.meta.update({k: node.meta[k] for k in _SOURCE_META if k in node.meta})
+        call.meta["val"] = value
+        result = call
+        if index is not None:
+            result = graph.call_function(operator.getitem, (call, index))
+            result.meta.update(call.meta)
+            result.meta["val"] = value[index]
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+    return True
+
+
+@dataclass
+class Decomposed:
+    """The program after decomposition, and why the whole program was re-traced (if it was)."""
+
+    program: torch.export.ExportedProgram
+    graph_module: torch.fx.GraphModule
+    whole_program_reasons: list[str] = field(default_factory=list)
+
+
+def _in_table(op: torch._ops.OpOverload, table: dict, registry: OnnxRegistry) -> bool:
+    """`op in onnx_decomposition_table(registry)`, without building that table."""
+    return op in table or (op.namespace == "aten" and _is_composite(op) and not _has_exact_function(registry, op))
+
+
+def _pending_nodes(graph: torch.fx.Graph, table: dict, registry: OnnxRegistry) -> list[torch.fx.Node]:
+    """Nodes whose operator must be decomposed: in the table, or with no ONNX function, or
+    complex with only real implementations."""
+    pending = []
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target in assertion_ops():
+            continue  # removed by a later pass, nothing to decompose
+        if _in_table(node.target, table, registry) or not registry.is_supported(node.target):
+            pending.append(node)
+        elif _is_complex_node(node) and not _has_complex_function(registry, node.target):
+            pending.append(node)
+    return pending
+
+
+def _decompose_in_place(graph_module: torch.fx.GraphModule, table: dict, registry: OnnxRegistry) -> list[str]:
+    """Replace each pending node by its traced decomposition, node by node; returns why the
+    nodes that could not be replaced this way could not (empty: all done)."""
+    tracer = DecompositionTracer(table)
+    fake_mode = _graph_fake_mode(graph_module.graph)
+    failures: dict[str, str] = {}
+    for _ in range(_MAX_COMPLEX_ROUNDS + 1):  # decompositions may expose further pending nodes
+        pending = [n for n in _pending_nodes(graph_module.graph, table, registry) if str(n.target) not in failures]
+        if not pending:
+            break
+        for node in pending:
+            if not _is_complex_node(node) and node.target in _DIRECT_REWRITES:
+                try:
+                    if _rewrite_directly(graph_module.graph, node, fake_mode):
+                        continue
+                except Exception as error:  # nothing was changed yet: the node is traced below
+                    _logger.debug("direct rewrite of %s failed (%s); tracing its decomposition", node.name, error)
+            decomposition = table.get(node.target) or _decomposition_of(node.target)
+            if decomposition is None:
+                if node.target._schema.is_mutable:  # functionalizing it needs the whole program
+                    failures[str(node.target)] = "an in-place operator with no functional decomposition"
+                continue  # nothing to decompose with: the analysis reports the node
+            try:
+                tracer.replace(graph_module.graph, node, decomposition)
+            except Exception as error:  # recorded by the caller; the whole program is re-traced
+                failures[str(node.target)] = f"{type(error).__name__}: {error}"
+    graph_module.graph.lint()
+    graph_module.recompile()
+    return [f"{op}: {reason}" for op, reason in failures.items()]
+
+
+def _pending_in_bodies(graph_module: torch.fx.GraphModule, table: dict, registry: OnnxRegistry) -> list[str]:
+    """Operators to decompose inside control-flow bodies (or other nested graphs), which
+    the node-by-node path does not enter: run_decompositions handles them."""
+    reasons: dict[str, str] = {}
+    for owner, _ in walk_graph_modules(graph_module):
+        if owner is graph_module or id(owner) in reasons:
+            continue
+        for node in _pending_nodes(owner.graph, table, registry):
+            reasons.setdefault(str(node.target), "inside a control-flow body (decomposed with the whole program)")
+    return [f"{op}: {reason}" for op, reason in reasons.items()]
+
+
+def decompose_unsupported(
+    program: torch.export.ExportedProgram, graph_module: torch.fx.GraphModule, registry: OnnxRegistry
+) -> Decomposed:
+    """Decompose the operators no ONNX function covers, node by node in `graph_module`
+    (the program's graph or a copy of it). Only when a node cannot be decomposed alone is
+    the whole program re-traced with `run_decompositions`; the reasons are returned."""
+    table = dict(_core_table(registry))
+    try:
+        _inline_grad_mode_regions(graph_module)
+    except NotImplementedError as error:
+        return _decompose_whole_program(program, table, registry, [f"{_SET_GRAD_ENABLED}: {error}"])
+    nested = _pending_in_bodies(graph_module, table, registry)
+    if nested:
+        return _decompose_whole_program(program, table, registry, nested)
+    for node in _pending_nodes(graph_module.graph, table, registry):
+        if _is_complex_node(node) and node.target not in table:
+            decomposition = _decomposition_of(node.target)
+            if decomposition is not None:
+                table[node.target] = decomposition
+    if not _pending_nodes(graph_module.graph, table, registry):
+        return Decomposed(program, graph_module)
+    reasons = _decompose_in_place(graph_module, table, registry)
+    if not reasons:
+        return Decomposed(program, graph_module)
+    return _decompose_whole_program(program, table, registry, reasons)
+
+
+def _decompose_whole_program(
+    program: torch.export.ExportedProgram, table: dict, registry: OnnxRegistry, reasons: list[str]
+) -> Decomposed:
+    # Re-traces the program's own graph (with the nodes replaced so far when it is that
+    # graph, not a copy: the user's program stays untouched).
+    table = {**onnx_decomposition_table(registry), **table}
+    program = program.run_decompositions(table)
     for _ in range(_MAX_COMPLEX_ROUNDS):
         gaps = _complex_gaps(program, registry)
         if not gaps:
             break
         table.update(gaps)
         program = program.run_decompositions(table)
-    return program
+    return Decomposed(program, program.graph_module, reasons)

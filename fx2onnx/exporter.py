@@ -33,8 +33,8 @@ from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_
 from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
 from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
 from fx2onnx.model_signature import build_model_signature
-from fx2onnx.model_writer import fake_weights_hidden
 from fx2onnx.module_functions import ModuleFunctionTranslator
+from fx2onnx.optimization import optimize_keeping_functions
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
 from fx2onnx.passes.decompose_nodes import decompose_nodes
@@ -43,6 +43,7 @@ from fx2onnx.passes.functionalize import functionalize_graph_module
 from fx2onnx.passes.remove_assertions import remove_assertions
 from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
+from fx2onnx.progress import ExportProgress, start_translation
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.values import TracedValue
 
@@ -72,9 +73,10 @@ def dynamo_export(
     """
     options = export_options or ExportOptions()
     context = DiagnosticContext("fx2onnx", fx2onnx.__version__, options.diagnostic_options)
-    timer = StageTimer()
+    progress = ExportProgress(options.progress, f"Exporting {type(model).__name__}")
+    timer = StageTimer(on_stage=progress.stage)
     try:
-        with outside_fake_mode():  # the export may be called inside `with enable_fake_mode()`
+        with outside_fake_mode(), progress.current():  # the export may be called inside `with enable_fake_mode()`
             return _export(model, model_args, model_kwargs, options, context, timer)
     except Exception as error:
         if not isinstance(error, (_ExportFailed, CaptureError)) and not context.has_errors():
@@ -122,20 +124,24 @@ def _export(
     context: DiagnosticContext,
     timer: StageTimer,
 ) -> ONNXProgram:
-    registry = options.onnx_registry or OnnxRegistry()
+    with timer.stage("registry"):
+        registry = options.onnx_registry or OnnxRegistry()
+        registry.all_registered_ops()  # torchlib loads once per process: its own stage
     with timer.stage("capture"):
         captured = capture(model, args, kwargs, options.dynamic_shapes, context, options.fake_context)
     for note in captured.notes:
         warnings.warn(note, stacklevel=3)
 
     program = captured.exported_program
-    with timer.stage("decomposition"):
-        if program is not None:
-            program = run_pass(context, "decompose_unsupported", decompose_unsupported, program, registry)
     graph_module = program.graph_module if program is not None else captured.graph_module
     if program is model:
         # The passes below edit the graph in place: never edit the user's program.
         graph_module = copy_graph_module(graph_module)
+    with timer.stage("decomposition"):
+        if program is not None:
+            decomposed = run_pass(context, "decompose_unsupported", decompose_unsupported, program, graph_module, registry)
+            program, graph_module = decomposed.program, decomposed.graph_module
+            _tell_whole_program_decomposition(decomposed.whole_program_reasons, context)
     if program is None:
         with timer.stage("passes"):
             graph_module = functionalize_graph_module(graph_module)
@@ -168,6 +174,7 @@ def _export(
     builder = GraphBuilder(opset_version=registry.opset_version, on_inference_failure=inference_note(context))
     interpreter = FxOnnxInterpreter(dispatcher, context, namer, call_module_handler=module_translator)
     weights = {name: BodyInitializer(target, tensor) for name, (target, tensor) in io.lifted_tensors.items()}
+    start_translation(graph_module)
     with timer.stage("translation"), context.scope(
         rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=type(model).__name__
     ) as graph_diagnostic:
@@ -181,7 +188,7 @@ def _export(
     model_ir = builder.build_model(fx2onnx.__version__)
     if options.optimize:
         with timer.stage("optimization"):
-            _optimize_keeping_functions(model_ir)
+            optimize_keeping_functions(model_ir)
     onnx_program = ONNXProgram(
         model_ir,
         InputAdapter(io.in_spec, io.input_slots),
@@ -236,6 +243,17 @@ def _dim_names_by_position(spec: Any, model: Any, args: Sequence[Any], kwargs: M
     return [names_by_id.get(id(leaf), {}) for leaf in leaves]
 
 
+def _tell_whole_program_decomposition(reasons: list[str], context: DiagnosticContext) -> None:
+    if reasons:
+        context.record(
+            rules.FX_PASS,
+            Level.NOTE,
+            pass_name="decompose_unsupported",
+            message="The whole program was re-traced with run_decompositions, because these operators "
+            "could not be decomposed node by node: " + "; ".join(reasons),
+        )
+
+
 def _tell_specialized_scalars(io: GraphIO, context: DiagnosticContext) -> None:
     for name, value in io.specialized_scalars:
         message = (
@@ -285,14 +303,6 @@ def _register_outputs(
             )
         index += 1
     return OutputAdapter(io.out_spec, slots), mutations
-
-
-def _optimize_keeping_functions(model: ir.Model) -> None:
-    import onnxscript.optimizer
-
-    # The optimizer inlines every function unless told not to; module functions must stay.
-    with fake_weights_hidden(model):  # fake-mode weights have no data to fold
-        onnxscript.optimizer.optimize(model, inline=False)
 
 
 def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, timer: StageTimer) -> None:

@@ -267,8 +267,51 @@ def _type_proto_of(value: ir.Value) -> onnx.TypeProto | None:
     return onnx.helper.make_tensor_type_proto(value.dtype.value, shape)
 
 
+# ONNX inference of one node depends only on its op, attributes and input types (and
+# the values of small constant inputs); models repeat the same nodes layer after layer,
+# so results are kept by that key. Bounded: a key of an unusual graph is not kept forever.
+_Inferred = tuple[list[tuple["ir.DataType | None", "tuple | None"]], "Exception | None"]
+_INFERRED: dict[Any, _Inferred] = {}
+_MAX_INFERRED = 50_000
+
+
+class _Uncacheable(Exception):
+    """A node whose inference result is not kept (large tensor or unusual attribute)."""
+
+
+def _attribute_key(attr: ir.Attr) -> Any:
+    value = attr.value
+    if attr.type == ir.AttributeType.TENSOR:
+        if value.size > 64:
+            raise _Uncacheable
+        return (attr.name, "tensor", value.dtype, tuple(value.shape), value.tobytes())
+    if isinstance(value, (list, tuple)):
+        value = tuple(value)
+    if not isinstance(value, (int, float, str, bytes, tuple)):
+        raise _Uncacheable
+    return (attr.name, attr.type, value)
+
+
+def _inference_key(node: ir.Node) -> Any:
+    inputs = []
+    for value in node.inputs:
+        if value is None:
+            inputs.append(None)
+            continue
+        shape = None if value.shape is None else tuple(d if isinstance(d, int) else str(d) for d in value.shape)
+        const = value.const_value
+        data = const.tobytes() if const is not None and const.size <= 64 else None
+        inputs.append((value.dtype, shape, data))
+    try:
+        attributes = tuple(sorted(_attribute_key(a) for a in node.attributes.values()))
+    except _Uncacheable:
+        return None
+    return (node.domain, node.op_type, node.version, attributes, tuple(inputs), len(node.outputs))
+
+
 def _infer_output_types(node: ir.Node) -> Exception | None:
-    """Fill dtype and shape of a standard-domain node's outputs with ONNX's inference.
+    """Fill dtype and shape of a standard-domain node's outputs with ONNX's inference
+    (remembered per op, attributes and input types).
 
     Best effort: when an input's type is unknown or the op cannot be inferred, the
     outputs stay untyped, and the FX metadata fills the final outputs of the FX node.
@@ -276,13 +319,32 @@ def _infer_output_types(node: ir.Node) -> Exception | None:
     """
     if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
         return None  # control flow: its builder types the outputs
+    key = _inference_key(node)
+    inferred = _INFERRED.get(key) if key is not None else None
+    if inferred is None:
+        inferred = _run_inference(node)
+        if key is not None and len(_INFERRED) < _MAX_INFERRED:
+            _INFERRED[key] = inferred
+    types, error = inferred
+    for output, (dtype, dims) in zip(node.outputs, types):
+        if dtype is not None:
+            output.dtype = dtype
+        if dims is not None:
+            output.shape = ir.Shape(dims)
+    return error
+
+
+def _run_inference(node: ir.Node) -> _Inferred:
+    """ONNX's inference of a node's output types: (dtype, dims) per output, None where
+    unknown, and the inference error if any."""
+    unknown: list[tuple[ir.DataType | None, tuple | None]] = [(None, None)] * len(node.outputs)
     input_types = {}
     for value in node.inputs:
         if value is None:
             continue
         type_proto = _type_proto_of(value)
         if type_proto is None:
-            return None
+            return unknown, None
         input_types[value.name] = type_proto
     try:
         schema = onnx.defs.get_schema(node.op_type, node.version or DEFAULT_OPSET, node.domain)
@@ -296,22 +358,20 @@ def _infer_output_types(node: ir.Node) -> Exception | None:
             schema, node_proto, input_types, input_data=input_data
         )
     except Exception as error:  # noqa: BLE001 - inference is an optimization, never a failure
-        return error
+        return unknown, error
+    result = []
     for output in node.outputs:
         type_proto = inferred.get(output.name)
         if type_proto is None or not type_proto.HasField("tensor_type"):
+            result.append((None, None))
             continue
         tensor_type = type_proto.tensor_type
-        if tensor_type.elem_type:
-            output.dtype = ir.DataType(tensor_type.elem_type)
+        dtype = ir.DataType(tensor_type.elem_type) if tensor_type.elem_type else None
+        dims: tuple | None = None
         if tensor_type.HasField("shape"):
-            dims: list[int | str | None] = []
-            for dim in tensor_type.shape.dim:
-                if dim.HasField("dim_value"):
-                    dims.append(dim.dim_value)
-                elif dim.HasField("dim_param"):
-                    dims.append(dim.dim_param)
-                else:
-                    dims.append(None)
-            output.shape = ir.Shape(dims)
-    return None
+            dims = tuple(
+                dim.dim_value if dim.HasField("dim_value") else (dim.dim_param if dim.HasField("dim_param") else None)
+                for dim in tensor_type.shape.dim
+            )
+        result.append((dtype, dims))
+    return result, None

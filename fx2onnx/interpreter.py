@@ -34,6 +34,7 @@ from dispatcher.complex_functions import COMPLEX_DOMAIN
 from fx2onnx import control_flow
 from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
+from fx2onnx.progress import node_translated
 from fx2onnx.tensor_data import TorchTensorData
 from fx2onnx.tracing_evaluator import TracingEvaluator, install_value_arithmetic
 from fx2onnx.translated_body import FAILED, BodyInitializer, BodyInput, TranslatedBody
@@ -153,6 +154,7 @@ class FxOnnxInterpreter:
             self._node_diagnostic = None
         if diagnostic is not None and self.env[node] is FAILED:
             diagnostic.log("Translation failed: see the error result for this FX node.")
+        node_translated()  # progress hook
 
     # -- one method per opcode -----------------------------------------------------------
     def placeholder(self, node: torch.fx.Node) -> Any:

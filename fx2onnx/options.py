@@ -55,19 +55,25 @@ class ExportOptions:
         diagnostic_options: verbosity and warnings-as-errors of the SARIF diagnostics.
         failure_report_path: where the SARIF report goes when the export fails
             (None: no file is written).
-        optimize: run onnxscript's optimizer on the result (module functions are kept).
+        optimize: True (default): run onnxscript's optimizer on the result (constant
+            folding, dead code, fused ops onnxruntime runs faster); module functions are
+            kept. False: the graph as translated.
         module_functions: which `nn.Module` calls become ONNX model-local functions.
             True (default): every module call; False: none, one flat graph; or a
             `ModuleFunctionOptions` to choose modules and the treatment of torch.nn leaves.
         fake_context: what `fx2onnx.enable_fake_mode()` yielded, when the model or its
             example inputs were created in fake mode (weights are then declared without
             data; give them to `ONNXProgram.save(..., model_state=...)`).
+        progress: show the export's progress (stages, nodes of translation) as a bar on
+            stderr when it is a terminal; None (default): only for exports that last more
+            than a few seconds; False: never.
     """
 
     dynamic_shapes: Any = None
     onnx_registry: OnnxRegistry | None = None
     diagnostic_options: DiagnosticOptions = field(default_factory=DiagnosticOptions)
     failure_report_path: str | os.PathLike | None = DEFAULT_REPORT_PATH
-    optimize: bool = False
+    optimize: bool = True
     module_functions: bool | ModuleFunctionOptions = True
     fake_context: ONNXFakeContext | None = None
+    progress: bool | None = None

@@ -234,7 +234,7 @@ class TracingEvaluator:
 
     # -- the evaluator protocol ---------------------------------------------------------------
     def eval_op(self, op: osv.Op, args: Sequence[Any], kwargs: Mapping[str, Any]):
-        signature = op.op_signature
+        signature = _op_signature(op)
         if signature is None:
             return self._eval_op_without_schema(op, args, kwargs)
         try:
@@ -316,7 +316,31 @@ def _inputs_in_signature_order(signature: ir.schemas.OpSignature, inputs: Mappin
 
 def _node_attributes(values: Mapping[str, Any]) -> list[ir.Attr]:
     """Attributes of a node; those given as None are left out (the op's default holds)."""
-    return [attr for attr in ir.convenience.convert_attributes(dict(values)) if attr.value is not None]
+    return [
+        ir.convenience.convert_attribute(name, value, attr_type=_plain_attribute_type(value))
+        for name, value in values.items()
+        if value is not None
+    ]
+
+
+_SCALAR_ATTRIBUTES = {int: ir.AttributeType.INT, bool: ir.AttributeType.INT, float: ir.AttributeType.FLOAT, str: ir.AttributeType.STRING}
+
+
+def _plain_attribute_type(value: Any) -> ir.AttributeType | None:
+    """The attribute type of numbers, strings and their lists, found without onnx_ir's
+    general inference (its protocol checks dominate the time of small nodes); None for
+    anything else, which onnx_ir infers."""
+    kind = _SCALAR_ATTRIBUTES.get(type(value))
+    if kind is not None or type(value) not in (list, tuple) or not value:
+        return kind
+    item_types = {type(item) for item in value}
+    if item_types <= {int, bool}:
+        return ir.AttributeType.INTS
+    if item_types == {float}:
+        return ir.AttributeType.FLOATS
+    if item_types == {str}:
+        return ir.AttributeType.STRINGS
+    return None
 
 
 # ONNX Script functions written without a domain would land in the standard domain "",
@@ -348,6 +372,22 @@ def _python_scalar_parameters(body: Any) -> frozenset[str]:
             if members and all(a in _PYTHON_SCALARS for a in members):
                 names.add(name)
     return frozenset(names)
+
+
+# Opsets create a new `Op` at every call (`op.Add(...)`), whose signature would be built
+# again from the ONNX schema each time: it is kept per schema, which never changes.
+_SIGNATURES: dict[tuple[str, str, int], ir.schemas.OpSignature] = {}
+
+
+def _op_signature(op: osv.Op) -> ir.schemas.OpSignature | None:
+    schema = op.op_schema
+    if schema is None or type(op) is not osv.Op:
+        return op.op_signature
+    key = (schema.domain, schema.name, schema.since_version)
+    signature = _SIGNATURES.get(key)
+    if signature is None:
+        signature = _SIGNATURES[key] = op.op_signature
+    return signature
 
 
 def _op_version(op: osv.Op) -> int | None:

@@ -526,3 +526,33 @@ def test_stack_location_works_on_any_stack():
     stack = Stack.from_python_traceback(LIBRARY_TRACE)
     assert stack_location(stack).path == "/home/user/project/train.py"
     assert stack_location(Stack()) is None
+
+
+# -- remembered choices ------------------------------------------------------------------
+
+
+def test_same_call_is_matched_once_and_other_types_are_matched_again(monkeypatch):
+    dispatcher = make_dispatcher(level=logging.INFO)  # perfect matches are not recorded
+    matched = []
+    original = OnnxFunctionDispatcher._best_match
+
+    def counting(self, call, functions):
+        matched.append(call.node.name)
+        return original(self, call, functions)
+
+    monkeypatch.setattr(OnnxFunctionDispatcher, "_best_match", counting)
+    add = torch.ops.aten.add.Tensor
+    first = dispatcher.dispatch(call_node(add, t(), t()))
+    again = dispatcher.dispatch(call_node(add, t(shape=(5, 7)), t(shape=(5, 7))))  # same dtypes and ranks
+    assert first is again and len(matched) == 1
+    integer = dispatcher.dispatch(call_node(add, t(torch.int64), t(torch.int64)))
+    scaled = dispatcher.dispatch(call_node(add, t(), t(), alpha=2.0))
+    assert len(matched) == 3  # another dtype, another constant: matched again
+    assert integer is not None and scaled is not None
+
+
+def test_choices_are_not_remembered_when_each_must_be_reported():
+    dispatcher = make_dispatcher(level=logging.DEBUG)  # every perfect match is a diagnostic
+    for _ in range(2):
+        dispatcher.dispatch(call_node(torch.ops.aten.add.Tensor, t(), t()))
+    assert len(recorded(dispatcher, MATCH)) == 2

@@ -175,3 +175,20 @@ def test_default_overload_that_cannot_take_the_arguments_does_not_count():
     # `out=` overloads need a keyword argument no ONNX function has.
     registry.register_op(custom_relu, "aten", "hardtanh")
     assert not registry.is_supported(torch.ops.aten.hardtanh.out)
+
+
+def test_torchlib_registry_read_directly_matches_onnxscripts_public_listing():
+    """The registry reads torchlib's registration table directly (the public listing
+    builds every function's IR, seconds of work); both must list the same functions."""
+    from onnxscript._framework_apis import torch_2_5
+
+    from dispatcher.registry import _torchlib_functions
+
+    public = {
+        (meta.qualified_name, meta.function.name, meta.is_complex)
+        for meta in torch_2_5.get_torchlib_ops()
+        if not meta.qualified_name.startswith("internal::")
+    }
+    ours = {(f.onnx_function and key, f.name, f.is_complex) for key, f in _torchlib_functions()}
+    assert {name for _, name, _ in ours} == {name for _, name, _ in public}
+    assert {(name, complex_) for _, name, complex_ in ours} == {(name, complex_) for _, name, complex_ in public}

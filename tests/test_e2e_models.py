@@ -202,7 +202,11 @@ def test_whole_operators_reach_their_torchlib_function(export_and_compare):
 
 
 def test_initializers_keep_parameter_names(tmp_path):
-    program = export_program(Encoder(), (torch.randn(2, 6, 16),), tmp_path=tmp_path)
+    model = Encoder()
+    with torch.no_grad():  # layers start as copies of one layer; identical weights would be shared
+        for parameter in model.parameters():
+            parameter.normal_()
+    program = export_program(model, (torch.randn(2, 6, 16),), tmp_path=tmp_path)
     names = set(program.model.graph.initializers)
     assert "encoder.layers.0.linear1.weight" in names
     assert "encoder.layers.1.self_attn.in_proj_weight" in names

@@ -345,3 +345,20 @@ def test_llama_decoder_layers_share_one_definition() -> None:
     ids = torch.randint(0, 100, (2, 8))
     proto = _export_and_check_against_eager(transformers.LlamaForCausalLM(config), {"input_ids": ids}, "logits")
     _assert_one_shared_layer(proto, "transformers.models.llama.modeling_llama.LlamaDecoderLayer")
+
+
+def test_module_call_graphs_defer_their_python_code():
+    """Modularize builds torch.fx's private lazy GraphModule (it skips code generation
+    nobody uses); this fails loudly when torch moves it."""
+    from fx2onnx.passes.modularize import lazy_graph_module
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.ops.aten.relu.default, (x,)))
+    module = lazy_graph_module({}, graph, "Lazy")
+    assert isinstance(module, torch.fx.GraphModule)
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    assert isinstance(module, _LazyGraphModule) and module._needs_recompile()
+    torch.testing.assert_close(module(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+    assert "relu" in module.code

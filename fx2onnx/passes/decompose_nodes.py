@@ -144,11 +144,12 @@ def decompose_nodes(
     """Inline PyTorch's decomposition of nodes ONNX cannot compute faithfully; returns
     how many nodes were replaced. A node whose decomposition cannot be inlined stays
     as it is, with a note in ``context``."""
-    table = _table(registry)
+    table = None  # built only when some node needs it
     replaced = 0
     for node in list(graph_module.graph.nodes):
         if node.op != "call_function" or not _needs_decomposition(node, registry):
             continue
+        table = table if table is not None else _table(registry)
         try:
             decomposition = _own_decompositions().get(node.target, decomposition_table.get(node.target))
             traced = _trace_alone(node, decomposition, table)

@@ -194,6 +194,18 @@ def _group(graph: torch.fx.Graph, stacks: Mapping[torch.fx.Node, list[ModuleCall
 
 
 # -- building GraphModules ------------------------------------------------------------------------
+def lazy_graph_module(root: Any, graph: torch.fx.Graph, class_name: str) -> torch.fx.GraphModule:
+    """A GraphModule whose Python code is generated only when it is asked for.
+
+    The interpreter reads the graphs of module calls, never runs them: generating and
+    compiling the code of each (what a GraphModule does when built) is most of this
+    pass's time. torch.fx's lazy GraphModule (private) does it on first use instead.
+    """
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    return _LazyGraphModule(root, graph, class_name=class_name)
+
+
 class _Builder:
     def __init__(self, graph_module: torch.fx.GraphModule, parameter_names: Mapping[str, str]) -> None:
         self.original = graph_module
@@ -213,7 +225,7 @@ class _Builder:
         self._emit_items(root, graph, env, attributes, "")
         output = next(n for n in reversed(self.original.graph.nodes) if n.op == "output")
         graph.node_copy(output, lambda n: env[n])
-        result = torch.fx.GraphModule(attributes, graph, class_name=type(self.original).__name__)
+        result = lazy_graph_module(attributes, graph, type(self.original).__name__)
         result.meta.update(getattr(self.original, "meta", {}))
         return result
 
@@ -260,7 +272,7 @@ class _Builder:
         self._emit_items(scope, sub_graph, sub_env, sub_attributes, call.path)
         results = [sub_env[n] for n in outputs]
         sub_graph.output(results[0] if len(results) == 1 else tuple(results))
-        sub_module = torch.fx.GraphModule(sub_attributes, sub_graph, class_name=call.class_name.replace(".", "_"))
+        sub_module = lazy_graph_module(sub_attributes, sub_graph, call.class_name.replace(".", "_"))
         sub_module.meta[MODULE_CALL_META] = call
 
         target = _unique_attribute(attributes, _python_name(_relative(call.path, caller_path)) + (f"_call{call.call_index}" if call.call_index else ""))

@@ -1,0 +1,84 @@
+"""Operators that need a decomposition are decomposed node by node, in place: the whole
+program is re-traced (`run_decompositions`) only when a node cannot be handled alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2onnx
+from diagnostics import rules
+
+
+class _NeedsDecompositions(torch.nn.Module):
+    """`diff`, `&` on bool tensors, `.to(dtype)` and a `no_grad` region: operators with
+    no ONNX function of their own (PyTorch decomposes them)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = (x > 0) & (x < 1)
+        with torch.no_grad():
+            scaled = x.to(torch.float64) * 2
+        return torch.diff(x, dim=-1).sum() + mask.to(torch.float32) + scaled.to(torch.float32)
+
+
+@pytest.fixture
+def no_whole_program_retrace(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the whole program was re-traced")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", refuse)
+
+
+def test_nodes_are_decomposed_one_by_one(export_and_compare, no_whole_program_retrace):
+    program = export_and_compare(_NeedsDecompositions(), (torch.randn(3, 4),))
+    notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and d.level.name == "NOTE"]
+    assert not notes
+    # the decomposed ops are gone, what they became is there
+    assert {"Sub", "And", "Cast"} <= {n.op_type for n in program.model_proto.graph.node} | {
+        n.op_type for f in program.model_proto.functions for n in f.node
+    }
+
+
+def test_user_exported_program_is_left_untouched(export_and_compare, no_whole_program_retrace):
+    exported = torch.export.export(_NeedsDecompositions(), (torch.randn(3, 4),))
+    before = [str(n.target) for n in exported.graph.nodes]
+    program = fx2onnx.dynamo_export(exported, torch.randn(3, 4))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(program(x), _NeedsDecompositions()(x))
+    assert [str(n.target) for n in exported.graph.nodes] == before
+
+
+def test_in_place_operator_falls_back_to_the_whole_program_and_says_why(export_and_compare):
+    class InPlace(torch.nn.Module):
+        def forward(self, z: torch.Tensor) -> torch.Tensor:
+            return z[:, torch.tensor([0, 2])]  # a lifted constant, detached in place
+
+    program = export_and_compare(InPlace(), (torch.randn(3, 4),))
+    notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
+    assert len(notes) == 1 and "detach_" in notes[0].message
+
+
+def test_core_table_comes_from_torchs_private_core_table():
+    """The per-node path reads torch's private core table (the public one costs ~0.3 s
+    per process); every operator of it must be in the public table too."""
+    from fx2onnx.decompose import _core_aten_decompositions
+
+    core = _core_aten_decompositions()
+    assert len(core) > 100
+    assert set(core) <= set(torch._decomp.core_aten_decompositions())
+
+
+def test_eval_batch_norm_and_dtype_casts_need_no_trace(export_and_compare, no_whole_program_retrace):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 1.5)
+
+    class Cast(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return model(x.to(torch.float64).to(torch.float32)).to(torch.float16).to(torch.float32)
+
+    program = export_and_compare(Cast(), (torch.randn(1, 3, 8, 8),), rtol=1e-2, atol=1e-2)
+    ops = {n.op_type for n in program.model_proto.graph.node} | {n.op_type for f in program.model_proto.functions for n in f.node}
+    assert "BatchNormalization" in ops or "Conv" in ops
+    assert "Cast" in ops
