@@ -300,7 +300,12 @@ def _inference_key(node: ir.Node) -> Any:
             continue
         shape = None if value.shape is None else tuple(d if isinstance(d, int) else str(d) for d in value.shape)
         const = value.const_value
-        data = const.tobytes() if const is not None and const.size <= 64 else None
+        data = None
+        if const is not None and const.size <= 64:
+            try:
+                data = const.tobytes()
+            except Exception:  # noqa: BLE001 - e.g. a fake-mode weight: no data, no key; inference reports it
+                return None
         inputs.append((value.dtype, shape, data))
     try:
         attributes = tuple(sorted(_attribute_key(a) for a in node.attributes.values()))
