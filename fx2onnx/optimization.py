@@ -46,9 +46,7 @@ def _constants_back_to_nodes(graph: ir.Graph, weights: set[str]) -> None:
         value = graph.initializers.pop(name)
         node = ir.node("Constant", [], attributes={"value": value.const_value})
         node.outputs[0].name, node.outputs[0].type, node.outputs[0].shape = name, value.type, value.shape
-        value.replace_all_uses_with(node.outputs[0])
-        if value in graph.outputs:
-            graph.outputs[graph.outputs.index(value)] = node.outputs[0]
+        value.replace_all_uses_with(node.outputs[0], replace_graph_outputs=True)
         if len(graph):
             graph.insert_before(graph[0], node)
         else:
