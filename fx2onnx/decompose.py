@@ -163,11 +163,11 @@ class DecompositionTracer:
         key = (node.target, decomposition, str(spec), tuple(_leaf_key(leaf) for leaf in flat))
         traced = self._traces.get(key)
         if traced is None:
-            traced = self._traces[key] = _trace_alone(node, decomposition, self.table)
-        _inline(graph, node, traced)
+            traced = self._traces[key] = trace_alone(node, decomposition, self.table)
+        inline_trace(graph, node, traced)
 
 
-def _trace_alone(node: torch.fx.Node, decomposition: Callable, table: dict) -> torch.fx.GraphModule:
+def trace_alone(node: torch.fx.Node, decomposition: Callable, table: dict) -> torch.fx.GraphModule:
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
     positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
     examples = [flat[i].meta["val"] for i in positions]
@@ -198,7 +198,7 @@ def _graph_fake_mode(graph: torch.fx.Graph) -> Any:
     return None
 
 
-def _inline(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphModule) -> None:
+def inline_trace(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphModule) -> None:
     for inner in traced.graph.nodes:
         if inner.op == "get_attr":
             raise NotImplementedError("decompositions that create constants are not inlined")

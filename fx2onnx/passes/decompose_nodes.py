@@ -13,24 +13,19 @@ node's source location and module stack.
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 from torch._decomp import decomposition_table
-from torch._guards import detect_fake_mode
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxRegistry, node_location, node_stack
+from fx2onnx.decompose import inline_trace as _inline
 from fx2onnx.decompose import onnx_decomposition_table
+from fx2onnx.decompose import trace_alone as _trace_alone
 from fx2onnx.private_ops import training_batch_norm_ops
-
-_SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
-
 
 def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
     target = node.target
@@ -41,55 +36,6 @@ def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
         position = training_batch_norm[target]
         return len(node.args) > position and node.args[position] is True
     return not registry.is_supported(target)
-
-
-def _trace_alone(node: torch.fx.Node, decomposition: Callable, table: dict) -> torch.fx.GraphModule:
-    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
-    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
-    examples = [flat[i].meta["val"] for i in positions]
-
-    def call(*values: Any) -> Any:
-        items = list(flat)
-        for position, value in zip(positions, values):
-            items[position] = value
-        args, kwargs = pytree.tree_unflatten(items, spec)
-        return decomposition(*args, **kwargs)
-
-    fake_mode = detect_fake_mode([e for e in examples if isinstance(e, torch.Tensor)])
-    if fake_mode is None:
-        return make_fx(call, decomposition_table=table, tracing_mode="fake")(*examples)
-    with fake_mode:
-        return make_fx(call, decomposition_table=table, tracing_mode="real")(*examples)
-
-
-def _inline(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphModule) -> None:
-    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, torch.fx.Node)]
-    env: dict[torch.fx.Node, Any] = {}
-    placeholders = iter(inputs)
-    result: Any = None
-    with graph.inserting_before(node):
-        for inner in traced.graph.nodes:
-            if inner.op == "placeholder":
-                env[inner] = next(placeholders)
-            elif inner.op == "output":
-                result = pytree.tree_map(lambda v: env[v] if isinstance(v, torch.fx.Node) else v, inner.args[0])
-            elif inner.op == "get_attr":
-                raise NotImplementedError("decompositions that create constants are not inlined")
-            else:
-                copy = graph.node_copy(inner, lambda n: env[n])
-                for key in _SOURCE_META:
-                    if key in node.meta:
-                        copy.meta[key] = node.meta[key]
-                env[inner] = copy
-    if isinstance(result, (tuple, list)):
-        for user in list(node.users):
-            if user.op == "call_function" and user.target is operator.getitem:
-                user.replace_all_uses_with(result[user.args[1]])
-                graph.erase_node(user)
-    else:
-        node.replace_all_uses_with(result)
-    if not node.users:
-        graph.erase_node(node)
 
 
 def _diagonal_scatter(
