@@ -22,6 +22,7 @@ from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
 from fx2onnx.capture import CaptureError, capture, copy_graph_module
+from fx2onnx.capture_checks import check_captured_graph
 from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
 from fx2onnx.dynamic_shapes import user_dim_names
@@ -31,6 +32,7 @@ from fx2onnx.fake_mode import outside_fake_mode
 from fx2onnx.graph_builder import GraphBuilder, inference_note
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
 from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
+from fx2onnx.legalize_types import legalize_types
 from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
 from fx2onnx.model_signature import build_model_signature
 from fx2onnx.model_writer import fake_weights_hidden
@@ -44,6 +46,7 @@ from fx2onnx.passes.remove_assertions import remove_assertions
 from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
 from fx2onnx.stage_timer import StageTimer
+from fx2onnx.validate_model import validate_model
 from fx2onnx.values import TracedValue
 
 
@@ -140,6 +143,8 @@ def _export(
         with timer.stage("passes"):
             graph_module = functionalize_graph_module(graph_module)
     io = describe_exported_program(program) if program is not None else describe_graph_module(graph_module)
+    if not check_captured_graph(graph_module, io.output_roles, context):
+        raise _ExportFailed()
     _tell_specialized_scalars(io, context)
 
     namer = SymbolNamer()
@@ -179,9 +184,14 @@ def _export(
 
     output_adapter, mutation_outputs = _register_outputs(builder, io, translated.outputs, translated.output_metas)
     model_ir = builder.build_model(fx2onnx.__version__)
+    with timer.stage("legalization"):
+        legalize_types(model_ir, context)
     if options.optimize:
         with timer.stage("optimization"):
             _optimize_keeping_functions(model_ir)
+    with timer.stage("validation"):
+        if not validate_model(model_ir, graph_module, context):
+            raise _ExportFailed()
     onnx_program = ONNXProgram(
         model_ir,
         InputAdapter(io.in_spec, io.input_slots),

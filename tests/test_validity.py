@@ -1,0 +1,104 @@
+"""Every successful export is a valid model: type legalization, validation, clear errors."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+
+import fx2onnx
+from onnxscript import FLOAT, script
+from onnxscript import opset18 as op
+
+from conftest import all_nodes, export_program, make_options
+
+
+@script()
+def bad_relu(x: FLOAT) -> FLOAT:
+    return op.Add(x, op.Constant(value_int=1))  # float + int64: an invalid ONNX node
+
+
+class IntegerOps(torch.nn.Module):
+    """Ops whose ONNX counterparts do not accept integers or booleans."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = IntConv()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        flags = x > 4
+        return (
+            torch.floor(x),
+            torch.ceil(x),
+            torch.round(x),
+            torch.sort(flags, dim=-1).values,
+            self.conv(x),
+        )
+
+
+class IntConv(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = torch.arange(6, dtype=x.dtype).reshape(2, 1, 3)
+        return torch.nn.functional.conv1d(x.unsqueeze(1), weight)
+
+
+def test_integer_and_bool_ops_are_legalized_and_match_pytorch(export_and_compare) -> None:
+    x = torch.tensor([[3, -7, 2**40 + 1, 5, 0], [9, 1, -2, 8, 6]], dtype=torch.int64)
+    small = torch.tensor([[1, -2, 3, 4, 5], [6, 7, -8, 9, 10]], dtype=torch.int64)
+    program = export_and_compare(IntegerOps(), (small,), second_inputs=((small * 3,), {}))
+    proto = program.model_proto
+    # Floor/Ceil/Round on integers are identities (exact above 2**53, unlike a float detour).
+    assert not {"Floor", "Ceil", "Round"} & {n.op_type for n in all_nodes(proto)}
+    outputs = program(x)
+    assert torch.equal(outputs[0], x) and torch.equal(outputs[2], x)
+    # The convolution runs in a float type inside the module's function and is cast back.
+    conv_function = next(f for f in proto.functions if any(n.op_type == "Conv" for n in f.node))
+    casts = [n for n in conv_function.node if n.op_type == "Cast"]
+    assert {a.i for n in casts for a in n.attribute} >= {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64}
+    notes = [d for d in program.diagnostic_context._diagnostics if d.rule.id == "FXE0021"]
+    conv_note = next(d for d in notes if d.properties["op_type"] == "Conv")
+    assert "2**24" in conv_note.message and conv_note.properties["from"] == "int64"
+
+
+def test_bool_topk_and_argmax_are_legalized(export_and_compare) -> None:
+    class BoolOps(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            flags = x > 0
+            return flags.int().argmax(-1), torch.sort(flags, dim=-1, descending=True).values
+
+    export_and_compare(BoolOps(), (torch.randn(3, 5),))
+
+
+def test_linear_with_int64_input_is_a_clear_error(tmp_path) -> None:
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        export_program(torch.nn.Linear(3, 3), (torch.ones(2, 3, dtype=torch.int64),), tmp_path=tmp_path)
+    message = str(raised.value)
+    assert "FXE0023" in message and "mat1 and mat2 must have the same dtype" in message
+    assert "int64" in message and "FX node 'linear'" in message
+
+
+@pytest.mark.parametrize("returned", ["hello", 3, None, (None, 1.5)])
+def test_model_without_tensor_output_is_a_clear_error(tmp_path, returned) -> None:
+    class NoTensor(torch.nn.Module):
+        def forward(self, x: torch.Tensor):  # noqa: ANN202
+            return returned
+
+    with pytest.raises(fx2onnx.OnnxExporterError, match="returns no tensor") as raised:
+        export_program(NoTensor(), (torch.ones(2),), tmp_path=tmp_path)
+    assert "FXE0023" in str(raised.value)
+
+
+def test_invalid_model_fails_validation_at_the_node_and_user_line(tmp_path) -> None:
+    """A registered function that builds an ill-typed node makes the export fail."""
+    registry = fx2onnx.OnnxRegistry()
+    registry.register_op(bad_relu, "aten", "relu")
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x) * 2
+
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        export_program(Model(), (torch.randn(3),), options=make_options(tmp_path, onnx_registry=registry), tmp_path=tmp_path)
+    message = str(raised.value)
+    assert "FXE0022" in message and "relu" in message
+    assert "test_validity.py" in message  # the user's line
