@@ -8,6 +8,11 @@ type parameter of the op's schema, for the opset in use, are checked. A type par
 bound to a dtype the op does not accept is computed in the nearest accepted dtype: its
 inputs are cast to it and the outputs it types are cast back, so the result keeps
 PyTorch's dtype. Rounding ops on integers are identities and become `Identity`.
+
+An integer or bool type that the schema accepts but ONNX Runtime's CPU provider has no
+kernel for (`Gemm` or `DepthToSpace` on int64) is treated the same way, toward a type
+that has one, so that the model runs on the reference runtime; floating types are never
+changed for a runtime's sake (see `ONNXProgram` for low-precision runs).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ _INTEGERS = frozenset(
     {DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64,
      DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64, DataType.BOOL}
 )
+
+_FLOATS = frozenset({DataType.FLOAT16, DataType.BFLOAT16, DataType.FLOAT, DataType.DOUBLE})
 
 # The dtypes a value is computed in when its own is not accepted, nearest first: wider
 # integers keep integer semantics; float64 holds every integer up to 2**53 exactly.
@@ -159,7 +166,7 @@ def _legalize_node(graph: ir.Graph | ir.Function, node: ir.Node, opset: int, rep
             # Unknown or mixed dtypes are not a legalization matter: validation reports them.
             continue
         (source,) = dtypes
-        if type_string(source) in accepted:
+        if type_string(source) in accepted and not _lacks_runtime_kernel(node.op_type, opset, param, source):
             continue
         if node.op_type in _IDENTITY_ON_INTEGERS and source in _INTEGERS:
             _replace_with_identity(graph, node)
@@ -177,12 +184,25 @@ def _legalize_node(graph: ir.Graph | ir.Function, node: ir.Node, opset: int, rep
         report.add(node.op_type, source, target)
 
 
+def _lacks_runtime_kernel(op_type: str, opset: int, param: str, source: DataType) -> bool:
+    """An integer or bool type the schema accepts but ONNX Runtime's CPU provider has no
+    kernel for (Gemm or DepthToSpace on int64): computing it in a wider type keeps the
+    model runnable there. Floating types are never changed for the runtime's sake."""
+    if source not in _INTEGERS:
+        return False
+    runnable = cpu_kernel_types(op_type, opset, param)
+    return runnable is not None and type_string(source) not in runnable
+
+
 def _nearest_accepted(op_type: str, opset: int, param: str, source: DataType, accepted: set[str]) -> DataType | None:
     """The nearest dtype the schema accepts, preferring one ONNX Runtime's CPU kernels run."""
     candidates = [t for t in _NEAREST.get(source, ()) if type_string(t) in accepted]
     runnable = cpu_kernel_types(op_type, opset, param)
     if runnable is not None:
         candidates.sort(key=lambda t: type_string(t) not in runnable)
+        if source in _INTEGERS and type_string(source) in accepted:
+            # Only a runtime kernel is missing: change the type only for one that has it.
+            candidates = [t for t in candidates if type_string(t) in runnable]
     return candidates[0] if candidates else None
 
 
@@ -220,7 +240,16 @@ def _cast_after(
     target: DataType,
     report: LegalizationReport,
 ) -> None:
-    """The node's ``output`` is now of ``target``: its users get it cast back to ``source``."""
+    """The node's ``output`` is now of ``target``: its users get it cast back to ``source``.
+
+    When every user casts it to a floating type anyway (torchlib's ``softmax(x, dtype=)``
+    computes in x's integer type, then casts), the intermediate integer would only
+    truncate what PyTorch computes in floating point: the users read ``target`` directly.
+    """
+    uses = list(output.uses())
+    if uses and not output.is_graph_output() and all(_casts_to_float(use.node) for use in uses):
+        output.dtype = target
+        return
     name = output.name
     restored = TracedValue(shape=output.shape, is_complex=getattr(output, "is_complex", False))
     restored.dtype = source
@@ -238,6 +267,13 @@ def _cast_after(
     output.dtype = target
     restored.name = name
     graph.insert_after(node, cast)
+
+
+def _casts_to_float(node: ir.Node) -> bool:
+    if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+        return False
+    to = node.attributes.get("to")
+    return to is not None and DataType(to.value) in _FLOATS
 
 
 def _replace_with_identity(graph: ir.Graph | ir.Function, node: ir.Node) -> None:

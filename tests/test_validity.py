@@ -69,6 +69,25 @@ def test_bool_topk_and_argmax_are_legalized(export_and_compare) -> None:
     export_and_compare(BoolOps(), (torch.randn(3, 5),))
 
 
+class RuntimeKernelOps(torch.nn.Module):
+    """int64 ops ONNX accepts but ONNX Runtime's CPU provider has no kernel for, and a
+    softmax whose dtype argument must be applied before, not after, the computation."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.addmm(a, a, a),
+            torch.nn.functional.pixel_shuffle(b, 2),
+            torch.nn.functional.max_pool2d(b, 2),
+            torch.log_softmax(a, -1, dtype=torch.float32),
+        )
+
+
+def test_int64_ops_without_runtime_kernels_match_pytorch(export_and_compare) -> None:
+    a = torch.randint(-5, 5, (3, 3))
+    b = torch.randint(-50, 50, (1, 4, 2, 2))
+    export_and_compare(RuntimeKernelOps(), (a, b), second_inputs=((a * 2, b - 3), {}))
+
+
 def test_linear_with_int64_input_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(fx2onnx.OnnxExporterError) as raised:
         export_program(torch.nn.Linear(3, 3), (torch.ones(2, 3, dtype=torch.int64),), tmp_path=tmp_path)
