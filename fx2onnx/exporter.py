@@ -46,6 +46,7 @@ from fx2onnx.passes.remove_assertions import remove_assertions
 from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
 from fx2onnx.stage_timer import StageTimer
+from fx2onnx.user_warnings import emit_export_warnings
 from fx2onnx.validate_model import validate_model
 from fx2onnx.values import TracedValue
 
@@ -203,7 +204,7 @@ def _export(
         model_signature=build_model_signature(program, io.input_slots, model_ir, mutation_outputs),
         fake_context=options.fake_context,
     )
-    _record_summary(context, model, model_ir, timer)
+    _record_summary(context, model, model_ir, timer, emit_export_warnings(context))
     return onnx_program
 
 
@@ -305,11 +306,11 @@ def _optimize_keeping_functions(model: ir.Model) -> None:
         onnxscript.optimizer.optimize(model, inline=False)
 
 
-def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, timer: StageTimer) -> None:
+def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, timer: StageTimer, warnings_line: str) -> None:
     graph = model_ir.graph
     times = ", ".join(f"{k} {v:.2f}s" for k, v in timer.seconds.items())
     summary = (
         f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {len(graph)} nodes, "
-        f"{len(graph.initializers)} initializers, {len(model_ir.functions)} functions; {times}"
+        f"{len(graph.initializers)} initializers, {len(model_ir.functions)} functions; {times}. {warnings_line}"
     )
     context.record(rules.EXPORT_SUMMARY, Level.NOTE, model=type(model).__name__, summary=summary)

@@ -14,7 +14,7 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from diagnostics import DiagnosticContext
+from diagnostics import Diagnostic, DiagnosticContext
 from fx2onnx.fake_mode import ONNXFakeContext
 from fx2onnx.io_adapter import InputAdapter, MutationOutput, OutputAdapter
 from fx2onnx.model_signature import BUFFER, CONSTANT_TENSOR, ModelSignature
@@ -73,6 +73,17 @@ class ONNXProgram:
         # weights given by apply_weights(), used when save/run get no model_state
         self._applied_state: ModelState | None = None
         self._session = None
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """Every diagnostic the export recorded (``d.level``, ``d.rule.id``, ``d.message``,
+        ``d.location``); the same content as the SARIF report."""
+        return list(self.diagnostic_context.diagnostics)
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        """The warnings of the export (each kind was also emitted as an ExportWarning)."""
+        return self.diagnostic_context.warnings()
 
     # -- the model -----------------------------------------------------------------------
     def _require_model(self) -> ir.Model:

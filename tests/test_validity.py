@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fx2onnx
-from onnxscript import FLOAT, script
+from onnxscript import DOUBLE, FLOAT, script
 from onnxscript import opset18 as op
 
 from conftest import all_nodes, export_program, make_options
@@ -16,6 +16,11 @@ from conftest import all_nodes, export_program, make_options
 @script()
 def bad_relu(x: FLOAT) -> FLOAT:
     return op.Add(x, op.Constant(value_int=1))  # float + int64: an invalid ONNX node
+
+
+@script()
+def double_only_relu(x: DOUBLE) -> DOUBLE:
+    return op.Relu(x)
 
 
 class IntegerOps(torch.nn.Module):
@@ -121,3 +126,24 @@ def test_invalid_model_fails_validation_at_the_node_and_user_line(tmp_path) -> N
     message = str(raised.value)
     assert "FXE0022" in message and "relu" in message
     assert "test_validity.py" in message  # the user's line
+
+
+def test_warnings_reach_the_user_once_per_kind_with_counts(tmp_path) -> None:
+    """Two nodes take a nearest-match function (FXE0014): one Python warning says so."""
+
+    class TwoNearMatches(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x) + torch.relu(x * 2)
+
+    registry = fx2onnx.OnnxRegistry()
+    registry.remove_op("aten", "relu")
+    registry.register_op(double_only_relu, "aten", "relu")
+    with pytest.warns(fx2onnx.ExportWarning) as caught:
+        program = export_program(
+            TwoNearMatches(), (torch.randn(4),), options=make_options(tmp_path, onnx_registry=registry), tmp_path=tmp_path
+        )
+    ours = [str(w.message) for w in caught if issubclass(w.category, fx2onnx.ExportWarning)]
+    assert len(ours) == 1 and "[FXE0014]" in ours[0] and "2 warnings" in ours[0]
+    assert "test_validity.py" in ours[0]  # the user's line of the first one
+    assert [d.rule.id for d in program.warnings] == ["FXE0014", "FXE0014"]
+    assert any(d.rule.id == "FXE0018" and "2x FXE0014" in d.message for d in program.diagnostics)
