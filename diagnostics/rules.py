@@ -109,10 +109,12 @@ OP_LEVEL_VALIDATION = Rule(
     name="op-level-validation",
     short_description="An ONNX function disagrees with PyTorch on one operator.",
     full_description=(
-        "With op-level validation on, each call_function node is run both in PyTorch and "
-        "through its ONNX function in ONNX Runtime on random inputs shaped like the "
-        "node's example values, and the outputs are compared. A mismatch or a failure to "
-        "run either side is reported here; the export itself goes on."
+        "With ExportOptions(op_level_debug=True), the FX graph is run in PyTorch on the "
+        "example inputs, and the ONNX nodes of each FX node (an operator or a module "
+        "function call) are run in ONNX Runtime on the values PyTorch computed for that "
+        "node's inputs. A result that differs beyond the tolerance of its dtype, or a "
+        "failure to run, is reported here with the largest difference and the dtypes; a "
+        "note names the first node that diverges. The export itself goes on."
     ),
     message_template=(
         "FX node {node} and its ONNX function {function} disagree in op-level "

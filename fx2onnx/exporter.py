@@ -37,6 +37,7 @@ from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, Ou
 from fx2onnx.model_signature import build_model_signature
 from fx2onnx.model_writer import fake_weights_hidden
 from fx2onnx.module_functions import ModuleFunctionTranslator
+from fx2onnx.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
 from fx2onnx.passes.decompose_nodes import decompose_nodes
@@ -193,6 +194,12 @@ def _export(
     with timer.stage("validation"):
         if not validate_model(model_ir, graph_module, context):
             raise _ExportFailed()
+    if options.op_level_debug:
+        with timer.stage("op_level_debug"):
+            debug_op_level(
+                model_ir, graph_module, interpreter.env,
+                InputAdapter(io.in_spec, io.input_slots).apply(args, kwargs), io.lifted_tensors, context,
+            )
     onnx_program = ONNXProgram(
         model_ir,
         InputAdapter(io.in_spec, io.input_slots),

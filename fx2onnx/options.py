@@ -62,6 +62,9 @@ class ExportOptions:
         fake_context: what `fx2onnx.enable_fake_mode()` yielded, when the model or its
             example inputs were created in fake mode (weights are then declared without
             data; give them to `ONNXProgram.save(..., model_state=...)`).
+        op_level_debug: after export, run each translated FX node (or module function
+            call) in onnxruntime on the values PyTorch computes for the example inputs,
+            and report every node that differs (FXE0013 warnings, first divergence named).
     """
 
     dynamic_shapes: Any = None
@@ -71,3 +74,4 @@ class ExportOptions:
     optimize: bool = False
     module_functions: bool | ModuleFunctionOptions = True
     fake_context: ONNXFakeContext | None = None
+    op_level_debug: bool = False

@@ -147,3 +147,43 @@ def test_warnings_reach_the_user_once_per_kind_with_counts(tmp_path) -> None:
     assert "test_validity.py" in ours[0]  # the user's line of the first one
     assert [d.rule.id for d in program.warnings] == ["FXE0014", "FXE0014"]
     assert any(d.rule.id == "FXE0018" and "2x FXE0014" in d.message for d in program.diagnostics)
+
+
+@script()
+def wrong_relu(x: FLOAT) -> FLOAT:
+    return op.Abs(x)  # deliberately wrong: |x| instead of max(x, 0)
+
+
+class PlantedBug(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(self.fc(x))
+        z = torch.relu(y - 0.5)  # the planted function makes this line wrong
+        return torch.tanh(z) * 2
+
+
+@pytest.mark.parametrize("module_functions", [False, True])
+def test_op_level_debug_finds_a_planted_wrong_function(tmp_path, module_functions: bool) -> None:
+    registry = fx2onnx.OnnxRegistry()
+    registry.register_op(wrong_relu, "aten", "relu")
+    options = make_options(tmp_path, onnx_registry=registry, op_level_debug=True, module_functions=module_functions)
+    program = export_program(PlantedBug(), (torch.randn(8, 4),), options=options, tmp_path=tmp_path)
+    found = [d for d in program.diagnostics if d.rule.id == "FXE0013" and d.level.name == "WARNING"]
+    assert [d.properties["fx_node"] for d in found] == ["relu"]
+    (finding,) = found
+    assert finding.properties["first_divergence"] and finding.properties["max_difference"] > 0.01
+    assert "aten.relu" in finding.message and "float32" in finding.properties["dtypes"]
+    assert finding.location is not None and "test_validity.py" in str(finding.location)
+    summary = next(d for d in program.diagnostics if d.rule.id == "FXE0013" and d.level.name == "NOTE")
+    assert "first diverging node: 'relu'" in summary.message and summary.properties["checked"] >= 4
+
+
+def test_op_level_debug_reports_nothing_on_a_faithful_model(tmp_path) -> None:
+    options = make_options(tmp_path, op_level_debug=True, module_functions=True)
+    program = export_program(PlantedBug(), (torch.randn(8, 4),), options=options, tmp_path=tmp_path)
+    assert not [d for d in program.diagnostics if d.rule.id == "FXE0013" and d.level.name == "WARNING"]
+    summary = next(d for d in program.diagnostics if d.rule.id == "FXE0013")
+    assert "no node diverges" in summary.message and summary.properties["checked"] >= 4
