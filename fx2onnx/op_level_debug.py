@@ -77,7 +77,12 @@ def debug_op_level(
     """
     report = OpLevelReport()
     torch_values = _run_in_pytorch(graph_module, model, fx_values, onnx_inputs, lifted_tensors)
-    producer_of = {id(v): node for node, value in fx_values.items() for v in _onnx_leaves(value)}
+    # id of an ONNX value -> (FX node, position among its ONNX values, how many it has)
+    producer_of = {}
+    for fx_node, value in fx_values.items():
+        leaves = _onnx_leaves(value)
+        for position, leaf in enumerate(leaves):
+            producer_of[id(leaf)] = (fx_node, position, len(leaves))
     groups = _nodes_by_scope(model)
     for node in graph_module.graph.nodes:
         if node.op not in ("call_function", "call_module"):
@@ -179,7 +184,7 @@ def _check_node(
     outputs: list[ir.Value],
     expected: list[torch.Tensor],
     model: ir.Model,
-    producer_of: Mapping[int, torch.fx.Node],
+    producer_of: Mapping[int, tuple[torch.fx.Node, int, int]],
     torch_values: Mapping[torch.fx.Node, Any],
     report: OpLevelReport,
 ) -> NodeCheck | None:
@@ -220,7 +225,7 @@ class _CannotFeed(Exception):
 def _feeds(
     nodes: list[ir.Node],
     model: ir.Model,
-    producer_of: Mapping[int, torch.fx.Node],
+    producer_of: Mapping[int, tuple[torch.fx.Node, int, int]],
     torch_values: Mapping[torch.fx.Node, Any],
 ) -> tuple[dict[str, np.ndarray], list[ir.Node]]:
     inside = {id(out) for node in nodes for out in node.outputs}
@@ -238,23 +243,20 @@ def _feeds(
                 extra.append(producer)
                 inside.add(id(value))
                 continue
-            fx_node = producer_of.get(id(value))
-            if fx_node is None:
+            if value.type is not None and not isinstance(value.type, ir.TensorType):
+                raise _CannotFeed(f"input '{value.name}' is a {value.type}, not a tensor")
+            if id(value) not in producer_of:
                 raise _CannotFeed(f"input '{value.name}' comes from no FX node")
-            position = _onnx_leaves_index(fx_node, value, producer_of)
+            fx_node, position, count = producer_of[id(value)]
             leaves = _torch_leaves(torch_values.get(fx_node))
-            if position >= len(leaves):
-                raise _CannotFeed(f"no PyTorch value for '{value.name}'")
+            if count != len(leaves):
+                # e.g. a list of tensors that ONNX holds as one sequence value
+                raise _CannotFeed(f"'{value.name}' does not correspond to one PyTorch tensor")
             tensor = leaves[position].detach()
             if tensor.is_complex():
                 raise _CannotFeed("complex input")
             feeds[value.name] = tensor.contiguous().numpy() if tensor.dtype != torch.bfloat16 else tensor.float().numpy()
     return feeds, extra
-
-
-def _onnx_leaves_index(fx_node: torch.fx.Node, value: ir.Value, producer_of: Mapping[int, torch.fx.Node]) -> int:
-    same = [vid for vid, node in producer_of.items() if node is fx_node]
-    return same.index(id(value)) if id(value) in same else 0
 
 
 def _run_cut(model: ir.Model, nodes: list[ir.Node], feeds: Mapping[str, np.ndarray], outputs: list[ir.Value]) -> list[Any]:
