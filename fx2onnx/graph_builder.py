@@ -188,7 +188,7 @@ class GraphBuilder:
             output.name = self.unique_name(f"val_{node.name.replace('/', '_')}_{index}")
         self.graph.append(node)
         if domain == "":
-            error = _infer_output_types(node)
+            error = infer_output_types(node)
             if error is not None:
                 self._note_inference_failure(op_type, error)
         return outputs
@@ -267,7 +267,7 @@ def _type_proto_of(value: ir.Value) -> onnx.TypeProto | None:
     return onnx.helper.make_tensor_type_proto(value.dtype.value, shape)
 
 
-def _infer_output_types(node: ir.Node) -> Exception | None:
+def infer_output_types(node: ir.Node) -> Exception | None:
     """Fill dtype and shape of a standard-domain node's outputs with ONNX's inference.
 
     Best effort: when an input's type is unknown or the op cannot be inferred, the

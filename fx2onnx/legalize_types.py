@@ -24,8 +24,10 @@ import itertools
 
 import onnx
 import onnx_ir as ir
+from onnx_ir.passes.common import InlinePass
 
 from diagnostics import DiagnosticContext, Level, rules
+from fx2onnx.graph_builder import infer_output_types
 from fx2onnx.runtime_kernels import cpu_kernel_types
 from fx2onnx.values import TracedValue
 
@@ -65,6 +67,9 @@ _EXACT_INTEGER_LIMIT = {DataType.FLOAT: "2**24", DataType.DOUBLE: "2**53", DataT
 
 METADATA_KEY = "pkg.fx2onnx.fx_node"
 
+# The domain of torchlib's functions (and of its helpers' sub-domains).
+_LIBRARY_DOMAIN = "pkg.onnxscript.torch_lib"
+
 
 def type_string(dtype: DataType) -> str:
     """The ONNX schema spelling of a tensor type, e.g. ``tensor(int64)``."""
@@ -93,6 +98,7 @@ def legalize_types(model: ir.Model, context: DiagnosticContext | None = None) ->
     ``context`` with the precision limit it implies, if any.
     """
     report = LegalizationReport()
+    _inline_library_calls_on_integers(model)
     opset = model.opset_imports.get("", model.graph.opset_imports.get("", 18))
     for graph, graph_opset in _graphs(model, opset):
         for node in list(graph):
@@ -101,6 +107,33 @@ def legalize_types(model: ir.Model, context: DiagnosticContext | None = None) ->
     if context is not None:
         _record(report, context)
     return report
+
+
+def _inline_library_calls_on_integers(model: ir.Model) -> None:
+    """Inline the library functions (torchlib's) that get integer or bool inputs.
+
+    A library function's body is generic (its values have no types), so its nodes cannot
+    be legalized for one call site; inlined, they can. Their new values are typed by
+    ONNX's per-node inference, as the graph builder types every node it emits.
+    """
+    library = {
+        key: function for key, function in model.functions.items() if function.domain.startswith(_LIBRARY_DOMAIN)
+    }
+    chosen: set[ir.OperatorIdentifier] = set()
+    for container in [model.graph, *model.functions.values()]:
+        for node in container.all_nodes():
+            key = (node.domain, node.op_type, node.overload)
+            if key in library and any(
+                value is not None and _tensor_dtype(value) in _INTEGERS for value in node.inputs
+            ):
+                chosen.add(key)
+    if not chosen:
+        return
+    InlinePass(criteria=lambda function: function.identifier() in chosen)(model)
+    for container in [model.graph, *model.functions.values()]:
+        for node in container:
+            if node.domain in ("", "ai.onnx") and any(out.dtype is None for out in node.outputs):
+                infer_output_types(node)
 
 
 def _graphs(model: ir.Model, opset: int) -> Iterator[tuple[ir.Graph | ir.Function, int]]:
