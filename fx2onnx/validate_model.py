@@ -28,10 +28,11 @@ _NODE_NAME = re.compile(r"node name: ([^)\n]*)\)|name: (\S+) OpType: (\S+)")
 
 def weightless_proto(model: ir.Model) -> onnx.ModelProto:
     """The model as a proto whose large initializers are typed graph inputs instead."""
+    # Weights without data (fake-mode exports) are checked by type and shape too.
     large = [
         value
         for value in model.graph.initializers.values()
-        if value.const_value is not None and _elements(value.const_value) > _INLINE_ELEMENTS
+        if value.const_value is None or _elements(value.const_value) > _INLINE_ELEMENTS
     ]
     saved = [(value, value.const_value) for value in large]
     serde_logger = logging.getLogger(ir.serde.__name__)

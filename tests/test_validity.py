@@ -187,3 +187,18 @@ def test_op_level_debug_reports_nothing_on_a_faithful_model(tmp_path) -> None:
     assert not [d for d in program.diagnostics if d.rule.id == "FXE0013" and d.level.name == "WARNING"]
     summary = next(d for d in program.diagnostics if d.rule.id == "FXE0013")
     assert "no node diverges" in summary.message and summary.properties["checked"] >= 4
+
+
+def test_validation_checks_a_copy_without_the_weights(tmp_path) -> None:
+    from fx2onnx.validate_model import weightless_proto
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    program = export_program(model, (torch.randn(3, 64),), tmp_path=tmp_path)
+    proto = weightless_proto(program.model)
+    # The 64x64 weight is a typed input of the checked copy, the small ones stay.
+    assert "0.weight" in {i.name for i in proto.graph.input}
+    assert "0.weight" not in {t.name for t in proto.graph.initializer}
+    assert sum(len(t.raw_data) for t in proto.graph.initializer) < 2048
+    # The program keeps its weights.
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
