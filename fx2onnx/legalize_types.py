@@ -103,6 +103,9 @@ def legalize_types(model: ir.Model, context: DiagnosticContext | None = None) ->
     for graph, graph_opset in _graphs(model, opset):
         for node in list(graph):
             if node.domain in ("", "ai.onnx"):
+                if any(output.dtype is None for output in node.outputs):
+                    # e.g. after an inlined node that is now legal: type from its inputs
+                    infer_output_types(node)
                 _legalize_node(graph, node, node.version or graph_opset, report)
     if context is not None:
         _record(report, context)
@@ -130,10 +133,6 @@ def _inline_library_calls_on_integers(model: ir.Model) -> None:
     if not chosen:
         return
     InlinePass(criteria=lambda function: function.identifier() in chosen)(model)
-    for container in [model.graph, *model.functions.values()]:
-        for node in container:
-            if node.domain in ("", "ai.onnx") and any(out.dtype is None for out in node.outputs):
-                infer_output_types(node)
 
 
 def _graphs(model: ir.Model, opset: int) -> Iterator[tuple[ir.Graph | ir.Function, int]]:
@@ -313,7 +312,7 @@ def _replace_with_identity(graph: ir.Graph | ir.Function, node: ir.Node) -> None
     identity = _new_node(node, "Identity", [node.inputs[0]], [], "identity")
     (output,) = identity.outputs
     old = node.outputs[0]
-    output.dtype, output.shape = old.dtype, old.shape
+    output.dtype, output.shape = node.inputs[0].dtype, node.inputs[0].shape
     output.is_complex = getattr(old, "is_complex", False)
     name = old.name
     old.replace_all_uses_with(output, replace_graph_outputs=True)
