@@ -84,6 +84,9 @@ class RuntimeKernelOps(torch.nn.Module):
             torch.nn.functional.pixel_shuffle(b, 2),
             torch.nn.functional.max_pool2d(b, 2),
             torch.log_softmax(a, -1, dtype=torch.float32),
+            torch.trunc(a),  # torchlib's function body (Floor on int64) is inlined and legalized
+            torch.isnan(a),
+            torch.isfinite(b),
         )
 
 
