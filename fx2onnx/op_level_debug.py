@@ -76,7 +76,18 @@ def debug_op_level(
     weights of placeholders that became initializers.
     """
     report = OpLevelReport()
-    torch_values = _run_in_pytorch(graph_module, model, fx_values, onnx_inputs, lifted_tensors)
+    try:
+        torch_values = _run_in_pytorch(graph_module, model, fx_values, onnx_inputs, lifted_tensors)
+    except Exception as error:  # noqa: BLE001 - debugging must never fail the export
+        context.record(
+            rules.OP_LEVEL_VALIDATION,
+            Level.WARNING,
+            message=(
+                f"Op-level debugging could not run the FX graph in PyTorch on the example inputs "
+                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); no node was checked."
+            ),
+        ).log_source_exception(error)
+        return report
     # id of an ONNX value -> (FX node, position among its ONNX values, how many it has)
     producer_of = {}
     for fx_node, value in fx_values.items():
