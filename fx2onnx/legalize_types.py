@@ -332,9 +332,11 @@ def _record(report: LegalizationReport, context: DiagnosticContext) -> None:
             limit = _EXACT_INTEGER_LIMIT.get(target)
             if source in _INTEGERS and source != DataType.BOOL and limit is not None:
                 how += f" (exact while integer values and results stay within +-{limit})"
+        # Integers through float32/float16 lose exactness at everyday magnitudes: warn.
+        narrow = target in (DataType.FLOAT, DataType.FLOAT16) and source in _INTEGERS and source != DataType.BOOL
         context.record(
             rules.TYPE_LEGALIZATION,
-            Level.NOTE,
+            Level.WARNING if narrow else Level.NOTE,
             message=f"{how}; {count} node(s).",
             properties={"op_type": op_type, "from": source_name, "to": target.name.lower() if target else "identity", "nodes": count},
         )
