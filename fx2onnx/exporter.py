@@ -197,7 +197,7 @@ def _export(
     if options.op_level_debug:
         with timer.stage("op_level_debug"):
             debug_op_level(
-                model_ir, graph_module, interpreter.env,
+                model_ir, graph_module, translated.env,
                 InputAdapter(io.in_spec, io.input_slots).apply(args, kwargs), io.lifted_tensors, context,
             )
     onnx_program = ONNXProgram(
