@@ -74,7 +74,9 @@ def validate_model(model: ir.Model, graph_module: torch.fx.GraphModule | None, c
     proto = weightless_proto(model)
     try:
         onnx.checker.check_model(proto)
-        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+        # No data propagation: ONNX's propagates wrong shapes through Slice/Concat of
+        # shapes (unflatten) and would reject valid models.
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=False)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
         _record_invalid(str(error), model, graph_module, context)
         return False
