@@ -205,3 +205,12 @@ def test_validation_checks_a_copy_without_the_weights(tmp_path) -> None:
     # The program keeps its weights.
     x = torch.randn(3, 64)
     torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_onnxruntime_kernel_table_is_reachable() -> None:
+    """The private onnxruntime API legalization reads; fails loudly when it moves."""
+    from fx2onnx.runtime_kernels import cpu_kernel_types
+
+    assert "tensor(float)" in cpu_kernel_types("Conv", 18, "T")
+    assert "tensor(int64)" not in cpu_kernel_types("Gemm", 18, "T")
+    assert "tensor(int64)" in cpu_kernel_types("Add", 18, "T")
