@@ -2,13 +2,12 @@
 
 An export that would hand back a model ONNX Runtime refuses fails instead, with an error
 diagnostic naming the ONNX node, its op and the user's source line of the FX node that
-made it. Weights are left out of the checked copy (large initializers become typed graph
+made it. Weights are left out of the checked copy (initializers become typed graph
 inputs), so the check costs about as much for a 7B model as for a small one.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterator
 
@@ -19,51 +18,15 @@ import torch
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import node_location, node_stack
 from fx2onnx.legalize_types import METADATA_KEY
-
-# Initializers with more elements than this are checked by type and shape only.
-_INLINE_ELEMENTS = 1024
+from fx2onnx.model_writer import proto_with_weights_as_inputs
 
 _NODE_NAME = re.compile(r"node name: ([^)\n]*)\)|name: (\S+) OpType: (\S+)")
 
 
 def weightless_proto(model: ir.Model) -> onnx.ModelProto:
-    """The model as a proto whose large initializers are typed graph inputs instead."""
-    # Weights without data (fake-mode exports) are checked by type and shape too.
-    large = [
-        value
-        for value in model.graph.initializers.values()
-        if value.const_value is None or _elements(value.const_value) > _INLINE_ELEMENTS
-    ]
-    saved = [(value, value.const_value) for value in large]
-    serde_logger = logging.getLogger(ir.serde.__name__)
-    level = serde_logger.level
-    try:
-        for value, _ in saved:
-            value.const_value = None  # serialize_model skips initializers without data
-        serde_logger.setLevel(logging.ERROR)  # ... and warns about each: expected here
-        proto = ir.serde.serialize_model(model)
-    finally:
-        serde_logger.setLevel(level)
-        for value, tensor in saved:
-            value.const_value = tensor
-    names = {value.name for value in large}
-    graph_inputs = {i.name for i in proto.graph.input}
-    kept = []
-    for info in proto.graph.value_info:
-        if info.name in names and info.name not in graph_inputs:
-            proto.graph.input.append(info)
-        else:
-            kept.append(info)
-    del proto.graph.value_info[:]
-    proto.graph.value_info.extend(kept)
-    return proto
-
-
-def _elements(tensor: ir.TensorProtocol) -> int:
-    size = 1
-    for dim in tensor.shape:
-        size *= int(dim)
-    return size
+    """The model as a proto whose initializers are typed graph inputs (no weight data:
+    cheap for large models, and possible for fake-mode exports)."""
+    return proto_with_weights_as_inputs(model)
 
 
 def validate_model(model: ir.Model, graph_module: torch.fx.GraphModule | None, context: DiagnosticContext) -> bool:
