@@ -46,7 +46,7 @@ def check_has_tensor_output(graph_module: torch.fx.GraphModule, output_roles: li
             value = leaf.meta.get("val")
             if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)) or value is None:
                 return True
-    returned = ", ".join(repr(leaf) for leaf in user_leaves) or "nothing"
+    returned = ", ".join(repr(leaf) for leaf in user_leaves) or "only Python values fixed at export time"
     context.record(
         rules.INVALID_MODEL_IO,
         Level.ERROR,
