@@ -109,10 +109,12 @@ OP_LEVEL_VALIDATION = Rule(
     name="op-level-validation",
     short_description="An ONNX function disagrees with PyTorch on one operator.",
     full_description=(
-        "With op-level validation on, each call_function node is run both in PyTorch and "
-        "through its ONNX function in ONNX Runtime on random inputs shaped like the "
-        "node's example values, and the outputs are compared. A mismatch or a failure to "
-        "run either side is reported here; the export itself goes on."
+        "With ExportOptions(op_level_debug=True), the FX graph is run in PyTorch on the "
+        "example inputs, and the ONNX nodes of each FX node (an operator or a module "
+        "function call) are run in ONNX Runtime on the values PyTorch computed for that "
+        "node's inputs. A result that differs beyond the tolerance of its dtype, or a "
+        "failure to run, is reported here with the largest difference and the dtypes; a "
+        "note names the first node that diverges. The export itself goes on."
     ),
     message_template=(
         "FX node {node} and its ONNX function {function} disagree in op-level "
@@ -259,6 +261,65 @@ OUTPUT_VERIFICATION = Rule(
     default_level=Level.WARNING,
 )
 
+TYPE_LEGALIZATION = Rule(
+    id="FXE0021",
+    name="type-legalization",
+    short_description="An ONNX op is computed in a dtype it accepts and its result cast back.",
+    full_description=(
+        "After translation every node of the default ONNX domain is checked against its "
+        "op schema for the opset in use. When the op does not accept an input's dtype "
+        "(Floor or Conv on int64, TopK on bool, ...), its inputs are cast to the nearest "
+        "accepted dtype and its results cast back, so that the model keeps PyTorch's "
+        "dtypes. Integers computed in a floating dtype are exact only up to that dtype's "
+        "mantissa range, which the message states."
+    ),
+    message_template="{op_type} computed in {target} instead of {source}.",
+    help_text=(
+        "Nothing to do unless the values can exceed the stated exact range; then cast "
+        "the operator's inputs in the model to a dtype the ONNX op accepts."
+    ),
+    default_level=Level.NOTE,
+)
+
+MODEL_VALIDATION = Rule(
+    id="FXE0022",
+    name="onnx-model-validation",
+    short_description="The exported ONNX model fails ONNX's checker or strict type inference.",
+    full_description=(
+        "Before an export succeeds the model (its functions included) goes through "
+        "ONNX's strict type and shape inference and the model checker. A node whose "
+        "input types its op does not accept, or whose shapes are inconsistent, would make "
+        "an invalid model that ONNX Runtime refuses; the export fails instead, pointing "
+        "at the node, its op and the model's source line."
+    ),
+    message_template="The exported ONNX model is invalid at node {node} ({op_type}): {reason}",
+    help_text=(
+        "Look at the source line: the inputs of that operator may have dtypes PyTorch "
+        "itself rejects, or the ONNX function chosen for it does not handle them. Cast "
+        "the inputs, or register a fixed ONNX function with OnnxRegistry.register_op, "
+        "and report the problem with this SARIF file."
+    ),
+    default_level=Level.ERROR,
+)
+
+INVALID_MODEL_IO = Rule(
+    id="FXE0023",
+    name="invalid-model-inputs-or-outputs",
+    short_description="The example inputs or the model's outputs cannot make an ONNX model.",
+    full_description=(
+        "The captured graph is checked before translation: the model must return at "
+        "least one tensor, and operators whose inputs mix dtypes are run once on small "
+        "CPU tensors, because torch.export's meta kernels accept dtypes that PyTorch's "
+        "real kernels reject (nn.Linear on int64 inputs)."
+    ),
+    message_template="The model cannot be exported with these inputs: {reason}",
+    help_text=(
+        "Give example inputs of the dtypes the model expects (the model must run on them "
+        "in eager PyTorch), and return at least one tensor from forward."
+    ),
+    default_level=Level.ERROR,
+)
+
 ALL: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -273,6 +334,9 @@ ALL: tuple[Rule, ...] = (
     EXPORT_SUMMARY,
     GRAPH_BUILDING,
     OUTPUT_VERIFICATION,
+    TYPE_LEGALIZATION,
+    MODEL_VALIDATION,
+    INVALID_MODEL_IO,
 )
 
 _BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL}

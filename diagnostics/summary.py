@@ -42,3 +42,30 @@ def _count(n: int, noun: str) -> str:
 
 def _unique_rules(diagnostics: Sequence[Diagnostic]) -> list[Rule]:
     return list({d.rule.id: d.rule for d in reversed(diagnostics)}.values())[::-1]
+
+
+def warning_kinds(diagnostics: Sequence[Diagnostic]) -> list[tuple[Rule, list[Diagnostic]]]:
+    """The warnings grouped by rule, in order of first appearance."""
+    groups: dict[str, tuple[Rule, list[Diagnostic]]] = {}
+    for diagnostic in diagnostics:
+        if diagnostic.level == Level.WARNING:
+            groups.setdefault(diagnostic.rule.id, (diagnostic.rule, []))[1].append(diagnostic)
+    return list(groups.values())
+
+
+def kind_text(rule: Rule, group: Sequence[Diagnostic]) -> str:
+    """One warning kind as one message: count, rule, the first occurrence and its line."""
+    first = group[0]
+    where = f" (at {first.location})" if first.location else ""
+    more = f" (and {len(group) - 1} more like it)" if len(group) > 1 else ""
+    return f"[{rule.id}] {rule.name}: {_count(len(group), 'warning')}; first: {first.message.strip()}{where}{more}"
+
+
+def warnings_line(diagnostics: Sequence[Diagnostic]) -> str:
+    """One line: how many warnings of which rules, e.g. ``2 warnings: 2x FXE0014``."""
+    kinds = warning_kinds(diagnostics)
+    if not kinds:
+        return "No warnings."
+    total = sum(len(group) for _, group in kinds)
+    parts = ", ".join(f"{len(group)}x {rule.id} {rule.name}" for rule, group in kinds)
+    return f"{_count(total, 'warning')}: {parts}."

@@ -103,6 +103,19 @@ def _complex_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
 
 
 @functools.cache
+def _nan_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
+    """fx2onnx's reductions that propagate NaN as PyTorch does
+    (:mod:`dispatcher.nan_functions`): real defaults, tried before torchlib's."""
+    from dispatcher.nan_functions import NAN_FUNCTIONS
+
+    return tuple(
+        (key, RegisteredFunction(function, key, is_custom=False, is_complex=False))
+        for names, function in NAN_FUNCTIONS
+        for key in (OpName.parse(name).qualified_name() for name in names)
+    )
+
+
+@functools.cache
 def _torchlib_opset_version() -> int:
     try:
         from onnxscript._framework_apis import torch_2_6
@@ -154,6 +167,8 @@ class OnnxRegistry:
             for key, function in _torchlib_functions():
                 table.setdefault(key, []).append(function)
             for key, function in _complex_functions():
+                table.setdefault(key, []).append(function)
+            for key, function in _nan_functions():
                 table.setdefault(key, []).append(function)
             self._table = table
         return self._table

@@ -19,10 +19,12 @@ from fx2onnx.fake_mode import ONNXFakeContext, enable_fake_mode
 from fx2onnx.model_signature import ModelSignature
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.program import ONNXProgram
+from fx2onnx.user_warnings import ExportWarning
 
 __all__ = [
     "DiagnosticOptions",
     "ExportOptions",
+    "ExportWarning",
     "ModelSignature",
     "ModuleFunctionOptions",
     "ONNXFakeContext",

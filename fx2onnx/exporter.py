@@ -22,6 +22,7 @@ from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
 from fx2onnx.capture import CaptureError, capture, copy_graph_module
+from fx2onnx.capture_checks import check_captured_graph
 from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
 from fx2onnx.dynamic_shapes import user_dim_names
@@ -31,10 +32,12 @@ from fx2onnx.fake_mode import outside_fake_mode
 from fx2onnx.graph_builder import GraphBuilder, inference_note
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
 from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
+from fx2onnx.legalize_types import legalize_types
 from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
 from fx2onnx.model_signature import build_model_signature
 from fx2onnx.module_functions import ModuleFunctionTranslator
 from fx2onnx.optimization import optimize_keeping_functions
+from fx2onnx.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.passes.modularize import modularize
 from fx2onnx.passes.decompose_nodes import decompose_nodes
@@ -45,6 +48,8 @@ from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
 from fx2onnx.progress import ExportProgress, start_translation
 from fx2onnx.stage_timer import StageTimer
+from fx2onnx.user_warnings import emit_export_warnings
+from fx2onnx.validate_model import validate_model
 from fx2onnx.values import TracedValue
 
 
@@ -146,6 +151,8 @@ def _export(
         with timer.stage("passes"):
             graph_module = functionalize_graph_module(graph_module)
     io = describe_exported_program(program) if program is not None else describe_graph_module(graph_module)
+    if not check_captured_graph(graph_module, io.output_roles, context):
+        raise _ExportFailed()
     _tell_specialized_scalars(io, context)
 
     namer = SymbolNamer()
@@ -186,9 +193,20 @@ def _export(
 
     output_adapter, mutation_outputs = _register_outputs(builder, io, translated.outputs, translated.output_metas)
     model_ir = builder.build_model(fx2onnx.__version__)
+    with timer.stage("legalization"):
+        legalize_types(model_ir, context)
     if options.optimize:
         with timer.stage("optimization"):
             optimize_keeping_functions(model_ir)
+    with timer.stage("validation"):
+        if not validate_model(model_ir, graph_module, context):
+            raise _ExportFailed()
+    if options.op_level_debug:
+        with timer.stage("op_level_debug"):
+            debug_op_level(
+                model_ir, graph_module, translated.env,
+                InputAdapter(io.in_spec, io.input_slots).apply(args, kwargs), io.lifted_tensors, context,
+            )
     onnx_program = ONNXProgram(
         model_ir,
         InputAdapter(io.in_spec, io.input_slots),
@@ -200,7 +218,7 @@ def _export(
         model_signature=build_model_signature(program, io.input_slots, model_ir, mutation_outputs),
         fake_context=options.fake_context,
     )
-    _record_summary(context, model, model_ir, timer)
+    _record_summary(context, model, model_ir, timer, emit_export_warnings(context))
     return onnx_program
 
 
@@ -305,11 +323,11 @@ def _register_outputs(
     return OutputAdapter(io.out_spec, slots), mutations
 
 
-def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, timer: StageTimer) -> None:
+def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, timer: StageTimer, warnings_line: str) -> None:
     graph = model_ir.graph
     times = ", ".join(f"{k} {v:.2f}s" for k, v in timer.seconds.items())
     summary = (
         f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {len(graph)} nodes, "
-        f"{len(graph.initializers)} initializers, {len(model_ir.functions)} functions; {times}"
+        f"{len(graph.initializers)} initializers, {len(model_ir.functions)} functions; {times}. {warnings_line}"
     )
     context.record(rules.EXPORT_SUMMARY, Level.NOTE, model=type(model).__name__, summary=summary)

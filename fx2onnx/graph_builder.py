@@ -188,7 +188,7 @@ class GraphBuilder:
             output.name = self.unique_name(f"val_{node.name.replace('/', '_')}_{index}")
         self.graph.append(node)
         if domain == "":
-            error = _infer_output_types(node)
+            error = infer_output_types(node)
             if error is not None:
                 self._note_inference_failure(op_type, error)
         return outputs
@@ -314,7 +314,7 @@ def _inference_key(node: ir.Node) -> Any:
     return (node.domain, node.op_type, node.version, attributes, tuple(inputs), len(node.outputs))
 
 
-def _infer_output_types(node: ir.Node) -> Exception | None:
+def infer_output_types(node: ir.Node) -> Exception | None:
     """Fill dtype and shape of a standard-domain node's outputs with ONNX's inference
     (remembered per op, attributes and input types).
 

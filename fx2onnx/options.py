@@ -67,6 +67,9 @@ class ExportOptions:
         progress: show the export's progress (stages, nodes of translation) as a bar on
             stderr when it is a terminal; None (default): only for exports that last more
             than a few seconds; False: never.
+        op_level_debug: after export, run each translated FX node (or module function
+            call) in onnxruntime on the values PyTorch computes for the example inputs,
+            and report every node that differs (FXE0013 warnings, first divergence named).
     """
 
     dynamic_shapes: Any = None
@@ -77,3 +80,4 @@ class ExportOptions:
     module_functions: bool | ModuleFunctionOptions = True
     fake_context: ONNXFakeContext | None = None
     progress: bool | None = None
+    op_level_debug: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -14,9 +15,10 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from diagnostics import DiagnosticContext
+from diagnostics import Diagnostic, DiagnosticContext
 from fx2onnx.fake_mode import ONNXFakeContext
 from fx2onnx.io_adapter import InputAdapter, MutationOutput, OutputAdapter
+from fx2onnx.low_precision import has_bfloat16, widen_bfloat16
 from fx2onnx.model_signature import BUFFER, CONSTANT_TENSOR, ModelSignature
 from fx2onnx.model_state import ModelState, WeightSource, describe_name_mismatch, open_model_state
 from fx2onnx.model_writer import (
@@ -73,6 +75,17 @@ class ONNXProgram:
         # weights given by apply_weights(), used when save/run get no model_state
         self._applied_state: ModelState | None = None
         self._session = None
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """Every diagnostic the export recorded (``d.level``, ``d.rule.id``, ``d.message``,
+        ``d.location``); the same content as the SARIF report."""
+        return list(self.diagnostic_context.diagnostics)
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        """The warnings of the export (each kind was also emitted as an ExportWarning)."""
+        return self.diagnostic_context.warnings()
 
     # -- the model -----------------------------------------------------------------------
     def _require_model(self) -> ir.Model:
@@ -268,9 +281,7 @@ class ONNXProgram:
         # Decided from the weights, before serializing: a model too large for one
         # protobuf, or weights from a checkpoint, go to a file with external data.
         if model_state is None and initializer_bytes(model) < _PROTOBUF_LIMIT:
-            self._session = ort.InferenceSession(
-                self.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
-            )
+            self._session = _session_on_cpu(self.model_proto, options)
         else:
             with tempfile.TemporaryDirectory(prefix="fx2onnx-run-") as folder:
                 path = Path(folder) / "model.onnx"
@@ -287,6 +298,14 @@ class ONNXProgram:
         if len(names) != len(onnx_inputs):
             raise ValueError(f"The ONNX model takes {len(names)} inputs, {len(onnx_inputs)} were given.")
         tensors = [tensor.detach().cpu().contiguous() for tensor in onnx_inputs]
+        widened = getattr(session, "fx2onnx_widened_outputs", None)
+        if widened is not None:
+            # A bfloat16 model run in float32 (no bfloat16 kernels on this runtime).
+            feed = {
+                name: (t.float() if t.dtype == torch.bfloat16 else t).numpy() for name, t in zip(names, tensors)
+            }
+            results = [torch.from_numpy(np.asarray(r)) for r in session.run(None, feed)]
+            return [r.to(torch.bfloat16) if bf16 else r for r, bf16 in zip(results, widened)]
         if not _uses_bfloat16(session, tensors):
             feed = {name: tensor.numpy() for name, tensor in zip(names, tensors)}
             return [torch.from_numpy(np.asarray(result)) for result in session.run(None, feed)]
@@ -353,6 +372,32 @@ class ONNXProgram:
     def release(self) -> None:
         """Drop the onnxruntime session."""
         self._session = None
+
+
+def _session_on_cpu(model: onnx.ModelProto, options: Any) -> Any:
+    """An onnxruntime CPU session; a bfloat16 model the CPU provider has no kernels for
+    runs in float32 with casts at the boundary (see fx2onnx.low_precision)."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own pybind exception types
+        if "NOT_IMPLEMENTED" not in str(error) or not has_bfloat16(model):
+            raise
+    session = ort.InferenceSession(
+        widen_bfloat16(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    session.fx2onnx_widened_outputs = [
+        output.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 for output in model.graph.output
+    ]
+    warnings.warn(
+        "onnxruntime's CPU provider lacks bfloat16 kernels for this model: it runs in float32 with "
+        "inputs and outputs cast at the boundary (results may differ from bfloat16 arithmetic by "
+        "bfloat16 rounding). To run it in bfloat16, use a provider that has the kernels "
+        "(e.g. onnxruntime-gpu's CUDAExecutionProvider) on the saved model.",
+        stacklevel=4,
+    )
+    return session
 
 
 def _uses_bfloat16(session: Any, tensors: Sequence[torch.Tensor]) -> bool:

@@ -124,10 +124,17 @@ def export_program(
         model.eval()
     options = options or make_options(tmp_path)
     try:
-        return fx2onnx.dynamo_export(model, *args, export_options=options, **dict(kwargs or {}))
+        program = fx2onnx.dynamo_export(model, *args, export_options=options, **dict(kwargs or {}))
     finally:
         if tmp_path is not None:
             validate_written_reports(tmp_path)
+    return program
+
+
+def assert_valid_model(program: fx2onnx.ONNXProgram) -> None:
+    """The one validity assertion of every model the suite exports: the full ONNX checker
+    (strict type and shape inference, functions included)."""
+    onnx.checker.check_model(program.model_proto, full_check=True)
 
 
 def export_and_compare_impl(
@@ -171,6 +178,19 @@ def export_and_compare(tmp_path: Path) -> Callable[..., fx2onnx.ONNXProgram]:
         return export_and_compare_impl(model, args, kwargs, options, tmp_path, second_inputs, **extra)
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _every_export_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every model a test exports through `fx2onnx.dynamo_export` passes the full checker."""
+    export = fx2onnx.dynamo_export
+
+    def checked_export(*args: Any, **kwargs: Any) -> fx2onnx.ONNXProgram:
+        program = export(*args, **kwargs)
+        assert_valid_model(program)
+        return program
+
+    monkeypatch.setattr(fx2onnx, "dynamo_export", checked_export)
 
 
 @pytest.fixture(autouse=True)

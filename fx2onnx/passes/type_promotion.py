@@ -26,6 +26,8 @@ import torch
 import torch._prims_common as prims_common
 import torch._prims_common.wrappers as prims_wrappers
 import torch._refs
+import torch._refs.nn.functional
+import torch._refs.special
 import torch.fx
 from torch._guards import detect_fake_mode
 
@@ -89,7 +91,15 @@ def _rule_for(packet_name: str) -> _Rule | None:
     if packet_name in _EXTRA_RULES:
         positions, kind = _EXTRA_RULES[packet_name]
         return _Rule(positions, kind)
-    reference = getattr(torch._refs, packet_name, None)
+    # aten::logit's reference lives in torch._refs.special, aten::gelu's in nn.functional.
+    reference = next(
+        (
+            getattr(namespace, packet_name)
+            for namespace in (torch._refs, torch._refs.special, torch._refs.nn.functional)
+            if callable(getattr(namespace, packet_name, None))
+        ),
+        None,
+    )
     if not callable(reference):
         return None
     wrapper = _find_promotion_wrapper(reference)

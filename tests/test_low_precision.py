@@ -1,0 +1,38 @@
+"""bfloat16 and float16 models run through ONNXProgram on CPU onnxruntime."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+
+from conftest import MLP, export_program
+
+
+class MixedPrecision(torch.nn.Module):
+    """Weights in the model's dtype, a float32 detour and a cast back inside forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLP()
+        self.norm = torch.nn.LayerNorm(4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.norm(self.mlp(x))
+        return y, torch.softmax(y.float(), -1).to(x.dtype) + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_model_runs_through_program(dtype: torch.dtype, tmp_path) -> None:
+    model = MixedPrecision().to(dtype).eval()
+    x = torch.randn(3, 8, dtype=dtype)
+    program = export_program(model, (x,), tmp_path=tmp_path)
+    elem = onnx.TensorProto.BFLOAT16 if dtype == torch.bfloat16 else onnx.TensorProto.FLOAT16
+    assert program.model_proto.graph.output[0].type.tensor_type.elem_type == elem  # the model stays low precision
+    for inputs in (x, torch.randn(3, 8, dtype=dtype) * 4):
+        with torch.no_grad():
+            expected = model(inputs)
+        actual = program(inputs)
+        for got, want in zip(actual, expected):
+            assert got.dtype == dtype
+            torch.testing.assert_close(got.float(), want.float(), rtol=0.05, atol=0.05)
