@@ -13,7 +13,12 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
 from dispatcher import stack_location
-from fx2onnx.dynamic_shapes import DynamicShapesOption, torch_export_spec
+from fx2onnx.dynamic_shapes import (
+    DynamicShapesOption,
+    keep_size_one_dims_dynamic,
+    sound_size_oblivious_capture,
+    torch_export_spec,
+)
 from fx2onnx.fake_mode import ONNXFakeContext, check_fake_mode_use
 
 
@@ -117,26 +122,46 @@ def capture(
         model = _CallableModule(model)
     spec = torch_export_spec(dynamic_shapes, model, args, kwargs)
     errors: list[BaseException] = []
-    for strict in (False, True):
+    for strict, size_oblivious in _capture_attempts(spec):
         try:
-            program = torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
-        except Exception as error:  # noqa: BLE001 - try strict next, then report both
+            with keep_size_one_dims_dynamic(size_oblivious):
+                program = torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
+        except Exception as error:  # noqa: BLE001 - try the next mode, then report all
             errors.append(error)
             continue
+        if size_oblivious and not sound_size_oblivious_capture(program):
+            continue  # the plain mode specializes instead; the dims check reports it
         captured = CapturedModel(program.graph_module, program, spec)
-        if errors:
-            captured.notes.append(
-                f"Non-strict torch.export failed ({type(errors[0]).__name__}: {errors[0]}); strict mode succeeded."
-            )
+        if strict and errors:
+            _record_strict_fallback(context, captured, errors[0])
         return captured
     _record_capture_failure(context, errors[0])
     raise CaptureError(
         "torch.export could not capture the model.\n"
         f"  non-strict: {exception_summary(errors[0])}\n"
         f"  strict:     {exception_summary(errors[-1])}\n"
-        "Data-dependent control flow must be written with torch.cond, and values read with .item() "
-        "cannot decide Python branches; see the SARIF report for the line in your code."
+        f"Hint: {capture_hint(errors[0])} See the SARIF report for the line in your code."
     ) from errors[0]
+
+
+def _capture_attempts(spec: Any) -> list[tuple[bool, bool]]:
+    """(strict, size_oblivious) in the order tried. With dynamic dims, non-strict capture is
+    first tried with size-oblivious reasoning, which keeps dims whose example size is 0 or 1
+    dynamic; model code that branches on such a size needs the plain mode."""
+    attempts = [(False, True)] if spec is not None else []
+    return attempts + [(False, False), (True, False)]
+
+
+def _record_strict_fallback(context: DiagnosticContext, captured: CapturedModel, error: BaseException) -> None:
+    """Strict capture (TorchDynamo) traces the model differently from non-strict capture:
+    the user must know which one the ONNX model comes from, and why."""
+    message = (
+        f"Non-strict torch.export failed ({exception_summary(error)}); the model was captured in "
+        "strict mode instead, which traces Python code with TorchDynamo and may specialize or "
+        "rewrite parts of it differently: compare the ONNX model's results with PyTorch's."
+    )
+    context.record(rules.CAPTURE_FAILURE, Level.WARNING, message=message)
+    captured.notes.append(message)
 
 
 _HINTS = (

@@ -2,14 +2,62 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import Dim
 
 DynamicShapesOption = bool | Mapping[str, Any] | Sequence[Any] | None
+
+
+@contextlib.contextmanager
+def keep_size_one_dims_dynamic(enabled: bool = True) -> Iterator[None]:
+    """Capture with size-oblivious reasoning on backed sizes: torch.export then keeps a
+    dynamic dim whose example size is 0 or 1 symbolic instead of specializing it (its
+    default "0/1 specialization"). The switch is private to torch: reached here only."""
+    if not enabled:
+        yield
+        return
+    import torch.fx.experimental._config as shape_config
+
+    with shape_config.patch(backed_size_oblivious=True), _python_bool_arguments():
+        yield
+
+
+def sound_size_oblivious_capture(program: torch.export.ExportedProgram) -> bool:
+    """Whether a size-oblivious capture can be trusted: model code that compared a size-1
+    example dim with other sizes leaves a dim bounded above (`VR[1, 2]`) and sizes baked
+    into the graph, valid for the example only. Unbounded dims mean nothing was decided
+    from the example's 0/1 sizes."""
+    for value_range in program.range_constraints.values():
+        if not math.isinf(float(value_range.upper)):
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _python_bool_arguments() -> Iterator[None]:
+    """Size comparisons stay SymBools under size-oblivious reasoning where they used to be
+    decided (transformers: `is_causal = q_len > 1 and mask is None`), and
+    scaled_dot_product_attention takes only a Python bool: decide it on the way in, which
+    records the guard as evaluating it in the model would have."""
+    functional = torch.nn.functional
+    original = functional.scaled_dot_product_attention
+
+    def attention(*args: Any, **kwargs: Any) -> Any:
+        kwargs = {key: bool(value) if isinstance(value, torch.SymBool) else value for key, value in kwargs.items()}
+        return original(*args, **kwargs)
+
+    functional.scaled_dot_product_attention = attention
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = original
 
 
 def _all_dims_dynamic(value: Any) -> Any:
@@ -19,7 +67,21 @@ def _all_dims_dynamic(value: Any) -> Any:
         return {key: _all_dims_dynamic(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_all_dims_dynamic(item) for item in value)
+    children = registered_children(value)
+    if children is not None:
+        # torch.export reads the spec of a registered container (a KV cache) as a list
+        # with one spec per child of its flatten function
+        return [_all_dims_dynamic(child) for child in children]
     return None
+
+
+def registered_children(value: Any) -> list[Any] | None:
+    """The children of a value of a registered pytree class (not a builtin container)."""
+    node = pytree.SUPPORTED_NODES.get(type(value))
+    if node is None or value is None:
+        return None
+    children, _ = node.flatten_fn(value)
+    return list(children)
 
 
 def bound_arguments(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -66,6 +128,9 @@ def _collect_named_dims(value: Any, spec: Any, found: dict[int, dict[int, str]])
             _collect_named_dims(item, spec.get(key), found)
     elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
         for item, item_spec in zip(value, spec):
+            _collect_named_dims(item, item_spec, found)
+    elif isinstance(spec, (list, tuple)) and (children := registered_children(value)) is not None:
+        for item, item_spec in zip(children, spec):
             _collect_named_dims(item, item_spec, found)
 
 

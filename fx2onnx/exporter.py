@@ -23,6 +23,7 @@ from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
 from fx2onnx.capture import CaptureError, capture, copy_graph_module
 from fx2onnx.capture_checks import check_captured_graph
+from fx2onnx.containers import registered_containers
 from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
 from fx2onnx.dynamic_shapes import user_dim_names
@@ -31,7 +32,7 @@ from fx2onnx.fake_metadata import SymbolNamer
 from fx2onnx.fake_mode import outside_fake_mode
 from fx2onnx.graph_builder import GraphBuilder, inference_note
 from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
-from fx2onnx.interpreter import BodyInitializer, FxOnnxInterpreter
+from fx2onnx.interpreter import BodyInitializer, BodyInput, FxOnnxInterpreter
 from fx2onnx.legalize_types import legalize_types
 from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
 from fx2onnx.model_signature import build_model_signature
@@ -81,7 +82,8 @@ def dynamo_export(
     progress = ExportProgress(options.progress, f"Exporting {type(model).__name__}")
     timer = StageTimer(on_stage=progress.stage)
     try:
-        with outside_fake_mode(), progress.current():  # the export may be called inside `with enable_fake_mode()`
+        # outside any fake mode: the export may be called inside `with enable_fake_mode()`
+        with outside_fake_mode(), progress.current(), registered_containers():
             return _export(model, model_args, model_kwargs, options, context, timer)
     except Exception as error:
         if not isinstance(error, (_ExportFailed, CaptureError)) and not context.has_errors():
@@ -182,11 +184,12 @@ def _export(
     interpreter = FxOnnxInterpreter(dispatcher, context, namer, call_module_handler=module_translator)
     weights = {name: BodyInitializer(target, tensor) for name, (target, tensor) in io.lifted_tensors.items()}
     start_translation(graph_module)
+    renamed_inputs = {placeholder: BodyInput(name) for placeholder, name in io.input_names.items()}
     with timer.stage("translation"), context.scope(
         rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=type(model).__name__
     ) as graph_diagnostic:
         graph_diagnostic.log_code(lambda: graph_module.print_readable(print_output=False), "python")
-        translated = interpreter.translate(graph_module, builder, inputs=weights, skip=unsupported)
+        translated = interpreter.translate(graph_module, builder, inputs={**weights, **renamed_inputs}, skip=unsupported)
         graph_diagnostic.properties["fx_nodes"] = len(graph_module.graph.nodes)
     if context.has_errors():
         raise _ExportFailed()
@@ -298,8 +301,10 @@ def _register_outputs(
     slots: list[OutputSlot] = []
     mutations: list[MutationOutput] = []
     index = 0
+    user_names = iter(io.output_names)
     for position, value in enumerate(flat_outputs):
         role, target = io.output_roles[position] if position < len(io.output_roles) else ("user", None)
+        user_name = next(user_names, None) if role == "user" else None
         if not isinstance(value, ir.Value):
             if role == "user":
                 slots.append(OutputSlot(None, constant=value))
@@ -310,6 +315,8 @@ def _register_outputs(
             mutations.append(MutationOutput(_MUTATION_KINDS[role], target, value.name, index))
         elif target is not None and role != "user":
             value.name = builder.unique_name(f"{target}")
+        if user_name is not None:
+            value.name = builder.unique_name(user_name)
         if role == "user":
             meta = output_metas[position] if position < len(output_metas) else None
             slots.append(

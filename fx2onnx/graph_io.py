@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
 from fx2onnx.fake_metadata import SymbolNamer
-from fx2onnx.io_adapter import InputSlot
+from fx2onnx.io_adapter import InputSlot, input_leaf_names, output_leaf_names
 
 _TENSOR_LIKE = (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -31,6 +31,13 @@ class GraphIO:
     specialized_scalars: list[tuple[str, Any]] = field(default_factory=list)
     # placeholders of torch.export's effect tokens: no ONNX inputs (see passes/effect_tokens)
     effect_tokens: set[str] = field(default_factory=set)
+    # placeholder name -> ONNX input name, where it differs (cache tensors, keyword inputs)
+    input_names: dict[str, str] = field(default_factory=dict)
+    # ONNX name of each user output leaf, None to keep the producing node's name
+    output_names: list[str | None] = field(default_factory=list)
+
+    def onnx_input_name(self, placeholder: str) -> str:
+        return self.input_names.get(placeholder, placeholder)
 
 
 def _placeholders(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
@@ -66,12 +73,25 @@ def describe_exported_program(program: torch.export.ExportedProgram) -> GraphIO:
             raise NotImplementedError(
                 f"Graph input '{node.name}' of kind {spec.kind.name} is not supported yet."
             )
+    _name_leaves(io)
     for spec in program.graph_signature.output_specs:
         if spec.kind == OutputKind.USER_OUTPUT:
             io.output_roles.append(("user", None))
         else:
             io.output_roles.append((spec.kind.name.lower(), spec.target))
     return io
+
+
+def _name_leaves(io: GraphIO) -> None:
+    """ONNX names of the inputs and outputs from the model's input and output structure."""
+    names = input_leaf_names(io.in_spec)
+    if len(names) == len(io.input_slots):
+        taken = {slot.name for slot in io.input_slots}
+        for slot, name in zip(io.input_slots, names):
+            if name is not None and name != slot.name and name not in taken:
+                io.input_names[slot.name] = name
+                taken.add(name)
+    io.output_names = output_leaf_names(io.out_spec)
 
 
 def describe_graph_module(graph_module: torch.fx.GraphModule) -> GraphIO:
@@ -103,5 +123,6 @@ def name_input_dims(
         if not isinstance(meta, torch.Tensor):
             continue
         given = user_dim_names_by_position[position] if position < len(user_dim_names_by_position) else {}
+        name = io.onnx_input_name(node.name)
         for index, size in enumerate(meta.shape):
-            namer.name_symbol(size, given.get(index, f"{node.name}_dim_{index}"))
+            namer.name_symbol(size, given.get(index, f"{name}_dim_{index}"))

@@ -16,6 +16,7 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import Diagnostic, DiagnosticContext
+from fx2onnx.containers import registered_containers
 from fx2onnx.fake_mode import ONNXFakeContext
 from fx2onnx.io_adapter import InputAdapter, MutationOutput, OutputAdapter
 from fx2onnx.low_precision import has_bfloat16, widen_bfloat16
@@ -256,12 +257,14 @@ class ONNXProgram:
         """
         if self._input_adapter is None:
             raise RuntimeError("This ONNXProgram has no input adapter (the export failed).")
-        return self._input_adapter.apply(args, kwargs)
+        with registered_containers():
+            return self._input_adapter.apply(args, kwargs)
 
     def adapt_torch_outputs_to_onnx(self, model_outputs: Any) -> list[Any]:
         """The flat list of tensors (complex as real pairs) that ONNX gives for these
         PyTorch outputs: compare it with the onnxruntime results."""
-        return OutputAdapter.flatten_torch_outputs(model_outputs)
+        with registered_containers():
+            return OutputAdapter.flatten_torch_outputs(model_outputs)
 
     def _inference_session(self, model_state: ModelState | None = None):  # noqa: ANN202 - onnxruntime.InferenceSession
         """The onnxruntime session; ``model_state`` gives (new) weights for it."""
@@ -336,12 +339,13 @@ class ONNXProgram:
         """
         if model_state is None and model_with_state_dict is not None:
             model_state = {**model_with_state_dict.state_dict(), **dict(model_with_state_dict.named_buffers())}
-        onnx_inputs = self.adapt_torch_inputs_to_onnx(*args, **kwargs)
-        outputs = self.run_flat(onnx_inputs, model_state=model_state)
-        assert self._output_adapter is not None
-        if write_back:
-            self.write_back(outputs, args, kwargs, module)
-        return self._output_adapter.apply(outputs)
+        with registered_containers():  # cache objects in and out, as at export
+            onnx_inputs = self.adapt_torch_inputs_to_onnx(*args, **kwargs)
+            outputs = self.run_flat(onnx_inputs, model_state=model_state)
+            assert self._output_adapter is not None
+            if write_back:
+                self.write_back(outputs, args, kwargs, module)
+            return self._output_adapter.apply(outputs)
 
     def write_back(
         self,

@@ -1,0 +1,231 @@
+"""Third-party containers as pytrees: transformers' KV-cache classes.
+
+torch.export and the IO adapters see model inputs and outputs as pytrees. transformers'
+cache objects (`DynamicCache`, `StaticCache`, `EncoderDecoderCache` and their per-layer
+classes) are not pytrees by default, so a model called with `use_cache=True` could not
+be captured. `registered_containers()` registers them for the duration of one export (or
+one run of an exported program) and removes what it added afterwards, so the user's
+global pytree registry is left as it was; classes that are already registered (by the
+user, transformers or torch) keep their own registration.
+
+A cache flattens to its layers, a layer to its tensors (keys, values, then any other
+tensor state such as a static layer's `cumulative_length`); everything else a cache or
+layer holds is carried in the spec's context to rebuild it. Two caches of the same
+classes and layer count have the same structure: their other attributes (dtype, whether
+a layer was initialized, ...) never make two specs differ.
+
+The private pytree functions this needs are reached here only (`_pytree_api`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+# Attributes rebuilt from others when a layer is unflattened instead of being carried:
+# a sliding-window layer's window as a tensor (a constant, not a model input) and its
+# token count (a symbolic size while tracing; the stored length is what it counts).
+_DERIVED_LAYER_ATTRIBUTES = ("_sliding_window_tensor", "cumulative_length")
+_CACHE_TENSORS = ("keys", "values")
+
+
+class CacheState:
+    """The non-tensor attributes of a cache or layer, kept to rebuild it.
+
+    Equal to any other CacheState: they describe one object's state, not the structure
+    of the inputs, so two caches with the same layers match whatever their dtype or
+    initialization flags say."""
+
+    def __init__(self, attributes: dict[str, Any]) -> None:
+        self.attributes = attributes
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CacheState)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"CacheState({sorted(self.attributes)})"
+
+
+def _transformers_cache_module() -> Any | None:
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    import transformers.cache_utils as cache_utils
+
+    return cache_utils
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    for subclass in cls.__subclasses__():
+        yield subclass
+        yield from _subclasses(subclass)
+
+
+# -- caches: children are layers (or, for an encoder-decoder cache, two caches) ---------
+def _flatten_cache(cache: Any) -> tuple[list[Any], CacheState]:
+    state = {key: value for key, value in vars(cache).items() if key != "layers"}
+    return list(cache.layers), CacheState(state)
+
+
+def _unflatten_cache(cls: type, children: Any, context: CacheState) -> Any:
+    cache = cls.__new__(cls)
+    cache.__dict__.update(context.attributes)
+    cache.layers = list(children)
+    return cache
+
+
+def _flatten_encoder_decoder(cache: Any) -> tuple[list[Any], CacheState]:
+    state = {
+        key: value
+        for key, value in vars(cache).items()
+        if key not in ("self_attention_cache", "cross_attention_cache")
+    }
+    return [cache.self_attention_cache, cache.cross_attention_cache], CacheState(state)
+
+
+def _unflatten_encoder_decoder(cls: type, children: Any, context: CacheState) -> Any:
+    cache = cls.__new__(cls)
+    cache.__dict__.update(context.attributes)
+    cache.self_attention_cache, cache.cross_attention_cache = children
+    return cache
+
+
+# -- layers: children are tensors -------------------------------------------------------
+def _derived_attributes(layer: Any) -> tuple[str, ...]:
+    """Attributes of a dynamic sliding-window layer rebuilt on unflatten instead of carried."""
+    if isinstance(getattr(layer, "sliding_window", None), int) and not isinstance(
+        getattr(layer, "cumulative_length", None), torch.Tensor
+    ):
+        return _DERIVED_LAYER_ATTRIBUTES
+    return ()
+
+
+def layer_tensor_names(layer: Any) -> list[str]:
+    """The attributes of a layer that are its pytree children, keys and values first."""
+    derived = _derived_attributes(layer)
+    others = sorted(
+        key
+        for key, value in vars(layer).items()
+        if isinstance(value, torch.Tensor) and key not in _CACHE_TENSORS and key not in derived
+    )
+    return [*_CACHE_TENSORS, *others]
+
+
+def _flatten_layer(layer: Any) -> tuple[list[Any], tuple[tuple[str, ...], CacheState]]:
+    names = layer_tensor_names(layer)
+    skipped = set(names) | set(_derived_attributes(layer))
+    state = {key: value for key, value in vars(layer).items() if key not in skipped}
+    return [getattr(layer, name) for name in names], (tuple(names), CacheState(state))
+
+
+def _unflatten_layer(cls: type, children: Any, context: tuple[tuple[str, ...], CacheState]) -> Any:
+    names, state = context
+    layer = cls.__new__(cls)
+    layer.__dict__.update(state.attributes)
+    for name, child in zip(names, children):
+        setattr(layer, name, child)
+    if _derived_attributes(layer) or (
+        isinstance(getattr(layer, "sliding_window", None), int) and not hasattr(layer, "cumulative_length")
+    ):
+        keys = layer.keys
+        layer.cumulative_length = keys.shape[-2] if isinstance(keys, torch.Tensor) and keys.dim() >= 2 else 0
+        layer._sliding_window_tensor = torch.tensor(layer.sliding_window, dtype=torch.long)
+    return layer
+
+
+def _with_keys(flatten: Any, key_of: Any) -> Any:
+    def flatten_with_keys(value: Any) -> tuple[list[tuple[Any, Any]], Any]:
+        children, context = flatten(value)
+        return [(key_of(value, context, i), child) for i, child in enumerate(children)], context
+
+    return flatten_with_keys
+
+
+def _cache_key(value: Any, context: Any, index: int) -> Any:
+    return pytree.SequenceKey(index)
+
+
+def _layer_key(value: Any, context: Any, index: int) -> Any:
+    return pytree.GetAttrKey(context[0][index])
+
+
+def _encoder_decoder_key(value: Any, context: Any, index: int) -> Any:
+    return pytree.GetAttrKey(("self_attention_cache", "cross_attention_cache")[index])
+
+
+def _registrations() -> list[tuple[type, Any, Any, Any]]:
+    """(class, flatten, unflatten, flatten_with_keys) for every transformers cache class."""
+    cache_utils = _transformers_cache_module()
+    if cache_utils is None:
+        return []
+    found: list[tuple[type, Any, Any, Any]] = []
+    layer_bases = [cache_utils.CacheLayerMixin]
+    for cls in {c for base in layer_bases for c in _subclasses(base)}:
+        found.append((cls, _flatten_layer, _bind(_unflatten_layer, cls), _with_keys(_flatten_layer, _layer_key)))
+    encoder_decoder = cache_utils.EncoderDecoderCache
+    for cls in [cache_utils.Cache, *_subclasses(cache_utils.Cache)]:
+        if issubclass(cls, encoder_decoder):
+            found.append(
+                (cls, _flatten_encoder_decoder, _bind(_unflatten_encoder_decoder, cls),
+                 _with_keys(_flatten_encoder_decoder, _encoder_decoder_key))
+            )
+        else:
+            found.append((cls, _flatten_cache, _bind(_unflatten_cache, cls), _with_keys(_flatten_cache, _cache_key)))
+    return sorted(found, key=lambda item: f"{item[0].__module__}.{item[0].__qualname__}")
+
+
+def _bind(unflatten: Any, cls: type) -> Any:
+    def bound(children: Any, context: Any) -> Any:
+        return unflatten(cls, children, context)
+
+    return bound
+
+
+def is_cache_type(cls: type) -> bool:
+    """Whether `cls` is one of transformers' cache classes (not a layer)."""
+    cache_utils = _transformers_cache_module()
+    return cache_utils is not None and isinstance(cls, type) and issubclass(cls, cache_utils.Cache)
+
+
+def is_encoder_decoder_cache_type(cls: type) -> bool:
+    cache_utils = _transformers_cache_module()
+    return cache_utils is not None and isinstance(cls, type) and issubclass(cls, cache_utils.EncoderDecoderCache)
+
+
+def _pytree_api() -> tuple[Any, Any]:
+    """torch's Python-only pytree (de)registration: private, reached here only. The public
+    `register_pytree_node` would also register with the C++ pytree, which cannot be undone."""
+    return pytree._private_register_pytree_node, pytree._deregister_pytree_node
+
+
+@contextlib.contextmanager
+def registered_containers() -> Iterator[None]:
+    """Register transformers' cache classes as pytrees while the block runs.
+
+    Classes already registered are left alone; classes this registered are removed on
+    exit, even when the block raises. Nests: an inner block registers nothing new."""
+    register, deregister = _pytree_api()
+    added: list[type] = []
+    try:
+        for cls, flatten, unflatten, flatten_with_keys in _registrations():
+            if cls in pytree.SUPPORTED_NODES:
+                continue
+            register(
+                cls,
+                flatten,
+                unflatten,
+                serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+                flatten_with_keys_fn=flatten_with_keys,
+            )
+            added.append(cls)
+        yield
+    finally:
+        for cls in reversed(added):
+            deregister(cls)

@@ -1,0 +1,184 @@
+"""transformers decoder LLMs and encoder-decoders exported with their default cache
+(use_cache=True): prefill and decode-step programs whose `present` caches match PyTorch's,
+cache objects in and out of `ONNXProgram.__call__`, Optimum's ONNX names, and greedy
+generation in onnxruntime that gives the tokens `generate()` gives."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+import torch
+
+import fx2onnx
+from conftest import assert_outputs_close, check_saved_model, make_options
+from fx2onnx.containers import registered_containers
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+VOCAB = 100
+LAYERS = 2
+
+
+def _decoder(name: str) -> torch.nn.Module:
+    small = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    if name == "gpt2":
+        model = transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=LAYERS, n_head=4, n_positions=64)
+        )
+    elif name == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small))
+    elif name == "mistral":
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(**small))
+    elif name == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**small))
+    elif name == "phi3":
+        model = transformers.Phi3ForCausalLM(transformers.Phi3Config(**small, pad_token_id=0))
+    elif name == "gemma":
+        model = transformers.GemmaForCausalLM(transformers.GemmaConfig(**small, head_dim=8))
+    else:
+        raise ValueError(name)
+    assert model.config.use_cache  # the default config, as people export it
+    return model.eval()
+
+
+def _takes_position_ids(model: torch.nn.Module) -> bool:
+    return "position_ids" in inspect.signature(model.forward).parameters
+
+
+def _inputs(model: torch.nn.Module, batch: int, length: int, past: int, seed: int = 0) -> dict[str, Any]:
+    """input_ids, a left-padded attention_mask, position_ids, and a past cache of `past`
+    tokens made by running the model (none when past is 0)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (batch, past + length), generator=generator)
+    mask = torch.ones(batch, past + length, dtype=torch.long)
+    # one padded position in the first row: inside the past, or (prefill) the last one, so
+    # that no query row has every key masked (PyTorch's result for such rows is arbitrary)
+    mask[0, 0 if past else -1] = 0
+    kwargs: dict[str, Any] = {"input_ids": ids[:, past:], "attention_mask": mask}
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    if _takes_position_ids(model):
+        kwargs["position_ids"] = positions[:, past:]
+    if past:
+        with torch.no_grad():
+            prefix = {"input_ids": ids[:, :past], "attention_mask": mask[:, :past]}
+            if _takes_position_ids(model):
+                prefix["position_ids"] = positions[:, :past]
+            kwargs["past_key_values"] = model(**prefix).past_key_values
+    return kwargs
+
+
+def _eager(model: torch.nn.Module, kwargs: dict[str, Any]) -> Any:
+    with torch.no_grad():
+        return model(**copy.deepcopy(kwargs))
+
+
+def _export(model: torch.nn.Module, kwargs: dict[str, Any], tmp_path: Path) -> fx2onnx.ONNXProgram:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    options = make_options(tmp_path, dynamic_shapes=True)
+    program = fx2onnx.dynamo_export(model, **copy.deepcopy(kwargs), export_options=options)
+    check_saved_model(program, tmp_path / "model.onnx")
+    return program
+
+
+def _compare(program: fx2onnx.ONNXProgram, model: torch.nn.Module, kwargs: dict[str, Any]) -> None:
+    expected = _eager(model, kwargs)
+    actual = program(**copy.deepcopy(kwargs))
+    assert type(actual.past_key_values) is type(expected.past_key_values)
+    with registered_containers():  # compares the caches tensor by tensor
+        assert_outputs_close((actual.logits, actual.past_key_values), (expected.logits, expected.past_key_values))
+
+
+def _names(values: Any) -> list[str]:
+    return [value.name for value in values]
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[Any]:
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+DECODERS = ["gpt2", "llama", "mistral", "qwen2", "phi3", "gemma"]
+
+
+@pytest.fixture(scope="module", params=DECODERS)
+def decoder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One model with its prefill and decode-step programs, shared by the checks below."""
+    torch.manual_seed(0)
+    model = _decoder(request.param)
+    folder = tmp_path_factory.mktemp(request.param)
+    prefill = _export(model, _inputs(model, batch=2, length=5, past=0), folder / "prefill")
+    decode = _export(model, _inputs(model, batch=2, length=3, past=4), folder / "decode")
+    return {"name": request.param, "model": model, "prefill": prefill, "decode": decode}
+
+
+@pytest.mark.parametrize("batch,length", [(2, 5), (3, 7)])
+def test_prefill_matches_pytorch(decoder: dict[str, Any], batch: int, length: int) -> None:
+    model = decoder["model"]
+    _compare(decoder["prefill"], model, _inputs(model, batch, length, past=0, seed=batch))
+
+
+@pytest.mark.parametrize("batch,length,past", [(2, 3, 4), (3, 1, 6), (1, 2, 9)])
+def test_decode_step_matches_pytorch(decoder: dict[str, Any], batch: int, length: int, past: int) -> None:
+    model = decoder["model"]
+    _compare(decoder["decode"], model, _inputs(model, batch, length, past, seed=batch + past))
+
+
+def test_onnx_names_follow_optimum(decoder: dict[str, Any]) -> None:
+    takes_positions = _takes_position_ids(decoder["model"])
+    caches = [f"{kind}.{i}.{part}" for i in range(LAYERS) for part in ("key", "value") for kind in ("present",)]
+    past = [name.replace("present", "past_key_values") for name in caches]
+    leading = ["input_ids", "attention_mask"] + (["position_ids"] if takes_positions else [])
+    prefill = decoder["prefill"].model_proto.graph
+    decode = decoder["decode"].model_proto.graph
+    assert _names(prefill.input) == leading
+    assert _names(decode.input) == leading + past
+    assert _names(prefill.output) == _names(decode.output) == ["logits", *caches]
+    # batch, sequence and past-sequence dims are symbolic
+    inputs = {value.name: _dims(value) for value in decode.input}
+    assert all(isinstance(d, str) for d in inputs["input_ids"])
+    assert all(isinstance(inputs[name][d], str) for name in past for d in (0, 2))
+    outputs = {value.name: _dims(value) for value in decode.output}
+    assert all(isinstance(outputs[name][d], str) for name in caches for d in (0, 2))
+
+
+def _session(program: fx2onnx.ONNXProgram) -> Any:
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("decoder", ["gpt2", "llama"], indirect=True)
+def test_greedy_generation_in_onnxruntime_matches_generate(decoder: dict[str, Any]) -> None:
+    """The prompt goes through the prefill model, then each new token through the
+    decode-step model, `present.*` fed back as `past_key_values.*` by name."""
+    model, new_tokens = decoder["model"], 8
+    prompt = torch.randint(0, VOCAB, (2, 4), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        expected = model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens, pad_token_id=0,
+        )[:, prompt.shape[1]:]
+    prefill, decode = _session(decoder["prefill"]), _session(decoder["decode"])
+    feeds: dict[str, Any] = {"input_ids": prompt.numpy()}
+    tokens: list[torch.Tensor] = []
+    session = prefill
+    for _ in range(new_tokens):
+        length = feeds["input_ids"].shape[1]
+        total = prompt.shape[1] + len(tokens)
+        feeds["attention_mask"] = torch.ones(prompt.shape[0], total, dtype=torch.long).numpy()
+        if "position_ids" in [i.name for i in session.get_inputs()]:
+            feeds["position_ids"] = torch.arange(total - length, total).expand(prompt.shape[0], -1).numpy()
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        token = torch.from_numpy(outputs["logits"][:, -1]).argmax(-1)
+        tokens.append(token)
+        feeds = {"input_ids": token[:, None].numpy()}
+        feeds.update({name.replace("present", "past_key_values"): value for name, value in outputs.items() if name.startswith("present.")})
+        session = decode
+    assert torch.equal(torch.stack(tokens, 1), expected)
