@@ -116,6 +116,18 @@ def _nan_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
 
 
 @functools.cache
+def _symbolic_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
+    """fx2onnx's functions on symbolic sizes (:mod:`dispatcher.symbolic_functions`)."""
+    from dispatcher.symbolic_functions import SYMBOLIC_FUNCTIONS
+
+    return tuple(
+        (key, RegisteredFunction(function, key, is_custom=False, is_complex=False))
+        for names, function in SYMBOLIC_FUNCTIONS
+        for key in (OpName.parse(name).qualified_name() for name in names)
+    )
+
+
+@functools.cache
 def _torchlib_opset_version() -> int:
     try:
         from onnxscript._framework_apis import torch_2_6
@@ -169,6 +181,8 @@ class OnnxRegistry:
             for key, function in _complex_functions():
                 table.setdefault(key, []).append(function)
             for key, function in _nan_functions():
+                table.setdefault(key, []).append(function)
+            for key, function in _symbolic_functions():
                 table.setdefault(key, []).append(function)
             self._table = table
         return self._table

@@ -17,6 +17,7 @@ from fx2onnx.dynamic_shapes import (
     DynamicShapesOption,
     keep_size_one_dims_dynamic,
     sound_size_oblivious_capture,
+    symbolic_math,
     torch_export_spec,
 )
 from fx2onnx.fake_mode import ONNXFakeContext, check_fake_mode_use
@@ -124,7 +125,7 @@ def capture(
     errors: list[BaseException] = []
     for strict, size_oblivious in _capture_attempts(spec):
         try:
-            with keep_size_one_dims_dynamic(size_oblivious):
+            with keep_size_one_dims_dynamic(size_oblivious), symbolic_math():
                 program = torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
         except Exception as error:  # noqa: BLE001 - try the next mode, then report all
             errors.append(error)

@@ -29,6 +29,37 @@ def keep_size_one_dims_dynamic(enabled: bool = True) -> Iterator[None]:
         yield
 
 
+# math functions whose symbolic replacement (torch._sym_<name>) torch.export's graph
+# verifier accepts; the others (cos, log2, ...) still fix the dim to its example value
+_SYMBOLIC_MATH = ("sqrt",)
+
+
+@contextlib.contextmanager
+def symbolic_math() -> Iterator[None]:
+    """`math.sqrt(x.size(1))` in non-strict capture would turn the size into a Python
+    float and fix the dim to its example value; torch's drop-in replacements keep it
+    symbolic (and call math's own function on plain numbers). Strict capture does the
+    same substitution; this does it for the duration of a non-strict capture."""
+    originals = {name: getattr(math, name) for name in _SYMBOLIC_MATH}
+    try:
+        for name, original in originals.items():
+            setattr(math, name, _symbolic_or_plain(getattr(torch, f"_sym_{name}"), original))
+        yield
+    finally:
+        for name, function in originals.items():
+            setattr(math, name, function)
+
+
+def _symbolic_or_plain(symbolic: Any, plain: Any) -> Any:
+    def function(value: Any) -> Any:
+        if isinstance(value, (torch.SymInt, torch.SymFloat)):
+            return symbolic(value)
+        return plain(value)
+
+    function.__name__ = function.__qualname__ = plain.__name__
+    return function
+
+
 def sound_size_oblivious_capture(program: torch.export.ExportedProgram) -> bool:
     """Whether a size-oblivious capture can be trusted: model code that compared a size-1
     example dim with other sizes leaves a dim bounded above (`VR[1, 2]`) and sizes baked

@@ -1,0 +1,112 @@
+"""ONNX functions for the Python functions torch.export leaves on symbolic sizes.
+
+Sizes computed from dynamic dims stay in the FX graph as calls of ``torch.sym_float``,
+``torch.sym_int``, ``torch.sym_max`` / ``sym_min``, ``torch.sym_ite`` and the math
+replacements ``torch._sym_sqrt``, ``torch._sym_cos``... (what ``math.sqrt`` of a size
+becomes). torchlib covers the ``operator`` and ``math.floor/ceil/trunc`` builtins, not
+these. A SymInt travels as a 0-d INT64 tensor, a SymFloat as a 0-d FLOAT tensor, a
+SymBool as a 0-d BOOL tensor; Python numbers arrive as they are.
+
+:data:`SYMBOLIC_FUNCTIONS` lists (qualified names, function); the registry adds them
+after torchlib's functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx_ir as ir
+from onnxscript import opset18 as op
+from onnxscript import values as osv
+
+__all__ = ["SYMBOLIC_FUNCTIONS", "SYMBOLIC_DOMAIN"]
+
+SYMBOLIC_DOMAIN = "pkg.fx2onnx.symbolic"
+_OPSET = osv.Opset(SYMBOLIC_DOMAIN, 1)
+_FLOAT = ir.DataType.FLOAT.value
+_INT64 = ir.DataType.INT64.value
+_BOOL = ir.DataType.BOOL.value
+
+SYMBOLIC_FUNCTIONS: list[tuple[tuple[str, ...], osv.TracedOnnxFunction]] = []
+
+
+def _symbolic(*names: str):
+    def wrap(function):
+        traced = osv.TracedOnnxFunction(_OPSET, function)
+        SYMBOLIC_FUNCTIONS.append((names, traced))
+        return traced
+
+    return wrap
+
+
+def _is_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and dtype.is_floating_point()
+
+
+def _common(a: Any, b: Any) -> tuple[Any, Any]:
+    """Both operands as FLOAT when one is a float, else as INT64 (Python's promotion)."""
+    to = _FLOAT if _is_float(a) or _is_float(b) else _INT64
+    return op.Cast(a, to=to), op.Cast(b, to=to)
+
+
+@_symbolic("torch::sym_float")
+def sym_float(self):
+    return op.Cast(self, to=_FLOAT)
+
+
+@_symbolic("torch::sym_int")
+def sym_int(self):
+    # Cast from float to int truncates toward zero, as int() does
+    return op.Cast(self, to=_INT64)
+
+
+@_symbolic("torch::sym_max")
+def sym_max(self, other):
+    a, b = _common(self, other)
+    return op.Max(a, b)
+
+
+@_symbolic("torch::sym_min")
+def sym_min(self, other):
+    a, b = _common(self, other)
+    return op.Min(a, b)
+
+
+@_symbolic("torch::sym_ite")
+def sym_ite(condition, then_value, else_value):
+    a, b = _common(then_value, else_value)
+    return op.Where(op.Cast(condition, to=_BOOL), a, b)
+
+
+@_symbolic("torch::sym_not")
+def sym_not(self):
+    return op.Not(op.Cast(self, to=_BOOL))
+
+
+def _unary_float(name: str, onnx_op: Any) -> None:
+    def function(self):
+        return onnx_op(op.Cast(self, to=_FLOAT))
+
+    function.__name__ = function.__qualname__ = f"sym_{name}"
+    _symbolic(f"torch::_sym_{name}")(function)
+
+
+for _name, _op in {
+    "sqrt": op.Sqrt, "cos": op.Cos, "cosh": op.Cosh, "sin": op.Sin, "sinh": op.Sinh, "tan": op.Tan,
+    "tanh": op.Tanh, "asin": op.Asin, "acos": op.Acos, "atan": op.Atan,
+}.items():
+    _unary_float(_name, _op)
+
+
+@_symbolic("torch::sym_sum")
+def sym_sum(args):
+    # the sizes arrive concatenated into one 1-d tensor
+    return op.ReduceSum(args, keepdims=0)
+
+
+@_symbolic("torch::_sym_log2")
+def sym_log2(self):
+    return op.Div(op.Log(op.Cast(self, to=_FLOAT)), op.Constant(value_float=0.6931471805599453))
