@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import inspect
+import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -177,3 +179,178 @@ def user_dim_names(spec: Any, model: Any, args: Sequence[Any], kwargs: Mapping[s
     elif isinstance(spec, (list, tuple)):
         _collect_named_dims([*args, *kwargs.values()], list(spec), found)
     return found
+
+
+# -- dims asked to be dynamic that the capture fixed ----------------------------------
+class DynamicDimError(ValueError):
+    """A dynamic-shapes spec that does not fit the inputs, or a dim asked to be dynamic
+    that the model's code fixes to its example size."""
+
+
+@dataclass(frozen=True)
+class SpecializedDim:
+    """A dim asked to be dynamic that torch.export fixed to `value`, and where."""
+
+    input_name: str
+    dim: int
+    value: int
+    location: tuple[str, int] | None  # (file, line) of the code that fixed it
+    explicit: bool  # the user named it (Dim("batch"), Dim.DYNAMIC), not only AUTO
+
+    def describe(self) -> str:
+        where = f" by the code at {self.location[0]}:{self.location[1]}" if self.location else ""
+        return f"dim {self.dim} of input '{self.input_name}' was fixed to {self.value}{where}"
+
+
+def _requested(dim_spec: Any) -> bool | None:
+    """True for a dim the user asked to be dynamic by name or Dim.DYNAMIC, False for
+    Dim.AUTO, None for static."""
+    if dim_spec is None or isinstance(dim_spec, int):
+        return None
+    hint = getattr(dim_spec, "type", None)
+    kind = getattr(hint, "name", None)
+    if type(dim_spec).__name__ in ("_DimHint", "DimHint"):
+        return {"DYNAMIC": True, "AUTO": False}.get(kind)
+    return True  # a named Dim
+
+
+def _dim_items(spec: Any) -> list[tuple[int, Any]]:
+    if isinstance(spec, Mapping):
+        return [(int(k), v) for k, v in spec.items()]
+    if isinstance(spec, (list, tuple)):
+        return list(enumerate(spec))
+    return []
+
+
+def _walk_spec(value: Any, spec: Any, path: str, found: dict[int, tuple[str, dict[int, bool]]]) -> None:
+    if spec is None:
+        return
+    if isinstance(value, torch.Tensor):
+        dims = {}
+        for index, dim_spec in _dim_items(spec):
+            if index >= value.dim() or index < -value.dim():
+                raise DynamicDimError(
+                    f"dynamic_shapes gives dim {index} of input '{path}', which has only {value.dim()} dims "
+                    f"(shape {tuple(value.shape)}): use a dim index from 0 to {value.dim() - 1}."
+                )
+            requested = _requested(dim_spec)
+            if requested is not None:
+                dims[index % value.dim()] = requested
+        found[id(value)] = (path, dims)
+    elif isinstance(value, Mapping) and isinstance(spec, Mapping):
+        for key, item in value.items():
+            _walk_spec(item, spec.get(key), f"{path}['{key}']", found)
+    elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+        for index, (item, item_spec) in enumerate(zip(value, spec)):
+            _walk_spec(item, item_spec, f"{path}[{index}]", found)
+    elif isinstance(spec, (list, tuple)) and (children := registered_children(value)) is not None:
+        for index, (item, item_spec) in enumerate(zip(children, spec)):
+            _walk_spec(item, item_spec, f"{path}[{index}]", found)
+
+
+def requested_dynamic_dims(
+    spec: Any, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, explicit: bool
+) -> dict[int, tuple[str, dict[int, bool]]]:
+    """id(input tensor) -> (its path, {dim: named or Dim.DYNAMIC}) for each dim the spec
+    makes dynamic; checks that every dim index fits its tensor. With `explicit=False`
+    (dynamic_shapes=True) no dim counts as named."""
+    found: dict[int, tuple[str, dict[int, bool]]] = {}
+    if spec is None:
+        return found
+    named = bound_arguments(model, args, kwargs)
+    if isinstance(spec, Mapping) and named is not None:
+        unknown = sorted(set(spec) - set(named))
+        if unknown:
+            raise DynamicDimError(
+                f"dynamic_shapes names {unknown}, which are not inputs given to the model; "
+                f"its inputs are {sorted(named)}."
+            )
+        for key, value in named.items():
+            _walk_spec(value, spec.get(key), key, found)
+    elif isinstance(spec, (list, tuple)):
+        values = list(named.values()) if named is not None else [*args, *kwargs.values()]
+        names = list(named) if named is not None else [str(i) for i in range(len(values))]
+        for name, value, item_spec in zip(names, values, spec):
+            _walk_spec(value, item_spec, name, found)
+    if not explicit:
+        found = {key: (path, dict.fromkeys(dims, False)) for key, (path, dims) in found.items()}
+    return found
+
+
+def _shape_env(program: torch.export.ExportedProgram) -> Any:
+    for node in program.graph_module.graph.nodes:
+        value = node.meta.get("val")
+        mode = getattr(value, "fake_mode", None)
+        if mode is not None and mode.shape_env is not None:
+            return mode.shape_env
+    return None
+
+
+def _source_name(source: Any) -> str:
+    name = source.name
+    return name() if callable(name) else str(name)
+
+
+def _torch_file(filename: str) -> bool:
+    return f"{os.sep}torch{os.sep}" in filename
+
+
+def _fixing_location(shape_env: Any, path: str, dim: int) -> tuple[tuple[str, int] | None, bool]:
+    """Where the capture fixed `path`'s dim `dim`: the first guard on its symbol, and
+    whether that guard comes from the model's code (not torch's own shape rules)."""
+    if shape_env is None:
+        return None, True
+    wanted = f"L['{path.split('[')[0]}']{path[len(path.split('[')[0]):]}.size()[{dim}]"
+    symbols = [
+        symbol for symbol, sources in shape_env.var_to_sources.items()
+        if any(_source_name(source) == wanted for source in sources)
+    ]
+    for guard in shape_env.guards:
+        if not any(symbol in guard.expr.free_symbols for symbol in symbols):
+            continue
+        frame = guard.sloc.framework_loc
+        if frame is not None and hasattr(frame, "filename"):
+            return (frame.filename, frame.lineno), not _torch_file(frame.filename)
+    return None, True
+
+
+def specialized_dims(
+    program: torch.export.ExportedProgram,
+    requested: dict[int, tuple[str, dict[int, bool]]],
+    leaves: Sequence[Any],
+) -> list[SpecializedDim]:
+    """The dims asked to be dynamic that are fixed in the captured program. `leaves` are
+    the input leaves in the order of the program's user inputs. Dims fixed by torch's
+    own shape rules (a matmul with a weight, a cat with a fixed tensor) are left out
+    when only Dim.AUTO asked for them: they can only have that size."""
+    user_inputs = [
+        node for node in program.graph_module.graph.nodes
+        if node.op == "placeholder" and node.name in set(program.graph_signature.user_inputs)
+    ]
+    shape_env = _shape_env(program)
+    found: list[SpecializedDim] = []
+    for node, leaf in zip(user_inputs, leaves):
+        path, dims = requested.get(id(leaf), (None, {}))
+        value = node.meta.get("val")
+        if path is None or not isinstance(value, torch.Tensor):
+            continue
+        for dim, explicit in sorted(dims.items()):
+            size = value.shape[dim]
+            if isinstance(size, torch.SymInt):
+                if size.node.maybe_as_int() is None:
+                    continue  # still symbolic
+                size = size.node.maybe_as_int()
+            location, from_model = _fixing_location(shape_env, path, dim)
+            if explicit or from_model:
+                found.append(SpecializedDim(path, dim, int(size), location, explicit))
+    return found
+
+
+def relaxed_spec(spec: Any) -> Any:
+    """The spec with every dynamic dim as Dim.AUTO: torch.export then fixes the dims the
+    model's code fixes instead of failing, which tells where that happens."""
+    if isinstance(spec, Mapping):
+        return {key: relaxed_spec(value) for key, value in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(relaxed_spec(value) for value in spec)
+    return Dim.AUTO if _requested(spec) is not None else spec
