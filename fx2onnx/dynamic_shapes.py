@@ -199,6 +199,8 @@ class SpecializedDim:
 
     def describe(self) -> str:
         where = f" by the code at {self.location[0]}:{self.location[1]}" if self.location else ""
+        if self.location is None and self.value in (0, 1):
+            where = " (torch.export fixes example sizes 0 and 1 when the model's code compares them; export with an example size of 2 or more there)"
         return f"dim {self.dim} of input '{self.input_name}' was fixed to {self.value}{where}"
 
 
@@ -341,6 +343,8 @@ def specialized_dims(
                     continue  # still symbolic
                 size = size.node.maybe_as_int()
             location, from_model = _fixing_location(shape_env, path, dim)
+            if location is None and size not in (0, 1):
+                from_model = False  # no guard of the model's: a size torch's rules imply
             if explicit or from_model:
                 found.append(SpecializedDim(path, dim, int(size), location, explicit))
     return found

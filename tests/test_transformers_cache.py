@@ -182,3 +182,89 @@ def test_greedy_generation_in_onnxruntime_matches_generate(decoder: dict[str, An
         feeds.update({name.replace("present", "past_key_values"): value for name, value in outputs.items() if name.startswith("present.")})
         session = decode
     assert torch.equal(torch.stack(tokens, 1), expected)
+
+
+# -- encoder-decoders: EncoderDecoderCache ------------------------------------------------
+def _seq2seq(name: str) -> torch.nn.Module:
+    sizes = dict(vocab_size=VOCAB, d_model=32, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                 encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64)
+    if name == "t5":
+        config = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=LAYERS,
+                                       num_heads=4, decoder_start_token_id=0)
+        model = transformers.T5ForConditionalGeneration(config)
+    elif name == "bart":
+        model = transformers.BartForConditionalGeneration(transformers.BartConfig(**sizes, max_position_embeddings=64))
+    elif name == "whisper":
+        config = transformers.WhisperConfig(**sizes, num_mel_bins=8, max_source_positions=16, max_target_positions=32,
+                                            decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        model = transformers.WhisperForConditionalGeneration(config)
+    else:
+        raise ValueError(name)
+    assert model.config.use_cache
+    return model.eval()
+
+
+def _seq2seq_inputs(model: torch.nn.Module, batch: int, source: int, target: int, past: int, seed: int = 0) -> dict[str, Any]:
+    """Encoder inputs and decoder_input_ids; with `past`, the decoder's and the cross
+    attention's cache and the encoder's output from a PyTorch run instead of the encoder inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    if isinstance(model, transformers.WhisperForConditionalGeneration):
+        encoder = {"input_features": torch.randn(batch, 8, 32, generator=generator)}
+    else:
+        mask = torch.ones(batch, source, dtype=torch.long)
+        mask[0, -1] = 0
+        encoder = {"input_ids": torch.randint(0, VOCAB, (batch, source), generator=generator), "attention_mask": mask}
+    decoder_ids = torch.randint(0, VOCAB, (batch, past + target), generator=generator)
+    kwargs = {**encoder, "decoder_input_ids": decoder_ids[:, past:]}
+    if past:
+        with torch.no_grad():
+            first = model(**encoder, decoder_input_ids=decoder_ids[:, :past])
+        kwargs.pop("input_ids", None)
+        kwargs.pop("input_features", None)
+        kwargs["past_key_values"] = first.past_key_values
+        kwargs["encoder_outputs"] = (first.encoder_last_hidden_state,)
+    return kwargs
+
+
+@pytest.fixture(scope="module", params=["t5", "bart", "whisper"])
+def seq2seq(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = _seq2seq(request.param)
+    folder = tmp_path_factory.mktemp(request.param)
+    prefill = _export(model, _seq2seq_inputs(model, 2, 5, 2, past=0), folder / "prefill")
+    decode = _export(model, _seq2seq_inputs(model, 2, 5, 2, past=3), folder / "decode")
+    return {"model": model, "prefill": prefill, "decode": decode}
+
+
+def _compare_all(program: fx2onnx.ONNXProgram, model: torch.nn.Module, kwargs: dict[str, Any]) -> None:
+    expected = _eager(model, kwargs)
+    actual = program(**copy.deepcopy(kwargs))
+    assert type(actual.past_key_values) is transformers.EncoderDecoderCache
+    with registered_containers():
+        assert_outputs_close(
+            (actual.logits, actual.past_key_values, actual.encoder_last_hidden_state),
+            (expected.logits, expected.past_key_values, expected.encoder_last_hidden_state),
+        )
+
+
+@pytest.mark.parametrize("batch,source,target", [(2, 5, 2), (3, 7, 4)])
+def test_seq2seq_prefill_matches_pytorch(seq2seq: dict[str, Any], batch: int, source: int, target: int) -> None:
+    model = seq2seq["model"]
+    _compare_all(seq2seq["prefill"], model, _seq2seq_inputs(model, batch, source, target, past=0, seed=batch))
+
+
+@pytest.mark.parametrize("batch,source,target,past", [(2, 5, 2, 3), (3, 7, 1, 6)])
+def test_seq2seq_decode_step_matches_pytorch(seq2seq: dict[str, Any], batch: int, source: int, target: int, past: int) -> None:
+    model = seq2seq["model"]
+    _compare_all(seq2seq["decode"], model, _seq2seq_inputs(model, batch, source, target, past, seed=past))
+
+
+def test_seq2seq_cache_names_follow_optimum(seq2seq: dict[str, Any]) -> None:
+    parts = [f"{i}.{side}.{kind}" for side in ("decoder", "encoder") for i in range(LAYERS) for kind in ("key", "value")]
+    decode = seq2seq["decode"].model_proto.graph
+    assert [name for name in _names(decode.input) if name.startswith("past_key_values.")] == [f"past_key_values.{p}" for p in parts]
+    for graph in (decode, seq2seq["prefill"].model_proto.graph):
+        assert _names(graph.output) == ["logits", *[f"present.{p}" for p in parts], "encoder_last_hidden_state"]
+    inputs = {value.name: _dims(value) for value in decode.input}
+    assert isinstance(inputs["past_key_values.0.decoder.key"][2], str)  # past length
+    assert isinstance(inputs["past_key_values.0.encoder.key"][2], str)  # source length
