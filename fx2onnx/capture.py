@@ -13,6 +13,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
 from dispatcher import stack_location
+from fx2onnx.transformers_hints import transformers_hint
 from fx2onnx.dynamic_shapes import (
     DynamicDimError,
     DynamicShapesOption,
@@ -88,7 +89,7 @@ def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> 
     FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*fake_args)
 
 
-def _record_capture_failure(context: DiagnosticContext, error: BaseException) -> None:
+def _record_capture_failure(context: DiagnosticContext, error: BaseException, hint: str) -> None:
     frames = traceback.extract_tb(error.__traceback__)
     text = "".join(traceback.format_list(frames)) + "\n" + str(error)
     stack = Stack.from_python_traceback(text)
@@ -98,7 +99,7 @@ def _record_capture_failure(context: DiagnosticContext, error: BaseException) ->
         Level.ERROR,
         location=location,
         stack=stack,
-        reason=f"{exception_summary(error)} Hint: {capture_hint(error)}",
+        reason=f"{exception_summary(error)} Hint: {hint}",
     )
     diagnostic.log_source_exception(error)
 
@@ -148,12 +149,13 @@ def capture(
         return captured
     if requested and any(_fixed_dim_error(error) for error in errors):
         _explain_fixed_dims(context, model, args, kwargs, spec, requested)
-    _record_capture_failure(context, errors[0])
+    hint = transformers_hint(model, errors[0]) or capture_hint(errors[0])
+    _record_capture_failure(context, errors[0], hint)
     raise CaptureError(
         "torch.export could not capture the model.\n"
         f"  non-strict: {exception_summary(errors[0])}\n"
         f"  strict:     {exception_summary(errors[-1])}\n"
-        f"Hint: {capture_hint(errors[0])} See the SARIF report for the line in your code."
+        f"Hint: {hint} See the SARIF report for the line in your code."
     ) from errors[0]
 
 

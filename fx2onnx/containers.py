@@ -107,15 +107,22 @@ def _derived_attributes(layer: Any) -> tuple[str, ...]:
     return ()
 
 
+def _holds_tensors(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, torch.Tensor) for v in value)
+
+
 def layer_tensor_names(layer: Any) -> list[str]:
-    """The attributes of a layer that are its pytree children, keys and values first."""
+    """The attributes of a layer that are its pytree children, keys and values first,
+    then other tensors or lists of tensors (a linear-attention layer's states)."""
     derived = _derived_attributes(layer)
     others = sorted(
         key
         for key, value in vars(layer).items()
-        if isinstance(value, torch.Tensor) and key not in _CACHE_TENSORS and key not in derived
+        if _holds_tensors(value) and key not in _CACHE_TENSORS and key not in derived
     )
-    return [*_CACHE_TENSORS, *others]
+    return [name for name in _CACHE_TENSORS if name in vars(layer)] + others
 
 
 def _flatten_layer(layer: Any) -> tuple[list[Any], tuple[tuple[str, ...], CacheState]]:
@@ -166,8 +173,15 @@ def _registrations() -> list[tuple[type, Any, Any, Any]]:
     if cache_utils is None:
         return []
     found: list[tuple[type, Any, Any, Any]] = []
-    layer_bases = [cache_utils.CacheLayerMixin]
-    for cls in {c for base in layer_bases for c in _subclasses(base)}:
+    layer_bases = [
+        getattr(cache_utils, name)
+        for name in ("CacheLayerMixin", "LinearAttentionCacheLayerMixin", "DummyLayer")
+        if isinstance(getattr(cache_utils, name, None), type)
+    ]
+    layer_classes = {c for base in layer_bases for c in _subclasses(base)} | {
+        base for base in layer_bases if base.__name__ == "DummyLayer"
+    }
+    for cls in layer_classes:
         found.append((cls, _flatten_layer, _bind(_unflatten_layer, cls), _with_keys(_flatten_layer, _layer_key)))
     encoder_decoder = cache_utils.EncoderDecoderCache
     for cls in [cache_utils.Cache, *_subclasses(cache_utils.Cache)]:

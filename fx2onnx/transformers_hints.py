@@ -1,0 +1,66 @@
+"""What to change when torch.export cannot capture a transformers model.
+
+The generic capture hint speaks of control flow and torch.cond; for a transformers model
+the fix is almost always a config flag or an input: turn the cache off, pick another
+attention implementation, pass the mask or positions the model would otherwise compute
+from tensor values. Knows transformers only by name: nothing here imports it.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+_ATTENTION_FILES = ("flash_attention", "flex_attention", "paged_attention", "sdpa_attention")
+
+
+def _is_transformers_model(model: Any) -> bool:
+    return any(cls.__module__.startswith("transformers.") for cls in type(model).__mro__)
+
+
+def _transformers_frame(error: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the traceback inside transformers' sources."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/transformers/" in f.filename.replace("\\", "/")]
+    return frames[-1] if frames else None
+
+
+def transformers_hint(model: Any, error: BaseException) -> str | None:
+    """One sentence naming the config flag or input to change, or None when `model` is
+    not a transformers model or the failure is not one of the known kinds."""
+    if not _is_transformers_model(model):
+        return None
+    text = f"{type(error).__name__}: {error}"
+    config = getattr(model, "config", None)
+    uses_cache = bool(getattr(config, "use_cache", False))
+    frame = _transformers_frame(error)
+    where = f" (failing in {frame.filename.split('/transformers/')[-1]}:{frame.lineno})" if frame else ""
+    unknown_type = "which is not a known type" in text or "register a pytree" in text
+    if unknown_type or ("Cache" in text and any(word in text for word in ("pytree", "Node type", "treespec", "flatten"))):
+        return (
+            f"the model's cache object ({_cache_name(text)}) cannot be an ONNX input or output{where}: "
+            "export without it with use_cache=False (model.config.use_cache = False, or pass use_cache=False), "
+            "or pass past_key_values as a transformers DynamicCache / EncoderDecoderCache."
+        )
+    if frame is not None and any(name in frame.filename for name in _ATTENTION_FILES if name != "sdpa_attention"):
+        return (
+            f"this attention implementation cannot be captured{where}: load or configure the model with "
+            "attn_implementation=\"sdpa\" (or \"eager\"), e.g. model.set_attn_implementation(\"sdpa\")."
+        )
+    if any(needle in text for needle in ("data-dependent", "DataDependent", "unbacked", ".item()")):
+        advice = "pass attention_mask (and position_ids) explicitly instead of letting the model derive them from token values"
+        if uses_cache:
+            advice += ", or export with use_cache=False"
+        return f"transformers code reads tensor values to decide a Python branch{where}: {advice}."
+    if uses_cache and frame is not None and "cache" in frame.filename.lower():
+        return (
+            f"the model's cache handling cannot be captured{where}: export with use_cache=False, "
+            "or pass past_key_values as a DynamicCache built by a PyTorch run of the model."
+        )
+    return None
+
+
+def _cache_name(text: str) -> str:
+    for word in text.replace("'", " ").replace(".", " ").replace(">", " ").split():
+        if word.endswith(("Cache", "Layer")):
+            return word
+    return "a Cache"

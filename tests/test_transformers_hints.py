@@ -1,0 +1,57 @@
+"""Capture failures of transformers models say which config flag or input to change."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2onnx
+from conftest import make_options
+from fx2onnx.transformers_hints import transformers_hint
+
+transformers = pytest.importorskip("transformers")
+
+
+class ToyCache:
+    """A cache class of a model's own that no pytree registration knows."""
+
+    def __init__(self, state: torch.Tensor) -> None:
+        self.state = state
+
+
+def _gpt2_config() -> object:
+    return transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=4, n_positions=32)
+
+
+class ReturnsOwnCache(transformers.GPT2LMHeadModel):
+    def forward(self, input_ids: torch.Tensor) -> tuple:
+        logits = super().forward(input_ids=input_ids, use_cache=False).logits
+        return logits, ToyCache(logits * 2)
+
+
+class BranchesOnTokenValues(transformers.GPT2LMHeadModel):
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if (input_ids == 0).any():  # a value-dependent branch in transformers-style code
+            input_ids = input_ids + 1
+        return super().forward(input_ids=input_ids).logits
+
+
+def test_unknown_cache_class_hint_names_use_cache_flag(tmp_path) -> None:
+    model = ReturnsOwnCache(_gpt2_config()).eval()
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
+    message = str(raised.value)
+    assert "use_cache=False" in message and "ToyCache" in message
+    assert "torch.cond" not in message.split("What to do")[0]
+
+
+def test_value_dependent_branch_hint_names_inputs_and_flag(tmp_path) -> None:
+    model = BranchesOnTokenValues(_gpt2_config()).eval()
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
+    summary = str(raised.value).split("What to do")[0]
+    assert "attention_mask" in summary and "use_cache=False" in summary
+
+
+def test_no_transformers_hint_for_other_models() -> None:
+    assert transformers_hint(torch.nn.Linear(2, 2), RuntimeError("which is not a known type")) is None
