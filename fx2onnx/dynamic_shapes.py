@@ -261,7 +261,8 @@ def requested_dynamic_dims(
         return found
     named = bound_arguments(model, args, kwargs)
     if isinstance(spec, Mapping) and named is not None:
-        unknown = sorted(set(spec) - set(named))
+        extra = [value for value in named.values() if isinstance(value, dict)]  # **kwargs
+        unknown = sorted(key for key in set(spec) - set(named) if not any(key in d for d in extra))
         if unknown:
             raise DynamicDimError(
                 f"dynamic_shapes names {unknown}, which are not inputs given to the model; "
