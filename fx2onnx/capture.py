@@ -134,7 +134,7 @@ def capture(
         context.record(rules.CAPTURE_FAILURE, Level.ERROR, reason=str(error))
         raise CaptureError(str(error)) from error
     errors: list[BaseException] = []
-    for strict, size_oblivious in _capture_attempts(spec):
+    for strict, size_oblivious in _capture_attempts(_has_size_one_dynamic_dim(requested, args, kwargs)):
         try:
             program = _export(model, args, kwargs, spec, strict, size_oblivious)
         except Exception as error:  # noqa: BLE001 - try the next mode, then report all
@@ -220,12 +220,20 @@ def _record_at(context: DiagnosticContext, level: Level, message: str, location:
     )
 
 
-def _capture_attempts(spec: Any) -> list[tuple[bool, bool]]:
-    """(strict, size_oblivious) in the order tried. With dynamic dims, non-strict capture is
-    first tried with size-oblivious reasoning, which keeps dims whose example size is 0 or 1
-    dynamic; model code that branches on such a size needs the plain mode."""
-    attempts = [(False, True)] if spec is not None else []
+def _capture_attempts(size_one_dims: bool) -> list[tuple[bool, bool]]:
+    """(strict, size_oblivious) in the order tried. When a dynamic dim has an example size
+    of 0 or 1, non-strict capture is first tried with size-oblivious reasoning, which keeps
+    such dims dynamic; model code that branches on such a size needs the plain mode."""
+    attempts = [(False, True)] if size_one_dims else []
     return attempts + [(False, False), (True, False)]
+
+
+def _has_size_one_dynamic_dim(requested: dict[int, tuple[str, dict[int, bool]]], args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    for leaf in torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs))):
+        if isinstance(leaf, torch.Tensor) and id(leaf) in requested:
+            if any(leaf.shape[dim] in (0, 1) for dim in requested[id(leaf)][1]):
+                return True
+    return False
 
 
 def _record_strict_fallback(context: DiagnosticContext, captured: CapturedModel, error: BaseException) -> None:
