@@ -311,7 +311,8 @@ def _register_outputs(
             continue
         value = next(graph_values)
         if target is not None and role in _MUTATION_KINDS:
-            value.name = builder.unique_name(f"{target}{MUTATION_SUFFIX}")
+            onnx_target = io.onnx_input_name(target) if role == "user_input_mutation" else target
+            value.name = builder.unique_name(f"{onnx_target}{MUTATION_SUFFIX}")
             mutations.append(MutationOutput(_MUTATION_KINDS[role], target, value.name, index))
         elif target is not None and role != "user":
             value.name = builder.unique_name(f"{target}")

@@ -268,3 +268,27 @@ def test_seq2seq_cache_names_follow_optimum(seq2seq: dict[str, Any]) -> None:
     inputs = {value.name: _dims(value) for value in decode.input}
     assert isinstance(inputs["past_key_values.0.decoder.key"][2], str)  # past length
     assert isinstance(inputs["past_key_values.0.encoder.key"][2], str)  # source length
+
+
+def test_static_cache_decode_step(tmp_path: Path) -> None:
+    """StaticCache: preallocated keys and values updated in place at cache_position."""
+    model = _decoder("llama")
+
+    def step(batch: int, past: int) -> dict[str, Any]:
+        ids = torch.randint(0, VOCAB, (batch, past + 1), generator=torch.Generator().manual_seed(past))
+        cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+        with torch.no_grad():
+            model(input_ids=ids[:, :past], past_key_values=cache, cache_position=torch.arange(past))
+        return {"input_ids": ids[:, past:], "past_key_values": cache, "cache_position": torch.arange(past, past + 1)}
+
+    program = fx2onnx.dynamo_export(model, **step(2, 4), export_options=make_options(tmp_path))
+    check_saved_model(program, tmp_path / "model.onnx")
+    graph = program.model_proto.graph
+    assert "past_key_values.1.key" in _names(graph.input) and "present.1.value" in _names(graph.output)
+    assert "past_key_values.0.key.mutated" in _names(graph.output)
+    for past in (4, 9):
+        inputs = step(2, past)
+        expected, actual = _eager(model, inputs), program(**copy.deepcopy(inputs))
+        assert type(actual.past_key_values) is transformers.StaticCache
+        with registered_containers():
+            assert_outputs_close((actual.logits, actual.past_key_values), (expected.logits, expected.past_key_values))
