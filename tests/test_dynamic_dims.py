@@ -12,6 +12,7 @@ from torch.export import Dim
 import fx2onnx
 from conftest import MLP, export_program, make_options
 from fx2onnx.dynamic_shapes import keep_size_one_dims_dynamic
+from sarif_checks import validate_sarif
 
 
 def _dims(program: fx2onnx.ONNXProgram, index: int = 0) -> list:
@@ -49,6 +50,7 @@ def test_fixed_dim_with_dynamic_shapes_true_is_a_warning_naming_dim_and_line(tmp
     warnings = [d for d in program.diagnostic_context.warnings() if "fixed to 4" in str(d.message)]
     assert warnings, "the SARIF report must hold the warning"
     program.save_diagnostics(tmp_path / "export.sarif")
+    validate_sarif(tmp_path / "export.sarif")
     report = json.loads((tmp_path / "export.sarif").read_text())
     results = [r for r in report["runs"][0]["results"] if "fixed to 4" in r["message"]["text"]]
     assert results[0]["level"] == "warning"
