@@ -223,6 +223,15 @@ def _child_keys(spec: pytree.TreeSpec) -> list[Any] | None:
 def _leaf_names(spec: pytree.TreeSpec, name: str | None, cache_prefix: str) -> list[str | None]:
     if spec.is_leaf():
         return [name]
+    if is_cache_type(spec.type) and _flat_pairs(spec):
+        # registered elsewhere (transformers' own exporter) as a flat list of tensors,
+        # layer by layer, keys before values; an encoder-decoder's decoder layers first
+        parts = [""] if not is_encoder_decoder_cache_type(spec.type) else [".decoder", ".encoder"]
+        per_part = spec.num_children // len(parts)
+        return [
+            f"{cache_prefix}.{(index % per_part) // 2}{parts[index // per_part]}.{('key', 'value')[index % 2]}"
+            for index in range(spec.num_children)
+        ]
     if is_encoder_decoder_cache_type(spec.type):
         decoder, encoder = spec.child(0), spec.child(1)
         return _cache_leaf_names(decoder, cache_prefix, ".decoder") + _cache_leaf_names(encoder, cache_prefix, ".encoder")
@@ -235,6 +244,14 @@ def _leaf_names(spec: pytree.TreeSpec, name: str | None, cache_prefix: str) -> l
         child_name = str(key) if name is None and keys is not None else _join(name, key)
         names += _leaf_names(spec.child(index), child_name, cache_prefix)
     return names
+
+
+def _flat_pairs(spec: pytree.TreeSpec) -> bool:
+    """A cache flattened straight to tensors: two per layer (and per side of an
+    encoder-decoder cache)."""
+    group = 4 if is_encoder_decoder_cache_type(spec.type) else 2
+    count = spec.num_children
+    return count > 0 and count % group == 0 and all(spec.child(i).is_leaf() for i in range(count))
 
 
 def _cache_leaf_names(spec: pytree.TreeSpec, prefix: str, part: str) -> list[str | None]:

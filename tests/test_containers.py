@@ -80,3 +80,22 @@ def test_leaf_names_follow_optimum() -> None:
 
 def test_cache_state_never_makes_two_structures_differ() -> None:
     assert CacheState({"dtype": torch.float32}) == CacheState({})
+
+
+def test_cache_registered_by_transformers_itself_keeps_optimum_names() -> None:
+    """transformers' own exporter registers caches as flat lists of tensors, for good."""
+    cache = _cache()
+
+    def flatten(value):
+        return [t for layer in value.layers for t in (layer.keys, layer.values)], None
+
+    pytree.register_pytree_node(transformers.DynamicCache, flatten, lambda children, context: None)
+    try:
+        with registered_containers():
+            _, spec = pytree.tree_flatten(((), {"past_key_values": cache}))
+            assert pytree.SUPPORTED_NODES[transformers.DynamicCache].flatten_fn is flatten
+        assert input_leaf_names(spec) == [
+            "past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key", "past_key_values.1.value"
+        ]
+    finally:
+        pytree._deregister_pytree_node(transformers.DynamicCache)
