@@ -13,20 +13,23 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
 from dispatcher import stack_location
-from fx2onnx.transformers_hints import transformers_hint
+from fx2onnx.dynamic_dims_check import (
+    FixedDynamicDimError,
+    check_dynamic_dims,
+    explain_fixed_dims,
+    is_fixed_dim_error,
+)
 from fx2onnx.dynamic_shapes import (
     DynamicDimError,
     DynamicShapesOption,
-    SpecializedDim,
-    relaxed_spec,
     requested_dynamic_dims,
-    specialized_dims,
     keep_size_one_dims_dynamic,
     sound_size_oblivious_capture,
     symbolic_math,
     torch_export_spec,
 )
 from fx2onnx.fake_mode import ONNXFakeContext, check_fake_mode_use
+from fx2onnx.transformers_hints import transformers_hint
 
 
 class CaptureError(RuntimeError):
@@ -145,10 +148,17 @@ def capture(
         captured = CapturedModel(program.graph_module, program, spec)
         if strict and errors:
             _record_strict_fallback(context, captured, errors[0])
-        _check_dynamic_dims(context, captured, specialized_dims(program, requested, _leaves(program, args, kwargs)))
+        try:
+            captured.notes += check_dynamic_dims(context, program, requested, args, kwargs)
+        except FixedDynamicDimError as error:
+            raise CaptureError(str(error)) from error
         return captured
-    if requested and any(_fixed_dim_error(error) for error in errors):
-        _explain_fixed_dims(context, model, args, kwargs, spec, requested)
+    if requested and any(is_fixed_dim_error(error) for error in errors):
+        try:
+            recapture = lambda relaxed: _export(model, args, kwargs, relaxed, False, False)  # noqa: E731
+            explain_fixed_dims(context, recapture, spec, requested, args, kwargs)
+        except FixedDynamicDimError as error:
+            raise CaptureError(str(error)) from errors[0]
     hint = transformers_hint(model, errors[0]) or capture_hint(errors[0])
     _record_capture_failure(context, errors[0], hint)
     raise CaptureError(
@@ -162,62 +172,6 @@ def capture(
 def _export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any, strict: bool, size_oblivious: bool) -> torch.export.ExportedProgram:
     with keep_size_one_dims_dynamic(size_oblivious), symbolic_math():
         return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
-
-
-def _leaves(program: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-    """The input leaves in the order of the program's user inputs."""
-    in_spec = program.call_spec.in_spec
-    if in_spec is not None and in_spec.num_children == 2 and in_spec.child(1).context:
-        kwargs = {key: kwargs[key] for key in in_spec.child(1).context if key in kwargs}
-    return torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs)))
-
-
-def _fixed_dim_error(error: BaseException) -> bool:
-    text = str(error)
-    return "specialized it to be a constant" in text or "0/1 specialized" in text or "Constraints violated" in text
-
-
-def _check_dynamic_dims(context: DiagnosticContext, captured: CapturedModel, fixed: list[SpecializedDim]) -> None:
-    """Dims the user named that the capture fixed are errors; dims only asked for with
-    dynamic_shapes=True or Dim.AUTO are warnings."""
-    errors = [dim for dim in fixed if dim.explicit]
-    for dim in fixed:
-        message = f"A dim asked to be dynamic is static in the ONNX model: {dim.describe()}."
-        if dim.explicit:
-            message += " Change that code (or drop the dim from dynamic_shapes)."
-        else:
-            message += " The exported model accepts only this size there."
-        _record_at(context, Level.ERROR if dim.explicit else Level.WARNING, message, dim.location)
-        if not dim.explicit:
-            captured.notes.append(message)
-    if errors:
-        raise CaptureError("; ".join(dim.describe() for dim in errors))
-
-
-def _explain_fixed_dims(
-    context: DiagnosticContext, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any,
-    requested: dict[int, tuple[str, dict[int, bool]]],
-) -> None:
-    """torch.export refused a named dynamic dim that the model fixes: capture once more
-    with every dim as Dim.AUTO to find which dims the model fixes and where, and raise
-    that as the error."""
-    try:
-        program = _export(model, args, kwargs, relaxed_spec(spec), False, False)
-    except Exception:  # noqa: BLE001 - the original errors are reported instead
-        return
-    fixed = [dim for dim in specialized_dims(program, requested, _leaves(program, args, kwargs)) if dim.explicit]
-    if fixed:
-        _check_dynamic_dims(context, CapturedModel(program.graph_module, program), fixed)
-
-
-def _record_at(context: DiagnosticContext, level: Level, message: str, location: tuple[str, int] | None) -> None:
-    stack = None
-    if location is not None:
-        stack = Stack.from_frame_summaries([traceback.FrameSummary(location[0], location[1], "forward")])
-    context.record(
-        rules.CAPTURE_FAILURE, level, message=message,
-        location=stack_location(stack) if stack is not None else None, stack=stack,
-    )
 
 
 def _capture_attempts(size_one_dims: bool) -> list[tuple[bool, bool]]:
