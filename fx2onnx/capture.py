@@ -16,6 +16,7 @@ from dispatcher import stack_location
 from fx2onnx.dynamic_dims_check import (
     FixedDynamicDimError,
     check_dynamic_dims,
+    leaves_in_input_order,
     explain_fixed_dims,
     is_fixed_dim_error,
 )
@@ -24,6 +25,7 @@ from fx2onnx.dynamic_shapes import (
     DynamicShapesOption,
     requested_dynamic_dims,
     keep_size_one_dims_dynamic,
+    size_one_symbols,
     sound_size_oblivious_capture,
     symbolic_math,
     torch_export_spec,
@@ -44,6 +46,9 @@ class CapturedModel:
     exported_program: torch.export.ExportedProgram | None
     dynamic_shapes_spec: Any = None
     notes: list[str] = field(default_factory=list)
+    # captured with size-oblivious reasoning: retraces (decomposition) must use it too,
+    # or torch derives sizes from the example's 0/1 dims (`seq // batch`)
+    size_oblivious: bool = False
 
 
 def _is_aten_graph(graph_module: torch.fx.GraphModule) -> bool:
@@ -143,9 +148,9 @@ def capture(
         except Exception as error:  # noqa: BLE001 - try the next mode, then report all
             errors.append(error)
             continue
-        if size_oblivious and not sound_size_oblivious_capture(program):
+        if size_oblivious and not sound_size_oblivious_capture(program, size_one_symbols(program, leaves_in_input_order(program, args, kwargs))):
             continue  # the plain mode specializes instead; the dims check reports it
-        captured = CapturedModel(program.graph_module, program, spec)
+        captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious)
         if strict and errors:
             _record_strict_fallback(context, captured, errors[0])
         try:

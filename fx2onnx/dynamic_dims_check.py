@@ -26,7 +26,7 @@ class FixedDynamicDimError(RuntimeError):
     """A dim the user named as dynamic is fixed by the model's code."""
 
 
-def _leaves(program: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+def leaves_in_input_order(program: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
     """The input leaves in the order of the program's user inputs."""
     in_spec = program.call_spec.in_spec
     if in_spec is not None and in_spec.num_children == 2 and in_spec.child(1).context:
@@ -49,7 +49,7 @@ def check_dynamic_dims(
 ) -> list[str]:
     """Record a diagnostic for each requested dim the program fixes; raise
     FixedDynamicDimError for named ones. Returns the warning texts (for warnings.warn)."""
-    fixed = specialized_dims(program, requested, _leaves(program, args, kwargs))
+    fixed = specialized_dims(program, requested, leaves_in_input_order(program, args, kwargs))
     return _report(context, fixed)
 
 
@@ -71,7 +71,7 @@ def explain_fixed_dims(
             message=f"Capturing again with every dim as Dim.AUTO, to find the fixed dims, failed too: {type(error).__name__}: {error}",
         )
         return
-    fixed = [dim for dim in specialized_dims(program, requested, _leaves(program, args, kwargs)) if dim.explicit]
+    fixed = [dim for dim in specialized_dims(program, requested, leaves_in_input_order(program, args, kwargs)) if dim.explicit]
     _report(context, fixed)
 
 

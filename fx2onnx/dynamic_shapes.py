@@ -62,15 +62,51 @@ def _symbolic_or_plain(symbolic: Any, plain: Any) -> Any:
     return function
 
 
-def sound_size_oblivious_capture(program: torch.export.ExportedProgram) -> bool:
-    """Whether a size-oblivious capture can be trusted: model code that compared a size-1
-    example dim with other sizes leaves a dim bounded above (`VR[1, 2]`) and sizes baked
-    into the graph, valid for the example only. Unbounded dims mean nothing was decided
-    from the example's 0/1 sizes."""
+def sound_size_oblivious_capture(program: torch.export.ExportedProgram, size_one_symbols: set[Any]) -> bool:
+    """Whether a size-oblivious capture can be trusted. Model code that compared a size-1
+    example dim with other sizes leaves a dim bounded above (`VR[1, 2]`) with sizes baked
+    into the graph; and torch's size-oblivious simplification can divide other sizes by
+    such a dim (`seq // batch`), which holds for the example only. Either makes the
+    capture valid for the example alone: the plain mode is used instead."""
     for value_range in program.range_constraints.values():
         if not math.isinf(float(value_range.upper)):
             return False
+    if not size_one_symbols:
+        return True
+    for node in program.graph_module.graph.nodes:
+        for expr in _size_expressions(node.meta.get("val")):
+            if _divides_by(expr, size_one_symbols):
+                return False
     return True
+
+
+def size_one_symbols(program: torch.export.ExportedProgram, leaves: Sequence[Any]) -> set[Any]:
+    """The symbols of the program's input dims whose example size is 0 or 1."""
+    symbols: set[Any] = set()
+    user_inputs = [n for n in program.graph_module.graph.nodes if n.op == "placeholder" and n.name in set(program.graph_signature.user_inputs)]
+    for node, leaf in zip(user_inputs, leaves):
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or not isinstance(leaf, torch.Tensor):
+            continue
+        for size, example in zip(value.shape, leaf.shape):
+            if isinstance(size, torch.SymInt) and example in (0, 1):
+                symbols |= size.node.expr.free_symbols
+    return symbols
+
+
+def _size_expressions(value: Any) -> list[Any]:
+    sizes = list(value.shape) if isinstance(value, torch.Tensor) else [value]
+    return [size.node.expr for size in sizes if isinstance(size, (torch.SymInt, torch.SymFloat))]
+
+
+def _divides_by(expr: Any, symbols: set[Any]) -> bool:
+    import sympy
+
+    for term in sympy.preorder_traversal(expr):
+        if type(term).__name__ in ("FloorDiv", "CleanDiv", "CeilDiv", "Mod", "PythonMod") and len(term.args) == 2:
+            if term.args[1].free_symbols & symbols:
+                return True
+    return False
 
 
 @contextlib.contextmanager

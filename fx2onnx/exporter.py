@@ -26,7 +26,7 @@ from fx2onnx.capture_checks import check_captured_graph
 from fx2onnx.containers import registered_containers
 from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
-from fx2onnx.dynamic_shapes import user_dim_names
+from fx2onnx.dynamic_shapes import keep_size_one_dims_dynamic, user_dim_names
 from fx2onnx.errors import OnnxExporterError
 from fx2onnx.fake_metadata import SymbolNamer
 from fx2onnx.fake_mode import outside_fake_mode
@@ -144,7 +144,7 @@ def _export(
     if program is model:
         # The passes below edit the graph in place: never edit the user's program.
         graph_module = copy_graph_module(graph_module)
-    with timer.stage("decomposition"):
+    with timer.stage("decomposition"), keep_size_one_dims_dynamic(captured.size_oblivious):
         if program is not None:
             decomposed = run_pass(context, "decompose_unsupported", decompose_unsupported, program, graph_module, registry)
             program, graph_module = decomposed.program, decomposed.graph_module

@@ -292,3 +292,15 @@ def test_static_cache_decode_step(tmp_path: Path) -> None:
         assert type(actual.past_key_values) is transformers.StaticCache
         with registered_containers():
             assert_outputs_close((actual.logits, actual.past_key_values), (expected.logits, expected.past_key_values))
+
+
+def test_batch_of_one_example_stays_dynamic(tmp_path: Path) -> None:
+    """dynamic_shapes=True with a batch-1 prompt: the ONNX model runs other batch sizes."""
+    model = _decoder("gpt2")
+    program = _export(model, {"input_ids": torch.randint(0, VOCAB, (1, 6))}, tmp_path)
+    assert _dims(program.model_proto.graph.input[0]) == ["input_ids_dim_0", "input_ids_dim_1"]
+    for batch, length in ((3, 5), (1, 6)):
+        inputs = {"input_ids": torch.randint(0, VOCAB, (batch, length))}
+        expected, actual = _eager(model, inputs), program(**inputs)
+        with registered_containers():
+            assert_outputs_close((actual.logits, actual.past_key_values), (expected.logits, expected.past_key_values))
