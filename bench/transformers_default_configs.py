@@ -50,7 +50,7 @@ def small_config(model_type: str) -> Any:
 
     config = transformers.AutoConfig.for_model(model_type)
     for key, value in SMALL.items():
-        if hasattr(config, key):
+        if hasattr(config, key) and not isinstance(getattr(type(config), key, None), property):
             setattr(config, key, value)
     if model_type == "whisper":
         config.num_mel_bins, config.max_source_positions, config.max_target_positions = 8, 16, 32
