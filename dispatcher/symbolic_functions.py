@@ -1,4 +1,5 @@
-"""ONNX functions for the Python functions torch.export leaves on symbolic sizes.
+"""ONNX functions for the Python functions torch.export leaves on symbolic sizes (and for
+transformers' own operators, which torchlib does not cover either).
 
 Sizes computed from dynamic dims stay in the FX graph as calls of ``torch.sym_float``,
 ``torch.sym_int``, ``torch.sym_max`` / ``sym_min``, ``torch.sym_ite`` and the math
@@ -110,3 +111,23 @@ def sym_sum(args):
 @_symbolic("torch::_sym_log2")
 def sym_log2(self):
     return op.Div(op.Log(op.Cast(self, to=_FLOAT)), op.Constant(value_float=0.6931471805599453))
+
+
+# -- transformers' own operators ------------------------------------------------------------
+# transformers wraps its mixture-of-experts matmul loop in a custom operator so that
+# torch.compile leaves it whole; torch.export keeps it as one node.
+@_symbolic("transformers::grouped_mm_fallback")
+def grouped_mm_fallback(input, weight, offs):
+    """Rows [offs[e-1], offs[e]) of `input` (S, K), sorted by expert, times weight[e]
+    (E, K, N); rows after offs[-1] are zero. Each row gathers its expert's matrix."""
+    count = op.Squeeze(op.Shape(input, start=0, end=1), op.Constant(value_ints=[0]))
+    rows = op.Unsqueeze(op.Range(op.Constant(value_int=0), count, op.Constant(value_int=1)), op.Constant(value_ints=[1]))  # (S, 1)
+    offsets = op.Unsqueeze(op.Cast(offs, to=_INT64), op.Constant(value_ints=[0]))  # (1, E)
+    expert = op.ReduceSum(op.Cast(op.GreaterOrEqual(rows, offsets), to=_INT64), op.Constant(value_ints=[1]), keepdims=0)
+    experts = op.Shape(weight, start=0, end=1)
+    inside = op.Less(expert, experts)  # rows past the last offset belong to no expert
+    last = op.Sub(experts, op.Constant(value_ints=[1]))
+    matrices = op.Gather(weight, op.Min(expert, last), axis=0)  # (S, K, N)
+    product = op.Squeeze(op.MatMul(op.Unsqueeze(input, op.Constant(value_ints=[1])), matrices), op.Constant(value_ints=[1]))
+    mask = op.Unsqueeze(op.Cast(inside, to=_BOOL), op.Constant(value_ints=[1]))
+    return op.Where(mask, product, op.CastLike(op.Constant(value_float=0.0), product))

@@ -304,3 +304,21 @@ def test_batch_of_one_example_stays_dynamic(tmp_path: Path) -> None:
         expected, actual = _eager(model, inputs), program(**inputs)
         with registered_containers():
             assert_outputs_close((actual.logits, actual.past_key_values), (expected.logits, expected.past_key_values))
+
+
+class GroupedMatmul(torch.nn.Module):
+    """transformers' mixture-of-experts matmul (a custom operator of its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 4, 5))
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return torch.ops.transformers.grouped_mm_fallback(x, self.weight, offsets)
+
+
+def test_grouped_mm_fallback(export_and_compare) -> None:
+    import transformers.integrations.moe  # noqa: F401 - defines the operator
+
+    # experts 0, 1, 2 take rows [0, 2), [2, 2) (none) and [2, 5); rows 5 and 6 none: zeros
+    export_and_compare(GroupedMatmul(), (torch.randn(7, 4), torch.tensor([2, 2, 5], dtype=torch.int32)))
