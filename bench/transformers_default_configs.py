@@ -40,9 +40,10 @@ SMALL = dict(
 DECODERS = [
     "gpt2", "gpt_neo", "gptj", "gpt_neox", "opt", "bloom", "falcon", "llama", "mistral", "mixtral",
     "qwen2", "qwen3", "qwen2_moe", "phi", "phi3", "gemma", "gemma2", "starcoder2", "stablelm", "olmo",
-    "olmo2", "cohere", "granite", "codegen", "xglm",
+    "olmo2", "cohere", "granite", "codegen", "xglm", "gemma3_text", "mpt", "persimmon", "biogpt",
+    "glm", "nemotron", "helium", "smollm3",
 ]
-SEQ2SEQ = ["t5", "bart", "mbart", "pegasus", "marian", "whisper"]
+SEQ2SEQ = ["t5", "mt5", "bart", "mbart", "pegasus", "marian", "blenderbot", "m2m_100", "whisper"]
 
 
 def small_config(model_type: str) -> Any:
