@@ -20,7 +20,7 @@ The private pytree functions this needs are reached here only (`_pytree_api`).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,11 +55,10 @@ class CacheState:
 
 
 def _transformers_cache_module() -> Any | None:
-    if importlib.util.find_spec("transformers") is None:
-        return None
-    import transformers.cache_utils as cache_utils
-
-    return cache_utils
+    """transformers' cache module when the program has loaded it: a model or input that
+    holds a cache object has. Never imported here, which would cost every export the
+    import of transformers."""
+    return sys.modules.get("transformers.cache_utils")
 
 
 def _subclasses(cls: type) -> Iterator[type]:
