@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rule
 from dispatcher import stack_location
 from fx2onnx.dynamic_shapes import DynamicShapesOption, torch_export_spec
 from fx2onnx.fake_mode import ONNXFakeContext, check_fake_mode_use
+from fx2onnx.hints import CaptureFailure, capture_hint, explain
 
 
 class CaptureError(RuntimeError):
@@ -77,17 +79,23 @@ def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> 
     FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*fake_args)
 
 
-def _record_capture_failure(context: DiagnosticContext, error: BaseException) -> None:
+def _record_capture_failure(context: DiagnosticContext, failure: CaptureFailure) -> None:
+    error = failure.error
     frames = traceback.extract_tb(error.__traceback__)
     text = "".join(traceback.format_list(frames)) + "\n" + str(error)
     stack = Stack.from_python_traceback(text)
     location = stack_location(stack)
+    if location is None:
+        # Nothing of the user's ran (inputs that do not fit, not a model): point at the
+        # user's call of the exporter instead.
+        stack = Stack.from_python_traceback("".join(traceback.format_list(traceback.extract_stack())))
+        location = stack_location(stack)
     diagnostic = context.record(
         rules.CAPTURE_FAILURE,
         Level.ERROR,
         location=location,
         stack=stack,
-        reason=f"{exception_summary(error)} Hint: {capture_hint(error)}",
+        reason=f"{explain(error)}\nHint: {capture_hint(failure)}",
     )
     diagnostic.log_source_exception(error)
 
@@ -110,11 +118,12 @@ def capture(
             _fake_propagate(graph_module, [*args, *kwargs.values()])
         return CapturedModel(graph_module, None)
     if not isinstance(model, torch.nn.Module):
-        if not callable(model):
-            raise TypeError(
-                f"dynamo_export takes an nn.Module, an ExportedProgram or a GraphModule; got {type(model).__name__}."
-            )
+        if not callable(model) or isinstance(model, type):
+            failure = CaptureFailure(TypeError(f"{type(model).__name__} is not a model"), model, args, kwargs)
+            _record_capture_failure(context, failure)
+            raise CaptureError(f"Not a model: {capture_hint(failure)}") from failure.error
         model = _CallableModule(model)
+    user_model = model.function if isinstance(model, _CallableModule) else model
     spec = torch_export_spec(dynamic_shapes, model, args, kwargs)
     errors: list[BaseException] = []
     for strict in (False, True):
@@ -129,43 +138,14 @@ def capture(
                 f"Non-strict torch.export failed ({type(errors[0]).__name__}: {errors[0]}); strict mode succeeded."
             )
         return captured
-    _record_capture_failure(context, errors[0])
+    failure = CaptureFailure(errors[0], user_model, args, kwargs, dynamic_shapes)
+    _record_capture_failure(context, failure)
     raise CaptureError(
         "torch.export could not capture the model.\n"
         f"  non-strict: {exception_summary(errors[0])}\n"
         f"  strict:     {exception_summary(errors[-1])}\n"
-        "Data-dependent control flow must be written with torch.cond, and values read with .item() "
-        "cannot decide Python branches; see the SARIF report for the line in your code."
+        f"Hint: {capture_hint(failure)}"
     ) from errors[0]
-
-
-_HINTS = (
-    (
-        ("data-dependent", "DataDependent", "unbacked", ".item()"),
-        "a Python branch or size depends on a tensor's values (if x.sum() > 0, int(x.max()), "
-        ".item()); write the branch with torch.cond or torch.where, or state the fact with "
-        "torch._check(...).",
-    ),
-    (
-        ("data pointer", "data_ptr", "numpy", "FakeTensor", "fake tensor"),
-        "forward() calls something that needs real tensor data (data_ptr(), .numpy(), a C "
-        "extension); move that call out of forward() or wrap it in a "
-        "torch.library.custom_op with a fake implementation.",
-    ),
-)
-
-
-def capture_hint(error: BaseException) -> str:
-    """What to change in the model for this capture error, in one sentence."""
-    text = f"{type(error).__name__}: {error}"
-    for needles, hint in _HINTS:
-        if any(needle in text for needle in needles):
-            return hint
-    return (
-        "make forward() traceable by torch.export (no Python control flow on tensor values, "
-        "no untraceable calls); the log of this result holds the full traceback."
-    )
-
 
 
 class _CallableModule(torch.nn.Module):
@@ -174,6 +154,32 @@ class _CallableModule(torch.nn.Module):
     def __init__(self, function: Any) -> None:
         super().__init__()
         self.function = function
+        self._traced = _named_forward(function)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.function(*args, **kwargs)
+        return self._traced(*args, **kwargs)
+
+
+def _named_forward(function: Any) -> Any:
+    """The user's function, run by a code object named `forward`.
+
+    torch.export keeps only the frames of functions named `forward` in each node's stack
+    trace; under its own name the user's function would vanish from it and every node
+    would point at this module. Same code, globals, defaults and closure: only the name
+    differs. Other callables (partials, callable objects) are returned as they are.
+    """
+    if not isinstance(function, types.FunctionType):
+        return function
+    code = function.__code__.replace(co_name="forward")
+    renamed = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__, function.__closure__)
+    renamed.__kwdefaults__ = function.__kwdefaults__
+    return renamed
+
+
+def model_name(model: Any) -> str:
+    """How reports name the model: its class, or a plain function's own name."""
+    if isinstance(model, _CallableModule):
+        model = model.function
+    if isinstance(model, types.FunctionType):
+        return getattr(model, "__qualname__", model.__name__)
+    return type(model).__name__

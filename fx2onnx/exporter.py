@@ -21,7 +21,7 @@ import fx2onnx
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
-from fx2onnx.capture import CaptureError, capture, copy_graph_module
+from fx2onnx.capture import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.capture_checks import check_captured_graph
 from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
@@ -103,7 +103,7 @@ def _record_failure_summary(context: DiagnosticContext, model: Any, timer: Stage
         rules.EXPORT_SUMMARY,
         Level.NOTE,
         message=(
-            f"Exporting {type(model).__name__} to ONNX failed with {errors} error(s) and "
+            f"Exporting {model_name(model)} to ONNX failed with {errors} error(s) and "
             f"{warnings_} warning(s); stages run: {times or 'none'}."
         ),
     )
@@ -183,7 +183,7 @@ def _export(
     weights = {name: BodyInitializer(target, tensor) for name, (target, tensor) in io.lifted_tensors.items()}
     start_translation(graph_module)
     with timer.stage("translation"), context.scope(
-        rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=type(model).__name__
+        rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=model_name(model)
     ) as graph_diagnostic:
         graph_diagnostic.log_code(lambda: graph_module.print_readable(print_output=False), "python")
         translated = interpreter.translate(graph_module, builder, inputs=weights, skip=unsupported)
@@ -330,4 +330,4 @@ def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, 
         f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {len(graph)} nodes, "
         f"{len(graph.initializers)} initializers, {len(model_ir.functions)} functions; {times}. {warnings_line}"
     )
-    context.record(rules.EXPORT_SUMMARY, Level.NOTE, model=type(model).__name__, summary=summary)
+    context.record(rules.EXPORT_SUMMARY, Level.NOTE, model=model_name(model), summary=summary)
