@@ -154,10 +154,12 @@ class _CallableModule(torch.nn.Module):
     def __init__(self, function: Any) -> None:
         super().__init__()
         self.function = function
-        self._traced = _named_forward(function)
+        # The instance's forward is the function itself: torch.export and the dynamic-shapes
+        # spec then see its own signature (parameter names), not (*args, **kwargs).
+        self.forward = _named_forward(function)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._traced(*args, **kwargs)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # replaced per instance in __init__
+        return self.function(*args, **kwargs)
 
 
 def _named_forward(function: Any) -> Any:
