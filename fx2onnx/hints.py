@@ -18,12 +18,16 @@ import torch
 import torch.utils._pytree as pytree
 
 
+# The model of a failure known only by its error (`capture_hint(error)`).
+UNKNOWN_MODEL: Any = object()
+
+
 @dataclass
 class CaptureFailure:
     """An error raised while capturing `model` on the given example inputs."""
 
     error: BaseException
-    model: Any = None
+    model: Any = UNKNOWN_MODEL
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     dynamic_shapes: Any = None
@@ -109,7 +113,7 @@ def _binding_error(failure: CaptureFailure) -> str | None:
 
 
 def _wrong_arguments(failure: CaptureFailure) -> bool:
-    return _is_model(failure.model) and _binding_error(failure) is not None
+    return failure.model is not UNKNOWN_MODEL and _is_model(failure.model) and _binding_error(failure) is not None
 
 
 _DYNAMIC_SPEC_WORDS = ("dynamic_shapes", "dynamic-shapes-validation", "Dim(")
@@ -253,7 +257,7 @@ def _generic_advice(failure: CaptureFailure) -> str:
 # The table: the first kind that matches gives the hint. Causes read from the inputs and the
 # model come first: they are certain, while the error text only suggests.
 HINTS: tuple[Hint, ...] = (
-    Hint("not-a-model", lambda f: not _is_model(f.model), _not_a_model_advice),
+    Hint("not-a-model", lambda f: f.model is not UNKNOWN_MODEL and not _is_model(f.model), _not_a_model_advice),
     Hint("numpy-input", _has_numpy_input, _numpy_advice),
     Hint("meta-weights", _has_meta_weights, _meta_advice),
     Hint("argument-count", _wrong_arguments, _arguments_advice),
