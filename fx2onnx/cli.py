@@ -153,8 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             return run_export(request, _say(request.quiet))
+        except UsageError:
+            raise  # found once the model was built (e.g. inputs that do not fit it): exit 2
         except ModelBuildError as error:
             print(f"fx2onnx: error: {error}", file=sys.stderr)
+            return EXIT_FAILED
+        except (RuntimeError, ValueError, TypeError) as error:  # e.g. weights that do not fit the model
+            print(f"fx2onnx: error: {type(error).__name__}: {error}", file=sys.stderr)
             return EXIT_FAILED
     except UsageError as error:
         print(f"fx2onnx: error: {error}\n(see fx2onnx --help and fx2onnx export --help)", file=sys.stderr)

@@ -21,7 +21,8 @@ import torch.utils._pytree as pytree
 
 import fx2onnx
 from fx2onnx.cli_model import (
-    bind_inputs, build_model, dynamic_shapes_spec, import_source, load_inputs_file, make_inputs, resolve_attribute,
+    bind_inputs, build_model, dynamic_shapes_spec, import_source, load_inputs_file, make_inputs, required_parameter_count,
+    resolve_attribute,
 )
 from fx2onnx.cli_specs import DynamicSpec, InputSpec, ModelSpec, UsageError, make_example
 from fx2onnx.capture import model_name
@@ -107,10 +108,7 @@ def run_export(request: ExportRequest, say: Callable[[str], None]) -> int:
     except fx2onnx.OnnxExporterError as error:
         print(error, file=sys.stderr)  # the failure summary, with the report's path
         return 1
-    if request.weights is not None:
-        program.save(request.output, model_state=str(request.weights))
-    else:
-        program.save(request.output)
+    _save(program, request, say)
     program.save_diagnostics(request.report)
     seconds = time.perf_counter() - start
 
@@ -127,11 +125,20 @@ def run_export(request: ExportRequest, say: Callable[[str], None]) -> int:
     return 0 if ok else 1
 
 
-def _needs_inputs(model: Any) -> bool:
-    from fx2onnx.cli_model import _required_parameters
+def _save(program: fx2onnx.ONNXProgram, request: ExportRequest, say: Callable[[str], None]) -> None:
+    if request.weights is not None:
+        program.save(request.output, model_state=str(request.weights))
+    elif request.fake:
+        # Built in fake mode, the model has no weight data to write: the graph only.
+        program.save(request.output, include_initializers=False)
+        say(f"note: {request.output} holds no weights (fake mode); give them with --weights CHECKPOINT")
+    else:
+        program.save(request.output)
 
+
+def _needs_inputs(model: Any) -> bool:
     target = model.forward if isinstance(model, torch.nn.Module) else model
-    return _required_parameters(target) > 0
+    return required_parameter_count(target) > 0
 
 
 def _inputs_by_name(args: tuple[Any, ...], kwargs: dict[str, Any], named: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -77,7 +77,8 @@ def resolve_attribute(module: Any, spec: ModelSpec) -> Any:
     return target
 
 
-def _required_parameters(function: Any) -> int:
+def required_parameter_count(function: Any) -> int:
+    """How many parameters a call must give (0 when Python cannot tell)."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
@@ -109,9 +110,9 @@ def build_model(target: Any, spec: ModelSpec) -> BuiltModel:
             "or instance, a factory function, or a function of tensors."
         )
     is_class = isinstance(target, type)
-    if not is_class and _required_parameters(target) > 0:
+    if not is_class and required_parameter_count(target) > 0:
         return BuiltModel(target)  # a plain function of tensors is the model itself
-    if is_class and _required_parameters(target) > 0:
+    if is_class and required_parameter_count(target) > 0:
         raise UsageError(
             f"{target.__name__}{inspect.signature(target)} needs arguments; add a factory function "
             "with none (def make_model(): return ...) and name it instead."
@@ -198,5 +199,5 @@ def dynamic_shapes_spec(specs: Sequence[DynamicSpec], named_inputs: dict[str, An
 
 __all__ = [
     "BuiltModel", "ModelBuildError", "bind_inputs", "build_model", "dynamic_shapes_spec",
-    "import_source", "load_inputs_file", "make_inputs", "resolve_attribute",
+    "import_source", "load_inputs_file", "make_inputs", "required_parameter_count", "resolve_attribute",
 ]

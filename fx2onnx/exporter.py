@@ -67,8 +67,10 @@ def dynamo_export(
     """Export a PyTorch model to ONNX.
 
     Args:
-        model: an `nn.Module` (captured with torch.export), an `ExportedProgram` (taken
-            as it is) or an aten-level `torch.fx.GraphModule`.
+        model: an `nn.Module` (captured with torch.export), a plain Python function of
+            tensors (its inputs named after its parameters, its problems reported at its
+            lines), an `ExportedProgram` (taken as it is) or an aten-level
+            `torch.fx.GraphModule`.
         model_args, model_kwargs: example inputs; may be nested and contain None.
         export_options: dynamic shapes, registry, diagnostics; see `ExportOptions`.
 
