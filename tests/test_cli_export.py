@@ -281,6 +281,12 @@ def test_fake_mode_export_takes_weights_from_a_checkpoint(tmp_path, model_file, 
     (actual,) = _run_onnx(output, {"x": x, "scale": scale})
     torch.testing.assert_close(torch.from_numpy(actual), real(x, scale).detach(), rtol=1e-3, atol=1e-4)
 
+    # Without --weights the graph is saved without weight data, and the summary says so.
+    bare = tmp_path / "bare.onnx"
+    assert main(["export", f"{model_file}:Net", "--input", "x=2x16", "--input", "scale=1", "--fake", "--output", str(bare)]) == 0
+    assert "holds no weights" in capsys.readouterr().out
+    assert bare.stat().st_size < output.stat().st_size
+
 
 def test_version_in_process_and_as_python_dash_m(capsys):
     assert main(["--version"]) == 0
