@@ -79,17 +79,22 @@ def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> 
     FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*fake_args)
 
 
-def _record_capture_failure(context: DiagnosticContext, failure: CaptureFailure) -> None:
+def _record_capture_failure(context: DiagnosticContext, failure: CaptureFailure, *others: BaseException) -> None:
     error = failure.error
     frames = traceback.extract_tb(error.__traceback__)
-    text = "".join(traceback.format_list(frames)) + "\n" + str(error)
-    stack = Stack.from_python_traceback(text)
-    location = stack_location(stack)
-    if location is None:
-        # Nothing of the user's ran (inputs that do not fit, not a model): point at the
-        # user's call of the exporter instead.
-        stack = Stack.from_python_traceback("".join(traceback.format_list(traceback.extract_stack())))
+    # Where the user's line is found, in order: the traceback; the "User stack" that
+    # torch.export writes into some messages (of either capture mode); else, when nothing
+    # of the user's ran (inputs that do not fit, not a model), the user's call of the exporter.
+    candidates = [
+        "".join(traceback.format_list(frames)) + "\n" + str(error),
+        *(str(other) for other in others),
+        "".join(traceback.format_list(traceback.extract_stack())),
+    ]
+    for text in candidates:
+        stack = Stack.from_python_traceback(text)
         location = stack_location(stack)
+        if location is not None:
+            break
     diagnostic = context.record(
         rules.CAPTURE_FAILURE,
         Level.ERROR,
@@ -139,7 +144,7 @@ def capture(
             )
         return captured
     failure = CaptureFailure(errors[0], user_model, args, kwargs, dynamic_shapes)
-    _record_capture_failure(context, failure)
+    _record_capture_failure(context, failure, *errors[1:])
     raise CaptureError(
         "torch.export could not capture the model.\n"
         f"  non-strict: {exception_summary(errors[0])}\n"

@@ -102,6 +102,9 @@ def test_constraint_violations_keep_their_explanation(tmp_path):
     assert "You marked b as dynamic but your code specialized it to be a constant (2)" in text
     assert "Suggested fixes:" in text and "b = 2" in text
     assert "draft_export" not in text and "User stack" not in text  # boilerplate and stack dropped
+    # torch.export names the line only in its message's user stack: the report points there.
+    (diagnostic,) = error.diagnostic_context.errors()
+    assert (diagnostic.location.path, diagnostic.location.line) == (THIS_FILE, line_of("specializes the batch"))
 
 
 def test_cache_outputs_say_what_to_change():
