@@ -55,6 +55,11 @@ MODEL_FILE = textwrap.dedent(
         return Net()
 
 
+    def make_with_inputs():
+        torch.manual_seed(0)
+        return Net(), (torch.randn(3, 16),), {"scale": torch.tensor([2.0])}
+
+
     def scaled_tanh(x, y):
         return torch.tanh(x) * y
 
@@ -155,6 +160,16 @@ def test_export_with_an_inputs_file_and_a_module_instance(tmp_path, model_file, 
     assert code == 0
     assert capsys.readouterr().out == ""  # --quiet
     assert onnx.load(str(output)).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64
+
+
+def test_a_factory_may_return_its_example_inputs(tmp_path, model_file, capsys):
+    output = tmp_path / "f.onnx"
+    assert main(["export", f"{model_file}:make_with_inputs", "--output", str(output), "--verify"]) == 0
+    printed = capsys.readouterr().out
+    assert "with inputs x float32[3, 16], scale float32[1]" in printed and "verification: PASS" in printed
+    model, (x,), kwargs = _load_user_module(model_file).make_with_inputs()
+    (actual,) = _run_onnx(output, {"x": x, "scale": kwargs["scale"]})
+    torch.testing.assert_close(torch.from_numpy(actual), model(x, **kwargs).detach(), rtol=1e-3, atol=1e-4)
 
 
 def test_a_failing_model_exits_1_with_the_summary_and_the_report(tmp_path, model_file, capsys):
