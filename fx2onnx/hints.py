@@ -302,13 +302,13 @@ def capture_hint(failure: CaptureFailure | BaseException) -> str:
 _MAX_LINES = 12
 _MAX_LINE = 400
 # Where the explanation of a torch.export error ends: its traceback and boilerplate.
-_STOP_AT = ("User stack:", "Traceback (most recent call last)", "The error above occurred", "For C++ stack trace")
+_STOP_AT = ("User stack:", "User Stack", "from user code:", "Traceback (most recent call last)", "The error above occurred", "For C++ stack trace")
 
 
 def explain(error: BaseException) -> str:
     """`Type: message` keeping the lines that explain the cause: the first paragraph
-    (e.g. each violated constraint) and torch.export's suggested fixes, without the
-    user stack, tracebacks and pointers to other tools."""
+    (e.g. each violated constraint), the cause of a failed guard and torch.export's
+    suggested fixes, without the user stack, tracebacks and pointers to other tools."""
     lines = str(error).strip().splitlines()
     kept: list[str] = []
     paragraph_ended = False
@@ -318,6 +318,9 @@ def explain(error: BaseException) -> str:
         if any(stripped.startswith(stop) for stop in _STOP_AT):
             in_fixes = False
             paragraph_ended = True
+            continue
+        if stripped.startswith("Caused by:"):  # a guard's cause: the user's expression
+            kept.append(line.rstrip()[:_MAX_LINE])
             continue
         if stripped.startswith("Suggested fixes"):
             in_fixes = True

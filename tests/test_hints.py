@@ -150,6 +150,17 @@ def test_explain_keeps_the_first_paragraph_and_the_fixes():
         "  - The values of c = L['y'].size()[0] and b = L['x'].size()[0] must always be equal.\n"
         "Suggested fixes:\n  c = b"
     )
+    guard = RuntimeError(
+        "Could not guard on data-dependent expression u0 > 2 (unhinted: u0 > 2).\n\n"
+        "consider using data-dependent friendly APIs such as guard_or_false.\n"
+        "Caused by: return torch.zeros(n) if n > 2 else x  # model.py:6 in forward\n"
+        "For more information, run with TORCH_LOGS=\"dynamic\"\n\n"
+        "User Stack (most recent call last):\n  File \"/model.py\", line 6, in forward\n"
+    )
+    assert explain(guard) == (
+        "RuntimeError: Could not guard on data-dependent expression u0 > 2 (unhinted: u0 > 2).\n"
+        "Caused by: return torch.zeros(n) if n > 2 else x  # model.py:6 in forward"
+    )
     assert explain(ValueError("")) == "ValueError: (no message)"
 
 
