@@ -89,7 +89,13 @@ _NAME = re.compile(r"^[A-Za-z_]\w*$")
 
 
 def parse_input_spec(text: str) -> InputSpec:
-    """`x=2x16:float32`, `ids=1x128:int64:0..30522`, `2x3` (float32), `n=scalar:int64`."""
+    """`x=2x16:float32`, `ids=1x128:int64:0..30522`, `2x3` (float32), `n=scalar:int64`.
+
+    >>> parse_input_spec("ids=1x128:int64:0..1000")
+    InputSpec(name='ids', shape=(1, 128), dtype=torch.int64, low=0, high=1000)
+    >>> parse_input_spec("2x3").describe()
+    '(positional)=2x3:float32'
+    """
     usage = "write it as [name=]2x16[:dtype[:low..high]], e.g. ids=1x128:int64:0..1000"
     name, equals, rest = text.partition("=")
     if not equals:
@@ -141,6 +147,11 @@ class DynamicSpec:
 
 
 def parse_dynamic_spec(text: str) -> DynamicSpec:
+    """`x=0:batch,1:seq` (named dims) or `x=0` (torch.export names it).
+
+    >>> parse_dynamic_spec("x=0:batch,2")
+    DynamicSpec(input_name='x', dims={0: 'batch', 2: None})
+    """
     usage = "write it as input=dim[:name],... e.g. x=0:batch,1:seq (or --dynamic alone for every dim)"
     name, equals, rest = text.partition("=")
     if not equals or not _NAME.match(name) or not rest:
