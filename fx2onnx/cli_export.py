@@ -71,8 +71,8 @@ def _export_options(request: ExportRequest, dynamic_shapes: Any, fake_context: A
     if fake_context is not None:
         options["fake_context"] = fake_context
     fields = {f.name for f in dataclasses.fields(fx2onnx.ExportOptions)}
-    if "progress" in fields:  # a progress bar through the stages, on a terminal only
-        options["progress"] = not request.quiet and sys.stderr.isatty()
+    if "progress" in fields:  # a bar through the stages, drawn only when stderr is a terminal
+        options["progress"] = not request.quiet
     return fx2onnx.ExportOptions(**options)
 
 
