@@ -114,7 +114,12 @@ def capture(
     fake_context: ONNXFakeContext | None = None,
 ) -> CapturedModel:
     """Turn an nn.Module, ExportedProgram or GraphModule into a graph with FakeTensor metadata."""
-    check_fake_mode_use(model, args, kwargs, fake_context)
+    try:
+        check_fake_mode_use(model, args, kwargs, fake_context)
+    except ValueError as error:  # fake and real tensors mixed: a capture failure with its hint
+        failure = CaptureFailure(error, model, args, kwargs)
+        _record_capture_failure(context, failure)
+        raise CaptureError(f"{error}\nHint: {capture_hint(failure)}") from error
     if isinstance(model, torch.export.ExportedProgram):
         return CapturedModel(model.graph_module, model)
     if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):

@@ -246,6 +246,14 @@ def _real_data_advice(failure: CaptureFailure) -> str:
     )
 
 
+def _fake_mode_advice(failure: CaptureFailure) -> str:
+    return (
+        "create the model and all its example inputs inside one `with fx2onnx.enable_fake_mode() "
+        "as fake_context:` block and export with ExportOptions(fake_context=fake_context); or "
+        "export real tensors without a fake context."
+    )
+
+
 def _generic_advice(failure: CaptureFailure) -> str:
     return (
         "torch.export could not trace forward(); fix the line of your code the report points "
@@ -261,6 +269,7 @@ HINTS: tuple[Hint, ...] = (
     Hint("numpy-input", _has_numpy_input, _numpy_advice),
     Hint("meta-weights", _has_meta_weights, _meta_advice),
     Hint("argument-count", _wrong_arguments, _arguments_advice),
+    Hint("fake-mode-use", _contains("fake_context", "enable_fake_mode()"), _fake_mode_advice),
     Hint("constraints-violated", _contains("Constraints violated"), _constraints_advice),
     Hint("dynamic-shapes-spec", _bad_dynamic_spec, _dynamic_spec_advice),
     Hint("cache-output", _is_cache_output, _cache_advice),

@@ -126,8 +126,18 @@ def test_other_unknown_output_types_name_the_type():
 
 
 def test_every_hint_kind_is_pinned_by_a_test():
-    tested = set(CASES) | {"cache-output", "unknown-output-type", "needs-real-data", "untraceable"}
+    tested = set(CASES) | {"cache-output", "unknown-output-type", "needs-real-data", "untraceable", "fake-mode-use"}
     assert {hint.kind for hint in HINTS} == tested
+
+
+def test_fake_inputs_without_a_fake_context(tmp_path):
+    with fx2onnx.enable_fake_mode():
+        x = torch.randn(2, 4)
+    error = _failure(tmp_path, Linear(), x)
+    (diagnostic,) = error.diagnostic_context.errors()
+    assert diagnostic.rule.id == rules.CAPTURE_FAILURE.id
+    assert "ExportOptions(fake_context=fake_context)" in diagnostic.message.split("Hint: ", 1)[1]
+    assert "register_op" not in str(error) and "torch.cond" not in str(error)
 
 
 def test_untraceable_calls_and_unknown_causes():
