@@ -198,12 +198,12 @@ CAPTURE_FAILURE = Rule(
     ),
     message_template="torch.export could not capture the model: {reason}",
     help_text=(
-        "Make the model traceable: replace if/while on tensor values with torch.cond or "
-        "torch.where; do not use .item(), .tolist() or bool(tensor) in control flow; "
-        "move untraceable calls (numpy, I/O, logging) out of forward; use "
-        "torch._check(...) to state facts about data-dependent sizes. Try both capture "
-        "modes: non-strict tolerates more Python, strict reports the exact line. Or pass "
-        "an ExportedProgram you captured yourself."
+        "Follow the hint in the message: it names the cause found (not a model, numpy "
+        "inputs, weights on the meta device, inputs that do not fit forward's signature, "
+        "a dynamic-shapes spec, an output type, control flow on tensor values) and what to "
+        "change. The log holds the full traceback of both capture modes (non-strict "
+        "tolerates more Python, strict reports the exact line). Or pass an "
+        "ExportedProgram you captured yourself."
     ),
     default_level=Level.ERROR,
 )

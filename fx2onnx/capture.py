@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from dispatcher import stack_location
 from fx2onnx.dynamic_dims_check import (
     FixedDynamicDimError,
     check_dynamic_dims,
+    fixed_dims_text,
     leaves_in_input_order,
     explain_fixed_dims,
     is_fixed_dim_error,
@@ -23,6 +25,7 @@ from fx2onnx.dynamic_dims_check import (
 from fx2onnx.dynamic_shapes import (
     DynamicDimError,
     DynamicShapesOption,
+    SpecializedDim,
     requested_dynamic_dims,
     keep_size_one_dims_dynamic,
     size_one_symbols,
@@ -31,7 +34,7 @@ from fx2onnx.dynamic_shapes import (
     torch_export_spec,
 )
 from fx2onnx.fake_mode import ONNXFakeContext, check_fake_mode_use
-from fx2onnx.transformers_hints import transformers_hint
+from fx2onnx.hints import CaptureFailure, capture_hint, explain
 
 
 class CaptureError(RuntimeError):
@@ -97,18 +100,30 @@ def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> 
     FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*fake_args)
 
 
-def _record_capture_failure(context: DiagnosticContext, error: BaseException, hint: str) -> None:
+def _record_capture_failure(
+    context: DiagnosticContext, failure: CaptureFailure, *others: BaseException, fixed: Sequence[SpecializedDim] = ()
+) -> None:
+    error = failure.error
     frames = traceback.extract_tb(error.__traceback__)
-    text = "".join(traceback.format_list(frames)) + "\n" + str(error)
-    stack = Stack.from_python_traceback(text)
-    location = stack_location(stack)
-    diagnostic = context.record(
-        rules.CAPTURE_FAILURE,
-        Level.ERROR,
-        location=location,
-        stack=stack,
-        reason=f"{exception_summary(error)} Hint: {hint}",
-    )
+    # Where the user's line is found, in order: the code that fixed a dynamic dim; the
+    # traceback; the "User stack" that torch.export writes into some messages (of either
+    # capture mode); else, when nothing of the user's ran (inputs that do not fit, not a
+    # model), the user's call of the exporter.
+    candidates = [
+        *(f'  File "{dim.location[0]}", line {dim.location[1]}, in forward\n' for dim in fixed if dim.location),
+        "".join(traceback.format_list(frames)) + "\n" + str(error),
+        *(str(other) for other in others),
+        "".join(traceback.format_list(traceback.extract_stack())),
+    ]
+    for text in candidates:
+        stack = Stack.from_python_traceback(text)
+        location = stack_location(stack)
+        if location is not None:
+            break
+    reason = f"{explain(error)}\nHint: {capture_hint(failure)}"
+    if fixed:
+        reason = f"{fixed_dims_text(list(fixed))}\n{reason}"
+    diagnostic = context.record(rules.CAPTURE_FAILURE, Level.ERROR, location=location, stack=stack, reason=reason)
     diagnostic.log_source_exception(error)
 
 
@@ -121,7 +136,12 @@ def capture(
     fake_context: ONNXFakeContext | None = None,
 ) -> CapturedModel:
     """Turn an nn.Module, ExportedProgram or GraphModule into a graph with FakeTensor metadata."""
-    check_fake_mode_use(model, args, kwargs, fake_context)
+    try:
+        check_fake_mode_use(model, args, kwargs, fake_context)
+    except ValueError as error:  # fake and real tensors mixed: a capture failure with its hint
+        failure = CaptureFailure(error, model, args, kwargs)
+        _record_capture_failure(context, failure)
+        raise CaptureError(f"{error}\nHint: {capture_hint(failure)}") from error
     if isinstance(model, torch.export.ExportedProgram):
         return CapturedModel(model.graph_module, model)
     if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):
@@ -130,17 +150,19 @@ def capture(
             _fake_propagate(graph_module, [*args, *kwargs.values()])
         return CapturedModel(graph_module, None)
     if not isinstance(model, torch.nn.Module):
-        if not callable(model):
-            raise TypeError(
-                f"dynamo_export takes an nn.Module, an ExportedProgram or a GraphModule; got {type(model).__name__}."
-            )
+        if not callable(model) or isinstance(model, type):
+            failure = CaptureFailure(TypeError(f"{type(model).__name__} is not a model"), model, args, kwargs)
+            _record_capture_failure(context, failure)
+            raise CaptureError(f"Not a model: {capture_hint(failure)}") from failure.error
         model = _CallableModule(model)
+    user_model = model.function if isinstance(model, _CallableModule) else model
     spec = torch_export_spec(dynamic_shapes, model, args, kwargs)
     try:
         requested = requested_dynamic_dims(spec, model, args, kwargs, explicit=dynamic_shapes is not True)
     except DynamicDimError as error:
-        context.record(rules.CAPTURE_FAILURE, Level.ERROR, reason=str(error))
-        raise CaptureError(str(error)) from error
+        failure = CaptureFailure(error, user_model, args, kwargs, dynamic_shapes)
+        _record_capture_failure(context, failure)
+        raise CaptureError(f"{error}\nHint: {capture_hint(failure)}") from error
     errors: list[BaseException] = []
     for strict, size_oblivious in _capture_attempts(_has_size_one_dynamic_dim(requested, args, kwargs)):
         try:
@@ -158,19 +180,19 @@ def capture(
         except FixedDynamicDimError as error:
             raise CaptureError(str(error)) from error
         return captured
+    failure = CaptureFailure(errors[0], user_model, args, kwargs, dynamic_shapes)
+    fixed: list[SpecializedDim] = []
     if requested and any(is_fixed_dim_error(error) for error in errors):
-        try:
-            recapture = lambda relaxed: _export(model, args, kwargs, relaxed, False, False)  # noqa: E731
-            explain_fixed_dims(context, recapture, spec, requested, args, kwargs)
-        except FixedDynamicDimError as error:
-            raise CaptureError(str(error)) from errors[0]
-    hint = transformers_hint(model, errors[0]) or capture_hint(errors[0])
-    _record_capture_failure(context, errors[0], hint)
+        recapture = lambda relaxed: _export(model, args, kwargs, relaxed, False, False)  # noqa: E731
+        fixed = explain_fixed_dims(context, recapture, spec, requested, args, kwargs)
+    _record_capture_failure(context, failure, *errors[1:], fixed=fixed)
+    if fixed:
+        raise CaptureError(f"{fixed_dims_text(fixed)}\n{explain(errors[0])}\nHint: {capture_hint(failure)}") from errors[0]
     raise CaptureError(
         "torch.export could not capture the model.\n"
         f"  non-strict: {exception_summary(errors[0])}\n"
         f"  strict:     {exception_summary(errors[-1])}\n"
-        f"Hint: {hint} See the SARIF report for the line in your code."
+        f"Hint: {capture_hint(failure)}"
     ) from errors[0]
 
 
@@ -207,41 +229,40 @@ def _record_strict_fallback(context: DiagnosticContext, captured: CapturedModel,
     captured.notes.append(message)
 
 
-_HINTS = (
-    (
-        ("data-dependent", "DataDependent", "unbacked", ".item()"),
-        "a Python branch or size depends on a tensor's values (if x.sum() > 0, int(x.max()), "
-        ".item()); write the branch with torch.cond or torch.where, or state the fact with "
-        "torch._check(...).",
-    ),
-    (
-        ("data pointer", "data_ptr", "numpy", "FakeTensor", "fake tensor"),
-        "forward() calls something that needs real tensor data (data_ptr(), .numpy(), a C "
-        "extension); move that call out of forward() or wrap it in a "
-        "torch.library.custom_op with a fake implementation.",
-    ),
-)
-
-
-def capture_hint(error: BaseException) -> str:
-    """What to change in the model for this capture error, in one sentence."""
-    text = f"{type(error).__name__}: {error}"
-    for needles, hint in _HINTS:
-        if any(needle in text for needle in needles):
-            return hint
-    return (
-        "make forward() traceable by torch.export (no Python control flow on tensor values, "
-        "no untraceable calls); the log of this result holds the full traceback."
-    )
-
-
-
 class _CallableModule(torch.nn.Module):
     """Wraps a plain function so that torch.export can take it."""
 
     def __init__(self, function: Any) -> None:
         super().__init__()
         self.function = function
+        # The instance's forward is the function itself: torch.export and the dynamic-shapes
+        # spec then see its own signature (parameter names), not (*args, **kwargs).
+        self.forward = _named_forward(function)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # replaced per instance in __init__
         return self.function(*args, **kwargs)
+
+
+def _named_forward(function: Any) -> Any:
+    """The user's function, run by a code object named `forward`.
+
+    torch.export keeps only the frames of functions named `forward` in each node's stack
+    trace; under its own name the user's function would vanish from it and every node
+    would point at this module. Same code, globals, defaults and closure: only the name
+    differs. Other callables (partials, callable objects) are returned as they are.
+    """
+    if not isinstance(function, types.FunctionType):
+        return function
+    code = function.__code__.replace(co_name="forward")
+    renamed = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__, function.__closure__)
+    renamed.__kwdefaults__ = function.__kwdefaults__
+    return renamed
+
+
+def model_name(model: Any) -> str:
+    """How reports name the model: its class, or a plain function's own name."""
+    if isinstance(model, _CallableModule):
+        model = model.function
+    if isinstance(model, types.FunctionType):
+        return getattr(model, "__qualname__", model.__name__)
+    return type(model).__name__

@@ -60,9 +60,10 @@ def explain_fixed_dims(
     requested: RequestedDims,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-) -> None:
+) -> list[SpecializedDim]:
     """torch.export refused a named dynamic dim: capture again with every dim as
-    Dim.AUTO (`recapture(spec)`) and raise FixedDynamicDimError naming the fixed dims."""
+    Dim.AUTO (`recapture(spec)`) and return the named dims the model fixes (the caller
+    reports them with the capture failure)."""
     try:
         program = recapture(relaxed_spec(spec))
     except Exception as error:  # noqa: BLE001 - the original capture errors are reported instead
@@ -70,9 +71,17 @@ def explain_fixed_dims(
             rules.CAPTURE_FAILURE, Level.NOTE,
             message=f"Capturing again with every dim as Dim.AUTO, to find the fixed dims, failed too: {type(error).__name__}: {error}",
         )
-        return
-    fixed = [dim for dim in specialized_dims(program, requested, leaves_in_input_order(program, args, kwargs)) if dim.explicit]
-    _report(context, fixed)
+        return []
+    return [dim for dim in specialized_dims(program, requested, leaves_in_input_order(program, args, kwargs)) if dim.explicit]
+
+
+def fixed_dims_text(fixed: list[SpecializedDim]) -> str:
+    """The sentence a capture failure starts with when named dynamic dims were fixed."""
+    return (
+        "A dim asked to be dynamic is static in the ONNX model: "
+        + "; ".join(dim.describe() for dim in fixed)
+        + ". Change that code (or drop the dim from dynamic_shapes)."
+    )
 
 
 def _report(context: DiagnosticContext, fixed: list[SpecializedDim]) -> list[str]:

@@ -21,7 +21,7 @@ import fx2onnx
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
-from fx2onnx.capture import CaptureError, capture, copy_graph_module
+from fx2onnx.capture import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.capture_checks import check_captured_graph
 from fx2onnx.containers import registered_containers
 from fx2onnx.control_flow import on_every_graph
@@ -68,8 +68,10 @@ def dynamo_export(
     """Export a PyTorch model to ONNX.
 
     Args:
-        model: an `nn.Module` (captured with torch.export), an `ExportedProgram` (taken
-            as it is) or an aten-level `torch.fx.GraphModule`.
+        model: an `nn.Module` (captured with torch.export), a plain Python function of
+            tensors (its inputs named after its parameters, its problems reported at its
+            lines), an `ExportedProgram` (taken as it is) or an aten-level
+            `torch.fx.GraphModule`.
         model_args, model_kwargs: example inputs; may be nested and contain None.
         export_options: dynamic shapes, registry, diagnostics; see `ExportOptions`.
 
@@ -79,7 +81,7 @@ def dynamo_export(
     """
     options = export_options or ExportOptions()
     context = DiagnosticContext("fx2onnx", fx2onnx.__version__, options.diagnostic_options)
-    progress = ExportProgress(options.progress, f"Exporting {type(model).__name__}")
+    progress = ExportProgress(options.progress, f"Exporting {model_name(model)}")
     timer = StageTimer(on_stage=progress.stage)
     try:
         # outside any fake mode: the export may be called inside `with enable_fake_mode()`
@@ -105,7 +107,7 @@ def _record_failure_summary(context: DiagnosticContext, model: Any, timer: Stage
         rules.EXPORT_SUMMARY,
         Level.NOTE,
         message=(
-            f"Exporting {type(model).__name__} to ONNX failed with {errors} error(s) and "
+            f"Exporting {model_name(model)} to ONNX failed with {errors} error(s) and "
             f"{warnings_} warning(s); stages run: {times or 'none'}."
         ),
     )
@@ -186,7 +188,7 @@ def _export(
     start_translation(graph_module)
     renamed_inputs = {placeholder: BodyInput(name) for placeholder, name in io.input_names.items()}
     with timer.stage("translation"), context.scope(
-        rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=type(model).__name__
+        rules.FX_GRAPH_TO_ONNX, Level.NONE, graph_name=model_name(model)
     ) as graph_diagnostic:
         graph_diagnostic.log_code(lambda: graph_module.print_readable(print_output=False), "python")
         translated = interpreter.translate(graph_module, builder, inputs={**weights, **renamed_inputs}, skip=unsupported)
@@ -338,4 +340,4 @@ def _record_summary(context: DiagnosticContext, model: Any, model_ir: ir.Model, 
         f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {len(graph)} nodes, "
         f"{len(graph.initializers)} initializers, {len(model_ir.functions)} functions; {times}. {warnings_line}"
     )
-    context.record(rules.EXPORT_SUMMARY, Level.NOTE, model=type(model).__name__, summary=summary)
+    context.record(rules.EXPORT_SUMMARY, Level.NOTE, model=model_name(model), summary=summary)
