@@ -243,24 +243,6 @@ GRAPH_BUILDING = Rule(
     default_level=Level.ERROR,
 )
 
-OUTPUT_VERIFICATION = Rule(
-    id="FXE0020",
-    name="output-verification",
-    short_description="ONNX Runtime's outputs differ from PyTorch's.",
-    full_description=(
-        "After export the ONNX model is run in ONNX Runtime on the example inputs and "
-        "its outputs are compared with the PyTorch model's outputs. A mismatch beyond "
-        "the tolerance means the exported model does not compute what the model does."
-    ),
-    message_template="ONNX Runtime output {output} differs from PyTorch: {detail}",
-    help_text=(
-        "Re-export with op-level validation to find the operator at fault, check the "
-        "dtypes (float16/bfloat16 have larger errors) and loosen the tolerance if the "
-        "difference is numerical noise; otherwise report it with this SARIF file."
-    ),
-    default_level=Level.WARNING,
-)
-
 TYPE_LEGALIZATION = Rule(
     id="FXE0021",
     name="type-legalization",
@@ -333,7 +315,6 @@ ALL: tuple[Rule, ...] = (
     CAPTURE_FAILURE,
     EXPORT_SUMMARY,
     GRAPH_BUILDING,
-    OUTPUT_VERIFICATION,
     TYPE_LEGALIZATION,
     MODEL_VALIDATION,
     INVALID_MODEL_IO,

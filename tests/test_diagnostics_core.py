@@ -65,7 +65,6 @@ EXPECTED_CATALOG = {
     "CAPTURE_FAILURE": ("FXE0017", "capture-failure"),
     "EXPORT_SUMMARY": ("FXE0018", "export-summary"),
     "GRAPH_BUILDING": ("FXE0019", "onnx-graph-building"),
-    "OUTPUT_VERIFICATION": ("FXE0020", "output-verification"),
     "TYPE_LEGALIZATION": ("FXE0021", "type-legalization"),
     "MODEL_VALIDATION": ("FXE0022", "onnx-model-validation"),
     "INVALID_MODEL_IO": ("FXE0023", "invalid-model-inputs-or-outputs"),

@@ -180,7 +180,7 @@ def test_properties_are_made_json_safe() -> None:
             return "torch.Size([2, 3])"
 
     ctx = _context()
-    ctx.record(rules.OUTPUT_VERIFICATION, output="out0", detail="max abs diff nan",
+    ctx.record(rules.GRAPH_BUILDING, message="max abs diff nan",
                properties={"maxAbsDiff": float("nan"), "rtol": 1e-4, "shape": Shape(),
                            "inputs": ("x", 2), 3: {"inf": float("-inf")}})
     text = ctx.to_json()
