@@ -24,7 +24,8 @@ from typing import Any, Optional
 import numpy as np
 import onnx_ir as ir
 from onnxscript import opset18 as op
-from onnxscript import values as osv
+
+from dispatcher.function_table import FunctionTable
 from onnxscript.function_libs.torch_lib.tensor_typing import BOOL, INT64, TReal, TTensor
 
 __all__ = ["COMPLEX_FUNCTIONS", "COMPLEX_DOMAIN", "component_dtype"]
@@ -32,7 +33,7 @@ __all__ = ["COMPLEX_FUNCTIONS", "COMPLEX_DOMAIN", "component_dtype"]
 # The domain of these functions' opset: they are traced into standard ONNX operators,
 # so the domain only tells the interpreter that a function is one of these.
 COMPLEX_DOMAIN = "pkg.fx2onnx.complex"
-_OPSET = osv.Opset(COMPLEX_DOMAIN, 1)
+_TABLE = FunctionTable(COMPLEX_DOMAIN)
 
 _COMPLEX_TO_COMPONENT = {
     ir.DataType.COMPLEX64.value: ir.DataType.FLOAT.value,
@@ -41,18 +42,9 @@ _COMPLEX_TO_COMPONENT = {
 
 # Only overloads that torchlib has a real function for are registered: a complex-only
 # entry would hide the real fallback (default overload, decomposition) of real calls.
-COMPLEX_FUNCTIONS: list[tuple[tuple[str, ...], osv.TracedOnnxFunction]] = []
+COMPLEX_FUNCTIONS = _TABLE.entries
 
-
-def _complex_op(*names: str):
-    """Register the decorated Python function as a traced complex implementation."""
-
-    def wrap(function):
-        traced = osv.TracedOnnxFunction(_OPSET, function)
-        COMPLEX_FUNCTIONS.append((names, traced))
-        return traced
-
-    return wrap
+_complex_op = _TABLE.op
 
 
 # -- helpers ------------------------------------------------------------------------------

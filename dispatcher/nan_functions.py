@@ -20,26 +20,20 @@ from collections.abc import Sequence
 from typing import Optional
 
 from onnxscript import opset18 as op
-from onnxscript import values as osv
+
+from dispatcher.function_table import FunctionTable
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TFloat
 
 __all__ = ["NAN_FUNCTIONS", "NAN_DOMAIN"]
 
 NAN_DOMAIN = "pkg.fx2onnx.nan"
-_OPSET = osv.Opset(NAN_DOMAIN, 1)
+_TABLE = FunctionTable(NAN_DOMAIN)
 
-NAN_FUNCTIONS: list[tuple[tuple[str, ...], osv.TracedOnnxFunction]] = []
+NAN_FUNCTIONS = _TABLE.entries
 
 _FLOAT = 1  # onnx.TensorProto.FLOAT: the mask is reduced as float, which every runtime has
 
-
-def _nan_op(*names: str):
-    def wrap(function):
-        traced = osv.TracedOnnxFunction(_OPSET, function)
-        NAN_FUNCTIONS.append((names, traced))
-        return traced
-
-    return wrap
+_nan_op = _TABLE.op
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Union
 
 import torch
@@ -25,6 +25,7 @@ from onnxscript import values as onnxscript_values
 
 from dispatcher._matching import DROPPED_KWARGS
 from dispatcher._names import OpName, op_name_of
+from dispatcher.function_table import TableEntry
 
 __all__ = ["OnnxRegistry", "RegisteredFunction", "OnnxScriptFunction"]
 
@@ -89,17 +90,22 @@ def _torchlib_registry() -> Any:
     return registration.default_registry
 
 
+def _defaults_of(entries: Sequence[TableEntry], *, is_complex: bool) -> tuple[tuple[str, RegisteredFunction], ...]:
+    """Default registrations of one table of fx2onnx's own functions, by qualified name."""
+    return tuple(
+        (key, RegisteredFunction(function, key, is_custom=False, is_complex=is_complex))
+        for names, function in entries
+        for key in (OpName.parse(name).qualified_name() for name in names)
+    )
+
+
 @functools.cache
 def _complex_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
     """fx2onnx's complex implementations of operators that torchlib has none for
     (:mod:`dispatcher.complex_functions`): defaults, after torchlib's."""
     from dispatcher.complex_functions import COMPLEX_FUNCTIONS
 
-    return tuple(
-        (key, RegisteredFunction(function, key, is_custom=False, is_complex=True))
-        for names, function in COMPLEX_FUNCTIONS
-        for key in (OpName.parse(name).qualified_name() for name in names)
-    )
+    return _defaults_of(COMPLEX_FUNCTIONS, is_complex=True)
 
 
 @functools.cache
@@ -108,11 +114,7 @@ def _nan_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
     (:mod:`dispatcher.nan_functions`): real defaults, tried before torchlib's."""
     from dispatcher.nan_functions import NAN_FUNCTIONS
 
-    return tuple(
-        (key, RegisteredFunction(function, key, is_custom=False, is_complex=False))
-        for names, function in NAN_FUNCTIONS
-        for key in (OpName.parse(name).qualified_name() for name in names)
-    )
+    return _defaults_of(NAN_FUNCTIONS, is_complex=False)
 
 
 @functools.cache
@@ -120,11 +122,7 @@ def _symbolic_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
     """fx2onnx's functions on symbolic sizes (:mod:`dispatcher.symbolic_functions`)."""
     from dispatcher.symbolic_functions import SYMBOLIC_FUNCTIONS
 
-    return tuple(
-        (key, RegisteredFunction(function, key, is_custom=False, is_complex=False))
-        for names, function in SYMBOLIC_FUNCTIONS
-        for key in (OpName.parse(name).qualified_name() for name in names)
-    )
+    return _defaults_of(SYMBOLIC_FUNCTIONS, is_complex=False)
 
 
 @functools.cache

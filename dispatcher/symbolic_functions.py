@@ -18,26 +18,20 @@ from typing import Any
 
 import onnx_ir as ir
 from onnxscript import opset18 as op
-from onnxscript import values as osv
+
+from dispatcher.function_table import FunctionTable
 
 __all__ = ["SYMBOLIC_FUNCTIONS", "SYMBOLIC_DOMAIN"]
 
 SYMBOLIC_DOMAIN = "pkg.fx2onnx.symbolic"
-_OPSET = osv.Opset(SYMBOLIC_DOMAIN, 1)
+_TABLE = FunctionTable(SYMBOLIC_DOMAIN)
 _FLOAT = ir.DataType.FLOAT.value
 _INT64 = ir.DataType.INT64.value
 _BOOL = ir.DataType.BOOL.value
 
-SYMBOLIC_FUNCTIONS: list[tuple[tuple[str, ...], osv.TracedOnnxFunction]] = []
+SYMBOLIC_FUNCTIONS = _TABLE.entries
 
-
-def _symbolic(*names: str):
-    def wrap(function):
-        traced = osv.TracedOnnxFunction(_OPSET, function)
-        SYMBOLIC_FUNCTIONS.append((names, traced))
-        return traced
-
-    return wrap
+_symbolic = _TABLE.op
 
 
 def _is_float(value: Any) -> bool:
