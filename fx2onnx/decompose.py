@@ -283,6 +283,12 @@ def _batch_norm_in_eval(node: torch.fx.Node) -> Any:
     return (_aten._native_batch_norm_legit_no_training.default, (input, weight, bias, mean, var, momentum, eps), {}, 0)
 
 
+def _detach_in_place(node: torch.fx.Node) -> Any:
+    """`x.detach_()` changes autograd metadata only: its result is `x` itself."""
+    source = node.args[0]
+    return source if isinstance(source, torch.fx.Node) else None
+
+
 # operator -> its rewrite: a node (the result), (target, args, kwargs, output index) or None
 # (no rewrite: trace the decomposition). Each is what PyTorch's composite kernel calls.
 _DIRECT_REWRITES: dict[Any, Callable[[torch.fx.Node], Any]] = {
@@ -290,6 +296,7 @@ _DIRECT_REWRITES: dict[Any, Callable[[torch.fx.Node], Any]] = {
     _aten.to.dtype_layout: _to_as_copy,
     _aten.to.device: _to_as_copy,
     _aten.batch_norm.default: _batch_norm_in_eval,
+    _aten.detach_.default: _detach_in_place,
 }
 
 

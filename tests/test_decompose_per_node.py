@@ -48,14 +48,26 @@ def test_user_exported_program_is_left_untouched(export_and_compare, no_whole_pr
     assert [str(n.target) for n in exported.graph.nodes] == before
 
 
-def test_in_place_operator_falls_back_to_the_whole_program_and_says_why(export_and_compare):
-    class InPlace(torch.nn.Module):
+def test_detach_in_place_is_its_input(export_and_compare, no_whole_program_retrace):
+    class DetachInPlace(torch.nn.Module):
         def forward(self, z: torch.Tensor) -> torch.Tensor:
             return z[:, torch.tensor([0, 2])]  # a lifted constant, detached in place
 
-    program = export_and_compare(InPlace(), (torch.randn(3, 4),))
+    program = export_and_compare(DetachInPlace(), (torch.randn(3, 4),))
     notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
-    assert len(notes) == 1 and "detach_" in notes[0].message
+    assert not notes
+
+
+def test_a_node_that_cannot_be_decomposed_alone_falls_back_to_the_whole_program_and_says_why(export_and_compare, monkeypatch):
+    from fx2onnx.decompose import DecompositionTracer
+
+    def fail(self, graph, node, decomposition):
+        raise RuntimeError(f"cannot trace {node.target} alone")
+
+    monkeypatch.setattr(DecompositionTracer, "replace", fail)
+    program = export_and_compare(_NeedsDecompositions(), (torch.randn(3, 4),))
+    notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
+    assert len(notes) == 1 and "aten.diff" in notes[0].message and "cannot trace" in notes[0].message
 
 
 def test_core_table_comes_from_torchs_private_core_table():
