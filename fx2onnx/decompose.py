@@ -164,7 +164,18 @@ class DecompositionTracer:
         traced = self._traces.get(key)
         if traced is None:
             traced = self._traces[key] = trace_alone(node, decomposition, self.table)
+        _require_functional(traced)
         inline_trace(graph, node, traced)
+
+
+def _require_functional(traced: torch.fx.GraphModule) -> None:
+    """A decomposition that mutates (e.g. copies into running statistics) needs the whole
+    program functionalized: it is refused here, before the graph is changed, so the whole
+    program re-trace starts from the original operator."""
+    for inner in traced.graph.nodes:
+        schema = getattr(inner.target, "_schema", None)
+        if inner.op == "call_function" and schema is not None and schema.is_mutable:
+            raise NotImplementedError(f"its decomposition mutates its inputs ({inner.target})")
 
 
 def trace_alone(node: torch.fx.Node, decomposition: Callable, table: dict) -> torch.fx.GraphModule:

@@ -94,3 +94,22 @@ def test_eval_batch_norm_and_dtype_casts_need_no_trace(export_and_compare, no_wh
     ops = {n.op_type for n in program.model_proto.graph.node} | {n.op_type for f in program.model_proto.functions for n in f.node}
     assert "BatchNormalization" in ops or "Conv" in ops
     assert "Cast" in ops
+
+
+def test_a_decomposition_that_mutates_is_left_to_the_whole_program(export_and_compare):
+    """`_batch_norm_with_update` decomposes into ops that copy into the running
+    statistics: inlined alone it would leave in-place copies that only a whole-program
+    re-trace can functionalize, so the re-trace starts from the original operator."""
+
+    class BatchNormWithUpdate(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(3))
+            self.register_buffer("var", torch.ones(3))
+
+        def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+            return torch.ops.aten._batch_norm_with_update(x, weight, bias, self.mean, self.var, 0.1, 1e-5)[0]
+
+    program = export_and_compare(BatchNormWithUpdate(), (torch.randn(2, 3, 4), torch.randn(3), torch.randn(3)))
+    notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
+    assert len(notes) == 1 and "mutates its inputs" in notes[0].message
