@@ -198,6 +198,7 @@ def _export(
 
     output_adapter, mutation_outputs = _register_outputs(builder, io, translated.outputs, translated.output_metas)
     model_ir = builder.build_model(fx2onnx.__version__)
+    input_adapter = InputAdapter(io.in_spec, io.input_slots)
     with timer.stage("legalization"):
         legalize_types(model_ir, context)
     if options.optimize:
@@ -210,11 +211,11 @@ def _export(
         with timer.stage("op_level_debug"):
             debug_op_level(
                 model_ir, graph_module, translated.env,
-                InputAdapter(io.in_spec, io.input_slots).apply(args, kwargs), io.lifted_tensors, context,
+                input_adapter.apply(args, kwargs), io.lifted_tensors, context,
             )
     onnx_program = ONNXProgram(
         model_ir,
-        InputAdapter(io.in_spec, io.input_slots),
+        input_adapter,
         output_adapter,
         context,
         stage_seconds=timer.seconds,

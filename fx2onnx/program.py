@@ -353,8 +353,6 @@ class ONNXProgram:
         args: Sequence[Any],
         kwargs: dict[str, Any],
         module: torch.nn.Module | None = None,
-        model_signature: ModelSignature | None = None,
-        fake_context: ONNXFakeContext | None = None,
     ) -> None:
         """Copy the mutation outputs of one run into the given inputs and module buffers."""
         assert self._input_adapter is not None
