@@ -9,6 +9,7 @@ per-node inference when they are created, so that torchlib functions that read
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Sequence
@@ -258,6 +259,13 @@ class GraphBuilder:
         return model
 
 
+@functools.cache
+def op_schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema:
+    """ONNX's schema of an op at an opset (onnx.defs.SchemaError when there is none),
+    looked up once per process."""
+    return onnx.defs.get_schema(op_type, opset, domain)
+
+
 def _type_proto_of(value: ir.Value) -> onnx.TypeProto | None:
     if value.dtype is None:
         return None
@@ -352,7 +360,7 @@ def _run_inference(node: ir.Node) -> _Inferred:
             return unknown, None
         input_types[value.name] = type_proto
     try:
-        schema = onnx.defs.get_schema(node.op_type, node.version or DEFAULT_OPSET, node.domain)
+        schema = op_schema(node.op_type, node.version or DEFAULT_OPSET, node.domain)
         node_proto = ir.serde.serialize_node(node)
         input_data = {
             value.name: ir.serde.serialize_tensor(value.const_value)

@@ -27,7 +27,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import InlinePass
 
 from diagnostics import DiagnosticContext, Level, rules
-from fx2onnx.graph_builder import infer_output_types
+from fx2onnx.graph_builder import infer_output_types, op_schema
 from fx2onnx.runtime_kernels import cpu_kernel_types
 from fx2onnx.values import TracedValue
 
@@ -153,7 +153,7 @@ def _graphs(model: ir.Model, opset: int) -> Iterator[tuple[ir.Graph | ir.Functio
 
 def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(op_type, opset, "")
+        return op_schema(op_type, opset)
     except onnx.defs.SchemaError:
         return None
 
