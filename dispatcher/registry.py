@@ -99,30 +99,25 @@ def _defaults_of(entries: Sequence[TableEntry], *, is_complex: bool) -> tuple[tu
     )
 
 
-@functools.cache
-def _complex_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
-    """fx2onnx's complex implementations of operators that torchlib has none for
-    (:mod:`dispatcher.complex_functions`): defaults, after torchlib's."""
-    from dispatcher.complex_functions import COMPLEX_FUNCTIONS
-
-    return _defaults_of(COMPLEX_FUNCTIONS, is_complex=True)
-
-
-@functools.cache
-def _nan_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
-    """fx2onnx's reductions that propagate NaN as PyTorch does
-    (:mod:`dispatcher.nan_functions`): real defaults, tried before torchlib's."""
-    from dispatcher.nan_functions import NAN_FUNCTIONS
-
-    return _defaults_of(NAN_FUNCTIONS, is_complex=False)
+# fx2onnx's own function tables (module, attribute, whether the functions are complex),
+# added after torchlib's in this order; each module is imported when the table is built.
+OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
+    ("dispatcher.complex_functions", "COMPLEX_FUNCTIONS", True),  # complex operators torchlib lacks
+    ("dispatcher.nan_functions", "NAN_FUNCTIONS", False),  # reductions propagating NaN
+    ("dispatcher.symbolic_functions", "SYMBOLIC_FUNCTIONS", False),  # symbolic sizes
+)
 
 
 @functools.cache
-def _symbolic_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
-    """fx2onnx's functions on symbolic sizes (:mod:`dispatcher.symbolic_functions`)."""
-    from dispatcher.symbolic_functions import SYMBOLIC_FUNCTIONS
+def _own_functions() -> tuple[tuple[str, RegisteredFunction], ...]:
+    """Default registrations of every table in :data:`OWN_FUNCTION_TABLES`, in order."""
+    import importlib
 
-    return _defaults_of(SYMBOLIC_FUNCTIONS, is_complex=False)
+    defaults: list[tuple[str, RegisteredFunction]] = []
+    for module_name, attribute, is_complex in OWN_FUNCTION_TABLES:
+        entries = getattr(importlib.import_module(module_name), attribute)
+        defaults.extend(_defaults_of(entries, is_complex=is_complex))
+    return tuple(defaults)
 
 
 @functools.cache
@@ -176,11 +171,7 @@ class OnnxRegistry:
             table: dict[str, list[RegisteredFunction]] = {}
             for key, function in _torchlib_functions():
                 table.setdefault(key, []).append(function)
-            for key, function in _complex_functions():
-                table.setdefault(key, []).append(function)
-            for key, function in _nan_functions():
-                table.setdefault(key, []).append(function)
-            for key, function in _symbolic_functions():
+            for key, function in _own_functions():
                 table.setdefault(key, []).append(function)
             self._table = table
         return self._table
