@@ -1,18 +1,34 @@
-"""The optimization stage: onnxscript's optimizer, keeping what fx2onnx promises.
+"""The optimization stage: constant folding and no-op removal, keeping what fx2onnx promises.
 
-onnxscript's optimizer folds constants, removes dead code and applies its rewrite rules.
-Three things of the exported model must survive it:
+The stage is built from onnxscript's public optimizer pieces, in one pass:
 
-- module functions: the optimizer inlines every function unless told not to;
+1. constant folding with ONNX shape inference (`onnxscript.optimizer.fold_constants_ir`):
+   shape computations, casts of constants, `Shape`/`Size` of static values;
+2. the rewrite rules that remove no-ops and merge chains (`Add 0`, `Mul 1`, inference
+   `Dropout`, identity `Cast`/`Expand`/`Transpose`, `Cast`-`Cast`, `Reshape`-`Reshape`,
+   `Transpose`-`Transpose`, `Unsqueeze`-`Unsqueeze`, `Slice`s forming a `Split`);
+3. removal of unused nodes, functions and opset imports; common subexpressions.
+
+Why not onnxscript's whole `optimize_ir`: measured on the benchmark models
+(`bench/export_speed.py`), its other rules never fire on fx2onnx's output after folding
+(fusions such as Conv+BatchNormalization span module functions, which are kept), yet
+matching them costs more than the folding itself; onnxruntime applies those fusions at
+load time after inlining the functions.
+
+Three things of the exported model must survive:
+
+- module functions: nothing here inlines them;
 - parameter names: folding a node that reads a weight (a Transpose, a Slice of a fused
   projection) would replace the named initializer with an anonymous constant, so nodes
   reading initializers are not folded (onnxruntime folds them itself at load time);
 - the model's opset imports of domains used only inside functions;
-- initializers are the model's weights: the constants the optimizer lifts into
+- initializers are the model's weights: the constants the folder registers as
   initializers become Constant nodes again.
 """
 
 from __future__ import annotations
+
+import functools
 
 import onnx_ir as ir
 
@@ -22,16 +38,53 @@ from fx2onnx.model_writer import fake_weights_hidden
 def _reads_an_initializer(node: ir.Node) -> bool | None:
     if any(value is not None and value.is_initializer() for value in node.inputs):
         return False
-    return None  # the optimizer's own rules decide
+    return None  # the folder's own rules decide
+
+
+@functools.cache
+def _no_op_rules():
+    """The rewrite rules of step 2 (built once per process)."""
+    from onnxscript.rewriter import RewriteRuleSet
+    from onnxscript.rewriter.rules import common as rules
+
+    return RewriteRuleSet(
+        [
+            rules.add_0_rule,
+            rules.sub_0_rule,
+            rules.mul_by_1_rule,
+            rules.div_by_1_rule,
+            rules.dropout_inference_rule,
+            rules.dropout_zero_rule,
+            rules.no_op_cast_rule,
+            rules.no_op_expand_rule,
+            rules.no_op_transpose_rule,
+            rules.cast_cast_rule,
+            rules.reshape_reshape_rule,
+            rules.transpose_transpose_rule,
+            rules.unsqueeze_unsqueeze_rule,
+            rules.slice_split_rule,
+        ]
+    )
 
 
 def optimize_keeping_functions(model: ir.Model) -> None:
     """Optimize `model` in place; module functions, weight names and imports are kept."""
-    import onnxscript.optimizer
+    import onnx_ir.passes.common as common_passes
+    from onnxscript.optimizer import fold_constants_ir
+    from onnxscript.rewriter import RewritePass
 
     weights = set(model.graph.initializers)
     with fake_weights_hidden(model):  # fake-mode weights have no data to fold
-        onnxscript.optimizer.optimize_ir(model, inline=False, should_fold=_reads_an_initializer)
+        fold_constants_ir(model, onnx_shape_inference=True, should_fold=_reads_an_initializer)
+        ir.passes.Sequential(
+            RewritePass(_no_op_rules()),
+            common_passes.RemoveUnusedNodesPass(),
+            common_passes.RemoveUnusedFunctionsPass(),
+            common_passes.RemoveUnusedOpsetsPass(),
+            common_passes.CommonSubexpressionEliminationPass(),
+            common_passes.OutputFixPass(),
+            common_passes.NameFixPass(),
+        )(model)
     _constants_back_to_nodes(model.graph, weights)
     for function in model.functions.values():
         for domain, version in function.opset_imports.items():
@@ -39,7 +92,7 @@ def optimize_keeping_functions(model: ir.Model) -> None:
 
 
 def _constants_back_to_nodes(graph: ir.Graph, weights: set[str]) -> None:
-    """Turn initializers that are not weights (constants the optimizer lifted) back into
+    """Turn initializers that are not weights (constants the folder created) back into
     Constant nodes at the start of the graph."""
     lifted = [n for n, v in graph.initializers.items() if n not in weights and v.const_value is not None]
     for name in lifted:
