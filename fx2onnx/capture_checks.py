@@ -7,8 +7,9 @@
   although eager PyTorch refuses it). The nodes whose tensor inputs mix dtypes are the
   ones where real kernels differ from meta kernels: each such node is run once on CPU on
   small zero tensors of its example shapes and dtypes (nodes with larger inputs are left
-  to the final model validation). A kernel that rejects the dtypes is reported at the
-  user's line with PyTorch's own message.
+  to the final model validation), once per operator and combination of argument dtypes
+  (the repeated layers of a model ask the same question). A kernel that rejects the
+  dtypes is reported at the user's line with PyTorch's own message.
 """
 
 from __future__ import annotations
@@ -61,8 +62,12 @@ def check_has_tensor_output(graph_module: torch.fx.GraphModule, output_roles: li
 def check_eager_accepts_dtypes(graph_module: torch.fx.GraphModule, context: DiagnosticContext) -> bool:
     """Record an error per node whose mixed input dtypes PyTorch's CPU kernel rejects."""
     accepted = True
+    accepted_signatures: set[tuple[Any, ...]] = set()
     for node in graph_module.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        signature = _dtype_signature(node)
+        if signature in accepted_signatures:
             continue
         arguments = _example_arguments(node)
         if arguments is None:
@@ -88,7 +93,20 @@ def check_eager_accepts_dtypes(graph_module: torch.fx.GraphModule, context: Diag
                 stack=node_stack(node),
                 properties={"fx_node": node.name},
             )
+        else:
+            accepted_signatures.add(signature)
     return accepted
+
+
+def _dtype_signature(node: torch.fx.Node) -> tuple[Any, ...]:
+    """The operator with the dtype of every tensor argument and the type of every other
+    argument: what decides whether a CPU kernel accepts the dtypes."""
+
+    def kind(leaf: Any) -> Any:
+        value = leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else leaf
+        return value.dtype if isinstance(value, torch.Tensor) else type(value)
+
+    return (node.target, *(kind(leaf) for leaf in pytree.tree_leaves((node.args, dict(node.kwargs)))))
 
 
 def _example_arguments(node: torch.fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

@@ -45,6 +45,7 @@ from fx2onnx.passes.decompose_nodes import decompose_nodes
 from fx2onnx.passes.effect_tokens import remove_effect_tokens
 from fx2onnx.passes.functionalize import functionalize_graph_module
 from fx2onnx.passes.remove_assertions import remove_assertions
+from fx2onnx.passes.remove_identity_views import remove_identity_views
 from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
 from fx2onnx.progress import ExportProgress, start_translation
@@ -155,7 +156,9 @@ def _export(
         with timer.stage("passes"):
             graph_module = functionalize_graph_module(graph_module)
     io = describe_exported_program(program) if program is not None else describe_graph_module(graph_module)
-    if not check_captured_graph(graph_module, io.output_roles, context):
+    with timer.stage("analysis"):
+        captured_graph_valid = check_captured_graph(graph_module, io.output_roles, context)
+    if not captured_graph_valid:
         raise _ExportFailed()
     _tell_specialized_scalars(io, context)
 
@@ -166,6 +169,7 @@ def _export(
         run_pass(context, "remove_effect_tokens", remove_effect_tokens, graph_module, io.effect_tokens)
         # Branches and bodies of control flow are graphs of their own: every pass runs on them.
         run_pass(context, "remove_assertions", on_every_graph(remove_assertions), graph_module)
+        run_pass(context, "remove_identity_views", on_every_graph(remove_identity_views), graph_module)
         run_pass(context, "decompose_nodes", on_every_graph(decompose_nodes), graph_module, registry, context)
         run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
 

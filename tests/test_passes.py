@@ -212,3 +212,44 @@ def test_modularize_groups_module_calls_into_called_graph_modules() -> None:
     inputs[-1] = x
     torch.testing.assert_close(_run_fx(modular, *inputs)[0], model(x))
     assert modularize(graph_module, ModuleFunctionOptions(include=("NoSuchClass",)), names) is graph_module
+
+
+# -- remove_identity_views ------------------------------------------------------------------------
+def _make_fx_symbolic(fn, *args) -> torch.fx.GraphModule:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="symbolic")(*args)
+
+
+def test_identity_views_are_removed_and_real_reshapes_kept() -> None:
+    from fx2onnx.passes.remove_identity_views import remove_identity_views
+
+    def fn(x):
+        back = x.reshape(-1).view(x.shape[0], x.shape[1])  # two real reshapes
+        same = back.view(x.shape).clone().expand(x.shape)  # three identities
+        return same + x.expand(3, *x.shape)  # a real (broadcasting) expand
+
+    aten = torch.ops.aten
+    graph_module = _symbolic(fn, torch.randn(4, 6))
+    before = _targets(graph_module)
+    assert remove_identity_views(graph_module) == 3
+    after = _targets(graph_module)
+    assert aten.clone.default in before and aten.clone.default not in after
+    assert after.count(aten.expand.default) == 1 and len(after) == len(before) - 3
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(_run_fx(graph_module, x), fn(x))
+
+
+def test_identity_views_with_symbolic_sizes() -> None:
+    from fx2onnx.passes.remove_identity_views import remove_identity_views
+
+    def fn(x):
+        return x.view(x.shape[0], x.shape[1]) * 2, x.view(x.shape[1], x.shape[0])
+
+    graph_module = _make_fx_symbolic(fn, torch.randn(4, 6))
+    views = _targets(graph_module).count(torch.ops.aten.view.default)
+    assert remove_identity_views(graph_module) == 1  # the view swapping the sizes is kept
+    assert _targets(graph_module).count(torch.ops.aten.view.default) == views - 1
+    x = torch.randn(5, 3)
+    for actual, expected in zip(_run_fx(graph_module, x), fn(x)):
+        torch.testing.assert_close(actual, expected)
