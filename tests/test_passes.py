@@ -225,9 +225,9 @@ def test_identity_views_are_removed_and_real_reshapes_kept() -> None:
     from fx2onnx.passes.remove_identity_views import remove_identity_views
 
     def fn(x):
-        back = x.reshape(-1).view(x.shape[0], x.shape[1])  # two real reshapes
-        same = back.view(x.shape).clone().expand(x.shape)  # three identities
-        return same + x.expand(3, *x.shape)  # a real (broadcasting) expand
+        flat = x.reshape(-1) * 2  # a real reshape
+        same = x.view(x.shape).clone().expand(x.shape)  # three identities
+        return same + flat.view(x.shape[0], x.shape[1]).expand(3, *x.shape)  # a real view and expand
 
     aten = torch.ops.aten
     graph_module = _symbolic(fn, torch.randn(4, 6))
@@ -251,5 +251,22 @@ def test_identity_views_with_symbolic_sizes() -> None:
     assert remove_identity_views(graph_module) == 1  # the view swapping the sizes is kept
     assert _targets(graph_module).count(torch.ops.aten.view.default) == views - 1
     x = torch.randn(5, 3)
+    for actual, expected in zip(_run_fx(graph_module, x), fn(x)):
+        torch.testing.assert_close(actual, expected)
+
+
+def test_reshape_chains_collapse_into_one() -> None:
+    from fx2onnx.passes.remove_identity_views import remove_identity_views
+
+    def fn(x):
+        shared = x.reshape(6, 4)
+        chain = shared.view(3, 8).reshape(-1)  # two reshapes of reshapes
+        return chain, shared * 2  # `shared` has another user: it stays
+
+    graph_module = _symbolic(fn, torch.randn(4, 6))
+    assert remove_identity_views(graph_module) == 1  # view(3, 8) is read by nobody afterwards
+    reshapes = [n for n in graph_module.graph.nodes if n.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)]
+    assert len(reshapes) == 2 and all(n.args[0].op == "placeholder" for n in reshapes)
+    x = torch.randn(4, 6)
     for actual, expected in zip(_run_fx(graph_module, x), fn(x)):
         torch.testing.assert_close(actual, expected)

@@ -1,10 +1,14 @@
-"""Remove reshapes, views, expands and copies that return their input's shape unchanged.
+"""Remove reshapes, views, expands and copies that return their input's shape unchanged,
+and collapse chains of reshapes into one.
 
 Models reshape to the shape a tensor already has (``attn_output.reshape(batch, heads,
 seq, dim)`` right after attention, ``x.view(x.shape)``) and copy tensors for memory
 layout (``clone``, ``contiguous``). In ONNX, which has no strides, each is a node that does
 nothing; inside module functions the optimizer cannot see the shapes to remove them,
 so they are removed here, where every shape is known from the FakeTensor metadata.
+A reshape of a reshape is a reshape of the first input (row-major order is kept), which
+also holds across a module boundary (an attention block's output reshape followed by the
+projection's flattening view), where the ONNX optimizer sees two functions.
 """
 
 from __future__ import annotations
@@ -38,6 +42,19 @@ def _same_size(a: Any, b: Any) -> bool:
     return False
 
 
+_RESHAPES = frozenset({_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default})
+
+
+def _reshaped_source(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The input of the reshape ``node`` reshapes, when ``node`` is a reshape of one."""
+    if node.op != "call_function" or node.target not in _RESHAPES or not node.args:
+        return None
+    source = node.args[0]
+    if isinstance(source, torch.fx.Node) and source.op == "call_function" and source.target in _RESHAPES:
+        return source
+    return None
+
+
 def _is_identity(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or node.target not in _IDENTITY_WHEN_SAME_SHAPE:
         return False
@@ -55,9 +72,16 @@ def _is_identity(node: torch.fx.Node) -> bool:
 
 
 def remove_identity_views(graph_module: torch.fx.GraphModule) -> int:
-    """Replace every such node by its input; returns how many were removed."""
+    """Replace every identity by its input and read every reshape of a reshape from the
+    first input; returns how many nodes were removed."""
     removed = 0
     for node in list(graph_module.graph.nodes):
+        inner = _reshaped_source(node)
+        if inner is not None:
+            node.update_arg(0, inner.args[0])
+            if not inner.users:
+                graph_module.graph.erase_node(inner)
+                removed += 1
         if _is_identity(node):
             node.replace_all_uses_with(node.args[0])
             graph_module.graph.erase_node(node)
