@@ -62,3 +62,38 @@ def test_no_op_nodes_are_removed(export_and_compare, tmp_path) -> None:
     for op_type in ("Mul", "Add", "Transpose", "Dropout", "Reshape"):
         assert after[op_type] == 0, (op_type, after)
     assert after["Relu"] == 1
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalization as LLaMA-family models write it (x * rsqrt(...))."""
+
+    def __init__(self, size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.rand(size) + 0.5), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+
+class TwoRMSNorms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second, self.proj = RMSNorm(16), RMSNorm(16), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.proj(self.first(x)))
+
+
+def test_rms_norm_is_written_in_the_form_onnxruntime_fuses(export_and_compare, tmp_path) -> None:
+    import onnxruntime
+
+    program = export_and_compare(TwoRMSNorms().eval(), (torch.randn(2, 5, 16),), options=make_options(tmp_path, optimize=True))
+    counts = _counts(program.model_proto)
+    assert counts["Reciprocal"] == 0 and counts["Div"] >= 1 and counts["Sqrt"] >= 1
+    # onnxruntime turns Pow-ReduceMean-Add-Sqrt-Div-Mul into one kernel; with Reciprocal it cannot.
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "ort_optimized.onnx")
+    onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    fused = _counts(onnx.load(tmp_path / "ort_optimized.onnx"))
+    assert fused["SimplifiedLayerNormalization"] == 2 and fused["Sqrt"] == 0
