@@ -289,7 +289,7 @@ class ONNXProgram:
             with tempfile.TemporaryDirectory(prefix="fx2onnx-run-") as folder:
                 path = Path(folder) / "model.onnx"
                 self.save(path, model_state=model_state, external_data=True)
-                self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                self._session = _session_on_cpu(path, options)
         return self._session
 
     def run_flat(
@@ -376,20 +376,34 @@ class ONNXProgram:
         self._session = None
 
 
-def _session_on_cpu(model: onnx.ModelProto, options: Any) -> Any:
-    """An onnxruntime CPU session; a bfloat16 model the CPU provider has no kernels for
-    runs in float32 with casts at the boundary (see fx2onnx.low_precision)."""
+def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
+    """An onnxruntime CPU session on a model in memory or a saved file (with external
+    data); a bfloat16 model the CPU provider has no kernels for runs in float32 with casts
+    at the boundary (see fx2onnx.low_precision)."""
     import onnxruntime as ort
 
+    def session(model: onnx.ModelProto | Path) -> Any:
+        loaded = str(model) if isinstance(model, Path) else model.SerializeToString()
+        return ort.InferenceSession(loaded, options, providers=["CPUExecutionProvider"])
+
     try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return session(source)
     except Exception as error:  # onnxruntime raises its own pybind exception types
-        if "NOT_IMPLEMENTED" not in str(error) or not has_bfloat16(model):
+        if "NOT_IMPLEMENTED" not in str(error):
             raise
-    session = ort.InferenceSession(
-        widen_bfloat16(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    session.fx2onnx_widened_outputs = [
+        model = onnx.load(str(source)) if isinstance(source, Path) else source  # with its weights
+        if not has_bfloat16(model):
+            raise
+    widened = widen_bfloat16(model)
+    if isinstance(source, Path):
+        # Beside the saved file, in the caller's temporary folder: weights too large for
+        # one protobuf stay in a data file.
+        wide_path = source.with_name(f"{source.stem}.float32.onnx")
+        onnx.save(widened, str(wide_path), save_as_external_data=True, location=f"{wide_path.name}.data")
+        widened_session = session(wide_path)
+    else:
+        widened_session = session(widened)
+    widened_session.fx2onnx_widened_outputs = [
         output.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 for output in model.graph.output
     ]
     warnings.warn(
@@ -399,7 +413,7 @@ def _session_on_cpu(model: onnx.ModelProto, options: Any) -> Any:
         "(e.g. onnxruntime-gpu's CUDAExecutionProvider) on the saved model.",
         stacklevel=4,
     )
-    return session
+    return widened_session
 
 
 def _uses_bfloat16(session: Any, tensors: Sequence[torch.Tensor]) -> bool:

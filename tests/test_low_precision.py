@@ -36,3 +36,21 @@ def test_low_precision_model_runs_through_program(dtype: torch.dtype, tmp_path) 
         for got, want in zip(actual, expected):
             assert got.dtype == dtype
             torch.testing.assert_close(got.float(), want.float(), rtol=0.05, atol=0.05)
+
+
+def test_bfloat16_model_runs_from_a_saved_file_with_new_weights(tmp_path) -> None:
+    # Weights given at run time go through a saved file with external data; the float32
+    # fallback must work on that path too, with the new weights.
+    model = MixedPrecision().to(torch.bfloat16).eval()
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    program = export_program(model, (x,), tmp_path=tmp_path)
+    other = MixedPrecision().to(torch.bfloat16).eval()
+    with torch.no_grad():
+        expected = other(x)
+        unchanged = model(x)
+    with pytest.warns(UserWarning, match="lacks bfloat16 kernels"):
+        actual = program(x, model_state=other.state_dict())
+    for got, want, old in zip(actual, expected, unchanged):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want.float(), rtol=0.05, atol=0.05)
+    assert not torch.allclose(actual[0].float(), unchanged[0].float(), atol=0.05)  # the new weights were used
