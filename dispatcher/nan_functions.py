@@ -54,6 +54,8 @@ def _axes(dims: Sequence[int]):
 
 def _reduce(reduce_op, x, dims: Optional[Sequence[int]], keepdim: bool):
     """``reduce_op`` over ``dims`` (every axis when None or empty) with NaN propagated."""
+    if x.shape is not None and len(x.shape) == 0:
+        return op.Identity(x)  # PyTorch accepts dim 0 or -1 on a 0-d tensor: the value itself
     if dims is None or len(dims) == 0:
         result = reduce_op(x, keepdims=keepdim)
         has_nan = op.ReduceMax(_nan_mask(x), keepdims=keepdim)

@@ -64,3 +64,10 @@ def test_nan_propagates_like_pytorch(name: str, tmp_path) -> None:
 def test_integer_reductions_keep_torchlib_functions(export_and_compare) -> None:
     x = torch.tensor([[3, -1, 7], [2, 9, 0]])
     export_and_compare(Apply(lambda a, b: (a.amax(-1), a.max(dim=0), a.argmin(), b.min())), (x, x + 1))
+
+
+@pytest.mark.parametrize("dim", [0, -1, (0,)])
+def test_reductions_of_a_0d_tensor_along_dim_0(dim, export_and_compare) -> None:
+    # PyTorch treats a 0-d tensor as having one dim here; ONNX reductions refuse axes on it.
+    reductions = Apply(lambda a, b: (a.amax(dim), a.amin(dim, keepdim=True), a.max(dim=0), b.amin(dim)))
+    export_and_compare(reductions, (torch.tensor(2.5), torch.tensor(-1.0)))
