@@ -105,6 +105,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.complex_functions", "COMPLEX_FUNCTIONS", True),  # complex operators torchlib lacks
     ("dispatcher.nan_functions", "NAN_FUNCTIONS", False),  # reductions propagating NaN
     ("dispatcher.symbolic_functions", "SYMBOLIC_FUNCTIONS", False),  # symbolic sizes
+    ("dispatcher.padding_functions", "PADDING_FUNCTIONS", False),  # pad in every mode
 )
 
 
