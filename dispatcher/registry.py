@@ -106,6 +106,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.nan_functions", "NAN_FUNCTIONS", False),  # reductions propagating NaN
     ("dispatcher.symbolic_functions", "SYMBOLIC_FUNCTIONS", False),  # symbolic sizes
     ("dispatcher.padding_functions", "PADDING_FUNCTIONS", False),  # pad in every mode
+    ("dispatcher.layout_functions", "LAYOUT_FUNCTIONS", False),  # aliases, permuted empty
 )
 
 
