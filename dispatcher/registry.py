@@ -108,6 +108,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.padding_functions", "PADDING_FUNCTIONS", False),  # pad in every mode
     ("dispatcher.layout_functions", "LAYOUT_FUNCTIONS", False),  # aliases, permuted empty
     ("dispatcher.average_pool_functions", "AVERAGE_POOL_FUNCTIONS", False),  # divisor_override
+    ("dispatcher.loss_functions", "LOSS_FUNCTIONS", False),  # probability targets
 )
 
 
