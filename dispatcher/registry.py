@@ -109,6 +109,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.layout_functions", "LAYOUT_FUNCTIONS", False),  # aliases, permuted empty
     ("dispatcher.average_pool_functions", "AVERAGE_POOL_FUNCTIONS", False),  # divisor_override
     ("dispatcher.loss_functions", "LOSS_FUNCTIONS", False),  # probability targets
+    ("dispatcher.logical_reduction_functions", "LOGICAL_REDUCTION_FUNCTIONS", False),  # all/any of 0-d
 )
 
 
