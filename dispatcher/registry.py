@@ -110,6 +110,8 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.average_pool_functions", "AVERAGE_POOL_FUNCTIONS", False),  # divisor_override
     ("dispatcher.loss_functions", "LOSS_FUNCTIONS", False),  # probability targets
     ("dispatcher.logical_reduction_functions", "LOGICAL_REDUCTION_FUNCTIONS", False),  # all/any of 0-d
+    ("dispatcher.reduction_functions", "REDUCTION_FUNCTIONS", False),  # prod, nanmedian, segment_reduce
+    ("dispatcher.indexing_functions", "INDEXING_FUNCTIONS", False),  # masked_select, searchsorted, index_reduce
 )
 
 
