@@ -413,6 +413,12 @@ def complex_identity(self: TTensor) -> TTensor:
     return op.Identity(self)
 
 
+@_complex_op("aten::_conj_physical")
+def complex_conj_physical(self: TReal) -> TReal:
+    # the conjugate of the real form: the imaginary parts negated
+    return op.Mul(self, op.CastLike(op.Constant(value_floats=[1.0, -1.0]), self))
+
+
 @_complex_op("aten::_to_copy")
 def complex_to_copy(
     self: TTensor,

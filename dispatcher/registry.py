@@ -112,6 +112,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.logical_reduction_functions", "LOGICAL_REDUCTION_FUNCTIONS", False),  # all/any of 0-d
     ("dispatcher.reduction_functions", "REDUCTION_FUNCTIONS", False),  # prod, nanmedian, segment_reduce
     ("dispatcher.indexing_functions", "INDEXING_FUNCTIONS", False),  # masked_select, searchsorted, index_reduce
+    ("dispatcher.conjugate_functions", "CONJUGATE_FUNCTIONS", False),  # real _conj_physical
 )
 
 
