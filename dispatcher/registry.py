@@ -113,6 +113,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.reduction_functions", "REDUCTION_FUNCTIONS", False),  # prod, nanmedian, segment_reduce
     ("dispatcher.indexing_functions", "INDEXING_FUNCTIONS", False),  # masked_select, searchsorted, index_reduce
     ("dispatcher.conjugate_functions", "CONJUGATE_FUNCTIONS", False),  # real _conj_physical
+    ("dispatcher.distance_functions", "DISTANCE_FUNCTIONS", False),  # cdist
 )
 
 
