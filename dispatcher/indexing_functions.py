@@ -92,3 +92,57 @@ def searchsorted_scalar(
     else:
         value = op.CastLike(op.Constant(value_float=float(self)), sorted_sequence)
     return _insertion_index(sorted_sequence, value, right, side, sorter, out_int32)
+
+
+# -- index_reduce ------------------------------------------------------------------------
+
+_SCATTER_REDUCTION = {"prod": "mul", "amax": "max", "amin": "min", "mean": "add"}
+
+
+def _floor_divide(a, b):
+    """Integer division rounding toward -inf, as PyTorch's mean of integers does (ONNX
+    ``Div`` of integers truncates)."""
+    quotient = op.Div(a, b)
+    zero = op.CastLike(op.Constant(value_int=0), a)
+    inexact = op.Not(op.Equal(op.Mul(quotient, b), a))
+    signs_differ = op.Xor(op.Less(a, zero), op.Less(b, zero))
+    return op.Where(op.And(inexact, signs_differ), op.Sub(quotient, op.CastLike(op.Constant(value_int=1), a)), quotient)
+
+
+def _index_reduce(self, dim: int, index, source, reduce: str, include_self: bool):
+    rank = len(self.shape)
+    dim = dim % rank
+    view = [1] * rank
+    view[dim] = -1
+    # ScatterElements wants one index per source element
+    indices = op.Expand(op.Reshape(index, op.Constant(value_ints=view)), op.Shape(source))
+    base = self
+    if not include_self:
+        if reduce in ("amax", "amin"):
+            # a source value in each position the index touches: the reduction then
+            # sees the source values only (whatever the dtype's range)
+            base = op.ScatterElements(self, indices, source, axis=dim)
+        else:
+            identity = op.CastLike(op.Constant(value_int=1 if reduce == "prod" else 0), self)
+            base = op.ScatterElements(self, indices, op.Expand(identity, op.Shape(source)), axis=dim)
+    result = op.ScatterElements(base, indices, source, axis=dim, reduction=_SCATTER_REDUCTION[reduce])
+    if reduce != "mean":
+        return result
+    one, zero = op.CastLike(op.Constant(value_int=1), self), op.CastLike(op.Constant(value_int=0), self)
+    start = op.Expand(one if include_self else zero, op.Shape(self))
+    counts = op.ScatterElements(start, indices, op.Expand(one, op.Shape(source)), axis=dim, reduction="add")
+    counts = op.Where(op.Equal(counts, zero), one, counts)  # untouched positions keep their value
+    if self.dtype in _FLOATING:
+        return op.Div(result, counts)
+    return _floor_divide(result, counts)
+
+
+@_indexing_op("aten::index_reduce")
+def index_reduce(
+    self: TReal, dim: int, index: INT64, source: TReal, reduce: str, include_self: bool = True
+) -> TReal:
+    if len(self.shape) == 0:  # a 0-d self and source: one element along a dim of size 1
+        one = op.Constant(value_ints=[1])
+        result = _index_reduce(op.Reshape(self, one), 0, index, op.Reshape(source, one), reduce, include_self)
+        return op.Reshape(result, op.Constant(value_ints=[]))
+    return _index_reduce(self, dim, index, source, reduce, include_self)

@@ -55,3 +55,20 @@ def test_isin(export_and_compare) -> None:
     test = torch.tensor([9, 2, 2, 5, 1, 0, 8, 6, 11, 12, 13, 14, 15, 16])
     export_and_compare(Apply(torch.isin), (elements, test))
     export_and_compare(Apply(lambda a, b: torch.isin(a, b, invert=True)), (elements, test))
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_index_reduce(reduce, include_self, dtype, export_and_compare) -> None:
+    x = torch.tensor([[3, -7, 2, 5], [1, 4, -6, 0], [-2, 8, 9, -1]]).to(dtype)
+    source = torch.tensor([[1, -3, 5], [2, 7, -4], [-5, 6, 3]]).to(dtype)
+    index = torch.tensor([2, 0, 2])  # column 1 and 3 untouched, column 2 reduced twice
+
+    def fn(t: torch.Tensor, i: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return t.index_reduce(1, i, s, reduce, include_self=include_self)
+
+    export_and_compare(Apply(fn), (x, index, source))
+    # 0-d self and source
+    scalar = Apply(lambda t, i, s: t.index_reduce(0, i, s, reduce, include_self=include_self))
+    export_and_compare(scalar, (x[0, 0], torch.tensor([0]), source[0, 0]))
