@@ -119,8 +119,28 @@ def _div_rule(node: torch.fx.Node) -> _Rule:
     return _Rule((0, 1), _KIND.INT_TO_FLOAT if mode is None else _KIND.DEFAULT)
 
 
+# ATen aliases torch._refs has no reference of their own for: promoted as the operator
+# they name (torchlib implements some of them directly, so they reach ONNX as they are).
+_ALIASES = {
+    "divide": "div",
+    "multiply": "mul",
+    "subtract": "sub",
+    "greater": "gt",
+    "greater_equal": "ge",
+    "less": "lt",
+    "less_equal": "le",
+    "not_equal": "ne",
+    "arctan2": "atan2",
+    "clip": "clamp",
+    "special_xlogy": "xlogy",
+}
+
+
 def _rule_for_node(node: torch.fx.Node) -> _Rule | None:
     packet = node.target.overloadpacket.__name__
+    in_place = packet.endswith("_") and not packet.endswith("__")
+    name = packet[:-1] if in_place else packet
+    packet = _ALIASES.get(name, name) + ("_" if in_place else "")
     if packet in ("div", "div_"):
         return _div_rule(node)
     return _rule_for(packet)
