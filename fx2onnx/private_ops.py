@@ -35,6 +35,7 @@ ASSERTION_OP_NAMES = (
 TRAINING_BATCH_NORM_NAMES = {
     "aten._native_batch_norm_legit_functional.default": 5,
     "aten.native_batch_norm.default": 5,
+    "aten._native_batch_norm_legit.default": 5,
 }
 
 

@@ -4,7 +4,9 @@ The decomposition stage uses torch.export's core table; functionalization produc
 outside it that ONNX has no function for (`diagonal_scatter`, `as_strided_scatter`: ours
 are index_put on the view's positions), and
 the ONNX function of training-mode batch norm computes with the running statistics
-(inference semantics) and leaves them unchanged. Each such node is traced alone through
+(inference semantics) and leaves them unchanged; in evaluation mode it fills the saved
+statistics that PyTorch returns empty (`fx2onnx.passes.batch_norm` computes both as
+PyTorch does, without writing into the running statistics). Each such node is traced alone through
 its entry in `torch._decomp.decomposition_table` (under the graph's fake mode, so
 symbolic sizes stay symbolic) and the traced nodes are inlined in its place, keeping the
 node's source location and module stack.
@@ -25,6 +27,7 @@ from dispatcher import OnnxRegistry, node_location, node_stack
 from fx2onnx.decompose import inline_trace as _inline
 from fx2onnx.decompose import onnx_decomposition_table
 from fx2onnx.decompose import trace_alone as _trace_alone
+from fx2onnx.passes.batch_norm import batch_norm_with_saved_statistics, uses_saved_statistics
 from fx2onnx.private_ops import training_batch_norm_ops
 
 def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
@@ -34,7 +37,9 @@ def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
     training_batch_norm = training_batch_norm_ops()
     if target in training_batch_norm:
         position = training_batch_norm[target]
-        return len(node.args) > position and node.args[position] is True
+        training = len(node.args) > position and node.args[position] is True
+        # in evaluation, torchlib's function fills the saved statistics PyTorch leaves empty
+        return training or (target in _own_decompositions() and uses_saved_statistics(node))
     return not registry.is_supported(target)
 
 
@@ -70,6 +75,8 @@ def _own_decompositions() -> dict[Any, Callable]:
     return {
         torch.ops.aten.diagonal_scatter.default: _diagonal_scatter,
         torch.ops.aten.as_strided_scatter.default: _as_strided_scatter,
+        torch.ops.aten.native_batch_norm.default: batch_norm_with_saved_statistics,
+        torch.ops.aten._native_batch_norm_legit.default: batch_norm_with_saved_statistics,
     }
 
 
