@@ -38,3 +38,37 @@ def test_cumulative_products(fn, export_and_compare) -> None:
 def test_cumprod_of_integers_and_bools(dtype, export_and_compare) -> None:
     x = torch.tensor([[1, 2, 0, 3], [2, 1, 1, 5]]).to(dtype)
     export_and_compare(Apply(lambda t: torch.cumprod(t, 1)), (x,))
+
+
+NAN = float("nan")
+WITH_NAN = torch.tensor([[NAN, NAN, NAN, NAN], [1.0, NAN, 3.0, -2.0], [NAN, 2.0, NAN, 0.5], [4.0, 1.0, 2.0, 1.0]])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.nanmedian(x, 1),
+        lambda x: torch.nanmedian(x, 0, keepdim=True),
+        lambda x: torch.nanmedian(x, -1),
+        lambda x: torch.nanmedian(x),
+        lambda x: torch.nanmedian(x[1:]),
+    ],
+    ids=["dim1", "dim0_keepdim", "dim_last", "all", "all_with_numbers"],
+)
+def test_nanmedian_skips_nan(fn, tmp_path) -> None:
+    from conftest import check_saved_model, export_program, flat_leaves
+
+    program = export_program(Apply(fn), (WITH_NAN,), tmp_path=tmp_path)
+    check_saved_model(program, tmp_path / "m.onnx")
+    for x in (WITH_NAN, torch.randn(4, 4)):
+        got, want = flat_leaves(program(x)), flat_leaves(fn(x))
+        torch.testing.assert_close(got[0], want[0], equal_nan=True)
+        if len(want) == 2:  # the index of a slice of NaN only is PyTorch's selection detail
+            numbers = ~torch.isnan(want[0])
+            torch.testing.assert_close(got[1][numbers], want[1][numbers])
+
+
+def test_nanmedian_of_integers_takes_the_lower_median(export_and_compare) -> None:
+    x = torch.tensor([[3, 3, 1, 3], [7, -2, 5, 0], [1, 2, 3, 4]])
+    export_and_compare(Apply(lambda t: torch.nanmedian(t, 1)), (x,))
+    export_and_compare(Apply(torch.nanmedian), (x,))
