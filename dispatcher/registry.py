@@ -114,6 +114,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.indexing_functions", "INDEXING_FUNCTIONS", False),  # masked_select, searchsorted, index_reduce
     ("dispatcher.conjugate_functions", "CONJUGATE_FUNCTIONS", False),  # real _conj_physical
     ("dispatcher.distance_functions", "DISTANCE_FUNCTIONS", False),  # cdist
+    ("dispatcher.pooling_functions", "POOLING_FUNCTIONS", False),  # adaptive max pooling
 )
 
 
