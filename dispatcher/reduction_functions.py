@@ -4,6 +4,8 @@
 not implement) multiplies a masked copy of its input along a new axis; ``linalg.vander``
 and the masked cumulative product reach it the same way. ``nanmedian`` sorts each slice
 with NaN last and takes the lower median of its numbers (``masked.median`` reaches it).
+``segment_reduce`` reduces the segments given by lengths or offsets along an axis,
+empty segments giving ``initial`` or the reduction's identity (NaN for a mean).
 
 :data:`REDUCTION_FUNCTIONS` lists (qualified ATen names, function); the registry adds
 them after torchlib's functions.
@@ -17,7 +19,7 @@ from typing import Optional
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
-from onnxscript.function_libs.torch_lib.tensor_typing import TTensor
+from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TTensor
 
 __all__ = ["REDUCTION_FUNCTIONS", "REDUCTION_DOMAIN"]
 
@@ -87,3 +89,66 @@ def nanmedian_dim(self: TTensor, dim: int, keepdim: bool = False) -> tuple[TTens
 def nanmedian(self: TTensor) -> TTensor:
     value, _ = _nanmedian_along(op.Reshape(self, op.Constant(value_ints=[-1])), 0, False)
     return value
+
+
+# -- segment_reduce ----------------------------------------------------------------------
+
+_SEGMENT_REDUCE = {"sum": op.ReduceSum, "mean": op.ReduceSum, "prod": op.ReduceProd, "max": op.ReduceMax, "min": op.ReduceMin}
+# what an element outside a segment counts as: the reduction's identity
+_SEGMENT_FILL = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
+
+
+def _scalar_like(value: float, like):
+    return op.CastLike(op.Constant(value_float=value), like)
+
+
+def _segment_reduce(data, reduce: str, offsets, axis: int, initial: Optional[float]):
+    """Each segment ``[offsets[..., j], offsets[..., j+1])`` of ``data`` along ``axis``
+    reduced: a (..., S, L) membership of positions in segments selects the elements."""
+    rank = len(data.shape)
+    axis = axis % rank
+    inner = rank - axis - 1
+    length = op.Gather(op.Shape(data), op.Constant(value_int=axis))
+    positions = op.Range(op.Constant(value_int=0), length, op.Constant(value_int=1))  # (L,)
+    last = op.Constant(value_ints=[-1])
+    starts = op.Unsqueeze(op.Slice(offsets, op.Constant(value_ints=[0]), op.Constant(value_ints=[-1]), last), last)
+    ends = op.Unsqueeze(op.Slice(offsets, op.Constant(value_ints=[1]), op.Constant(value_ints=[2**62]), last), last)
+    member = op.And(op.LessOrEqual(starts, positions), op.Less(positions, ends))  # (..., S, L)
+    trailing = op.Constant(value_ints=[-1 - i for i in range(inner)])
+    if inner:
+        member = op.Unsqueeze(member, trailing)
+    values = op.Where(member, op.Unsqueeze(data, op.Constant(value_ints=[axis])), _scalar_like(_SEGMENT_FILL[reduce], data))
+    reduced_axis = op.Constant(value_ints=[axis + 1])
+    result = _SEGMENT_REDUCE[reduce](values, reduced_axis, keepdims=0)
+    start = None if initial is None else _scalar_like(float(initial), data)
+    if reduce == "mean":
+        count = op.ReduceSum(op.CastLike(member, data), reduced_axis, keepdims=0)
+        if start is not None:
+            total = op.Add(result, start)
+            return op.Where(op.Equal(count, _scalar_like(0.0, count)), op.Expand(start, op.Shape(total)), op.Div(total, count))
+        return op.Div(result, count)  # an empty segment is 0/0: NaN, as in PyTorch
+    if start is None:
+        return result
+    combine = {"sum": op.Add, "prod": op.Mul, "max": op.Max, "min": op.Min}[reduce]
+    return combine(result, start)
+
+
+@_reduction_op("aten::segment_reduce")
+def segment_reduce(
+    data: TTensor,
+    reduce: str,
+    lengths: Optional[INT64] = None,
+    indices: Optional[INT64] = None,
+    offsets: Optional[INT64] = None,
+    axis: int = 0,
+    unsafe: bool = False,
+    initial: Optional[float] = None,
+) -> TTensor:
+    if offsets is None:
+        if lengths is None:
+            raise NotImplementedError("segment_reduce needs lengths or offsets (indices are not supported by PyTorch either)")
+        last = op.Constant(value_ints=[-1])
+        ends = op.CumSum(op.Cast(lengths, to=_INT64), op.Constant(value_int=-1))
+        zero = op.Expand(op.Constant(value_ints=[0]), op.Concat(op.Slice(op.Shape(ends), op.Constant(value_ints=[0]), last), op.Constant(value_ints=[1]), axis=0))
+        offsets = op.Concat(zero, ends, axis=-1)
+    return _segment_reduce(data, reduce, op.Cast(offsets, to=_INT64), axis, initial)

@@ -72,3 +72,19 @@ def test_nanmedian_of_integers_takes_the_lower_median(export_and_compare) -> Non
     x = torch.tensor([[3, 3, 1, 3], [7, -2, 5, 0], [1, 2, 3, 4]])
     export_and_compare(Apply(lambda t: torch.nanmedian(t, 1)), (x,))
     export_and_compare(Apply(torch.nanmedian), (x,))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
+@pytest.mark.parametrize("initial", [None, 2.0])
+def test_segment_reduce_lengths_and_offsets(reduce, initial, tmp_path) -> None:
+    from conftest import check_saved_model, export_program
+
+    data = torch.randn(3, 6, 2)
+    lengths = torch.tensor([[2, 0, 3, 1], [0, 6, 0, 0], [1, 1, 1, 3]])  # segments along axis 1
+    offsets = torch.cat([torch.zeros(3, 1, dtype=torch.long), lengths.cumsum(1)], 1)
+    for key, segments in (("lengths", lengths), ("offsets", offsets)):
+        model = Apply(lambda d, s, k=key: torch.segment_reduce(d, reduce, **{k: s}, axis=1, initial=initial))
+        program = export_program(model, (data, segments), tmp_path=tmp_path)
+        check_saved_model(program, tmp_path / "m.onnx")
+        # an empty mean segment without initial is NaN in PyTorch too
+        torch.testing.assert_close(program(data, segments), model(data, segments), equal_nan=True)
