@@ -695,3 +695,35 @@ def complex_prims_div(self: TReal, other: TReal) -> TReal:
     imag = op.Div(op.Sub(op.Mul(b, c), op.Mul(a, d)), denominator)
     return _join_unsqueezed(real, imag)
 
+
+
+@_complex_op("prims::prod")
+def complex_prims_prod(inp: TReal, dims: Optional[Sequence[int]], output_dtype: Optional[int] = None) -> TReal:
+    # In polar form: magnitudes multiply, angles add.
+    rank = _rank(inp)
+    if rank == 0 or (dims is not None and len(dims) == 0):
+        return op.Identity(inp)
+    axes = op.Constant(value_ints=list(range(rank)) if dims is None else sorted({d % rank for d in dims}))
+    real, imag = _squeezed_parts(inp)
+    magnitude = op.ReduceProd(op.Sqrt(op.Add(op.Mul(real, real), op.Mul(imag, imag))), axes, keepdims=0)
+    angle = op.ReduceSum(_atan2(imag, real), axes, keepdims=0)
+    result = _join_unsqueezed(op.Mul(magnitude, op.Cos(angle)), op.Mul(magnitude, op.Sin(angle)))
+    if output_dtype is not None and output_dtype != -1:
+        result = op.Cast(result, to=component_dtype(output_dtype))
+    return result
+
+
+@_complex_op("aten::masked_select")
+def complex_masked_select(self: TReal, mask: BOOL) -> TReal:
+    # (real, imag) pairs stay together: the mask gets the trailing axis too
+    values = op.Expand(self, op.Concat(op.Shape(mask), op.Constant(value_ints=[1]), axis=0))
+    pairs = op.Expand(op.Unsqueeze(mask, op.Constant(value_ints=[-1])), op.Shape(values))
+    flat = op.Constant(value_ints=[-1])
+    selected = op.Compress(op.Reshape(values, flat), op.Reshape(pairs, flat), axis=0)
+    return op.Reshape(selected, op.Constant(value_ints=[-1, 2]))
+
+
+@_complex_op("aten::sym_size.int")
+def complex_sym_size(self: TTensor, dim: int) -> INT64:
+    # the size of a complex dim: the trailing (real, imag) axis is not one of them
+    return op.Gather(op.Shape(self), op.Constant(value_int=_dim(dim)), axis=0)
