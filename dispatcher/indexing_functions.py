@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
@@ -30,12 +31,6 @@ INDEXING_FUNCTIONS = _TABLE.entries
 
 _indexing_op = _TABLE.op
 
-_FLOAT = 1
-_INT32 = 6
-_INT64 = 7
-_BOOL = 9
-_DOUBLE = 11
-_FLOATING = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
 @_indexing_op("aten::masked_select")
@@ -54,16 +49,16 @@ def _insertion_index(boundaries, values, right: bool, side: Optional[str], sorte
     if sorter is not None:
         boundaries = op.GatherElements(boundaries, sorter, axis=-1)
     if boundaries.dtype != values.dtype:  # compared in a type that holds both exactly
-        boundaries = op.Cast(boundaries, to=_DOUBLE)
-        values = op.Cast(values, to=_DOUBLE)
+        boundaries = op.Cast(boundaries, to=ir.DataType.DOUBLE)
+        values = op.Cast(values, to=ir.DataType.DOUBLE)
     to_right = side == "right" if side is not None else right
     last = op.Constant(value_ints=[-1])
     if len(boundaries.shape) > 1:  # one sorted row per row of values
         boundaries = op.Unsqueeze(boundaries, op.Constant(value_ints=[-2]))
     column = op.Unsqueeze(values, last)
     before = op.LessOrEqual(boundaries, column) if to_right else op.Less(boundaries, column)
-    count = op.ReduceSum(op.Cast(before, to=_INT64), last, keepdims=0)
-    return op.Cast(count, to=_INT32) if out_int32 else count
+    count = op.ReduceSum(op.Cast(before, to=ir.DataType.INT64), last, keepdims=0)
+    return op.Cast(count, to=ir.DataType.INT32) if out_int32 else count
 
 
 @_indexing_op("aten::searchsorted.Tensor")
@@ -87,7 +82,7 @@ def searchsorted_scalar(
     side: Optional[str] = None,
     sorter: Optional[INT64] = None,
 ) -> INT64:
-    if isinstance(self, float) and sorted_sequence.dtype not in _FLOATING:
+    if isinstance(self, float) and not sorted_sequence.dtype.is_floating_point():
         value = op.Constant(value_float=self)
     else:
         value = op.CastLike(op.Constant(value_float=float(self)), sorted_sequence)
@@ -132,7 +127,7 @@ def _index_reduce(self, dim: int, index, source, reduce: str, include_self: bool
     start = op.Expand(one if include_self else zero, op.Shape(self))
     counts = op.ScatterElements(start, indices, op.Expand(one, op.Shape(source)), axis=dim, reduction="add")
     counts = op.Where(op.Equal(counts, zero), one, counts)  # untouched positions keep their value
-    if self.dtype in _FLOATING:
+    if self.dtype.is_floating_point():
         return op.Div(result, counts)
     return _floor_divide(result, counts)
 

@@ -33,8 +33,6 @@ _TABLE = FunctionTable(POOLING_DOMAIN)
 
 POOLING_FUNCTIONS = _TABLE.entries
 
-_FLOAT = 1
-_FLOATING = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
 def _windows(size: int, out: int) -> list[list[int]]:
@@ -65,8 +63,8 @@ def _adaptive_max_pool(x, output_size: Sequence[int]):
     plane = op.Reshape(x, op.Concat(leading, op.Constant(value_ints=[-1]), axis=0))
     windows = op.Gather(plane, positions, axis=-1)  # (..., O1, ..., Ok, K)
     choice = op.ArgMax(windows, axis=-1, keepdims=1)
-    if x.dtype in _FLOATING:
-        nan = op.Cast(op.IsNaN(windows), to=_FLOAT)
+    if x.dtype.is_floating_point():
+        nan = op.Cast(op.IsNaN(windows), to=ir.DataType.FLOAT)
         has_nan = op.ReduceMax(nan, op.Constant(value_ints=[-1]), keepdims=1)
         first_nan = op.ArgMax(nan, axis=-1, keepdims=1)
         choice = op.Where(op.Greater(has_nan, op.Constant(value_float=0.0)), first_nan, choice)

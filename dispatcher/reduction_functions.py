@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
+import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
@@ -30,14 +31,12 @@ REDUCTION_FUNCTIONS = _TABLE.entries
 
 _reduction_op = _TABLE.op
 
-_INT64 = 7  # onnx.TensorProto.INT64
-_BOOL = 9  # onnx.TensorProto.BOOL
 
 
 @_reduction_op("prims::prod")
 def prims_prod(inp: TTensor, dims: Optional[Sequence[int]], output_dtype: Optional[int] = None) -> TTensor:
     # ReduceProd has no bool kernel: PyTorch multiplies bools as integers.
-    values = op.Cast(inp, to=_INT64) if inp.dtype == _BOOL else inp
+    values = op.Cast(inp, to=ir.DataType.INT64) if inp.dtype == ir.DataType.BOOL else inp
     if dims is None:
         result = op.ReduceProd(values, keepdims=0)
     elif len(dims) == 0:  # no dim: the product of each element alone
@@ -51,7 +50,6 @@ def prims_prod(inp: TTensor, dims: Optional[Sequence[int]], output_dtype: Option
 
 # -- nanmedian ---------------------------------------------------------------------------
 
-_FLOATING = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
 def _nanmedian_along(x, dim: int, keepdim: bool):
@@ -60,11 +58,11 @@ def _nanmedian_along(x, dim: int, keepdim: bool):
     depends on its selection algorithm)."""
     axis = op.Constant(value_ints=[dim])
     size = op.Gather(op.Shape(x), axis)
-    if x.dtype in _FLOATING:
+    if x.dtype.is_floating_point():
         nan = op.IsNaN(x)
         # NaN sorts last; TopK keeps equal keys in index order
         key = op.Where(nan, op.CastLike(op.Constant(value_float=float("inf")), x), x)
-        numbers = op.ReduceSum(op.Cast(op.Not(nan), to=_INT64), axis, keepdims=1)
+        numbers = op.ReduceSum(op.Cast(op.Not(nan), to=ir.DataType.INT64), axis, keepdims=1)
     else:
         key = x
         numbers = op.Expand(size, op.Shape(op.ReduceMax(x, axis, keepdims=1)))
@@ -148,7 +146,7 @@ def segment_reduce(
         if lengths is None:
             raise NotImplementedError("segment_reduce needs lengths or offsets (indices are not supported by PyTorch either)")
         last = op.Constant(value_ints=[-1])
-        ends = op.CumSum(op.Cast(lengths, to=_INT64), op.Constant(value_int=-1))
+        ends = op.CumSum(op.Cast(lengths, to=ir.DataType.INT64), op.Constant(value_int=-1))
         zero = op.Expand(op.Constant(value_ints=[0]), op.Concat(op.Slice(op.Shape(ends), op.Constant(value_ints=[0]), last), op.Constant(value_ints=[1]), axis=0))
         offsets = op.Concat(zero, ends, axis=-1)
-    return _segment_reduce(data, reduce, op.Cast(offsets, to=_INT64), axis, initial)
+    return _segment_reduce(data, reduce, op.Cast(offsets, to=ir.DataType.INT64), axis, initial)

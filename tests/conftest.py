@@ -210,3 +210,14 @@ class MLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Apply(torch.nn.Module):
+    """A module calling ``fn`` on its tensor inputs (one operator under test)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        return self.fn(*tensors)

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import torch
 
-
-class Apply(torch.nn.Module):
-    def __init__(self, fn: Callable[..., object]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *tensors: torch.Tensor) -> object:
-        return self.fn(*tensors)
+from conftest import Apply
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import torch
 
-
-class Apply(torch.nn.Module):
-    def __init__(self, fn: Callable[..., object]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *tensors: torch.Tensor) -> object:
-        return self.fn(*tensors)
+from conftest import Apply, check_saved_model, export_program, flat_leaves
 
 
 X = torch.tensor([[1.5, -2.0, 0.0, 3.0], [0.5, 2.0, -1.0, 4.0], [2.0, 0.25, 1.0, -3.0]])
@@ -56,8 +47,6 @@ WITH_NAN = torch.tensor([[NAN, NAN, NAN, NAN], [1.0, NAN, 3.0, -2.0], [NAN, 2.0,
     ids=["dim1", "dim0_keepdim", "dim_last", "all", "all_with_numbers"],
 )
 def test_nanmedian_skips_nan(fn, tmp_path) -> None:
-    from conftest import check_saved_model, export_program, flat_leaves
-
     program = export_program(Apply(fn), (WITH_NAN,), tmp_path=tmp_path)
     check_saved_model(program, tmp_path / "m.onnx")
     for x in (WITH_NAN, torch.randn(4, 4)):
@@ -77,8 +66,6 @@ def test_nanmedian_of_integers_takes_the_lower_median(export_and_compare) -> Non
 @pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
 @pytest.mark.parametrize("initial", [None, 2.0])
 def test_segment_reduce_lengths_and_offsets(reduce, initial, tmp_path) -> None:
-    from conftest import check_saved_model, export_program
-
     data = torch.randn(3, 6, 2)
     lengths = torch.tensor([[2, 0, 3, 1], [0, 6, 0, 0], [1, 1, 1, 3]])  # segments along axis 1
     offsets = torch.cat([torch.zeros(3, 1, dtype=torch.long), lengths.cumsum(1)], 1)
