@@ -3,9 +3,9 @@
 Output position ``i`` of a spatial dim of input size ``L`` and output size ``O`` covers
 the input window ``[floor(i*L/O), ceil((i+1)*L/O))``, as in PyTorch; windows may overlap
 and differ in length when ``O`` does not divide ``L``. The windows' flat positions in
-the spatial plane are computed at export time (the spatial sizes must be static) into
-one constant of shape (O1, ..., Ok, K), K the largest window, shorter windows repeating
-their last position (which changes neither the maximum nor its first occurrence). One
+the spatial plane are computed in the graph from the input's shape (dynamic sizes work)
+as one (O1, ..., Ok, K) tensor, K the largest window, shorter windows repeating their
+last position (which changes neither the maximum nor its first occurrence). One
 ``Gather`` reads every window; the maximum's index is its first occurrence, or the
 window's first NaN (PyTorch propagates NaN, ``ArgMax`` skips it), as a flat index in
 the input's spatial plane like PyTorch's.
@@ -16,10 +16,8 @@ them after torchlib's functions.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
-import numpy as np
 import onnx_ir as ir
 from onnxscript import opset18 as op
 
@@ -35,31 +33,45 @@ POOLING_FUNCTIONS = _TABLE.entries
 
 
 
-def _windows(size: int, out: int) -> list[list[int]]:
-    """The input positions each output position of one dim covers."""
-    return [list(range((i * size) // out, -((-(i + 1) * size) // out))) for i in range(out)]
+def _window_indices(size, out):
+    """(O, K) input positions of the windows of one spatial dim (sizes as 0-d INT64):
+    output ``i`` covers ``[floor(i*L/O), ceil((i+1)*L/O))``; K is the longest window and
+    a shorter one repeats its last position."""
+    zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
+    steps = op.Range(zero, out, one)
+    starts = op.Div(op.Mul(steps, size), out)  # non-negative: Div is floor
+    ends = op.Div(op.Sub(op.Add(op.Mul(op.Add(steps, one), size), out), one), out)
+    longest = op.ReduceMax(op.Sub(ends, starts), keepdims=0)
+    offsets = op.Unsqueeze(op.Range(zero, longest, one), op.Constant(value_ints=[0]))
+    last = op.Constant(value_ints=[1])
+    return op.Min(op.Add(op.Unsqueeze(starts, last), offsets), op.Unsqueeze(op.Sub(ends, one), last))
 
 
-def _window_positions(sizes: Sequence[int], outs: Sequence[int]) -> np.ndarray:
-    """(O1, ..., Ok, K) flat positions in the spatial plane of every window."""
-    per_dim = [_windows(size, out) for size, out in zip(sizes, outs)]
-    strides = [int(np.prod(sizes[d + 1 :])) for d in range(len(sizes))]
-    table = []
-    for cell in itertools.product(*per_dim):
-        table.append([sum(p * s for p, s in zip(point, strides)) for point in itertools.product(*cell)])
-    longest = max(len(row) for row in table)
-    padded = [row + [row[-1]] * (longest - len(row)) for row in table]
-    return np.array(padded, dtype=np.int64).reshape([*outs, longest])
+def _window_positions(sizes: list, outs: list):
+    """(O1, ..., Ok, K) flat positions in the spatial plane of every window: the
+    positions of each dim, weighted by its stride, summed over a (O1..Ok, K1..Kk) grid."""
+    rank = len(sizes)
+    positions = None
+    stride = op.Constant(value_int=1)
+    for d in reversed(range(rank)):
+        indices = _window_indices(sizes[d], outs[d])
+        others = [a for a in range(2 * rank) if a not in (d, rank + d)]
+        if others:
+            indices = op.Unsqueeze(indices, op.Constant(value_ints=others))
+        weighted = op.Mul(indices, stride)
+        positions = weighted if positions is None else op.Add(positions, weighted)
+        stride = op.Mul(stride, sizes[d])
+    grid = op.Concat(*[op.Reshape(o, op.Constant(value_ints=[1])) for o in outs], op.Constant(value_ints=[-1]), axis=0)
+    return op.Reshape(positions, grid)
 
 
 def _adaptive_max_pool(x, output_size: Sequence[int]):
     rank = len(output_size)
-    sizes = list(x.shape[-rank:])
-    if not all(isinstance(s, int) for s in sizes):
-        raise NotImplementedError("adaptive max pooling needs static spatial sizes")
-    outs = [size if out is None else out for size, out in zip(sizes, output_size)]
-    positions = op.Constant(value=ir.tensor(_window_positions(sizes, outs)))
-    leading = op.Slice(op.Shape(x), op.Constant(value_ints=[0]), op.Constant(value_ints=[-rank]))
+    shape = op.Shape(x)
+    sizes = [op.Gather(shape, op.Constant(value_int=axis)) for axis in range(-rank, 0)]
+    outs = [size if out is None else op.Constant(value_int=out) for size, out in zip(sizes, output_size)]
+    positions = _window_positions(sizes, outs)
+    leading = op.Slice(shape, op.Constant(value_ints=[0]), op.Constant(value_ints=[-rank]))
     plane = op.Reshape(x, op.Concat(leading, op.Constant(value_ints=[-1]), axis=0))
     windows = op.Gather(plane, positions, axis=-1)  # (..., O1, ..., Ok, K)
     choice = op.ArgMax(windows, axis=-1, keepdims=1)

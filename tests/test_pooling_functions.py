@@ -45,3 +45,11 @@ def test_adaptive_max_pool_propagates_nan(tmp_path) -> None:
     (values, indices), (want_values, want_indices) = program(x), model(x)
     torch.testing.assert_close(values, want_values, equal_nan=True)
     torch.testing.assert_close(indices, want_indices)
+
+
+def test_adaptive_max_pool_with_dynamic_sizes(export_and_compare, tmp_path) -> None:
+    from conftest import make_options
+
+    model = AdaptiveMax(F.adaptive_max_pool2d, (3, None))
+    options = make_options(tmp_path, dynamic_shapes=True)
+    export_and_compare(model, (torch.randn(2, 3, 7, 5),), options=options, second_inputs=((torch.randn(1, 2, 10, 4),), {}))
