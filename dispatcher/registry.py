@@ -115,6 +115,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.conjugate_functions", "CONJUGATE_FUNCTIONS", False),  # real _conj_physical
     ("dispatcher.distance_functions", "DISTANCE_FUNCTIONS", False),  # cdist
     ("dispatcher.pooling_functions", "POOLING_FUNCTIONS", False),  # adaptive max pooling
+    ("dispatcher.polynomial_functions", "POLYNOMIAL_FUNCTIONS", False),  # orthogonal polynomials
 )
 
 
