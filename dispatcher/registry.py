@@ -116,6 +116,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.distance_functions", "DISTANCE_FUNCTIONS", False),  # cdist
     ("dispatcher.pooling_functions", "POOLING_FUNCTIONS", False),  # adaptive max pooling
     ("dispatcher.polynomial_functions", "POLYNOMIAL_FUNCTIONS", False),  # orthogonal polynomials
+    ("dispatcher.elementwise_functions", "ELEMENTWISE_FUNCTIONS", False),  # prims fmax, hypot, frexp...
 )
 
 
