@@ -43,6 +43,10 @@ def _is_float(x) -> bool:
 
 
 def _c(value: float, like):
+    """A constant of like's type; float64 ones are made in float64 (2**-1074 and the
+    largest double do not survive float32)."""
+    if getattr(like, "dtype", None) == ir.DataType.DOUBLE:
+        return op.Constant(value=ir.tensor(value, dtype=ir.DataType.DOUBLE))
     return op.CastLike(op.Constant(value_float=value), like)
 
 
@@ -113,7 +117,8 @@ def prims_nextafter(self: TFloat, other: TFloat) -> TFloat:
 @_elementwise_op("prims::frexp")
 def prims_frexp(self: TFloat) -> tuple[TFloat, INT32]:
     # mantissa in [0.5, 1) with self = mantissa * 2**exponent; 0, inf and NaN keep
-    # themselves as mantissa with exponent 0.
+    # themselves as mantissa with exponent 0 (divided by 2**0, which keeps -0.0: a Where
+    # would lose its sign in ONNX Runtime).
     zero = _c(0.0, self)
     two = _c(2.0, self)
     magnitude = op.Abs(self)
@@ -123,4 +128,4 @@ def prims_frexp(self: TFloat) -> tuple[TFloat, INT32]:
     # Divided by 2**exponent in two halves: 2**128 overflows float32 where 2**64 does not.
     half = op.Floor(op.Div(exponent, two))
     mantissa = op.Div(op.Div(self, op.Pow(two, half)), op.Pow(two, op.Sub(exponent, half)))
-    return op.Where(special, self, mantissa), op.Cast(exponent, to=_INT32)
+    return mantissa, op.Cast(exponent, to=_INT32)
