@@ -4,7 +4,8 @@
 lower-triangular mask along the dimension, so memory grows with the square of its
 length): the value is the running maximum (minimum) with NaN propagated, the index the
 last position up to there holding that value, which is PyTorch's choice on ties and
-NaN. ``kthvalue`` is ``TopK`` of the smallest ``k`` with NaN ordered last. ``mode``
+NaN. ``kthvalue`` is ``TopK`` of the smallest ``k`` with NaN ordered last (among equal
+values the first position is taken, where PyTorch's selection leaves it unspecified). ``mode``
 counts, for each element, the equal elements of its slice: the value is the smallest
 of the most frequent ones and the index its last position, as PyTorch gives.
 """
