@@ -134,3 +134,8 @@ def is_complex_value(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return any(is_complex_value(v) for v in value)
     return False
+
+
+def is_float_value(value: object) -> bool:
+    """Whether a traced value (anything with an ONNX ``dtype``) holds real floating numbers."""
+    return getattr(value, "dtype", None) in FLOAT_TYPES

@@ -14,6 +14,7 @@ import math
 import onnx_ir as ir
 from onnxscript import opset18 as op
 
+from dispatcher._types import is_float_value
 from dispatcher.function_table import FunctionTable
 from onnxscript.function_libs.torch_lib.tensor_typing import INT32, TFloat, TReal
 
@@ -27,7 +28,6 @@ ELEMENTWISE_FUNCTIONS = _TABLE.entries
 _elementwise_op = _TABLE.op
 
 _INT32 = 6  # onnx.TensorProto.INT32
-_FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 # (mantissa bits, smallest normal exponent, largest finite value) of each float type.
 _FLOAT_FORMATS = {
@@ -36,10 +36,6 @@ _FLOAT_FORMATS = {
     ir.DataType.FLOAT16: (10, -14, 65504.0),
     ir.DataType.BFLOAT16: (7, -126, 3.3895313892515355e38),
 }
-
-
-def _is_float(x) -> bool:
-    return getattr(x, "dtype", None) in _FLOAT_TYPES
 
 
 def _c(value: float, like):
@@ -51,7 +47,7 @@ def _c(value: float, like):
 
 
 def _ignoring_nan(binary, self, other):
-    if not _is_float(self):
+    if not is_float_value(self):
         return binary(self, other)
     chosen = binary(self, other)
     chosen = op.Where(op.IsNaN(self), other, chosen)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import opset18 as op
 
+from dispatcher._types import is_float_value
 from dispatcher.function_table import FunctionTable
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TReal, TTensor
 
@@ -29,11 +30,6 @@ _order_op = _TABLE.op
 
 _INT32 = 6  # onnx.TensorProto.INT32
 _INT64 = 7  # onnx.TensorProto.INT64
-_FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
-
-
-def _is_float(x) -> bool:
-    return getattr(x, "dtype", None) in _FLOAT_TYPES
 
 
 def _computable(x):
@@ -47,7 +43,7 @@ def _computable(x):
 def _same(a, b):
     """a == b, NaN equal to NaN."""
     equal = op.Equal(a, b)
-    if _is_float(a):
+    if is_float_value(a):
         equal = op.Or(equal, op.And(op.IsNaN(a), op.IsNaN(b)))
     return equal
 
@@ -88,7 +84,7 @@ def _cumulative(reduce_op, self, dim: int):
     window = op.Where(earlier, x_j, x_i)
     axis = op.Constant(value_ints=[dim + 1])
     values = reduce_op(window, axis, keepdims=0)
-    if _is_float(x):
+    if is_float_value(x):
         values = op.Where(_has_nan(window, dim + 1, 0), op.CastLike(op.Constant(value_float=float("nan")), x), values)
     # The last position up to i holding the running value.
     holds = op.And(earlier, _same(x_j, op.Unsqueeze(values, axis)))
@@ -113,7 +109,7 @@ def order_kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) ->
         return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
     x, restore = _computable(self)
     # NaN is larger than every number in PyTorch's order.
-    key = op.Where(op.IsNaN(x), op.CastLike(op.Constant(value_float=float("inf")), x), x) if _is_float(x) else x
+    key = op.Where(op.IsNaN(x), op.CastLike(op.Constant(value_float=float("inf")), x), x) if is_float_value(x) else x
     _, smallest = op.TopK(key, op.Constant(value_ints=[k]), axis=dim, largest=False, sorted=True)
     index = op.Gather(smallest, op.Constant(value_ints=[k - 1]), axis=dim)
     values = op.GatherElements(x, index, axis=dim)
@@ -136,7 +132,7 @@ def order_mode(self: TTensor, dim: int = -1, keepdim: bool = False) -> tuple[TTe
     # The smallest of the most frequent values (others stand in as the slice's maximum).
     largest = op.ReduceMax(x, axis, keepdims=1)
     values = op.ReduceMin(op.Where(most, x, largest), axis, keepdims=1)
-    if _is_float(x):
+    if is_float_value(x):
         # A most frequent NaN wins only when no number is as frequent (NaN sorts last).
         numbers = op.And(most, op.Not(op.IsNaN(x)))
         any_number = op.Greater(op.ReduceMax(op.Cast(numbers, to=1), axis, keepdims=1), op.Constant(value_float=0.0))

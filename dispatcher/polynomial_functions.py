@@ -23,6 +23,7 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnxscript import opset18 as op
 
+from dispatcher._types import FLOAT_TYPES
 from dispatcher.function_table import FunctionTable
 from onnxscript.function_libs.torch_lib.tensor_typing import TReal, TFloat
 
@@ -36,8 +37,6 @@ POLYNOMIAL_FUNCTIONS = _TABLE.entries
 _poly_op = _TABLE.op
 
 _INT64 = 7  # onnx.TensorProto.INT64
-_FLOAT = 1  # onnx.TensorProto.FLOAT
-_FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 # PyTorch returns NaN for Hermite degrees above this limit (per floating type).
 _HERMITE_LIMITS = {ir.DataType.FLOAT: 128, ir.DataType.DOUBLE: 512}
@@ -58,7 +57,7 @@ def _common_inputs(x, n):
     """x and n as tensors of the result's floating type (PyTorch's promotion; integers
     and bools compute in float32), n truncated toward zero as PyTorch's kernel does."""
     x_type, n_type = _dtype(x), _dtype(n)
-    floats = [t for t in (x_type, n_type) if t in _FLOAT_TYPES]
+    floats = [t for t in (x_type, n_type) if t in FLOAT_TYPES]
     if not floats:
         target = ir.DataType.FLOAT
     elif len(floats) == 2 and floats[0] != floats[1]:
@@ -66,7 +65,7 @@ def _common_inputs(x, n):
     else:
         target = floats[0]
     x = x if x_type == target else op.Cast(x, to=target.value)
-    n = op.Cast(op.Cast(n, to=_INT64), to=target.value) if n_type in _FLOAT_TYPES or n_type is None else n
+    n = op.Cast(op.Cast(n, to=_INT64), to=target.value) if n_type in FLOAT_TYPES or n_type is None else n
     n = n if _dtype(n) == target else op.Cast(n, to=target.value)
     # Both broadcast to the result's shape.
     shape = op.Shape(op.Add(x, n))
