@@ -7,7 +7,10 @@ last position up to there holding that value, which is PyTorch's choice on ties 
 NaN. ``kthvalue`` is ``TopK`` of the smallest ``k`` with NaN ordered last (among equal
 values the first position is taken, where PyTorch's selection leaves it unspecified). ``mode``
 counts, for each element, the equal elements of its slice: the value is the smallest
-of the most frequent ones and the index its last position, as PyTorch gives.
+of the most frequent ones and the index its last position, as PyTorch gives for short
+slices (for long ones PyTorch's unstable sort may report another position of the same
+value; a NaN is taken as more frequent only when no number is as frequent, where
+PyTorch's order of NaN is unspecified).
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def order_mode(self: TTensor, dim: int = -1, keepdim: bool = False) -> tuple[TTe
     largest = op.ReduceMax(x, axis, keepdims=1)
     values = op.ReduceMin(op.Where(most, x, largest), axis, keepdims=1)
     if is_float_value(x):
-        # A most frequent NaN wins only when no number is as frequent (NaN sorts last).
+        # A most frequent NaN wins only when no number is as frequent.
         numbers = op.And(most, op.Not(op.IsNaN(x)))
         any_number = op.Greater(op.ReduceMax(op.Cast(numbers, to=1), axis, keepdims=1), op.Constant(value_float=0.0))
         number_min = op.ReduceMin(op.Where(numbers, x, op.CastLike(op.Constant(value_float=float("inf")), x)), axis, keepdims=1)
