@@ -522,17 +522,37 @@ def _padding(rank: int, axis: int, after: int) -> np.ndarray:
     return np.array(pads, dtype=np.int64)
 
 
+def _apply_reflections(reflectors: Any, tau: Any, q: Any, m: int, k: int, transpose: bool) -> Any:
+    """H_0 H_1 ... H_{k-1} Q (or its transpose applied: H_{k-1} ... H_0 Q) where
+    H_j = I - tau_j v_j v_j^T and v_j is column j of ``reflectors`` (..., m, >=k) below
+    the diagonal with a 1 on it, as geqrf stores them."""
+    rows = np.arange(m, dtype=np.int64)
+    one, zero = _scalar(1.0, reflectors), _scalar(0.0, reflectors)
+    steps = range(k) if transpose else range(k - 1, -1, -1)
+    for j in steps:
+        v = op.Where(rows > j, _column(reflectors, j), op.Where(rows == j, one, zero))
+        t = op.Unsqueeze(op.Gather(tau, _index(j), axis=-1), _index(-1))  # (..., 1, 1)
+        v_col = op.Unsqueeze(v, _index(-1))
+        q = op.Sub(q, op.Mul(op.Mul(t, v_col), op.MatMul(op.Unsqueeze(v, _index(-2)), q)))
+    return q
+
+
 @_linalg_op("aten::linalg_householder_product")
 def linalg_householder_product(input: TFloat, tau: TFloat) -> TFloat:
     m = _static_size(input, -2, "linalg_householder_product")
     n = _static_size(input, -1, "linalg_householder_product")
     k = _static_size(tau, -1, "linalg_householder_product")
-    rows = np.arange(m, dtype=np.int64)
-    q = _expand_matrix(_eye(m, n, input), input)
-    # Q = H_0 H_1 ... H_{k-1} applied to the first n columns of I, from the last reflection.
-    for j in range(k - 1, -1, -1):
-        v = op.Where(rows > j, _column(input, j), op.Where(rows == j, _scalar(1.0, input), _scalar(0.0, input)))
-        v_col = op.Unsqueeze(v, _index(-1))
-        t = op.Unsqueeze(op.Gather(tau, _index(j), axis=-1), _index(-1))
-        q = op.Sub(q, op.Mul(op.Mul(t, v_col), op.MatMul(op.Unsqueeze(v, _index(-2)), q)))
-    return q
+    # The first n columns of H_0 ... H_{k-1}.
+    return _apply_reflections(input, tau, _expand_matrix(_eye(m, n, input), input), m, k, transpose=False)
+
+
+@_linalg_op("aten::ormqr")
+def ormqr(self: TFloat, input2: TFloat, input3: TFloat, left: bool = True, transpose: bool = False) -> TFloat:
+    """Q C, Q^T C, C Q or C Q^T with Q = H_0 ... H_{k-1} given by geqrf's reflections."""
+    k = _static_size(input2, -1, "ormqr")
+    if left:
+        m = _static_size(input3, -2, "ormqr")
+        return _apply_reflections(self, input2, input3, m, k, transpose)
+    # C Q = (Q^T C^T)^T and C Q^T = (Q C^T)^T
+    m = _static_size(input3, -1, "ormqr")
+    return _mT(_apply_reflections(self, input2, _mT(input3), m, k, not transpose))

@@ -88,6 +88,14 @@ CASES: dict[str, tuple[Callable[..., object], Callable[[], tuple[torch.Tensor, .
     "qr_r": (lambda a: torch.linalg.qr(a, mode="r")[1], lambda: (_matrices(4, 4),)),
     "qr_zero_column": (torch.linalg.qr, lambda: (torch.tensor([[-2.0, 1.0], [0.0, 3.0], [0.0, 1.0]]),)),
     "geqrf": (torch.geqrf, lambda: (_matrices(5, 3),)),
+    "ormqr_left_transpose": (
+        lambda a, tau, c: torch.ormqr(a, tau, c, left=True, transpose=True),
+        lambda: (*torch.geqrf(_matrices(2, 5, 3)), _matrices(2, 5, 2)),
+    ),
+    "ormqr_right": (
+        lambda a, tau, c: torch.ormqr(a, tau, c, left=False),
+        lambda: (*torch.geqrf(_matrices(4, 4)), _matrices(3, 4)),
+    ),
     "householder_product": (
         lambda a, tau: torch.linalg.householder_product(a, tau),
         lambda: (_matrices(5, 3), _matrices(3)),
