@@ -35,7 +35,7 @@ from onnxscript.function_libs.torch_lib.tensor_typing import INT32, TFloat
 
 from dispatcher.function_table import FunctionTable
 
-__all__ = ["LINALG_DOMAIN", "LINALG_FUNCTIONS", "MAX_UNROLLED_SIZE"]
+__all__ = ["LINALG_DOMAIN", "LINALG_FUNCTIONS", "MAX_EIGH_SIZE", "MAX_UNROLLED_SIZE"]
 
 LINALG_DOMAIN = "pkg.fx2onnx.linalg"
 _TABLE = FunctionTable(LINALG_DOMAIN)
@@ -45,6 +45,8 @@ LINALG_FUNCTIONS = _TABLE.entries
 # Every step of a factorization is written out: the graph grows with n (LU: ~15 nodes
 # per column), so larger matrices are refused rather than exported into a huge graph.
 MAX_UNROLLED_SIZE = 128
+# Jacobi's eigenvalue method rotates every pair of rows in each sweep: ~20 n^2 nodes per sweep.
+MAX_EIGH_SIZE = 16
 
 _INT64 = 7  # onnx.TensorProto.INT64
 _INT32 = 6  # onnx.TensorProto.INT32
@@ -56,7 +58,7 @@ _linalg_op = _TABLE.op
 # -- sizes and constants ------------------------------------------------------------------
 
 
-def _static_size(value: Any, axis: int, operator: str) -> int:
+def _static_size(value: Any, axis: int, operator: str, limit: int = MAX_UNROLLED_SIZE) -> int:
     """The size of ``value`` along ``axis``, which must be a static int to unroll over it."""
     shape = value.shape
     dim = None if shape is None or len(shape) < -axis else shape[axis]
@@ -66,9 +68,9 @@ def _static_size(value: Any, axis: int, operator: str) -> int:
             f"the matrix size to be static, but dim {axis} of the input is {dim!r}. Export "
             "with a static size for the matrix dims (batch dims may stay dynamic)."
         )
-    if dim > MAX_UNROLLED_SIZE:
+    if dim > limit:
         raise ValueError(
-            f"{operator}: the matrix size {dim} is larger than {MAX_UNROLLED_SIZE}, the "
+            f"{operator}: the matrix size {dim} is larger than {limit}, the "
             "largest size fx2onnx writes out step by step (the graph grows with it). "
             "Compute this factorization outside the exported model for such sizes."
         )
@@ -556,3 +558,71 @@ def ormqr(self: TFloat, input2: TFloat, input3: TFloat, left: bool = True, trans
     # C Q = (Q^T C^T)^T and C Q^T = (Q C^T)^T
     m = _static_size(input3, -1, "ormqr")
     return _mT(_apply_reflections(self, input2, _mT(input3), m, k, not transpose))
+
+
+# -- symmetric eigendecomposition -----------------------------------------------------------
+
+
+def _jacobi_sweeps(n: int, like: Any) -> int:
+    """Cyclic Jacobi converges quadratically once rotations are small: a few sweeps more
+    than log2(n) bring the off-diagonal below float32 (float64) rounding."""
+    extra = 6 if like.dtype.itemsize >= 8 else 4
+    return max(1, int(np.ceil(np.log2(max(n, 2)))) + extra)
+
+
+def _jacobi_eigh(a: Any, n: int, want_vectors: bool) -> tuple[Any, Any]:
+    """Eigenvalues (unsorted diagonal) and eigenvectors (columns) of symmetric ``a`` by
+    cyclic Jacobi rotations; each rotation zeroes one off-diagonal pair."""
+    identity = _eye(n, n, a)
+    zero, one = _scalar(0.0, a), _scalar(1.0, a)
+    vectors = _expand_matrix(identity, a) if want_vectors else None
+    for _ in range(_jacobi_sweeps(n, a)):
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                a_pp, a_qq, a_pq = _entry(a, p, p), _entry(a, q, q), _entry(a, p, q)
+                done = op.Equal(a_pq, zero)
+                theta = op.Div(op.Sub(a_qq, a_pp), op.Mul(_scalar(2.0, a), op.Where(done, one, a_pq)))
+                # t = tan(angle), the smaller root: sign(theta) / (|theta| + sqrt(theta^2 + 1))
+                sign = op.Where(op.Less(theta, zero), _scalar(-1.0, a), one)
+                t = op.Div(sign, op.Add(op.Abs(theta), op.Sqrt(op.Add(op.Mul(theta, theta), one))))
+                t = op.Where(done, zero, t)
+                c = op.Reciprocal(op.Sqrt(op.Add(op.Mul(t, t), one)))
+                s = op.Mul(t, c)
+                on_diagonal = np.zeros((n, n), dtype=bool)
+                on_diagonal[p, p] = on_diagonal[q, q] = True
+                at_pq = np.zeros((n, n), dtype=bool)
+                at_pq[p, q] = True
+                at_qp = np.zeros((n, n), dtype=bool)
+                at_qp[q, p] = True
+                rotation = op.Where(on_diagonal, c, op.Where(at_pq, s, op.Where(at_qp, op.Neg(s), identity)))
+                a = op.MatMul(op.MatMul(_mT(rotation), a), rotation)
+                if want_vectors:
+                    vectors = op.MatMul(vectors, rotation)
+    values = op.ReduceSum(op.Mul(a, identity), _index(-1), keepdims=0)
+    return values, vectors
+
+
+@_linalg_op("aten::_linalg_eigh")
+def linalg_eigh(A: TFloat, UPLO: str = "L", compute_v: bool = True) -> tuple[TFloat, TFloat]:
+    """Eigenvalues ascending as PyTorch gives them. Eigenvectors are defined up to sign:
+    each is returned with its largest-magnitude component positive, where LAPACK's
+    sign follows from its algorithm (compare ``V diag(w) V^T`` rather than ``V``)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"linalg_eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    n = _static_size(A, -1, "linalg_eigh", limit=MAX_EIGH_SIZE)
+    if n == 0:
+        values = op.ReduceSum(A, _index(-1), keepdims=0)
+        return values, (A if compute_v else op.Identity(np.zeros((0,), dtype=_np_dtype(A))))
+    rows = np.arange(n, dtype=np.int64)
+    kept = rows[:, None] >= rows[None, :] if UPLO == "L" else rows[:, None] <= rows[None, :]
+    symmetric = op.Where(kept, A, _mT(A))
+    values, vectors = _jacobi_eigh(symmetric, n, compute_v)
+    values, order = op.TopK(values, _index(n), axis=-1, largest=0, sorted=1)
+    if not compute_v:
+        return values, op.Identity(np.zeros((0,), dtype=_np_dtype(A)))
+    order = op.Expand(op.Unsqueeze(order, _index(-2)), op.Shape(vectors))
+    vectors = op.GatherElements(vectors, order, axis=-1)
+    largest = op.ArgMax(op.Abs(vectors), axis=-2, keepdims=1)
+    sign = op.Sign(op.GatherElements(vectors, largest, axis=-2))
+    vectors = op.Mul(vectors, op.Where(op.Equal(sign, _scalar(0.0, A)), _scalar(1.0, A), sign))
+    return values, vectors

@@ -96,6 +96,12 @@ CASES: dict[str, tuple[Callable[..., object], Callable[[], tuple[torch.Tensor, .
         lambda a, tau, c: torch.ormqr(a, tau, c, left=False),
         lambda: (*torch.geqrf(_matrices(4, 4)), _matrices(3, 4)),
     ),
+    "eigvalsh_upper": (lambda a: torch.linalg.eigvalsh(a, UPLO="U"), lambda: (_matrices(2, 3, 3),)),
+    # Eigenvectors are defined up to sign: V diag(w) V^T and V^T V are compared.
+    "eigh_reconstructs": (
+        lambda a: (lambda w, v: (w, (v * w.unsqueeze(-2)) @ v.mT, v.mT @ v))(*torch.linalg.eigh(a)),
+        lambda: (_matrices(4, 4),),
+    ),
     "householder_product": (
         lambda a, tau: torch.linalg.householder_product(a, tau),
         lambda: (_matrices(5, 3), _matrices(3)),
@@ -145,3 +151,5 @@ def test_size_limit_is_stated() -> None:
 
     with pytest.raises(ValueError, match="larger than"):
         linalg_functions._static_size(Value(), -1, "linalg_inv")
+    with pytest.raises(ValueError, match="larger than"):
+        linalg_functions._static_size(Value(), -1, "linalg_eigh", limit=linalg_functions.MAX_EIGH_SIZE)
