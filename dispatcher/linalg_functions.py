@@ -570,34 +570,56 @@ def _jacobi_sweeps(n: int, like: Any) -> int:
     return max(1, int(np.ceil(np.log2(max(n, 2)))) + extra)
 
 
+def _round_robin(n: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs (p < q) meeting every pair of 0..n-1 once (circle method;
+    for odd n one index sits out each round)."""
+    players = list(range(n + n % 2))
+    rounds = []
+    for _ in range(len(players) - 1):
+        half = len(players) // 2
+        pairs = [(min(a, b), max(a, b)) for a, b in zip(players[:half], reversed(players[half:]))]
+        rounds.append([pair for pair in pairs if pair[1] < n])
+        players = [players[0], players[-1], *players[1:-1]]
+    return rounds
+
+
 def _jacobi_eigh(a: Any, n: int, want_vectors: bool) -> tuple[Any, Any]:
     """Eigenvalues (unsorted diagonal) and eigenvectors (columns) of symmetric ``a`` by
-    cyclic Jacobi rotations; each rotation zeroes one off-diagonal pair."""
+    parallel cyclic Jacobi: each round rotates disjoint pairs (p, q) at once, each rotation
+    zeroing a[p, q] (tan of its angle is the smaller root, as in the classical method)."""
     identity = _eye(n, n, a)
     zero, one = _scalar(0.0, a), _scalar(1.0, a)
     vectors = _expand_matrix(identity, a) if want_vectors else None
+    rounds = [pairs for pairs in _round_robin(n) if pairs]
     for _ in range(_jacobi_sweeps(n, a)):
-        for p in range(n - 1):
-            for q in range(p + 1, n):
-                a_pp, a_qq, a_pq = _entry(a, p, p), _entry(a, q, q), _entry(a, p, q)
-                done = op.Equal(a_pq, zero)
-                theta = op.Div(op.Sub(a_qq, a_pp), op.Mul(_scalar(2.0, a), op.Where(done, one, a_pq)))
-                # t = tan(angle), the smaller root: sign(theta) / (|theta| + sqrt(theta^2 + 1))
-                sign = op.Where(op.Less(theta, zero), _scalar(-1.0, a), one)
-                t = op.Div(sign, op.Add(op.Abs(theta), op.Sqrt(op.Add(op.Mul(theta, theta), one))))
-                t = op.Where(done, zero, t)
-                c = op.Reciprocal(op.Sqrt(op.Add(op.Mul(t, t), one)))
-                s = op.Mul(t, c)
-                on_diagonal = np.zeros((n, n), dtype=bool)
-                on_diagonal[p, p] = on_diagonal[q, q] = True
-                at_pq = np.zeros((n, n), dtype=bool)
-                at_pq[p, q] = True
-                at_qp = np.zeros((n, n), dtype=bool)
-                at_qp[q, p] = True
-                rotation = op.Where(on_diagonal, c, op.Where(at_pq, s, op.Where(at_qp, op.Neg(s), identity)))
-                a = op.MatMul(op.MatMul(_mT(rotation), a), rotation)
-                if want_vectors:
-                    vectors = op.MatMul(vectors, rotation)
+        for pairs in rounds:
+            p = np.array([pair[0] for pair in pairs], dtype=np.int64)
+            q = np.array([pair[1] for pair in pairs], dtype=np.int64)
+            one_hot_q = np.eye(n, dtype=_np_dtype(a))[q]  # (k, n)
+            selected = np.eye(n, dtype=_np_dtype(a))[p] + one_hot_q  # (k, n): rows p_i and q_i
+            signs = np.zeros((n, n), dtype=_np_dtype(a))
+            signs[p, q], signs[q, p] = 1.0, -1.0
+            left_out = (1.0 - selected.sum(axis=0)).astype(_np_dtype(a))  # indices not rotated
+            diagonal = op.ReduceSum(op.Mul(a, identity), _index(-1), keepdims=0)
+            a_pp = op.Gather(diagonal, p, axis=-1)
+            a_qq = op.Gather(diagonal, q, axis=-1)
+            a_pq = op.ReduceSum(op.Mul(op.Gather(a, p, axis=-2), one_hot_q), _index(-1), keepdims=0)
+            done = op.Equal(a_pq, zero)
+            theta = op.Div(op.Sub(a_qq, a_pp), op.Mul(_scalar(2.0, a), op.Where(done, one, a_pq)))
+            sign = op.Where(op.Less(theta, zero), _scalar(-1.0, a), one)
+            t = op.Div(sign, op.Add(op.Abs(theta), op.Sqrt(op.Add(op.Mul(theta, theta), one))))
+            t = op.Where(done, zero, t)
+            c = op.Reciprocal(op.Sqrt(op.Add(op.Mul(t, t), one)))
+            s = op.Mul(t, c)
+            # rotation[p, p] = rotation[q, q] = c, rotation[p, q] = s, rotation[q, p] = -s
+            c_full = op.Add(op.MatMul(c, selected), left_out)
+            s_full = op.MatMul(s, selected)
+            rotation = op.Add(
+                op.Mul(op.Unsqueeze(c_full, _index(-1)), identity), op.Mul(op.Unsqueeze(s_full, _index(-1)), signs)
+            )
+            a = op.MatMul(op.MatMul(_mT(rotation), a), rotation)
+            if want_vectors:
+                vectors = op.MatMul(vectors, rotation)
     values = op.ReduceSum(op.Mul(a, identity), _index(-1), keepdims=0)
     return values, vectors
 
