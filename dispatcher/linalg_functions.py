@@ -21,6 +21,10 @@ not unique come out the same:
   it is), Q accumulated from the same reflections.
 
 ``check_errors=True`` cannot raise inside an ONNX graph: ``info`` is computed either way.
+* eigh and SVD by parallel Jacobi rotations: eigenvalues and singular values as LAPACK
+  gives them (sorted), vectors defined up to sign (each V column with its largest
+  component positive).
+
 Real floating inputs only (complex inputs keep torchlib's behaviour: no function).
 """
 
@@ -583,45 +587,66 @@ def _round_robin(n: int) -> list[list[tuple[int, int]]]:
     return rounds
 
 
+def _jacobi_rotation(gram: Any, pairs: Sequence[tuple[int, int]], n: int) -> Any:
+    """The rotation (..., n, n) that zeroes gram[p, q] for each disjoint pair (p, q) of the
+    symmetric ``gram``: rotation[p, p] = rotation[q, q] = c, rotation[p, q] = s,
+    rotation[q, p] = -s, tan of the angle being the smaller root as in the classical method."""
+    dtype = _np_dtype(gram)
+    zero, one = _scalar(0.0, gram), _scalar(1.0, gram)
+    identity = np.eye(n, dtype=dtype)
+    p = np.array([pair[0] for pair in pairs], dtype=np.int64)
+    q = np.array([pair[1] for pair in pairs], dtype=np.int64)
+    one_hot_q = identity[q]  # (k, n)
+    selected = identity[p] + one_hot_q  # (k, n): rows p_i and q_i
+    signs = np.zeros((n, n), dtype=dtype)
+    signs[p, q], signs[q, p] = 1.0, -1.0
+    left_out = (1.0 - selected.sum(axis=0)).astype(dtype)  # indices no pair rotates
+    diagonal = op.ReduceSum(op.Mul(gram, identity), _index(-1), keepdims=0)
+    g_pp = op.Gather(diagonal, p, axis=-1)
+    g_qq = op.Gather(diagonal, q, axis=-1)
+    g_pq = op.ReduceSum(op.Mul(op.Gather(gram, p, axis=-2), one_hot_q), _index(-1), keepdims=0)
+    done = op.Equal(g_pq, zero)
+    theta = op.Div(op.Sub(g_qq, g_pp), op.Mul(_scalar(2.0, gram), op.Where(done, one, g_pq)))
+    sign = op.Where(op.Less(theta, zero), _scalar(-1.0, gram), one)
+    t = op.Div(sign, op.Add(op.Abs(theta), op.Sqrt(op.Add(op.Mul(theta, theta), one))))
+    t = op.Where(done, zero, t)
+    c = op.Reciprocal(op.Sqrt(op.Add(op.Mul(t, t), one)))
+    s = op.Mul(t, c)
+    c_full = op.Add(op.MatMul(c, selected), left_out)
+    s_full = op.MatMul(s, selected)
+    return op.Add(op.Mul(op.Unsqueeze(c_full, _index(-1)), identity), op.Mul(op.Unsqueeze(s_full, _index(-1)), signs))
+
+
 def _jacobi_eigh(a: Any, n: int, want_vectors: bool) -> tuple[Any, Any]:
     """Eigenvalues (unsorted diagonal) and eigenvectors (columns) of symmetric ``a`` by
-    parallel cyclic Jacobi: each round rotates disjoint pairs (p, q) at once, each rotation
-    zeroing a[p, q] (tan of its angle is the smaller root, as in the classical method)."""
+    parallel cyclic Jacobi: each round rotates disjoint pairs (p, q) at once."""
     identity = _eye(n, n, a)
-    zero, one = _scalar(0.0, a), _scalar(1.0, a)
     vectors = _expand_matrix(identity, a) if want_vectors else None
     rounds = [pairs for pairs in _round_robin(n) if pairs]
     for _ in range(_jacobi_sweeps(n, a)):
         for pairs in rounds:
-            p = np.array([pair[0] for pair in pairs], dtype=np.int64)
-            q = np.array([pair[1] for pair in pairs], dtype=np.int64)
-            one_hot_q = np.eye(n, dtype=_np_dtype(a))[q]  # (k, n)
-            selected = np.eye(n, dtype=_np_dtype(a))[p] + one_hot_q  # (k, n): rows p_i and q_i
-            signs = np.zeros((n, n), dtype=_np_dtype(a))
-            signs[p, q], signs[q, p] = 1.0, -1.0
-            left_out = (1.0 - selected.sum(axis=0)).astype(_np_dtype(a))  # indices not rotated
-            diagonal = op.ReduceSum(op.Mul(a, identity), _index(-1), keepdims=0)
-            a_pp = op.Gather(diagonal, p, axis=-1)
-            a_qq = op.Gather(diagonal, q, axis=-1)
-            a_pq = op.ReduceSum(op.Mul(op.Gather(a, p, axis=-2), one_hot_q), _index(-1), keepdims=0)
-            done = op.Equal(a_pq, zero)
-            theta = op.Div(op.Sub(a_qq, a_pp), op.Mul(_scalar(2.0, a), op.Where(done, one, a_pq)))
-            sign = op.Where(op.Less(theta, zero), _scalar(-1.0, a), one)
-            t = op.Div(sign, op.Add(op.Abs(theta), op.Sqrt(op.Add(op.Mul(theta, theta), one))))
-            t = op.Where(done, zero, t)
-            c = op.Reciprocal(op.Sqrt(op.Add(op.Mul(t, t), one)))
-            s = op.Mul(t, c)
-            # rotation[p, p] = rotation[q, q] = c, rotation[p, q] = s, rotation[q, p] = -s
-            c_full = op.Add(op.MatMul(c, selected), left_out)
-            s_full = op.MatMul(s, selected)
-            rotation = op.Add(
-                op.Mul(op.Unsqueeze(c_full, _index(-1)), identity), op.Mul(op.Unsqueeze(s_full, _index(-1)), signs)
-            )
+            rotation = _jacobi_rotation(a, pairs, n)
             a = op.MatMul(op.MatMul(_mT(rotation), a), rotation)
             if want_vectors:
                 vectors = op.MatMul(vectors, rotation)
     values = op.ReduceSum(op.Mul(a, identity), _index(-1), keepdims=0)
     return values, vectors
+
+
+def _jacobi_svd(a: Any, n: int, want_vectors: bool) -> tuple[Any, Any, Any]:
+    """One-sided (Hestenes) Jacobi on the columns of ``a`` (..., m, n), m >= n: rotations
+    orthogonalize the columns; singular values are their norms (unsorted), U the
+    normalized columns, V the accumulated rotations."""
+    vectors = _expand_matrix(_eye(n, n, a), a) if want_vectors else None
+    rounds = [pairs for pairs in _round_robin(n) if pairs]
+    for _ in range(_jacobi_sweeps(n, a)):
+        for pairs in rounds:
+            rotation = _jacobi_rotation(op.MatMul(_mT(a), a), pairs, n)
+            a = op.MatMul(a, rotation)
+            if want_vectors:
+                vectors = op.MatMul(vectors, rotation)
+    values = op.Sqrt(op.ReduceSumSquare(a, _index(-2), keepdims=0))
+    return values, a, vectors
 
 
 @_linalg_op("aten::_linalg_eigh")
@@ -648,3 +673,46 @@ def linalg_eigh(A: TFloat, UPLO: str = "L", compute_v: bool = True) -> tuple[TFl
     sign = op.Sign(op.GatherElements(vectors, largest, axis=-2))
     vectors = op.Mul(vectors, op.Where(op.Equal(sign, _scalar(0.0, A)), _scalar(1.0, A), sign))
     return values, vectors
+
+
+@_linalg_op("aten::_linalg_svd")
+def linalg_svd(
+    A: TFloat, full_matrices: bool = False, compute_uv: bool = True, driver: Any = None
+) -> tuple[TFloat, TFloat, TFloat]:
+    """Singular values descending as PyTorch gives them; U's and V's columns are defined up
+    to sign (each V column has its largest component positive)."""
+    m = _static_size(A, -2, "linalg_svd", limit=MAX_EIGH_SIZE)
+    n = _static_size(A, -1, "linalg_svd", limit=MAX_EIGH_SIZE)
+    k = min(m, n)
+    if compute_uv and full_matrices and m != n:
+        raise ValueError(
+            "linalg_svd: full_matrices=True on a non-square matrix needs a completed basis that "
+            "fx2onnx does not compute; use full_matrices=False (or torch.linalg.svdvals)."
+        )
+    empty = np.zeros((0,), dtype=_np_dtype(A))
+    wide = m < n
+    columns = _mT(A) if wide else A  # (..., max, min): k columns to orthogonalize
+    if k == 0:
+        values = op.ReduceSum(op.Slice(columns, _index(0), _index(0), _index(-2)), _index(-2), keepdims=0)
+        if not compute_uv:
+            return op.Identity(empty), values, op.Identity(empty)
+        u = op.Slice(A, _index(0), _index(k), _index(-1))
+        vh = op.Slice(A, _index(0), _index(k), _index(-2))
+        return u, values, vh
+    values, rotated, v = _jacobi_svd(columns, k, compute_uv)
+    values, order = op.TopK(values, _index(k), axis=-1, largest=1, sorted=1)
+    if not compute_uv:
+        return op.Identity(empty), values, op.Identity(empty)
+    order = op.Unsqueeze(order, _index(-2))
+    rotated = op.GatherElements(rotated, op.Expand(order, op.Shape(rotated)), axis=-1)
+    v = op.GatherElements(v, op.Expand(order, op.Shape(v)), axis=-1)
+    largest = op.ArgMax(op.Abs(v), axis=-2, keepdims=1)
+    sign = op.Sign(op.GatherElements(v, largest, axis=-2))
+    sign = op.Where(op.Equal(sign, _scalar(0.0, A)), _scalar(1.0, A), sign)
+    v = op.Mul(v, sign)
+    # A zero singular value leaves its column of U as zeros (PyTorch gives some unit vector).
+    safe = op.Where(op.Equal(values, _scalar(0.0, A)), _scalar(1.0, A), values)
+    u = op.Div(op.Mul(rotated, sign), op.Unsqueeze(safe, _index(-2)))
+    if wide:  # A^T = U' S V'^T  =>  A = V' S U'^T
+        return v, values, _mT(u)
+    return u, values, _mT(v)

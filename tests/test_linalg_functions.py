@@ -102,6 +102,13 @@ CASES: dict[str, tuple[Callable[..., object], Callable[[], tuple[torch.Tensor, .
         lambda a: (lambda w, v: (w, (v * w.unsqueeze(-2)) @ v.mT, v.mT @ v))(*torch.linalg.eigh(a)),
         lambda: (_matrices(4, 4),),
     ),
+    "svdvals_tall_batched": (torch.linalg.svdvals, lambda: (_matrices(2, 5, 3),)),
+    "matrix_rank_deficient": (torch.linalg.matrix_rank, lambda: (_matrices(4, 2) @ _matrices(2, 4),)),
+    # Singular vectors are defined up to sign: U diag(S) Vh and S are compared.
+    "svd_reconstructs_wide": (
+        lambda a: (lambda u, s, vh: ((u * s.unsqueeze(-2)) @ vh, s))(*torch.linalg.svd(a, full_matrices=False)),
+        lambda: (_matrices(3, 5),),
+    ),
     "householder_product": (
         lambda a, tau: torch.linalg.householder_product(a, tau),
         lambda: (_matrices(5, 3), _matrices(3)),
@@ -143,6 +150,11 @@ def test_symbolic_matrix_size_is_refused_clearly(tmp_path) -> None:
     options = make_options(tmp_path, dynamic_shapes=(({0: size, 1: size},),))
     with pytest.raises(fx2onnx.OnnxExporterError, match="matrix size to be static"):
         export_program(Apply(torch.linalg.inv), (_matrices(4, 4),), options=options, tmp_path=tmp_path)
+
+
+def test_full_svd_of_non_square_is_refused_clearly(tmp_path) -> None:
+    with pytest.raises(fx2onnx.OnnxExporterError, match="full_matrices=False"):
+        export_program(Apply(torch.linalg.svd), (_matrices(4, 3),), tmp_path=tmp_path)
 
 
 def test_size_limit_is_stated() -> None:
