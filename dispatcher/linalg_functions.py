@@ -19,12 +19,11 @@ not unique come out the same:
 * QR by Householder reflections as ``geqrf`` chooses them (R's diagonal has the sign
   opposite to the pivot column's, a column already zero below the diagonal is left as
   it is), Q accumulated from the same reflections.
-
-``check_errors=True`` cannot raise inside an ONNX graph: ``info`` is computed either way.
 * eigh and SVD by parallel Jacobi rotations: eigenvalues and singular values as LAPACK
   gives them (sorted), vectors defined up to sign (each V column with its largest
   component positive).
 
+``check_errors=True`` cannot raise inside an ONNX graph: ``info`` is computed either way.
 Real floating inputs only (complex inputs keep torchlib's behaviour: no function).
 """
 
