@@ -30,7 +30,7 @@ Real floating inputs only (complex inputs keep torchlib's behaviour: no function
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from onnxscript import opset18 as op
@@ -715,3 +715,48 @@ def linalg_svd(
     if wide:  # A^T = U' S V'^T  =>  A = V' S U'^T
         return v, values, _mT(u)
     return u, values, _mT(v)
+
+
+def _pinv(a: Any, atol: Any, rtol: Any, hermitian: bool) -> Any:
+    """PyTorch's pseudo-inverse: singular values (|eigenvalues| when hermitian) above
+    max(atol, rtol * largest) are inverted, the others dropped. rtol defaults to
+    eps * max(m, n), or to 0 where a positive atol is given."""
+    m = _static_size(a, -2, "linalg_pinv", limit=MAX_EIGH_SIZE)
+    n = _static_size(a, -1, "linalg_pinv", limit=MAX_EIGH_SIZE)
+    if min(m, n) == 0:
+        return _mT(a)
+    zero = _scalar(0.0, a)
+    default_rtol = _scalar(float(np.finfo(_np_dtype(a)).eps) * max(m, n), a)
+    atol_given = atol is not None
+    atol = zero if atol is None else (_scalar(atol, a) if isinstance(atol, float) else op.CastLike(atol, a))
+    if rtol is None:
+        rtol = op.Where(op.Greater(atol, zero), zero, default_rtol) if atol_given else default_rtol
+    else:
+        rtol = _scalar(rtol, a) if isinstance(rtol, float) else op.CastLike(rtol, a)
+    if hermitian:
+        values, vectors = linalg_eigh.func(a, "L", True)
+        magnitude = op.Abs(values)
+        left, right = vectors, _mT(vectors)
+    else:
+        left, values, right = linalg_svd.func(a, False, True, None)
+        magnitude = values
+        left, right = _mT(right), _mT(left)  # V and U^T: pinv = V diag(1/s) U^T
+    largest = op.ReduceMax(magnitude, _index(-1), keepdims=1)
+    tolerance = op.Max(op.Unsqueeze(atol, _index(-1)), op.Mul(op.Unsqueeze(rtol, _index(-1)), largest))
+    safe = op.Where(op.Equal(values, zero), _scalar(1.0, a), values)
+    inverted = op.Where(op.Greater(magnitude, tolerance), op.Reciprocal(safe), zero)
+    return op.MatMul(op.Mul(left, op.Unsqueeze(inverted, _index(-2))), right)
+
+
+@_linalg_op("aten::linalg_pinv.atol_rtol_tensor")
+def linalg_pinv_tensor(
+    self: TFloat, atol: Optional[TFloat] = None, rtol: Optional[TFloat] = None, hermitian: bool = False
+) -> TFloat:
+    return _pinv(self, atol, rtol, hermitian)
+
+
+@_linalg_op("aten::linalg_pinv.atol_rtol_float")
+def linalg_pinv_float(
+    self: TFloat, atol: Optional[float] = None, rtol: Optional[float] = None, hermitian: bool = False
+) -> TFloat:
+    return _pinv(self, atol, rtol, hermitian)

@@ -109,6 +109,10 @@ CASES: dict[str, tuple[Callable[..., object], Callable[[], tuple[torch.Tensor, .
         lambda a: (lambda u, s, vh: ((u * s.unsqueeze(-2)) @ vh, s))(*torch.linalg.svd(a, full_matrices=False)),
         lambda: (_matrices(3, 5),),
     ),
+    "pinv_rank_deficient": (torch.linalg.pinv, lambda: (_matrices(4, 2) @ _matrices(2, 4),)),
+    "pinv_hermitian": (lambda a: torch.linalg.pinv(a, hermitian=True), lambda: ((lambda x: x + x.mT)(_matrices(2, 4, 4)),)),
+    "pinv_atol_tensor": (lambda a, t: torch.linalg.pinv(a, atol=t), lambda: (_matrices(2, 4, 3), torch.tensor([0.5, 0.1]))),
+    "pinverse_rcond": (lambda a: torch.pinverse(a, rcond=0.1), lambda: (_matrices(3, 4),)),
     "householder_product": (
         lambda a, tau: torch.linalg.householder_product(a, tau),
         lambda: (_matrices(5, 3), _matrices(3)),
