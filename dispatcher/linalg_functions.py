@@ -80,6 +80,16 @@ def _static_size(value: Any, axis: int, operator: str, limit: int = MAX_UNROLLED
     return dim
 
 
+def _check_jacobi_size(k: int, operator: str) -> None:
+    """Jacobi methods rotate every pair of the k columns in each sweep: k is limited more."""
+    if k > MAX_EIGH_SIZE:
+        raise ValueError(
+            f"{operator}: the matrix size {k} is larger than {MAX_EIGH_SIZE}, the largest "
+            "size fx2onnx writes Jacobi rotations out for (the graph grows with its square). "
+            "Compute this decomposition outside the exported model for such sizes."
+        )
+
+
 def _rank(value: Any) -> int:
     return len(value.shape)
 
@@ -680,9 +690,10 @@ def linalg_svd(
 ) -> tuple[TFloat, TFloat, TFloat]:
     """Singular values descending as PyTorch gives them; U's and V's columns are defined up
     to sign (each V column has its largest component positive)."""
-    m = _static_size(A, -2, "linalg_svd", limit=MAX_EIGH_SIZE)
-    n = _static_size(A, -1, "linalg_svd", limit=MAX_EIGH_SIZE)
+    m = _static_size(A, -2, "linalg_svd")
+    n = _static_size(A, -1, "linalg_svd")
     k = min(m, n)
+    _check_jacobi_size(k, "linalg_svd")
     if compute_uv and full_matrices and m != n:
         raise ValueError(
             "linalg_svd: full_matrices=True on a non-square matrix needs a completed basis that "
@@ -721,8 +732,9 @@ def _pinv(a: Any, atol: Any, rtol: Any, hermitian: bool) -> Any:
     """PyTorch's pseudo-inverse: singular values (|eigenvalues| when hermitian) above
     max(atol, rtol * largest) are inverted, the others dropped. rtol defaults to
     eps * max(m, n), or to 0 where a positive atol is given."""
-    m = _static_size(a, -2, "linalg_pinv", limit=MAX_EIGH_SIZE)
-    n = _static_size(a, -1, "linalg_pinv", limit=MAX_EIGH_SIZE)
+    m = _static_size(a, -2, "linalg_pinv")
+    n = _static_size(a, -1, "linalg_pinv")
+    _check_jacobi_size(min(m, n), "linalg_pinv")
     if min(m, n) == 0:
         return _mT(a)
     zero = _scalar(0.0, a)

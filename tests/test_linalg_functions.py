@@ -112,6 +112,7 @@ CASES: dict[str, tuple[Callable[..., object], Callable[[], tuple[torch.Tensor, .
     "pinv_rank_deficient": (torch.linalg.pinv, lambda: (_matrices(4, 2) @ _matrices(2, 4),)),
     "pinv_hermitian": (lambda a: torch.linalg.pinv(a, hermitian=True), lambda: ((lambda x: x + x.mT)(_matrices(2, 4, 4)),)),
     "pinv_atol_tensor": (lambda a, t: torch.linalg.pinv(a, atol=t), lambda: (_matrices(2, 4, 3), torch.tensor([0.5, 0.1]))),
+    "pinv_tall_few_columns": (torch.linalg.pinv, lambda: (_matrices(40, 2),)),  # Jacobi runs over 2 columns
     "pinverse_rcond": (lambda a: torch.pinverse(a, rcond=0.1), lambda: (_matrices(3, 4),)),
     "householder_product": (
         lambda a, tau: torch.linalg.householder_product(a, tau),
@@ -169,3 +170,5 @@ def test_size_limit_is_stated() -> None:
         linalg_functions._static_size(Value(), -1, "linalg_inv")
     with pytest.raises(ValueError, match="larger than"):
         linalg_functions._static_size(Value(), -1, "linalg_eigh", limit=linalg_functions.MAX_EIGH_SIZE)
+    with pytest.raises(ValueError, match="larger than"):
+        linalg_functions._check_jacobi_size(linalg_functions.MAX_EIGH_SIZE + 1, "linalg_svd")
