@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
+import onnx_ir as ir
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import INT32, TFloat
 
@@ -51,9 +52,6 @@ MAX_UNROLLED_SIZE = 128
 # Jacobi's eigenvalue method rotates every pair of rows in each sweep: ~20 n^2 nodes per sweep.
 MAX_EIGH_SIZE = 16
 
-_INT64 = 7  # onnx.TensorProto.INT64
-_INT32 = 6  # onnx.TensorProto.INT32
-_FLOAT = 1  # onnx.TensorProto.FLOAT
 
 _linalg_op = _TABLE.op
 
@@ -144,10 +142,10 @@ def _expand_matrix(matrix: np.ndarray, batch_of: Any) -> Any:
 
 def _first_true_plus_one(flags: Any) -> Any:
     """Along the last axis: 1 + the index of the first true flag, 0 when none (int32)."""
-    as_float = op.Cast(flags, to=_FLOAT)
+    as_float = op.Cast(flags, to=ir.DataType.FLOAT)
     first = op.ArgMax(as_float, axis=-1, keepdims=0)
     found = op.Greater(op.ReduceMax(as_float, _index(-1), keepdims=0), np.array(0.0, dtype=np.float32))
-    return op.Cast(op.Where(found, op.Add(first, np.array(1, dtype=np.int64)), np.array(0, dtype=np.int64)), to=_INT32)
+    return op.Cast(op.Where(found, op.Add(first, np.array(1, dtype=np.int64)), np.array(0, dtype=np.int64)), to=ir.DataType.INT32)
 
 
 def _zeros_int32(shape: Any) -> Any:
@@ -190,7 +188,7 @@ def _lu_factor(a: Any, m: int, n: int, pivot: bool) -> tuple[Any, Any, Any]:
     batch = _batch_shape(a)
     pivots_shape = op.Concat(batch, _index(k), axis=0)
     if pivot and k > 0:
-        pivots = op.Cast(op.Add(op.Concat(*pivot_rows, axis=-1), np.array(1, dtype=np.int64)), to=_INT32)
+        pivots = op.Cast(op.Add(op.Concat(*pivot_rows, axis=-1), np.array(1, dtype=np.int64)), to=ir.DataType.INT32)
         pivots = op.Expand(pivots, pivots_shape)
     else:
         pivots = op.Expand(np.arange(1, k + 1, dtype=np.int32), pivots_shape)
@@ -206,7 +204,7 @@ def _row_order(pivots: Any, n: int, k: int) -> Any:
     that ends in row i (int64, (..., n))."""
     order = np.arange(n, dtype=np.int64)
     rows = np.arange(n, dtype=np.int64)
-    pivots = op.Sub(op.Cast(pivots, to=_INT64), np.array(1, dtype=np.int64))
+    pivots = op.Sub(op.Cast(pivots, to=ir.DataType.INT64), np.array(1, dtype=np.int64))
     for j in range(k):
         swapped_with = op.Gather(pivots, _index(j), axis=-1)  # (..., 1)
         is_other = op.Equal(rows, swapped_with)
@@ -500,7 +498,7 @@ def linalg_slogdet(A: TFloat) -> tuple[TFloat, TFloat, TFloat, INT32]:
         return op.Expand(_scalar(1.0, A), batch), op.Expand(_scalar(0.0, A), batch), lu, pivots
     diagonal = op.Concat(*[op.Gather(_column(lu, j), _index(j), axis=-1) for j in range(n)], axis=-1)
     swaps = op.ReduceSum(
-        op.Cast(op.Not(op.Equal(pivots, np.arange(1, n + 1, dtype=np.int32))), to=_INT64), _index(-1), keepdims=0
+        op.Cast(op.Not(op.Equal(pivots, np.arange(1, n + 1, dtype=np.int32))), to=ir.DataType.INT64), _index(-1), keepdims=0
     )
     parity = op.Where(op.Equal(op.Mod(swaps, np.array(2, dtype=np.int64)), np.array(1, dtype=np.int64)), _scalar(-1.0, A), _scalar(1.0, A))
     sign = op.Mul(parity, op.ReduceProd(op.Sign(diagonal), _index(-1), keepdims=0))

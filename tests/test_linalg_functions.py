@@ -8,17 +8,8 @@ import pytest
 import torch
 
 import fx2onnx
-from conftest import export_program, make_options
+from conftest import Apply, export_program, make_options
 from dispatcher import linalg_functions
-
-
-class Apply(torch.nn.Module):
-    def __init__(self, fn: Callable[..., object]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: torch.Tensor) -> object:
-        return self.fn(*args)
 
 
 def _matrices(*shape: int) -> torch.Tensor:
