@@ -118,6 +118,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.polynomial_functions", "POLYNOMIAL_FUNCTIONS", False),  # orthogonal polynomials
     ("dispatcher.elementwise_functions", "ELEMENTWISE_FUNCTIONS", False),  # prims fmax, hypot, frexp...
     ("dispatcher.order_functions", "ORDER_FUNCTIONS", False),  # cummax/cummin, kthvalue, mode
+    ("dispatcher.special_functions", "SPECIAL_FUNCTIONS", False),  # gamma, Bessel, erf family
 )
 
 
