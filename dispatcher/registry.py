@@ -119,6 +119,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.elementwise_functions", "ELEMENTWISE_FUNCTIONS", False),  # prims fmax, hypot, frexp...
     ("dispatcher.order_functions", "ORDER_FUNCTIONS", False),  # cummax/cummin, kthvalue, mode
     ("dispatcher.linalg_functions", "LINALG_FUNCTIONS", False),  # factorizations and solves
+    ("dispatcher.special_functions", "SPECIAL_FUNCTIONS", False),  # gamma, Bessel, erf family
 )
 
 
