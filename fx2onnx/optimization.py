@@ -6,7 +6,7 @@ The stage is built from onnxscript's public optimizer pieces, in one pass:
    shape computations, casts of constants, `Shape`/`Size` of static values;
 2. the rewrite rules that remove no-ops and merge chains (`Add 0`, `Mul 1`, inference
    `Dropout`, identity `Cast`/`Expand`/`Transpose`, `Cast`-`Cast`, `Reshape`-`Reshape`,
-   `Transpose`-`Transpose`, `Unsqueeze`-`Unsqueeze`, `Slice`s forming a `Split`), and one
+   `Transpose`-`Transpose`, `Unsqueeze`-`Unsqueeze`), and one
    rule of fx2onnx's: `x * Reciprocal(Sqrt(v))` (``x * torch.rsqrt(v)``, how RMSNorm is
    written) becomes `x / Sqrt(v)`, the form onnxruntime fuses into one normalization
    kernel (measured: the Reciprocal form stays six kernels);
@@ -16,7 +16,10 @@ Why not onnxscript's whole `optimize_ir`: measured on the benchmark models
 (`bench/export_speed.py`), its other rules never fire on fx2onnx's output after folding
 (fusions such as Conv+BatchNormalization span module functions, which are kept), yet
 matching them costs more than the folding itself; onnxruntime applies those fusions at
-load time after inlining the functions.
+load time after inlining the functions. Every rule here matches from a single output
+node: a rule with several output nodes (such as Slices forming a Split) makes the
+matcher try every combination of nodes, quadratic in the graph's size (minutes on the
+unrolled linear-algebra graphs).
 
 Three things of the exported model must survive:
 
@@ -74,7 +77,6 @@ def _rewrite_rules():
             rules.reshape_reshape_rule,
             rules.transpose_transpose_rule,
             rules.unsqueeze_unsqueeze_rule,
-            rules.slice_split_rule,
             *divide_by_sqrt.commute(),  # x * r and r * x
         ]
     )

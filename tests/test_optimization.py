@@ -97,3 +97,13 @@ def test_rms_norm_is_written_in_the_form_onnxruntime_fuses(export_and_compare, t
     onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
     fused = _counts(onnx.load(tmp_path / "ort_optimized.onnx"))
     assert fused["SimplifiedLayerNormalization"] == 2 and fused["Sqrt"] == 0
+
+
+def test_every_rewrite_rule_matches_from_one_output_node() -> None:
+    # A rule with several output nodes makes onnxscript's matcher try every combination
+    # of graph nodes: optimization time quadratic in the graph (minutes on unrolled
+    # linear algebra). Every rule of the optimization stage must have a single output node.
+    from fx2onnx.optimization import _rewrite_rules
+
+    rules = _rewrite_rules().rules
+    assert rules and all(rule._target_pattern.has_single_output_node for rule in rules)
