@@ -299,7 +299,7 @@ def complex_split(self: TTensor, split_size: int, dim: int = 0) -> TTensor:
     sizes = [split_size] * (length // split_size)
     if length % split_size or not sizes:
         sizes.append(length % split_size)
-    return complex_split_with_sizes.func(self, sizes, dim)
+    return complex_split_with_sizes(self, sizes, dim)
 
 
 @_complex_op("aten::diagonal", "aten::diagonal_copy")
@@ -682,7 +682,7 @@ def complex_prims_exp(self: TReal) -> TReal:
 
 @_complex_op("prims::sum")
 def complex_prims_sum(inp: TReal, dims: Optional[Sequence[int]], output_dtype: Optional[int] = None) -> TReal:
-    return complex_sum_dim.func(inp, dims, False, -1 if output_dtype is None else output_dtype)
+    return complex_sum_dim(inp, dims, False, -1 if output_dtype is None else output_dtype)
 
 
 @_complex_op("prims::div")

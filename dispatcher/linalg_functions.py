@@ -744,11 +744,11 @@ def _pinv(a: Any, atol: Any, rtol: Any, hermitian: bool) -> Any:
     else:
         rtol = _scalar(rtol, a) if isinstance(rtol, float) else op.CastLike(rtol, a)
     if hermitian:
-        values, vectors = linalg_eigh.func(a, "L", True)
+        values, vectors = linalg_eigh(a, "L", True)
         magnitude = op.Abs(values)
         left, right = vectors, _mT(vectors)
     else:
-        left, values, right = linalg_svd.func(a, False, True, None)
+        left, values, right = linalg_svd(a, False, True, None)
         magnitude = values
         left, right = _mT(right), _mT(left)  # V and U^T: pinv = V diag(1/s) U^T
     largest = op.ReduceMax(magnitude, _index(-1), keepdims=1)

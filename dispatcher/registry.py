@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Union
 
 import torch
@@ -38,12 +38,21 @@ _TORCHLIB_OPSET_VERSION = 18
 
 @dataclasses.dataclass(frozen=True)
 class RegisteredFunction:
-    """One ONNX Script function registered for an operator overload."""
+    """One ONNX Script function registered for an operator overload.
 
-    onnx_function: OnnxScriptFunction
+    ``function`` is the ONNX Script function, or (for fx2onnx's own tables) a maker of
+    it, called on first use: see :mod:`dispatcher.function_table`.
+    """
+
+    function: OnnxScriptFunction | Callable[[], OnnxScriptFunction]
     qualified_name: str
     is_custom: bool = False
     is_complex: bool = False
+
+    @functools.cached_property
+    def onnx_function(self) -> OnnxScriptFunction:
+        function = self.function
+        return function if isinstance(function, _FUNCTION_TYPES) else function()
 
     @property
     def name(self) -> str:
