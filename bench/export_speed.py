@@ -46,7 +46,32 @@ DESCRIPTIONS = {
 
 
 def build(name: str, layers: int | None = None):
-    """(model, args) of a benchmark model; `layers` overrides the layer count."""
+    """(model, args) of a benchmark model, its weights as a trained model's (see
+    `_like_trained`); `layers` overrides the layer count."""
+    model, args = _build_untrained(name, layers)
+    return _like_trained(model), args
+
+
+def _like_trained(model):
+    """Give every parameter whose values are all alike (zero biases, unit norm weights of a
+    freshly built model) small random values, as training leaves them.
+
+    An optimizer that reads weight values removes an all-zero bias (a Gemm without its
+    bias input, a smaller fused kernel): a measurement only an untrained model gets, and a
+    model whose weights are replaced later (a checkpoint) silently loses the bias. fx2onnx
+    never folds weights; the benchmark compares both exporters on weights they cannot fold.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() > 1 and bool((parameter == parameter.flatten()[0]).all()):
+                parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+    return model
+
+
+def _build_untrained(name: str, layers: int | None):
     import torch
 
     torch.manual_seed(0)
