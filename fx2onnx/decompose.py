@@ -226,6 +226,7 @@ def _inline_graph(
     env: dict[torch.fx.Node, Any] = {}
     placeholders = iter(inputs)
     result: Any = None
+    used = {n.name for n in graph.nodes}
     with graph.inserting_before(node):
         for inner in inner_graph.nodes:
             if inner.op == "placeholder":
@@ -234,6 +235,9 @@ def _inline_graph(
                 result = pytree.tree_map(lambda v: env[v] if isinstance(v, torch.fx.Node) else v, inner.args[0])
             else:
                 copy = graph.node_copy(inner, lambda n: env[n])
+                if copy.name in used:
+                    copy = _with_unused_name(graph, copy, used)
+                used.add(copy.name)
                 for key in _SOURCE_META if node_meta else ():
                     if key in node.meta:
                         copy.meta[key] = node.meta[key]
@@ -247,6 +251,28 @@ def _inline_graph(
         node.replace_all_uses_with(result)
     if not node.users:
         graph.erase_node(node)
+
+
+def _with_unused_name(graph: torch.fx.Graph, node: torch.fx.Node, used: set[str]) -> torch.fx.Node:
+    """Recreate the just-copied, unused ``node`` under a name no node of ``graph`` has.
+
+    torch.export names the placeholders after the forward's arguments without telling
+    the graph's namespace, so a copied node may be given a placeholder's name ("Node
+    redefined name"); the names in the graph are the ones to avoid.
+    """
+    index = 1
+    while True:
+        candidate = f"{node.name}_{index}"
+        index += 1
+        if candidate in used:
+            continue
+        fresh = graph.create_node(node.op, node.target, node.args, node.kwargs, name=candidate, type_expr=node.type)
+        if fresh.name in used:  # the namespace changed the candidate into a taken name
+            graph.erase_node(fresh)
+            continue
+        fresh.meta = dict(node.meta)
+        graph.erase_node(node)
+        return fresh
 
 
 _SET_GRAD_ENABLED = torch.ops.higher_order.wrap_with_set_grad_enabled

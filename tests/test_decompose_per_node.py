@@ -113,3 +113,18 @@ def test_a_decomposition_that_mutates_is_left_to_the_whole_program(export_and_co
     program = export_and_compare(BatchNormWithUpdate(), (torch.randn(2, 3, 4), torch.randn(3), torch.randn(3)))
     notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
     assert len(notes) == 1 and "mutates its inputs" in notes[0].message
+
+
+class _ArgumentsNamedLikeNodes(torch.nn.Module):
+    """Forward arguments named like the nodes `diff`'s decomposition creates."""
+
+    def forward(self, x, sub, slice_1, slice_2, narrow):
+        return torch.diff(x) * sub + slice_1 + slice_2 + narrow
+
+
+def test_decomposed_nodes_never_take_an_argument_name(export_and_compare, no_whole_program_retrace):
+    # torch.export names placeholders after the arguments without telling the graph's
+    # namespace: inlined nodes must still get names of their own.
+    x, y = torch.randn(3, 5), torch.randn(3, 4)
+    program = export_and_compare(_ArgumentsNamedLikeNodes(), (x, y, y * 2, y + 1, -y))
+    assert [i.name for i in program.model_proto.graph.input] == ["x", "sub", "slice_1", "slice_2", "narrow"]
