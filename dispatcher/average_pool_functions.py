@@ -17,6 +17,7 @@ from typing import Any, Optional
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import scalar_like
 
 __all__ = ["AVERAGE_POOL_FUNCTIONS", "AVERAGE_POOL_DOMAIN"]
 
@@ -47,14 +48,14 @@ def _window_sums(x, spatial: list[Any], kernel: list[int], strides: list[int], p
     """Sum over each window, channels apart (x is batched: N, C, *spatial)."""
     if not all(isinstance(s, int) for s in spatial):
         # Sizes unknown at export: the sum from the average over the full window.
-        area = op.CastLike(op.Constant(value_float=float(math.prod(kernel))), x)
+        area = scalar_like(math.prod(kernel), x)
         mean = op.AveragePool(
             x, kernel_shape=kernel, strides=strides, pads=pads + pads, ceil_mode=int(ceil_mode), count_include_pad=1
         )
         return op.Mul(mean, area)
     extra = [_ceil_extra(s, k, st, p) if ceil_mode else 0 for s, k, st, p in zip(spatial, kernel, strides, pads)]
     channels_apart = op.Reshape(x, op.Constant(value_ints=[-1, 1, *spatial]))
-    ones = op.Expand(op.CastLike(op.Constant(value_float=1.0), x), op.Constant(value_ints=[1, 1, *kernel]))
+    ones = op.Expand(scalar_like(1.0, x), op.Constant(value_ints=[1, 1, *kernel]))
     sums = op.Conv(channels_apart, ones, strides=strides, pads=pads + [p + e for p, e in zip(pads, extra)])
     batch_and_channels = op.Shape(x, start=0, end=2)
     return op.Reshape(sums, op.Concat(batch_and_channels, op.Shape(sums, start=2), axis=0))
@@ -80,7 +81,7 @@ def _average_pool(
             count_include_pad=int(count_include_pad),
         )
     else:
-        divisor = op.CastLike(op.Constant(value_float=float(divisor_override)), x)
+        divisor = scalar_like(divisor_override, x)
         result = op.Div(_window_sums(x, spatial, kernel, strides, pads, ceil_mode), divisor)
     if unbatched:
         result = op.Squeeze(result, op.Constant(value_ints=[0]))

@@ -26,6 +26,7 @@ import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import int64_vector, scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import BOOL, INT64, TReal, TTensor
 
 __all__ = ["COMPLEX_FUNCTIONS", "COMPLEX_DOMAIN", "component_dtype"]
@@ -69,27 +70,11 @@ def _dim(dim: int) -> int:
     return dim - 1 if dim < 0 else dim
 
 
-def _ints(items: Sequence[Any]) -> Any:
-    """A 1-D INT64 tensor from a list of Python ints and 0-d/1-d values (SymInts)."""
-    if isinstance(items, ir.Value):
-        return op.Cast(items, to=ir.DataType.INT64.value)
-    items = list(items)
-    if all(isinstance(i, int) for i in items):
-        return op.Constant(value_ints=items)
-    pieces = [
-        op.Constant(value_ints=[i])
-        if isinstance(i, int)
-        else op.Reshape(op.Cast(i, to=ir.DataType.INT64.value), op.Constant(value_ints=[-1]))
-        for i in items
-    ]
-    return op.Concat(*pieces, axis=0)
-
-
 def _with_pair(size: Any) -> Any:
     """``size`` with the trailing 2 of the real form appended."""
     if isinstance(size, ir.Value):
         return op.Concat(op.Cast(size, to=ir.DataType.INT64.value), op.Constant(value_ints=[2]), axis=0)
-    return _ints([*size, 2])
+    return int64_vector([*size, 2])
 
 
 def _parts(z):
@@ -114,10 +99,6 @@ def _join_unsqueezed(real, imag):
     return op.Concat(op.Unsqueeze(real, axis), op.Unsqueeze(imag, axis), axis=-1)
 
 
-def _scalar_like(value: float, like):
-    return op.CastLike(op.Constant(value_float=float(value)), like)
-
-
 def _complex_pair_like(value: Any, like):
     """A Python number as a real-form [real, imag] constant of ``like``'s dtype."""
     number = complex(value)
@@ -128,10 +109,10 @@ def _scale(z, factor: Any):
     """``z * factor`` for a Python number ``factor`` (real or complex)."""
     number = complex(factor)
     if number.imag == 0:
-        return op.Mul(z, _scalar_like(number.real, z))
+        return op.Mul(z, scalar_like(number.real, z))
     real, imag = _parts(z)
-    c = _scalar_like(number.real, z)
-    d = _scalar_like(number.imag, z)
+    c = scalar_like(number.real, z)
+    d = scalar_like(number.imag, z)
     return _join(op.Sub(op.Mul(real, c), op.Mul(imag, d)), op.Add(op.Mul(real, d), op.Mul(imag, c)))
 
 
@@ -247,7 +228,7 @@ def _pad(self, pad: Sequence[Any], mode: str, value: Any):
     axes = [-(i + 2) for i in range(pairs)]
     begins = [pad[2 * i] for i in range(pairs)]
     ends = [pad[2 * i + 1] for i in range(pairs)]
-    pads = _ints([*begins, *ends])
+    pads = int64_vector([*begins, *ends])
     axes_value = op.Constant(value_ints=axes)
     if mode == "circular" and all(isinstance(p, int) and p >= 0 for p in pad):
         return _pad_circular(self, begins, ends, axes)
@@ -267,11 +248,11 @@ def _pad(self, pad: Sequence[Any], mode: str, value: Any):
         return op.Pad(self, pads, None, axes_value, mode=onnx_mode)
     number = complex(value or 0.0)
     if number.real == number.imag:
-        return op.Pad(self, pads, _scalar_like(number.real, self), axes_value)
+        return op.Pad(self, pads, scalar_like(number.real, self), axes_value)
     real, imag = _parts(self)
     return _join(
-        op.Pad(real, pads, _scalar_like(number.real, self), axes_value),
-        op.Pad(imag, pads, _scalar_like(number.imag, self), axes_value),
+        op.Pad(real, pads, scalar_like(number.real, self), axes_value),
+        op.Pad(imag, pads, scalar_like(number.imag, self), axes_value),
     )
 
 
@@ -287,7 +268,7 @@ def complex_pad(self: TTensor, pad: Sequence[INT64], mode: str = "constant", val
 
 @_complex_op("aten::split_with_sizes")
 def complex_split_with_sizes(self: TTensor, split_sizes: Sequence[INT64], dim: int = 0) -> TTensor:
-    pieces = op.SplitToSequence(self, _ints(split_sizes), axis=_dim(dim))
+    pieces = op.SplitToSequence(self, int64_vector(split_sizes), axis=_dim(dim))
     return tuple(op.SequenceAt(pieces, op.Constant(value_int=i)) for i in range(len(split_sizes)))
 
 
@@ -312,7 +293,7 @@ def complex_diagonal(self: TTensor, offset: int = 0, dim1: int = 0, dim2: int = 
         raise NotImplementedError("complex diagonal needs static sizes of the two dims")
     others = [d for d in range(rank) if d not in (dim1, dim2)]
     moved = op.Transpose(self, perm=[*others, dim1, dim2, rank])
-    flat = op.Reshape(moved, _ints([*[0] * len(others), n1 * n2, 2]))
+    flat = op.Reshape(moved, int64_vector([*[0] * len(others), n1 * n2, 2]))
     if offset >= 0:
         length = max(0, min(n1, n2 - offset))
         positions = [i * n2 + i + offset for i in range(length)]
@@ -338,10 +319,10 @@ def complex_as_strided(
     for axis, (length, step) in enumerate(zip(size, stride)):
         index = op.Range(
             op.Constant(value_int=0),
-            _ints([length]) if not isinstance(length, int) else op.Constant(value_int=length),
+            int64_vector([length]) if not isinstance(length, int) else op.Constant(value_int=length),
             op.Constant(value_int=1),
         )
-        index = op.Mul(index, _ints([step]))
+        index = op.Mul(index, int64_vector([step]))
         shape = [1] * rank
         shape[axis] = -1
         positions = op.Add(positions, op.Reshape(index, op.Constant(value_ints=shape)))
@@ -435,7 +416,7 @@ def complex_to_copy(
         return op.Cast(self, to=component_dtype(dtype))
     real, imag = _squeezed_parts(self)
     if dtype == ir.DataType.BOOL.value:
-        zero = _scalar_like(0.0, real)
+        zero = scalar_like(0.0, real)
         return op.Or(op.Not(op.Equal(real, zero)), op.Not(op.Equal(imag, zero)))
     # complex -> real keeps the real part (PyTorch warns that it discards the imaginary).
     return op.Cast(real, to=dtype)
@@ -484,7 +465,7 @@ def _new_filled(self, size, fill_value, dtype):
     dtype = -1 if dtype is None else dtype
     if dtype == -1 or _is_complex_dtype(dtype):
         return _like_filled(_with_pair(size), fill_value, self, dtype)
-    return _like_filled(_ints(size) if not isinstance(size, ir.Value) else size, fill_value, self, dtype)
+    return _like_filled(int64_vector(size) if not isinstance(size, ir.Value) else size, fill_value, self, dtype)
 
 
 @_complex_op("aten::new_full")
@@ -521,7 +502,7 @@ def complex_div_scalar(self: TReal, other) -> TReal:
     # z / c = z * (1 / c); a real c divides both parts.
     number = complex(other)
     if number.imag == 0:
-        return op.Div(self, _scalar_like(number.real, self))
+        return op.Div(self, scalar_like(number.real, self))
     return _scale(self, 1 / number)
 
 
@@ -565,12 +546,12 @@ def complex_log(self: TReal) -> TReal:
 
 @_complex_op("aten::log10")
 def complex_log10(self: TReal) -> TReal:
-    return op.Div(_log(self), _scalar_like(math.log(10.0), self))
+    return op.Div(_log(self), scalar_like(math.log(10.0), self))
 
 
 @_complex_op("aten::log2")
 def complex_log2(self: TReal) -> TReal:
-    return op.Div(_log(self), _scalar_like(math.log(2.0), self))
+    return op.Div(_log(self), scalar_like(math.log(2.0), self))
 
 
 @_complex_op("aten::linalg_vector_norm")
@@ -582,7 +563,7 @@ def complex_linalg_vector_norm(self: TReal, ord=2.0, dim: Optional[Sequence[int]
     axes = op.Constant(value_ints=list(range(rank)) if dim is None or len(dim) == 0 else [d % max(rank, 1) for d in dim])
     keep = 1 if keepdim else 0
     if rank == 0:
-        result = op.Abs(magnitude) if ord != 0 else op.Cast(op.Not(op.Equal(magnitude, _scalar_like(0.0, magnitude))), to=magnitude.dtype.value)
+        result = op.Abs(magnitude) if ord != 0 else op.Cast(op.Not(op.Equal(magnitude, scalar_like(0.0, magnitude))), to=magnitude.dtype.value)
     elif ord == 2:
         result = op.Sqrt(op.ReduceSumSquare(magnitude, axes, keepdims=keep))
     elif ord == 1:
@@ -592,12 +573,12 @@ def complex_linalg_vector_norm(self: TReal, ord=2.0, dim: Optional[Sequence[int]
     elif ord == -math.inf:
         result = op.ReduceMin(magnitude, axes, keepdims=keep)
     elif ord == 0:
-        nonzero = op.CastLike(op.Not(op.Equal(magnitude, _scalar_like(0.0, magnitude))), magnitude)
+        nonzero = op.CastLike(op.Not(op.Equal(magnitude, scalar_like(0.0, magnitude))), magnitude)
         result = op.ReduceSum(nonzero, axes, keepdims=keep)
     else:
-        power = _scalar_like(float(ord), magnitude)
+        power = scalar_like(float(ord), magnitude)
         summed = op.ReduceSum(op.Pow(magnitude, power), axes, keepdims=keep)
-        result = op.Pow(summed, _scalar_like(1.0 / float(ord), magnitude))
+        result = op.Pow(summed, scalar_like(1.0 / float(ord), magnitude))
     if dtype is not None and dtype != -1:
         result = op.Cast(result, to=component_dtype(dtype))
     return result
@@ -616,7 +597,7 @@ def complex_prims_var(inp: TReal, dims: Optional[Sequence[int]], correction: flo
     total = op.ReduceSum(squared, axes, keepdims=0) if axes_list else squared
     shape = op.Shape(inp)
     count = op.ReduceProd(op.Gather(shape, axes), keepdims=0) if axes_list else op.Constant(value_int=1)
-    denominator = op.Max(op.Sub(op.CastLike(count, total), _scalar_like(float(correction), total)), _scalar_like(0.0, total))
+    denominator = op.Max(op.Sub(op.CastLike(count, total), scalar_like(float(correction), total)), scalar_like(0.0, total))
     result = op.Div(total, denominator)
     if output_dtype is not None and output_dtype != -1:
         result = op.Cast(result, to=component_dtype(output_dtype))
@@ -641,7 +622,7 @@ def complex_copy(self: TTensor, src: TTensor, non_blocking: bool = False) -> TTe
 @_complex_op("aten::nonzero")
 def complex_nonzero(self: TReal) -> INT64:
     real, imag = _squeezed_parts(self)
-    zero = _scalar_like(0.0, real)
+    zero = scalar_like(0.0, real)
     nonzero = op.Or(op.Not(op.Equal(real, zero)), op.Not(op.Equal(imag, zero)))
     if _rank(self) == 0:
         # (1, 0) when the number is not 0, else (0, 0)

@@ -19,6 +19,7 @@ from typing import Optional
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
 __all__ = ["DISTANCE_FUNCTIONS", "DISTANCE_DOMAIN"]
@@ -30,10 +31,6 @@ DISTANCE_FUNCTIONS = _TABLE.entries
 
 # PyTorch's threshold (rows on either side) above which p=2 uses matrix products
 _MM_ROWS = 25
-
-
-def _scalar_like(value: float, like):
-    return op.CastLike(op.Constant(value_float=value), like)
 
 
 def _uses_matrix_product(x1, x2, p: float, compute_mode: Optional[int]) -> bool:
@@ -55,7 +52,7 @@ def _euclidean_by_products(x1, x2):
     perm = list(range(rank - 2)) + [rank - 1, rank - 2]
     cross = op.MatMul(x1, op.Transpose(x2, perm=perm))
     squared = op.Add(op.Sub(squares1, op.Add(cross, cross)), op.Transpose(squares2, perm=perm))
-    return op.Sqrt(op.Max(squared, _scalar_like(0.0, squared)))
+    return op.Sqrt(op.Max(squared, scalar_like(0.0, squared)))
 
 
 @_TABLE.op("aten::_cdist_forward")
@@ -67,7 +64,7 @@ def cdist_forward(x1: TFloat, x2: TFloat, p: float, compute_mode: Optional[int] 
     difference = op.Sub(op.Unsqueeze(x1, op.Constant(value_ints=[-2])), op.Unsqueeze(x2, op.Constant(value_ints=[-3])))
     magnitude = op.Abs(difference)
     if p == 0.0:
-        nonzero = op.Cast(op.Not(op.Equal(magnitude, _scalar_like(0.0, magnitude))), to=1)
+        nonzero = op.Cast(op.Not(op.Equal(magnitude, scalar_like(0.0, magnitude))), to=1)
         return op.CastLike(op.ReduceSum(nonzero, last, keepdims=0), x1)
     if math.isinf(p):
         return op.ReduceMax(magnitude, last, keepdims=0)
@@ -75,5 +72,5 @@ def cdist_forward(x1: TFloat, x2: TFloat, p: float, compute_mode: Optional[int] 
         return op.ReduceSum(magnitude, last, keepdims=0)
     if p == 2.0:
         return op.Sqrt(op.ReduceSumSquare(magnitude, last, keepdims=0))
-    powered = op.ReduceSum(op.Pow(magnitude, _scalar_like(p, magnitude)), last, keepdims=0)
-    return op.Pow(powered, _scalar_like(1.0 / p, powered))
+    powered = op.ReduceSum(op.Pow(magnitude, scalar_like(p, magnitude)), last, keepdims=0)
+    return op.Pow(powered, scalar_like(1.0 / p, powered))

@@ -27,7 +27,7 @@ ELEMENTWISE_FUNCTIONS = _TABLE.entries
 
 _elementwise_op = _TABLE.op
 
-_INT32 = 6  # onnx.TensorProto.INT32
+_INT32 = ir.DataType.INT32.value
 
 # (mantissa bits, smallest normal exponent, largest finite value) of each float type.
 _FLOAT_FORMATS = {

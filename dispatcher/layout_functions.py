@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import int64_vector
 
 __all__ = ["LAYOUT_FUNCTIONS", "LAYOUT_DOMAIN"]
 
@@ -25,14 +26,6 @@ _TABLE = FunctionTable(LAYOUT_DOMAIN)
 LAYOUT_FUNCTIONS = _TABLE.entries
 
 _DEFAULT_DTYPE = ir.DataType.FLOAT  # PyTorch's default dtype when none is given
-
-
-def _size_tensor(size: Sequence[Any]):
-    """A 1-D INT64 tensor of sizes given as ints and (symbolic) values."""
-    if all(isinstance(s, int) for s in size):
-        return op.Constant(value_ints=list(size))
-    parts = [op.Constant(value_ints=[s]) if isinstance(s, int) else op.Reshape(s, op.Constant(value_ints=[-1])) for s in size]
-    return op.Concat(*parts, axis=0)
 
 
 @_TABLE.op("prims::view_of")
@@ -51,4 +44,4 @@ def empty_permuted(
 ) -> Any:
     element_type = _DEFAULT_DTYPE if dtype in (-1, None) else ir.DataType(dtype)
     zero = op.Constant(value=ir.tensor(0, dtype=element_type))
-    return op.Expand(zero, _size_tensor(size))
+    return op.Expand(zero, int64_vector(size))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
+import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
@@ -23,7 +24,7 @@ _TABLE = FunctionTable(LOGICAL_REDUCTION_DOMAIN)
 
 LOGICAL_REDUCTION_FUNCTIONS = _TABLE.entries
 
-_BOOL, _INT64 = 9, 7  # onnx.TensorProto.BOOL, INT64
+_BOOL, _INT64 = ir.DataType.BOOL.value, ir.DataType.INT64.value
 
 
 def _count_true(truth, dims: Optional[Sequence[int]], keepdim: bool):

@@ -17,6 +17,7 @@ from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.tensor_typing import TFloat
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import scalar_like
 
 __all__ = ["LOSS_FUNCTIONS", "LOSS_DOMAIN"]
 
@@ -42,8 +43,8 @@ def cross_entropy_with_probabilities(
     log_probabilities = op.LogSoftmax(self, axis=class_axis)
     if label_smoothing > 0.0:
         classes = op.CastLike(op.Shape(self, start=class_axis, end=class_axis + 1), self)
-        keep = op.CastLike(op.Constant(value_float=1.0 - label_smoothing), self)
-        spread = op.Div(op.CastLike(op.Constant(value_float=label_smoothing), self), classes)
+        keep = scalar_like(1.0 - label_smoothing, self)
+        spread = op.Div(scalar_like(label_smoothing, self), classes)
         target = op.Add(op.Mul(target, keep), spread)
     terms = op.Mul(target, log_probabilities)
     if weight is not None:

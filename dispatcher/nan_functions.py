@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
+import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TFloat
 
 __all__ = ["NAN_FUNCTIONS", "NAN_DOMAIN"]
@@ -31,16 +33,12 @@ _TABLE = FunctionTable(NAN_DOMAIN)
 
 NAN_FUNCTIONS = _TABLE.entries
 
-_FLOAT = 1  # onnx.TensorProto.FLOAT: the mask is reduced as float, which every runtime has
+_FLOAT = ir.DataType.FLOAT.value  # the mask is reduced as float, which every runtime has
 
 _nan_op = _TABLE.op
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def _nan_like(x):
-    return op.CastLike(op.Constant(value_float=float("nan")), x)
 
 
 def _nan_mask(x):
@@ -63,7 +61,7 @@ def _reduce(reduce_op, x, dims: Optional[Sequence[int]], keepdim: bool):
         axes = _axes(dims)
         result = reduce_op(x, axes, keepdims=keepdim)
         has_nan = op.ReduceMax(_nan_mask(x), axes, keepdims=keepdim)
-    return op.Where(op.Greater(has_nan, op.Constant(value_float=0.0)), _nan_like(x), result)
+    return op.Where(op.Greater(has_nan, op.Constant(value_float=0.0)), scalar_like(float("nan"), x), result)
 
 
 def _arg(arg_op, x, dim: int, keepdim: bool):
@@ -140,6 +138,6 @@ def nan_topk(
     k_tensor = op.Constant(value_ints=[k])
     if largest:
         return op.TopK(self, k_tensor, axis=dim, largest=True, sorted=sorted)
-    key = op.Where(op.IsNaN(self), op.CastLike(op.Constant(value_float=float("inf")), self), self)
+    key = op.Where(op.IsNaN(self), scalar_like(float("inf"), self), self)
     _, indices = op.TopK(key, k_tensor, axis=dim, largest=False, sorted=sorted)
     return op.GatherElements(self, indices, axis=dim), indices

@@ -31,8 +31,8 @@ ORDER_FUNCTIONS = _TABLE.entries
 
 _order_op = _TABLE.op
 
-_INT32 = 6  # onnx.TensorProto.INT32
-_INT64 = 7  # onnx.TensorProto.INT64
+_INT32 = ir.DataType.INT32.value
+_INT64 = ir.DataType.INT64.value
 
 
 def _computable(x):

@@ -20,6 +20,7 @@ from typing import Any, Optional
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import int64_vector, scalar_like
 
 __all__ = ["PADDING_FUNCTIONS", "PADDING_DOMAIN"]
 
@@ -38,10 +39,7 @@ def _onnx_pads(pad: Sequence[Any], rank: int):
     pairs += [(0, 0)] * (rank - len(pairs))
     per_axis = list(reversed(pairs))  # axis 0 first
     ordered = [left for left, _ in per_axis] + [right for _, right in per_axis]
-    if all(isinstance(p, int) for p in ordered):
-        return op.Constant(value_ints=ordered)
-    parts = [op.Constant(value_ints=[p]) if isinstance(p, int) else op.Reshape(p, op.Constant(value_ints=[-1])) for p in ordered]
-    return op.Concat(*parts, axis=0)
+    return int64_vector(ordered)
 
 
 def _gather_padded(x, axis: int, left: int, right: int, circular: bool):
@@ -79,6 +77,6 @@ def pad(self: Any, pad: Sequence[Any], mode: str = "constant", value: Optional[f
                 result = _gather_padded(result, rank - 1 - i, left, right, circular=mode == "circular")
         return op.Identity(result) if result is self else result
     if value is not None and mode == "constant":
-        fill = op.CastLike(op.Constant(value_float=float(value)), self)
+        fill = scalar_like(value, self)
         return op.Pad(self, _onnx_pads(pad, rank), fill, mode="constant")
     return op.Pad(self, _onnx_pads(pad, rank), mode=_ONNX_MODES[mode])

@@ -36,7 +36,7 @@ POLYNOMIAL_FUNCTIONS = _TABLE.entries
 
 _poly_op = _TABLE.op
 
-_INT64 = 7  # onnx.TensorProto.INT64
+_INT64 = ir.DataType.INT64.value
 
 # PyTorch returns NaN for Hermite degrees above this limit (per floating type).
 _HERMITE_LIMITS = {ir.DataType.FLOAT: 128, ir.DataType.DOUBLE: 512}

@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TTensor
 
 __all__ = ["REDUCTION_FUNCTIONS", "REDUCTION_DOMAIN"]
@@ -96,10 +97,6 @@ _SEGMENT_REDUCE = {"sum": op.ReduceSum, "mean": op.ReduceSum, "prod": op.ReduceP
 _SEGMENT_FILL = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
 
 
-def _scalar_like(value: float, like):
-    return op.CastLike(op.Constant(value_float=value), like)
-
-
 def _segment_reduce(data, reduce: str, offsets, axis: int, initial: Optional[float]):
     """Each segment ``[offsets[..., j], offsets[..., j+1])`` of ``data`` along ``axis``
     reduced: a (..., S, L) membership of positions in segments selects the elements."""
@@ -115,15 +112,15 @@ def _segment_reduce(data, reduce: str, offsets, axis: int, initial: Optional[flo
     trailing = op.Constant(value_ints=[-1 - i for i in range(inner)])
     if inner:
         member = op.Unsqueeze(member, trailing)
-    values = op.Where(member, op.Unsqueeze(data, op.Constant(value_ints=[axis])), _scalar_like(_SEGMENT_FILL[reduce], data))
+    values = op.Where(member, op.Unsqueeze(data, op.Constant(value_ints=[axis])), scalar_like(_SEGMENT_FILL[reduce], data))
     reduced_axis = op.Constant(value_ints=[axis + 1])
     result = _SEGMENT_REDUCE[reduce](values, reduced_axis, keepdims=0)
-    start = None if initial is None else _scalar_like(float(initial), data)
+    start = None if initial is None else scalar_like(float(initial), data)
     if reduce == "mean":
         count = op.ReduceSum(op.CastLike(member, data), reduced_axis, keepdims=0)
         if start is not None:
             total = op.Add(result, start)
-            return op.Where(op.Equal(count, _scalar_like(0.0, count)), op.Expand(start, op.Shape(total)), op.Div(total, count))
+            return op.Where(op.Equal(count, scalar_like(0.0, count)), op.Expand(start, op.Shape(total)), op.Div(total, count))
         return op.Div(result, count)  # an empty segment is 0/0: NaN, as in PyTorch
     if start is None:
         return result

@@ -391,9 +391,11 @@ def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
     except Exception as error:  # onnxruntime raises its own pybind exception types
         if "NOT_IMPLEMENTED" not in str(error):
             raise
-        model = onnx.load(str(source)) if isinstance(source, Path) else source  # with its weights
-        if not has_bfloat16(model):
+        # The types decide; a saved model's weights are read only when it is widened.
+        header = onnx.load(str(source), load_external_data=False) if isinstance(source, Path) else source
+        if not has_bfloat16(header):
             raise
+    model = onnx.load(str(source)) if isinstance(source, Path) else source
     widened = widen_bfloat16(model)
     if isinstance(source, Path):
         # Beside the saved file, in the caller's temporary folder: weights too large for
