@@ -53,6 +53,11 @@ class DiagnosticContext:
         """The recorded diagnostics, in the order they were recorded (a copy)."""
         return list(self._diagnostics)
 
+    @property
+    def count(self) -> int:
+        """How many diagnostics are recorded so far."""
+        return len(self._diagnostics)
+
     def would_record(self, level: Level) -> bool:
         """Whether a diagnostic at ``level`` would be recorded (skip costly messages if not)."""
         return level >= Level.WARNING or Level(level).logging_level >= self.options.verbosity_level

@@ -12,10 +12,13 @@ Names and domains are stable: the function of `encoder.layers.0.linear1`, a
 
 Functions whose bodies are structurally identical (same ops, attributes, types, shapes and
 wiring; names aside) share one definition: the first one made, called from every site.
+A call whose FX graph has the `body_key` of a call translated before (the next layer of a
+stack) reuses that translation without translating its graph again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import re
@@ -26,10 +29,12 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
+from fx2onnx.body_key import body_key
 from fx2onnx.fake_metadata import OnnxTypeInfo, apply_type, onnx_type_of
 from fx2onnx.graph_builder import GraphBuilder
 from fx2onnx.interpreter import FAILED, BodyInput, FxOnnxInterpreter
 from fx2onnx.passes.modularize import MODULE_CALL_META, ModuleCall
+from fx2onnx.progress import node_translated
 from fx2onnx.values import TracedValue
 
 # Model-local function domains are versioned by their name; the import version is 1.
@@ -65,12 +70,26 @@ def function_name(call: ModuleCall) -> str:
     return f"{name}_call{call.call_index}" if call.call_index else name
 
 
+@dataclasses.dataclass(frozen=True)
+class _Translation:
+    """A module call translated: what every call with the same `body_key` reuses."""
+
+    function: ir.Function | None  # None when nothing but constants comes out
+    callees: tuple[ir.Function, ...]  # functions the body calls, defined before it
+    results: tuple[Any, ...]  # the body's results: inner values or Python constants
+    outputs: tuple[ir.Value, ...]  # the function's outputs, for the results that are values
+
+
 class ModuleFunctionTranslator:
     """Translates `call_module` nodes into calls of model-local functions (one per export)."""
 
-    def __init__(self, share_identical: bool = True) -> None:
+    def __init__(self, share_identical: bool = True, reuse_translations: bool = True) -> None:
         self.share_identical = share_identical
+        # A call whose `body_key` was translated before reuses that translation
+        # (only when identical bodies are shared: each call has its own function otherwise).
+        self.reuse_translations = reuse_translations and share_identical
         self._by_body: dict[str, ir.Function] = {}
+        self._by_key: dict[str, _Translation] = {}
         self._names: set[tuple[str, str]] = set()
         self.call_counts: dict[tuple[str, str], int] = {}
 
@@ -82,38 +101,63 @@ class ModuleFunctionTranslator:
             raise TypeError(
                 f"call_module '{node.target}' is not a module call made by the Modularize pass."
             )
+        bindings, call_inputs = self._bind_parameters(interpreter, sub_module, args)
+        key = body_key(sub_module, bindings, package_domain(call.class_name)) if self.reuse_translations else None
+        translation = self._by_key.get(key) if key is not None else None
+        if translation is not None:
+            node_translated(sum(len(m.graph.nodes) for m in sub_module.modules() if isinstance(m, torch.fx.GraphModule)))
+        else:
+            recorded = interpreter.diagnostics.count
+            translation = self._translate(interpreter, sub_module, bindings, call)
+            if translation is None:
+                return FAILED  # the failing nodes inside were reported already
+            # A translation that recorded diagnostics is not reused: each call reports its own.
+            if key is not None and interpreter.diagnostics.count == recorded:
+                self._by_key[key] = translation
+        return self._call(interpreter, node, translation, call_inputs)
+
+    def _translate(
+        self, interpreter: FxOnnxInterpreter, sub_module: torch.fx.GraphModule, bindings: dict[str, Any], call: ModuleCall
+    ) -> _Translation | None:
+        """Translate the module's graph into a function body; None when a node failed."""
         body = GraphBuilder(
             name=function_name(call),
             opset_version=interpreter.builder.opset_version,
             on_inference_failure=interpreter.builder.on_inference_failure,
         )
-        bindings, call_inputs = self._bind_parameters(interpreter, sub_module, args)
         translated = interpreter.translate(sub_module, body, inputs=bindings)
         if translated.failed:
-            return FAILED  # the failing nodes inside were reported already
-        results = translated.outputs
-
+            return None
+        results = tuple(translated.outputs)
         outputs = body.set_outputs([result for result in results if isinstance(result, ir.Value)])
         if not outputs:  # nothing but constants comes out: no call needed
+            return _Translation(None, (), results, ())
+        return _Translation(self._define(call, body), tuple(body.functions.values()), results, tuple(outputs))
+
+    def _call(self, interpreter: FxOnnxInterpreter, node: torch.fx.Node, translation: _Translation, call_inputs: list[ir.Value]) -> Any:
+        """The call of the translated function in the caller's graph; its results."""
+        results, function, caller = translation.results, translation.function, interpreter.builder
+        if function is None:
             return results[0] if len(results) == 1 else tuple(results)
-        function = self._define(call, body, interpreter.builder)
+        # Functions the body calls are defined before it, so definitions come callees first.
+        for callee in translation.callees:
+            caller.add_function(callee)
+        caller.add_function(function, FUNCTION_DOMAIN_VERSION)
         identifier = (function.domain, function.name)
         self.call_counts[identifier] = self.call_counts.get(identifier, 0) + 1
 
-        call_outputs = interpreter.builder.add_node(
-            function.domain, function.name, call_inputs, num_outputs=len(outputs)
-        )
+        call_outputs = caller.add_node(function.domain, function.name, call_inputs, num_outputs=len(translation.outputs))
         metas = node.meta.get("val")
         metas = list(metas) if isinstance(metas, (tuple, list)) else [metas]
         returned: list[Any] = []
-        made = iter(zip(call_outputs, outputs))
+        made = iter(zip(call_outputs, translation.outputs))
         for result, meta in zip(results, metas):
             if not isinstance(result, ir.Value):
                 returned.append(result)
                 continue
             value, inner = next(made)
             _type_like(value, inner, onnx_type_of(meta, interpreter.namer))
-            value.name = interpreter.builder.unique_name(f"{node.name}_{len(returned)}" if len(results) > 1 else node.name)
+            value.name = caller.unique_name(f"{node.name}_{len(returned)}" if len(results) > 1 else node.name)
             returned.append(value)
         return returned[0] if len(returned) == 1 else tuple(returned)
 
@@ -139,11 +183,8 @@ class ModuleFunctionTranslator:
         return bindings, call_inputs
 
     # -- definitions ------------------------------------------------------------------------------
-    def _define(self, call: ModuleCall, body: GraphBuilder, caller: GraphBuilder) -> ir.Function:
+    def _define(self, call: ModuleCall, body: GraphBuilder) -> ir.Function:
         """The function for this body: an identical one defined before, or a new one."""
-        # Functions the body calls are defined before it, so definitions come callees first.
-        for callee in body.functions.values():
-            caller.add_function(callee)
         key = structural_key(body.graph) if self.share_identical else None
         function = self._by_body.get(key) if key is not None else None
         if function is None:
@@ -153,7 +194,6 @@ class ModuleFunctionTranslator:
             function = ir.Function(domain, name, "", graph=body.graph, attributes=[])
             if key is not None:
                 self._by_body[key] = function
-        caller.add_function(function, FUNCTION_DOMAIN_VERSION)
         return function
 
     def _unique_name(self, domain: str, base: str) -> str:

@@ -90,11 +90,12 @@ class ExportProgress:
             self.close()
 
 
-def node_translated() -> None:
-    """Called by the interpreter after each FX node: advances the current export's bar."""
+def node_translated(count: int = 1) -> None:
+    """Called by the interpreter after each FX node (and for the nodes of a reused module
+    translation): advances the current export's bar."""
     progress = _CURRENT.get()
     if progress is not None and progress._bar is not None:
-        progress._bar.update(1)
+        progress._bar.update(count)
 
 
 def start_translation(graph_module: Any) -> None:
