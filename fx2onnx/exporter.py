@@ -23,6 +23,7 @@ from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
 from fx2onnx.capture import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.capture_checks import check_captured_graph
+from fx2onnx.collection_scope import collect_new_objects_only
 from fx2onnx.containers import registered_containers
 from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
@@ -86,7 +87,7 @@ def dynamo_export(
     timer = StageTimer(on_stage=progress.stage)
     try:
         # outside any fake mode: the export may be called inside `with enable_fake_mode()`
-        with outside_fake_mode(), progress.current(), registered_containers():
+        with outside_fake_mode(), progress.current(), registered_containers(), collect_new_objects_only():
             return _export(model, model_args, model_kwargs, options, context, timer)
     except Exception as error:
         if not isinstance(error, (_ExportFailed, CaptureError)) and not context.has_errors():
