@@ -6,10 +6,12 @@ The stage is built from onnxscript's public optimizer pieces, in one pass:
    shape computations, casts of constants, `Shape`/`Size` of static values;
 2. the rewrite rules that remove no-ops and merge chains (`Add 0`, `Mul 1`, inference
    `Dropout`, identity `Cast`/`Expand`/`Transpose`, `Cast`-`Cast`, `Reshape`-`Reshape`,
-   `Transpose`-`Transpose`, `Unsqueeze`-`Unsqueeze`), and one
-   rule of fx2onnx's: `x * Reciprocal(Sqrt(v))` (``x * torch.rsqrt(v)``, how RMSNorm is
-   written) becomes `x / Sqrt(v)`, the form onnxruntime fuses into one normalization
-   kernel (measured: the Reciprocal form stays six kernels);
+   `Transpose`-`Transpose`, `Unsqueeze`-`Unsqueeze`), and fx2onnx's own:
+   `x * Reciprocal(Sqrt(v))` (``x * torch.rsqrt(v)``, how RMSNorm is written) becomes
+   `x / Sqrt(v)`, the form onnxruntime fuses into one normalization kernel (measured:
+   the Reciprocal form stays six kernels); the layout rules of `fx2onnx.layout_rules`
+   move Transposes past the Squeezes and Gathers that read them, where they vanish
+   (one copy less per `nn.MultiheadAttention` call);
 3. removal of unused nodes, functions and opset imports; common subexpressions.
 
 Why not onnxscript's whole `optimize_ir`: measured on the benchmark models
@@ -38,6 +40,7 @@ import functools
 
 import onnx_ir as ir
 
+from fx2onnx.layout_rules import layout_rules
 from fx2onnx.model_writer import fake_weights_hidden
 
 
@@ -78,6 +81,7 @@ def _rewrite_rules():
             rules.transpose_transpose_rule,
             rules.unsqueeze_unsqueeze_rule,
             *divide_by_sqrt.commute(),  # x * r and r * x
+            *layout_rules(),
         ]
     )
 

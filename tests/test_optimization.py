@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 import onnx
+import pytest
 import torch
 from torch import nn
 
@@ -107,3 +108,57 @@ def test_every_rewrite_rule_matches_from_one_output_node() -> None:
 
     rules = _rewrite_rules().rules
     assert rules and all(rule._target_pattern.has_single_output_node for rule in rules)
+
+
+class _Layout(nn.Module):
+    def __init__(self, function) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, x: torch.Tensor):
+        return self.function(x)
+
+
+def _select_three(packed: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return packed[0], packed[1], packed[2]
+
+
+# (model code, input shape, expected op counts after optimization)
+_LAYOUT_CASES = {
+    # select from a permuted tensor whose other axes keep their order: no Transpose
+    "select_of_permute": (lambda x: x.permute(1, 0, 2)[2] + x.permute(1, 0, 2)[-1], (3, 4, 5), {"Transpose": 0, "Gather": 2}),
+    # the other axes change order: the Transpose stays
+    "select_keeps_needed_transpose": (lambda x: x.permute(2, 0, 1)[:, 1], (3, 4, 5), {"Transpose": 1}),
+    # another reader needs the permuted tensor: the Transpose stays for it alone
+    "transpose_with_other_reader": (lambda x: (x.permute(1, 0, 2)[0], x.permute(1, 0, 2) * 2), (3, 4, 5), {"Transpose": 1}),
+    # squeeze after a permute: the Transpose moves past the Squeeze and stays
+    "squeeze_of_permute": (lambda x: x.permute(3, 1, 0, 2).squeeze(1), (2, 1, 3, 4), {"Transpose": 1, "Squeeze": 1}),
+    # the packed projection of nn.MultiheadAttention: no Transpose, no Unsqueeze
+    "packed_projection": (
+        lambda x: _select_three(x.unflatten(-1, (3, 4)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()),
+        (5, 2, 12),
+        {"Transpose": 0, "Unsqueeze": 0},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LAYOUT_CASES))
+def test_layout_rules_take_transposes_out_where_they_can(export_and_compare, tmp_path, case) -> None:
+    function, shape, expected = _LAYOUT_CASES[case]
+    program = export_and_compare(_Layout(function).eval(), (torch.randn(*shape),), options=make_options(tmp_path, optimize=True))
+    counts = _counts(program.model_proto)
+    assert {op: counts[op] for op in expected} == expected, counts
+
+
+def test_transformer_layer_attention_has_no_five_dimensional_transpose(export_and_compare, tmp_path) -> None:
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True, dropout=0.0).eval()
+    x = torch.randn(2, 7, 16)
+    plain = export_and_compare(layer, (x,), options=make_options(tmp_path, optimize=False))
+    optimized = export_and_compare(layer, (x,), options=make_options(tmp_path, optimize=True))
+
+    def transpose_ranks(model: onnx.ModelProto) -> list[int]:
+        return [len(a.ints) for n in all_nodes(model) if n.op_type == "Transpose" for a in n.attribute if a.name == "perm"]
+
+    assert 5 in transpose_ranks(plain.model_proto)
+    assert 5 not in transpose_ranks(optimized.model_proto)
+    assert len(transpose_ranks(optimized.model_proto)) == len(transpose_ranks(plain.model_proto)) - 1
