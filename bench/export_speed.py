@@ -1,8 +1,9 @@
 """Export speed, memory and model speed: fx2onnx side by side with torch.onnx.export(dynamo=True).
 
-Every (model, exporter) pair runs in a fresh subprocess: the export measured is the
-first of its process (what a user waits for), and the peak RSS is that export's own.
-Exporters:
+Every export runs in a fresh subprocess: the export measured is the first of its process
+(what a user waits for), and the peak RSS is that export's own. Each (model, exporter)
+pair is exported --repeats times, the exporters in turns, and the export with the median
+time is reported. Exporters:
 
     fx2onnx          fx2onnx's default (optimized) export
     fx2onnx-noopt    ExportOptions(optimize=False)
@@ -14,7 +15,8 @@ Reported per pair: export time (fx2onnx: split by stage), peak RSS, ONNX node co
 (all exported files of a model run in turns, round after round, so that a busy moment
 slows every contender alike; two processes, which create their sessions in opposite
 orders, since the session created first measured up to 0.5% slower than an identical one
-created after it; --runs rounds each after warm-up, the median of all; eager in a
+created after it; at least --runs rounds each after warm-up, more until
+--latency-seconds have passed, the median of all; eager in a
 process of its own); then the ratios fx2onnx / torch. Markdown goes
 to stdout (and --markdown), the raw results to --json.
 
@@ -212,11 +214,12 @@ def measure(model_name: str, exporter: str, folder: str, layers: int | None) -> 
     return result
 
 
-def measure_latency(model_name: str, folder: str, exporters: list[str], runs: int, layers: int | None) -> dict:
+def measure_latency(model_name: str, folder: str, exporters: list[str], runs: int, seconds: float, layers: int | None) -> dict:
     """Inside one subprocess: the exported models' sessions are created in the order of
     `exporters`, then run in turns (the order rotating from round to round), so that a
-    busy moment of the machine slows all of them alike; the milliseconds of `runs` rounds
-    per model (after warm-up rounds). With no exported model: PyTorch eager."""
+    busy moment of the machine slows all of them alike; the milliseconds of at least `runs`
+    rounds per model (after warm-up rounds), more while `seconds` have not passed. With
+    no exported model: PyTorch eager."""
     warnings.simplefilter("ignore")
     import numpy as np
     import onnxruntime
@@ -243,23 +246,25 @@ def measure_latency(model_name: str, folder: str, exporters: list[str], runs: in
         runners["eager"] = eager
     times: dict[str, list[float]] = {name: [] for name in runners}
     order = list(runners)
-    for round_ in range(runs + 3):
+    warm_up, round_, began = 3, 0, time.perf_counter()
+    while round_ < runs + warm_up or time.perf_counter() - began < seconds:
         for name in order:
             runners[name]()  # not counted: the first run after another contender warms caches
             start = time.perf_counter()
             runners[name]()
-            if round_ >= 3:  # warm-up rounds are not counted
+            if round_ >= warm_up:
                 times[name].append(1000 * (time.perf_counter() - start))
         order = order[1:] + order[:1]
+        round_ += 1
     return times
 
 
-def latency_ms(model_name: str, folder: str, exporters: list[str], runs: int, layers: int | None) -> dict[str, float]:
+def latency_ms(model_name: str, folder: str, exporters: list[str], runs: int, seconds: float, layers: int | None) -> dict[str, float]:
     """Median milliseconds per exported model over two processes that create their
     sessions in opposite orders (creation order alone moved latency by up to 0.5%)."""
     pooled: dict[str, list[float]] = {}
     for order in (exporters, exporters[::-1]):
-        times = _run_child(["--child-latency", model_name, "--folder", folder, "--runs", str(runs), "--exporters", *order], layers)
+        times = _run_child(["--child-latency", model_name, "--folder", folder, "--runs", str(runs), "--latency-seconds", str(seconds), "--exporters", *order], layers)
         if "error" in times:
             return times
         for name, values in times.items():
@@ -278,24 +283,37 @@ def _run_child(arguments: list[str], layers: int | None) -> Any:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def benchmark_model(model_name: str, exporters: list[str], runs: int, layers: int | None = None) -> list[dict]:
-    """Each export in its own fresh process, then one process for all latencies."""
-    results = []
+def benchmark_model(model_name: str, exporters: list[str], runs: int, layers: int | None = None, repeats: int = 3, latency_seconds: float = 10.0) -> list[dict]:
+    """Each export `repeats` times, each in its own fresh process, the exporters in turns
+    (a busy moment of the machine slows all of them alike); the export with the median
+    time is reported. Then the latencies of the first repeat's files."""
+    attempts: dict[str, list[dict]] = {exporter: [] for exporter in exporters}
     with tempfile.TemporaryDirectory() as folder:
-        for exporter in exporters:
-            print(f"... {model_name} with {exporter}", file=sys.stderr, flush=True)
-            result = _run_child(["--child", model_name, exporter, "--folder", folder], layers)
-            results.append({"model": model_name, "exporter": exporter, "layers": layers, **result})
+        for repeat in range(repeats):
+            target = folder if repeat == 0 else os.path.join(folder, f"repeat{repeat}")
+            for exporter in exporters:
+                print(f"... {model_name} with {exporter} ({repeat + 1}/{repeats})", file=sys.stderr, flush=True)
+                attempts[exporter].append(_run_child(["--child", model_name, exporter, "--folder", target], layers))
+        results = [{"model": model_name, "exporter": exporter, "layers": layers, **_median_export(attempts[exporter])} for exporter in exporters]
         if runs:
             print(f"... {model_name}: onnxruntime and eager latency", file=sys.stderr, flush=True)
-            latency = latency_ms(model_name, folder, exporters, runs, layers)
-            eager = latency_ms(model_name, folder, ["none"], runs, layers)
+            latency = latency_ms(model_name, folder, exporters, runs, latency_seconds, layers)
+            eager = latency_ms(model_name, folder, ["none"], runs, latency_seconds, layers)
             for result in results:
                 if result["exporter"] in latency:
                     result["ort_ms"] = latency[result["exporter"]]
                 if "eager" in eager:
                     result["eager_ms"] = eager["eager"]
     return results
+
+
+def _median_export(attempts: list[dict]) -> dict:
+    """The attempt with the median export time (all its figures: stages, memory, size),
+    with every attempt's time; an error when no attempt succeeded."""
+    done = sorted((a for a in attempts if "error" not in a), key=lambda a: a["export_seconds"])
+    if not done:
+        return attempts[0]
+    return {**done[(len(done) - 1) // 2], "export_seconds_all": [a["export_seconds"] for a in done]}
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -351,79 +369,108 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+_SCALING_MODES = {
+    "default": "repeated layers reuse one translation",
+    "every-call": "every module call translated (ModuleFunctionOptions(share_identical=False))",
+}
+
+
 def scaling_markdown(results: list[dict]) -> str:
-    lines = ["| layers | FX nodes translated | translation s | nodes/s | passes s | total s |", "|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| layers | mode | FX nodes | FX nodes translated | translation s | translated nodes/s | passes s | total s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['layers']} | failed: {r['error']} |")
+            lines.append(f"| {r['layers']} | {r['mode']} | failed: {r['error']} |")
             continue
-        rate = r["fx_nodes"] / r["stages"]["translation"]
+        rate = r["fx_nodes_translated"] / r["stages"]["translation"]
         lines.append(
-            f"| {r['layers']} | {r['fx_nodes']} | {r['stages']['translation']:.2f} | {rate:.0f} | "
-            f"{r['stages'].get('passes', 0):.2f} | {r['export_seconds']:.2f} |"
+            f"| {r['layers']} | {r['mode']} | {r['fx_nodes']} | {r['fx_nodes_translated']} | {r['stages']['translation']:.2f} | "
+            f"{rate:.0f} | {r['stages'].get('passes', 0):.2f} | {r['export_seconds']:.2f} |"
         )
-    return "\n".join(lines)
+    modes = "; ".join(f"{mode}: {text}" for mode, text in _SCALING_MODES.items())
+    return "\n".join(lines) + f"\n\nModes: {modes}."
 
 
-def measure_scaling(model_name: str, layers: int) -> dict:
-    """Inside the subprocess: one export of `layers` layers; FX nodes and stage times."""
+def measure_scaling(model_name: str, layers: int, mode: str) -> dict:
+    """Inside the subprocess: one export of `layers` layers; FX nodes (all, and those
+    translated rather than covered by a reused translation) and stage times."""
     warnings.simplefilter("ignore")
     import fx2onnx
     import fx2onnx.interpreter
+    import fx2onnx.module_functions
 
     model, args = build(model_name, layers)
-    translated = []
-    hook = fx2onnx.interpreter.node_translated  # the progress hook: called once per FX node
-    fx2onnx.interpreter.node_translated = lambda: (translated.append(1), hook())
+    translated, reused = [0], [0]
+    hook = fx2onnx.interpreter.node_translated  # the progress hook: once per FX node translated
+
+    def count_translated(count: int = 1) -> None:
+        translated[0] += count
+        hook(count)
+
+    def count_reused(count: int = 1) -> None:  # the nodes of a reused translation
+        reused[0] += count
+        hook(count)
+
+    fx2onnx.interpreter.node_translated = count_translated
+    fx2onnx.module_functions.node_translated = count_reused
+    functions = fx2onnx.ModuleFunctionOptions(share_identical=mode == "default")
+    options = fx2onnx.ExportOptions(optimize=False, progress=False, module_functions=functions)
     start = time.perf_counter()
-    program = fx2onnx.dynamo_export(model, *args, export_options=fx2onnx.ExportOptions(optimize=False, progress=False))
+    program = fx2onnx.dynamo_export(model, *args, export_options=options)
     seconds = time.perf_counter() - start
-    fx_nodes = len(translated)
-    return {"model": model_name, "layers": layers, "export_seconds": seconds, "stages": dict(program.stage_seconds), "fx_nodes": fx_nodes}
+    return {
+        "model": model_name, "layers": layers, "mode": mode, "export_seconds": seconds, "stages": dict(program.stage_seconds),
+        "fx_nodes": translated[0] + reused[0], "fx_nodes_translated": translated[0],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=(*EXPORTERS, "none"))
-    parser.add_argument("--runs", type=int, default=20, help="onnxruntime / eager runs per model (median)")
+    parser.add_argument("--runs", type=int, default=20, help="onnxruntime / eager rounds per model and process, at least (median)")
+    parser.add_argument("--latency-seconds", type=float, default=10.0, help="more rounds until this long per latency process")
+    parser.add_argument("--repeats", type=int, default=3, help="exports per (model, exporter), each in a fresh process (median)")
     parser.add_argument("--layers", type=int, help="override every model's layer count")
     parser.add_argument("--scaling", choices=MODELS, help="translation speed at 1x, 4x and 16x --layers (default 24)")
     parser.add_argument("--json", help="write the raw results here")
     parser.add_argument("--markdown", help="write the Markdown tables here")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "EXPORTER"), help=argparse.SUPPRESS)
     parser.add_argument("--child-latency", metavar="MODEL", help=argparse.SUPPRESS)
-    parser.add_argument("--child-scaling", nargs=2, metavar=("MODEL", "LAYERS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-scaling", nargs=3, metavar=("MODEL", "LAYERS", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.child:
         print(json.dumps(measure(*options.child, options.folder, options.layers)))
         return
     if options.child_latency:
-        print(json.dumps(measure_latency(options.child_latency, options.folder, options.exporters, options.runs, options.layers)))
+        print(json.dumps(measure_latency(options.child_latency, options.folder, options.exporters, options.runs, options.latency_seconds, options.layers)))
         return
     if options.child_scaling:
-        print(json.dumps(measure_scaling(options.child_scaling[0], int(options.child_scaling[1]))))
+        print(json.dumps(measure_scaling(options.child_scaling[0], int(options.child_scaling[1]), options.child_scaling[2])))
         return
     header = f"torch {_version('torch')}, onnxscript {_version('onnxscript')}, onnxruntime {_version('onnxruntime')}, fx2onnx {_version('fx2onnx')}"
     if options.scaling:
         base = options.layers or 24
         results = []
-        for factor in (1, 4, 16):
-            print(f"... {options.scaling} with {base * factor} layers", file=sys.stderr, flush=True)
-            command = [sys.executable, os.path.abspath(__file__), "--child-scaling", options.scaling, str(base * factor)]
-            completed = subprocess.run(command, capture_output=True, text=True)
-            if completed.returncode != 0:
-                results.append({"layers": base * factor, "error": (completed.stderr.strip().splitlines() or ["?"])[-1]})
-            else:
-                results.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+        for mode in _SCALING_MODES:
+            for factor in (1, 4, 16):
+                print(f"... {options.scaling} with {base * factor} layers, {mode}", file=sys.stderr, flush=True)
+                command = [sys.executable, os.path.abspath(__file__), "--child-scaling", options.scaling, str(base * factor), mode]
+                completed = subprocess.run(command, capture_output=True, text=True)
+                if completed.returncode != 0:
+                    results.append({"layers": base * factor, "mode": mode, "error": (completed.stderr.strip().splitlines() or ["?"])[-1]})
+                else:
+                    results.append(json.loads(completed.stdout.strip().splitlines()[-1]))
         text = f"{header}\n\n{scaling_markdown(results)}"
     else:
         results = []
         for model in options.models:
-            results += benchmark_model(model, options.exporters, options.runs, options.layers)
+            results += benchmark_model(model, options.exporters, options.runs, options.layers, options.repeats, options.latency_seconds)
         models = "\n".join(f"- {m}: {DESCRIPTIONS[m]}" for m in options.models)
-        text = f"{header}; one export per fresh process; latency: median of 2 x {options.runs} interleaved rounds\n\n{models}\n\n{markdown(results)}"
+        text = f"{header}; median of {options.repeats} exports, each in a fresh process; latency: median of 2 processes x at least {options.runs} interleaved rounds (and {options.latency_seconds:g} s)\n\n{models}\n\n{markdown(results)}"
     print(text)
     if options.markdown:
         with open(options.markdown, "w", encoding="utf-8") as stream:
