@@ -13,7 +13,8 @@ time is reported. Exporters:
 Reported per pair: export time (fx2onnx: split by stage), peak RSS, ONNX node count
 (function bodies included) and file size, onnxruntime latency and PyTorch eager latency
 (all exported files of a model run in turns, round after round, so that a busy moment
-slows every contender alike; two processes, which create their sessions in opposite
+slows every contender alike; torch's file runs twice, as two contenders, so that the
+report shows how far two identical models measure apart; two processes, which create their sessions in opposite
 orders, since the session created first measured up to 0.5% slower than an identical one
 created after it; at least --runs rounds each after warm-up, more until
 --latency-seconds have passed, the median of all; eager in a
@@ -32,6 +33,7 @@ import functools
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from typing import Any
 
 MODELS = ("transformer", "gpt2", "llama", "resnet")
 EXPORTERS = ("fx2onnx", "fx2onnx-noopt", "torch", "torch-noopt")
+CONTROL = "torch-again"  # torch's file once more, as a latency contender of its own
 DESCRIPTIONS = {
     "transformer": "TransformerEncoder, 24 layers, d=256, batch 2 x 64 tokens",
     "gpt2": "GPT-2, 12 layers, 768, 64 tokens",
@@ -297,11 +300,19 @@ def benchmark_model(model_name: str, exporters: list[str], runs: int, layers: in
         results = [{"model": model_name, "exporter": exporter, "layers": layers, **_median_export(attempts[exporter])} for exporter in exporters]
         if runs:
             print(f"... {model_name}: onnxruntime and eager latency", file=sys.stderr, flush=True)
-            latency = latency_ms(model_name, folder, exporters, runs, latency_seconds, layers)
+            contenders = list(exporters)
+            if os.path.isdir(os.path.join(folder, "torch")):
+                # A second copy of torch's file runs as one more contender: how far two
+                # identical models measure apart in this run (the noise of the ratios).
+                shutil.copytree(os.path.join(folder, "torch"), os.path.join(folder, CONTROL))
+                contenders.append(CONTROL)
+            latency = latency_ms(model_name, folder, contenders, runs, latency_seconds, layers)
             eager = latency_ms(model_name, folder, ["none"], runs, latency_seconds, layers)
             for result in results:
                 if result["exporter"] in latency:
                     result["ort_ms"] = latency[result["exporter"]]
+                if result["exporter"] == "torch" and CONTROL in latency:
+                    result["ort_ms_same_file_again"] = latency[CONTROL]
                 if "eager" in eager:
                     result["eager_ms"] = eager["eager"]
     return results
@@ -342,10 +353,10 @@ def markdown(results: list[dict]) -> str:
         )
     lines += ["", "Ratios: export time of each fx2onnx mode against the same torch mode; the rest fx2onnx's default (optimizing):", ""]
     lines.append(
-        "| model | fx2onnx-noopt vs torch-noopt | fx2onnx vs torch | ORT latency vs torch | ORT vs eager | "
+        "| model | fx2onnx-noopt vs torch-noopt | fx2onnx vs torch | ORT latency vs torch | torch's file vs itself (noise) | ORT vs eager | "
         "decomposition % | translation % | translation+passes % | peak RSS vs torch |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     by_key = {(r["model"], r["exporter"]): r for r in results if "error" not in r}
     for model in dict.fromkeys(r["model"] for r in results):
         ours, ours_noopt = by_key.get((model, "fx2onnx")), by_key.get((model, "fx2onnx-noopt"))
@@ -362,6 +373,7 @@ def markdown(results: list[dict]) -> str:
             f"| {model} | {ratio(ours_noopt and ours_noopt['export_seconds'], torch_noopt and torch_noopt['export_seconds'])} "
             f"| {ratio(total, torch_opt and torch_opt['export_seconds'])} "
             f"| {ratio(ours.get('ort_ms'), torch_opt and torch_opt.get('ort_ms'))} "
+            f"| {ratio(torch_opt and torch_opt.get('ort_ms_same_file_again'), torch_opt and torch_opt.get('ort_ms'))} "
             f"| {ratio(ours.get('ort_ms'), ours.get('eager_ms'))} "
             f"| {share('decomposition')} | {share('translation')} | {share('translation', 'passes')} "
             f"| {ratio(ours['peak_rss_mib'], torch_opt and torch_opt['peak_rss_mib'])} |"
@@ -429,7 +441,7 @@ def measure_scaling(model_name: str, layers: int, mode: str) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=(*EXPORTERS, "none"))
+    parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=(*EXPORTERS, CONTROL, "none"))
     parser.add_argument("--runs", type=int, default=20, help="onnxruntime / eager rounds per model and process, at least (median)")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="more rounds until this long per latency process")
     parser.add_argument("--repeats", type=int, default=3, help="exports per (model, exporter), each in a fresh process (median)")
