@@ -23,7 +23,7 @@ from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.analysis import report_unsupported_nodes
 from fx2onnx.capture import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.capture_checks import check_captured_graph
-from fx2onnx.collection_scope import collect_new_objects_only
+from fx2onnx.collection_scope import collect_new_objects_only, freeze_survivors
 from fx2onnx.containers import registered_containers
 from fx2onnx.control_flow import on_every_graph
 from fx2onnx.decompose import decompose_unsupported
@@ -140,6 +140,7 @@ def _export(
         registry.all_registered_ops()  # torchlib loads once per process: its own stage
     with timer.stage("capture"):
         captured = capture(model, args, kwargs, options.dynamic_shapes, context, options.fake_context)
+        freeze_survivors()  # the captured program lives until the export ends
     for note in captured.notes:
         warnings.warn(note, stacklevel=3)
 

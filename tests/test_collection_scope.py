@@ -9,7 +9,7 @@ import weakref
 import torch
 
 import fx2onnx
-from fx2onnx.collection_scope import collect_new_objects_only
+from fx2onnx.collection_scope import collect_new_objects_only, freeze_survivors
 
 
 _FROZEN_WHILE_TRACED: list[int] = []
@@ -63,3 +63,14 @@ def test_cycles_made_inside_the_scope_are_still_collected() -> None:
         del first, second
         gc.collect()
         assert watch() is None
+
+
+def test_survivors_join_the_frozen_objects_only_inside_the_scope() -> None:
+    freeze_survivors()  # outside a scope: nothing happens
+    assert gc.get_freeze_count() == 0
+    with collect_new_objects_only():
+        before = gc.get_freeze_count()
+        kept = [[index] for index in range(10_000)]  # alive: frozen by freeze_survivors
+        freeze_survivors()
+        assert gc.get_freeze_count() >= before + len(kept)
+    assert gc.get_freeze_count() == 0
