@@ -34,7 +34,6 @@ import functools
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -232,7 +231,7 @@ def measure_latency(model_name: str, folder: str, exporters: list[str], runs: in
     model, args = build(model_name, layers)
     runners = {}
     for exporter in exporters:
-        path = os.path.join(folder, exporter, "model.onnx")
+        path = os.path.join(folder, "torch" if exporter == CONTROL else exporter, "model.onnx")
         if not os.path.exists(path):
             continue
         session_options = onnxruntime.SessionOptions()
@@ -305,9 +304,8 @@ def benchmark_model(model_name: str, exporters: list[str], runs: int, layers: in
             print(f"... {model_name}: onnxruntime and eager latency", file=sys.stderr, flush=True)
             contenders = list(exporters)
             if os.path.isdir(os.path.join(folder, "torch")):
-                # A second copy of torch's file runs as one more contender: how far two
-                # identical models measure apart in this run (the noise of the ratios).
-                shutil.copytree(os.path.join(folder, "torch"), os.path.join(folder, CONTROL))
+                # torch's file once more, in a session of its own: how far two identical
+                # models measure apart in this run (the noise of the ratios).
                 contenders.append(CONTROL)
             latency = latency_ms(model_name, folder, contenders, runs, latency_seconds, layers)
             eager = latency_ms(model_name, folder, ["none"], runs, latency_seconds, layers)
@@ -473,12 +471,8 @@ def main(argv: list[str] | None = None) -> None:
         for mode in _SCALING_MODES:
             for factor in (1, 4, 16):
                 print(f"... {options.scaling} with {base * factor} layers, {mode}", file=sys.stderr, flush=True)
-                command = [sys.executable, os.path.abspath(__file__), "--child-scaling", options.scaling, str(base * factor), mode]
-                completed = subprocess.run(command, capture_output=True, text=True)
-                if completed.returncode != 0:
-                    results.append({"layers": base * factor, "mode": mode, "error": (completed.stderr.strip().splitlines() or ["?"])[-1]})
-                else:
-                    results.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+                result = _run_child(["--child-scaling", options.scaling, str(base * factor), mode], None)
+                results.append({"layers": base * factor, "mode": mode, **result})
         text = f"{header}\n\n{scaling_markdown(results)}"
     else:
         results = []

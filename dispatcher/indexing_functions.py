@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import BOOL, INT64, TReal, TTensor
 
 __all__ = ["INDEXING_FUNCTIONS", "INDEXING_DOMAIN"]
@@ -85,7 +86,7 @@ def searchsorted_scalar(
     if isinstance(self, float) and not sorted_sequence.dtype.is_floating_point():
         value = op.Constant(value_float=self)
     else:
-        value = op.CastLike(op.Constant(value_float=float(self)), sorted_sequence)
+        value = scalar_like(float(self), sorted_sequence)
     return _insertion_index(sorted_sequence, value, right, side, sorter, out_int32)
 
 

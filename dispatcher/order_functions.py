@@ -20,6 +20,7 @@ from onnxscript import opset18 as op
 
 from dispatcher._types import is_float_value
 from dispatcher.function_table import FunctionTable
+from dispatcher.traced_values import scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TReal, TTensor
 
 __all__ = ["ORDER_FUNCTIONS", "ORDER_DOMAIN"]
@@ -71,7 +72,7 @@ def _trailing(value, trailing: int):
 
 
 def _has_nan(values, axis: int, keepdims: int):
-    mask = op.Cast(op.IsNaN(values), to=1)
+    mask = op.Cast(op.IsNaN(values), to=ir.DataType.FLOAT.value)
     return op.Greater(op.ReduceMax(mask, op.Constant(value_ints=[axis]), keepdims=keepdims), op.Constant(value_float=0.0))
 
 
@@ -88,7 +89,7 @@ def _cumulative(reduce_op, self, dim: int):
     axis = op.Constant(value_ints=[dim + 1])
     values = reduce_op(window, axis, keepdims=0)
     if is_float_value(x):
-        values = op.Where(_has_nan(window, dim + 1, 0), op.CastLike(op.Constant(value_float=float("nan")), x), values)
+        values = op.Where(_has_nan(window, dim + 1, 0), scalar_like(float("nan"), x), values)
     # The last position up to i holding the running value.
     holds = op.And(earlier, _same(x_j, op.Unsqueeze(values, axis)))
     j = _trailing(positions, trailing)
@@ -112,7 +113,7 @@ def order_kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) ->
         return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
     x, restore = _computable(self)
     # NaN is larger than every number in PyTorch's order.
-    key = op.Where(op.IsNaN(x), op.CastLike(op.Constant(value_float=float("inf")), x), x) if is_float_value(x) else x
+    key = op.Where(op.IsNaN(x), scalar_like(float("inf"), x), x) if is_float_value(x) else x
     _, smallest = op.TopK(key, op.Constant(value_ints=[k]), axis=dim, largest=False, sorted=True)
     index = op.Gather(smallest, op.Constant(value_ints=[k - 1]), axis=dim)
     values = op.GatherElements(x, index, axis=dim)
@@ -138,9 +139,9 @@ def order_mode(self: TTensor, dim: int = -1, keepdim: bool = False) -> tuple[TTe
     if is_float_value(x):
         # A most frequent NaN wins only when no number is as frequent.
         numbers = op.And(most, op.Not(op.IsNaN(x)))
-        any_number = op.Greater(op.ReduceMax(op.Cast(numbers, to=1), axis, keepdims=1), op.Constant(value_float=0.0))
-        number_min = op.ReduceMin(op.Where(numbers, x, op.CastLike(op.Constant(value_float=float("inf")), x)), axis, keepdims=1)
-        values = op.Where(any_number, number_min, op.CastLike(op.Constant(value_float=float("nan")), x))
+        any_number = op.Greater(op.ReduceMax(op.Cast(numbers, to=ir.DataType.FLOAT.value), axis, keepdims=1), op.Constant(value_float=0.0))
+        number_min = op.ReduceMin(op.Where(numbers, x, scalar_like(float("inf"), x)), axis, keepdims=1)
+        values = op.Where(any_number, number_min, scalar_like(float("nan"), x))
     j = _trailing(positions, trailing)
     index = op.ReduceMax(op.Where(_same(x, values), j, op.Constant(value_int=-1)), axis, keepdims=1)
     if not keepdim:

@@ -62,7 +62,7 @@ def _nanmedian_along(x, dim: int, keepdim: bool):
     if x.dtype.is_floating_point():
         nan = op.IsNaN(x)
         # NaN sorts last; TopK keeps equal keys in index order
-        key = op.Where(nan, op.CastLike(op.Constant(value_float=float("inf")), x), x)
+        key = op.Where(nan, scalar_like(float("inf"), x), x)
         numbers = op.ReduceSum(op.Cast(op.Not(nan), to=ir.DataType.INT64), axis, keepdims=1)
     else:
         key = x

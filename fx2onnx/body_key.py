@@ -9,7 +9,7 @@ that translation, instead of translating the graph again to find the same body.
 The key holds everything the translation reads (see `FxOnnxInterpreter`): every node's
 opcode, target and arguments (other nodes by position), its ``meta["val"]`` type (dtype,
 shape with its symbols, Python values as they are), how each placeholder is bound, and the
-keys of nested module calls. Graphs the key cannot describe safely (control-flow
+classes and keys of nested module calls. Graphs the key cannot describe safely (control-flow
 subgraphs, constant tensors read by ``get_attr``, arguments of unknown types) get no key:
 they are translated every time.
 """
@@ -35,12 +35,13 @@ class _NoKey(Exception):
     """The graph holds something the key cannot describe."""
 
 
-def body_key(graph_module: torch.fx.GraphModule, bindings: Mapping[str, Any], domain: str) -> str | None:
-    """The key of translating ``graph_module`` with its placeholders bound by
-    ``bindings`` (as `FxOnnxInterpreter.translate` takes them) into a function of
-    ``domain``; None when the graph cannot be keyed."""
+def body_key(graph_module: torch.fx.GraphModule, bindings: Mapping[str, Any], class_name: str) -> str | None:
+    """The key of translating ``graph_module``, the graph of a module of class
+    ``class_name`` (which decides the function's domain), with its placeholders bound by
+    ``bindings`` (as `FxOnnxInterpreter.translate` takes them); None when the graph
+    cannot be keyed."""
     try:
-        lines = [domain, *(_binding_text(node, bindings) for node in graph_module.graph.find_nodes(op="placeholder"))]
+        lines = [class_name, *(_binding_text(node, bindings) for node in graph_module.graph.find_nodes(op="placeholder"))]
         lines += _graph_lines(graph_module)
     except _NoKey:
         return None
@@ -52,7 +53,7 @@ def _binding_text(placeholder: torch.fx.Node, bindings: Mapping[str, Any]) -> st
     if isinstance(binding, BodyInput):
         info = binding.info
         return "input" if info is None else f"input {info.dtype} {list(info.shape)} {info.is_complex}"
-    return f"constant {_plain_text(binding)}"
+    return f"constant {_argument_text(binding, {})}"
 
 
 def _graph_lines(graph_module: torch.fx.GraphModule) -> list[str]:
@@ -93,8 +94,6 @@ def _argument_text(argument: Any, positions: Mapping[torch.fx.Node, int]) -> str
 
 
 def _plain_text(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return type(value).__name__ + "(" + ",".join(_plain_text(item) for item in value) + ")"
     if not isinstance(value, _PLAIN_TYPES):
         raise _NoKey
     return f"{type(value).__name__}:{value!r}"

@@ -84,9 +84,10 @@ class SqueezeOfTranspose(RewriteRuleClassBase):
 
     def check(self, context, x: ir.Value, perm: ir.Attr, axes: ir.Value, **_) -> MatchResult:
         result = MatchResult()
-        if perm.is_ref() or _rank(x) is None or _constant_ints(axes) is None:
+        axes_ints = _constant_ints(axes)
+        if perm.is_ref() or _rank(x) is None or axes_ints is None:
             return result.fail("Permutation, rank or axes unknown.")
-        if _normalized(_constant_ints(axes), len(perm.as_ints())) is None:
+        if _normalized(axes_ints, len(perm.as_ints())) is None:
             return result.fail("Axes out of range.")
         return result
 
@@ -115,13 +116,17 @@ class GatherOfTranspose(RewriteRuleClassBase):
     def pattern(self, op, x, perm, index):
         return op.Gather(op.Transpose(x, perm=perm), index, _allow_other_attributes=True, _outputs=["gathered"])
 
+    @staticmethod
+    def _gathered_position(perm: ir.Attr, gathered: ir.Value) -> int:
+        """The Gather's axis, counted from 0, in the Transpose's output."""
+        axis = gathered.producer().attributes.get_int("axis", 0)
+        return axis + len(perm.as_ints()) if axis < 0 else axis
+
     def check(self, context, x: ir.Value, perm: ir.Attr, index: ir.Value, gathered: ir.Value, **_) -> MatchResult:
         result = MatchResult()
         if perm.is_ref() or index.shape is None or len(index.shape) != 0:
             return result.fail("Not a scalar index of a known permutation.")
-        order = list(perm.as_ints())
-        axis = gathered.producer().attributes.get_int("axis", 0)
-        position = axis + len(order) if axis < 0 else axis
+        order, position = list(perm.as_ints()), self._gathered_position(perm, gathered)
         if not 0 <= position < len(order):
             return result.fail("Axis out of range.")
         remaining = _without_axes(order, [position])
@@ -130,10 +135,7 @@ class GatherOfTranspose(RewriteRuleClassBase):
         return result
 
     def rewrite(self, op, x: ir.Value, perm: ir.Attr, index: ir.Value, gathered: ir.Value, **_):
-        order = list(perm.as_ints())
-        axis = gathered.producer().attributes.get_int("axis", 0)
-        position = axis + len(order) if axis < 0 else axis
-        return op.Gather(x, index, axis=order[position])
+        return op.Gather(x, index, axis=perm.as_ints()[self._gathered_position(perm, gathered)])
 
 
 def layout_rules() -> list:

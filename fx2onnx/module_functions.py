@@ -102,7 +102,7 @@ class ModuleFunctionTranslator:
                 f"call_module '{node.target}' is not a module call made by the Modularize pass."
             )
         bindings, call_inputs = self._bind_parameters(interpreter, sub_module, args)
-        key = body_key(sub_module, bindings, package_domain(call.class_name)) if self.reuse_translations else None
+        key = body_key(sub_module, bindings, call.class_name) if self.reuse_translations else None
         translation = self._by_key.get(key) if key is not None else None
         if translation is not None:
             node_translated(sum(len(m.graph.nodes) for m in sub_module.modules() if isinstance(m, torch.fx.GraphModule)))

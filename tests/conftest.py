@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -221,3 +223,16 @@ class Apply(torch.nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         return self.fn(*tensors)
+
+
+class TerminalStream(io.StringIO):
+    """A stderr stand-in that says it is a terminal (progress bars show on terminals only)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def progress_counters(shown: str) -> list[tuple[int, int]]:
+    """The `done/total` counters a progress bar wrote, in order."""
+    parts = shown.replace("\r", "\n").split()
+    return [tuple(int(n) for n in part.split("/")) for part in parts if re.fullmatch(r"\d+/\d+", part)]

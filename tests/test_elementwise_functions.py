@@ -9,26 +9,17 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from conftest import export_program
+from conftest import Apply, export_program
 
 NAN, INF = float("nan"), float("inf")
 A = torch.tensor([1.0, -1.0, 0.0, -0.0, 1e-45, 3.0, NAN, 2.0, 0.5, -2.0, INF, -INF, 3.4e38, 1e-39, 1.5, 8.0, 1.0, 7e-39, NAN])
 B = torch.tensor([2.0, -2.0, 1.0, -1.0, 0.0, NAN, 1.0, 0.0, -1.0, -3.0, 0.0, 0.0, INF, -1.0, 1.5, 0.0, 0.0, 1.0, NAN])
 
 
-class _Function(torch.nn.Module):
-    def __init__(self, function: Callable) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, *args: torch.Tensor):
-        return self.function(*args)
-
-
 def _check_identical(function: Callable, *args: torch.Tensor) -> None:
     """Exported and run: same dtypes and values as PyTorch, NaN where PyTorch has NaN,
     the sign of zeros included."""
-    program = export_program(_Function(function), args)
+    program = export_program(Apply(function), args)
     got, want = program(*args), function(*args)
     got = got if isinstance(got, (list, tuple)) else [got]
     want = want if isinstance(want, (list, tuple)) else [want]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from conftest import check_saved_model, export_program, flat_leaves
+from conftest import Apply, check_saved_model, export_program, flat_leaves
 
 NAN = float("nan")
 X = torch.tensor([[1.0, NAN, 3.0, -1.0], [2.0, 5.0, 0.5, 4.0], [NAN, 1.0, NAN, 7.0]])
@@ -36,15 +36,6 @@ CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
     "topk": lambda a, b: a.topk(2, -1),
     "topk_smallest": lambda a, b: a.topk(2, -1, largest=False),
 }
-
-
-class Apply(torch.nn.Module):
-    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], object]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> object:
-        return self.fn(a, b)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

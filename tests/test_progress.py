@@ -9,11 +9,7 @@ import pytest
 import torch
 
 import fx2onnx
-
-
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
+from conftest import TerminalStream, progress_counters
 
 
 class _Model(torch.nn.Module):
@@ -32,7 +28,7 @@ def _export_with_stderr(monkeypatch, stream, progress):
 
 
 def test_terminal_shows_stages_and_translated_nodes(monkeypatch):
-    terminal = _Terminal()
+    terminal = TerminalStream()
     program = _export_with_stderr(monkeypatch, terminal, True)
     shown = terminal.getvalue()
     assert "Exporting _Model" in shown
@@ -40,18 +36,18 @@ def test_terminal_shows_stages_and_translated_nodes(monkeypatch):
         assert stage in shown
     # the node counter reaches the number of FX nodes translated (placeholders, calls,
     # module-call bodies and outputs)
-    totals = [int(part.split("/")[1].split()[0]) for part in shown.replace("\r", "\n").split() if "/" in part and part.split("/")[0].isdigit()]
+    totals = [total for _, total in progress_counters(shown)]
     assert totals and max(totals) >= 10
     assert program.model_proto.graph.node
 
 
-@pytest.mark.parametrize("progress, stream", [(False, _Terminal()), (True, io.StringIO()), (None, io.StringIO())])
+@pytest.mark.parametrize("progress, stream", [(False, TerminalStream()), (True, io.StringIO()), (None, io.StringIO())])
 def test_nothing_is_shown_when_switched_off_or_not_a_terminal(monkeypatch, progress, stream):
     _export_with_stderr(monkeypatch, stream, progress)
     assert stream.getvalue() == ""
 
 
 def test_short_exports_show_nothing_by_default(monkeypatch):
-    terminal = _Terminal()
+    terminal = TerminalStream()
     _export_with_stderr(monkeypatch, terminal, None)  # well under the few-seconds delay
     assert terminal.getvalue() == ""

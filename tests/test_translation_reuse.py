@@ -15,7 +15,7 @@ from torch import nn
 
 import fx2onnx
 import fx2onnx.exporter
-from conftest import assert_outputs_close, assert_valid_model
+from conftest import TerminalStream, assert_outputs_close, assert_valid_model, progress_counters
 from diagnostics import DiagnosticOptions, rules
 from fx2onnx.body_key import body_key
 from fx2onnx.interpreter import FxOnnxInterpreter
@@ -131,16 +131,11 @@ def test_translations_that_report_diagnostics_are_not_reused(monkeypatch) -> Non
 
 
 def test_progress_counts_the_nodes_of_reused_translations(monkeypatch) -> None:
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    terminal = Terminal()
+    terminal = TerminalStream()
     monkeypatch.setattr(sys, "stderr", terminal)
     model, x = Stack([Block(8) for _ in range(6)]), torch.randn(2, 8)
     _export(model, x, monkeypatch, reuse=True, progress=True)
-    counters = [part for part in terminal.getvalue().replace("\r", "\n").split() if "/" in part and part.split("/")[0].isdigit()]
-    done, total = (int(number) for number in counters[-1].split("/"))
+    done, total = progress_counters(terminal.getvalue())[-1]
     assert total > 6 * 10 and done == total
 
 

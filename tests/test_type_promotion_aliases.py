@@ -8,6 +8,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from conftest import Apply
+
 ALIASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "divide": torch.divide,
     "divide_floor": lambda a, b: torch.divide(a, b, rounding_mode="floor"),
@@ -22,24 +24,15 @@ ALIASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 }
 
 
-class Binary(torch.nn.Module):
-    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return self.fn(a, b)
-
-
 @pytest.mark.parametrize("name", sorted(ALIASES))
 def test_alias_promotes_float_and_int64(name, export_and_compare) -> None:
     a = torch.tensor([[1.5, -2.0, 3.25], [4.0, 0.5, -6.0]])
     b = torch.tensor([[2, 3, -1], [5, 2, 4]])
-    export_and_compare(Binary(ALIASES[name]), (a, b))
+    export_and_compare(Apply(ALIASES[name]), (a, b))
 
 
 def test_masked_var_of_a_mask_count(export_and_compare) -> None:
     # masked.var divides a float sum by an int64 count with aten.divide
     x = torch.randn(3, 4)
     mask = torch.tensor([[True, False, True, True], [False, True, True, False], [True, True, True, True]])
-    export_and_compare(Binary(lambda t, m: torch.masked._ops.var(t, 1, unbiased=True, mask=m)), (x, mask))
+    export_and_compare(Apply(lambda t, m: torch.masked._ops.var(t, 1, unbiased=True, mask=m)), (x, mask))
