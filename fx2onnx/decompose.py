@@ -226,7 +226,9 @@ def _inline_graph(
     env: dict[torch.fx.Node, Any] = {}
     placeholders = iter(inputs)
     result: Any = None
-    used = {n.name for n in graph.nodes}
+    # Only placeholders can hold a name the graph's namespace does not know (see
+    # `_with_unused_name`); the other names it never hands out twice.
+    used = {n.name for n in graph.find_nodes(op="placeholder")}
     with graph.inserting_before(node):
         for inner in inner_graph.nodes:
             if inner.op == "placeholder":

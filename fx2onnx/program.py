@@ -395,7 +395,9 @@ def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
         header = onnx.load(str(source), load_external_data=False) if isinstance(source, Path) else source
         if not has_bfloat16(header):
             raise
-    model = onnx.load(str(source)) if isinstance(source, Path) else source
+    model = header
+    if isinstance(source, Path):  # the header holds the weights kept in the file itself
+        onnx.external_data_helper.load_external_data_for_model(model, str(source.parent))
     widened = widen_bfloat16(model)
     if isinstance(source, Path):
         # Beside the saved file, in the caller's temporary folder: weights too large for
