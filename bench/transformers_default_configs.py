@@ -8,13 +8,19 @@ step with a past cache from a PyTorch run; encoder-decoders likewise, with the e
 output as an input of the decode step. Every output leaf (logits, present caches) is
 compared with PyTorch (rtol 1e-3, atol 1e-4) at a second batch / sequence / past length.
 
-    flock /tmp/fx2onnx-heavy.lock python bench/transformers_default_configs.py [--only gpt2,llama]
+The decode step is exported once per spelling of the cache argument: forward's own name
+(`cache` from transformers 5.24 on) and, where it was renamed, the deprecated
+`past_key_values`, which then lands in forward's **kwargs.
+
+    flock /tmp/fx2onnx-heavy.lock python bench/transformers_default_configs.py [--only gpt2,llama] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import inspect
+import json
 import time
 import traceback
 import warnings
@@ -72,18 +78,25 @@ def build(model_type: str) -> torch.nn.Module:
     return auto.from_config(config).eval()
 
 
-def decoder_inputs(model: torch.nn.Module, batch: int, length: int, past: int, seed: int) -> dict[str, Any]:
+def cache_spellings(model: torch.nn.Module) -> list[str]:
+    """The names the cache can be passed under: forward's own first, then the deprecated one."""
+    if "cache" in inspect.signature(model.forward).parameters:
+        return ["cache", "past_key_values"]
+    return ["past_key_values"]
+
+
+def decoder_inputs(model: torch.nn.Module, batch: int, length: int, past: int, seed: int, spelling: str) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, VOCAB, (batch, past + length), generator=generator)
     mask = torch.ones_like(ids)
     kwargs: dict[str, Any] = {"input_ids": ids[:, past:], "attention_mask": mask}
     if past:
         with torch.no_grad():
-            kwargs["past_key_values"] = model(input_ids=ids[:, :past], attention_mask=mask[:, :past]).past_key_values
+            kwargs[spelling] = model(input_ids=ids[:, :past], attention_mask=mask[:, :past]).past_key_values
     return kwargs
 
 
-def seq2seq_inputs(model: torch.nn.Module, batch: int, length: int, past: int, seed: int) -> dict[str, Any]:
+def seq2seq_inputs(model: torch.nn.Module, batch: int, length: int, past: int, seed: int, spelling: str) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(seed)
     if model.config.model_type == "whisper":
         encoder = {"input_features": torch.randn(batch, 8, 32, generator=generator)}
@@ -97,7 +110,7 @@ def seq2seq_inputs(model: torch.nn.Module, batch: int, length: int, past: int, s
             first = model(**encoder, decoder_input_ids=decoder_ids[:, :past])
         kwargs.pop("input_ids", None)
         kwargs.pop("input_features", None)
-        kwargs["past_key_values"] = first.past_key_values
+        kwargs[spelling] = first.past_key_values
         kwargs["encoder_outputs"] = (first.encoder_last_hidden_state,)
     return kwargs
 
@@ -116,8 +129,8 @@ def max_difference(actual: Any, expected: Any) -> float:
     return worst
 
 
-def check(model: torch.nn.Module, make_inputs: Any, past: int) -> str:
-    example = make_inputs(model, 2, 3, past, seed=0)
+def check(model: torch.nn.Module, make_inputs: Any, past: int, spelling: str) -> str:
+    example = make_inputs(model, 2, 3, past, seed=0, spelling=spelling)
     start = time.perf_counter()
     program = fx2onnx.dynamo_export(
         model, **copy.deepcopy(example), export_options=fx2onnx.ExportOptions(dynamic_shapes=True, failure_report_path=None)
@@ -125,41 +138,64 @@ def check(model: torch.nn.Module, make_inputs: Any, past: int) -> str:
     seconds = time.perf_counter() - start
     worst = 0.0
     for batch, length, extra in ((2, 3, 0), (3, 5, 2)):
-        inputs = make_inputs(model, batch, length, past + extra if past else 0, seed=batch)
+        inputs = make_inputs(model, batch, length, past + extra if past else 0, seed=batch, spelling=spelling)
         with torch.no_grad():
             expected = model(**copy.deepcopy(inputs))
         worst = max(worst, max_difference(program(**copy.deepcopy(inputs)), expected))
     return f"ok ({seconds:.1f}s, max diff {worst:.1e})"
 
 
+def check_architecture(model_type: str, verbose: bool) -> dict[str, str]:
+    """{"prefill": result, "decode cache=": result, ...}: "ok (...)" or "FAIL ..." each."""
+    make_inputs = seq2seq_inputs if model_type in SEQ2SEQ else decoder_inputs
+    try:
+        model = build(model_type)
+    except Exception as error:  # noqa: BLE001 - a row of the table
+        return {"config": f"FAIL config: {type(error).__name__}: {str(error).splitlines()[0][:120]}"}
+    spellings = cache_spellings(model)
+    cells: dict[str, str] = {}
+    for column, past, spelling in [("prefill", 0, spellings[0])] + [(f"decode {s}=", 3, s) for s in spellings]:
+        try:
+            cells[column] = check(model, make_inputs, past, spelling)
+        except Exception as error:  # noqa: BLE001 - a row of the table
+            message = str(error).splitlines()
+            detail = next((line for line in message if line.startswith("- [")), message[0] if message else "")
+            cells[column] = f"FAIL {type(error).__name__}: {detail[:200]}"
+            if verbose:
+                traceback.print_exc()
+    return cells
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="comma-separated model types")
-    chosen = [m for m in parser.parse_args().only.split(",") if m] or DECODERS + SEQ2SEQ
+    parser.add_argument("--json", default=None, help="write the rows and counts to this file")
+    parser.add_argument("--verbose", action="store_true", help="print the traceback of each failure")
+    options = parser.parse_args()
+    chosen = [m for m in options.only.split(",") if m] or DECODERS + SEQ2SEQ
     warnings.simplefilter("ignore")
-    rows = []
+    rows: dict[str, dict[str, str]] = {}
     for model_type in chosen:
-        make_inputs = seq2seq_inputs if model_type in SEQ2SEQ else decoder_inputs
-        try:
-            model = build(model_type)
-        except Exception as error:  # noqa: BLE001 - a row of the table
-            rows.append((model_type, "-", f"FAIL config: {type(error).__name__}: {str(error).splitlines()[0][:120]}", "-"))
-            print(f"{model_type:12} {rows[-1][2]}", flush=True)
-            continue
-        cells = []
-        for past in (0, 3):
-            try:
-                cells.append(check(model, make_inputs, past))
-            except Exception as error:  # noqa: BLE001 - a row of the table
-                message = str(error).splitlines()
-                detail = next((line for line in message if line.startswith("- [")), message[0] if message else "")
-                cells.append(f"FAIL {type(error).__name__}: {detail[:200]}")
-                if "--verbose" in __import__("sys").argv:
-                    traceback.print_exc()
-        rows.append((model_type, str(getattr(model.config, "use_cache", None)), cells[0], cells[1]))
-        print(f"{model_type:12} use_cache={rows[-1][1]:5} prefill: {cells[0]}\n{'':12} decode step: {cells[1]}", flush=True)
-    both = [r[0] for r in rows if r[2].startswith("ok") and r[3].startswith("ok")]
-    print(f"\n{len(both)}/{len(rows)} export and match PyTorch (prefill and decode step): {', '.join(both)}")
+        rows[model_type] = check_architecture(model_type, options.verbose)
+        print(f"{model_type:12} " + f"\n{'':12} ".join(f"{k}: {v}" for k, v in rows[model_type].items()), flush=True)
+    counts = {}
+    for spelling in ("cache", "past_key_values"):
+        # a forward that has only `past_key_values` (transformers < 5.24) counts with it for both
+        passing = [
+            name for name, cells in rows.items()
+            if cells.get("prefill", "").startswith("ok")
+            and cells.get(f"decode {spelling}=", cells.get("decode past_key_values=", "")).startswith("ok")
+        ]
+        counts[spelling] = passing
+        print(f"\n{len(passing)}/{len(rows)} export and match PyTorch (prefill and decode step, cache passed as {spelling}=): {', '.join(passing)}")
+    if options.json:
+        import transformers
+
+        with open(options.json, "w", encoding="utf-8") as file:
+            json.dump({
+                "torch": torch.__version__, "transformers": transformers.__version__, "total": len(rows),
+                "passing": {k: len(v) for k, v in counts.items()}, "rows": rows,
+            }, file, indent=1)
 
 
 if __name__ == "__main__":

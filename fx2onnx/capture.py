@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ from fx2onnx.dynamic_shapes import (
     DynamicDimError,
     DynamicShapesOption,
     SpecializedDim,
+    capture_signature,
     requested_dynamic_dims,
     keep_size_one_dims_dynamic,
     size_one_symbols,
@@ -197,8 +199,34 @@ def capture(
 
 
 def _export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any, strict: bool, size_oblivious: bool) -> torch.export.ExportedProgram:
-    with keep_size_one_dims_dynamic(size_oblivious), symbolic_math():
+    with keep_size_one_dims_dynamic(size_oblivious), symbolic_math(), _keyword_inputs_as_parameters(model, kwargs):
         return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
+
+
+@contextlib.contextmanager
+def _keyword_inputs_as_parameters(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> Iterator[None]:
+    """For the duration of a capture, forward has the signature the dynamic-shapes spec was
+    built for (`capture_signature`): keyword inputs that land in its ``**kwargs`` are
+    parameters of their own. The call goes to forward as it is."""
+    signature = capture_signature(model, kwargs)
+    if signature is None:
+        yield
+        return
+    own = model.__dict__.get("forward")  # an instance's own forward (_CallableModule)
+    original = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    forward.__signature__ = signature  # type: ignore[attr-defined]
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if own is None:
+            del model.forward
+        else:
+            model.forward = own
 
 
 def _capture_attempts(size_one_dims: bool) -> list[tuple[bool, bool]]:

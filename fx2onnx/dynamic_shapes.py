@@ -153,12 +153,51 @@ def registered_children(value: Any) -> list[Any] | None:
     return list(children)
 
 
-def bound_arguments(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The model's arguments by parameter name, or None when its signature cannot bind them."""
+def _forward_signature(model: Any) -> inspect.Signature | None:
     target = model.forward if isinstance(model, torch.nn.Module) else model
     try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
+        return inspect.signature(target)
     except (TypeError, ValueError):
+        return None
+
+
+def capture_signature(model: Any, kwargs: Mapping[str, Any]) -> inspect.Signature | None:
+    """forward's signature as the capture presents it to torch.export, or None when it is
+    forward's own.
+
+    A keyword input that lands in forward's ``**kwargs`` (transformers' deprecated
+    ``past_key_values=`` after the rename to ``cache``; any ``forward(self, x, **kwargs)``)
+    becomes a keyword-only parameter of its own, and ``**kwargs`` is dropped: torch.export
+    (2.13, 2.14) rebuilds the bound arguments for its range constraints with such inputs
+    both inside ``kwargs`` and at the top level, and no dynamic-shapes spec fits that.
+    """
+    signature = _forward_signature(model)
+    if signature is None:
+        return None
+    parameters = list(signature.parameters.values())
+    var_keyword = [p for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD]
+    if not var_keyword:
+        return None
+    named = {p.name for p in parameters if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
+    extra = [key for key in kwargs if key not in named]
+    if not extra:
+        return None
+    fixed = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    added = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None) for key in extra]
+    return signature.replace(parameters=fixed + added)
+
+
+def bound_arguments(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The model's arguments by parameter name, or None when its signature cannot bind them.
+
+    Keyword inputs that land in forward's ``**kwargs`` are named on their own, as in the
+    capture (see :func:`capture_signature`)."""
+    signature = capture_signature(model, kwargs) or _forward_signature(model)
+    if signature is None:
+        return None
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
         return None
     return dict(bound.arguments)
 
@@ -172,8 +211,30 @@ def torch_export_spec(option: DynamicShapesOption, model: Any, args: Sequence[An
         if named is not None:
             return {name: _all_dims_dynamic(value) for name, value in named.items()}
         return tuple(_all_dims_dynamic(a) for a in (*args, *kwargs.values()))
+    if isinstance(option, Mapping):
+        return _spread_var_keyword_spec(option, model, args, kwargs)
     # a torch.export spec, taken as it is
     return option
+
+
+def _spread_var_keyword_spec(spec: Mapping[str, Any], model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec written for forward's own signature (``{"kwargs": {"past_key_values": ...}}``,
+    torch.export's form for inputs in ``**kwargs``) in the form of the capture's signature
+    (``{"past_key_values": ...}``); a spec already in that form is taken as it is. Inputs
+    given to the model that a spec with keyword-only inputs leaves out are static."""
+    signature = _forward_signature(model)
+    spec = dict(spec)
+    if signature is None or capture_signature(model, kwargs) is None:
+        return spec
+    for parameter in signature.parameters.values():
+        nested = spec.get(parameter.name)
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD and isinstance(nested, Mapping) and parameter.name not in kwargs:
+            del spec[parameter.name]
+            spec.update(nested)
+    # torch.export wants every input named; forward's signature does not show these ones
+    for name in bound_arguments(model, args, kwargs) or {}:
+        spec.setdefault(name, None)
+    return spec
 
 
 def _dim_name(spec: Any) -> str | None:
@@ -297,8 +358,7 @@ def requested_dynamic_dims(
         return found
     named = bound_arguments(model, args, kwargs)
     if isinstance(spec, Mapping) and named is not None:
-        extra = [value for value in named.values() if isinstance(value, dict)]  # **kwargs
-        unknown = sorted(key for key in set(spec) - set(named) if not any(key in d for d in extra))
+        unknown = sorted(set(spec) - set(named))
         if unknown:
             raise DynamicDimError(
                 f"dynamic_shapes names {unknown}, which are not inputs given to the model; "

@@ -9,7 +9,10 @@ the model and the inputs it was given) and returns the one hint that fits its ca
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +20,11 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from fx2onnx.dynamic_shapes import capture_signature
 from fx2onnx.transformers_hints import transformers_hint
+
+# The versions the test suite runs on (constraints.txt; a test keeps the two equal).
+TESTED_WITH = {"torch": "2.13.0", "transformers": "5.23.0"}
 
 
 # The model of a failure known only by its error (`capture_hint(error)`).
@@ -139,6 +146,21 @@ def _is_cache_output(failure: CaptureFailure) -> bool:
     return name.endswith("Cache") or "cache_utils" in name
 
 
+def _torch_frame(failure: CaptureFailure) -> traceback.FrameSummary | None:
+    """The innermost frame of the error's traceback when it lies in torch's own files."""
+    frames = traceback.extract_tb(failure.error.__traceback__)
+    torch_root = os.path.dirname(torch.__file__) + os.sep
+    if frames and os.path.abspath(frames[-1].filename).startswith(torch_root):
+        return frames[-1]
+    return None
+
+
+def _inside_torch_export(failure: CaptureFailure) -> bool:
+    """torch.export failed an internal check of its own: an assertion raised in torch's
+    files, not an error about the model's code."""
+    return isinstance(failure.error, AssertionError) and _torch_frame(failure) is not None
+
+
 def _contains(*needles: str) -> Callable[[CaptureFailure], bool]:
     return lambda failure: any(needle in failure.text for needle in needles)
 
@@ -256,6 +278,52 @@ def _fake_mode_advice(failure: CaptureFailure) -> str:
     )
 
 
+def _versions_in_use(model: Any) -> dict[str, str]:
+    versions = {"torch": torch.__version__.split("+")[0]}
+    transformers = sys.modules.get("transformers")
+    if transformers is not None and any(cls.__module__.startswith("transformers.") for cls in type(model).__mro__):
+        versions["transformers"] = transformers.__version__
+    return versions
+
+
+def _keyword_inputs_advice(failure: CaptureFailure) -> str | None:
+    """What to say of example inputs that land in forward's **kwargs."""
+    try:
+        signature = capture_signature(failure.model, failure.kwargs)
+        parameters = inspect.signature(_forward_of(failure.model)).parameters
+    except (TypeError, ValueError):
+        return None
+    if signature is None:
+        return None
+    extra = [name for name in failure.kwargs if name not in parameters]
+    if "past_key_values" in extra and "cache" in parameters:
+        return "pass the cache as cache= (forward's name for it since transformers 5.24) instead of the deprecated past_key_values="
+    return f"pass {', '.join(extra)} under a parameter name of forward if it has one (they land in its **kwargs)"
+
+
+def _torch_internal_advice(failure: CaptureFailure) -> str:
+    frame = _torch_frame(failure)
+    torch_parent = os.path.dirname(os.path.dirname(torch.__file__))
+    where = f" ({os.path.relpath(frame.filename, torch_parent)}:{frame.lineno})" if frame else ""
+    steps = []
+    keyword = _keyword_inputs_advice(failure)
+    if keyword:
+        steps.append(keyword)
+    if failure.dynamic_shapes not in (None, False):
+        steps.append("capture with static shapes (ExportOptions(dynamic_shapes=False)) to see whether the dynamic-shapes spec is what trips it")
+    used = _versions_in_use(failure.model)
+    tested = {name: TESTED_WITH[name] for name in used}
+    if used != tested:
+        pins = " ".join(f"{name}=={version}" for name, version in tested.items())
+        steps.append(f"install the versions fx2onnx is tested with (pip install {pins}) or upgrade fx2onnx")
+    in_use = ", ".join(f"{name} {version}" for name, version in used.items())
+    todo = "; or ".join(steps) + ". If none helps, report" if steps else "Report"
+    return (
+        f"torch.export failed one of its own checks{where}, not a line of your code ({in_use}): "
+        f"{todo} the failure with its SARIF report."
+    )
+
+
 def _generic_advice(failure: CaptureFailure) -> str:
     return (
         "torch.export could not trace forward(); fix the line of your code the report points "
@@ -276,6 +344,7 @@ HINTS: tuple[Hint, ...] = (
     Hint("dynamic-shapes-spec", _bad_dynamic_spec, _dynamic_spec_advice),
     Hint("cache-output", _is_cache_output, _cache_advice),
     Hint("unknown-output-type", lambda f: _unknown_output_type(f) is not None, _unknown_output_advice),
+    Hint("inside-torch-export", _inside_torch_export, _torch_internal_advice),
     Hint(
         "data-dependent",
         _contains("data-dependent", "DataDependent", "unbacked", ".item()"),

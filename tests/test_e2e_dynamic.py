@@ -160,3 +160,43 @@ def test_returned_size_is_a_python_int_at_every_shape(tmp_path):
         total, doubled = program(x)
         assert doubled == rows * 2 and type(doubled) is int
         torch.testing.assert_close(total, x.sum())
+
+
+class KeywordInputs(nn.Module):
+    """A forward whose tensors arrive in **kwargs, as many libraries write it."""
+
+    def forward(self, x: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+        return x * kwargs["scale"] + kwargs["bias"].mean(-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        True,
+        {"x": {0: Dim("batch")}, "bias": {0: Dim("batch"), 1: Dim("width")}},  # the capture's form
+        {"x": {0: Dim("batch")}, "kwargs": {"bias": {0: Dim("batch"), 1: Dim("width")}}},  # torch.export's form
+    ],
+    ids=["all-dynamic", "named", "named-in-kwargs"],
+)
+def test_keyword_tensors_in_var_keyword_stay_dynamic(export_and_compare, tmp_path, spec):
+    inputs = {"scale": torch.tensor(0.5), "bias": torch.randn(3, 5)}
+    program = export_and_compare(
+        KeywordInputs(), (torch.randn(3, 4),), inputs, options=make_options(tmp_path, dynamic_shapes=spec),
+        second_inputs=((torch.randn(6, 4),), {"scale": torch.tensor(2.0), "bias": torch.randn(6, 9)}),
+    )
+    proto = program.model_proto
+    assert [value.name for value in proto.graph.input] == ["x", "scale", "bias"]
+    bias_dims = input_dims(proto, 2)
+    assert all(isinstance(dim, str) for dim in bias_dims)
+    if spec is not True:
+        assert input_dims(proto, 0)[0] == bias_dims[0] == "batch" and bias_dims[1] == "width"
+    assert_no_torch_symbols(proto)
+
+
+def test_spec_naming_an_input_not_given_is_an_error(tmp_path):
+    spec = {"x": {0: Dim("batch")}, "kwargs": {"shift": {0: Dim("batch")}}}
+    with pytest.raises(fx2onnx.OnnxExporterError, match=r"names \['shift'\]"):
+        fx2onnx.dynamo_export(
+            KeywordInputs(), torch.randn(3, 4), scale=torch.tensor(0.5), bias=torch.randn(3, 5),
+            export_options=make_options(tmp_path, dynamic_shapes=spec),
+        )

@@ -49,6 +49,18 @@ def _decoder(name: str) -> torch.nn.Module:
     return model.eval()
 
 
+def _cache_argument(model: torch.nn.Module) -> str:
+    """forward's name for the cache: `cache` from transformers 5.24 on, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _spelled(kwargs: dict[str, Any], model: torch.nn.Module, spelling: str) -> dict[str, Any]:
+    """The inputs with the cache passed under `spelling`."""
+    renamed = dict(kwargs)
+    renamed[spelling] = renamed.pop(_cache_argument(model))
+    return renamed
+
+
 def _takes_position_ids(model: torch.nn.Module) -> bool:
     return "position_ids" in inspect.signature(model.forward).parameters
 
@@ -71,7 +83,7 @@ def _inputs(model: torch.nn.Module, batch: int, length: int, past: int, seed: in
             prefix = {"input_ids": ids[:, :past], "attention_mask": mask[:, :past]}
             if _takes_position_ids(model):
                 prefix["position_ids"] = positions[:, :past]
-            kwargs["past_key_values"] = model(**prefix).past_key_values
+            kwargs[_cache_argument(model)] = model(**prefix).past_key_values
     return kwargs
 
 
@@ -221,7 +233,7 @@ def _seq2seq_inputs(model: torch.nn.Module, batch: int, source: int, target: int
             first = model(**encoder, decoder_input_ids=decoder_ids[:, :past])
         kwargs.pop("input_ids", None)
         kwargs.pop("input_features", None)
-        kwargs["past_key_values"] = first.past_key_values
+        kwargs[_cache_argument(model)] = first.past_key_values
         kwargs["encoder_outputs"] = (first.encoder_last_hidden_state,)
     return kwargs
 
@@ -268,6 +280,38 @@ def test_seq2seq_cache_names_follow_optimum(seq2seq: dict[str, Any]) -> None:
     inputs = {value.name: _dims(value) for value in decode.input}
     assert isinstance(inputs["past_key_values.0.decoder.key"][2], str)  # past length
     assert isinstance(inputs["past_key_values.0.encoder.key"][2], str)  # source length
+
+
+@pytest.mark.parametrize("name", ["llama", "t5"])
+def test_deprecated_cache_spelling_exports_alike(name: str, tmp_path: Path) -> None:
+    """transformers 5.24 renamed forward's `past_key_values` to `cache`; the old name still
+    works in eager PyTorch because it lands in forward's **kwargs. Both spellings export with
+    dynamic dims, give the same ONNX names and values, and the program takes the spelling
+    the export used."""
+    model = _decoder(name) if name in DECODERS else _seq2seq(name)
+    if _cache_argument(model) == "past_key_values":
+        pytest.skip("forward has no `cache` argument before transformers 5.24: one spelling only")
+    if name in DECODERS:
+        make = lambda seed, **sizes: _inputs(model, **sizes, seed=seed)  # noqa: E731
+        example, second = dict(batch=2, length=3, past=4), dict(batch=3, length=2, past=6)
+    else:
+        make = lambda seed, **sizes: _seq2seq_inputs(model, **sizes, seed=seed)  # noqa: E731
+        example, second = dict(batch=2, source=5, target=2, past=3), dict(batch=3, source=7, target=1, past=6)
+    programs = {}
+    for spelling in ("cache", "past_key_values"):
+        program = _export(model, _spelled(make(0, **example), model, spelling), tmp_path / spelling)
+        for seed, sizes in ((1, example), (2, second)):
+            inputs = make(seed, **sizes)
+            expected = _eager(model, inputs)
+            actual = program(**copy.deepcopy(_spelled(inputs, model, spelling)))
+            with registered_containers():
+                assert_outputs_close((actual.logits, actual.past_key_values), (expected.logits, expected.past_key_values))
+        programs[spelling] = program.model_proto.graph
+    cache, deprecated = programs["cache"], programs["past_key_values"]
+    assert _names(cache.input) == _names(deprecated.input)
+    assert _names(cache.output) == _names(deprecated.output)
+    assert any(name.startswith("past_key_values.0.") for name in _names(cache.input))
+    assert [_dims(value) for value in cache.input] == [_dims(value) for value in deprecated.input]
 
 
 def test_static_cache_decode_step(tmp_path: Path) -> None:
