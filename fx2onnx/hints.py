@@ -24,7 +24,7 @@ from fx2onnx.dynamic_shapes import capture_signature
 from fx2onnx.transformers_hints import transformers_hint
 
 # The versions the test suite runs on (constraints.txt; a test keeps the two equal).
-TESTED_WITH = {"torch": "2.13.0", "transformers": "5.23.0"}
+TESTED_WITH = {"torch": "2.13.0", "transformers": "5.24.0"}
 
 
 # The model of a failure known only by its error (`capture_hint(error)`).
