@@ -10,10 +10,12 @@ Rows (`--envs`, in this order by default):
 - pinned: `constraints.txt` as it is (what CI runs);
 - newest-transformers: the pinned torch, the newest transformers the registry serves;
 - newest-torch: the newest torch and the newest transformers (on Linux x86-64 the
-  registry's torch is its CUDA build, several GB; it runs on the CPU).
+  registry's torch is its CUDA build, several GB; it runs on the CPU);
+- torch==X.Y.Z (asked for by name): that torch with the newest transformers.
 
     flock /tmp/fx2onnx-heavy.lock python bench/compat.py --markdown compat.md --json compat.json
     python bench/compat.py --envs pinned --skip-configs      # the suite alone, pinned
+    python bench/compat.py --envs torch==2.14.1               # one more torch release
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ class Environment:
     name: str
     unpinned: tuple[str, ...] = ()
     newest: tuple[str, ...] = ()
+    torch: str | None = None  # a torch requirement other than the pinned one
+
+    @classmethod
+    def parse(cls, name: str) -> Environment:
+        """A row by name, or `torch==X.Y.Z`: that torch with the newest transformers."""
+        if name in ENVIRONMENTS:
+            return ENVIRONMENTS[name]
+        if re.fullmatch(r"torch==[\w.+]+", name):
+            return cls(name, unpinned=("torch", "transformers"), newest=("transformers",), torch=name)
+        raise ValueError(f"unknown environment {name!r}; choose from {', '.join(ENVIRONMENTS)} or torch==VERSION")
 
 
 ENVIRONMENTS = {
@@ -104,7 +116,7 @@ def install(env: Environment, folder: Path, log: Path, fresh: bool) -> tuple[Pat
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     constraints = _constraints_without(env.unpinned, folder)
-    torch_spec = "torch" if "torch" in env.newest else _pinned_torch()
+    torch_spec = env.torch or ("torch" if "torch" in env.newest else _pinned_torch())
     # torch first: the later installs keep the build it chose (see the README's set-up)
     steps = [
         pip + ["--upgrade", "pip"],
@@ -193,7 +205,10 @@ def markdown(rows: list[Row]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", default=",".join(ENVIRONMENTS), help=f"comma-separated, from {', '.join(ENVIRONMENTS)}")
+    parser.add_argument(
+        "--envs", default=",".join(ENVIRONMENTS),
+        help=f"comma-separated, from {', '.join(ENVIRONMENTS)}, or torch==VERSION (with the newest transformers)",
+    )
     parser.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "fx2onnx-compat"), help="where the environments are made")
     parser.add_argument("--fresh", action="store_true", help="remake environments that exist")
     parser.add_argument("--skip-tests", action="store_true")
@@ -202,19 +217,20 @@ def main() -> None:
     parser.add_argument("--markdown", default=None)
     parser.add_argument("--json", default=None)
     options = parser.parse_args()
-    names = [name for name in options.envs.split(",") if name]
-    unknown = sorted(set(names) - set(ENVIRONMENTS))
-    if unknown:
-        parser.error(f"unknown environments {unknown}; choose from {', '.join(ENVIRONMENTS)}")
+    try:
+        environments = [Environment.parse(name) for name in options.envs.split(",") if name]
+    except ValueError as error:
+        parser.error(str(error))
     rows = []
-    for name in names:
+    for env in environments:
+        name = env.name
         start = time.perf_counter()
-        folder = Path(options.root) / name
+        folder = Path(options.root) / re.sub(r"[^\w.+-]+", "-", name)
         folder.mkdir(parents=True, exist_ok=True)
         log = folder / "compat.log"
         log.write_text("", encoding="utf-8")
         row = Row(name)
-        python, row.install = install(ENVIRONMENTS[name], folder, log, options.fresh)
+        python, row.install = install(env, folder, log, options.fresh)
         row.versions = versions(python)
         print(f"{name}: {row.install}; {row.versions}", flush=True)
         if row.install == "ok":
