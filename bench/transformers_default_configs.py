@@ -129,8 +129,17 @@ def max_difference(actual: Any, expected: Any) -> float:
     return worst
 
 
+class EagerFailure(Exception):
+    """The model fails in PyTorch itself on these inputs: nothing to export or compare."""
+
+
 def check(model: torch.nn.Module, make_inputs: Any, past: int, spelling: str) -> str:
     example = make_inputs(model, 2, 3, past, seed=0, spelling=spelling)
+    try:
+        with torch.no_grad():
+            model(**copy.deepcopy(example))
+    except Exception as error:  # noqa: BLE001 - reported as the model's own failure
+        raise EagerFailure(f"eager PyTorch fails: {type(error).__name__}: {error}") from error
     start = time.perf_counter()
     program = fx2onnx.dynamo_export(
         model, **copy.deepcopy(example), export_options=fx2onnx.ExportOptions(dynamic_shapes=True, failure_report_path=None)
@@ -160,7 +169,8 @@ def check_architecture(model_type: str, verbose: bool) -> dict[str, str]:
         except Exception as error:  # noqa: BLE001 - a row of the table
             message = str(error).splitlines()
             detail = next((line for line in message if line.startswith("- [")), message[0] if message else "")
-            cells[column] = f"FAIL {type(error).__name__}: {detail[:200]}"
+            kind = "FAIL (in PyTorch itself)" if isinstance(error, EagerFailure) else f"FAIL {type(error).__name__}:"
+            cells[column] = f"{kind} {detail[:200]}"
             if verbose:
                 traceback.print_exc()
     return cells
