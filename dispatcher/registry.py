@@ -129,6 +129,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.order_functions", "ORDER_FUNCTIONS", False),  # cummax/cummin, kthvalue, mode
     ("dispatcher.linalg_functions", "LINALG_FUNCTIONS", False),  # factorizations and solves
     ("dispatcher.special_functions", "SPECIAL_FUNCTIONS", False),  # gamma, Bessel, erf family
+    ("dispatcher.vision_functions", "VISION_FUNCTIONS", False),  # torchvision's roi_pool, ps_roi_align
 )
 
 

@@ -37,6 +37,7 @@ from fx2onnx.dynamic_shapes import (
 )
 from fx2onnx.fake_mode import ONNXFakeContext, check_fake_mode_use
 from fx2onnx.hints import CaptureFailure, capture_hint, explain
+from fx2onnx.library_adapters import library_adapters_at_capture
 
 
 class CaptureError(RuntimeError):
@@ -199,7 +200,8 @@ def capture(
 
 
 def _export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any, strict: bool, size_oblivious: bool) -> torch.export.ExportedProgram:
-    with keep_size_one_dims_dynamic(size_oblivious), symbolic_math(), _keyword_inputs_as_parameters(model, kwargs):
+    with keep_size_one_dims_dynamic(size_oblivious), symbolic_math(), library_adapters_at_capture(), \
+            _keyword_inputs_as_parameters(model, kwargs):
         return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
 
 

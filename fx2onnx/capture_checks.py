@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -31,7 +32,37 @@ _ROLE_USER = "user"
 def check_captured_graph(graph_module: torch.fx.GraphModule, output_roles: list[tuple[str, Any]], context: DiagnosticContext) -> bool:
     """Both checks below, every problem recorded; False when the export must stop."""
     has_output = check_has_tensor_output(graph_module, output_roles, context)
-    return check_eager_accepts_dtypes(graph_module, context) and has_output
+    computed = check_no_uncomputed_output_read(graph_module, context)
+    return check_eager_accepts_dtypes(graph_module, context) and has_output and computed
+
+
+def check_no_uncomputed_output_read(graph_module: torch.fx.GraphModule, context: DiagnosticContext) -> bool:
+    """Record an error for each read of an operator output that fx2onnx's ONNX function
+    does not compute (torchvision's ``roi_pool`` argmax); False when there is one."""
+    from dispatcher.vision_functions import UNCOMPUTED_OUTPUTS
+
+    valid = True
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        name = node.target._schema.name
+        for user in node.users:
+            index = user.args[1] if user.target is operator.getitem and len(user.args) > 1 else None
+            what = UNCOMPUTED_OUTPUTS.get((name, index))
+            if what is None or not user.users:
+                continue
+            valid = False
+            context.record(
+                rules.INVALID_MODEL_IO,
+                Level.ERROR,
+                location=node_location(user),
+                stack=node_stack(user),
+                message=(
+                    f"The model reads output {index} of {name} ({what}); its ONNX translation does not "
+                    f"compute it. Use only the first output (as torchvision's Python function does)."
+                ),
+            )
+    return valid
 
 
 def check_has_tensor_output(graph_module: torch.fx.GraphModule, output_roles: list[tuple[str, Any]], context: DiagnosticContext) -> bool:

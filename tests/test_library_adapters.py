@@ -1,0 +1,74 @@
+"""Library adapters at capture: torchvision's functions that branch on data-dependent
+sizes are replaced during a capture only, and each replacement computes what the
+original computes, on empty and non-empty inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fx2onnx.library_adapters import CAPTURE_REWRITES, library_adapters_at_capture, rewritten_library_functions
+
+torchvision = pytest.importorskip("torchvision", reason="torchvision cannot be imported in this environment (install fx2onnx[vision])", exc_type=ImportError)
+from torchvision.ops import boxes as box_ops, poolers  # noqa: E402
+
+pytestmark = pytest.mark.vision
+
+
+def _boxes(count: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    corner = torch.rand(count, 2, generator=generator) * 60
+    size = torch.rand(count, 2, generator=generator) * 30 + 1
+    return torch.cat([corner, corner + size], dim=1)
+
+
+def _rewrite(module: str, attribute: str):
+    (rewrite,) = [r for r in CAPTURE_REWRITES if (r.module, r.attribute) == (module, attribute)]
+    return rewrite.replacement(getattr(__import__(module, fromlist=[attribute]), attribute))
+
+
+@pytest.mark.parametrize("count", [0, 1, 40, 1200], ids=["empty", "one", "offset_trick", "per_class"])
+def test_batched_nms_rewrite_keeps_the_boxes_torchvision_keeps(count: int) -> None:
+    boxes, scores = _boxes(count), torch.rand(count)
+    classes = torch.randint(0, 4, (count,))
+    rewritten = _rewrite("torchvision.ops.boxes", "batched_nms")
+    want = box_ops.batched_nms(boxes, scores, classes, 0.3)
+    got = rewritten(boxes, scores, classes, 0.3)
+    assert got.dtype == torch.int64
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("counts", [(0, 0), (3, 0), (5, 7)], ids=["no_boxes", "one_image_empty", "two_images"])
+def test_multiscale_roi_align_rewrite_equals_the_original(counts: tuple[int, ...]) -> None:
+    pooler = poolers.MultiScaleRoIAlign(["0", "1"], output_size=3, sampling_ratio=2)
+    features = {"0": torch.randn(2, 4, 32, 32), "1": torch.randn(2, 4, 16, 16)}
+    boxes = [_boxes(n, seed=i) * 2 for i, n in enumerate(counts)]
+    boxes[-1][:2] *= 0.2  # small boxes: the lower feature level
+    sizes = [(128, 128)] * len(counts)
+    want = pooler(features, boxes, sizes)
+    with rewritten_library_functions():
+        got = pooler(features, boxes, sizes)
+    assert got.shape == want.shape == (sum(counts), 4, 3, 3)
+    torch.testing.assert_close(got, want)
+
+
+def test_rewrites_are_undone_after_the_capture_even_on_error() -> None:
+    originals = {(r.module, r.attribute): getattr(__import__(r.module, fromlist=[r.attribute]), r.attribute) for r in CAPTURE_REWRITES}
+    with pytest.raises(RuntimeError, match="inside"):
+        with library_adapters_at_capture():
+            assert box_ops.batched_nms is not originals[("torchvision.ops.boxes", "batched_nms")]
+            raise RuntimeError("inside")
+    for (module, attribute), original in originals.items():
+        assert getattr(__import__(module, fromlist=[attribute]), attribute) is original
+
+
+def test_batched_nms_of_a_data_dependent_number_of_boxes_exports(export_and_compare) -> None:
+    def keep_confident(boxes: torch.Tensor, scores: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+        confident = torch.where(scores > 0.5)[0]  # how many: known only at run time
+        return box_ops.batched_nms(boxes[confident], scores[confident], classes[confident], 0.3)
+
+    boxes, scores, classes = _boxes(30), torch.rand(30), torch.randint(0, 3, (30,))
+    program = export_and_compare(keep_confident, (boxes, scores, classes),
+                                 second_inputs=((boxes, torch.zeros(30), classes), {}))  # nothing confident: empty
+    (output,) = program.model.graph.outputs
+    assert isinstance(output.shape[0].value, str)  # a named dynamic dim, not a fixed count
