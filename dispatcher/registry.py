@@ -117,6 +117,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.padding_functions", "PADDING_FUNCTIONS", False),  # pad in every mode
     ("dispatcher.layout_functions", "LAYOUT_FUNCTIONS", False),  # aliases, permuted empty
     ("dispatcher.average_pool_functions", "AVERAGE_POOL_FUNCTIONS", False),  # divisor_override
+    ("dispatcher.convolution_functions", "CONVOLUTION_FUNCTIONS", False),  # bias-free convolutions
     ("dispatcher.loss_functions", "LOSS_FUNCTIONS", False),  # probability targets
     ("dispatcher.logical_reduction_functions", "LOGICAL_REDUCTION_FUNCTIONS", False),  # all/any of 0-d
     ("dispatcher.reduction_functions", "REDUCTION_FUNCTIONS", False),  # prod, nanmedian, segment_reduce
