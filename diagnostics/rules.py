@@ -302,6 +302,28 @@ INVALID_MODEL_IO = Rule(
     default_level=Level.ERROR,
 )
 
+RUNTIME_VERIFICATION = Rule(
+    id="FXE0024",
+    name="runtime-verification",
+    short_description="The exported model fails in ONNX Runtime or differs from PyTorch on the example inputs.",
+    full_description=(
+        "With ExportOptions(verify=True) the finished model runs once in ONNX Runtime on "
+        "the example inputs and its outputs are compared with eager PyTorch's. A model "
+        "that ONNX's checker accepts can still be one whose kernels ONNX Runtime refuses "
+        "(their own checks on shapes and attributes) or one that computes something else; "
+        "the export then fails, naming the ONNX node, its op, the FX node and the model's "
+        "source line (for a mismatch, the first node that differs on its own)."
+    ),
+    message_template="The exported model fails verification at node {node} ({op_type}): {reason}",
+    help_text=(
+        "Look at the source line and the operator: the ONNX function chosen for it builds "
+        "something the runtime does not accept or computes differently. Register a fixed "
+        "ONNX function with OnnxRegistry.register_op, and report the problem with this "
+        "SARIF file."
+    ),
+    default_level=Level.ERROR,
+)
+
 ALL: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -318,6 +340,7 @@ ALL: tuple[Rule, ...] = (
     TYPE_LEGALIZATION,
     MODEL_VALIDATION,
     INVALID_MODEL_IO,
+    RUNTIME_VERIFICATION,
 )
 
 _BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL}

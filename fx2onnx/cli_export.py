@@ -26,6 +26,7 @@ from fx2onnx.cli_model import (
 )
 from fx2onnx.cli_specs import DynamicSpec, InputSpec, ModelSpec, UsageError, make_example
 from fx2onnx.capture import model_name
+from fx2onnx.runtime_verification import compare_outputs
 
 
 @dataclass
@@ -205,7 +206,7 @@ def _verify(
             actual = program(*run_args, **run_kwargs)
         except Exception as error:  # noqa: BLE001 - onnxruntime's failure is the verdict
             return False, f"verification: FAIL, onnxruntime failed on inputs {_shapes(run_args, run_kwargs)}: {error}"
-        difference, close = _compare(actual, expected, request.rtol, request.atol)
+        difference, close = compare_outputs(actual, expected, request.rtol, request.atol)
         worst, ok = max(worst, difference), ok and close
         sizes.append(_shapes(run_args, run_kwargs))
     verdict = "PASS" if ok else "FAIL"
@@ -218,28 +219,6 @@ def _verify(
 def _shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     leaves = pytree.tree_leaves((args, kwargs))
     return " ".join(str(list(t.shape)) for t in leaves if isinstance(t, torch.Tensor))
-
-
-def _compare(actual: Any, expected: Any, rtol: float, atol: float) -> tuple[float, bool]:
-    got, want = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
-    if len(got) != len(want):
-        return float("inf"), False
-    worst, ok = 0.0, True
-    for a, e in zip(got, want):
-        if not isinstance(e, torch.Tensor):
-            ok = ok and a == e
-            continue
-        if not isinstance(a, torch.Tensor) or a.shape != e.shape:
-            return float("inf"), False
-        a, e = a.detach().to(torch.complex128 if e.is_complex() else torch.float64), e.detach().to(
-            torch.complex128 if e.is_complex() else torch.float64
-        )
-        if a.numel():
-            diff = (a - e).abs()
-            finite = torch.isfinite(diff)
-            worst = max(worst, diff[finite].max().item() if finite.any() else 0.0)
-        ok = ok and torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-    return worst, ok
 
 
 def _inputs_at_other_sizes(

@@ -50,6 +50,7 @@ from fx2onnx.passes.remove_identity_views import remove_identity_views
 from fx2onnx.passes.type_promotion import insert_type_promotion
 from fx2onnx.program import ONNXProgram
 from fx2onnx.progress import ExportProgress, start_translation
+from fx2onnx.runtime_verification import verify_in_onnxruntime
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.user_warnings import emit_export_warnings
 from fx2onnx.validate_model import validate_model
@@ -230,6 +231,17 @@ def _export(
         model_signature=build_model_signature(program, io.input_slots, model_ir, mutation_outputs),
         fake_context=options.fake_context,
     )
+    if options.verify:
+        with timer.stage("verification"):
+            locate = lambda: debug_op_level(  # noqa: E731 - run only for a mismatch
+                model_ir, graph_module, translated.env, input_adapter.apply(args, kwargs), io.lifted_tensors, context
+            )
+            verified = verify_in_onnxruntime(
+                onnx_program, model, args, kwargs, graph_module, context, locate, options.verify_rtol, options.verify_atol
+            )
+        onnx_program.stage_seconds = dict(timer.seconds)
+        if not verified:
+            raise _ExportFailed()
     _record_summary(context, model, model_ir, timer, emit_export_warnings(context))
     return onnx_program
 

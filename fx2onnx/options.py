@@ -70,6 +70,10 @@ class ExportOptions:
         op_level_debug: after export, run each translated FX node (or module function
             call) in onnxruntime on the values PyTorch computes for the example inputs,
             and report every node that differs (FXE0013 warnings, first divergence named).
+        verify: after export, run the model once in onnxruntime on the example inputs
+            and compare with eager PyTorch (`verify_rtol`, `verify_atol`); a runtime
+            failure or a mismatch fails the export (FXE0024, naming the ONNX node, the FX
+            node and the source line). Skipped for fake inputs or weights.
     """
 
     dynamic_shapes: Any = None
@@ -81,3 +85,6 @@ class ExportOptions:
     fake_context: ONNXFakeContext | None = None
     progress: bool | None = None
     op_level_debug: bool = False
+    verify: bool = False
+    verify_rtol: float = 1e-3
+    verify_atol: float = 1e-4

@@ -68,6 +68,7 @@ EXPECTED_CATALOG = {
     "TYPE_LEGALIZATION": ("FXE0021", "type-legalization"),
     "MODEL_VALIDATION": ("FXE0022", "onnx-model-validation"),
     "INVALID_MODEL_IO": ("FXE0023", "invalid-model-inputs-or-outputs"),
+    "RUNTIME_VERIFICATION": ("FXE0024", "runtime-verification"),
 }
 
 
