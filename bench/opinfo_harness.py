@@ -1,7 +1,8 @@
 """Run PyTorch OpInfo samples through an ONNX exporter and compare with eager PyTorch.
 
-Shared by `bench/opinfo_coverage.py` (the full side-by-side benchmark) and
-`tests/test_opinfo_subset.py` (a fast regression subset).
+Shared by `bench/opinfo_coverage.py` (the full side-by-side benchmark),
+`tests/test_opinfo_subset.py` (a fast regression subset) and `bench/module_coverage.py`
+(torch.nn modules, through `run_module`).
 
 One OpInfo sample becomes an `nn.Module` whose inputs are the tensor leaves of
 (sample.input, sample.args, sample.kwargs); everything else (ints, dims, dtypes, ...)
@@ -273,9 +274,20 @@ def run_sample(
     dtype: torch.dtype,
     seconds: float | None = None,
 ) -> SampleResult:
-    """Export, run in onnxruntime, compare with eager; never raises."""
-    name = opinfo_name(opinfo)
+    """Export one OpInfo sample, run it in onnxruntime, compare with eager; never raises."""
     module, inputs = wrap_sample(opinfo, sample)
+    return run_module(exporter, module, inputs, dtype, seconds, shape_only=compares_shape_only(opinfo_name(opinfo)))
+
+
+def run_module(
+    exporter: str,
+    module: torch.nn.Module,
+    inputs: list[torch.Tensor],
+    dtype: torch.dtype,
+    seconds: float | None = None,
+    shape_only: bool = False,
+) -> SampleResult:
+    """Export `module` on `inputs`, run it in onnxruntime, compare with eager; never raises."""
     try:
         with torch.no_grad():
             expected = module(*clone_all(inputs))
@@ -303,7 +315,7 @@ def run_sample(
                 return SampleResult("onnxruntime", f"{type(error).__name__}: {first_line(error)}")
     except _Timeout as error:
         return SampleResult("timeout", f"{stage}: {error}")
-    ok, dtype_differs, reason = compare(expected, actual, dtype, compares_shape_only(name))
+    ok, dtype_differs, reason = compare(expected, actual, dtype, shape_only)
     if not ok:
         return SampleResult("mismatch", reason, dtype_mismatch=dtype_differs)
     return SampleResult("pass", dtype_mismatch=dtype_differs)

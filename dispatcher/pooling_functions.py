@@ -1,4 +1,4 @@
-"""Adaptive max pooling: ``aten::adaptive_max_pool1d/2d/3d`` for any output size.
+"""Adaptive pooling: ``aten::adaptive_max_pool1d/2d/3d`` and ``_adaptive_avg_pool3d`` for any output size.
 
 Output position ``i`` of a spatial dim of input size ``L`` and output size ``O`` covers
 the input window ``[floor(i*L/O), ceil((i+1)*L/O))``, as in PyTorch; windows may overlap
@@ -8,7 +8,8 @@ as one (O1, ..., Ok, K) tensor, K the largest window, shorter windows repeating 
 last position (which changes neither the maximum nor its first occurrence). One
 ``Gather`` reads every window; the maximum's index is its first occurrence, or the
 window's first NaN (PyTorch propagates NaN, ``ArgMax`` skips it), as a flat index in
-the input's spatial plane like PyTorch's.
+the input's spatial plane like PyTorch's. The average of a window counts its own
+positions only (the repeats weigh zero).
 
 :data:`POOLING_FUNCTIONS` lists (qualified ATen names, function); the registry adds
 them after torchlib's functions.
@@ -36,7 +37,8 @@ POOLING_FUNCTIONS = _TABLE.entries
 def _window_indices(size, out):
     """(O, K) input positions of the windows of one spatial dim (sizes as 0-d INT64):
     output ``i`` covers ``[floor(i*L/O), ceil((i+1)*L/O))``; K is the longest window and
-    a shorter one repeats its last position."""
+    a shorter one repeats its last position. Also (O, K) booleans: which positions are
+    the window's own (not repeats)."""
     zero, one = op.Constant(value_int=0), op.Constant(value_int=1)
     steps = op.Range(zero, out, one)
     starts = op.Div(op.Mul(steps, size), out)  # non-negative: Div is floor
@@ -44,35 +46,46 @@ def _window_indices(size, out):
     longest = op.ReduceMax(op.Sub(ends, starts), keepdims=0)
     offsets = op.Unsqueeze(op.Range(zero, longest, one), op.Constant(value_ints=[0]))
     last = op.Constant(value_ints=[1])
-    return op.Min(op.Add(op.Unsqueeze(starts, last), offsets), op.Unsqueeze(op.Sub(ends, one), last))
+    unclamped = op.Add(op.Unsqueeze(starts, last), offsets)
+    window_ends = op.Unsqueeze(ends, last)
+    return op.Min(unclamped, op.Sub(window_ends, one)), op.Less(unclamped, window_ends)
 
 
 def _window_positions(sizes: list, outs: list):
     """(O1, ..., Ok, K) flat positions in the spatial plane of every window: the
-    positions of each dim, weighted by its stride, summed over a (O1..Ok, K1..Kk) grid."""
+    positions of each dim, weighted by its stride, summed over a (O1..Ok, K1..Kk) grid;
+    and (O1, ..., Ok, K) booleans marking the positions that are the window's own."""
     rank = len(sizes)
     positions = None
+    own = None
     stride = op.Constant(value_int=1)
     for d in reversed(range(rank)):
-        indices = _window_indices(sizes[d], outs[d])
+        indices, valid = _window_indices(sizes[d], outs[d])
         others = [a for a in range(2 * rank) if a not in (d, rank + d)]
         if others:
             indices = op.Unsqueeze(indices, op.Constant(value_ints=others))
+            valid = op.Unsqueeze(valid, op.Constant(value_ints=others))
         weighted = op.Mul(indices, stride)
         positions = weighted if positions is None else op.Add(positions, weighted)
+        own = valid if own is None else op.And(own, valid)
         stride = op.Mul(stride, sizes[d])
     grid = op.Concat(*[op.Reshape(o, op.Constant(value_ints=[1])) for o in outs], op.Constant(value_ints=[-1]), axis=0)
-    return op.Reshape(positions, grid)
+    return op.Reshape(positions, grid), op.Reshape(op.Expand(own, op.Shape(positions)), grid)
 
 
-def _adaptive_max_pool(x, output_size: Sequence[int]):
+def _spatial_sizes(x, output_size: Sequence[int]):
     rank = len(output_size)
     shape = op.Shape(x)
     sizes = [op.Gather(shape, op.Constant(value_int=axis)) for axis in range(-rank, 0)]
     outs = [size if out is None else op.Constant(value_int=out) for size, out in zip(sizes, output_size)]
-    positions = _window_positions(sizes, outs)
     leading = op.Slice(shape, op.Constant(value_ints=[0]), op.Constant(value_ints=[-rank]))
     plane = op.Reshape(x, op.Concat(leading, op.Constant(value_ints=[-1]), axis=0))
+    return sizes, outs, plane
+
+
+def _adaptive_max_pool(x, output_size: Sequence[int]):
+    sizes, outs, plane = _spatial_sizes(x, output_size)
+    positions, _ = _window_positions(sizes, outs)
     windows = op.Gather(plane, positions, axis=-1)  # (..., O1, ..., Ok, K)
     choice = op.ArgMax(windows, axis=-1, keepdims=1)
     if x.dtype.is_floating_point():
@@ -90,3 +103,15 @@ def _adaptive_max_pool(x, output_size: Sequence[int]):
 @_TABLE.op("aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d")
 def adaptive_max_pool(self: TReal, output_size: Sequence[int]) -> tuple[TReal, INT64]:
     return _adaptive_max_pool(self, output_size)
+
+
+@_TABLE.op("aten::_adaptive_avg_pool3d")
+def adaptive_avg_pool3d(self: TReal, output_size: Sequence[int]) -> TReal:
+    """The mean of each window: its own positions only (repeats weigh zero)."""
+    sizes, outs, plane = _spatial_sizes(self, output_size)
+    positions, own = _window_positions(sizes, outs)
+    windows = op.Gather(plane, positions, axis=-1)  # (..., O1, O2, O3, K)
+    weights = op.CastLike(own, self)
+    last = op.Constant(value_ints=[-1])
+    total = op.ReduceSum(op.Mul(windows, weights), last, keepdims=0)
+    return op.Div(total, op.ReduceSum(weights, last, keepdims=0))

@@ -41,7 +41,25 @@ class CaptureRewrite:
     why: str
 
 
+def mask_is_causal_only_when_said(original: Callable[..., bool]) -> Callable[..., bool]:
+    """torch.nn's Transformer layers ask whether a mask given without ``is_causal`` is
+    the causal one by comparing its values (``torch.equal``), which a capture cannot
+    decide; the answer only picks a kernel, as both apply the same mask. During a capture
+    a mask is causal when the caller says so."""
+
+    def detect_is_causal_mask(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
+        if is_causal is None and mask is not None:
+            return False
+        return original(mask, is_causal, size)
+
+    return detect_is_causal_mask
+
+
 CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
+    CaptureRewrite(
+        "torch.nn.modules.transformer", "_detect_is_causal_mask", mask_is_causal_only_when_said,
+        "`torch.equal(mask, causal_mask)` on a mask given without is_causal",
+    ),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", vision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",

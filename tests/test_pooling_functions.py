@@ -53,3 +53,12 @@ def test_adaptive_max_pool_with_dynamic_sizes(export_and_compare, tmp_path) -> N
     model = AdaptiveMax(F.adaptive_max_pool2d, (3, None))
     options = make_options(tmp_path, dynamic_shapes=True)
     export_and_compare(model, (torch.randn(2, 3, 7, 5),), options=options, second_inputs=((torch.randn(1, 2, 10, 5),), {}))
+
+
+@pytest.mark.parametrize(
+    "shape, output_size",
+    [((1, 2, 5, 4, 6), (2, 3, 4)), ((2, 3, 7, 7, 7), (3, 3, 3)), ((3, 4, 6, 5), (4, None, 2)), ((1, 1, 2, 3, 2), (5, 4, 3))],
+    ids=["unequal-windows", "overlapping", "unbatched-none", "upsampled"],
+)
+def test_adaptive_avg_pool3d(shape, output_size, export_and_compare) -> None:
+    export_and_compare(torch.nn.AdaptiveAvgPool3d(output_size), (torch.randn(*shape),))

@@ -30,10 +30,23 @@ from fx2onnx.decompose import trace_alone as _trace_alone
 from fx2onnx.passes.batch_norm import batch_norm_with_saved_statistics, uses_saved_statistics
 from fx2onnx.private_ops import training_batch_norm_ops
 
+def _lstm_with_projections(node: torch.fx.Node) -> bool:
+    """aten.lstm with proj_size: hidden and cell states differ in width. torchlib's
+    function builds ONNX's LSTM, which has no projection; PyTorch's decomposition has."""
+    states = [value.meta.get("val") for value in node.args[1]] if isinstance(node.args[1], (list, tuple)) else []
+    return len(states) == 2 and all(isinstance(s, torch.Tensor) for s in states) and states[0].shape[-1] != states[1].shape[-1]
+
+
+# Operators whose ONNX function covers some uses only: a node of another use is decomposed.
+_NOT_COVERED_USES = {torch.ops.aten.lstm.input: _lstm_with_projections}
+
+
 def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
     target = node.target
     if target not in decomposition_table and target not in _own_decompositions():
         return False
+    if target in _NOT_COVERED_USES and _NOT_COVERED_USES[target](node):
+        return True
     training_batch_norm = training_batch_norm_ops()
     if target in training_batch_norm:
         position = training_batch_norm[target]
