@@ -411,12 +411,12 @@ def measure_scaling(model_name: str, layers: int, mode: str) -> dict:
     translated rather than covered by a reused translation) and stage times."""
     warnings.simplefilter("ignore")
     import fx2onnx
-    import fx2onnx.interpreter
-    import fx2onnx.module_functions
+    import fx2onnx.translate.interpreter
+    import fx2onnx.translate.module_functions
 
     model, args = build(model_name, layers)
     translated, reused = [0], [0]
-    hook = fx2onnx.interpreter.node_translated  # the progress hook: once per FX node translated
+    hook = fx2onnx.translate.interpreter.node_translated  # the progress hook: once per FX node translated
 
     def count_translated(count: int = 1) -> None:
         translated[0] += count
@@ -426,8 +426,8 @@ def measure_scaling(model_name: str, layers: int, mode: str) -> dict:
         reused[0] += count
         hook(count)
 
-    fx2onnx.interpreter.node_translated = count_translated
-    fx2onnx.module_functions.node_translated = count_reused
+    fx2onnx.translate.interpreter.node_translated = count_translated
+    fx2onnx.translate.module_functions.node_translated = count_reused
     functions = fx2onnx.ModuleFunctionOptions(share_identical=mode == "default")
     options = fx2onnx.ExportOptions(optimize=False, progress=False, module_functions=functions)
     start = time.perf_counter()

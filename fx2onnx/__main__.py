@@ -1,5 +1,5 @@
 import sys
 
-from fx2onnx.cli import main
+from fx2onnx.cli.main import main
 
 sys.exit(main())

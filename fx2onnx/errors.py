@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fx2onnx.program import ONNXProgram
+    from fx2onnx.program.onnx_program import ONNXProgram
 
 
 class OnnxExporterError(RuntimeError):

@@ -20,41 +20,41 @@ import torch.utils._pytree as pytree
 import fx2onnx
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
-from fx2onnx.analysis import report_unsupported_nodes
-from fx2onnx.capture import CaptureError, capture, copy_graph_module, model_name
-from fx2onnx.capture_checks import check_captured_graph
+from fx2onnx.fx_passes.analysis import report_unsupported_nodes
+from fx2onnx.capture.torch_export import CaptureError, capture, copy_graph_module, model_name
+from fx2onnx.fx_passes.capture_checks import check_captured_graph
 from fx2onnx.collection_scope import collect_new_objects_only, freeze_survivors
-from fx2onnx.containers import registered_containers
-from fx2onnx.control_flow import on_every_graph
-from fx2onnx.decompose import decompose_unsupported
-from fx2onnx.dynamic_shapes import keep_size_one_dims_dynamic, user_dim_names
+from fx2onnx.capture.containers import registered_containers
+from fx2onnx.translate.control_flow import on_every_graph
+from fx2onnx.fx_passes.decompose import decompose_unsupported
+from fx2onnx.capture.dynamic_shapes import keep_size_one_dims_dynamic, user_dim_names
 from fx2onnx.errors import OnnxExporterError
-from fx2onnx.fake_metadata import SymbolNamer
-from fx2onnx.fake_mode import outside_fake_mode
-from fx2onnx.graph_builder import GraphBuilder, inference_note
-from fx2onnx.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
-from fx2onnx.interpreter import BodyInitializer, BodyInput, FxOnnxInterpreter
-from fx2onnx.legalize_types import legalize_types
-from fx2onnx.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
-from fx2onnx.model_signature import build_model_signature
-from fx2onnx.module_functions import ModuleFunctionTranslator
-from fx2onnx.optimization import optimize_keeping_functions
-from fx2onnx.op_level_debug import debug_op_level
+from fx2onnx.translate.fake_metadata import SymbolNamer
+from fx2onnx.capture.fake_mode import outside_fake_mode
+from fx2onnx.translate.graph_builder import GraphBuilder, inference_note
+from fx2onnx.translate.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
+from fx2onnx.translate.interpreter import BodyInitializer, BodyInput, FxOnnxInterpreter
+from fx2onnx.onnx_passes.legalize_types import legalize_types
+from fx2onnx.program.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
+from fx2onnx.program.model_signature import build_model_signature
+from fx2onnx.translate.module_functions import ModuleFunctionTranslator
+from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
-from fx2onnx.passes.modularize import modularize
-from fx2onnx.passes.decompose_nodes import decompose_nodes
-from fx2onnx.passes.effect_tokens import remove_effect_tokens
-from fx2onnx.passes.functionalize import functionalize_graph_module
-from fx2onnx.passes.remove_assertions import remove_assertions
-from fx2onnx.passes.remove_identity_views import remove_identity_views
-from fx2onnx.passes.type_promotion import insert_type_promotion
-from fx2onnx.program import ONNXProgram
+from fx2onnx.fx_passes.modularize import modularize
+from fx2onnx.fx_passes.decompose_nodes import decompose_nodes
+from fx2onnx.fx_passes.effect_tokens import remove_effect_tokens
+from fx2onnx.fx_passes.functionalize import functionalize_graph_module
+from fx2onnx.fx_passes.remove_assertions import remove_assertions
+from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
+from fx2onnx.fx_passes.type_promotion import insert_type_promotion
+from fx2onnx.program.onnx_program import ONNXProgram
 from fx2onnx.progress import ExportProgress, start_translation
-from fx2onnx.runtime_verification import verify_in_onnxruntime
+from fx2onnx.program.runtime_verification import verify_in_onnxruntime
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.user_warnings import emit_export_warnings
-from fx2onnx.validate_model import validate_model
-from fx2onnx.values import TracedValue
+from fx2onnx.onnx_passes.validate_model import validate_model
+from fx2onnx.translate.values import TracedValue
 
 
 class _ExportFailed(Exception):

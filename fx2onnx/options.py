@@ -8,7 +8,7 @@ from typing import Any
 
 from diagnostics import DiagnosticOptions
 from dispatcher import OnnxRegistry
-from fx2onnx.fake_mode import ONNXFakeContext
+from fx2onnx.capture.fake_mode import ONNXFakeContext
 
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
 

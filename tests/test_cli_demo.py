@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx
 
-from fx2onnx.cli import main
+from fx2onnx.cli.main import main
 from sarif_checks import validate_sarif
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.cli import main
+from fx2onnx.cli.main import main
 from sarif_checks import validate_sarif
 
 MODEL_FILE = textwrap.dedent(

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx.containers import CacheState, _pytree_api, registered_containers
-from fx2onnx.io_adapter import input_leaf_names, output_leaf_names
+from fx2onnx.capture.containers import CacheState, _pytree_api, registered_containers
+from fx2onnx.program.io_adapter import input_leaf_names, output_leaf_names
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,8 +16,8 @@ from torch._higher_order_ops.while_loop import while_loop
 
 import fx2onnx
 from conftest import all_nodes, assert_outputs_close, check_saved_model, make_options, op_types
-from fx2onnx.graph_builder import GraphBuilder
-from fx2onnx.module_functions import structural_key
+from fx2onnx.translate.graph_builder import GraphBuilder
+from fx2onnx.translate.module_functions import structural_key
 
 
 def _export(model, args, tmp_path, **options):

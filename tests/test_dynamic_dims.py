@@ -11,7 +11,7 @@ from torch.export import Dim
 
 import fx2onnx
 from conftest import MLP, export_program, make_options
-from fx2onnx.dynamic_shapes import keep_size_one_dims_dynamic
+from fx2onnx.capture.dynamic_shapes import keep_size_one_dims_dynamic
 from sarif_checks import validate_sarif
 
 
@@ -78,7 +78,7 @@ def test_unknown_input_name_in_dynamic_shapes_is_an_error(tmp_path) -> None:
 
 
 def test_strict_fallback_is_a_warning_in_summary_and_report(tmp_path, monkeypatch) -> None:
-    import fx2onnx.capture as capture_module
+    import fx2onnx.capture.torch_export as capture_module
 
     real_export = torch.export.export
 

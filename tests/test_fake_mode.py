@@ -302,7 +302,7 @@ def test_export_inside_the_fake_mode_block(tmp_path):
 
 def test_private_fake_mode_helper_is_where_it_was():
     """outside_fake_mode reaches torch's private unset_fake_temporarily: fail loudly if it moves."""
-    from fx2onnx.fake_mode import outside_fake_mode
+    from fx2onnx.capture.fake_mode import outside_fake_mode
 
     with fx2onnx.enable_fake_mode():
         with outside_fake_mode():

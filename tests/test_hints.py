@@ -11,7 +11,7 @@ import torch
 
 import fx2onnx
 from diagnostics import rules
-from fx2onnx.hints import HINTS, CaptureFailure, capture_hint, classify, explain
+from fx2onnx.capture.hints import HINTS, CaptureFailure, capture_hint, classify, explain
 from sarif_checks import validate_sarif
 
 THIS_FILE = __file__
@@ -260,7 +260,7 @@ def test_failures_inside_torch_export_name_what_fx2onnx_knows():
 
 
 def test_tested_versions_are_the_pinned_ones():
-    from fx2onnx.hints import TESTED_WITH
+    from fx2onnx.capture.hints import TESTED_WITH
 
     pins = dict(
         line.strip().split("==", 1)

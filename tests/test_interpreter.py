@@ -16,9 +16,9 @@ import fx2onnx
 from conftest import make_options
 from diagnostics import DiagnosticContext, DiagnosticOptions
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
-from fx2onnx.fake_metadata import SymbolNamer, onnx_type_of
-from fx2onnx.graph_builder import GraphBuilder
-from fx2onnx.interpreter import FAILED, FxOnnxInterpreter
+from fx2onnx.translate.fake_metadata import SymbolNamer, onnx_type_of
+from fx2onnx.translate.graph_builder import GraphBuilder
+from fx2onnx.translate.interpreter import FAILED, FxOnnxInterpreter
 
 
 @pytest.fixture(scope="module")

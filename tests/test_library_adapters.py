@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fx2onnx.library_adapters import CAPTURE_REWRITES, library_adapters_at_capture, rewritten_library_functions
+from fx2onnx.capture.library_adapters import CAPTURE_REWRITES, library_adapters_at_capture, rewritten_library_functions
 
 torchvision = pytest.importorskip("torchvision", reason="torchvision cannot be imported in this environment (install fx2onnx[vision])", exc_type=ImportError)
 from torchvision.ops import boxes as box_ops, poolers  # noqa: E402

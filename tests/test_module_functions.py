@@ -17,9 +17,9 @@ from torch import nn
 
 import fx2onnx
 from conftest import assert_outputs_close
-from fx2onnx.module_functions import function_name, package_domain, structural_key
+from fx2onnx.translate.module_functions import function_name, package_domain, structural_key
 from fx2onnx.options import ModuleFunctionOptions
-from fx2onnx.passes.modularize import ModuleCall
+from fx2onnx.fx_passes.modularize import ModuleCall
 
 TORCH_DOMAIN = f"pkg.torch.{torch.__version__.split('+')[0]}"
 
@@ -350,7 +350,7 @@ def test_llama_decoder_layers_share_one_definition() -> None:
 def test_module_call_graphs_defer_their_python_code():
     """Modularize builds torch.fx's private lazy GraphModule (it skips code generation
     nobody uses); this fails loudly when torch moves it."""
-    from fx2onnx.passes.modularize import lazy_graph_module
+    from fx2onnx.fx_passes.modularize import lazy_graph_module
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

@@ -104,7 +104,7 @@ def test_every_rewrite_rule_matches_from_one_output_node() -> None:
     # A rule with several output nodes makes onnxscript's matcher try every combination
     # of graph nodes: optimization time quadratic in the graph (minutes on unrolled
     # linear algebra). Every rule of the optimization stage must have a single output node.
-    from fx2onnx.optimization import _rewrite_rules
+    from fx2onnx.onnx_passes.optimization import _rewrite_rules
 
     rules = _rewrite_rules().rules
     assert rules and all(rule._target_pattern.has_single_output_node for rule in rules)

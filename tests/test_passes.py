@@ -41,7 +41,7 @@ def _run_fx(graph_module: torch.fx.GraphModule, *args):
 
 # -- functionalize --------------------------------------------------------------------------------
 def test_functionalize_lifts_input_mutations_to_leading_outputs() -> None:
-    from fx2onnx.passes.functionalize import INPUT_MUTATIONS, functionalize_graph_module, has_in_place_ops
+    from fx2onnx.fx_passes.functionalize import INPUT_MUTATIONS, functionalize_graph_module, has_in_place_ops
 
     def fn(x, y):
         x.add_(1)
@@ -64,7 +64,7 @@ def test_functionalize_lifts_input_mutations_to_leading_outputs() -> None:
 
 
 def test_functionalize_returns_a_functional_graph_as_it_is() -> None:
-    from fx2onnx.passes.functionalize import functionalize_graph_module
+    from fx2onnx.fx_passes.functionalize import functionalize_graph_module
 
     graph_module = _symbolic(lambda x: x * 2, torch.randn(3))
     assert functionalize_graph_module(graph_module) is graph_module
@@ -72,7 +72,7 @@ def test_functionalize_returns_a_functional_graph_as_it_is() -> None:
 
 # -- remove_assertions ----------------------------------------------------------------------------
 def test_remove_assertions_erases_unused_runtime_checks_only() -> None:
-    from fx2onnx.passes.remove_assertions import remove_assertions
+    from fx2onnx.fx_passes.remove_assertions import remove_assertions
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
@@ -89,7 +89,7 @@ def test_remove_assertions_erases_unused_runtime_checks_only() -> None:
 
 # -- decompose_nodes ------------------------------------------------------------------------------
 def test_decompose_nodes_replaces_diagonal_scatter_by_index_put_in_place() -> None:
-    from fx2onnx.passes.decompose_nodes import decompose_nodes
+    from fx2onnx.fx_passes.decompose_nodes import decompose_nodes
 
     graph_module = _symbolic(lambda x, d: torch.diagonal_scatter(x, d, 1), torch.randn(4, 5), torch.randn(4))
     scatter = next(n for n in graph_module.graph.nodes if n.target == torch.ops.aten.diagonal_scatter.default)
@@ -107,7 +107,7 @@ def test_decompose_nodes_replaces_diagonal_scatter_by_index_put_in_place() -> No
 
 def test_decompose_nodes_notes_a_node_it_keeps_whole() -> None:
     from diagnostics import DiagnosticContext, DiagnosticOptions, Level
-    from fx2onnx.passes import decompose_nodes as module
+    from fx2onnx.fx_passes import decompose_nodes as module
 
     graph_module = _symbolic(lambda x, d: torch.diagonal_scatter(x, d), torch.randn(3, 3), torch.randn(3))
     context = DiagnosticContext("fx2onnx", "test", DiagnosticOptions())
@@ -127,7 +127,7 @@ def test_decompose_nodes_notes_a_node_it_keeps_whole() -> None:
 
 # -- type promotion -------------------------------------------------------------------------------
 def test_type_promotion_casts_the_narrower_input_before_the_node() -> None:
-    from fx2onnx.passes.type_promotion import insert_type_promotion
+    from fx2onnx.fx_passes.type_promotion import insert_type_promotion
 
     graph_module = _symbolic(lambda a, b: a + b, torch.ones(3, dtype=torch.int32), torch.ones(3))
     add = next(n for n in graph_module.graph.nodes if n.target == torch.ops.aten.add.Tensor)
@@ -141,7 +141,7 @@ def test_type_promotion_casts_the_narrower_input_before_the_node() -> None:
 
 
 def test_type_promotion_widens_reductions_like_pytorch() -> None:
-    from fx2onnx.passes.type_promotion import insert_type_promotion
+    from fx2onnx.fx_passes.type_promotion import insert_type_promotion
 
     graph_module = _symbolic(lambda a: a.sum(), torch.ones(3, dtype=torch.int32))
     assert insert_type_promotion(graph_module) == 1
@@ -151,7 +151,7 @@ def test_type_promotion_widens_reductions_like_pytorch() -> None:
 
 # -- effect tokens --------------------------------------------------------------------------------
 def test_remove_effect_tokens_unwraps_and_drops_token_placeholders() -> None:
-    from fx2onnx.passes.effect_tokens import remove_effect_tokens
+    from fx2onnx.fx_passes.effect_tokens import remove_effect_tokens
     import operator
 
     graph = torch.fx.Graph()
@@ -194,7 +194,7 @@ class _Outer(torch.nn.Module):
 
 def test_modularize_groups_module_calls_into_called_graph_modules() -> None:
     from fx2onnx.options import ModuleFunctionOptions
-    from fx2onnx.passes.modularize import module_calls, modularize
+    from fx2onnx.fx_passes.modularize import module_calls, modularize
 
     model = _Outer().eval()
     program = torch.export.export(model, (torch.randn(2, 3),))
@@ -222,7 +222,7 @@ def _make_fx_symbolic(fn, *args) -> torch.fx.GraphModule:
 
 
 def test_identity_views_are_removed_and_real_reshapes_kept() -> None:
-    from fx2onnx.passes.remove_identity_views import remove_identity_views
+    from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
 
     def fn(x):
         flat = x.reshape(-1) * 2  # a real reshape
@@ -241,7 +241,7 @@ def test_identity_views_are_removed_and_real_reshapes_kept() -> None:
 
 
 def test_identity_views_with_symbolic_sizes() -> None:
-    from fx2onnx.passes.remove_identity_views import remove_identity_views
+    from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
 
     def fn(x):
         return x.view(x.shape[0], x.shape[1]) * 2, x.view(x.shape[1], x.shape[0])
@@ -256,7 +256,7 @@ def test_identity_views_with_symbolic_sizes() -> None:
 
 
 def test_reshape_chains_collapse_into_one() -> None:
-    from fx2onnx.passes.remove_identity_views import remove_identity_views
+    from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
 
     def fn(x):
         shared = x.reshape(6, 4)

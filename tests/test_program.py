@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import fx2onnx
-from fx2onnx import model_writer
+from fx2onnx.program import model_writer
 from conftest import assert_outputs_close, check_saved_model, export_program
 from sarif_checks import validate_sarif
 
@@ -101,11 +101,11 @@ def test_save_with_external_data(program, inputs, tmp_path):
 def test_weights_over_the_protobuf_limit_go_to_external_data(program, inputs, tmp_path, monkeypatch):
     """The 2 GB rule, with the limit lowered so that this small model crosses it: save()
     writes a data file unasked, and running the program loads it from a file."""
-    import fx2onnx.program
+    import fx2onnx.program.onnx_program
 
     expected = program(*inputs)["y"]
     program.release()
-    monkeypatch.setattr(fx2onnx.program, "_PROTOBUF_LIMIT", 64)
+    monkeypatch.setattr(fx2onnx.program.onnx_program, "_PROTOBUF_LIMIT", 64)
     monkeypatch.setattr(type(program), "model_proto", property(lambda self: pytest.fail("serialized whole")))
     program.save(tmp_path / "big.onnx")
     assert (tmp_path / "big.onnx.data").stat().st_size > 0

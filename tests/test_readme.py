@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fx2onnx.cli import build_parser
+from fx2onnx.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -14,7 +14,7 @@ import torch
 import fx2onnx
 from conftest import MLP, export_program
 from diagnostics import files
-from fx2onnx import model_writer
+from fx2onnx.program import model_writer
 from sarif_checks import validate_sarif
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")

@@ -16,7 +16,7 @@ from torch import nn
 
 import fx2onnx
 from conftest import export_program
-from fx2onnx import model_state as model_state_module
+from fx2onnx.program import model_state as model_state_module
 
 
 class Stateful(nn.Module):

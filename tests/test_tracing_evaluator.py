@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnxscript import FLOAT, opset18 as op
 
-from fx2onnx.graph_builder import GraphBuilder
-from fx2onnx.tracing_evaluator import GraphConstructionError, TracingEvaluator
+from fx2onnx.translate.graph_builder import GraphBuilder
+from fx2onnx.translate.tracing_evaluator import GraphConstructionError, TracingEvaluator
 
 
 @onnxscript.script(onnxscript.values.Opset("pkg.test", 1), default_opset=op)

@@ -12,9 +12,9 @@ import torch.fx
 
 from diagnostics import DiagnosticContext, DiagnosticOptions, Level, rules
 from dispatcher import NodeRoute, OnnxFunctionDispatcher, OnnxRegistry, node_route
-from fx2onnx.fake_metadata import OnnxTypeInfo, SymbolNamer
-from fx2onnx.graph_builder import GraphBuilder, inference_note
-from fx2onnx.interpreter import FAILED, BodyInitializer, BodyInput, FxOnnxInterpreter
+from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer
+from fx2onnx.translate.graph_builder import GraphBuilder, inference_note
+from fx2onnx.translate.interpreter import FAILED, BodyInitializer, BodyInput, FxOnnxInterpreter
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_one_routing_decision_for_analysis_and_translation() -> None:
 
 
 def test_analysis_names_higher_order_operators_without_a_translation(registry) -> None:
-    from fx2onnx.analysis import find_unsupported_nodes
+    from fx2onnx.fx_passes.analysis import find_unsupported_nodes
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

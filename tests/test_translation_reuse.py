@@ -1,4 +1,4 @@
-"""Repeated module calls reuse one translation (fx2onnx.body_key): the file is the one
+"""Repeated module calls reuse one translation (fx2onnx.translate.body_key): the file is the one
 translating every call gives, calls that differ are translated apart, calls that report
 diagnostics report them each, and the progress bar still counts every node."""
 
@@ -17,10 +17,10 @@ import fx2onnx
 import fx2onnx.exporter
 from conftest import TerminalStream, assert_outputs_close, assert_valid_model, progress_counters
 from diagnostics import DiagnosticOptions, rules
-from fx2onnx.body_key import body_key
-from fx2onnx.interpreter import FxOnnxInterpreter
-from fx2onnx.module_functions import ModuleFunctionTranslator
-from fx2onnx.translated_body import BodyInput
+from fx2onnx.translate.body_key import body_key
+from fx2onnx.translate.interpreter import FxOnnxInterpreter
+from fx2onnx.translate.module_functions import ModuleFunctionTranslator
+from fx2onnx.translate.translated_body import BodyInput
 
 
 class Block(nn.Module):

@@ -193,7 +193,7 @@ def test_op_level_debug_reports_nothing_on_a_faithful_model(tmp_path) -> None:
 
 
 def test_validation_checks_a_copy_without_the_weights(tmp_path) -> None:
-    from fx2onnx.validate_model import weightless_proto
+    from fx2onnx.onnx_passes.validate_model import weightless_proto
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
     program = export_program(model, (torch.randn(3, 64),), tmp_path=tmp_path)
@@ -208,7 +208,7 @@ def test_validation_checks_a_copy_without_the_weights(tmp_path) -> None:
 
 def test_onnxruntime_kernel_table_is_reachable() -> None:
     """The private onnxruntime API legalization reads; fails loudly when it moves."""
-    from fx2onnx.runtime_kernels import cpu_kernel_types
+    from fx2onnx.onnx_passes.runtime_kernels import cpu_kernel_types
 
     assert "tensor(float)" in cpu_kernel_types("Conv", 18, "T")
     assert "tensor(int64)" not in cpu_kernel_types("Gemm", 18, "T")

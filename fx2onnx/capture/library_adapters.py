@@ -1,0 +1,100 @@
+"""Library adapters at capture: what fx2onnx must know of third-party code to capture it.
+
+Two kinds, both active only while fx2onnx captures a model and undone afterwards, so
+that the user's libraries behave as they always do outside an export:
+
+- **containers**: transformers' cache classes as pytrees (:mod:`fx2onnx.capture.containers`;
+  also active while an exported program runs, which takes and returns caches);
+- **rewrites**: library functions whose Python code branches on a size that depends
+  on the data (``if boxes.numel() == 0: return empty``), which torch.export cannot
+  decide. Each is replaced by a function that computes the same result and decides
+  such a branch with ``guard_or_false`` (torch's own way of saying "take the general
+  path when the size is unknown"): eager calls (real sizes) take the original's branch,
+  a capture (unknown sizes) the general one, which gives the same result for every
+  size. :data:`CAPTURE_REWRITES` lists them; tests check each against the original
+  on empty and non-empty inputs.
+
+A rewrite applies only when its module is already imported (a model that uses
+torchvision has imported it): fx2onnx never imports a library for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fx2onnx.capture import vision_rewrites
+from fx2onnx.capture.containers import registered_containers
+
+
+@dataclass(frozen=True)
+class CaptureRewrite:
+    """``module.attribute`` replaced, during a capture, by ``replacement(original)``."""
+
+    module: str
+    attribute: str
+    replacement: Callable[[Any], Any]
+    why: str
+
+
+def mask_is_causal_only_when_said(original: Callable[..., bool]) -> Callable[..., bool]:
+    """torch.nn's Transformer layers ask whether a mask given without ``is_causal`` is
+    the causal one by comparing its values (``torch.equal``), which a capture cannot
+    decide; the answer only picks a kernel, as both apply the same mask. During a capture
+    a mask is causal when the caller says so."""
+
+    def detect_is_causal_mask(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
+        if is_causal is None and mask is not None:
+            return False
+        return original(mask, is_causal, size)
+
+    return detect_is_causal_mask
+
+
+CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
+    CaptureRewrite(
+        "torch.nn.modules.transformer", "_detect_is_causal_mask", mask_is_causal_only_when_said,
+        "`torch.equal(mask, causal_mask)` on a mask given without is_causal",
+    ),
+    CaptureRewrite(
+        "torchvision.ops.boxes", "batched_nms", vision_rewrites.batched_nms,
+        "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",
+    ),
+    CaptureRewrite("torchvision.ops", "batched_nms", vision_rewrites.batched_nms, "the same function, as torchvision.ops exports it"),
+    CaptureRewrite(
+        "torchvision.ops.poolers", "_multiscale_roi_align", vision_rewrites.multiscale_roi_align,
+        "`len(rois)` of a data-dependent number of boxes",
+    ),
+)
+
+
+@contextlib.contextmanager
+def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_REWRITES) -> Iterator[None]:
+    """Replace the functions of ``rewrites`` whose module is imported; restore them on
+    exit, even when the block raises."""
+    replaced: list[tuple[Any, str, Any]] = []
+    try:
+        for rewrite in rewrites:
+            if rewrite.module not in sys.modules:
+                continue
+            module = importlib.import_module(rewrite.module)  # already loaded: no import cost
+            original = getattr(module, rewrite.attribute, None)
+            if original is None:  # another version of the library: nothing to rewrite
+                continue
+            setattr(module, rewrite.attribute, rewrite.replacement(original))
+            replaced.append((module, rewrite.attribute, original))
+        yield
+    finally:
+        for module, attribute, original in reversed(replaced):
+            setattr(module, attribute, original)
+
+
+@contextlib.contextmanager
+def library_adapters_at_capture() -> Iterator[None]:
+    """Every library adapter, for the duration of one capture."""
+    with registered_containers(), rewritten_library_functions():
+        yield

@@ -1,0 +1,298 @@
+"""Capture: from what the user gave to an ExportedProgram (or an aten-level GraphModule)."""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
+from dispatcher import stack_location
+from fx2onnx.capture.dynamic_dims_check import (
+    FixedDynamicDimError,
+    check_dynamic_dims,
+    fixed_dims_text,
+    leaves_in_input_order,
+    explain_fixed_dims,
+    is_fixed_dim_error,
+)
+from fx2onnx.capture.dynamic_shapes import (
+    DynamicDimError,
+    DynamicShapesOption,
+    SpecializedDim,
+    capture_signature,
+    requested_dynamic_dims,
+    keep_size_one_dims_dynamic,
+    size_one_symbols,
+    sound_size_oblivious_capture,
+    symbolic_math,
+    torch_export_spec,
+)
+from fx2onnx.capture.fake_mode import ONNXFakeContext, check_fake_mode_use
+from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
+from fx2onnx.capture.library_adapters import library_adapters_at_capture
+
+
+class CaptureError(RuntimeError):
+    """torch.export could not capture the model (both non-strict and strict were tried)."""
+
+
+@dataclass
+class CapturedModel:
+    """The FX graph to translate and what is needed to map inputs onto it."""
+
+    graph_module: torch.fx.GraphModule
+    exported_program: torch.export.ExportedProgram | None
+    dynamic_shapes_spec: Any = None
+    notes: list[str] = field(default_factory=list)
+    # captured with size-oblivious reasoning: retraces (decomposition) must use it too,
+    # or torch derives sizes from the example's 0/1 dims (`seq // batch`)
+    size_oblivious: bool = False
+
+
+def _is_aten_graph(graph_module: torch.fx.GraphModule) -> bool:
+    for node in graph_module.graph.nodes:
+        if node.op in ("call_method", "call_module"):
+            return False
+        if node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
+            if getattr(node.target, "__module__", None) not in ("_operator", "math", "builtins"):
+                return False
+    return True
+
+
+def _has_fake_metadata(graph_module: torch.fx.GraphModule) -> bool:
+    """Every value already carries FakeTensor metadata of one fake mode (make_fx graphs
+    traced in "fake" or "symbolic" mode do): keep it, with its symbolic sizes, instead of
+    propagating again. A "real" make_fx trace gives each value a mode of its own."""
+    modes = set()
+    for node in graph_module.graph.nodes:
+        if node.op not in ("placeholder", "call_function"):
+            continue
+        if "val" not in node.meta:
+            return False
+        for value in torch.utils._pytree.tree_leaves(node.meta["val"]):
+            if isinstance(value, torch._subclasses.fake_tensor.FakeTensor):
+                modes.add(id(value.fake_mode))
+    return len(modes) == 1
+
+
+def copy_graph_module(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule with its own graph: nodes are copied (their metadata dicts too, the
+    FakeTensors in them shared), weights and sub-modules are shared, not copied."""
+    graph = torch.fx.Graph(tracer_cls=graph_module.graph._tracer_cls)
+    graph._codegen = graph_module.graph._codegen  # e.g. torch.export's pytree signature
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in graph_module.graph.nodes:  # the output node too, with its metadata
+        copies[node] = graph.node_copy(node, lambda original: copies[original])
+    copy = torch.fx.GraphModule(graph_module, graph, class_name=type(graph_module).__name__)
+    copy.meta.update(graph_module.meta)
+    return copy
+
+
+def _fake_propagate(graph_module: torch.fx.GraphModule, args: Sequence[Any]) -> None:
+    """Fill node.meta['val'] of an aten-level GraphModule by running it on FakeTensors."""
+    mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(graph_module, mode).propagate_dont_convert_inputs(*fake_args)
+
+
+def _record_capture_failure(
+    context: DiagnosticContext, failure: CaptureFailure, *others: BaseException, fixed: Sequence[SpecializedDim] = ()
+) -> None:
+    error = failure.error
+    frames = traceback.extract_tb(error.__traceback__)
+    # Where the user's line is found, in order: the code that fixed a dynamic dim; the
+    # traceback; the "User stack" that torch.export writes into some messages (of either
+    # capture mode); else, when nothing of the user's ran (inputs that do not fit, not a
+    # model), the user's call of the exporter.
+    candidates = [
+        *(f'  File "{dim.location[0]}", line {dim.location[1]}, in forward\n' for dim in fixed if dim.location),
+        "".join(traceback.format_list(frames)) + "\n" + str(error),
+        *(str(other) for other in others),
+        "".join(traceback.format_list(traceback.extract_stack())),
+    ]
+    for text in candidates:
+        stack = Stack.from_python_traceback(text)
+        location = stack_location(stack)
+        if location is not None:
+            break
+    reason = f"{explain(error)}\nHint: {capture_hint(failure)}"
+    if fixed:
+        reason = f"{fixed_dims_text(list(fixed))}\n{reason}"
+    diagnostic = context.record(rules.CAPTURE_FAILURE, Level.ERROR, location=location, stack=stack, reason=reason)
+    diagnostic.log_source_exception(error)
+
+
+def capture(
+    model: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    dynamic_shapes: DynamicShapesOption,
+    context: DiagnosticContext,
+    fake_context: ONNXFakeContext | None = None,
+) -> CapturedModel:
+    """Turn an nn.Module, ExportedProgram or GraphModule into a graph with FakeTensor metadata."""
+    try:
+        check_fake_mode_use(model, args, kwargs, fake_context)
+    except ValueError as error:  # fake and real tensors mixed: a capture failure with its hint
+        failure = CaptureFailure(error, model, args, kwargs)
+        _record_capture_failure(context, failure)
+        raise CaptureError(f"{error}\nHint: {capture_hint(failure)}") from error
+    if isinstance(model, torch.export.ExportedProgram):
+        return CapturedModel(model.graph_module, model)
+    if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):
+        graph_module = copy_graph_module(model)  # later stages edit it: not the user's
+        if not _has_fake_metadata(graph_module):
+            _fake_propagate(graph_module, [*args, *kwargs.values()])
+        return CapturedModel(graph_module, None)
+    if not isinstance(model, torch.nn.Module):
+        if not callable(model) or isinstance(model, type):
+            failure = CaptureFailure(TypeError(f"{type(model).__name__} is not a model"), model, args, kwargs)
+            _record_capture_failure(context, failure)
+            raise CaptureError(f"Not a model: {capture_hint(failure)}") from failure.error
+        model = _CallableModule(model)
+    user_model = model.function if isinstance(model, _CallableModule) else model
+    spec = torch_export_spec(dynamic_shapes, model, args, kwargs)
+    try:
+        requested = requested_dynamic_dims(spec, model, args, kwargs, explicit=dynamic_shapes is not True)
+    except DynamicDimError as error:
+        failure = CaptureFailure(error, user_model, args, kwargs, dynamic_shapes)
+        _record_capture_failure(context, failure)
+        raise CaptureError(f"{error}\nHint: {capture_hint(failure)}") from error
+    errors: list[BaseException] = []
+    for strict, size_oblivious in _capture_attempts(_has_size_one_dynamic_dim(requested, args, kwargs)):
+        try:
+            program = _export(model, args, kwargs, spec, strict, size_oblivious)
+        except Exception as error:  # noqa: BLE001 - try the next mode, then report all
+            errors.append(error)
+            continue
+        if size_oblivious and not sound_size_oblivious_capture(program, size_one_symbols(program, leaves_in_input_order(program, args, kwargs))):
+            continue  # the plain mode specializes instead; the dims check reports it
+        captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious)
+        if strict and errors:
+            _record_strict_fallback(context, captured, errors[0])
+        try:
+            captured.notes += check_dynamic_dims(context, program, requested, args, kwargs)
+        except FixedDynamicDimError as error:
+            raise CaptureError(str(error)) from error
+        return captured
+    failure = CaptureFailure(errors[0], user_model, args, kwargs, dynamic_shapes)
+    fixed: list[SpecializedDim] = []
+    if requested and any(is_fixed_dim_error(error) for error in errors):
+        recapture = lambda relaxed: _export(model, args, kwargs, relaxed, False, False)  # noqa: E731
+        fixed = explain_fixed_dims(context, recapture, spec, requested, args, kwargs)
+    _record_capture_failure(context, failure, *errors[1:], fixed=fixed)
+    if fixed:
+        raise CaptureError(f"{fixed_dims_text(fixed)}\n{explain(errors[0])}\nHint: {capture_hint(failure)}") from errors[0]
+    raise CaptureError(
+        "torch.export could not capture the model.\n"
+        f"  non-strict: {exception_summary(errors[0])}\n"
+        f"  strict:     {exception_summary(errors[-1])}\n"
+        f"Hint: {capture_hint(failure)}"
+    ) from errors[0]
+
+
+def _export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any, strict: bool, size_oblivious: bool) -> torch.export.ExportedProgram:
+    with keep_size_one_dims_dynamic(size_oblivious), symbolic_math(), library_adapters_at_capture(), \
+            _keyword_inputs_as_parameters(model, kwargs):
+        return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
+
+
+@contextlib.contextmanager
+def _keyword_inputs_as_parameters(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> Iterator[None]:
+    """For the duration of a capture, forward has the signature the dynamic-shapes spec was
+    built for (`capture_signature`): keyword inputs that land in its ``**kwargs`` are
+    parameters of their own. The call goes to forward as it is."""
+    signature = capture_signature(model, kwargs)
+    if signature is None:
+        yield
+        return
+    own = model.__dict__.get("forward")  # an instance's own forward (_CallableModule)
+    original = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    forward.__signature__ = signature  # type: ignore[attr-defined]
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if own is None:
+            del model.forward
+        else:
+            model.forward = own
+
+
+def _capture_attempts(size_one_dims: bool) -> list[tuple[bool, bool]]:
+    """(strict, size_oblivious) in the order tried. When a dynamic dim has an example size
+    of 0 or 1, non-strict capture is first tried with size-oblivious reasoning, which keeps
+    such dims dynamic; model code that branches on such a size needs the plain mode."""
+    attempts = [(False, True)] if size_one_dims else []
+    return attempts + [(False, False), (True, False)]
+
+
+def _has_size_one_dynamic_dim(requested: dict[int, tuple[str, dict[int, bool]]], args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    for leaf in torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs))):
+        if isinstance(leaf, torch.Tensor) and id(leaf) in requested:
+            if any(leaf.shape[dim] in (0, 1) for dim in requested[id(leaf)][1]):
+                return True
+    return False
+
+
+def _record_strict_fallback(context: DiagnosticContext, captured: CapturedModel, error: BaseException) -> None:
+    """Strict capture (TorchDynamo) traces the model differently from non-strict capture:
+    the user must know which one the ONNX model comes from, and why."""
+    message = (
+        f"Non-strict torch.export failed ({exception_summary(error)}); the model was captured in "
+        "strict mode instead, which traces Python code with TorchDynamo and may specialize or "
+        "rewrite parts of it differently: compare the ONNX model's results with PyTorch's."
+    )
+    context.record(rules.CAPTURE_FAILURE, Level.WARNING, message=message)
+    captured.notes.append(message)
+
+
+class _CallableModule(torch.nn.Module):
+    """Wraps a plain function so that torch.export can take it."""
+
+    def __init__(self, function: Any) -> None:
+        super().__init__()
+        self.function = function
+        # The instance's forward is the function itself: torch.export and the dynamic-shapes
+        # spec then see its own signature (parameter names), not (*args, **kwargs).
+        self.forward = _named_forward(function)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # replaced per instance in __init__
+        return self.function(*args, **kwargs)
+
+
+def _named_forward(function: Any) -> Any:
+    """The user's function, run by a code object named `forward`.
+
+    torch.export keeps only the frames of functions named `forward` in each node's stack
+    trace; under its own name the user's function would vanish from it and every node
+    would point at this module. Same code, globals, defaults and closure: only the name
+    differs. Other callables (partials, callable objects) are returned as they are.
+    """
+    if not isinstance(function, types.FunctionType):
+        return function
+    code = function.__code__.replace(co_name="forward")
+    renamed = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__, function.__closure__)
+    renamed.__kwdefaults__ = function.__kwdefaults__
+    return renamed
+
+
+def model_name(model: Any) -> str:
+    """How reports name the model: its class, or a plain function's own name."""
+    if isinstance(model, _CallableModule):
+        model = model.function
+    if isinstance(model, types.FunctionType):
+        return getattr(model, "__qualname__", model.__name__)
+    return type(model).__name__

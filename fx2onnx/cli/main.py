@@ -1,0 +1,175 @@
+"""Command line: `fx2onnx export FILE.py:Model --input x=2x16:float32` exports a user's
+model; `fx2onnx demo` exports the built-in example and checks it; `fx2onnx --version`.
+
+Every argument is checked before any work starts. Exit codes: 0 done, 1 the export (or
+its verification) failed, 2 the command line is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+from fx2onnx.cli.paths import check_output_paths, check_readable_file
+from fx2onnx.cli.specs import UsageError, parse_dynamic_spec, parse_input_spec, parse_model_spec
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+_EXPORT_EXAMPLES = """\
+examples:
+  fx2onnx export models/net.py:Net --input x=2x16:float32 --verify
+  fx2onnx export mypkg.models:make_model --input ids=1x128:int64:0..30522 --dynamic ids=0:batch,1:seq
+  fx2onnx export net.py:Net --inputs-file example_inputs.pt --output net.onnx --report net.sarif
+
+the model: a class (instantiated with no arguments), a function with no required parameter
+(a factory, called; it may return the model or (model, args) or (model, args, kwargs)), an
+nn.Module instance, or a plain function of tensors (exported as it is).
+"""
+
+
+def version_text() -> str:
+    import fx2onnx
+
+    versions = []
+    for package in ("torch", "onnxscript", "onnx_ir", "onnx", "onnxruntime"):
+        try:
+            versions.append(f"{package} {metadata.version(package.replace('_', '-'))}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} (not installed)")
+    return f"fx2onnx {fx2onnx.__version__} ({', '.join(versions)})"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of exiting, so main() returns the code."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fx2onnx", description="Export PyTorch models to ONNX.")
+    parser.add_argument("--version", action="store_true", help="print the versions of fx2onnx and its libraries")
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    demo = commands.add_parser("demo", help="export the built-in transformer, verify it in onnxruntime")
+    demo.add_argument("--output", type=Path, default=Path("demo.onnx"))
+    demo.add_argument("--report", type=Path, default=Path("demo.sarif"))
+    demo.add_argument("--dynamic", action="store_true", help="export with dynamic batch and sequence dims")
+
+    export = commands.add_parser(
+        "export", help="export a model from a Python file or module",
+        epilog=_EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("model", help="path/to/file.py:Name or package.module:name")
+    export.add_argument(
+        "--input", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE[:LOW..HIGH]]",
+        help="an example input made from its shape and dtype, e.g. x=2x16:float32 or ids=1x128:int64:0..1000 "
+             "(random values; integers drawn from LOW..HIGH, HIGH excluded, default 0..2); repeat per input",
+    )
+    export.add_argument("--inputs-file", type=Path, help="a .pt file (torch.save) of example inputs: a tuple of args, a dict of kwargs, or {'args': ..., 'kwargs': ...}")
+    export.add_argument(
+        "--dynamic", action="append", nargs="?", const="", default=[], metavar="NAME=DIM[:DIMNAME],...",
+        help="alone: every dim of every input is dynamic; NAME=0:batch,1:seq: these dims of input NAME, named in ONNX (repeatable)",
+    )
+    export.add_argument("--output", type=Path, help="the ONNX file (default: <model name>.onnx)")
+    export.add_argument("--report", type=Path, help="the SARIF report (default: the output's name with .sarif)")
+    export.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=None, help="run onnxscript's optimizer (default: ExportOptions' default)")
+    export.add_argument("--no-functions", action="store_true", help="one flat graph: no ONNX functions for nn.Module calls")
+    export.add_argument("--verify", action="store_true", help="run the model in onnxruntime and PyTorch and compare; exit 1 when outside tolerance")
+    export.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --verify (default 1e-3)")
+    export.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --verify (default 1e-4)")
+    export.add_argument("--fake", action="store_true", help="build the model and inputs in fake mode (no weight memory); see --weights")
+    export.add_argument("--weights", type=Path, help="with --fake: a checkpoint (state dict) whose weights the saved model gets")
+    export.add_argument("--seed", type=int, default=0, help="seed of the random example inputs")
+    export.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    return parser
+
+
+def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.ExportRequest
+    """Check every export argument (syntax, paths, combinations) before anything runs."""
+    from fx2onnx.cli.export import ExportRequest, fake_mode_entry
+
+    model = parse_model_spec(args.model)
+    inputs = [parse_input_spec(text) for text in args.input]
+    dynamic_all = "" in args.dynamic
+    dynamic = [parse_dynamic_spec(text) for text in args.dynamic if text]
+    if dynamic_all and dynamic:
+        raise UsageError("--dynamic alone makes every dim dynamic; do not combine it with --dynamic NAME=...")
+    names = [spec.name for spec in inputs if spec.name is not None]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--input names repeat: {', '.join(sorted({n for n in names if names.count(n) > 1}))}.")
+    if inputs and args.inputs_file is not None:
+        raise UsageError("give example inputs either with --input or with --inputs-file, not both.")
+    if args.inputs_file is not None:
+        check_readable_file(args.inputs_file, "--inputs-file")
+    if model.is_file:
+        check_readable_file(Path(model.source), "model file")
+    if args.weights is not None:
+        if not args.fake:
+            raise UsageError("--weights gives the weights of a model built with --fake; add --fake or drop --weights.")
+        check_readable_file(args.weights, "--weights")
+    if args.fake:
+        fake_mode_entry()
+        if args.verify:
+            raise UsageError("--verify needs real weights to run PyTorch; it cannot be used with --fake.")
+    if args.rtol < 0 or args.atol < 0:
+        raise UsageError("--rtol and --atol must not be negative.")
+    output = args.output or Path(f"{model.attribute.split('.')[-1]}.onnx")
+    report = args.report or output.with_name(output.name.removesuffix(".onnx") + ".sarif")
+    check_output_paths(output, report)
+    return ExportRequest(
+        model=model, output=output, report=report, inputs=inputs, inputs_file=args.inputs_file,
+        dynamic_all=dynamic_all, dynamic=dynamic, optimize=args.optimize, module_functions=not args.no_functions,
+        verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights,
+        quiet=args.quiet, seed=args.seed,
+    )
+
+
+def _say(quiet: bool):  # noqa: ANN202
+    return (lambda line: None) if quiet else (lambda line: print(line, flush=True))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 done, 1 failed, 2 usage error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.version:
+            print(version_text())
+            return EXIT_OK
+        if args.command is None:
+            raise UsageError("give a command: export or demo (fx2onnx export --help)")
+        if args.command == "demo":
+            check_output_paths(args.output, args.report)
+            from fx2onnx.cli.demo import run_demo
+
+            return run_demo(args.output, args.report, args.dynamic)
+        request = _export_request(args)
+        from fx2onnx.cli.export import run_export
+        from fx2onnx.cli.model import ModelBuildError
+
+        try:
+            return run_export(request, _say(request.quiet))
+        except UsageError:
+            raise  # found once the model was built (e.g. inputs that do not fit it): exit 2
+        except ModelBuildError as error:
+            print(f"fx2onnx: error: {error}", file=sys.stderr)
+            return EXIT_FAILED
+        except (RuntimeError, ValueError, TypeError) as error:  # e.g. weights that do not fit the model
+            print(f"fx2onnx: error: {type(error).__name__}: {error}", file=sys.stderr)
+            return EXIT_FAILED
+    except UsageError as error:
+        print(f"fx2onnx: error: {error}\n(see fx2onnx --help and fx2onnx export --help)", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exit_:  # --help
+        return int(exit_.code or 0)
+    except OSError as error:  # writing the model or the report
+        print(f"fx2onnx: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

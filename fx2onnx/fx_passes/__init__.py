@@ -1,0 +1,9 @@
+"""Stage 2, FX passes: from the captured graph to one the translator can take.
+
+Takes the captured GraphModule; gives it decomposed where no ONNX function covers an
+operator (`decompose`, `decompose_nodes`), checked (`capture_checks`), with effect tokens,
+assertions and identity views removed, leftover in-place ops functionalized, type
+promotion made explicit, and module calls grouped into nested GraphModules
+(`modularize`); operators left without an ONNX function are reported all at once
+(`analysis`).
+"""

@@ -1,0 +1,71 @@
+"""The analysis stage: every node that cannot be translated is found and reported up
+front, all at once, each at the user's source line.
+
+It walks the graph and every graph it calls (module calls, and the branches and bodies
+of control flow), and asks the same question translation asks (`dispatcher.node_route`):
+nodes given to the dispatcher are checked against the registry, control-flow operators
+against what `fx2onnx.translate.control_flow` translates.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from diagnostics import DiagnosticContext, Level, rules
+from dispatcher import NodeRoute, OnnxFunctionDispatcher, node_location, node_route, node_stack, qualified_name_of, walk_graph_modules
+from fx2onnx.translate import control_flow
+
+
+def unsupported_reason(node: torch.fx.Node, dispatcher: OnnxFunctionDispatcher) -> str | None:
+    """Why ``node`` cannot be translated, or None. Records no diagnostics."""
+    if node.op != "call_function":
+        return None
+    route = node_route(node.target)
+    if route is NodeRoute.HIGHER_ORDER:
+        return control_flow.unsupported_reason(node)
+    if route is NodeRoute.ONNX_FUNCTION:
+        return dispatcher.unsupported_reason(node)
+    return None
+
+
+def find_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: OnnxFunctionDispatcher) -> list[tuple[torch.fx.Node, str]]:
+    """Every node of ``graph_module`` and of the graphs it calls that cannot be
+    translated, with the reason."""
+    found = []
+    for _, node in walk_graph_modules(graph_module):
+        reason = unsupported_reason(node, dispatcher)
+        if reason is not None:
+            found.append((node, reason))
+    return found
+
+
+def report_unsupported_nodes(
+    graph_module: torch.fx.GraphModule, dispatcher: OnnxFunctionDispatcher, context: DiagnosticContext
+) -> list[torch.fx.Node]:
+    """Record one error (FXE0012) per node that cannot be translated; return the nodes."""
+    unsupported = find_unsupported_nodes(graph_module, dispatcher)
+    for node, reason in unsupported:
+        name = _operator_name(node)
+        context.record(
+            rules.UNSUPPORTED_FX_NODE_ANALYSIS,
+            Level.ERROR,
+            location=node_location(node),
+            stack=node_stack(node),
+            target=name,
+            reason=(
+                f"{reason} (FX node '{node.name}'), and PyTorch has no decomposition for it. Register a function "
+                "with OnnxRegistry.register_op and pass ExportOptions(onnx_registry=...), or rewrite "
+                "the model with supported operators."
+            ),
+            properties={"fx_node": node.name, "operator": name},
+        )
+    return [node for node, _ in unsupported]
+
+
+def _operator_name(node: torch.fx.Node) -> str:
+    try:
+        return qualified_name_of(node.target)
+    except ValueError:
+        name = getattr(node.target, "name", None)
+        return name() if callable(name) else str(node.target)

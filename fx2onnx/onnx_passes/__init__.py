@@ -1,0 +1,6 @@
+"""Stage 4, ONNX passes: from a translated model to a valid, fast one.
+
+Takes the `ir.Model`; gives it with types onnxruntime's kernels accept (`legalize_types`,
+`runtime_kernels`), optimized (`optimization`, `layout_rules`) and validated by ONNX's
+checker and strict inference (`validate_model`).
+"""

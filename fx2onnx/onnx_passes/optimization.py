@@ -1,0 +1,127 @@
+"""The optimization stage: constant folding and no-op removal, keeping what fx2onnx promises.
+
+The stage is built from onnxscript's public optimizer pieces, in one pass:
+
+1. constant folding (`onnxscript.optimizer.fold_constants_ir`):
+   shape computations, casts of constants, `Shape`/`Size` of static values;
+2. the rewrite rules that remove no-ops and merge chains (`Add 0`, `Mul 1`, inference
+   `Dropout`, identity `Cast`/`Expand`/`Transpose`, `Cast`-`Cast`, `Reshape`-`Reshape`,
+   `Transpose`-`Transpose`, `Unsqueeze`-`Unsqueeze`), and fx2onnx's own:
+   `x * Reciprocal(Sqrt(v))` (``x * torch.rsqrt(v)``, how RMSNorm is written) becomes
+   `x / Sqrt(v)`, the form onnxruntime fuses into one normalization kernel (measured:
+   the Reciprocal form stays six kernels); the layout rules of `fx2onnx.onnx_passes.layout_rules`
+   move Transposes past the Squeezes and Gathers that read them, where they vanish
+   (one copy less per `nn.MultiheadAttention` call);
+3. removal of unused nodes, functions and opset imports; common subexpressions.
+
+Why not onnxscript's whole `optimize_ir`: measured on the benchmark models
+(`bench/export_speed.py`), its other rules never fire on fx2onnx's output after folding
+(fusions such as Conv+BatchNormalization span module functions, which are kept), yet
+matching them costs more than the folding itself; onnxruntime applies those fusions at
+load time after inlining the functions. Every rule here matches from a single output
+node: a rule with several output nodes (such as Slices forming a Split) makes the
+matcher try every combination of nodes, quadratic in the graph's size (minutes on the
+unrolled linear-algebra graphs).
+
+Three things of the exported model must survive:
+
+- module functions: nothing here inlines them;
+- parameter names: folding a node that reads a weight (a Transpose, a Slice of a fused
+  projection) would replace the named initializer with an anonymous constant, so nodes
+  reading initializers are not folded (onnxruntime folds them itself at load time);
+- the model's opset imports of domains used only inside functions;
+- initializers are the model's weights: the constants the folder registers as
+  initializers become Constant nodes again.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import onnx_ir as ir
+
+from fx2onnx.onnx_passes.layout_rules import layout_rules
+from fx2onnx.program.model_writer import fake_weights_hidden
+
+
+def _reads_an_initializer(node: ir.Node) -> bool | None:
+    if any(value is not None and value.is_initializer() for value in node.inputs):
+        return False
+    return None  # the folder's own rules decide
+
+
+def _times_reciprocal_sqrt(op, x, variance):
+    return op.Mul(x, op.Reciprocal(op.Sqrt(variance)))
+
+
+def _divide_by_sqrt(op, x, variance):
+    return op.Div(x, op.Sqrt(variance))
+
+
+@functools.cache
+def _rewrite_rules():
+    """The rewrite rules of step 2 (built once per process)."""
+    from onnxscript.rewriter import RewriteRule, RewriteRuleSet
+    from onnxscript.rewriter.rules import common as rules
+
+    divide_by_sqrt = RewriteRule(_times_reciprocal_sqrt, _divide_by_sqrt, name="DivideBySqrt")
+    return RewriteRuleSet(
+        [
+            rules.add_0_rule,
+            rules.sub_0_rule,
+            rules.mul_by_1_rule,
+            rules.div_by_1_rule,
+            rules.dropout_inference_rule,
+            rules.dropout_zero_rule,
+            rules.no_op_cast_rule,
+            rules.no_op_expand_rule,
+            rules.no_op_transpose_rule,
+            rules.cast_cast_rule,
+            rules.reshape_reshape_rule,
+            rules.transpose_transpose_rule,
+            rules.unsqueeze_unsqueeze_rule,
+            *divide_by_sqrt.commute(),  # x * r and r * x
+            *layout_rules(),
+        ]
+    )
+
+
+def optimize_keeping_functions(model: ir.Model) -> None:
+    """Optimize `model` in place; module functions, weight names and imports are kept."""
+    import onnx_ir.passes.common as common_passes
+    from onnxscript.optimizer import fold_constants_ir
+    from onnxscript.rewriter import RewritePass
+
+    weights = set(model.graph.initializers)
+    with fake_weights_hidden(model):  # fake-mode weights have no data to fold
+        # No ONNX shape inference: translation already gave every value its type and shape
+        # (FakeTensor metadata, node inference), and re-inferring doubled the folding time.
+        fold_constants_ir(model, onnx_shape_inference=False, should_fold=_reads_an_initializer)
+        ir.passes.Sequential(
+            RewritePass(_rewrite_rules()),
+            common_passes.RemoveUnusedNodesPass(),
+            common_passes.RemoveUnusedFunctionsPass(),
+            common_passes.RemoveUnusedOpsetsPass(),
+            common_passes.CommonSubexpressionEliminationPass(),
+            common_passes.OutputFixPass(),
+            common_passes.NameFixPass(),
+        )(model)
+    _constants_back_to_nodes(model.graph, weights)
+    for function in model.functions.values():
+        for domain, version in function.opset_imports.items():
+            model.graph.opset_imports.setdefault(domain, version)
+
+
+def _constants_back_to_nodes(graph: ir.Graph, weights: set[str]) -> None:
+    """Turn initializers that are not weights (constants the folder created) back into
+    Constant nodes at the start of the graph."""
+    lifted = [n for n, v in graph.initializers.items() if n not in weights and v.const_value is not None]
+    for name in lifted:
+        value = graph.initializers.pop(name)
+        node = ir.node("Constant", [], attributes={"value": value.const_value})
+        node.outputs[0].name, node.outputs[0].type, node.outputs[0].shape = name, value.type, value.shape
+        value.replace_all_uses_with(node.outputs[0], replace_graph_outputs=True)
+        if len(graph):
+            graph.insert_before(graph[0], node)
+        else:
+            graph.append(node)

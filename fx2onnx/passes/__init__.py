@@ -1,1 +1,0 @@
-"""FX passes that run between capture and translation."""

@@ -1,0 +1,148 @@
+"""`ONNXProgram.model_signature`: torch.export's graph signature in ONNX names.
+
+Which ONNX inputs are user inputs and which initializers are parameters, buffers or
+constants; which ONNX outputs are user outputs and which carry mutated buffers or inputs.
+Tooling maps names both ways with it (`onnx_name_of`, `torch_name_of`), and
+`ONNXProgram.save(model_state=...)` checks a state dict's names against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import onnx_ir as ir
+import torch
+
+from fx2onnx.program.io_adapter import InputSlot, MutationOutput
+
+# Kinds, named as torch.export's InputKind / OutputKind in lower case.
+USER_INPUT = "user_input"
+PARAMETER = "parameter"
+BUFFER = "buffer"
+CONSTANT_TENSOR = "constant_tensor"
+USER_OUTPUT = "user_output"
+BUFFER_MUTATION = "buffer_mutation"
+USER_INPUT_MUTATION = "user_input_mutation"
+_WEIGHT_KINDS = (PARAMETER, BUFFER, CONSTANT_TENSOR)
+
+
+@dataclass(frozen=True)
+class SignatureEntry:
+    """One input or output of the exported program.
+
+    Attributes:
+        kind: "user_input", "parameter", "buffer", "constant_tensor" (inputs);
+            "user_output", "buffer_mutation", "user_input_mutation" (outputs).
+        onnx_name: its name in the ONNX graph; None when it has no ONNX counterpart (a
+            weight no node reads, a Python scalar baked into the graph).
+        torch_name: the parameter/buffer/constant name (`layer.0.weight`), the FX name
+            of a user input, or the mutated buffer's/input's name; None for user outputs.
+        persistent: for buffers, whether they are in the module's `state_dict()`.
+    """
+
+    kind: str
+    onnx_name: str | None
+    torch_name: str | None
+    persistent: bool | None = None
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    inputs: tuple[SignatureEntry, ...]
+    outputs: tuple[SignatureEntry, ...]
+
+    def _inputs_of(self, kind: str) -> dict[str, str]:
+        return {e.onnx_name: e.torch_name for e in self.inputs if e.kind == kind and e.onnx_name is not None}  # type: ignore[misc]
+
+    @property
+    def user_inputs(self) -> list[str]:
+        """ONNX names of the inputs a user feeds, in order."""
+        return [e.onnx_name for e in self.inputs if e.kind == USER_INPUT and e.onnx_name is not None]  # type: ignore[misc]
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """ONNX initializer name -> parameter name."""
+        return self._inputs_of(PARAMETER)
+
+    @property
+    def buffers(self) -> dict[str, str]:
+        """ONNX initializer name -> buffer name."""
+        return self._inputs_of(BUFFER)
+
+    @property
+    def constants(self) -> dict[str, str]:
+        """ONNX initializer name -> lifted constant tensor name."""
+        return self._inputs_of(CONSTANT_TENSOR)
+
+    @property
+    def user_outputs(self) -> list[str]:
+        return [e.onnx_name for e in self.outputs if e.kind == USER_OUTPUT and e.onnx_name is not None]  # type: ignore[misc]
+
+    @property
+    def mutated_buffers(self) -> dict[str, str]:
+        """ONNX output name -> name of the buffer it holds the new value of."""
+        return {e.onnx_name: e.torch_name for e in self.outputs if e.kind == BUFFER_MUTATION}  # type: ignore[misc]
+
+    @property
+    def mutated_inputs(self) -> dict[str, str]:
+        """ONNX output name -> name of the user input it holds the new value of."""
+        return {e.onnx_name: e.torch_name for e in self.outputs if e.kind == USER_INPUT_MUTATION}  # type: ignore[misc]
+
+    def weight_names(self) -> list[str]:
+        """Names of every parameter, buffer and constant tensor of the program."""
+        return [e.torch_name for e in self.inputs if e.kind in _WEIGHT_KINDS and e.torch_name is not None]
+
+    def state_dict_names(self) -> list[str]:
+        """Names `model.state_dict()` has: parameters and persistent buffers."""
+        return [
+            e.torch_name  # type: ignore[misc]
+            for e in self.inputs
+            if e.kind == PARAMETER or (e.kind == BUFFER and e.persistent is not False)
+        ]
+
+    def onnx_name_of(self, torch_name: str) -> str | None:
+        """The ONNX input or initializer of a parameter, buffer, constant or user input."""
+        return next((e.onnx_name for e in self.inputs if e.torch_name == torch_name), None)
+
+    def torch_name_of(self, onnx_name: str) -> str | None:
+        """The torch name behind an ONNX input, initializer or mutation output."""
+        return next((e.torch_name for e in (*self.inputs, *self.outputs) if e.onnx_name == onnx_name), None)
+
+
+def build_model_signature(
+    program: torch.export.ExportedProgram | None,
+    input_slots: Sequence[InputSlot],
+    model: ir.Model,
+    mutation_outputs: Sequence[MutationOutput],
+) -> ModelSignature:
+    """Map the program's graph signature onto the names of the ONNX model."""
+    graph = model.graph
+    onnx_inputs = iter(v.name for v in graph.inputs)
+    # ONNX inputs come from the user inputs fed to ONNX, in order.
+    user_input_names = {slot.name: next(onnx_inputs, None) for slot in input_slots if slot.is_onnx_input}
+    inputs: list[SignatureEntry] = []
+    if program is not None:
+        for spec in program.graph_signature.input_specs:
+            kind = spec.kind.name.lower()
+            name = getattr(spec.arg, "name", None)
+            if kind == USER_INPUT:
+                inputs.append(SignatureEntry(kind, user_input_names.get(name), name))
+            elif kind in _WEIGHT_KINDS:
+                onnx_name = spec.target if spec.target in graph.initializers else None
+                persistent = spec.persistent if kind == BUFFER else None
+                inputs.append(SignatureEntry(kind, onnx_name, spec.target, persistent))
+    else:
+        inputs += [SignatureEntry(USER_INPUT, onnx, fx) for fx, onnx in user_input_names.items()]
+        # a GraphModule's tensor attributes (get_attr) are its constants
+        inputs += [SignatureEntry(CONSTANT_TENSOR, name, name) for name in graph.initializers]
+    by_index = {m.onnx_index: m for m in mutation_outputs}
+    outputs = []
+    for index, value in enumerate(graph.outputs):
+        mutation = by_index.get(index)
+        if mutation is None:
+            outputs.append(SignatureEntry(USER_OUTPUT, value.name, None))
+        else:
+            kind = BUFFER_MUTATION if mutation.kind == "buffer" else USER_INPUT_MUTATION
+            outputs.append(SignatureEntry(kind, value.name, mutation.target))
+    return ModelSignature(tuple(inputs), tuple(outputs))

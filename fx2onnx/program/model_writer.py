@@ -1,0 +1,321 @@
+"""Write an ONNX model to disk with its weights taken from where they are.
+
+- Weights come from the program's initializers, or by name from a `WeightSource`
+  (a state dict or checkpoint) for the ones it holds.
+- External data is streamed tensor by tensor into one data file: at most one tensor's
+  bytes are in Python's hands at a time (a memory-mapped checkpoint or a contiguous
+  torch tensor is not even copied). The proto keeps only references.
+- Without external data the weights are embedded (the protobuf limit is 2 GB).
+- Without initializers the weights become graph inputs named after them, as the former
+  `torch.onnx.dynamo_export` wrote them, so that weights can be shipped apart.
+- Files go through `diagnostics.files.staged_files`: a failure at any point leaves the
+  destination as it was. Saving without external data removes the data file this
+  program's earlier save left beside the model (recognised by its name and by the model
+  it replaces referencing it), never another file.
+
+The model is not changed: initializer tensors are swapped for the time of serializing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import BinaryIO
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+import torch
+
+from diagnostics.files import StagedFiles, resolve_destination, staged_files
+from dispatcher import torch_dtype_to_onnx
+from fx2onnx.translate.tensor_data import TorchTensorData, has_data, real_view, tensor_bytes_view
+
+# name of an initializer -> a function giving its tensor (called once, when written)
+WeightGetter = Callable[[], "torch.Tensor | ir.TensorProtocol"]
+
+PRODUCER_NAME = "fx2onnx"
+
+
+def data_file_name(destination: str | os.PathLike) -> str:
+    """The external data file of a model: `<model file name>.data`, beside it."""
+    return Path(destination).name + ".data"
+
+
+def initializer_bytes(model: ir.Model) -> int:
+    """Bytes of all initializers, from dtypes and shapes (no data is read)."""
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+@contextlib.contextmanager
+def _swapped_initializers(model: ir.Model, tensors: Mapping[str, ir.TensorProtocol | None]) -> Iterator[None]:
+    """Give initializers other tensors while serializing; put the originals back after."""
+    originals = {name: model.graph.initializers[name].const_value for name in tensors}
+    try:
+        for name, tensor in tensors.items():
+            model.graph.initializers[name].const_value = tensor
+        yield
+    finally:
+        for name, tensor in originals.items():
+            model.graph.initializers[name].const_value = tensor
+
+
+def _checked(name: str, value: ir.Value, tensor: torch.Tensor | ir.TensorProtocol) -> torch.Tensor | ir.TensorProtocol:
+    """The tensor for initializer ``name``, cast to its declared dtype; a shape that does
+    not fit is an error naming both."""
+    expected = tuple(value.shape.numpy()) if value.shape is not None else None
+    if isinstance(tensor, TorchTensorData) and tensor.has_data:
+        tensor = tensor.raw  # write from the torch storage, never through a bytes copy
+    if isinstance(tensor, torch.Tensor):
+        tensor = real_view(tensor.detach())
+        if expected is not None and tuple(tensor.shape) != expected:
+            raise ValueError(
+                f"model_state['{name}'] has shape {tuple(tensor.shape)}; the exported model declares "
+                f"{expected}. Give the weights of the model that was exported."
+            )
+        if value.dtype is not None and torch_dtype_to_onnx(tensor.dtype) != value.dtype:
+            # a checkpoint stored in another precision (e.g. float16 for a float32 model)
+            tensor = tensor.to(_torch_dtype(value.dtype))
+    return tensor
+
+
+# ONNX dtype -> torch dtype a checkpoint's tensor is cast to (plain numeric types only)
+_CAST_TARGETS = {
+    torch_dtype_to_onnx(dtype): dtype
+    for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                  torch.float16, torch.bfloat16, torch.float32, torch.float64)
+}
+
+
+def _torch_dtype(dtype: ir.DataType) -> torch.dtype:
+    if dtype not in _CAST_TARGETS:
+        raise TypeError(f"A weight of another dtype cannot be cast to ONNX {dtype}: give it as {dtype} already.")
+    return _CAST_TARGETS[dtype]
+
+
+def _write_tensor(stream, tensor: torch.Tensor | ir.TensorProtocol) -> int:  # noqa: ANN001 - binary file
+    """Write one tensor's bytes; return how many."""
+    if isinstance(tensor, torch.Tensor):
+        view = tensor_bytes_view(tensor)
+        stream.write(memoryview(view))
+        return view.nbytes
+    data = tensor.tobytes()
+    stream.write(data)
+    return len(data)
+
+
+def _external_tensors(
+    model: ir.Model, getters: Mapping[str, WeightGetter], data_path: Path, data_name: str
+) -> dict[str, ir.ExternalTensor]:
+    """Stream every initializer into ``data_path``; the references to put in the proto."""
+    references: dict[str, ir.ExternalTensor] = {}
+    offset = 0
+    with open(data_path, "wb") as stream:
+        for name, value in model.graph.initializers.items():
+            tensor = _checked(name, value, getters[name]())
+            length = _write_tensor(stream, tensor)
+            assert value.dtype is not None and value.shape is not None
+            references[name] = ir.ExternalTensor(
+                data_name, offset, length, value.dtype, shape=value.shape, name=name, base_dir=data_path.parent
+            )
+            offset += length
+            del tensor  # one tensor at a time
+        stream.flush()
+        os.fsync(stream.fileno())
+    return references
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        out.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(out)
+
+
+def _field(number: int, payload_length: int) -> bytes:
+    """The key and length of a length-delimited protobuf field (its payload follows)."""
+    return _varint(number << 3 | 2) + _varint(payload_length)
+
+
+# Field numbers of onnx.proto3: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+
+
+def write_embedded(model: ir.Model, getters: Mapping[str, WeightGetter], stream: BinaryIO) -> None:
+    """Write the model with its weights inside the protobuf to a binary stream, one tensor
+    at a time.
+
+    Protobuf lets a message's fields come in any order, so the file is written as the
+    model's other fields, then the graph field: the graph without initializers followed
+    by each initializer (its header, then its raw bytes straight from the tensor). Every
+    length is known beforehand from dtypes and shapes.
+    """
+    proto = proto_with_weights_as_inputs(model)
+    graph = proto.graph
+    weights = {name for name in model.graph.initializers}
+    kept_inputs = [i for i in graph.input if i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(kept_inputs)
+    graph_head = graph.SerializeToString(deterministic=True)
+    proto.ClearField("graph")
+    model_head = proto.SerializeToString(deterministic=True)
+    entries = []
+    for name, value in model.graph.initializers.items():
+        assert value.dtype is not None and value.shape is not None
+        header = onnx.TensorProto(name=name, data_type=value.dtype.value, dims=list(value.shape.numpy()))
+        header_bytes = header.SerializeToString(deterministic=True)
+        nbytes = value.const_value.nbytes if value.const_value is not None else 0
+        tensor_length = len(header_bytes) + len(_field(_TENSOR_RAW_DATA, nbytes)) + nbytes
+        entries.append((name, value, header_bytes, nbytes, tensor_length))
+    graph_length = len(graph_head) + sum(len(_field(_GRAPH_INITIALIZER, e[4])) + e[4] for e in entries)
+    if len(model_head) + graph_length >= 2**31:
+        raise ValueError(
+            "The weights are too large for one protobuf (2 GB): save with external_data=True "
+            "(or leave external_data unset to decide by size)."
+        )
+    stream.write(model_head)
+    stream.write(_field(_MODEL_GRAPH, graph_length))
+    stream.write(graph_head)
+    for name, value, header_bytes, nbytes, tensor_length in entries:
+        stream.write(_field(_GRAPH_INITIALIZER, tensor_length))
+        stream.write(header_bytes)
+        stream.write(_field(_TENSOR_RAW_DATA, nbytes))
+        tensor = _checked(name, value, getters[name]())
+        written = _write_tensor(stream, tensor)
+        del tensor  # one tensor at a time
+        if written != nbytes:
+            raise ValueError(f"The weight '{name}' gave {written} bytes, its dtype and shape need {nbytes}.")
+
+
+def _write_embedded_file(model: ir.Model, getters: Mapping[str, WeightGetter], path: Path) -> None:
+    with open(path, "wb") as stream:
+        write_embedded(model, getters, stream)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def proto_with_weights_as_inputs(model: ir.Model) -> onnx.ModelProto:
+    """The model without weight data: each initializer becomes a graph input of its name,
+    dtype and shape (after the user inputs)."""
+    placeholders = {
+        name: ir.ExternalTensor("", 0, 0, value.dtype, shape=value.shape, name=name)  # type: ignore[arg-type]
+        for name, value in model.graph.initializers.items()
+    }
+    with _swapped_initializers(model, placeholders):
+        proto = ir.serde.serialize_model(model)
+    graph = proto.graph
+    weights = {tensor.name for tensor in graph.initializer}
+    kept_info = [info for info in graph.value_info if info.name not in weights]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_info)
+    del graph.initializer[:]
+    for name, value in model.graph.initializers.items():
+        graph.input.append(ir.serde.serialize_value(value, name=name))
+    return proto
+
+
+def _stale_data_file(model_path: Path) -> Path | None:
+    """The data file that the model at ``model_path`` (written by fx2onnx) references under
+    this module's naming rule, if it exists: it is stale once that model is replaced by
+    one with embedded weights."""
+    data_path = model_path.with_name(data_file_name(model_path))
+    if not (model_path.is_file() and data_path.is_file()):
+        return None
+    try:
+        old = onnx.load_model(os.fspath(model_path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not a model we can read: not ours, leave its files alone
+        return None
+    if old.producer_name != PRODUCER_NAME:
+        return None
+    for tensor in old.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = {entry.key: entry.value for entry in tensor.external_data}.get("location")
+            if location == data_path.name:
+                return data_path
+    return None
+
+
+def write_model(
+    model: ir.Model,
+    destination: str | os.PathLike,
+    getters: Mapping[str, WeightGetter] | None,
+    *,
+    external_data: bool,
+) -> None:
+    """Write ``model`` to ``destination``.
+
+    Args:
+        getters: for each initializer, where its tensor comes from; None writes the
+            weights as graph inputs without data.
+        external_data: weights in `<destination name>.data` beside the model.
+    """
+    with staged_files() as files:
+        model_temp = files.stage(destination)
+        final = resolve_destination(destination)
+        if getters is not None and external_data:
+            data_name = data_file_name(final)
+            data_temp = files.stage(final.with_name(data_name))
+            references = _external_tensors(model, getters, data_temp, data_name)
+            with _swapped_initializers(model, references):
+                _write_proto(ir.serde.serialize_model(model), model_temp)
+            return
+        # No data file this time: the one an earlier save wrote for this model is stale.
+        _remove_stale_data(files, final)
+        if getters is None:
+            _write_proto(proto_with_weights_as_inputs(model), model_temp)
+        else:
+            _write_embedded_file(model, getters, model_temp)
+
+
+def _remove_stale_data(files: StagedFiles, final: Path) -> None:
+    stale = _stale_data_file(final)
+    if stale is not None:
+        files.remove_after_commit(stale)
+
+
+def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
+    with open(path, "wb") as stream:
+        stream.write(proto.SerializeToString(deterministic=True))
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def program_getters(model: ir.Model) -> dict[str, WeightGetter]:
+    """Each initializer's own tensor (the weights the program holds)."""
+    return {name: (lambda v=value: v.const_value) for name, value in model.graph.initializers.items()}
+
+
+def fake_weights(model: ir.Model) -> list[str]:
+    """Names of the initializers that hold no data (exported in fake mode)."""
+    return [name for name, value in model.graph.initializers.items() if not has_data(value.const_value)]
+
+
+class _DropNoConstantValueNotes(logging.Filter):
+    """onnx_ir's passes note every initializer without a value: expected for fake weights."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "has no constant value" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def fake_weights_hidden(model: ir.Model) -> Iterator[None]:
+    """Initializers without data look like graph inputs for the time of the block (graph
+    passes such as constant folding then leave them alone instead of reading them)."""
+    hidden = fake_weights(model)
+    if not hidden:
+        yield
+        return
+    note_filter = _DropNoConstantValueNotes()
+    loggers = [logging.getLogger("onnx_ir.passes.common.initializer_deduplication")]
+    for logger in loggers:
+        logger.addFilter(note_filter)
+    try:
+        with _swapped_initializers(model, {name: None for name in hidden}):
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(note_filter)

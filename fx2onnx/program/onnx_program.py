@@ -1,0 +1,446 @@
+"""ONNXProgram: the exported model, how to save it, run it, and what the export reported."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import torch
+
+from diagnostics import Diagnostic, DiagnosticContext
+from fx2onnx.capture.containers import registered_containers
+from fx2onnx.capture.fake_mode import ONNXFakeContext
+from fx2onnx.program.io_adapter import InputAdapter, MutationOutput, OutputAdapter
+from fx2onnx.program.low_precision import has_bfloat16, widen_bfloat16
+from fx2onnx.program.model_signature import BUFFER, CONSTANT_TENSOR, ModelSignature
+from fx2onnx.program.model_state import ModelState, WeightSource, describe_name_mismatch, open_model_state
+from fx2onnx.program.model_writer import (
+    WeightGetter,
+    fake_weights,
+    initializer_bytes,
+    program_getters,
+    proto_with_weights_as_inputs,
+    write_embedded,
+    write_model,
+)
+
+# Protobuf cannot hold more than 2 GiB: larger models keep their weights in a data file.
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+class ONNXProgram:
+    """An exported ONNX model with its PyTorch-facing adapters and diagnostics.
+
+    >>> program = fx2onnx.dynamo_export(model, x)  # doctest: +SKIP
+    >>> program.save("model.onnx")  # doctest: +SKIP
+    >>> program(x)            # runs in onnxruntime, returns torch tensors  # doctest: +SKIP
+    >>> program.save_diagnostics("report.sarif")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: ir.Model | None,
+        input_adapter: InputAdapter | None,
+        output_adapter: OutputAdapter | None,
+        diagnostic_context: DiagnosticContext,
+        *,
+        export_exception: BaseException | None = None,
+        stage_seconds: dict[str, float] | None = None,
+        mutation_outputs: Sequence[MutationOutput] = (),
+        module: torch.nn.Module | None = None,
+        model_signature: ModelSignature | None = None,
+        fake_context: ONNXFakeContext | None = None,
+    ) -> None:
+        self._model = model
+        self._input_adapter = input_adapter
+        self._output_adapter = output_adapter
+        self.diagnostic_context = diagnostic_context
+        self.export_exception = export_exception
+        # How long each export stage took (capture, decomposition, passes, translation, ...).
+        self.stage_seconds = dict(stage_seconds or {})
+        # Graph outputs holding the new values of mutated user inputs and buffers
+        # (named `<target>.mutated`); `__call__(..., write_back=True)` applies them.
+        self.mutation_outputs: list[MutationOutput] = list(mutation_outputs)
+        # The exported module, whose buffers write_back updates unless another is given.
+        self.module = module
+        self._model_signature = model_signature
+        self.fake_context = fake_context
+        # weights given by apply_weights(), used when save/run get no model_state
+        self._applied_state: ModelState | None = None
+        self._session = None
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """Every diagnostic the export recorded (``d.level``, ``d.rule.id``, ``d.message``,
+        ``d.location``); the same content as the SARIF report."""
+        return list(self.diagnostic_context.diagnostics)
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        """The warnings of the export (each kind was also emitted as an ExportWarning)."""
+        return self.diagnostic_context.warnings()
+
+    # -- the model -----------------------------------------------------------------------
+    def _require_model(self) -> ir.Model:
+        if self._model is None:
+            raise RuntimeError(
+                "This ONNXProgram comes from a failed export and holds no model; "
+                "see its diagnostics (save_diagnostics) for what failed."
+            ) from self.export_exception
+        return self._model
+
+    @property
+    def model(self) -> ir.Model:
+        """The model as onnx_ir."""
+        return self._require_model()
+
+    @property
+    def model_proto(self) -> onnx.ModelProto:
+        """The model as an `onnx.ModelProto` (weights included). A program exported in
+        fake mode has no weight data: its weights are graph inputs, as in
+        `save(..., include_initializers=False)`."""
+        model = self._require_model()
+        if fake_weights(model):
+            return proto_with_weights_as_inputs(model)
+        return ir.serde.serialize_model(model)
+
+    @property
+    def model_signature(self) -> ModelSignature | None:
+        """torch.export's graph signature in ONNX names: which inputs are user inputs,
+        parameters, buffers, constants; which outputs are user outputs and mutated
+        buffers or inputs. None when the export failed."""
+        return self._model_signature
+
+    @property
+    def has_weight_data(self) -> bool:
+        """False for a program exported in fake mode (weights declared, without data)."""
+        return not fake_weights(self._require_model())
+
+    # -- saving --------------------------------------------------------------------------
+    def save(
+        self,
+        destination: str | os.PathLike | BinaryIO,
+        *,
+        include_initializers: bool = True,
+        model_state: ModelState | None = None,
+        external_data: bool | None = None,
+    ) -> None:
+        """Write the model to `destination`.
+
+        Args:
+            destination: a file path, or a binary stream for a model with embedded weights.
+            include_initializers: False writes the graph without weight data: each
+                weight becomes a graph input named after it (as the former
+                `torch.onnx.dynamo_export` did), to ship the weights apart.
+            model_state: the weights to write, by parameter and buffer name: a state
+                dict, or the path of a `torch.save` checkpoint (memory-mapped) or of a
+                `.safetensors` file (read tensor by tensor). Needed for a program
+                exported in fake mode; for another program it replaces its weights.
+            external_data: weights in a data file beside the model (`<name>.data`);
+                by default only when they are too large for one protobuf (2 GB). They
+                are streamed tensor by tensor, never all in memory at once.
+
+        A symlink is followed to its target; a destination that exists and is not a
+        regular file is an error and is left untouched; missing parent folders are
+        created. Everything is written under temporary names and moved in place at the
+        end, so a failed or interrupted save leaves the destination as it was. Saving
+        without external data deletes the `<name>.data` file that a previous save of
+        fx2onnx wrote for the model it replaces (and no other file).
+        """
+        model = self._require_model()
+        if not include_initializers:
+            if model_state is not None:
+                raise ValueError(
+                    "model_state gives the weights to write, but include_initializers=False writes none: "
+                    "drop one of the two."
+                )
+            if hasattr(destination, "write"):
+                destination.write(proto_with_weights_as_inputs(model).SerializeToString(deterministic=True))  # type: ignore[union-attr]
+            else:
+                write_model(model, destination, None, external_data=False)
+            return
+        if external_data is None:
+            external_data = initializer_bytes(model) >= _PROTOBUF_LIMIT
+        if model_state is None:
+            model_state = self._applied_state
+        if hasattr(destination, "write"):
+            if external_data:
+                raise ValueError(
+                    "'destination' should be provided as a path-like string when saving a model larger than "
+                    "2GB or with external_data=True: the weights are written to a data file beside the model."
+                )
+            with self._weight_getters(model_state) as getters:
+                write_embedded(model, getters, destination)  # type: ignore[arg-type]
+            return
+        with self._weight_getters(model_state) as getters:
+            write_model(model, destination, getters, external_data=external_data)
+
+    @contextlib.contextmanager
+    def _weight_getters(self, model_state: ModelState | None) -> Iterator[dict[str, WeightGetter]]:
+        """Where each initializer's tensor comes from: the program, or ``model_state``."""
+        model = self._require_model()
+        if model_state is None:
+            self._require_weight_data("save it with real weights: program.save(path, model_state=...)")
+            yield program_getters(model)
+            return
+        with open_model_state(model_state) as source:
+            yield self._getters_from(source)
+
+    def apply_weights(self, model_state: ModelState) -> None:
+        """Use these weights (state dict or checkpoint path) for every later `save` and
+        run that is not given a `model_state` of its own."""
+        self._applied_state = model_state
+        self._session = None
+
+    def _require_weight_data(self, what_to_do: str) -> None:
+        missing = fake_weights(self._require_model())
+        if missing:
+            raise ValueError(
+                f"This program was exported in fake mode: its {len(missing)} weight(s) ({missing[0]!r}, ...) "
+                f"have no data. Give the real weights: {what_to_do}, where model_state is a state dict "
+                "or the path of a torch.save or .safetensors checkpoint."
+            )
+
+    def _getters_from(self, source: WeightSource) -> dict[str, WeightGetter]:
+        """Where each initializer's tensor comes from; a source whose names do not fit
+        the model is an error, raised before anything is written."""
+        model = self._require_model()
+        signature = self._model_signature
+        given = set(source.names())
+        torch_names = {name: (signature.torch_name_of(name) if signature else None) or name for name in model.graph.initializers}
+        without_data = {torch_names[name] for name in fake_weights(model)}
+        required = set(signature.state_dict_names() if signature else ()) | without_data
+        known = set(signature.weight_names() if signature else ()) | set(torch_names.values())
+        missing, unexpected = sorted(required - given), sorted(given - known)
+        if missing or unexpected:
+            hint = ""
+            if signature is not None:
+                not_in_state_dict = {
+                    e.torch_name for e in signature.inputs
+                    if e.kind == CONSTANT_TENSOR or (e.kind == BUFFER and e.persistent is False)
+                }
+                if not_in_state_dict & set(missing):
+                    hint = (
+                        " Non-persistent buffers and constants are not in state_dict(): add them, e.g. "
+                        "{**model.state_dict(), **dict(model.named_buffers())}."
+                    )
+            raise ValueError(describe_name_mismatch(missing, unexpected, hint))
+        getters = program_getters(model)
+        for name, torch_name in torch_names.items():
+            if torch_name in given:
+                getters[name] = lambda torch_name=torch_name: source.get(torch_name)
+        return getters
+
+    def save_diagnostics(self, destination: str | os.PathLike) -> None:
+        """Write the SARIF 2.1.0 report of this export (the path must end with .sarif),
+        by the same rules as `save`: symlinks followed, non-regular files refused,
+        parent folders created, written atomically."""
+        self.diagnostic_context.dump(os.fspath(destination))
+
+    # -- running -------------------------------------------------------------------------
+    def adapt_torch_inputs_to_onnx(
+        self, *args: Any, model_with_state_dict: torch.nn.Module | None = None, **kwargs: Any
+    ) -> list[torch.Tensor]:
+        """The flat list of tensors the ONNX graph takes for these PyTorch inputs.
+
+        ``model_with_state_dict`` is accepted for the former API's signature and not
+        needed: weights are initializers of the saved model (`save(..., model_state=...)`),
+        never inputs to feed, except in `include_initializers=False` files.
+        """
+        if self._input_adapter is None:
+            raise RuntimeError("This ONNXProgram has no input adapter (the export failed).")
+        with registered_containers():
+            return self._input_adapter.apply(args, kwargs)
+
+    def adapt_torch_outputs_to_onnx(self, model_outputs: Any) -> list[Any]:
+        """The flat list of tensors (complex as real pairs) that ONNX gives for these
+        PyTorch outputs: compare it with the onnxruntime results."""
+        with registered_containers():
+            return OutputAdapter.flatten_torch_outputs(model_outputs)
+
+    def _inference_session(self, model_state: ModelState | None = None):  # noqa: ANN202 - onnxruntime.InferenceSession
+        """The onnxruntime session; ``model_state`` gives (new) weights for it."""
+        if self._session is not None and model_state is None:
+            return self._session
+        if model_state is None:
+            model_state = self._applied_state
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        model = self._require_model()
+        if model_state is None:
+            self._require_weight_data(
+                "program.save(path, model_state=...) and run that file, or program(*inputs, model_state=...)"
+            )
+        # Decided from the weights, before serializing: a model too large for one
+        # protobuf, or weights from a checkpoint, go to a file with external data.
+        if model_state is None and initializer_bytes(model) < _PROTOBUF_LIMIT:
+            self._session = _session_on_cpu(self.model_proto, options)
+        else:
+            with tempfile.TemporaryDirectory(prefix="fx2onnx-run-") as folder:
+                path = Path(folder) / "model.onnx"
+                self.save(path, model_state=model_state, external_data=True)
+                self._session = _session_on_cpu(path, options)
+        return self._session
+
+    def run_flat(
+        self, onnx_inputs: Sequence[torch.Tensor], *, model_state: ModelState | None = None
+    ) -> list[torch.Tensor]:
+        """Run onnxruntime on the flat ONNX inputs; returns the flat ONNX outputs."""
+        session = self._inference_session(model_state)
+        names = [i.name for i in session.get_inputs()]
+        if len(names) != len(onnx_inputs):
+            raise ValueError(f"The ONNX model takes {len(names)} inputs, {len(onnx_inputs)} were given.")
+        tensors = [tensor.detach().cpu().contiguous() for tensor in onnx_inputs]
+        widened = getattr(session, "fx2onnx_widened_outputs", None)
+        if widened is not None:
+            # A bfloat16 model run in float32 (no bfloat16 kernels on this runtime).
+            feed = {
+                name: (t.float() if t.dtype == torch.bfloat16 else t).numpy() for name, t in zip(names, tensors)
+            }
+            results = [torch.from_numpy(np.asarray(r)) for r in session.run(None, feed)]
+            return [r.to(torch.bfloat16) if bf16 else r for r, bf16 in zip(results, widened)]
+        if not _uses_bfloat16(session, tensors):
+            feed = {name: tensor.numpy() for name, tensor in zip(names, tensors)}
+            return [torch.from_numpy(np.asarray(result)) for result in session.run(None, feed)]
+        return _run_through_dlpack(session, names, tensors)
+
+    def __call__(
+        self,
+        *args: Any,
+        write_back: bool = False,
+        module: torch.nn.Module | None = None,
+        model_state: ModelState | None = None,
+        model_with_state_dict: torch.nn.Module | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the model in onnxruntime on PyTorch inputs; returns torch tensors in the
+        model's own output structure (complex outputs restored).
+
+        With ``write_back=True`` the new values of mutated inputs are copied into the
+        given tensors and those of mutated buffers into ``module`` (default: the module
+        that was exported), so that running the program has the effect running the
+        model has. Buffers are read from the ONNX initializers, i.e. their values at
+        export time.
+
+        ``model_state`` (a state dict or checkpoint path, as for `save`) loads weights
+        for this run and the following ones; a program exported in fake mode needs it.
+        ``model_with_state_dict`` (the former API's way) takes them from a real module:
+        its state dict and its non-persistent buffers.
+        """
+        if model_state is None and model_with_state_dict is not None:
+            model_state = {**model_with_state_dict.state_dict(), **dict(model_with_state_dict.named_buffers())}
+        with registered_containers():  # cache objects in and out, as at export
+            onnx_inputs = self.adapt_torch_inputs_to_onnx(*args, **kwargs)
+            outputs = self.run_flat(onnx_inputs, model_state=model_state)
+            assert self._output_adapter is not None
+            if write_back:
+                self.write_back(outputs, args, kwargs, module)
+            return self._output_adapter.apply(outputs)
+
+    def write_back(
+        self,
+        onnx_outputs: Sequence[torch.Tensor],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        module: torch.nn.Module | None = None,
+    ) -> None:
+        """Copy the mutation outputs of one run into the given inputs and module buffers."""
+        assert self._input_adapter is not None
+        module = module if module is not None else self.module
+        for mutation in self.mutation_outputs:
+            new_value = onnx_outputs[mutation.onnx_index]
+            if mutation.kind == "user_input":
+                destination = self._input_adapter.leaf_named(mutation.target, args, kwargs)
+            elif module is None:
+                raise ValueError(
+                    f"The model mutates buffer '{mutation.target}': pass the module to update, "
+                    "program(..., write_back=True, module=model)."
+                )
+            else:
+                destination = module.get_buffer(mutation.target)
+            with torch.no_grad():
+                destination.copy_(new_value.reshape(destination.shape))
+
+    def release(self) -> None:
+        """Drop the onnxruntime session."""
+        self._session = None
+
+
+def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
+    """An onnxruntime CPU session on a model in memory or a saved file (with external
+    data); a bfloat16 model the CPU provider has no kernels for runs in float32 with casts
+    at the boundary (see fx2onnx.program.low_precision)."""
+    import onnxruntime as ort
+
+    def session(model: onnx.ModelProto | Path) -> Any:
+        loaded = str(model) if isinstance(model, Path) else model.SerializeToString()
+        return ort.InferenceSession(loaded, options, providers=["CPUExecutionProvider"])
+
+    try:
+        return session(source)
+    except Exception as error:  # onnxruntime raises its own pybind exception types
+        if "NOT_IMPLEMENTED" not in str(error):
+            raise
+        # The types decide; a saved model's weights are read only when it is widened.
+        header = onnx.load(str(source), load_external_data=False) if isinstance(source, Path) else source
+        if not has_bfloat16(header):
+            raise
+    model = header
+    if isinstance(source, Path):  # the header holds the weights kept in the file itself
+        onnx.external_data_helper.load_external_data_for_model(model, str(source.parent))
+    widened = widen_bfloat16(model)
+    if isinstance(source, Path):
+        # Beside the saved file, in the caller's temporary folder: weights too large for
+        # one protobuf stay in a data file.
+        wide_path = source.with_name(f"{source.stem}.float32.onnx")
+        onnx.save(widened, str(wide_path), save_as_external_data=True, location=f"{wide_path.name}.data")
+        widened_session = session(wide_path)
+    else:
+        widened_session = session(widened)
+    widened_session.fx2onnx_widened_outputs = [
+        output.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 for output in model.graph.output
+    ]
+    warnings.warn(
+        "onnxruntime's CPU provider lacks bfloat16 kernels for this model: it runs in float32 with "
+        "inputs and outputs cast at the boundary (results may differ from bfloat16 arithmetic by "
+        "bfloat16 rounding). To run it in bfloat16, use a provider that has the kernels "
+        "(e.g. onnxruntime-gpu's CUDAExecutionProvider) on the saved model.",
+        stacklevel=4,
+    )
+    return widened_session
+
+
+def _uses_bfloat16(session: Any, tensors: Sequence[torch.Tensor]) -> bool:
+    return any(t.dtype == torch.bfloat16 for t in tensors) or any(
+        output.type == "tensor(bfloat16)" for output in session.get_outputs()
+    )
+
+
+def _run_through_dlpack(session: Any, names: Sequence[str], tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run with tensors exchanged through DLPack: bfloat16 has no numpy type."""
+    import onnxruntime as ort
+
+    if not hasattr(ort.OrtValue, "from_dlpack"):
+        raise RuntimeError(
+            f"bfloat16 inputs or outputs need an onnxruntime with DLPack support (this is "
+            f"{ort.__version__}): pip install --upgrade onnxruntime"
+        )
+    feed = {name: ort.OrtValue.from_dlpack(tensor) for name, tensor in zip(names, tensors)}
+    results = session.run_with_ort_values(None, feed)
+    return [
+        torch.from_dlpack(value).clone() if value.data_type() == "tensor(bfloat16)" else torch.from_numpy(value.numpy())
+        for value in results
+    ]
+
+
+__all__ = ["ONNXProgram"]
