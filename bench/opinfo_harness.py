@@ -1,7 +1,7 @@
 """Run PyTorch OpInfo samples through an ONNX exporter and compare with eager PyTorch.
 
 Shared by `bench/opinfo_coverage.py` (the full side-by-side benchmark),
-`tests/test_opinfo_subset.py` (a fast regression subset) and `bench/module_coverage.py`
+`tests/unit/dispatcher/test_opinfo_subset.py` (a fast regression subset) and `bench/module_coverage.py`
 (torch.nn modules, through `run_module`).
 
 One OpInfo sample becomes an `nn.Module` whose inputs are the tensor leaves of

@@ -2,7 +2,7 @@
 
 It starts with torchlib's functions (the ATen library that ships with onnxscript), then
 fx2onnx's complex implementations of operators torchlib has none for
-(:mod:`dispatcher.complex_functions`), and takes user registrations on top. Every function is stored under the qualified name of
+(:mod:`dispatcher.functions.complex`), and takes user registrations on top. Every function is stored under the qualified name of
 the operator overload it implements, in registration order, so torchlib's come first
 and the user's after them; the dispatcher tries them newest first, so user functions win.
 
@@ -111,26 +111,26 @@ def _defaults_of(entries: Sequence[TableEntry], *, is_complex: bool) -> tuple[tu
 # fx2onnx's own function tables (module, attribute, whether the functions are complex),
 # added after torchlib's in this order; each module is imported when the table is built.
 OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
-    ("dispatcher.complex_functions", "COMPLEX_FUNCTIONS", True),  # complex operators torchlib lacks
-    ("dispatcher.nan_functions", "NAN_FUNCTIONS", False),  # reductions propagating NaN
-    ("dispatcher.symbolic_functions", "SYMBOLIC_FUNCTIONS", False),  # symbolic sizes
-    ("dispatcher.padding_functions", "PADDING_FUNCTIONS", False),  # pad in every mode
-    ("dispatcher.layout_functions", "LAYOUT_FUNCTIONS", False),  # aliases, permuted empty
-    ("dispatcher.average_pool_functions", "AVERAGE_POOL_FUNCTIONS", False),  # divisor_override
-    ("dispatcher.convolution_functions", "CONVOLUTION_FUNCTIONS", False),  # bias-free convolutions
-    ("dispatcher.loss_functions", "LOSS_FUNCTIONS", False),  # probability targets
-    ("dispatcher.logical_reduction_functions", "LOGICAL_REDUCTION_FUNCTIONS", False),  # all/any of 0-d
-    ("dispatcher.reduction_functions", "REDUCTION_FUNCTIONS", False),  # prod, nanmedian, segment_reduce
-    ("dispatcher.indexing_functions", "INDEXING_FUNCTIONS", False),  # masked_select, searchsorted, index_reduce
-    ("dispatcher.conjugate_functions", "CONJUGATE_FUNCTIONS", False),  # real _conj_physical
-    ("dispatcher.distance_functions", "DISTANCE_FUNCTIONS", False),  # cdist
-    ("dispatcher.pooling_functions", "POOLING_FUNCTIONS", False),  # adaptive max pooling
-    ("dispatcher.polynomial_functions", "POLYNOMIAL_FUNCTIONS", False),  # orthogonal polynomials
-    ("dispatcher.elementwise_functions", "ELEMENTWISE_FUNCTIONS", False),  # prims fmax, hypot, frexp...
-    ("dispatcher.order_functions", "ORDER_FUNCTIONS", False),  # cummax/cummin, kthvalue, mode
-    ("dispatcher.linalg_functions", "LINALG_FUNCTIONS", False),  # factorizations and solves
-    ("dispatcher.special_functions", "SPECIAL_FUNCTIONS", False),  # gamma, Bessel, erf family
-    ("dispatcher.vision_functions", "VISION_FUNCTIONS", False),  # torchvision's roi_pool, ps_roi_align
+    ("dispatcher.functions.complex", "COMPLEX_FUNCTIONS", True),  # complex operators torchlib lacks
+    ("dispatcher.functions.nan", "NAN_FUNCTIONS", False),  # reductions propagating NaN
+    ("dispatcher.functions.symbolic", "SYMBOLIC_FUNCTIONS", False),  # symbolic sizes
+    ("dispatcher.functions.padding", "PADDING_FUNCTIONS", False),  # pad in every mode
+    ("dispatcher.functions.layout", "LAYOUT_FUNCTIONS", False),  # aliases, permuted empty
+    ("dispatcher.functions.average_pool", "AVERAGE_POOL_FUNCTIONS", False),  # divisor_override
+    ("dispatcher.functions.convolution", "CONVOLUTION_FUNCTIONS", False),  # bias-free convolutions
+    ("dispatcher.functions.loss", "LOSS_FUNCTIONS", False),  # probability targets
+    ("dispatcher.functions.logical_reduction", "LOGICAL_REDUCTION_FUNCTIONS", False),  # all/any of 0-d
+    ("dispatcher.functions.reduction", "REDUCTION_FUNCTIONS", False),  # prod, nanmedian, segment_reduce
+    ("dispatcher.functions.indexing", "INDEXING_FUNCTIONS", False),  # masked_select, searchsorted, index_reduce
+    ("dispatcher.functions.conjugate", "CONJUGATE_FUNCTIONS", False),  # real _conj_physical
+    ("dispatcher.functions.distance", "DISTANCE_FUNCTIONS", False),  # cdist
+    ("dispatcher.functions.pooling", "POOLING_FUNCTIONS", False),  # adaptive max pooling
+    ("dispatcher.functions.polynomial", "POLYNOMIAL_FUNCTIONS", False),  # orthogonal polynomials
+    ("dispatcher.functions.elementwise", "ELEMENTWISE_FUNCTIONS", False),  # prims fmax, hypot, frexp...
+    ("dispatcher.functions.order", "ORDER_FUNCTIONS", False),  # cummax/cummin, kthvalue, mode
+    ("dispatcher.functions.linalg", "LINALG_FUNCTIONS", False),  # factorizations and solves
+    ("dispatcher.functions.special", "SPECIAL_FUNCTIONS", False),  # gamma, Bessel, erf family
+    ("dispatcher.functions.vision", "VISION_FUNCTIONS", False),  # torchvision's roi_pool, ps_roi_align
 )
 
 

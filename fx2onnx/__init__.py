@@ -9,17 +9,16 @@
 >>> program.save_diagnostics("report.sarif")  # doctest: +SKIP
 """
 
-__version__ = "0.1.0"
-
 from diagnostics import DiagnosticOptions
 from dispatcher import OnnxRegistry
 from fx2onnx.errors import OnnxExporterError, UnsupportedInputError
 from fx2onnx.exporter import dynamo_export
-from fx2onnx.capture.fake_mode import ONNXFakeContext, enable_fake_mode
+from fx2onnx.capture.fake_mode import enable_fake_mode
+from fx2onnx.options import ExportOptions, ModuleFunctionOptions, ONNXFakeContext
 from fx2onnx.program.model_signature import ModelSignature
-from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.program.onnx_program import ONNXProgram
 from fx2onnx.user_warnings import ExportWarning
+from fx2onnx.version import __version__
 
 __all__ = [
     "DiagnosticOptions",

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fx2onnx.program.onnx_program import ONNXProgram
+
+class _ExportResult(Protocol):
+    """What a failed export built (an `ONNXProgram`): named by its shape, so that this
+    module, which every stage imports, imports none of them."""
+
+    diagnostic_context: Any
 
 
 class OnnxExporterError(RuntimeError):
     """The export failed. `onnx_program` holds what was built and its diagnostics;
     the message lists every problem found, with the user's source lines."""
 
-    def __init__(self, onnx_program: "ONNXProgram", message: str) -> None:
+    def __init__(self, onnx_program: _ExportResult, message: str) -> None:
         super().__init__(message)
         self.onnx_program = onnx_program
 

@@ -15,27 +15,28 @@ from typing import Any
 
 import onnx_ir as ir
 import torch
-import torch.utils._pytree as pytree
 
-import fx2onnx
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
-from fx2onnx.fx_passes.analysis import report_unsupported_nodes
+from fx2onnx.translate.analysis import report_unsupported_nodes
 from fx2onnx.capture.torch_export import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.fx_passes.capture_checks import check_captured_graph
 from fx2onnx.collection_scope import collect_new_objects_only, freeze_survivors
 from fx2onnx.capture.containers import registered_containers
 from fx2onnx.translate.control_flow import on_every_graph
 from fx2onnx.fx_passes.decompose import decompose_unsupported
-from fx2onnx.capture.dynamic_shapes import keep_size_one_dims_dynamic, user_dim_names
+from fx2onnx.capture.dynamic_dims.names import dim_names_by_position
+from fx2onnx.capture.dynamic_dims.spec import keep_size_one_dims_dynamic
 from fx2onnx.errors import OnnxExporterError
+from fx2onnx.version import __version__
 from fx2onnx.translate.fake_metadata import SymbolNamer
 from fx2onnx.capture.fake_mode import outside_fake_mode
 from fx2onnx.translate.graph_builder import GraphBuilder, inference_note
 from fx2onnx.translate.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
 from fx2onnx.translate.interpreter import BodyInitializer, BodyInput, FxOnnxInterpreter
 from fx2onnx.onnx_passes.legalize_types import legalize_types
-from fx2onnx.program.io_adapter import MUTATION_SUFFIX, InputAdapter, MutationOutput, OutputAdapter, OutputSlot
+from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
+from fx2onnx.translate.io_slots import MUTATION_SUFFIX, MutationOutput, OutputSlot
 from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.translate.module_functions import ModuleFunctionTranslator
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
@@ -83,7 +84,7 @@ def dynamo_export(
         problem found with the user's source lines, and a SARIF report is written.
     """
     options = export_options or ExportOptions()
-    context = DiagnosticContext("fx2onnx", fx2onnx.__version__, options.diagnostic_options)
+    context = DiagnosticContext("fx2onnx", __version__, options.diagnostic_options)
     progress = ExportProgress(options.progress, f"Exporting {model_name(model)}")
     timer = StageTimer(on_stage=progress.stage)
     try:
@@ -166,7 +167,7 @@ def _export(
     _tell_specialized_scalars(io, context)
 
     namer = SymbolNamer()
-    name_input_dims(graph_module, io, namer, _dim_names_by_position(captured.dynamic_shapes_spec, model, args, kwargs, io))
+    name_input_dims(graph_module, io, namer, dim_names_by_position(captured.dynamic_shapes_spec, model, args, kwargs, io.in_spec))
 
     with timer.stage("passes"):
         run_pass(context, "remove_effect_tokens", remove_effect_tokens, graph_module, io.effect_tokens)
@@ -204,7 +205,7 @@ def _export(
         raise _ExportFailed()
 
     output_adapter, mutation_outputs = _register_outputs(builder, io, translated.outputs, translated.output_metas)
-    model_ir = builder.build_model(fx2onnx.__version__)
+    model_ir = builder.build_model(__version__)
     input_adapter = InputAdapter(io.in_spec, io.input_slots)
     with timer.stage("legalization"):
         legalize_types(model_ir, context)
@@ -273,16 +274,6 @@ def _graph_of(value: Any) -> torch.fx.Graph | None:
     if isinstance(value, torch.export.ExportedProgram):
         return value.graph_module.graph
     return None
-
-
-def _dim_names_by_position(spec: Any, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], io: GraphIO) -> list[dict[int, str]]:
-    names_by_id = user_dim_names(spec, model, args, kwargs)
-    if not names_by_id:
-        return []
-    if io.in_spec is not None and io.in_spec.num_children == 2 and io.in_spec.child(1).context:
-        kwargs = {k: kwargs[k] for k in io.in_spec.child(1).context if k in kwargs}
-    leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    return [names_by_id.get(id(leaf), {}) for leaf in leaves]
 
 
 def _tell_whole_program_decomposition(reasons: list[str], context: DiagnosticContext) -> None:

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnostics import DiagnosticOptions
 from dispatcher import OnnxRegistry
-from fx2onnx.capture.fake_mode import ONNXFakeContext
+
+if TYPE_CHECKING:
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
+
+
+@dataclass
+class ONNXFakeContext:
+    """What `enable_fake_mode()` yields; pass it as `ExportOptions(fake_context=...)`.
+
+    Attributes:
+        fake_mode: the FakeTensorMode the model and example inputs were created in.
+        state_dict_paths: kept for the former API's shape; fx2onnx records no paths, give
+            the weights to `ONNXProgram.save(..., model_state=...)` instead.
+    """
+
+    fake_mode: FakeTensorMode
+    state_dict_paths: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

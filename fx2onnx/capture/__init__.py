@@ -3,8 +3,8 @@
 Takes an `nn.Module`, a plain function, an `ExportedProgram` or a `GraphModule` with
 example inputs and `ExportOptions.dynamic_shapes`; gives a `CapturedModel` (an
 ExportedProgram from torch.export, or an aten-level GraphModule). Here live: torch.export
-and its two modes (`torch_export`), fake mode (`fake_mode`), dynamic-shape specs and their
-check after capture (`dynamic_shapes`, `dynamic_dims_check`), library adapters active
+and its two modes (`torch_export`), fake mode (`fake_mode`), everything about dynamic dims
+(`dynamic_dims`: the spec, its check after capture, the names dims get in ONNX), library adapters active
 during a capture (`library_adapters`: transformers' caches in `containers`, torchvision's
 data-dependent helpers in `vision_rewrites`) and the hints for failed captures (`hints`,
 `transformers_hints`).

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,19 +29,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-
-@dataclass
-class ONNXFakeContext:
-    """What `enable_fake_mode()` yields; pass it as `ExportOptions(fake_context=...)`.
-
-    Attributes:
-        fake_mode: the FakeTensorMode the model and example inputs were created in.
-        state_dict_paths: kept for the former API's shape; fx2onnx records no paths, give
-            the weights to `ONNXProgram.save(..., model_state=...)` instead.
-    """
-
-    fake_mode: FakeTensorMode
-    state_dict_paths: tuple[str, ...] | None = None
+from fx2onnx.options import ONNXFakeContext
 
 
 @contextlib.contextmanager

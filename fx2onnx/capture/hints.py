@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx.capture.dynamic_shapes import capture_signature
+from fx2onnx.capture.dynamic_dims.spec import capture_signature
 from fx2onnx.capture.transformers_hints import transformers_hint
 
 # The versions the test suite runs on (constraints.txt; a test keeps the two equal).

@@ -15,7 +15,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
 from dispatcher import stack_location
-from fx2onnx.capture.dynamic_dims_check import (
+from fx2onnx.capture.dynamic_dims.check import (
     FixedDynamicDimError,
     check_dynamic_dims,
     fixed_dims_text,
@@ -23,7 +23,7 @@ from fx2onnx.capture.dynamic_dims_check import (
     explain_fixed_dims,
     is_fixed_dim_error,
 )
-from fx2onnx.capture.dynamic_shapes import (
+from fx2onnx.capture.dynamic_dims.spec import (
     DynamicDimError,
     DynamicShapesOption,
     SpecializedDim,
@@ -35,7 +35,8 @@ from fx2onnx.capture.dynamic_shapes import (
     symbolic_math,
     torch_export_spec,
 )
-from fx2onnx.capture.fake_mode import ONNXFakeContext, check_fake_mode_use
+from fx2onnx.capture.fake_mode import check_fake_mode_use
+from fx2onnx.options import ONNXFakeContext
 from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
 from fx2onnx.capture.library_adapters import library_adapters_at_capture
 

@@ -4,6 +4,5 @@ Takes the captured GraphModule; gives it decomposed where no ONNX function cover
 operator (`decompose`, `decompose_nodes`), checked (`capture_checks`), with effect tokens,
 assertions and identity views removed, leftover in-place ops functionalized, type
 promotion made explicit, and module calls grouped into nested GraphModules
-(`modularize`); operators left without an ONNX function are reported all at once
-(`analysis`).
+(`modularize`).
 """

@@ -39,7 +39,7 @@ def check_captured_graph(graph_module: torch.fx.GraphModule, output_roles: list[
 def check_no_uncomputed_output_read(graph_module: torch.fx.GraphModule, context: DiagnosticContext) -> bool:
     """Record an error for each read of an operator output that fx2onnx's ONNX function
     does not compute (torchvision's ``roi_pool`` argmax); False when there is one."""
-    from dispatcher.vision_functions import UNCOMPUTED_OUTPUTS
+    from dispatcher.functions.vision import UNCOMPUTED_OUTPUTS
 
     valid = True
     for node in graph_module.graph.nodes:

@@ -86,7 +86,7 @@ def _core_table(registry: OnnxRegistry) -> dict:
 def _core_aten_decompositions() -> dict:
     """torch's core ATen decomposition table, without the composite-kernel entries that
     the public `core_aten_decompositions()` materializes for every operator (~0.3 s).
-    Private: reached here only; tests/test_decompose_per_node.py fails if it moves."""
+    Private: reached here only; tests/unit/fx_passes/test_decompose_per_node.py fails if it moves."""
     from torch._decomp import _core_aten_decompositions_post_autograd
 
     return _core_aten_decompositions_post_autograd()

@@ -41,7 +41,7 @@ import functools
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.layout_rules import layout_rules
-from fx2onnx.program.model_writer import fake_weights_hidden
+from fx2onnx.onnx_passes.fake_weights import fake_weights_hidden
 
 
 def _reads_an_initializer(node: ir.Node) -> bool | None:

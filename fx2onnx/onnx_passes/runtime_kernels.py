@@ -3,7 +3,7 @@
 Type legalization picks, among the types an op's schema accepts, one the CPU runtime
 can also run (ONNX accepts `Conv` in double, ONNX Runtime's CPU provider only in float).
 The kernel table comes from onnxruntime's pybind module, the one place this private
-API is reached (tests/test_validity.py fails loudly when it moves). Without
+API is reached (tests/unit/onnx_passes/test_validity.py fails loudly when it moves). Without
 onnxruntime nothing is preferred and the schema alone decides.
 """
 

@@ -18,7 +18,7 @@ import torch
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import node_location, node_stack
 from fx2onnx.onnx_passes.legalize_types import METADATA_KEY
-from fx2onnx.program.model_writer import proto_with_weights_as_inputs
+from fx2onnx.onnx_passes.fake_weights import proto_with_weights_as_inputs
 
 _NODE_NAME = re.compile(r"node name: ([^)\n]*)\)|name: (\S+) OpType: (\S+)")
 

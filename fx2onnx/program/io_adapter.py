@@ -10,53 +10,14 @@ rebuild the model's output structure.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx.capture.containers import is_cache_type, is_encoder_decoder_cache_type
 from fx2onnx.errors import UnsupportedInputError
+from fx2onnx.translate.io_slots import InputSlot, OutputSlot
 from fx2onnx.translate.tensor_data import real_view
-
-
-@dataclass(frozen=True)
-class InputSlot:
-    """One leaf of the flattened inputs: fed to ONNX, or a value baked into the graph."""
-
-    name: str
-    is_onnx_input: bool
-    constant: Any = None
-
-
-@dataclass(frozen=True)
-class OutputSlot:
-    """One leaf of the model's outputs: an ONNX output index, or a constant."""
-
-    onnx_index: int | None
-    is_complex: bool = False
-    constant: Any = None
-    # int/float/bool for outputs that are symbolic sizes in PyTorch (a 0-d tensor in ONNX)
-    python_type: type | None = None
-
-
-@dataclass(frozen=True)
-class MutationOutput:
-    """A graph output that carries the new value of a mutated user input or buffer.
-
-    ``kind`` is "user_input" or "buffer"; ``target`` the input's name or the buffer's
-    attribute path (``bn.running_mean``). The ONNX output is named ``<target>.mutated``:
-    ONNX needs it distinct from the input or initializer of the same name.
-    """
-
-    kind: str
-    target: str
-    onnx_name: str
-    onnx_index: int
-
-
-MUTATION_SUFFIX = ".mutated"
 
 
 class InputAdapter:
@@ -176,95 +137,3 @@ class OutputAdapter:
     def flatten_torch_outputs(outputs: Any) -> list[Any]:
         leaves, _ = pytree.tree_flatten(outputs)
         return [real_view(leaf) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-
-
-# -- ONNX names of input and output leaves ---------------------------------------------
-# The names ONNX Runtime GenAI and Optimum give to KV caches.
-PAST_PREFIX = "past_key_values"
-PRESENT_PREFIX = "present"
-_LAYER_TENSOR_NAMES = {"keys": "key", "values": "value"}
-
-
-def input_leaf_names(in_spec: pytree.TreeSpec | None) -> list[str | None]:
-    """The ONNX name of each input leaf of `(args, kwargs)`, or None where torch.export's
-    placeholder name (the parameter's name) is kept: keyword inputs by their keys
-    (`attention_mask`), cache tensors as `past_key_values.<layer>.key` / `.value`
-    (`.decoder.` / `.encoder.` parts for an encoder-decoder cache)."""
-    if in_spec is None:
-        return []
-    if in_spec.type is tuple and in_spec.num_children == 2 and in_spec.child(1).type is dict:
-        names = _leaf_names(in_spec.child(0), None, PAST_PREFIX)
-        return names + _leaf_names(in_spec.child(1), None, PAST_PREFIX)
-    return _leaf_names(in_spec, None, PAST_PREFIX)
-
-
-def output_leaf_names(out_spec: pytree.TreeSpec | None) -> list[str | None]:
-    """The ONNX name of each output leaf, or None to keep the node's name: fields of
-    dict-like outputs by their keys (`logits`), caches as `present.<layer>.key` / `.value`."""
-    if out_spec is None:
-        return []
-    return _leaf_names(out_spec, None, PRESENT_PREFIX)
-
-
-def _join(parent: str | None, child: Any) -> str | None:
-    return None if parent is None else f"{parent}.{child}"
-
-
-def _child_keys(spec: pytree.TreeSpec) -> list[Any] | None:
-    """Readable keys of a container's children: dict keys, named-tuple fields."""
-    if isinstance(spec.type, type) and issubclass(spec.type, dict) and isinstance(spec.context, (list, tuple)):
-        return list(spec.context)
-    fields = getattr(spec.type, "_fields", None)
-    if isinstance(fields, tuple) and len(fields) == spec.num_children:
-        return list(fields)
-    return None
-
-
-def _leaf_names(spec: pytree.TreeSpec, name: str | None, cache_prefix: str) -> list[str | None]:
-    if spec.is_leaf():
-        return [name]
-    if is_cache_type(spec.type) and _flat_pairs(spec):
-        # registered elsewhere (transformers' own exporter) as a flat list of tensors,
-        # layer by layer, keys before values; an encoder-decoder's decoder layers first
-        parts = [""] if not is_encoder_decoder_cache_type(spec.type) else [".decoder", ".encoder"]
-        per_part = spec.num_children // len(parts)
-        return [
-            f"{cache_prefix}.{(index % per_part) // 2}{parts[index // per_part]}.{('key', 'value')[index % 2]}"
-            for index in range(spec.num_children)
-        ]
-    if is_encoder_decoder_cache_type(spec.type):
-        decoder, encoder = spec.child(0), spec.child(1)
-        return _cache_leaf_names(decoder, cache_prefix, ".decoder") + _cache_leaf_names(encoder, cache_prefix, ".encoder")
-    if is_cache_type(spec.type):
-        return _cache_leaf_names(spec, cache_prefix, "")
-    keys = _child_keys(spec)
-    names: list[str | None] = []
-    for index in range(spec.num_children):
-        key = keys[index] if keys is not None else index
-        child_name = str(key) if name is None and keys is not None else _join(name, key)
-        names += _leaf_names(spec.child(index), child_name, cache_prefix)
-    return names
-
-
-def _flat_pairs(spec: pytree.TreeSpec) -> bool:
-    """A cache flattened straight to tensors: two per layer (and per side of an
-    encoder-decoder cache)."""
-    group = 4 if is_encoder_decoder_cache_type(spec.type) else 2
-    count = spec.num_children
-    return count > 0 and count % group == 0 and all(spec.child(i).is_leaf() for i in range(count))
-
-
-def _cache_leaf_names(spec: pytree.TreeSpec, prefix: str, part: str) -> list[str | None]:
-    """`<prefix>.<layer><part>.key` for each layer's tensors (other tensor state by its attribute)."""
-    names: list[str | None] = []
-    for layer_index in range(spec.num_children):
-        layer = spec.child(layer_index)
-        if layer.is_leaf():
-            names.append(f"{prefix}.{layer_index}{part}")
-            continue
-        tensor_names = layer.context[0] if isinstance(layer.context, tuple) and layer.context else ()
-        for index in range(layer.num_children):
-            attribute = tensor_names[index] if index < len(tensor_names) else str(index)
-            base = f"{prefix}.{layer_index}{part}.{_LAYER_TENSOR_NAMES.get(attribute, attribute)}"
-            names += _leaf_names(layer.child(index), base, prefix)
-    return names

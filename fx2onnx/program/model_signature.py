@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 import torch
 
-from fx2onnx.program.io_adapter import InputSlot, MutationOutput
+from fx2onnx.translate.io_slots import InputSlot, MutationOutput
 
 # Kinds, named as torch.export's InputKind / OutputKind in lower case.
 USER_INPUT = "user_input"

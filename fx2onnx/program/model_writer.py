@@ -18,10 +18,8 @@ The model is not changed: initializer tensors are swapped for the time of serial
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import BinaryIO
 from pathlib import Path
 
@@ -31,7 +29,8 @@ import torch
 
 from diagnostics.files import StagedFiles, resolve_destination, staged_files
 from dispatcher import torch_dtype_to_onnx
-from fx2onnx.translate.tensor_data import TorchTensorData, has_data, real_view, tensor_bytes_view
+from fx2onnx.onnx_passes.fake_weights import proto_with_weights_as_inputs, swapped_initializers
+from fx2onnx.translate.tensor_data import TorchTensorData, real_view, tensor_bytes_view
 
 # name of an initializer -> a function giving its tensor (called once, when written)
 WeightGetter = Callable[[], "torch.Tensor | ir.TensorProtocol"]
@@ -47,19 +46,6 @@ def data_file_name(destination: str | os.PathLike) -> str:
 def initializer_bytes(model: ir.Model) -> int:
     """Bytes of all initializers, from dtypes and shapes (no data is read)."""
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
-
-
-@contextlib.contextmanager
-def _swapped_initializers(model: ir.Model, tensors: Mapping[str, ir.TensorProtocol | None]) -> Iterator[None]:
-    """Give initializers other tensors while serializing; put the originals back after."""
-    originals = {name: model.graph.initializers[name].const_value for name in tensors}
-    try:
-        for name, tensor in tensors.items():
-            model.graph.initializers[name].const_value = tensor
-        yield
-    finally:
-        for name, tensor in originals.items():
-            model.graph.initializers[name].const_value = tensor
 
 
 def _checked(name: str, value: ir.Value, tensor: torch.Tensor | ir.TensorProtocol) -> torch.Tensor | ir.TensorProtocol:
@@ -198,26 +184,6 @@ def _write_embedded_file(model: ir.Model, getters: Mapping[str, WeightGetter], p
         os.fsync(stream.fileno())
 
 
-def proto_with_weights_as_inputs(model: ir.Model) -> onnx.ModelProto:
-    """The model without weight data: each initializer becomes a graph input of its name,
-    dtype and shape (after the user inputs)."""
-    placeholders = {
-        name: ir.ExternalTensor("", 0, 0, value.dtype, shape=value.shape, name=name)  # type: ignore[arg-type]
-        for name, value in model.graph.initializers.items()
-    }
-    with _swapped_initializers(model, placeholders):
-        proto = ir.serde.serialize_model(model)
-    graph = proto.graph
-    weights = {tensor.name for tensor in graph.initializer}
-    kept_info = [info for info in graph.value_info if info.name not in weights]
-    del graph.value_info[:]
-    graph.value_info.extend(kept_info)
-    del graph.initializer[:]
-    for name, value in model.graph.initializers.items():
-        graph.input.append(ir.serde.serialize_value(value, name=name))
-    return proto
-
-
 def _stale_data_file(model_path: Path) -> Path | None:
     """The data file that the model at ``model_path`` (written by fx2onnx) references under
     this module's naming rule, if it exists: it is stale once that model is replaced by
@@ -260,7 +226,7 @@ def write_model(
             data_name = data_file_name(final)
             data_temp = files.stage(final.with_name(data_name))
             references = _external_tensors(model, getters, data_temp, data_name)
-            with _swapped_initializers(model, references):
+            with swapped_initializers(model, references):
                 _write_proto(ir.serde.serialize_model(model), model_temp)
             return
         # No data file this time: the one an earlier save wrote for this model is stale.
@@ -287,35 +253,3 @@ def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
 def program_getters(model: ir.Model) -> dict[str, WeightGetter]:
     """Each initializer's own tensor (the weights the program holds)."""
     return {name: (lambda v=value: v.const_value) for name, value in model.graph.initializers.items()}
-
-
-def fake_weights(model: ir.Model) -> list[str]:
-    """Names of the initializers that hold no data (exported in fake mode)."""
-    return [name for name, value in model.graph.initializers.items() if not has_data(value.const_value)]
-
-
-class _DropNoConstantValueNotes(logging.Filter):
-    """onnx_ir's passes note every initializer without a value: expected for fake weights."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "has no constant value" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def fake_weights_hidden(model: ir.Model) -> Iterator[None]:
-    """Initializers without data look like graph inputs for the time of the block (graph
-    passes such as constant folding then leave them alone instead of reading them)."""
-    hidden = fake_weights(model)
-    if not hidden:
-        yield
-        return
-    note_filter = _DropNoConstantValueNotes()
-    loggers = [logging.getLogger("onnx_ir.passes.common.initializer_deduplication")]
-    for logger in loggers:
-        logger.addFilter(note_filter)
-    try:
-        with _swapped_initializers(model, {name: None for name in hidden}):
-            yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(note_filter)

@@ -17,20 +17,14 @@ import torch
 
 from diagnostics import Diagnostic, DiagnosticContext
 from fx2onnx.capture.containers import registered_containers
-from fx2onnx.capture.fake_mode import ONNXFakeContext
-from fx2onnx.program.io_adapter import InputAdapter, MutationOutput, OutputAdapter
+from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
+from fx2onnx.translate.io_slots import MutationOutput
 from fx2onnx.program.low_precision import has_bfloat16, widen_bfloat16
 from fx2onnx.program.model_signature import BUFFER, CONSTANT_TENSOR, ModelSignature
 from fx2onnx.program.model_state import ModelState, WeightSource, describe_name_mismatch, open_model_state
-from fx2onnx.program.model_writer import (
-    WeightGetter,
-    fake_weights,
-    initializer_bytes,
-    program_getters,
-    proto_with_weights_as_inputs,
-    write_embedded,
-    write_model,
-)
+from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
+from fx2onnx.options import ONNXFakeContext
+from fx2onnx.program.model_writer import WeightGetter, initializer_bytes, program_getters, write_embedded, write_model
 
 # Protobuf cannot hold more than 2 GiB: larger models keep their weights in a data file.
 _PROTOBUF_LIMIT = 2**31 - 1

@@ -27,21 +27,34 @@ into the buffer or input, which the exporter turns into a `.mutated` output.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import onnx_ir as ir
 import torch
 import torch.fx
 
-from diagnostics import Level, rules
+from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import node_location, walk_graph_modules
-from fx2onnx.translate.fake_metadata import OnnxTypeInfo, apply_type, onnx_type_of
+from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.translate.graph_builder import GraphBuilder
 from fx2onnx.translate.translated_body import FAILED, BodyInput, TranslatedBody
 from fx2onnx.translate.values import TracedValue
 
-if TYPE_CHECKING:
-    from fx2onnx.translate.interpreter import FxOnnxInterpreter
+
+
+class FxOnnxInterpreter(Protocol):
+    """What control flow uses of `fx2onnx.translate.interpreter.FxOnnxInterpreter` (which
+    calls this module): named by its shape, so that the two modules import in one direction."""
+
+    builder: GraphBuilder | None
+    diagnostics: DiagnosticContext
+    namer: SymbolNamer
+
+    def onnx_arg(self, arg: Any) -> Any: ...
+
+    def translate(
+        self, graph_module: torch.fx.GraphModule, builder: GraphBuilder, *, inputs: Any = None, skip: Any = ()
+    ) -> TranslatedBody: ...
 
 
 def unsupported_reason(node: torch.fx.Node) -> str | None:

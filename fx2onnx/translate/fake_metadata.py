@@ -20,6 +20,7 @@ import sympy
 import torch
 
 from dispatcher import torch_dtype_to_onnx
+from fx2onnx.capture.dynamic_dims.names import dim_name
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class SymbolNamer:
         tensor becomes `<base>_dim_<i>`, a SymInt becomes `<base>`."""
         if isinstance(value, torch.Tensor):
             for index, size in enumerate(value.shape):
-                self.name_symbol(size, f"{base}_dim_{index}")
+                self.name_symbol(size, dim_name(base, index))
         else:
             self.name_symbol(value, base)
 

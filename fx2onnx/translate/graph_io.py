@@ -14,8 +14,10 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
+from fx2onnx.capture.dynamic_dims.names import dim_name
 from fx2onnx.translate.fake_metadata import SymbolNamer
-from fx2onnx.program.io_adapter import InputSlot, input_leaf_names, output_leaf_names
+from fx2onnx.translate.io_names import input_leaf_names, output_leaf_names
+from fx2onnx.translate.io_slots import InputSlot
 
 _TENSOR_LIKE = (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -125,4 +127,4 @@ def name_input_dims(
         given = user_dim_names_by_position[position] if position < len(user_dim_names_by_position) else {}
         name = io.onnx_input_name(node.name)
         for index, size in enumerate(meta.shape):
-            namer.name_symbol(size, given.get(index, f"{name}_dim_{index}"))
+            namer.name_symbol(size, given.get(index, dim_name(name, index)))

@@ -30,7 +30,7 @@ from dispatcher import (
     schema_defaults,
     torch_dtype_to_onnx,
 )
-from dispatcher.complex_functions import COMPLEX_DOMAIN
+from dispatcher.functions.complex import COMPLEX_DOMAIN
 from fx2onnx.translate import control_flow
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.translate.graph_builder import GraphBuilder

@@ -1,0 +1,10 @@
+"""Everything about dynamic dims, in the order an export meets it.
+
+- `spec`: the dynamic-shapes spec given to torch.export, built from
+  `ExportOptions.dynamic_shapes` for every way inputs bind to `forward` (positional,
+  keyword, `*args`, `**kwargs`, registered pytree classes), and the switches the capture
+  runs under (size-oblivious 0/1 dims, symbolic math);
+- `check`: after the capture, the dims asked to be dynamic that the model's code fixed,
+  reported at the line that fixed them;
+- `names`: the names dynamic dims get in the ONNX file.
+"""

@@ -1,0 +1,103 @@
+"""Dims asked to be dynamic stay dynamic in the ONNX model, or the export says which
+input, which dim, and which line of the model fixed it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.export import Dim
+
+import fx2onnx
+from conftest import MLP, export_program, make_options
+from fx2onnx.capture.dynamic_dims.spec import keep_size_one_dims_dynamic
+from sarif_checks import validate_sarif
+
+
+def _dims(program: fx2onnx.ONNXProgram, index: int = 0) -> list:
+    dims = program.model_proto.graph.input[index].type.tensor_type.shape.dim
+    return [d.dim_param or d.dim_value for d in dims]
+
+
+class BranchOnBatch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x + 1
+        if x.shape[0] == 4:  # fixes the batch dim
+            return y * 2
+        return y
+
+
+@pytest.mark.parametrize("size", [1, 0])
+def test_example_batch_of_one_or_zero_stays_dynamic(size: int, export_and_compare, tmp_path) -> None:
+    program = export_and_compare(
+        MLP(), (torch.randn(size, 8),), options=make_options(tmp_path, dynamic_shapes=True),
+        second_inputs=((torch.randn(3, 8),), {}),
+    )
+    assert _dims(program) == ["x_dim_0", 8]
+
+
+def test_named_dim_with_example_of_one_stays_dynamic(export_and_compare, tmp_path) -> None:
+    options = make_options(tmp_path, dynamic_shapes={"x": {0: Dim("batch")}})
+    program = export_and_compare(MLP(), (torch.randn(1, 8),), options=options, second_inputs=((torch.randn(5, 8),), {}))
+    assert _dims(program) == ["batch", 8]
+
+
+def test_fixed_dim_with_dynamic_shapes_true_is_a_warning_naming_dim_and_line(tmp_path) -> None:
+    with pytest.warns(UserWarning, match=r"dim 0 of input 'x' was fixed to 4 by the code at .*test_dynamic_dims.py:\d+"):
+        program = export_program(BranchOnBatch(), (torch.randn(4, 3),), options=make_options(tmp_path, dynamic_shapes=True))
+    assert _dims(program) == [4, "x_dim_1"]
+    warnings = [d for d in program.diagnostic_context.warnings() if "fixed to 4" in str(d.message)]
+    assert warnings, "the SARIF report must hold the warning"
+    program.save_diagnostics(tmp_path / "export.sarif")
+    validate_sarif(tmp_path / "export.sarif")
+    report = json.loads((tmp_path / "export.sarif").read_text())
+    results = [r for r in report["runs"][0]["results"] if "fixed to 4" in r["message"]["text"]]
+    assert results[0]["level"] == "warning"
+    location = results[0]["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"].endswith("test_dynamic_dims.py")
+    assert location["region"]["startLine"] == BranchOnBatch.forward.__code__.co_firstlineno + 2
+
+
+def test_fixed_named_dim_is_an_error_naming_dim_and_line(tmp_path) -> None:
+    options = make_options(tmp_path, dynamic_shapes={"x": {0: Dim("batch")}})
+    with pytest.raises(fx2onnx.OnnxExporterError, match=r"dim 0 of input 'x' was fixed to 4 by the code at .*test_dynamic_dims.py:\d+"):
+        export_program(BranchOnBatch(), (torch.randn(4, 3),), options=options)
+
+
+def test_dim_index_beyond_the_input_is_an_error(tmp_path) -> None:
+    options = make_options(tmp_path, dynamic_shapes={"x": {5: Dim("batch")}})
+    with pytest.raises(fx2onnx.OnnxExporterError, match=r"dim 5 of input 'x', which has only 2 dims"):
+        export_program(MLP(), (torch.randn(2, 8),), options=options)
+
+
+def test_unknown_input_name_in_dynamic_shapes_is_an_error(tmp_path) -> None:
+    options = make_options(tmp_path, dynamic_shapes={"inputs": {0: Dim("batch")}})
+    with pytest.raises(fx2onnx.OnnxExporterError, match=r"dynamic_shapes names \['inputs'\].*inputs are \['x'\]"):
+        export_program(MLP(), (torch.randn(2, 8),), options=options)
+
+
+def test_strict_fallback_is_a_warning_in_summary_and_report(tmp_path, monkeypatch) -> None:
+    import fx2onnx.capture.torch_export as capture_module
+
+    real_export = torch.export.export
+
+    def failing_non_strict(*args, strict=False, **kwargs):
+        if not strict:
+            raise RuntimeError("non-strict capture failed for this test")
+        return real_export(*args, strict=strict, **kwargs)
+
+    monkeypatch.setattr(capture_module.torch.export, "export", failing_non_strict)
+    with pytest.warns(UserWarning, match="captured in strict mode"):
+        program = export_program(MLP(), (torch.randn(2, 8),), options=make_options(tmp_path))
+    warnings = [str(d.message) for d in program.diagnostic_context.warnings()]
+    assert any("non-strict capture failed for this test" in w and "strict mode" in w for w in warnings)
+
+
+def test_size_one_switch_is_restored() -> None:
+    import torch.fx.experimental._config as shape_config
+
+    before = shape_config.backed_size_oblivious
+    with keep_size_one_dims_dynamic():
+        assert shape_config.backed_size_oblivious is True
+    assert shape_config.backed_size_oblivious == before
