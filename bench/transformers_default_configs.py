@@ -133,7 +133,7 @@ class EagerFailure(Exception):
     """The model fails in PyTorch itself on these inputs: nothing to export or compare."""
 
 
-def check(model: torch.nn.Module, make_inputs: Any, past: int, spelling: str) -> str:
+def check(model: torch.nn.Module, make_inputs: Any, past: int, spelling: str, opset: int | None = None) -> str:
     example = make_inputs(model, 2, 3, past, seed=0, spelling=spelling)
     try:
         with torch.no_grad():
@@ -142,7 +142,7 @@ def check(model: torch.nn.Module, make_inputs: Any, past: int, spelling: str) ->
         raise EagerFailure(f"eager PyTorch fails: {type(error).__name__}: {error}") from error
     start = time.perf_counter()
     program = fx2onnx.dynamo_export(
-        model, **copy.deepcopy(example), export_options=fx2onnx.ExportOptions(dynamic_shapes=True, failure_report_path=None)
+        model, **copy.deepcopy(example), export_options=fx2onnx.ExportOptions(dynamic_shapes=True, failure_report_path=None, opset_version=opset)
     )
     seconds = time.perf_counter() - start
     worst = 0.0
@@ -154,7 +154,7 @@ def check(model: torch.nn.Module, make_inputs: Any, past: int, spelling: str) ->
     return f"ok ({seconds:.1f}s, max diff {worst:.1e})"
 
 
-def check_architecture(model_type: str, verbose: bool) -> dict[str, str]:
+def check_architecture(model_type: str, verbose: bool, opset: int | None = None) -> dict[str, str]:
     """{"prefill": result, "decode cache=": result, ...}: "ok (...)" or "FAIL ..." each."""
     make_inputs = seq2seq_inputs if model_type in SEQ2SEQ else decoder_inputs
     try:
@@ -165,7 +165,7 @@ def check_architecture(model_type: str, verbose: bool) -> dict[str, str]:
     cells: dict[str, str] = {}
     for column, past, spelling in [("prefill", 0, spellings[0])] + [(f"decode {s}=", 3, s) for s in spellings]:
         try:
-            cells[column] = check(model, make_inputs, past, spelling)
+            cells[column] = check(model, make_inputs, past, spelling, opset)
         except Exception as error:  # noqa: BLE001 - a row of the table
             message = str(error).splitlines()
             detail = next((line for line in message if line.startswith("- [")), message[0] if message else "")
@@ -181,12 +181,13 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated model types")
     parser.add_argument("--json", default=None, help="write the rows and counts to this file")
     parser.add_argument("--verbose", action="store_true", help="print the traceback of each failure")
+    parser.add_argument("--opset", type=int, default=None, help="ExportOptions(opset_version=...) (default: fx2onnx's)")
     options = parser.parse_args()
     chosen = [m for m in options.only.split(",") if m] or DECODERS + SEQ2SEQ
     warnings.simplefilter("ignore")
     rows: dict[str, dict[str, str]] = {}
     for model_type in chosen:
-        rows[model_type] = check_architecture(model_type, options.verbose)
+        rows[model_type] = check_architecture(model_type, options.verbose, options.opset)
         print(f"{model_type:12} " + f"\n{'':12} ".join(f"{k}: {v}" for k, v in rows[model_type].items()), flush=True)
     counts = {}
     for spelling in ("cache", "past_key_values"):
@@ -203,7 +204,7 @@ def main() -> None:
 
         with open(options.json, "w", encoding="utf-8") as file:
             json.dump({
-                "torch": torch.__version__, "transformers": transformers.__version__, "total": len(rows),
+                "torch": torch.__version__, "transformers": transformers.__version__, "opset": options.opset, "total": len(rows),
                 "passing": {k: len(v) for k, v in counts.items()}, "rows": rows,
             }, file, indent=1)
 

@@ -39,6 +39,7 @@ from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
 from fx2onnx.translate.io_slots import MUTATION_SUFFIX, MutationOutput, OutputSlot
 from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.translate.module_functions import ModuleFunctionTranslator
+from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
@@ -84,6 +85,7 @@ def dynamo_export(
         problem found with the user's source lines, and a SARIF report is written.
     """
     options = export_options or ExportOptions()
+    check_opset_version(options.opset_version)  # a wrong option is refused before any work
     context = DiagnosticContext("fx2onnx", __version__, options.diagnostic_options)
     progress = ExportProgress(options.progress, f"Exporting {model_name(model)}")
     timer = StageTimer(on_stage=progress.stage)
@@ -212,6 +214,10 @@ def _export(
     if options.optimize:
         with timer.stage("optimization"):
             optimize_keeping_functions(model_ir)
+    if options.opset_version is not None:
+        with timer.stage("opset conversion"):
+            if not convert_to_opset(model_ir, options.opset_version, context):
+                raise _ExportFailed()
     with timer.stage("validation"):
         if not validate_model(model_ir, graph_module, context):
             raise _ExportFailed()

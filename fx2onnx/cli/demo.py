@@ -30,12 +30,12 @@ def demo_model_and_inputs(seed: int = 0) -> tuple[torch.nn.Module, tuple[torch.T
     return model, (input_ids,)
 
 
-def run_demo(output: Path, report: Path, dynamic: bool) -> int:
+def run_demo(output: Path, report: Path, dynamic: bool, opset: int | None = None) -> int:
     """`fx2onnx demo`: export, save both files, verify in onnxruntime; 0 when it passes."""
     import fx2onnx
 
     model, inputs = demo_model_and_inputs()
-    options = fx2onnx.ExportOptions(dynamic_shapes=dynamic, failure_report_path=report)
+    options = fx2onnx.ExportOptions(dynamic_shapes=dynamic, failure_report_path=report, opset_version=opset)
     try:
         program = fx2onnx.dynamo_export(model, *inputs, export_options=options)
     except fx2onnx.OnnxExporterError as error:
@@ -59,7 +59,7 @@ def run_demo(output: Path, report: Path, dynamic: bool) -> int:
     print(f"exported {type(model).__name__} to {output} ({output.stat().st_size / 1024:.0f} KiB)")
     print("inputs:  " + ", ".join(_describe(v) for v in graph.inputs))
     print("outputs: " + ", ".join(_describe(v) for v in graph.outputs))
-    print(f"nodes: {len(graph)}, initializers: {len(graph.initializers)}, functions: {len(program.model.functions)}")
+    print(f"opset: {program.model.opset_imports.get('', 18)}, nodes: {len(graph)}, initializers: {len(graph.initializers)}, functions: {len(program.model.functions)}")
     sizes = " and ".join(str(list(check[0].shape)) for check in checks)
     print(f"max abs error vs PyTorch (onnxruntime, inputs {sizes}): {error:.3g}")
     print(f"diagnostics: {report}")

@@ -47,6 +47,7 @@ class ExportRequest:
     atol: float = 1e-4
     fake: bool = False
     weights: Path | None = None
+    opset: int | None = None
     quiet: bool = False
     seed: int = 0
     lines: list[str] = field(default_factory=list)
@@ -71,6 +72,8 @@ def _export_options(request: ExportRequest, dynamic_shapes: Any, fake_context: A
         options["optimize"] = request.optimize
     if fake_context is not None:
         options["fake_context"] = fake_context
+    if request.opset is not None:
+        options["opset_version"] = request.opset
     fields = {f.name for f in dataclasses.fields(fx2onnx.ExportOptions)}
     if "progress" in fields:  # a bar through the stages, drawn only when stderr is a terminal
         options["progress"] = not request.quiet

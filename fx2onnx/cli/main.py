@@ -49,6 +49,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+_OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (default: 18)"
+
+
+def _checked_opset(opset: int | None) -> int | None:
+    from fx2onnx.onnx_passes.opset_conversion import check_opset_version
+
+    try:
+        check_opset_version(opset)
+    except ValueError as error:
+        raise UsageError(str(error).replace(f"ExportOptions(opset_version={opset!r})", f"--opset {opset}")) from error
+    return opset
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fx2onnx", description="Export PyTorch models to ONNX.")
     parser.add_argument("--version", action="store_true", help="print the versions of fx2onnx and its libraries")
@@ -58,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output", type=Path, default=Path("demo.onnx"))
     demo.add_argument("--report", type=Path, default=Path("demo.sarif"))
     demo.add_argument("--dynamic", action="store_true", help="export with dynamic batch and sequence dims")
+    demo.add_argument("--opset", type=int, help=_OPSET_HELP)
 
     export = commands.add_parser(
         "export", help="export a model from a Python file or module",
@@ -77,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--output", type=Path, help="the ONNX file (default: <model name>.onnx)")
     export.add_argument("--report", type=Path, help="the SARIF report (default: the output's name with .sarif)")
     export.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=None, help="run onnxscript's optimizer (default: ExportOptions' default)")
+    export.add_argument("--opset", type=int, help=_OPSET_HELP)
     export.add_argument("--no-functions", action="store_true", help="one flat graph: no ONNX functions for nn.Module calls")
     export.add_argument("--verify", action="store_true", help="run the model in onnxruntime and PyTorch and compare; exit 1 when outside tolerance")
     export.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --verify (default 1e-3)")
@@ -123,7 +138,7 @@ def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.Expo
     return ExportRequest(
         model=model, output=output, report=report, inputs=inputs, inputs_file=args.inputs_file,
         dynamic_all=dynamic_all, dynamic=dynamic, optimize=args.optimize, module_functions=not args.no_functions,
-        verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights,
+        verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights, opset=_checked_opset(args.opset),
         quiet=args.quiet, seed=args.seed,
     )
 
@@ -146,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_output_paths(args.output, args.report)
             from fx2onnx.cli.demo import run_demo
 
-            return run_demo(args.output, args.report, args.dynamic)
+            return run_demo(args.output, args.report, args.dynamic, _checked_opset(args.opset))
         request = _export_request(args)
         from fx2onnx.cli.export import run_export
         from fx2onnx.cli.model import ModelBuildError

@@ -3,5 +3,6 @@
 Takes the `ir.Model`; gives it with types onnxruntime's kernels accept (`legalize_types`,
 `runtime_kernels`), optimized (`optimization`, `layout_rules`) and validated by ONNX's
 checker and strict inference (`validate_model`). Weights without data (fake mode) are
-hidden from the passes and the checker (`fake_weights`).
+hidden from the passes and the checker (`fake_weights`). The opset the user asks for is
+reached last, before validation (`opset_conversion`).
 """
