@@ -227,6 +227,7 @@ def _export(
                 model_ir, graph_module, translated.env,
                 input_adapter.apply(args, kwargs), io.lifted_tensors, context,
             )
+    exported_module = model if isinstance(model, torch.nn.Module) and not isinstance(model, torch.fx.GraphModule) else None
     onnx_program = ONNXProgram(
         model_ir,
         input_adapter,
@@ -234,8 +235,8 @@ def _export(
         context,
         stage_seconds=timer.seconds,
         mutation_outputs=mutation_outputs,
-        module=model if isinstance(model, torch.nn.Module) and not isinstance(model, torch.fx.GraphModule) else None,
-        model_signature=build_model_signature(program, io.input_slots, model_ir, mutation_outputs),
+        module=exported_module,
+        model_signature=build_model_signature(program, io.input_slots, model_ir, mutation_outputs, exported_module),
         fake_context=options.fake_context,
     )
     if options.verify:

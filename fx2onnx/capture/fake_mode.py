@@ -1,5 +1,9 @@
 """Fake mode: build and export models whose weights are never materialized.
 
+Parameters are FakeTensors; buffers are computed for real at construction (see
+`fake_modules`), so that a checkpoint, which holds parameters and persistent buffers,
+is all the saved model needs.
+
 >>> import torch, fx2onnx
 >>> with fx2onnx.enable_fake_mode() as fake_context:
 ...     model = torch.nn.Linear(16, 4)  # parameters are FakeTensors: no memory for weights
@@ -29,6 +33,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from fx2onnx.capture.fake_modules import FakeModuleBuilder
 from fx2onnx.options import ONNXFakeContext
 
 
@@ -36,9 +41,10 @@ from fx2onnx.options import ONNXFakeContext
 def enable_fake_mode() -> Iterator[ONNXFakeContext]:
     """Create tensors and modules as FakeTensors (shapes and dtypes, no data) inside it.
 
-    Models built inside take no memory for their weights; export them with
+    Models built inside take no memory for their weights (their buffers are real and
+    computed as usual: kilobytes for a transformer); export them with
     `ExportOptions(fake_context=<the yielded context>)` and write the real weights with
-    `ONNXProgram.save(path, model_state=<state dict or checkpoint path>)`.
+    `ONNXProgram.save(path, model_state=<state dict, checkpoint file or folder>)`.
     """
     already_fake = torch._guards.detect_fake_mode() is not None
     fake_mode = FakeTensorMode(
@@ -48,7 +54,7 @@ def enable_fake_mode() -> Iterator[ONNXFakeContext]:
         shape_env=ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False),
     )
     context = ONNXFakeContext(fake_mode=fake_mode)
-    with fake_mode:
+    with FakeModuleBuilder(fake_mode, outside_fake_mode).active(), fake_mode:
         yield context
     context.state_dict_paths = ()
 

@@ -39,12 +39,15 @@ class SignatureEntry:
         torch_name: the parameter/buffer/constant name (`layer.0.weight`), the FX name
             of a user input, or the mutated buffer's/input's name; None for user outputs.
         persistent: for buffers, whether they are in the module's `state_dict()`.
+        aliases: other names of the same tensor in the module (tied weights: a
+            checkpoint holds one of them).
     """
 
     kind: str
     onnx_name: str | None
     torch_name: str | None
     persistent: bool | None = None
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,10 @@ class ModelSignature:
         """Names of every parameter, buffer and constant tensor of the program."""
         return [e.torch_name for e in self.inputs if e.kind in _WEIGHT_KINDS and e.torch_name is not None]
 
+    def aliases_of(self, torch_name: str) -> tuple[str, ...]:
+        """The other names of a tied parameter or buffer (empty for others)."""
+        return next((e.aliases for e in self.inputs if e.torch_name == torch_name), ())
+
     def state_dict_names(self) -> list[str]:
         """Names `model.state_dict()` has: parameters and persistent buffers."""
         return [
@@ -115,8 +122,11 @@ def build_model_signature(
     input_slots: Sequence[InputSlot],
     model: ir.Model,
     mutation_outputs: Sequence[MutationOutput],
+    module: torch.nn.Module | None = None,
 ) -> ModelSignature:
-    """Map the program's graph signature onto the names of the ONNX model."""
+    """Map the program's graph signature onto the names of the ONNX model; ``module``,
+    the exported module, tells the other names of tied weights."""
+    tied = _tied_names(module)
     graph = model.graph
     onnx_inputs = iter(v.name for v in graph.inputs)
     # ONNX inputs come from the user inputs fed to ONNX, in order.
@@ -131,7 +141,8 @@ def build_model_signature(
             elif kind in _WEIGHT_KINDS:
                 onnx_name = spec.target if spec.target in graph.initializers else None
                 persistent = spec.persistent if kind == BUFFER else None
-                inputs.append(SignatureEntry(kind, onnx_name, spec.target, persistent))
+                aliases = tuple(n for n in tied.get(spec.target, ()) if n != spec.target)
+                inputs.append(SignatureEntry(kind, onnx_name, spec.target, persistent, aliases))
     else:
         inputs += [SignatureEntry(USER_INPUT, onnx, fx) for fx, onnx in user_input_names.items()]
         # a GraphModule's tensor attributes (get_attr) are its constants
@@ -146,3 +157,13 @@ def build_model_signature(
             kind = BUFFER_MUTATION if mutation.kind == "buffer" else USER_INPUT_MUTATION
             outputs.append(SignatureEntry(kind, value.name, mutation.target))
     return ModelSignature(tuple(inputs), tuple(outputs))
+
+
+def _tied_names(module: torch.nn.Module | None) -> dict[str, tuple[str, ...]]:
+    """Each parameter or buffer name -> every name of the same tensor in ``module``."""
+    if not isinstance(module, torch.nn.Module):
+        return {}
+    groups: dict[int, list[str]] = {}
+    for name, tensor in (*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)):
+        groups.setdefault(id(tensor), []).append(name)
+    return {name: tuple(names) for names in groups.values() if len(names) > 1 for name in names}

@@ -1,25 +1,34 @@
-"""Weights given apart from the graph: a state dict or a checkpoint file, read lazily.
+"""Weights given apart from the graph: a state dict, a checkpoint file or folder, read lazily.
 
 `open_model_state` accepts
 - a mapping of names to tensors (`model.state_dict()`);
-- a path to a `.safetensors` file, read tensor by tensor through `safetensors.safe_open`;
-- a path to a `torch.save` file, loaded with ``mmap=True, weights_only=True`` so that its
-  tensors stay on disk until they are read.
+- a path to a `.safetensors` file, read tensor by tensor through `safetensors.safe_open`
+  (memory-mapped);
+- a path to a `torch.save` file (`pytorch_model.bin` too), loaded with ``mmap=True,
+  weights_only=True`` so that its tensors stay on disk until they are read;
+- a checkpoint folder: what `save_pretrained` writes (sharded or not, safetensors or
+  `.bin`) or a Hugging Face cache snapshot (see `checkpoint_folders`); each file is
+  opened when the first of its tensors is read.
 
 Names are the model's parameter and buffer names (`encoder.layer.0.weight`). A checkpoint
 that wraps its state dict (`{"state_dict": {...}}`, `{"model_state_dict": {...}}`) is
-unwrapped.
+unwrapped. `match_state_names` fits a checkpoint's names to the model's: tied weights by
+any of their names, and a checkpoint of the base model (`h.0.attn...`) for a model with a
+head (`transformer.h.0.attn...`), or the other way round, by the prefix that fits.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Union
 
 import torch
+
+from fx2onnx.program.checkpoint_folders import CheckpointFiles, checkpoint_files
 
 ModelState = Union[Mapping[str, torch.Tensor], str, os.PathLike]
 
@@ -76,6 +85,50 @@ def _unwrap(loaded: Any, path: str) -> Mapping[str, Any]:
     return loaded
 
 
+def _load_torch_file(path: Path) -> Mapping[str, Any]:
+    try:
+        loaded = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as error:  # the checkpoint's own error, told with its path
+        raise ValueError(
+            f"The checkpoint '{path}' could not be loaded with torch.load(mmap=True, weights_only=True): "
+            f"{error}. Give a torch.save file of a state dict, a .safetensors file, a save_pretrained "
+            "folder, or the state dict itself."
+        ) from error
+    return _unwrap(loaded, str(path))
+
+
+class _FilesSource:
+    """The tensors of one or more checkpoint files; a file is opened when first needed
+    and stays open (memory-mapped) until the `with` block of `open_model_state` ends."""
+
+    def __init__(self, files: CheckpointFiles, stack: ExitStack) -> None:
+        self._files = files
+        self._stack = stack
+        self._opened: dict[Path, WeightSource] = {}
+        self._where: dict[str, Path] | None = dict(files.weight_map) if files.weight_map is not None else None
+
+    def _open(self, path: Path) -> WeightSource:
+        if path not in self._opened:
+            if path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                self._opened[path] = _SafetensorsSource(self._stack.enter_context(safe_open(str(path), framework="pt", device="cpu")))
+            else:
+                self._opened[path] = _MappingSource(_load_torch_file(path), f"the checkpoint '{path}'")
+        return self._opened[path]
+
+    def _map(self) -> dict[str, Path]:
+        if self._where is None:  # no index: each file lists its names
+            self._where = {name: path for path in self._files.files for name in self._open(path).names()}
+        return self._where
+
+    def names(self) -> list[str]:
+        return list(self._map())
+
+    def get(self, name: str) -> torch.Tensor:
+        return self._open(self._map()[name]).get(name)
+
+
 @contextmanager
 def open_model_state(model_state: ModelState) -> Iterator[WeightSource]:
     """The tensors of ``model_state``, opened for the time of the `with` block."""
@@ -85,25 +138,91 @@ def open_model_state(model_state: ModelState) -> Iterator[WeightSource]:
     if not isinstance(model_state, (str, os.PathLike)):
         raise TypeError(
             "model_state must be a state dict (model.state_dict()) or the path of a checkpoint "
-            f"(.safetensors or a torch.save file); got {type(model_state).__name__}."
+            f"(.safetensors, a torch.save file, or a save_pretrained folder); got {type(model_state).__name__}."
         )
-    path = os.fspath(model_state)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"The checkpoint '{path}' given as model_state does not exist or is not a file.")
-    if path.endswith(".safetensors"):
-        from safetensors import safe_open
+    path = Path(os.fspath(model_state)).expanduser()
+    if path.is_dir():
+        files = checkpoint_files(path)
+    elif path.is_file():
+        files = CheckpointFiles((path,))
+    else:
+        raise FileNotFoundError(
+            f"The checkpoint '{path}' given as model_state does not exist: give a .safetensors or torch.save "
+            "file, a save_pretrained folder, or a Hugging Face cache snapshot folder."
+        )
+    with ExitStack() as stack:
+        yield _FilesSource(files, stack)
 
-        with safe_open(path, framework="pt", device="cpu") as handle:
-            yield _SafetensorsSource(handle)
-        return
-    try:
-        loaded = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as error:  # the checkpoint's own error, told with its path
-        raise ValueError(
-            f"The checkpoint '{path}' could not be loaded with torch.load(mmap=True, weights_only=True): "
-            f"{error}. Give a torch.save file of a state dict, a .safetensors file, or the state dict itself."
-        ) from error
-    yield _MappingSource(_unwrap(loaded, path), f"the checkpoint '{path}'")
+
+@dataclass
+class NameMatch:
+    """How a model_state's names fit the model's (see `match_state_names`)."""
+
+    found: dict[str, str] = field(default_factory=dict)  # model name -> name in model_state
+    missing: list[str] = field(default_factory=list)  # required, not given
+    unexpected: list[str] = field(default_factory=list)  # given, unknown to the model
+    not_given: list[str] = field(default_factory=list)  # optional, not given: the program's values stay
+
+
+def _renamings(
+    wanted: Collection[str], given: Collection[str], rename: Callable[[str], str] | None
+) -> list[dict[str, str]]:
+    """Ways to read model names from a checkpoint (model name -> checkpoint name): as
+    they are, through the model's checkpoint renaming, then with a prefix more or less."""
+    options: list[dict[str, str]] = [{name: name for name in given}]
+    if rename is not None:
+        options.insert(0, {rename(name): name for name in given})
+    for base in list(options):
+        heads = {name.split(".", 1)[0] + "." for name in wanted if "." in name}
+        for prefix in sorted(heads):
+            options.append({prefix + name: checkpoint for name, checkpoint in base.items() if not name.startswith(prefix)})
+        heads = {name.split(".", 1)[0] + "." for name in base if "." in name}
+        for prefix in sorted(heads):
+            options.append({name[len(prefix):]: checkpoint for name, checkpoint in base.items() if name.startswith(prefix)})
+    return options
+
+
+def match_state_names(
+    required: Collection[str],
+    optional: Collection[str],
+    given: Collection[str],
+    aliases: Mapping[str, Collection[str]] | None = None,
+    known: Collection[str] = (),
+    rename: Callable[[str], str] | None = None,
+) -> NameMatch:
+    """Fit the names of a model_state to the model's.
+
+    ``required`` names must be found (weights without data), ``optional`` ones replace the
+    program's values when given; a name is found under itself or one of its ``aliases``
+    (tied weights). ``rename`` is the model's own checkpoint renaming (see `hub_names`).
+    When names are missing, a prefix added to or removed from every checkpoint name is
+    tried, and the renaming that finds the most is kept. Given names
+    that are neither found nor ``known`` to the model are unexpected.
+    """
+    aliases = aliases or {}
+    wanted = [*required, *(n for n in optional if n not in set(required))]
+    best: NameMatch | None = None
+    for renaming in _renamings(wanted, given, rename):
+        match = NameMatch()
+        for name in wanted:
+            hit = next((renaming[n] for n in (name, *aliases.get(name, ())) if n in renaming), None)
+            if hit is not None:
+                match.found[name] = hit
+            elif name in required:
+                match.missing.append(name)
+            else:
+                match.not_given.append(name)
+        if best is None or len(match.missing) < len(best.missing) or (
+            len(match.missing) == len(best.missing) and len(match.found) > len(best.found)
+        ):
+            best = match
+        if not best.missing and len(best.found) == len(wanted):
+            break
+    assert best is not None
+    used = set(best.found.values())
+    known_names = set(known) | {a for name in known for a in aliases.get(name, ())}
+    best.unexpected = sorted(name for name in given if name not in used and name not in known_names)
+    return best
 
 
 def _listing(names: list[str], limit: int = 20) -> str:

@@ -19,6 +19,7 @@ The model is not changed: initializer tensors are swapped for the time of serial
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import BinaryIO
 from pathlib import Path
@@ -62,23 +63,35 @@ def _checked(name: str, value: ir.Value, tensor: torch.Tensor | ir.TensorProtoco
                 f"{expected}. Give the weights of the model that was exported."
             )
         if value.dtype is not None and torch_dtype_to_onnx(tensor.dtype) != value.dtype:
-            # a checkpoint stored in another precision (e.g. float16 for a float32 model)
-            tensor = tensor.to(_torch_dtype(value.dtype))
+            tensor = _converted(name, tensor, value.dtype)
     return tensor
 
 
-# ONNX dtype -> torch dtype a checkpoint's tensor is cast to (plain numeric types only)
+def _converted(name: str, tensor: torch.Tensor, dtype: ir.DataType) -> torch.Tensor:
+    """The one dtype rule for model_state: a floating-point tensor stored in another
+    floating-point precision (a bfloat16 checkpoint for a float32 export) is converted,
+    with a warning; any other difference is an error."""
+    target = _CAST_TARGETS.get(dtype)
+    if target is None or not (tensor.is_floating_point() and target.is_floating_point):
+        raise TypeError(
+            f"model_state['{name}'] is {tensor.dtype}; the exported model declares ONNX {dtype}. Only "
+            "floating-point precisions are converted: give this tensor as the model has it, or export "
+            "the model in the checkpoint's dtypes."
+        )
+    warnings.warn(
+        f"model_state holds {tensor.dtype} tensors where the exported model has {target}: they are "
+        f"converted to {target} as they are written. To keep the checkpoint's precision, export the "
+        f"model in it (model.to({tensor.dtype}) before dynamo_export).",
+        stacklevel=2,
+    )
+    return tensor.to(target)
+
+
+# ONNX dtype -> torch dtype a checkpoint's floating-point tensor is converted to
 _CAST_TARGETS = {
     torch_dtype_to_onnx(dtype): dtype
-    for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-                  torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 }
-
-
-def _torch_dtype(dtype: ir.DataType) -> torch.dtype:
-    if dtype not in _CAST_TARGETS:
-        raise TypeError(f"A weight of another dtype cannot be cast to ONNX {dtype}: give it as {dtype} already.")
-    return _CAST_TARGETS[dtype]
 
 
 def _write_tensor(stream, tensor: torch.Tensor | ir.TensorProtocol) -> int:  # noqa: ANN001 - binary file

@@ -19,9 +19,16 @@ from diagnostics import Diagnostic, DiagnosticContext
 from fx2onnx.capture.containers import registered_containers
 from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
 from fx2onnx.translate.io_slots import MutationOutput
+from fx2onnx.program.hub_names import checkpoint_renaming
 from fx2onnx.program.low_precision import has_bfloat16, widen_bfloat16
 from fx2onnx.program.model_signature import BUFFER, CONSTANT_TENSOR, ModelSignature
-from fx2onnx.program.model_state import ModelState, WeightSource, describe_name_mismatch, open_model_state
+from fx2onnx.program.model_state import (
+    ModelState,
+    WeightSource,
+    describe_name_mismatch,
+    match_state_names,
+    open_model_state,
+)
 from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
 from fx2onnx.options import ONNXFakeContext
 from fx2onnx.program.model_writer import WeightGetter, initializer_bytes, program_getters, write_embedded, write_model
@@ -204,34 +211,59 @@ class ONNXProgram:
             )
 
     def _getters_from(self, source: WeightSource) -> dict[str, WeightGetter]:
-        """Where each initializer's tensor comes from; a source whose names do not fit
-        the model is an error, raised before anything is written."""
+        """Where each initializer's tensor comes from; a source that lacks weights the
+        model needs is an error, raised before anything is written.
+
+        Needed: the weights without data (fake mode) and the parameters. Buffers and
+        constants the program holds are replaced when the source has them and kept
+        otherwise (a checkpoint lacks non-persistent buffers; fake mode computed them).
+        """
         model = self._require_model()
         signature = self._model_signature
-        given = set(source.names())
         torch_names = {name: (signature.torch_name_of(name) if signature else None) or name for name in model.graph.initializers}
         without_data = {torch_names[name] for name in fake_weights(model)}
-        required = set(signature.state_dict_names() if signature else ()) | without_data
+        parameters = set(signature.parameters.values()) if signature else set(torch_names.values())
+        required = without_data | (parameters & set(torch_names.values()))
+        optional = set(torch_names.values()) - required
         known = set(signature.weight_names() if signature else ()) | set(torch_names.values())
-        missing, unexpected = sorted(required - given), sorted(given - known)
-        if missing or unexpected:
-            hint = ""
-            if signature is not None:
-                not_in_state_dict = {
-                    e.torch_name for e in signature.inputs
-                    if e.kind == CONSTANT_TENSOR or (e.kind == BUFFER and e.persistent is False)
-                }
-                if not_in_state_dict & set(missing):
-                    hint = (
-                        " Non-persistent buffers and constants are not in state_dict(): add them, e.g. "
-                        "{**model.state_dict(), **dict(model.named_buffers())}."
-                    )
-            raise ValueError(describe_name_mismatch(missing, unexpected, hint))
+        aliases = {name: signature.aliases_of(name) for name in known} if signature else {}
+        match = match_state_names(required, optional, source.names(), aliases, known, checkpoint_renaming(self.module))
+        if match.missing:
+            raise ValueError(describe_name_mismatch(match.missing, match.unexpected, self._missing_hint(match.missing)))
+        if match.unexpected:
+            warnings.warn(
+                f"model_state has {len(match.unexpected)} tensor(s) the exported model does not use, "
+                f"ignored: {', '.join(repr(n) for n in match.unexpected[:10])}"
+                f"{' ...' if len(match.unexpected) > 10 else ''}.",
+                stacklevel=4,
+            )
+        persistent_kept = [n for n in match.not_given if signature is not None and n in signature.state_dict_names()]
+        if persistent_kept:
+            warnings.warn(
+                f"model_state lacks {len(persistent_kept)} buffer(s) of the model's state dict "
+                f"({', '.join(repr(n) for n in persistent_kept[:5])}{' ...' if len(persistent_kept) > 5 else ''}): "
+                "their values at export are kept (computed when the model was built).",
+                stacklevel=4,
+            )
         getters = program_getters(model)
         for name, torch_name in torch_names.items():
-            if torch_name in given:
-                getters[name] = lambda torch_name=torch_name: source.get(torch_name)
+            if torch_name in match.found:
+                getters[name] = lambda given=match.found[torch_name]: source.get(given)
         return getters
+
+    def _missing_hint(self, missing: list[str]) -> str:
+        signature = self._model_signature
+        if signature is None:
+            return ""
+        not_in_state_dict = {
+            e.torch_name for e in signature.inputs if e.kind == CONSTANT_TENSOR or (e.kind == BUFFER and e.persistent is False)
+        }
+        if not_in_state_dict & set(missing):
+            return (
+                " Non-persistent buffers and constants are not in state_dict(): add them, e.g. "
+                "{**model.state_dict(), **dict(model.named_buffers())}."
+            )
+        return ""
 
     def save_diagnostics(self, destination: str | os.PathLike) -> None:
         """Write the SARIF 2.1.0 report of this export (the path must end with .sarif),

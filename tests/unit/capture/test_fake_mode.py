@@ -14,6 +14,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 import fx2onnx
+from fx2onnx.onnx_passes.fake_weights import fake_weights
 from conftest import assert_outputs_close, make_options
 
 
@@ -138,8 +139,33 @@ def test_saving_a_fake_program_without_weights_is_an_error(tmp_path):
     assert not (tmp_path / "model.onnx").exists()
 
 
-def test_missing_non_persistent_buffer_is_named_with_a_hint(tmp_path):
-    program, _ = fake_export(tmp_path)
+def test_buffers_are_real_and_a_state_dict_is_enough(tmp_path):
+    """Buffers are computed at construction (real), parameters are fake: the saved model
+    needs only what a checkpoint holds."""
+    program, model = fake_export(tmp_path)
+    assert not isinstance(model.shift, FakeTensor) and not isinstance(model.norm.running_var, FakeTensor)
+    torch.testing.assert_close(model.shift, torch.linspace(-1.0, 1.0, 3))
+    assert set(program.model.graph.initializers) - set(fake_weights(program.model)) == {
+        "shift", "norm.running_mean", "norm.running_var"
+    }
+    real = real_net()
+    path = tmp_path / "model.onnx"
+    program.save(path, model_state=real.state_dict())  # no non-persistent buffer given
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    x = torch.rand(4, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(run_file(path, x)[0], real(x))
+
+
+def test_missing_non_persistent_buffer_without_data_is_named_with_a_hint(tmp_path):
+    """A buffer registered after construction, inside the block, is fake: it must be given."""
+    with fx2onnx.enable_fake_mode() as fake_context:
+        model = Net().eval()
+        del model.shift
+        model.register_buffer("shift", torch.linspace(-1.0, 1.0, 3), persistent=False)
+        x = torch.rand(4, 6)
+    assert isinstance(model.shift, FakeTensor)
+    program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, fake_context=fake_context))
     with pytest.raises(ValueError, match=r"missing 1 tensor.*'shift'.*Non-persistent buffers"):
         program.save(tmp_path / "model.onnx", model_state=real_net().state_dict())
     assert not (tmp_path / "model.onnx").exists()
