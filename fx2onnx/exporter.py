@@ -30,6 +30,7 @@ from fx2onnx.capture.dynamic_dims.spec import keep_size_one_dims_dynamic
 from fx2onnx.errors import OnnxExporterError
 from fx2onnx.version import __version__
 from fx2onnx.translate.fake_metadata import SymbolNamer
+from fx2onnx.capture.default_arguments import with_tensor_defaults
 from fx2onnx.capture.fake_mode import outside_fake_mode
 from fx2onnx.translate.graph_builder import GraphBuilder, inference_note
 from fx2onnx.translate.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
@@ -143,6 +144,7 @@ def _export(
         registry = options.onnx_registry or OnnxRegistry()
         registry.all_registered_ops()  # torchlib loads once per process: its own stage
     with timer.stage("capture"):
+        kwargs, tensor_defaults = with_tensor_defaults(model, args, kwargs, options.fake_context)
         captured = capture(model, args, kwargs, options.dynamic_shapes, context, options.fake_context)
         freeze_survivors()  # the captured program lives until the export ends
     for note in captured.notes:
@@ -208,7 +210,7 @@ def _export(
 
     output_adapter, mutation_outputs = _register_outputs(builder, io, translated.outputs, translated.output_metas)
     model_ir = builder.build_model(__version__)
-    input_adapter = InputAdapter(io.in_spec, io.input_slots)
+    input_adapter = InputAdapter(io.in_spec, io.input_slots, tensor_defaults)
     with timer.stage("legalization"):
         legalize_types(model_ir, context)
     if options.optimize:

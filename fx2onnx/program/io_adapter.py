@@ -12,23 +12,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import onnx_ir as ir
 import torch
 import torch.utils._pytree as pytree
 
+from dispatcher import torch_dtype_to_onnx
+from fx2onnx.capture.fake_mode import is_fake
+
+from fx2onnx.capture.default_arguments import TensorDefaults
 from fx2onnx.errors import UnsupportedInputError
 from fx2onnx.translate.io_slots import InputSlot, OutputSlot
 from fx2onnx.translate.tensor_data import real_view
 
 
 class InputAdapter:
-    def __init__(self, in_spec: pytree.TreeSpec | None, slots: Sequence[InputSlot]) -> None:
+    def __init__(
+        self, in_spec: pytree.TreeSpec | None, slots: Sequence[InputSlot], tensor_defaults: TensorDefaults | None = None
+    ) -> None:
         self.in_spec = in_spec
         self.slots = list(slots)
+        # forward's tensor defaults exported as inputs: fed when the caller leaves them out
+        self.tensor_defaults = tensor_defaults
 
     def flatten(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         if self.in_spec is None:
             leaves, _ = pytree.tree_flatten(list(args) + list(kwargs.values()))
             return leaves
+        if self.tensor_defaults is not None:
+            args, kwargs = self.tensor_defaults.complete(args, kwargs, self.in_spec.child(0).num_children)
         kwargs_spec = self.in_spec.child(1) if self.in_spec.num_children == 2 else None
         if kwargs_spec is not None and kwargs_spec.context is not None:
             expected = list(kwargs_spec.context)
@@ -55,7 +66,11 @@ class InputAdapter:
                 return leaf
         raise KeyError(f"The program has no input named '{name}'.")
 
-    def apply(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
+    def apply(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], expected: Sequence[ir.Value] | None = None
+    ) -> list[torch.Tensor]:
+        """The flat ONNX inputs for these PyTorch inputs; with ``expected`` (the ONNX
+        graph's inputs) each is checked against its dtype, rank and static sizes first."""
         leaves = self.flatten(args, kwargs)
         if len(leaves) != len(self.slots):
             raise UnsupportedInputError(
@@ -64,9 +79,19 @@ class InputAdapter:
         onnx_inputs: list[torch.Tensor] = []
         for slot, leaf in zip(self.slots, leaves):
             if slot.is_onnx_input:
+                value = expected[len(onnx_inputs)] if expected is not None and len(onnx_inputs) < len(expected) else None
+                name = value.name if value is not None else slot.name
+                if leaf is None or (isinstance(leaf, torch.Tensor) and is_fake(leaf)):
+                    what = "None" if leaf is None else "a tensor without data (meta device or FakeTensor)"
+                    raise UnsupportedInputError(
+                        f"Input '{name}' is {what}; the program was exported with a tensor there: give a real tensor."
+                    )
                 if not isinstance(leaf, torch.Tensor):
                     leaf = torch.tensor(leaf)
-                onnx_inputs.append(real_view(leaf))
+                fed = real_view(leaf)
+                if value is not None:
+                    check_input(name, leaf, fed, value)
+                onnx_inputs.append(fed)
             elif not _same_constant(slot.constant, leaf):
                 raise UnsupportedInputError(
                     f"Input '{slot.name}' was specialized to {slot.constant!r} at export, "
@@ -74,6 +99,39 @@ class InputAdapter:
                     "export again with the new value, or pass it as a tensor."
                 )
         return onnx_inputs
+
+
+def check_input(name: str, given: torch.Tensor, fed: torch.Tensor, value: ir.Value) -> None:
+    """An input that does not fit the ONNX graph input it feeds is an UnsupportedInputError
+    saying which input, which dim, what was exported and what to do (before onnxruntime
+    sees it)."""
+    if value.dtype is not None and torch_dtype_to_onnx(fed.dtype) != value.dtype:
+        raise UnsupportedInputError(
+            f"Input '{name}' is {given.dtype}; the program was exported with {_torch_name(value.dtype)} there. "
+            f"Convert it (e.g. .to(torch.{_torch_name(value.dtype)})), or export with an example of this dtype."
+        )
+    if value.shape is None:
+        return
+    exported = list(value.shape)
+    if len(exported) != fed.dim():
+        raise UnsupportedInputError(
+            f"Input '{name}' has {given.dim()} dim(s) {tuple(given.shape)}; the program was exported with "
+            f"{len(exported) - (fed.dim() - given.dim())} there. Give a tensor of that rank, or export with one of this rank."
+        )
+    for index, (dim, size) in enumerate(zip(exported, fed.shape)):
+        if isinstance(dim, int) and dim != size:
+            raise UnsupportedInputError(
+                f"Input '{name}' has size {size} in dim {index}; the program was exported with the static size {dim} "
+                "there. Give that size, or export with this dim dynamic (ExportOptions(dynamic_shapes=True), or a "
+                "dynamic_shapes spec that names it)."
+            )
+
+
+def _torch_name(dtype: ir.DataType) -> str:
+    try:
+        return str(dtype.numpy().name)
+    except (TypeError, ValueError, NotImplementedError):  # types numpy lacks (bfloat16, float8)
+        return dtype.name.lower()
 
 
 def describe_inputs(spec: pytree.TreeSpec) -> str:

@@ -284,7 +284,8 @@ class ONNXProgram:
         if self._input_adapter is None:
             raise RuntimeError("This ONNXProgram has no input adapter (the export failed).")
         with registered_containers():
-            return self._input_adapter.apply(args, kwargs)
+            expected = list(self._model.graph.inputs) if self._model is not None else None
+            return self._input_adapter.apply(args, kwargs, expected)
 
     def adapt_torch_outputs_to_onnx(self, model_outputs: Any) -> list[Any]:
         """The flat list of tensors (complex as real pairs) that ONNX gives for these

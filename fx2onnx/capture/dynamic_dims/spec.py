@@ -154,7 +154,8 @@ def registered_children(value: Any) -> list[Any] | None:
     return list(children)
 
 
-def _forward_signature(model: Any) -> inspect.Signature | None:
+def forward_signature(model: Any) -> inspect.Signature | None:
+    """The signature of an nn.Module's forward or of a function; None when Python has none."""
     target = model.forward if isinstance(model, torch.nn.Module) else model
     try:
         return inspect.signature(target)
@@ -172,7 +173,7 @@ def capture_signature(model: Any, kwargs: Mapping[str, Any]) -> inspect.Signatur
     (2.13, 2.14) rebuilds the bound arguments for its range constraints with such inputs
     both inside ``kwargs`` and at the top level, and no dynamic-shapes spec fits that.
     """
-    signature = _forward_signature(model)
+    signature = forward_signature(model)
     if signature is None:
         return None
     parameters = list(signature.parameters.values())
@@ -193,7 +194,7 @@ def bound_arguments(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) 
 
     Keyword inputs that land in forward's ``**kwargs`` are named on their own, as in the
     capture (see :func:`capture_signature`)."""
-    signature = capture_signature(model, kwargs) or _forward_signature(model)
+    signature = capture_signature(model, kwargs) or forward_signature(model)
     if signature is None:
         return None
     try:
@@ -223,7 +224,7 @@ def _spread_var_keyword_spec(spec: Mapping[str, Any], model: Any, args: Sequence
     torch.export's form for inputs in ``**kwargs``) in the form of the capture's signature
     (``{"past_key_values": ...}``); a spec already in that form is taken as it is. Inputs
     given to the model that a spec with keyword-only inputs leaves out are static."""
-    signature = _forward_signature(model)
+    signature = forward_signature(model)
     spec = dict(spec)
     if signature is None or capture_signature(model, kwargs) is None:
         return spec

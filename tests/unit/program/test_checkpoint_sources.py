@@ -208,3 +208,14 @@ def test_shard_files_are_opened_only_as_needed(program, tmp_path, monkeypatch):
     monkeypatch.setattr(safetensors_module, "safe_open", spy)
     program.save(tmp_path / "m.onnx", model_state=tmp_path / "ckpt")
     assert sorted(opened) == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]  # each once
+
+
+def test_transformers_checkpoint_renaming_is_where_it_was():
+    """hub_names reads transformers' renaming table: fail loudly if it moves."""
+    transformers = pytest.importorskip("transformers")
+    from fx2onnx.program.hub_names import checkpoint_renaming
+
+    config = transformers.GPTNeoXConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=32)
+    rename = checkpoint_renaming(transformers.GPTNeoXForCausalLM(config))
+    assert rename is not None and rename("embed_out.weight") == "lm_head.weight"
+    assert checkpoint_renaming(Tied()) is None

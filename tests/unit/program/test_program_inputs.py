@@ -1,0 +1,107 @@
+"""ONNXProgram(...) inputs: tensor defaults of forward stay inputs, and inputs that do not
+fit the exported signature are an UnsupportedInputError before onnxruntime sees them."""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import fx2onnx
+from conftest import make_options
+
+
+class WithDefault(nn.Module):
+    def forward(self, x: torch.Tensor, b: torch.Tensor = torch.tensor(2.0), c: torch.Tensor | None = None) -> torch.Tensor:
+        out = x * b
+        return out if c is None else out + c
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_tensor_default_stays_an_input(tmp_path, dynamic):
+    model = WithDefault()
+    x = torch.rand(3, 4)
+    program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, dynamic_shapes=dynamic))
+    assert [v.name for v in program.model.graph.inputs] == ["x", "b"]
+    path = tmp_path / "m.onnx"
+    program.save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    x2 = torch.rand(3, 4)
+    torch.testing.assert_close(program(x2), model(x2))  # default fed
+    torch.testing.assert_close(program(x2, b=torch.tensor(-3.0)), model(x2, torch.tensor(-3.0)))  # by keyword
+    torch.testing.assert_close(program(x2, torch.tensor(5.0)), model(x2, torch.tensor(5.0)))  # by position
+    session = ort.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
+    (result,) = session.run(None, {"x": x2.numpy(), "b": torch.tensor(7.0).numpy()})
+    torch.testing.assert_close(torch.from_numpy(result), model(x2, torch.tensor(7.0)))
+    if dynamic:
+        x3 = torch.rand(5, 2)
+        torch.testing.assert_close(program(x3), model(x3))
+
+
+def test_tensor_default_given_at_export_is_not_added_twice(tmp_path):
+    model = WithDefault()
+    x = torch.rand(3, 4)
+    program = fx2onnx.dynamo_export(model, x, torch.tensor(4.0), export_options=make_options(tmp_path))
+    assert [v.name for v in program.model.graph.inputs] == ["x", "b"]
+    torch.testing.assert_close(program(x, torch.tensor(4.0)), model(x, torch.tensor(4.0)))
+
+
+def test_tensor_default_under_fake_mode(tmp_path):
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor, scale: torch.Tensor = torch.tensor(0.5)) -> torch.Tensor:
+            return self.fc(x) * scale
+
+    with fx2onnx.enable_fake_mode() as fake_context:
+        model = Scaled()
+        x = torch.rand(3, 4)
+    program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, fake_context=fake_context))
+    torch.manual_seed(0)
+    real = Scaled()
+    x = torch.rand(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(program(x, model_state=real.state_dict()), real(x))
+        torch.testing.assert_close(program(x, scale=torch.tensor(3.0)), real(x, torch.tensor(3.0)))
+
+
+class TwoInputs(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y.sum()
+
+
+@pytest.fixture
+def two_inputs(tmp_path) -> fx2onnx.ONNXProgram:
+    return fx2onnx.dynamo_export(TwoInputs(), torch.rand(2, 3), torch.rand(2), export_options=make_options(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("y", "message"),
+    [
+        (torch.rand(5), r"Input 'y' has size 5 in dim 0; the program was exported with the static size 2 there.*dynamic_shapes=True"),
+        (torch.rand(2).double(), r"Input 'y' is torch.float64; the program was exported with float32 there.*\.to\(torch.float32\)"),
+        (torch.rand(2, 1), r"Input 'y' has 2 dim\(s\) \(2, 1\); the program was exported with 1 there"),
+        (None, r"Input 'y' is None; the program was exported with a tensor there"),
+        (torch.rand(2, device="meta"), r"Input 'y' is a tensor without data \(meta device or FakeTensor\)"),
+    ],
+    ids=["static_size", "dtype", "rank", "none", "meta"],
+)
+def test_inputs_that_do_not_fit_are_named(two_inputs, y, message):
+    with pytest.raises(fx2onnx.UnsupportedInputError, match=message):
+        two_inputs(torch.rand(2, 3), y)
+
+
+def test_dynamic_dims_accept_other_sizes(tmp_path):
+    program = fx2onnx.dynamo_export(
+        TwoInputs(), torch.rand(2, 3), torch.rand(2), export_options=make_options(tmp_path, dynamic_shapes=True)
+    )
+    x, y = torch.rand(4, 6), torch.rand(7)
+    torch.testing.assert_close(program(x, y), TwoInputs()(x, y))
+    with pytest.raises(fx2onnx.UnsupportedInputError, match="Input 'y' has 2 dim"):
+        program(x, torch.rand(7, 1))
