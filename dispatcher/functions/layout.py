@@ -45,3 +45,46 @@ def empty_permuted(
     element_type = _DEFAULT_DTYPE if dtype in (-1, None) else ir.DataType(dtype)
     zero = op.Constant(value=ir.tensor(0, dtype=element_type))
     return op.Expand(zero, int64_vector(size))
+
+
+def _listed_dims(dim: Any, rank: int) -> list[int]:
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % rank for d in dims})
+
+
+def _squeeze_where_one(self: Any, dims: list[int]) -> Any:
+    """Squeeze the listed dims whose size is 1, as PyTorch does at every size: a static
+    size decides now, a symbolic one at run time (the result's rank then depends on the
+    sizes: ONNX ``Squeeze`` would refuse a size that is not 1)."""
+    shape = self.shape
+    sizes = [shape[d] for d in dims]
+    if all(isinstance(size, int) for size in sizes):
+        ones = [d for d, size in zip(dims, sizes) if size == 1]
+        return op.Squeeze(self, op.Constant(value_ints=ones)) if ones else op.Identity(self)
+    rank = len(shape)
+    runtime_shape = op.Shape(self)
+    listed = op.Cast(op.Constant(value_ints=[1 if d in dims else 0 for d in range(rank)]), to=ir.DataType.BOOL.value)
+    is_one = op.Equal(runtime_shape, op.Constant(value_ints=[1]))
+    kept = op.Compress(runtime_shape, op.Not(op.And(listed, is_one)), axis=0)
+    return op.Reshape(self, kept, allowzero=1)  # a size 0 stays 0, never "copy the input's"
+
+
+@_TABLE.op("aten::squeeze.dim")
+def squeeze_dim(self: Any, dim: int) -> Any:
+    if self.shape is None or len(self.shape) == 0:
+        return op.Squeeze(self) if self.shape is None else op.Identity(self)
+    return _squeeze_where_one(self, _listed_dims(dim, len(self.shape)))
+
+
+@_TABLE.op("aten::squeeze.dims")
+def squeeze_dims(self: Any, dim: Sequence[int]) -> Any:
+    if self.shape is None or len(self.shape) == 0:
+        return op.Squeeze(self, int64_vector(list(dim))) if self.shape is None else op.Identity(self)
+    return _squeeze_where_one(self, _listed_dims(dim, len(self.shape)))
+
+
+@_TABLE.op("aten::squeeze")
+def squeeze(self: Any) -> Any:
+    if self.shape is None or len(self.shape) == 0:
+        return op.Squeeze(self) if self.shape is None else op.Identity(self)
+    return _squeeze_where_one(self, list(range(len(self.shape))))

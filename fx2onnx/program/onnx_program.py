@@ -336,7 +336,7 @@ class ONNXProgram:
             }
             results = [torch.from_numpy(np.asarray(r)) for r in session.run(None, feed)]
             return [r.to(torch.bfloat16) if bf16 else r for r, bf16 in zip(results, widened)]
-        if not _uses_bfloat16(session, tensors):
+        if not _uses_types_without_numpy(session, tensors):
             feed = {name: tensor.numpy() for name, tensor in zip(names, tensors)}
             return [torch.from_numpy(np.asarray(result)) for result in session.run(None, feed)]
         return _run_through_dlpack(session, names, tensors)
@@ -447,25 +447,32 @@ def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
     return widened_session
 
 
-def _uses_bfloat16(session: Any, tensors: Sequence[torch.Tensor]) -> bool:
-    return any(t.dtype == torch.bfloat16 for t in tensors) or any(
-        output.type == "tensor(bfloat16)" for output in session.get_outputs()
+# dtypes numpy has no type for: exchanged with onnxruntime through DLPack
+_WITHOUT_NUMPY_TYPE = frozenset(
+    {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz}
+)
+_ORT_TYPES_WITHOUT_NUMPY = ("tensor(bfloat16)", "tensor(float8e4m3fn)", "tensor(float8e5m2)", "tensor(float8e4m3fnuz)", "tensor(float8e5m2fnuz)")
+
+
+def _uses_types_without_numpy(session: Any, tensors: Sequence[torch.Tensor]) -> bool:
+    return any(t.dtype in _WITHOUT_NUMPY_TYPE for t in tensors) or any(
+        output.type in _ORT_TYPES_WITHOUT_NUMPY for output in session.get_outputs()
     )
 
 
 def _run_through_dlpack(session: Any, names: Sequence[str], tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Run with tensors exchanged through DLPack: bfloat16 has no numpy type."""
+    """Run with tensors exchanged through DLPack: bfloat16 and float8 have no numpy type."""
     import onnxruntime as ort
 
     if not hasattr(ort.OrtValue, "from_dlpack"):
         raise RuntimeError(
-            f"bfloat16 inputs or outputs need an onnxruntime with DLPack support (this is "
+            f"bfloat16 or float8 inputs or outputs need an onnxruntime with DLPack support (this is "
             f"{ort.__version__}): pip install --upgrade onnxruntime"
         )
     feed = {name: ort.OrtValue.from_dlpack(tensor) for name, tensor in zip(names, tensors)}
     results = session.run_with_ort_values(None, feed)
     return [
-        torch.from_dlpack(value).clone() if value.data_type() == "tensor(bfloat16)" else torch.from_numpy(value.numpy())
+        torch.from_dlpack(value).clone() if value.data_type() in _ORT_TYPES_WITHOUT_NUMPY else torch.from_numpy(value.numpy())
         for value in results
     ]
 

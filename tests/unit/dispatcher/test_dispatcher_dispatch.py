@@ -420,6 +420,7 @@ def test_unsupported_nodes_recurse_into_submodules_and_skip_getitem():
 def test_unsupported_reason_checks_kind_and_binding():
     registry = OnnxRegistry()
     registry.remove_op("aten", "mul", "Tensor", is_complex=True)
+    registry.remove_op("aten", "squeeze", "dims")  # left: aten::squeeze, which takes only `self`
     dispatcher = make_dispatcher(registry)
     complex_mul = call_node(torch.ops.aten.mul.Tensor, t(torch.complex64), t(torch.complex64))
     assert "no complex implementation" in dispatcher.unsupported_reason(complex_mul)

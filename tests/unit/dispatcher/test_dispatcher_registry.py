@@ -168,7 +168,9 @@ def test_is_supported_falls_back_to_the_default_overload():
 
 def test_default_overload_that_cannot_take_the_arguments_does_not_count():
     registry = OnnxRegistry()
-    # torchlib's aten::squeeze takes only `self`; squeeze.dims needs `dim` too.
+    # Without its own function, squeeze.dims falls back to aten::squeeze, which takes
+    # only `self`: squeeze.dims needs `dim` too.
+    registry.remove_op("aten", "squeeze", "dims")
     assert registry.candidate_names(torch.ops.aten.squeeze.dims) == ["aten::squeeze"]
     assert not registry.is_supported(torch.ops.aten.squeeze.dims)
     assert registry.is_supported(torch.ops.aten.squeeze.dim)
