@@ -58,6 +58,15 @@ class DiagnosticContext:
         """How many diagnostics are recorded so far."""
         return len(self._diagnostics)
 
+    @property
+    def reported_count(self) -> int:
+        """How many diagnostics a repeated piece of work must report again: at verbosity
+        DEBUG (a record per node asked for) every one; otherwise those above level none
+        (the level-none records of decisions are the same for every repetition)."""
+        if self.would_record(Level.NONE):
+            return len(self._diagnostics)
+        return sum(1 for d in self._diagnostics if d.level > Level.NONE)
+
     def would_record(self, level: Level) -> bool:
         """Whether a diagnostic at ``level`` would be recorded (skip costly messages if not)."""
         return level >= Level.WARNING or Level(level).logging_level >= self.options.verbosity_level
@@ -156,7 +165,9 @@ class DiagnosticContext:
             object.__setattr__(diagnostic, "level", Level.ERROR)
             diagnostic.message += _PROMOTED_SUFFIX
             diagnostic.properties["promotedFromWarning"] = True
-        if id(diagnostic) in self._recorded or not self.would_record(diagnostic.level):
+        if id(diagnostic) in self._recorded:
+            return
+        if not (self.would_record(diagnostic.level) or diagnostic.rule.recorded_at_every_verbosity):
             return
         self._recorded.add(id(diagnostic))
         self._diagnostics.append(diagnostic)

@@ -24,6 +24,9 @@ class Rule:
     message_template: str
     help_text: str
     default_level: Level
+    # Part of every report, whatever the verbosity (the dispatch decisions: the former
+    # exporter's contract); other rules' level-none records need verbosity DEBUG.
+    recorded_at_every_verbosity: bool = False
 
     def format_message(self, **kwargs: Any) -> str:
         """Fill the message template with ``kwargs``.

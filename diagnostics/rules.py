@@ -146,6 +146,7 @@ FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION = Rule(
         "function that accepts these types with fx2onnx.OnnxRegistry.register_op(...)."
     ),
     default_level=Level.NONE,
+    recorded_at_every_verbosity=True,
 )
 
 FX_NODE_INSERT_TYPE_PROMOTION = Rule(
@@ -184,6 +185,7 @@ FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY = Rule(
         "namespace, op_name, overload=...)."
     ),
     default_level=Level.NONE,
+    recorded_at_every_verbosity=True,
 )
 
 CAPTURE_FAILURE = Rule(

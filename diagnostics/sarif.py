@@ -67,8 +67,7 @@ def result(diagnostic: Diagnostic, rule_index: int) -> dict[str, Any]:
     text = diagnostic.message or diagnostic.rule.short_description
     message: dict[str, Any] = {"text": text}
     log = diagnostic.markdown()
-    if log:
-        message["markdown"] = f"{text}\n\n{log}"
+    message["markdown"] = f"{text}\n\n{log}" if log else text
     out: dict[str, Any] = {
         "ruleId": diagnostic.rule.id,
         "ruleIndex": rule_index,

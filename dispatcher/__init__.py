@@ -13,7 +13,16 @@ from dispatcher._locations import is_tool_frame, node_location, node_stack, stac
 from dispatcher._matching import DROPPED_KWARGS, ParameterCheck, SignatureMatch, match_signature, optional_parameters, schema_defaults
 from dispatcher._names import OpName, normalize_qualified_name, qualified_name_of
 from dispatcher._types import torch_dtype_to_onnx
-from dispatcher.dispatcher import DispatchError, NodeRoute, OnnxFunctionDispatcher, is_tuple_constructor, node_route, walk_graph_modules
+from dispatcher.dispatcher import (
+    DispatchError,
+    NodeRoute,
+    OnnxFunctionDispatcher,
+    WrongKindOfFunction,
+    is_tuple_constructor,
+    node_route,
+    record_identity_removed,
+    walk_graph_modules,
+)
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
 __all__ = [
@@ -26,6 +35,8 @@ __all__ = [
     "OpName",
     "ParameterCheck",
     "RegisteredFunction",
+    "WrongKindOfFunction",
+    "record_identity_removed",
     "SignatureMatch",
     "is_tool_frame",
     "match_signature",

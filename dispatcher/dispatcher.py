@@ -93,7 +93,7 @@ class OnnxFunctionDispatcher:
     def __init__(self, registry: OnnxRegistry, diagnostic_context: DiagnosticContext) -> None:
         self.registry = registry
         # dispatch key -> the function chosen (see dispatch_registered)
-        self._choices: dict[Any, RegisteredFunction] = {}
+        self._choices: dict[Any, tuple[RegisteredFunction, str | None]] = {}
         self.diagnostic_context = diagnostic_context
 
     # -- dispatch ----------------------------------------------------------------------
@@ -112,15 +112,29 @@ class OnnxFunctionDispatcher:
         key = _dispatch_key(node)
         cached = self._choices.get(key) if key is not None else None
         if cached is not None:
-            return cached
+            chosen, qualified_name = cached
+            self._record_perfect_match(node, chosen, qualified_name)
+            return chosen
         call = _Call(node)
         candidates = self._overload_candidates(call)
         candidates = self._filter_complex(call, candidates)
         chosen = self._best_match(call, candidates)
         quiet = call.overloads_tried[:1] == [call.qualified_name] and not self.diagnostic_context.would_record(Level.NONE)
         if key is not None and call.perfect and quiet:
-            self._choices[key] = chosen
+            self._choices[key] = (chosen, call.qualified_name)
         return chosen
+
+    def _record_perfect_match(self, node: torch.fx.Node, function: RegisteredFunction, qualified_name: str | None) -> None:
+        """The level-none record of a perfect match, without the costly parts (the
+        user's line, the candidates), which verbosity DEBUG adds."""
+        self.diagnostic_context.record(
+            rules.FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION,
+            Level.NONE,
+            f"The ONNX function {function.name} is the perfect match for {qualified_name} "
+            f"(FX node '{node.name}', {node.target}).",
+            properties={"target": qualified_name, "fx_node": node.name, "function": function.name,
+                        "is_custom": function.is_custom, "is_complex": function.is_complex},
+        )
 
     def _overload_candidates(self, call: _Call) -> list[RegisteredFunction]:
         try:
@@ -244,9 +258,10 @@ class OnnxFunctionDispatcher:
         level: Level,
     ) -> None:
         ctx = self.diagnostic_context
-        if not ctx.would_record(level):
-            return
         function, match = chosen
+        if match.is_perfect and not ctx.would_record(level):
+            self._record_perfect_match(call.node, function, call.qualified_name)
+            return
         if match.is_perfect:
             message = (
                 f"The ONNX function {function.name} is the perfect match for "
@@ -342,7 +357,7 @@ class OnnxFunctionDispatcher:
         ]
         if not functions:
             kind = "complex" if is_complex else "real"
-            return f"{', '.join(keys)} has no {kind} implementation"
+            return WrongKindOfFunction(f"{', '.join(keys)} has no {kind} implementation")
         for function in functions:
             match = match_signature(
                 function.onnx_function.op_signature,
@@ -377,6 +392,25 @@ def walk_graph_modules(graph_module: torch.fx.GraphModule) -> Iterator[tuple[tor
     return walk(graph_module)
 
 
+def record_identity_removed(context: DiagnosticContext, node: torch.fx.Node) -> None:
+    """The dispatch record of a node that needs no ONNX function: it returns its input
+    unchanged (a clone, or a view to the shape the input has) and is removed before
+    translation."""
+    context.record(
+        rules.FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION,
+        Level.NONE,
+        f"FX node '{node.name}' ({node.target}) needs no ONNX function: it returns its input unchanged "
+        "and was removed before translation.",
+        properties={"fx_node": node.name, "target": str(node.target), "function": None},
+    )
+
+
+class WrongKindOfFunction(str):
+    """An `unsupported_reason`: the operator has functions, but only real ones for a
+    complex input (or the other way round). Dispatch reports it under FXE0011, as the
+    former exporter did, and so does the analysis that finds it first."""
+
+
 class _Call:
     """One FX node being dispatched, with what the diagnostics say about it."""
 
@@ -397,6 +431,12 @@ class _Call:
         return stack_location(self.stack) if self.stack else None
 
     @property
+    def fx_target(self) -> str:
+        """The node's target as torch prints it (``aten.add.Tensor``)."""
+        target = self.node.target
+        return str(target) if isinstance(target, torch._ops.OpOverload) else self.target_text
+
+    @property
     def target_text(self) -> str:
         target = self.node.target
         return getattr(target, "__qualname__", None) or str(target)
@@ -404,7 +444,7 @@ class _Call:
     @property
     def where(self) -> str:
         """``FX node 'add_1' at model.py:12`` (the user's line when known)."""
-        text = f"FX node '{self.node.name}'"
+        text = f"FX node '{self.node.name}', {self.fx_target}"
         if self.location is not None:
             text += f" at {self.location.path}:{self.location.line}"
             snippet = self.location.snippet

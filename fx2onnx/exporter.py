@@ -6,6 +6,8 @@ Each stage is timed on its own (`ONNXProgram.stage_seconds`).
 
 from __future__ import annotations
 
+import functools
+
 import logging
 import os
 import time
@@ -17,7 +19,7 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
+from dispatcher import OnnxFunctionDispatcher, OnnxRegistry, record_identity_removed
 from fx2onnx.translate.analysis import report_unsupported_nodes
 from fx2onnx.capture.torch_export import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.fx_passes.capture_checks import check_captured_graph
@@ -178,7 +180,10 @@ def _export(
         run_pass(context, "remove_effect_tokens", remove_effect_tokens, graph_module, io.effect_tokens)
         # Branches and bodies of control flow are graphs of their own: every pass runs on them.
         run_pass(context, "remove_assertions", on_every_graph(remove_assertions), graph_module)
-        run_pass(context, "remove_identity_views", on_every_graph(remove_identity_views), graph_module)
+        run_pass(
+            context, "remove_identity_views", on_every_graph(remove_identity_views), graph_module,
+            on_removed=functools.partial(record_identity_removed, context),
+        )
         run_pass(context, "decompose_nodes", on_every_graph(decompose_nodes), graph_module, registry, context)
         run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
 

@@ -243,6 +243,8 @@ def _inline_graph(
                 for key in _SOURCE_META if node_meta else ():
                     if key in node.meta:
                         copy.meta[key] = node.meta[key]
+                if node_meta:  # the operator it was decomposed from, as torch's run_decompositions records
+                    copy.meta["original_aten"] = node.meta.get("original_aten", node.target)
                 env[inner] = copy
     if isinstance(result, (tuple, list)):
         for user in list(node.users):

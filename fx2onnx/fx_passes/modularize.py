@@ -84,11 +84,16 @@ def _attribute_path(path: str) -> str:
     return path
 
 
+# torch.export's mark for a node one of its own passes made (a sym_size read inside a
+# module): the node has no stack of its own, it is not a module call.
+_NO_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
+
+
 def module_stack(node: torch.fx.Node) -> list[ModuleCall] | None:
     """The module calls a node belongs to, outermost first, without the root model.
     None when the node carries no stack."""
     raw = node.meta.get("nn_module_stack")
-    if raw is None:
+    if raw is None or _NO_STACK_KEY in raw:
         return None
     stack: list[ModuleCall] = []
     for key, value in raw.items():

@@ -13,6 +13,7 @@ projection's flattening view), where the ONNX optimizer sees two functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -71,9 +72,12 @@ def _is_identity(node: torch.fx.Node) -> bool:
     )
 
 
-def remove_identity_views(graph_module: torch.fx.GraphModule) -> int:
+def remove_identity_views(
+    graph_module: torch.fx.GraphModule, on_removed: Callable[[torch.fx.Node], None] | None = None
+) -> int:
     """Replace every identity by its input and read every reshape of a reshape from the
-    first input; returns how many nodes were removed."""
+    first input; returns how many nodes were removed. ``on_removed`` is told of each
+    identity before it goes (the report records it as the node's translation)."""
     removed = 0
     for node in list(graph_module.graph.nodes):
         inner = _reshaped_source(node)
@@ -83,6 +87,8 @@ def remove_identity_views(graph_module: torch.fx.GraphModule) -> int:
                 graph_module.graph.erase_node(inner)
                 removed += 1
         if _is_identity(node):
+            if on_removed is not None:
+                on_removed(node)
             node.replace_all_uses_with(node.args[0])
             graph_module.graph.erase_node(node)
             removed += 1

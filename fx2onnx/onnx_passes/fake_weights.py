@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.translate.tensor_data import has_data
 
 
@@ -39,7 +40,7 @@ def proto_with_weights_as_inputs(model: ir.Model) -> onnx.ModelProto:
         for name, value in model.graph.initializers.items()
     }
     with swapped_initializers(model, placeholders):
-        proto = ir.serde.serialize_model(model)
+        proto = serialize_model(model)
     graph = proto.graph
     weights = {tensor.name for tensor in graph.initializer}
     kept_info = [info for info in graph.value_info if info.name not in weights]

@@ -30,6 +30,7 @@ import torch
 
 from diagnostics.files import StagedFiles, resolve_destination, staged_files
 from dispatcher import torch_dtype_to_onnx
+from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import proto_with_weights_as_inputs, swapped_initializers
 from fx2onnx.translate.tensor_data import TorchTensorData, real_view, tensor_bytes_view
 
@@ -240,7 +241,7 @@ def write_model(
             data_temp = files.stage(final.with_name(data_name))
             references = _external_tensors(model, getters, data_temp, data_name)
             with swapped_initializers(model, references):
-                _write_proto(ir.serde.serialize_model(model), model_temp)
+                _write_proto(serialize_model(model), model_temp)
             return
         # No data file this time: the one an earlier save wrote for this model is stale.
         _remove_stale_data(files, final)

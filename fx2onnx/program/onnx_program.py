@@ -29,6 +29,7 @@ from fx2onnx.program.model_state import (
     match_state_names,
     open_model_state,
 )
+from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
 from fx2onnx.options import ONNXFakeContext
 from fx2onnx.program.model_writer import WeightGetter, initializer_bytes, program_getters, write_embedded, write_model
@@ -111,7 +112,7 @@ class ONNXProgram:
         model = self._require_model()
         if fake_weights(model):
             return proto_with_weights_as_inputs(model)
-        return ir.serde.serialize_model(model)
+        return serialize_model(model)
 
     @property
     def model_signature(self) -> ModelSignature | None:

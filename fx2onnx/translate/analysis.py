@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import NodeRoute, OnnxFunctionDispatcher, node_location, node_route, node_stack, qualified_name_of, walk_graph_modules
+from dispatcher import NodeRoute, OnnxFunctionDispatcher, WrongKindOfFunction, node_location, node_route, node_stack, qualified_name_of, walk_graph_modules
 from fx2onnx.translate import control_flow
 
 
@@ -47,6 +47,18 @@ def report_unsupported_nodes(
     unsupported = find_unsupported_nodes(graph_module, dispatcher)
     for node, reason in unsupported:
         name = _operator_name(node)
+        if isinstance(reason, WrongKindOfFunction):
+            context.record(
+                rules.NO_SYMBOLIC_FUNCTION_FOR_CALL_FUNCTION,
+                Level.ERROR,
+                f"{reason}, but FX node '{node.name}' ({_torch_spelling(node)}) takes "
+                f"{'complex' if 'complex' in reason else 'no complex'} tensors. Register one with "
+                "OnnxRegistry.register_op(..., is_complex=...) and pass ExportOptions(onnx_registry=...).",
+                location=node_location(node),
+                stack=node_stack(node),
+                properties={"fx_node": node.name, "operator": name},
+            )
+            continue
         context.record(
             rules.UNSUPPORTED_FX_NODE_ANALYSIS,
             Level.ERROR,
@@ -61,6 +73,19 @@ def report_unsupported_nodes(
             properties={"fx_node": node.name, "operator": name},
         )
     return [node for node, _ in unsupported]
+
+
+def _torch_spelling(node: torch.fx.Node) -> str:
+    """The node's operator as torch prints it, with the operator it was decomposed from
+    (``prims.mul.default, from aten.mul.Tensor``)."""
+    text = str(node.target)
+    original = node.meta.get("original_aten")
+    if original is None:  # torch's provenance record: the nodes this one was made from
+        sources = node.meta.get("from_node") or ()
+        original = getattr(sources[0], "target", None) if sources else None
+    if original is not None and str(original) != text:
+        text += f", from {original}"
+    return text
 
 
 def _operator_name(node: torch.fx.Node) -> str:

@@ -134,3 +134,13 @@ def test_rule_is_frozen_and_names_missing_template_arguments() -> None:
     assert rule.template_fields() == ("node", "graph")
     with pytest.raises(ValueError, match=r"needs the arguments \['graph'\]"):
         rule.format_message(node="add")
+
+
+def test_the_rule_catalog_in_docs_is_current():
+    from pathlib import Path
+
+    from diagnostics.catalog import catalog_markdown
+
+    docs = Path(__file__).resolve().parents[3] / "docs" / "rules.md"
+    assert docs.read_text(encoding="utf-8") == catalog_markdown(), "regenerate: python -m diagnostics.catalog > docs/rules.md"
+    assert "| an ONNX function whose signature fits the node's argument types exactly | FXE0014 | none |" in docs.read_text()

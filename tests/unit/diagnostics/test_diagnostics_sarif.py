@@ -125,7 +125,7 @@ def test_region_column_and_markdown_message() -> None:
         "text": diag.message,
         "markdown": diag.message + "\n\n## Graph break\n\n`if x.sum() > 0:`",
     }
-    assert results[1]["message"] == {"text": plain.message}
+    assert results[1]["message"] == {"text": plain.message, "markdown": plain.message}  # every result has both
     assert "locations" not in results[1]
 
 

@@ -65,9 +65,10 @@ def test_save_diagnostics_writes_a_valid_report_of_a_successful_export(tmp_path)
     path = tmp_path / "mlp.sarif"
     program.save_diagnostics(path)
     log = validate_sarif(path)
-    assert counts(log) == {("note", "FXE0018"): 1}
+    # the summary note, and one level-none record per dispatch decision (linear, relu, linear)
+    assert counts(log) == {("note", "FXE0018"): 1, ("none", "FXE0014"): 3}
     assert log["runs"][0]["invocations"][0]["executionSuccessful"] is True
-    assert csv_counts(path) == {("note", "FXE0018"): 1}
+    assert csv_counts(path) == {("note", "FXE0018"): 1, ("none", "FXE0014"): 3}
     summary = sarif_tools_summary(path)
     assert "error: 0" in summary and "warning: 0" in summary and "note: 1" in summary
 
@@ -139,8 +140,9 @@ def test_verbosity_changes_what_is_recorded(tmp_path):
         program.save_diagnostics(reports[verbosity])
     info, debug = (validate_sarif(reports[v]) for v in (logging.INFO, logging.DEBUG))
 
-    # Default: warnings, errors and one summary note; nothing at level none.
-    assert counts(info) == {("note", "FXE0018"): 1}
+    # Default: warnings, errors, one summary note and the dispatch decisions (level none,
+    # without the candidates' log).
+    assert counts(info) == {("note", "FXE0018"): 1, ("none", "FXE0014"): 3}
     # Verbose: a result per pass, for the graph, per FX node and per dispatch decision.
     levels = counts(debug)
     assert levels[("note", "FXE0018")] == 1
@@ -191,6 +193,6 @@ def test_gpt2_report_is_small_at_default_verbosity(tmp_path, record_property):
     assert sizes["DEBUG"] > sizes["INFO"]
     rows = csv_counts(tmp_path / "gpt2_INFO.sarif")
     assert rows[("note", "FXE0018")] == 1
-    assert set(rows) <= {("note", "FXE0018"), ("warning", "FXE0014"), ("warning", "FXE0016")}
+    assert set(rows) <= {("note", "FXE0018"), ("none", "FXE0014"), ("warning", "FXE0014"), ("warning", "FXE0016")}
     summary = sarif_tools_summary(tmp_path / "gpt2_DEBUG.sarif")
     assert "FXE0008" in summary and "FXE0014" in summary and "FXE0007" in summary
