@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fx2onnx.cli.paths import check_output_paths, check_readable_file
 from fx2onnx.cli.specs import UsageError, parse_dynamic_spec, parse_input_spec, parse_model_spec
+from fx2onnx.hub.loading import TASKS as HUB_TASKS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -27,6 +28,17 @@ examples:
 the model: a class (instantiated with no arguments), a function with no required parameter
 (a factory, called; it may return the model or (model, args) or (model, args, kwargs)), an
 nn.Module instance, or a plain function of tensors (exported as it is).
+"""
+
+
+_EXPORT_HF_EXAMPLES = """\
+examples:
+  fx2onnx export-hf ./my-llama --output ./my-llama-onnx --verify
+  fx2onnx export-hf ./llama-7b --output ./llama-7b-onnx --fake --dtype float16
+  fx2onnx export-hf ~/.cache/huggingface/hub/models--org--name --output out --task feature-extraction
+
+causal LMs get model.onnx (prefill and decode), genai_config.json and the tokenizer: the folder
+runs in onnxruntime_genai as it is (og.Model(folder)).
 """
 
 
@@ -100,7 +112,45 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--weights", type=Path, help="with --fake: a checkpoint (state dict) whose weights the saved model gets")
     export.add_argument("--seed", type=int, default=0, help="seed of the random example inputs")
     export.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+    hub = commands.add_parser(
+        "export-hf", help="export a transformers model to a folder its runtime runs (ONNX Runtime GenAI for LLMs)",
+        epilog=_EXPORT_HF_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    hub.add_argument("model", help="a save_pretrained folder, a Hugging Face cache folder or snapshot, or a hub id")
+    hub.add_argument("--output", type=Path, required=True, help="the folder to write (new or empty)")
+    hub.add_argument("--task", choices=HUB_TASKS, help="default: from the model's config")
+    hub.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="default: the checkpoint's")
+    hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
+    hub.add_argument("--verify", action="store_true", help="run the folder as its runtime will and compare with transformers")
+    hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
+    hub.add_argument("--opset", type=int, help=_OPSET_HELP)
+    hub.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser
+
+
+def _run_export_hf(args: argparse.Namespace) -> int:
+    from fx2onnx.hub import export_hf
+
+    if args.tokens < 1:
+        raise UsageError("--tokens must be at least 1.")
+    opset = _checked_opset(args.opset)
+    say = _say(args.quiet)
+    try:
+        result = export_hf(
+            args.model, args.output, task=args.task, dtype=args.dtype, fake=args.fake, verify=args.verify,
+            opset=opset, tokens=args.tokens, progress=not args.quiet, say=say,
+        )
+    except FileExistsError as error:
+        raise UsageError(str(error)) from error
+    except (FileNotFoundError, NotImplementedError, ValueError, RuntimeError, TypeError) as error:
+        print(f"fx2onnx: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    verification = result.verification
+    if verification is not None and verification.tokens_equal is False:
+        print(f"fx2onnx: error: verification failed: {verification.summary()}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.ExportRequest
@@ -156,7 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(version_text())
             return EXIT_OK
         if args.command is None:
-            raise UsageError("give a command: export or demo (fx2onnx export --help)")
+            raise UsageError("give a command: export, export-hf or demo (fx2onnx export --help)")
+        if args.command == "export-hf":
+            return _run_export_hf(args)
         if args.command == "demo":
             check_output_paths(args.output, args.report)
             from fx2onnx.cli.demo import run_demo

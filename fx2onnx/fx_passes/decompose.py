@@ -476,11 +476,25 @@ def _decompose_whole_program(
     # Re-traces the program's own graph (with the nodes replaced so far when it is that
     # graph, not a copy: the user's program stays untouched).
     table = {**onnx_decomposition_table(registry), **table}
-    program = program.run_decompositions(table)
+    program = _run_decompositions(program, table)
     for _ in range(_MAX_COMPLEX_ROUNDS):
         gaps = _complex_gaps(program, registry)
         if not gaps:
             break
         table.update(gaps)
-        program = program.run_decompositions(table)
+        program = _run_decompositions(program, table)
     return Decomposed(program, program.graph_module, reasons)
+
+
+def _run_decompositions(program: torch.export.ExportedProgram, table: dict) -> torch.export.ExportedProgram:
+    """`program.run_decompositions(table)`, re-tracing the program without its input-guard
+    function: torch (2.13) re-traces `program.module()`, whose `_guards_fn` fails on some
+    inputs that are registered containers (a transformers cache with dynamic dims, 'NoneType'
+    object has no attribute 'size'). The guards check the example inputs again, which the
+    capture did already; the ONNX model never had them."""
+    unguarded = functools.partial(type(program).module, program, check_guards=False)
+    program.module = unguarded  # type: ignore[method-assign]  # this instance, for this call only
+    try:
+        return program.run_decompositions(table)
+    finally:
+        del program.module

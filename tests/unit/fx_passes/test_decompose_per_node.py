@@ -128,3 +128,11 @@ def test_decomposed_nodes_never_take_an_argument_name(export_and_compare, no_who
     x, y = torch.randn(3, 5), torch.randn(3, 4)
     program = export_and_compare(_ArgumentsNamedLikeNodes(), (x, y, y * 2, y + 1, -y))
     assert [i.name for i in program.model_proto.graph.input] == ["x", "sub", "slice_1", "slice_2", "narrow"]
+
+
+def test_whole_program_retrace_reaches_module_without_guards():
+    """The whole-program decomposition asks torch for `program.module(check_guards=False)`:
+    fail loudly if that parameter moves."""
+    import inspect
+
+    assert "check_guards" in inspect.signature(torch.export.ExportedProgram.module).parameters

@@ -1,0 +1,50 @@
+"""Causal LMs: one model for prefill and decode, as ONNX Runtime GenAI runs it.
+
+The decode step is exported with a cache from a prefill run (2 sequences, 5 cached and 3
+new tokens: sizes that no other dim shares, so torch.export keeps every length apart). A
+past length of 0 is then the prefill. Inputs `input_ids`, `attention_mask`,
+`position_ids` (when forward takes it), `past_key_values.{i}.key/.value`; outputs
+`logits`, `present.{i}.key/.value`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any
+
+import torch
+
+from fx2onnx.hub.loading import LoadedModel
+
+BATCH, NEW_TOKENS, CACHED_TOKENS = 2, 3, 5
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """forward's name for the cache: `cache` from transformers 5.24 on, `past_key_values` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
+    """Example inputs of a decode step, fake when the model is."""
+    model, config = loaded.model, loaded.config
+    vocab = int(getattr(config, "vocab_size", 100) or 100)
+    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(min(3, vocab - 1), vocab, (BATCH, CACHED_TOKENS + NEW_TOKENS), generator=generator)
+    with mode, torch.no_grad():
+        ids = ids.clone()  # fake when the model is
+        mask = torch.ones(BATCH, CACHED_TOKENS + NEW_TOKENS, dtype=torch.int64)
+        prefill = model(input_ids=ids[:, :CACHED_TOKENS], attention_mask=mask[:, :CACHED_TOKENS], use_cache=True)
+        inputs: dict[str, Any] = {"input_ids": ids[:, CACHED_TOKENS:], "attention_mask": mask}
+        if "position_ids" in inspect.signature(model.forward).parameters:
+            positions = torch.arange(CACHED_TOKENS, CACHED_TOKENS + NEW_TOKENS, dtype=torch.int64)
+            inputs["position_ids"] = positions.unsqueeze(0).expand(BATCH, -1).contiguous()
+        inputs[cache_argument(model)] = prefill.past_key_values
+    return inputs
+
+
+def head_size(config: Any) -> int:
+    explicit = getattr(config, "head_dim", None)
+    return int(explicit) if explicit else int(config.hidden_size) // int(config.num_attention_heads)

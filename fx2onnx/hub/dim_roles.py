@@ -1,0 +1,63 @@
+"""The names runtimes and Optimum give the dims of a transformers model's inputs, found
+from the role of each input (`input_ids` dim 1 is the new tokens, a past key's dim 2
+the cached ones) and put on every value of the exported model."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from fx2onnx.onnx_passes.rename_dims import rename_dims
+
+BATCH = "batch_size"
+SEQUENCE = "sequence_length"
+PAST = "past_sequence_length"
+TOTAL = "total_sequence_length"
+ENCODER_SEQUENCE = "encoder_sequence_length"
+
+# input name (or name prefix) -> {dim index: name}
+_ROLES: list[tuple[str, dict[int, str]]] = [
+    ("input_ids", {0: BATCH, 1: SEQUENCE}),
+    ("position_ids", {0: BATCH, 1: SEQUENCE}),
+    ("token_type_ids", {0: BATCH, 1: SEQUENCE}),
+    ("decoder_input_ids", {0: BATCH, 1: SEQUENCE}),
+    ("pixel_values", {0: BATCH}),
+    ("input_features", {0: BATCH}),
+    ("encoder_hidden_states", {0: BATCH, 1: ENCODER_SEQUENCE}),
+    ("encoder_attention_mask", {0: BATCH, 1: ENCODER_SEQUENCE}),
+]
+
+
+def _roles_of(name: str, has_past: bool) -> dict[int, str]:
+    if name == "attention_mask":
+        return {0: BATCH, 1: TOTAL if has_past else SEQUENCE}
+    if name.startswith("past_key_values."):
+        # cross-attention caches hold the encoder's length
+        return {0: BATCH, 2: ENCODER_SEQUENCE if ".encoder." in name else PAST}
+    return next((dims for key, dims in _ROLES if name == key), {})
+
+
+def name_dims_by_role(model: ir.Model) -> dict[str, str]:
+    """Rename ``model``'s input dims (and every value's dims built from them) after their
+    roles; returns the renaming. Two roles on one symbol are an error: the runtime would
+    be told two different lengths are one."""
+    has_past = any(v.name.startswith("past_key_values.") for v in model.graph.inputs)
+    symbols: dict[str, str] = {}
+    for value in model.graph.inputs:
+        if value.shape is None:
+            continue
+        for index, role in _roles_of(value.name or "", has_past).items():
+            if index >= len(value.shape):
+                continue
+            dim = value.shape[index]
+            if not isinstance(dim, ir.SymbolicDim) or not dim.value:
+                raise ValueError(
+                    f"Dim {index} of input '{value.name}' ({role}) is static ({dim}) in the export: the runtime "
+                    "needs it dynamic. Report this with the SARIF report of the export."
+                )
+            if symbols.setdefault(dim.value, role) != role:
+                raise ValueError(
+                    f"The export made {symbols[dim.value]} and {role} one dim ({dim.value}); they must stay apart."
+                )
+    totals = {f"{SEQUENCE}+{PAST}": TOTAL, f"{PAST}+{SEQUENCE}": TOTAL}
+    rename_dims(model, symbols, totals)
+    return symbols

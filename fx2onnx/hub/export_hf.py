@@ -1,0 +1,186 @@
+"""`export_hf`: a transformers model to a folder its runtime runs (see the package docstring).
+
+The folder is written under a temporary name beside ``output`` and moved in place at the
+end: a failed export leaves nothing behind, and an existing folder that is not empty is
+refused rather than mixed with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import fx2onnx
+from fx2onnx.hub import causal_lm
+from fx2onnx.hub.dim_roles import name_dims_by_role
+from fx2onnx.hub.folder_files import copy_folder_files, name_tokenizer_class
+from fx2onnx.hub.genai_config import genai_config
+from fx2onnx.hub.loading import (
+    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, TEXT_GENERATION, LoadedModel, load_model, local_folder,
+)
+from fx2onnx.hub.verify import Verification, verify_causal_lm, verify_outputs
+
+
+@dataclass
+class HubExport:
+    """What `export_hf` wrote."""
+
+    folder: Path
+    task: str
+    files: list[str] = field(default_factory=list)
+    verification: Verification | None = None
+    seconds: float = 0.0
+
+
+def _check_output(output: Path) -> None:
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        what = "a file" if not output.is_dir() else "a folder that is not empty"
+        raise FileExistsError(f"--output '{output}' is {what}: give a new or empty folder; nothing was written.")
+
+
+def _options(loaded: LoadedModel, opset: int | None, progress: bool, report: Path) -> fx2onnx.ExportOptions:
+    return fx2onnx.ExportOptions(
+        dynamic_shapes=True, fake_context=loaded.fake_context, opset_version=opset, progress=progress,
+        failure_report_path=report,
+    )
+
+
+def _save(program: fx2onnx.ONNXProgram, path: Path, loaded: LoadedModel) -> None:
+    name_dims_by_role(program.model)
+    state = loaded.folder if loaded.fake_context is not None else None
+    program.save(path, model_state=state, external_data=True)
+
+
+def _encoder_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
+    """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two shapes."""
+    config, model = loaded.config, loaded.model
+    generator = torch.Generator().manual_seed(size)
+    batch = 2 + size
+    if loaded.task == IMAGE_CLASSIFICATION:
+        image = int(getattr(config, "image_size", 224) or 224)
+        channels = int(getattr(config, "num_channels", 3) or 3)
+        return {"pixel_values": torch.randn(batch, channels, image, image, generator=generator)}
+    length = 7 + 4 * size
+    vocab = int(getattr(config, "vocab_size", 100))
+    inputs = {"input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, length), generator=generator),
+              "attention_mask": torch.ones(batch, length, dtype=torch.int64)}
+    import inspect
+
+    if "token_type_ids" in inspect.signature(model.forward).parameters and getattr(config, "type_vocab_size", 0):
+        inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.int64)
+    return inputs
+
+
+def _fake(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    if loaded.fake_context is None:
+        return inputs
+    return {k: loaded.fake_context.fake_mode.from_tensor(v) for k, v in inputs.items()}
+
+
+def _export_causal_lm(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+    inputs = causal_lm.decode_step_inputs(loaded)
+    program = fx2onnx.dynamo_export(loaded.model, **inputs, export_options=options)
+    _save(program, staging / "model.onnx", loaded)
+    input_names = [v.name for v in program.model.graph.inputs]
+    layers = sum(1 for name in input_names if name.endswith(".key") and name.startswith("past_key_values."))
+    generation = getattr(loaded.model, "generation_config", None)
+    config = genai_config(loaded.config, generation, "model.onnx", input_names, layers)
+    (staging / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return ["model.onnx", "model.onnx.data", "genai_config.json"]
+
+
+def _export_single(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+    inputs = _fake(_encoder_inputs(loaded, 0), loaded)
+    program = fx2onnx.dynamo_export(loaded.model, **inputs, export_options=options)
+    _save(program, staging / "model.onnx", loaded)
+    return ["model.onnx", "model.onnx.data"]
+
+
+_EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
+    TEXT_GENERATION: _export_causal_lm,
+    FEATURE_EXTRACTION: _export_single,
+    IMAGE_CLASSIFICATION: _export_single,
+}
+
+
+def _verify(loaded: LoadedModel, folder: Path, tokens: int) -> Verification:
+    model = loaded.model
+    if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
+        model = load_model(loaded.folder, loaded.task, None, fake=False).model
+        model.to(next(p.dtype for p in loaded.model.parameters()))
+    if loaded.task == TEXT_GENERATION:
+        vocab = int(loaded.config.vocab_size)
+        prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
+        return verify_causal_lm(folder / "model.onnx", model, loaded.config, prompt, tokens)
+    output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
+    return verify_outputs(folder / "model.onnx", model, lambda size: _encoder_inputs(loaded, size), output)
+
+
+def export_hf(
+    model: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    task: str | None = None,
+    dtype: str | None = None,
+    fake: bool = False,
+    verify: bool = False,
+    opset: int | None = None,
+    tokens: int = 16,
+    progress: bool = False,
+    say: Callable[[str], None] = lambda line: None,
+) -> HubExport:
+    """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
+    or a hub id) to the folder ``output``, ready for its runtime.
+
+    Args:
+        task: text-generation, text2text-generation, automatic-speech-recognition,
+            feature-extraction or image-classification (default: from the config).
+        dtype: float32, float16 or bfloat16 (default: the checkpoint's).
+        fake: build the model in fake mode and stream the weights from the folder
+            (a 7B model without its 28 GB in memory).
+        verify: run the folder as its runtime will and compare with transformers.
+        tokens: greedy tokens generated by the verification of a causal LM.
+    """
+    started = time.perf_counter()
+    output = Path(os.fspath(output)).expanduser()
+    _check_output(output)
+    folder = local_folder(model)
+    loaded = load_model(folder, task, dtype, fake)
+    if loaded.task not in _EXPORTERS:
+        raise NotImplementedError(
+            f"export-hf does not write {loaded.task} folders yet (encoder-decoders: T5, BART, Whisper); "
+            f"export the model with fx2onnx.dynamo_export. Supported: {', '.join(_EXPORTERS)}."
+        )
+    say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    try:
+        options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"))
+        files = _EXPORTERS[loaded.task](loaded, staging, options)
+        files += copy_folder_files(folder, staging)
+        tokenizer_class = name_tokenizer_class(staging) if loaded.task == TEXT_GENERATION else None
+        if tokenizer_class:
+            say(f"tokenizer_config.json: tokenizer_class {tokenizer_class} (read by ONNX Runtime GenAI)")
+        files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
+        result = HubExport(output, loaded.task, files)
+        if verify:
+            result.verification = _verify(loaded, staging, tokens)
+            say(f"verification: {result.verification.summary()}")
+        if output.exists():
+            output.rmdir()  # empty, checked above
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    result.seconds = time.perf_counter() - started
+    say(f"wrote {output}: {', '.join(result.files)} in {result.seconds:.1f} s")
+    return result

@@ -1,0 +1,49 @@
+"""The files beside the model: config, generation config, tokenizer and preprocessor
+files, copied from the source folder, the tokenizer's class named so that ONNX Runtime
+GenAI's tokenizer reads it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+_COPIED = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja",
+    "preprocessor_config.json", "processor_config.json", "feature_extractor_config.json",
+)
+# transformers 5 names the class of every fast tokenizer TokenizersBackend, which the
+# runtime does not know: it reads tokenizer.json under the name of a known class.
+_GENERIC_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast", None)
+
+
+def copy_folder_files(source: Path, destination: Path) -> list[str]:
+    """Copy the files of ``source`` the runtime and preprocessing need; returns their names."""
+    copied = []
+    for name in _COPIED:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, destination / name)
+            copied.append(name)
+    return copied
+
+
+def _runtime_tokenizer_class(tokenizer_json: dict) -> str:
+    """A class the runtime's tokenizer knows for this tokenizer.json: byte-level BPE is
+    GPT-2's, SentencePiece-style (Metaspace) is LLaMA's."""
+    text = json.dumps({k: tokenizer_json.get(k) for k in ("pre_tokenizer", "decoder", "normalizer")})
+    return "LlamaTokenizer" if "Metaspace" in text or "Replace" in text else "GPT2Tokenizer"
+
+
+def name_tokenizer_class(folder: Path) -> str | None:
+    """Give tokenizer_config.json a class the runtime reads; returns the class set, or
+    None when there is no fast tokenizer or the class is already specific."""
+    config_path, tokenizer_path = folder / "tokenizer_config.json", folder / "tokenizer.json"
+    if not (config_path.is_file() and tokenizer_path.is_file()):
+        return None
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.get("tokenizer_class") not in _GENERIC_CLASSES:
+        return None
+    config["tokenizer_class"] = _runtime_tokenizer_class(json.loads(tokenizer_path.read_text(encoding="utf-8")))
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return config["tokenizer_class"]

@@ -1,0 +1,73 @@
+"""`genai_config.json`: what ONNX Runtime GenAI needs to run a causal LM's `model.onnx`.
+
+The model type is the config's where the runtime knows it (its own list, below), else
+its generic `decoder`. Sizes come from the config; bos/eos/pad ids from
+`generation_config.json` when the folder has one. The past and present buffers are not
+shared (`past_present_share_buffer: false`): the model returns new cache tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fx2onnx.hub.causal_lm import head_size
+
+# Decoder model types ONNX Runtime GenAI 0.18 accepts by name and runs with this layout
+# (one key and one value input per layer). It knows `gpt2` too, with GPT-2's former
+# layout (one stacked past per layer): GPT-2 gets the generic `decoder`, like the types
+# it does not know.
+GENAI_MODEL_TYPES = frozenset({
+    "chatglm", "ernie4_5", "gemma", "gemma2", "gemma3_text", "gptoss", "granite", "internlm2", "llama",
+    "mistral", "nemotron", "olmo", "phi", "phi3", "phi3small", "phimoe", "qwen2", "qwen3", "smollm3",
+})
+
+
+def _token_id(value: Any) -> Any:
+    """A token id, or the list of them (several eos ids); None stays None."""
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value] if len(value) > 1 else (int(value[0]) if value else None)
+    return None if value is None else int(value)
+
+
+def genai_config(config: Any, generation_config: Any, filename: str, input_names: list[str], layer_count: int) -> dict[str, Any]:
+    model_type = str(getattr(config, "model_type", "decoder"))
+    context = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 2048)
+    ids = {
+        key: _token_id(getattr(generation_config, key, None) if generation_config is not None else None)
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id")
+    }
+    for key, value in ids.items():
+        if value is None:
+            ids[key] = _token_id(getattr(config, key, None))
+    if ids["pad_token_id"] is None:
+        ids["pad_token_id"] = ids["eos_token_id"][0] if isinstance(ids["eos_token_id"], list) else ids["eos_token_id"]
+    inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
+    if "position_ids" in input_names:
+        inputs["position_ids"] = "position_ids"
+    inputs |= {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+    heads = int(config.num_attention_heads)
+    return {
+        "model": {
+            **ids,
+            "context_length": context,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": filename,
+                "head_size": head_size(config),
+                "hidden_size": int(config.hidden_size),
+                "inputs": inputs,
+                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
+                "num_attention_heads": heads,
+                "num_hidden_layers": layer_count,
+                "num_key_value_heads": int(getattr(config, "num_key_value_heads", None) or heads),
+            },
+            "type": model_type if model_type in GENAI_MODEL_TYPES else "decoder",
+            "vocab_size": int(config.vocab_size),
+        },
+        "search": {
+            "diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
+            "max_length": context, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
+            "num_return_sequences": 1, "past_present_share_buffer": False, "repetition_penalty": 1.0,
+            "temperature": 1.0, "top_k": 50, "top_p": 1.0,
+        },
+    }

@@ -1,0 +1,95 @@
+"""Load a transformers model for `export_hf`: from a folder, a cache snapshot or a hub id;
+for a task (the default read from the config); real, or in fake mode with the weights
+left in the folder."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fx2onnx.options import ONNXFakeContext
+from fx2onnx.program.checkpoint_folders import snapshot_folder
+
+TEXT_GENERATION = "text-generation"
+TEXT2TEXT = "text2text-generation"
+SPEECH_RECOGNITION = "automatic-speech-recognition"
+FEATURE_EXTRACTION = "feature-extraction"
+IMAGE_CLASSIFICATION = "image-classification"
+TASKS = (TEXT_GENERATION, TEXT2TEXT, SPEECH_RECOGNITION, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION)
+
+_AUTO_CLASSES = {
+    TEXT_GENERATION: "AutoModelForCausalLM",
+    TEXT2TEXT: "AutoModelForSeq2SeqLM",
+    SPEECH_RECOGNITION: "AutoModelForSpeechSeq2Seq",
+    FEATURE_EXTRACTION: "AutoModel",
+    IMAGE_CLASSIFICATION: "AutoModelForImageClassification",
+}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    config: Any
+    folder: Path
+    task: str
+    fake_context: ONNXFakeContext | None
+
+
+def local_folder(source: str | os.PathLike) -> Path:
+    """The folder of ``source``: itself (a cache repo folder resolved to its snapshot), or
+    the snapshot of a hub id that huggingface_hub downloads (the user's network)."""
+    path = Path(os.fspath(source)).expanduser()
+    if path.is_dir():
+        return snapshot_folder(path)
+    if path.exists():
+        raise ValueError(f"'{source}' is a file: give the folder save_pretrained wrote (with config.json), or a hub id.")
+    text = os.fspath(source)
+    if text.count("/") > 1 or text.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"The folder '{source}' does not exist.")
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(text))
+
+
+def default_task(config: Any) -> str:
+    """The task a config's architecture is made for (``text-generation`` for causal LMs)."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    if getattr(config, "is_encoder_decoder", False):
+        return SPEECH_RECOGNITION if getattr(config, "num_mel_bins", None) else TEXT2TEXT
+    if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
+        return TEXT_GENERATION
+    if any(a.endswith("ForImageClassification") for a in architectures):
+        return IMAGE_CLASSIFICATION
+    return FEATURE_EXTRACTION
+
+
+def load_model(folder: Path, task: str | None, dtype: str | None, fake: bool) -> LoadedModel:
+    """The model of ``folder`` for ``task``, in ``dtype``; with ``fake`` its parameters are
+    FakeTensors (no memory) and its weights stay in the folder until the model is saved."""
+    import transformers
+
+    from fx2onnx.capture.fake_mode import enable_fake_mode
+
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"'{folder}' has no config.json: give a folder that save_pretrained wrote, or a hub id.")
+    config = transformers.AutoConfig.from_pretrained(folder)
+    task = task or default_task(config)
+    if task not in TASKS:
+        raise ValueError(f"Unknown task '{task}': one of {', '.join(TASKS)}.")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"Unknown dtype '{dtype}': one of {', '.join(DTYPES)}.")
+    auto = getattr(transformers, _AUTO_CLASSES[task])
+    torch_dtype = DTYPES[dtype] if dtype else None
+    if fake:
+        with enable_fake_mode() as fake_context:
+            model = auto.from_config(config)
+        if torch_dtype is not None:
+            model.to(torch_dtype)
+        return LoadedModel(model.eval(), config, folder, task, fake_context)
+    model = auto.from_pretrained(folder, dtype=torch_dtype) if torch_dtype else auto.from_pretrained(folder)
+    return LoadedModel(model.eval(), config, folder, task, None)

@@ -1,0 +1,152 @@
+"""`fx2onnx export-hf`: transformers models to folders that their runtime runs as they are.
+
+Causal LMs run in ONNX Runtime GenAI (`og.Model(folder)`): greedy tokens equal
+`model.generate(do_sample=False)`, and its tokenizer encodes as transformers does.
+Encoders and image classifiers match transformers at two input sizes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import onnx
+import pytest
+import torch
+
+from fx2onnx.cli.main import main
+from fx2onnx.hub import export_hf
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+PROMPT = "the quick brown fox"
+COMMON = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               max_position_embeddings=256)
+
+
+def causal_configs(vocab: int) -> dict:
+    return {
+        "llama": transformers.LlamaConfig(**DECODER, vocab_size=vocab, **COMMON),
+        "mistral": transformers.MistralConfig(**DECODER, vocab_size=vocab, **COMMON),
+        "qwen2": transformers.Qwen2Config(**DECODER, vocab_size=vocab, **COMMON),
+        "qwen3": transformers.Qwen3Config(**DECODER, head_dim=16, vocab_size=vocab, **COMMON),
+        "phi3": transformers.Phi3Config(**DECODER, vocab_size=vocab, **COMMON),
+        "gemma": transformers.GemmaConfig(**DECODER, head_dim=16, vocab_size=vocab, **COMMON),
+        "gpt2": transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256, vocab_size=vocab, **COMMON),
+        "mixtral": transformers.MixtralConfig(**DECODER, num_local_experts=4, num_experts_per_tok=2, vocab_size=vocab, **COMMON),
+    }
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A byte-level BPE tokenizer trained here (nothing downloaded)."""
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<pad>", "<s>", "</s>"], initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
+    model.train_from_iterator(["the quick brown fox jumps over the lazy dog", "hello world of onnx models"] * 40, trainer)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=model, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def save_causal_lm(folder, family: str, tokenizer) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(causal_configs(len(tokenizer))[family]).eval()
+    model.save_pretrained(folder, max_shard_size="200KB")
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def generate_with_genai(folder, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[int]]:
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = og.Model(str(folder))
+    encoded = list(og.Tokenizer(model).encode(PROMPT))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(prompt_ids) + new_tokens)
+    generator = og.Generator(model, params)
+    generator.append_tokens([prompt_ids])
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens, [int(t) for t in encoded]
+
+
+def dims(path, name: str) -> list:
+    model = onnx.load(os.fspath(path), load_external_data=False)
+    value = next(v for v in [*model.graph.input, *model.graph.output] if v.name == name)
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt2", "mixtral"])
+def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer):
+    model = save_causal_lm(tmp_path / "source", family, tokenizer)
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    out = tmp_path / "out"
+    assert {"model.onnx", "genai_config.json", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(result.files)
+    onnx.checker.check_model(os.fspath(out / "model.onnx"), full_check=True)
+    assert result.verification.tokens_equal and result.verification.max_logit_difference < 1e-3
+    assert dims(out / "model.onnx", "input_ids") == ["batch_size", "sequence_length"]
+    assert dims(out / "model.onnx", "attention_mask") == ["batch_size", "total_sequence_length"]
+    assert dims(out / "model.onnx", "past_key_values.1.value")[::2] == ["batch_size", "past_sequence_length"]
+    assert dims(out / "model.onnx", "present.0.key")[::2] == ["batch_size", "total_sequence_length"]
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["num_hidden_layers"] == 2 and config["search"]["past_present_share_buffer"] is False
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    tokens, encoded = generate_with_genai(out, prompt_ids, 16)
+    assert encoded == prompt_ids
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=0)
+    assert tokens == expected[0, len(prompt_ids):].tolist()
+
+
+def test_fake_mode_streams_the_weights_from_the_folder(tmp_path, tokenizer):
+    model = save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    result = export_hf(tmp_path / "source", tmp_path / "out", fake=True, verify=True)
+    assert result.verification.tokens_equal
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    tokens, _ = generate_with_genai(tmp_path / "out", prompt_ids, 8)
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=8, min_new_tokens=8, pad_token_id=0)
+    assert tokens == expected[0, len(prompt_ids):].tolist()
+
+
+@pytest.mark.parametrize("kind", ["bert", "vit"])
+def test_encoder_and_image_classifier_folders(tmp_path, kind, tokenizer):
+    torch.manual_seed(0)
+    if kind == "bert":
+        config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                         vocab_size=len(tokenizer), max_position_embeddings=64)
+        model = transformers.BertModel(config).eval()
+        tokenizer.save_pretrained(tmp_path / "source")
+    else:
+        config = transformers.ViTConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                        image_size=32, patch_size=8, num_labels=5)
+        model = transformers.ViTForImageClassification(config).eval()
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    assert result.task == ("feature-extraction" if kind == "bert" else "image-classification")
+    assert result.verification.max_logit_difference < 1e-4  # at two input sizes
+    path = tmp_path / "out" / "model.onnx"
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    if kind == "bert":
+        assert dims(path, "input_ids") == ["batch_size", "sequence_length"]
+        assert dims(path, "last_hidden_state") == ["batch_size", "sequence_length", 64]
+    else:
+        assert dims(path, "pixel_values")[0] == "batch_size" and dims(path, "logits") == ["batch_size", 5]
+
+
+def test_command_line_and_its_errors(tmp_path, tokenizer, capsys):
+    save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "out"), "--verify", "--quiet"]) == 0
+    assert (tmp_path / "out" / "genai_config.json").is_file()
+    # an existing folder that is not empty is never mixed with
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "give a new or empty folder; nothing was written" in capsys.readouterr().err
+    assert main(["export-hf", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o2"), "--quiet"]) == 1
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "o3"), "--task", "text2text-generation", "--quiet"]) == 1
+    assert not (tmp_path / "o3").exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]  # no half-written folder left
