@@ -24,10 +24,12 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files, name_tokenizer_class
 from fx2onnx.hub.genai_config import genai_config
+from fx2onnx.hub import seq2seq
 from fx2onnx.hub.loading import (
-    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, TEXT_GENERATION, LoadedModel, load_model, local_folder,
+    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel, load_model,
+    local_folder,
 )
-from fx2onnx.hub.verify import Verification, verify_causal_lm, verify_outputs
+from fx2onnx.hub.verify import Verification, verify_causal_lm, verify_outputs, verify_seq2seq
 
 
 @dataclass
@@ -105,8 +107,23 @@ def _export_single(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOp
     return ["model.onnx", "model.onnx.data"]
 
 
+def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+    encoder, decoder = seq2seq.halves(loaded)
+    program = fx2onnx.dynamo_export(encoder, **_fake(seq2seq.encoder_inputs(loaded), loaded), export_options=options)
+    _save(program, staging / "encoder_model.onnx", loaded)
+    files = ["encoder_model.onnx", "encoder_model.onnx.data"]
+    for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
+        inputs = seq2seq.decoder_inputs(loaded, decoder, with_past)
+        program = fx2onnx.dynamo_export(decoder, **inputs, export_options=options)
+        _save(program, staging / name, loaded)
+        files += [name, f"{name}.data"]
+    return files
+
+
 _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
     TEXT_GENERATION: _export_causal_lm,
+    TEXT2TEXT: _export_seq2seq,
+    SPEECH_RECOGNITION: _export_seq2seq,
     FEATURE_EXTRACTION: _export_single,
     IMAGE_CLASSIFICATION: _export_single,
 }
@@ -117,6 +134,12 @@ def _verify(loaded: LoadedModel, folder: Path, tokens: int) -> Verification:
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
         model = load_model(loaded.folder, loaded.task, None, fake=False).model
         model.to(next(p.dtype for p in loaded.model.parameters()))
+    if loaded.task in (TEXT2TEXT, SPEECH_RECOGNITION):
+        start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
+        runs = [verify_seq2seq(folder, model, seq2seq.encoder_inputs(loaded, size), start, tokens) for size in (0, 1)]
+        return Verification(
+            max(r.max_logit_difference for r in runs), all(r.tokens_equal for r in runs), runs[0].onnx_tokens, runs[0].torch_tokens
+        )
     if loaded.task == TEXT_GENERATION:
         vocab = int(loaded.config.vocab_size)
         prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -155,11 +178,6 @@ def export_hf(
     _check_output(output)
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake)
-    if loaded.task not in _EXPORTERS:
-        raise NotImplementedError(
-            f"export-hf does not write {loaded.task} folders yet (encoder-decoders: T5, BART, Whisper); "
-            f"export the model with fx2onnx.dynamo_export. Supported: {', '.join(_EXPORTERS)}."
-        )
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))

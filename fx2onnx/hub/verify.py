@@ -89,3 +89,35 @@ def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_
             expected = getattr(model(**inputs), output_name)
         difference = max(difference, float(np.abs(actual.astype(np.float64) - expected.double().numpy()).max()))
     return Verification(difference, None, [], [])
+
+
+def verify_seq2seq(folder: Path, model: torch.nn.Module, encoder_inputs: dict[str, torch.Tensor], start: int, steps: int) -> Verification:
+    """Greedy decoding of the first example with the three files (encoder, first step,
+    next steps) against the same loop in PyTorch."""
+    encoder_inputs = {k: v[:1] for k, v in encoder_inputs.items()}
+    encoder, first, following = (_session(folder / name) for name in
+                                 ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"))
+    hidden = encoder.run(None, {k: v.numpy() for k, v in encoder_inputs.items()})[0]
+    mask = encoder_inputs.get("attention_mask")
+    tokens, onnx_logits, cache = [start], [], {}
+    for step in range(steps):
+        session = first if step == 0 else following
+        feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden, **cache}
+        if mask is not None:
+            feed["encoder_attention_mask"] = mask.numpy()
+        names = [i.name for i in session.get_inputs()]
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, {k: v for k, v in feed.items() if k in names})))
+        onnx_logits.append(outputs["logits"][:, -1, :])
+        tokens.append(int(onnx_logits[-1].argmax(-1)[0]))
+        cache = {name.replace("present.", "past_key_values."): value for name, value in outputs.items() if name.startswith("present.")}
+    torch_tokens, torch_logits, past = [start], [], None
+    with torch.no_grad():
+        encoded = model.get_encoder()(**encoder_inputs).last_hidden_state
+        for _ in range(steps):
+            out = model(decoder_input_ids=torch.tensor([[torch_tokens[-1]]]), encoder_outputs=(encoded,), attention_mask=mask,
+                        past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            torch_logits.append(out.logits[:, -1, :])
+            torch_tokens.append(int(out.logits[0, -1].argmax()))
+    difference = max(float(np.abs(a.astype(np.float64) - b.double().numpy()).max()) for a, b in zip(onnx_logits, torch_logits))
+    return Verification(difference, tokens == torch_tokens, tokens[1:], torch_tokens[1:])

@@ -62,17 +62,6 @@ class _MappingSource:
         return value
 
 
-class _SafetensorsSource:
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-
-    def names(self) -> list[str]:
-        return list(self._handle.keys())
-
-    def get(self, name: str) -> torch.Tensor:
-        return self._handle.get_tensor(name)
-
-
 def _unwrap(loaded: Any, path: str) -> Mapping[str, Any]:
     if isinstance(loaded, torch.nn.Module):
         return loaded.state_dict()
@@ -98,35 +87,49 @@ def _load_torch_file(path: Path) -> Mapping[str, Any]:
 
 
 class _FilesSource:
-    """The tensors of one or more checkpoint files; a file is opened when first needed
-    and stays open (memory-mapped) until the `with` block of `open_model_state` ends."""
+    """The tensors of one or more checkpoint files, each read when it is needed.
+
+    A `.safetensors` file is opened for each tensor read and closed right after: its
+    memory map (whose pages a process's resident size counts once read) never holds more
+    than the tensor being written, so saving a 7B checkpoint does not grow the process by
+    the checkpoint's size. A torch.save file is loaded once (memory-mapped) when first
+    needed and kept until the `with` block of `open_model_state` ends."""
 
     def __init__(self, files: CheckpointFiles, stack: ExitStack) -> None:
         self._files = files
         self._stack = stack
-        self._opened: dict[Path, WeightSource] = {}
+        self._loaded: dict[Path, WeightSource] = {}
         self._where: dict[str, Path] | None = dict(files.weight_map) if files.weight_map is not None else None
 
-    def _open(self, path: Path) -> WeightSource:
-        if path not in self._opened:
-            if path.suffix == ".safetensors":
-                from safetensors import safe_open
+    def _torch_file(self, path: Path) -> WeightSource:
+        if path not in self._loaded:
+            self._loaded[path] = _MappingSource(_load_torch_file(path), f"the checkpoint '{path}'")
+        return self._loaded[path]
 
-                self._opened[path] = _SafetensorsSource(self._stack.enter_context(safe_open(str(path), framework="pt", device="cpu")))
-            else:
-                self._opened[path] = _MappingSource(_load_torch_file(path), f"the checkpoint '{path}'")
-        return self._opened[path]
+    def _names_in(self, path: Path) -> list[str]:
+        if path.suffix != ".safetensors":
+            return self._torch_file(path).names()
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            return list(handle.keys())
 
     def _map(self) -> dict[str, Path]:
         if self._where is None:  # no index: each file lists its names
-            self._where = {name: path for path in self._files.files for name in self._open(path).names()}
+            self._where = {name: path for path in self._files.files for name in self._names_in(path)}
         return self._where
 
     def names(self) -> list[str]:
         return list(self._map())
 
     def get(self, name: str) -> torch.Tensor:
-        return self._open(self._map()[name]).get(name)
+        path = self._map()[name]
+        if path.suffix != ".safetensors":
+            return self._torch_file(path).get(name)
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            return handle.get_tensor(name)
 
 
 @contextmanager

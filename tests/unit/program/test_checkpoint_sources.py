@@ -194,20 +194,34 @@ def test_dtype_rule_converts_floats_and_refuses_the_rest(program, tmp_path):
     assert not (tmp_path / "bad.onnx").exists()
 
 
-def test_shard_files_are_opened_only_as_needed(program, tmp_path, monkeypatch):
+def test_shard_files_are_read_tensor_by_tensor(program, tmp_path, monkeypatch):
+    """Each tensor is read from its own shard (named by the index), the file opened for it
+    and closed after: no shard's memory map outlives the tensor being written."""
     write_sharded_safetensors(tmp_path / "ckpt", state_without_ties(real_model()), shards=3)
     import safetensors as safetensors_module
 
-    opened = []
+    opened, open_now = [], []
     real_open = safetensors_module.safe_open
 
-    def spy(path, *args, **kwargs):
-        opened.append(os.path.basename(path))
-        return real_open(path, *args, **kwargs)
+    class Spy:
+        def __init__(self, path, *args, **kwargs):
+            self.handle = real_open(path, *args, **kwargs)
+            opened.append(os.path.basename(path))
 
-    monkeypatch.setattr(safetensors_module, "safe_open", spy)
+        def __enter__(self):
+            open_now.append(1)
+            return self.handle.__enter__()
+
+        def __exit__(self, *exc):
+            open_now.pop()
+            return self.handle.__exit__(*exc)
+
+    monkeypatch.setattr(safetensors_module, "safe_open", Spy)
     program.save(tmp_path / "m.onnx", model_state=tmp_path / "ckpt")
-    assert sorted(opened) == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]  # each once
+    weight_map = json.loads((tmp_path / "ckpt" / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(opened) == set(weight_map.values())  # every shard, each for the tensors it holds
+    assert len(opened) > len(set(opened))  # opened per tensor, not kept open
+    assert open_now == []
 
 
 def test_transformers_checkpoint_renaming_is_where_it_was():

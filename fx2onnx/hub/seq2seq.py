@@ -1,0 +1,104 @@
+"""Encoder-decoders (T5, BART, Whisper) as Optimum lays them out: `encoder_model.onnx`
+(`input_ids`/`attention_mask`, or `input_features`, -> `last_hidden_state`) and
+`decoder_model.onnx`, the first step (`input_ids`, `encoder_attention_mask` for text
+models, `encoder_hidden_states` -> `logits`, `present.{i}.decoder/encoder.key/.value`), and
+`decoder_with_past_model.onnx`, the next steps (the same inputs and
+`past_key_values.{i}.decoder/encoder.key/.value`). Two decoders, because the first step
+computes the cross-attention cache from the encoder's output and the next ones read it:
+a choice the model's code makes in Python, fixed in each captured graph.
+
+Both halves are exported through a small module that holds the whole model, so that
+parameter names (and tied weights) are the checkpoint's, as fake mode needs when the
+weights are streamed from the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from fx2onnx.hub.loading import LoadedModel
+
+BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
+
+
+class EncoderHalf(nn.Module):
+    """The encoder, with the whole model's parameter names."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                input_features: torch.Tensor | None = None) -> Any:
+        encoder = self.model.get_encoder()
+        if input_features is not None:
+            return encoder(input_features=input_features)
+        return encoder(input_ids=input_ids, attention_mask=attention_mask)
+
+
+class DecoderHalf(nn.Module):
+    """A decode step with Optimum's input names."""
+
+    def __init__(self, model: nn.Module, cache_argument: str, with_mask: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.cache_argument = cache_argument
+        self.with_mask = with_mask
+
+    def forward(self, input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, cache: Any = None,
+                encoder_attention_mask: torch.Tensor | None = None) -> Any:
+        outputs = self.model(
+            decoder_input_ids=input_ids, encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
+            use_cache=True, **{self.cache_argument: cache},
+        )
+        return {"logits": outputs.logits, "present": outputs.past_key_values}
+
+
+def _speech(loaded: LoadedModel) -> bool:
+    return bool(getattr(loaded.config, "num_mel_bins", None))
+
+
+def encoder_inputs(loaded: LoadedModel, size: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(size)
+    batch = BATCH + size
+    if _speech(loaded):
+        frames = 2 * int(getattr(loaded.config, "max_source_positions", 1500))  # Whisper's fixed input length
+        return {"input_features": torch.randn(batch, int(loaded.config.num_mel_bins), frames, generator=generator)}
+    length = ENCODER_TOKENS + 3 * size  # size 1: a second input length, for verification
+    vocab = int(loaded.config.vocab_size)
+    return {"input_ids": torch.randint(3, vocab, (batch, length), generator=generator),
+            "attention_mask": torch.ones(batch, length, dtype=torch.int64)}
+
+
+def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -> dict[str, Any]:
+    """A decoding step's inputs, fake when the model is: the first step (no cache), or a
+    step with a cache of DECODED tokens."""
+    model = loaded.model
+    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    encoder = encoder_inputs(loaded)
+    vocab = int(loaded.config.vocab_size)
+    batch = next(iter(encoder.values())).shape[0]
+    ids = torch.randint(3, vocab, (batch, DECODED + NEW_TOKENS), generator=torch.Generator().manual_seed(7))
+    with mode, torch.no_grad():
+        encoder = {k: v.clone() for k, v in encoder.items()}
+        ids = ids.clone()
+        hidden = EncoderHalf(model)(**encoder).last_hidden_state
+        mask = encoder.get("attention_mask") if decoder.with_mask else None
+        inputs: dict[str, Any] = {"input_ids": ids[:, DECODED:] if with_past else ids, "encoder_hidden_states": hidden}
+        if with_past:
+            first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=(hidden,), attention_mask=mask, use_cache=True)
+            inputs["cache"] = first.past_key_values
+        if mask is not None:
+            inputs["encoder_attention_mask"] = mask
+    return inputs
+
+
+def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
+    parameters = inspect.signature(loaded.model.forward).parameters
+    cache_argument = "cache" if "cache" in parameters else "past_key_values"
+    return EncoderHalf(loaded.model).eval(), DecoderHalf(loaded.model, cache_argument, not _speech(loaded)).eval()
