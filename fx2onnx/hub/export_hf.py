@@ -21,7 +21,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.hub import causal_lm
-from fx2onnx.hub.dim_roles import name_dims_by_role
+from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files, name_tokenizer_class
 from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import seq2seq
@@ -56,8 +56,14 @@ def _options(loaded: LoadedModel, opset: int | None, progress: bool, report: Pat
     )
 
 
-def _save(program: fx2onnx.ONNXProgram, path: Path, loaded: LoadedModel) -> None:
+def _exported(model: torch.nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions) -> fx2onnx.ONNXProgram:
+    """The export of ``model`` with its dims named after their roles."""
+    program = fx2onnx.dynamo_export(model, **inputs, export_options=options)
     name_dims_by_role(program.model)
+    return program
+
+
+def _save(program: fx2onnx.ONNXProgram, path: Path, loaded: LoadedModel) -> None:
     state = loaded.folder if loaded.fake_context is not None else None
     program.save(path, model_state=state, external_data=True)
 
@@ -88,9 +94,29 @@ def _fake(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, tor
     return {k: loaded.fake_context.fake_mode.from_tensor(v) for k, v in inputs.items()}
 
 
+def _check_growing_cache(program: fx2onnx.ONNXProgram, loaded: LoadedModel) -> None:
+    """A cache that keeps a sliding window is captured at one fill (its length fixed in the
+    graph): the model is then exact only once the window is full, and ONNX Runtime GenAI,
+    which feeds back caches that grow with the sequence, cannot run it."""
+    fixed = [
+        f"{value.name} ({value.shape[2]})" for value in program.model.graph.outputs
+        if value.name.startswith("present.") and value.shape is not None and str(value.shape[2]) != TOTAL
+    ]
+    if fixed:
+        window = getattr(loaded.config, "sliding_window", None)
+        raise NotImplementedError(
+            f"{loaded.config.model_type}'s cache keeps a sliding window ({window} tokens) in {len(fixed) // 2} layer(s): "
+            f"its length is fixed in the captured graph ({', '.join(fixed[:2])}{', ...' if len(fixed) > 2 else ''}) "
+            "instead of growing with the sequence. export-hf writes decoders whose cache grows with the sequence; "
+            "to export this one without the window, set sliding_window to None in config.json when the context "
+            "fits, or export the decode step with fx2onnx.dynamo_export."
+        )
+
+
 def _export_causal_lm(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
     inputs = causal_lm.decode_step_inputs(loaded)
-    program = fx2onnx.dynamo_export(loaded.model, **inputs, export_options=options)
+    program = _exported(loaded.model, inputs, options)
+    _check_growing_cache(program, loaded)
     _save(program, staging / "model.onnx", loaded)
     input_names = [v.name for v in program.model.graph.inputs]
     layers = sum(1 for name in input_names if name.endswith(".key") and name.startswith("past_key_values."))
@@ -101,20 +127,18 @@ def _export_causal_lm(loaded: LoadedModel, staging: Path, options: fx2onnx.Expor
 
 
 def _export_single(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
-    inputs = _fake(_encoder_inputs(loaded, 0), loaded)
-    program = fx2onnx.dynamo_export(loaded.model, **inputs, export_options=options)
+    program = _exported(loaded.model, _fake(_encoder_inputs(loaded, 0), loaded), options)
     _save(program, staging / "model.onnx", loaded)
     return ["model.onnx", "model.onnx.data"]
 
 
 def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
     encoder, decoder = seq2seq.halves(loaded)
-    program = fx2onnx.dynamo_export(encoder, **_fake(seq2seq.encoder_inputs(loaded), loaded), export_options=options)
+    program = _exported(encoder, _fake(seq2seq.encoder_inputs(loaded), loaded), options)
     _save(program, staging / "encoder_model.onnx", loaded)
     files = ["encoder_model.onnx", "encoder_model.onnx.data"]
     for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
-        inputs = seq2seq.decoder_inputs(loaded, decoder, with_past)
-        program = fx2onnx.dynamo_export(decoder, **inputs, export_options=options)
+        program = _exported(decoder, seq2seq.decoder_inputs(loaded, decoder, with_past), options)
         _save(program, staging / name, loaded)
         files += [name, f"{name}.data"]
     return files

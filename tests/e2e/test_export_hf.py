@@ -138,6 +138,16 @@ def test_encoder_and_image_classifier_folders(tmp_path, kind, tokenizer):
         assert dims(path, "pixel_values")[0] == "batch_size" and dims(path, "logits") == ["batch_size", 5]
 
 
+def test_a_sliding_window_cache_is_a_clear_error(tmp_path):
+    """A cache of fixed length (sliding window) cannot run in a runtime that grows the
+    cache: export-hf names the limit and writes nothing."""
+    config = transformers.MistralConfig(**DECODER, sliding_window=4, vocab_size=100, **COMMON)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(NotImplementedError, match=r"mistral's cache keeps a sliding window \(4 tokens\) in 2 layer"):
+        export_hf(tmp_path / "source", tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
 SEQ2SEQ_COMMON = dict(vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
 
 
