@@ -26,11 +26,20 @@ class Verification:
 
 
 def _session(path: Path) -> Any:
+    """An onnxruntime CPU session on the saved model; a bfloat16 model, for which the CPU
+    provider lacks kernels, runs computed in float32 (see `program.low_precision`)."""
+    import onnx
     import onnxruntime as ort
+
+    from fx2onnx.program.low_precision import has_bfloat16, widen_bfloat16
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    header = onnx.load(str(path), load_external_data=False)
+    if not has_bfloat16(header):
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    model = onnx.load(str(path))
+    return ort.InferenceSession(widen_bfloat16(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int, kv_heads: int, head_size: int) -> tuple[list[int], list[np.ndarray]]:

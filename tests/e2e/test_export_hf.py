@@ -138,6 +138,15 @@ def test_encoder_and_image_classifier_folders(tmp_path, kind, tokenizer):
         assert dims(path, "pixel_values")[0] == "batch_size" and dims(path, "logits") == ["batch_size", 5]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_dtype_of_the_export(tmp_path, tokenizer, dtype):
+    save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    result = export_hf(tmp_path / "source", tmp_path / "out", dtype=dtype, fake=True, verify=True, tokens=6)
+    assert result.verification.tokens_equal  # bfloat16 verified computed in float32 (no CPU kernels)
+    weights = onnx.load(os.fspath(tmp_path / "out" / "model.onnx"), load_external_data=False).graph.initializer
+    assert {t.data_type for t in weights if t.name.endswith("proj.weight")} == {getattr(onnx.TensorProto, dtype.upper())}
+
+
 def test_a_sliding_window_cache_is_a_clear_error(tmp_path):
     """A cache of fixed length (sliding window) cannot run in a runtime that grows the
     cache: export-hf names the limit and writes nothing."""
