@@ -47,6 +47,8 @@ class DiagnosticContext:
         self.information_uri = information_uri
         self._diagnostics: list[Diagnostic] = []
         self._recorded: set[int] = set()
+        # the recorded diagnostics above level none, kept as they are recorded or raised
+        self._reported: set[int] = set()
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -65,7 +67,7 @@ class DiagnosticContext:
         (the level-none records of decisions are the same for every repetition)."""
         if self.would_record(Level.NONE):
             return len(self._diagnostics)
-        return sum(1 for d in self._diagnostics if d.level > Level.NONE)
+        return len(self._reported)
 
     def would_record(self, level: Level) -> bool:
         """Whether a diagnostic at ``level`` would be recorded (skip costly messages if not)."""
@@ -166,10 +168,14 @@ class DiagnosticContext:
             diagnostic.message += _PROMOTED_SUFFIX
             diagnostic.properties["promotedFromWarning"] = True
         if id(diagnostic) in self._recorded:
+            if diagnostic.level > Level.NONE:
+                self._reported.add(id(diagnostic))
             return
         if not (self.would_record(diagnostic.level) or diagnostic.rule.recorded_at_every_verbosity):
             return
         self._recorded.add(id(diagnostic))
+        if diagnostic.level > Level.NONE:
+            self._reported.add(id(diagnostic))
         self._diagnostics.append(diagnostic)
         logger.log(
             diagnostic.level.logging_level, "[%s] %s", diagnostic.rule.id, diagnostic.message

@@ -42,7 +42,7 @@ from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
 from fx2onnx.translate.io_slots import MUTATION_SUFFIX, MutationOutput, OutputSlot
 from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.translate.module_functions import ModuleFunctionTranslator
-from fx2onnx.onnx_passes.float8 import check_float8_opset, float8_types_used, follow_torch_float8_overflow
+from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.program.op_level_debug import debug_op_level
@@ -226,11 +226,8 @@ def _export(
         with timer.stage("opset conversion"):
             if not convert_to_opset(model_ir, options.opset_version, context):
                 raise _ExportFailed()
-    if float8_types_used(model_ir):
-        with timer.stage("opset conversion"):
-            if not check_float8_opset(model_ir, context):
-                raise _ExportFailed()
-            follow_torch_float8_overflow(model_ir)
+    if not legalize_float8(model_ir, context):  # after the opset is final: float8 needs 19 or newer
+        raise _ExportFailed()
     with timer.stage("validation"):
         if not validate_model(model_ir, graph_module, context):
             raise _ExportFailed()

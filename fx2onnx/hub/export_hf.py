@@ -7,6 +7,7 @@ refused rather than mixed with.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -81,8 +82,6 @@ def _encoder_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
     vocab = int(getattr(config, "vocab_size", 100))
     inputs = {"input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, length), generator=generator),
               "attention_mask": torch.ones(batch, length, dtype=torch.int64)}
-    import inspect
-
     if "token_type_ids" in inspect.signature(model.forward).parameters and getattr(config, "type_vocab_size", 0):
         inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.int64)
     return inputs

@@ -15,12 +15,12 @@ weights are streamed from the folder.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from typing import Any
 
 import torch
 from torch import nn
 
+from fx2onnx.hub.causal_lm import cache_argument
 from fx2onnx.hub.loading import LoadedModel
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
@@ -99,6 +99,5 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
 
 
 def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
-    parameters = inspect.signature(loaded.model.forward).parameters
-    cache_argument = "cache" if "cache" in parameters else "past_key_values"
-    return EncoderHalf(loaded.model).eval(), DecoderHalf(loaded.model, cache_argument, not _speech(loaded)).eval()
+    decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), not _speech(loaded))
+    return EncoderHalf(loaded.model).eval(), decoder.eval()

@@ -10,9 +10,10 @@ set to 1 for the first and 0 for the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import onnx_ir as ir
+
+from fx2onnx.onnx_passes.model_graphs import model_nodes
 
 from diagnostics import DiagnosticContext, Level, rules
 
@@ -25,21 +26,11 @@ _SATURATE = {
 }
 
 
-def _containers(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
-    yield model.graph
-    yield from model.functions.values()
-
-
-def _nodes(model: ir.Model) -> Iterator[ir.Node]:
-    for container in _containers(model):
-        yield from ir.traversal.RecursiveGraphIterator(container)
-
-
 def float8_types_used(model: ir.Model) -> list[ir.DataType]:
     """The float8 types of the model's values (graph, functions, subgraphs)."""
     found: dict[ir.DataType, None] = {}
     values = [*model.graph.inputs, *model.graph.initializers.values()]
-    for node in _nodes(model):
+    for node in model_nodes(model):
         values.extend(node.outputs)
     for value in values:
         if value.dtype in _SATURATE:
@@ -47,29 +38,34 @@ def float8_types_used(model: ir.Model) -> list[ir.DataType]:
     return list(found)
 
 
-def check_float8_opset(model: ir.Model, context: DiagnosticContext) -> bool:
-    """False, with an error recorded, when the model uses float8 at an opset without it."""
+def legalize_float8(model: ir.Model, context: DiagnosticContext) -> bool:
+    """Check the opset of a model that uses float8 and give its casts PyTorch's overflow
+    rule; False, with an error recorded, at an opset without the types. One walk over the
+    model when it has no float8."""
     used = float8_types_used(model)
-    opset = model.opset_imports.get("", 0)
-    if not used or opset >= FLOAT8_OPSET:
+    if not used:
         return True
-    names = ", ".join(dtype.name.lower() for dtype in used)
-    context.record(
-        rules.MODEL_VALIDATION,
-        Level.ERROR,
-        message=(
-            f"The model uses float8 ({names}); ONNX has the float8 types from opset {FLOAT8_OPSET} on and this "
-            f"export is at opset {opset}. Export at opset {FLOAT8_OPSET} or newer: "
-            f"ExportOptions(opset_version={FLOAT8_OPSET}) (command line: --opset {FLOAT8_OPSET})."
-        ),
-    )
-    return False
+    opset = model.opset_imports.get("", 0)
+    if opset < FLOAT8_OPSET:
+        names = ", ".join(dtype.name.lower() for dtype in used)
+        context.record(
+            rules.MODEL_VALIDATION,
+            Level.ERROR,
+            message=(
+                f"The model uses float8 ({names}); ONNX has the float8 types from opset {FLOAT8_OPSET} on and "
+                f"this export is at opset {opset}. Export at opset {FLOAT8_OPSET} or newer: "
+                f"ExportOptions(opset_version={FLOAT8_OPSET}) (command line: --opset {FLOAT8_OPSET})."
+            ),
+        )
+        return False
+    follow_torch_float8_overflow(model)
+    return True
 
 
 def follow_torch_float8_overflow(model: ir.Model) -> int:
     """Give every Cast to a float8 type PyTorch's overflow rule; returns how many."""
     changed = 0
-    for node in _nodes(model):
+    for node in model_nodes(model):
         if node.domain != "" or node.op_type != "Cast":
             continue
         to = node.attributes.get("to")
@@ -80,4 +76,4 @@ def follow_torch_float8_overflow(model: ir.Model) -> int:
     return changed
 
 
-__all__ = ["FLOAT8_OPSET", "check_float8_opset", "float8_types_used", "follow_torch_float8_overflow"]
+__all__ = ["FLOAT8_OPSET", "float8_types_used", "follow_torch_float8_overflow", "legalize_float8"]

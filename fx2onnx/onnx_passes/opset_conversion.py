@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
+
+from fx2onnx.onnx_passes.model_graphs import model_graphs
 
 from diagnostics import DiagnosticContext, Level, rules
 
@@ -113,7 +114,7 @@ def convert_opset(model: ir.Model, target: int) -> None:
     if target > current:
         _convert_up(model, target)
     else:
-        for container in _containers(model):
+        for container in model_graphs(model):
             for node in list(container):
                 if node.domain == "" and (node.version or current) > target:
                     _convert_node_down(container, node, target)
@@ -141,26 +142,12 @@ def _convert_up(model: ir.Model, target: int) -> None:
         raise OpsetConversionError(f"The model cannot be converted to opset {target}: " + "; ".join(failures))
 
 
-def _containers(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
-    """The main graph, every function and every subgraph (If/Loop/Scan bodies)."""
-    roots: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    while roots:
-        container = roots.pop()
-        yield container
-        for node in container:
-            for attribute in node.attributes.values():
-                if attribute.type == ir.AttributeType.GRAPH:
-                    roots.append(attribute.as_graph())
-                elif attribute.type == ir.AttributeType.GRAPHS:
-                    roots.extend(attribute.as_graphs())
-
-
 def _set_default_opset(model: ir.Model, target: int) -> None:
     model.graph.opset_imports[""] = target
     for function in model.functions.values():
         if "" in function.opset_imports:
             function.opset_imports[""] = target
-    for container in _containers(model):
+    for container in model_graphs(model):
         for node in container:
             if node.domain == "":
                 node.version = None  # the opset import of its graph says it

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.model_graphs import model_graphs
+
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
@@ -32,11 +34,10 @@ def _rename_value(value: ir.Value, symbols: Mapping[str, str], expressions: Mapp
 def rename_dims(model: ir.Model, symbols: Mapping[str, str], expressions: Mapping[str, str] | None = None) -> None:
     """Rename the symbolic dims of ``model`` in place (see the module docstring)."""
     expressions = expressions or {}
-    containers: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    for container in containers:
+    for container in model_graphs(model):
         for value in [*container.inputs, *container.outputs]:
             _rename_value(value, symbols, expressions)
-        for node in ir.traversal.RecursiveGraphIterator(container):
+        for node in container:
             for value in node.outputs:
                 _rename_value(value, symbols, expressions)
 

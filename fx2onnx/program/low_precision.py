@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.model_graphs import model_graphs
+
 _BF16 = ir.DataType.BFLOAT16
 _F32 = ir.DataType.FLOAT
 # Attributes that name an element type (Cast's `to`, EyeLike's and Random*'s `dtype`).
@@ -37,25 +39,13 @@ def widen_bfloat16(model: onnx.ModelProto) -> onnx.ModelProto:
     for value in widened.graph.initializers.values():
         if value.dtype == _BF16 and value.const_value is not None:
             value.const_value = _widened_tensor(value.const_value, value.name)
-    for graph in _graphs(widened):
+    for graph in model_graphs(widened):
         for value in _values(graph):
             if value.dtype == _BF16:
                 value.dtype = _F32
         for node in graph:
             _widen_attributes(node)
     return ir.serde.serialize_model(widened)
-
-
-def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
-    yield model.graph
-    yield from model.functions.values()
-    for container in [model.graph, *model.functions.values()]:
-        for node in container.all_nodes():
-            for attribute in node.attributes.values():
-                if attribute.type == ir.AttributeType.GRAPH:
-                    yield attribute.value
-                elif attribute.type == ir.AttributeType.GRAPHS:
-                    yield from attribute.value
 
 
 def _values(graph: ir.Graph | ir.Function) -> Iterator[ir.Value]:

@@ -96,9 +96,13 @@ class ModelSignature:
         """Names of every parameter, buffer and constant tensor of the program."""
         return [e.torch_name for e in self.inputs if e.kind in _WEIGHT_KINDS and e.torch_name is not None]
 
-    def aliases_of(self, torch_name: str) -> tuple[str, ...]:
-        """The other names of a tied parameter or buffer (empty for others)."""
-        return next((e.aliases for e in self.inputs if e.torch_name == torch_name), ())
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        """Each tied parameter or buffer -> its other names in the module."""
+        return {e.torch_name: e.aliases for e in self.inputs if e.aliases and e.torch_name is not None}
+
+    def torch_names(self) -> dict[str, str]:
+        """ONNX input or initializer name -> the torch name behind it."""
+        return {e.onnx_name: e.torch_name for e in self.inputs if e.onnx_name is not None and e.torch_name is not None}
 
     def state_dict_names(self) -> list[str]:
         """Names `model.state_dict()` has: parameters and persistent buffers."""

@@ -169,20 +169,19 @@ class NameMatch:
 
 def _renamings(
     wanted: Collection[str], given: Collection[str], rename: Callable[[str], str] | None
-) -> list[dict[str, str]]:
-    """Ways to read model names from a checkpoint (model name -> checkpoint name): as
-    they are, through the model's checkpoint renaming, then with a prefix more or less."""
-    options: list[dict[str, str]] = [{name: name for name in given}]
-    if rename is not None:
-        options.insert(0, {rename(name): name for name in given})
-    for base in list(options):
-        heads = {name.split(".", 1)[0] + "." for name in wanted if "." in name}
-        for prefix in sorted(heads):
-            options.append({prefix + name: checkpoint for name, checkpoint in base.items() if not name.startswith(prefix)})
-        heads = {name.split(".", 1)[0] + "." for name in base if "." in name}
-        for prefix in sorted(heads):
-            options.append({name[len(prefix):]: checkpoint for name, checkpoint in base.items() if name.startswith(prefix)})
-    return options
+) -> Iterator[dict[str, str]]:
+    """Ways to read model names from a checkpoint (model name -> checkpoint name), made
+    one at a time as the search needs them: through the model's checkpoint renaming, as
+    they are, then each of those with a prefix more or less."""
+    bases = [{rename(name): name for name in given}] if rename is not None else []
+    bases.append({name: name for name in given})
+    yield from bases
+    model_heads = sorted({name.split(".", 1)[0] + "." for name in wanted if "." in name})
+    for base in bases:
+        for prefix in model_heads:
+            yield {prefix + name: checkpoint for name, checkpoint in base.items() if not name.startswith(prefix)}
+        for prefix in sorted({name.split(".", 1)[0] + "." for name in base if "." in name}):
+            yield {name[len(prefix):]: checkpoint for name, checkpoint in base.items() if name.startswith(prefix)}
 
 
 def match_state_names(
@@ -203,7 +202,8 @@ def match_state_names(
     that are neither found nor ``known`` to the model are unexpected.
     """
     aliases = aliases or {}
-    wanted = [*required, *(n for n in optional if n not in set(required))]
+    required = set(required)
+    wanted = [*required, *(n for n in optional if n not in required)]
     best: NameMatch | None = None
     for renaming in _renamings(wanted, given, rename):
         match = NameMatch()
@@ -228,7 +228,8 @@ def match_state_names(
     return best
 
 
-def _listing(names: list[str], limit: int = 20) -> str:
+def listing(names: list[str], limit: int = 20) -> str:
+    """The first ``limit`` names, quoted, and how many more."""
     shown = ", ".join(repr(n) for n in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
@@ -237,7 +238,7 @@ def describe_name_mismatch(missing: list[str], unexpected: list[str], hint: str 
     """The message of a model_state whose names do not fit the model's."""
     parts = []
     if missing:
-        parts.append(f"missing {len(missing)} tensor(s) the model needs: {_listing(sorted(missing))}")
+        parts.append(f"missing {len(missing)} tensor(s) the model needs: {listing(sorted(missing))}")
     if unexpected:
-        parts.append(f"{len(unexpected)} unexpected name(s) the model does not have: {_listing(sorted(unexpected))}")
+        parts.append(f"{len(unexpected)} unexpected name(s) the model does not have: {listing(sorted(unexpected))}")
     return "model_state does not fit the exported model: " + "; ".join(parts) + ". Nothing was written." + hint

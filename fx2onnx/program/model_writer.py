@@ -50,6 +50,13 @@ def initializer_bytes(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
+# ONNX dtype -> torch dtype a checkpoint's floating-point tensor is converted to
+_CAST_TARGETS = {
+    torch_dtype_to_onnx(dtype): dtype
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+}
+
+
 def _checked(name: str, value: ir.Value, tensor: torch.Tensor | ir.TensorProtocol) -> torch.Tensor | ir.TensorProtocol:
     """The tensor for initializer ``name``, cast to its declared dtype; a shape that does
     not fit is an error naming both."""
@@ -86,13 +93,6 @@ def _converted(name: str, tensor: torch.Tensor, dtype: ir.DataType) -> torch.Ten
         stacklevel=2,
     )
     return tensor.to(target)
-
-
-# ONNX dtype -> torch dtype a checkpoint's floating-point tensor is converted to
-_CAST_TARGETS = {
-    torch_dtype_to_onnx(dtype): dtype
-    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-}
 
 
 def _write_tensor(stream, tensor: torch.Tensor | ir.TensorProtocol) -> int:  # noqa: ANN001 - binary file

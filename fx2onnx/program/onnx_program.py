@@ -16,6 +16,7 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import Diagnostic, DiagnosticContext
+from dispatcher import torch_dtype_to_onnx
 from fx2onnx.capture.containers import registered_containers
 from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
 from fx2onnx.translate.io_slots import MutationOutput
@@ -26,6 +27,7 @@ from fx2onnx.program.model_state import (
     ModelState,
     WeightSource,
     describe_name_mismatch,
+    listing,
     match_state_names,
     open_model_state,
 )
@@ -221,29 +223,29 @@ class ONNXProgram:
         """
         model = self._require_model()
         signature = self._model_signature
-        torch_names = {name: (signature.torch_name_of(name) if signature else None) or name for name in model.graph.initializers}
+        by_onnx_name = signature.torch_names() if signature else {}
+        torch_names = {name: by_onnx_name.get(name) or name for name in model.graph.initializers}
         without_data = {torch_names[name] for name in fake_weights(model)}
         parameters = set(signature.parameters.values()) if signature else set(torch_names.values())
         required = without_data | (parameters & set(torch_names.values()))
         optional = set(torch_names.values()) - required
         known = set(signature.weight_names() if signature else ()) | set(torch_names.values())
-        aliases = {name: signature.aliases_of(name) for name in known} if signature else {}
+        aliases = signature.aliases() if signature else {}
         match = match_state_names(required, optional, source.names(), aliases, known, checkpoint_renaming(self.module))
         if match.missing:
             raise ValueError(describe_name_mismatch(match.missing, match.unexpected, self._missing_hint(match.missing)))
         if match.unexpected:
             warnings.warn(
                 f"model_state has {len(match.unexpected)} tensor(s) the exported model does not use, "
-                f"ignored: {', '.join(repr(n) for n in match.unexpected[:10])}"
-                f"{' ...' if len(match.unexpected) > 10 else ''}.",
+                f"ignored: {listing(match.unexpected, 10)}.",
                 stacklevel=4,
             )
-        persistent_kept = [n for n in match.not_given if signature is not None and n in signature.state_dict_names()]
+        state_dict_names = set(signature.state_dict_names()) if signature else set()
+        persistent_kept = [n for n in match.not_given if n in state_dict_names]
         if persistent_kept:
             warnings.warn(
                 f"model_state lacks {len(persistent_kept)} buffer(s) of the model's state dict "
-                f"({', '.join(repr(n) for n in persistent_kept[:5])}{' ...' if len(persistent_kept) > 5 else ''}): "
-                "their values at export are kept (computed when the model was built).",
+                f"({listing(persistent_kept, 5)}): their values at export are kept (computed when the model was built).",
                 stacklevel=4,
             )
         getters = program_getters(model)
@@ -312,12 +314,12 @@ class ONNXProgram:
         # Decided from the weights, before serializing: a model too large for one
         # protobuf, or weights from a checkpoint, go to a file with external data.
         if model_state is None and initializer_bytes(model) < _PROTOBUF_LIMIT:
-            self._session = _session_on_cpu(self.model_proto, options)
+            self._session = session_on_cpu(self.model_proto, options)
         else:
             with tempfile.TemporaryDirectory(prefix="fx2onnx-run-") as folder:
                 path = Path(folder) / "model.onnx"
                 self.save(path, model_state=model_state, external_data=True)
-                self._session = _session_on_cpu(path, options)
+                self._session = session_on_cpu(path, options)
         return self._session
 
     def run_flat(
@@ -404,10 +406,12 @@ class ONNXProgram:
         self._session = None
 
 
-def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
+def session_on_cpu(source: onnx.ModelProto | Path, options: Any, widened_folder: Path | None = None) -> Any:
     """An onnxruntime CPU session on a model in memory or a saved file (with external
     data); a bfloat16 model the CPU provider has no kernels for runs in float32 with casts
-    at the boundary (see fx2onnx.program.low_precision)."""
+    at the boundary (see fx2onnx.program.low_precision). The float32 copy of a saved model
+    is written to ``widened_folder`` (default: beside the model, in the caller's temporary
+    folder)."""
     import onnxruntime as ort
 
     def session(model: onnx.ModelProto | Path) -> Any:
@@ -428,9 +432,8 @@ def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
         onnx.external_data_helper.load_external_data_for_model(model, str(source.parent))
     widened = widen_bfloat16(model)
     if isinstance(source, Path):
-        # Beside the saved file, in the caller's temporary folder: weights too large for
-        # one protobuf stay in a data file.
-        wide_path = source.with_name(f"{source.stem}.float32.onnx")
+        # A file of its own: weights too large for one protobuf stay in a data file.
+        wide_path = (widened_folder or source.parent) / f"{source.stem}.float32.onnx"
         onnx.save(widened, str(wide_path), save_as_external_data=True, location=f"{wide_path.name}.data")
         widened_session = session(wide_path)
     else:
@@ -452,7 +455,8 @@ def _session_on_cpu(source: onnx.ModelProto | Path, options: Any) -> Any:
 _WITHOUT_NUMPY_TYPE = frozenset(
     {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz}
 )
-_ORT_TYPES_WITHOUT_NUMPY = ("tensor(bfloat16)", "tensor(float8e4m3fn)", "tensor(float8e5m2)", "tensor(float8e4m3fnuz)", "tensor(float8e5m2fnuz)")
+# the same types as onnxruntime names them (`tensor(float8e4m3fn)`)
+_ORT_TYPES_WITHOUT_NUMPY = frozenset(f"tensor({torch_dtype_to_onnx(dtype).name.lower()})" for dtype in _WITHOUT_NUMPY_TYPE)
 
 
 def _uses_types_without_numpy(session: Any, tensors: Sequence[torch.Tensor]) -> bool:
@@ -478,4 +482,4 @@ def _run_through_dlpack(session: Any, names: Sequence[str], tensors: Sequence[to
     ]
 
 
-__all__ = ["ONNXProgram"]
+__all__ = ["ONNXProgram", "session_on_cpu"]

@@ -1,0 +1,31 @@
+"""Every graph of a model a pass must visit: the main graph, every model-local function
+body and every sub-graph (If/Loop/Scan bodies) inside either, at any depth."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+
+def model_graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
+    """The main graph, the function bodies, then the sub-graphs found in them."""
+    pending: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    while pending:
+        container = pending.pop(0)
+        yield container
+        for node in container:
+            for attribute in node.attributes.values():
+                if attribute.type == ir.AttributeType.GRAPH:
+                    pending.append(attribute.as_graph())
+                elif attribute.type == ir.AttributeType.GRAPHS:
+                    pending.extend(attribute.as_graphs())
+
+
+def model_nodes(model: ir.Model) -> Iterator[ir.Node]:
+    """Every node of every graph of ``model``."""
+    for container in model_graphs(model):
+        yield from container
+
+
+__all__ = ["model_graphs", "model_nodes"]
