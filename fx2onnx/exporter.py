@@ -43,6 +43,7 @@ from fx2onnx.translate.io_slots import MUTATION_SUFFIX, MutationOutput, OutputSl
 from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.translate.module_functions import ModuleFunctionTranslator
 from fx2onnx.onnx_passes.float8 import legalize_float8
+from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.program.op_level_debug import debug_op_level
@@ -51,6 +52,7 @@ from fx2onnx.fx_passes.modularize import modularize
 from fx2onnx.fx_passes.decompose_nodes import decompose_nodes
 from fx2onnx.fx_passes.effect_tokens import remove_effect_tokens
 from fx2onnx.fx_passes.functionalize import functionalize_graph_module
+from fx2onnx.fx_passes.fused_kernels import fuse_kernels
 from fx2onnx.fx_passes.remove_assertions import remove_assertions
 from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
 from fx2onnx.fx_passes.type_promotion import insert_type_promotion
@@ -186,6 +188,9 @@ def _export(
         )
         run_pass(context, "decompose_nodes", on_every_graph(decompose_nodes), graph_module, registry, context)
         run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
+        if options.fused_kernels:
+            opset, chosen = options.opset_version or registry.opset_version, options.opset_version is not None
+            run_pass(context, "fuse_kernels", on_every_graph(fuse_kernels), graph_module, opset, context, chosen)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
     with timer.stage("analysis"):
@@ -226,6 +231,7 @@ def _export(
         with timer.stage("opset conversion"):
             if not convert_to_opset(model_ir, options.opset_version, context):
                 raise _ExportFailed()
+    lower_fused_kernels(model_ir)  # the opset is final: the kernels join the standard domain
     if not legalize_float8(model_ir, context):  # after the opset is final: float8 needs 19 or newer
         raise _ExportFailed()
     with timer.stage("validation"):

@@ -93,6 +93,10 @@ class ExportOptions:
         opset_version: the ONNX opset of the model, from 17 to the newest the installed
             onnxruntime runs; None (default): 18, the opset torchlib's functions are
             written in. Other opsets are converted from it, module functions kept.
+        fused_kernels: True (default): from opset 23 on, scaled-dot-product attention
+            becomes one ONNX `Attention` kernel (fx2onnx/fx_passes/fused_kernels.py says
+            when a node stays unfused, and a note says why). False: every node as
+            PyTorch decomposes it.
     """
 
     dynamic_shapes: Any = None
@@ -108,3 +112,4 @@ class ExportOptions:
     verify_rtol: float = 1e-3
     verify_atol: float = 1e-4
     opset_version: int | None = None
+    fused_kernels: bool = True

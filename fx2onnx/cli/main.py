@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
     hub.add_argument("--verify", action="store_true", help="run the folder as its runtime will and compare with transformers")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
-    hub.add_argument("--opset", type=int, help=_OPSET_HELP)
+    hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
     hub.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser
 

@@ -4,5 +4,7 @@ Takes the `ir.Model`; gives it with types onnxruntime's kernels accept (`legaliz
 `runtime_kernels`), optimized (`optimization`, `layout_rules`) and validated by ONNX's
 checker and strict inference (`validate_model`). Weights without data (fake mode) are
 hidden from the passes and the checker (`fake_weights`). The opset the user asks for is
-reached last, before validation (`opset_conversion`).
+reached last, before validation (`opset_conversion`); then the fused kernels, written
+in a domain of their own until the opset is final, join the standard domain
+(`fused_kernels`).
 """

@@ -6,6 +6,7 @@ Encoders and image classifiers match transformers at two input sizes."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 
@@ -13,6 +14,7 @@ import onnx
 import pytest
 import torch
 
+from conftest import all_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 
@@ -94,6 +96,10 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     assert dims(out / "model.onnx", "present.0.key")[::2] == ["batch_size", "total_sequence_length"]
     config = json.loads((out / "genai_config.json").read_text())
     assert config["model"]["decoder"]["num_hidden_layers"] == 2 and config["search"]["past_present_share_buffer"] is False
+    # opset 23 by default: attention and the rotary embedding as single kernels
+    kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "model.onnx"), load_external_data=False)))
+    assert kernels["Attention"] == 2
+    assert kernels["RotaryEmbedding"] == (0 if family == "gpt2" else 4)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     tokens, encoded = generate_with_genai(out, prompt_ids, 16)
     assert encoded == prompt_ids

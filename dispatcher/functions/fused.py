@@ -1,0 +1,60 @@
+"""The fused kernels the FX rules chose (``fx2onnx/fx_passes/fused_kernels.py``).
+
+Each ``torch.ops.fx2onnx.*`` operator becomes one ONNX kernel. The model is built at
+torchlib's opset and converted to the opset asked for afterwards, and the kernels are
+newer than the one it is built at: they are written in :data:`STANDARD_LATER_DOMAIN`,
+with the standard operator's name, inputs and attributes, and moved into the standard
+domain once the opset is final (``fx2onnx/onnx_passes/fused_kernels.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from onnxscript import values as osv
+
+from dispatcher.function_table import FunctionTable
+
+__all__ = ["FUSED_FUNCTIONS", "FUSED_DOMAIN", "STANDARD_LATER_DOMAIN"]
+
+FUSED_DOMAIN = "pkg.fx2onnx.fused"
+# Standard operators of an opset newer than the one the model is built at.
+STANDARD_LATER_DOMAIN = "pkg.fx2onnx.standard_later"
+
+_TABLE = FunctionTable(FUSED_DOMAIN)
+# The standard Attention, in the domain it waits in (no schema there: inputs are
+# positional, attributes keywords)
+_attention = osv.Op(osv.Opset(STANDARD_LATER_DOMAIN, 1), "Attention")
+_rotary_embedding = osv.Op(osv.Opset(STANDARD_LATER_DOMAIN, 1), "RotaryEmbedding")
+_gelu = osv.Op(osv.Opset(STANDARD_LATER_DOMAIN, 1), "Gelu")
+
+FUSED_FUNCTIONS = _TABLE.entries
+
+
+@_TABLE.op("fx2onnx::attention")
+def attention(query: Any, key: Any, value: Any, mask: Optional[Any] = None, scale: float = 1.0, is_causal: bool = False) -> Any:
+    # 4-D query, key and value: the kernel takes the head counts from their shapes
+    if mask is None:
+        return _attention(query, key, value, scale=scale, is_causal=int(is_causal))
+    return _attention(query, key, value, mask, scale=scale, is_causal=int(is_causal))
+
+
+@_TABLE.op("fx2onnx::rotary")
+def rotary(x: Any, cos: Any, sin: Any) -> Any:
+    # 4-D x (B, heads, S, D) with (B, S, D/2) tables: no position ids, halves not interleaved
+    return _rotary_embedding(x, cos, sin)
+
+
+@_TABLE.op("fx2onnx::gelu")
+def gelu(x: Any, approximate: str = "none") -> Any:
+    return _gelu(x, approximate=approximate)
+
+
+@_TABLE.op("fx2onnx::attention_3d")
+def attention_3d(
+    query: Any, key: Any, value: Any, mask: Optional[Any] = None, scale: float = 1.0, is_causal: bool = False,
+    query_heads: int = 1, key_heads: int = 1,
+) -> Any:
+    # (B, S, heads * D) inputs: the kernel needs the head counts
+    inputs = (query, key, value) if mask is None else (query, key, value, mask)
+    return _attention(*inputs, scale=scale, is_causal=int(is_causal), q_num_heads=query_heads, kv_num_heads=key_heads)

@@ -1,0 +1,364 @@
+"""Fused kernels chosen on the FX graph, where the model's intent is still visible.
+
+Pattern matchers on an ONNX graph have to guess attention from a dozen MatMul, Softmax
+and Reshape nodes; here `aten.scaled_dot_product_attention` is still one node. Each rule
+of :data:`RULES` replaces its anchor node by an fx2onnx operator (``torch.ops.fx2onnx.*``,
+defined in ``fused_ops`` with PyTorch semantics), which the dispatcher translates to one
+ONNX kernel. A node whose conditions do not hold stays as it is (translated unfused) and the
+reason is recorded as a note.
+
+- ``attention``: scaled-dot-product attention (causal, with a boolean or additive mask,
+  with grouped-query heads) becomes the standard ``Attention`` (opset 23). The
+  repetition of key and value heads that models write before it (transformers'
+  ``repeat_kv``: unsqueeze, expand, reshape) is left to the kernel, which reads each
+  key/value head for its group of query heads instead of copying the cache. Where the
+  heads are split from (B, S, heads * D) projections just before and merged just after
+  (encoders), the kernel takes and gives that layout, and the transposes go.
+- ``rotary``: the rotary position embedding as models write it,
+  ``x * cos + cat(-x2, x1) * sin`` with ``x1, x2`` the halves of the last dim and
+  ``cos``/``sin`` tables whose two halves are equal by construction (computed from
+  ``cat(freqs, freqs)``), becomes the standard ``RotaryEmbedding`` (opset 23). Partial
+  rotations and interleaved pairs are left as written.
+- ``gelu``: ``aten.gelu`` (exact or tanh) becomes the standard ``Gelu`` (opset 20)
+  instead of its formula.
+
+Each rule has the opset its kernel needs; below it the rule is skipped, with one note
+for the rules whose anchor is their own operator (an ``add`` is not a rotation).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from diagnostics import DiagnosticContext, Level, rules
+from fx2onnx.fx_passes import fused_ops  # noqa: F401 - registers torch.ops.fx2onnx.*
+
+_aten = torch.ops.aten
+
+# The opset from which every rule applies (Attention and RotaryEmbedding are new in 23).
+FUSED_KERNELS_OPSET = 23
+_FLOATS_ORT_RUNS = (torch.float32, torch.float16)  # onnxruntime's CPU kernels of these ops
+
+
+# What a rule's rewrite says of a node: replaced, not the rule's pattern (nothing to say),
+# or the reason it stays unfused (recorded as a note).
+FUSED, NOT_THE_PATTERN = True, False
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    """One fused kernel: the node it starts from, the opset its kernel needs, whether
+    the anchor is the rule's own operator, and the rewrite, which returns
+    :data:`FUSED`, :data:`NOT_THE_PATTERN`, or why the node stays unfused."""
+
+    name: str
+    anchor: Any
+    opset: int
+    whole_operator: bool
+    rewrite: Callable[[torch.fx.Node, set[torch.fx.Node]], bool | str]  # (anchor, erased so far)
+
+
+def _arguments(node: torch.fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    bound = {arg.name: arg.default_value for arg in schema.arguments if arg.has_default_value()}
+    bound.update({arg.name: value for arg, value in zip(schema.arguments, node.args)})
+    bound.update(node.kwargs)
+    return bound
+
+
+def _value(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
+    """``(x, groups)`` when ``node`` is ``x`` (B, H, L, D) with each head repeated
+    ``groups`` times in a row: reshape(expand(unsqueeze(x, 2), [B, H, groups, L, D]))."""
+    if node.target not in (_aten.reshape.default, _aten.view.default, _aten._unsafe_view.default):
+        return None
+    expanded = node.args[0]
+    if not isinstance(expanded, torch.fx.Node) or expanded.target != _aten.expand.default:
+        return None
+    unsqueezed = _past_whole_slices(expanded.args[0])
+    if not isinstance(unsqueezed, torch.fx.Node) or unsqueezed.target != _aten.unsqueeze.default or unsqueezed.args[1] != 2:
+        return None
+    source, result = _past_whole_slices(unsqueezed.args[0]), _value(node)
+    source_value = _value(source)
+    if source_value is None or result is None or source_value.dim() != 4 or result.dim() != 4:
+        return None
+    sizes = expanded.args[1]
+    heads, groups = source_value.shape[1], sizes[2] if len(sizes) == 5 else None
+    if not isinstance(groups, int) or not isinstance(heads, int) or result.shape[1] != heads * groups:
+        return None
+    same = all(_same_size(sizes[i], source_value.shape[j]) for i, j in ((0, 0), (1, 1), (3, 2), (4, 3)))
+    return (source, groups) if same else None
+
+
+def _past_whole_slices(node: Any) -> Any:
+    """The tensor under slices that keep every element (``x[:, :, None]`` with dynamic
+    sizes leaves ``slice(x, dim, 0, 2**63 - 1)`` around the unsqueeze)."""
+    while isinstance(node, torch.fx.Node) and node.target == _aten.slice.Tensor:
+        _, _, start, end, step = (*node.args, *(0, 0, None, None, 1)[len(node.args):])
+        if start not in (0, None) or step != 1 or not (end is None or (isinstance(end, int) and end >= 2**62)):
+            break
+        node = node.args[0]
+    return node
+
+
+def _same_size(size: Any, reference: Any) -> bool:
+    """Whether an expand size (int, -1, or a node computing a symbolic size) keeps ``reference``."""
+    size = _value(size) if isinstance(size, torch.fx.Node) else size
+    if isinstance(size, int) and (size == -1 or (isinstance(reference, int) and size == reference)):
+        return True
+    # symbolic sizes: the same expression of the same symbols (comparing them would guard)
+    return isinstance(size, torch.SymInt) and isinstance(reference, torch.SymInt) and str(size) == str(reference)
+
+
+def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+    args = _arguments(node)
+    query, key, value, mask = args["query"], args["key"], args["value"], args.get("attn_mask")
+    if args.get("dropout_p", 0.0) != 0.0:
+        return "dropout (ONNX Attention has none)"
+    values = [_value(x) for x in (query, key, value)]
+    if any(v is None or v.dim() != 4 for v in values):
+        return "query, key and value are not all 4-D"
+    if values[0].dtype not in _FLOATS_ORT_RUNS:
+        return f"{values[0].dtype} (onnxruntime's Attention runs float32 and float16)"
+    if mask is not None and (_value(mask) is None or _value(mask).dim() > 4):
+        return "a mask of more than 4 dims"
+    if mask is not None and _value(mask).dtype not in (torch.bool, values[0].dtype):
+        return f"a {_value(mask).dtype} mask"
+    if mask is not None and _value(mask).dim() >= 2 and not _same_size(_value(mask).shape[-2], values[0].shape[-2]):
+        return "a mask shared by every query (onnxruntime's Attention takes one row per query)"
+    scale, head_size = args.get("scale"), values[0].shape[-1]
+    if scale is None and not isinstance(head_size, int):
+        return "a symbolic head size"
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_size)
+    repeated = (key, value)
+    unrepeated = [_unrepeated_heads(x) for x in repeated]
+    if all(u is not None for u in unrepeated) and unrepeated[0][1] == unrepeated[1][1]:  # type: ignore[index]
+        key, value = unrepeated[0][0], unrepeated[1][0]  # type: ignore[index]
+    query_heads, key_heads = values[0].shape[1], _value(key).shape[1]
+    if not isinstance(query_heads, int) or not isinstance(key_heads, int) or query_heads % key_heads:
+        return f"{query_heads} query heads for {key_heads} key heads"
+    is_causal = bool(args.get("is_causal", False))
+    graph = node.graph
+    packed = [_split_heads(x) for x in (query, key, value)]
+    merged = _merged_heads(node)
+    if all(x is not None for x in packed) and merged is not None:
+        # (B, S, heads * D) in and out: the heads' transposes and reshapes are the kernel's
+        with graph.inserting_before(node):
+            fused = graph.call_function(
+                torch.ops.fx2onnx.attention_3d.default, (*packed, mask, scale, is_causal, query_heads, key_heads)
+            )
+        fused.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+        fused.meta["val"] = _value(merged)
+        merged.replace_all_uses_with(fused)
+        _erase_unused_tree(merged, erased)
+        repeated = (query, key, value)
+    else:
+        with graph.inserting_before(node):
+            fused = graph.call_function(torch.ops.fx2onnx.attention.default, (query, key, value, mask, scale, is_causal))
+        fused.meta.update(node.meta)
+        node.replace_all_uses_with(fused)
+        graph.erase_node(node)
+        erased.add(node)
+    for chain_end in repeated:  # the repetition or head split, unless something else reads it
+        _erase_unused_tree(chain_end, erased)
+    return FUSED
+
+
+_RESHAPES = (_aten.reshape.default, _aten.view.default, _aten._unsafe_view.default)
+
+
+def _is_heads_transpose(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.target == _aten.transpose.int and sorted(node.args[1:3]) == [1, 2]
+
+
+def _split_heads(node: Any) -> torch.fx.Node | None:
+    """``x`` (B, S, heads * D) when ``node`` is ``transpose(view(x, [B, S, heads, D]), 1, 2)``."""
+    if not _is_heads_transpose(node) or not isinstance(node.args[0], torch.fx.Node) or node.args[0].target not in _RESHAPES:
+        return None
+    source = node.args[0].args[0]
+    packed, split = _value(source), _value(node.args[0])
+    if packed is None or split is None or packed.dim() != 3 or split.dim() != 4:
+        return None
+    return source if _same_size(split.shape[0], packed.shape[0]) and _same_size(split.shape[1], packed.shape[1]) else None
+
+
+def _merged_heads(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node ``reshape(transpose(node, 1, 2), [B, S, heads * D])`` that alone reads
+    the attention's output, if there is one."""
+    (transposed, *others) = list(node.users) or [None]
+    if others or not _is_heads_transpose(transposed) or len(transposed.users) != 1:
+        return None
+    (merged,) = transposed.users
+    result, split = _value(merged), _value(transposed)
+    if merged.target not in _RESHAPES or result is None or split is None or result.dim() != 3:
+        return None
+    return merged if _same_size(result.shape[1], split.shape[1]) and _same_size(result.shape[0], split.shape[0]) else None
+
+
+
+
+# Elementwise steps that keep "the two halves of the last dim are equal".
+_HALVES_KEEPING = {_aten.cos.default, _aten.sin.default, _aten._to_copy.default, _aten.to.dtype, _aten.clone.default,
+                   _aten.alias.default, _aten.mul.Tensor, _aten.div.Tensor}
+
+
+def _has_equal_halves(node: Any) -> bool:
+    """Whether ``node``'s last dim is two equal halves: ``cat([f, f], -1)`` under steps
+    that act on each element alike (cos, sin, casts, scaling by a number)."""
+    while isinstance(node, torch.fx.Node) and node.target in _HALVES_KEEPING:
+        if len(node.args) > 1 and not isinstance(node.args[1], (int, float)):
+            return False  # scaled by a tensor: the halves may differ
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or node.target != _aten.cat.default:
+        return False
+    parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+    last = _value(node).dim() - 1 if _value(node) is not None else None
+    return len(parts) == 2 and parts[0] is parts[1] and dim in (-1, last)
+
+
+def _factors(node: Any) -> list[tuple[Any, Any]]:
+    """``[(a, b), (b, a)]`` when ``node`` is ``a * b``."""
+    if isinstance(node, torch.fx.Node) and node.target == _aten.mul.Tensor and len(node.args) == 2:
+        return [tuple(node.args), tuple(reversed(node.args))]
+    return []
+
+
+def _slice_of_last_dim(node: Any, x: Any, start: int, end: int | None) -> bool:
+    if not isinstance(node, torch.fx.Node) or node.target != _aten.slice.Tensor or node.args[0] is not x:
+        return False
+    _, dim, first, last, step = (*node.args, *(0, 0, None, None, 1)[len(node.args):])
+    stop_ok = (last == end) if end is not None else (last is None or (isinstance(last, int) and last >= 2**62))
+    return dim in (-1, 3) and first == start and step == 1 and stop_ok
+
+
+def _is_rotated_half(node: Any, x: Any, half: int) -> bool:
+    """Whether ``node`` is ``cat([-x[..., half:], x[..., :half]], -1)``."""
+    if not isinstance(node, torch.fx.Node) or node.target != _aten.cat.default or len(node.args[0]) != 2:
+        return False
+    negated, first = node.args[0]
+    if node.args[1] not in (-1, 3) or not isinstance(negated, torch.fx.Node) or negated.target != _aten.neg.default:
+        return False
+    return _slice_of_last_dim(negated.args[0], x, half, None) and _slice_of_last_dim(first, x, 0, half)
+
+
+def _table(node: Any) -> Any:
+    """The (B, S, D) table of ``unsqueeze(table, 1)``, when its halves are equal."""
+    if isinstance(node, torch.fx.Node) and node.target == _aten.unsqueeze.default and node.args[1] == 1:
+        table = node.args[0]
+        if _value(table) is not None and _value(table).dim() == 3 and _has_equal_halves(table):
+            return table
+    return None
+
+
+def _fuse_rotary(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+    if len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
+        return NOT_THE_PATTERN
+    for direct, rotated in (node.args, tuple(reversed(node.args))):
+        for x, cos in _factors(direct):
+            x_value = _value(x)
+            if x_value is None or x_value.dim() != 4 or not isinstance(x_value.shape[-1], int) or x_value.shape[-1] % 2:
+                continue
+            half = x_value.shape[-1] // 2
+            for turned, sin in _factors(rotated):
+                cos_table, sin_table = _table(cos), _table(sin)
+                if _is_rotated_half(turned, x, half) and cos_table is not None and sin_table is not None:
+                    if x_value.dtype not in _FLOATS_ORT_RUNS:
+                        return f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)"
+                    _replace_by_rotary(node, x, cos_table, sin_table, half, erased)
+                    return FUSED
+    return NOT_THE_PATTERN
+
+
+def _replace_by_rotary(
+    node: torch.fx.Node, x: torch.fx.Node, cos: torch.fx.Node, sin: torch.fx.Node, half: int, erased: set[torch.fx.Node]
+) -> None:
+    graph, context = node.graph, {k: v for k, v in node.meta.items() if k != "val"}
+    with graph.inserting_before(node):
+        halves = []
+        for table in (cos, sin):
+            first_half = graph.call_function(_aten.slice.Tensor, (table, -1, 0, half))
+            first_half.meta.update(context)
+            first_half.meta["val"] = _aten.slice.Tensor(_value(table), -1, 0, half)
+            halves.append(first_half)
+        fused = graph.call_function(torch.ops.fx2onnx.rotary.default, (x, *halves))
+    fused.meta.update(node.meta)
+    old_terms = list(node.args)
+    node.replace_all_uses_with(fused)
+    graph.erase_node(node)
+    for term in old_terms:
+        _erase_unused_tree(term, erased)
+
+
+def _erase_unused_tree(node: Any, erased: set[torch.fx.Node]) -> None:
+    """Erase ``node`` and, depth first, what only it read, while nothing else reads them
+    (each erased node joins ``erased``)."""
+    if not isinstance(node, torch.fx.Node) or node in erased or node.op != "call_function" or node.users or node.is_impure():
+        return
+    inputs = list(node.all_input_nodes)
+    node.graph.erase_node(node)
+    erased.add(node)
+    for source in inputs:
+        _erase_unused_tree(source, erased)
+
+
+def _fuse_gelu(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+    x, approximate = node.args[0], node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    if _value(x) is None or _value(x).dtype != torch.float32:
+        return f"{getattr(_value(x), 'dtype', 'unknown type')} (onnxruntime's Gelu runs float32 only)"
+    graph = node.graph
+    with graph.inserting_before(node):
+        fused = graph.call_function(torch.ops.fx2onnx.gelu.default, (x, approximate))
+    fused.meta.update(node.meta)
+    node.replace_all_uses_with(fused)
+    graph.erase_node(node)
+    return FUSED
+
+
+RULES: tuple[FusionRule, ...] = (
+    FusionRule("attention", _aten.scaled_dot_product_attention.default, FUSED_KERNELS_OPSET, True, _fuse_attention),
+    FusionRule("rotary", _aten.add.Tensor, FUSED_KERNELS_OPSET, False, _fuse_rotary),
+    FusionRule("gelu", _aten.gelu.default, 20, True, _fuse_gelu),
+)
+
+
+def fuse_kernels(graph_module: torch.fx.GraphModule, opset: int, context: DiagnosticContext, opset_chosen: bool = True) -> int:
+    """Apply every rule of :data:`RULES` that ``opset`` has the kernel of to
+    ``graph_module``, in place; returns how many nodes became fused kernels. When the
+    user chose ``opset`` (``opset_chosen``), a note names the rules it is too old for."""
+    by_anchor = {rule.anchor: rule for rule in RULES}
+    graph = graph_module.graph
+    matches = [node for node in graph.nodes if node.op == "call_function" and node.target in by_anchor]
+    waiting = collections.Counter(
+        rule for node in matches if (rule := by_anchor[node.target]).opset > opset and rule.whole_operator and opset_chosen
+    )
+    for rule, count in waiting.items():
+        context.record(
+            rules.FX_PASS, Level.NOTE, pass_name="fuse_kernels",
+            message=f"{count} {rule.name} node(s) kept unfused: its fused kernel is an ONNX operator of opset {rule.opset}; "
+            f"export with ExportOptions(opset_version={FUSED_KERNELS_OPSET}) to use it.",
+        )
+    fused, erased = 0, set()
+    for node in matches:
+        rule = by_anchor[node.target]
+        if rule.opset > opset or node in erased:  # erased: a term of a rewrite before it
+            continue
+        reason = rule.rewrite(node, erased)
+        fused += reason is FUSED
+        if isinstance(reason, str):
+            context.record(
+                rules.FX_PASS, Level.NOTE, pass_name="fuse_kernels",
+                message=f"`{node.name}` ({rule.name}) kept unfused: {reason}.",
+            )
+    if fused:
+        graph_module.recompile()
+    return fused

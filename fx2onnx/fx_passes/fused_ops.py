@@ -1,0 +1,69 @@
+"""The operators the fused-kernel rules put in the FX graph (``torch.ops.fx2onnx.*``),
+each with PyTorch semantics equal to the ONNX kernel it becomes
+(``dispatcher/functions/fused.py``) and a fake implementation for shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.library.custom_op("fx2onnx::attention", mutates_args=())
+def attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float, is_causal: bool
+) -> torch.Tensor:
+    """Scaled-dot-product attention with ``key``/``value`` heads shared by groups of
+    consecutive query heads (ONNX ``Attention``'s semantics)."""
+    groups = query.shape[-3] // key.shape[-3]
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=groups != 1
+    )
+
+
+@attention.register_fake
+def _attention_fake(query, key, value, mask, scale, is_causal):
+    return query.new_empty((*query.shape[:-1], value.shape[-1]))
+
+
+@torch.library.custom_op("fx2onnx::attention_3d", mutates_args=())
+def attention_3d(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float, is_causal: bool,
+    query_heads: int, key_heads: int,
+) -> torch.Tensor:
+    """:func:`attention` of (B, S, heads * D) tensors, the heads side by side in the last dim."""
+
+    def split(x: torch.Tensor, heads: int) -> torch.Tensor:
+        return x.unflatten(-1, (heads, -1)).transpose(1, 2)
+
+    result = attention(split(query, query_heads), split(key, key_heads), split(value, key_heads), mask, scale, is_causal)
+    return result.transpose(1, 2).flatten(-2)
+
+
+@attention_3d.register_fake
+def _attention_3d_fake(query, key, value, mask, scale, is_causal, query_heads, key_heads):
+    return query.new_empty((*query.shape[:-1], value.shape[-1] * query_heads // key_heads))
+
+
+@torch.library.custom_op("fx2onnx::rotary", mutates_args=())
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x`` (B, heads, S, D) by the half tables ``cos``/``sin``
+    (B, S, D/2): the halves ``x1, x2`` become ``x1 cos - x2 sin, x2 cos + x1 sin``
+    (ONNX ``RotaryEmbedding``'s semantics, not interleaved)."""
+    first, second = x.chunk(2, dim=-1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+
+
+@rotary.register_fake
+def _rotary_fake(x, cos, sin):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("fx2onnx::gelu", mutates_args=())
+def gelu(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return torch.nn.functional.gelu(x, approximate=approximate)
+
+
+@gelu.register_fake
+def _gelu_fake(x, approximate):
+    return torch.empty_like(x)

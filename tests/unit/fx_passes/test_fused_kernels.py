@@ -1,0 +1,273 @@
+"""Fused kernels chosen on the FX graph: scaled-dot-product attention as one ONNX
+`Attention` from opset 23, equal to PyTorch; the cases it does not cover stay unfused
+with a note saying why."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import all_nodes, export_and_compare_impl, export_program, make_options
+from diagnostics import rules
+
+
+class Attention(torch.nn.Module):
+    """SDPA in one of the forms models write it."""
+
+    def __init__(self, form: str) -> None:
+        super().__init__()
+        self.form = form
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        form = self.form
+        if form == "repeat_kv":  # transformers' repeat_kv: each key/value head for 2 query heads
+            b, h, length, d = k.shape
+            k = k[:, :, None].expand(b, h, 2, length, d).reshape(b, 2 * h, length, d)
+            v = v[:, :, None].expand(b, h, 2, length, d).reshape(b, 2 * h, length, d)
+        if form in ("plain", "repeat_kv"):
+            return F.scaled_dot_product_attention(q, k, v)
+        if form == "causal":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if form == "bool_mask":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if form == "float_mask":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.where(mask, 0.0, -1e4))
+        if form == "enable_gqa":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3)
+        raise AssertionError(form)
+
+
+def _inputs(form: str, dtype: torch.dtype = torch.float32, queries: int = 5, keys: int = 7) -> tuple[torch.Tensor, ...]:
+    kv_heads = 2 if form in ("repeat_kv", "enable_gqa") else 4
+    if form == "causal":
+        keys = queries
+    q = torch.randn(2, 4, queries, 16, dtype=dtype)
+    k, v = torch.randn(2, kv_heads, keys, 16, dtype=dtype), torch.randn(2, kv_heads, keys, 16, dtype=dtype)
+    mask = torch.rand(2, 1, queries, keys) > 0.3
+    mask[..., 0] = True  # no row fully masked
+    return q, k, v, mask
+
+
+def _counts(program) -> collections.Counter:
+    return collections.Counter(node.op_type for node in all_nodes(program.model_proto))
+
+
+FORMS = ["plain", "causal", "bool_mask", "float_mask", "repeat_kv", "enable_gqa"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_attention_is_one_kernel_from_opset_23(tmp_path, form):
+    dynamic = {"q": {2: torch.export.Dim("queries")}, "k": {2: torch.export.Dim("keys")},
+               "v": {2: torch.export.Dim("keys")}, "mask": {2: torch.export.Dim("queries"), 3: torch.export.Dim("keys")}}
+    if form == "causal":
+        dynamic = None
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
+    other_size = None if dynamic is None else (_inputs(form, queries=3, keys=11), {})
+    program = export_and_compare_impl(Attention(form), _inputs(form), options=options, tmp_path=tmp_path, second_inputs=other_size)
+    counts = _counts(program)
+    assert counts["Attention"] == 1
+    # no unfused attention left: no Softmax, and the key/value heads are not copied
+    assert not {"Softmax", "Expand", "MatMul"} & set(counts)
+
+
+def test_attention_in_float16(tmp_path):
+    options = make_options(tmp_path, opset_version=23)
+    program = export_and_compare_impl(Attention("repeat_kv"), _inputs("repeat_kv", torch.float16), options=options,
+                                      tmp_path=tmp_path, rtol=1e-2, atol=2e-3)
+    assert _counts(program)["Attention"] == 1
+
+
+def _notes(program) -> list[str]:
+    return [d.message or "" for d in program.diagnostic_context.diagnostics
+            if d.rule is rules.FX_PASS and d.level.name == "NOTE" and "unfused" in (d.message or "")]
+
+
+def test_before_opset_23_attention_stays_unfused_and_a_note_names_the_opset(tmp_path):
+    options = make_options(tmp_path, opset_version=21)
+    program = export_and_compare_impl(Attention("bool_mask"), _inputs("bool_mask"), options=options, tmp_path=tmp_path)
+    assert "Attention" not in _counts(program)
+    (note,) = _notes(program)
+    assert "opset_version=23" in note
+    # at the default opset, nothing is said: the default is not a choice to explain
+    program = export_and_compare_impl(Attention("bool_mask"), _inputs("bool_mask"), tmp_path=tmp_path)
+    assert "Attention" not in _counts(program) and not _notes(program)
+
+
+@pytest.mark.parametrize(("dtype", "reason"), [(torch.bfloat16, "bfloat16"), (torch.float64, "float64")])
+def test_types_the_kernel_lacks_stay_unfused_with_the_reason(tmp_path, dtype, reason):
+    model = Attention("bool_mask")
+    program = export_program(model, _inputs("bool_mask", dtype), options=make_options(tmp_path, opset_version=23))
+    assert "Attention" not in _counts(program)
+    (note,) = _notes(program)
+    assert reason in note
+    q, k, v, mask = _inputs("bool_mask", dtype)
+    if dtype == torch.float64:  # onnxruntime's CPU provider runs it unfused
+        torch.testing.assert_close(program(q, k, v, mask), model(q, k, v, mask))
+
+
+def test_dropout_stays_unfused_with_the_reason(tmp_path):
+    class Dropout(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+
+    q, k, v, _ = _inputs("plain")
+    program = export_program(Dropout(), (q, k, v), options=make_options(tmp_path, opset_version=23))
+    assert "Attention" not in _counts(program)
+    assert "dropout" in _notes(program)[0]
+
+
+def test_fused_kernels_can_be_turned_off(tmp_path):
+    options = make_options(tmp_path, opset_version=23, fused_kernels=False)
+    program = export_and_compare_impl(Attention("repeat_kv"), _inputs("repeat_kv"), options=options, tmp_path=tmp_path)
+    counts = _counts(program)
+    assert "Attention" not in counts and counts["Softmax"] == 1
+
+
+def test_a_repetition_read_elsewhere_is_kept(tmp_path):
+    class Shared(torch.nn.Module):
+        def forward(self, q, k, v):
+            b, h, length, d = k.shape
+            repeated = k[:, :, None].expand(b, h, 2, length, d).reshape(b, 2 * h, length, d)
+            values = v[:, :, None].expand(b, h, 2, length, d).reshape(b, 2 * h, length, d)
+            return F.scaled_dot_product_attention(q, repeated, values), repeated.sum()
+
+    q, k, v, _ = _inputs("repeat_kv")
+    program = export_and_compare_impl(Shared(), (q, k, v), options=make_options(tmp_path, opset_version=23), tmp_path=tmp_path)
+    counts = _counts(program)
+    assert counts["Attention"] == 1 and counts["Expand"] == 1  # the key's repetition stays for the sum
+
+
+class Rotary(torch.nn.Module):
+    """The rotary embedding as transformers' LLaMA writes it: tables from cat(freqs, freqs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16)), persistent=False)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[..., None].float() * self.inv_freq
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return self.rotate(q, emb.cos() * 1.0, emb.sin() * 1.0)
+
+    def rotate(self, x, cos, sin):
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        turned = torch.cat([-x[..., 8:], x[..., :8]], dim=-1)
+        return x * cos + turned * sin
+
+
+class RotaryFromTables(Rotary):
+    """Tables given as inputs: nothing says their halves are equal."""
+
+    def forward(self, q, cos, sin):
+        return self.rotate(q, cos, sin)
+
+
+def _rotary_inputs(length: int) -> tuple[torch.Tensor, ...]:
+    return torch.randn(2, 4, length, 16), torch.randn(2, 2, length, 16), torch.arange(3, 3 + length).expand(2, length)
+
+
+def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path):
+    dynamic = {"q": {2: torch.export.Dim("length")}, "k": {2: torch.export.Dim("length")}, "positions": {1: torch.export.Dim("length")}}
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
+
+    class Both(Rotary):
+        def forward(self, q, k, positions):
+            freqs = positions[..., None].float() * self.inv_freq
+            emb = torch.cat([freqs, freqs], dim=-1)
+            return self.rotate(q, emb.cos(), emb.sin()), self.rotate(k, emb.cos(), emb.sin())
+
+    program = export_and_compare_impl(Both(), _rotary_inputs(5), options=options, tmp_path=tmp_path,
+                                      second_inputs=(_rotary_inputs(9), {}))
+    counts = _counts(program)
+    assert counts["RotaryEmbedding"] == 2
+    assert "Neg" not in counts  # rotate_half is gone
+
+
+def test_rotary_tables_of_unknown_halves_stay_as_written(tmp_path):
+    q = torch.randn(2, 4, 5, 16)
+    cos, sin = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    program = export_and_compare_impl(RotaryFromTables(), (q, cos, sin), options=make_options(tmp_path, opset_version=23), tmp_path=tmp_path)
+    counts = _counts(program)
+    assert "RotaryEmbedding" not in counts and counts["Neg"] == 1
+    assert not _notes(program)  # an add that is not a rotation says nothing
+
+
+class Gelus(torch.nn.Module):
+    def forward(self, x):
+        return F.gelu(x), F.gelu(x, approximate="tanh")
+
+
+@pytest.mark.parametrize("opset", [20, 23])
+def test_gelu_is_one_kernel_from_opset_20(tmp_path, opset):
+    program = export_and_compare_impl(Gelus(), (torch.randn(3, 8) * 3,), options=make_options(tmp_path, opset_version=opset), tmp_path=tmp_path)
+    counts = _counts(program)
+    assert counts["Gelu"] == 2 and not {"Erf", "Tanh"} & set(counts)
+
+
+def test_gelu_in_float16_stays_unfused_with_the_reason(tmp_path):
+    x = torch.randn(3, 8, dtype=torch.float16)
+    program = export_program(Gelus(), (x,), options=make_options(tmp_path, opset_version=23))
+    assert "Gelu" not in _counts(program)
+    assert all("float32 only" in note for note in _notes(program)) and len(_notes(program)) == 2
+    torch.testing.assert_close(program(x), Gelus()(x), rtol=1e-2, atol=1e-3)
+
+
+class Encoder(torch.nn.Module):
+    """Heads split from (B, S, 32) projections and merged after, as encoders write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, s, 4, 8).transpose(1, 2)
+
+        out = F.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)), attn_mask=mask)
+        return out.transpose(1, 2).contiguous().reshape(b, s, 32)
+
+
+def test_attention_takes_the_projections_layout_and_the_head_transposes_go(tmp_path):
+    def inputs(b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = torch.zeros(b, 1, s, s)
+        mask[..., -1] = -1e4  # the last key padded
+        return torch.randn(b, s, 32), mask
+
+    length, batch = torch.export.Dim("length"), torch.export.Dim("batch")
+    dynamic = {"x": {0: batch, 1: length}, "mask": {0: batch, 2: length, 3: length}}
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
+    program = export_and_compare_impl(Encoder(), inputs(2, 7), options=options, tmp_path=tmp_path, second_inputs=(inputs(3, 12), {}))
+    nodes = list(all_nodes(program.model_proto))
+    (attention,) = [n for n in nodes if n.op_type == "Attention"]
+    assert {a.name: a.i for a in attention.attribute if a.name.endswith("num_heads")} == {"q_num_heads": 4, "kv_num_heads": 4}
+    head_transposes = [n for n in nodes if n.op_type == "Transpose"
+                       and any(p.value == "call_function:aten.transpose.int" for p in n.metadata_props)]
+    assert not head_transposes
+
+
+def test_a_mask_shared_by_every_query_stays_unfused_with_the_reason(tmp_path):
+    x, mask = torch.randn(2, 7, 32), torch.zeros(2, 1, 1, 7)
+    mask[..., -1] = -1e4
+    program = export_and_compare_impl(Encoder(), (x, mask), options=make_options(tmp_path, opset_version=23), tmp_path=tmp_path)
+    assert "Attention" not in _counts(program)
+    assert "one row per query" in _notes(program)[0]
+
+
+def test_the_fused_operators_compute_what_the_patterns_they_replace_compute():
+    q, k, v, mask = _inputs("repeat_kv")
+    repeated = [t.repeat_interleave(2, dim=1) for t in (k, v)]
+    torch.testing.assert_close(torch.ops.fx2onnx.attention(q, k, v, mask, 0.25, False),
+                               F.scaled_dot_product_attention(q, *repeated, attn_mask=mask, scale=0.25))
+    packed = [t.transpose(1, 2).flatten(-2) for t in (q, k, v)]
+    torch.testing.assert_close(torch.ops.fx2onnx.attention_3d(*packed, mask, 0.25, False, 4, 2),
+                               F.scaled_dot_product_attention(q, *repeated, attn_mask=mask, scale=0.25).transpose(1, 2).flatten(-2))
+    x, _, positions = _rotary_inputs(6)
+    freqs = positions[..., None].float() * Rotary().inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)
+    torch.testing.assert_close(torch.ops.fx2onnx.rotary(x, freqs.cos(), freqs.sin()), Rotary().rotate(x, emb.cos(), emb.sin()))
+    torch.testing.assert_close(torch.ops.fx2onnx.gelu(x, "tanh"), F.gelu(x, approximate="tanh"))
