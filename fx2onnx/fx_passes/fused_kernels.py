@@ -134,7 +134,7 @@ def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | s
         return "a mask of more than 4 dims"
     if mask is not None and _value(mask).dtype not in (torch.bool, values[0].dtype):
         return f"a {_value(mask).dtype} mask"
-    if mask is not None and _value(mask).dim() >= 2 and not _same_size(_value(mask).shape[-2], values[0].shape[-2]):
+    if mask is not None and (_value(mask).dim() < 2 or not _same_size(_value(mask).shape[-2], values[0].shape[-2])):
         return "a mask shared by every query (onnxruntime's Attention takes one row per query)"
     scale, head_size = args.get("scale"), values[0].shape[-1]
     if scale is None and not isinstance(head_size, int):
@@ -272,6 +272,9 @@ def _fuse_rotary(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
             for turned, sin in _factors(rotated):
                 cos_table, sin_table = _table(cos), _table(sin)
                 if _is_rotated_half(turned, x, half) and cos_table is not None and sin_table is not None:
+                    if not all(_same_size(_value(t).shape[0], x_value.shape[0]) or _same_size(_value(t).shape[0], 1)
+                               for t in (cos_table, sin_table)):
+                        return "tables for another batch size"
                     if x_value.dtype not in _FLOATS_ORT_RUNS:
                         return f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)"
                     _replace_by_rotary(node, x, cos_table, sin_table, half, erased)
@@ -283,12 +286,22 @@ def _replace_by_rotary(
     node: torch.fx.Node, x: torch.fx.Node, cos: torch.fx.Node, sin: torch.fx.Node, half: int, erased: set[torch.fx.Node]
 ) -> None:
     graph, context = node.graph, {k: v for k, v in node.meta.items() if k != "val"}
+
+    def add(target: Any, args: tuple[Any, ...], value: Any) -> torch.fx.Node:
+        new = graph.call_function(target, args)
+        new.meta.update(context)
+        new.meta["val"] = value
+        return new
+
+    batch = _value(x).shape[0]
     with graph.inserting_before(node):
         halves = []
         for table in (cos, sin):
-            first_half = graph.call_function(_aten.slice.Tensor, (table, -1, 0, half))
-            first_half.meta.update(context)
-            first_half.meta["val"] = _aten.slice.Tensor(_value(table), -1, 0, half)
+            first_half = add(_aten.slice.Tensor, (table, -1, 0, half), _aten.slice.Tensor(_value(table), -1, 0, half))
+            if not _same_size(_value(table).shape[0], batch):
+                # one table for every sequence (positions shared): the kernel wants one per sequence
+                size = batch if isinstance(batch, int) else add(_aten.sym_size.int, (x, 0), batch)
+                first_half = add(_aten.expand.default, (first_half, [size, -1, -1]), _value(first_half).expand(batch, -1, -1))
             halves.append(first_half)
         fused = graph.call_function(torch.ops.fx2onnx.rotary.default, (x, *halves))
     fused.meta.update(node.meta)

@@ -81,6 +81,24 @@ def sound_size_oblivious_capture(program: torch.export.ExportedProgram, size_one
     return True
 
 
+def size_one_guards_in_torch_only(program: torch.export.ExportedProgram, size_one_symbols: set[Any]) -> bool:
+    """Whether every guard a size-oblivious capture took on the size-1 example dims comes
+    from torch's own code (a kernel choosing its implementation by ``batch <= 1``), and
+    at least one does: no line of the model's code compared those dims."""
+    shape_env = _shape_env(program)
+    if shape_env is None or not size_one_symbols:
+        return False
+    found = False
+    for guard in shape_env.guards:
+        if not guard.expr.free_symbols & size_one_symbols:
+            continue
+        filename = getattr(guard.sloc.framework_loc, "filename", None)
+        if filename is None or not _torch_file(filename):
+            return False
+        found = True
+    return found
+
+
 def size_one_symbols(program: torch.export.ExportedProgram, leaves: Sequence[Any]) -> set[Any]:
     """The symbols of the program's input dims whose example size is 0 or 1."""
     symbols: set[Any] = set()

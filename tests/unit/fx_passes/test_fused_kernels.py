@@ -42,8 +42,6 @@ class Attention(torch.nn.Module):
 
 def _inputs(form: str, dtype: torch.dtype = torch.float32, queries: int = 5, keys: int = 7) -> tuple[torch.Tensor, ...]:
     kv_heads = 2 if form in ("repeat_kv", "enable_gqa") else 4
-    if form == "causal":
-        keys = queries
     q = torch.randn(2, 4, queries, 16, dtype=dtype)
     k, v = torch.randn(2, kv_heads, keys, 16, dtype=dtype), torch.randn(2, kv_heads, keys, 16, dtype=dtype)
     mask = torch.rand(2, 1, queries, keys) > 0.3
@@ -165,12 +163,17 @@ class RotaryFromTables(Rotary):
         return self.rotate(q, cos, sin)
 
 
-def _rotary_inputs(length: int) -> tuple[torch.Tensor, ...]:
-    return torch.randn(2, 4, length, 16), torch.randn(2, 2, length, 16), torch.arange(3, 3 + length).expand(2, length)
+def _rotary_inputs(length: int, batch: int = 2, position_rows: int = 2) -> tuple[torch.Tensor, ...]:
+    positions = torch.arange(3, 3 + length).expand(position_rows if position_rows == 1 else batch, length)
+    return torch.randn(batch, 4, length, 16), torch.randn(batch, 2, length, 16), positions
 
 
-def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path):
-    dynamic = {"q": {2: torch.export.Dim("length")}, "k": {2: torch.export.Dim("length")}, "positions": {1: torch.export.Dim("length")}}
+@pytest.mark.parametrize("shared_positions", [False, True], ids=["positions_per_sequence", "positions_shared"])
+def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path, shared_positions):
+    length, batch = torch.export.Dim("length"), torch.export.Dim("batch")
+    rows = 1 if shared_positions else 2
+    dynamic = {"q": {0: batch, 2: length}, "k": {0: batch, 2: length},
+               "positions": {1: length} if shared_positions else {0: batch, 1: length}}
     options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
 
     class Both(Rotary):
@@ -179,8 +182,8 @@ def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path):
             emb = torch.cat([freqs, freqs], dim=-1)
             return self.rotate(q, emb.cos(), emb.sin()), self.rotate(k, emb.cos(), emb.sin())
 
-    program = export_and_compare_impl(Both(), _rotary_inputs(5), options=options, tmp_path=tmp_path,
-                                      second_inputs=(_rotary_inputs(9), {}))
+    program = export_and_compare_impl(Both(), _rotary_inputs(5, 2, rows), options=options, tmp_path=tmp_path,
+                                      second_inputs=(_rotary_inputs(9, 3, rows), {}))
     counts = _counts(program)
     assert counts["RotaryEmbedding"] == 2
     assert "Neg" not in counts  # rotate_half is gone

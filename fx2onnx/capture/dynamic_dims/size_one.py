@@ -1,0 +1,54 @@
+"""Dims asked to be dynamic whose example size is 1, when a capture fixed them anyway.
+
+torch.export fixes a dynamic dim of example size 1 wherever code compares it with 1,
+and torch's own kernels do so too (in torch 2.14 the fake convolution chooses a memory
+format by `batch <= 1`), so an image model exported from a single image loses its
+dynamic batch. Where only torch's own code compared such a dim (the size-oblivious
+capture says so: `spec.size_one_guards_in_torch_only`), the model is captured once more
+from a grown example: the same inputs repeated to size 2 along those dims (the model
+computes the same for each copy), the sizes torch.export treats as general.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+from fx2onnx.capture.dynamic_dims.spec import SpecializedDim
+
+RequestedDims = dict[int, tuple[str, dict[int, bool]]]
+
+
+class Example(NamedTuple):
+    """Example inputs and the dims asked to be dynamic in them (keyed by tensor id)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    requested: RequestedDims
+
+
+def growable(fixed: Sequence[SpecializedDim]) -> bool:
+    """Whether some of the fixed dims were fixed at an example size of 1."""
+    return any(dim.value == 1 for dim in fixed)
+
+
+def grown_example(args: Sequence[Any], kwargs: Mapping[str, Any], requested: RequestedDims) -> Example:
+    """``args`` and ``kwargs`` with every requested dynamic dim of size 1 repeated to 2
+    (the same tensor twice), and ``requested`` keyed by the grown tensors."""
+    grown_requested: RequestedDims = {}
+
+    def grow(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor) or id(leaf) not in requested:
+            return leaf
+        path, dims = requested[id(leaf)]
+        grown = leaf
+        for dim in dims:
+            if grown.shape[dim] == 1:
+                grown = torch.cat([grown, grown], dim=dim)
+        grown_requested[id(grown)] = (path, dims)
+        return grown
+
+    grown_args, grown_kwargs = torch.utils._pytree.tree_map(grow, (tuple(args), dict(kwargs)))
+    return Example(grown_args, grown_kwargs, grown_requested)

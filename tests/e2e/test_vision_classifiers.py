@@ -1,0 +1,28 @@
+"""torchvision's classifiers exported from one image with dynamic_shapes=True run at any
+batch: equal to eager PyTorch at a batch of 3 (the batch is not fixed to the example's 1,
+whatever torch's own kernels compare it with)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+torchvision = pytest.importorskip("torchvision", reason="torchvision cannot be imported in this environment (install fx2onnx[vision])", exc_type=ImportError)
+
+from conftest import export_and_compare_impl, make_options  # noqa: E402
+
+pytestmark = pytest.mark.vision
+
+CLASSIFIERS = ["convnext_tiny", "resnet18", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "vit_b_16"]
+
+
+@pytest.mark.parametrize("name", CLASSIFIERS)
+def test_classifier_exported_from_one_image_runs_at_batch_3(name, tmp_path):
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    if name == "vit_b_16":  # its head starts at zero: every logit would be 0
+        torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+    options = make_options(tmp_path, dynamic_shapes=True)
+    program = export_and_compare_impl(model, (torch.randn(1, 3, 224, 224),), options=options, tmp_path=tmp_path,
+                                      second_inputs=((torch.randn(3, 3, 224, 224),), {}), rtol=1e-3, atol=1e-4)
+    assert str(program.model.graph.inputs[0].shape[0]) == "x_dim_0"
+    assert not [w for w in program.warnings if "static in the ONNX model" in (w.message or "")]

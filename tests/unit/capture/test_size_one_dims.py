@@ -1,0 +1,68 @@
+"""Dims asked to be dynamic whose example size is 1: where only torch's own code compares
+them (a kernel choosing its implementation by the batch), the model is captured again
+from its example repeated to size 2 and the dim stays dynamic; where the model's code
+compares them, the dim is fixed and the warning says so."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import torch
+
+from conftest import export_and_compare_impl, make_options
+
+KERNEL_CHOICE = '''
+import torch
+
+
+def pick(x, weight):
+    # an implementation chosen by the batch, as torch's kernels choose memory formats
+    if x.shape[0] <= 1:
+        return torch.nn.functional.conv2d(x, weight, padding=1)
+    return torch.nn.functional.conv2d(x.contiguous(), weight, padding=1)
+'''
+
+
+def _module_in(folder, name: str):
+    folder.mkdir(parents=True)
+    path = folder / f"{name}.py"
+    path.write_text(KERNEL_CHOICE)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Convolution(torch.nn.Module):
+    def __init__(self, pick) -> None:
+        super().__init__()
+        self.pick = pick
+        self.weight = torch.nn.Parameter(torch.randn(4, 3, 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pick(x, self.weight).relu()
+
+
+def test_a_batch_of_one_compared_only_by_torch_stays_dynamic(tmp_path):
+    kernel = _module_in(tmp_path / "site-packages" / "torch", "kernel_choice")  # a file of torch's, as far as paths tell
+    model = Convolution(kernel.pick).eval()
+    options = make_options(tmp_path, dynamic_shapes=True)
+    program = export_and_compare_impl(model, (torch.randn(1, 3, 8, 8),), options=options, tmp_path=tmp_path,
+                                      second_inputs=((torch.randn(3, 3, 10, 10),), {}))
+    assert str(program.model.graph.inputs[0].shape[0]) == "x_dim_0"
+    notes = [d.message for d in program.diagnostic_context.diagnostics if "captured again" in (d.message or "")]
+    assert len(notes) == 1 and "dim 0 of input 'x'" in notes[0]
+    assert not program.warnings
+
+
+def test_a_batch_of_one_compared_by_the_models_code_is_fixed_with_a_warning(tmp_path):
+    kernel = _module_in(tmp_path / "project", "model_code")
+    model = Convolution(kernel.pick).eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = export_and_compare_impl(model, (torch.randn(1, 3, 8, 8),), options=make_options(tmp_path, dynamic_shapes=True),
+                                          tmp_path=tmp_path)
+    assert program.model.graph.inputs[0].shape[0] == 1
+    assert any("dim 0 of input 'x' was fixed to 1" in str(w.message) for w in caught)
+    assert not [d for d in program.diagnostic_context.diagnostics if "captured again" in (d.message or "")]
