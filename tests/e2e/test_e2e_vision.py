@@ -14,7 +14,9 @@ import torch
 torchvision = pytest.importorskip("torchvision", reason="torchvision cannot be imported in this environment (install fx2onnx[vision])", exc_type=ImportError)
 from torchvision.models import detection, segmentation  # noqa: E402
 
-from conftest import assert_outputs_close, check_saved_model, export_program  # noqa: E402
+import onnx_ir as ir  # noqa: E402
+
+from conftest import assert_outputs_close, check_saved_model, export_program, make_options  # noqa: E402
 
 pytestmark = pytest.mark.vision
 
@@ -90,3 +92,16 @@ def test_detection_model_matches_eager_at_two_sizes(make, tmp_path) -> None:
         program = export_program(model, ([image],), tmp_path=tmp_path)
         check_saved_model(program, tmp_path / "m.onnx")
         _compare(program, model, image)
+
+
+@pytest.mark.parametrize("name", ["fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large"])
+def test_segmentation_model_with_dynamic_batch_and_image_size(name, tmp_path) -> None:
+    torch.manual_seed(0)
+    model = getattr(segmentation, name)(weights=None, weights_backbone=None).eval()
+    program = export_program(model, (torch.rand(1, 3, 96, 128),), options=make_options(tmp_path, dynamic_shapes=True), tmp_path=tmp_path)
+    check_saved_model(program, tmp_path / "m.onnx")
+    assert all(isinstance(d, ir.SymbolicDim) for d in program.model.graph.inputs[0].shape if d != 3)
+    for image in (torch.rand(1, 3, 96, 128), torch.rand(2, 3, 128, 96)):
+        with torch.no_grad():
+            expected = model(image)
+        assert_outputs_close(program(image), expected, rtol=1e-3, atol=1e-4)
