@@ -1,4 +1,5 @@
-"""Order statistics along a dimension: ``cummax``/``cummin``, ``kthvalue`` and ``mode``.
+"""Order statistics along a dimension: ``cummax``/``cummin``, ``kthvalue``, ``mode`` and
+``topk``.
 
 ``cummax``/``cummin`` compare every position with every earlier one (an ``L x L``
 lower-triangular mask along the dimension, so memory grows with the square of its
@@ -10,7 +11,8 @@ counts, for each element, the equal elements of its slice: the value is the smal
 of the most frequent ones and the index its last position, as PyTorch gives for short
 slices (for long ones PyTorch's unstable sort may report another position of the same
 value; a NaN is taken as more frequent only when no number is as frequent, where
-PyTorch's order of NaN is unspecified).
+PyTorch's order of NaN is unspecified). ``topk`` takes a ``k`` known only at run time
+(detectors keep ``min(1000, boxes over the threshold)``) as ``TopK``'s input.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from onnxscript import opset18 as op
 
 from dispatcher._types import is_float_value
 from dispatcher.function_table import FunctionTable
-from dispatcher.traced_values import scalar_like
+from dispatcher.traced_values import int64_vector, scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TReal, TTensor
 
 __all__ = ["ORDER_FUNCTIONS", "ORDER_DOMAIN"]
@@ -121,6 +123,15 @@ def order_kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) ->
         axes = op.Constant(value_ints=[dim])
         values, index = op.Squeeze(values, axes), op.Squeeze(index, axes)
     return restore(values), index
+
+
+@_order_op("aten::topk")
+def order_topk(self: TReal, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
+    if len(self.shape) == 0:
+        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+    x, restore = _computable(self)
+    values, indices = op.TopK(x, int64_vector([k]), axis=dim, largest=largest, sorted=sorted)
+    return restore(values), indices
 
 
 @_order_op("aten::mode")

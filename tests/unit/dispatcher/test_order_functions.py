@@ -75,3 +75,20 @@ def test_mode_float_bool_and_0d() -> None:
     _check_identical(lambda t: torch.mode(t), torch.tensor([[5.0, 1.0, 1.0, 5.0, 2.0], [1, 2, 3, 4, 5]]))
     _check_identical(lambda t: torch.mode(t, 1), torch.randint(0, 4, (3, 6)) > 1)
     _check_identical(lambda t: torch.mode(t), torch.tensor(2.0))
+
+
+class TopScores(torch.nn.Module):
+    """A detector's post-processing: at most 4 of the scores over a threshold, the best first."""
+
+    def forward(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kept = scores[scores > 0.5]
+        return kept.topk(min(4, kept.size(0)))
+
+
+def test_topk_of_a_count_known_only_at_run_time(tmp_path) -> None:
+    program = export_program(TopScores(), (torch.rand(20),), tmp_path=tmp_path)
+    for scores in (torch.rand(20), torch.rand(20) * 0.52, torch.zeros(20)):  # many, a few, none over 0.5
+        values, indices = program(scores)
+        expected_values, expected_indices = TopScores()(scores)
+        torch.testing.assert_close(values, expected_values)
+        torch.testing.assert_close(indices, expected_indices)
