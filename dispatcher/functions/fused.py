@@ -22,21 +22,38 @@ FUSED_DOMAIN = "pkg.fx2onnx.fused"
 STANDARD_LATER_DOMAIN = "pkg.fx2onnx.standard_later"
 
 _TABLE = FunctionTable(FUSED_DOMAIN)
-# The standard Attention, in the domain it waits in (no schema there: inputs are
-# positional, attributes keywords)
-_attention = osv.Op(osv.Opset(STANDARD_LATER_DOMAIN, 1), "Attention")
-_rotary_embedding = osv.Op(osv.Opset(STANDARD_LATER_DOMAIN, 1), "RotaryEmbedding")
-_gelu = osv.Op(osv.Opset(STANDARD_LATER_DOMAIN, 1), "Gelu")
-
 FUSED_FUNCTIONS = _TABLE.entries
+
+
+def _standard(op_type: str) -> osv.Op:
+    """A standard operator in the domain it waits in (no schema there: inputs are
+    positional, attributes keywords)."""
+    return osv.Op(osv.Opset(STANDARD_LATER_DOMAIN, 1), op_type)
+
+
+_attention, _rotary_embedding, _gelu = _standard("Attention"), _standard("RotaryEmbedding"), _standard("Gelu")
+
+
+def _with_mask(query: Any, key: Any, value: Any, mask: Any) -> tuple[Any, ...]:
+    return (query, key, value) if mask is None else (query, key, value, mask)
 
 
 @_TABLE.op("fx2onnx::attention")
 def attention(query: Any, key: Any, value: Any, mask: Optional[Any] = None, scale: float = 1.0, is_causal: bool = False) -> Any:
     # 4-D query, key and value: the kernel takes the head counts from their shapes
-    if mask is None:
-        return _attention(query, key, value, scale=scale, is_causal=int(is_causal))
-    return _attention(query, key, value, mask, scale=scale, is_causal=int(is_causal))
+    return _attention(*_with_mask(query, key, value, mask), scale=scale, is_causal=int(is_causal))
+
+
+@_TABLE.op("fx2onnx::attention_3d")
+def attention_3d(
+    query: Any, key: Any, value: Any, mask: Optional[Any] = None, scale: float = 1.0, is_causal: bool = False,
+    query_heads: int = 1, key_heads: int = 1,
+) -> Any:
+    # (B, S, heads * D) inputs: the kernel needs the head counts
+    return _attention(
+        *_with_mask(query, key, value, mask), scale=scale, is_causal=int(is_causal),
+        q_num_heads=query_heads, kv_num_heads=key_heads,
+    )
 
 
 @_TABLE.op("fx2onnx::rotary")
@@ -48,13 +65,3 @@ def rotary(x: Any, cos: Any, sin: Any) -> Any:
 @_TABLE.op("fx2onnx::gelu")
 def gelu(x: Any, approximate: str = "none") -> Any:
     return _gelu(x, approximate=approximate)
-
-
-@_TABLE.op("fx2onnx::attention_3d")
-def attention_3d(
-    query: Any, key: Any, value: Any, mask: Optional[Any] = None, scale: float = 1.0, is_causal: bool = False,
-    query_heads: int = 1, key_heads: int = 1,
-) -> Any:
-    # (B, S, heads * D) inputs: the kernel needs the head counts
-    inputs = (query, key, value) if mask is None else (query, key, value, mask)
-    return _attention(*inputs, scale=scale, is_causal=int(is_causal), q_num_heads=query_heads, kv_num_heads=key_heads)
