@@ -13,7 +13,7 @@ from conftest import export_and_compare_impl, make_options  # noqa: E402
 
 pytestmark = pytest.mark.vision
 
-CLASSIFIERS = ["convnext_tiny", "resnet18", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "vit_b_16"]
+CLASSIFIERS = ["convnext_tiny", "resnet18", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "vit_b_16", "swin_t"]
 
 
 @pytest.mark.parametrize("name", CLASSIFIERS)

@@ -16,8 +16,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fx2onnx.capture.dynamic_dims.spec import SpecializedDim
-
 RequestedDims = dict[int, tuple[str, dict[int, bool]]]
 
 
@@ -27,17 +25,14 @@ class Example(NamedTuple):
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     requested: RequestedDims
-
-
-def growable(fixed: Sequence[SpecializedDim]) -> bool:
-    """Whether some of the fixed dims were fixed at an example size of 1."""
-    return any(dim.value == 1 for dim in fixed)
+    grown_dims: frozenset[tuple[str, int]] = frozenset()  # (input path, dim) repeated from 1 to 2
 
 
 def grown_example(args: Sequence[Any], kwargs: Mapping[str, Any], requested: RequestedDims) -> Example:
     """``args`` and ``kwargs`` with every requested dynamic dim of size 1 repeated to 2
     (the same tensor twice), and ``requested`` keyed by the grown tensors."""
     grown_requested: RequestedDims = {}
+    grown_dims: set[tuple[str, int]] = set()
 
     def grow(leaf: Any) -> Any:
         if not isinstance(leaf, torch.Tensor) or id(leaf) not in requested:
@@ -47,8 +42,9 @@ def grown_example(args: Sequence[Any], kwargs: Mapping[str, Any], requested: Req
         for dim in dims:
             if grown.shape[dim] == 1:
                 grown = torch.cat([grown, grown], dim=dim)
+                grown_dims.add((path, dim))
         grown_requested[id(grown)] = (path, dims)
         return grown
 
     grown_args, grown_kwargs = torch.utils._pytree.tree_map(grow, (tuple(args), dict(kwargs)))
-    return Example(grown_args, grown_kwargs, grown_requested)
+    return Example(grown_args, grown_kwargs, grown_requested, frozenset(grown_dims))
