@@ -3,7 +3,7 @@ list of dicts out (boxes, labels, scores...), equal to eager PyTorch.
 
 Random weights give nearly equal scores everywhere, and the order of equal scores is
 arbitrary: the models are initialized so that activations keep their scale (He init)
-and the heads' scores differ (:func:`_distinct_scores`), with the score threshold
+and the heads' scores differ (:func:`distinct_scores`), with the score threshold
 lowered so that boxes come out."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.vision
 _HEAD_LAYERS = ("cls_score", "cls_logits", "bbox_pred", "bbox_reg", "ctrness")
 
 
-def _distinct_scores(model: torch.nn.Module, image: torch.Tensor) -> torch.nn.Module:
+def distinct_scores(model: torch.nn.Module, image: torch.Tensor) -> torch.nn.Module:
     """He init everywhere, then the last layers of the heads scaled and shifted to outputs
     of mean 0 and standard deviation 2: scores spread over (0, 1), no two alike (a
     saturated sigmoid would tie many at 1.0, whose order is arbitrary)."""
@@ -100,7 +100,7 @@ def test_detection_model_matches_eager_at_two_sizes(make, tmp_path) -> None:
     torch.manual_seed(0)
     for size in ((128, 160), (160, 128)):
         image = torch.rand(3, *size)
-        model = _distinct_scores(make(weights=None, weights_backbone=None).eval(), image)
+        model = distinct_scores(make(weights=None, weights_backbone=None).eval(), image)
         program = export_program(model, ([image],), tmp_path=tmp_path)
         check_saved_model(program, tmp_path / "m.onnx")
         _compare(program, model, image)
