@@ -38,6 +38,11 @@ _INT32 = ir.DataType.INT32.value
 _INT64 = ir.DataType.INT64.value
 
 
+def _of_a_scalar(x):
+    """(value, index) of every order statistic of a 0-d tensor: itself, at index 0."""
+    return op.Identity(x), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+
+
 def _computable(x):
     """x in a type ONNX Runtime's reductions and TopK take (bool as int32), with the
     function turning results back."""
@@ -80,7 +85,7 @@ def _has_nan(values, axis: int, keepdims: int):
 
 def _cumulative(reduce_op, self, dim: int):
     if len(self.shape) == 0:
-        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+        return _of_a_scalar(self)
     dim = dim % len(self.shape)
     x, restore = _computable(self)
     x_i, x_j, positions, trailing = _pairs(x, dim)
@@ -112,7 +117,7 @@ def order_cummin(self: TTensor, dim: int) -> tuple[TTensor, INT64]:
 @_order_op("aten::kthvalue")
 def order_kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) -> tuple[TReal, INT64]:
     if len(self.shape) == 0:
-        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+        return _of_a_scalar(self)
     x, restore = _computable(self)
     # NaN is larger than every number in PyTorch's order.
     key = op.Where(op.IsNaN(x), scalar_like(float("inf"), x), x) if is_float_value(x) else x
@@ -128,7 +133,7 @@ def order_kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) ->
 @_order_op("aten::topk")
 def order_topk(self: TReal, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
     if len(self.shape) == 0:
-        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+        return _of_a_scalar(self)
     x, restore = _computable(self)
     values, indices = op.TopK(x, int64_vector([k]), axis=dim, largest=largest, sorted=sorted)
     return restore(values), indices
@@ -137,7 +142,7 @@ def order_topk(self: TReal, k: int, dim: int = -1, largest: bool = True, sorted:
 @_order_op("aten::mode")
 def order_mode(self: TTensor, dim: int = -1, keepdim: bool = False) -> tuple[TTensor, INT64]:
     if len(self.shape) == 0:
-        return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
+        return _of_a_scalar(self)
     dim = dim % len(self.shape)
     x, restore = _computable(self)
     x_i, x_j, positions, trailing = _pairs(x, dim)

@@ -38,6 +38,7 @@ import torch
 
 from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.fx_passes import fused_ops  # noqa: F401 - registers torch.ops.fx2onnx.*
+from fx2onnx.fx_passes.remove_identity_views import RESHAPES, same_size
 
 _aten = torch.ops.aten
 
@@ -80,7 +81,7 @@ def _value(node: Any) -> Any:
 def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
     """``(x, groups)`` when ``node`` is ``x`` (B, H, L, D) with each head repeated
     ``groups`` times in a row: reshape(expand(unsqueeze(x, 2), [B, H, groups, L, D]))."""
-    if node.target not in (_aten.reshape.default, _aten.view.default, _aten._unsafe_view.default):
+    if node.target not in RESHAPES:
         return None
     expanded = node.args[0]
     if not isinstance(expanded, torch.fx.Node) or expanded.target != _aten.expand.default:
@@ -96,28 +97,30 @@ def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
     heads, groups = source_value.shape[1], sizes[2] if len(sizes) == 5 else None
     if not isinstance(groups, int) or not isinstance(heads, int) or result.shape[1] != heads * groups:
         return None
-    same = all(_same_size(sizes[i], source_value.shape[j]) for i, j in ((0, 0), (1, 1), (3, 2), (4, 3)))
+    same = all(_keeps_size(sizes[i], source_value.shape[j]) for i, j in ((0, 0), (1, 1), (3, 2), (4, 3)))
     return (source, groups) if same else None
+
+
+def _to_the_end(end: Any) -> bool:
+    """Whether a slice's end is past any size (None, or torch's 2**63 - 1)."""
+    return end is None or (isinstance(end, int) and end >= 2**62)
 
 
 def _past_whole_slices(node: Any) -> Any:
     """The tensor under slices that keep every element (``x[:, :, None]`` with dynamic
     sizes leaves ``slice(x, dim, 0, 2**63 - 1)`` around the unsqueeze)."""
     while isinstance(node, torch.fx.Node) and node.target == _aten.slice.Tensor:
-        _, _, start, end, step = (*node.args, *(0, 0, None, None, 1)[len(node.args):])
-        if start not in (0, None) or step != 1 or not (end is None or (isinstance(end, int) and end >= 2**62)):
+        args = _arguments(node)
+        if args["start"] not in (0, None) or args["step"] != 1 or not _to_the_end(args["end"]):
             break
-        node = node.args[0]
+        node = args["self"]
     return node
 
 
-def _same_size(size: Any, reference: Any) -> bool:
+def _keeps_size(size: Any, reference: Any) -> bool:
     """Whether an expand size (int, -1, or a node computing a symbolic size) keeps ``reference``."""
     size = _value(size) if isinstance(size, torch.fx.Node) else size
-    if isinstance(size, int) and (size == -1 or (isinstance(reference, int) and size == reference)):
-        return True
-    # symbolic sizes: the same expression of the same symbols (comparing them would guard)
-    return isinstance(size, torch.SymInt) and isinstance(reference, torch.SymInt) and str(size) == str(reference)
+    return size == -1 if isinstance(size, int) and size < 0 else same_size(size, reference)
 
 
 def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
@@ -134,7 +137,7 @@ def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | s
         return "a mask of more than 4 dims"
     if mask is not None and _value(mask).dtype not in (torch.bool, values[0].dtype):
         return f"a {_value(mask).dtype} mask"
-    if mask is not None and (_value(mask).dim() < 2 or not _same_size(_value(mask).shape[-2], values[0].shape[-2])):
+    if mask is not None and (_value(mask).dim() < 2 or not same_size(_value(mask).shape[-2], values[0].shape[-2])):
         return "a mask shared by every query (onnxruntime's Attention takes one row per query)"
     scale, head_size = args.get("scale"), values[0].shape[-1]
     if scale is None and not isinstance(head_size, int):
@@ -174,22 +177,19 @@ def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | s
     return FUSED
 
 
-_RESHAPES = (_aten.reshape.default, _aten.view.default, _aten._unsafe_view.default)
-
-
 def _is_heads_transpose(node: Any) -> bool:
     return isinstance(node, torch.fx.Node) and node.target == _aten.transpose.int and sorted(node.args[1:3]) == [1, 2]
 
 
 def _split_heads(node: Any) -> torch.fx.Node | None:
     """``x`` (B, S, heads * D) when ``node`` is ``transpose(view(x, [B, S, heads, D]), 1, 2)``."""
-    if not _is_heads_transpose(node) or not isinstance(node.args[0], torch.fx.Node) or node.args[0].target not in _RESHAPES:
+    if not _is_heads_transpose(node) or not isinstance(node.args[0], torch.fx.Node) or node.args[0].target not in RESHAPES:
         return None
     source = node.args[0].args[0]
     packed, split = _value(source), _value(node.args[0])
     if packed is None or split is None or packed.dim() != 3 or split.dim() != 4:
         return None
-    return source if _same_size(split.shape[0], packed.shape[0]) and _same_size(split.shape[1], packed.shape[1]) else None
+    return source if same_size(split.shape[0], packed.shape[0]) and same_size(split.shape[1], packed.shape[1]) else None
 
 
 def _merged_heads(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -200,9 +200,9 @@ def _merged_heads(node: torch.fx.Node) -> torch.fx.Node | None:
         return None
     (merged,) = transposed.users
     result, split = _value(merged), _value(transposed)
-    if merged.target not in _RESHAPES or result is None or split is None or result.dim() != 3:
+    if merged.target not in RESHAPES or result is None or split is None or result.dim() != 3:
         return None
-    return merged if _same_size(result.shape[1], split.shape[1]) and _same_size(result.shape[0], split.shape[0]) else None
+    return merged if same_size(result.shape[1], split.shape[1]) and same_size(result.shape[0], split.shape[0]) else None
 
 
 
@@ -236,9 +236,9 @@ def _factors(node: Any) -> list[tuple[Any, Any]]:
 def _slice_of_last_dim(node: Any, x: Any, start: int, end: int | None) -> bool:
     if not isinstance(node, torch.fx.Node) or node.target != _aten.slice.Tensor or node.args[0] is not x:
         return False
-    _, dim, first, last, step = (*node.args, *(0, 0, None, None, 1)[len(node.args):])
-    stop_ok = (last == end) if end is not None else (last is None or (isinstance(last, int) and last >= 2**62))
-    return dim in (-1, 3) and first == start and step == 1 and stop_ok
+    args = _arguments(node)
+    stop_ok = args["end"] == end if end is not None else _to_the_end(args["end"])
+    return args["dim"] in (-1, 3) and args["start"] == start and args["step"] == 1 and stop_ok
 
 
 def _is_rotated_half(node: Any, x: Any, half: int) -> bool:
@@ -272,7 +272,7 @@ def _fuse_rotary(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
             for turned, sin in _factors(rotated):
                 cos_table, sin_table = _table(cos), _table(sin)
                 if _is_rotated_half(turned, x, half) and cos_table is not None and sin_table is not None:
-                    if not all(_same_size(_value(t).shape[0], x_value.shape[0]) or _same_size(_value(t).shape[0], 1)
+                    if not all(same_size(_value(t).shape[0], x_value.shape[0]) or same_size(_value(t).shape[0], 1)
                                for t in (cos_table, sin_table)):
                         return "tables for another batch size"
                     if x_value.dtype not in _FLOATS_ORT_RUNS:
@@ -298,7 +298,7 @@ def _replace_by_rotary(
         halves = []
         for table in (cos, sin):
             first_half = add(_aten.slice.Tensor, (table, -1, 0, half), _aten.slice.Tensor(_value(table), -1, 0, half))
-            if not _same_size(_value(table).shape[0], batch):
+            if not same_size(_value(table).shape[0], batch):
                 # one table for every sequence (positions shared): the kernel wants one per sequence
                 size = batch if isinstance(batch, int) else add(_aten.sym_size.int, (x, 0), batch)
                 first_half = add(_aten.expand.default, (first_half, [size, -1, -1]), _value(first_half).expand(batch, -1, -1))

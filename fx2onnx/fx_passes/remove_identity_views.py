@@ -34,7 +34,7 @@ _IDENTITY_WHEN_SAME_SHAPE = frozenset(
 )
 
 
-def _same_size(a: Any, b: Any) -> bool:
+def same_size(a: Any, b: Any) -> bool:
     """Sizes known equal without a guard: equal ints, or the same symbolic expression."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
@@ -43,15 +43,15 @@ def _same_size(a: Any, b: Any) -> bool:
     return False
 
 
-_RESHAPES = frozenset({_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default})
+RESHAPES = frozenset({_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default})
 
 
 def _reshaped_source(node: torch.fx.Node) -> torch.fx.Node | None:
     """The input of the reshape ``node`` reshapes, when ``node`` is a reshape of one."""
-    if node.op != "call_function" or node.target not in _RESHAPES or not node.args:
+    if node.op != "call_function" or node.target not in RESHAPES or not node.args:
         return None
     source = node.args[0]
-    if isinstance(source, torch.fx.Node) and source.op == "call_function" and source.target in _RESHAPES:
+    if isinstance(source, torch.fx.Node) and source.op == "call_function" and source.target in RESHAPES:
         return source
     return None
 
@@ -68,7 +68,7 @@ def _is_identity(node: torch.fx.Node) -> bool:
     return (
         before.dtype == after.dtype
         and before.dim() == after.dim()
-        and all(_same_size(x, y) for x, y in zip(before.shape, after.shape))
+        and all(same_size(x, y) for x, y in zip(before.shape, after.shape))
     )
 
 

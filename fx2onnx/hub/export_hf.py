@@ -53,8 +53,8 @@ def _check_output(output: Path) -> None:
 
 
 # The folders are for onnxruntime: from opset 23 attention, rotary embedding and GELU are
-# single kernels (fx2onnx/fx_passes/fused_kernels.py), which prefill 1024 tokens of a
-# LLaMA-style model in half the time of opset 18 (bench/runtime_speed.py).
+# single kernels (fx2onnx/fx_passes/fused_kernels.py); a LLaMA-style model decodes after
+# 1024 tokens in 8.9 ms/token instead of 11.2 at opset 18 (bench/runtime_speed.py).
 DEFAULT_OPSET = FUSED_KERNELS_OPSET
 
 
