@@ -131,7 +131,7 @@ def order_kthvalue(self: TReal, k: int, dim: int = -1, keepdim: bool = False) ->
 
 
 @_order_op("aten::topk")
-def order_topk(self: TReal, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
+def order_topk(self: TReal, k: INT64, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[TReal, INT64]:
     if len(self.shape) == 0:
         return _of_a_scalar(self)
     x, restore = _computable(self)

@@ -347,6 +347,42 @@ def _compute_wider(inserter: _Inserter, node: torch.fx.Node, rule: _Rule) -> Non
     inserter.cast_output(node, out.dtype, f"PyTorch's result is {out.dtype}.")
 
 
+def _tensor_overload(target: torch._ops.OpOverload, positions: list[int]) -> torch._ops.OpOverload | None:
+    """The overload of ``target``'s operator that takes tensors where ``target`` takes
+    Scalars at ``positions``, all else alike (``remainder.Scalar`` -> ``remainder.Tensor``)."""
+    arguments, returns = target._schema.arguments, [str(r.type) for r in target._schema.returns]
+    for name in target.overloadpacket.overloads():
+        candidate = getattr(target.overloadpacket, name)
+        other = candidate._schema.arguments
+        if len(other) != len(arguments) or [str(r.type) for r in candidate._schema.returns] != returns:
+            continue
+        wanted = ["Tensor" if i in positions else str(a.type) for i, a in enumerate(arguments)]
+        if [str(o.type) for o in other] == wanted and [o.name for o in other] == [a.name for a in arguments]:
+            return candidate
+    return None
+
+
+def _symbolic_scalars_as_tensors(inserter: _Inserter, node: torch.fx.Node) -> None:
+    """A size computed at run time given to a Scalar argument (``x % w`` with ``w`` a
+    SymInt): ONNX functions of Scalar overloads may take the scalar as an attribute,
+    which must be known at export. The node moves to the operator's Tensor overload,
+    with the size as a 0-d tensor of the dtype PyTorch gives a Python number of its kind
+    (int64, the default float dtype, bool), so the result's dtype is unchanged."""
+    arguments = node.target._schema.arguments
+    positions = [i for i, a in enumerate(arguments[: len(node.args)])
+                 if isinstance(a.type, torch.NumberType) and isinstance(node.args[i], torch.fx.Node)
+                 and isinstance(node.args[i].meta.get("val"), _SYM_TYPES)]
+    overload = _tensor_overload(node.target, positions) if positions else None
+    if overload is None:
+        return
+    for i in positions:
+        value = node.args[i]
+        kind = type(value.meta["val"])
+        dtype = torch.int64 if kind is torch.SymInt else torch.bool if kind is torch.SymBool else torch.get_default_dtype()
+        _replace_argument(node, i, inserter.cast(node, value, dtype, f"a size known at run time, given to {node.target}'s Scalar argument, is a tensor of {overload}"))
+    node.target = overload
+
+
 def insert_type_promotion(graph_module: torch.fx.GraphModule, context: DiagnosticContext | None = None) -> int:
     """Insert explicit casts before ops whose inputs PyTorch promotes implicitly.
 
@@ -357,6 +393,7 @@ def insert_type_promotion(graph_module: torch.fx.GraphModule, context: Diagnosti
     for node in list(graph_module.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
+        _symbolic_scalars_as_tensors(inserter, node)
         packet = node.target.overloadpacket.__name__
         if packet in _WIDENING_REDUCTIONS:
             _promote_reduction(inserter, node)

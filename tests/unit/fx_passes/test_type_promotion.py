@@ -152,3 +152,23 @@ def test_casts_not_recorded_at_default_verbosity() -> None:
     i = torch.tensor([1, 2, 3])
     program = fx2onnx.dynamo_export(_Mixed(), i, i.half(), i.float(), export_options=fx2onnx.ExportOptions(failure_report_path=None))
     assert not [d for d in program.diagnostic_context.diagnostics if d.rule == rules.FX_NODE_INSERT_TYPE_PROMOTION]
+
+
+class _ByReadSize(torch.nn.Module):
+    """Sizes read from a tensor's values (known at run time only) given to operators'
+    Scalar arguments, whose ONNX functions may take the scalar as an attribute."""
+
+    def forward(self, x: torch.Tensor, f: torch.Tensor, n: torch.Tensor):
+        width = n.item()
+        torch._check(width >= 1)
+        return x % width, torch.pow(x, width), torch.fmod(f, width), f * width, x.float() / width
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_sizes_known_at_run_time_as_scalar_arguments(n: int, export_and_compare) -> None:
+    x, f = torch.arange(-6, 6), torch.randn(12) * 10
+    program = export_and_compare(_ByReadSize(), (x, f, torch.tensor(n)), second_inputs=((x, f, torch.tensor(n + 1)), {}))
+    diagnostics = program.diagnostic_context.diagnostics
+    assert not [d for d in diagnostics if d.rule == rules.FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION and d.level.name == "WARNING"]
+    for got, want in zip(program(x, f, torch.tensor(n)), _ByReadSize()(x, f, torch.tensor(n))):
+        assert got.dtype == want.dtype
