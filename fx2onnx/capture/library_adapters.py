@@ -69,6 +69,18 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "torchvision.ops.poolers", "_multiscale_roi_align", vision_rewrites.multiscale_roi_align,
         "`len(rois)` of a data-dependent number of boxes",
     ),
+    CaptureRewrite(
+        "torchvision.models.detection.roi_heads", "paste_masks_in_image", vision_rewrites.paste_masks_in_image,
+        "a loop over a data-dependent number of boxes, each resized to a size read from its box",
+    ),
+    CaptureRewrite(
+        "torchvision.models.detection.transform", "paste_masks_in_image", vision_rewrites.paste_masks_in_image,
+        "the same function, as the detection transform imports it",
+    ),
+    CaptureRewrite(
+        "torchvision.models.detection.roi_heads", "heatmaps_to_keypoints", vision_rewrites.heatmaps_to_keypoints,
+        "a loop over a data-dependent number of boxes, each heatmap resized to a size read from its box",
+    ),
 )
 
 

@@ -60,3 +60,84 @@ def multiscale_roi_align(original: Any) -> Any:
         return result
 
     return rewritten
+
+
+def _bilinear_taps(start: torch.Tensor, end: torch.Tensor, mask_size: int, image_size: int,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Along one axis, for each box (pixels ``start`` to ``end``, inclusive) and each image
+    pixel: the two mask cells that a bilinear resize of the mask to the box's length reads
+    (``F.interpolate(..., align_corners=False)``), the weight of the second, and whether the
+    pixel lies in the box."""
+    length = (end - start + 1).clamp(min=1)
+    pixel = torch.arange(image_size, device=start.device)
+    offset = pixel[None, :] - start[:, None]  # the pixel's place in the resized mask
+    inside = (offset >= 0) & (pixel[None, :] <= end[:, None])
+    scale = mask_size / length.to(dtype)
+    source = ((offset.to(dtype) + 0.5) * scale[:, None] - 0.5).clamp(min=0)
+    low = source.to(torch.int64).clamp(max=mask_size - 1)  # pixels outside the box read in range too
+    high = (low + 1).clamp(max=mask_size - 1)
+    return low, high, source - low.to(dtype), inside
+
+
+def paste_masks_in_image(original: Any) -> Any:
+    """``torchvision.models.detection.roi_heads.paste_masks_in_image``: each box's mask
+    resized to the box and pasted into an empty image. torchvision loops over the boxes
+    (a data-dependent count) and resizes each to a size read from its box (a Python int);
+    the rewrite computes every pixel of every box at once: the two mask rows and columns
+    its bilinear resize reads, weighted as ``F.interpolate`` weights them, zero outside the
+    box. Memory is a few times that of the result, which holds a full image per box."""
+    from torchvision.models.detection import roi_heads
+
+    @functools.wraps(original)
+    def rewritten(masks: torch.Tensor, boxes: torch.Tensor, img_shape: tuple[int, int], padding: int = 1) -> torch.Tensor:
+        masks, scale = roi_heads.expand_masks(masks, padding=padding)
+        boxes = roi_heads.expand_boxes(boxes, scale).to(dtype=torch.int64)
+        (image_height, image_width), mask = img_shape, masks[:, 0]
+        row_low, row_high, row_weight, in_rows = _bilinear_taps(boxes[:, 1], boxes[:, 3], mask.shape[1], image_height, mask.dtype)
+        col_low, col_high, col_weight, in_cols = _bilinear_taps(boxes[:, 0], boxes[:, 2], mask.shape[2], image_width, mask.dtype)
+
+        def columns(index: torch.Tensor) -> torch.Tensor:  # (boxes, mask rows, image columns)
+            return mask.gather(2, index[:, None, :].expand(-1, mask.shape[1], -1))
+
+        across = (1 - col_weight[:, None, :]) * columns(col_low) + col_weight[:, None, :] * columns(col_high)
+
+        def rows(index: torch.Tensor) -> torch.Tensor:  # (boxes, image rows, image columns)
+            return across.gather(1, index[:, :, None].expand(-1, -1, image_width))
+
+        pasted = (1 - row_weight[:, :, None]) * rows(row_low) + row_weight[:, :, None] * rows(row_high)
+        return torch.where(in_rows[:, :, None] & in_cols[:, None, :], pasted, 0.0)[:, None]
+
+    return rewritten
+
+
+def heatmaps_to_keypoints(original: Any) -> Any:
+    """``torchvision.models.detection.roi_heads.heatmaps_to_keypoints``: each box's
+    keypoint heatmaps resized (bicubic) to the box's size in pixels, and the place of
+    each one's maximum. torchvision loops over the boxes and reads each size as a
+    Python int; the rewrite runs the same steps per box in ``torch``'s map operator (an
+    ONNX ``Scan``), where each box's size is a size known at run time."""
+    from torch._higher_order_ops.map import map as map_over_boxes
+    import torch.nn.functional as F
+
+    def one_box(heatmaps_and_box: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        heatmaps, box = heatmaps_and_box
+        width, height = (box[2] - box[0]).clamp(min=1), (box[3] - box[1]).clamp(min=1)
+        map_width = int(width.ceil().to(torch.int64).item())
+        map_height = int(height.ceil().to(torch.int64).item())
+        torch._check(map_width >= 1)
+        torch._check(map_height >= 1)
+        resized = F.interpolate(heatmaps[:, None], size=(map_height, map_width), mode="bicubic", align_corners=False)
+        flat = resized.reshape(heatmaps.shape[0], -1)
+        place = flat.argmax(dim=1)
+        x = ((place % map_width).float() + 0.5) * (width / map_width) + box[0]
+        y = (torch.div(place, map_width, rounding_mode="floor").float() + 0.5) * (height / map_height) + box[1]
+        keypoints = torch.stack([x, y, torch.ones_like(x)], dim=1)
+        return keypoints, flat.gather(1, place[:, None])[:, 0].float()
+
+    @functools.wraps(original)
+    def rewritten(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if guard_or_false(rois.shape[0] == 0):  # eager: map cannot run over nothing
+            return original(maps, rois)
+        return map_over_boxes(one_box, (maps, rois))
+
+    return rewritten

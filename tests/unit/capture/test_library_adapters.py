@@ -72,3 +72,34 @@ def test_batched_nms_of_a_data_dependent_number_of_boxes_exports(export_and_comp
                                  second_inputs=((boxes, torch.zeros(30), classes), {}))  # nothing confident: empty
     (output,) = program.model.graph.outputs
     assert isinstance(output.shape[0].value, str)  # a named dynamic dim, not a fixed count
+
+
+@pytest.mark.parametrize("count", [0, 1, 9], ids=["empty", "one", "several"])
+def test_paste_masks_rewrite_equals_the_original(count: int) -> None:
+    from torchvision.models.detection import roi_heads
+
+    generator = torch.Generator().manual_seed(count)
+    masks = torch.rand(count, 1, 28, 28, generator=generator)
+    boxes = _boxes(count, seed=count) * 1.5 - 5  # some cross the image's edges (none lies wholly outside, as after clipping)
+    if count > 1:
+        boxes[1] = torch.tensor([20.0, 30.0, 20.2, 30.1])  # thinner than a pixel
+    rewritten = _rewrite("torchvision.models.detection.roi_heads", "paste_masks_in_image")
+    want = roi_heads.paste_masks_in_image(masks, boxes, (100, 120))
+    got = rewritten(masks, boxes, (100, 120))
+    assert got.shape == want.shape == (count, 1, 100, 120)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("count", [0, 1, 6], ids=["empty", "one", "several"])
+def test_heatmaps_to_keypoints_rewrite_equals_the_original(count: int) -> None:
+    from torchvision.models.detection import roi_heads
+
+    generator = torch.Generator().manual_seed(count)
+    maps = torch.randn(count, 17, 56, 56, generator=generator)
+    rois = _boxes(count, seed=count)
+    if count > 1:
+        rois[1, 2:] = rois[1, :2] + 0.4  # narrower than a pixel: a 1 x 1 map
+    rewritten = _rewrite("torchvision.models.detection.roi_heads", "heatmaps_to_keypoints")
+    want, got = roi_heads.heatmaps_to_keypoints(maps, rois), rewritten(maps, rois)
+    assert got[0].shape == want[0].shape == (count, 17, 3)
+    torch.testing.assert_close(got, want)
