@@ -32,6 +32,8 @@ def _standard(op_type: str) -> osv.Op:
 
 
 _attention, _rotary_embedding, _gelu = _standard("Attention"), _standard("RotaryEmbedding"), _standard("Gelu")
+_rms_normalization = _standard("RMSNormalization")
+_FLOAT = 1  # ONNX's FLOAT: the type RMSNormalization computes in
 
 
 def _with_mask(query: Any, key: Any, value: Any, mask: Any) -> tuple[Any, ...]:
@@ -65,3 +67,8 @@ def rotary(x: Any, cos: Any, sin: Any) -> Any:
 @_TABLE.op("fx2onnx::gelu")
 def gelu(x: Any, approximate: str = "none") -> Any:
     return _gelu(x, approximate=approximate)
+
+
+@_TABLE.op("fx2onnx::rms_norm")
+def rms_norm(x: Any, scale: Any, eps: float = 1e-6, trailing_dims: int = 1) -> Any:
+    return _rms_normalization(x, scale, axis=-trailing_dims, epsilon=eps, stash_type=_FLOAT)

@@ -21,6 +21,11 @@ reason is recorded as a note.
   rotations and interleaved pairs are left as written.
 - ``gelu``: ``aten.gelu`` (exact or tanh) becomes the standard ``Gelu`` (opset 20)
   instead of its formula.
+- ``rms_norm``: RMS normalization as models write it and as ``F.rms_norm`` decomposes,
+  ``scale * (x * rsqrt(mean(x ** 2, dims) + eps))`` over trailing dims (the product
+  possibly cast back from float32 first, the scale over those dims), becomes the standard
+  ``RMSNormalization`` (opset 23), which computes in float32 and casts back as
+  transformers' norms do (``F.rms_norm`` and ``nn.RMSNorm`` decompose to the same).
 
 Each rule has the opset its kernel needs; below it the rule is skipped, with one note
 for the rules whose anchor is their own operator (an ``add`` is not a rotation).
@@ -337,10 +342,89 @@ def _fuse_gelu(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
     return FUSED
 
 
+def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _other_factor(product: Any, factor: torch.fx.Node) -> Any:
+    """``b`` when ``product`` is ``factor * b`` or ``b * factor``, else None."""
+    return next((other for one, other in _factors(product) if one is factor), None)
+
+
+def _is_float32_upcast(node: Any) -> bool:
+    return (isinstance(node, torch.fx.Node) and node.target == _aten._to_copy.default and set(node.kwargs) == {"dtype"}
+            and node.kwargs["dtype"] == torch.float32)
+
+
+def _trailing_dims(dims: Any, rank: int) -> int | None:
+    """k when ``dims`` are the last k of ``rank`` dims (in any spelling), else None."""
+    wanted = sorted(d % rank for d in dims or ())
+    return len(wanted) if wanted and wanted == list(range(rank - len(wanted), rank)) else None
+
+
+def _fuse_rms_norm(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+    """Anchored at the ``rsqrt``: ``rsqrt(mean(x ** 2, trailing dims, keepdim) + eps)``
+    read once, by ``x * rsqrt``, whose result (cast back, maybe) is scaled by a tensor
+    over those dims."""
+    shifted = node.args[0]
+    if not isinstance(shifted, torch.fx.Node) or shifted.target not in (_aten.add.Tensor, _aten.add.Scalar) or len(shifted.args) != 2:
+        return NOT_THE_PATTERN
+    mean, eps = shifted.args if isinstance(shifted.args[1], float) else tuple(reversed(shifted.args))
+    if not isinstance(eps, float) or not isinstance(mean, torch.fx.Node) or mean.target != _aten.mean.dim:
+        return NOT_THE_PATTERN
+    averaged = _arguments(mean)
+    squared = averaged["self"]
+    if not isinstance(squared, torch.fx.Node) or squared.target != _aten.pow.Tensor_Scalar or squared.args[1] != 2:
+        return NOT_THE_PATTERN
+    x, x_value = squared.args[0], _value(squared.args[0])
+    trailing = _trailing_dims(averaged["dim"], x_value.dim()) if x_value is not None and x_value.dim() else None
+    normalized = _only_user(node)
+    if trailing is None or not averaged["keepdim"] or averaged["dtype"] is not None or normalized is None \
+            or _other_factor(normalized, node) is not x:
+        return NOT_THE_PATTERN
+    scaled, result = normalized, _only_user(normalized)
+    if result is not None and _is_cast(result):
+        scaled, result = result, _only_user(result)  # cast back to the input's dtype before the scale
+    scale = _other_factor(result, scaled) if result is not None else None
+    scale_shape = list(_value(scale).shape) if isinstance(scale, torch.fx.Node) and _value(scale) is not None else None
+    if scale_shape is None or len(scale_shape) != trailing or not all(map(same_size, scale_shape, x_value.shape[-trailing:])):
+        return "no scale over the normalized dims follows the normalization"
+    source = x.args[0] if _is_float32_upcast(x) else x  # the kernel computes in float32 itself
+    cast_back = _only_user(result)
+    if _is_float32_upcast(scale) and cast_back is not None and _is_cast(cast_back) and _value(cast_back).dtype == _value(source).dtype:
+        # torch's decomposition scales in float32 and casts after: the kernel casts before
+        # (one rounding of the input's type more, within its precision)
+        scale, result = scale.args[0], cast_back
+    return _replace_by_rms_norm(result, source, scale, eps, trailing, erased)
+
+
+def _is_cast(node: torch.fx.Node) -> bool:
+    return node.target == _aten.type_as.default or (node.target == _aten._to_copy.default and set(node.kwargs) == {"dtype"})
+
+
+def _replace_by_rms_norm(result: torch.fx.Node, x: torch.fx.Node, scale: Any, eps: float, trailing_dims: int,
+                         erased: set[torch.fx.Node]) -> bool | str:
+    """``result`` replaced by the RMS normalization of ``x`` over its last ``trailing_dims``
+    dims, scaled by ``scale``, when onnxruntime's kernel takes their types."""
+    dtypes = {_value(x).dtype, _value(scale).dtype, _value(result).dtype}
+    if len(dtypes) != 1 or not dtypes <= set(_FLOATS_ORT_RUNS):
+        return (f"{_value(x).dtype} input, {_value(scale).dtype} scale (onnxruntime's RMSNormalization runs "
+                "float32 and float16, input, scale and result alike)")
+    graph = result.graph
+    with graph.inserting_before(result):
+        fused = graph.call_function(torch.ops.fx2onnx.rms_norm.default, (x, scale, eps, trailing_dims))
+    fused.meta.update(result.meta)
+    result.replace_all_uses_with(fused)
+    _erase_unused_tree(result, erased)
+    return FUSED
+
+
 RULES: tuple[FusionRule, ...] = (
     FusionRule("attention", _aten.scaled_dot_product_attention.default, FUSED_KERNELS_OPSET, True, _fuse_attention),
     FusionRule("rotary", _aten.add.Tensor, FUSED_KERNELS_OPSET, False, _fuse_rotary),
     FusionRule("gelu", _aten.gelu.default, 20, True, _fuse_gelu),
+    FusionRule("rms_norm", _aten.rsqrt.default, FUSED_KERNELS_OPSET, False, _fuse_rms_norm),
 )
 
 

@@ -67,3 +67,18 @@ def gelu(x: torch.Tensor, approximate: str) -> torch.Tensor:
 @gelu.register_fake
 def _gelu_fake(x, approximate):
     return torch.empty_like(x)
+
+
+@torch.library.custom_op("fx2onnx::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float, trailing_dims: int) -> torch.Tensor:
+    """RMS normalization over the last ``trailing_dims`` dims, computed in float32 and cast
+    back before the scale (ONNX ``RMSNormalization`` with ``stash_type`` float32)."""
+    computed = x.float()
+    dims = list(range(-trailing_dims, 0))
+    normalized = computed * torch.rsqrt(computed.pow(2).mean(dims, keepdim=True) + eps)
+    return scale * normalized.to(x.dtype)
+
+
+@rms_norm.register_fake
+def _rms_norm_fake(x, scale, eps, trailing_dims):
+    return torch.empty_like(x)

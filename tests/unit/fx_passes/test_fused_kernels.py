@@ -274,3 +274,56 @@ def test_the_fused_operators_compute_what_the_patterns_they_replace_compute():
     emb = torch.cat([freqs, freqs], dim=-1)
     torch.testing.assert_close(torch.ops.fx2onnx.rotary(x, freqs.cos(), freqs.sin()), Rotary().rotate(x, emb.cos(), emb.sin()))
     torch.testing.assert_close(torch.ops.fx2onnx.gelu(x, "tanh"), F.gelu(x, approximate="tanh"))
+
+
+class RMSNorms(torch.nn.Module):
+    """RMS normalization as transformers writes it (in float32, cast back before the
+    weight), Gemma's ``1 + weight`` scale, and torch's own over one and two dims."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(16))
+        self.torch_norm, self.two_dims = torch.nn.RMSNorm(16, eps=1e-5), torch.nn.RMSNorm((3, 16))
+        with torch.no_grad():
+            self.torch_norm.weight.normal_()
+            self.two_dims.weight.normal_()
+
+    @staticmethod
+    def transformers_norm(h: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        dtype = h.dtype
+        h = h.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return scale * h.to(dtype)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (self.transformers_norm(x, self.weight), self.transformers_norm(x, 1.0 + self.weight.to(x.dtype)),
+                self.torch_norm(x), self.two_dims(x))
+
+
+def test_rms_normalization_is_one_kernel_from_opset_23(tmp_path):
+    program = export_and_compare_impl(RMSNorms(), (torch.randn(2, 3, 16) * 4,), options=make_options(tmp_path, opset_version=23), tmp_path=tmp_path)
+    counts = _counts(program)
+    assert counts["RMSNormalization"] == 4 and not {"ReduceMean", "Sqrt", "Pow"} & set(counts)
+    assert not _notes(program)
+
+
+def test_rms_normalization_in_float16_computes_in_float32(tmp_path):
+    model, x = RMSNorms().half(), torch.randn(2, 3, 16, dtype=torch.float16) * 4
+    program = export_program(model, (x,), options=make_options(tmp_path, opset_version=23))
+    assert _counts(program)["RMSNormalization"] == 4
+    for got, want in zip(program(x), model(x)):
+        assert got.dtype == torch.float16
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_rms_normalization_below_opset_23_or_without_a_scale_stays_as_written(tmp_path):
+    x = torch.randn(2, 3, 16)
+    assert "RMSNormalization" not in _counts(export_and_compare_impl(RMSNorms(), (x,), tmp_path=tmp_path))
+    program = export_and_compare_impl(lambda x: F.rms_norm(x, (16,)), (x,), options=make_options(tmp_path, opset_version=23), tmp_path=tmp_path)
+    assert "RMSNormalization" not in _counts(program)
+    assert "no scale over the normalized dims" in _notes(program)[0]
+
+
+def test_the_fused_rms_norm_computes_what_torch_computes():
+    x, scale = torch.randn(2, 3, 16, dtype=torch.float16), torch.randn(3, 16, dtype=torch.float16)
+    torch.testing.assert_close(torch.ops.fx2onnx.rms_norm(x, scale, 1e-5, 2), F.rms_norm(x.float(), (3, 16), eps=1e-5).half() * scale)
