@@ -91,10 +91,10 @@ def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
     expanded = node.args[0]
     if not isinstance(expanded, torch.fx.Node) or expanded.target != _aten.expand.default:
         return None
-    unsqueezed = _past_whole_slices(expanded.args[0])
+    unsqueezed = expanded.args[0]
     if not isinstance(unsqueezed, torch.fx.Node) or unsqueezed.target != _aten.unsqueeze.default or unsqueezed.args[1] != 2:
         return None
-    source, result = _past_whole_slices(unsqueezed.args[0]), _value(node)
+    source, result = unsqueezed.args[0], _value(node)
     source_value = _value(source)
     if source_value is None or result is None or source_value.dim() != 4 or result.dim() != 4:
         return None
@@ -109,17 +109,6 @@ def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
 def _to_the_end(end: Any) -> bool:
     """Whether a slice's end is past any size (None, or torch's 2**63 - 1)."""
     return end is None or (isinstance(end, int) and end >= 2**62)
-
-
-def _past_whole_slices(node: Any) -> Any:
-    """The tensor under slices that keep every element (``x[:, :, None]`` with dynamic
-    sizes leaves ``slice(x, dim, 0, 2**63 - 1)`` around the unsqueeze)."""
-    while isinstance(node, torch.fx.Node) and node.target == _aten.slice.Tensor:
-        args = _arguments(node)
-        if args["start"] not in (0, None) or args["step"] != 1 or not _to_the_end(args["end"]):
-            break
-        node = args["self"]
-    return node
 
 
 def _keeps_size(size: Any, reference: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Remove reshapes, views, expands and copies that return their input's shape unchanged,
+"""Remove reshapes, views, expands, slices and copies that return their input's shape unchanged,
 and collapse chains of reshapes into one.
 
 Models reshape to the shape a tensor already has (``attn_output.reshape(batch, heads,
@@ -30,6 +30,8 @@ _IDENTITY_WHEN_SAME_SHAPE = frozenset(
         _aten.expand.default,
         _aten.alias.default,
         _aten.clone.default,
+        # a slice of every element (x[:, :, None] with dynamic sizes leaves slice(x, dim, 0, 2**63 - 1))
+        _aten.slice.Tensor,
     }
 )
 
