@@ -246,7 +246,7 @@ class TracingEvaluator:
                 f"args={args!r} kwargs={kwargs!r}: {error}"
             ) from error
         flat_inputs = _inputs_in_signature_order(signature, inputs)
-        attributes = _node_attributes(binding.attributes)
+        attributes = _node_attributes(binding)
         num_outputs = _number_of_outputs(signature, binding.attributes)
         outputs = self.builder.add_node(
             op.domain, op.name, flat_inputs, attributes, num_outputs, version=_op_version(op)
@@ -285,7 +285,7 @@ class TracingEvaluator:
             identifier = (proto.domain, proto.name, "")
             if identifier not in self.builder.functions:
                 self.builder.add_function(ir.serde.deserialize_function(proto))
-        attributes = _node_attributes(binding.attributes)
+        attributes = _node_attributes(binding)
         outputs = self.builder.add_node(
             _function_domain(function),
             function.name,
@@ -314,13 +314,18 @@ def _inputs_in_signature_order(signature: ir.schemas.OpSignature, inputs: Mappin
     return flat
 
 
-def _node_attributes(values: Mapping[str, Any]) -> list[ir.Attr]:
-    """Attributes of a node; those given as None are left out (the op's default holds)."""
-    return [
-        ir.convenience.convert_attribute(name, value, attr_type=_plain_attribute_type(value))
-        for name, value in values.items()
-        if value is not None
-    ]
+def _node_attributes(binding: _Binding) -> list[ir.Attr]:
+    """Attributes of a node; those given as None are left out (the op's default holds).
+    An empty list takes the type the signature declares: there is no item to tell it."""
+    attributes = []
+    for name, value in binding.attributes.items():
+        if value is None:
+            continue
+        kind = _plain_attribute_type(value)
+        if kind is None and isinstance(value, (list, tuple)) and not value:
+            kind = getattr(binding.signature.params_map.get(name), "type", None)
+        attributes.append(ir.convenience.convert_attribute(name, value, attr_type=kind))
+    return attributes
 
 
 _SCALAR_ATTRIBUTES = {int: ir.AttributeType.INT, bool: ir.AttributeType.INT, float: ir.AttributeType.FLOAT, str: ir.AttributeType.STRING}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import onnx
 import onnx_ir as ir
 import onnxruntime
@@ -9,6 +11,7 @@ import onnxscript
 import onnxscript.evaluator
 import numpy as np
 import pytest
+import torch
 from onnxscript import FLOAT, opset18 as op
 
 from fx2onnx.translate.graph_builder import GraphBuilder
@@ -79,3 +82,18 @@ def test_arguments_that_cannot_bind_are_a_graph_construction_error() -> None:
     evaluator = TracingEvaluator(builder)
     with pytest.raises(GraphConstructionError, match="Relu"):
         evaluator.eval_op(onnxscript.values.Op(op, "Relu"), [x, x, x], {})
+
+
+class _ScalarsFromEmptySizes(torch.nn.Module):
+    """Factories of 0-d tensors: torchlib writes their size [] as an empty list attribute."""
+
+    def forward(self, x):
+        return torch.full((), 3.0) + x.sum(), x.new_zeros(()) + 1, torch.empty(()).fill_(2.0) * x
+
+
+def test_an_empty_list_attribute_takes_the_declared_type(export_and_compare, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="onnx_ir"):
+        program = export_and_compare(_ScalarsFromEmptySizes(), (torch.rand(3),))
+    assert not [r for r in caplog.records if "ambiguous" in r.getMessage()]
+    constants = [n for n in program.model.graph if n.op_type == "Constant" and "value_ints" in n.attributes]
+    assert all(n.attributes["value_ints"].type == ir.AttributeType.INTS for n in constants)
