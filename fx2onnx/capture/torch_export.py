@@ -31,6 +31,8 @@ from fx2onnx.capture.dynamic_dims.spec import (
     capture_signature,
     requested_dynamic_dims,
     keep_size_one_dims_dynamic,
+    relaxed_spec,
+    size_one_guard_lines,
     size_one_guards_in_torch_only,
     size_one_symbols,
     sound_size_oblivious_capture,
@@ -173,21 +175,26 @@ def capture(
     errors: list[BaseException] = []
     size_one_dims = _has_size_one_dynamic_dim(requested, args, kwargs)
     for strict, size_oblivious in _capture_attempts(size_one_dims):
+        example = Example(tuple(args), dict(kwargs), requested)
         try:
             program = _export(model, args, kwargs, spec, strict, size_oblivious)
         except Exception as error:  # noqa: BLE001 - try the next mode, then report all
             errors.append(error)
-            continue
-        example = Example(tuple(args), dict(kwargs), requested)
-        if size_oblivious:
-            symbols = size_one_symbols(program, leaves_in_input_order(program, args, kwargs))
-            if not sound_size_oblivious_capture(program, symbols):
-                # the plain mode specializes instead (the dims check reports it), unless only
-                # torch's own code compared those dims: then a grown example keeps them
-                grown = _capture_grown(model, spec, example, context) if size_one_guards_in_torch_only(program, symbols) else None
-                if grown is None:
-                    continue
-                program, example, size_oblivious = grown
+            # a named dim of example size 1 refused: the same test as below, on a probe
+            grown = _grown_for_named_dims(model, spec, example, context) if size_oblivious and is_fixed_dim_error(error) else None
+            if grown is None:
+                continue
+            program, example, size_oblivious = grown
+        else:
+            if size_oblivious:
+                symbols = size_one_symbols(program, leaves_in_input_order(program, args, kwargs))
+                if not sound_size_oblivious_capture(program, symbols):
+                    # the plain mode specializes instead (the dims check reports it), unless only
+                    # torch's own code compared those dims: then a grown example keeps them
+                    grown = _capture_grown(model, spec, example, context) if size_one_guards_in_torch_only(program, symbols) else None
+                    if grown is None:
+                        continue
+                    program, example, size_oblivious = grown
         captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious)
         if strict and errors:
             _record_strict_fallback(context, captured, errors[0])
@@ -273,6 +280,35 @@ def _capture_grown(
             "example repeated to size 2 there, which keeps those dims dynamic.",
         )
         return program, grown, size_oblivious
+    return None
+
+
+def _grown_for_named_dims(
+    model: Any, spec: Any, example: Example, context: DiagnosticContext
+) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
+    """torch.export refused a named dynamic dim whose example size is 1. When a probe
+    capture with every dim as Dim.AUTO shows that only torch's own code compared such
+    dims (a kernel choosing its implementation by ``batch <= 1``), the model is captured
+    from the grown example with the user's spec (`_capture_grown`); else None, and the
+    refusal is reported as it is."""
+    try:
+        probe = _export(model, example.args, example.kwargs, relaxed_spec(spec), False, True)
+    except Exception as error:  # noqa: BLE001 - the refusal is reported instead; say why
+        context.record(
+            rules.CAPTURE_FAILURE, Level.NOTE,
+            message=f"Capturing with every dim as Dim.AUTO, to see which code compared the size-1 dims, failed: {exception_summary(error)}",
+        )
+        return None
+    symbols = size_one_symbols(probe, leaves_in_input_order(probe, example.args, example.kwargs))
+    if size_one_guards_in_torch_only(probe, symbols):
+        return _capture_grown(model, spec, example, context)
+    model_lines = sorted({f"{file}:{line}" for file, line in size_one_guard_lines(probe, symbols) if file and line})
+    if model_lines:
+        context.record(
+            rules.CAPTURE_FAILURE, Level.WARNING,
+            message="A named dynamic dim has size 1 in the example, and the model's code compares it at "
+            + ", ".join(model_lines) + ": export from an example of size 2 or more there, or change that line.",
+        )
     return None
 
 

@@ -81,22 +81,22 @@ def sound_size_oblivious_capture(program: torch.export.ExportedProgram, size_one
     return True
 
 
+def size_one_guard_lines(program: torch.export.ExportedProgram, size_one_symbols: set[Any]) -> list[tuple[str | None, int | None]]:
+    """(file, line) of every guard a size-oblivious capture took on the size-1 example
+    dims ((None, None) where torch kept no place)."""
+    shape_env = _shape_env(program)
+    if shape_env is None or not size_one_symbols:
+        return []
+    return [(getattr(guard.sloc.framework_loc, "filename", None), getattr(guard.sloc.framework_loc, "lineno", None))
+            for guard in shape_env.guards if guard.expr.free_symbols & size_one_symbols]
+
+
 def size_one_guards_in_torch_only(program: torch.export.ExportedProgram, size_one_symbols: set[Any]) -> bool:
     """Whether every guard a size-oblivious capture took on the size-1 example dims comes
     from torch's own code (a kernel choosing its implementation by ``batch <= 1``), and
     at least one does: no line of the model's code compared those dims."""
-    shape_env = _shape_env(program)
-    if shape_env is None or not size_one_symbols:
-        return False
-    found = False
-    for guard in shape_env.guards:
-        if not guard.expr.free_symbols & size_one_symbols:
-            continue
-        filename = getattr(guard.sloc.framework_loc, "filename", None)
-        if filename is None or not _torch_file(filename):
-            return False
-        found = True
-    return found
+    lines = size_one_guard_lines(program, size_one_symbols)
+    return bool(lines) and all(filename is not None and _torch_file(filename) for filename, _ in lines)
 
 
 def size_one_symbols(program: torch.export.ExportedProgram, leaves: Sequence[Any]) -> set[Any]:

@@ -8,12 +8,18 @@ from __future__ import annotations
 import importlib.util
 import warnings
 
+import pytest
 import torch
+
+import fx2onnx
 
 from conftest import export_and_compare_impl, make_options
 
 KERNEL_CHOICE = '''
+import pytest
 import torch
+
+import fx2onnx
 
 
 def pick(x, weight):
@@ -66,3 +72,22 @@ def test_a_batch_of_one_compared_by_the_models_code_is_fixed_with_a_warning(tmp_
     assert program.model.graph.inputs[0].shape[0] == 1
     assert any("dim 0 of input 'x' was fixed to 1" in str(w.message) for w in caught)
     assert not [d for d in program.diagnostic_context.diagnostics if "captured again" in (d.message or "")]
+
+
+def test_a_named_batch_dim_of_one_compared_only_by_torch_stays_dynamic(tmp_path):
+    kernel = _module_in(tmp_path / "site-packages" / "torch", "kernel_choice")
+    model = Convolution(kernel.pick).eval()
+    options = make_options(tmp_path, dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    program = export_and_compare_impl(model, (torch.randn(1, 3, 8, 8),), options=options, tmp_path=tmp_path,
+                                      second_inputs=((torch.randn(3, 3, 8, 8),), {}))
+    assert str(program.model.graph.inputs[0].shape[0]) == "batch"
+    assert program.model.graph.inputs[0].shape[2] == 8  # the dims not named stay static
+    assert any("captured again" in (d.message or "") for d in program.diagnostic_context.diagnostics)
+
+
+def test_a_named_batch_dim_of_one_compared_by_the_models_code_is_refused(tmp_path):
+    kernel = _module_in(tmp_path / "project", "model_code")
+    model = Convolution(kernel.pick).eval()
+    options = make_options(tmp_path, dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    with pytest.raises(fx2onnx.OnnxExporterError, match=r"compares it at \S*model_code.py:\d+"):
+        fx2onnx.dynamo_export(model, torch.randn(1, 3, 8, 8), export_options=options)
