@@ -26,3 +26,12 @@ def test_classifier_exported_from_one_image_runs_at_batch_3(name, tmp_path):
                                       second_inputs=((torch.randn(3, 3, 224, 224),), {}), rtol=1e-3, atol=1e-4)
     assert str(program.model.graph.inputs[0].shape[0]) == "x_dim_0"
     assert not [w for w in program.warnings if "static in the ONNX model" in (w.message or "")]
+
+
+@pytest.mark.parametrize("name", ["convnext_tiny", "swin_t"])
+def test_classifier_with_a_named_batch_from_one_image_runs_at_batch_3(name, tmp_path):
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    options = make_options(tmp_path, dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    program = export_and_compare_impl(model, (torch.randn(1, 3, 224, 224),), options=options, tmp_path=tmp_path,
+                                      second_inputs=((torch.randn(3, 3, 224, 224),), {}), rtol=1e-3, atol=1e-4)
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "3", "224", "224"]
