@@ -118,6 +118,7 @@ _SIZES = {"min_size": 128, "max_size": 160}
     "make",
     [
         pytest.param(lambda **w: detection.fasterrcnn_mobilenet_v3_large_320_fpn(**w, box_score_thresh=0.0, **_SIZES), id="fasterrcnn_mobilenet"),
+        pytest.param(lambda **w: detection.fasterrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), id="fasterrcnn_resnet50"),
         pytest.param(lambda **w: detection.retinanet_resnet50_fpn(**w, score_thresh=0.0, **_SIZES), id="retinanet"),
         pytest.param(lambda **w: detection.fcos_resnet50_fpn(**w, score_thresh=0.0, **_SIZES), id="fcos"),
         pytest.param(lambda **w: detection.ssdlite320_mobilenet_v3_large(**w, score_thresh=0.0), id="ssdlite"),  # resizes to 320
