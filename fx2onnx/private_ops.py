@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 import torch
@@ -41,6 +42,25 @@ TRAINING_BATCH_NORM_NAMES = {
 
 # The wrapper torch.export puts around operators with side effects (effect tokens).
 WITH_EFFECTS_NAME = "higher_order.with_effects"
+
+
+# torch's map operator: a function applied along the leading dim (an ONNX Scan), which
+# capture rewrites use for loops over a count known at run time.
+MAP_FUNCTION_NAME = "torch._higher_order_ops.map.map"
+
+
+def torch_function(name: str) -> Any:
+    """The Python object ``module.attribute``, or None when this PyTorch has none."""
+    module, _, attribute = name.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError):
+        return None
+
+
+@functools.cache
+def map_function() -> Any:
+    return torch_function(MAP_FUNCTION_NAME)
 
 
 def torch_op(name: str) -> Any:
@@ -73,4 +93,4 @@ def with_effects_op() -> Any:
 def missing_private_ops() -> list[str]:
     """Names above that this PyTorch no longer resolves."""
     names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES, WITH_EFFECTS_NAME]
-    return [name for name in names if torch_op(name) is None]
+    return [name for name in names if torch_op(name) is None] + [name for name in [MAP_FUNCTION_NAME] if torch_function(name) is None]

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
+from fx2onnx.private_ops import map_function
+
 
 def batched_nms(original: Any) -> Any:
     """``torchvision.ops.batched_nms``: NMS per class, by moving each class's boxes out
@@ -114,10 +116,14 @@ def heatmaps_to_keypoints(original: Any) -> Any:
     """``torchvision.models.detection.roi_heads.heatmaps_to_keypoints``: each box's
     keypoint heatmaps resized (bicubic) to the box's size in pixels, and the place of
     each one's maximum. torchvision loops over the boxes and reads each size as a
-    Python int; the rewrite runs the same steps per box in ``torch``'s map operator (an
-    ONNX ``Scan``), where each box's size is a size known at run time."""
-    from torch._higher_order_ops.map import map as map_over_boxes
+    Python int; the rewrite runs the same steps per box in torch's map operator (an
+    ONNX ``Scan``; private in torch, reached through :mod:`fx2onnx.private_ops`), where
+    each box's size is a size known at run time."""
     import torch.nn.functional as F
+
+    map_over_boxes = map_function()
+    if map_over_boxes is None:  # a PyTorch without the map operator (the suite reports it): no rewrite
+        return original
 
     def one_box(heatmaps_and_box: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         heatmaps, box = heatmaps_and_box

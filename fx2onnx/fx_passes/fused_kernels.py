@@ -341,43 +341,44 @@ def _other_factor(product: Any, factor: torch.fx.Node) -> Any:
     return next((other for one, other in _factors(product) if one is factor), None)
 
 
-def _is_float32_upcast(node: Any) -> bool:
-    return (isinstance(node, torch.fx.Node) and node.target == _aten._to_copy.default and set(node.kwargs) == {"dtype"}
-            and node.kwargs["dtype"] == torch.float32)
-
-
 def _trailing_dims(dims: Any, rank: int) -> int | None:
     """k when ``dims`` are the last k of ``rank`` dims (in any spelling), else None."""
     wanted = sorted(d % rank for d in dims or ())
     return len(wanted) if wanted and wanted == list(range(rank - len(wanted), rank)) else None
 
 
-def _fuse_rms_norm(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
-    """Anchored at the ``rsqrt``: ``rsqrt(mean(x ** 2, trailing dims, keepdim) + eps)``
-    read once, by ``x * rsqrt``, whose result (cast back, maybe) is scaled by a tensor
-    over those dims."""
-    shifted = node.args[0]
-    if not isinstance(shifted, torch.fx.Node) or shifted.target not in (_aten.add.Tensor, _aten.add.Scalar) or len(shifted.args) != 2:
-        return NOT_THE_PATTERN
-    mean, eps = shifted.args if isinstance(shifted.args[1], float) else tuple(reversed(shifted.args))
+def _mean_of_squares(node: Any) -> tuple[torch.fx.Node, float, int] | None:
+    """``(x, eps, k)`` when ``node`` is ``mean(x ** 2, last k dims, keepdim) + eps``."""
+    if not isinstance(node, torch.fx.Node) or node.target not in (_aten.add.Tensor, _aten.add.Scalar) or len(node.args) != 2:
+        return None
+    mean, eps = node.args if isinstance(node.args[1], float) else tuple(reversed(node.args))
     if not isinstance(eps, float) or not isinstance(mean, torch.fx.Node) or mean.target != _aten.mean.dim:
-        return NOT_THE_PATTERN
+        return None
     averaged = _arguments(mean)
     squared = averaged["self"]
     if not isinstance(squared, torch.fx.Node) or squared.target != _aten.pow.Tensor_Scalar or squared.args[1] != 2:
-        return NOT_THE_PATTERN
+        return None
     x, x_value = squared.args[0], _value(squared.args[0])
-    trailing = _trailing_dims(averaged["dim"], x_value.dim()) if x_value is not None and x_value.dim() else None
+    if x_value is None or x_value.dim() == 0 or not averaged["keepdim"] or averaged["dtype"] is not None:
+        return None
+    trailing = _trailing_dims(averaged["dim"], x_value.dim())
+    return (x, eps, trailing) if trailing is not None else None
+
+
+def _fuse_rms_norm(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+    """Anchored at the ``rsqrt`` of a mean of squares plus eps, read once, by ``x * rsqrt``,
+    whose result (cast back, maybe) is scaled by a tensor over the normalized dims."""
+    found = _mean_of_squares(node.args[0])
     normalized = _only_user(node)
-    if trailing is None or not averaged["keepdim"] or averaged["dtype"] is not None or normalized is None \
-            or _other_factor(normalized, node) is not x:
+    if found is None or normalized is None or _other_factor(normalized, found[0]) is not node:
         return NOT_THE_PATTERN
+    x, eps, trailing = found
     scaled, result = normalized, _only_user(normalized)
     if result is not None and _is_cast(result):
         scaled, result = result, _only_user(result)  # cast back to the input's dtype before the scale
     scale = _other_factor(result, scaled) if result is not None else None
     scale_shape = list(_value(scale).shape) if isinstance(scale, torch.fx.Node) and _value(scale) is not None else None
-    if scale_shape is None or len(scale_shape) != trailing or not all(map(same_size, scale_shape, x_value.shape[-trailing:])):
+    if scale_shape is None or len(scale_shape) != trailing or not all(map(same_size, scale_shape, _value(x).shape[-trailing:])):
         return "no scale over the normalized dims follows the normalization"
     source = x.args[0] if _is_float32_upcast(x) else x  # the kernel computes in float32 itself
     cast_back = _only_user(result)
@@ -390,6 +391,11 @@ def _fuse_rms_norm(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | st
 
 def _is_cast(node: torch.fx.Node) -> bool:
     return node.target == _aten.type_as.default or (node.target == _aten._to_copy.default and set(node.kwargs) == {"dtype"})
+
+
+def _is_float32_upcast(node: Any) -> bool:
+    return (isinstance(node, torch.fx.Node) and node.target == _aten._to_copy.default and set(node.kwargs) == {"dtype"}
+            and node.kwargs["dtype"] == torch.float32)
 
 
 def _replace_by_rms_norm(result: torch.fx.Node, x: torch.fx.Node, scale: Any, eps: float, trailing_dims: int,
