@@ -4,7 +4,7 @@ builder and `torch.onnx.export(..., dynamo=True)`, from the same weights, in one
 LLMs (a LLaMA-style and a Qwen2-style model: 4 layers x 512, GQA 8/4 heads, vocab 32000,
 random weights, one `save_pretrained` folder each) are exported by
 
-- ``fx2onnx``: `fx2onnx export-hf` as it is (opset 23: attention, rotary embedding and
+- ``fx2onnx``: `fx2onnx export-hf` as it is (opset 23: attention, rotary embedding, RMS norm and
   GELU as single kernels);
 - ``fx2onnx-opset18``: `export-hf --opset 18` (every node as PyTorch decomposes it, the
   default before the fused kernels);

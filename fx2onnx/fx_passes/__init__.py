@@ -4,6 +4,6 @@ Takes the captured GraphModule; gives it decomposed where no ONNX function cover
 operator (`decompose`, `decompose_nodes`), checked (`capture_checks`), with effect tokens,
 assertions and identity views removed, leftover in-place ops functionalized, type
 promotion made explicit, the fused kernels the opset has chosen where the model's intent
-is still one node (`fused_kernels`: attention, rotary embedding, GELU), and module calls
+is still one node (`fused_kernels`: attention, rotary embedding, GELU, RMS norm), and module calls
 grouped into nested GraphModules (`modularize`).
 """

@@ -52,7 +52,7 @@ def _check_output(output: Path) -> None:
         raise FileExistsError(f"--output '{output}' is {what}: give a new or empty folder; nothing was written.")
 
 
-# The folders are for onnxruntime: from opset 23 attention, rotary embedding and GELU are
+# The folders are for onnxruntime: from opset 23 attention, rotary embedding, RMS norm and GELU are
 # single kernels (fx2onnx/fx_passes/fused_kernels.py); a LLaMA-style model decodes after
 # 1024 tokens in 8.9 ms/token instead of 11.2 at opset 18 (bench/runtime_speed.py).
 DEFAULT_OPSET = FUSED_KERNELS_OPSET
