@@ -5,6 +5,12 @@ stage reached (export, run in onnxruntime, match eager within rtol 1e-3 / atol 1
 the output's scale), export seconds and onnxruntime latency (median of --runs), and the
 first error. Each model runs in a process of its own.
 
+``--dynamic-batch`` checks the other promise: each model exported from its batch-1
+example with a dynamic batch (fx2onnx's ``dynamic_shapes=True``; ``Dim.DYNAMIC`` on the
+batch for torch.onnx.export), then run at batch 3 against eager at batch 3 (latency at
+batch 3). ``--models classifiers`` names every classification model torchvision lists
+and the timm families.
+
 Needs torchvision (and timm for its families): run it in the vision environment
 (README, "Vision models").
 
@@ -31,8 +37,9 @@ TORCHVISION = {
                        "squeezenet1_1", "densenet121", "googlenet", "inception_v3", "mnasnet0_5", "vit_b_16", "swin_t",
                        "maxvit_t"],
     "segmentation": ["fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large"],
-    "detection": ["fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn", "fcos_resnet50_fpn",
-                  "ssdlite320_mobilenet_v3_large", "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn"],
+    "detection": ["fasterrcnn_mobilenet_v3_large_320_fpn", "fasterrcnn_resnet50_fpn", "retinanet_resnet50_fpn",
+                  "fcos_resnet50_fpn", "ssd300_vgg16", "ssdlite320_mobilenet_v3_large", "maskrcnn_resnet50_fpn",
+                  "keypointrcnn_resnet50_fpn"],
     "video": ["r3d_18", "s3d"],
     "optical_flow": ["raft_small"],
 }
@@ -44,6 +51,24 @@ EXPORTERS = ("fx2onnx", "torch.onnx.export")
 
 def all_models() -> list[str]:
     return [name for names in TORCHVISION.values() for name in names] + [f"timm:{name}" for name in TIMM]
+
+
+def classifiers() -> list[str]:
+    """Every classification model of torchvision (its own list), then the timm families."""
+    import torchvision
+
+    return list(torchvision.models.list_models(module=torchvision.models)) + [f"timm:{name}" for name in TIMM]
+
+
+def _family(name: str) -> str:
+    from torchvision import models
+
+    found = [family for family, names in TORCHVISION.items() if name in names]
+    if found:
+        return found[0]
+    if name in models.list_models(module=models):
+        return "classification"
+    raise ValueError(f"unknown model {name!r}: a torchvision model name or timm:NAME")
 
 
 def build(name: str) -> tuple[Any, tuple[Any, ...]]:
@@ -59,7 +84,7 @@ def build(name: str) -> tuple[Any, tuple[Any, ...]]:
         return model, (torch.randn(1, *size),)
     from torchvision import models
 
-    family = next(f for f, names in TORCHVISION.items() if name in names)
+    family = _family(name)
     if family == "classification":
         size = 299 if name == "inception_v3" else 224
         extra = {"aux_logits": False, "init_weights": True} if name in ("inception_v3", "googlenet") else {}
@@ -97,54 +122,71 @@ def _leaves(value: Any) -> list[Any]:
 
 
 def _detections_match(outputs: list[Any], expected: dict[str, Any]) -> None:
-    """The vision tests' criterion for a detector's boxes, labels and scores: the best
-    scores equal eager's, and at most 1 detection in 20 differs (float rounding moves a
-    box across an NMS or top-k cut where two scores nearly tie)."""
+    """The vision tests' criterion for a detector (`detections_match`): the best detections
+    equal eager's with their masks and keypoints, at most 1 in 20 of all differs."""
     import torch
 
-    actual = {k: torch.from_numpy(v) for k, v in zip(expected, outputs) if k in ("boxes", "labels", "scores")}
-    wanted = {k: expected[k] for k in actual}
-    torch.testing.assert_close(actual["scores"][:5], wanted["scores"][:5], rtol=1e-3, atol=1e-3)
-    allowed = len(wanted["scores"]) // 20
-    unmatched = len(_vision_tests()._unmatched_rows(actual, wanted))
-    if abs(len(actual["scores"]) - len(wanted["scores"])) > allowed or unmatched > allowed:
-        raise AssertionError(f"{unmatched} of {len(actual['scores'])} detections differ from eager's")
+    actual = {key: torch.from_numpy(value) for key, value in zip(expected, outputs)}
+    _vision_tests().detections_match(actual, expected)
 
 
-def _export(exporter: str, model: Any, args: tuple[Any, ...], path: Path) -> None:
+def _outputs_match(outputs: list[Any], expected: list[Any]) -> None:
+    """Each output within rtol 1e-3 / atol 1e-4 of its scale of eager's."""
+    import numpy as np
+    import torch
+
+    for got, want in zip(outputs, expected):
+        want = want.numpy() if isinstance(want, torch.Tensor) else want
+        scale = float(np.abs(want).max()) if want.size else 1.0
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4 * max(scale, 1.0)):
+            difference = float(np.abs(got - want).max()) if got.shape == want.shape else float("nan")
+            raise AssertionError(f"output differs from eager: shape {got.shape} vs {want.shape}, largest difference {difference:.3g}")
+
+
+def _export(exporter: str, model: Any, args: tuple[Any, ...], path: Path, dynamic_batch: bool) -> None:
     import torch
 
     if exporter == "fx2onnx":
         import fx2onnx
 
-        fx2onnx.dynamo_export(model, *args, export_options=fx2onnx.ExportOptions(failure_report_path=None)).save(path)
+        options = fx2onnx.ExportOptions(failure_report_path=None, dynamic_shapes=dynamic_batch or None)
+        fx2onnx.dynamo_export(model, *args, export_options=options).save(path)
     else:
-        torch.onnx.export(model, args, str(path), dynamo=True, external_data=False)
+        shapes = tuple({0: torch.export.Dim.DYNAMIC} for _ in args) if dynamic_batch else None
+        torch.onnx.export(model, args, str(path), dynamo=True, external_data=False, dynamic_shapes=shapes)
 
 
-def measure(name: str, exporter: str, runs: int) -> dict[str, Any]:
-    """One model through one exporter: the stage reached, times and the first error."""
-    import numpy as np
+def _at_batch(args: tuple[Any, ...], batch: int) -> tuple[Any, ...]:
+    """The example inputs with a batch of ``batch``: new random images of the same size."""
+    import torch
+
+    return tuple(torch.rand(batch, *a.shape[1:], dtype=a.dtype) for a in args)
+
+
+def measure(name: str, exporter: str, runs: int, dynamic_batch: bool = False) -> dict[str, Any]:
+    """One model through one exporter: the stage reached, times and the first error.
+    With ``dynamic_batch``: exported at batch 1 with a dynamic batch, run at batch 3."""
     import onnxruntime as ort
     import torch
 
     result: dict[str, Any] = {"model": name, "exporter": exporter, "stage": "build"}
     try:
         model, args = build(name)
+        run_args = _at_batch(args, 3) if dynamic_batch else args
         with torch.no_grad():
-            eager = model(*args)
+            eager = model(*run_args)
         expected = _leaves(eager)
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "model.onnx"
             result["stage"] = "export"
             start = time.perf_counter()
-            _export(exporter, model, args, path)
+            _export(exporter, model, args, path, dynamic_batch)
             result["export_seconds"] = time.perf_counter() - start
             result["stage"] = "run"
             options = ort.SessionOptions()
             options.log_severity_level = 3
             session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-            inputs = [leaf.numpy() for leaf in _leaves(args)]
+            inputs = [leaf.numpy() for leaf in _leaves(run_args)]
             feed = dict(zip([i.name for i in session.get_inputs()], inputs))
             outputs = session.run(None, feed)
             times = []
@@ -158,14 +200,8 @@ def measure(name: str, exporter: str, runs: int) -> dict[str, Any]:
             raise AssertionError(f"{len(outputs)} outputs, eager has {len(expected)}")
         if name in TORCHVISION["detection"]:  # one image: one dict of boxes, labels, scores (masks, keypoints)
             _detections_match(outputs, eager[0])
-            compared = [i for i, key in enumerate(eager[0]) if key not in ("boxes", "labels", "scores")]
-            outputs, expected = [outputs[i] for i in compared], [expected[i] for i in compared]
-        for got, want in zip(outputs, expected):
-            want = want.numpy() if isinstance(want, torch.Tensor) else want
-            scale = float(np.abs(want).max()) if want.size else 1.0
-            if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4 * max(scale, 1.0)):
-                difference = float(np.abs(got - want).max()) if got.shape == want.shape else float("nan")
-                raise AssertionError(f"output differs from eager: shape {got.shape} vs {want.shape}, largest difference {difference:.3g}")
+        else:
+            _outputs_match(outputs, expected)
         result["stage"] = "pass"
     except Exception as error:  # noqa: BLE001 - a benchmark row: the stage and the first error
         result["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300] if str(error).strip() else ''}"
@@ -173,8 +209,8 @@ def measure(name: str, exporter: str, runs: int) -> dict[str, Any]:
     return result
 
 
-def _child(name: str, exporter: str, runs: int, timeout: float) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", name, exporter, "--runs", str(runs)]
+def _child(name: str, exporter: str, runs: int, timeout: float, dynamic_batch: bool) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", name, exporter, "--runs", str(runs)] + (["--dynamic-batch"] if dynamic_batch else [])
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -213,7 +249,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(all_models()), help="comma-separated; timm families as timm:NAME")
+    parser.add_argument("--models", default="all", help="comma-separated; timm families as timm:NAME; 'all' (the table's models) or 'classifiers'")
+    parser.add_argument("--dynamic-batch", action="store_true", help="export at batch 1 with a dynamic batch, run and compare at batch 3")
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--runs", type=int, default=10, help="onnxruntime runs per model (median)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model and exporter")
@@ -222,13 +259,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "EXPORTER"), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.child:
-        print(json.dumps(measure(*options.child, options.runs)))
+        print(json.dumps(measure(*options.child, options.runs, options.dynamic_batch)))
         return
+    names = {"all": all_models, "classifiers": classifiers}.get(options.models, lambda: options.models.split(","))()
     results = []
-    for name in options.models.split(","):
+    for name in names:
         for exporter in options.exporters.split(","):
             print(f"... {name} with {exporter}", file=sys.stderr, flush=True)
-            results.append(_child(name, exporter, options.runs, options.timeout))
+            results.append(_child(name, exporter, options.runs, options.timeout, options.dynamic_batch))
     text = markdown(results)
     print(text)
     if options.markdown:

@@ -89,12 +89,10 @@ def _masks_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     assert differ.float().mean().item() <= 1e-3, f"{int(differ.sum())} mask pixels of {differ.numel()} differ"
 
 
-def _compare(program, model: torch.nn.Module, image: torch.Tensor) -> None:
-    """The best detections equal eager's; of all, at most 1 in 20 differs: float
-    rounding moves a box across an NMS or top-k boundary where two scores nearly tie."""
-    with torch.no_grad():
-        (expected,) = model([image])
-    (actual,) = program([image])
+def detections_match(actual: dict, expected: dict) -> None:
+    """The best detections equal eager's, with their masks and keypoints; of all, at most
+    1 in 20 differs: float rounding moves a box across an NMS or top-k boundary where two
+    scores nearly tie. (`bench/vision_models.py` judges detectors by this too.)"""
     assert sorted(actual) == sorted(expected)
     assert expected["boxes"].shape[0] > 0
     # the best scores in order; their detections among eager's (equal scores may swap places)
@@ -109,6 +107,13 @@ def _compare(program, model: torch.nn.Module, image: torch.Tensor) -> None:
             torch.testing.assert_close(actual[key][:5], expected[key][best], rtol=1e-3, atol=_PER_DETECTION[key])
     assert abs(len(actual["scores"]) - len(expected["scores"])) <= len(expected["scores"]) // 20
     assert _matches(actual, expected).count(None) <= len(expected["scores"]) // 20
+
+
+def _compare(program, model: torch.nn.Module, image: torch.Tensor) -> None:
+    with torch.no_grad():
+        (expected,) = model([image])
+    (actual,) = program([image])
+    detections_match(actual, expected)
 
 
 _SIZES = {"min_size": 128, "max_size": 160}
