@@ -93,4 +93,5 @@ def with_effects_op() -> Any:
 def missing_private_ops() -> list[str]:
     """Names above that this PyTorch no longer resolves."""
     names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES, WITH_EFFECTS_NAME]
-    return [name for name in names if torch_op(name) is None] + [name for name in [MAP_FUNCTION_NAME] if torch_function(name) is None]
+    missing = [name for name in names if torch_op(name) is None]
+    return missing + ([MAP_FUNCTION_NAME] if map_function() is None else [])

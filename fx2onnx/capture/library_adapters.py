@@ -33,12 +33,19 @@ from fx2onnx.capture.containers import registered_containers
 
 @dataclass(frozen=True)
 class CaptureRewrite:
-    """``module.attribute`` replaced, during a capture, by ``replacement(original)``."""
+    """``module.attribute`` replaced, during a capture, by ``replacement(original)``; so
+    is the same name in ``also_in``, the modules that import the function by name (the
+    library's own callers read it there)."""
 
     module: str
     attribute: str
     replacement: Callable[[Any], Any]
     why: str
+    also_in: tuple[str, ...] = ()
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return (self.module, *self.also_in)
 
 
 def mask_is_causal_only_when_said(original: Callable[..., bool]) -> Callable[..., bool]:
@@ -63,8 +70,8 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", vision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",
+        also_in=("torchvision.ops",),
     ),
-    CaptureRewrite("torchvision.ops", "batched_nms", vision_rewrites.batched_nms, "the same function, as torchvision.ops exports it"),
     CaptureRewrite(
         "torchvision.ops.poolers", "_multiscale_roi_align", vision_rewrites.multiscale_roi_align,
         "`len(rois)` of a data-dependent number of boxes",
@@ -72,10 +79,7 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
     CaptureRewrite(
         "torchvision.models.detection.roi_heads", "paste_masks_in_image", vision_rewrites.paste_masks_in_image,
         "a loop over a data-dependent number of boxes, each resized to a size read from its box",
-    ),
-    CaptureRewrite(
-        "torchvision.models.detection.transform", "paste_masks_in_image", vision_rewrites.paste_masks_in_image,
-        "the same function, as the detection transform imports it",
+        also_in=("torchvision.models.detection.transform",),
     ),
     CaptureRewrite(
         "torchvision.models.detection.roi_heads", "heatmaps_to_keypoints", vision_rewrites.heatmaps_to_keypoints,
@@ -91,14 +95,15 @@ def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_R
     replaced: list[tuple[Any, str, Any]] = []
     try:
         for rewrite in rewrites:
-            if rewrite.module not in sys.modules:
-                continue
-            module = importlib.import_module(rewrite.module)  # already loaded: no import cost
-            original = getattr(module, rewrite.attribute, None)
-            if original is None:  # another version of the library: nothing to rewrite
-                continue
-            setattr(module, rewrite.attribute, rewrite.replacement(original))
-            replaced.append((module, rewrite.attribute, original))
+            for name in rewrite.modules:
+                if name not in sys.modules:
+                    continue
+                module = importlib.import_module(name)  # already loaded: no import cost
+                original = getattr(module, rewrite.attribute, None)
+                if original is None:  # another version of the library: nothing to rewrite
+                    continue
+                setattr(module, rewrite.attribute, rewrite.replacement(original))
+                replaced.append((module, rewrite.attribute, original))
         yield
     finally:
         for module, attribute, original in reversed(replaced):

@@ -174,32 +174,24 @@ def capture(
         raise CaptureError(f"{error}\nHint: {capture_hint(failure)}") from error
     errors: list[BaseException] = []
     size_one_dims = _has_size_one_dynamic_dim(requested, args, kwargs)
+    example = Example(tuple(args), dict(kwargs), requested)
     for strict, size_oblivious in _capture_attempts(size_one_dims):
-        example = Example(tuple(args), dict(kwargs), requested)
         try:
             program = _export(model, args, kwargs, spec, strict, size_oblivious)
         except Exception as error:  # noqa: BLE001 - try the next mode, then report all
             errors.append(error)
-            # a named dim of example size 1 refused: the same test as below, on a probe
-            grown = _grown_for_named_dims(model, spec, example, context) if size_oblivious and is_fixed_dim_error(error) else None
-            if grown is None:
-                continue
-            program, example, size_oblivious = grown
+            refused = size_oblivious and is_fixed_dim_error(error)  # a named dim of example size 1
+            kept = _grown_for_named_dims(model, spec, example, context) if refused else None
         else:
-            if size_oblivious:
-                symbols = size_one_symbols(program, leaves_in_input_order(program, args, kwargs))
-                if not sound_size_oblivious_capture(program, symbols):
-                    # the plain mode specializes instead (the dims check reports it), unless only
-                    # torch's own code compared those dims: then a grown example keeps them
-                    grown = _capture_grown(model, spec, example, context) if size_one_guards_in_torch_only(program, symbols) else None
-                    if grown is None:
-                        continue
-                    program, example, size_oblivious = grown
+            kept = _sound_or_grown(model, spec, program, example, context) if size_oblivious else (program, example, False)
+        if kept is None:
+            continue
+        program, used_example, size_oblivious = kept
         captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious)
         if strict and errors:
             _record_strict_fallback(context, captured, errors[0])
         try:
-            captured.notes += check_dynamic_dims(context, program, example.requested, example.args, example.kwargs)
+            captured.notes += check_dynamic_dims(context, program, used_example.requested, used_example.args, used_example.kwargs)
         except FixedDynamicDimError as error:
             raise CaptureError(str(error)) from error
         return captured
@@ -283,14 +275,25 @@ def _capture_grown(
     return None
 
 
+def _sound_or_grown(
+    model: Any, spec: Any, program: torch.export.ExportedProgram, example: Example, context: DiagnosticContext
+) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
+    """A size-oblivious capture of ``example``, kept when sound; else the capture of the
+    grown example when only torch's own code compared the size-1 dims; else None (the
+    plain mode specializes instead, and the dims check reports it)."""
+    symbols = size_one_symbols(program, leaves_in_input_order(program, example.args, example.kwargs))
+    if sound_size_oblivious_capture(program, symbols):
+        return program, example, True
+    return _capture_grown(model, spec, example, context) if size_one_guards_in_torch_only(program, symbols) else None
+
+
 def _grown_for_named_dims(
     model: Any, spec: Any, example: Example, context: DiagnosticContext
 ) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
-    """torch.export refused a named dynamic dim whose example size is 1. When a probe
-    capture with every dim as Dim.AUTO shows that only torch's own code compared such
-    dims (a kernel choosing its implementation by ``batch <= 1``), the model is captured
-    from the grown example with the user's spec (`_capture_grown`); else None, and the
-    refusal is reported as it is."""
+    """torch.export refused a named dynamic dim whose example size is 1: a probe capture
+    with every dim as Dim.AUTO tells whose code compared it: only torch's, and the grown
+    example is captured with the user's spec (`_capture_grown`); the model's, and a
+    warning names the line. None when the refusal stands (it is reported as it is)."""
     try:
         probe = _export(model, example.args, example.kwargs, relaxed_spec(spec), False, True)
     except Exception as error:  # noqa: BLE001 - the refusal is reported instead; say why

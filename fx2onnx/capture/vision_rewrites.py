@@ -128,8 +128,8 @@ def heatmaps_to_keypoints(original: Any) -> Any:
     def one_box(heatmaps_and_box: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         heatmaps, box = heatmaps_and_box
         width, height = (box[2] - box[0]).clamp(min=1), (box[3] - box[1]).clamp(min=1)
-        map_width = int(width.ceil().to(torch.int64).item())
-        map_height = int(height.ceil().to(torch.int64).item())
+        map_width = width.ceil().to(torch.int64).item()
+        map_height = height.ceil().to(torch.int64).item()
         torch._check(map_width >= 1)
         torch._check(map_height >= 1)
         resized = F.interpolate(heatmaps[:, None], size=(map_height, map_width), mode="bicubic", align_corners=False)

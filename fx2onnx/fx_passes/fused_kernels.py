@@ -83,6 +83,11 @@ def _value(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
+def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
 def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
     """``(x, groups)`` when ``node`` is ``x`` (B, H, L, D) with each head repeated
     ``groups`` times in a row: reshape(expand(unsqueeze(x, 2), [B, H, groups, L, D]))."""
@@ -189,10 +194,10 @@ def _split_heads(node: Any) -> torch.fx.Node | None:
 def _merged_heads(node: torch.fx.Node) -> torch.fx.Node | None:
     """The node ``reshape(transpose(node, 1, 2), [B, S, heads * D])`` that alone reads
     the attention's output, if there is one."""
-    (transposed, *others) = list(node.users) or [None]
-    if others or not _is_heads_transpose(transposed) or len(transposed.users) != 1:
+    transposed = _only_user(node)
+    merged = _only_user(transposed) if _is_heads_transpose(transposed) else None
+    if merged is None:
         return None
-    (merged,) = transposed.users
     result, split = _value(merged), _value(transposed)
     if merged.target not in RESHAPES or result is None or split is None or result.dim() != 3:
         return None
@@ -329,11 +334,6 @@ def _fuse_gelu(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
     node.replace_all_uses_with(fused)
     graph.erase_node(node)
     return FUSED
-
-
-def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
 
 
 def _other_factor(product: Any, factor: torch.fx.Node) -> Any:

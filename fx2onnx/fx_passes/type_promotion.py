@@ -347,7 +347,8 @@ def _compute_wider(inserter: _Inserter, node: torch.fx.Node, rule: _Rule) -> Non
     inserter.cast_output(node, out.dtype, f"PyTorch's result is {out.dtype}.")
 
 
-def _tensor_overload(target: torch._ops.OpOverload, positions: list[int]) -> torch._ops.OpOverload | None:
+@functools.cache
+def _tensor_overload(target: torch._ops.OpOverload, positions: tuple[int, ...]) -> torch._ops.OpOverload | None:
     """The overload of ``target``'s operator that takes tensors where ``target`` takes
     Scalars at ``positions``, all else alike (``remainder.Scalar`` -> ``remainder.Tensor``)."""
     arguments, returns = target._schema.arguments, [str(r.type) for r in target._schema.returns]
@@ -372,7 +373,7 @@ def _symbolic_scalars_as_tensors(inserter: _Inserter, node: torch.fx.Node) -> No
     positions = [i for i, a in enumerate(arguments[: len(node.args)])
                  if isinstance(a.type, torch.NumberType) and isinstance(node.args[i], torch.fx.Node)
                  and isinstance(node.args[i].meta.get("val"), _SYM_TYPES)]
-    overload = _tensor_overload(node.target, positions) if positions else None
+    overload = _tensor_overload(node.target, tuple(positions)) if positions else None
     if overload is None:
         return
     for i in positions:

@@ -85,10 +85,7 @@ def size_one_guard_lines(program: torch.export.ExportedProgram, size_one_symbols
     """(file, line) of every guard a size-oblivious capture took on the size-1 example
     dims ((None, None) where torch kept no place)."""
     shape_env = _shape_env(program)
-    if shape_env is None or not size_one_symbols:
-        return []
-    return [(getattr(guard.sloc.framework_loc, "filename", None), getattr(guard.sloc.framework_loc, "lineno", None))
-            for guard in shape_env.guards if guard.expr.free_symbols & size_one_symbols]
+    return _guard_places(shape_env, size_one_symbols) if shape_env is not None else []
 
 
 def size_one_guards_in_torch_only(program: torch.export.ExportedProgram, size_one_symbols: set[Any]) -> bool:
@@ -383,13 +380,21 @@ def _fixing_location(shape_env: Any, path: str, dim: int) -> tuple[tuple[str, in
         symbol for symbol, sources in shape_env.var_to_sources.items()
         if any(_source_name(source) == wanted for source in sources)
     ]
-    for guard in shape_env.guards:
-        if not any(symbol in guard.expr.free_symbols for symbol in symbols):
-            continue
-        frame = guard.sloc.framework_loc
-        if frame is not None and hasattr(frame, "filename"):
-            return (frame.filename, frame.lineno), not _torch_file(frame.filename)
+    for filename, line in _guard_places(shape_env, set(symbols)):
+        if filename is not None:
+            return (filename, line), not _torch_file(filename)
     return None, True
+
+
+def _guard_places(shape_env: Any, symbols: set[Any]) -> list[tuple[str | None, int | None]]:
+    """(file, line) of each guard the capture took on any of ``symbols``, in order
+    ((None, None) where torch kept no place)."""
+    places: list[tuple[str | None, int | None]] = []
+    for guard in shape_env.guards:
+        if guard.expr.free_symbols & symbols:
+            frame = guard.sloc.framework_loc
+            places.append((getattr(frame, "filename", None), getattr(frame, "lineno", None)))
+    return places
 
 
 def specialized_dims(

@@ -53,7 +53,8 @@ def test_multiscale_roi_align_rewrite_equals_the_original(counts: tuple[int, ...
 
 
 def test_rewrites_are_undone_after_the_capture_even_on_error() -> None:
-    originals = {(r.module, r.attribute): getattr(__import__(r.module, fromlist=[r.attribute]), r.attribute) for r in CAPTURE_REWRITES}
+    originals = {(module, r.attribute): getattr(__import__(module, fromlist=[r.attribute]), r.attribute)
+                 for r in CAPTURE_REWRITES for module in r.modules}
     with pytest.raises(RuntimeError, match="inside"):
         with library_adapters_at_capture():
             assert box_ops.batched_nms is not originals[("torchvision.ops.boxes", "batched_nms")]
