@@ -5,7 +5,10 @@ LLMs (a LLaMA-style and a Qwen2-style model: 4 layers x 512, GQA 8/4 heads, voca
 random weights, one `save_pretrained` folder each) are exported by
 
 - ``fx2onnx``: `fx2onnx export-hf` as it is (opset 23: attention, rotary embedding, RMS norm and
-  GELU as single kernels);
+  GELU as single kernels; for onnxruntime, attention over the cache as its
+  GroupQueryAttention, the cache updated in place);
+- ``fx2onnx-standard``: `export-hf --runtime standard` (ONNX operators only: the standard
+  Attention, the cache grown by Concat);
 - ``fx2onnx-opset18``: `export-hf --opset 18` (every node as PyTorch decomposes it, the
   default before the fused kernels);
 - ``builder``: `python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32 -e cpu`;
@@ -44,7 +47,7 @@ LLM_COMMON = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, 
                   num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2)
 PROMPTS = (128, 1024)
 NEW_TOKENS = 64
-LLM_EXPORTERS = ("fx2onnx", "fx2onnx-opset18", "builder")
+LLM_EXPORTERS = ("fx2onnx", "fx2onnx-standard", "fx2onnx-opset18", "builder")
 ENCODER_EXPORTERS = ("fx2onnx-opset18", "fx2onnx-opset23", "torch.onnx.export")
 
 
@@ -85,7 +88,8 @@ def _export_llm(exporter: str, source: Path, out: Path) -> float:
     else:
         from fx2onnx.hub import export_hf
 
-        export_hf(source, out, opset=18 if exporter.endswith("opset18") else None)
+        export_hf(source, out, opset=18 if exporter.endswith("opset18") else None,
+                  runtime="standard" if exporter.endswith("standard") else "onnxruntime")
     return time.perf_counter() - started
 
 

@@ -52,7 +52,7 @@ from fx2onnx.fx_passes.modularize import modularize
 from fx2onnx.fx_passes.decompose_nodes import decompose_nodes
 from fx2onnx.fx_passes.effect_tokens import remove_effect_tokens
 from fx2onnx.fx_passes.functionalize import functionalize_graph_module
-from fx2onnx.fx_passes.fused_kernels import fuse_kernels
+from fx2onnx.fx_passes.fused_kernels import FusionTarget, fuse_kernels
 from fx2onnx.fx_passes.remove_assertions import remove_assertions
 from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
 from fx2onnx.fx_passes.type_promotion import insert_type_promotion
@@ -190,7 +190,8 @@ def _export(
         run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
         if options.fused_kernels:
             opset, chosen = options.opset_version or registry.opset_version, options.opset_version is not None
-            run_pass(context, "fuse_kernels", on_every_graph(fuse_kernels), graph_module, opset, context, chosen)
+            target = FusionTarget(options.runtime, _causal_mask_placeholder(options.causal_mask_input, io, graph_module))
+            run_pass(context, "fuse_kernels", on_every_graph(fuse_kernels), graph_module, opset, context, chosen, target)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
     with timer.stage("analysis"):
@@ -308,6 +309,22 @@ def _tell_whole_program_decomposition(reasons: list[str], context: DiagnosticCon
             message="The whole program was re-traced with run_decompositions, because these operators "
             "could not be decomposed node by node: " + "; ".join(reasons),
         )
+
+
+def _causal_mask_placeholder(input_name: str | None, io: GraphIO, graph_module: torch.fx.GraphModule) -> str | None:
+    """The graph placeholder of the model input ``ExportOptions.causal_mask_input`` names."""
+    if input_name is None:
+        return None
+    user_inputs = {
+        io.onnx_input_name(node.name): node.name for node in graph_module.graph.nodes
+        if node.op == "placeholder" and node.name not in io.lifted_tensors and node.name not in io.effect_tokens
+    }
+    if input_name not in user_inputs:
+        raise ValueError(
+            f"ExportOptions(causal_mask_input={input_name!r}) names no input of the model: give one of "
+            f"{', '.join(map(repr, user_inputs))}, or None."
+        )
+    return user_inputs[input_name]
 
 
 def _tell_specialized_scalars(io: GraphIO, context: DiagnosticContext) -> None:

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
+# "onnxruntime": its own kernels allowed where faster; "standard": ONNX operators only.
+RUNTIMES = ("onnxruntime", "standard")
 
 
 @dataclass
@@ -97,6 +99,16 @@ class ExportOptions:
             becomes one ONNX `Attention` kernel (fx2onnx/fx_passes/fused_kernels.py says
             when a node stays unfused, and a note says why). False: every node as
             PyTorch decomposes it.
+        runtime: what the model is for. "onnxruntime" (default): onnxruntime's own
+            kernels (domain `com.microsoft`) where a fused-kernel rule finds them faster;
+            "standard": ONNX operators only, for any runtime.
+        causal_mask_input: the name of a model input (batch, total length) of ones from
+            which every attention mask of the model is built, as causal attention over
+            the tokens it holds with the new ones last (transformers' decoders; export-hf
+            sets it). Attention over a KV cache input may then become onnxruntime's
+            `GroupQueryAttention`, which appends the new tokens to the cache in place when
+            the runtime gives past and present one buffer. None (default): masks are the
+            model's own.
     """
 
     dynamic_shapes: Any = None
@@ -113,3 +125,11 @@ class ExportOptions:
     verify_atol: float = 1e-4
     opset_version: int | None = None
     fused_kernels: bool = True
+    runtime: str = "onnxruntime"
+    causal_mask_input: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ValueError(
+                f"ExportOptions(runtime={self.runtime!r}) is not supported: give one of {', '.join(map(repr, RUNTIMES))}."
+            )

@@ -4,7 +4,9 @@ Each ``torch.ops.fx2onnx.*`` operator becomes one ONNX kernel. The model is buil
 torchlib's opset and converted to the opset asked for afterwards, and the kernels are
 newer than the one it is built at: they are written in :data:`STANDARD_LATER_DOMAIN`,
 with the standard operator's name, inputs and attributes, and moved into the standard
-domain once the opset is final (``fx2onnx/onnx_passes/fused_kernels.py``).
+domain once the opset is final (``fx2onnx/onnx_passes/fused_kernels.py``). onnxruntime's
+own kernels (``ExportOptions(runtime="onnxruntime")``) are written in its domain,
+:data:`ONNXRUNTIME_DOMAIN`, which no opset conversion touches.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from onnxscript import values as osv
 
 from dispatcher.function_table import FunctionTable
 
-__all__ = ["FUSED_FUNCTIONS", "FUSED_DOMAIN", "STANDARD_LATER_DOMAIN"]
+__all__ = ["FUSED_FUNCTIONS", "FUSED_DOMAIN", "ONNXRUNTIME_DOMAIN", "STANDARD_LATER_DOMAIN"]
 
 FUSED_DOMAIN = "pkg.fx2onnx.fused"
 # Standard operators of an opset newer than the one the model is built at.
 STANDARD_LATER_DOMAIN = "pkg.fx2onnx.standard_later"
+ONNXRUNTIME_DOMAIN = "com.microsoft"  # onnxruntime's contrib operators
 
 _TABLE = FunctionTable(FUSED_DOMAIN)
 FUSED_FUNCTIONS = _TABLE.entries
@@ -33,6 +36,8 @@ def _standard(op_type: str) -> osv.Op:
 
 _attention, _rotary_embedding, _gelu = _standard("Attention"), _standard("RotaryEmbedding"), _standard("Gelu")
 _rms_normalization = _standard("RMSNormalization")
+_group_query_attention = osv.Op(osv.Opset(ONNXRUNTIME_DOMAIN, 1), "GroupQueryAttention")
+
 _FLOAT = 1  # ONNX's FLOAT: the type RMSNormalization computes in
 
 
@@ -62,6 +67,25 @@ def attention_3d(
 def rotary(x: Any, cos: Any, sin: Any) -> Any:
     # 4-D x (B, heads, S, D) with (B, S, D/2) tables: no position ids, halves not interleaved
     return _rotary_embedding(x, cos, sin)
+
+
+@_TABLE.op("fx2onnx::rotary_3d")
+def rotary_3d(x: Any, cos: Any, sin: Any, heads: int = 1) -> Any:
+    # x (B, S, heads * D): the kernel needs the head count to split the last dim
+    return _rotary_embedding(x, cos, sin, num_heads=heads)
+
+
+@_TABLE.op("fx2onnx::cached_attention")
+def cached_attention(
+    query: Any, key: Any, value: Any, past_key: Any, past_value: Any, seqlens_k: Any, total_length: Any,
+    scale: float = 1.0, query_heads: int = 1, key_heads: int = 1,
+) -> Any:
+    # past and present may be one buffer (the runtime's choice): the kernel then writes the
+    # new tokens in place, at each sequence's length
+    return _group_query_attention(
+        query, key, value, past_key, past_value, seqlens_k, total_length,
+        num_heads=query_heads, kv_num_heads=key_heads, scale=scale, _num_outputs=3,
+    )
 
 
 @_TABLE.op("fx2onnx::gelu")

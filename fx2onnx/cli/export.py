@@ -48,6 +48,7 @@ class ExportRequest:
     fake: bool = False
     weights: Path | None = None
     opset: int | None = None
+    runtime: str = "onnxruntime"
     quiet: bool = False
     seed: int = 0
     lines: list[str] = field(default_factory=list)
@@ -67,6 +68,7 @@ def _export_options(request: ExportRequest, dynamic_shapes: Any, fake_context: A
         "dynamic_shapes": dynamic_shapes,
         "failure_report_path": request.report,
         "module_functions": request.module_functions,
+        "runtime": request.runtime,
     }
     if request.optimize is not None:
         options["optimize"] = request.optimize

@@ -16,6 +16,7 @@ from pathlib import Path
 from fx2onnx.cli.paths import check_output_paths, check_readable_file
 from fx2onnx.cli.specs import UsageError, parse_dynamic_spec, parse_input_spec, parse_model_spec
 from fx2onnx.hub.loading import TASKS as HUB_TASKS
+from fx2onnx.options import RUNTIMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -61,6 +62,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+_RUNTIME_HELP = ("onnxruntime (default): its own kernels where faster (an LLM's attention over its cache as "
+                 "GroupQueryAttention, the cache updated in place); standard: ONNX operators only, for any runtime")
 _OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (default: 18)"
 
 
@@ -104,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--report", type=Path, help="the SARIF report (default: the output's name with .sarif)")
     export.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=None, help="run onnxscript's optimizer (default: ExportOptions' default)")
     export.add_argument("--opset", type=int, help=_OPSET_HELP)
+    export.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
     export.add_argument("--no-functions", action="store_true", help="one flat graph: no ONNX functions for nn.Module calls")
     export.add_argument("--verify", action="store_true", help="run the model in onnxruntime and PyTorch and compare; exit 1 when outside tolerance")
     export.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --verify (default 1e-3)")
@@ -125,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--verify", action="store_true", help="run the folder as its runtime will and compare with transformers")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
     hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
+    hub.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
     hub.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser
 
@@ -139,7 +144,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
     try:
         result = export_hf(
             args.model, args.output, task=args.task, dtype=args.dtype, fake=args.fake, verify=args.verify,
-            opset=opset, tokens=args.tokens, progress=not args.quiet, say=say,
+            opset=opset, tokens=args.tokens, progress=not args.quiet, say=say, runtime=args.runtime,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error
@@ -188,7 +193,7 @@ def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.Expo
     return ExportRequest(
         model=model, output=output, report=report, inputs=inputs, inputs_file=args.inputs_file,
         dynamic_all=dynamic_all, dynamic=dynamic, optimize=args.optimize, module_functions=not args.no_functions,
-        verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights, opset=_checked_opset(args.opset),
+        verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights, opset=_checked_opset(args.opset), runtime=args.runtime,
         quiet=args.quiet, seed=args.seed,
     )
 

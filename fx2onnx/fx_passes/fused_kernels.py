@@ -14,6 +14,10 @@ reason is recorded as a note.
   key/value head for its group of query heads instead of copying the cache. Where the
   heads are split from (B, S, heads * D) projections just before and merged just after
   (encoders), the kernel takes and gives that layout, and the transposes go.
+  Attention over a KV cache input the model appends the new tokens to, with a boolean
+  mask built from the model input ``FusionTarget.causal_mask`` names, becomes
+  onnxruntime's ``GroupQueryAttention`` when the target runtime is onnxruntime
+  (``cached_attention``): the cache's update moves into the kernel.
 - ``rotary``: the rotary position embedding as models write it,
   ``x * cos + cat(-x2, x1) * sin`` with ``x1, x2`` the halves of the last dim and
   ``cos``/``sin`` tables whose two halves are equal by construction (computed from
@@ -43,18 +47,17 @@ import torch
 
 from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.fx_passes import fused_ops  # noqa: F401 - registers torch.ops.fx2onnx.*
+from fx2onnx.fx_passes.cached_attention import fuse_cached_attention
+from fx2onnx.fx_passes.fusion_graph import (
+    FLOATS_ORT_RUNS, FUSED, NOT_THE_PATTERN, FusedOtherwise, FusionTarget, arguments, erase_unused_tree, merged_heads,
+    node_value, only_user, split_heads,
+)
 from fx2onnx.fx_passes.remove_identity_views import RESHAPES, same_size
 
 _aten = torch.ops.aten
 
 # The opset from which every rule applies (Attention and RotaryEmbedding are new in 23).
 FUSED_KERNELS_OPSET = 23
-_FLOATS_ORT_RUNS = (torch.float32, torch.float16)  # onnxruntime's CPU kernels of these ops
-
-
-# What a rule's rewrite says of a node: replaced, not the rule's pattern (nothing to say),
-# or the reason it stays unfused (recorded as a note).
-FUSED, NOT_THE_PATTERN = True, False
 
 
 @dataclass(frozen=True)
@@ -67,25 +70,7 @@ class FusionRule:
     anchor: Any
     opset: int
     whole_operator: bool
-    rewrite: Callable[[torch.fx.Node, set[torch.fx.Node]], bool | str]  # (anchor, erased so far)
-
-
-def _arguments(node: torch.fx.Node) -> dict[str, Any]:
-    """The node's arguments by schema name, defaults filled in."""
-    schema = node.target._schema  # type: ignore[union-attr]
-    bound = {arg.name: arg.default_value for arg in schema.arguments if arg.has_default_value()}
-    bound.update({arg.name: value for arg, value in zip(schema.arguments, node.args)})
-    bound.update(node.kwargs)
-    return bound
-
-
-def _value(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
-def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
+    rewrite: Callable[[torch.fx.Node, set[torch.fx.Node], FusionTarget], bool | str]  # (anchor, erased so far, target)
 
 
 def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
@@ -99,8 +84,8 @@ def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
     unsqueezed = expanded.args[0]
     if not isinstance(unsqueezed, torch.fx.Node) or unsqueezed.target != _aten.unsqueeze.default or unsqueezed.args[1] != 2:
         return None
-    source, result = unsqueezed.args[0], _value(node)
-    source_value = _value(source)
+    source, result = unsqueezed.args[0], node_value(node)
+    source_value = node_value(source)
     if source_value is None or result is None or source_value.dim() != 4 or result.dim() != 4:
         return None
     sizes = expanded.args[1]
@@ -118,25 +103,25 @@ def _to_the_end(end: Any) -> bool:
 
 def _keeps_size(size: Any, reference: Any) -> bool:
     """Whether an expand size (int, -1, or a node computing a symbolic size) keeps ``reference``."""
-    size = _value(size) if isinstance(size, torch.fx.Node) else size
+    size = node_value(size) if isinstance(size, torch.fx.Node) else size
     return size == -1 if isinstance(size, int) and size < 0 else same_size(size, reference)
 
 
-def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
-    args = _arguments(node)
+def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node], target: FusionTarget) -> bool | str:
+    args = arguments(node)
     query, key, value, mask = args["query"], args["key"], args["value"], args.get("attn_mask")
     if args.get("dropout_p", 0.0) != 0.0:
         return "dropout (ONNX Attention has none)"
-    values = [_value(x) for x in (query, key, value)]
+    values = [node_value(x) for x in (query, key, value)]
     if any(v is None or v.dim() != 4 for v in values):
         return "query, key and value are not all 4-D"
-    if values[0].dtype not in _FLOATS_ORT_RUNS:
+    if values[0].dtype not in FLOATS_ORT_RUNS:
         return f"{values[0].dtype} (onnxruntime's Attention runs float32 and float16)"
-    if mask is not None and (_value(mask) is None or _value(mask).dim() > 4):
+    if mask is not None and (node_value(mask) is None or node_value(mask).dim() > 4):
         return "a mask of more than 4 dims"
-    if mask is not None and _value(mask).dtype not in (torch.bool, values[0].dtype):
-        return f"a {_value(mask).dtype} mask"
-    if mask is not None and (_value(mask).dim() < 2 or not same_size(_value(mask).shape[-2], values[0].shape[-2])):
+    if mask is not None and node_value(mask).dtype not in (torch.bool, values[0].dtype):
+        return f"a {node_value(mask).dtype} mask"
+    if mask is not None and (node_value(mask).dim() < 2 or not same_size(node_value(mask).shape[-2], values[0].shape[-2])):
         return "a mask shared by every query (onnxruntime's Attention takes one row per query)"
     scale, head_size = args.get("scale"), values[0].shape[-1]
     if scale is None and not isinstance(head_size, int):
@@ -146,13 +131,16 @@ def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | s
     unrepeated = [_unrepeated_heads(x) for x in repeated]
     if all(u is not None for u in unrepeated) and unrepeated[0][1] == unrepeated[1][1]:  # type: ignore[index]
         key, value = unrepeated[0][0], unrepeated[1][0]  # type: ignore[index]
-    query_heads, key_heads = values[0].shape[1], _value(key).shape[1]
+    query_heads, key_heads = values[0].shape[1], node_value(key).shape[1]
     if not isinstance(query_heads, int) or not isinstance(key_heads, int) or query_heads % key_heads:
         return f"{query_heads} query heads for {key_heads} key heads"
     is_causal = bool(args.get("is_causal", False))
+    cached = fuse_cached_attention(node, query, key, value, mask, scale, target, erased)
+    if cached is FUSED:
+        return FUSED
     graph = node.graph
-    packed = [_split_heads(x) for x in (query, key, value)]
-    merged = _merged_heads(node)
+    packed = [split_heads(x) for x in (query, key, value)]
+    merged = merged_heads(node)
     if all(x is not None for x in packed) and merged is not None:
         # (B, S, heads * D) in and out: the heads' transposes and reshapes are the kernel's
         with graph.inserting_before(node):
@@ -160,9 +148,9 @@ def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | s
                 torch.ops.fx2onnx.attention_3d.default, (*packed, mask, scale, is_causal, query_heads, key_heads)
             )
         fused.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-        fused.meta["val"] = _value(merged)
+        fused.meta["val"] = node_value(merged)
         merged.replace_all_uses_with(fused)
-        _erase_unused_tree(merged, erased)
+        erase_unused_tree(merged, erased, replaced=node)
         repeated = (query, key, value)
     else:
         with graph.inserting_before(node):
@@ -172,38 +160,8 @@ def _fuse_attention(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | s
         graph.erase_node(node)
         erased.add(node)
     for chain_end in repeated:  # the repetition or head split, unless something else reads it
-        _erase_unused_tree(chain_end, erased)
-    return FUSED
-
-
-def _is_heads_transpose(node: Any) -> bool:
-    return isinstance(node, torch.fx.Node) and node.target == _aten.transpose.int and sorted(node.args[1:3]) == [1, 2]
-
-
-def _split_heads(node: Any) -> torch.fx.Node | None:
-    """``x`` (B, S, heads * D) when ``node`` is ``transpose(view(x, [B, S, heads, D]), 1, 2)``."""
-    if not _is_heads_transpose(node) or not isinstance(node.args[0], torch.fx.Node) or node.args[0].target not in RESHAPES:
-        return None
-    source = node.args[0].args[0]
-    packed, split = _value(source), _value(node.args[0])
-    if packed is None or split is None or packed.dim() != 3 or split.dim() != 4:
-        return None
-    return source if same_size(split.shape[0], packed.shape[0]) and same_size(split.shape[1], packed.shape[1]) else None
-
-
-def _merged_heads(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The node ``reshape(transpose(node, 1, 2), [B, S, heads * D])`` that alone reads
-    the attention's output, if there is one."""
-    transposed = _only_user(node)
-    merged = _only_user(transposed) if _is_heads_transpose(transposed) else None
-    if merged is None:
-        return None
-    result, split = _value(merged), _value(transposed)
-    if merged.target not in RESHAPES or result is None or split is None or result.dim() != 3:
-        return None
-    return merged if same_size(result.shape[1], split.shape[1]) and same_size(result.shape[0], split.shape[0]) else None
-
-
+        erase_unused_tree(chain_end, erased)
+    return FusedOtherwise(f"Attention, not GroupQueryAttention: {cached}") if isinstance(cached, str) else FUSED
 
 
 # Elementwise steps that keep "the two halves of the last dim are equal".
@@ -221,7 +179,7 @@ def _has_equal_halves(node: Any) -> bool:
     if not isinstance(node, torch.fx.Node) or node.target != _aten.cat.default:
         return False
     parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
-    last = _value(node).dim() - 1 if _value(node) is not None else None
+    last = node_value(node).dim() - 1 if node_value(node) is not None else None
     return len(parts) == 2 and parts[0] is parts[1] and dim in (-1, last)
 
 
@@ -235,7 +193,7 @@ def _factors(node: Any) -> list[tuple[Any, Any]]:
 def _slice_of_last_dim(node: Any, x: Any, start: int, end: int | None) -> bool:
     if not isinstance(node, torch.fx.Node) or node.target != _aten.slice.Tensor or node.args[0] is not x:
         return False
-    args = _arguments(node)
+    args = arguments(node)
     stop_ok = args["end"] == end if end is not None else _to_the_end(args["end"])
     return args["dim"] in (-1, 3) and args["start"] == start and args["step"] == 1 and stop_ok
 
@@ -254,27 +212,27 @@ def _table(node: Any) -> Any:
     """The (B, S, D) table of ``unsqueeze(table, 1)``, when its halves are equal."""
     if isinstance(node, torch.fx.Node) and node.target == _aten.unsqueeze.default and node.args[1] == 1:
         table = node.args[0]
-        if _value(table) is not None and _value(table).dim() == 3 and _has_equal_halves(table):
+        if node_value(table) is not None and node_value(table).dim() == 3 and _has_equal_halves(table):
             return table
     return None
 
 
-def _fuse_rotary(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+def _fuse_rotary(node: torch.fx.Node, erased: set[torch.fx.Node], target: FusionTarget) -> bool | str:
     if len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
         return NOT_THE_PATTERN
     for direct, rotated in (node.args, tuple(reversed(node.args))):
         for x, cos in _factors(direct):
-            x_value = _value(x)
+            x_value = node_value(x)
             if x_value is None or x_value.dim() != 4 or not isinstance(x_value.shape[-1], int) or x_value.shape[-1] % 2:
                 continue
             half = x_value.shape[-1] // 2
             for turned, sin in _factors(rotated):
                 cos_table, sin_table = _table(cos), _table(sin)
                 if _is_rotated_half(turned, x, half) and cos_table is not None and sin_table is not None:
-                    if not all(same_size(_value(t).shape[0], x_value.shape[0]) or same_size(_value(t).shape[0], 1)
+                    if not all(same_size(node_value(t).shape[0], x_value.shape[0]) or same_size(node_value(t).shape[0], 1)
                                for t in (cos_table, sin_table)):
                         return "tables for another batch size"
-                    if x_value.dtype not in _FLOATS_ORT_RUNS:
+                    if x_value.dtype not in FLOATS_ORT_RUNS:
                         return f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)"
                     _replace_by_rotary(node, x, cos_table, sin_table, half, erased)
                     return FUSED
@@ -292,15 +250,15 @@ def _replace_by_rotary(
         new.meta["val"] = value
         return new
 
-    batch = _value(x).shape[0]
+    batch = node_value(x).shape[0]
     with graph.inserting_before(node):
         halves = []
         for table in (cos, sin):
-            first_half = add(_aten.slice.Tensor, (table, -1, 0, half), _aten.slice.Tensor(_value(table), -1, 0, half))
-            if not same_size(_value(table).shape[0], batch):
+            first_half = add(_aten.slice.Tensor, (table, -1, 0, half), _aten.slice.Tensor(node_value(table), -1, 0, half))
+            if not same_size(node_value(table).shape[0], batch):
                 # one table for every sequence (positions shared): the kernel wants one per sequence
                 size = batch if isinstance(batch, int) else add(_aten.sym_size.int, (x, 0), batch)
-                first_half = add(_aten.expand.default, (first_half, [size, -1, -1]), _value(first_half).expand(batch, -1, -1))
+                first_half = add(_aten.expand.default, (first_half, [size, -1, -1]), node_value(first_half).expand(batch, -1, -1))
             halves.append(first_half)
         fused = graph.call_function(torch.ops.fx2onnx.rotary.default, (x, *halves))
     fused.meta.update(node.meta)
@@ -308,25 +266,13 @@ def _replace_by_rotary(
     node.replace_all_uses_with(fused)
     graph.erase_node(node)
     for term in old_terms:
-        _erase_unused_tree(term, erased)
+        erase_unused_tree(term, erased)
 
 
-def _erase_unused_tree(node: Any, erased: set[torch.fx.Node]) -> None:
-    """Erase ``node`` and, depth first, what only it read, while nothing else reads them
-    (each erased node joins ``erased``)."""
-    if not isinstance(node, torch.fx.Node) or node in erased or node.op != "call_function" or node.users or node.is_impure():
-        return
-    inputs = list(node.all_input_nodes)
-    node.graph.erase_node(node)
-    erased.add(node)
-    for source in inputs:
-        _erase_unused_tree(source, erased)
-
-
-def _fuse_gelu(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+def _fuse_gelu(node: torch.fx.Node, erased: set[torch.fx.Node], target: FusionTarget) -> bool | str:
     x, approximate = node.args[0], node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
-    if _value(x) is None or _value(x).dtype != torch.float32:
-        return f"{getattr(_value(x), 'dtype', 'unknown type')} (onnxruntime's Gelu runs float32 only)"
+    if node_value(x) is None or node_value(x).dtype != torch.float32:
+        return f"{getattr(node_value(x), 'dtype', 'unknown type')} (onnxruntime's Gelu runs float32 only)"
     graph = node.graph
     with graph.inserting_before(node):
         fused = graph.call_function(torch.ops.fx2onnx.gelu.default, (x, approximate))
@@ -354,35 +300,35 @@ def _mean_of_squares(node: Any) -> tuple[torch.fx.Node, float, int] | None:
     mean, eps = node.args if isinstance(node.args[1], float) else tuple(reversed(node.args))
     if not isinstance(eps, float) or not isinstance(mean, torch.fx.Node) or mean.target != _aten.mean.dim:
         return None
-    averaged = _arguments(mean)
+    averaged = arguments(mean)
     squared = averaged["self"]
     if not isinstance(squared, torch.fx.Node) or squared.target != _aten.pow.Tensor_Scalar or squared.args[1] != 2:
         return None
-    x, x_value = squared.args[0], _value(squared.args[0])
+    x, x_value = squared.args[0], node_value(squared.args[0])
     if x_value is None or x_value.dim() == 0 or not averaged["keepdim"] or averaged["dtype"] is not None:
         return None
     trailing = _trailing_dims(averaged["dim"], x_value.dim())
     return (x, eps, trailing) if trailing is not None else None
 
 
-def _fuse_rms_norm(node: torch.fx.Node, erased: set[torch.fx.Node]) -> bool | str:
+def _fuse_rms_norm(node: torch.fx.Node, erased: set[torch.fx.Node], target: FusionTarget) -> bool | str:
     """Anchored at the ``rsqrt`` of a mean of squares plus eps, read once, by ``x * rsqrt``,
     whose result (cast back, maybe) is scaled by a tensor over the normalized dims."""
     found = _mean_of_squares(node.args[0])
-    normalized = _only_user(node)
+    normalized = only_user(node)
     if found is None or normalized is None or _other_factor(normalized, found[0]) is not node:
         return NOT_THE_PATTERN
     x, eps, trailing = found
-    scaled, result = normalized, _only_user(normalized)
+    scaled, result = normalized, only_user(normalized)
     if result is not None and _is_cast(result):
-        scaled, result = result, _only_user(result)  # cast back to the input's dtype before the scale
+        scaled, result = result, only_user(result)  # cast back to the input's dtype before the scale
     scale = _other_factor(result, scaled) if result is not None else None
-    scale_shape = list(_value(scale).shape) if isinstance(scale, torch.fx.Node) and _value(scale) is not None else None
-    if scale_shape is None or len(scale_shape) != trailing or not all(map(same_size, scale_shape, _value(x).shape[-trailing:])):
+    scale_shape = list(node_value(scale).shape) if isinstance(scale, torch.fx.Node) and node_value(scale) is not None else None
+    if scale_shape is None or len(scale_shape) != trailing or not all(map(same_size, scale_shape, node_value(x).shape[-trailing:])):
         return "no scale over the normalized dims follows the normalization"
     source = x.args[0] if _is_float32_upcast(x) else x  # the kernel computes in float32 itself
-    cast_back = _only_user(result)
-    if _is_float32_upcast(scale) and cast_back is not None and _is_cast(cast_back) and _value(cast_back).dtype == _value(source).dtype:
+    cast_back = only_user(result)
+    if _is_float32_upcast(scale) and cast_back is not None and _is_cast(cast_back) and node_value(cast_back).dtype == node_value(source).dtype:
         # torch's decomposition scales in float32 and casts after: the kernel casts before
         # (one rounding of the input's type more, within its precision)
         scale, result = scale.args[0], cast_back
@@ -402,16 +348,16 @@ def _replace_by_rms_norm(result: torch.fx.Node, x: torch.fx.Node, scale: Any, ep
                          erased: set[torch.fx.Node]) -> bool | str:
     """``result`` replaced by the RMS normalization of ``x`` over its last ``trailing_dims``
     dims, scaled by ``scale``, when onnxruntime's kernel takes their types."""
-    dtypes = {_value(x).dtype, _value(scale).dtype, _value(result).dtype}
-    if len(dtypes) != 1 or not dtypes <= set(_FLOATS_ORT_RUNS):
-        return (f"{_value(x).dtype} input, {_value(scale).dtype} scale (onnxruntime's RMSNormalization runs "
+    dtypes = {node_value(x).dtype, node_value(scale).dtype, node_value(result).dtype}
+    if len(dtypes) != 1 or not dtypes <= set(FLOATS_ORT_RUNS):
+        return (f"{node_value(x).dtype} input, {node_value(scale).dtype} scale (onnxruntime's RMSNormalization runs "
                 "float32 and float16, input, scale and result alike)")
     graph = result.graph
     with graph.inserting_before(result):
         fused = graph.call_function(torch.ops.fx2onnx.rms_norm.default, (x, scale, eps, trailing_dims))
     fused.meta.update(result.meta)
     result.replace_all_uses_with(fused)
-    _erase_unused_tree(result, erased)
+    erase_unused_tree(result, erased)
     return FUSED
 
 
@@ -423,10 +369,14 @@ RULES: tuple[FusionRule, ...] = (
 )
 
 
-def fuse_kernels(graph_module: torch.fx.GraphModule, opset: int, context: DiagnosticContext, opset_chosen: bool = True) -> int:
+def fuse_kernels(
+    graph_module: torch.fx.GraphModule, opset: int, context: DiagnosticContext, opset_chosen: bool = True,
+    target: FusionTarget = FusionTarget(),
+) -> int:
     """Apply every rule of :data:`RULES` that ``opset`` has the kernel of to
-    ``graph_module``, in place; returns how many nodes became fused kernels. When the
-    user chose ``opset`` (``opset_chosen``), a note names the rules it is too old for."""
+    ``graph_module``, in place, for ``target``; returns how many nodes became fused
+    kernels. When the user chose ``opset`` (``opset_chosen``), a note names the rules it
+    is too old for."""
     by_anchor = {rule.anchor: rule for rule in RULES}
     graph = graph_module.graph
     matches = [node for node in graph.nodes if node.op == "call_function" and node.target in by_anchor]
@@ -444,13 +394,11 @@ def fuse_kernels(graph_module: torch.fx.GraphModule, opset: int, context: Diagno
         rule = by_anchor[node.target]
         if rule.opset > opset or node in erased:  # erased: a term of a rewrite before it
             continue
-        reason = rule.rewrite(node, erased)
-        fused += reason is FUSED
-        if isinstance(reason, str):
-            context.record(
-                rules.FX_PASS, Level.NOTE, pass_name="fuse_kernels",
-                message=f"`{node.name}` ({rule.name}) kept unfused: {reason}.",
-            )
+        reason = rule.rewrite(node, erased, target)
+        fused += reason is FUSED or isinstance(reason, FusedOtherwise)
+        if isinstance(reason, (str, FusedOtherwise)):
+            said = f"fused as {reason.reason}" if isinstance(reason, FusedOtherwise) else f"kept unfused: {reason}"
+            context.record(rules.FX_PASS, Level.NOTE, pass_name="fuse_kernels", message=f"`{node.name}` ({rule.name}) {said}.")
     if fused:
         graph_module.recompile()
     return fused

@@ -82,3 +82,60 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float, trailing_dims: in
 @rms_norm.register_fake
 def _rms_norm_fake(x, scale, eps, trailing_dims):
     return torch.empty_like(x)
+
+
+@torch.library.custom_op("fx2onnx::rotary_3d", mutates_args=())
+def rotary_3d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int) -> torch.Tensor:
+    """:func:`rotary` of ``x`` (B, S, heads * D), the heads side by side in the last dim."""
+    split = x.unflatten(-1, (heads, -1)).transpose(1, 2)
+    return rotary(split, cos, sin).transpose(1, 2).flatten(-2)
+
+
+@rotary_3d.register_fake
+def _rotary_3d_fake(x, cos, sin, heads):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("fx2onnx::cached_attention", mutates_args=())
+def cached_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor,
+    seqlens_k: torch.Tensor, total_length: torch.Tensor, scale: float, query_heads: int, key_heads: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Causal attention of new tokens over a cache (onnxruntime's ``GroupQueryAttention``).
+
+    ``query`` (B, S, query_heads * D), ``key``/``value`` (B, S, key_heads * D) are the new
+    tokens; ``past_key``/``past_value`` (B, key_heads, P, D) the cache. Returns the
+    attention (B, S, query_heads * D) and the caches with the new tokens appended. Sequence
+    b holds ``seqlens_k[b] + 1`` tokens in all (``total_length`` at most), the new ones
+    last: its query i sits at position ``seqlens_k[b] + 1 - S + i`` and sees the keys up
+    to it.
+    """
+
+    def split(x: torch.Tensor, heads: int) -> torch.Tensor:
+        return x.unflatten(-1, (heads, -1)).transpose(1, 2)
+
+    present_key = torch.cat([past_key, split(key, key_heads)], dim=2)
+    present_value = torch.cat([past_value, split(value, key_heads)], dim=2)
+    new, total = query.shape[1], present_key.shape[2]
+    last_seen = (seqlens_k.long() + 1 - new).view(-1, 1, 1) + torch.arange(new).view(1, -1, 1)
+    visible = torch.arange(total).view(1, 1, -1) <= last_seen  # (B, S, total)
+    result = torch.nn.functional.scaled_dot_product_attention(
+        split(query, query_heads), present_key, present_value, attn_mask=visible.unsqueeze(1), scale=scale,
+        enable_gqa=query_heads != key_heads,
+    )
+    return result.transpose(1, 2).flatten(-2), present_key, present_value
+
+
+@cached_attention.register_fake
+def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, total_length, scale, query_heads, key_heads):
+    batch, new = query.shape[0], query.shape[1]
+    head_size = past_key.shape[-1]
+    present = past_key.new_empty((batch, key_heads, past_key.shape[2] + new, head_size))
+    return query.new_empty(query.shape), present, past_value.new_empty(present.shape)
+
+
+# Operators whose ONNX kernel is onnxruntime's own: ONNX's shape inference has no schema of
+# it, so inside a model-local function the types of its outputs, and of all that reads them,
+# would be unknown to a checker. The module calls around them stay in the main graph,
+# where every value's type is declared.
+ONNXRUNTIME_KERNELS = frozenset({torch.ops.fx2onnx.cached_attention.default})

@@ -8,7 +8,9 @@ a module call is the run of consecutive nodes that share a key, so two calls of 
 in a row stay two calls (their keys differ by `@N`). Each call becomes a sub-GraphModule
 whose placeholders are the values it uses but does not make (parameters included: ONNX
 functions have no initializers) and whose outputs are the values used after it. The
-interpreter turns each `call_module` into a call of a model-local ONNX function.
+interpreter turns each `call_module` into a call of a model-local ONNX function. A call
+that holds an onnxruntime kernel (`fused_ops.ONNXRUNTIME_KERNELS`) stays in its caller's
+graph: ONNX's checker knows no types of that kernel's outputs inside a function.
 
 This pass must run last: it moves nodes out of the root graph.
 """
@@ -25,6 +27,7 @@ from typing import Any, Union
 import torch
 import torch.fx
 
+from fx2onnx.fx_passes.fused_ops import ONNXRUNTIME_KERNELS
 from fx2onnx.options import ModuleFunctionOptions
 
 # Where the pass leaves what the interpreter needs to know about a sub-GraphModule.
@@ -159,7 +162,7 @@ def _is_selected(scope: _Scope, options: ModuleFunctionOptions) -> bool:
         return False
     if not options.torch_nn_leaves and call.class_name.startswith("torch.nn.") and not scope.scopes():
         return False
-    return True
+    return not any(node.target in ONNXRUNTIME_KERNELS for node in scope.nodes())
 
 
 def _keep_selected(scope: _Scope, options: ModuleFunctionOptions) -> None:

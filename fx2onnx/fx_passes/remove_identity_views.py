@@ -6,6 +6,7 @@ seq, dim)`` right after attention, ``x.view(x.shape)``) and copy tensors for mem
 layout (``clone``, ``contiguous``). In ONNX, which has no strides, each is a node that does
 nothing; inside module functions the optimizer cannot see the shapes to remove them,
 so they are removed here, where every shape is known from the FakeTensor metadata.
+A concatenation whose other parts are empty is its one filled part.
 A reshape of a reshape is a reshape of the first input (row-major order is kept), which
 also holds across a module boundary (an attention block's output reshape followed by the
 projection's flattening view), where the ONNX optimizer sees two functions.
@@ -74,6 +75,25 @@ def _is_identity(node: torch.fx.Node) -> bool:
     )
 
 
+def _sole_filled_part(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The one part of the concatenation ``node`` that is not empty, when the others are
+    empty by shape (a rotation over the whole head, ``cat([rotated, x[..., d:]])``)."""
+    if node.op != "call_function" or node.target != _aten.cat.default or not node.args[0]:
+        return None
+    result = node.meta.get("val")
+    parts = [(part, part.meta.get("val")) for part in node.args[0] if isinstance(part, torch.fx.Node)]
+    if len(parts) != len(node.args[0]) or not isinstance(result, torch.Tensor):
+        return None
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % result.dim()
+    filled = [part for part, value in parts if not (isinstance(value, torch.Tensor) and value.dim() == result.dim()
+                                                   and isinstance(value.shape[dim], int) and value.shape[dim] == 0)]
+    if len(filled) != 1:
+        return None
+    value = filled[0].meta.get("val")
+    same = value.dtype == result.dtype and all(same_size(x, y) for x, y in zip(value.shape, result.shape))
+    return filled[0] if same else None
+
+
 def remove_identity_views(
     graph_module: torch.fx.GraphModule, on_removed: Callable[[torch.fx.Node], None] | None = None
 ) -> int:
@@ -88,10 +108,11 @@ def remove_identity_views(
             if not inner.users:
                 graph_module.graph.erase_node(inner)
                 removed += 1
-        if _is_identity(node):
+        kept = node.args[0] if _is_identity(node) else _sole_filled_part(node)
+        if kept is not None:
             if on_removed is not None:
                 on_removed(node)
-            node.replace_all_uses_with(node.args[0])
+            node.replace_all_uses_with(kept)
             graph_module.graph.erase_node(node)
             removed += 1
     if removed:

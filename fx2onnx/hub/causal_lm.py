@@ -48,3 +48,14 @@ def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
 def head_size(config: Any) -> int:
     explicit = getattr(config, "head_dim", None)
     return int(explicit) if explicit else int(config.hidden_size) // int(config.num_attention_heads)
+
+
+def attends_causally(config: Any) -> bool:
+    """Whether every layer's attention is causal over all the tokens `attention_mask`
+    holds: no sliding window, chunked attention or ALiBi bias in the mask."""
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "alibi", False)
+    window_used = getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+    chunked = getattr(config, "attention_chunk_size", None) is not None
+    return not (window_used or chunked or getattr(config, "alibi", False))

@@ -2,14 +2,19 @@
 
 The model type is the config's where the runtime knows it (its own list, below), else
 its generic `decoder`. Sizes come from the config; bos/eos/pad ids from
-`generation_config.json` when the folder has one. The past and present buffers are not
-shared (`past_present_share_buffer: false`): the model returns new cache tensors.
+`generation_config.json` when the folder has one. The past and present buffers are
+shared (`past_present_share_buffer: true`) when every layer's cache is updated by
+onnxruntime's `GroupQueryAttention`, which then writes the new tokens into the buffer of
+the context's length in place; otherwise the model returns new cache tensors.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import onnx_ir as ir
+
+from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
 from fx2onnx.hub.causal_lm import head_size
 
 # Decoder model types ONNX Runtime GenAI 0.18 accepts by name and runs with this layout
@@ -29,7 +34,28 @@ def _token_id(value: Any) -> Any:
     return None if value is None else int(value)
 
 
-def genai_config(config: Any, generation_config: Any, filename: str, input_names: list[str], layer_count: int) -> dict[str, Any]:
+def _maker(value: ir.Value, model: ir.Model) -> ir.Node | None:
+    """The node that computes ``value``, looked for inside the model-local functions."""
+    node = value.producer()
+    while node is not None and node.op_identifier() in model.functions:
+        value = model.functions[node.op_identifier()].outputs[value.index()]
+        node = value.producer()
+    return node
+
+
+def updates_cache_in_place(model: ir.Model) -> bool:
+    """Whether every `present.*` output is made by onnxruntime's `GroupQueryAttention`,
+    which appends to the past in place when the runtime gives both one buffer."""
+    presents = [value for value in model.graph.outputs if value.name.startswith("present.")]
+    makers = [_maker(value, model) for value in presents]
+    return bool(presents) and all(
+        node is not None and (node.domain, node.op_type) == (ONNXRUNTIME_DOMAIN, "GroupQueryAttention") for node in makers
+    )
+
+
+def genai_config(
+    config: Any, generation_config: Any, filename: str, input_names: list[str], layer_count: int, share_buffer: bool = False,
+) -> dict[str, Any]:
     model_type = str(getattr(config, "model_type", "decoder"))
     context = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 2048)
     ids = {
@@ -67,7 +93,7 @@ def genai_config(config: Any, generation_config: Any, filename: str, input_names
         "search": {
             "diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
             "max_length": context, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
-            "num_return_sequences": 1, "past_present_share_buffer": False, "repetition_penalty": 1.0,
+            "num_return_sequences": 1, "past_present_share_buffer": share_buffer, "repetition_penalty": 1.0,
             "temperature": 1.0, "top_k": 50, "top_p": 1.0,
         },
     }

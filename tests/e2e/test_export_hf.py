@@ -95,10 +95,14 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     assert dims(out / "model.onnx", "past_key_values.1.value")[::2] == ["batch_size", "past_sequence_length"]
     assert dims(out / "model.onnx", "present.0.key")[::2] == ["batch_size", "total_sequence_length"]
     config = json.loads((out / "genai_config.json").read_text())
-    assert config["model"]["decoder"]["num_hidden_layers"] == 2 and config["search"]["past_present_share_buffer"] is False
-    # opset 23 by default: attention and the rotary embedding as single kernels
+    # opset 23 by default: attention and the rotary embedding as single kernels; attention
+    # over the cache as onnxruntime's GroupQueryAttention, which appends to the cache in
+    # place (past and present share a buffer), unless a sliding window shapes the mask
+    windowed = family == "mistral"
+    assert config["model"]["decoder"]["num_hidden_layers"] == 2
+    assert config["search"]["past_present_share_buffer"] is not windowed
     kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "model.onnx"), load_external_data=False)))
-    assert kernels["Attention"] == 2
+    assert (kernels["GroupQueryAttention"], kernels["Attention"]) == ((0, 2) if windowed else (2, 0))
     assert kernels["RotaryEmbedding"] == (0 if family == "gpt2" else 4)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     tokens, encoded = generate_with_genai(out, prompt_ids, 16)
@@ -215,3 +219,30 @@ def test_command_line_and_its_errors(tmp_path, tokenizer, capsys):
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "o3"), "--task", "image-classification", "--quiet"]) == 1
     assert not (tmp_path / "o3").exists()  # a LLaMA folder is no image classifier: nothing written
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]  # no half-written folder left
+
+
+def test_runtime_standard_keeps_to_onnx_operators_and_runs_any_batch(tmp_path, tokenizer):
+    """`--runtime standard`: the standard Attention and a cache grown by Concat, which run
+    several new tokens over a cache for several sequences at once (onnxruntime's
+    GroupQueryAttention runs that for one sequence only)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    model = save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    out = tmp_path / "out"
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--runtime", "standard", "--verify", "--quiet"]) == 0
+    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is False
+    onnx.checker.check_model(os.fspath(out / "model.onnx"), full_check=True)
+    kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "model.onnx"), load_external_data=False)))
+    assert kernels["Attention"] == 2 and "GroupQueryAttention" not in kernels
+    ids = torch.randint(3, len(tokenizer), (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cache = model(input_ids=ids[:, :5], use_cache=True).past_key_values
+        expected = model(input_ids=ids).logits[:, 5:]
+    feed = {"input_ids": ids[:, 5:].numpy(), "attention_mask": np.ones((2, 8), np.int64),
+            "position_ids": np.tile(np.arange(5, 8), (2, 1))}
+    for i, layer in enumerate(cache.layers):
+        feed[f"past_key_values.{i}.key"], feed[f"past_key_values.{i}.value"] = layer.keys.numpy(), layer.values.numpy()
+    session = ort.InferenceSession(os.fspath(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    logits = session.run(["logits"], {i.name: feed[i.name] for i in session.get_inputs()})[0]
+    np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-4, atol=1e-4)

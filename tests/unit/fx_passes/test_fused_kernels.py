@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import collections
 
+import onnx
+import onnx.inliner
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import all_nodes, export_and_compare_impl, export_program, make_options
+import fx2onnx
+from conftest import all_nodes, check_saved_model, export_and_compare_impl, export_program, make_options
 from diagnostics import rules
 
 
@@ -327,3 +330,122 @@ def test_rms_normalization_below_opset_23_or_without_a_scale_stays_as_written(tm
 def test_the_fused_rms_norm_computes_what_torch_computes():
     x, scale = torch.randn(2, 3, 16, dtype=torch.float16), torch.randn(3, 16, dtype=torch.float16)
     torch.testing.assert_close(torch.ops.fx2onnx.rms_norm(x, scale, 1e-5, 2), F.rms_norm(x.float(), (3, 16), eps=1e-5).half() * scale)
+
+
+class CachedDecoder(torch.nn.Module):
+    """One decoder attention over a KV cache, as decoders write it: projections split
+    into heads, the rotary embedding, the new tokens appended to the cache, key/value
+    heads repeated, and a boolean mask built from ``attention_mask``: causal, over the
+    tokens it holds."""
+
+    def __init__(self, additive_mask: bool = False) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.o = torch.nn.Linear(32, 32), torch.nn.Linear(32, 16), torch.nn.Linear(32, 16), torch.nn.Linear(32, 32)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8), persistent=False)
+        self.additive_mask = additive_mask
+
+    def forward(self, x, attention_mask, position_ids, past_key, past_value):
+        b, s, _ = x.shape
+        freqs = position_ids[..., None].float() * self.inv_freq
+        emb = torch.cat([freqs, freqs], dim=-1)
+        cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+
+        def heads(t: torch.Tensor, count: int) -> torch.Tensor:
+            return t.view(b, s, count, 8).transpose(1, 2)
+
+        def rotate(t: torch.Tensor) -> torch.Tensor:
+            return t * cos + torch.cat([-t[..., 4:], t[..., :4]], dim=-1) * sin
+
+        q, k, v = rotate(heads(self.q(x), 4)), rotate(heads(self.k(x), 2)), heads(self.v(x), 2)
+        key, value = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
+        total = key.shape[2]
+        causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
+        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        if self.additive_mask:
+            mask = torch.where(mask, 0.0, float("-inf"))
+        repeated = [t[:, :, None].expand(b, 2, 2, total, 8).reshape(b, 4, total, 8) for t in (key, value)]
+        out = F.scaled_dot_product_attention(q, *repeated, attn_mask=mask)
+        return self.o(out.transpose(1, 2).reshape(b, s, 32)), key, value
+
+
+def _decoder_inputs(batch: int, past: int, new: int) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(batch, new, 32), torch.ones(batch, past + new, dtype=torch.int64),
+            torch.arange(past, past + new).expand(batch, -1), torch.randn(batch, 2, past, 8), torch.randn(batch, 2, past, 8))
+
+
+def _export_decoder(tmp_path, model, **options):
+    batch, new, past = torch.export.Dim("batch"), torch.export.Dim("new"), torch.export.Dim("past")
+    dynamic = {"x": {0: batch, 1: new}, "attention_mask": {0: batch, 1: torch.export.Dim.AUTO}, "position_ids": {0: batch, 1: new},
+               "past_key": {0: batch, 2: past}, "past_value": {0: batch, 2: past}}
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, **options)
+    return export_program(model, _decoder_inputs(2, 5, 3), options=options, tmp_path=tmp_path)
+
+
+def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path):
+    torch.manual_seed(0)
+    model = CachedDecoder().eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask")
+    check_saved_model(program, tmp_path / "m.onnx")
+    counts = _counts(program)
+    # the cache's update, the mask and the head repetitions are the kernel's; rotations stay in the projections' layout
+    assert counts["GroupQueryAttention"] == 1 and counts["RotaryEmbedding"] == 2
+    assert not {"Attention", "Expand", "Softmax", "LessOrEqual", "And"} & set(counts)
+    flat = onnx.inliner.inline_local_functions(program.model_proto)
+    assert {n.op_type for n in flat.graph.node if {"past_key", "past_value"} & set(n.input)} == {"GroupQueryAttention"}
+    (kernel,) = [n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"]
+    assert kernel.domain == "com.microsoft"
+    assert {a.name: a.i for a in kernel.attribute if a.type == a.INT} == {"num_heads": 4, "kv_num_heads": 2}
+    # a prefill at batch 2, decode steps at batch 2, and a continued prompt at batch 1
+    # (onnxruntime's kernel takes several new tokens over a past for one sequence only)
+    for batch, past, new in ((2, 0, 6), (2, 5, 1), (3, 9, 1), (1, 5, 3)):
+        inputs = _decoder_inputs(batch, past, new)
+        with torch.no_grad():
+            expected = model(*inputs)
+        for actual, wanted in zip(program(*inputs), expected):
+            torch.testing.assert_close(actual, wanted, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("model", "options", "note"), [
+    (CachedDecoder(additive_mask=True), {"causal_mask_input": "attention_mask"}, "an additive mask"),
+    (CachedDecoder(), {"causal_mask_input": "attention_mask", "runtime": "standard"}, None),
+    (CachedDecoder(), {}, None),
+])
+def test_attention_over_a_cache_stays_standard_where_the_kernel_does_not_apply(tmp_path, model, options, note):
+    program = _export_decoder(tmp_path, model.eval(), **options)
+    check_saved_model(program, tmp_path / "m.onnx")
+    counts = _counts(program)
+    assert counts["Attention"] == 1 and "GroupQueryAttention" not in counts
+    notes = [d.message for d in program.diagnostic_context.diagnostics if "GroupQueryAttention" in (d.message or "")]
+    assert (note in notes[0]) if note else not notes
+    inputs = _decoder_inputs(2, 5, 3)  # any batch with any past: the standard kernel has no limit
+    with torch.no_grad():
+        expected = model(*inputs)
+    for actual, wanted in zip(program(*inputs), expected):
+        torch.testing.assert_close(actual, wanted, rtol=1e-4, atol=1e-5)
+
+
+def test_options_of_the_runtime_and_of_the_causal_mask_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="runtime='tensorrt'.*'onnxruntime', 'standard'"):
+        make_options(tmp_path, runtime="tensorrt")
+    with pytest.raises(fx2onnx.OnnxExporterError, match=r"causal_mask_input='mask'\) names no input.*'attention_mask'"):
+        _export_decoder(tmp_path, CachedDecoder().eval(), causal_mask_input="mask")
+
+
+def test_the_cached_attention_computes_causal_attention_over_the_appended_cache():
+    q, k, v = torch.randn(2, 3, 32), torch.randn(2, 3, 16), torch.randn(2, 3, 16)
+    past_key, past_value = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
+    out, key, value = torch.ops.fx2onnx.cached_attention(
+        q, k, v, past_key, past_value, torch.tensor([6, 6], dtype=torch.int32), torch.tensor(7, dtype=torch.int32), 0.3, 4, 2
+    )
+
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.unflatten(-1, (-1, 8)).transpose(1, 2)
+
+    torch.testing.assert_close(key, torch.cat([past_key, heads(k)], 2))
+    causal = torch.ones(3, 7, dtype=torch.bool).tril(4)
+    expected = F.scaled_dot_product_attention(heads(q), key.repeat_interleave(2, 1), value.repeat_interleave(2, 1),
+                                              attn_mask=causal, scale=0.3)
+    torch.testing.assert_close(out, expected.transpose(1, 2).flatten(-2))
+    cos, sin = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    torch.testing.assert_close(torch.ops.fx2onnx.rotary_3d(q, cos, sin, 4),
+                               torch.ops.fx2onnx.rotary(heads(q), cos, sin).transpose(1, 2).flatten(-2))
