@@ -25,7 +25,7 @@ from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET
 from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files, name_tokenizer_class
-from fx2onnx.hub.genai_config import genai_config, updates_cache_in_place
+from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import seq2seq
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel, load_model,
@@ -133,10 +133,8 @@ def _export_causal_lm(loaded: LoadedModel, staging: Path, options: fx2onnx.Expor
     program = _exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
     _save(program, staging / "model.onnx", loaded)
-    input_names = [v.name for v in program.model.graph.inputs]
-    layers = sum(1 for name in input_names if name.endswith(".key") and name.startswith("past_key_values."))
     generation = getattr(loaded.model, "generation_config", None)
-    config = genai_config(loaded.config, generation, "model.onnx", input_names, layers, updates_cache_in_place(program.model))
+    config = genai_config(loaded.config, generation, "model.onnx", program.model)
     (staging / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return ["model.onnx", "model.onnx.data", "genai_config.json"]
 

@@ -53,9 +53,13 @@ def updates_cache_in_place(model: ir.Model) -> bool:
     )
 
 
-def genai_config(
-    config: Any, generation_config: Any, filename: str, input_names: list[str], layer_count: int, share_buffer: bool = False,
-) -> dict[str, Any]:
+def genai_config(config: Any, generation_config: Any, filename: str, model: ir.Model) -> dict[str, Any]:
+    """The config of the decoder ``model`` (saved as ``filename``): its inputs, its layers,
+    heads and head size as its cache inputs have them (batch, heads, past, head size),
+    and buffer sharing where it updates the cache in place."""
+    input_names = [value.name for value in model.graph.inputs]
+    keys = [value for value in model.graph.inputs if value.name.startswith("past_key_values.") and value.name.endswith(".key")]
+    kv_heads, cache_head_size = (int(keys[0].shape[1]), int(keys[0].shape[3])) if keys else (None, head_size(config))
     model_type = str(getattr(config, "model_type", "decoder"))
     context = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 2048)
     ids = {
@@ -79,13 +83,13 @@ def genai_config(
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "filename": filename,
-                "head_size": head_size(config),
+                "head_size": cache_head_size,
                 "hidden_size": int(config.hidden_size),
                 "inputs": inputs,
                 "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
                 "num_attention_heads": heads,
-                "num_hidden_layers": layer_count,
-                "num_key_value_heads": int(getattr(config, "num_key_value_heads", None) or heads),
+                "num_hidden_layers": len(keys),
+                "num_key_value_heads": kv_heads or int(getattr(config, "num_key_value_heads", None) or heads),
             },
             "type": model_type if model_type in GENAI_MODEL_TYPES else "decoder",
             "vocab_size": int(config.vocab_size),
@@ -93,7 +97,7 @@ def genai_config(
         "search": {
             "diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
             "max_length": context, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
-            "num_return_sequences": 1, "past_present_share_buffer": share_buffer, "repetition_penalty": 1.0,
+            "num_return_sequences": 1, "past_present_share_buffer": updates_cache_in_place(model), "repetition_penalty": 1.0,
             "temperature": 1.0, "top_k": 50, "top_p": 1.0,
         },
     }

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.causal_lm import cache_argument, head_size
+from fx2onnx.hub.causal_lm import cache_argument
 from fx2onnx.program.onnx_program import session_on_cpu
 
 
@@ -55,14 +55,15 @@ def _largest_difference(pairs: Any) -> float:
     return max(float(np.abs(a.astype(np.float64) - b.double().numpy()).max()) for a, b in pairs)
 
 
-def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int, kv_heads: int, head_size: int) -> tuple[list[int], list[np.ndarray]]:
+def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """Greedy generation with the exported decoder: prefill, then one token per step."""
     with _session(path) as session:
-        inputs = {i.name: i.type for i in session.get_inputs()}
+        inputs = {i.name: i for i in session.get_inputs()}
         past_names = [n for n in inputs if n.startswith("past_key_values.")]
-        cache_type = inputs[past_names[0]] if past_names else "tensor(float)"
+        cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
         dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-        cache = {n: np.zeros((1, kv_heads, 0, head_size), dtype=dtype) for n in past_names}
+        # an empty cache of the model's own heads and head size (batch, heads, 0, head size)
+        cache = {n: np.zeros((1, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
         tokens, logits_seen = list(prompt), []
         step = np.array([prompt], dtype=np.int64)
         for _ in range(new_tokens):
@@ -78,8 +79,7 @@ def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int, kv_hea
 
 
 def verify_causal_lm(path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int) -> Verification:
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
-    onnx_tokens, onnx_logits = greedy_in_onnxruntime(path, prompt, new_tokens, kv_heads, head_size(config))
+    onnx_tokens, onnx_logits = greedy_in_onnxruntime(path, prompt, new_tokens)
     with torch.no_grad():
         generated = model.generate(
             torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,

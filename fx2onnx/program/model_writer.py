@@ -106,15 +106,32 @@ def _write_tensor(stream, tensor: torch.Tensor | ir.TensorProtocol) -> int:  # n
     return len(data)
 
 
+# Small integer initializers stay in the model file (below onnx's own size threshold):
+# they may be shape inputs (a Slice's starts, a Reshape's shape), whose values onnxruntime
+# reads only from there.
+EMBEDDED_BELOW_BYTES = 1024
+
+
+def _stays_embedded(tensor: torch.Tensor | ir.TensorProtocol) -> bool:
+    if isinstance(tensor, torch.Tensor):
+        integral = not (tensor.is_floating_point() or tensor.is_complex())
+        return integral and tensor.numel() * tensor.element_size() < EMBEDDED_BELOW_BYTES
+    return tensor.dtype.is_integer() and tensor.nbytes < EMBEDDED_BELOW_BYTES
+
+
 def _external_tensors(
     model: ir.Model, getters: Mapping[str, WeightGetter], data_path: Path, data_name: str
-) -> dict[str, ir.ExternalTensor]:
-    """Stream every initializer into ``data_path``; the references to put in the proto."""
-    references: dict[str, ir.ExternalTensor] = {}
+) -> dict[str, ir.TensorProtocol]:
+    """Stream every initializer into ``data_path`` but small integer ones; the tensors to
+    put in the proto (references to the file, small integer tensors themselves)."""
+    references: dict[str, ir.TensorProtocol] = {}
     offset = 0
     with open(data_path, "wb") as stream:
         for name, value in model.graph.initializers.items():
             tensor = _checked(name, value, getters[name]())
+            if _stays_embedded(tensor):
+                references[name] = TorchTensorData(tensor, name=name) if isinstance(tensor, torch.Tensor) else tensor
+                continue
             length = _write_tensor(stream, tensor)
             assert value.dtype is not None and value.shape is not None
             references[name] = ir.ExternalTensor(

@@ -246,3 +246,26 @@ def test_runtime_standard_keeps_to_onnx_operators_and_runs_any_batch(tmp_path, t
     session = ort.InferenceSession(os.fspath(out / "model.onnx"), providers=["CPUExecutionProvider"])
     logits = session.run(["logits"], {i.name: feed[i.name] for i in session.get_inputs()})[0]
     np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_multi_query_cache_and_small_integer_constants(tmp_path, tokenizer):
+    """Falcon: one key/value head for all query heads (the config names it its own way;
+    the folder's config takes the cache's heads and head size from the model), and small
+    integer constants used as slice bounds (kept in the model file, where onnxruntime
+    reads shape inputs)."""
+    torch.manual_seed(0)
+    config = transformers.FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=len(tokenizer),
+                                       max_position_embeddings=256, **COMMON)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, tokens=8)
+    assert result.verification.tokens_equal
+    decoder = json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]["decoder"]
+    assert (decoder["num_key_value_heads"], decoder["head_size"]) == (1, 16)
+    assert dims(tmp_path / "out" / "model.onnx", "past_key_values.0.key")[1::2] == [1, 16]
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    tokens, _ = generate_with_genai(tmp_path / "out", prompt_ids, 8)
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=8, min_new_tokens=8, pad_token_id=0)
+    assert tokens == expected[0, len(prompt_ids):].tolist()

@@ -187,3 +187,28 @@ def test_no_report_file_when_path_is_none(tmp_path, monkeypatch):
         fx2onnx.dynamo_export(Unsupported(), torch.randn(2), export_options=fx2onnx.ExportOptions(failure_report_path=None))
     assert "SARIF report is at" not in str(caught.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_small_integer_initializers_stay_in_the_model_file(tmp_path):
+    """External data holds the weights; small integer tensors (indices, and shape inputs
+    such as a Slice's starts, whose values onnxruntime reads only from the model file) stay."""
+
+    class Picks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 16)
+            self.register_buffer("columns", torch.tensor([0, 3, 5]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x)[:, self.columns]
+
+    x, model = torch.randn(3, 8), Picks().eval()
+    program = export_program(model, (x,), tmp_path=tmp_path)
+    path = check_saved_model(program, tmp_path / "m.onnx", external_data=True)
+    loaded = onnx.load(str(path), load_external_data=False)
+    located = {t.name: t.data_location for t in loaded.graph.initializer}
+    assert located["linear.weight"] == onnx.TensorProto.EXTERNAL and located["columns"] == onnx.TensorProto.DEFAULT
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], expected, rtol=1e-5, atol=1e-6)
