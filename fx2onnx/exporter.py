@@ -190,7 +190,7 @@ def _export(
         run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
         if options.fused_kernels:
             opset, chosen = options.opset_version or registry.opset_version, options.opset_version is not None
-            target = FusionTarget(options.runtime, _causal_mask_placeholder(options.causal_mask_input, io, graph_module))
+            target = FusionTarget(options.runtime, _causal_mask_placeholder(options.causal_mask_input, io))
             run_pass(context, "fuse_kernels", on_every_graph(fuse_kernels), graph_module, opset, context, chosen, target)
 
     dispatcher = OnnxFunctionDispatcher(registry, context)
@@ -311,14 +311,11 @@ def _tell_whole_program_decomposition(reasons: list[str], context: DiagnosticCon
         )
 
 
-def _causal_mask_placeholder(input_name: str | None, io: GraphIO, graph_module: torch.fx.GraphModule) -> str | None:
+def _causal_mask_placeholder(input_name: str | None, io: GraphIO) -> str | None:
     """The graph placeholder of the model input ``ExportOptions.causal_mask_input`` names."""
     if input_name is None:
         return None
-    user_inputs = {
-        io.onnx_input_name(node.name): node.name for node in graph_module.graph.nodes
-        if node.op == "placeholder" and node.name not in io.lifted_tensors and node.name not in io.effect_tokens
-    }
+    user_inputs = {io.onnx_input_name(slot.name): slot.name for slot in io.input_slots if slot.is_onnx_input}
     if input_name not in user_inputs:
         raise ValueError(
             f"ExportOptions(causal_mask_input={input_name!r}) names no input of the model: give one of "

@@ -41,11 +41,12 @@ def _heads_side_by_side(node: Any, graph_target: torch.fx.Node) -> torch.fx.Node
     if value.dim() != 4 or not isinstance(value.shape[2], int) or not isinstance(value.shape[3], int):
         return None
     with graph.inserting_before(graph_target):
-        sizes = [size if isinstance(size, int) else graph.call_function(_aten.sym_size.int, (per_head, dim))
-                 for dim, size in enumerate(value.shape[:2])]
-        for size, dim in zip(sizes, range(2)):
-            if isinstance(size, torch.fx.Node):
+        sizes: list[Any] = []
+        for dim, size in enumerate(value.shape[:2]):
+            if not isinstance(size, int):  # a symbolic size, read from the tensor at run time
+                size = graph.call_function(_aten.sym_size.int, (per_head, dim))
                 size.meta["val"] = value.shape[dim]
+            sizes.append(size)
         merged = graph.call_function(_aten.view.default, (per_head, [*sizes, value.shape[2] * value.shape[3]]))
     merged.meta.update({k: v for k, v in per_head.meta.items() if k != "val"})
     merged.meta["val"] = value.flatten(2)
