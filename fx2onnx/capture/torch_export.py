@@ -34,6 +34,7 @@ from fx2onnx.capture.dynamic_dims.spec import (
     relaxed_spec,
     size_one_guard_lines,
     size_one_guards_in_torch_only,
+    size_one_spec,
     size_one_symbols,
     sound_size_oblivious_capture,
     specialized_dims,
@@ -175,6 +176,9 @@ def capture(
     errors: list[BaseException] = []
     size_one_dims = _has_size_one_dynamic_dim(requested, args, kwargs)
     example = Example(tuple(args), dict(kwargs), requested)
+    kept = _grown_when_torch_alone_compares(model, spec, example, context) if size_one_dims else None
+    if kept is not None:
+        return _captured(context, spec, kept, strict=False, errors=errors)
     for strict, size_oblivious in _capture_attempts(size_one_dims):
         try:
             program = _export(model, args, kwargs, spec, strict, size_oblivious)
@@ -184,17 +188,8 @@ def capture(
             kept = _grown_for_named_dims(model, spec, example, context) if refused else None
         else:
             kept = _sound_or_grown(model, spec, program, example, context) if size_oblivious else (program, example, False)
-        if kept is None:
-            continue
-        program, used_example, size_oblivious = kept
-        captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious)
-        if strict and errors:
-            _record_strict_fallback(context, captured, errors[0])
-        try:
-            captured.notes += check_dynamic_dims(context, program, used_example.requested, used_example.args, used_example.kwargs)
-        except FixedDynamicDimError as error:
-            raise CaptureError(str(error)) from error
-        return captured
+        if kept is not None:
+            return _captured(context, spec, kept, strict=strict, errors=errors)
     failure = CaptureFailure(errors[0], user_model, args, kwargs, dynamic_shapes)
     fixed: list[SpecializedDim] = []
     if requested and any(is_fixed_dim_error(error) for error in errors):
@@ -209,6 +204,48 @@ def capture(
         f"  strict:     {exception_summary(errors[-1])}\n"
         f"Hint: {capture_hint(failure)}"
     ) from errors[0]
+
+
+def _captured(
+    context: DiagnosticContext, spec: Any, kept: tuple[torch.export.ExportedProgram, Example, bool], *, strict: bool,
+    errors: list[BaseException],
+) -> CapturedModel:
+    """The capture kept, its dynamic dims checked against what was asked."""
+    program, used_example, size_oblivious = kept
+    captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious)
+    if strict and errors:
+        _record_strict_fallback(context, captured, errors[0])
+    try:
+        captured.notes += check_dynamic_dims(context, program, used_example.requested, used_example.args, used_example.kwargs)
+    except FixedDynamicDimError as error:
+        raise CaptureError(str(error)) from error
+    return captured
+
+
+def _grown_when_torch_alone_compares(
+    model: Any, spec: Any, example: Example, context: DiagnosticContext
+) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
+    """With dims of example size 1 asked to be dynamic among others, a probe capture
+    with only those dims dynamic (as cheap as a static capture) first: where only
+    torch's own code compares them (a convolution choosing its memory format by
+    ``batch <= 1``), the grown example is captured with the full spec at once
+    (`_capture_grown`), instead of after a full capture of the example that would show
+    the same. None otherwise: the captures of the example follow as before."""
+    probe_spec = size_one_spec(spec, model, example.args, example.kwargs)
+    if probe_spec == spec:
+        return None  # the probe would be the first capture itself
+    try:
+        probe = _export(model, example.args, example.kwargs, probe_spec, False, True)
+    except Exception as error:  # noqa: BLE001 - the captures of the example follow; say why
+        context.record(
+            rules.CAPTURE_FAILURE, Level.NOTE,
+            message=f"Capturing with only the size-1 dynamic dims dynamic, to see which code compares them, failed: {exception_summary(error)}",
+        )
+        return None
+    symbols = size_one_symbols(probe, leaves_in_input_order(probe, example.args, example.kwargs))
+    if sound_size_oblivious_capture(probe, symbols) or not size_one_guards_in_torch_only(probe, symbols):
+        return None
+    return _capture_grown(model, spec, example, context)
 
 
 def _export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any, strict: bool, size_oblivious: bool) -> torch.export.ExportedProgram:

@@ -26,6 +26,8 @@ from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from dispatcher import OnnxRegistry, walk_graph_modules
+from fx2onnx.fx_passes.fresh_mutations import functionalize_fresh_mutations
+from fx2onnx.fx_passes.node_meta import SOURCE_META
 from fx2onnx.private_ops import assertion_ops
 
 _logger = logging.getLogger(__name__)
@@ -35,7 +37,6 @@ _TABLES: dict[frozenset[str], dict] = {}
 # Decompositions may expose further complex operators without a complex implementation.
 _MAX_COMPLEX_ROUNDS = 3
 # what a node inlined in place of another keeps of the replaced node
-_SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 
 def _has_exact_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bool:
@@ -240,7 +241,7 @@ def _inline_graph(
                 if copy.name in used:
                     copy = _with_unused_name(graph, copy, used)
                 used.add(copy.name)
-                for key in _SOURCE_META if node_meta else ():
+                for key in SOURCE_META if node_meta else ():
                     if key in node.meta:
                         copy.meta[key] = node.meta[key]
                 if node_meta:  # the operator it was decomposed from, as torch's run_decompositions records
@@ -330,6 +331,22 @@ def _detach_in_place(node: torch.fx.Node) -> Any:
     return source if isinstance(source, torch.fx.Node) else None
 
 
+def _adaptive_average(node: torch.fx.Node) -> Any:
+    """`adaptive_avg_pool2d` / `3d`: a mean over the pooled dims when every output size is
+    1, else the pooling kernel. (The composite kernel does the same, then restrides a
+    channels-last result in place, which would need the whole program re-traced.)"""
+    rank = 2 if node.target == _aten.adaptive_avg_pool2d.default else 3
+    source, output_size = node.args[0], node.args[1]
+    if isinstance(output_size, int):
+        output_size = [output_size] * rank
+    if not isinstance(source, torch.fx.Node) or len(output_size) != rank:
+        return None
+    if all(isinstance(size, int) and size == 1 for size in output_size):
+        return (_aten.mean.dim, (source, list(range(-rank, 0)), True), {}, None)
+    kernel = _aten._adaptive_avg_pool2d.default if rank == 2 else _aten._adaptive_avg_pool3d.default
+    return (kernel, (source, list(output_size)), {}, None)
+
+
 # operator -> its rewrite: a node (the result), (target, args, kwargs, output index) or None
 # (no rewrite: trace the decomposition). Each is what PyTorch's composite kernel calls.
 _DIRECT_REWRITES: dict[Any, Callable[[torch.fx.Node], Any]] = {
@@ -338,6 +355,8 @@ _DIRECT_REWRITES: dict[Any, Callable[[torch.fx.Node], Any]] = {
     _aten.to.device: _to_as_copy,
     _aten.batch_norm.default: _batch_norm_in_eval,
     _aten.detach_.default: _detach_in_place,
+    _aten.adaptive_avg_pool2d.default: _adaptive_average,
+    _aten.adaptive_avg_pool3d.default: _adaptive_average,
 }
 
 
@@ -358,7 +377,7 @@ def _rewrite_directly(graph: torch.fx.Graph, node: torch.fx.Node, fake_mode: Any
         value = target(*fake_args, **fake_kwargs)
     with graph.inserting_before(node):
         call = graph.call_function(target, args, kwargs)
-        call.meta.update({k: node.meta[k] for k in _SOURCE_META if k in node.meta})
+        call.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
         call.meta["val"] = value
         result = call
         if index is not None:
@@ -454,6 +473,8 @@ def decompose_unsupported(
         _inline_grad_mode_regions(graph_module)
     except NotImplementedError as error:
         return _decompose_whole_program(program, table, registry, [f"{_SET_GRAD_ENABLED}: {error}"])
+    if functionalize_fresh_mutations(graph_module.graph, _graph_fake_mode(graph_module.graph)):
+        graph_module.recompile()
     nested = _pending_in_bodies(graph_module, table, registry)
     if nested:
         return _decompose_whole_program(program, table, registry, nested)

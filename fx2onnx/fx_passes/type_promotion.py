@@ -33,6 +33,7 @@ from torch._guards import detect_fake_mode
 
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import node_location, node_stack
+from fx2onnx.fx_passes.node_meta import SOURCE_META
 
 _KIND = prims_common.ELEMENTWISE_TYPE_PROMOTION_KIND
 # aten._to_copy rather than prims.convert_element_type: its ONNX function accepts every
@@ -214,7 +215,7 @@ class _Inserter:
     @staticmethod
     def _copy_source_meta(source: torch.fx.Node, cast: torch.fx.Node) -> None:
         # the cast belongs to the same user line and module as the node it serves
-        for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node"):
+        for key in SOURCE_META:
             if key in source.meta:
                 cast.meta[key] = source.meta[key]
 

@@ -16,6 +16,7 @@ they are translated every time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -103,9 +104,20 @@ def _meta_text(value: Any) -> str:
     """The type of a node's result as the translation reads it: dtype and shape (with
     its symbolic sizes) of a tensor, the expression of a symbolic scalar, a Python value."""
     if isinstance(value, torch.Tensor):
-        return f"T{value.dtype}[{','.join(str(size) for size in value.shape)}]"
+        return f"T{value.dtype}[{','.join(_size_text(size) for size in value.shape)}]"
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return f"{type(value).__name__}:{value.node.expr}"
+        return f"{type(value).__name__}:{_expression_text(value.node.expr)}"
     if isinstance(value, (list, tuple)):
         return "(" + ",".join(_meta_text(item) for item in value) + ")"
     return _plain_text(value)
+
+
+def _size_text(size: Any) -> str:
+    return _expression_text(size.node.expr) if isinstance(size, torch.SymInt) else str(size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression_text(expression: Any) -> str:
+    # Printing a symbolic size is slow (sympy's printer) and the same sizes recur in
+    # every layer and at every level of nested module calls: print each once.
+    return str(expression)

@@ -431,6 +431,40 @@ def specialized_dims(
     return found
 
 
+def _map_tensor_specs(value: Any, spec: Any, per_tensor: Any) -> Any:
+    """``spec`` with the spec of each tensor of ``value`` replaced by
+    ``per_tensor(tensor, its spec)``, walked as `_walk_spec` walks it."""
+    if spec is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return per_tensor(value, spec)
+    if isinstance(value, Mapping) and isinstance(spec, Mapping):
+        return {key: _map_tensor_specs(value.get(key), item, per_tensor) for key, item in spec.items()}
+    if isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+        return type(spec)(_map_tensor_specs(item, item_spec, per_tensor) for item, item_spec in zip(value, spec))
+    if isinstance(spec, (list, tuple)) and (children := registered_children(value)) is not None:
+        return type(spec)(_map_tensor_specs(item, item_spec, per_tensor) for item, item_spec in zip(children, spec))
+    return spec
+
+
+def size_one_spec(spec: Any, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """The spec with only its dynamic dims of example size 0 or 1 left dynamic (as
+    Dim.AUTO), every other dim static: a capture with it costs about what a static one
+    does, and tells whose code compares those dims."""
+
+    def per_tensor(value: torch.Tensor, tensor_spec: Any) -> Any:
+        dims = [index % value.dim() for index, dim_spec in _dim_items(tensor_spec) if _requested(dim_spec) is not None]
+        return {index: Dim.AUTO for index in dims if value.shape[index] in (0, 1)} or None
+
+    named = bound_arguments(model, args, kwargs)
+    if isinstance(spec, Mapping) and named is not None:
+        return {key: _map_tensor_specs(named.get(key), item, per_tensor) for key, item in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        values = list(named.values()) if named is not None else [*args, *kwargs.values()]
+        return type(spec)(_map_tensor_specs(value, item, per_tensor) for value, item in zip(values, spec))
+    return spec
+
+
 def relaxed_spec(spec: Any) -> Any:
     """The spec with every dynamic dim as Dim.AUTO: torch.export then fixes the dims the
     model's code fixes instead of failing, which tells where that happens."""

@@ -62,6 +62,26 @@ def test_a_batch_of_one_compared_only_by_torch_stays_dynamic(tmp_path):
     assert not program.warnings
 
 
+def test_a_cheap_probe_shows_torch_compares_the_batch_before_the_one_full_capture(tmp_path, monkeypatch):
+    """Every dim is dynamic, but only the batch has size 1: a probe with only the batch
+    dynamic shows torch's code compares it, then the grown example is captured once with
+    every dim dynamic; the example itself is never captured with every dim dynamic."""
+    kernel = _module_in(tmp_path / "site-packages" / "torch", "kernel_choice")
+    model = Convolution(kernel.pick).eval()
+    captures = []
+    export = torch.export.export
+
+    def spy(model, args, kwargs=None, *, dynamic_shapes=None, **rest):
+        captures.append((args[0].shape[0], sorted(dynamic_shapes["x"] or {})))
+        return export(model, args, kwargs, dynamic_shapes=dynamic_shapes, **rest)
+
+    monkeypatch.setattr(torch.export, "export", spy)
+    program = export_and_compare_impl(model, (torch.randn(1, 3, 8, 8),), options=make_options(tmp_path, dynamic_shapes=True),
+                                      tmp_path=tmp_path, second_inputs=((torch.randn(2, 3, 6, 10),), {}))
+    assert captures == [(1, [0]), (2, [0, 1, 2, 3])]
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["x_dim_0", "3", "x_dim_2", "x_dim_3"]
+
+
 def test_a_batch_of_one_compared_by_the_models_code_is_fixed_with_a_warning(tmp_path):
     kernel = _module_in(tmp_path / "project", "model_code")
     model = Convolution(kernel.pick).eval()

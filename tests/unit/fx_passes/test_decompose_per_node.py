@@ -136,3 +136,80 @@ def test_whole_program_retrace_reaches_module_without_guards():
     import inspect
 
     assert "check_guards" in inspect.signature(torch.export.ExportedProgram.module).parameters
+
+
+class _ShiftedWindowMask(torch.nn.Module):
+    """A mask built as a shifted-window attention builds it: a fresh zeros tensor whose
+    regions are assigned in place, one slice of a slice at a time."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = x.new_zeros((x.shape[1], x.shape[2]))
+        count = 0
+        for rows in ((0, -3), (-3, -1), (-1, None)):
+            for columns in ((0, -3), (-3, -1), (-1, None)):
+                mask[rows[0]:rows[1], columns[0]:columns[1]] = count
+                count += 1
+        mask[0] = -1.0  # a select, written back with select_scatter
+        return x + mask[None, :, :, None]
+
+
+class _InPlaceArithmetic(torch.nn.Module):
+    """In-place arithmetic on intermediates: the result keeps the tensor's dtype (a
+    float16 tensor times a float32 one stays float16), and readers after see the update."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        half = x.to(torch.float16) * 2
+        half.mul_(x)
+        scaled = x * 3
+        before = scaled.sum()
+        scaled[:, 1:].add_(1.0)
+        scaled.masked_fill_(scaled > 4, 4.0)
+        return half.float() + scaled + before
+
+
+def test_in_place_ops_on_fresh_tensors_become_functional_where_they_stand(export_and_compare, no_whole_program_retrace):
+    options = fx2onnx.ExportOptions(dynamic_shapes=True, failure_report_path=None)
+    program = export_and_compare(
+        _ShiftedWindowMask(), (torch.randn(2, 7, 9, 4),), options=options, second_inputs=((torch.randn(3, 5, 6, 2),), {})
+    )
+    ops = {n.op_type for n in program.model_proto.graph.node} | {n.op_type for f in program.model_proto.functions for n in f.node}
+    assert "ScatterND" in ops or "ScatterElements" in ops  # the slices written back
+    program = export_and_compare(_InPlaceArithmetic(), (torch.randn(3, 4),), rtol=1e-2, atol=1e-2)
+    notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
+    assert not notes
+
+
+class _AliasReadAfterMutation(torch.nn.Module):
+    """`row` is a view of `y` taken before the fill and read after it: it sees the fill,
+    which a local rewrite cannot give it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        row = y[0]
+        y[:, :2].fill_(7.0)
+        return row + y
+
+
+def test_a_view_read_after_the_mutation_leaves_it_to_the_whole_program(export_and_compare):
+    program = export_and_compare(_AliasReadAfterMutation(), (torch.randn(3, 4),))
+    notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
+    assert len(notes) == 1 and "fill_" in notes[0].message
+
+
+class _AdaptiveAverages(torch.nn.Module):
+    """Adaptive average pooling of channels-last tensors (a permuted layout), whose
+    composite kernel restrides its result in place."""
+
+    def forward(self, x: torch.Tensor, video: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        image = x.permute(0, 3, 1, 2)
+        return (
+            torch.nn.functional.adaptive_avg_pool2d(image, 1).flatten(1),
+            torch.nn.functional.adaptive_avg_pool2d(image, (2, 3)),
+            torch.nn.functional.adaptive_avg_pool3d(video.permute(0, 4, 1, 2, 3), 1),
+        )
+
+
+def test_adaptive_average_pooling_of_channels_last_tensors(export_and_compare, no_whole_program_retrace):
+    program = export_and_compare(_AdaptiveAverages(), (torch.randn(2, 6, 9, 5), torch.randn(1, 2, 4, 4, 3)))
+    ops = [n.op_type for n in program.model_proto.graph.node] + [n.op_type for f in program.model_proto.functions for n in f.node]
+    assert ops.count("ReduceMean") >= 2
