@@ -85,6 +85,14 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "torchvision.models.detection.roi_heads", "heatmaps_to_keypoints", vision_rewrites.heatmaps_to_keypoints,
         "a loop over a data-dependent number of boxes, each heatmap resized to a size read from its box",
     ),
+    CaptureRewrite(
+        "torchvision.models.detection.transform", "_resize_image_and_masks", vision_rewrites.resize_image_and_masks,
+        "Python's `min` of the image's sides, which fixes a dynamic image size to the example's",
+    ),
+    CaptureRewrite(
+        "torchvision.models.detection.transform", "GeneralizedRCNNTransform.batch_images", vision_rewrites.batch_images,
+        "`int(math.ceil(size / stride) * stride)`, which fixes a dynamic image size to the example's",
+    ),
 )
 
 
@@ -98,12 +106,15 @@ def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_R
             for name in rewrite.modules:
                 if name not in sys.modules:
                     continue
-                module = importlib.import_module(name)  # already loaded: no import cost
-                original = getattr(module, rewrite.attribute, None)
+                owner: Any = importlib.import_module(name)  # already loaded: no import cost
+                *path, attribute = rewrite.attribute.split(".")  # a function, or a class's method
+                for part in path:
+                    owner = getattr(owner, part, None)
+                original = getattr(owner, attribute, None)
                 if original is None:  # another version of the library: nothing to rewrite
                     continue
-                setattr(module, rewrite.attribute, rewrite.replacement(original))
-                replaced.append((module, rewrite.attribute, original))
+                setattr(owner, attribute, rewrite.replacement(original))
+                replaced.append((owner, attribute, original))
         yield
     finally:
         for module, attribute, original in reversed(replaced):

@@ -14,7 +14,7 @@ import torch.fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from diagnostics import DiagnosticContext, Level, Stack, exception_summary, rules
-from dispatcher import stack_location
+from dispatcher import node_location, node_stack, stack_location
 from fx2onnx.capture.dynamic_dims.check import (
     FixedDynamicDimError,
     check_dynamic_dims,
@@ -24,6 +24,7 @@ from fx2onnx.capture.dynamic_dims.check import (
     is_fixed_dim_error,
 )
 from fx2onnx.capture.dynamic_dims.size_one import Example, grown_example
+from fx2onnx.capture.dynamic_dims.taken_as_one import sizes_taken_as_one
 from fx2onnx.capture.dynamic_dims.spec import (
     DynamicDimError,
     DynamicShapesOption,
@@ -219,7 +220,26 @@ def _captured(
         captured.notes += check_dynamic_dims(context, program, used_example.requested, used_example.args, used_example.kwargs)
     except FixedDynamicDimError as error:
         raise CaptureError(str(error)) from error
+    captured.notes += _report_sizes_taken_as_one(context, program)
     return captured
+
+
+def _report_sizes_taken_as_one(context: DiagnosticContext, program: torch.export.ExportedProgram) -> list[str]:
+    """A warning per line of code where a size computed from the dynamic dims was taken
+    as 1 (`taken_as_one`); returns their texts."""
+    notes: list[str] = []
+    for node in sizes_taken_as_one(program.graph_module.graph):
+        location = node_location(node)
+        where = str(location) if location is not None else f"node '{node.name}'"
+        message = (
+            f"A size computed from the dynamic input dims is 1 for the example, and {node.target} at {where} took it "
+            "as 1 for every input: the ONNX model may fail or differ where that size is larger. Export from an "
+            "example where it is 2 or more (larger inputs)."
+        )
+        if message not in notes:
+            context.record(rules.CAPTURE_FAILURE, Level.WARNING, message=message, location=location, stack=node_stack(node))
+            notes.append(message)
+    return notes
 
 
 def _grown_when_torch_alone_compares(

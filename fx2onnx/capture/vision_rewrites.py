@@ -4,6 +4,9 @@ Each ``name(original)`` returns the function used in place of ``original`` durin
 capture. Branches on data-dependent sizes are decided with ``guard_or_false``: with real
 sizes (eager) it is the plain comparison, so the original's branch is taken; with an
 unknown size (a capture) it is False, the general path, which computes the same result.
+Sizes computed from a dynamic image size use ``torch.sym_min``/``sym_max`` and integer
+arithmetic where torchvision uses Python's ``min`` and ``int()``, which would fix them to
+the example's; with real sizes the originals run.
 """
 
 from __future__ import annotations
@@ -147,3 +150,52 @@ def heatmaps_to_keypoints(original: Any) -> Any:
         return map_over_boxes(one_box, (maps, rois))
 
     return rewritten
+
+
+def _symbolic(*sizes: Any) -> bool:
+    return any(isinstance(size, torch.SymInt) for size in sizes)
+
+
+def resize_image_and_masks(original: Any) -> Any:
+    """The detection transform's resize (``transform._resize_image_and_masks``): the
+    image scaled by ``min(min_size / shorter side, max_size / longer side)``. torchvision
+    picks the sides and the scale with Python's ``min``, which fixes a captured image
+    size to the example's orientation and scale; ``torch.sym_min`` / ``sym_max`` keep
+    them symbolic and are Python's ``min`` / ``max`` for real sizes."""
+
+    @functools.wraps(original)
+    def rewritten(image: torch.Tensor, self_min_size: int, self_max_size: int, target: Any = None,
+                  fixed_size: Any = None) -> tuple[torch.Tensor, Any]:
+        height, width = image.shape[-2:]
+        if target is not None or fixed_size is not None or not _symbolic(height, width):
+            return original(image, self_min_size, self_max_size, target, fixed_size)
+        scale = torch.sym_min(self_min_size / torch.sym_min(height, width), self_max_size / torch.sym_max(height, width))
+        resized = torch.nn.functional.interpolate(
+            image[None], scale_factor=scale, mode="bilinear", recompute_scale_factor=True, align_corners=False
+        )
+        return resized[0], target
+
+    return rewritten
+
+
+def batch_images(original: Any) -> Any:
+    """``GeneralizedRCNNTransform.batch_images``: the images padded with zeros to the
+    largest height and width rounded up to a multiple of ``size_divisible``, stacked.
+    torchvision rounds with ``int(math.ceil(size / stride) * stride)``, which fixes a
+    captured size to the example's; integer arithmetic gives the same sizes and keeps
+    them symbolic."""
+
+    @functools.wraps(original)
+    def rewritten(self: Any, images: list[torch.Tensor], size_divisible: int = 32) -> torch.Tensor:
+        if not images or not _symbolic(*(size for image in images for size in image.shape)):
+            return original(self, images, size_divisible)
+        sizes = [functools.reduce(torch.sym_max, [image.shape[dim] for image in images]) for dim in range(3)]
+        channels, height, width = sizes[0], *((size + size_divisible - 1) // size_divisible * size_divisible for size in sizes[1:])
+        padded = [
+            torch.nn.functional.pad(image, (0, width - image.shape[2], 0, height - image.shape[1], 0, channels - image.shape[0]))
+            for image in images
+        ]
+        return torch.stack(padded)
+
+    return rewritten
+

@@ -117,29 +117,46 @@ def _compare(program, model: torch.nn.Module, image: torch.Tensor) -> None:
 
 
 _SIZES = {"min_size": 128, "max_size": 160}
+# RetinaNet and FCOS have a level of stride 128: at 128 x 160 it is 1 x 2 cells, a size the
+# capture takes as 1 for good (`test_a_feature_map_of_one_cell_is_named_at_export`)
+_LARGER = {"min_size": 256, "max_size": 320}
 
 
 @pytest.mark.parametrize(
-    "make",
+    "make, size",
     [
-        pytest.param(lambda **w: detection.fasterrcnn_mobilenet_v3_large_320_fpn(**w, box_score_thresh=0.0, **_SIZES), id="fasterrcnn_mobilenet"),
-        pytest.param(lambda **w: detection.fasterrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), id="fasterrcnn_resnet50"),
-        pytest.param(lambda **w: detection.retinanet_resnet50_fpn(**w, score_thresh=0.0, **_SIZES), id="retinanet"),
-        pytest.param(lambda **w: detection.fcos_resnet50_fpn(**w, score_thresh=0.0, **_SIZES), id="fcos"),
-        pytest.param(lambda **w: detection.ssdlite320_mobilenet_v3_large(**w, score_thresh=0.0), id="ssdlite"),  # resizes to 320
-        pytest.param(lambda **w: detection.ssd300_vgg16(**w, score_thresh=0.0), id="ssd300"),  # resizes to 300
-        pytest.param(lambda **w: detection.maskrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), id="maskrcnn"),
-        pytest.param(lambda **w: detection.keypointrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), id="keypointrcnn"),
+        pytest.param(lambda **w: detection.fasterrcnn_mobilenet_v3_large_320_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="fasterrcnn_mobilenet"),
+        pytest.param(lambda **w: detection.fasterrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="fasterrcnn_resnet50"),
+        pytest.param(lambda **w: detection.retinanet_resnet50_fpn(**w, score_thresh=0.0, **_LARGER), (256, 320), id="retinanet"),
+        pytest.param(lambda **w: detection.fcos_resnet50_fpn(**w, score_thresh=0.0, **_LARGER), (256, 320), id="fcos"),
+        pytest.param(lambda **w: detection.ssdlite320_mobilenet_v3_large(**w, score_thresh=0.0), (128, 160), id="ssdlite"),  # resizes to 320
+        pytest.param(lambda **w: detection.ssd300_vgg16(**w, score_thresh=0.0), (128, 160), id="ssd300"),  # resizes to 300
+        pytest.param(lambda **w: detection.maskrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="maskrcnn"),
+        pytest.param(lambda **w: detection.keypointrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="keypointrcnn"),
     ],
 )
-def test_detection_model_matches_eager_at_two_sizes(make, tmp_path) -> None:
+def test_detection_model_exported_once_matches_eager_at_two_image_sizes(make, size, tmp_path) -> None:
+    """One export with the image size dynamic; eager's detections at the example's size
+    and at the other orientation (another scale of the resize, other feature-map sizes)."""
     torch.manual_seed(0)
-    for size in ((128, 160), (160, 128)):
-        image = torch.rand(3, *size)
-        model = distinct_scores(make(weights=None, weights_backbone=None).eval(), image)
-        program = export_program(model, ([image],), tmp_path=tmp_path)
-        check_saved_model(program, tmp_path / "m.onnx")
+    example, other = torch.rand(3, *size), torch.rand(3, *reversed(size))
+    model = distinct_scores(make(weights=None, weights_backbone=None).eval(), example)
+    program = export_program(model, ([example],), options=make_options(tmp_path, dynamic_shapes=True), tmp_path=tmp_path)
+    check_saved_model(program, tmp_path / "m.onnx")
+    assert [isinstance(dim, ir.SymbolicDim) for dim in program.model.graph.inputs[0].shape] == [False, True, True]
+    assert not [w for w in program.warnings if "took it as 1" in (w.message or "")]
+    for image in (example, other):
         _compare(program, model, image)
+
+
+def test_a_feature_map_of_one_cell_is_named_at_export(tmp_path) -> None:
+    """RetinaNet from a 128 x 160 image: its coarsest level is 1 cell high, which torch's
+    broadcasting takes as 1 for every input; the export says so, naming the anchor code."""
+    torch.manual_seed(0)
+    model = detection.retinanet_resnet50_fpn(weights=None, weights_backbone=None, **_SIZES).eval()
+    program = export_program(model, ([torch.rand(3, 128, 160)],), options=make_options(tmp_path, dynamic_shapes=True), tmp_path=tmp_path)
+    taken = [w.message for w in program.warnings if "took it as 1" in (w.message or "")]
+    assert taken and all("anchor_utils.py" in message for message in taken)
 
 
 @pytest.mark.parametrize("name", ["fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large"])

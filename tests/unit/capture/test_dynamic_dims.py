@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import onnx_ir as ir
 import pytest
 import torch
 from torch.export import Dim
@@ -57,6 +58,27 @@ def test_fixed_dim_with_dynamic_shapes_true_is_a_warning_naming_dim_and_line(tmp
     location = results[0]["locations"][0]["physicalLocation"]
     assert location["artifactLocation"]["uri"].endswith("test_dynamic_dims.py")
     assert location["region"]["startLine"] == BranchOnBatch.forward.__code__.co_firstlineno + 2
+
+
+class GridCells(torch.nn.Module):
+    """A grid of one cell per 8 positions (a feature map's size): 1 cell for lengths up to 8."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cells = (x.shape[1] - 1) // 8 + 1
+        step = torch.empty((), dtype=torch.int64).fill_(x.shape[1] // cells)
+        return torch.arange(0, cells) * step  # broadcast: a 1-cell grid is taken as 1 for good
+
+
+def test_a_computed_size_taken_as_one_is_a_warning_naming_the_line(export_and_compare, tmp_path) -> None:
+    with pytest.warns(UserWarning, match=r"aten.mul.Tensor at .*test_dynamic_dims.py:\d+ took it as 1 for every input"):
+        program = export_program(GridCells(), (torch.randn(2, 6),), options=make_options(tmp_path, dynamic_shapes=True))
+    (warning,) = [d for d in program.diagnostic_context.warnings() if "took it as 1" in str(d.message)]
+    assert warning.location.line == GridCells.forward.__code__.co_firstlineno + 3
+    # from an example with 2 cells, the grid's size stays symbolic and nothing is said
+    program = export_and_compare(GridCells(), (torch.randn(2, 16),), options=make_options(tmp_path, dynamic_shapes=True),
+                                 second_inputs=((torch.randn(3, 40),), {}))
+    assert not [d for d in program.diagnostic_context.warnings() if "took it as 1" in str(d.message)]
+    assert isinstance(program.model.graph.outputs[0].shape[0], ir.SymbolicDim)
 
 
 def test_fixed_named_dim_is_an_error_naming_dim_and_line(tmp_path) -> None:

@@ -22,9 +22,17 @@ def _boxes(count: int, seed: int = 0) -> torch.Tensor:
     return torch.cat([corner, corner + size], dim=1)
 
 
+def _resolve(module: str, attribute: str):
+    """``module.attribute``, the attribute maybe a class's method (``Class.method``)."""
+    owner = __import__(module, fromlist=["_"])
+    for part in attribute.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
 def _rewrite(module: str, attribute: str):
     (rewrite,) = [r for r in CAPTURE_REWRITES if (r.module, r.attribute) == (module, attribute)]
-    return rewrite.replacement(getattr(__import__(module, fromlist=[attribute]), attribute))
+    return rewrite.replacement(_resolve(module, attribute))
 
 
 @pytest.mark.parametrize("count", [0, 1, 40, 1200], ids=["empty", "one", "offset_trick", "per_class"])
@@ -53,14 +61,13 @@ def test_multiscale_roi_align_rewrite_equals_the_original(counts: tuple[int, ...
 
 
 def test_rewrites_are_undone_after_the_capture_even_on_error() -> None:
-    originals = {(module, r.attribute): getattr(__import__(module, fromlist=[r.attribute]), r.attribute)
-                 for r in CAPTURE_REWRITES for module in r.modules}
+    originals = {(module, r.attribute): _resolve(module, r.attribute) for r in CAPTURE_REWRITES for module in r.modules}
     with pytest.raises(RuntimeError, match="inside"):
         with library_adapters_at_capture():
             assert box_ops.batched_nms is not originals[("torchvision.ops.boxes", "batched_nms")]
             raise RuntimeError("inside")
     for (module, attribute), original in originals.items():
-        assert getattr(__import__(module, fromlist=[attribute]), attribute) is original
+        assert _resolve(module, attribute) is original
 
 
 def test_batched_nms_of_a_data_dependent_number_of_boxes_exports(export_and_compare) -> None:
@@ -104,3 +111,32 @@ def test_heatmaps_to_keypoints_rewrite_equals_the_original(count: int) -> None:
     want, got = roi_heads.heatmaps_to_keypoints(maps, rois), rewritten(maps, rois)
     assert got[0].shape == want[0].shape == (count, 17, 3)
     torch.testing.assert_close(got, want)
+
+
+class _DetectionTransform(torch.nn.Module):
+    """torchvision's detection transform (normalize, resize, batch), its batch out."""
+
+    def __init__(self, size_divisible: int) -> None:
+        super().__init__()
+        from torchvision.models.detection.transform import GeneralizedRCNNTransform
+
+        self.transform = GeneralizedRCNNTransform(128, 160, [0.4, 0.5, 0.6], [0.2, 0.3, 0.25], size_divisible=size_divisible)
+
+    def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+        return self.transform([first, second])[0].tensors
+
+
+@pytest.mark.parametrize("size_divisible", [32, 1])
+def test_detection_resize_and_batching_stay_symbolic_in_the_image_size(export_and_compare, size_divisible: int) -> None:
+    """Exported with dynamic image sizes, the transform resizes and pads as in eager at
+    other sizes and the other orientation: the rewrites keep the scale and the padded
+    size symbolic, where torchvision's Python `min` and `int(math.ceil(...))` fix them."""
+    from fx2onnx import ExportOptions
+
+    model = _DetectionTransform(size_divisible).eval()
+    example = (torch.rand(3, 128, 160), torch.rand(3, 100, 150))
+    other = (torch.rand(3, 150, 96), torch.rand(3, 77, 200))  # other orientation, other scale
+    program = export_and_compare(model, example, options=ExportOptions(dynamic_shapes=True), second_inputs=(other, {}))
+    assert program(*other).shape == model(*other).shape != model(*example).shape
+    assert not [d for d in program.model.graph.inputs[0].shape if isinstance(d, int) and d != 3]
+
