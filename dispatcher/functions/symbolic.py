@@ -5,8 +5,9 @@ Sizes computed from dynamic dims stay in the FX graph as calls of ``torch.sym_fl
 ``torch.sym_int``, ``torch.sym_max`` / ``sym_min``, ``torch.sym_ite`` and the math
 replacements ``torch._sym_sqrt``, ``torch._sym_cos``... (what ``math.sqrt`` of a size
 becomes). torchlib covers the ``operator`` and ``math.floor/ceil/trunc`` builtins, not
-these. A SymInt travels as a 0-d INT64 tensor, a SymFloat as a 0-d FLOAT tensor, a
-SymBool as a 0-d BOOL tensor; Python numbers arrive as they are.
+these. A SymInt travels as a 0-d INT64 tensor, a SymFloat as a 0-d DOUBLE tensor (a
+Python float is a double: a size computed as ``int(height * scale)`` is eager's only in
+double arithmetic), a SymBool as a 0-d BOOL tensor; Python numbers arrive as they are.
 
 :data:`SYMBOLIC_FUNCTIONS` lists (qualified names, function); the registry adds them
 after torchlib's functions.
@@ -25,7 +26,7 @@ __all__ = ["SYMBOLIC_FUNCTIONS", "SYMBOLIC_DOMAIN"]
 
 SYMBOLIC_DOMAIN = "pkg.fx2onnx.symbolic"
 _TABLE = FunctionTable(SYMBOLIC_DOMAIN)
-_FLOAT = ir.DataType.FLOAT.value
+_DOUBLE = ir.DataType.DOUBLE.value
 _INT64 = ir.DataType.INT64.value
 _BOOL = ir.DataType.BOOL.value
 
@@ -42,14 +43,20 @@ def _is_float(value: Any) -> bool:
 
 
 def _common(a: Any, b: Any) -> tuple[Any, Any]:
-    """Both operands as FLOAT when one is a float, else as INT64 (Python's promotion)."""
-    to = _FLOAT if _is_float(a) or _is_float(b) else _INT64
+    """Both operands as DOUBLE when one is a float, else as INT64 (Python's promotion)."""
+    to = _DOUBLE if _is_float(a) or _is_float(b) else _INT64
     return op.Cast(a, to=to), op.Cast(b, to=to)
 
 
 @_symbolic("torch::sym_float")
 def sym_float(self):
-    return op.Cast(self, to=_FLOAT)
+    return op.Cast(self, to=_DOUBLE)
+
+
+@_symbolic("_operator::truediv")
+def truediv(self, other):
+    # Python's `/` of sizes: a double
+    return op.Div(op.Cast(self, to=_DOUBLE), op.Cast(other, to=_DOUBLE))
 
 
 @_symbolic("torch::sym_int")
@@ -83,7 +90,7 @@ def sym_not(self):
 
 def _unary_float(name: str, onnx_op: Any) -> None:
     def function(self):
-        return onnx_op(op.Cast(self, to=_FLOAT))
+        return onnx_op(op.Cast(self, to=_DOUBLE))
 
     function.__name__ = function.__qualname__ = f"sym_{name}"
     _symbolic(f"torch::_sym_{name}")(function)
@@ -104,7 +111,7 @@ def sym_sum(args):
 
 @_symbolic("torch::_sym_log2")
 def sym_log2(self):
-    return op.Div(op.Log(op.Cast(self, to=_FLOAT)), op.Constant(value_float=0.6931471805599453))
+    return op.Div(op.Log(op.Cast(self, to=_DOUBLE)), op.Log(op.Cast(op.Constant(value_float=2.0), to=_DOUBLE)))
 
 
 # -- transformers' own operators ------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 - a tensor gives its dtype and shape; a SymInt size becomes a named symbolic dim;
 - a complex tensor becomes a real tensor with a trailing dim of 2, marked complex;
-- SymInt / SymFloat / SymBool become 0-d INT64 / FLOAT / BOOL tensors.
+- SymInt / SymFloat / SymBool become 0-d INT64 / DOUBLE / BOOL tensors.
 
 Symbolic dims get readable names: the `torch.export.Dim` name when the user gave one,
 otherwise `<input>_dim_<i>`; a data-dependent size (the length of `nonzero`'s result, a
@@ -87,7 +87,7 @@ def onnx_type_of(value: Any, namer: SymbolNamer) -> OnnxTypeInfo | None:
     if isinstance(value, (torch.SymInt, int)):
         return OnnxTypeInfo(ir.DataType.INT64, ir.Shape([]))
     if isinstance(value, (torch.SymFloat, float)):
-        return OnnxTypeInfo(ir.DataType.FLOAT, ir.Shape([]))
+        return OnnxTypeInfo(ir.DataType.DOUBLE, ir.Shape([]))
     return None
 
 

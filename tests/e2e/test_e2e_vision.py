@@ -123,21 +123,23 @@ _LARGER = {"min_size": 256, "max_size": 320}
 
 
 @pytest.mark.parametrize(
-    "make, size",
+    "make, size, square",
     [
-        pytest.param(lambda **w: detection.fasterrcnn_mobilenet_v3_large_320_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="fasterrcnn_mobilenet"),
-        pytest.param(lambda **w: detection.fasterrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="fasterrcnn_resnet50"),
-        pytest.param(lambda **w: detection.retinanet_resnet50_fpn(**w, score_thresh=0.0, **_LARGER), (256, 320), id="retinanet"),
-        pytest.param(lambda **w: detection.fcos_resnet50_fpn(**w, score_thresh=0.0, **_LARGER), (256, 320), id="fcos"),
-        pytest.param(lambda **w: detection.ssdlite320_mobilenet_v3_large(**w, score_thresh=0.0), (128, 160), id="ssdlite"),  # resizes to 320
-        pytest.param(lambda **w: detection.ssd300_vgg16(**w, score_thresh=0.0), (128, 160), id="ssd300"),  # resizes to 300
-        pytest.param(lambda **w: detection.maskrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="maskrcnn"),
-        pytest.param(lambda **w: detection.keypointrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), id="keypointrcnn"),
+        pytest.param(lambda **w: detection.fasterrcnn_mobilenet_v3_large_320_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), 103, id="fasterrcnn_mobilenet"),
+        pytest.param(lambda **w: detection.fasterrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), 103, id="fasterrcnn_resnet50"),
+        pytest.param(lambda **w: detection.retinanet_resnet50_fpn(**w, score_thresh=0.0, **_LARGER), (256, 320), 187, id="retinanet"),
+        pytest.param(lambda **w: detection.fcos_resnet50_fpn(**w, score_thresh=0.0, **_LARGER), (256, 320), 187, id="fcos"),
+        pytest.param(lambda **w: detection.ssdlite320_mobilenet_v3_large(**w, score_thresh=0.0), (128, 160), 103, id="ssdlite"),  # resizes to 320
+        pytest.param(lambda **w: detection.ssd300_vgg16(**w, score_thresh=0.0), (128, 160), 103, id="ssd300"),  # resizes to 300
+        pytest.param(lambda **w: detection.maskrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), 103, id="maskrcnn"),
+        pytest.param(lambda **w: detection.keypointrcnn_resnet50_fpn(**w, box_score_thresh=0.0, **_SIZES), (128, 160), 103, id="keypointrcnn"),
     ],
 )
-def test_detection_model_exported_once_matches_eager_at_two_image_sizes(make, size, tmp_path) -> None:
-    """One export with the image size dynamic; eager's detections at the example's size
-    and at the other orientation (another scale of the resize, other feature-map sizes)."""
+def test_detection_model_exported_once_matches_eager_at_other_image_sizes(make, size, square, tmp_path) -> None:
+    """One export with the image size dynamic; eager's detections at the example's size,
+    at the other orientation (another scale of the resize, other feature-map sizes) and
+    at a square whose resized side Python's double arithmetic rounds down (103 * (128 /
+    103) is 127.99999999999999: float32 would give 128)."""
     torch.manual_seed(0)
     example, other = torch.rand(3, *size), torch.rand(3, *reversed(size))
     model = distinct_scores(make(weights=None, weights_backbone=None).eval(), example)
@@ -145,7 +147,7 @@ def test_detection_model_exported_once_matches_eager_at_two_image_sizes(make, si
     check_saved_model(program, tmp_path / "m.onnx")
     assert [isinstance(dim, ir.SymbolicDim) for dim in program.model.graph.inputs[0].shape] == [False, True, True]
     assert not [w for w in program.warnings if "took it as 1" in (w.message or "")]
-    for image in (example, other):
+    for image in (example, other, torch.rand(3, square, square)):
         _compare(program, model, image)
 
 

@@ -49,6 +49,16 @@ def test_size_arithmetic_stays_dynamic(name: str, export_and_compare, tmp_path) 
     assert [d.dim_param for d in dims] == ["x_dim_0", "x_dim_1"]
 
 
+def test_sizes_computed_in_float_arithmetic_are_python_doubles(export_and_compare, tmp_path) -> None:
+    """`int(n * (128 / n))` is 127 in Python for n = 103 (doubles round below 128): the
+    ONNX model computes sizes from floats in double, as Python does (float32 gives 128)."""
+    assert int(103 * (128 / 103)) == 127
+    model = SizeArithmetic(lambda x: torch.zeros(x.size(0), torch.sym_int(x.size(1) * (128 / x.size(1)))))
+    program = export_and_compare(model, (torch.randn(2, 10),), options=make_options(tmp_path, dynamic_shapes=True),
+                                 second_inputs=((torch.randn(2, 103),), {}))
+    assert program(torch.randn(2, 103)).shape == (2, 127)
+
+
 def test_symbolic_math_restores_math_and_keeps_plain_numbers() -> None:
     original = math.sqrt
     with symbolic_math():

@@ -174,7 +174,7 @@ def test_outputs_are_pytree_flattened(registry) -> None:
     ("make", "dtype"),
     [
         (lambda shape_env: shape_env.create_unbacked_symint(), ir.DataType.INT64),
-        (lambda shape_env: shape_env.create_unbacked_symfloat(), ir.DataType.FLOAT),
+        (lambda shape_env: shape_env.create_unbacked_symfloat(), ir.DataType.DOUBLE),  # a Python float
         (lambda shape_env: shape_env.create_unbacked_symbool(), ir.DataType.BOOL),
     ],
     ids=["SymInt", "SymFloat", "SymBool"],
