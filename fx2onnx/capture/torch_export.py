@@ -32,7 +32,6 @@ from fx2onnx.capture.dynamic_dims.spec import (
     capture_signature,
     requested_dynamic_dims,
     keep_size_one_dims_dynamic,
-    relaxed_spec,
     size_one_guard_lines,
     size_one_guards_in_torch_only,
     size_one_spec,
@@ -177,16 +176,19 @@ def capture(
     errors: list[BaseException] = []
     size_one_dims = _has_size_one_dynamic_dim(requested, args, kwargs)
     example = Example(tuple(args), dict(kwargs), requested)
-    kept = _grown_when_torch_alone_compares(model, spec, example, context) if size_one_dims else None
-    if kept is not None:
-        return _captured(context, spec, kept, strict=False, errors=errors)
+    probe = _size_one_probe(model, spec, example, context) if size_one_dims else None
+    if probe is not None and not sound_size_oblivious_capture(*probe) and size_one_guards_in_torch_only(*probe):
+        # only torch's own code compares the size-1 dims: one full capture, of the grown example
+        kept = _capture_grown(model, spec, example, context)
+        if kept is not None:
+            return _captured(context, spec, kept, strict=False, errors=errors)
     for strict, size_oblivious in _capture_attempts(size_one_dims):
         try:
             program = _export(model, args, kwargs, spec, strict, size_oblivious)
         except Exception as error:  # noqa: BLE001 - try the next mode, then report all
             errors.append(error)
             refused = size_oblivious and is_fixed_dim_error(error)  # a named dim of example size 1
-            kept = _grown_for_named_dims(model, spec, example, context) if refused else None
+            kept = _grown_for_named_dims(model, spec, example, probe, context) if refused else None
         else:
             kept = _sound_or_grown(model, spec, program, example, context) if size_oblivious else (program, example, False)
         if kept is not None:
@@ -242,18 +244,19 @@ def _report_sizes_taken_as_one(context: DiagnosticContext, program: torch.export
     return notes
 
 
-def _grown_when_torch_alone_compares(
+def _size_one_probe(
     model: Any, spec: Any, example: Example, context: DiagnosticContext
-) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
-    """With dims of example size 1 asked to be dynamic among others, a probe capture
-    with only those dims dynamic (as cheap as a static capture) first: where only
-    torch's own code compares them (a convolution choosing its memory format by
-    ``batch <= 1``), the grown example is captured with the full spec at once
-    (`_capture_grown`), instead of after a full capture of the example that would show
-    the same. None otherwise: the captures of the example follow as before."""
+) -> tuple[torch.export.ExportedProgram, set[Any]] | None:
+    """(program, symbols of the size-1 dims) of a size-oblivious capture of the example
+    with only its size-1 dynamic dims dynamic (as cheap as a static capture): its guards
+    on those dims tell whose code compares them. Where only torch's own code does (a
+    convolution choosing its memory format by ``batch <= 1``), the grown example is
+    captured once with the full spec, instead of after a full capture of the example
+    that would show the same. None when that capture would be the first capture itself,
+    or fails (a note says why)."""
     probe_spec = size_one_spec(spec, model, example.args, example.kwargs)
     if probe_spec == spec:
-        return None  # the probe would be the first capture itself
+        return None
     try:
         probe = _export(model, example.args, example.kwargs, probe_spec, False, True)
     except Exception as error:  # noqa: BLE001 - the captures of the example follow; say why
@@ -262,10 +265,7 @@ def _grown_when_torch_alone_compares(
             message=f"Capturing with only the size-1 dynamic dims dynamic, to see which code compares them, failed: {exception_summary(error)}",
         )
         return None
-    symbols = size_one_symbols(probe, leaves_in_input_order(probe, example.args, example.kwargs))
-    if sound_size_oblivious_capture(probe, symbols) or not size_one_guards_in_torch_only(probe, symbols):
-        return None
-    return _capture_grown(model, spec, example, context)
+    return probe, size_one_symbols(probe, leaves_in_input_order(probe, example.args, example.kwargs))
 
 
 def _export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any, strict: bool, size_oblivious: bool) -> torch.export.ExportedProgram:
@@ -345,24 +345,18 @@ def _sound_or_grown(
 
 
 def _grown_for_named_dims(
-    model: Any, spec: Any, example: Example, context: DiagnosticContext
+    model: Any, spec: Any, example: Example, probe: tuple[torch.export.ExportedProgram, set[Any]] | None,
+    context: DiagnosticContext,
 ) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
-    """torch.export refused a named dynamic dim whose example size is 1: a probe capture
-    with every dim as Dim.AUTO tells whose code compared it: only torch's, and the grown
+    """torch.export refused a named dynamic dim whose example size is 1; the probe
+    capture (`_size_one_probe`) tells whose code compared it: only torch's, and the grown
     example is captured with the user's spec (`_capture_grown`); the model's, and a
     warning names the line. None when the refusal stands (it is reported as it is)."""
-    try:
-        probe = _export(model, example.args, example.kwargs, relaxed_spec(spec), False, True)
-    except Exception as error:  # noqa: BLE001 - the refusal is reported instead; say why
-        context.record(
-            rules.CAPTURE_FAILURE, Level.NOTE,
-            message=f"Capturing with every dim as Dim.AUTO, to see which code compared the size-1 dims, failed: {exception_summary(error)}",
-        )
+    if probe is None:
         return None
-    symbols = size_one_symbols(probe, leaves_in_input_order(probe, example.args, example.kwargs))
-    if size_one_guards_in_torch_only(probe, symbols):
+    if size_one_guards_in_torch_only(*probe):
         return _capture_grown(model, spec, example, context)
-    model_lines = sorted({f"{file}:{line}" for file, line in size_one_guard_lines(probe, symbols) if file and line})
+    model_lines = sorted({f"{file}:{line}" for file, line in size_one_guard_lines(*probe) if file and line})
     if model_lines:
         context.record(
             rules.CAPTURE_FAILURE, Level.WARNING,

@@ -27,7 +27,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from dispatcher import OnnxRegistry, walk_graph_modules
 from fx2onnx.fx_passes.fresh_mutations import functionalize_fresh_mutations
-from fx2onnx.fx_passes.node_meta import SOURCE_META
+from fx2onnx.fx_passes.node_meta import SOURCE_META, call_in_place_of
 from fx2onnx.private_ops import assertion_ops
 
 _logger = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ _logger = logging.getLogger(__name__)
 _TABLES: dict[frozenset[str], dict] = {}
 # Decompositions may expose further complex operators without a complex implementation.
 _MAX_COMPLEX_ROUNDS = 3
-# what a node inlined in place of another keeps of the replaced node
 
 
 def _has_exact_function(registry: OnnxRegistry, op: torch._ops.OpOverload) -> bool:
@@ -372,18 +371,13 @@ def _rewrite_directly(graph: torch.fx.Graph, node: torch.fx.Node, fake_mode: Any
         graph.erase_node(node)
         return True
     target, args, kwargs, index = plan
-    fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
-    with fake_mode:
-        value = target(*fake_args, **fake_kwargs)
     with graph.inserting_before(node):
-        call = graph.call_function(target, args, kwargs)
-        call.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
-        call.meta["val"] = value
+        call = call_in_place_of(graph, target, args, kwargs, node.meta, fake_mode)
         result = call
         if index is not None:
             result = graph.call_function(operator.getitem, (call, index))
             result.meta.update(call.meta)
-            result.meta["val"] = value[index]
+            result.meta["val"] = call.meta["val"][index]
     node.replace_all_uses_with(result)
     graph.erase_node(node)
     return True

@@ -19,9 +19,7 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
-
-from fx2onnx.fx_passes.node_meta import SOURCE_META
+from fx2onnx.fx_passes.node_meta import call_in_place_of
 
 _aten = torch.ops.aten
 
@@ -77,27 +75,21 @@ def _other_alias_read_after(base: torch.fx.Node, mutation: torch.fx.Node, place:
     seen, todo = {base}, [base]
     while todo:
         for user in todo.pop().users:
-            if user in seen or place[user] >= place[mutation]:
+            if user in seen or place.get(user, -1) >= place[mutation]:
                 continue
             if _returns_alias(user):
                 seen.add(user)
                 todo.append(user)
-    return any(place[user] > place[mutation] for alias in seen - {base} for user in alias.users)
-
-
-def _call(graph: torch.fx.Graph, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any], fake_mode: Any) -> torch.fx.Node:
-    node = graph.call_function(target, args, kwargs)
-    node.meta.update({key: meta[key] for key in SOURCE_META if key in meta})
-    values, value_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
-    with fake_mode:
-        node.meta["val"] = target(*values, **value_kwargs)
-    return node
+    return any(place.get(user, -1) > place[mutation] for alias in seen - {base} for user in alias.users)
 
 
 def functionalize_fresh_mutations(graph: torch.fx.Graph, fake_mode: Any) -> int:
     """Rewrite the in-place operators on fresh tensors (see the module's docstring);
     returns how many. Nodes without FakeTensor metadata are left alone."""
     rewritten = 0
+    # positions of the nodes as captured; the nodes a rewrite adds stand where an earlier
+    # mutation stood, before every later one (-1)
+    place = {node: index for index, node in enumerate(graph.nodes)}
     for mutation in list(graph.nodes):
         functional = _functional_form(mutation.target) if mutation.op == "call_function" else None
         if functional is None or fake_mode is None:
@@ -105,18 +97,17 @@ def functionalize_fresh_mutations(graph: torch.fx.Graph, fake_mode: Any) -> int:
         views, base = _written_views(mutation.args[0])
         if base is None or any("val" not in node.meta for node in (*views, base)):
             continue
-        place = {node: index for index, node in enumerate(graph.nodes)}
         if _other_alias_read_after(base, mutation, place):
             continue
         with graph.inserting_before(mutation):
-            result = _call(graph, functional, mutation.args, dict(mutation.kwargs), mutation.meta, fake_mode)
+            result = call_in_place_of(graph, functional, mutation.args, dict(mutation.kwargs), mutation.meta, fake_mode)
             dtype = mutation.args[0].meta["val"].dtype
             if result.meta["val"].dtype != dtype:  # in place, the result keeps the tensor's dtype
-                result = _call(graph, _aten._to_copy.default, (result,), {"dtype": dtype}, mutation.meta, fake_mode)
+                result = call_in_place_of(graph, _aten._to_copy.default, (result,), {"dtype": dtype}, mutation.meta, fake_mode)
             new_value = result
             for view in views:  # innermost first: write the new part into the view around it
-                new_value = _call(graph, _WRITE_BACK[view.target], (view.args[0], new_value, *view.args[1:]),
-                                  dict(view.kwargs), mutation.meta, fake_mode)
+                new_value = call_in_place_of(graph, _WRITE_BACK[view.target], (view.args[0], new_value, *view.args[1:]),
+                                             dict(view.kwargs), mutation.meta, fake_mode)
         mutation.replace_all_uses_with(result)  # the in-place result is the view's new value
         graph.erase_node(mutation)
         base.replace_all_uses_with(new_value, delete_user_cb=lambda user: place.get(user, -1) > place[mutation])
