@@ -32,9 +32,7 @@ from fx2onnx.capture.dynamic_dims.spec import (
     capture_signature,
     requested_dynamic_dims,
     keep_size_one_dims_dynamic,
-    size_one_guard_lines,
-    size_one_guards_in_torch_only,
-    size_one_spec,
+    model_lines_comparing,
     size_one_symbols,
     sound_size_oblivious_capture,
     specialized_dims,
@@ -176,10 +174,9 @@ def capture(
     errors: list[BaseException] = []
     size_one_dims = _has_size_one_dynamic_dim(requested, args, kwargs)
     example = Example(tuple(args), dict(kwargs), requested)
-    probe = _size_one_probe(model, spec, example, context) if size_one_dims else None
-    if probe is not None and not sound_size_oblivious_capture(*probe) and size_one_guards_in_torch_only(*probe):
-        # only torch's own code compares the size-1 dims: one full capture, of the grown example
-        kept = _capture_grown(model, spec, example, context)
+    model_lines: list[tuple[str | None, int | None]] = []
+    if size_one_dims:
+        kept, model_lines = _capture_grown(model, spec, example, context)
         if kept is not None:
             return _captured(context, spec, kept, strict=False, errors=errors)
     for strict, size_oblivious in _capture_attempts(size_one_dims):
@@ -187,10 +184,13 @@ def capture(
             program = _export(model, args, kwargs, spec, strict, size_oblivious)
         except Exception as error:  # noqa: BLE001 - try the next mode, then report all
             errors.append(error)
-            refused = size_oblivious and is_fixed_dim_error(error)  # a named dim of example size 1
-            kept = _grown_for_named_dims(model, spec, example, probe, context) if refused else None
+            if size_oblivious and is_fixed_dim_error(error):  # a named dim of example size 1
+                _warn_model_compares_named_dims(context, model_lines)
+            kept = None
         else:
-            kept = _sound_or_grown(model, spec, program, example, context) if size_oblivious else (program, example, False)
+            sound = not size_oblivious or sound_size_oblivious_capture(
+                program, size_one_symbols(program, leaves_in_input_order(program, args, kwargs)))
+            kept = (program, example, size_oblivious) if sound else None
         if kept is not None:
             return _captured(context, spec, kept, strict=strict, errors=errors)
     failure = CaptureFailure(errors[0], user_model, args, kwargs, dynamic_shapes)
@@ -244,30 +244,6 @@ def _report_sizes_taken_as_one(context: DiagnosticContext, program: torch.export
     return notes
 
 
-def _size_one_probe(
-    model: Any, spec: Any, example: Example, context: DiagnosticContext
-) -> tuple[torch.export.ExportedProgram, set[Any]] | None:
-    """(program, symbols of the size-1 dims) of a size-oblivious capture of the example
-    with only its size-1 dynamic dims dynamic (as cheap as a static capture): its guards
-    on those dims tell whose code compares them. Where only torch's own code does (a
-    convolution choosing its memory format by ``batch <= 1``), the grown example is
-    captured once with the full spec, instead of after a full capture of the example
-    that would show the same. None when that capture would be the first capture itself,
-    or fails (a note says why)."""
-    probe_spec = size_one_spec(spec, model, example.args, example.kwargs)
-    if probe_spec == spec:
-        return None
-    try:
-        probe = _export(model, example.args, example.kwargs, probe_spec, False, True)
-    except Exception as error:  # noqa: BLE001 - the captures of the example follow; say why
-        context.record(
-            rules.CAPTURE_FAILURE, Level.NOTE,
-            message=f"Capturing with only the size-1 dynamic dims dynamic, to see which code compares them, failed: {exception_summary(error)}",
-        )
-        return None
-    return probe, size_one_symbols(probe, leaves_in_input_order(probe, example.args, example.kwargs))
-
-
 def _export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], spec: Any, strict: bool, size_oblivious: bool) -> torch.export.ExportedProgram:
     with keep_size_one_dims_dynamic(size_oblivious), symbolic_math(), library_adapters_at_capture(), \
             _keyword_inputs_as_parameters(model, kwargs):
@@ -302,21 +278,32 @@ def _keyword_inputs_as_parameters(model: torch.nn.Module, kwargs: Mapping[str, A
 
 def _capture_grown(
     model: Any, spec: Any, example: Example, context: DiagnosticContext
-) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
-    """(program, example, size-oblivious) captured from the example repeated to size 2 in
-    its size-1 dynamic dims (`size_one`), when that keeps those dims dynamic; None when
-    it does not. The size-oblivious mode is tried first: it is sound once no example dim
-    is 1, and reasons about sizes much faster (Swin: 17 s against 148 s)."""
+) -> tuple[tuple[torch.export.ExportedProgram, Example, bool] | None, list[tuple[str | None, int | None]]]:
+    """The first capture when a dynamic dim has example size 1, which torch.export would
+    fix wherever any code compares it: the example repeated to size 2 there
+    (`size_one`), the size torch.export treats as general. Kept as (program, example,
+    size-oblivious) when those dims stay dynamic and no line of the model's code compared
+    them, so that the model computes the same at size 1 (torch's own comparisons, such as
+    a kernel choosing its memory format by ``batch <= 1``, do). Returns (kept or None,
+    the model's lines that compared them). The size-oblivious mode is tried first: it is
+    sound once no example dim is 1, and reasons about sizes much faster (Swin: 17 s
+    against 148 s)."""
     grown = grown_example(example.args, example.kwargs, example.requested)
+    if not grown.grown_dims:  # only dims of size 0: nothing to grow
+        return None, []
     for size_oblivious in (True, False):
         try:
             program = _export(model, grown.args, grown.kwargs, spec, False, size_oblivious)
-        except Exception as error:  # noqa: BLE001 - the plain capture of the example follows; say why
+        except Exception as error:  # noqa: BLE001 - the captures of the example follow; say why
             context.record(
                 rules.CAPTURE_FAILURE, Level.NOTE,
-                message=f"Capturing again with the size-1 dynamic dims grown to 2 failed: {exception_summary(error)}",
+                message=f"Capturing the example with its size-1 dynamic dims grown to 2 failed: {exception_summary(error)}",
             )
             continue
+        grown_symbols = size_one_symbols(program, leaves_in_input_order(program, example.args, example.kwargs))
+        model_lines = model_lines_comparing(program, grown_symbols)
+        if model_lines:  # the model may branch otherwise at size 1: capture the example itself
+            return None, model_lines
         if size_oblivious and not sound_size_oblivious_capture(program, set()):
             continue
         fixed = specialized_dims(program, grown.requested, leaves_in_input_order(program, grown.args, grown.kwargs))
@@ -324,46 +311,24 @@ def _capture_grown(
             continue
         context.record(
             rules.CAPTURE_FAILURE, Level.NOTE,
-            message="torch.export fixed " + ", ".join(f"dim {dim} of input '{path}'" for path, dim in sorted(grown.grown_dims))
-            + " at the example's size 1, where only torch's own code compares it: the model was captured again from its "
-            "example repeated to size 2 there, which keeps those dims dynamic.",
+            message="Size 1 in the example at " + ", ".join(f"dim {dim} of input '{path}'" for path, dim in sorted(grown.grown_dims))
+            + ": torch.export fixes such a dim wherever code compares it, and no line of the model's code does, so the "
+            "model was captured from its example repeated to size 2 there, which keeps those dims dynamic.",
         )
-        return program, grown, size_oblivious
-    return None
+        return (program, grown, size_oblivious), []
+    return None, []
 
 
-def _sound_or_grown(
-    model: Any, spec: Any, program: torch.export.ExportedProgram, example: Example, context: DiagnosticContext
-) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
-    """A size-oblivious capture of ``example``, kept when sound; else the capture of the
-    grown example when only torch's own code compared the size-1 dims; else None (the
-    plain mode specializes instead, and the dims check reports it)."""
-    symbols = size_one_symbols(program, leaves_in_input_order(program, example.args, example.kwargs))
-    if sound_size_oblivious_capture(program, symbols):
-        return program, example, True
-    return _capture_grown(model, spec, example, context) if size_one_guards_in_torch_only(program, symbols) else None
-
-
-def _grown_for_named_dims(
-    model: Any, spec: Any, example: Example, probe: tuple[torch.export.ExportedProgram, set[Any]] | None,
-    context: DiagnosticContext,
-) -> tuple[torch.export.ExportedProgram, Example, bool] | None:
-    """torch.export refused a named dynamic dim whose example size is 1; the probe
-    capture (`_size_one_probe`) tells whose code compared it: only torch's, and the grown
-    example is captured with the user's spec (`_capture_grown`); the model's, and a
-    warning names the line. None when the refusal stands (it is reported as it is)."""
-    if probe is None:
-        return None
-    if size_one_guards_in_torch_only(*probe):
-        return _capture_grown(model, spec, example, context)
-    model_lines = sorted({f"{file}:{line}" for file, line in size_one_guard_lines(*probe) if file and line})
-    if model_lines:
+def _warn_model_compares_named_dims(context: DiagnosticContext, model_lines: list[tuple[str | None, int | None]]) -> None:
+    """torch.export refused a named dynamic dim whose example size is 1: a warning names
+    the lines of the model's code that compare it (found by `_capture_grown`)."""
+    places = sorted({f"{file}:{line}" for file, line in model_lines if file and line})
+    if places:
         context.record(
             rules.CAPTURE_FAILURE, Level.WARNING,
             message="A named dynamic dim has size 1 in the example, and the model's code compares it at "
-            + ", ".join(model_lines) + ": export from an example of size 2 or more there, or change that line.",
+            + ", ".join(places) + ": export from an example of size 2 or more there, or change that line.",
         )
-    return None
 
 
 def _capture_attempts(size_one_dims: bool) -> list[tuple[bool, bool]]:

@@ -3,10 +3,11 @@
 torch.export fixes a dynamic dim of example size 1 wherever code compares it with 1,
 and torch's own kernels do so too (in torch 2.14 the fake convolution chooses a memory
 format by `batch <= 1`), so an image model exported from a single image loses its
-dynamic batch. Where only torch's own code compared such a dim (the size-oblivious
-capture says so: `spec.size_one_guards_in_torch_only`), the model is captured once more
-from a grown example: the same inputs repeated to size 2 along those dims (the model
-computes the same for each copy), the sizes torch.export treats as general.
+dynamic batch. The model is therefore first captured from a grown example: the same
+inputs repeated to size 2 along those dims (the model computes the same for each copy),
+the sizes torch.export treats as general. That capture is kept where no line of the
+model's code compared those dims (its guards say so: `spec.model_lines_comparing`);
+torch's own comparisons compute the same at size 1.
 """
 
 from __future__ import annotations

@@ -88,12 +88,10 @@ def size_one_guard_lines(program: torch.export.ExportedProgram, size_one_symbols
     return _guard_places(shape_env, size_one_symbols) if shape_env is not None else []
 
 
-def size_one_guards_in_torch_only(program: torch.export.ExportedProgram, size_one_symbols: set[Any]) -> bool:
-    """Whether every guard a size-oblivious capture took on the size-1 example dims comes
-    from torch's own code (a kernel choosing its implementation by ``batch <= 1``), and
-    at least one does: no line of the model's code compared those dims."""
-    lines = size_one_guard_lines(program, size_one_symbols)
-    return bool(lines) and all(filename is not None and _torch_file(filename) for filename, _ in lines)
+def model_lines_comparing(program: torch.export.ExportedProgram, symbols: set[Any]) -> list[tuple[str | None, int | None]]:
+    """(file, line) of the guards the capture took on ``symbols`` outside torch's own code
+    ((None, None) where torch kept no place): where the model's code compared those dims."""
+    return [(filename, line) for filename, line in size_one_guard_lines(program, symbols) if filename is None or not _torch_file(filename)]
 
 
 def size_one_symbols(program: torch.export.ExportedProgram, leaves: Sequence[Any]) -> set[Any]:
@@ -429,40 +427,6 @@ def specialized_dims(
             if explicit or from_model:
                 found.append(SpecializedDim(path, dim, int(size), location, explicit))
     return found
-
-
-def _map_tensor_specs(value: Any, spec: Any, per_tensor: Any) -> Any:
-    """``spec`` with the spec of each tensor of ``value`` replaced by
-    ``per_tensor(tensor, its spec)``, walked as `_walk_spec` walks it."""
-    if spec is None:
-        return None
-    if isinstance(value, torch.Tensor):
-        return per_tensor(value, spec)
-    if isinstance(value, Mapping) and isinstance(spec, Mapping):
-        return {key: _map_tensor_specs(value.get(key), item, per_tensor) for key, item in spec.items()}
-    if isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-        return type(spec)(_map_tensor_specs(item, item_spec, per_tensor) for item, item_spec in zip(value, spec))
-    if isinstance(spec, (list, tuple)) and (children := registered_children(value)) is not None:
-        return type(spec)(_map_tensor_specs(item, item_spec, per_tensor) for item, item_spec in zip(children, spec))
-    return spec
-
-
-def size_one_spec(spec: Any, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """The spec with only its dynamic dims of example size 0 or 1 left dynamic (as
-    Dim.AUTO), every other dim static: a capture with it costs about what a static one
-    does, and tells whose code compares those dims."""
-
-    def per_tensor(value: torch.Tensor, tensor_spec: Any) -> Any:
-        dims = [index % value.dim() for index, dim_spec in _dim_items(tensor_spec) if _requested(dim_spec) is not None]
-        return {index: Dim.AUTO for index in dims if value.shape[index] in (0, 1)} or None
-
-    named = bound_arguments(model, args, kwargs)
-    if isinstance(spec, Mapping) and named is not None:
-        return {key: _map_tensor_specs(named.get(key), item, per_tensor) for key, item in spec.items()}
-    if isinstance(spec, (list, tuple)):
-        values = list(named.values()) if named is not None else [*args, *kwargs.values()]
-        return type(spec)(_map_tensor_specs(value, item, per_tensor) for value, item in zip(values, spec))
-    return spec
 
 
 def relaxed_spec(spec: Any) -> Any:

@@ -1,7 +1,7 @@
-"""Dims asked to be dynamic whose example size is 1: where only torch's own code compares
-them (a kernel choosing its implementation by the batch), the model is captured again
-from its example repeated to size 2 and the dim stays dynamic; where the model's code
-compares them, the dim is fixed and the warning says so."""
+"""Dims asked to be dynamic whose example size is 1: the model is captured from its example
+repeated to size 2 there; where only torch's own code compares them (a kernel choosing
+its implementation by the batch), that capture is kept and the dim stays dynamic; where
+the model's code compares them, the dim is fixed and the warning says so."""
 
 from __future__ import annotations
 
@@ -57,15 +57,15 @@ def test_a_batch_of_one_compared_only_by_torch_stays_dynamic(tmp_path):
     program = export_and_compare_impl(model, (torch.randn(1, 3, 8, 8),), options=options, tmp_path=tmp_path,
                                       second_inputs=((torch.randn(3, 3, 10, 10),), {}))
     assert str(program.model.graph.inputs[0].shape[0]) == "x_dim_0"
-    notes = [d.message for d in program.diagnostic_context.diagnostics if "captured again" in (d.message or "")]
+    notes = [d.message for d in program.diagnostic_context.diagnostics if "repeated to size 2" in (d.message or "")]
     assert len(notes) == 1 and "dim 0 of input 'x'" in notes[0]
     assert not program.warnings
 
 
-def test_a_cheap_probe_shows_torch_compares_the_batch_before_the_one_full_capture(tmp_path, monkeypatch):
-    """Every dim is dynamic, but only the batch has size 1: a probe with only the batch
-    dynamic shows torch's code compares it, then the grown example is captured once with
-    every dim dynamic; the example itself is never captured with every dim dynamic."""
+def test_a_batch_compared_only_by_torch_takes_one_capture(tmp_path, monkeypatch):
+    """Every dim is dynamic, but only the batch has size 1: the grown example is captured
+    once with every dim dynamic, and its guards show that only torch's code compares the
+    batch; the example itself is never captured."""
     kernel = _module_in(tmp_path / "site-packages" / "torch", "kernel_choice")
     model = Convolution(kernel.pick).eval()
     captures = []
@@ -78,20 +78,30 @@ def test_a_cheap_probe_shows_torch_compares_the_batch_before_the_one_full_captur
     monkeypatch.setattr(torch.export, "export", spy)
     program = export_and_compare_impl(model, (torch.randn(1, 3, 8, 8),), options=make_options(tmp_path, dynamic_shapes=True),
                                       tmp_path=tmp_path, second_inputs=((torch.randn(2, 3, 6, 10),), {}))
-    assert captures == [(1, [0]), (2, [0, 1, 2, 3])]
+    assert captures == [(2, [0, 1, 2, 3])]
     assert [str(d) for d in program.model.graph.inputs[0].shape] == ["x_dim_0", "3", "x_dim_2", "x_dim_3"]
 
 
-def test_a_batch_of_one_compared_by_the_models_code_is_fixed_with_a_warning(tmp_path):
+def test_a_batch_of_one_compared_by_the_models_code_is_fixed_with_a_warning(tmp_path, monkeypatch):
     kernel = _module_in(tmp_path / "project", "model_code")
     model = Convolution(kernel.pick).eval()
+    captured_batches = []
+    export = torch.export.export
+
+    def spy(model, args, kwargs=None, **rest):
+        captured_batches.append(args[0].shape[0])
+        return export(model, args, kwargs, **rest)
+
+    monkeypatch.setattr(torch.export, "export", spy)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         program = export_and_compare_impl(model, (torch.randn(1, 3, 8, 8),), options=make_options(tmp_path, dynamic_shapes=True),
                                           tmp_path=tmp_path)
     assert program.model.graph.inputs[0].shape[0] == 1
     assert any("dim 0 of input 'x' was fixed to 1" in str(w.message) for w in caught)
-    assert not [d for d in program.diagnostic_context.diagnostics if "captured again" in (d.message or "")]
+    # the grown capture showed the model's comparison; the example itself was captured next
+    assert captured_batches[0] == 2 and captured_batches[1:] and set(captured_batches[1:]) == {1}
+    assert not [d for d in program.diagnostic_context.diagnostics if "repeated to size 2" in (d.message or "")]
 
 
 def test_a_named_batch_dim_of_one_compared_only_by_torch_stays_dynamic(tmp_path):
@@ -102,7 +112,7 @@ def test_a_named_batch_dim_of_one_compared_only_by_torch_stays_dynamic(tmp_path)
                                       second_inputs=((torch.randn(3, 3, 8, 8),), {}))
     assert str(program.model.graph.inputs[0].shape[0]) == "batch"
     assert program.model.graph.inputs[0].shape[2] == 8  # the dims not named stay static
-    assert any("captured again" in (d.message or "") for d in program.diagnostic_context.diagnostics)
+    assert any("repeated to size 2" in (d.message or "") for d in program.diagnostic_context.diagnostics)
 
 
 def test_a_named_batch_dim_of_one_compared_by_the_models_code_is_refused(tmp_path):
