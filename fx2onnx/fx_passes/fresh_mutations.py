@@ -107,7 +107,7 @@ def functionalize_fresh_mutations(graph: torch.fx.Graph, fake_mode: Any) -> int:
             new_value = result
             for view in views:  # innermost first: write the new part into the view around it
                 new_value = call_in_place_of(graph, _WRITE_BACK[view.target], (view.args[0], new_value, *view.args[1:]),
-                                             dict(view.kwargs), mutation.meta, fake_mode)
+                                             dict(view.kwargs), mutation.meta, fake_mode, like=view.args[0].meta["val"])
         mutation.replace_all_uses_with(result)  # the in-place result is the view's new value
         graph.erase_node(mutation)
         base.replace_all_uses_with(new_value, delete_user_cb=lambda user: place.get(user, -1) > place[mutation])

@@ -36,6 +36,9 @@ class SymbolNamer:
     def __init__(self) -> None:
         self._names: dict[sympy.Symbol, str] = {}
         self._taken: set[str] = set()
+        # the text of each expression whose symbols are all named (its text is final);
+        # printing symbolic sizes is most of the translation's time otherwise
+        self._texts: dict[sympy.Expr, str] = {}
 
     def name_symbol(self, size: Any, name: str) -> None:
         """Name the symbol behind a SymInt size, unless it already has a name; a name
@@ -66,9 +69,13 @@ class SymbolNamer:
         expr = size.node.expr if isinstance(size, torch.SymInt) else sympy.sympify(size)
         if expr.is_Integer:
             return int(expr)
+        text = self._texts.get(expr)
+        if text is not None:
+            return text
         if expr.free_symbols and all(s in self._names for s in expr.free_symbols):
             renamed = expr.xreplace({s: sympy.Symbol(self._names[s]) for s in expr.free_symbols})
-            return str(renamed).replace(" ", "")
+            text = self._texts[expr] = str(renamed).replace(" ", "")
+            return text
         return str(expr).replace(" ", "")
 
     def shape(self, sizes: Any) -> ir.Shape:
