@@ -22,7 +22,9 @@ from fx2onnx.capture.dynamic_dims.check import (
     leaves_in_input_order,
     explain_fixed_dims,
     is_fixed_dim_error,
+    record_at,
 )
+from fx2onnx.capture.dynamic_dims.branches import branch_conditions
 from fx2onnx.capture.dynamic_dims.size_one import Example, grown_example
 from fx2onnx.capture.dynamic_dims.taken_as_one import sizes_taken_as_one
 from fx2onnx.capture.dynamic_dims.spec import (
@@ -223,6 +225,7 @@ def _captured(
     except FixedDynamicDimError as error:
         raise CaptureError(str(error)) from error
     captured.notes += _report_sizes_taken_as_one(context, program)
+    captured.notes += _report_branch_conditions(context, program, used_example)
     return captured
 
 
@@ -241,6 +244,28 @@ def _report_sizes_taken_as_one(context: DiagnosticContext, program: torch.export
         if message not in notes:
             context.record(rules.CAPTURE_FAILURE, Level.WARNING, message=message, location=location, stack=node_stack(node))
             notes.append(message)
+    return notes
+
+
+def _report_branch_conditions(context: DiagnosticContext, program: torch.export.ExportedProgram, example: Example) -> list[str]:
+    """A warning per line of the model's code whose branch on the dynamic sizes holds
+    only under a condition that nothing checks (`branches`); returns their texts."""
+    notes: list[str] = []
+    try:
+        branches = branch_conditions(program, leaves_in_input_order(program, example.args, example.kwargs))
+    except Exception as error:  # noqa: BLE001 - advice only: the export goes on without it, and says so
+        context.record(rules.CAPTURE_FAILURE, Level.NOTE,
+                       message=f"The conditions the model's branches put on the dynamic sizes were not checked: {exception_summary(error)}")
+        return notes
+    for branch in branches:
+        message = (
+            f"The model's code branches on the dynamic input sizes at {branch.filename}:{branch.line}, and the capture "
+            f"took the example's branch, where {' and '.join(branch.conditions)}. Neither torch.export nor the ONNX "
+            "model checks this: for inputs where it does not hold, the ONNX model may compute something other than "
+            "PyTorch does. Check its results at the sizes you will use, or export those dims static."
+        )
+        record_at(context, Level.WARNING, message, (branch.filename, branch.line))
+        notes.append(message)
     return notes
 
 

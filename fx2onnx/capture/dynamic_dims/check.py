@@ -93,14 +93,14 @@ def _report(context: DiagnosticContext, fixed: list[SpecializedDim]) -> list[str
         else:
             message += " The exported model accepts only this size there."
             warnings.append(message)
-        _record_at(context, Level.ERROR if dim.explicit else Level.WARNING, message, dim.location)
+        record_at(context, Level.ERROR if dim.explicit else Level.WARNING, message, dim.location)
     named = [dim for dim in fixed if dim.explicit]
     if named:
         raise FixedDynamicDimError("; ".join(dim.describe() for dim in named))
     return warnings
 
 
-def _record_at(context: DiagnosticContext, level: Level, message: str, location: tuple[str, int] | None) -> None:
+def record_at(context: DiagnosticContext, level: Level, message: str, location: tuple[str, int] | None) -> None:
     stack = None
     if location is not None:
         stack = Stack.from_frame_summaries([traceback.FrameSummary(location[0], location[1], "forward")])

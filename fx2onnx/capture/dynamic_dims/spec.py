@@ -91,7 +91,7 @@ def size_one_guard_lines(program: torch.export.ExportedProgram, size_one_symbols
 def model_lines_comparing(program: torch.export.ExportedProgram, symbols: set[Any]) -> list[tuple[str | None, int | None]]:
     """(file, line) of the guards the capture took on ``symbols`` outside torch's own code
     ((None, None) where torch kept no place): where the model's code compared those dims."""
-    return [(filename, line) for filename, line in size_one_guard_lines(program, symbols) if filename is None or not _torch_file(filename)]
+    return [(filename, line) for filename, line in size_one_guard_lines(program, symbols) if filename is None or not is_torch_file(filename)]
 
 
 def size_one_symbols(program: torch.export.ExportedProgram, leaves: Sequence[Any]) -> set[Any]:
@@ -364,7 +364,7 @@ def _source_name(source: Any) -> str:
     return name() if callable(name) else str(name)
 
 
-def _torch_file(filename: str) -> bool:
+def is_torch_file(filename: str) -> bool:
     return f"{os.sep}torch{os.sep}" in filename
 
 
@@ -380,19 +380,30 @@ def _fixing_location(shape_env: Any, path: str, dim: int) -> tuple[tuple[str, in
     ]
     for filename, line in _guard_places(shape_env, set(symbols)):
         if filename is not None:
-            return (filename, line), not _torch_file(filename)
+            return (filename, line), not is_torch_file(filename)
     return None, True
+
+
+def guards_with_places(program: torch.export.ExportedProgram) -> list[tuple[Any, str | None, int | None]]:
+    """(condition, file, line) of every guard the capture took on the inputs' sizes
+    ((None, None) where torch kept no place)."""
+    return _guards(_shape_env(program))
+
+
+def _guards(shape_env: Any) -> list[tuple[Any, str | None, int | None]]:
+    if shape_env is None:
+        return []
+    found = []
+    for guard in shape_env.guards:
+        frame = guard.sloc.framework_loc
+        found.append((guard.expr, getattr(frame, "filename", None), getattr(frame, "lineno", None)))
+    return found
 
 
 def _guard_places(shape_env: Any, symbols: set[Any]) -> list[tuple[str | None, int | None]]:
     """(file, line) of each guard the capture took on any of ``symbols``, in order
     ((None, None) where torch kept no place)."""
-    places: list[tuple[str | None, int | None]] = []
-    for guard in shape_env.guards:
-        if guard.expr.free_symbols & symbols:
-            frame = guard.sloc.framework_loc
-            places.append((getattr(frame, "filename", None), getattr(frame, "lineno", None)))
-    return places
+    return [(filename, line) for expr, filename, line in _guards(shape_env) if expr.free_symbols & symbols]
 
 
 def specialized_dims(
