@@ -35,6 +35,7 @@ from fx2onnx.capture.dynamic_dims.spec import (
     requested_dynamic_dims,
     keep_size_one_dims_dynamic,
     model_lines_comparing,
+    relaxed_spec,
     size_one_symbols,
     sound_size_oblivious_capture,
     specialized_dims,
@@ -310,9 +311,13 @@ def _capture_grown(
     size-oblivious) when those dims stay dynamic and no line of the model's code compared
     them, so that the model computes the same at size 1 (torch's own comparisons, such as
     a kernel choosing its memory format by ``batch <= 1``, do). Returns (kept or None,
-    the model's lines that compared them). The size-oblivious mode is tried first: it is
-    sound once no example dim is 1, and reasons about sizes much faster (Swin: 17 s
-    against 148 s)."""
+    the model's lines that compared them).
+
+    Only a size-oblivious capture shows such a comparison (``size == 1`` is a guard
+    there; the plain mode decides it False for any size of 2 or more without one), so it
+    comes first and judges; a named dim that a guard refused is judged by the same capture
+    with the dims as Dim.AUTO. The plain mode is tried only after that found no line of
+    the model's. Size-oblivious reasoning is also much faster (Swin: 17 s against 148 s)."""
     grown = grown_example(example.args, example.kwargs, example.requested)
     if not grown.grown_dims:  # only dims of size 0: nothing to grow
         return None, []
@@ -324,9 +329,13 @@ def _capture_grown(
                 rules.CAPTURE_FAILURE, Level.NOTE,
                 message=f"Capturing the example with its size-1 dynamic dims grown to 2 failed: {exception_summary(error)}",
             )
+            if not size_oblivious:
+                break
+            model_lines = _model_lines_of_refused_grown_capture(model, spec, grown, example, error, context)
+            if model_lines is None or model_lines:  # not judged, or the model compares: capture the example itself
+                return None, model_lines or []
             continue
-        grown_symbols = size_one_symbols(program, leaves_in_input_order(program, example.args, example.kwargs))
-        model_lines = model_lines_comparing(program, grown_symbols)
+        model_lines = model_lines_comparing(program, _grown_symbols(program, example))
         if model_lines:  # the model may branch otherwise at size 1: capture the example itself
             return None, model_lines
         if size_oblivious and not sound_size_oblivious_capture(program, set()):
@@ -342,6 +351,31 @@ def _capture_grown(
         )
         return (program, grown, size_oblivious), []
     return None, []
+
+
+def _grown_symbols(program: torch.export.ExportedProgram, example: Example) -> set[Any]:
+    """The symbols of the dims the grown capture grew (size 1 in ``example``)."""
+    return size_one_symbols(program, leaves_in_input_order(program, example.args, example.kwargs))
+
+
+def _model_lines_of_refused_grown_capture(
+    model: Any, spec: Any, grown: Example, example: Example, error: BaseException, context: DiagnosticContext
+) -> list[tuple[str | None, int | None]] | None:
+    """torch.export refused the size-oblivious capture of the grown example because a
+    guard fixed a named dim: the lines of the model's code among those guards, from the
+    same capture with every dynamic dim as Dim.AUTO (empty: only torch's own code); None
+    when that cannot be told (another failure)."""
+    if not is_fixed_dim_error(error):
+        return None
+    try:
+        judge = _export(model, grown.args, grown.kwargs, relaxed_spec(spec), False, True)
+    except Exception as relaxed_error:  # noqa: BLE001 - the captures of the example follow; say why
+        context.record(
+            rules.CAPTURE_FAILURE, Level.NOTE,
+            message=f"Capturing the grown example with every dynamic dim as Dim.AUTO failed too: {exception_summary(relaxed_error)}",
+        )
+        return None
+    return model_lines_comparing(judge, _grown_symbols(judge, example))
 
 
 def _warn_model_compares_named_dims(context: DiagnosticContext, model_lines: list[tuple[str | None, int | None]]) -> None:

@@ -121,3 +121,24 @@ def test_a_named_batch_dim_of_one_compared_by_the_models_code_is_refused(tmp_pat
     options = make_options(tmp_path, dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
     with pytest.raises(fx2onnx.OnnxExporterError, match=r"compares it at \S*model_code.py:\d+"):
         fx2onnx.dynamo_export(model, torch.randn(1, 3, 8, 8), export_options=options)
+
+
+class DoubleASingleRow(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 1:  # size-oblivious reasoning decides this without a guard at size 2
+            return x * 2
+        return x + 1
+
+
+def test_a_named_batch_compared_with_one_by_the_models_code_is_refused_not_captured_grown(tmp_path):
+    """The grown example (batch 2) takes the other branch: its capture must not stand in
+    for the example's, whichever mode captured it."""
+    options = make_options(tmp_path, dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    with pytest.raises(fx2onnx.OnnxExporterError, match=r"compares it at \S*test_size_one_dims.py:\d+"):
+        fx2onnx.dynamo_export(DoubleASingleRow(), torch.randn(1, 3), export_options=options)
+
+
+def test_a_batch_compared_with_one_by_the_models_code_is_fixed_and_equal_at_the_example(tmp_path):
+    program = export_and_compare_impl(DoubleASingleRow(), (torch.randn(1, 3),), options=make_options(tmp_path, dynamic_shapes=True),
+                                      tmp_path=tmp_path)
+    assert program.model.graph.inputs[0].shape[0] == 1
