@@ -19,7 +19,7 @@ from typing import Any
 import sympy
 import torch
 
-from fx2onnx.capture.dynamic_dims.spec import guards_with_places, is_torch_file
+from fx2onnx.capture.dynamic_dims.spec import guards_with_places, is_torch_file, user_input_nodes
 
 # a condition printed in a warning is cut at this length (feature-map arithmetic of deep
 # networks nests a dozen levels)
@@ -125,8 +125,7 @@ def _sizes_to_try(symbols: list[Any], example_sizes: dict[Any, int], ranges: Map
 def _input_dims(program: torch.export.ExportedProgram, leaves: Sequence[Any]) -> tuple[dict[Any, str], dict[Any, int]]:
     """torch's symbol of each dynamic input dim -> ``input.shape[i]`` (the first dim it
     stands for), and -> its size in the example."""
-    user_inputs = [node for node in program.graph_module.graph.nodes
-                   if node.op == "placeholder" and node.name in set(program.graph_signature.user_inputs)]
+    user_inputs = user_input_nodes(program)
     names: dict[Any, str] = {}
     sizes: dict[Any, int] = {}
     for node, leaf in zip(user_inputs, leaves):

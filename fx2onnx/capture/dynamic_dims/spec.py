@@ -81,23 +81,24 @@ def sound_size_oblivious_capture(program: torch.export.ExportedProgram, size_one
     return True
 
 
-def size_one_guard_lines(program: torch.export.ExportedProgram, size_one_symbols: set[Any]) -> list[tuple[str | None, int | None]]:
-    """(file, line) of every guard a size-oblivious capture took on the size-1 example
-    dims ((None, None) where torch kept no place)."""
-    shape_env = _shape_env(program)
-    return _guard_places(shape_env, size_one_symbols) if shape_env is not None else []
-
-
 def model_lines_comparing(program: torch.export.ExportedProgram, symbols: set[Any]) -> list[tuple[str | None, int | None]]:
     """(file, line) of the guards the capture took on ``symbols`` outside torch's own code
     ((None, None) where torch kept no place): where the model's code compared those dims."""
-    return [(filename, line) for filename, line in size_one_guard_lines(program, symbols) if filename is None or not is_torch_file(filename)]
+    places = _guard_places(_shape_env(program), symbols)
+    return [(filename, line) for filename, line in places if filename is None or not is_torch_file(filename)]
+
+
+def user_input_nodes(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    """The program's placeholders of the user's inputs, in their order (not parameters,
+    buffers or constants)."""
+    names = set(program.graph_signature.user_inputs)
+    return [node for node in program.graph_module.graph.nodes if node.op == "placeholder" and node.name in names]
 
 
 def size_one_symbols(program: torch.export.ExportedProgram, leaves: Sequence[Any]) -> set[Any]:
     """The symbols of the program's input dims whose example size is 0 or 1."""
     symbols: set[Any] = set()
-    user_inputs = [n for n in program.graph_module.graph.nodes if n.op == "placeholder" and n.name in set(program.graph_signature.user_inputs)]
+    user_inputs = user_input_nodes(program)
     for node, leaf in zip(user_inputs, leaves):
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor) or not isinstance(leaf, torch.Tensor):
@@ -415,10 +416,7 @@ def specialized_dims(
     the input leaves in the order of the program's user inputs. Dims fixed by torch's
     own shape rules (a matmul with a weight, a cat with a fixed tensor) are left out
     when only Dim.AUTO asked for them: they can only have that size."""
-    user_inputs = [
-        node for node in program.graph_module.graph.nodes
-        if node.op == "placeholder" and node.name in set(program.graph_signature.user_inputs)
-    ]
+    user_inputs = user_input_nodes(program)
     shape_env = _shape_env(program)
     found: list[SpecializedDim] = []
     for node, leaf in zip(user_inputs, leaves):
