@@ -96,6 +96,16 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
 )
 
 
+def rewrite_site(module: Any, dotted: str) -> tuple[Any, str]:
+    """(owner, name) of ``module.dotted``, a function (``name``) or a class's method
+    (``Class.name``); the owner is None when the module has no such class."""
+    *path, attribute = dotted.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part, None)
+    return owner, attribute
+
+
 @contextlib.contextmanager
 def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_REWRITES) -> Iterator[None]:
     """Replace the functions of ``rewrites`` whose module is imported; restore them on
@@ -106,10 +116,8 @@ def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_R
             for name in rewrite.modules:
                 if name not in sys.modules:
                     continue
-                owner: Any = importlib.import_module(name)  # already loaded: no import cost
-                *path, attribute = rewrite.attribute.split(".")  # a function, or a class's method
-                for part in path:
-                    owner = getattr(owner, part, None)
+                # already loaded: no import cost
+                owner, attribute = rewrite_site(importlib.import_module(name), rewrite.attribute)
                 original = getattr(owner, attribute, None)
                 if original is None:  # another version of the library: nothing to rewrite
                     continue

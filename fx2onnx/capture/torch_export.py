@@ -191,8 +191,7 @@ def capture(
                 _warn_model_compares_named_dims(context, model_lines)
             kept = None
         else:
-            sound = not size_oblivious or sound_size_oblivious_capture(
-                program, size_one_symbols(program, leaves_in_input_order(program, args, kwargs)))
+            sound = not size_oblivious or sound_size_oblivious_capture(program, _size_one_symbols_of(program, example))
             kept = (program, example, size_oblivious) if sound else None
         if kept is not None:
             return _captured(context, spec, kept, strict=strict, errors=errors)
@@ -335,7 +334,7 @@ def _capture_grown(
             if model_lines is None or model_lines:  # not judged, or the model compares: capture the example itself
                 return None, model_lines or []
             continue
-        model_lines = model_lines_comparing(program, _grown_symbols(program, example))
+        model_lines = model_lines_comparing(program, _size_one_symbols_of(program, example))
         if model_lines:  # the model may branch otherwise at size 1: capture the example itself
             return None, model_lines
         if size_oblivious and not sound_size_oblivious_capture(program, set()):
@@ -353,8 +352,9 @@ def _capture_grown(
     return None, []
 
 
-def _grown_symbols(program: torch.export.ExportedProgram, example: Example) -> set[Any]:
-    """The symbols of the dims the grown capture grew (size 1 in ``example``)."""
+def _size_one_symbols_of(program: torch.export.ExportedProgram, example: Example) -> set[Any]:
+    """The program's symbols of the dims of example size 0 or 1 (the dims a grown
+    capture grew)."""
     return size_one_symbols(program, leaves_in_input_order(program, example.args, example.kwargs))
 
 
@@ -375,7 +375,7 @@ def _model_lines_of_refused_grown_capture(
             message=f"Capturing the grown example with every dynamic dim as Dim.AUTO failed too: {exception_summary(relaxed_error)}",
         )
         return None
-    return model_lines_comparing(judge, _grown_symbols(judge, example))
+    return model_lines_comparing(judge, _size_one_symbols_of(judge, example))
 
 
 def _warn_model_compares_named_dims(context: DiagnosticContext, model_lines: list[tuple[str | None, int | None]]) -> None:

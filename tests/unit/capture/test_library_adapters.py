@@ -4,10 +4,12 @@ original computes, on empty and non-empty inputs."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
-from fx2onnx.capture.library_adapters import CAPTURE_REWRITES, library_adapters_at_capture, rewritten_library_functions
+from fx2onnx.capture.library_adapters import CAPTURE_REWRITES, library_adapters_at_capture, rewrite_site, rewritten_library_functions
 
 torchvision = pytest.importorskip("torchvision", reason="torchvision cannot be imported in this environment (install fx2onnx[vision])", exc_type=ImportError)
 from torchvision.ops import boxes as box_ops, poolers  # noqa: E402
@@ -24,10 +26,8 @@ def _boxes(count: int, seed: int = 0) -> torch.Tensor:
 
 def _resolve(module: str, attribute: str):
     """``module.attribute``, the attribute maybe a class's method (``Class.method``)."""
-    owner = __import__(module, fromlist=["_"])
-    for part in attribute.split("."):
-        owner = getattr(owner, part)
-    return owner
+    owner, name = rewrite_site(importlib.import_module(module), attribute)
+    return getattr(owner, name)
 
 
 def _rewrite(module: str, attribute: str):
