@@ -126,7 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--task", choices=HUB_TASKS, help="default: from the model's config")
     hub.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="default: the checkpoint's")
     hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
-    hub.add_argument("--verify", action="store_true", help="run the folder as its runtime will and compare with transformers")
+    hub.add_argument(
+        "--verify", action="store_true",
+        help="run the folder as its runtime will and compare with transformers; exit 1 when an output is outside "
+        "the tolerance or a greedy token differs",
+    )
+    hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see README)")
+    hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see README)")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
     hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
     hub.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
@@ -139,12 +145,16 @@ def _run_export_hf(args: argparse.Namespace) -> int:
 
     if args.tokens < 1:
         raise UsageError("--tokens must be at least 1.")
+    if (args.rtol is not None or args.atol is not None) and not args.verify:
+        raise UsageError("--rtol and --atol are the tolerance of --verify: add --verify or drop them.")
+    if (args.rtol or 0) < 0 or (args.atol or 0) < 0:
+        raise UsageError("--rtol and --atol must not be negative.")
     opset = _checked_opset(args.opset)
     say = _say(args.quiet)
     try:
         result = export_hf(
             args.model, args.output, task=args.task, dtype=args.dtype, fake=args.fake, verify=args.verify,
-            opset=opset, tokens=args.tokens, progress=not args.quiet, say=say, runtime=args.runtime,
+            opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error
@@ -152,7 +162,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
         print(f"fx2onnx: error: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_FAILED
     verification = result.verification
-    if verification is not None and verification.tokens_equal is False:
+    if verification is not None and not verification.passed:
         print(f"fx2onnx: error: verification failed: {verification.summary()}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
@@ -160,7 +170,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
 
 def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.ExportRequest
     """Check every export argument (syntax, paths, combinations) before anything runs."""
-    from fx2onnx.cli.export import ExportRequest, fake_mode_entry
+    from fx2onnx.cli.export import ExportRequest
 
     model = parse_model_spec(args.model)
     inputs = [parse_input_spec(text) for text in args.input]
@@ -181,10 +191,8 @@ def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.Expo
         if not args.fake:
             raise UsageError("--weights gives the weights of a model built with --fake; add --fake or drop --weights.")
         check_readable_file(args.weights, "--weights")
-    if args.fake:
-        fake_mode_entry()
-        if args.verify:
-            raise UsageError("--verify needs real weights to run PyTorch; it cannot be used with --fake.")
+    if args.fake and args.verify:
+        raise UsageError("--verify needs real weights to run PyTorch; it cannot be used with --fake.")
     if args.rtol < 0 or args.atol < 0:
         raise UsageError("--rtol and --atol must not be negative.")
     output = args.output or Path(f"{model.attribute.split('.')[-1]}.onnx")

@@ -7,8 +7,10 @@ Encoders and image classifiers match transformers at two input sizes."""
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import os
+import re
 
 import onnx
 import pytest
@@ -17,6 +19,7 @@ import torch
 from conftest import all_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
+from fx2onnx.hub.verify import tolerance_for
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -89,7 +92,7 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     out = tmp_path / "out"
     assert {"model.onnx", "genai_config.json", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(result.files)
     onnx.checker.check_model(os.fspath(out / "model.onnx"), full_check=True)
-    assert result.verification.tokens_equal and result.verification.max_logit_difference < 1e-3
+    assert result.verification.passed and result.verification.tokens_equal and result.verification.max_logit_difference < 1e-3
     assert dims(out / "model.onnx", "input_ids") == ["batch_size", "sequence_length"]
     assert dims(out / "model.onnx", "attention_mask") == ["batch_size", "total_sequence_length"]
     assert dims(out / "model.onnx", "past_key_values.1.value")[::2] == ["batch_size", "past_sequence_length"]
@@ -123,22 +126,27 @@ def test_fake_mode_streams_the_weights_from_the_folder(tmp_path, tokenizer):
     assert tokens == expected[0, len(prompt_ids):].tolist()
 
 
-@pytest.mark.parametrize("kind", ["bert", "vit"])
-def test_encoder_and_image_classifier_folders(tmp_path, kind, tokenizer):
+def save_encoder(folder, kind: str, tokenizer) -> None:
+    """A two-layer BERT (feature-extraction) or ViT (image-classification) in ``folder``."""
     torch.manual_seed(0)
     if kind == "bert":
         config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                          vocab_size=len(tokenizer), max_position_embeddings=64)
         model = transformers.BertModel(config).eval()
-        tokenizer.save_pretrained(tmp_path / "source")
+        tokenizer.save_pretrained(folder)
     else:
         config = transformers.ViTConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                         image_size=32, patch_size=8, num_labels=5)
         model = transformers.ViTForImageClassification(config).eval()
-    model.save_pretrained(tmp_path / "source")
+    model.save_pretrained(folder)
+
+
+@pytest.mark.parametrize("kind", ["bert", "vit"])
+def test_encoder_and_image_classifier_folders(tmp_path, kind, tokenizer):
+    save_encoder(tmp_path / "source", kind, tokenizer)
     result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
     assert result.task == ("feature-extraction" if kind == "bert" else "image-classification")
-    assert result.verification.max_logit_difference < 1e-4  # at two input sizes
+    assert result.verification.passed and result.verification.max_logit_difference < 1e-4  # at two input sizes
     path = tmp_path / "out" / "model.onnx"
     onnx.checker.check_model(os.fspath(path), full_check=True)
     if kind == "bert":
@@ -152,7 +160,10 @@ def test_encoder_and_image_classifier_folders(tmp_path, kind, tokenizer):
 def test_dtype_of_the_export(tmp_path, tokenizer, dtype):
     save_causal_lm(tmp_path / "source", "llama", tokenizer)
     result = export_hf(tmp_path / "source", tmp_path / "out", dtype=dtype, fake=True, verify=True, tokens=6)
-    assert result.verification.tokens_equal  # bfloat16 verified computed in float32 (no CPU kernels)
+    # tokens equal, logits within the dtype's tolerance (bfloat16: the folder computed in
+    # float32 by onnxruntime, which has no bfloat16 CPU kernels, against PyTorch in bfloat16)
+    assert result.verification.passed and result.verification.tokens_equal
+    assert result.verification.tolerance == tolerance_for(getattr(torch, dtype))
     weights = onnx.load(os.fspath(tmp_path / "out" / "model.onnx"), load_external_data=False).graph.initializer
     assert {t.data_type for t in weights if t.name.endswith("proj.weight")} == {getattr(onnx.TensorProto, dtype.upper())}
 
@@ -192,7 +203,7 @@ def test_encoder_decoder_folders(tmp_path, kind, fake):
     result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, fake=fake, tokens=6)
     assert result.task == ("automatic-speech-recognition" if kind == "whisper" else "text2text-generation")
     # greedy decoding at two encoder input sizes, the three files as the runtime chains them
-    assert result.verification.tokens_equal and result.verification.max_logit_difference < 1e-4
+    assert result.verification.passed and result.verification.max_logit_difference < 1e-4
     out = tmp_path / "out"
     for name in ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"):
         onnx.checker.check_model(os.fspath(out / name), full_check=True)
@@ -219,6 +230,58 @@ def test_command_line_and_its_errors(tmp_path, tokenizer, capsys):
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "o3"), "--task", "image-classification", "--quiet"]) == 1
     assert not (tmp_path / "o3").exists()  # a LLaMA folder is no image classifier: nothing written
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]  # no half-written folder left
+
+
+def plant_error(path, error: float) -> list[str]:
+    """Add ``error`` to the model's logits and hidden states in the saved file ``path``: a
+    fault the verification must see. Returns the outputs changed."""
+    model = onnx.load(os.fspath(path), load_external_data=False)
+    changed = []
+    for output in model.graph.output:
+        if output.name not in ("logits", "last_hidden_state"):
+            continue
+        clean = f"{output.name}.before_planted_error"
+        for node in model.graph.node:
+            node.output[:] = [clean if name == output.name else name for name in node.output]
+        constant = onnx.helper.make_tensor(f"{output.name}.planted_error", output.type.tensor_type.elem_type, [], [error])
+        model.graph.initializer.append(constant)
+        model.graph.node.append(onnx.helper.make_node("Add", [clean, constant.name], [output.name]))
+        changed.append(output.name)
+    onnx.save(model, os.fspath(path))  # the weights stay in the folder's external data files
+    return changed
+
+
+@pytest.mark.parametrize("kind", ["bert", "vit", "llama", "t5"])
+def test_verify_fails_on_a_planted_error_for_every_task(tmp_path, kind, tokenizer, monkeypatch, capsys):
+    """1e-2 added to the folder's outputs before the verification runs: `--verify` exits 1 for
+    each task. For the LLaMA the greedy tokens stay equal (a constant added to every logit
+    keeps the argmax): the logits' difference alone fails it."""
+    if kind == "llama":
+        save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    elif kind == "t5":
+        seq2seq_model("t5").save_pretrained(tmp_path / "source")
+    else:
+        save_encoder(tmp_path / "source", kind, tokenizer)
+    module = importlib.import_module("fx2onnx.hub.export_hf")
+    verify, planted = module._verify, []
+
+    def verify_with_an_error(loaded, folder, *args, **kwargs):
+        for path in sorted(folder.rglob("*.onnx")):  # wherever the folder keeps its models
+            planted.extend(plant_error(path, 1e-2))
+        return verify(loaded, folder, *args, **kwargs)
+
+    monkeypatch.setattr(module, "_verify", verify_with_an_error)
+    command = ["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "out"), "--verify", "--quiet", "--tokens", "4"]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    # 0.01 where the error is added to the result; T5's decoder carries its encoder's further
+    assert planted and re.search(r"verification failed: largest difference 0\.0\d* \([\d.]+ times the tolerance rtol=0\.001, atol=0\.0001\)", err), err
+    if kind in ("llama", "t5"):
+        assert "greedy tokens equal" in err
+    if kind == "bert":  # a tolerance given on the command line is the one applied
+        planted.clear()
+        assert main([*command[:3], str(tmp_path / "out2"), *command[4:], "--atol", "2e-2"]) == 0
+        assert planted == ["last_hidden_state"]
 
 
 def test_runtime_standard_keeps_to_onnx_operators_and_runs_any_batch(tmp_path, tokenizer):
