@@ -149,8 +149,16 @@ class StagedFiles:
 def staged_files() -> Iterator[StagedFiles]:
     """Write several files as one step.
 
-    >>> with staged_files() as files:                      # doctest: +SKIP
-    ...     files.stage("model.onnx").write_bytes(data)
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with staged_files() as files:  # both files appear at the end, or neither
+    ...     files.stage(folder / "model.onnx").write_bytes(b"graph")
+    ...     files.stage(folder / "model.onnx.data").write_bytes(b"weights")
+    5
+    7
+    >>> sorted(path.name for path in folder.iterdir())
+    ['model.onnx', 'model.onnx.data']
+    >>> import shutil; shutil.rmtree(folder)
     """
     staged = StagedFiles()
     try:

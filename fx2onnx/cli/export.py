@@ -8,7 +8,6 @@ logic: it calls what a Python user calls.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,15 +53,6 @@ class ExportRequest:
     lines: list[str] = field(default_factory=list)
 
 
-def fake_mode_entry() -> Callable[[], Any]:
-    """`fx2onnx.enable_fake_mode`, or a UsageError when this fx2onnx has none."""
-    entry = getattr(fx2onnx, "enable_fake_mode", None)
-    fields = {f.name for f in dataclasses.fields(fx2onnx.ExportOptions)}
-    if entry is None or "fake_context" not in fields:
-        raise UsageError("--fake needs fx2onnx.enable_fake_mode(), which this version of fx2onnx does not have.")
-    return entry
-
-
 def _export_options(request: ExportRequest, dynamic_shapes: Any, fake_context: Any) -> fx2onnx.ExportOptions:
     options: dict[str, Any] = {
         "dynamic_shapes": dynamic_shapes,
@@ -76,9 +66,7 @@ def _export_options(request: ExportRequest, dynamic_shapes: Any, fake_context: A
         options["fake_context"] = fake_context
     if request.opset is not None:
         options["opset_version"] = request.opset
-    fields = {f.name for f in dataclasses.fields(fx2onnx.ExportOptions)}
-    if "progress" in fields:  # a bar through the stages, drawn only when stderr is a terminal
-        options["progress"] = not request.quiet
+    options["progress"] = not request.quiet  # a bar through the stages, drawn only when stderr is a terminal
     return fx2onnx.ExportOptions(**options)
 
 
@@ -86,7 +74,7 @@ def run_export(request: ExportRequest, say: Callable[[str], None]) -> int:
     """Export as asked; 0 when done (and verified), 1 when the export or verification failed."""
     module = import_source(request.model)
     target = resolve_attribute(module, request.model)
-    fake_context_manager = fake_mode_entry()() if request.fake else contextlib.nullcontext()
+    fake_context_manager = fx2onnx.enable_fake_mode() if request.fake else contextlib.nullcontext()
     with fake_context_manager as fake_context:
         built = build_model(target, request.model)
         model = built.model
@@ -259,4 +247,4 @@ def _inputs_at_other_sizes(
     return args, kwargs
 
 
-__all__ = ["ExportRequest", "fake_mode_entry", "run_export"]
+__all__ = ["ExportRequest", "run_export"]

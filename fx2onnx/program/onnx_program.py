@@ -43,10 +43,16 @@ _PROTOBUF_LIMIT = 2**31 - 1
 class ONNXProgram:
     """An exported ONNX model with its PyTorch-facing adapters and diagnostics.
 
-    >>> program = fx2onnx.dynamo_export(model, x)  # doctest: +SKIP
-    >>> program.save("model.onnx")  # doctest: +SKIP
-    >>> program(x)            # runs in onnxruntime, returns torch tensors  # doctest: +SKIP
-    >>> program.save_diagnostics("report.sarif")  # doctest: +SKIP
+    >>> import fx2onnx
+    >>> model, x = torch.nn.Linear(4, 2).eval(), torch.randn(3, 4)
+    >>> program = fx2onnx.dynamo_export(model, x)
+    >>> torch.testing.assert_close(program(x), model(x).detach())  # runs in onnxruntime
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> program.save(folder / "model.onnx")
+    >>> program.save_diagnostics(folder / "report.sarif")
+    >>> sorted(path.name for path in folder.iterdir())
+    ['model.onnx', 'report.sarif']
+    >>> import shutil; shutil.rmtree(folder)
     """
 
     def __init__(

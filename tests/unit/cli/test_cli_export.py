@@ -270,18 +270,7 @@ def test_argument_errors_exit_2_before_any_export(tmp_path, model_file, monkeypa
     assert (tmp_path / "pipe.onnx").is_fifo()  # a FIFO given as output is left as it was
 
 
-def test_fake_without_fake_mode_support_is_a_usage_error(tmp_path, model_file, no_export, capsys):
-    if hasattr(fx2onnx, "enable_fake_mode"):
-        pytest.skip("this fx2onnx has fake mode; see test_fake_mode_export_takes_weights_from_a_checkpoint")
-    code = main(["export", f"{model_file}:Net", "--input", "x=2x16", "--input", "scale=1", "--fake",
-                 "--output", str(tmp_path / "f.onnx")])
-    assert code == 2
-    assert "--fake needs fx2onnx.enable_fake_mode()" in capsys.readouterr().err
-
-
 def test_fake_mode_export_takes_weights_from_a_checkpoint(tmp_path, model_file, capsys):
-    if not hasattr(fx2onnx, "enable_fake_mode"):
-        pytest.skip("this fx2onnx has no fake mode yet")
     from safetensors.torch import save_file
 
     torch.manual_seed(0)

@@ -3,6 +3,9 @@ program is re-traced (`run_decompositions`) only when a node cannot be handled a
 
 from __future__ import annotations
 
+import collections
+
+import onnx
 import pytest
 import torch
 
@@ -90,9 +93,15 @@ def test_eval_batch_norm_and_dtype_casts_need_no_trace(export_and_compare, no_wh
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return model(x.to(torch.float64).to(torch.float32)).to(torch.float16).to(torch.float32)
 
-    program = export_and_compare(Cast(), (torch.randn(1, 3, 8, 8),), rtol=1e-2, atol=1e-2)
-    ops = {n.op_type for n in program.model_proto.graph.node} | {n.op_type for f in program.model_proto.functions for n in f.node}
-    assert "BatchNormalization" in ops or "Conv" in ops
+    # Both outputs are rounded to float16: at most one float16 ulp apart, 2^-9 = 1.95e-3 below
+    # 4 (the outputs reach 2.2); measured: equal. A wrong kernel moves them by far more.
+    program = export_and_compare(Cast(), (torch.randn(1, 3, 8, 8),), rtol=0, atol=2e-3)
+    nodes = [n for n in program.model_proto.graph.node] + [n for f in program.model_proto.functions for n in f.node]
+    ops = collections.Counter(n.op_type for n in nodes)
+    # the eval batch norm stays one operator (not decomposed through a trace), and every cast is kept in order
+    assert (ops["BatchNormalization"], ops["Conv"]) == (1, 1)
+    casts = [onnx.helper.get_attribute_value(a) for n in nodes if n.op_type == "Cast" for a in n.attribute if a.name == "to"]
+    assert casts == [onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT]
     assert "Cast" in ops
 
 
@@ -174,7 +183,10 @@ def test_in_place_ops_on_fresh_tensors_become_functional_where_they_stand(export
     )
     ops = {n.op_type for n in program.model_proto.graph.node} | {n.op_type for f in program.model_proto.functions for n in f.node}
     assert "ScatterND" in ops or "ScatterElements" in ops  # the slices written back
-    program = export_and_compare(_InPlaceArithmetic(), (torch.randn(3, 4),), rtol=1e-2, atol=1e-2)
+    # `half` is rounded to float16 at values up to 9.5 (x * x * 2), where PyTorch rounds the
+    # float32 product once and the model the float16 input and the product: one float16
+    # ulp apart at most, 2^-7 = 7.8e-3 in [8, 16) (measured: 7.8e-3)
+    program = export_and_compare(_InPlaceArithmetic(), (torch.randn(3, 4),), rtol=0, atol=8e-3)
     notes = [d for d in program.diagnostic_context.diagnostics if d.rule is rules.FX_PASS and "re-traced" in (d.message or "")]
     assert not notes
 
