@@ -9,7 +9,9 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
+from conftest import ATOL, RTOL
 from fx2onnx.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +40,55 @@ def test_python_snippet_runs_as_pasted(tmp_path, monkeypatch, index):
         import onnx
 
         onnx.checker.check_model(namespace["program"].model_proto, full_check=True)
+    for marker, compare in _NUMBERS.items():
+        if marker in PYTHON_BLOCKS[index]:
+            compare(namespace)
+
+
+# The snippets that compute numbers, each compared with PyTorch (found by a line of its own).
+def _first_snippet(ns: dict) -> None:
+    torch.testing.assert_close(ns["outputs"], ns["model"](ns["x"]).detach(), rtol=RTOL, atol=ATOL)
+
+
+def _decode_step(ns: dict) -> None:
+    with torch.no_grad():  # the eager call appends to the cache it is given: a new one of the same prompt
+        past = ns["model"](input_ids=ns["prompt"]).cache
+        expected = ns["model"](input_ids=ns["ids"], attention_mask=ns["mask"], cache=past).logits
+    torch.testing.assert_close(ns["out"].logits, expected, rtol=RTOL, atol=ATOL)
+
+
+def _fake_mode_with_weights(ns: dict) -> None:
+    with torch.no_grad():
+        torch.testing.assert_close(ns["outputs"], ns["real"](torch.ones(2, 16)), rtol=RTOL, atol=ATOL)
+    import onnxruntime as ort  # the saved file holds the checkpoint's weights
+
+    session = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+    (saved,) = session.run(None, {session.get_inputs()[0].name: torch.ones(2, 16).numpy()})
+    torch.testing.assert_close(torch.from_numpy(saved), ns["outputs"], rtol=RTOL, atol=ATOL)
+
+
+def _fake_mode_checkpoint_folder(ns: dict) -> None:
+    import onnxruntime as ort
+    import transformers
+
+    session = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+    ids = torch.zeros(1, 8, dtype=torch.int64)  # the snippet's ids, which are fake
+    logits = session.run(["logits"], {session.get_inputs()[0].name: ids.numpy()})[0]
+    with torch.no_grad():
+        expected = transformers.AutoModelForCausalLM.from_pretrained("checkpoint").eval()(ids).logits
+    torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=RTOL, atol=ATOL)
+
+
+_NUMBERS = {
+    "outputs = program(x)": _first_snippet,
+    "out = decode(": _decode_step,
+    'torch.save(real.state_dict(), "weights.pt")': _fake_mode_with_weights,
+    'program.save("model.onnx", model_state="checkpoint"': _fake_mode_checkpoint_folder,
+}
+
+
+def test_every_snippet_that_computes_numbers_is_compared():
+    assert all(any(marker in block for block in PYTHON_BLOCKS) for marker in _NUMBERS), "a marker no snippet holds"
 
 
 def test_setup_commands_are_the_ones_ci_runs():

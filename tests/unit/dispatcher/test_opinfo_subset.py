@@ -60,8 +60,11 @@ def complex64_ops() -> dict[str, object]:
 def _check(opinfo: object, dtype: torch.dtype) -> None:
     result = harness.run_op(opinfo, dtype, exporters=("fx2onnx",), limit=SAMPLES, seconds=60)
     assert not result.skipped, result.skipped
-    failures = [s for s in result.results["fx2onnx"] if not s.passed and s.status != "eager"]
+    samples = result.results["fx2onnx"]
+    failures = [s for s in samples if not s.passed and s.status != "eager"]
     assert not failures, "; ".join(f"{s.status}: {s.rule} {s.reason}" for s in failures)
+    # a sample that fails in eager PyTorch compares nothing: at least one must have been compared
+    assert any(s.passed for s in samples), f"no sample compared: {[s.status for s in samples]}"
 
 
 @pytest.mark.parametrize("name", FLOAT32_OPS)
@@ -72,3 +75,12 @@ def test_float32(name: str, float32_ops: dict[str, object]) -> None:
 @pytest.mark.parametrize("name", COMPLEX64_OPS)
 def test_complex64(name: str, complex64_ops: dict[str, object]) -> None:
     _check(complex64_ops[name], torch.complex64)
+
+
+@pytest.mark.parametrize("statuses", [["eager", "eager"], ["pass", "mismatch"]])
+def test_the_check_fails_when_nothing_is_compared_or_a_sample_differs(statuses: list[str], monkeypatch) -> None:
+    """Planted results: every sample failing in eager PyTorch (nothing compared), or one mismatch."""
+    planted = harness.OpResult("planted", {"fx2onnx": [harness.SampleResult(status) for status in statuses]})
+    monkeypatch.setattr(harness, "run_op", lambda *args, **kwargs: planted)
+    with pytest.raises(AssertionError, match="no sample compared" if "pass" not in statuses else "mismatch"):
+        _check(object(), torch.float32)
