@@ -79,28 +79,41 @@ def _exported(left: torch.dtype, right: torch.dtype | None, scalar_name: str | N
     return expected, program(*inputs)
 
 
+def _one_ulp(dtype: torch.dtype) -> dict[str, float]:
+    """One unit in the last place of ``dtype``, relative. Measured: onnxruntime's results equal
+    PyTorch's exactly for every float16, float32 and float64 pair of the table; one ulp
+    leaves room for a runtime whose pow or division rounds the other way, no more."""
+    return dict(rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).tiny)
+
+
 def _check(expected: dict, actual: dict, op: str) -> None:
-    if op not in expected:
-        pytest.skip("PyTorch rejects this combination")
+    assert op in expected, f"{op}: collected as a pair PyTorch accepts, but the export's table lacks it"
     want, got = expected[op], actual[op]
     assert got.dtype == want.dtype, f"{op}: ONNX gives {got.dtype}, PyTorch {want.dtype}"
     if want.dtype.is_floating_point:
-        torch.testing.assert_close(got, want, rtol=2e-3, atol=1e-3, equal_nan=True)
+        torch.testing.assert_close(got, want, equal_nan=True, **_one_ulp(want.dtype))
     else:
         assert torch.equal(got, want), f"{op}: {got} != {want}"
 
 
-@pytest.mark.parametrize("op", list(OPS))
-@pytest.mark.parametrize("right", DTYPES, ids=str)
-@pytest.mark.parametrize("left", DTYPES, ids=str)
-def test_tensor_tensor(left: torch.dtype, right: torch.dtype, op: str) -> None:
+def _accepted_cases(others: dict[str, Any]) -> list[Any]:
+    """(left dtype, other, op) for the combinations PyTorch accepts: a combination it
+    rejects has nothing to compare and is not collected."""
+    return [
+        pytest.param(left, key, op, id=f"{left}-{key}-{op}")
+        for left in DTYPES for key, other in others.items() for op in OPS
+        if _accepted(OPS[op], _operand(left, 0), other) is not None
+    ]
+
+
+@pytest.mark.parametrize(("left", "right", "op"), _accepted_cases({str(d): _operand(d, 1) for d in DTYPES}))
+def test_tensor_tensor(left: torch.dtype, right: str, op: str) -> None:
+    right = next(d for d in DTYPES if str(d) == right)
     expected, actual = _exported(left, right, None)
     _check(expected, actual, op)
 
 
-@pytest.mark.parametrize("op", [name for name in OPS if name != "where"] + ["where"])
-@pytest.mark.parametrize("scalar", list(SCALARS))
-@pytest.mark.parametrize("left", DTYPES, ids=str)
+@pytest.mark.parametrize(("left", "scalar", "op"), _accepted_cases(SCALARS))
 def test_tensor_scalar(left: torch.dtype, scalar: str, op: str) -> None:
     if (left, scalar, op) == (torch.bool, "True", "pow"):
         # torch.export's FakeTensor gives int64 here while eager PyTorch gives bool; the
@@ -141,7 +154,8 @@ def test_mixed_model_and_diagnostics_per_cast() -> None:
     program = fx2onnx.dynamo_export(model, i, h, f, export_options=options)
     for got, want in zip(program(i, h, f), model(i, h, f)):
         assert got.dtype == want.dtype
-        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+        # measured: equal but for one float32 ulp (6e-8 at sigmoid's 0.73)
+        torch.testing.assert_close(got, want, **(_one_ulp(want.dtype) if want.dtype.is_floating_point else {}))
     casts = [d for d in program.diagnostic_context.diagnostics if d.rule == rules.FX_NODE_INSERT_TYPE_PROMOTION]
     assert casts, "every inserted cast is explained by a diagnostic at DEBUG verbosity"
     assert all("cast to" in d.message for d in casts)
