@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import collections
 import io
 import os
 import re
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,15 @@ from sarif_checks import validate_sarif
 RTOL = 1e-3
 ATOL = 1e-4
 
-# Warnings that PyTorch, transformers and onnxscript print during every export.
+# Warnings that PyTorch, transformers and onnxscript print during exports, each filtered by
+# the module it is attributed to or by its own message: fx2onnx's warnings (a strict-mode
+# fallback, a dim made static, ...) and the deprecations fx2onnx's own calls trigger show.
+_UPSTREAM = r"(torch|transformers|onnxscript|onnx_ir|onnx|onnxruntime|torchvision|timm|jsonschema|google\.protobuf|_pytest)(\.|$)"
 _NOISY_WARNINGS = (
-    "ignore::DeprecationWarning",
-    "ignore::FutureWarning",
+    f"ignore::DeprecationWarning:{_UPSTREAM}",
+    f"ignore::FutureWarning:{_UPSTREAM}",
     "ignore:.*TracerWarning.*",
     "ignore:.*enable_nested_tensor.*:UserWarning",
-    "ignore:.*Non-strict torch.export failed.*:UserWarning",
     "ignore:The tensor attributes .* were assigned during export:UserWarning",
 )
 
@@ -35,6 +38,39 @@ _NOISY_WARNINGS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in _NOISY_WARNINGS:
         config.addinivalue_line("filterwarnings", line)
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _test_functions(path: str) -> int:
+    """The test functions a module skipped at collection defines (its parametrizations,
+    computed on import, cannot be counted)."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    return sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test") for n in ast.walk(tree))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many tests were skipped, by reason; a module skipped at collection is counted
+    with the test functions it holds."""
+    tests: collections.Counter[str] = collections.Counter()
+    modules: dict[str, list[str]] = collections.defaultdict(list)
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report, pytest.CollectReport):
+            modules[_skip_reason(report)].append(report.nodeid)
+        else:
+            tests[_skip_reason(report)] += 1
+    if not tests and not modules:
+        return
+    terminalreporter.write_sep("=", "skipped, by reason")
+    for reason, count in tests.most_common():
+        terminalreporter.write_line(f"{count} test(s): {reason}")
+    root = Path(str(terminalreporter.config.rootpath))
+    for reason, nodeids in sorted(modules.items()):
+        functions = sum(_test_functions(os.fspath(root / nodeid)) for nodeid in nodeids)
+        terminalreporter.write_line(f"{len(nodeids)} module(s) not collected, {functions} test functions in them: {reason}")
 
 
 @pytest.fixture(autouse=True)
@@ -182,23 +218,23 @@ def export_and_compare(tmp_path: Path) -> Callable[..., fx2onnx.ONNXProgram]:
     return run
 
 
-@pytest.fixture(autouse=True)
-def _every_export_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every model a test exports through `fx2onnx.dynamo_export` passes the full checker."""
-    export = fx2onnx.dynamo_export
-
-    def checked_export(*args: Any, **kwargs: Any) -> fx2onnx.ONNXProgram:
-        program = export(*args, **kwargs)
-        assert_valid_model(program)
-        return program
-
-    monkeypatch.setattr(fx2onnx, "dynamo_export", checked_export)
+_unchecked_export = fx2onnx.dynamo_export
 
 
-@pytest.fixture(autouse=True)
-def _quiet_known_warnings() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
+def checked_export(*args: Any, **kwargs: Any) -> fx2onnx.ONNXProgram:
+    """`fx2onnx.dynamo_export` followed by the full checker on its model."""
+    program = _unchecked_export(*args, **kwargs)
+    assert_valid_model(program)
+    return program
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _every_export_is_valid() -> Iterator[None]:
+    """Every model the suite exports through `fx2onnx.dynamo_export` passes the full
+    checker, in a test or in a fixture of any scope: a session fixture is set up before
+    the module and function fixtures that export."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fx2onnx, "dynamo_export", checked_export)
         yield
 
 

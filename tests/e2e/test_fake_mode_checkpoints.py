@@ -139,4 +139,6 @@ def test_fake_model_converted_to_half_exports_in_half(tmp_path):
     with torch.no_grad():
         expected = real.half()(**feed).logits.float()
     actual = torch.from_numpy(run_file(path, feed)[0]).float()
-    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+    # float16 in both: logits up to 0.39 differ by 2.4e-4, one float16 ulp there (eager float16
+    # is off float64 by 2.3e-4); one ulp at 1 (2^-10), relative and absolute, admits that
+    torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
