@@ -11,6 +11,7 @@ import torch
 from onnxscript import FLOAT, opset18 as op
 
 import fx2onnx
+from conftest import ATOL, RTOL
 
 
 @torch.library.custom_op("fx2onnx_tests::fused_gelu", mutates_args=())
@@ -71,7 +72,7 @@ def test_custom_operator_exports_through_user_function_and_matches(tmp_path):
     path = tmp_path / "gelu.onnx"
     program.save(path)
     onnx.checker.check_model(str(path), full_check=True)
-    torch.testing.assert_close(program(x), model(x).detach(), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(program(x), model(x).detach(), rtol=RTOL, atol=ATOL)
     # the user's function is called as a model-local function in its own domain
     proto = program.model_proto
     assert any(f.name == "fused_gelu_onnx" for f in proto.functions)

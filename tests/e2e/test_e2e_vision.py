@@ -16,7 +16,7 @@ from torchvision.models import detection, segmentation  # noqa: E402
 
 import onnx_ir as ir  # noqa: E402
 
-from conftest import assert_outputs_close, check_saved_model, export_program, make_options  # noqa: E402
+from conftest import ATOL, RTOL, assert_outputs_close, check_saved_model, export_program, make_options  # noqa: E402
 
 pytestmark = pytest.mark.vision
 
@@ -63,6 +63,10 @@ def _matches(actual: dict, expected: dict) -> list[int | None]:
     in `expected`, each used once; None where there is none."""
     used = torch.zeros(len(expected["scores"]), dtype=torch.bool)
     found: list[int | None] = []
+    # scores are probabilities (atol 1e-3, RTOL's relative share at 1); boxes are pixel
+    # coordinates, where rtol 1e-3 of hundreds of pixels dominates and atol 2e-2 pixel covers
+    # coordinates near 0. Not measured here: these run in the vision environment only
+    # (torchvision needs its own torch build); bench/vision_models.py reports their errors.
     for row in range(len(actual["scores"])):
         equal = (
             (expected["labels"] == actual["labels"][row])
@@ -77,7 +81,8 @@ def _matches(actual: dict, expected: dict) -> list[int | None]:
 
 
 # Per-detection outputs beside boxes, labels and scores, with their tolerances: mask
-# probabilities, and keypoints placed at the maximum of a heatmap resized to the box.
+# probabilities (1e-3 of 1), and keypoints in pixels placed at the maximum of a heatmap
+# resized to the box (2e-2 pixel, as boxes; vision environment only, not measured here).
 _PER_DETECTION = {"masks": 1e-3, "keypoints": 2e-2, "keypoints_scores": 1e-3}
 
 
@@ -172,4 +177,4 @@ def test_segmentation_model_with_dynamic_batch_and_image_size(name, tmp_path) ->
     for image in (torch.rand(1, 3, 96, 128), torch.rand(2, 3, 128, 96)):
         with torch.no_grad():
             expected = model(image)
-        assert_outputs_close(program(image), expected, rtol=1e-3, atol=1e-4)
+        assert_outputs_close(program(image), expected, rtol=RTOL, atol=ATOL)

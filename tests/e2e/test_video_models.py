@@ -9,6 +9,8 @@ import torch
 torchvision = pytest.importorskip("torchvision", reason="torchvision cannot be imported in this environment (install fx2onnx[vision])", exc_type=ImportError)
 from torchvision.models import video  # noqa: E402
 
+from conftest import ATOL, RTOL  # noqa: E402
+
 pytestmark = pytest.mark.vision
 
 
@@ -32,7 +34,7 @@ def _with_statistics(model: torch.nn.Module) -> torch.nn.Module:
 )
 def test_video_network_matches_eager(name, shape, export_and_compare):
     model = _with_statistics(getattr(video, name)(weights=None, num_classes=10))
-    program = export_and_compare(model, (torch.randn(shape),), rtol=1e-3, atol=1e-4)
+    program = export_and_compare(model, (torch.randn(shape),), rtol=RTOL, atol=ATOL)
     with torch.no_grad():
         assert model(torch.randn(shape)).std() > 1e-3  # outputs that differ: a real comparison
     assert program.model_proto.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 10

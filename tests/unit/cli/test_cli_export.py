@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import fx2onnx
+from conftest import ATOL, RTOL
 from fx2onnx.cli.main import main
 from sarif_checks import validate_sarif
 
@@ -111,7 +112,7 @@ def test_export_a_model_file_with_verify(tmp_path, model_file, capsys):
     model = _load_user_module(model_file).make_net().eval()
     x, scale = torch.randn(3, 16), torch.tensor([0.5])
     (actual,) = _run_onnx(output, {"x": x[:2], "scale": scale})
-    torch.testing.assert_close(torch.from_numpy(actual), model(x[:2], scale).detach(), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(torch.from_numpy(actual), model(x[:2], scale).detach(), rtol=RTOL, atol=ATOL)
 
 
 def test_export_a_module_path_with_named_dynamic_dims(tmp_path, model_file, monkeypatch, capsys):
@@ -137,7 +138,7 @@ def test_export_a_module_path_with_named_dynamic_dims(tmp_path, model_file, monk
     model = userpkg.nets.Tokens().eval()
     ids = torch.randint(0, 50, (4, 11))
     (actual,) = _run_onnx(output, {"ids": ids})
-    torch.testing.assert_close(torch.from_numpy(actual), model(ids).detach(), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(torch.from_numpy(actual), model(ids).detach(), rtol=RTOL, atol=ATOL)
 
 
 def test_export_a_plain_function_with_every_dim_dynamic(tmp_path, model_file, capsys):
@@ -169,7 +170,7 @@ def test_a_factory_may_return_its_example_inputs(tmp_path, model_file, capsys):
     assert "with inputs x float32[3, 16], scale float32[1]" in printed and "verification: PASS" in printed
     model, (x,), kwargs = _load_user_module(model_file).make_with_inputs()
     (actual,) = _run_onnx(output, {"x": x, "scale": kwargs["scale"]})
-    torch.testing.assert_close(torch.from_numpy(actual), model(x, **kwargs).detach(), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(torch.from_numpy(actual), model(x, **kwargs).detach(), rtol=RTOL, atol=ATOL)
 
 
 def test_a_failing_model_exits_1_with_the_summary_and_the_report(tmp_path, model_file, capsys):
@@ -283,7 +284,7 @@ def test_fake_mode_export_takes_weights_from_a_checkpoint(tmp_path, model_file, 
     assert code == 0, capsys.readouterr().err
     x, scale = torch.randn(2, 16), torch.tensor([2.0])
     (actual,) = _run_onnx(output, {"x": x, "scale": scale})
-    torch.testing.assert_close(torch.from_numpy(actual), real(x, scale).detach(), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(torch.from_numpy(actual), real(x, scale).detach(), rtol=RTOL, atol=ATOL)
 
     # Without --weights the graph is saved without weight data, and the summary says so.
     bare = tmp_path / "bare.onnx"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from conftest import export_and_compare_impl, make_options, translated_fx_targets
+from conftest import ATOL, RTOL, export_and_compare_impl, make_options, translated_fx_targets
 
 SPECIAL = torch.special
 EDGES = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), -1.0, -2.0, -3.0, 1.0, 2.0, 0.5, -0.5,
@@ -123,7 +123,7 @@ def test_special_functions_match_pytorch(group: str, tmp_path) -> None:
     for name, got, want in _run(model, program, x):
         keep = _comparable(want, x, name)
         assert got.dtype == want.dtype
-        torch.testing.assert_close(got[keep], want[keep], rtol=1e-3, atol=1e-4, equal_nan=True,
+        torch.testing.assert_close(got[keep], want[keep], rtol=RTOL, atol=ATOL, equal_nan=True,
                                    msg=lambda m, n=name: f"{n}: {m}")
 
 
@@ -150,7 +150,8 @@ def test_bessel_k_and_y_edges(tmp_path) -> None:
     assert k0[0] == float("inf") and k1[0] == float("inf") and y0[0] == -float("inf") and y1[0] == -float("inf")
     assert torch.isnan(torch.stack([k0[1], k1[1], y0[1], y1[1]])).all()
     assert k0[2] == 0.0 and k1[2] == 0.0
-    torch.testing.assert_close(k1[3], torch.tensor(1e30), rtol=1e-3, atol=0.0)
+    # k1(x) ~ 1/x near 0: 1e30 as float32 rounds it (measured: equal to eager PyTorch's, 1.5e-8 off 1e30)
+    torch.testing.assert_close(k1[3], torch.tensor(1e30), rtol=torch.finfo(torch.float32).eps, atol=0.0)
 
 
 def test_functions_are_translated_from_the_fx_nodes(tmp_path) -> None:
@@ -176,7 +177,7 @@ def test_incomplete_gamma_matches_pytorch(tmp_path) -> None:
     a = torch.cat([a, torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, -1.0, 1.0, inf, inf, nan, 2.0])])
     x = torch.cat([x, torch.tensor([0.0, 1.0, inf, 0.0, inf, 1.0, -1.0, 1.0, inf, 1.0, 1e-30])])
     for got, want in zip(program(a, x), model(a, x)):
-        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4, equal_nan=True)
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
 class Zeta(torch.nn.Module):
@@ -196,7 +197,7 @@ def test_hurwitz_zeta_matches_pytorch(tmp_path) -> None:
     # poles, x == 1, x < 1, negative q with integer and non-integer x, infinities, NaN
     x = torch.cat([x, torch.tensor([1.0, 0.5, 2.0, 2.0, 2.0, 2.5, 2.0, inf, nan, 3.0, 4.0])])
     q = torch.cat([q, torch.tensor([1.0, 1.0, 0.0, -1.0, -1.5, -2.5, inf, 2.0, 1.0, -8.3, -100.3])])
-    torch.testing.assert_close(program(x, q), model(x, q), rtol=1e-3, atol=1e-4, equal_nan=True)
+    torch.testing.assert_close(program(x, q), model(x, q), rtol=RTOL, atol=ATOL, equal_nan=True)
 
 
 class SignBit(torch.nn.Module):

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import fx2onnx
-from conftest import assert_outputs_close
+from conftest import ATOL, RTOL, assert_outputs_close
 from fx2onnx.translate.module_functions import function_name, package_domain, structural_key
 from fx2onnx.options import ModuleFunctionOptions
 from fx2onnx.fx_passes.modularize import ModuleCall
@@ -51,7 +51,7 @@ def check_numerics(program: fx2onnx.ONNXProgram, model: nn.Module, args: Sequenc
     inlined = onnx.inliner.inline_local_functions(proto)
     assert not inlined.functions
     for got, want in zip(_run_proto(inlined, inputs), with_functions):
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 def module_functions(proto: onnx.ModelProto) -> list[onnx.FunctionProto]:
@@ -313,10 +313,10 @@ def _export_and_check_against_eager(model: torch.nn.Module, kwargs: dict, output
     onnx.checker.check_model(proto, full_check=True)
     with torch.no_grad():
         expected = getattr(model.eval()(**kwargs), output)
-    torch.testing.assert_close(program(**kwargs)[output], expected, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(program(**kwargs)[output], expected, rtol=RTOL, atol=ATOL)
     inlined = onnx.inliner.inline_local_functions(proto)
     (first,) = _run_proto(inlined, program.adapt_torch_inputs_to_onnx(**kwargs))[:1]
-    np.testing.assert_allclose(first, expected.numpy(), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(first, expected.numpy(), rtol=RTOL, atol=ATOL)
     return proto
 
 
