@@ -101,6 +101,7 @@ def detections_match(actual: dict, expected: dict) -> None:
     assert sorted(actual) == sorted(expected)
     assert expected["boxes"].shape[0] > 0
     # the best scores in order; their detections among eager's (equal scores may swap places)
+    # the tolerances of `_matches` and `_PER_DETECTION` (vision environment only, not measured here)
     torch.testing.assert_close(actual["scores"][:5], expected["scores"][:5], rtol=1e-3, atol=1e-3)
     best = _matches({key: value[:5] for key, value in actual.items()}, expected)
     assert None not in best
