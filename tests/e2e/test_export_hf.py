@@ -229,6 +229,11 @@ def test_command_line_and_its_errors(tmp_path, tokenizer, capsys):
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "o2").exists()
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "o3"), "--task", "image-classification", "--quiet"]) == 1
     assert not (tmp_path / "o3").exists()  # a LLaMA folder is no image classifier: nothing written
+    # a tolerance without --verify, or a negative one, is a usage error before any export
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "o4"), "--rtol", "1e-2", "--quiet"]) == 2
+    assert "--rtol and --atol are the tolerance of --verify" in capsys.readouterr().err
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "o4"), "--verify", "--atol", "-1", "--quiet"]) == 2
+    assert "must not be negative" in capsys.readouterr().err and not (tmp_path / "o4").exists()
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]  # no half-written folder left
 
 
