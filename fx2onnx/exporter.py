@@ -21,6 +21,7 @@ import torch
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry, record_identity_removed
 from fx2onnx.translate.analysis import report_unsupported_nodes
+from fx2onnx.capture.aliased_inputs import report_aliased_inputs
 from fx2onnx.capture.torch_export import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.fx_passes.capture_checks import check_captured_graph
 from fx2onnx.collection_scope import collect_new_objects_only, freeze_survivors
@@ -173,6 +174,8 @@ def _export(
         captured_graph_valid = check_captured_graph(graph_module, io.output_roles, context)
     if not captured_graph_valid:
         raise _ExportFailed()
+    if program is not None:  # after decomposition: in-place updates of inputs are in the signature
+        report_aliased_inputs(context, program, captured.alias_groups, args, kwargs)
     _tell_specialized_scalars(io, context)
 
     namer = SymbolNamer()
