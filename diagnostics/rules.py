@@ -359,7 +359,10 @@ TRAINING_MODE = Rule(
         "normalizes with the statistics of each batch (and updates its running "
         "statistics) instead of the running ones. Inference is almost always meant."
     ),
-    message_template="{model} was exported in training mode: {what}.",
+    message_template=(
+        "{model} was exported in training mode, and the ONNX model does what it does: {what}. To export for "
+        "inference, call model.eval() before exporting."
+    ),
     help_text=(
         "To export for inference, call model.eval() before dynamo_export (and model.train() "
         "after, to go on training). Keep the model in training mode only to export its "
