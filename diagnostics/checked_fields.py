@@ -151,7 +151,7 @@ def _alternatives(options: list[str], plural: bool = False) -> str:
         options = [o.split(" ", 1)[1] if o.startswith(("a ", "an ")) else o for o in options]
     if len(options) == 1:
         return options[0]
-    last = ", or " if any(" or " in option for option in options) else " or "
+    last = ", or " if any(" or " in option or " of " in option for option in options) else " or "  # "a tuple of str, or None"
     return ", ".join(options[:-1]) + last + options[-1]
 
 
