@@ -104,3 +104,13 @@ def test_in_place_update_seen_through_an_alias_is_a_warning(tmp_path):
 def test_independent_examples_get_no_note(tmp_path):
     program = export_program(lambda a, b: a + b, (torch.randn(2), torch.randn(2)), tmp_path=tmp_path)
     assert _aliasing_notes(program) == []
+
+
+def test_aliased_fake_examples_are_independent_inputs(tmp_path):
+    with fx2onnx.enable_fake_mode() as fake_context:
+        x = torch.randn(2, 3)
+    options = fx2onnx.ExportOptions(fake_context=fake_context, failure_report_path=None)
+    program = fx2onnx.dynamo_export(lambda a, b: a - b, x, x, export_options=options)
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    assert_outputs_close(program(a, b), a - b)
+    assert _aliasing_notes(program)
