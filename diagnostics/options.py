@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from diagnostics.checked_fields import CheckedFields, at_least
+
 
 @dataclasses.dataclass
-class DiagnosticOptions:
+class DiagnosticOptions(CheckedFields):
     """Options for one export's diagnostics.
 
     ``verbosity_level`` is a python logging level: diagnostics and log entries below it
@@ -15,5 +17,7 @@ class DiagnosticOptions:
     warning into an error, which makes the export fail.
     """
 
-    verbosity_level: int = logging.INFO
+    verbosity_level: int = dataclasses.field(
+        default=logging.INFO, metadata=at_least(0, "a logging level (an int: logging.DEBUG, logging.INFO, ...)")
+    )
     warnings_as_errors: bool = False

@@ -326,6 +326,69 @@ RUNTIME_VERIFICATION = Rule(
     default_level=Level.ERROR,
 )
 
+ALIASED_EXAMPLE_INPUTS = Rule(
+    id="FXE0025",
+    name="aliased-example-inputs",
+    short_description="Example inputs share storage: the export takes them as independent inputs.",
+    full_description=(
+        "Example inputs that share storage (the same tensor given twice, views of one "
+        "tensor, or an input that is a parameter or buffer of the model) are one value "
+        "to torch.export, which would export a model that reads one of them for both. The "
+        "inputs of an ONNX model never share memory, so the model is captured from "
+        "independent copies of them (the given tensors are not changed) and computes what "
+        "the model does on independent tensors; a note says so. When the model updates one "
+        "of them in place, PyTorch sees the update through the others and the ONNX model "
+        "cannot: that is a warning."
+    ),
+    message_template="Example inputs {inputs} share storage (the same tensor, or views of one): {consequence}",
+    help_text=(
+        "Nothing to do for a note. For a warning: export from independent example inputs "
+        "(`.clone()` one of them) if a call with separate tensors is what you mean; if the "
+        "model relies on the aliasing, pass one tensor and derive the other inside the model."
+    ),
+    default_level=Level.NOTE,
+)
+
+TRAINING_MODE = Rule(
+    id="FXE0026",
+    name="training-mode-export",
+    short_description="The model was exported in training mode (dropout, batch statistics).",
+    full_description=(
+        "The exporter takes the model as it is. A module in training mode exports its "
+        "training behaviour: dropout drops random elements on every run, and batch norm "
+        "normalizes with the statistics of each batch (and updates its running "
+        "statistics) instead of the running ones. Inference is almost always meant."
+    ),
+    message_template=(
+        "{model} was exported in training mode, and the ONNX model does what it does: {what}. To export for "
+        "inference, call model.eval() before exporting."
+    ),
+    help_text=(
+        "To export for inference, call model.eval() before dynamo_export (and model.train() "
+        "after, to go on training). Keep the model in training mode only to export its "
+        "training behaviour."
+    ),
+    default_level=Level.NOTE,
+)
+
+OPTION_WITHOUT_EFFECT = Rule(
+    id="FXE0027",
+    name="option-without-effect",
+    short_description="An export option selects nothing in this model.",
+    full_description=(
+        "An option that names parts of the model (a module-function include or exclude "
+        "pattern) matched none of them: usually a misspelt name or a pattern written for "
+        "another model. The export goes on as if the pattern were not given."
+    ),
+    message_template="{option} selects nothing: {reason}",
+    help_text=(
+        "Check the spelling against the names the message lists; a pattern is matched "
+        "(fnmatch style) against a module's class name, its qualified class name and the "
+        "attribute path of its call (`layers.*`)."
+    ),
+    default_level=Level.WARNING,
+)
+
 ALL: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -343,6 +406,9 @@ ALL: tuple[Rule, ...] = (
     MODEL_VALIDATION,
     INVALID_MODEL_IO,
     RUNTIME_VERIFICATION,
+    ALIASED_EXAMPLE_INPUTS,
+    TRAINING_MODE,
+    OPTION_WITHOUT_EFFECT,
 )
 
 _BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL}

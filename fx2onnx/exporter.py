@@ -19,8 +19,10 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import DiagnosticContext, Level, rules
+from diagnostics.checked_fields import check_argument
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry, record_identity_removed
 from fx2onnx.translate.analysis import report_unsupported_nodes
+from fx2onnx.capture.aliased_inputs import report_aliased_inputs
 from fx2onnx.capture.torch_export import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.fx_passes.capture_checks import check_captured_graph
 from fx2onnx.collection_scope import collect_new_objects_only, freeze_survivors
@@ -35,10 +37,11 @@ from fx2onnx.translate.fake_metadata import SymbolNamer
 from fx2onnx.capture.default_arguments import with_tensor_defaults
 from fx2onnx.capture.fake_mode import outside_fake_mode
 from fx2onnx.translate.graph_builder import GraphBuilder, inference_note
-from fx2onnx.translate.graph_io import GraphIO, describe_exported_program, describe_graph_module, name_input_dims
+from fx2onnx.translate.graph_io import GraphIO, describe_exported_program, describe_graph_module, input_dim_expressions, name_input_dims
 from fx2onnx.translate.interpreter import BodyInitializer, BodyInput, FxOnnxInterpreter
 from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
+from fx2onnx.program.tied_sizes import TiedSizes
 from fx2onnx.translate.io_slots import MUTATION_SUFFIX, MutationOutput, OutputSlot
 from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.translate.module_functions import ModuleFunctionTranslator
@@ -48,12 +51,13 @@ from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
-from fx2onnx.fx_passes.modularize import modularize
+from fx2onnx.fx_passes.modularize import modularize, unmatched_patterns
 from fx2onnx.fx_passes.decompose_nodes import decompose_nodes
 from fx2onnx.fx_passes.effect_tokens import remove_effect_tokens
 from fx2onnx.fx_passes.functionalize import functionalize_graph_module
 from fx2onnx.fx_passes.fused_kernels import FusionTarget, fuse_kernels
 from fx2onnx.fx_passes.remove_assertions import remove_assertions
+from fx2onnx.fx_passes.training_mode import report_training_mode
 from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
 from fx2onnx.fx_passes.type_promotion import insert_type_promotion
 from fx2onnx.program.onnx_program import ONNXProgram
@@ -90,6 +94,7 @@ def dynamo_export(
         The `ONNXProgram`. On failure an `OnnxExporterError` is raised that lists every
         problem found with the user's source lines, and a SARIF report is written.
     """
+    check_argument("dynamo_export", "export_options", export_options, ExportOptions | None)
     options = export_options or ExportOptions()
     check_opset_version(options.opset_version)  # a wrong option is refused before any work
     context = DiagnosticContext("fx2onnx", __version__, options.diagnostic_options)
@@ -160,6 +165,7 @@ def _export(
     if program is model:
         # The passes below edit the graph in place: never edit the user's program.
         graph_module = copy_graph_module(graph_module)
+    report_training_mode(graph_module.graph, model_name(model), context)
     with timer.stage("decomposition"), keep_size_one_dims_dynamic(captured.size_oblivious):
         if program is not None:
             decomposed = run_pass(context, "decompose_unsupported", decompose_unsupported, program, graph_module, registry)
@@ -173,6 +179,8 @@ def _export(
         captured_graph_valid = check_captured_graph(graph_module, io.output_roles, context)
     if not captured_graph_valid:
         raise _ExportFailed()
+    if program is not None:  # after decomposition: in-place updates of inputs are in the signature
+        report_aliased_inputs(context, program, captured.alias_groups, args, kwargs)
     _tell_specialized_scalars(io, context)
 
     namer = SymbolNamer()
@@ -201,6 +209,7 @@ def _export(
     module_translator = None
     if function_options is not None and not unsupported:
         # Last pass, after the analysis: problems are reported on the flat graph.
+        _tell_unmatched_patterns(graph_module, function_options, context)
         with timer.stage("passes"):
             weight_names = {node_name: target for node_name, (target, _) in io.lifted_tensors.items()}
             graph_module = run_pass(context, "modularize", modularize, graph_module, function_options, weight_names)
@@ -222,7 +231,8 @@ def _export(
 
     output_adapter, mutation_outputs = _register_outputs(builder, io, translated.outputs, translated.output_metas)
     model_ir = builder.build_model(__version__)
-    input_adapter = InputAdapter(io.in_spec, io.input_slots, tensor_defaults)
+    tied_sizes = TiedSizes.of(input_dim_expressions(graph_module, io, namer))
+    input_adapter = InputAdapter(io.in_spec, io.input_slots, tensor_defaults, tied_sizes)
     with timer.stage("legalization"):
         legalize_types(model_ir, context)
     if options.optimize:
@@ -322,6 +332,16 @@ def _causal_mask_placeholder(input_name: str | None, io: GraphIO) -> str | None:
             f"{', '.join(map(repr, user_inputs))}, or None."
         )
     return user_inputs[input_name]
+
+
+def _tell_unmatched_patterns(graph_module: torch.fx.GraphModule, options: ModuleFunctionOptions, context: DiagnosticContext) -> None:
+    """A warning per module-function pattern that selects no module call (a misspelt name)."""
+    for option, pattern, classes in unmatched_patterns(graph_module, options):
+        shown = pattern.__qualname__ if isinstance(pattern, type) else repr(pattern)
+        context.record(
+            rules.OPTION_WITHOUT_EFFECT, Level.WARNING, option=f"ModuleFunctionOptions({option}=...) pattern {shown}",
+            reason=f"no module call of the model matches it. Its modules' classes: {', '.join(classes) or 'none'}.",
+        )
 
 
 def _tell_specialized_scalars(io: GraphIO, context: DiagnosticContext) -> None:

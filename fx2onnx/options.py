@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diagnostics import DiagnosticOptions
+from diagnostics.checked_fields import CheckedFields, at_least, one_of
 from dispatcher import OnnxRegistry
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class ONNXFakeContext:
 
 
 @dataclass(frozen=True)
-class ModuleFunctionOptions:
+class ModuleFunctionOptions(CheckedFields):
     """Which module calls become model-local ONNX functions.
 
     A pattern is a module class (`torch.nn.Linear`) or a string matched (fnmatch style)
@@ -63,8 +64,12 @@ class ModuleFunctionOptions:
 
 
 @dataclass
-class ExportOptions:
+class ExportOptions(CheckedFields):
     """Options of `fx2onnx.dynamo_export`.
+
+    Every field is checked against its type and accepted values when it is given (at
+    construction or when set): a wrong one is a TypeError or ValueError that names it,
+    the value and what is accepted (`diagnostics.checked_fields`).
 
     Attributes:
         dynamic_shapes: True makes every input dim dynamic; a `torch.export` dynamic-shapes
@@ -111,7 +116,7 @@ class ExportOptions:
             model's own.
     """
 
-    dynamic_shapes: Any = None
+    dynamic_shapes: bool | dict | tuple | list | None = None
     onnx_registry: OnnxRegistry | None = None
     diagnostic_options: DiagnosticOptions = field(default_factory=DiagnosticOptions)
     failure_report_path: str | os.PathLike | None = DEFAULT_REPORT_PATH
@@ -121,15 +126,9 @@ class ExportOptions:
     progress: bool | None = None
     op_level_debug: bool = False
     verify: bool = False
-    verify_rtol: float = 1e-3
-    verify_atol: float = 1e-4
-    opset_version: int | None = None
+    verify_rtol: float = field(default=1e-3, metadata=at_least(0))
+    verify_atol: float = field(default=1e-4, metadata=at_least(0))
+    opset_version: int | None = None  # its range depends on the installed onnxruntime: checked by dynamo_export
     fused_kernels: bool = True
-    runtime: str = "onnxruntime"
+    runtime: str = field(default="onnxruntime", metadata=one_of(*RUNTIMES))
     causal_mask_input: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.runtime not in RUNTIMES:
-            raise ValueError(
-                f"ExportOptions(runtime={self.runtime!r}) is not supported: give one of {', '.join(map(repr, RUNTIMES))}."
-            )

@@ -24,6 +24,7 @@ from fx2onnx.capture.dynamic_dims.check import (
     is_fixed_dim_error,
     record_at,
 )
+from fx2onnx.capture.aliased_inputs import AliasGroup, IndependentExample, independent_example
 from fx2onnx.capture.dynamic_dims.branches import branch_conditions
 from fx2onnx.capture.dynamic_dims.size_one import Example, grown_example
 from fx2onnx.capture.dynamic_dims.taken_as_one import sizes_taken_as_one
@@ -63,6 +64,8 @@ class CapturedModel:
     # captured with size-oblivious reasoning: retraces (decomposition) must use it too,
     # or torch derives sizes from the example's 0/1 dims (`seq // batch`)
     size_oblivious: bool = False
+    # example inputs that shared storage, captured from copies (`aliased_inputs`)
+    alias_groups: tuple[AliasGroup, ...] = ()
 
 
 def _is_aten_graph(graph_module: torch.fx.GraphModule) -> bool:
@@ -167,6 +170,8 @@ def capture(
             raise CaptureError(f"Not a model: {capture_hint(failure)}") from failure.error
         model = _CallableModule(model)
     user_model = model.function if isinstance(model, _CallableModule) else model
+    independent = independent_example(model, args, kwargs)  # aliased inputs: copies of their own
+    args, kwargs = independent.args, independent.kwargs
     spec = torch_export_spec(dynamic_shapes, model, args, kwargs)
     try:
         requested = requested_dynamic_dims(spec, model, args, kwargs, explicit=dynamic_shapes is not True)
@@ -181,7 +186,7 @@ def capture(
     if size_one_dims:
         kept, model_lines = _capture_grown(model, spec, example, context)
         if kept is not None:
-            return _captured(context, spec, kept, strict=False, errors=errors)
+            return _captured(context, spec, kept, strict=False, errors=errors, independent=independent)
     for strict, size_oblivious in _capture_attempts(size_one_dims):
         try:
             program = _export(model, args, kwargs, spec, strict, size_oblivious)
@@ -194,7 +199,7 @@ def capture(
             sound = not size_oblivious or sound_size_oblivious_capture(program, _size_one_symbols_of(program, example))
             kept = (program, example, size_oblivious) if sound else None
         if kept is not None:
-            return _captured(context, spec, kept, strict=strict, errors=errors)
+            return _captured(context, spec, kept, strict=strict, errors=errors, independent=independent)
     failure = CaptureFailure(errors[0], user_model, args, kwargs, dynamic_shapes)
     fixed: list[SpecializedDim] = []
     if requested and any(is_fixed_dim_error(error) for error in errors):
@@ -213,11 +218,11 @@ def capture(
 
 def _captured(
     context: DiagnosticContext, spec: Any, kept: tuple[torch.export.ExportedProgram, Example, bool], *, strict: bool,
-    errors: list[BaseException],
+    errors: list[BaseException], independent: IndependentExample,
 ) -> CapturedModel:
     """The capture kept, its dynamic dims checked against what was asked."""
     program, used_example, size_oblivious = kept
-    captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious)
+    captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious, alias_groups=independent.groups)
     if strict and errors:
         _record_strict_fallback(context, captured, errors[0])
     try:

@@ -379,6 +379,19 @@ def modularize(
     return _Builder(graph_module, parameter_names or {}).build_root(root)
 
 
+def unmatched_patterns(graph_module: torch.fx.GraphModule, options: ModuleFunctionOptions) -> list[tuple[str, str | type, list[str]]]:
+    """The include and exclude patterns that match no module call of the graph, as
+    (option name, pattern, the short class names of the calls there are)."""
+    calls = {call.key: call for stack in _node_stacks(graph_module.graph).values() for call in stack}.values()
+    classes = sorted({call.short_class_name for call in calls})
+    return [
+        (option, pattern, classes)
+        for option, patterns in (("include", options.include or ()), ("exclude", options.exclude))
+        for pattern in patterns
+        if not any(_matches(pattern, call) for call in calls)
+    ]
+
+
 def module_calls(graph_module: torch.fx.GraphModule) -> list[tuple[str, ModuleCall]]:
     """The call_module nodes of a graph module with their calls, for inspection and tests."""
     found = []

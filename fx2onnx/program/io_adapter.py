@@ -21,18 +21,25 @@ from fx2onnx.capture.fake_mode import is_fake
 
 from fx2onnx.capture.default_arguments import TensorDefaults
 from fx2onnx.errors import UnsupportedInputError
+from fx2onnx.program.tied_sizes import TiedSizes
 from fx2onnx.translate.io_slots import InputSlot, OutputSlot
 from fx2onnx.translate.tensor_data import real_view
 
 
 class InputAdapter:
     def __init__(
-        self, in_spec: pytree.TreeSpec | None, slots: Sequence[InputSlot], tensor_defaults: TensorDefaults | None = None
+        self,
+        in_spec: pytree.TreeSpec | None,
+        slots: Sequence[InputSlot],
+        tensor_defaults: TensorDefaults | None = None,
+        tied_sizes: TiedSizes | None = None,
     ) -> None:
         self.in_spec = in_spec
         self.slots = list(slots)
         # forward's tensor defaults exported as inputs: fed when the caller leaves them out
         self.tensor_defaults = tensor_defaults
+        # dims of several inputs the export tied together (one symbol, a sum of others)
+        self.tied_sizes = tied_sizes
 
     def flatten(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         if self.in_spec is None:
@@ -70,13 +77,15 @@ class InputAdapter:
         self, args: Sequence[Any], kwargs: Mapping[str, Any], expected: Sequence[ir.Value] | None = None
     ) -> list[torch.Tensor]:
         """The flat ONNX inputs for these PyTorch inputs; with ``expected`` (the ONNX
-        graph's inputs) each is checked against its dtype, rank and static sizes first."""
+        graph's inputs) each is checked against its dtype, rank and static sizes first,
+        and then the sizes the export tied across inputs."""
         leaves = self.flatten(args, kwargs)
         if len(leaves) != len(self.slots):
             raise UnsupportedInputError(
                 f"Expected {len(self.slots)} input leaves, got {len(leaves)}."
             )
         onnx_inputs: list[torch.Tensor] = []
+        names: list[str] = []
         for slot, leaf in zip(self.slots, leaves):
             if slot.is_onnx_input:
                 value = expected[len(onnx_inputs)] if expected is not None and len(onnx_inputs) < len(expected) else None
@@ -92,12 +101,15 @@ class InputAdapter:
                 if value is not None:
                     check_input(name, leaf, fed, value)
                 onnx_inputs.append(fed)
+                names.append(name)
             elif not _same_constant(slot.constant, leaf):
                 raise UnsupportedInputError(
                     f"Input '{slot.name}' was specialized to {slot.constant!r} at export, "
                     f"but {leaf!r} was given. Python scalars are baked into the ONNX graph; "
                     "export again with the new value, or pass it as a tensor."
                 )
+        if expected is not None and self.tied_sizes is not None:
+            self.tied_sizes.check(names, onnx_inputs)
         return onnx_inputs
 
 

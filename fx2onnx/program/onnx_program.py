@@ -311,7 +311,8 @@ class ONNXProgram:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.log_severity_level = 3
+        # fatal only: an error the run raises is not printed a second time as onnxruntime's log line
+        options.log_severity_level = 4
         model = self._require_model()
         if model_state is None:
             self._require_weight_data(

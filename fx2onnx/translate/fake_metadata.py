@@ -72,11 +72,19 @@ class SymbolNamer:
         text = self._texts.get(expr)
         if text is not None:
             return text
-        if expr.free_symbols and all(s in self._names for s in expr.free_symbols):
-            renamed = expr.xreplace({s: sympy.Symbol(self._names[s]) for s in expr.free_symbols})
+        renamed = self.named_expr(expr)
+        if renamed is not None:
             text = self._texts[expr] = str(renamed).replace(" ", "")
             return text
         return str(expr).replace(" ", "")
+
+    def named_expr(self, size: Any) -> sympy.Expr | None:
+        """A symbolic size as an expression of the names users read (`x_dim_0 + 1`);
+        None for a static size or one with an unnamed symbol."""
+        expr = size.node.expr if isinstance(size, torch.SymInt) else size
+        if not isinstance(expr, sympy.Expr) or not expr.free_symbols or not all(s in self._names for s in expr.free_symbols):
+            return None
+        return expr.xreplace({s: sympy.Symbol(self._names[s]) for s in expr.free_symbols})
 
     def shape(self, sizes: Any) -> ir.Shape:
         return ir.Shape([self.dim(s) for s in sizes])

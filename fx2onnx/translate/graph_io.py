@@ -128,3 +128,18 @@ def name_input_dims(
         name = io.onnx_input_name(node.name)
         for index, size in enumerate(meta.shape):
             namer.name_symbol(size, given.get(index, dim_name(name, index)))
+
+
+def input_dim_expressions(graph_module: torch.fx.GraphModule, io: GraphIO, namer: SymbolNamer) -> list[tuple[Any, ...]]:
+    """For each ONNX input, in order, each dim as an expression of the named symbols
+    (`x_dim_0`, `past_dim_1 + new_dim_1`), None where it is static: the sizes the export
+    tied together across inputs, for the call-time check (`program.tied_sizes`)."""
+    onnx_inputs = {slot.name for slot in io.input_slots if slot.is_onnx_input}
+    dims = []
+    for node in _placeholders(graph_module):
+        if node.name not in onnx_inputs:
+            continue
+        meta = node.meta.get("val")
+        shape = meta.shape if isinstance(meta, torch.Tensor) else ()
+        dims.append(tuple(namer.named_expr(size) for size in shape))
+    return dims

@@ -26,12 +26,20 @@ class FixedDynamicDimError(RuntimeError):
     """A dim the user named as dynamic is fixed by the model's code."""
 
 
-def leaves_in_input_order(program: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-    """The input leaves in the order of the program's user inputs."""
+def inputs_in_input_order(
+    program: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` with the keywords in the order of the program's user inputs:
+    their pytree leaves are the program's user inputs, in order."""
     in_spec = program.call_spec.in_spec
     if in_spec is not None and in_spec.num_children == 2 and in_spec.child(1).context:
         kwargs = {key: kwargs[key] for key in in_spec.child(1).context if key in kwargs}
-    return torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs)))
+    return tuple(args), dict(kwargs)
+
+
+def leaves_in_input_order(program: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    """The input leaves in the order of the program's user inputs."""
+    return torch.utils._pytree.tree_leaves(inputs_in_input_order(program, args, kwargs))
 
 
 def is_fixed_dim_error(error: BaseException) -> bool:

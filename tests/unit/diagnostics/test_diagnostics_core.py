@@ -69,6 +69,9 @@ EXPECTED_CATALOG = {
     "MODEL_VALIDATION": ("FXE0022", "onnx-model-validation"),
     "INVALID_MODEL_IO": ("FXE0023", "invalid-model-inputs-or-outputs"),
     "RUNTIME_VERIFICATION": ("FXE0024", "runtime-verification"),
+    "ALIASED_EXAMPLE_INPUTS": ("FXE0025", "aliased-example-inputs"),
+    "TRAINING_MODE": ("FXE0026", "training-mode-export"),
+    "OPTION_WITHOUT_EFFECT": ("FXE0027", "option-without-effect"),
 }
 
 

@@ -436,7 +436,7 @@ def test_attention_over_a_cache_stays_standard_where_the_kernel_does_not_apply(t
 
 
 def test_options_of_the_runtime_and_of_the_causal_mask_are_checked(tmp_path):
-    with pytest.raises(ValueError, match="runtime='tensorrt'.*'onnxruntime', 'standard'"):
+    with pytest.raises(ValueError, match="runtime='tensorrt'.*'onnxruntime' or 'standard'"):
         make_options(tmp_path, runtime="tensorrt")
     with pytest.raises(fx2onnx.OnnxExporterError, match=r"causal_mask_input='mask'\) names no input.*'attention_mask'"):
         _export_decoder(tmp_path, CachedDecoder().eval(), causal_mask_input="mask")

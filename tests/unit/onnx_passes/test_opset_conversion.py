@@ -74,10 +74,16 @@ def test_default_is_opset_18_untouched():
     assert _default_opsets(program.model_proto) == {18}
 
 
-@pytest.mark.parametrize("bad", [16, 0, newest_opset() + 1, True, "18", 18.0])
+@pytest.mark.parametrize("bad", [16, 0, newest_opset() + 1])
 def test_unsupported_opsets_are_refused_before_export(bad):
     with pytest.raises(ValueError, match=rf"opset_version=.* is not supported: give an ONNX opset from {MIN_OPSET} to {newest_opset()}"):
         fx2onnx.dynamo_export(torch.nn.Linear(3, 2), torch.randn(1, 3), export_options=make_options(None, opset_version=bad))
+
+
+@pytest.mark.parametrize("bad", [True, "18", 18.0])
+def test_opsets_of_another_type_are_refused_where_given(bad):
+    with pytest.raises(TypeError, match=rf"ExportOptions\(opset_version={bad!r}\): opset_version takes an int or None; got"):
+        make_options(None, opset_version=bad)
 
 
 def test_operator_new_in_18_is_a_clear_error_at_17(tmp_path):

@@ -105,3 +105,55 @@ def test_dynamic_dims_accept_other_sizes(tmp_path):
     torch.testing.assert_close(program(x, y), TwoInputs()(x, y))
     with pytest.raises(fx2onnx.UnsupportedInputError, match="Input 'y' has 2 dim"):
         program(x, torch.rand(7, 1))
+
+
+class SharedBatch(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, y], dim=1)  # needs x and y of one batch
+
+
+class PastAndNew(nn.Module):
+    def forward(self, past: torch.Tensor, new: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.cat([past, new], dim=1) * mask  # mask: total = past + new
+
+
+def test_shared_dynamic_dim_is_checked_before_onnxruntime(tmp_path, capfd):
+    program = fx2onnx.dynamo_export(
+        SharedBatch(), torch.rand(2, 3), torch.rand(2, 4), export_options=make_options(tmp_path, dynamic_shapes=True)
+    )
+    x_dims, y_dims = (list(value.shape) for value in program.model.graph.inputs)
+    assert x_dims[0] == y_dims[0]  # one symbol on both inputs
+    x, y = torch.rand(6, 3), torch.rand(6, 4)
+    torch.testing.assert_close(program(x, y), SharedBatch()(x, y))
+    capfd.readouterr()
+    with pytest.raises(fx2onnx.UnsupportedInputError, match=rf"Input 'y' has size 6 in dim 0, and input 'x' has size 5 in dim 0; the program was exported with one dim '{x_dims[0]}' for both"):
+        program(torch.rand(5, 3), torch.rand(6, 4))
+    printed = capfd.readouterr()
+    assert printed.out == "" and printed.err == "", "onnxruntime printed nothing: it never ran"
+
+
+def test_sum_of_dynamic_dims_is_checked_before_onnxruntime(tmp_path, capfd):
+    program = fx2onnx.dynamo_export(
+        PastAndNew(), torch.rand(2, 3), torch.rand(2, 4), torch.rand(2, 7),
+        export_options=make_options(tmp_path, dynamic_shapes=True),
+    )
+    past, new, mask = torch.rand(3, 5), torch.rand(3, 2), torch.rand(3, 7)
+    torch.testing.assert_close(program(past, new, mask), PastAndNew()(past, new, mask))
+    capfd.readouterr()
+    with pytest.raises(
+        fx2onnx.UnsupportedInputError,
+        match=r"Input 'mask' has size 7 in dim 1; the program was exported with the size '.*' there, which is 8 for these "
+        r"inputs \(.* from input 'new' dim 1, .* from input 'past' dim 1\)",
+    ):
+        program(torch.rand(3, 3), torch.rand(3, 5), torch.rand(3, 7))
+    assert capfd.readouterr().err == ""
+
+
+def test_onnxruntime_failure_raises_without_its_log_line(tmp_path, capfd):
+    program = fx2onnx.dynamo_export(
+        SharedBatch(), torch.rand(2, 3), torch.rand(2, 4), export_options=make_options(tmp_path, dynamic_shapes=True)
+    )
+    capfd.readouterr()
+    with pytest.raises(Exception, match="Concat"):  # past fx2onnx's checks: onnxruntime's own error
+        program.run_flat([torch.rand(5, 3), torch.rand(6, 4)])
+    assert "[E:onnxruntime" not in capfd.readouterr().err
