@@ -46,6 +46,7 @@ from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.onnx_passes.weight_layout import store_weights_transposed
 from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.fx_passes.modularize import modularize
@@ -228,6 +229,8 @@ def _export(
     if options.optimize:
         with timer.stage("optimization"):
             optimize_keeping_functions(model_ir)
+    with timer.stage("weight layout"):
+        store_weights_transposed(model_ir)
     if options.opset_version is not None:
         with timer.stage("opset conversion"):
             if not convert_to_opset(model_ir, options.opset_version, context):

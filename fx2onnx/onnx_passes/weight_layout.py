@@ -1,0 +1,164 @@
+"""Weights stored in the layout their MatMul reads.
+
+PyTorch keeps a linear layer's weight as ``[out, in]`` and computes ``x @ W.T``; translated
+as it is, the graph reads ``MatMul(x, Transpose(W))``. The tools people run on exported
+files (onnxruntime's ``quantize_dynamic``, ``quantize_static``, ``MatMulNBitsQuantizer``,
+its transformers optimizer) look for a MatMul whose second input is an initializer, and a
+Transpose in between hides every linear layer from them. So a 2-D weight that is only ever
+read through ``Transpose(perm=[1, 0])`` is stored transposed and the Transposes go.
+
+With module functions the weight reaches its Transpose as a function parameter, perhaps
+through several nested calls. A parameter is changed only when every call of its function
+gives it such a weight (or another such parameter), so that one function body serves all
+its callers: the candidates are narrowed to a fixed point.
+
+Nothing here reads weight data: a weight without data (fake mode) keeps none and is marked
+(`STORED_TRANSPOSED`), and `stored_form` turns a tensor in PyTorch's layout into the
+stored one wherever weights are written from a state dict or a checkpoint, one tensor at
+a time. The mark is also written into the file, on the weight's value, for tools that
+ship weights apart (``include_initializers=False``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import onnx_ir as ir
+import torch
+
+from fx2onnx.translate.tensor_data import TorchTensorData, has_data
+
+# The metadata key and value on a weight stored as the transpose of PyTorch's tensor.
+LAYOUT_KEY = "fx2onnx.stored_layout"
+STORED_TRANSPOSED = "transposed"
+
+_FunctionKey = tuple[str, str, str]
+
+
+def is_stored_transposed(value: ir.Value) -> bool:
+    """Whether ``value`` (an initializer) holds the transpose of the model's tensor."""
+    return value.metadata_props.get(LAYOUT_KEY) == STORED_TRANSPOSED
+
+
+def stored_form(value: ir.Value, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, given in the model's own layout, as the initializer ``value`` stores it
+    (a view: the bytes are laid out when written)."""
+    return tensor.t() if is_stored_transposed(value) else tensor
+
+
+def _is_plain_transpose(node: ir.Node) -> bool:
+    if node.domain not in ("", "ai.onnx") or node.op_type != "Transpose":
+        return False
+    perm = node.attributes.get("perm")
+    return perm is None or list(perm.as_ints()) == [1, 0]
+
+
+def _rank_two_or_unknown(value: ir.Value) -> bool:
+    return value.shape is None or len(value.shape) == 2
+
+
+class _Candidates:
+    """Weights and function parameters that may be stored transposed, narrowed until
+    every use of each is a plain Transpose or a call giving it to another candidate."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.functions: dict[_FunctionKey, ir.Function] = dict(model.functions)
+        self.outputs = {id(v) for v in model.graph.outputs}
+        for function in self.functions.values():
+            self.outputs.update(id(v) for v in function.outputs)
+        self.alive: dict[int, ir.Value] = {}
+        for value in model.graph.initializers.values():
+            if value.shape is not None and len(value.shape) == 2 and value.uses():
+                self.alive[id(value)] = value
+        for function in self.functions.values():
+            for parameter in function.inputs:
+                if _rank_two_or_unknown(parameter) and parameter.uses():
+                    self.alive[id(parameter)] = parameter
+        self.callers: dict[int, list[ir.Value | None]] = {}
+        for node in _all_nodes(model):
+            called = self._called(node)
+            if called is None:
+                continue
+            for index, parameter in enumerate(called.inputs):
+                argument = node.inputs[index] if index < len(node.inputs) else None
+                self.callers.setdefault(id(parameter), []).append(argument)
+
+    def _called(self, node: ir.Node) -> ir.Function | None:
+        return self.functions.get((node.domain, node.op_type, node.overload))
+
+    def _use_allowed(self, node: ir.Node, index: int) -> bool:
+        if _is_plain_transpose(node):
+            return id(node.outputs[0]) not in self.outputs
+        called = self._called(node)
+        return called is not None and index < len(called.inputs) and id(called.inputs[index]) in self.alive
+
+    def _keeps(self, value: ir.Value) -> bool:
+        if id(value) in self.outputs:
+            return False
+        if not all(self._use_allowed(node, index) for node, index in value.uses()):
+            return False
+        arguments = self.callers.get(id(value))
+        if arguments is None:  # an initializer, or a function never called
+            return value.is_initializer()
+        return all(argument is not None and id(argument) in self.alive for argument in arguments)
+
+    def narrow(self) -> list[ir.Value]:
+        changed = True
+        while changed:
+            changed = False
+            for key, value in list(self.alive.items()):
+                if not self._keeps(value):
+                    del self.alive[key]
+                    changed = True
+        return list(self.alive.values())
+
+
+def _all_nodes(model: ir.Model) -> Iterator[ir.Node]:
+    yield from ir.traversal.RecursiveGraphIterator(model.graph)
+    for function in model.functions.values():
+        yield from ir.traversal.RecursiveGraphIterator(function)
+
+
+def _transposed_tensor(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    if isinstance(tensor, TorchTensorData):
+        # A view of the model's own tensor (or of a FakeTensor): no copy until written.
+        return TorchTensorData(tensor.raw.t(), name=tensor.name)
+    if not has_data(tensor):
+        raise ValueError(f"weight {tensor.name!r} has no data and no torch tensor to take its layout from")
+    return ir.tensor(np.ascontiguousarray(tensor.numpy().T), name=tensor.name)
+
+
+def _drop_transposes(value: ir.Value) -> None:
+    for node, _ in list(value.uses()):
+        if not _is_plain_transpose(node):
+            continue
+        node.outputs[0].replace_all_uses_with(value)
+        graph = node.graph
+        assert graph is not None
+        graph.remove(node, safe=True)
+
+
+def _reverse_shape(value: ir.Value) -> None:
+    if value.shape is not None:
+        value.shape = ir.Shape(list(reversed(list(value.shape))))
+
+
+def store_weights_transposed(model: ir.Model) -> list[str]:
+    """Store every 2-D weight that is only read transposed in its transposed layout and
+    remove those Transposes, in the graph and in module functions; the names of the
+    weights changed."""
+    changed = _Candidates(model).narrow()
+    names = []
+    for value in changed:
+        if value.is_initializer():
+            assert value.const_value is not None
+            value.const_value = _transposed_tensor(value.const_value)
+            value.metadata_props[LAYOUT_KEY] = STORED_TRANSPOSED
+            assert value.name is not None
+            names.append(value.name)
+        _reverse_shape(value)
+    # Transposes are removed after every shape is final, so that no use is visited twice.
+    for value in changed:
+        _drop_transposes(value)
+    return names
