@@ -46,6 +46,7 @@ from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.onnx_passes.constant_form import constants_as_tensors
 from fx2onnx.onnx_passes.weight_layout import store_weights_transposed
 from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
@@ -229,8 +230,6 @@ def _export(
     if options.optimize:
         with timer.stage("optimization"):
             optimize_keeping_functions(model_ir)
-    with timer.stage("weight layout"):
-        store_weights_transposed(model_ir)
     if options.opset_version is not None:
         with timer.stage("opset conversion"):
             if not convert_to_opset(model_ir, options.opset_version, context):
@@ -238,6 +237,9 @@ def _export(
     lower_fused_kernels(model_ir)  # the opset is final: the kernels join the standard domain
     if not legalize_float8(model_ir, context):  # after the opset is final: float8 needs 19 or newer
         raise _ExportFailed()
+    with timer.stage("tool layout"):  # what the tools people run on the file look for
+        store_weights_transposed(model_ir)
+        constants_as_tensors(model_ir)
     with timer.stage("validation"):
         if not validate_model(model_ir, graph_module, context):
             raise _ExportFailed()

@@ -76,7 +76,7 @@ def test_matmul_nbits_quantizer_quantizes_every_linear_layer_of_a_folder(tmp_pat
     assert np.abs(runs["int4"] - expected).max() < 0.25 * np.ptp(expected)
 
 
-def test_quantize_dynamic_finds_every_linear_layer_of_a_flat_export(tmp_path):
+def test_quantize_dynamic_and_the_optimizer_find_every_layer_of_a_flat_export(tmp_path):
     torch.manual_seed(0)
     config = transformers.BertConfig(
         vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4
@@ -98,3 +98,9 @@ def test_quantize_dynamic_finds_every_linear_layer_of_a_flat_export(tmp_path):
         expected = model(ids, mask).last_hidden_state.numpy()
     # dynamic int8 on the activations and weights: close to the float model, not equal
     assert np.abs(got - expected).max() < 0.1
+    # The transformers optimizer relies on onnxruntime's symbolic shape inference (which
+    # reads a Constant's `value` only) to fuse each residual Add into its LayerNorm.
+    from onnxruntime.transformers import optimizer
+
+    fused = optimizer.optimize_model(os.fspath(path), model_type="bert", opt_level=0).get_fused_operator_statistics()
+    assert fused["SkipLayerNormalization"] == 2 * config.num_hidden_layers
