@@ -47,7 +47,8 @@ from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.constant_form import constants_as_tensors
-from fx2onnx.onnx_passes.weight_layout import store_weights_transposed
+from fx2onnx.onnx_passes.quantized_matmul import integer_matmuls
+from fx2onnx.onnx_passes.weight_layout import store_weights_transposed, store_zero_points_quantized
 from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.fx_passes.modularize import modularize
@@ -239,6 +240,8 @@ def _export(
         raise _ExportFailed()
     with timer.stage("tool layout"):  # what the tools people run on the file look for
         store_weights_transposed(model_ir)
+        store_zero_points_quantized(model_ir)
+        integer_matmuls(model_ir)
         constants_as_tensors(model_ir)
     with timer.stage("validation"):
         if not validate_model(model_ir, graph_module, context):

@@ -54,6 +54,15 @@ def _is_plain_transpose(node: ir.Node) -> bool:
     return perm is None or list(perm.as_ints()) == [1, 0]
 
 
+def _is_weight_dequantize(node: ir.Node, index: int) -> bool:
+    """A DequantizeLinear of the weight per tensor or per channel (not block-wise): its
+    transpose is the DequantizeLinear of the transposed integers along the other axis."""
+    if node.domain not in ("", "ai.onnx") or node.op_type != "DequantizeLinear" or index != 0:
+        return False
+    block_size = node.attributes.get("block_size")
+    return block_size is None or block_size.as_int() == 0
+
+
 def _rank_two_or_unknown(value: ir.Value) -> bool:
     return value.shape is None or len(value.shape) == 2
 
@@ -87,9 +96,17 @@ class _Candidates:
     def _called(self, node: ir.Node) -> ir.Function | None:
         return self.functions.get((node.domain, node.op_type, node.overload))
 
+    def _only_transposed(self, value: ir.Value) -> bool:
+        uses = value.uses()
+        return id(value) not in self.outputs and bool(uses) and all(
+            _is_plain_transpose(node) and id(node.outputs[0]) not in self.outputs for node, _ in uses
+        )
+
     def _use_allowed(self, node: ir.Node, index: int) -> bool:
         if _is_plain_transpose(node):
             return id(node.outputs[0]) not in self.outputs
+        if _is_weight_dequantize(node, index):
+            return self._only_transposed(node.outputs[0])
         called = self._called(node)
         return called is not None and index < len(called.inputs) and id(called.inputs[index]) in self.alive
 
@@ -130,13 +147,27 @@ def _transposed_tensor(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
 
 
 def _drop_transposes(value: ir.Value) -> None:
-    for node, _ in list(value.uses()):
+    for node, index in list(value.uses()):
+        if _is_weight_dequantize(node, index):
+            _dequantize_along_the_other_axis(node)
+            _drop_transposes(node.outputs[0])
+            continue
         if not _is_plain_transpose(node):
             continue
         node.outputs[0].replace_all_uses_with(value)
         graph = node.graph
         assert graph is not None
         graph.remove(node, safe=True)
+
+
+def _dequantize_along_the_other_axis(node: ir.Node) -> None:
+    scale = node.inputs[1]
+    per_tensor = scale is not None and scale.shape is not None and scale.shape.numpy() in ((), (1,))
+    if not per_tensor:
+        axis = node.attributes.get("axis")
+        old_axis = 1 if axis is None else axis.as_int()  # DequantizeLinear's default axis is 1
+        node.attributes["axis"] = ir.AttrInt64("axis", 1 - old_axis % 2)
+    _reverse_shape(node.outputs[0])
 
 
 def _reverse_shape(value: ir.Value) -> None:
@@ -162,3 +193,43 @@ def store_weights_transposed(model: ir.Model) -> list[str]:
     for value in changed:
         _drop_transposes(value)
     return names
+
+
+_QUANTIZE_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _is_zero_point_cast(node: ir.Node) -> bool:
+    """A Cast of a stored tensor whose every reader takes it as a zero point."""
+    if node.domain not in ("", "ai.onnx") or node.op_type != "Cast":
+        return False
+    source, result = node.inputs[0], node.outputs[0]
+    if source is None or not source.is_initializer() or not has_data(source.const_value):
+        return False
+    uses = result.uses()
+    return bool(uses) and all(user.op_type in _QUANTIZE_OPS and index == 2 for user, index in uses)
+
+
+def store_zero_points_quantized(model: ir.Model) -> list[str]:
+    """Zero points stored in their quantized type: a ``Cast`` of a stored integer tensor
+    (PyTorch keeps per-channel zero points as int64) that feeds only quantize and
+    dequantize nodes becomes a stored tensor of the Cast's type, as onnxruntime's fusions
+    of quantized operators require (they read a zero point only from an initializer).
+    The names of the zero points made."""
+    graph = model.graph
+    made = []
+    for node in [n for n in graph if _is_zero_point_cast(n)]:
+        source, result = node.inputs[0], node.outputs[0]
+        assert source is not None and source.const_value is not None and result.dtype is not None
+        array = source.const_value.numpy().astype(result.dtype.numpy())
+        result.replace_all_uses_with(graph.initializers.get(result.name) or _new_initializer(graph, result, array))
+        graph.remove(node, safe=True)
+        if not source.uses() and source.name in graph.initializers and not source.is_graph_output():
+            del graph.initializers[source.name]
+        made.append(result.name)
+    return made
+
+
+def _new_initializer(graph: ir.Graph, like: ir.Value, array: np.ndarray) -> ir.Value:
+    value = ir.Value(name=like.name, type=like.type, shape=like.shape, const_value=ir.tensor(array, name=like.name))
+    graph.register_initializer(value)
+    return value

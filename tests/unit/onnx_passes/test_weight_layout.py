@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 import torch
@@ -13,7 +14,12 @@ from torch import nn
 
 import fx2onnx
 from conftest import all_nodes, assert_outputs_close, make_options
-from fx2onnx.onnx_passes.weight_layout import LAYOUT_KEY, STORED_TRANSPOSED
+from fx2onnx.onnx_passes.weight_layout import (
+    LAYOUT_KEY,
+    STORED_TRANSPOSED,
+    store_weights_transposed,
+    store_zero_points_quantized,
+)
 
 
 class Block(nn.Module):
@@ -147,3 +153,51 @@ def test_weights_shipped_apart_say_their_layout(tmp_path):
     assert layouts["head.weight"] == STORED_TRANSPOSED
     assert layouts["head.bias"] is None
     assert [d.dim_value for d in next(i for i in graph.input if i.name == "head.weight").type.tensor_type.shape.dim] == [8, 3]
+
+
+def _dequantized_linear_model(axis: int) -> ir.Model:
+    """``x @ DequantizeLinear(W, scale, zero_point, axis).T``, the zero point an int64
+    tensor cast to int8 (as PyTorch keeps per-channel zero points)."""
+    rng = np.random.default_rng(0)
+    weight = ir.Value(name="W", type=ir.TensorType(ir.DataType.INT8), shape=ir.Shape([4, 3]),
+                      const_value=ir.tensor(rng.integers(-100, 100, (4, 3)).astype(np.int8), name="W"))
+    channels = 4 if axis == 0 else 3
+    scale = ir.Value(name="scale", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([channels]),
+                     const_value=ir.tensor(rng.uniform(0.01, 0.1, channels).astype(np.float32), name="scale"))
+    zero64 = ir.Value(name="zero64", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([channels]),
+                      const_value=ir.tensor(rng.integers(-3, 3, channels).astype(np.int64), name="zero64"))
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 3]))
+    cast = ir.node("Cast", [zero64], attributes={"to": ir.DataType.INT8})
+    cast.outputs[0].name, cast.outputs[0].dtype, cast.outputs[0].shape = "zero8", ir.DataType.INT8, ir.Shape([channels])
+    dequantize = ir.node("DequantizeLinear", [weight, scale, cast.outputs[0]], attributes={"axis": axis})
+    dequantize.outputs[0].dtype, dequantize.outputs[0].shape = ir.DataType.FLOAT, ir.Shape([4, 3])
+    transpose = ir.node("Transpose", [dequantize.outputs[0]], attributes={"perm": [1, 0]})
+    transpose.outputs[0].dtype, transpose.outputs[0].shape = ir.DataType.FLOAT, ir.Shape([3, 4])
+    matmul = ir.node("MatMul", [x, transpose.outputs[0]])
+    matmul.outputs[0].name, matmul.outputs[0].dtype, matmul.outputs[0].shape = "y", ir.DataType.FLOAT, ir.Shape([2, 4])
+    graph = ir.Graph([x], [matmul.outputs[0]], nodes=[cast, dequantize, transpose, matmul],
+                     initializers=[weight, scale, zero64], opset_imports={"": 21}, name="dequantized_linear")
+    return ir.Model(graph, ir_version=10)
+
+
+def _run_model(model: ir.Model, x: np.ndarray) -> np.ndarray:
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto, full_check=True)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_a_dequantized_weight_is_stored_transposed_along_the_other_axis(axis):
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    model = _dequantized_linear_model(axis)
+    expected = _run_model(model, x)
+    assert store_weights_transposed(model) == ["W"]
+    assert store_zero_points_quantized(model) == ["zero8"]
+    kinds = [node.op_type for node in model.graph]
+    assert kinds == ["DequantizeLinear", "MatMul"]
+    dequantize = next(iter(model.graph))
+    assert dequantize.attributes["axis"].as_int() == 1 - axis
+    assert model.graph.initializers["W"].shape == ir.Shape([3, 4])
+    assert model.graph.initializers["zero8"].dtype == ir.DataType.INT8 and "zero64" not in model.graph.initializers
+    np.testing.assert_allclose(_run_model(model, x), expected, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,100 @@
+"""Models quantized in PyTorch (PT2E with torchao's X86 quantizer) keep their quantized
+form in the ONNX file, in a form onnxruntime runs with its integer kernels."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import fx2onnx
+from conftest import make_options
+
+pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e", reason="torchao is not installed")
+x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
+
+
+def quantized_with_x86_quantizer(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Module:
+    captured = torch.export.export(model, (example,)).module()
+    quantizer = x86.X86InductorQuantizer()
+    quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
+    prepared = pt2e.prepare_pt2e(captured, quantizer)
+    prepared(example)  # calibration
+    return pt2e.convert_pt2e(prepared)
+
+
+def run(path, x: torch.Tensor, optimized: str | None = None) -> np.ndarray:
+    options = ort.SessionOptions()
+    if optimized is not None:
+        options.optimized_model_filepath = optimized
+    session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+
+
+def zero_points_are_stored_quantized(model: onnx.ModelProto) -> None:
+    stored = {t.name: t.data_type for t in model.graph.initializer}
+    constants = {n.output[0]: n.attribute[0].t.data_type for n in model.graph.node if n.op_type == "Constant"}
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2:
+            kind = stored.get(node.input[2], constants.get(node.input[2]))
+            assert kind in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8), (node.name, kind)
+
+
+def test_a_quantized_transformer_encoder_runs_integer_matmuls(tmp_path):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 16, 64)
+    quantized = quantized_with_x86_quantizer(model, x)
+    program = fx2onnx.dynamo_export(quantized, x, export_options=make_options(tmp_path, module_functions=False))
+    path = tmp_path / "encoder.onnx"
+    program.save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    saved = onnx.load(os.fspath(path))
+    kinds = collections.Counter(node.op_type for node in saved.graph.node)
+    # each quantized linear (two per layer: the feed-forward's) is an integer product; no
+    # weight is dequantized in float any more, and none is transposed at run time
+    assert kinds["MatMulInteger"] == 4
+    weights = {t.name for t in saved.graph.initializer}
+    assert not [n for n in saved.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in weights]
+    zero_points_are_stored_quantized(saved)
+    with torch.no_grad():
+        expected = quantized(x).numpy()
+    # the integer sum is exact; the float scaling rounds differently from eager's float product
+    np.testing.assert_allclose(run(path, x), expected, rtol=1e-4, atol=1e-4)
+    x2 = torch.randn(2, 16, 64)
+    with torch.no_grad():
+        np.testing.assert_allclose(run(path, x2), quantized(x2).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 3, padding=1),
+    ).eval()
+    x = torch.randn(1, 3, 16, 16)
+    quantized = quantized_with_x86_quantizer(model, x)
+    program = fx2onnx.dynamo_export(quantized, x, export_options=make_options(tmp_path, module_functions=False))
+    path = tmp_path / "cnn.onnx"
+    program.save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    saved = onnx.load(os.fspath(path))
+    zero_points_are_stored_quantized(saved)
+    assert not [n for n in saved.graph.node if n.op_type == "Cast"]  # no int64 zero point cast at run time
+    optimized = tmp_path / "cnn.optimized.onnx"
+    got = run(path, x, os.fspath(optimized))
+    fused = collections.Counter(node.op_type for node in onnx.load(os.fspath(optimized)).graph.node)
+    # the first convolution's output is quantized (Q after it): one QLinearConv; the last
+    # one's is not, and it stays a convolution of dequantized operands
+    assert fused["QLinearConv"] == 1
+    with torch.no_grad():
+        expected = quantized(x).numpy()
+    # onnxruntime's QLinearConv requantizes in integers where eager dequantizes in float:
+    # results differ by at most one step of the output's quantization
+    step = float(np.ptp(expected)) / 255
+    assert np.abs(got - expected).max() <= 1.01 * step
