@@ -46,6 +46,7 @@ from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.fx_passes.quantized_weights import fuse_scaled_integer_matmuls, fuse_weight_only_linears
 from fx2onnx.onnx_passes.constant_form import constants_as_tensors
 from fx2onnx.onnx_passes.quantized_matmul import integer_matmuls
 from fx2onnx.onnx_passes.weight_layout import store_weights_transposed, store_zero_points_quantized
@@ -191,6 +192,10 @@ def _export(
         )
         run_pass(context, "decompose_nodes", on_every_graph(decompose_nodes), graph_module, registry, context)
         run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
+        if options.runtime == "onnxruntime":  # its MatMulNBits keeps quantized weights quantized
+            kept = run_pass(context, "fuse_weight_only_linears", fuse_weight_only_linears, graph_module)
+            _tell_unfused_quantized_linears(kept or [], context)
+            run_pass(context, "fuse_scaled_integer_matmuls", on_every_graph(fuse_scaled_integer_matmuls), graph_module)
         if options.fused_kernels:
             opset, chosen = options.opset_version or registry.opset_version, options.opset_version is not None
             target = FusionTarget(options.runtime, _causal_mask_placeholder(options.causal_mask_input, io))
@@ -277,6 +282,15 @@ def _export(
             raise _ExportFailed()
     _record_summary(context, model, model_ir, timer, emit_export_warnings(context))
     return onnx_program
+
+
+def _tell_unfused_quantized_linears(reasons: list[str], context: DiagnosticContext) -> None:
+    if reasons:
+        context.record(
+            rules.FX_PASS, Level.WARNING, pass_name="fuse_weight_only_linears",
+            message=f"{len(reasons)} quantized linear layer(s) are dequantized to float in the ONNX model "
+            f"(onnxruntime then holds float weights): {'; '.join(reasons[:5])}.",
+        )
 
 
 def run_pass(context: DiagnosticContext, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

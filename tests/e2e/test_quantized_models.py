@@ -98,3 +98,50 @@ def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path):
     # results differ by at most one step of the output's quantization
     step = float(np.ptp(expected)) / 255
     assert np.abs(got - expected).max() <= 1.01 * step
+
+
+def _torchao_config(name: str):
+    quantization = pytest.importorskip("torchao.quantization")
+    granularity = pytest.importorskip("torchao.quantization.granularity")
+    if name == "int8":
+        return quantization.Int8WeightOnlyConfig()
+    bits = {"int4-group32": torch.int4, "int8-per-channel": torch.int8}[name]
+    group = granularity.PerGroup(32) if name == "int4-group32" else granularity.PerAxis(0)
+    return quantization.IntxWeightOnlyConfig(weight_dtype=bits, granularity=group)
+
+
+def _optimized_size(path, optimized) -> int:
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = os.fspath(optimized)
+    ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    return os.path.getsize(optimized)
+
+
+@pytest.mark.parametrize(("config", "size_ratio"), [("int8", 0.55), ("int8-per-channel", 0.55), ("int4-group32", 0.35)])
+def test_torchao_weight_only_models_stay_quantized_in_onnxruntime(tmp_path, config, size_ratio):
+    transformers = pytest.importorskip("transformers")
+    quantize = pytest.importorskip("torchao.quantization").quantize_
+    torch.manual_seed(0)
+    llama = transformers.LlamaConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, use_cache=False)
+    model = transformers.LlamaForCausalLM(llama).eval()
+    ids = torch.randint(0, 128, (2, 9))
+    float_path, path = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
+    options = make_options(tmp_path, module_functions=False)
+    fx2onnx.dynamo_export(model, ids, export_options=options).save(float_path)
+    quantize(model, _torchao_config(config))
+    program = fx2onnx.dynamo_export(model, ids, export_options=options)
+    program.save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    saved = onnx.load(os.fspath(path))
+    kinds = collections.Counter(node.op_type for node in saved.graph.node)
+    assert kinds["MatMulNBits"] == 15  # every linear layer: 7 a layer and the LM head
+    weights = {t.name for t in saved.graph.initializer}
+    assert not [n for n in saved.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    with torch.no_grad():
+        expected = model(ids).logits
+    got = torch.from_numpy(run(path, ids))
+    assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+    # what onnxruntime holds once it has loaded (folded) the model, against the float model
+    ratio = _optimized_size(path, tmp_path / "q.opt.onnx") / _optimized_size(float_path, tmp_path / "f.opt.onnx")
+    assert ratio <= size_ratio
