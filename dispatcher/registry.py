@@ -132,6 +132,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.functions.special", "SPECIAL_FUNCTIONS", False),  # gamma, Bessel, erf family
     ("dispatcher.functions.vision", "VISION_FUNCTIONS", False),  # torchvision's roi_pool, ps_roi_align
     ("dispatcher.functions.fused", "FUSED_FUNCTIONS", False),  # kernels chosen by fx_passes/fused_kernels
+    ("dispatcher.functions.quantized", "QUANTIZED_FUNCTIONS", False),  # torchao's dequantization, MatMulNBits
 )
 
 

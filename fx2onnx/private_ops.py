@@ -44,6 +44,10 @@ TRAINING_BATCH_NORM_NAMES = {
 WITH_EFFECTS_NAME = "higher_order.with_effects"
 
 
+# How torch.export reads the inner tensors of a tensor-subclass weight.
+SUBCLASS_INNER_TENSOR_NAME = "export.access_subclass_inner_tensor.default"
+
+
 # torch's map operator: a function applied along the leading dim (an ONNX Scan), which
 # capture rewrites use for loops over a count known at run time.
 MAP_FUNCTION_NAME = "torch._higher_order_ops.map.map"
@@ -90,8 +94,13 @@ def with_effects_op() -> Any:
     return torch_op(WITH_EFFECTS_NAME)
 
 
+@functools.cache
+def subclass_inner_tensor_op() -> Any:
+    return torch_op(SUBCLASS_INNER_TENSOR_NAME)
+
+
 def missing_private_ops() -> list[str]:
     """Names above that this PyTorch no longer resolves."""
-    names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES, WITH_EFFECTS_NAME]
+    names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES, WITH_EFFECTS_NAME, SUBCLASS_INNER_TENSOR_NAME]
     missing = [name for name in names if torch_op(name) is None]
     return missing + ([MAP_FUNCTION_NAME] if map_function() is None else [])

@@ -44,6 +44,7 @@ from fx2onnx.capture.dynamic_dims.spec import (
     torch_export_spec,
 )
 from fx2onnx.capture.fake_mode import check_fake_mode_use
+from fx2onnx.capture.tensor_subclasses import TensorSubclassError, without_tensor_subclasses
 from fx2onnx.options import ONNXFakeContext
 from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
 from fx2onnx.capture.library_adapters import library_adapters_at_capture
@@ -157,7 +158,8 @@ def capture(
         _record_capture_failure(context, failure)
         raise CaptureError(f"{error}\nHint: {capture_hint(failure)}") from error
     if isinstance(model, torch.export.ExportedProgram):
-        return CapturedModel(model.graph_module, model)
+        program = _plain(model, context)
+        return CapturedModel(program.graph_module, program)
     if isinstance(model, torch.fx.GraphModule) and _is_aten_graph(model):
         graph_module = copy_graph_module(model)  # later stages edit it: not the user's
         if not _has_fake_metadata(graph_module):
@@ -216,12 +218,24 @@ def capture(
     ) from errors[0]
 
 
+def _plain(program: torch.export.ExportedProgram, context: DiagnosticContext) -> torch.export.ExportedProgram:
+    """A given program without tensor-subclass weights; one that keeps them is a capture
+    failure naming the subclasses."""
+    try:
+        return without_tensor_subclasses(program)
+    except TensorSubclassError as error:
+        failure = CaptureFailure(error, program, (), {})
+        _record_capture_failure(context, failure)
+        raise CaptureError(str(error)) from error
+
+
 def _captured(
     context: DiagnosticContext, spec: Any, kept: tuple[torch.export.ExportedProgram, Example, bool], *, strict: bool,
     errors: list[BaseException], independent: IndependentExample,
 ) -> CapturedModel:
     """The capture kept, its dynamic dims checked against what was asked."""
     program, used_example, size_oblivious = kept
+    program = _plain(program, context)
     captured = CapturedModel(program.graph_module, program, spec, size_oblivious=size_oblivious, alias_groups=independent.groups)
     if strict and errors:
         _record_strict_fallback(context, captured, errors[0])

@@ -136,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
     hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
     hub.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
+    hub.add_argument(
+        "--module-functions", action="store_true",
+        help="keep each module call as an ONNX function (default: one flat graph, which onnxruntime's quantizers "
+        "and optimizers work on)",
+    )
     hub.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser
 
@@ -155,6 +160,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
         result = export_hf(
             args.model, args.output, task=args.task, dtype=args.dtype, fake=args.fake, verify=args.verify,
             opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
+            module_functions=args.module_functions,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error

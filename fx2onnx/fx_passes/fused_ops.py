@@ -139,3 +139,25 @@ def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, t
 # would be unknown to a checker. The module calls around them stay in the main graph,
 # where every value's type is declared.
 ONNXRUNTIME_KERNELS = frozenset({torch.ops.fx2onnx.cached_attention.default})
+
+
+@torch.library.custom_op("fx2onnx::weight_only_linear", mutates_args=())
+def weight_only_linear(
+    x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, bias: torch.Tensor | None,
+    group_size: int, bits: int,
+) -> torch.Tensor:
+    """``linear(x, W, bias)`` with ``W = (qdata - zero_point) * scale`` dequantized in groups
+    of ``group_size`` consecutive input features of each output row (``qdata`` (N, K)
+    integers, ``scale`` and ``zero_point`` (N, K / group_size)): the semantics of
+    onnxruntime's ``MatMulNBits`` (and of torchao's weight-only ``dequantize_affine``);
+    ``bits`` (4 or 8) is the range the integers are in."""
+    integers = qdata.to(torch.float32)
+    if zero_point is not None:
+        integers = integers - zero_point.to(torch.float32).repeat_interleave(group_size, dim=1)
+    weight = (integers * scale.to(torch.float32).repeat_interleave(group_size, dim=1)).to(x.dtype)
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+@weight_only_linear.register_fake
+def _weight_only_linear_fake(x, qdata, scale, zero_point, bias, group_size, bits):
+    return x.new_empty((*x.shape[:-1], qdata.shape[0]))

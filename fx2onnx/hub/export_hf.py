@@ -64,12 +64,18 @@ def default_opset() -> int | None:
     return DEFAULT_OPSET if newest_opset() >= DEFAULT_OPSET else None
 
 
-def _options(loaded: LoadedModel, opset: int | None, progress: bool, report: Path, runtime: str) -> fx2onnx.ExportOptions:
+def _options(
+    loaded: LoadedModel, opset: int | None, progress: bool, report: Path, runtime: str, module_functions: bool
+) -> fx2onnx.ExportOptions:
     # a decoder's attention is causal over `attention_mask`'s tokens: its cache may be updated in place
     causal = loaded.task == TEXT_GENERATION and causal_lm.attends_causally(loaded.config)
+    # A folder is flat by default: the tools people run on it (onnxruntime's quantizers and
+    # transformers optimizer) do not look inside ONNX functions, and onnxruntime inlines
+    # them when it loads the model anyway.
     return fx2onnx.ExportOptions(
         dynamic_shapes=True, fake_context=loaded.fake_context, opset_version=opset if opset is not None else default_opset(),
         progress=progress, failure_report_path=report, causal_mask_input="attention_mask" if causal else None, runtime=runtime,
+        module_functions=module_functions,
     )
 
 
@@ -200,6 +206,7 @@ def export_hf(
     progress: bool = False,
     say: Callable[[str], None] = lambda line: None,
     runtime: str = "onnxruntime",
+    module_functions: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -224,6 +231,8 @@ def export_hf(
             onnxruntime runs it for prompts with an empty cache and for one new token per
             sequence at any batch, and for several new tokens over a cache at batch 1.
             "standard": ONNX operators only (any runtime, any batch and lengths).
+        module_functions: keep each module call as an ONNX function (default: one flat
+            graph, which onnxruntime's quantizers and optimizers can work on).
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -234,7 +243,7 @@ def export_hf(
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
-        options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime)
+        options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         files = _EXPORTERS[loaded.task](loaded, staging, options)
         files += copy_folder_files(folder, staging)
         tokenizer_class = name_tokenizer_class(staging) if loaded.task == TEXT_GENERATION else None

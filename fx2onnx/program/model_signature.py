@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 import torch
 
+from fx2onnx.onnx_passes.weight_layout import is_stored_transposed
 from fx2onnx.translate.io_slots import InputSlot, MutationOutput
 
 # Kinds, named as torch.export's InputKind / OutputKind in lower case.
@@ -41,6 +42,9 @@ class SignatureEntry:
         persistent: for buffers, whether they are in the module's `state_dict()`.
         aliases: other names of the same tensor in the module (tied weights: a
             checkpoint holds one of them).
+        stored_transposed: for a 2-D weight, whether the ONNX model holds its transpose
+            (a linear layer's weight, stored as the MatMul reads it; see
+            `fx2onnx.onnx_passes.weight_layout`).
     """
 
     kind: str
@@ -48,6 +52,7 @@ class SignatureEntry:
     torch_name: str | None
     persistent: bool | None = None
     aliases: tuple[str, ...] = ()
+    stored_transposed: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,10 @@ class ModelSignature:
     def weight_names(self) -> list[str]:
         """Names of every parameter, buffer and constant tensor of the program."""
         return [e.torch_name for e in self.inputs if e.kind in _WEIGHT_KINDS and e.torch_name is not None]
+
+    def stored_transposed(self) -> list[str]:
+        """Names of the weights the ONNX model holds transposed (its MatMul's layout)."""
+        return [e.torch_name for e in self.inputs if e.stored_transposed and e.torch_name is not None]
 
     def aliases(self) -> dict[str, tuple[str, ...]]:
         """Each tied parameter or buffer -> its other names in the module."""
@@ -146,11 +155,15 @@ def build_model_signature(
                 onnx_name = spec.target if spec.target in graph.initializers else None
                 persistent = spec.persistent if kind == BUFFER else None
                 aliases = tuple(n for n in tied.get(spec.target, ()) if n != spec.target)
-                inputs.append(SignatureEntry(kind, onnx_name, spec.target, persistent, aliases))
+                transposed = onnx_name is not None and is_stored_transposed(graph.initializers[onnx_name])
+                inputs.append(SignatureEntry(kind, onnx_name, spec.target, persistent, aliases, transposed))
     else:
         inputs += [SignatureEntry(USER_INPUT, onnx, fx) for fx, onnx in user_input_names.items()]
         # a GraphModule's tensor attributes (get_attr) are its constants
-        inputs += [SignatureEntry(CONSTANT_TENSOR, name, name) for name in graph.initializers]
+        inputs += [
+            SignatureEntry(CONSTANT_TENSOR, name, name, stored_transposed=is_stored_transposed(value))
+            for name, value in graph.initializers.items()
+        ]
     by_index = {m.onnx_index: m for m in mutation_outputs}
     outputs = []
     for index, value in enumerate(graph.outputs):

@@ -34,6 +34,7 @@ from fx2onnx.program.model_state import (
 from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
 from fx2onnx.options import ONNXFakeContext
+from fx2onnx.onnx_passes.weight_layout import stored_form
 from fx2onnx.program.model_writer import WeightGetter, initializer_bytes, program_getters, write_embedded, write_model
 
 # Protobuf cannot hold more than 2 GiB: larger models keep their weights in a data file.
@@ -257,7 +258,8 @@ class ONNXProgram:
         getters = program_getters(model)
         for name, torch_name in torch_names.items():
             if torch_name in match.found:
-                getters[name] = lambda given=match.found[torch_name]: source.get(given)
+                value = model.graph.initializers[name]
+                getters[name] = lambda given=match.found[torch_name], value=value: stored_form(value, source.get(given))
         return getters
 
     def _missing_hint(self, missing: list[str]) -> str:

@@ -1,0 +1,147 @@
+"""Models quantized in PyTorch (PT2E with torchao's X86 quantizer) keep their quantized
+form in the ONNX file, in a form onnxruntime runs with its integer kernels."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import fx2onnx
+from conftest import make_options
+
+pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e", reason="torchao is not installed")
+x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
+
+
+def quantized_with_x86_quantizer(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Module:
+    captured = torch.export.export(model, (example,)).module()
+    quantizer = x86.X86InductorQuantizer()
+    quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
+    prepared = pt2e.prepare_pt2e(captured, quantizer)
+    prepared(example)  # calibration
+    return pt2e.convert_pt2e(prepared)
+
+
+def run(path, x: torch.Tensor, optimized: str | None = None) -> np.ndarray:
+    options = ort.SessionOptions()
+    if optimized is not None:
+        options.optimized_model_filepath = optimized
+    session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+
+
+def zero_points_are_stored_quantized(model: onnx.ModelProto) -> None:
+    stored = {t.name: t.data_type for t in model.graph.initializer}
+    constants = {n.output[0]: n.attribute[0].t.data_type for n in model.graph.node if n.op_type == "Constant"}
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2:
+            kind = stored.get(node.input[2], constants.get(node.input[2]))
+            assert kind in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8), (node.name, kind)
+
+
+def test_a_quantized_transformer_encoder_runs_integer_matmuls(tmp_path):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 16, 64)
+    quantized = quantized_with_x86_quantizer(model, x)
+    program = fx2onnx.dynamo_export(quantized, x, export_options=make_options(tmp_path, module_functions=False))
+    path = tmp_path / "encoder.onnx"
+    program.save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    saved = onnx.load(os.fspath(path))
+    kinds = collections.Counter(node.op_type for node in saved.graph.node)
+    # each quantized linear (two per layer: the feed-forward's) is an integer product; no
+    # weight is dequantized in float any more, and none is transposed at run time
+    assert kinds["MatMulInteger"] == 4
+    weights = {t.name for t in saved.graph.initializer}
+    assert not [n for n in saved.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in weights]
+    zero_points_are_stored_quantized(saved)
+    with torch.no_grad():
+        expected = quantized(x).numpy()
+    # the integer sum is exact; the float scaling rounds differently from eager's float product
+    np.testing.assert_allclose(run(path, x), expected, rtol=1e-4, atol=1e-4)
+    x2 = torch.randn(2, 16, 64)
+    with torch.no_grad():
+        np.testing.assert_allclose(run(path, x2), quantized(x2).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 3, padding=1),
+    ).eval()
+    x = torch.randn(1, 3, 16, 16)
+    quantized = quantized_with_x86_quantizer(model, x)
+    program = fx2onnx.dynamo_export(quantized, x, export_options=make_options(tmp_path, module_functions=False))
+    path = tmp_path / "cnn.onnx"
+    program.save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    saved = onnx.load(os.fspath(path))
+    zero_points_are_stored_quantized(saved)
+    assert not [n for n in saved.graph.node if n.op_type == "Cast"]  # no int64 zero point cast at run time
+    optimized = tmp_path / "cnn.optimized.onnx"
+    got = run(path, x, os.fspath(optimized))
+    fused = collections.Counter(node.op_type for node in onnx.load(os.fspath(optimized)).graph.node)
+    # the first convolution's output is quantized (Q after it): one QLinearConv; the last
+    # one's is not, and it stays a convolution of dequantized operands
+    assert fused["QLinearConv"] == 1
+    with torch.no_grad():
+        expected = quantized(x).numpy()
+    # onnxruntime's QLinearConv requantizes in integers where eager dequantizes in float:
+    # results differ by at most one step of the output's quantization
+    step = float(np.ptp(expected)) / 255
+    assert np.abs(got - expected).max() <= 1.01 * step
+
+
+def _torchao_config(name: str):
+    quantization = pytest.importorskip("torchao.quantization")
+    granularity = pytest.importorskip("torchao.quantization.granularity")
+    if name == "int8":
+        return quantization.Int8WeightOnlyConfig()
+    bits = {"int4-group32": torch.int4, "int8-per-channel": torch.int8}[name]
+    group = granularity.PerGroup(32) if name == "int4-group32" else granularity.PerAxis(0)
+    return quantization.IntxWeightOnlyConfig(weight_dtype=bits, granularity=group)
+
+
+def _optimized_size(path, optimized) -> int:
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = os.fspath(optimized)
+    ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    return os.path.getsize(optimized)
+
+
+@pytest.mark.parametrize(("config", "size_ratio"), [("int8", 0.55), ("int8-per-channel", 0.55), ("int4-group32", 0.35)])
+def test_torchao_weight_only_models_stay_quantized_in_onnxruntime(tmp_path, config, size_ratio):
+    transformers = pytest.importorskip("transformers")
+    quantize = pytest.importorskip("torchao.quantization").quantize_
+    torch.manual_seed(0)
+    llama = transformers.LlamaConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, use_cache=False)
+    model = transformers.LlamaForCausalLM(llama).eval()
+    ids = torch.randint(0, 128, (2, 9))
+    float_path, path = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
+    options = make_options(tmp_path, module_functions=False)
+    fx2onnx.dynamo_export(model, ids, export_options=options).save(float_path)
+    quantize(model, _torchao_config(config))
+    program = fx2onnx.dynamo_export(model, ids, export_options=options)
+    program.save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    saved = onnx.load(os.fspath(path))
+    kinds = collections.Counter(node.op_type for node in saved.graph.node)
+    assert kinds["MatMulNBits"] == 15  # every linear layer: 7 a layer and the LM head
+    weights = {t.name for t in saved.graph.initializer}
+    assert not [n for n in saved.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    with torch.no_grad():
+        expected = model(ids).logits
+    got = torch.from_numpy(run(path, ids))
+    assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+    # what onnxruntime holds once it has loaded (folded) the model, against the float model
+    ratio = _optimized_size(path, tmp_path / "q.opt.onnx") / _optimized_size(float_path, tmp_path / "f.opt.onnx")
+    assert ratio <= size_ratio
