@@ -23,6 +23,8 @@ def _as_tensor_constant(node: ir.Node) -> None:
         attribute = node.attributes.get(name)
         if attribute is None:
             continue
+        if attribute.is_ref():  # a function's attribute: its value is given at each call
+            return
         data = attribute.value if scalar else list(attribute.value)
         del node.attributes[name]
         node.attributes["value"] = ir.AttrTensor("value", ir.tensor(data, dtype=dtype))

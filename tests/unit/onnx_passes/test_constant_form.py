@@ -22,3 +22,15 @@ def test_every_short_form_becomes_a_tensor_of_its_type():
     assert got["value_float"].dtype == ir.DataType.FLOAT and float(got["value_float"].numpy()) == 0.5
     assert got["value_floats"].numpy().tolist() == [1.5, -2.0]
     assert kept.attributes["value"].value.dtype == ir.DataType.INT32
+
+
+def test_a_function_attribute_reference_is_left_as_it_is():
+    constant = ir.node("Constant", [], attributes={"value_float": ir.RefAttr("value_float", "alpha", ir.AttributeType.FLOAT)})
+    function = ir.Function(
+        "custom", "scaled", graph=ir.Graph([], [constant.outputs[0]], nodes=[constant], opset_imports={"": 18}),
+        attributes=[ir.Attr("alpha", ir.AttributeType.FLOAT, 1.0)],
+    )
+    graph = ir.Graph([], [], nodes=[], opset_imports={"": 18}, name="main")
+    model = ir.Model(graph, ir_version=10, functions=[function])
+    assert constants_as_tensors(model) == 0
+    assert constant.attributes["value_float"].is_ref()
