@@ -13,7 +13,6 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ import fx2onnx
 from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET
 from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
-from fx2onnx.hub.folder_files import TOKENIZER_FILES, copy_folder_files, name_tokenizer_class
+from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import layout, seq2seq, tokenizer_files
 from fx2onnx.hub.merged_decoder import merge_decoders
@@ -184,23 +183,6 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
 }
 
 
-def _tokenizer(source: Path, staging: Path, say: Callable[[str], None]) -> list[str]:
-    """The tokenizer transformers loads for ``source``, written and checked (see
-    tokenizer_files); the source's files as they are when transformers cannot load them."""
-    if not tokenizer_files.has_tokenizer(source):
-        return []
-    try:
-        tokenizer = tokenizer_files.load_tokenizer(source)
-        written = tokenizer_files.write_tokenizer(tokenizer, staging)
-    except (OSError, ValueError) as error:
-        warnings.warn(f"The tokenizer files are copied as they are: {error}", stacklevel=3)
-        say(f"tokenizer files copied as they are: {error}")
-        return copy_folder_files(source, staging, TOKENIZER_FILES)
-    for difference in tokenizer_files.check_written_tokenizer(tokenizer, staging / "tokenizer.json"):
-        say(f"WARNING tokenizer.json differs from transformers on {difference}")
-    return written
-
-
 def _verify(loaded: LoadedModel, folder: Path, tokens: int) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
@@ -268,10 +250,7 @@ def export_hf(
         files = _EXPORTERS[loaded.task](loaded, staging, options)
         files += copy_folder_files(folder, staging)
         layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded))
-        files += _tokenizer(folder, staging, say)
-        tokenizer_class = name_tokenizer_class(staging) if loaded.task == TEXT_GENERATION else None
-        if tokenizer_class:
-            say(f"tokenizer_config.json: tokenizer_class {tokenizer_class} (read by ONNX Runtime GenAI)")
+        files += tokenizer_files.write_folder_tokenizer(folder, staging, loaded.task == TEXT_GENERATION, say)
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.tokenizer_files import CHECKED_STRINGS, TokenizerMismatchWarning, check_written_tokenizer
+from fx2onnx.hub.tokenizer_files import CHECKED_STRINGS, TokenizerMismatchWarning, check_encodings, file_encoder
 from test_export_hf import generate_with_genai, save_causal_lm
 
 transformers = pytest.importorskip("transformers")
@@ -143,8 +144,12 @@ def test_qwen2_tokenizer_is_written_as_transformers_builds_it(tmp_path, tokenize
     save_causal_lm(tmp_path / "source", "qwen2", tokenizer)
     loaded = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
     with pytest.warns(TokenizerMismatchWarning, match=r"'the lazy fox jumps 42 times in 2024': transformers \[.*\], tokenizer.json \["):
-        assert check_written_tokenizer(loaded, tmp_path / "source" / "tokenizer.json")
-    export_hf(tmp_path / "source", tmp_path / "out")
+        assert check_encodings(loaded, {"tokenizer.json": file_encoder(tmp_path / "source" / "tokenizer.json")})
+    lines = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TokenizerMismatchWarning)  # the folder's own files: no difference
+        export_hf(tmp_path / "source", tmp_path / "out", say=lines.append)
+    assert not [line for line in lines if "WARNING" in line]
     written = tokenizers.Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
     assert [written.encode(text).ids for text in CHECKED_STRINGS] == expected_encodings(tmp_path / "source")
 
