@@ -82,6 +82,12 @@ def dims(path, name: str) -> list:
     return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
 
+def data_locations(path) -> set[str]:
+    """The external-data file names written in a model's graph (where onnxruntime-web looks)."""
+    model = onnx.load(os.fspath(path), load_external_data=False)
+    return {entry.value for t in model.graph.initializer for entry in t.external_data if entry.key == "location"}
+
+
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt2", "mixtral"])
 def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer):
     model = save_causal_lm(tmp_path / "source", family, tokenizer)
@@ -90,6 +96,10 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     assert {"onnx/model.onnx", "onnx/model.onnx_data", "genai_config.json", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(result.files)
     onnx.checker.check_model(os.fspath(out / "onnx" / "model.onnx"), full_check=True)
     assert result.verification.tokens_equal and result.verification.max_logit_difference < 1e-3
+    # where Transformers.js looks: onnx/model.onnx, its weights in model.onnx_data as the graph says, flagged in config.json
+    assert data_locations(out / "onnx" / "model.onnx") == {"model.onnx_data"}
+    assert json.loads((out / "config.json").read_text())["transformers.js_config"] == {"use_external_data_format": True, "dtype": "fp32"}
+    assert json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["filename"] == "onnx/model.onnx"
     assert dims(out / "onnx" / "model.onnx", "input_ids") == ["batch_size", "sequence_length"]
     assert dims(out / "onnx" / "model.onnx", "attention_mask") == ["batch_size", "total_sequence_length"]
     assert dims(out / "onnx" / "model.onnx", "past_key_values.1.value")[::2] == ["batch_size", "past_sequence_length"]
@@ -213,6 +223,8 @@ def test_encoder_decoder_folders(tmp_path, kind, fake):
     assert dims(merged, "present.1.decoder.value")[::2] == ["batch_size", "total_sequence_length"]
     assert dims(merged, "past_key_values.0.encoder.key")[::2] == ["batch_size", "encoder_sequence_length"]
     graph = onnx.load(os.fspath(merged), load_external_data=False).graph
+    assert data_locations(merged) == {"decoder_model_merged.onnx_data"}
+    assert data_locations(out / "encoder_model.onnx") == {"encoder_model.onnx_data"}
     assert [node.op_type for node in graph.node] == ["If"] and {"logits", "present.0.encoder.key"} <= {o.name for o in graph.output}
 
 
