@@ -65,11 +65,15 @@ def _as_branch(graph: ir.Graph, prefix: str, main_inputs: dict[str, ir.Value], m
     for name in list(graph.initializers):
         value = graph.initializers.pop(name)
         if name in main.initializers:
-            value.replace_all_uses_with(main.initializers[name])
+            kept = main.initializers[name]
+            if (kept.shape, kept.dtype) != (value.shape, value.dtype):
+                raise ValueError(f"The decoding steps' weight {name} differs: {kept.shape} {kept.dtype} and "
+                                 f"{value.shape} {value.dtype}; they are one parameter of the model.")
+            value.replace_all_uses_with(kept)
         else:
             main.register_initializer(value)
     for node in graph:
-        node.name = f"{prefix}/{node.name}"
+        node.name = f"{prefix}/{node.name or node.op_type}"
         for value in node.outputs:
             value.name = f"{prefix}/{value.name}"
     graph.name = prefix

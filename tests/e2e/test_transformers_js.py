@@ -51,7 +51,7 @@ def transformers_js() -> Path:
         return prefix
     prefix.mkdir(parents=True, exist_ok=True)
     (prefix / "package.json").write_text('{"name": "fx2onnx-tests-transformers-js", "private": true}\n')
-    command = ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+    command = ["npm", "install", "--no-audit", "--no-fund", "--fetch-retries=1", "--prefix", str(prefix),
                f"@huggingface/transformers@{TRANSFORMERS_JS_VERSION}"]
     try:
         done = subprocess.run(command, env={**os.environ, "ONNXRUNTIME_NODE_INSTALL": "skip"}, capture_output=True,
@@ -59,8 +59,9 @@ def transformers_js() -> Path:
     except subprocess.TimeoutExpired:
         pytest.skip("`npm install @huggingface/transformers` took over 10 minutes: is the npm registry reachable?")
     if done.returncode != 0 or not installed.is_file():
+        errors = [line for line in done.stderr.splitlines() if line.startswith("npm error")] or done.stderr.splitlines()
         pytest.skip(f"`npm install @huggingface/transformers@{TRANSFORMERS_JS_VERSION}` failed (the npm registry "
-                    f"unreachable?): {done.stderr.strip()[-500:]}")
+                    f"unreachable?): {' / '.join(errors[:3])[:500]}")
     return prefix
 
 
