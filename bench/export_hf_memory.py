@@ -6,7 +6,7 @@ Three steps, each in a fresh subprocess so that ru_maxrss is the peak of that st
 with save_pretrained and a tokenizer trained here; ``export`` runs
 `fx2onnx.hub.export_hf(folder, out, fake=True)` (goal: peak RSS under 1.5 GB, against
 about 4.4 GB of float32 weights); ``verify`` loads the real model and runs the folder's
-model.onnx in onnxruntime: prefill and greedy decode steps, logits compared.
+onnx/model.onnx in onnxruntime: prefill and greedy decode steps, logits compared.
 
     flock /tmp/fx2onnx-heavy.lock python bench/export_hf_memory.py [--folder /tmp/llama1b]
 """
@@ -48,7 +48,7 @@ def step_export(folder: Path) -> dict:
     start = time.perf_counter()
     result = export_hf(folder / "source", folder / "out", fake=True)
     return {"seconds": time.perf_counter() - start, "files": result.files,
-            "data_bytes": (folder / "out" / "model.onnx.data").stat().st_size}
+            "data_bytes": (folder / "out" / "onnx" / "model.onnx_data").stat().st_size}
 
 
 def step_verify(folder: Path) -> dict:
@@ -59,7 +59,7 @@ def step_verify(folder: Path) -> dict:
 
     model = transformers.AutoModelForCausalLM.from_pretrained(folder / "source").eval()
     prompt = torch.randint(3, CONFIG["vocab_size"], (12,), generator=torch.Generator().manual_seed(1)).tolist()
-    verification = verify_causal_lm(folder / "out" / "model.onnx", model, model.config, prompt, 8)
+    verification = verify_causal_lm(folder / "out" / "onnx" / "model.onnx", model, model.config, prompt, 8)
     return {"max_logit_difference": verification.max_logit_difference, "tokens_equal": verification.tokens_equal}
 
 

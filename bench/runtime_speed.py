@@ -93,6 +93,11 @@ def _export_llm(exporter: str, source: Path, out: Path) -> float:
     return time.perf_counter() - started
 
 
+def _genai_model_file(folder: Path) -> str:
+    """The decoder file a genai_config.json names (`onnx/model.onnx` in an export-hf folder)."""
+    return json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]["filename"]
+
+
 def _genai_run(model: Any, prompt: list[int]) -> tuple[float, float, list[int]]:
     """(prefill ms, decode ms/token, greedy tokens) of one generation."""
     import onnxruntime_genai as og
@@ -283,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
             results["llms"][kind] = {
                 "export_seconds": seconds,
                 "timing": time_llm(folders, options.rounds),
-                "op_counts": {name: op_counts(folder / "model.onnx", work) for name, folder in folders.items()},
+                "op_counts": {name: op_counts(folder / _genai_model_file(folder), work) for name, folder in folders.items()},
             }
         for kind in options.encoders:
             paths = {}

@@ -38,8 +38,10 @@ examples:
   fx2onnx export-hf ./llama-7b --output ./llama-7b-onnx --fake --dtype float16
   fx2onnx export-hf ~/.cache/huggingface/hub/models--org--name --output out --task feature-extraction
 
-causal LMs get model.onnx (prefill and decode), genai_config.json and the tokenizer: the folder
-runs in onnxruntime_genai as it is (og.Model(folder)).
+the ONNX files go under onnx/ (causal LMs: onnx/model.onnx for prefill and decode, with
+genai_config.json; encoder-decoders: onnx/encoder_model.onnx and onnx/decoder_model_merged.onnx),
+with the tokenizer as transformers loads it: the folder loads as it is in onnxruntime_genai
+(og.Model(folder)), Transformers.js (from_pretrained(folder)) and Optimum (subfolder="onnx").
 """
 
 

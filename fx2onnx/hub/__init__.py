@@ -1,10 +1,11 @@
 """Stage `hub`: transformers models to deployable folders (`fx2onnx export-hf`).
 
 Takes a `save_pretrained` folder, a Hugging Face cache snapshot or a hub id; gives a
-folder that its runtime loads as it is: for causal LMs one `model.onnx` serving prefill
-and decode with ONNX Runtime GenAI's `genai_config.json` and the tokenizer; for encoders
-and image classifiers one `model.onnx`; for encoder-decoders `encoder_model.onnx` and
-`decoder_model.onnx` in Optimum's names. Dims get the names runtimes use (`batch_size`,
+folder that its clients (ONNX Runtime GenAI, Transformers.js, Optimum-style loaders)
+load as it is (layout.py): for causal LMs one `onnx/model.onnx` serving prefill and
+decode with ONNX Runtime GenAI's `genai_config.json`; for encoders and image classifiers
+one `onnx/model.onnx`; for encoder-decoders `onnx/encoder_model.onnx` and
+`onnx/decoder_model_merged.onnx`; the tokenizer as transformers loads it. Dims get the names runtimes use (`batch_size`,
 `sequence_length`, `past_sequence_length`, `total_sequence_length`). Everything goes
 through the public API (`dynamo_export`, `ONNXProgram.save`).
 """

@@ -24,9 +24,10 @@ import fx2onnx
 from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET
 from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
-from fx2onnx.hub.folder_files import copy_folder_files, name_tokenizer_class
+from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import seq2seq
+from fx2onnx.hub import layout, seq2seq, tokenizer_files
+from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel, load_model,
     local_folder,
@@ -86,9 +87,20 @@ def _exported(model: torch.nn.Module, inputs: dict[str, Any], options: fx2onnx.E
     return program
 
 
-def _save(program: fx2onnx.ONNXProgram, path: Path, loaded: LoadedModel) -> None:
+def _weights_dtype(loaded: LoadedModel) -> torch.dtype:
+    return next(p.dtype for p in loaded.model.parameters() if p.is_floating_point())
+
+
+def _onnx_file(loaded: LoadedModel, base: str) -> str:
+    return layout.onnx_file(base, _weights_dtype(loaded))
+
+
+def _save(program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel) -> list[str]:
+    """Save ``program`` at ``relative`` in the folder, its weights in the data file named as
+    Transformers.js expects; returns both paths."""
     state = loaded.folder if loaded.fake_context is not None else None
-    program.save(path, model_state=state, external_data=True)
+    program.save(staging / relative, model_state=state, external_data=True, data_name=layout.data_file(relative))
+    return layout.with_data_file(relative)
 
 
 def _encoder_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
@@ -138,29 +150,34 @@ def _export_causal_lm(loaded: LoadedModel, staging: Path, options: fx2onnx.Expor
     inputs = causal_lm.decode_step_inputs(loaded)
     program = _exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
-    _save(program, staging / "model.onnx", loaded)
+    name = _onnx_file(loaded, layout.MODEL)
+    files = _save(program, staging, name, loaded)
     generation = getattr(loaded.model, "generation_config", None)
-    config = genai_config(loaded.config, generation, "model.onnx", program.model)
+    config = genai_config(loaded.config, generation, name, program.model)
     (staging / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    return ["model.onnx", "model.onnx.data", "genai_config.json"]
+    return [*files, "genai_config.json"]
 
 
 def _export_single(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
     program = _exported(loaded.model, _fake(_encoder_inputs(loaded, 0), loaded), options)
-    _save(program, staging / "model.onnx", loaded)
-    return ["model.onnx", "model.onnx.data"]
+    return _save(program, staging, _onnx_file(loaded, layout.MODEL), loaded)
 
 
 def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
     encoder, decoder = seq2seq.halves(loaded)
     program = _exported(encoder, _fake(seq2seq.encoder_inputs(loaded), loaded), options)
-    _save(program, staging / "encoder_model.onnx", loaded)
-    files = ["encoder_model.onnx", "encoder_model.onnx.data"]
+    files = _save(program, staging, _onnx_file(loaded, layout.ENCODER), loaded)
+    # the first and the next steps, captured apart, then merged into one file
+    steps = staging / ".decoder_steps"
+    paths = []
     for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
         program = _exported(decoder, seq2seq.decoder_inputs(loaded, decoder, with_past), options)
-        _save(program, staging / name, loaded)
-        files += [name, f"{name}.data"]
-    return files
+        _save(program, steps, name, loaded)
+        paths.append(steps / name)
+    merged = _onnx_file(loaded, layout.MERGED_DECODER)
+    merge_decoders(*paths, staging / merged, layout.data_file(merged))
+    shutil.rmtree(steps)
+    return [*files, *layout.with_data_file(merged)]
 
 
 _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
@@ -180,15 +197,18 @@ def _verify(loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, 
     tolerance = tolerance_for(next(p.dtype for p in model.parameters()), rtol, atol)
     if loaded.task in (TEXT2TEXT, SPEECH_RECOGNITION):
         start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
+        files = (folder / _onnx_file(loaded, layout.ENCODER), folder / _onnx_file(loaded, layout.MERGED_DECODER))
         return Verification.merged(
-            [verify_seq2seq(folder, model, seq2seq.encoder_inputs(loaded, size), start, tokens, tolerance) for size in (0, 1)]
+            [verify_seq2seq(*files, model, seq2seq.encoder_inputs(loaded, size), start, tokens, tolerance) for size in (0, 1)]
         )
     if loaded.task == TEXT_GENERATION:
         vocab = int(loaded.config.vocab_size)
         prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
-        return verify_causal_lm(folder / "model.onnx", model, loaded.config, prompt, tokens, tolerance)
+        return verify_causal_lm(folder / _onnx_file(loaded, layout.MODEL), model, loaded.config, prompt, tokens, tolerance)
     output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
-    return verify_outputs(folder / "model.onnx", model, lambda size: _encoder_inputs(loaded, size), output, tolerance)
+    return verify_outputs(
+        folder / _onnx_file(loaded, layout.MODEL), model, lambda size: _encoder_inputs(loaded, size), output, tolerance
+    )
 
 
 def export_hf(
@@ -246,9 +266,8 @@ def export_hf(
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         files = _EXPORTERS[loaded.task](loaded, staging, options)
         files += copy_folder_files(folder, staging)
-        tokenizer_class = name_tokenizer_class(staging) if loaded.task == TEXT_GENERATION else None
-        if tokenizer_class:
-            say(f"tokenizer_config.json: tokenizer_class {tokenizer_class} (read by ONNX Runtime GenAI)")
+        layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded))
+        files += tokenizer_files.write_folder_tokenizer(folder, staging, loaded.task == TEXT_GENERATION, say)
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:

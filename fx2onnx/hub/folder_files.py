@@ -1,6 +1,7 @@
-"""The files beside the model: config, generation config, tokenizer and preprocessor
-files, copied from the source folder, the tokenizer's class named so that ONNX Runtime
-GenAI's tokenizer reads it."""
+"""The files beside the model: config, generation config and preprocessor files copied
+from the source folder (the tokenizer's too when transformers cannot load it, see
+tokenizer_files), the tokenizer's class named so that ONNX Runtime GenAI's tokenizer
+reads it."""
 
 from __future__ import annotations
 
@@ -9,19 +10,23 @@ import shutil
 from pathlib import Path
 
 _COPIED = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja",
-    "preprocessor_config.json", "processor_config.json", "feature_extractor_config.json",
+    "config.json", "generation_config.json", "chat_template.jinja", "preprocessor_config.json", "processor_config.json",
+    "feature_extractor_config.json",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt",
+    "vocab.txt", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model",
 )
 # transformers 5 names the class of every fast tokenizer TokenizersBackend, which the
 # runtime does not know: it reads tokenizer.json under the name of a known class.
 _GENERIC_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast", None)
 
 
-def copy_folder_files(source: Path, destination: Path) -> list[str]:
-    """Copy the files of ``source`` the runtime and preprocessing need; returns their names."""
+def copy_folder_files(source: Path, destination: Path, names: tuple[str, ...] = _COPIED) -> list[str]:
+    """Copy the files of ``source`` the runtime and preprocessing need (those of ``names``
+    it has); returns their names."""
     copied = []
-    for name in _COPIED:
+    for name in names:
         if (source / name).is_file():
             shutil.copyfile(source / name, destination / name)
             copied.append(name)

@@ -1,8 +1,8 @@
 """Encoder-decoders (T5, BART, Whisper) as Optimum lays them out: `encoder_model.onnx`
-(`input_ids`/`attention_mask`, or `input_features`, -> `last_hidden_state`) and
-`decoder_model.onnx`, the first step (`input_ids`, `encoder_attention_mask` for text
-models, `encoder_hidden_states` -> `logits`, `present.{i}.decoder/encoder.key/.value`), and
-`decoder_with_past_model.onnx`, the next steps (the same inputs and
+(`input_ids`/`attention_mask`, or `input_features`, -> `last_hidden_state`) and two
+decoders, merged into one file afterwards (merged_decoder.py): the first step
+(`input_ids`, `encoder_attention_mask` for text models, `encoder_hidden_states` ->
+`logits`, `present.{i}.decoder/encoder.key/.value`), and the next steps (the same inputs and
 `past_key_values.{i}.decoder/encoder.key/.value`). Two decoders, because the first step
 computes the cross-attention cache from the encoder's output and the next ones read it:
 a choice the model's code makes in Python, fixed in each captured graph.

@@ -176,24 +176,25 @@ def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_
 
 
 def verify_seq2seq(
-    folder: Path, model: torch.nn.Module, encoder_inputs: dict[str, torch.Tensor], start: int, steps: int, tolerance: Tolerance
+    encoder_path: Path, decoder_path: Path, model: torch.nn.Module, encoder_inputs: dict[str, torch.Tensor], start: int,
+    steps: int, tolerance: Tolerance,
 ) -> Verification:
-    """Greedy decoding of the first example with the three files (encoder, first step,
-    next steps) against the same loop in PyTorch."""
+    """Greedy decoding of the first example with the encoder and the merged decoder (the
+    first step with `use_cache_branch` false and an empty past, as Transformers.js feeds
+    it) against the same loop in PyTorch."""
     encoder_inputs = {k: v[:1] for k, v in encoder_inputs.items()}
     mask = encoder_inputs.get("attention_mask")
-    tokens, onnx_logits, cache = [start], [], {}
-    with contextlib.ExitStack() as stack:
-        encoder, first, following = (
-            stack.enter_context(_session(folder / name))
-            for name in ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
-        )
+    tokens, onnx_logits = [start], []
+    with _session(encoder_path) as encoder, _session(decoder_path) as decoder:
         hidden = _run(encoder, {k: v.numpy() for k, v in encoder_inputs.items()})["last_hidden_state"]
+        pasts = [i for i in decoder.get_inputs() if i.name.startswith("past_key_values.")]
+        cache = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=hidden.dtype) for i in pasts}
         for step in range(steps):
-            feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden, **cache}
+            feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden, **cache,
+                    "use_cache_branch": np.array([step > 0])}
             if mask is not None:
                 feed["encoder_attention_mask"] = mask.numpy()
-            outputs = _run(first if step == 0 else following, feed)
+            outputs = _run(decoder, feed)
             onnx_logits.append(outputs["logits"][:, -1, :])
             tokens.append(int(onnx_logits[-1].argmax(-1)[0]))
             cache = {name.replace("present.", "past_key_values."): value for name, value in outputs.items() if name.startswith("present.")}

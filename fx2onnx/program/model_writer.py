@@ -242,6 +242,7 @@ def write_model(
     getters: Mapping[str, WeightGetter] | None,
     *,
     external_data: bool,
+    data_name: str | None = None,
 ) -> None:
     """Write ``model`` to ``destination``.
 
@@ -249,12 +250,14 @@ def write_model(
         getters: for each initializer, where its tensor comes from; None writes the
             weights as graph inputs without data.
         external_data: weights in `<destination name>.data` beside the model.
+        data_name: another name for that file (the graph's external-data locations
+            name it, as runtimes that fetch files by name need).
     """
     with staged_files() as files:
         model_temp = files.stage(destination)
         final = resolve_destination(destination)
         if getters is not None and external_data:
-            data_name = data_file_name(final)
+            data_name = data_name or data_file_name(final)
             data_temp = files.stage(final.with_name(data_name))
             references = _external_tensors(model, getters, data_temp, data_name)
             with swapped_initializers(model, references):

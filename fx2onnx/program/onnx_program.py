@@ -143,6 +143,7 @@ class ONNXProgram:
         include_initializers: bool = True,
         model_state: ModelState | None = None,
         external_data: bool | None = None,
+        data_name: str | None = None,
     ) -> None:
         """Write the model to `destination`.
 
@@ -158,6 +159,8 @@ class ONNXProgram:
             external_data: weights in a data file beside the model (`<name>.data`);
                 by default only when they are too large for one protobuf (2 GB). They
                 are streamed tensor by tensor, never all in memory at once.
+            data_name: the data file's name instead of `<name>.data` (Transformers.js
+                and onnxruntime-web fetch it as `<name>_data`).
 
         A symlink is followed to its target; a destination that exists and is not a
         regular file is an error and is left untouched; missing parent folders are
@@ -192,7 +195,7 @@ class ONNXProgram:
                 write_embedded(model, getters, destination)  # type: ignore[arg-type]
             return
         with self._weight_getters(model_state) as getters:
-            write_model(model, destination, getters, external_data=external_data)
+            write_model(model, destination, getters, external_data=external_data, data_name=data_name)
 
     @contextlib.contextmanager
     def _weight_getters(self, model_state: ModelState | None) -> Iterator[dict[str, WeightGetter]]:

@@ -50,7 +50,7 @@ def _prefill_feeds(session: ort.InferenceSession, ids: np.ndarray) -> dict[str, 
 def test_matmul_nbits_quantizer_quantizes_every_linear_layer_of_a_folder(tmp_path, tokenizer):  # noqa: F811
     model = save_causal_lm(tmp_path / "source", "llama", tokenizer)
     export_hf(tmp_path / "source", tmp_path / "out")
-    path = tmp_path / "out" / "model.onnx"
+    path = tmp_path / "out" / "onnx" / "model.onnx"
     float_model = onnx.load(os.fspath(path))
     quantizer = nbits.MatMulNBitsQuantizer(
         float_model, bits=4, block_size=32, is_symmetric=True, accuracy_level=4

@@ -85,18 +85,28 @@ def dims(path, name: str) -> list:
     return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
 
+def data_locations(path) -> set[str]:
+    """The external-data file names written in a model's graph (where onnxruntime-web looks)."""
+    model = onnx.load(os.fspath(path), load_external_data=False)
+    return {entry.value for t in model.graph.initializer for entry in t.external_data if entry.key == "location"}
+
+
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt2", "mixtral"])
 def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer):
     model = save_causal_lm(tmp_path / "source", family, tokenizer)
     result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
     out = tmp_path / "out"
-    assert {"model.onnx", "genai_config.json", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(result.files)
-    onnx.checker.check_model(os.fspath(out / "model.onnx"), full_check=True)
+    assert {"onnx/model.onnx", "onnx/model.onnx_data", "genai_config.json", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(result.files)
+    onnx.checker.check_model(os.fspath(out / "onnx" / "model.onnx"), full_check=True)
     assert result.verification.passed and result.verification.tokens_equal  # logits within float32's tolerance
-    assert dims(out / "model.onnx", "input_ids") == ["batch_size", "sequence_length"]
-    assert dims(out / "model.onnx", "attention_mask") == ["batch_size", "total_sequence_length"]
-    assert dims(out / "model.onnx", "past_key_values.1.value")[::2] == ["batch_size", "past_sequence_length"]
-    assert dims(out / "model.onnx", "present.0.key")[::2] == ["batch_size", "total_sequence_length"]
+    # where Transformers.js looks: onnx/model.onnx, its weights in model.onnx_data as the graph says, flagged in config.json
+    assert data_locations(out / "onnx" / "model.onnx") == {"model.onnx_data"}
+    assert json.loads((out / "config.json").read_text())["transformers.js_config"] == {"use_external_data_format": True, "dtype": "fp32"}
+    assert json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["filename"] == "onnx/model.onnx"
+    assert dims(out / "onnx" / "model.onnx", "input_ids") == ["batch_size", "sequence_length"]
+    assert dims(out / "onnx" / "model.onnx", "attention_mask") == ["batch_size", "total_sequence_length"]
+    assert dims(out / "onnx" / "model.onnx", "past_key_values.1.value")[::2] == ["batch_size", "past_sequence_length"]
+    assert dims(out / "onnx" / "model.onnx", "present.0.key")[::2] == ["batch_size", "total_sequence_length"]
     config = json.loads((out / "genai_config.json").read_text())
     # opset 23 by default: attention and the rotary embedding as single kernels; attention
     # over the cache as onnxruntime's GroupQueryAttention, which appends to the cache in
@@ -104,7 +114,7 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     windowed = family == "mistral"
     assert config["model"]["decoder"]["num_hidden_layers"] == 2
     assert config["search"]["past_present_share_buffer"] is not windowed
-    kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "model.onnx"), load_external_data=False)))
+    kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False)))
     assert (kernels["GroupQueryAttention"], kernels["Attention"]) == ((0, 2) if windowed else (2, 0))
     assert kernels["RotaryEmbedding"] == (0 if family == "gpt2" else 4)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
@@ -147,7 +157,7 @@ def test_encoder_and_image_classifier_folders(tmp_path, kind, tokenizer):
     result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
     assert result.task == ("feature-extraction" if kind == "bert" else "image-classification")
     assert result.verification.passed and result.verification.max_logit_difference < 1e-4  # at two input sizes
-    path = tmp_path / "out" / "model.onnx"
+    path = tmp_path / "out" / "onnx" / "model.onnx"
     onnx.checker.check_model(os.fspath(path), full_check=True)
     if kind == "bert":
         assert dims(path, "input_ids") == ["batch_size", "sequence_length"]
@@ -164,7 +174,10 @@ def test_dtype_of_the_export(tmp_path, tokenizer, dtype):
     # float32 by onnxruntime, which has no bfloat16 CPU kernels, against PyTorch in bfloat16)
     assert result.verification.passed and result.verification.tokens_equal
     assert result.verification.tolerance == tolerance_for(getattr(torch, dtype))
-    weights = onnx.load(os.fspath(tmp_path / "out" / "model.onnx"), load_external_data=False).graph.initializer
+    name = "model_fp16.onnx" if dtype == "float16" else "model.onnx"  # Transformers.js's dtype suffix
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["transformers.js_config"]["dtype"] == (
+        "fp16" if dtype == "float16" else "fp32")
+    weights = onnx.load(os.fspath(tmp_path / "out" / "onnx" / name), load_external_data=False).graph.initializer
     assert {t.data_type for t in weights if t.name.endswith("proj.weight")} == {getattr(onnx.TensorProto, dtype.upper())}
 
 
@@ -202,20 +215,28 @@ def test_encoder_decoder_folders(tmp_path, kind, fake):
     seq2seq_model(kind).save_pretrained(tmp_path / "source", max_shard_size="50KB")
     result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, fake=fake, tokens=6)
     assert result.task == ("automatic-speech-recognition" if kind == "whisper" else "text2text-generation")
-    # greedy decoding at two encoder input sizes, the three files as the runtime chains them
+    # greedy decoding at two encoder input sizes, the two files as the runtime chains them: the
+    # merged decoder's first step with use_cache_branch false and an empty past, then with the past
     assert result.verification.passed and result.verification.max_logit_difference < 1e-4
-    out = tmp_path / "out"
-    for name in ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"):
+    out = tmp_path / "out" / "onnx"
+    assert set(result.files) >= {"onnx/encoder_model.onnx", "onnx/encoder_model.onnx_data", "onnx/decoder_model_merged.onnx",
+                                 "onnx/decoder_model_merged.onnx_data"}
+    assert sorted(p.name for p in out.iterdir()) == ["decoder_model_merged.onnx", "decoder_model_merged.onnx_data",
+                                                     "encoder_model.onnx", "encoder_model.onnx_data"]
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
         onnx.checker.check_model(os.fspath(out / name), full_check=True)
     first_input = "input_features" if kind == "whisper" else "input_ids"
     assert dims(out / "encoder_model.onnx", first_input)[0] == "batch_size"
     assert dims(out / "encoder_model.onnx", "last_hidden_state")[0] == "batch_size"
-    with_past = out / "decoder_with_past_model.onnx"
-    assert dims(with_past, "input_ids") == ["batch_size", "sequence_length"]
-    assert dims(with_past, "past_key_values.0.decoder.key")[::2] == ["batch_size", "past_sequence_length"]
-    assert dims(with_past, "present.1.decoder.value")[::2] == ["batch_size", "total_sequence_length"]
-    assert dims(with_past, "past_key_values.0.encoder.key")[::2] == ["batch_size", "encoder_sequence_length"]
-    assert {"logits", "present.0.encoder.key"} <= {o.name for o in onnx.load(os.fspath(out / "decoder_model.onnx"), load_external_data=False).graph.output}
+    merged = out / "decoder_model_merged.onnx"
+    assert dims(merged, "input_ids") == ["batch_size", "sequence_length"] and dims(merged, "use_cache_branch") == [1]
+    assert dims(merged, "past_key_values.0.decoder.key")[::2] == ["batch_size", "past_sequence_length"]
+    assert dims(merged, "present.1.decoder.value")[::2] == ["batch_size", "total_sequence_length"]
+    assert dims(merged, "past_key_values.0.encoder.key")[::2] == ["batch_size", "encoder_sequence_length"]
+    graph = onnx.load(os.fspath(merged), load_external_data=False).graph
+    assert data_locations(merged) == {"decoder_model_merged.onnx_data"}
+    assert data_locations(out / "encoder_model.onnx") == {"encoder_model.onnx_data"}
+    assert [node.op_type for node in graph.node] == ["If"] and {"logits", "present.0.encoder.key"} <= {o.name for o in graph.output}
 
 
 def test_command_line_and_its_errors(tmp_path, tokenizer, capsys):
@@ -300,8 +321,8 @@ def test_runtime_standard_keeps_to_onnx_operators_and_runs_any_batch(tmp_path, t
     out = tmp_path / "out"
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--runtime", "standard", "--verify", "--quiet"]) == 0
     assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is False
-    onnx.checker.check_model(os.fspath(out / "model.onnx"), full_check=True)
-    kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "model.onnx"), load_external_data=False)))
+    onnx.checker.check_model(os.fspath(out / "onnx" / "model.onnx"), full_check=True)
+    kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False)))
     assert kernels["Attention"] == 2 and "GroupQueryAttention" not in kernels
     ids = torch.randint(3, len(tokenizer), (2, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -311,7 +332,7 @@ def test_runtime_standard_keeps_to_onnx_operators_and_runs_any_batch(tmp_path, t
             "position_ids": np.tile(np.arange(5, 8), (2, 1))}
     for i, layer in enumerate(cache.layers):
         feed[f"past_key_values.{i}.key"], feed[f"past_key_values.{i}.value"] = layer.keys.numpy(), layer.values.numpy()
-    session = ort.InferenceSession(os.fspath(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(os.fspath(out / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
     logits = session.run(["logits"], {i.name: feed[i.name] for i in session.get_inputs()})[0]
     np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-4, atol=1e-4)
 
@@ -331,7 +352,7 @@ def test_multi_query_cache_and_small_integer_constants(tmp_path, tokenizer):
     assert result.verification.tokens_equal
     decoder = json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]["decoder"]
     assert (decoder["num_key_value_heads"], decoder["head_size"]) == (1, 16)
-    assert dims(tmp_path / "out" / "model.onnx", "past_key_values.0.key")[1::2] == [1, 16]
+    assert dims(tmp_path / "out" / "onnx" / "model.onnx", "past_key_values.0.key")[1::2] == [1, 16]
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     tokens, _ = generate_with_genai(tmp_path / "out", prompt_ids, 8)
     with torch.no_grad():

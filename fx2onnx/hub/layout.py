@@ -1,0 +1,57 @@
+"""Where an `export-hf` folder puts its files, so that every client loads it as written.
+
+- The ONNX files are under `onnx/`, where Transformers.js looks (its `subfolder`
+  default), named as it asks for them: `model.onnx` (causal LMs, encoders, image
+  classifiers), or `encoder_model.onnx` and `decoder_model_merged.onnx`; `_fp16` before
+  `.onnx` for float16 weights (its dtype suffix).
+- Each file's weights are in `<file>_data` beside it (`model.onnx_data`): the name
+  Transformers.js fetches and the one the graph's external-data locations give, which
+  is where onnxruntime-web looks for them in a browser.
+- `config.json` says so under `"transformers.js_config"` (`use_external_data_format`,
+  and the dtype, so that a browser, whose default is 8-bit, loads these files).
+- ONNX Runtime GenAI's `genai_config.json` names the same files by their path in the
+  folder (`onnx/model.onnx`); Optimum-style loaders take `subfolder="onnx"`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+ONNX_FOLDER = "onnx"
+MODEL, ENCODER, MERGED_DECODER = "model", "encoder_model", "decoder_model_merged"
+
+# Transformers.js's dtype names and the file suffixes it derives from them
+_TRANSFORMERS_JS_DTYPES = {torch.float16: ("fp16", "_fp16")}
+
+
+def transformers_js_dtype(dtype: torch.dtype) -> str:
+    """Transformers.js's name for weights of ``dtype`` (float32 and others: fp32)."""
+    return _TRANSFORMERS_JS_DTYPES.get(dtype, ("fp32", ""))[0]
+
+
+def onnx_file(base: str, dtype: torch.dtype) -> str:
+    """The folder-relative path of the ONNX file ``base`` (`model`, `encoder_model`, ...)."""
+    return f"{ONNX_FOLDER}/{base}{_TRANSFORMERS_JS_DTYPES.get(dtype, ('', ''))[1]}.onnx"
+
+
+def data_file(onnx_path: str) -> str:
+    """The name of an ONNX file's external data, beside it (as written in the graph)."""
+    return Path(onnx_path).name + "_data"
+
+
+def with_data_file(onnx_path: str) -> list[str]:
+    """An ONNX file and its external data, both relative to the folder."""
+    return [onnx_path, f"{Path(onnx_path).parent.as_posix()}/{data_file(onnx_path)}"]
+
+
+def mark_for_transformers_js(config_path: Path, dtype: torch.dtype) -> None:
+    """Tell Transformers.js, in the folder's `config.json`, that the weights are external
+    data files and which dtype (file suffix) to load; other entries are kept."""
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    settings = dict(config.get("transformers.js_config") or {})
+    settings.update(use_external_data_format=True, dtype=transformers_js_dtype(dtype))
+    config["transformers.js_config"] = settings
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,113 @@
+"""One decoder file for an encoder-decoder's first and next steps, as Transformers.js and
+Optimum load it (`decoder_model_merged.onnx`).
+
+The two captured decoders differ in Python-level choices (the first step computes the
+cross-attention cache from the encoder's output, the next steps read it from the past),
+so they stay two graphs: the merged model takes the next steps' inputs and a boolean
+`use_cache_branch` ([1]) and runs one of them in an `If`. With `use_cache_branch` false
+the past inputs are empty (length 0) and unused. The graphs' weights (the same
+parameters) are stored once, in the main graph; model-local functions the two graphs
+share by name and body are kept once, and the next-step graph's others are renamed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx_ir as ir
+
+USE_CACHE_BRANCH = "use_cache_branch"
+_FIRST, _NEXT = "first_step", "with_past"
+
+
+def _function_key(function: ir.Function) -> bytes:
+    return ir.serde.serialize_function(function).SerializeToString(deterministic=True)
+
+
+def _rename_calls(graphs: list[ir.Graph | ir.Function], renamed: dict[ir.OperatorIdentifier, str]) -> None:
+    for graph in graphs:
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            new_name = renamed.get(node.op_identifier())
+            if new_name is not None:
+                node.op_type = new_name
+
+
+def _merge_functions(first: ir.Model, following: ir.Model) -> dict[ir.OperatorIdentifier, ir.Function]:
+    """The functions of both models: one per name where the bodies are equal, the next
+    steps' own version renamed where they differ."""
+    functions = dict(first.functions)
+    renamed: dict[ir.OperatorIdentifier, str] = {}
+    for identifier, function in following.functions.items():
+        if identifier not in functions:
+            functions[identifier] = function
+        elif _function_key(functions[identifier]) != _function_key(function):
+            renamed[identifier] = f"{function.name}_{_NEXT}"
+    _rename_calls([following.graph, *following.functions.values()], renamed)
+    for identifier, new_name in renamed.items():
+        function = following.functions[identifier]
+        function.name = new_name
+        functions[function.identifier()] = function
+    return functions
+
+
+def _as_branch(graph: ir.Graph, prefix: str, main_inputs: dict[str, ir.Value], main: ir.Graph) -> ir.Graph:
+    """``graph`` turned into a branch: its inputs and weights read from the main graph,
+    its values renamed apart from the main graph's (a subgraph may not shadow them)."""
+    for index, output in enumerate(list(graph.outputs)):
+        if output.producer() is None:  # a pass-through input (the cross-attention past)
+            identity = ir.node("Identity", [output], name=f"{prefix}/{output.name}")
+            graph.append(identity)
+            graph.outputs[index] = identity.outputs[0]
+    for value in list(graph.inputs):
+        value.replace_all_uses_with(main_inputs[value.name])
+    graph.inputs.clear()
+    for name in list(graph.initializers):
+        value = graph.initializers.pop(name)
+        if name in main.initializers:
+            kept = main.initializers[name]
+            if (kept.shape, kept.dtype) != (value.shape, value.dtype):
+                raise ValueError(f"The decoding steps' weight {name} differs: {kept.shape} {kept.dtype} and "
+                                 f"{value.shape} {value.dtype}; they are one parameter of the model.")
+            value.replace_all_uses_with(kept)
+        else:
+            main.register_initializer(value)
+    for node in graph:
+        node.name = f"{prefix}/{node.name or node.op_type}"
+        for value in node.outputs:
+            value.name = f"{prefix}/{value.name}"
+    graph.name = prefix
+    return graph
+
+
+def merge_decoders(first_path: Path, next_path: Path, destination: Path, data_name: str) -> None:
+    """Write the decoder of ``first_path`` (no past) and ``next_path`` (with past) as one
+    model at ``destination``, its weights in ``data_name`` beside it."""
+    first, following = ir.load(os.fspath(first_path)), ir.load(os.fspath(next_path))
+    outputs = [value.name for value in first.graph.outputs]
+    if sorted(outputs) != sorted(value.name for value in following.graph.outputs):
+        raise ValueError(f"The first and next decoding steps differ in outputs: {outputs} and "
+                         f"{[value.name for value in following.graph.outputs]}.")
+    inputs = [ir.Value(name=value.name, shape=value.shape, type=value.type) for value in following.graph.inputs]
+    condition = ir.Value(name=USE_CACHE_BRANCH, shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.BOOL))
+    main = ir.Graph([*inputs, condition], [], nodes=[], opset_imports={**following.opset_imports, **first.opset_imports},
+                    name="decoder_model_merged")
+    by_name = {value.name: value for value in inputs}
+    functions = _merge_functions(first, following)
+    next_by_name = {value.name: value for value in following.graph.outputs}
+    following.graph.outputs[:] = [next_by_name[name] for name in outputs]  # the first step's order
+    shapes = [(value.shape, value.type) for value in following.graph.outputs]  # total_sequence_length in both
+    branches = {
+        "then_branch": _as_branch(following.graph, _NEXT, by_name, main),
+        "else_branch": _as_branch(first.graph, _FIRST, by_name, main),
+    }
+    choose = ir.node("If", [condition], attributes=branches, num_outputs=len(outputs), name="use_cache_branch_if")
+    for value, name, (shape, type_) in zip(choose.outputs, outputs, shapes):
+        value.name, value.shape, value.type = name, shape, type_
+    main.append(choose)
+    main.outputs.extend(choose.outputs)
+    for identifier in functions:
+        main.opset_imports.setdefault(identifier[0], 1)
+    model = ir.Model(main, ir_version=first.ir_version, producer_name=first.producer_name,
+                     producer_version=first.producer_version, functions=list(functions.values()))
+    ir.save(model, os.fspath(destination), external_data=data_name, size_threshold_bytes=1024)

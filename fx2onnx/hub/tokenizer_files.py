@@ -1,0 +1,123 @@
+"""The folder's tokenizer files, written from the tokenizer transformers loads for the
+source: what `AutoTokenizer.from_pretrained(source)` encodes with is its backend
+(a `tokenizers` pipeline that transformers may build from the tokenizer's class rather
+than take from the source's `tokenizer.json`, e.g. Qwen2's digit-by-digit split), and
+that backend is what `tokenizer.json` holds here, for ONNX Runtime GenAI's tokenizer
+and Transformers.js, which read that file.
+
+Checked at export: a few strings (digits, spaces, non-ASCII) encoded with transformers,
+with the written `tokenizer.json` (the `tokenizers` library) and, in a causal LM's
+folder where onnxruntime-genai is installed, with `og.Tokenizer(folder)` (which reads
+the tokenizer files without loading the model); a difference is a
+`TokenizerMismatchWarning` naming the string and both encodings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fx2onnx.hub.folder_files import TOKENIZER_FILES, copy_folder_files, name_tokenizer_class
+
+# the strings the written tokenizer is checked on: digits, runs of spaces, non-ASCII
+CHECKED_STRINGS = ("the lazy fox jumps 42 times in 2024", "  two  spaces,\ta tab and\nnew line ", "naïve café, 東京 🦊")
+
+Encoder = Callable[[str], list[int]]
+
+
+class TokenizerMismatchWarning(UserWarning):
+    """A client's tokenizer, reading the folder, encodes a string differently from transformers."""
+
+
+def has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def load_tokenizer(folder: Path) -> Any:
+    """The tokenizer transformers loads for ``folder``."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def write_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
+    """Save ``tokenizer`` (its backend as `tokenizer.json`) into ``destination``; returns
+    the names of the files written there."""
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise ValueError(
+            f"transformers loads {type(tokenizer).__name__} for this model, without a `tokenizers` backend: "
+            "there is no tokenizer.json that encodes as it does for ONNX Runtime GenAI and Transformers.js."
+        )
+    return [Path(path).name for path in tokenizer.save_pretrained(destination) if Path(path).parent == destination]
+
+
+def file_encoder(tokenizer_json: Path) -> Encoder:
+    """How a client reading ``tokenizer_json`` with the `tokenizers` library encodes."""
+    from tokenizers import Tokenizer
+
+    written = Tokenizer.from_file(str(tokenizer_json))
+    return lambda text: written.encode(text).ids
+
+
+def genai_encoder(folder: Path) -> Encoder | None:
+    """How ONNX Runtime GenAI's tokenizer encodes with the folder's files (it needs the
+    folder's genai_config.json); None where onnxruntime-genai is not installed."""
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        return None
+    import onnxruntime_genai as og
+
+    try:
+        genai = og.Tokenizer(str(folder))
+    except RuntimeError as error:  # a tokenizer it does not read: the folder generates, its text must be encoded apart
+        warnings.warn(f"ONNX Runtime GenAI's tokenizer cannot read the folder's tokenizer: {error}", TokenizerMismatchWarning,
+                      stacklevel=3)
+        return None
+    return lambda text: [int(token) for token in genai.encode(text)]
+
+
+def check_encodings(tokenizer: Any, clients: dict[str, Encoder]) -> list[str]:
+    """Warn (TokenizerMismatchWarning) for each checked string a client encodes differently
+    from ``tokenizer``; returns the differences, one line each."""
+    differences = []
+    for text in CHECKED_STRINGS:
+        expected = list(tokenizer(text)["input_ids"])
+        for client, encode in clients.items():
+            actual = encode(text)
+            if actual != expected:
+                differences.append(f"{text!r}: transformers {expected}, {client} {actual}")
+    if differences:
+        warnings.warn(
+            f"The folder's tokenizer does not encode as transformers' {type(tokenizer).__name__} does, so its "
+            f"clients would get other token ids: {'; '.join(differences)}.", TokenizerMismatchWarning, stacklevel=2,
+        )
+    return differences
+
+
+def write_folder_tokenizer(source: Path, staging: Path, for_genai: bool, say: Callable[[str], None]) -> list[str]:
+    """The tokenizer of ``source`` written into the folder ``staging`` and checked (with
+    ONNX Runtime GenAI's tokenizer too when ``for_genai``: a causal LM's folder, whose
+    genai_config.json is written); the source's files as they are when transformers
+    cannot load its tokenizer. Returns the names of the files written."""
+    if not has_tokenizer(source):
+        return []
+    try:
+        tokenizer = load_tokenizer(source)
+        written = write_tokenizer(tokenizer, staging)
+    except (OSError, ValueError) as error:
+        warnings.warn(f"The tokenizer files are copied as they are: {error}", TokenizerMismatchWarning, stacklevel=2)
+        say(f"WARNING tokenizer files copied as they are: {error}")
+        return copy_folder_files(source, staging, TOKENIZER_FILES)
+    clients = {"tokenizer.json": file_encoder(staging / "tokenizer.json")}
+    if for_genai:
+        tokenizer_class = name_tokenizer_class(staging)
+        if tokenizer_class:
+            say(f"tokenizer_config.json: tokenizer_class {tokenizer_class} (read by ONNX Runtime GenAI)")
+        genai = genai_encoder(staging)
+        if genai is not None:
+            clients["og.Tokenizer"] = genai
+    for difference in check_encodings(tokenizer, clients):
+        say(f"WARNING the tokenizer differs from transformers on {difference}")
+    return written

@@ -1,0 +1,217 @@
+"""`export-hf` folders in clients nobody on this project wrote, loaded as written.
+
+Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretrained(folder,
+{local_files_only: true})` for causal LMs (greedy tokens equal transformers', prompt by
+prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
+T5 (greedy tokens equal); ONNX Runtime GenAI on the same causal-LM folders; and each
+folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
+`AutoTokenizer.from_pretrained(source)`.
+
+The npm package is installed once into a cache folder (FX2ONNX_TEST_CACHE, default
+~/.cache/fx2onnx-tests) with `ONNXRUNTIME_NODE_INSTALL=skip` (onnxruntime-node's install
+script fetches CUDA files; its CPU binary is in the package) and reused; the tests are
+skipped, saying why, where `node` or `npm` is missing or the registry cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fx2onnx.hub import export_hf
+from fx2onnx.hub.tokenizer_files import CHECKED_STRINGS, TokenizerMismatchWarning, check_encodings, file_encoder
+from test_export_hf import generate_with_genai, save_causal_lm
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+TRANSFORMERS_JS_VERSION = "4.3.1"
+RUNNER = Path(__file__).with_name("transformers_js_runner.mjs")
+PROMPTS = ("the quick brown fox", "hello world of onnx models 42", "the lazy dog jumps over")
+NEW_TOKENS = 16
+
+
+@pytest.fixture(scope="session")
+def transformers_js() -> Path:
+    """The npm prefix holding @huggingface/transformers, installed there once."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("Transformers.js tests need Node.js: `node` and `npm` are not on PATH")
+    cache = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
+    prefix = cache / f"transformers-js-{TRANSFORMERS_JS_VERSION}"
+    installed = prefix / "node_modules" / "@huggingface" / "transformers" / "package.json"
+    if installed.is_file() and json.loads(installed.read_text())["version"] == TRANSFORMERS_JS_VERSION:
+        return prefix
+    prefix.mkdir(parents=True, exist_ok=True)
+    (prefix / "package.json").write_text('{"name": "fx2onnx-tests-transformers-js", "private": true}\n')
+    command = ["npm", "install", "--no-audit", "--no-fund", "--fetch-retries=1", "--prefix", str(prefix),
+               f"@huggingface/transformers@{TRANSFORMERS_JS_VERSION}"]
+    try:
+        done = subprocess.run(command, env={**os.environ, "ONNXRUNTIME_NODE_INSTALL": "skip"}, capture_output=True,
+                              text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        pytest.skip("`npm install @huggingface/transformers` took over 10 minutes: is the npm registry reachable?")
+    if done.returncode != 0 or not installed.is_file():
+        errors = [line for line in done.stderr.splitlines() if line.startswith("npm error")] or done.stderr.splitlines()
+        pytest.skip(f"`npm install @huggingface/transformers@{TRANSFORMERS_JS_VERSION}` failed (the npm registry "
+                    f"unreachable?): {' / '.join(errors[:3])[:500]}")
+    return prefix
+
+
+def run_in_transformers_js(prefix: Path, scratch: Path, job: dict) -> dict:
+    """Run ``job`` with the runner script in Node; its results."""
+    job_path, result_path = scratch / "job.json", scratch / "result.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    done = subprocess.run(["node", str(RUNNER), str(prefix), str(job_path), str(result_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, f"Transformers.js failed on {job['folder']}:\n{done.stderr[-3000:]}"
+    return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def trained_tokenizer():
+    """A byte-level BPE tokenizer trained here (nothing downloaded), with merges of digits
+    and non-ASCII letters, which a tokenizer class's own pipeline may split differently."""
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<pad>", "<s>", "</s>"], initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
+    corpus = ["the quick brown fox jumps over the lazy dog 42 times in 2024", "hello world of onnx models 1234",
+              "naïve café in 東京"]
+    model.train_from_iterator(corpus * 40, trainer)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=model, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return trained_tokenizer()
+
+
+def expected_encodings(source: Path) -> list[list[int]]:
+    loaded = transformers.AutoTokenizer.from_pretrained(source)
+    return [list(loaded(text)["input_ids"]) for text in CHECKED_STRINGS]
+
+
+def greedy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS,
+                             min_new_tokens=NEW_TOKENS, pad_token_id=0)
+    return out[:, ids.shape[1]:].tolist()
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    width = max(len(p) for p in prompts)
+    return [[0] * (width - len(p)) + p for p in prompts], [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "standard"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3"])
+def test_causal_lm_folder_in_transformers_js_and_genai(tmp_path, family, runtime, tokenizer, transformers_js):
+    model = save_causal_lm(tmp_path / "source", family, tokenizer)
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, runtime=runtime)
+    source_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    prompts = [list(source_tokenizer(text)["input_ids"]) for text in PROMPTS]
+    expected = [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
+    ids, mask = left_padded(prompts)
+    job = {"folder": str(out), "task": "text-generation", "strings": list(CHECKED_STRINGS), "prompts": prompts,
+           "new_tokens": NEW_TOKENS, "batch": {"input_ids": ids, "attention_mask": mask}}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)
+    assert result["encoded"] == expected_encodings(tmp_path / "source")
+    assert result["generated"] == expected  # 16 greedy tokens, each prompt alone
+    if runtime == "standard":
+        # one left-padded batch, as both libraries pad for generation; with GroupQueryAttention
+        # (the default runtime) this is issue 35's first item, fixed apart
+        assert result["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    genai_tokenizer = og.Tokenizer(og.Model(str(out)))
+    assert [list(map(int, genai_tokenizer.encode(text))) for text in CHECKED_STRINGS] == expected_encodings(tmp_path / "source")
+    for prompt, tokens in zip(prompts, expected):
+        assert generate_with_genai(out, prompt, NEW_TOKENS)[0] == tokens
+
+
+def test_qwen2_tokenizer_is_written_as_transformers_builds_it(tmp_path, tokenizer):
+    """transformers builds a Qwen2 tokenizer's pipeline from its class (digits split one by
+    one), not from the source's tokenizer.json: the folder's file encodes as transformers
+    does, and the source's file is reported with the string and both encodings."""
+    save_causal_lm(tmp_path / "source", "qwen2", tokenizer)
+    loaded = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    with pytest.warns(TokenizerMismatchWarning, match=r"'the lazy fox jumps 42 times in 2024': transformers \[.*\], tokenizer.json \["):
+        assert check_encodings(loaded, {"tokenizer.json": file_encoder(tmp_path / "source" / "tokenizer.json")})
+    lines = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TokenizerMismatchWarning)  # the folder's own files: no difference
+        export_hf(tmp_path / "source", tmp_path / "out", say=lines.append)
+    assert not [line for line in lines if "WARNING" in line]
+    written = tokenizers.Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    assert [written.encode(text).ids for text in CHECKED_STRINGS] == expected_encodings(tmp_path / "source")
+
+
+def test_bert_and_vit_folders_in_transformers_js(tmp_path, tokenizer, transformers_js):
+    torch.manual_seed(0)
+    bert = transformers.BertModel(transformers.BertConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=len(tokenizer),
+        max_position_embeddings=64)).eval()
+    vit = transformers.ViTForImageClassification(transformers.ViTConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8,
+        num_labels=5)).eval()
+    bert.save_pretrained(tmp_path / "bert")
+    tokenizer.save_pretrained(tmp_path / "bert")
+    vit.save_pretrained(tmp_path / "vit")
+    export_hf(tmp_path / "bert", tmp_path / "bert-onnx")
+    export_hf(tmp_path / "vit", tmp_path / "vit-onnx")
+    batch = transformers.AutoTokenizer.from_pretrained(tmp_path / "bert")(list(PROMPTS), padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    job = {"folder": str(tmp_path / "bert-onnx"), "task": "feature-extraction", "strings": list(CHECKED_STRINGS),
+           "outputs": ["last_hidden_state"],
+           "inputs": {name: {"type": "int64", "dims": list(v.shape), "data": v.flatten().tolist()}
+                      for name, v in (("input_ids", ids), ("attention_mask", mask))}}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)
+    assert result["encoded"] == expected_encodings(tmp_path / "bert")
+    hidden = result["outputs"]["last_hidden_state"]
+    with torch.no_grad():
+        expected = bert(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert hidden["dims"] == list(expected.shape)
+    np.testing.assert_allclose(np.reshape(hidden["data"], hidden["dims"]), expected.numpy(), rtol=0, atol=1e-5)
+    pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    job = {"folder": str(tmp_path / "vit-onnx"), "task": "image-classification", "outputs": ["logits"],
+           "inputs": {"pixel_values": {"type": "float32", "dims": list(pixels.shape), "data": pixels.flatten().tolist()}}}
+    logits = run_in_transformers_js(transformers_js, tmp_path, job)["outputs"]["logits"]
+    with torch.no_grad():
+        expected = vit(pixel_values=pixels).logits
+    np.testing.assert_allclose(np.reshape(logits["data"], logits["dims"]), expected.numpy(), rtol=0, atol=1e-5)
+
+
+def test_t5_folder_in_transformers_js(tmp_path, tokenizer, transformers_js):
+    """T5 as encoder_model.onnx and decoder_model_merged.onnx (the first step without past,
+    then the next steps with it, chosen by use_cache_branch): greedy tokens equal transformers'."""
+    torch.manual_seed(0)
+    config = transformers.T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=len(tokenizer),
+                                   pad_token_id=0, eos_token_id=2, decoder_start_token_id=0, tie_word_embeddings=False)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # T5's initial weights give one token at every step: weights that vary them
+        for parameter in model.parameters():
+            parameter.normal_(0, 1, generator=torch.Generator().manual_seed(parameter.numel()))
+    model.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    export_hf(tmp_path / "source", tmp_path / "out")
+    loaded = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    prompts = [list(loaded(text)["input_ids"]) for text in PROMPTS]
+    job = {"folder": str(tmp_path / "out"), "task": "text2text-generation", "strings": list(CHECKED_STRINGS),
+           "prompts": prompts, "new_tokens": NEW_TOKENS}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)
+    assert result["encoded"] == expected_encodings(tmp_path / "source")
+    for prompt, tokens in zip(prompts, result["generated"]):
+        with torch.no_grad():
+            expected = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=NEW_TOKENS,
+                                      min_new_tokens=NEW_TOKENS)
+        assert tokens == expected[0, 1:].tolist()
+    assert len({t for tokens in result["generated"] for t in tokens}) > 3  # not one token repeated

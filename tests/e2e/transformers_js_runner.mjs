@@ -1,0 +1,78 @@
+// Runs an `export-hf` folder in Transformers.js (Node), for tests/e2e/test_transformers_js.py.
+// Usage: node transformers_js_runner.mjs <npm prefix holding @huggingface/transformers> <job.json> <result.json>
+// The job names the folder, its task, and what to run: "strings" to encode with the folder's
+// tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
+// batch ("batch"), or "inputs" (tensors) for one forward pass. The folder is loaded as written:
+// from_pretrained(folder, { local_files_only: true }).
+import { createRequire } from 'node:module';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [prefix, jobPath, resultPath] = process.argv.slice(2);
+const transformers = createRequire(join(prefix, 'package.json'))('@huggingface/transformers');
+const { AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification, Tensor } =
+    transformers;
+
+const job = JSON.parse(readFileSync(jobPath, 'utf8'));
+const options = { local_files_only: true };
+const classes = {
+    'text-generation': AutoModelForCausalLM,
+    'text2text-generation': AutoModelForSeq2SeqLM,
+    'feature-extraction': AutoModel,
+    'image-classification': AutoModelForImageClassification,
+};
+
+function int64(rows) {
+    return new Tensor('int64', BigInt64Array.from(rows.flat().map(BigInt)), [rows.length, rows[0].length]);
+}
+
+function plain(tensor) {
+    return { dims: tensor.dims, data: Array.from(tensor.data, Number) };
+}
+
+function ones(rows) {
+    return rows.map((row) => row.map(() => 1));
+}
+
+async function generate(model, ids, mask, newTokens) {
+    const inputs = job.task === 'text2text-generation' ? { inputs: int64(ids) } : { input_ids: int64(ids) };
+    const output = await model.generate({
+        ...inputs, attention_mask: int64(mask), max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
+    });
+    const { dims, data } = plain(output);
+    const rows = [];
+    for (let row = 0; row < dims[0]; ++row) {
+        const sequence = data.slice(row * dims[1], (row + 1) * dims[1]);
+        // a decoder-only model returns the prompt too; an encoder-decoder its decoder start token
+        rows.push(job.task === 'text2text-generation' ? sequence.slice(1) : sequence.slice(ids[row].length));
+    }
+    return rows;
+}
+
+const result = {};
+if (job.strings) {
+    const tokenizer = await AutoTokenizer.from_pretrained(job.folder, options);
+    result.encoded = job.strings.map((text) => tokenizer.encode(text));
+}
+if (job.prompts || job.inputs) {
+    const model = await classes[job.task].from_pretrained(job.folder, options);
+    if (job.prompts) {
+        result.generated = [];
+        for (const prompt of job.prompts) {
+            result.generated.push((await generate(model, [prompt], ones([prompt]), job.new_tokens))[0]);
+        }
+        if (job.batch) {
+            result.batch_generated = await generate(model, job.batch.input_ids, job.batch.attention_mask, job.new_tokens);
+        }
+    }
+    if (job.inputs) {
+        const feed = {};
+        for (const [name, { type, dims, data }] of Object.entries(job.inputs)) {
+            feed[name] = type === 'int64' ? new Tensor('int64', BigInt64Array.from(data.map(BigInt)), dims)
+                : new Tensor('float32', Float32Array.from(data), dims);
+        }
+        const outputs = await model(feed);
+        result.outputs = Object.fromEntries(job.outputs.map((name) => [name, plain(outputs[name])]));
+    }
+}
+writeFileSync(resultPath, JSON.stringify(result));
