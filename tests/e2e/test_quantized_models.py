@@ -36,6 +36,14 @@ def run(path, x: torch.Tensor, optimized: str | None = None) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
 
 
+def exported_file(model: torch.nn.Module, x: torch.Tensor, path) -> onnx.ModelProto:
+    """``model`` exported as one flat graph to ``path``, checked, and loaded back."""
+    options = make_options(path.parent, module_functions=False)
+    fx2onnx.dynamo_export(model, x, export_options=options).save(path)
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    return onnx.load(os.fspath(path))
+
+
 def zero_points_are_stored_quantized(model: onnx.ModelProto) -> None:
     stored = {t.name: t.data_type for t in model.graph.initializer}
     constants = {n.output[0]: n.attribute[0].t.data_type for n in model.graph.node if n.op_type == "Constant"}
@@ -51,11 +59,8 @@ def test_a_quantized_transformer_encoder_runs_integer_matmuls(tmp_path):
     model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
     x = torch.randn(2, 16, 64)
     quantized = quantized_with_x86_quantizer(model, x)
-    program = fx2onnx.dynamo_export(quantized, x, export_options=make_options(tmp_path, module_functions=False))
     path = tmp_path / "encoder.onnx"
-    program.save(path)
-    onnx.checker.check_model(os.fspath(path), full_check=True)
-    saved = onnx.load(os.fspath(path))
+    saved = exported_file(quantized, x, path)
     kinds = collections.Counter(node.op_type for node in saved.graph.node)
     # each quantized linear (two per layer: the feed-forward's) is an integer product; no
     # weight is dequantized in float any more, and none is transposed at run time
@@ -79,11 +84,8 @@ def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path):
     ).eval()
     x = torch.randn(1, 3, 16, 16)
     quantized = quantized_with_x86_quantizer(model, x)
-    program = fx2onnx.dynamo_export(quantized, x, export_options=make_options(tmp_path, module_functions=False))
     path = tmp_path / "cnn.onnx"
-    program.save(path)
-    onnx.checker.check_model(os.fspath(path), full_check=True)
-    saved = onnx.load(os.fspath(path))
+    saved = exported_file(quantized, x, path)
     zero_points_are_stored_quantized(saved)
     assert not [n for n in saved.graph.node if n.op_type == "Cast"]  # no int64 zero point cast at run time
     optimized = tmp_path / "cnn.optimized.onnx"
