@@ -41,14 +41,14 @@ class Block:
     not_run_because: str | None
 
 
-def _blocks_of(path: Path) -> list[Block]:
+def _blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
     text = path.read_text(encoding="utf-8")
     blocks = []
     for match in FENCE.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         marker = NOT_RUN.match(before.strip())
-        where = f"{path.relative_to(ROOT)}:{line}"
+        where = f"{path.relative_to(root).as_posix()}:{line}"
         blocks.append(Block(where, match["language"].strip(), match["code"], marker["why"] if marker else None))
     return blocks
 
@@ -86,6 +86,18 @@ def test_blocks_not_run_are_few_and_python():
     not_run = [b for b in BLOCKS if b.not_run_because is not None]
     assert all(b.language == "python" for b in not_run), [b.where for b in not_run if b.language != "python"]
     assert len(not_run) <= 3, f"keep the blocks that do not run few: {[b.where for b in not_run]}"
+
+
+def test_the_not_run_marker_is_read(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Text.\n\n<!-- docs-test: not run, downloads a 7B model -->\n```python\nimport big\n```\n\n"
+        "```python\nprint(1)\n```\n",
+        encoding="utf-8",
+    )
+    marked, plain = _blocks_of(page, root=tmp_path)
+    assert (marked.not_run_because, marked.code, marked.where) == ("downloads a 7B model", "import big\n", "page.md:4")
+    assert (plain.not_run_because, plain.code) == (None, "print(1)\n")
 
 
 @pytest.mark.parametrize("code", list(PYTHON_BLOCKS), ids=[places[0] for places in PYTHON_BLOCKS.values()])
