@@ -26,6 +26,13 @@ def test_the_api_page_has_every_public_name():
     assert sorted(listed) == sorted(fx2onnx.__all__), "docs/reference/api.md lists `::: fx2onnx.NAME` for each name of __all__"
 
 
+@pytest.mark.parametrize("name", [n for n in fx2onnx.__all__ if n != "__version__"])
+def test_every_public_name_has_a_docstring_of_its_own(name):
+    # a dataclass without one gets its field list as __doc__: no help on the API page
+    doc = getattr(fx2onnx, name).__doc__ or ""
+    assert doc.strip() and not doc.startswith(f"{name}("), f"fx2onnx.{name} needs a docstring"
+
+
 @pytest.mark.parametrize("options", [fx2onnx.ExportOptions, fx2onnx.ModuleFunctionOptions])
 def test_every_option_field_is_described_in_its_docstring(options):
     # The reference page is the docstring's Attributes section, field by field.
