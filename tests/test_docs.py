@@ -69,5 +69,22 @@ def test_readme_links_land_on_files_and_headings_that_exist():
             assert anchor in slugs, f"README links to {target}: no such heading"
 
 
+def test_every_command_line_option_is_in_the_reference():
+    import argparse
+
+    from fx2onnx.cli.main import build_parser
+
+    page = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [
+        f"{name} {option}"
+        for name, parser in commands.choices.items()
+        for action in parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help" and f"`{option}" not in page and f"/{option}`" not in page
+    ]
+    assert not missing, f"docs/reference/cli.md does not describe {missing} (write them as `--option`)"
+
+
 def test_the_readme_stays_short():
     assert len(README.splitlines()) <= 210, "the README gets you started; the rest goes to docs/"
