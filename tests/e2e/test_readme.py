@@ -9,7 +9,12 @@ right before its fence, the marker
 
     <!-- docs-test: not run, <why> -->
 
-with the reason; keep those few. A block that appears in several pages runs once."""
+with the reason; keep those few. A block that needs torchvision has the marker
+
+    <!-- docs-test: vision -->
+
+and runs with the vision tests (`pytest -m vision`, in the environment that has torchvision;
+elsewhere it is skipped). A block that appears in several pages runs once."""
 
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LANGUAGES = {"python", "bash", "text", "json", "yaml", "toml"}
 NOT_RUN = re.compile(r"^<!-- docs-test: not run, (?P<why>\S.*\S) -->$")
+VISION = "<!-- docs-test: vision -->"
 FENCE = re.compile(r"^```(?P<language>[^\n`]*)\n(?P<code>.*?)^```$", flags=re.S | re.M)
 
 
@@ -39,6 +45,7 @@ class Block:
     language: str
     code: str
     not_run_because: str | None
+    vision: bool = False
 
 
 def _blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
@@ -49,23 +56,32 @@ def _blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         marker = NOT_RUN.match(before.strip())
         where = f"{path.relative_to(root).as_posix()}:{line}"
-        blocks.append(Block(where, match["language"].strip(), match["code"], marker["why"] if marker else None))
+        why = marker["why"] if marker else None
+        blocks.append(Block(where, match["language"].strip(), match["code"], why, before.strip() == VISION))
     return blocks
 
 
 BLOCKS = [block for page in PAGES for block in _blocks_of(page)]
 
 
-def _unique_python_blocks() -> dict[str, list[str]]:
+def _unique_python_blocks() -> dict[str, list[Block]]:
     """Each Python block to run, once, with every place it appears."""
-    found: dict[str, list[str]] = {}
+    found: dict[str, list[Block]] = {}
     for block in BLOCKS:
         if block.language == "python" and block.not_run_because is None:
-            found.setdefault(block.code, []).append(block.where)
+            found.setdefault(block.code, []).append(block)
     return found
 
 
 PYTHON_BLOCKS = _unique_python_blocks()
+
+
+def _snippet_params() -> list:
+    params = []
+    for code, places in PYTHON_BLOCKS.items():
+        vision = any(block.vision for block in places)
+        params.append(pytest.param(code, vision, id=places[0].where, marks=[pytest.mark.vision] if vision else []))
+    return params
 
 
 def _blocks(language: str) -> list[str]:
@@ -98,10 +114,15 @@ def test_the_not_run_marker_is_read(tmp_path):
     marked, plain = _blocks_of(page, root=tmp_path)
     assert (marked.not_run_because, marked.code, marked.where) == ("downloads a 7B model", "import big\n", "page.md:4")
     assert (plain.not_run_because, plain.code) == (None, "print(1)\n")
+    page.write_text("<!-- docs-test: vision -->\n```python\nimport torchvision\n```\n", encoding="utf-8")
+    (vision,) = _blocks_of(page, root=tmp_path)
+    assert vision.vision and vision.not_run_because is None
 
 
-@pytest.mark.parametrize("code", list(PYTHON_BLOCKS), ids=[places[0] for places in PYTHON_BLOCKS.values()])
-def test_python_snippet_runs_as_pasted(tmp_path, monkeypatch, code):
+@pytest.mark.parametrize(("code", "vision"), _snippet_params())
+def test_python_snippet_runs_as_pasted(tmp_path, monkeypatch, code, vision):
+    if vision:
+        pytest.importorskip("torchvision", reason="torchvision cannot be imported in this environment (install fx2onnx[vision])", exc_type=ImportError)
     # Each snippet alone, in an empty folder, as a file (ONNX Script reads its source).
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "snippet.py"
