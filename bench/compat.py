@@ -117,7 +117,7 @@ def install(env: Environment, folder: Path, log: Path, fresh: bool) -> tuple[Pat
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     constraints = _constraints_without(env.unpinned, folder)
     torch_spec = env.torch or ("torch" if "torch" in env.newest else _pinned_torch())
-    # torch first: the later installs keep the build it chose (see the README's set-up)
+    # torch first: the later installs keep the build it chose (see docs/getting-started.md)
     steps = [
         pip + ["--upgrade", "pip"],
         pip + (["--upgrade"] if "torch" in env.newest else []) + [torch_spec],

@@ -12,7 +12,7 @@ batch 3). ``--models classifiers`` names every classification model torchvision 
 and the timm families.
 
 Needs torchvision (and timm for its families): run it in the vision environment
-(README, "Vision models").
+(docs/guides/vision.md).
 
     flock /tmp/fx2onnx-heavy.lock .venv-vision/bin/python bench/vision_models.py \\
         [--models resnet18,timm:convnext_tiny] [--markdown out.md] [--json out.json]

@@ -28,21 +28,43 @@ candidates tried); at DEBUG they carry both, and every pass and FX node has a re
 """
 
 
+def _anchor(rule: rules.Rule) -> str:
+    """The id of the rule's heading, as MkDocs and GitHub make it from `## FXE0012 name`."""
+    return f"{rule.id}-{rule.name}".lower()
+
+
 def catalog_markdown() -> str:
     lines = [
         "# Diagnostic rules",
         "",
         "Generated from `diagnostics/rules.py` (`python -m diagnostics.catalog`). Ids and names are",
-        "stable: filter SARIF reports by them.",
+        "stable: filter SARIF reports by them. Each rule's section gives its message (the fields",
+        "in braces are filled in each result) and what to do.",
         "",
         "| id | name | default level | short description |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {r.id} | {r.name} | {r.default_level.sarif_level} | {r.short_description} |" for r in rules.ALL]
+    lines += [
+        f"| [{r.id}](#{_anchor(r)}) | {r.name} | {r.default_level.sarif_level} | {r.short_description} |"
+        for r in rules.ALL
+    ]
     lines += ["", _DISPATCH_CONTRACT]
     for rule in rules.ALL:
         every = " Recorded at every verbosity." if rule.recorded_at_every_verbosity else ""
-        lines += [f"## {rule.id} {rule.name}", "", rule.full_description + every, "", f"What to do: {rule.help_text}", ""]
+        lines += [
+            f"## {rule.id} {rule.name}",
+            "",
+            rule.full_description + every,
+            "",
+            f"Default level: {rule.default_level.sarif_level}. Message:",
+            "",
+            "```text",
+            rule.message_template,
+            "```",
+            "",
+            f"What to do: {rule.help_text}",
+            "",
+        ]
     return "\n".join(lines)
 
 

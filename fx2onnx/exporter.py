@@ -91,8 +91,9 @@ def dynamo_export(
             tensors (its inputs named after its parameters, its problems reported at its
             lines), an `ExportedProgram` (taken as it is) or an aten-level
             `torch.fx.GraphModule`.
-        model_args, model_kwargs: example inputs; may be nested and contain None.
+        *model_args: example positional inputs; may be nested and contain None.
         export_options: dynamic shapes, registry, diagnostics; see `ExportOptions`.
+        **model_kwargs: example keyword inputs; may be nested and contain None.
 
     Returns:
         The `ONNXProgram`. On failure an `OnnxExporterError` is raised that lists every

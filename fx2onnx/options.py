@@ -97,6 +97,8 @@ class ExportOptions(CheckedFields):
             and compare with eager PyTorch (`verify_rtol`, `verify_atol`); a runtime
             failure or a mismatch fails the export (FXE0024, naming the ONNX node, the FX
             node and the source line). Skipped for fake inputs or weights.
+        verify_rtol: the relative tolerance of `verify` (default 1e-3).
+        verify_atol: the absolute tolerance of `verify` (default 1e-4).
         opset_version: the ONNX opset of the model, from 17 to the newest the installed
             onnxruntime runs; None (default): 18, the opset torchlib's functions are
             written in. Other opsets are converted from it, module functions kept.

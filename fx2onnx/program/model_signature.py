@@ -57,6 +57,15 @@ class SignatureEntry:
 
 @dataclass(frozen=True)
 class ModelSignature:
+    """torch.export's graph signature in ONNX names (`ONNXProgram.model_signature`).
+
+    Attributes:
+        inputs: one entry per ONNX graph input and initializer, with its kind (user input,
+            parameter, buffer, constant) and its name in PyTorch.
+        outputs: one entry per ONNX graph output: user outputs, then the new values of
+            mutated buffers and inputs.
+    """
+
     inputs: tuple[SignatureEntry, ...]
     outputs: tuple[SignatureEntry, ...]
 
