@@ -15,6 +15,7 @@ from fx2onnx.fx_passes.fusion_graph import (
     FUSED, NOT_THE_PATTERN, ONNXRUNTIME, FusionTarget, erase_unused_tree, heads_merge, is_heads_transpose, merged_heads,
     node_value, split_heads,
 )
+from fx2onnx.fx_passes.remove_identity_views import same_size
 
 _aten = torch.ops.aten
 
@@ -131,8 +132,13 @@ def _cache_inputs(graph: torch.fx.Graph, mask: torch.fx.Node, dtype: torch.dtype
 
 def _query_bias(inputs: _CacheInputs, query: torch.fx.Node, before: torch.fx.Node) -> torch.fx.Node:
     """The mask's bias for each of ``query``'s (B, S, ...) tokens (B, 1, S, total): the
-    kernel takes a row per query."""
+    kernel takes a row per query. Made once, before the first layer's attention (every
+    layer has the same new tokens), so that a decode step expands it once."""
     graph, query_value = before.graph, node_value(query)
+    made = next((node for node in inputs.key_bias.users if node.meta.get("fx2onnx_cache_input") == (query_value.dtype, "query_bias")
+                 and same_size(node_value(node).shape[2], query_value.shape[1])), None)
+    if made is not None:
+        return made
     bias_value = node_value(inputs.key_bias)
     with bias_value.fake_mode, graph.inserting_before(before):
         new = query_value.shape[1]
@@ -141,6 +147,7 @@ def _query_bias(inputs: _CacheInputs, query: torch.fx.Node, before: torch.fx.Nod
             new.meta["val"] = query_value.shape[1]
         expanded = graph.call_function(_aten.expand.default, (inputs.key_bias, [inputs.batch, 1, new, inputs.length]))
         expanded.meta["val"] = bias_value.expand(bias_value.shape[0], 1, query_value.shape[1], bias_value.shape[3])
+    expanded.meta["fx2onnx_cache_input"] = (query_value.dtype, "query_bias")
     return expanded
 
 
