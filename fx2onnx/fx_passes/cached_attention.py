@@ -1,6 +1,7 @@
 """Attention over a KV cache as onnxruntime's ``GroupQueryAttention`` (a case of the
 ``attention`` rule of ``fused_kernels``): the cache's update moves into the kernel, which
-writes the new tokens in place when the runtime gives past and present one buffer."""
+writes the new tokens in place when the runtime gives past and present one buffer, and the
+mask's padding (left, right or anywhere) becomes the kernel's attention bias."""
 
 from __future__ import annotations
 
@@ -117,9 +118,12 @@ def _cache_inputs(graph: torch.fx.Graph, mask: torch.fx.Node, dtype: torch.dtype
                     dtype=torch.int32)
         but_one = add(_aten.sub.Tensor, (total, 1), node_value(total) - 1)
         seqlens = add(_aten.expand.default, (but_one, [batch]), node_value(but_one).expand(mask_value.shape[0]))
-        held = add(_aten.ne.Scalar, (mask, 0), mask_value != 0)
+        held = add(_aten._to_copy.default, (mask,), mask_value.to(torch.bool), dtype=torch.bool)  # nonzero: held
         as_scores = add(_aten._to_copy.default, (held,), node_value(held).to(dtype), dtype=dtype)
-        off = add(_aten.sub.Tensor, (as_scores, 1), node_value(as_scores) - 1)  # 0 held, -1 padding
+        # 0 held, the lowest number for padding, not -inf: a query that sees only padding
+        # (a left-padded prompt's first positions) then averages instead of making NaN,
+        # which the next layer's keys would carry to every held token (0 * NaN)
+        off = add(_aten.sub.Tensor, (as_scores, 1), node_value(as_scores) - 1)
         bias = add(_aten.mul.Tensor, (off, torch.finfo(dtype).max), node_value(off) * torch.finfo(dtype).max)
         for _ in range(2):
             bias = add(_aten.unsqueeze.default, (bias, 1), node_value(bias).unsqueeze(1))
