@@ -443,6 +443,17 @@ def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path):
     assert {"Attention", "Concat"} <= {n.op_type for n in else_branch.node} and "GroupQueryAttention" not in {n.op_type for n in else_branch.node}
     assert not [o.name for o in program.model_proto.graph.output if o.name.endswith(("_replaced", "_kernel"))]  # names kept
     _check_steps(program, model)
+    # the exact form of a past longer than the mask's (past and present one buffer of the
+    # context's length, as ONNX Runtime GenAI gives them): the new tokens written after
+    # the mask's cached ones, the rest of the buffer kept
+    x, mask, positions, past_key, past_value = _decoder_inputs(3, 12, 3, "left")
+    mask = mask[:, :8]
+    with torch.no_grad():
+        expected = model(x, mask, positions[:, :3] - 12 + 5, past_key[:, :, :5], past_value[:, :, :5])
+    actual = program(x, mask, positions[:, :3] - 12 + 5, past_key, past_value)
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-4, atol=1e-5)
+    for present, wanted, buffer in zip(actual[1:], expected[1:], (past_key, past_value)):
+        torch.testing.assert_close(present, torch.cat([wanted, buffer[:, :, 8:]], 2), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("model", "options", "note"), [
