@@ -119,12 +119,12 @@ def _cache_inputs(graph: torch.fx.Graph, mask: torch.fx.Node, dtype: torch.dtype
         but_one = add(_aten.sub.Tensor, (total, 1), node_value(total) - 1)
         seqlens = add(_aten.expand.default, (but_one, [batch]), node_value(but_one).expand(mask_value.shape[0]))
         held = add(_aten._to_copy.default, (mask,), mask_value.to(torch.bool), dtype=torch.bool)  # nonzero: held
-        as_scores = add(_aten._to_copy.default, (held,), node_value(held).to(dtype), dtype=dtype)
         # 0 held, the lowest number for padding, not -inf: a query that sees only padding
         # (a left-padded prompt's first positions) then averages instead of making NaN,
         # which the next layer's keys would carry to every held token (0 * NaN)
-        off = add(_aten.sub.Tensor, (as_scores, 1), node_value(as_scores) - 1)
-        bias = add(_aten.mul.Tensor, (off, torch.finfo(dtype).max), node_value(off) * torch.finfo(dtype).max)
+        zero, lowest = (add(_aten.scalar_tensor.default, (value,), torch.scalar_tensor(value, dtype=dtype), dtype=dtype)
+                        for value in (0.0, torch.finfo(dtype).min))
+        bias = add(_aten.where.self, (held, zero, lowest), torch.where(node_value(held), node_value(zero), node_value(lowest)))
         for _ in range(2):
             bias = add(_aten.unsqueeze.default, (bias, 1), node_value(bias).unsqueeze(1))
     made_inputs = _CacheInputs(batch, length, seqlens, total, bias)
