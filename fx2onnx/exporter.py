@@ -46,6 +46,7 @@ from fx2onnx.translate.io_slots import MUTATION_SUFFIX, MutationOutput, OutputSl
 from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.translate.module_functions import ModuleFunctionTranslator
 from fx2onnx.onnx_passes.float8 import legalize_float8
+from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
 from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
@@ -252,6 +253,7 @@ def _export(
             if not convert_to_opset(model_ir, options.opset_version, context):
                 raise _ExportFailed()
     lower_fused_kernels(model_ir)  # the opset is final: the kernels join the standard domain
+    guard_group_query_attention(model_ir)  # onnxruntime's kernel where it runs, the exact form elsewhere
     if not legalize_float8(model_ir, context):  # after the opset is final: float8 needs 19 or newer
         raise _ExportFailed()
     with timer.stage("tool layout"):  # what the tools people run on the file look for

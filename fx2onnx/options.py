@@ -109,13 +109,14 @@ class ExportOptions(CheckedFields):
         runtime: what the model is for. "onnxruntime" (default): onnxruntime's own
             kernels (domain `com.microsoft`) where a fused-kernel rule finds them faster;
             "standard": ONNX operators only, for any runtime.
-        causal_mask_input: the name of a model input (batch, total length) of ones from
-            which every attention mask of the model is built, as causal attention over
-            the tokens it holds with the new ones last (transformers' decoders; export-hf
-            sets it). Attention over a KV cache input may then become onnxruntime's
-            `GroupQueryAttention`, which appends the new tokens to the cache in place when
-            the runtime gives past and present one buffer. None (default): masks are the
-            model's own.
+        causal_mask_input: the name of a model input (batch, total length) of ones, and
+            zeros for padding, from which every attention mask of the model is built, as
+            causal attention over the tokens it holds with the new ones last
+            (transformers' decoders; export-hf sets it). Attention over a KV cache input
+            may then become onnxruntime's `GroupQueryAttention`, which appends the new
+            tokens to the cache in place when the runtime gives past and present one
+            buffer (exact for every mask: the padding is its attention bias; the standard
+            form runs the steps it refuses). None (default): masks are the model's own.
     """
 
     dynamic_shapes: bool | dict | tuple | list | None = None

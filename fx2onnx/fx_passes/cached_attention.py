@@ -1,10 +1,12 @@
 """Attention over a KV cache as onnxruntime's ``GroupQueryAttention`` (a case of the
 ``attention`` rule of ``fused_kernels``): the cache's update moves into the kernel, which
-writes the new tokens in place when the runtime gives past and present one buffer."""
+writes the new tokens in place when the runtime gives past and present one buffer, and the
+mask's padding (left, right or anywhere) becomes the kernel's attention bias."""
 
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,6 +16,7 @@ from fx2onnx.fx_passes.fusion_graph import (
     FUSED, NOT_THE_PATTERN, ONNXRUNTIME, FusionTarget, erase_unused_tree, heads_merge, is_heads_transpose, merged_heads,
     node_value, split_heads,
 )
+from fx2onnx.fx_passes.remove_identity_views import same_size
 
 _aten = torch.ops.aten
 
@@ -69,13 +72,35 @@ def _packed_heads(node: Any, heads: int, graph_target: torch.fx.Node) -> torch.f
     return _heads_side_by_side(node, graph_target)
 
 
-def _cache_lengths(graph: torch.fx.Graph, mask: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node]:
-    """The int32 ``(seqlens_k, total_length)`` of ``mask`` (B, total): each sequence's
-    tokens but one, and the mask's length. Made once, after the model's inputs."""
-    made = [node for node in graph.nodes if node.meta.get("fx2onnx_cache_lengths")]
-    if made:
-        return made[0], made[1]
+@dataclass(frozen=True)
+class _CacheInputs:
+    """What every layer's kernel reads of the mask (B, total): its sizes, ``seqlens_k``
+    (total - 1 for every sequence: the new tokens go at the end of the mask, where
+    transformers puts them, whatever the padding) and ``total_length`` (int32), and the
+    bias of its tokens (0 where held, the dtype's lowest where padding; B, 1, 1, total)."""
+
+    batch: Any  # an int, or the node of a symbolic size
+    length: Any
+    seqlens: torch.fx.Node
+    total: torch.fx.Node
+    key_bias: torch.fx.Node
+
+
+def _cache_inputs(graph: torch.fx.Graph, mask: torch.fx.Node, dtype: torch.dtype) -> _CacheInputs:
+    """The :class:`_CacheInputs` of ``mask`` for scores of ``dtype``, made once, after the
+    model's inputs.
+
+    The kernel appends each sequence's new tokens after its ``seqlens_k + 1 - S`` first
+    cached ones; a length per sequence taken from the mask (the tokens it holds) puts them,
+    and the attention's window, in the wrong place when the padding is on the left. The
+    mask's full length puts them where the model does, and the bias masks the padding, so
+    the kernel computes the model's attention for every mask."""
     mask_value = node_value(mask)
+    made = {node.meta["fx2onnx_cache_input"][1]: node for node in graph.nodes
+            if node.meta.get("fx2onnx_cache_input", (None,))[0] == dtype}
+    if made:
+        sizes = [made.get(role, mask_value.shape[dim]) for dim, role in enumerate(("batch", "length"))]
+        return _CacheInputs(*sizes, made["seqlens"], made["total"], made["key_bias"])
     first_step = next(node for node in graph.nodes if node.op != "placeholder")
 
     def add(target: Any, args: tuple[Any, ...], value: Any, **kwargs: Any) -> torch.fx.Node:
@@ -83,16 +108,51 @@ def _cache_lengths(graph: torch.fx.Graph, mask: torch.fx.Node) -> tuple[torch.fx
         new.meta["val"] = value
         return new
 
+    def size(dim: int) -> Any:
+        known = mask_value.shape[dim]
+        return known if isinstance(known, int) else add(_aten.sym_size.int, (mask, dim), known)
+
     with mask_value.fake_mode, graph.inserting_before(first_step):
-        tokens = add(_aten.sum.dim_IntList, (mask, [1]), mask_value.sum(1))
-        but_one = add(_aten.sub.Tensor, (tokens, 1), node_value(tokens) - 1)
-        seqlens = add(_aten._to_copy.default, (but_one,), node_value(but_one).to(torch.int32), dtype=torch.int32)
-        length = add(_aten.sym_size.int, (mask, 1), mask_value.shape[1])
+        batch, length = size(0), size(1)
         total = add(_aten.scalar_tensor.default, (length,), torch.scalar_tensor(mask_value.shape[1], dtype=torch.int32),
                     dtype=torch.int32)
-    for node in (seqlens, total):
-        node.meta["fx2onnx_cache_lengths"] = True
-    return seqlens, total
+        but_one = add(_aten.sub.Tensor, (total, 1), node_value(total) - 1)
+        seqlens = add(_aten.expand.default, (but_one, [batch]), node_value(but_one).expand(mask_value.shape[0]))
+        held = add(_aten._to_copy.default, (mask,), mask_value.to(torch.bool), dtype=torch.bool)  # nonzero: held
+        # 0 held, the lowest number for padding, not -inf: a query that sees only padding
+        # (a left-padded prompt's first positions) then averages instead of making NaN,
+        # which the next layer's keys would carry to every held token (0 * NaN)
+        zero, lowest = (add(_aten.scalar_tensor.default, (value,), torch.scalar_tensor(value, dtype=dtype), dtype=dtype)
+                        for value in (0.0, torch.finfo(dtype).min))
+        bias = add(_aten.where.self, (held, zero, lowest), torch.where(node_value(held), node_value(zero), node_value(lowest)))
+        for _ in range(2):
+            bias = add(_aten.unsqueeze.default, (bias, 1), node_value(bias).unsqueeze(1))
+    made_inputs = _CacheInputs(batch, length, seqlens, total, bias)
+    for role, node in vars(made_inputs).items():
+        if isinstance(node, torch.fx.Node):
+            node.meta["fx2onnx_cache_input"] = (dtype, role)
+    return made_inputs
+
+
+def _query_bias(inputs: _CacheInputs, query: torch.fx.Node, before: torch.fx.Node) -> torch.fx.Node:
+    """The mask's bias for each of ``query``'s (B, S, ...) tokens (B, 1, S, total): the
+    kernel takes a row per query. Made once, before the first layer's attention (every
+    layer has the same new tokens), so that a decode step expands it once."""
+    graph, query_value = before.graph, node_value(query)
+    made = next((node for node in inputs.key_bias.users if node.meta.get("fx2onnx_cache_input") == (query_value.dtype, "query_bias")
+                 and same_size(node_value(node).shape[2], query_value.shape[1])), None)
+    if made is not None:
+        return made
+    bias_value = node_value(inputs.key_bias)
+    with bias_value.fake_mode, graph.inserting_before(before):
+        new = query_value.shape[1]
+        if not isinstance(new, int):
+            new = graph.call_function(_aten.sym_size.int, (query, 1))
+            new.meta["val"] = query_value.shape[1]
+        expanded = graph.call_function(_aten.expand.default, (inputs.key_bias, [inputs.batch, 1, new, inputs.length]))
+        expanded.meta["val"] = bias_value.expand(bias_value.shape[0], 1, query_value.shape[1], bias_value.shape[3])
+    expanded.meta["fx2onnx_cache_input"] = (query_value.dtype, "query_bias")
+    return expanded
 
 
 def fuse_cached_attention(
@@ -124,8 +184,9 @@ def fuse_cached_attention(
         for x in packed:
             erase_unused_tree(x, erased)  # a rotation made for it
         return "query, key or value not split from (B, S, heads * D) projections"
-    seqlens, total = _cache_lengths(graph, tokens)
-    inputs = (*packed, caches[0][0], caches[1][0], seqlens, total, scale, query_heads, key_heads)
+    cache_inputs = _cache_inputs(graph, tokens, node_value(query).dtype)
+    bias = _query_bias(cache_inputs, packed[0], node)
+    inputs = (*packed, caches[0][0], caches[1][0], cache_inputs.seqlens, cache_inputs.total, bias, scale, query_heads, key_heads)
     with node_value(query).fake_mode:
         results = torch.ops.fx2onnx.cached_attention.default(*(node_value(x) if isinstance(x, torch.fx.Node) else x for x in inputs))
     context = {k: v for k, v in node.meta.items() if k != "val"}

@@ -17,7 +17,9 @@ reason is recorded as a note.
   Attention over a KV cache input the model appends the new tokens to, with a boolean
   mask built from the model input ``FusionTarget.causal_mask`` names, becomes
   onnxruntime's ``GroupQueryAttention`` when the target runtime is onnxruntime
-  (``cached_attention``): the cache's update moves into the kernel.
+  (``cached_attention``): the cache's update moves into the kernel, the mask's padding
+  becomes its attention bias (``onnx_passes/cached_attention_guard`` adds the exact form
+  for the steps onnxruntime's kernel refuses).
 - ``rotary``: the rotary position embedding as models write it,
   ``x * cos + cat(-x2, x1) * sin`` with ``x1, x2`` the halves of the last dim and
   ``cos``/``sin`` tables whose two halves are equal by construction (computed from

@@ -99,7 +99,7 @@ def _rotary_3d_fake(x, cos, sin, heads):
 @torch.library.custom_op("fx2onnx::cached_attention", mutates_args=())
 def cached_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor,
-    seqlens_k: torch.Tensor, total_length: torch.Tensor, scale: float, query_heads: int, key_heads: int,
+    seqlens_k: torch.Tensor, total_length: torch.Tensor, bias: torch.Tensor, scale: float, query_heads: int, key_heads: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Causal attention of new tokens over a cache (onnxruntime's ``GroupQueryAttention``).
 
@@ -108,7 +108,7 @@ def cached_attention(
     attention (B, S, query_heads * D) and the caches with the new tokens appended. Sequence
     b holds ``seqlens_k[b] + 1`` tokens in all (``total_length`` at most), the new ones
     last: its query i sits at position ``seqlens_k[b] + 1 - S + i`` and sees the keys up
-    to it.
+    to it, ``bias`` (B, 1, S, total) added to its scores (the padding's keys masked).
     """
 
     def split(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -119,15 +119,16 @@ def cached_attention(
     new, total = query.shape[1], present_key.shape[2]
     last_seen = (seqlens_k.long() + 1 - new).view(-1, 1, 1) + torch.arange(new).view(1, -1, 1)
     visible = torch.arange(total).view(1, 1, -1) <= last_seen  # (B, S, total)
+    scores_added = torch.where(visible.unsqueeze(1), bias, float("-inf"))
     result = torch.nn.functional.scaled_dot_product_attention(
-        split(query, query_heads), present_key, present_value, attn_mask=visible.unsqueeze(1), scale=scale,
+        split(query, query_heads), present_key, present_value, attn_mask=scores_added, scale=scale,
         enable_gqa=query_heads != key_heads,
     )
     return result.transpose(1, 2).flatten(-2), present_key, present_value
 
 
 @cached_attention.register_fake
-def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, total_length, scale, query_heads, key_heads):
+def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, total_length, bias, scale, query_heads, key_heads):
     batch, new = query.shape[0], query.shape[1]
     head_size = past_key.shape[-1]
     present = past_key.new_empty((batch, key_heads, past_key.shape[2] + new, head_size))

@@ -247,10 +247,11 @@ def export_hf(
             (default: the model's dtype's, `fx2onnx.hub.verify.DEFAULT_TOLERANCES`).
         runtime: "onnxruntime" (default): its own kernels where faster. A causal LM's
             attention over its cache becomes `GroupQueryAttention`, which appends to the
-            cache in place (the genai config then says `past_present_share_buffer: true`);
-            onnxruntime runs it for prompts with an empty cache and for one new token per
-            sequence at any batch, and for several new tokens over a cache at batch 1.
-            "standard": ONNX operators only (any runtime, any batch and lengths).
+            cache in place (the genai config then says `past_present_share_buffer: true`),
+            with the padding of any mask as its attention bias; the steps onnxruntime's
+            kernel refuses (several new tokens over a cache at batch > 1) take the
+            standard form. "standard": ONNX operators only (any runtime). Both give
+            transformers' answer for any batch, padding and lengths.
         module_functions: keep each module call as an ONNX function (default: one flat
             graph, which onnxruntime's quantizers and optimizers can work on).
     """

@@ -35,10 +35,13 @@ def _token_id(value: Any) -> Any:
 
 
 def _maker(value: ir.Value, model: ir.Model) -> ir.Node | None:
-    """The node that computes ``value``, looked for inside the model-local functions."""
+    """The node that computes ``value``, looked for inside the model-local functions and
+    in the branch an `If` takes when its kernel runs (the exact form of the other branch
+    gives the same buffer: `fx2onnx/onnx_passes/cached_attention_guard.py`)."""
     node = value.producer()
-    while node is not None and node.op_identifier() in model.functions:
-        value = model.functions[node.op_identifier()].outputs[value.index()]
+    while node is not None and (node.op_identifier() in model.functions or node.op_type == "If"):
+        body = node.attributes["then_branch"].as_graph() if node.op_type == "If" else model.functions[node.op_identifier()]
+        value = body.outputs[value.index()]
         node = value.producer()
     return node
 

@@ -254,8 +254,9 @@ class TracingEvaluator:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _eval_op_without_schema(self, op: osv.Op, args: Sequence[Any], kwargs: Mapping[str, Any]):
-        """Ops of custom domains: every positional arg is an input, every kwarg an attribute."""
-        inputs = [self._as_value(a, _python_dtype(a)) if not isinstance(a, ir.Value) else a for a in args]
+        """Ops of custom domains: every positional arg is an input (None an optional one left
+        out), every kwarg an attribute."""
+        inputs = [a if a is None or isinstance(a, ir.Value) else self._as_value(a, _python_dtype(a)) for a in args]
         num_outputs = int(kwargs.pop("_num_outputs", 1)) if isinstance(kwargs, dict) else 1
         attributes = list(ir.convenience.convert_attributes({k: v for k, v in kwargs.items() if v is not None}))
         self.builder.import_opset(op.domain, op.opset.version or 1)

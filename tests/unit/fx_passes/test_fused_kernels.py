@@ -5,9 +5,11 @@ with a note saying why."""
 from __future__ import annotations
 
 import collections
+import os
 
 import onnx
 import onnx.inliner
+import onnxruntime
 import pytest
 import torch
 import torch.nn.functional as F
@@ -379,9 +381,18 @@ class CachedDecoder(torch.nn.Module):
         return self.o(out.transpose(1, 2).reshape(b, s, 32)), key, value
 
 
-def _decoder_inputs(batch: int, past: int, new: int) -> tuple[torch.Tensor, ...]:
-    return (torch.randn(batch, new, 32), torch.ones(batch, past + new, dtype=torch.int64),
-            torch.arange(past, past + new).expand(batch, -1), torch.randn(batch, 2, past, 8), torch.randn(batch, 2, past, 8))
+def _decoder_inputs(batch: int, past: int, new: int, padding: str = "none") -> tuple[torch.Tensor, ...]:
+    """Inputs of a step of ``new`` tokens over ``past`` cached ones; ``padding`` "left" or
+    "right": sequence b's mask holds ``2 * b`` fewer tokens (zeros at the start, or at the
+    end of the cached part, where a right-padded prompt left them)."""
+    mask = torch.ones(batch, past + new, dtype=torch.int64)
+    for b in range(batch):
+        if padding == "left":
+            mask[b, :2 * b] = 0
+        elif padding == "right" and 2 * b:
+            mask[b, max(past, 1) - 2 * b:max(past, 1)] = 0
+    return (torch.randn(batch, new, 32), mask, torch.arange(past, past + new).expand(batch, -1),
+            torch.randn(batch, 2, past, 8), torch.randn(batch, 2, past, 8))
 
 
 def _export_decoder(tmp_path, model, **options):
@@ -392,6 +403,26 @@ def _export_decoder(tmp_path, model, **options):
     return export_program(model, _decoder_inputs(2, 5, 3), options=options, tmp_path=tmp_path)
 
 
+# (batch, past, new tokens, padding): prompts, decode steps, and several new tokens over a
+# cache at batch 1 and 3, with every mask: onnxruntime's kernel refuses the last at batch 3
+STEPS = [(2, 0, 6, "none"), (3, 0, 6, "left"), (3, 0, 6, "right"), (3, 9, 1, "left"), (3, 5, 1, "right"),
+         (1, 5, 3, "none"), (3, 5, 3, "none"), (3, 5, 3, "left"), (3, 5, 3, "right")]
+
+
+def _check_steps(program, model) -> None:
+    """The program's attention and caches equal the model's at every step of STEPS (the
+    attention on the queries that see a token: PyTorch's rows that see none are NaN)."""
+    for batch, past, new, padding in STEPS:
+        inputs = _decoder_inputs(batch, past, new, padding)
+        with torch.no_grad():
+            expected = model(*inputs)
+        actual = program(*inputs)
+        sees = inputs[1].cumsum(1)[:, past:] > 0
+        torch.testing.assert_close(actual[0][sees], expected[0][sees], rtol=1e-4, atol=1e-5, msg=f"{batch, past, new, padding}")
+        for present, wanted in zip(actual[1:], expected[1:]):
+            torch.testing.assert_close(present, wanted, rtol=1e-5, atol=1e-6)
+
+
 def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path):
     torch.manual_seed(0)
     model = CachedDecoder().eval()
@@ -400,20 +431,33 @@ def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path):
     counts = _counts(program)
     # the cache's update, the mask and the head repetitions are the kernel's; rotations stay in the projections' layout
     assert counts["GroupQueryAttention"] == 1 and counts["RotaryEmbedding"] == 2
-    assert not {"Attention", "Expand", "Softmax", "LessOrEqual", "And"} & set(counts)
-    flat = onnx.inliner.inline_local_functions(program.model_proto)
-    assert {n.op_type for n in flat.graph.node if {"past_key", "past_value"} & set(n.input)} == {"GroupQueryAttention"}
+    assert not {"Softmax", "And"} & set(counts)
     (kernel,) = [n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"]
     assert kernel.domain == "com.microsoft"
     assert {a.name: a.i for a in kernel.attribute if a.type == a.INT} == {"num_heads": 4, "kv_num_heads": 2}
-    # a prefill at batch 2, decode steps at batch 2, and a continued prompt at batch 1
-    # (onnxruntime's kernel takes several new tokens over a past for one sequence only)
-    for batch, past, new in ((2, 0, 6), (2, 5, 1), (3, 9, 1), (1, 5, 3)):
-        inputs = _decoder_inputs(batch, past, new)
-        with torch.no_grad():
-            expected = model(*inputs)
-        for actual, wanted in zip(program(*inputs), expected):
-            torch.testing.assert_close(actual, wanted, rtol=1e-4, atol=1e-5)
+    # the mask's padding is the kernel's attention_bias; each sequence's length is the mask's
+    assert len(kernel.input) == 11 and kernel.input[10]
+    # an If runs the kernel where onnxruntime does, and the standard Attention (the cache
+    # written where the kernel writes it) for several new tokens over a cache at batch > 1
+    (branch,) = [n for n in program.model_proto.graph.node if n.op_type == "If"]
+    then_branch, else_branch = (onnx.helper.get_attribute_value(a) for a in sorted(branch.attribute, key=lambda a: a.name != "then_branch"))
+    assert [n.op_type for n in then_branch.node] == ["GroupQueryAttention"]
+    assert {"Attention", "Concat"} <= {n.op_type for n in else_branch.node} and "GroupQueryAttention" not in {n.op_type for n in else_branch.node}
+    assert not [o.name for o in program.model_proto.graph.output if o.name.endswith(("_replaced", "_kernel"))]  # names kept
+    _check_steps(program, model)
+    # the exact form of a past longer than the mask's (past and present one buffer of the
+    # context's length, as ONNX Runtime GenAI gives them): the new tokens written after
+    # the mask's cached ones, the rest of the buffer kept (in onnxruntime itself: the
+    # program's call refuses sizes that the export tied)
+    x, mask, positions, past_key, past_value = _decoder_inputs(3, 12, 3, "left")
+    inputs = (x, mask[:, :8], positions - 12 + 5, past_key, past_value)
+    with torch.no_grad():
+        expected = model(*inputs[:3], past_key[:, :, :5], past_value[:, :, :5])
+    session = onnxruntime.InferenceSession(os.fspath(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    actual = [torch.from_numpy(a) for a in session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)})]
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-4, atol=1e-5)
+    for present, wanted, buffer in zip(actual[1:], expected[1:], (past_key, past_value)):
+        torch.testing.assert_close(present, torch.cat([wanted, buffer[:, :, 8:]], 2), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("model", "options", "note"), [
@@ -428,11 +472,7 @@ def test_attention_over_a_cache_stays_standard_where_the_kernel_does_not_apply(t
     assert counts["Attention"] == 1 and "GroupQueryAttention" not in counts
     notes = [d.message for d in program.diagnostic_context.diagnostics if "GroupQueryAttention" in (d.message or "")]
     assert (note in notes[0]) if note else not notes
-    inputs = _decoder_inputs(2, 5, 3)  # any batch with any past: the standard kernel has no limit
-    with torch.no_grad():
-        expected = model(*inputs)
-    for actual, wanted in zip(program(*inputs), expected):
-        torch.testing.assert_close(actual, wanted, rtol=1e-4, atol=1e-5)
+    _check_steps(program, model)  # any batch, past and mask: the standard kernel has no limit
 
 
 def test_options_of_the_runtime_and_of_the_causal_mask_are_checked(tmp_path):
@@ -445,8 +485,11 @@ def test_options_of_the_runtime_and_of_the_causal_mask_are_checked(tmp_path):
 def test_the_cached_attention_computes_causal_attention_over_the_appended_cache():
     q, k, v = torch.randn(2, 3, 32), torch.randn(2, 3, 16), torch.randn(2, 3, 16)
     past_key, past_value = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
+    bias = torch.zeros(2, 1, 3, 7)
+    bias[1, ..., :2] = torch.finfo(torch.float32).min  # the second sequence left-padded by 2
     out, key, value = torch.ops.fx2onnx.cached_attention(
-        q, k, v, past_key, past_value, torch.tensor([6, 6], dtype=torch.int32), torch.tensor(7, dtype=torch.int32), 0.3, 4, 2
+        q, k, v, past_key, past_value, torch.tensor([6, 6], dtype=torch.int32), torch.tensor(7, dtype=torch.int32), bias,
+        0.3, 4, 2,
     )
 
     def heads(t: torch.Tensor) -> torch.Tensor:
@@ -454,8 +497,9 @@ def test_the_cached_attention_computes_causal_attention_over_the_appended_cache(
 
     torch.testing.assert_close(key, torch.cat([past_key, heads(k)], 2))
     causal = torch.ones(3, 7, dtype=torch.bool).tril(4)
+    held = torch.tensor([[True] * 7, [False] * 2 + [True] * 5])
     expected = F.scaled_dot_product_attention(heads(q), key.repeat_interleave(2, 1), value.repeat_interleave(2, 1),
-                                              attn_mask=causal, scale=0.3)
+                                              attn_mask=causal & held[:, None, None, :], scale=0.3)
     torch.testing.assert_close(out, expected.transpose(1, 2).flatten(-2))
     cos, sin = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     torch.testing.assert_close(torch.ops.fx2onnx.rotary_3d(q, cos, sin, 4),

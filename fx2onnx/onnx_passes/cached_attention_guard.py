@@ -1,0 +1,132 @@
+"""onnxruntime's `GroupQueryAttention` where it runs, the exact attention where it refuses.
+
+The kernel refuses several new tokens over a non-empty cache for more than one sequence
+("batch_size must be 1 when sequence_length > 1 and past context"): onnxruntime 1.32 lifts
+that with a `query_seqlens` input that older runtimes (onnxruntime-node 1.30, which
+Transformers.js runs) reject. So each kernel becomes an `If` on what it runs (one
+sequence, one new token, or an empty cache): the kernel when that holds, otherwise the
+same attention in standard operators, its cache the past with the new tokens written
+where the kernel writes them (after the mask's `total - S` tokens; past and present stay
+one buffer of the same length when the runtime shares them, and the cache grows by the
+new tokens when it does not). Decode steps and prompts take the kernel, for one `If` a
+layer (a few microseconds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes.model_graphs import model_graphs
+
+_ATTENTION_OPSET = 23  # the standard Attention the exact form uses
+
+
+class _Nodes:
+    """Nodes appended to a list, each made with one call."""
+
+    def __init__(self, prefix: str) -> None:
+        self.nodes: list[ir.Node] = []
+        self.prefix = prefix
+
+    def __call__(self, op_type: str, inputs: list[ir.Value | None], outputs: int = 1, **attributes: object) -> ir.Value:
+        node = ir.node(op_type, inputs, attributes=attributes, num_outputs=outputs,
+                       name=f"{self.prefix}/{op_type}_{len(self.nodes)}")
+        for index, value in enumerate(node.outputs):
+            value.name = f"{self.prefix}/{op_type}_{len(self.nodes)}_{index}"
+        self.nodes.append(node)
+        return node.outputs[0] if outputs == 1 else node.outputs
+
+    def constant(self, value: object, dtype: np.dtype = np.int64) -> ir.Value:
+        return self("Constant", [], value=ir.tensor(np.asarray(value, dtype=dtype)))
+
+
+def _kernel_runs(nodes: _Nodes, query: ir.Value, total: ir.Value) -> ir.Value:
+    """Whether the kernel takes this step: one sequence, one new token, or no past."""
+    shape = nodes("Shape", [query], start=0, end=2)
+    batch, new = (nodes("Gather", [shape, nodes.constant(i)], axis=0) for i in (0, 1))
+    total = nodes("Cast", [total], to=ir.DataType.INT64)
+    one = nodes.constant(1)
+    return nodes("Or", [nodes("Or", [nodes("Equal", [batch, one]), nodes("Equal", [new, one])]), nodes("Equal", [new, total])])
+
+
+def _heads(nodes: _Nodes, packed: ir.Value, heads: int) -> ir.Value:
+    """(B, S, heads * D) as (B, heads, S, D)."""
+    split = nodes("Reshape", [packed, nodes.constant([0, 0, heads, -1])])
+    return nodes("Transpose", [split], perm=[0, 2, 1, 3])
+
+
+def _exact_branch(kernel: ir.Node, name: str) -> ir.Graph:
+    """The kernel's three results in standard operators, for any batch and lengths."""
+    query, key, value, past_key, past_value, _, total_length = kernel.inputs[:7]
+    bias = kernel.inputs[10]
+    num_heads, kv_heads = kernel.attributes["num_heads"].as_int(), kernel.attributes["kv_num_heads"].as_int()
+    scale = kernel.attributes.get("scale")
+    nodes = _Nodes(f"{name}/exact")
+    new = nodes("Gather", [nodes("Shape", [query]), nodes.constant(1)], axis=0)
+    total = nodes("Cast", [total_length], to=ir.DataType.INT64)
+    past = nodes("Sub", [total, new])  # the tokens before the new ones, as the mask has them
+    axis, start, end = nodes.constant([2]), nodes.constant([0]), nodes.constant([np.iinfo(np.int64).max])
+    as_1d = [nodes("Unsqueeze", [x, nodes.constant([0])]) for x in (past, total)]
+    presents = []
+    for cache, fresh in ((past_key, key), (past_value, value)):
+        before = nodes("Slice", [cache, start, as_1d[0], axis])
+        after = nodes("Slice", [cache, as_1d[1], end, axis])  # the rest of a shared buffer; empty otherwise
+        presents.append(nodes("Concat", [before, _heads(nodes, fresh, kv_heads), after], axis=2))
+    keys, values = (nodes("Slice", [present, start, as_1d[1], axis]) for present in presents)
+    rows = nodes("Unsqueeze", [nodes("Range", [past, total, nodes.constant(1)]), nodes.constant([1])])
+    columns = nodes("Range", [nodes.constant(0), total, nodes.constant(1)])
+    lowest = nodes.constant(np.finfo(query.dtype.numpy()).min, query.dtype.numpy())
+    scores_bias = nodes("Where", [nodes("LessOrEqual", [columns, rows]), bias, lowest])
+    attributes = {} if scale is None else {"scale": scale.as_float()}
+    attended = nodes("Attention", [_heads(nodes, query, num_heads), keys, values, scores_bias], **attributes)
+    merged = nodes("Reshape", [nodes("Transpose", [attended], perm=[0, 2, 1, 3]), nodes.constant([0, 0, -1])])
+    results = [merged, *presents]
+    for result, model_value in zip(results, kernel.outputs):
+        result.type, result.shape = model_value.type, model_value.shape
+    return ir.Graph([], results, nodes=nodes.nodes, name=f"{name}_exact")
+
+
+def _kernel_branch(kernel: ir.Node, name: str) -> ir.Graph:
+    """A graph of the kernel alone, reading the enclosing graph's values."""
+    inner = ir.node(kernel.op_type, list(kernel.inputs), attributes=dict(kernel.attributes), domain=kernel.domain,
+                    num_outputs=len(kernel.outputs), name=f"{name}/kernel")
+    for result, model_value in zip(inner.outputs, kernel.outputs):
+        result.name = f"{model_value.name}_kernel"
+        result.type, result.shape = model_value.type, model_value.shape
+    return ir.Graph([], inner.outputs, nodes=[inner], name=f"{name}_kernel")
+
+
+def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, condition: ir.Value, index: int) -> None:
+    """``kernel`` replaced by ``If(condition, kernel, exact form)`` with its output values."""
+    name = kernel.name or f"GroupQueryAttention_{index}"
+    branch = ir.node("If", [condition], attributes={
+        "then_branch": _kernel_branch(kernel, name), "else_branch": _exact_branch(kernel, name),
+    }, num_outputs=len(kernel.outputs), name=f"{name}/runs_or_exact")
+    graph.insert_before(kernel, branch)
+    for old, replacing in zip(kernel.outputs, branch.outputs):
+        replacing.type, replacing.shape = old.type, old.shape
+        old_name = old.name
+        ir.convenience.replace_all_uses_with(old, replacing, replace_graph_outputs=True)
+        old.name, replacing.name = f"{old_name}_replaced", old_name
+    graph.remove(kernel, safe=True)
+
+
+def guard_group_query_attention(model: ir.Model) -> int:
+    """Each `GroupQueryAttention` of ``model`` as an `If` that runs it where onnxruntime
+    does and the exact form elsewhere; returns how many."""
+    if model.opset_imports.get("", 0) < _ATTENTION_OPSET:
+        return 0
+    guarded = 0
+    for graph in list(model_graphs(model)):
+        kernels = [n for n in graph if (n.domain, n.op_type) == (ONNXRUNTIME_DOMAIN, "GroupQueryAttention")]
+        if not kernels:
+            continue
+        nodes = _Nodes(f"{kernels[0].name or 'GroupQueryAttention'}/kernel_runs")
+        condition = _kernel_runs(nodes, kernels[0].inputs[0], kernels[0].inputs[6])  # the same for every layer
+        graph.insert_before(kernels[0], nodes.nodes)
+        for kernel in kernels:
+            _guard(graph, kernel, condition, guarded)
+            guarded += 1
+    return guarded

@@ -1,0 +1,146 @@
+"""Causal LM folders give transformers' answer for every attention mask it accepts.
+
+For each runtime's folder (`export-hf` default: onnxruntime's GroupQueryAttention; and
+`--runtime standard`): a left-padded batch of prompts (as transformers and Transformers.js
+pad for generation) decoded greedily in onnxruntime, feeding `present.*` back, equals
+`model.generate` with the same mask; a right-padded batch (as ONNX Runtime GenAI pads)
+equals the model on its prompt and on a step after it; several new tokens over a cache at
+batch 3 equal the model's; and ONNX Runtime GenAI, which pads a batch on the right,
+generates transformers' tokens for every row."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from fx2onnx.hub import export_hf
+from fx2onnx.hub.causal_lm import cache_argument
+
+transformers = pytest.importorskip("transformers")
+ort = pytest.importorskip("onnxruntime")
+
+PAD = 0
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15], [16, 17]]
+NEW_TOKENS = 8
+DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               max_position_embeddings=256, vocab_size=300, bos_token_id=1, eos_token_id=2, pad_token_id=PAD)
+CONFIGS = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "phi3": transformers.Phi3Config}
+
+
+def padded(side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """PROMPTS as one batch padded on ``side``, and its attention mask."""
+    width = max(map(len, PROMPTS))
+    rows = [[PAD] * (width - len(p)) + p if side == "left" else p + [PAD] * (width - len(p)) for p in PROMPTS]
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) if side == "left" else [1] * len(p) + [0] * (width - len(p))
+                         for p in PROMPTS])
+    return torch.tensor(rows), mask
+
+
+def positions(mask: torch.Tensor, new: int) -> torch.Tensor:
+    """The position ids transformers' `generate` gives the last ``new`` tokens of ``mask``."""
+    held = mask.cumsum(-1) - 1
+    return held.masked_fill(mask == 0, 1)[:, -new:]
+
+
+def onnx_step(session, ids: torch.Tensor, mask: torch.Tensor, cache: dict | None) -> tuple[np.ndarray, dict]:
+    """One run of the folder's model: logits and the cache to feed back (present.* as past)."""
+    inputs = {i.name: i for i in session.get_inputs()}
+    if cache is None:  # an empty cache: (batch, heads, 0, head size)
+        cache = {n: np.zeros((ids.shape[0], i.shape[1], 0, i.shape[3]), np.float32) for n, i in inputs.items() if n.startswith("past")}
+    feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "position_ids": positions(mask, ids.shape[1]).numpy(), **cache}
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, {n: feed[n] for n in inputs})))
+    return outputs["logits"], {n: outputs[n.replace("past_key_values.", "present.")] for n in cache}
+
+
+def torch_step(model, ids: torch.Tensor, mask: torch.Tensor, cache) -> tuple[np.ndarray, object]:
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask, ids.shape[1]), use_cache=True,
+                    **({cache_argument(model): cache} if cache is not None else {}))
+    return out.logits.numpy(), out.past_key_values
+
+
+def generate_with_genai(folder, rows: torch.Tensor) -> list[list[int]]:
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = og.Model(os.fspath(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=rows.shape[1] + NEW_TOKENS, batch_size=rows.shape[0])
+    generator = og.Generator(model, params)
+    generator.append_tokens(rows.numpy().astype(np.int32))
+    steps = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps.append(generator.get_next_tokens().tolist())
+    return np.array(steps).T.tolist()
+
+
+@pytest.fixture(scope="module", params=[("llama", "onnxruntime"), ("llama", "standard"), ("qwen2", "onnxruntime"),
+                                        ("phi3", "onnxruntime")], ids=lambda p: "-".join(p))
+def exported(request, tmp_path_factory):
+    family, runtime = request.param
+    root = tmp_path_factory.mktemp(f"{family}-{runtime}")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS[family](**DECODER)).eval()
+    model.save_pretrained(root / "source")
+    export_hf(root / "source", root / "out", runtime=runtime)
+    session = ort.InferenceSession(os.fspath(root / "out" / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    return model, root / "out", session, runtime
+
+
+def test_a_left_padded_batch_generates_transformers_tokens(exported):
+    model, _, session, _ = exported
+    ids, mask = padded("left")
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                  pad_token_id=PAD)[:, ids.shape[1]:]
+    tokens, step, cache = [], ids, None
+    for _ in range(NEW_TOKENS):
+        logits, cache = onnx_step(session, step, mask, cache)
+        step = torch.from_numpy(logits[:, -1].argmax(-1))[:, None]
+        tokens.append(step)
+        mask = torch.cat([mask, torch.ones_like(step)], 1)
+    assert torch.cat(tokens, 1).tolist() == expected.tolist()
+
+
+def test_a_right_padded_prompt_and_the_step_after_it(exported):
+    model, _, session, _ = exported
+    ids, mask = padded("right")
+    logits, cache = onnx_step(session, ids, mask, None)
+    expected, torch_cache = torch_step(model, ids, mask, None)
+    held = mask.bool().numpy()  # the padding's logits are no token's
+    np.testing.assert_allclose(logits[held], expected[held], rtol=1e-4, atol=1e-4)
+    step, mask = torch.tensor([[20], [21], [22]]), torch.cat([mask, torch.ones(3, 1, dtype=mask.dtype)], 1)
+    logits, _ = onnx_step(session, step, mask, cache)
+    expected, _ = torch_step(model, step, mask, torch_cache)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_several_new_tokens_over_a_cache_at_batch_3(exported):
+    """onnxruntime's kernel refuses this step: the folder takes the standard form for it."""
+    model, _, session, _ = exported
+    ids, mask = padded("left")
+    _, cache = onnx_step(session, ids, mask, None)
+    _, torch_cache = torch_step(model, ids, mask, None)
+    more, mask = torch.tensor([[20, 21, 22], [23, 24, 25], [26, 27, 28]]), torch.cat([mask, torch.ones(3, 3, dtype=mask.dtype)], 1)
+    logits, cache = onnx_step(session, more, mask, cache)
+    expected, torch_cache = torch_step(model, more, mask, torch_cache)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+    step, mask = torch.tensor([[30], [31], [32]]), torch.cat([mask, torch.ones(3, 1, dtype=mask.dtype)], 1)
+    logits, _ = onnx_step(session, step, mask, cache)  # and a decode step over the cache it wrote
+    np.testing.assert_allclose(logits, torch_step(model, step, mask, torch_cache)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_onnxruntime_genai_generates_transformers_tokens_for_a_batch(exported):
+    """ONNX Runtime GenAI pads a batch on the right (its mask and positions from the pad
+    token at the end), past and present one buffer for the default folder."""
+    model, folder, _, runtime = exported
+    shared = json.loads((folder / "genai_config.json").read_text())["search"]["past_present_share_buffer"]
+    assert shared is (runtime == "onnxruntime")
+    ids, mask = padded("left")
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                  pad_token_id=PAD)[:, ids.shape[1]:]
+    assert generate_with_genai(folder, padded("right")[0]) == expected.tolist()
