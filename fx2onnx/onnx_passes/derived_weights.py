@@ -54,7 +54,7 @@ class DerivedGroup:
             raise ValueError(f"the weight {self.source.name!r} has no data: give the weights with model_state")
         if isinstance(tensor, TorchTensorData):
             return tensor.raw
-        return torch.from_numpy(np.asarray(tensor.numpy()))
+        return torch.from_numpy(np.array(tensor.numpy()))  # a copy: numpy arrays of ir.Tensor may be read-only
 
 
 class DerivedTensor(ir.LazyTensor):
