@@ -15,7 +15,9 @@ import torch
 
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
+from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.verify import greedy_in_onnxruntime
+from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
 from test_export_hf import PROMPT, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
 
 transformers = pytest.importorskip("transformers")
@@ -98,14 +100,16 @@ def test_fake_mode_writes_the_same_quantized_weights(folders, tmp_path):
         assert array.dtype == fake[name].dtype and array.tobytes() == fake[name].tobytes(), name
 
 
-def test_float_lm_head_and_options(folders, tmp_path):
+def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
     root, _, _ = folders
-    export_hf(root / "source", tmp_path / "out", precision="int4", quantize_lm_head=False, block_size=64, accuracy_level=1)
+    assert main(["export-hf", os.fspath(root / "source"), "--output", os.fspath(tmp_path / "out"), "--precision", "int4",
+                 "--float-lm-head", "--block-size", "64", "--accuracy-level", "1", "--quiet"]) == 0
     path = tmp_path / "out" / "model.onnx"
     kinds = _kinds(path)
     assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14, 1)
     nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
-    assert {onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "block_size"} == {64}
+    attributes = {(a.name, onnx.helper.get_attribute_value(a)) for n in nodes for a in n.attribute}
+    assert {("block_size", 64), ("accuracy_level", 1)} <= attributes and ("block_size", 32) not in attributes
     assert "lm_head.weight" in _initializers(path)
 
 
@@ -121,3 +125,12 @@ def test_precision_errors(folders, tmp_path, capsys):
                  "--block-size", "48", "--quiet"]) == 1
     assert "power of two" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_precision_and_dtype_are_one_interface():
+    assert resolve_precision(None, "float16") == ("float16", None)
+    assert resolve_precision("fp16", None) == ("float16", None)
+    assert resolve_precision("bf16", "bfloat16") == ("bfloat16", None)
+    dtype, quantization = resolve_precision("int8", None, block_size=128, accuracy_level=0, quantize_lm_head=False)
+    assert dtype == "float32" and quantization == WeightQuantization(bits=8, block_size=128, accuracy_level=0, lm_head=False)
+    assert resolve_precision("int4", "float16")[0] == "float16"
