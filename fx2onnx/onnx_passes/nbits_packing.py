@@ -51,6 +51,11 @@ def _pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
 
 
+# Rows quantized at a time: the float temporaries stay a few tens of MB whatever the
+# weight's size (a 7B model's LM head is 131M elements), the outputs are written in place.
+_CHUNK_ELEMENTS = 2**22
+
+
 def pack_weight(weight: torch.Tensor, bits: int, block_size: int, symmetric: bool = True) -> PackedWeight:
     """Quantize ``weight`` given as ``[N, K]`` (PyTorch's ``[out, in]`` layout of a linear
     layer, i.e. the transpose of what MatMul reads) block-wise along K."""
@@ -58,6 +63,26 @@ def pack_weight(weight: torch.Tensor, bits: int, block_size: int, symmetric: boo
         raise ValueError(f"MatMulNBits weights are packed with 4 or 8 bits, not {bits}.")
     if weight.dim() != 2:
         raise ValueError(f"a MatMulNBits weight is a matrix; got shape {tuple(weight.shape)}.")
+    n, k = weight.shape
+    codes_shape, scales_shape, zero_shape = packed_shapes(n, k, bits, block_size)
+    codes = torch.empty(codes_shape, dtype=torch.uint8)
+    scales = torch.empty(scales_shape, dtype=torch.float32).reshape(n, -1)
+    zero_points = None if symmetric else torch.empty(zero_shape, dtype=torch.uint8).reshape(n, -1)
+    step = max(1, _CHUNK_ELEMENTS // max(k, 1))
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        chunk_codes, chunk_scales, chunk_zero = _pack_rows(weight[rows], bits, block_size, symmetric)
+        codes[rows], scales[rows] = chunk_codes, chunk_scales
+        if zero_points is not None:
+            zero_points[rows] = chunk_zero
+    return PackedWeight(codes, scales.reshape(-1), None if zero_points is None else zero_points.reshape(-1))
+
+
+def _pack_rows(
+    weight: torch.Tensor, bits: int, block_size: int, symmetric: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Codes [rows, k_blocks, blob_size], scales [rows, k_blocks] and packed zero points
+    [rows, ceil(k_blocks * bits / 8)] of some rows of a weight."""
     n, k = weight.shape
     blocks = block_count(k, block_size)
     matrix = weight.detach().to(torch.float32)
@@ -78,12 +103,9 @@ def pack_weight(weight: torch.Tensor, bits: int, block_size: int, symmetric: boo
         safe = torch.where(scales == 0, torch.ones_like(scales), scales)
         zero = torch.where(scales == 0, torch.full_like(scales, 2.0 ** (bits - 1)), (-smallest / safe).round().clamp(0, top))
     safe = torch.where(scales == 0, torch.ones_like(scales), scales)
-    codes = (matrix / safe[..., None]).round() + zero[..., None]
-    codes = torch.where(scales[..., None] == 0, zero[..., None], codes).clamp(0, top).to(torch.uint8)
+    codes = (matrix / safe[..., None]).round_().add_(zero[..., None])
+    codes = torch.where(scales[..., None] == 0, zero[..., None], codes).clamp_(0, top).to(torch.uint8)
     if bits == 4:
         codes = _pack_nibbles(codes)
-    zero_points = None
-    if not symmetric:
-        zero_codes = zero.to(torch.uint8)
-        zero_points = (_pack_nibbles(zero_codes) if bits == 4 else zero_codes).reshape(-1)
-    return PackedWeight(codes.contiguous(), scales.reshape(-1).contiguous(), zero_points)
+    zero_codes = zero.to(torch.uint8)
+    return codes, scales, _pack_nibbles(zero_codes) if bits == 4 else zero_codes

@@ -90,6 +90,26 @@ def test_quantized_folder_runs_and_stays_close_to_the_float_model(folders, preci
     assert tokens == own
 
 
+@pytest.mark.parametrize(("precision", "bits"), [("int4", 4), ("int8", 8)])
+def test_codes_and_scales_are_onnxruntime_quantizers_own(folders, precision, bits):
+    """onnxruntime's MatMulNBitsQuantizer run on the float folder with the same settings
+    writes the same codes and scales, byte for byte."""
+    nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")
+    root, _, _ = folders
+    quantizer = nbits.MatMulNBitsQuantizer(
+        onnx.load(os.fspath(root / "float" / "model.onnx")), bits=bits, block_size=32, is_symmetric=True, accuracy_level=4
+    )
+    quantizer.process()
+    theirs = {t.name: onnx.numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
+    ours = _initializers(root / precision / "model.onnx")
+    codes = [name for name in ours if name.endswith(f"_Q{bits}")]
+    assert len(codes) == 15
+    for name in codes:
+        weight = name.removesuffix(f"_Q{bits}")
+        assert ours[name].tobytes() == theirs[name].tobytes(), name
+        assert ours[weight + "_scales"].tobytes() == theirs[weight + "_scales"].tobytes(), name
+
+
 def test_fake_mode_writes_the_same_quantized_weights(folders, tmp_path):
     root, _, _ = folders
     export_hf(root / "source", tmp_path / "fake", precision="int4", fake=True)

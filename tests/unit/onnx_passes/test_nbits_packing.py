@@ -93,3 +93,15 @@ def test_accuracy_level_4_quantizes_activations_only() -> None:
     actual = _run_matmul_nbits(x, packed, k, n, 4, block, accuracy=4)
     # int8 activations: within a percent of the scale of the outputs
     assert np.abs(actual - exact).max() < 0.02 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_rows_packed_in_chunks_as_at_once(monkeypatch, symmetric: bool) -> None:
+    from fx2onnx.onnx_passes import nbits_packing
+
+    weight = torch.randn(37, 80, generator=torch.Generator().manual_seed(7))
+    whole = pack_weight(weight, 4, 32, symmetric)
+    monkeypatch.setattr(nbits_packing, "_CHUNK_ELEMENTS", 3 * 80)  # three rows at a time, the last chunk one row
+    chunked = pack_weight(weight, 4, 32, symmetric)
+    assert torch.equal(whole.codes, chunked.codes) and torch.equal(whole.scales, chunked.scales)
+    assert symmetric or torch.equal(whole.zero_points, chunked.zero_points)
