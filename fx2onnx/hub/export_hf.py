@@ -35,6 +35,7 @@ from fx2onnx.hub.loading import (
 )
 from fx2onnx.hub.verify import Verification, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq
 from fx2onnx.onnx_passes.opset_conversion import newest_opset
+from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
 
 
@@ -146,6 +147,7 @@ def _export_causal_lm(
     if quantization is not None:
         # codes and scales are computed as the weights are written, one at a time
         quantize_linear_weights(program.model, quantization)
+        pack_projections(program.model)
     _save(program, staging / "model.onnx", loaded)
     generation = getattr(loaded.model, "generation_config", None)
     config = genai_config(loaded.config, generation, "model.onnx", program.model)

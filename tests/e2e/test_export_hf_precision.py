@@ -57,15 +57,21 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     path = root / precision / "model.onnx"
     onnx.checker.check_model(os.fspath(path), full_check=True)
     kinds = _kinds(path)
-    # 7 per layer and the LM head; no float MatMul left on a weight
-    assert kinds["MatMulNBits"] == _linear_layers(model) == 15
+    # every linear layer's weight quantized (7 per layer and the LM head), none left float
+    initializers = _initializers(path)
+    assert sum(name.endswith(f"_Q{bits}") for name in initializers) == _linear_layers(model) == 15
     assert kinds["MatMul"] == 0 and kinds["Transpose"] == 0
-    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
+    # Q, K and V, gate and up packed (their codes concatenated, folded by onnxruntime): 4 per layer and the head
+    graph = onnx.load(os.fspath(path), load_external_data=False).graph
+    packing = [n for n in graph.node if n.op_type == "Concat" and all(i in initializers for i in n.input)]
+    assert (kinds["MatMulNBits"], kinds["Split"], len(packing)) == (9, 4, 8)
+    nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    packed_n = sorted(onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "N")
+    assert packed_n == [64] * 4 + [128] * 2 + [256] * 2 + [len(initializers["model.embed_tokens.weight"])]
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
     assert attributes["bits"] == bits and attributes["block_size"] == 32 and attributes["accuracy_level"] == 4
     assert all(len(n.input) == 3 for n in nodes)  # symmetric: no zero points
     # the embedding stays float
-    initializers = _initializers(path)
     assert initializers["model.embed_tokens.weight"].dtype == np.float32
     # float weights: 4 bytes per element; int4 0.5 + a float32 scale per 32 (0.125), int8 1 + 0.125
     linear_bytes = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) * 4
@@ -126,7 +132,7 @@ def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
                  "--float-lm-head", "--block-size", "64", "--accuracy-level", "1", "--quiet"]) == 0
     path = tmp_path / "out" / "model.onnx"
     kinds = _kinds(path)
-    assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14, 1)
+    assert (kinds["MatMulNBits"], kinds["MatMul"]) == (8, 1)
     nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
     attributes = {(a.name, onnx.helper.get_attribute_value(a)) for n in nodes for a in n.attribute}
     assert {("block_size", 64), ("accuracy_level", 1)} <= attributes and ("block_size", 32) not in attributes
