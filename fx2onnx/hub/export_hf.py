@@ -139,7 +139,8 @@ def _check_growing_cache(program: fx2onnx.ONNXProgram, loaded: LoadedModel) -> N
 
 
 def _export_causal_lm(
-    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None,
+    packed: bool = False,
 ) -> list[str]:
     inputs = causal_lm.decode_step_inputs(loaded)
     program = _exported(loaded.model, inputs, options)
@@ -147,7 +148,8 @@ def _export_causal_lm(
     if quantization is not None:
         # codes and scales are computed as the weights are written, one at a time
         quantize_linear_weights(program.model, quantization)
-        pack_projections(program.model)
+        if packed:
+            pack_projections(program.model)
     _save(program, staging / "model.onnx", loaded)
     generation = getattr(loaded.model, "generation_config", None)
     config = genai_config(loaded.config, generation, "model.onnx", program.model)
@@ -221,6 +223,7 @@ def export_hf(
     block_size: int = 32,
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
+    pack_projections: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -252,6 +255,9 @@ def export_hf(
             defaults: int8 activations in the kernel).
         quantize_lm_head: int4/int8 quantize the language-model head too (default, as
             ONNX Runtime GenAI's model builder does); False keeps it float.
+        pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
+            and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
+            1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -275,7 +281,7 @@ def export_hf(
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         exporter = _EXPORTERS[loaded.task]
         if quantization is not None:
-            exporter = functools.partial(_export_causal_lm, quantization=quantization)
+            exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
         files = exporter(loaded, staging, options)
         files += copy_folder_files(folder, staging)
         tokenizer_class = name_tokenizer_class(staging) if loaded.task == TEXT_GENERATION else None

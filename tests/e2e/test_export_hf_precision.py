@@ -61,13 +61,8 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     initializers = _initializers(path)
     assert sum(name.endswith(f"_Q{bits}") for name in initializers) == _linear_layers(model) == 15
     assert kinds["MatMul"] == 0 and kinds["Transpose"] == 0
-    # Q, K and V, gate and up packed (their codes concatenated, folded by onnxruntime): 4 per layer and the head
-    graph = onnx.load(os.fspath(path), load_external_data=False).graph
-    packing = [n for n in graph.node if n.op_type == "Concat" and all(i in initializers for i in n.input)]
-    assert (kinds["MatMulNBits"], kinds["Split"], len(packing)) == (9, 4, 8)
-    nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
-    packed_n = sorted(onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "N")
-    assert packed_n == [64] * 4 + [128] * 2 + [256] * 2 + [len(initializers["model.embed_tokens.weight"])]
+    assert kinds["MatMulNBits"] == 15
+    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
     assert attributes["bits"] == bits and attributes["block_size"] == 32 and attributes["accuracy_level"] == 4
     assert all(len(n.input) == 3 for n in nodes)  # symmetric: no zero points
@@ -132,11 +127,31 @@ def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
                  "--float-lm-head", "--block-size", "64", "--accuracy-level", "1", "--quiet"]) == 0
     path = tmp_path / "out" / "model.onnx"
     kinds = _kinds(path)
-    assert (kinds["MatMulNBits"], kinds["MatMul"]) == (8, 1)
+    assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14, 1)
     nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
     attributes = {(a.name, onnx.helper.get_attribute_value(a)) for n in nodes for a in n.attribute}
     assert {("block_size", 64), ("accuracy_level", 1)} <= attributes and ("block_size", 32) not in attributes
     assert "lm_head.weight" in _initializers(path)
+
+
+def test_packed_projections_on_request(folders, tmp_path):
+    root, _, _ = folders
+    export_hf(root / "source", tmp_path / "out", precision="int4", pack_projections=True)
+    path = tmp_path / "out" / "model.onnx"
+    initializers = _initializers(path)
+    graph = onnx.load(os.fspath(path), load_external_data=False).graph
+    # Q, K and V, gate and up packed (their own codes concatenated, folded by onnxruntime): 4 per layer and the head
+    packing = [n for n in graph.node if n.op_type == "Concat" and all(i in initializers for i in n.input)]
+    kinds = _kinds(path)
+    assert (kinds["MatMulNBits"], kinds["Split"], len(packing)) == (9, 4, 8)
+    nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    packed_n = sorted(onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "N")
+    assert packed_n == [64] * 4 + [128] * 2 + [256] * 2 + [len(initializers["model.embed_tokens.weight"])]
+    # the same codes as the unpacked folder, and the same greedy tokens in onnxruntime
+    unpacked = _initializers(root / "int4" / "model.onnx")
+    assert all(initializers[name].tobytes() == array.tobytes() for name, array in unpacked.items())
+    prompt = [5, 9, 17, 33]
+    assert greedy_in_onnxruntime(path, prompt, 8)[0] == greedy_in_onnxruntime(root / "int4" / "model.onnx", prompt, 8)[0]
 
 
 def test_precision_errors(folders, tmp_path, capsys):
