@@ -8,7 +8,11 @@ with save_pretrained and a tokenizer trained here; ``export`` runs
 about 4.4 GB of float32 weights); ``verify`` loads the real model and runs the folder's
 onnx/model.onnx in onnxruntime: prefill and greedy decode steps, logits compared.
 
-    flock /tmp/fx2onnx-heavy.lock python bench/export_hf_memory.py [--folder /tmp/llama1b]
+``--precision int4`` (or int8) exports weight-only MatMulNBits: each weight is read from
+the checkpoint and quantized as it is written, so the peak stays that of the float export;
+``verify`` then reports the logit error and greedy-token agreement with the float model.
+
+    flock /tmp/fx2onnx-heavy.lock python bench/export_hf_memory.py [--folder /tmp/llama1b] [--precision int4]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def step_write(folder: Path) -> dict:
+def step_write(folder: Path, precision: str | None) -> dict:
     import torch
     import transformers
 
@@ -42,23 +46,26 @@ def step_write(folder: Path) -> dict:
     return {"parameters": parameters, "weight_bytes": sum(p.numel() * 4 for p in model.parameters())}
 
 
-def step_export(folder: Path) -> dict:
+def step_export(folder: Path, precision: str | None) -> dict:
     from fx2onnx.hub import export_hf
 
     start = time.perf_counter()
-    result = export_hf(folder / "source", folder / "out", fake=True)
+    result = export_hf(folder / "source", folder / "out", fake=True, precision=precision)
     return {"seconds": time.perf_counter() - start, "files": result.files,
             "data_bytes": (folder / "out" / "onnx" / "model.onnx_data").stat().st_size}
 
 
-def step_verify(folder: Path) -> dict:
+def step_verify(folder: Path, precision: str | None) -> dict:
     import torch
     import transformers
 
-    from fx2onnx.hub.verify import verify_causal_lm
+    from fx2onnx.hub.verify import verify_causal_lm, verify_quantized_causal_lm
 
     model = transformers.AutoModelForCausalLM.from_pretrained(folder / "source").eval()
     prompt = torch.randint(3, CONFIG["vocab_size"], (12,), generator=torch.Generator().manual_seed(1)).tolist()
+    if precision in ("int4", "int8"):
+        quantized = verify_quantized_causal_lm(folder / "out" / "onnx" / "model.onnx", model, model.config, prompt, 8)
+        return {"summary": quantized.summary()}
     verification = verify_causal_lm(folder / "out" / "onnx" / "model.onnx", model, model.config, prompt, 8)
     return {"max_logit_difference": verification.max_logit_difference, "tokens_equal": verification.tokens_equal}
 
@@ -70,9 +77,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, default=Path("/tmp/fx2onnx-llama1b"))
     parser.add_argument("--child")
+    parser.add_argument("--precision", choices=("int4", "int8", "fp32", "fp16", "bf16"))
     args = parser.parse_args()
     if args.child:
-        result = STEPS[args.child](args.folder)
+        result = STEPS[args.child](args.folder, args.precision)
         result["peak_rss"] = _peak_rss()
         print(json.dumps(result))
         return
@@ -80,7 +88,8 @@ def main() -> None:
     args.folder.mkdir(parents=True)
     results = {}
     for step in STEPS:
-        done = subprocess.run([sys.executable, __file__, "--folder", str(args.folder), "--child", step],
+        command = [sys.executable, __file__, "--folder", str(args.folder), "--child", step]
+        done = subprocess.run(command + (["--precision", args.precision] if args.precision else []),
                               check=True, capture_output=True, text=True)
         results[step] = json.loads(done.stdout.strip().splitlines()[-1])
         print(f"{step:8s} peak RSS {results[step]['peak_rss'] / GiB:5.2f} GiB  "

@@ -16,6 +16,7 @@ from pathlib import Path
 from fx2onnx.cli.paths import check_output_paths, check_readable_file
 from fx2onnx.cli.specs import UsageError, parse_dynamic_spec, parse_input_spec, parse_model_spec
 from fx2onnx.hub.loading import TASKS as HUB_TASKS
+from fx2onnx.hub.precision import PRECISIONS
 from fx2onnx.options import RUNTIMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -127,6 +128,19 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--output", type=Path, required=True, help="the folder to write (new or empty)")
     hub.add_argument("--task", choices=HUB_TASKS, help="default: from the model's config")
     hub.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="default: the checkpoint's")
+    hub.add_argument(
+        "--precision", choices=PRECISIONS,
+        help="int4/int8: a causal LM's linear layers as weight-only MatMulNBits (quantized as the weights are written, "
+        "float32 activations unless --dtype float16); fp32/fp16/bf16: the same as --dtype",
+    )
+    hub.add_argument("--block-size", type=int, default=32, help="int4/int8: weights per scale along K (default 32)")
+    hub.add_argument(
+        "--accuracy-level", type=int, choices=range(5), default=4,
+        help="int4/int8: MatMulNBits' accuracy_level (default 4: int8 activations, onnxruntime's fast CPU path)",
+    )
+    hub.add_argument(
+        "--float-lm-head", action="store_true", help="int4/int8: keep the LM head float (default: quantized, as the GenAI builder does)"
+    )
     hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
     hub.add_argument(
         "--verify", action="store_true",
@@ -162,7 +176,8 @@ def _run_export_hf(args: argparse.Namespace) -> int:
         result = export_hf(
             args.model, args.output, task=args.task, dtype=args.dtype, fake=args.fake, verify=args.verify,
             opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
-            module_functions=args.module_functions,
+            module_functions=args.module_functions, precision=args.precision, block_size=args.block_size,
+            accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error

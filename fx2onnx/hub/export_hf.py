@@ -7,6 +7,7 @@ refused rather than mixed with.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -28,12 +29,17 @@ from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import layout, seq2seq, tokenizer_files
 from fx2onnx.hub.merged_decoder import merge_decoders
+from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel, load_model,
     local_folder,
 )
-from fx2onnx.hub.verify import Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_seq2seq
+from fx2onnx.hub.verify import (
+    Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
+)
 from fx2onnx.onnx_passes.opset_conversion import newest_opset
+from fx2onnx.onnx_passes.packed_projections import pack_projections
+from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
 
 
 @dataclass
@@ -91,8 +97,8 @@ def _weights_dtype(loaded: LoadedModel) -> torch.dtype:
     return next(p.dtype for p in loaded.model.parameters() if p.is_floating_point())
 
 
-def _onnx_file(loaded: LoadedModel, base: str) -> str:
-    return layout.onnx_file(base, _weights_dtype(loaded))
+def _onnx_file(loaded: LoadedModel, base: str, quantization: WeightQuantization | None = None) -> str:
+    return layout.onnx_file(base, _weights_dtype(loaded), quantization.bits if quantization is not None else None)
 
 
 def _save(program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel) -> list[str]:
@@ -146,11 +152,19 @@ def _check_growing_cache(program: fx2onnx.ONNXProgram, loaded: LoadedModel) -> N
         )
 
 
-def _export_causal_lm(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+def _export_causal_lm(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None,
+    packed: bool = False,
+) -> list[str]:
     inputs = causal_lm.decode_step_inputs(loaded)
     program = _exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
-    name = _onnx_file(loaded, layout.MODEL)
+    if quantization is not None:
+        # codes and scales are computed as the weights are written, one at a time
+        quantize_linear_weights(program.model, quantization)
+        if packed:
+            pack_projections(program.model)
+    name = _onnx_file(loaded, layout.MODEL, quantization)
     files = _save(program, staging, name, loaded)
     generation = getattr(loaded.model, "generation_config", None)
     config = genai_config(loaded.config, generation, name, program.model)
@@ -189,7 +203,10 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
 }
 
 
-def _verify(loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None) -> Verification:
+def _verify(
+    loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None,
+    quantization: WeightQuantization | None,
+) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
         model = load_model(loaded.folder, loaded.task, None, fake=False).model
@@ -204,7 +221,10 @@ def _verify(loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, 
     if loaded.task == TEXT_GENERATION:
         vocab = int(loaded.config.vocab_size)
         prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
-        return verify_causal_lm(folder / _onnx_file(loaded, layout.MODEL), model, loaded.config, prompt, tokens, tolerance)
+        path = folder / _onnx_file(loaded, layout.MODEL, quantization)
+        if quantization is not None:
+            return verify_quantized_causal_lm(path, model, loaded.config, prompt, tokens, atol)
+        return verify_causal_lm(path, model, loaded.config, prompt, tokens, tolerance)
     output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
     return verify_outputs(
         folder / _onnx_file(loaded, layout.MODEL), model, lambda size: _encoder_inputs(loaded, size), output, tolerance
@@ -227,6 +247,11 @@ def export_hf(
     say: Callable[[str], None] = lambda line: None,
     runtime: str = "onnxruntime",
     module_functions: bool = False,
+    precision: str | None = None,
+    block_size: int = 32,
+    accuracy_level: int = 4,
+    quantize_lm_head: bool = True,
+    pack_projections: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -254,25 +279,51 @@ def export_hf(
             transformers' answer for any batch, padding and lengths.
         module_functions: keep each module call as an ONNX function (default: one flat
             graph, which onnxruntime's quantizers and optimizers can work on).
+        precision: fp32, fp16 or bf16 (the same as ``dtype``), or int4 or int8: a causal
+            LM's linear layers as onnxruntime's weight-only ``MatMulNBits`` (float32
+            activations unless ``dtype`` is float16), quantized as the weights are
+            written (with ``fake`` too). ``verify`` then reports the logit error and the
+            greedy-token agreement with the float model instead of demanding equality.
+        block_size, accuracy_level: of int4/int8 (defaults 32 and 4, the runtime's CPU
+            defaults: int8 activations in the kernel).
+        quantize_lm_head: int4/int8 quantize the language-model head too (default, as
+            ONNX Runtime GenAI's model builder does); False keeps it float.
+        pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
+            and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
+            1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
     _check_output(output)
+    dtype, quantization = resolve_precision(
+        precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head
+    )
+    if quantization is not None and module_functions:
+        raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake)
+    if quantization is not None and loaded.task != TEXT_GENERATION:
+        raise NotImplementedError(
+            f"precision {precision} (weight-only MatMulNBits) is written for causal LMs; {loaded.task} folders are "
+            "float: give precision fp32, fp16 or bf16."
+        )
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
-        files = _EXPORTERS[loaded.task](loaded, staging, options)
+        exporter = _EXPORTERS[loaded.task]
+        if quantization is not None:
+            exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
+        files = exporter(loaded, staging, options)
         files += copy_folder_files(folder, staging)
-        layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded))
+        bits = quantization.bits if quantization is not None else None
+        layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded), bits)
         files += tokenizer_files.write_folder_tokenizer(folder, staging, loaded.task == TEXT_GENERATION, say)
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
-            result.verification = _verify(loaded, staging, tokens, rtol, atol)
+            result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization)
             say(f"verification: {result.verification.summary()}")
         if output.exists():
             output.rmdir()  # empty, checked above

@@ -3,7 +3,8 @@
 - The ONNX files are under `onnx/`, where Transformers.js looks (its `subfolder`
   default), named as it asks for them: `model.onnx` (causal LMs, encoders, image
   classifiers), or `encoder_model.onnx` and `decoder_model_merged.onnx`; `_fp16` before
-  `.onnx` for float16 weights (its dtype suffix).
+  `.onnx` for float16 weights, `_q4`/`_q4f16`/`_quantized` for int4/int8 ones (its dtype
+  suffixes).
 - Each file's weights are in `<file>_data` beside it (`model.onnx_data`): the name
   Transformers.js fetches and the one the graph's external-data locations give, which
   is where onnxruntime-web looks for them in a browser.
@@ -25,16 +26,27 @@ MODEL, ENCODER, MERGED_DECODER = "model", "encoder_model", "decoder_model_merged
 
 # Transformers.js's dtype names and the file suffixes it derives from them
 _TRANSFORMERS_JS_DTYPES = {torch.float16: ("fp16", "_fp16")}
+# weight-only quantized files (MatMulNBits): (bits, float16 activations) -> the same
+_TRANSFORMERS_JS_QUANTIZED = {
+    (4, False): ("q4", "_q4"), (4, True): ("q4f16", "_q4f16"), (8, False): ("q8", "_quantized"), (8, True): ("q8", "_quantized"),
+}
 
 
-def transformers_js_dtype(dtype: torch.dtype) -> str:
-    """Transformers.js's name for weights of ``dtype`` (float32 and others: fp32)."""
-    return _TRANSFORMERS_JS_DTYPES.get(dtype, ("fp32", ""))[0]
+def _transformers_js_name(dtype: torch.dtype, bits: int | None) -> tuple[str, str]:
+    if bits is not None:
+        return _TRANSFORMERS_JS_QUANTIZED[(bits, dtype == torch.float16)]
+    return _TRANSFORMERS_JS_DTYPES.get(dtype, ("fp32", ""))
 
 
-def onnx_file(base: str, dtype: torch.dtype) -> str:
+def transformers_js_dtype(dtype: torch.dtype, bits: int | None = None) -> str:
+    """Transformers.js's name for weights of ``dtype`` (float32 and others: fp32), or for
+    weights quantized to ``bits`` with activations of ``dtype``."""
+    return _transformers_js_name(dtype, bits)[0]
+
+
+def onnx_file(base: str, dtype: torch.dtype, bits: int | None = None) -> str:
     """The folder-relative path of the ONNX file ``base`` (`model`, `encoder_model`, ...)."""
-    return f"{ONNX_FOLDER}/{base}{_TRANSFORMERS_JS_DTYPES.get(dtype, ('', ''))[1]}.onnx"
+    return f"{ONNX_FOLDER}/{base}{_transformers_js_name(dtype, bits)[1]}.onnx"
 
 
 def data_file(onnx_path: str) -> str:
@@ -47,11 +59,11 @@ def with_data_file(onnx_path: str) -> list[str]:
     return [onnx_path, f"{Path(onnx_path).parent.as_posix()}/{data_file(onnx_path)}"]
 
 
-def mark_for_transformers_js(config_path: Path, dtype: torch.dtype) -> None:
+def mark_for_transformers_js(config_path: Path, dtype: torch.dtype, bits: int | None = None) -> None:
     """Tell Transformers.js, in the folder's `config.json`, that the weights are external
     data files and which dtype (file suffix) to load; other entries are kept."""
     config = json.loads(config_path.read_text(encoding="utf-8"))
     settings = dict(config.get("transformers.js_config") or {})
-    settings.update(use_external_data_format=True, dtype=transformers_js_dtype(dtype))
+    settings.update(use_external_data_format=True, dtype=transformers_js_dtype(dtype, bits))
     config["transformers.js_config"] = settings
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -208,3 +208,67 @@ def verify_seq2seq(
             torch_logits.append(out.logits[:, -1, :])
             torch_tokens.append(int(out.logits[0, -1].argmax()))
     return _compared(zip(onnx_logits, torch_logits), tolerance, tokens == torch_tokens, tokens[1:], torch_tokens[1:])
+
+
+@dataclass
+class QuantizedVerification(Verification):
+    """A quantized folder against the float model: not equal by design, so measured.
+
+    ``token_agreement`` is the share of positions where the folder's greedy token is the
+    float model's, both reading the float model's greedy text (a difference does not
+    carry on into the following positions); ``max_logit_difference`` is over the same
+    positions, ``logit_scale`` the largest float logit there, to judge it by. It passes
+    when the largest difference is at most ``QUANTIZED_LOGIT_ERROR`` of that scale (or the
+    ``atol`` given): int4 with blocks of 32 moves the logits of the tests' random-weight
+    models by 4 to 17% of their largest magnitude."""
+
+    token_agreement: float = 0.0
+    logit_scale: float = 0.0
+
+    def summary(self) -> str:
+        verdict = "within" if self.within_tolerance else "OUTSIDE"
+        return (
+            f"quantized: largest logit difference {self.max_logit_difference:.3g} (logits up to {self.logit_scale:.3g}; "
+            f"{verdict} the bound {self.tolerance.atol:.3g}), "
+            f"greedy tokens agree at {self.token_agreement:.0%} of {len(self.torch_tokens)} positions"
+        )
+
+
+def _prefill_logits(path: Path, tokens: list[int]) -> np.ndarray:
+    """The logits of every position of ``tokens`` read at once, with an empty cache."""
+    with _session(path) as session:
+        inputs = {i.name: i for i in session.get_inputs()}
+        past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
+        dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
+        cache = {n: np.zeros((1, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+        feed = {
+            "input_ids": np.array([tokens], dtype=np.int64), "attention_mask": np.ones((1, len(tokens)), dtype=np.int64),
+            "position_ids": np.arange(len(tokens), dtype=np.int64)[None, :], **cache,
+        }
+        return _run(session, feed)["logits"][0]
+
+
+# The largest logit difference a quantized folder may have from the float model, as a
+# share of the float logits' largest magnitude.
+QUANTIZED_LOGIT_ERROR = 0.25
+
+
+def verify_quantized_causal_lm(
+    path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, atol: float | None = None
+) -> QuantizedVerification:
+    """The quantized decoder at ``path`` against the float ``model``'s greedy generation."""
+    with torch.no_grad():
+        generated = model.generate(
+            torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+            output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,
+        )
+    torch_tokens = generated.sequences[0, len(prompt):].tolist()
+    logits = _prefill_logits(path, prompt + torch_tokens[:-1])[len(prompt) - 1:]
+    onnx_tokens = [int(t) for t in logits.argmax(-1)]
+    torch_logits = torch.cat([step[:1] for step in generated.logits]).float()
+    agreement = sum(a == b for a, b in zip(onnx_tokens, torch_tokens)) / len(torch_tokens)
+    scale = float(torch_logits.abs().max())
+    bound = Tolerance(0.0, atol if atol is not None else QUANTIZED_LOGIT_ERROR * scale)
+    compared = _compared([(logits, torch_logits)], bound, None, onnx_tokens, torch_tokens)
+    return QuantizedVerification(**vars(compared), token_agreement=agreement, logit_scale=scale)

@@ -6,5 +6,7 @@ checker and strict inference (`validate_model`). Weights without data (fake mode
 hidden from the passes and the checker (`fake_weights`). The opset the user asks for is
 reached last, before validation (`opset_conversion`); then the fused kernels, written
 in a domain of their own until the opset is final, join the standard domain
-(`fused_kernels`).
+(`fused_kernels`). On request, linear layers become onnxruntime's weight-only
+`MatMulNBits` (`weight_quantization`), whose codes are computed from each weight when the
+model is written (`derived_weights`).
 """

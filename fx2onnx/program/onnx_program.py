@@ -34,6 +34,7 @@ from fx2onnx.program.model_state import (
 from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
 from fx2onnx.options import ONNXFakeContext
+from fx2onnx.onnx_passes.derived_weights import derived_initializers
 from fx2onnx.onnx_passes.weight_layout import stored_form
 from fx2onnx.program.model_writer import WeightGetter, initializer_bytes, program_getters, write_embedded, write_model
 
@@ -234,7 +235,13 @@ class ONNXProgram:
         model = self._require_model()
         signature = self._model_signature
         by_onnx_name = signature.torch_names() if signature else {}
-        torch_names = {name: by_onnx_name.get(name) or name for name in model.graph.initializers}
+        derived = derived_initializers(model)
+        # a derived initializer (a quantized weight) is read as the weight it comes from
+        torch_names = {
+            name: by_onnx_name.get(source) or source
+            for name in model.graph.initializers
+            for source in [derived[name].group.source.name if name in derived else name]
+        }
         without_data = {torch_names[name] for name in fake_weights(model)}
         parameters = set(signature.parameters.values()) if signature else set(torch_names.values())
         required = without_data | (parameters & set(torch_names.values()))
@@ -260,9 +267,18 @@ class ONNXProgram:
             )
         getters = program_getters(model)
         for name, torch_name in torch_names.items():
-            if torch_name in match.found:
+            if torch_name not in match.found:
+                continue
+            given = match.found[torch_name]
+            if name in derived:
+                tensor = derived[name]
+                weight = tensor.group.source
+                getters[name] = lambda given=given, tensor=tensor, weight=weight: tensor.from_weight(
+                    given, lambda: stored_form(weight, source.get(given))
+                )
+            else:
                 value = model.graph.initializers[name]
-                getters[name] = lambda given=match.found[torch_name], value=value: stored_form(value, source.get(given))
+                getters[name] = lambda given=given, value=value: stored_form(value, source.get(given))
         return getters
 
     def _missing_hint(self, missing: list[str]) -> str:

@@ -1,0 +1,87 @@
+"""Initializers computed from a model weight when they are written (quantized weights).
+
+A pass that replaces a weight by tensors computed from it (MatMulNBits' codes and
+scales) does not compute them at once: each new initializer holds a `DerivedTensor`,
+which knows the weight it comes from (`source`, the replaced initializer's value, with
+its name, layout and, unless exported in fake mode, its data) and how to compute itself
+from it. The tensors are computed when the model is written, one weight at a time, from
+the program's weight or from the same weight read out of a checkpoint
+(`ONNXProgram.save(model_state=...)`, fake mode), so that nothing holds all the float
+weights and the checkpoint's names still find the weights behind the new initializers.
+
+The tensors derived from one weight share a `DerivedGroup`, which computes them
+together and keeps them only until each was taken once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+import torch
+
+from fx2onnx.translate.tensor_data import TorchTensorData, has_data
+
+# the source weight as the model stores it -> each derived initializer's tensor, by name
+Derive = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+
+
+class DerivedGroup:
+    """The initializers computed together from one weight."""
+
+    def __init__(self, source: ir.Value, derive: Derive, names: list[str]) -> None:
+        self.source = source
+        self._derive = derive
+        self._names = names
+        self._cached: tuple[object, dict[str, torch.Tensor], set[str]] | None = None
+
+    def tensor(self, name: str, key: object, read: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The tensor ``name`` derived from the weight ``read`` gives (``key`` says which
+        reading it is: the outputs of one reading are computed once)."""
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, self._derive(read()), set())
+        _, outputs, taken = self._cached
+        taken.add(name)
+        if taken.issuperset(self._names):
+            self._cached = None  # every output taken: keep no copy
+        return outputs[name]
+
+    def program_weight(self) -> torch.Tensor:
+        """The source weight as the program holds it (stored layout)."""
+        tensor = self.source.const_value
+        if tensor is None or not has_data(tensor):
+            raise ValueError(f"the weight {self.source.name!r} has no data: give the weights with model_state")
+        if isinstance(tensor, TorchTensorData):
+            return tensor.raw
+        return torch.from_numpy(np.array(tensor.numpy()))  # a copy: numpy arrays of ir.Tensor may be read-only
+
+
+class DerivedTensor(ir.LazyTensor):
+    """An initializer's tensor computed from another weight when it is written."""
+
+    def __init__(self, group: DerivedGroup, name: str, dtype: ir.DataType, shape: ir.Shape) -> None:
+        self.group = group
+        super().__init__(self._from_program, dtype, shape, name=name)
+
+    def _from_program(self) -> ir.TensorProtocol:
+        assert self.name is not None
+        return TorchTensorData(self.group.tensor(self.name, "program", self.group.program_weight), name=self.name)
+
+    @property
+    def has_data(self) -> bool:
+        return has_data(self.group.source.const_value)
+
+    def from_weight(self, key: object, read: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """This tensor computed from the source weight that ``read`` gives in the stored layout."""
+        assert self.name is not None
+        return self.group.tensor(self.name, key, read)
+
+
+def derived_initializers(model: ir.Model) -> dict[str, DerivedTensor]:
+    """The initializers of ``model`` computed from a weight when written, by name."""
+    return {
+        name: value.const_value
+        for name, value in model.graph.initializers.items()
+        if isinstance(value.const_value, DerivedTensor)
+    }

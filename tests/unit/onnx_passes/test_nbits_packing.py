@@ -1,0 +1,107 @@
+"""MatMulNBits packing against onnxruntime's own kernel: the kernel's output equals the
+matrix product with a numpy dequantization of the packed data (written here from the
+contrib op's spec, independently of the packing code), and the dequantized weight is
+within one quantization step of the float weight."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+import torch
+
+from fx2onnx.onnx_passes.nbits_packing import pack_weight, packed_shapes
+
+
+def _dequantize(codes: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, bits: int, k: int) -> np.ndarray:
+    """W as [K, N] from MatMulNBits' B, scales and zero points (the contrib op's spec)."""
+    n, blocks, _ = codes.shape
+    if bits == 4:
+        unpacked = np.stack([codes & 0x0F, codes >> 4], axis=-1).reshape(n, blocks, -1)
+    else:
+        unpacked = codes
+    if zero_points is None:
+        zero = np.full((n, blocks), 2 ** (bits - 1), dtype=np.float32)
+    elif bits == 4:
+        rows = zero_points.reshape(n, -1)
+        zero = np.stack([rows & 0x0F, rows >> 4], axis=-1).reshape(n, -1)[:, :blocks].astype(np.float32)
+    else:
+        zero = zero_points.reshape(n, blocks).astype(np.float32)
+    weight = (unpacked.astype(np.float32) - zero[..., None]) * scales.reshape(n, blocks)[..., None]
+    return weight.reshape(n, -1)[:, :k].T
+
+
+def _run_matmul_nbits(x: np.ndarray, packed, k: int, n: int, bits: int, block: int, accuracy: int) -> np.ndarray:
+    import onnxruntime as ort
+
+    inputs = ["x", "B", "scales"] + (["zero_points"] if packed.zero_points is not None else [])
+    node = oh.make_node(
+        "MatMulNBits", inputs, ["y"], domain="com.microsoft", K=k, N=n, bits=bits, block_size=block, accuracy_level=accuracy
+    )
+    initializers = [
+        onnx.numpy_helper.from_array(packed.codes.numpy(), "B"),
+        onnx.numpy_helper.from_array(packed.scales.numpy(), "scales"),
+    ]
+    if packed.zero_points is not None:
+        initializers.append(onnx.numpy_helper.from_array(packed.zero_points.numpy(), "zero_points"))
+    graph = oh.make_graph(
+        [node], "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, k])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [None, n])], initializers,
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21), oh.make_opsetid("com.microsoft", 1)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize(
+    ("bits", "symmetric", "k"), [(4, True, 96), (4, False, 96), (8, True, 96), (8, False, 96), (4, True, 80), (4, False, 112)]
+)
+def test_packing_matches_onnxruntime_kernel(bits: int, symmetric: bool, k: int) -> None:
+    block, n = 32, 24
+    generator = torch.Generator().manual_seed(bits * 1000 + k)
+    weight = torch.randn(n, k, generator=generator)  # PyTorch's [out, in]
+    packed = pack_weight(weight, bits, block, symmetric)
+    codes_shape, scales_shape, zero_shape = packed_shapes(n, k, bits, block)
+    assert tuple(packed.codes.shape) == codes_shape and packed.codes.dtype == torch.uint8
+    assert tuple(packed.scales.shape) == scales_shape
+    assert (packed.zero_points is None) == symmetric
+    if packed.zero_points is not None:
+        assert tuple(packed.zero_points.shape) == zero_shape
+    dequantized = _dequantize(
+        packed.codes.numpy(), packed.scales.numpy(), None if symmetric else packed.zero_points.numpy(), bits, k
+    )
+    # every element within one step of its block (the extreme maps exactly, the rest round)
+    steps = np.repeat(np.abs(packed.scales.numpy()).reshape(n, -1), block, axis=1)[:, :k].T
+    error = np.abs(dequantized - weight.numpy().T)
+    assert (error <= steps * (1.0 if symmetric else 0.5) + 1e-6).all()
+    assert error.max() > 0  # it did quantize
+    x = torch.randn(5, k, generator=generator).numpy()
+    # accuracy level 0/1: float activations, the kernel computes with the dequantized weight
+    actual = _run_matmul_nbits(x, packed, k, n, bits, block, accuracy=0)
+    np.testing.assert_allclose(actual, x @ dequantized, rtol=1e-4, atol=1e-4)
+
+
+def test_accuracy_level_4_quantizes_activations_only() -> None:
+    k, n, block = 128, 48, 32
+    generator = torch.Generator().manual_seed(4)
+    weight = torch.randn(n, k, generator=generator)
+    packed = pack_weight(weight, 4, block)
+    dequantized = _dequantize(packed.codes.numpy(), packed.scales.numpy(), None, 4, k)
+    x = torch.randn(3, k, generator=generator).numpy()
+    exact = x @ dequantized
+    actual = _run_matmul_nbits(x, packed, k, n, 4, block, accuracy=4)
+    # int8 activations: within a percent of the scale of the outputs
+    assert np.abs(actual - exact).max() < 0.02 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_rows_packed_in_chunks_as_at_once(monkeypatch, symmetric: bool) -> None:
+    from fx2onnx.onnx_passes import nbits_packing
+
+    weight = torch.randn(37, 80, generator=torch.Generator().manual_seed(7))
+    whole = pack_weight(weight, 4, 32, symmetric)
+    monkeypatch.setattr(nbits_packing, "_CHUNK_ELEMENTS", 3 * 80)  # three rows at a time, the last chunk one row
+    chunked = pack_weight(weight, 4, 32, symmetric)
+    assert torch.equal(whole.codes, chunked.codes) and torch.equal(whole.scales, chunked.scales)
+    assert symmetric or torch.equal(whole.zero_points, chunked.zero_points)
