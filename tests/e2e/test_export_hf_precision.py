@@ -6,6 +6,7 @@ the expected ratio, and `--verify` reports how close it stays to the float model
 from __future__ import annotations
 
 import collections
+import json
 import os
 
 import numpy as np
@@ -28,8 +29,16 @@ def _kinds(path) -> collections.Counter:
     return collections.Counter(node.op_type for node in onnx.load(os.fspath(path), load_external_data=False).graph.node)
 
 
+def model_file(folder):
+    """A causal-LM folder's model, where its genai_config.json names it (the file name says
+    its precision, as Transformers.js names files: model.onnx, model_q4.onnx, ...)."""
+    config = json.loads((folder / "genai_config.json").read_text())
+    return folder / config["model"]["decoder"]["filename"]
+
+
 def _folder_bytes(folder) -> int:
-    return sum((folder / name).stat().st_size for name in ("model.onnx", "model.onnx.data"))
+    path = model_file(folder)
+    return sum(p.stat().st_size for p in (path, path.with_name(path.name + "_data")))
 
 
 def _initializers(path) -> dict[str, np.ndarray]:
@@ -54,7 +63,11 @@ def folders(tmp_path_factory, tokenizer):  # noqa: F811
 @pytest.mark.parametrize(("precision", "bits"), [("int4", 4), ("int8", 8)])
 def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     root, model, results = folders
-    path = root / precision / "model.onnx"
+    path = model_file(root / precision)
+    # named as Transformers.js names quantized files, and config.json says which to load
+    names = {"int4": ("model_q4.onnx", "q4"), "int8": ("model_quantized.onnx", "q8")}[precision]
+    config = json.loads((root / precision / "config.json").read_text())
+    assert (path.relative_to(root / precision).as_posix(), config["transformers.js_config"]["dtype"]) == (f"onnx/{names[0]}", names[1])
     onnx.checker.check_model(os.fspath(path), full_check=True)
     kinds = _kinds(path)
     # every linear layer's weight quantized (7 per layer and the LM head), none left float
@@ -87,7 +100,7 @@ def test_quantized_folder_runs_and_stays_close_to_the_float_model(folders, preci
     # folder's own (decode steps over the cache, through MatMulNBits at accuracy level 4)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     tokens, _ = generate_with_genai(root / precision, prompt_ids, 8)
-    own, _ = greedy_in_onnxruntime(root / precision / "model.onnx", prompt_ids, 8)
+    own, _ = greedy_in_onnxruntime(model_file(root / precision), prompt_ids, 8)
     assert tokens == own
 
 
@@ -98,11 +111,11 @@ def test_codes_and_scales_are_onnxruntime_quantizers_own(folders, precision, bit
     nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")
     root, _, _ = folders
     quantizer = nbits.MatMulNBitsQuantizer(
-        onnx.load(os.fspath(root / "float" / "model.onnx")), bits=bits, block_size=32, is_symmetric=True, accuracy_level=4
+        onnx.load(os.fspath(model_file(root / "float"))), bits=bits, block_size=32, is_symmetric=True, accuracy_level=4
     )
     quantizer.process()
     theirs = {t.name: onnx.numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
-    ours = _initializers(root / precision / "model.onnx")
+    ours = _initializers(model_file(root / precision))
     codes = [name for name in ours if name.endswith(f"_Q{bits}")]
     assert len(codes) == 15
     for name in codes:
@@ -114,7 +127,7 @@ def test_codes_and_scales_are_onnxruntime_quantizers_own(folders, precision, bit
 def test_fake_mode_writes_the_same_quantized_weights(folders, tmp_path):
     root, _, _ = folders
     export_hf(root / "source", tmp_path / "fake", precision="int4", fake=True)
-    real, fake = _initializers(root / "int4" / "model.onnx"), _initializers(tmp_path / "fake" / "model.onnx")
+    real, fake = _initializers(model_file(root / "int4")), _initializers(model_file(tmp_path / "fake"))
     assert real.keys() == fake.keys()
     assert sum(name.endswith("_Q4") for name in real) == 15
     for name, array in real.items():
@@ -125,7 +138,7 @@ def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
     root, _, _ = folders
     assert main(["export-hf", os.fspath(root / "source"), "--output", os.fspath(tmp_path / "out"), "--precision", "int4",
                  "--float-lm-head", "--block-size", "64", "--accuracy-level", "1", "--quiet"]) == 0
-    path = tmp_path / "out" / "model.onnx"
+    path = model_file(tmp_path / "out")
     kinds = _kinds(path)
     assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14, 1)
     nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
@@ -137,7 +150,7 @@ def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
 def test_packed_projections_on_request(folders, tmp_path):
     root, _, _ = folders
     export_hf(root / "source", tmp_path / "out", precision="int4", pack_projections=True)
-    path = tmp_path / "out" / "model.onnx"
+    path = model_file(tmp_path / "out")
     initializers = _initializers(path)
     graph = onnx.load(os.fspath(path), load_external_data=False).graph
     # Q, K and V, gate and up packed (their own codes concatenated, folded by onnxruntime): 4 per layer and the head
@@ -148,10 +161,10 @@ def test_packed_projections_on_request(folders, tmp_path):
     packed_n = sorted(onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "N")
     assert packed_n == [64] * 4 + [128] * 2 + [256] * 2 + [len(initializers["model.embed_tokens.weight"])]
     # the same codes as the unpacked folder, and the same greedy tokens in onnxruntime
-    unpacked = _initializers(root / "int4" / "model.onnx")
+    unpacked = _initializers(model_file(root / "int4"))
     assert all(initializers[name].tobytes() == array.tobytes() for name, array in unpacked.items())
     prompt = [5, 9, 17, 33]
-    assert greedy_in_onnxruntime(path, prompt, 8)[0] == greedy_in_onnxruntime(root / "int4" / "model.onnx", prompt, 8)[0]
+    assert greedy_in_onnxruntime(path, prompt, 8)[0] == greedy_in_onnxruntime(model_file(root / "int4"), prompt, 8)[0]
 
 
 def test_precision_errors(folders, tmp_path, capsys):
