@@ -213,3 +213,18 @@ def test_t5_folder_in_transformers_js(tmp_path, tokenizer, transformers_js):
                                       min_new_tokens=NEW_TOKENS)
         assert tokens == expected[0, 1:].tolist()
     assert len({t for tokens in result["generated"] for t in tokens}) > 3  # not one token repeated
+
+
+def test_int4_folder_in_transformers_js(tmp_path, tokenizer, transformers_js):
+    """An `export-hf --precision int4` folder (MatMulNBits, `onnx/model_q4.onnx`, dtype q4 in
+    config.json) loads as written and generates what onnxruntime generates on the same file."""
+    from fx2onnx.hub.verify import greedy_in_onnxruntime
+
+    save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, precision="int4")
+    prompts = [list(tokenizer(text)["input_ids"]) for text in PROMPTS]
+    job = {"folder": str(out), "task": "text-generation", "strings": [], "prompts": prompts, "new_tokens": NEW_TOKENS}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)
+    expected = [greedy_in_onnxruntime(out / "onnx" / "model_q4.onnx", prompt, NEW_TOKENS)[0] for prompt in prompts]
+    assert result["generated"] == expected
