@@ -40,23 +40,46 @@ def find_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: OnnxF
     return found
 
 
+def _grouped(unsupported: list[tuple[torch.fx.Node, str]]) -> list[list[tuple[torch.fx.Node, str]]]:
+    """The unsupported nodes grouped by operator and reason, in graph order: a model with
+    one unsupported operator in every layer gets one problem, not one per layer."""
+    groups: dict[tuple[str, str, bool], list[tuple[torch.fx.Node, str]]] = {}
+    for node, reason in unsupported:
+        key = (_operator_name(node), str(reason), isinstance(reason, WrongKindOfFunction))
+        groups.setdefault(key, []).append((node, reason))
+    return list(groups.values())
+
+
+def _nodes_text(nodes: list[torch.fx.Node], shown: int = 5) -> str:
+    """``FX node 'a'`` or ``12 FX nodes alike ('a', 'b', ... and 9 more)``."""
+    if len(nodes) == 1:
+        return f"FX node '{nodes[0].name}'"
+    names = ", ".join(f"'{node.name}'" for node in nodes[:shown])
+    rest = f" and {len(nodes) - shown} more" if len(nodes) > shown else ""
+    return f"{len(nodes)} FX nodes alike ({names}{rest})"
+
+
 def report_unsupported_nodes(
     graph_module: torch.fx.GraphModule, dispatcher: OnnxFunctionDispatcher, context: DiagnosticContext
 ) -> list[torch.fx.Node]:
-    """Record one error (FXE0012) per node that cannot be translated; return the nodes."""
+    """Record one error (FXE0012) per operator and reason that cannot be translated, at
+    the first such node's line, with how many nodes share it; return every such node."""
     unsupported = find_unsupported_nodes(graph_module, dispatcher)
-    for node, reason in unsupported:
+    for group in _grouped(unsupported):
+        node, reason = group[0]
+        nodes = [member for member, _ in group]
         name = _operator_name(node)
+        properties = {"fx_node": node.name, "operator": name, "fx_nodes": [n.name for n in nodes], "count": len(nodes)}
         if isinstance(reason, WrongKindOfFunction):
             context.record(
                 rules.NO_SYMBOLIC_FUNCTION_FOR_CALL_FUNCTION,
                 Level.ERROR,
-                f"{reason}, but FX node '{node.name}' ({_torch_spelling(node)}) takes "
+                f"{reason}, but {_nodes_text(nodes)} ({_torch_spelling(node)}) takes "
                 f"{'complex' if 'complex' in reason else 'no complex'} tensors. Register one with "
                 "OnnxRegistry.register_op(..., is_complex=...) and pass ExportOptions(onnx_registry=...).",
                 location=node_location(node),
                 stack=node_stack(node),
-                properties={"fx_node": node.name, "operator": name},
+                properties=properties,
             )
             continue
         context.record(
@@ -66,11 +89,11 @@ def report_unsupported_nodes(
             stack=node_stack(node),
             target=name,
             reason=(
-                f"{reason} (FX node '{node.name}'), and PyTorch has no decomposition for it. Register a function "
+                f"{reason} ({_nodes_text(nodes)}), and PyTorch has no decomposition for it. Register a function "
                 "with OnnxRegistry.register_op and pass ExportOptions(onnx_registry=...), or rewrite "
                 "the model with supported operators."
             ),
-            properties={"fx_node": node.name, "operator": name},
+            properties=properties,
         )
     return [node for node, _ in unsupported]
 

@@ -174,6 +174,30 @@ def test_three_unsupported_operators_give_three_errors_at_their_lines(tmp_path):
     assert "error: 3" in summary and "FXE0012" in summary
 
 
+class RepeatedUnsupported(torch.nn.Module):
+    """One unsupported operator in every one of seven layers, and another once."""
+
+    def forward(self, x):
+        for _ in range(7):
+            x = op_alpha(x).relu()  # alpha in a loop
+        return op_beta(x)  # beta once
+
+
+def test_identical_unsupported_nodes_are_one_problem_with_a_count(tmp_path):
+    report = tmp_path / "repeated.sarif"
+    error = export_failure(RepeatedUnsupported(), torch.randn(2, 3), failure_report_path=report)
+    errors = error.diagnostic_context.errors()
+    assert [(d.rule.id, d.properties["operator"], d.properties["count"]) for d in errors] == [
+        ("FXE0012", "fx2onnx_diag_test::alpha", 7), ("FXE0012", "fx2onnx_diag_test::beta", 1),
+    ]
+    alpha = errors[0]
+    assert (alpha.location.path, alpha.location.line) == (THIS_FILE, line_of("alpha in a loop"))
+    assert len(alpha.properties["fx_nodes"]) == 7
+    assert "7 FX nodes alike (" in alpha.message and "and 2 more)" in alpha.message
+    assert "2 errors" in str(error)
+    assert [r["ruleId"] for r in results_of(validate_sarif(report)) if r["level"] == "error"] == ["FXE0012"] * 2
+
+
 def test_each_problem_is_reported_once(tmp_path):
     """The analysis (FXE0012) and the dispatcher (FXE0011) never both report a node, and
     the users of a failed node are skipped instead of failing again."""
