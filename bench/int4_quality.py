@@ -9,6 +9,8 @@ trained here) for ``--minutes`` on CPU, on the Python standard library's ``.py``
 in onnxruntime with an empty cache on the same held-out windows (teacher forced): its
 perplexity, and the share of positions where its argmax equals the PyTorch float model's.
 The runner reads each folder's file and input/output names from its genai_config.json.
+The builder's float folder (``-p fp32``) is the control: how far two float graphs of the
+same weights differ, which bounds what a difference between the int4 folders can mean.
 
     flock /tmp/fx2onnx-heavy.lock python bench/int4_quality.py [--minutes 4] [--windows 48] \\
         [--markdown out.md] [--keep DIR]
@@ -31,7 +33,7 @@ import numpy as np
 
 VOCAB = 2000
 WINDOW = 128
-FOLDERS = ("fx2onnx-fp32", "fx2onnx-int4", "builder-int4")
+FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
 
 
 def stdlib_texts() -> tuple[str, str]:
@@ -186,10 +188,10 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"Trained {results['steps']} steps ({results['minutes']} min), final training loss "
              f"{results['loss']:.3f}; {results['windows']} held-out windows of {WINDOW} tokens. {results['versions']}.", "",
              "| folder | size (MB) | perplexity | greedy agreement with float PyTorch |", "|---|---:|---:|---:|"]
-    lines.append(f"| PyTorch float | - | {results['torch']['perplexity']:.3f} | 1.0000 |")
+    lines.append(f"| PyTorch float | - | {results['torch']['perplexity']:.4f} | 1.0000 |")
     for name in FOLDERS:
         row = results["folders"][name]
-        lines.append(f"| {name} | {row['bytes'] / 1e6:.2f} | {row['perplexity']:.3f} | {row['agreement']:.4f} |")
+        lines.append(f"| {name} | {row['bytes'] / 1e6:.2f} | {row['perplexity']:.4f} | {row['agreement']:.4f} |")
     return "\n".join(lines)
 
 
