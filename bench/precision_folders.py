@@ -8,7 +8,7 @@ The model is `runtime_speed.py`'s LLaMA-style one (4 layers x 512, GQA 8/4 heads
 ``fx2onnx-int4-packed`` is `export_hf(..., pack_projections=True)`: Q, K and V (and gate
 and up) as one MatMulNBits and a Split, as the builder packs Q, K and V. Random
 weights give flat logits, so token agreement between int4 folders says little: quality
-needs a trained model (see issue 36's acceptance).
+needs a trained model: `int4_quality.py` measures it.
 
     flock /tmp/fx2onnx-heavy.lock python bench/precision_folders.py [--rounds 3] [--sizes-only] \\
         [--markdown bench/precision_folders.md]

@@ -15,7 +15,8 @@ shape ``[K, N]`` kept as integer codes along K, in blocks of ``block_size`` rows
 The weight is ``(code - zero_point) * scale``. Symmetric blocks map the element of
 largest magnitude to the lowest code, as onnxruntime's own quantizer does: the scale is
 ``extreme / -2 ** (bits - 1)``, so that the full range ``[-2 ** (bits - 1), 2 ** (bits - 1) - 1]``
-is used. Everything is computed in float32 with torch, one weight at a time.
+is used. Everything is computed in float32 with torch, one weight at a time, in the order
+and with the rounding of onnxruntime's quantizer, so that the codes are its codes byte for byte.
 """
 
 from __future__ import annotations
@@ -103,7 +104,11 @@ def _pack_rows(
         safe = torch.where(scales == 0, torch.ones_like(scales), scales)
         zero = torch.where(scales == 0, torch.full_like(scales, 2.0 ** (bits - 1)), (-smallest / safe).round().clamp(0, top))
     safe = torch.where(scales == 0, torch.ones_like(scales), scales)
-    codes = (matrix / safe[..., None]).round_().add_(zero[..., None])
+    # As onnxruntime's quantizer: v * (1 / scale) + zero_point in float32, rounded half away
+    # from zero (C's roundf; torch.round is half to even). Negative sums clamp to 0 either way.
+    codes = (matrix * (1.0 / safe)[..., None]).add_(zero[..., None])
+    floor = codes.floor()
+    codes = floor.add_(codes.sub_(floor).ge_(0.5))
     codes = torch.where(scales[..., None] == 0, zero[..., None], codes).clamp_(0, top).to(torch.uint8)
     if bits == 4:
         codes = _pack_nibbles(codes)

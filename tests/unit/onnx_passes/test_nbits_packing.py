@@ -105,3 +105,34 @@ def test_rows_packed_in_chunks_as_at_once(monkeypatch, symmetric: bool) -> None:
     chunked = pack_weight(weight, 4, 32, symmetric)
     assert torch.equal(whole.codes, chunked.codes) and torch.equal(whole.scales, chunked.scales)
     assert symmetric or torch.equal(whole.zero_points, chunked.zero_points)
+
+
+def _onnxruntime_quantizer(weight: np.ndarray, bits: int, block: int, symmetric: bool):
+    """B, scales and zero points from the quantizer MatMulNBitsQuantizer calls."""
+    from onnxruntime.capi import _pybind_state
+
+    n, k = weight.shape
+    codes_shape, scales_shape, zero_shape = packed_shapes(n, k, bits, block)
+    codes, scales = np.zeros(codes_shape, np.uint8), np.zeros(scales_shape, np.float32)
+    zero_points = np.zeros(zero_shape, np.uint8)
+    quantize = _pybind_state.quantize_matmul_4bits if bits == 4 else _pybind_state.quantize_matmul_8bits
+    quantize(codes, np.ascontiguousarray(weight.T), scales, zero_points, block, n, k, symmetric)
+    return codes, scales, zero_points
+
+
+@pytest.mark.parametrize(("bits", "symmetric"), [(4, True), (8, True), (4, False), (8, False)])
+def test_codes_equal_onnxruntime_quantizer_on_ties(bits: int, symmetric: bool) -> None:
+    # Half-step values (x.5 after scaling) are where rounding rules differ: onnxruntime
+    # rounds v * (1 / scale) + zero_point half away from zero, in float32.
+    generator = torch.Generator().manual_seed(11)
+    steps = torch.randint(-15, 16, (64, 256), generator=generator).to(torch.float32) / 2
+    ties = steps / 2 ** (bits - 1)
+    ties[:, ::32] = -1.0  # each block's extreme: the scale is exactly 1 / 2 ** (bits - 1)
+    noisy = torch.randn(512, 768, generator=generator) * 0.02
+    for weight in (ties, noisy):
+        packed = pack_weight(weight, bits, 32, symmetric)
+        codes, scales, zero_points = _onnxruntime_quantizer(weight.numpy(), bits, 32, symmetric)
+        assert np.array_equal(packed.scales.numpy(), scales)
+        assert symmetric or np.array_equal(packed.zero_points.numpy(), zero_points)
+        differing = int((packed.codes.numpy() != codes).sum())
+        assert differing == 0, f"{differing} of {codes.size} code bytes differ from onnxruntime's quantizer"
