@@ -127,15 +127,21 @@ def _compared(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = None
     )
 
 
+def _empty_cache(session: Any) -> dict[str, np.ndarray]:
+    """An empty cache for a decoder session: each ``past_key_values.*`` input with the
+    model's own heads and head size, (1, heads, 0, head size), in the cache's dtype."""
+    inputs = {i.name: i for i in session.get_inputs()}
+    past_names = [n for n in inputs if n.startswith("past_key_values.")]
+    cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
+    dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
+    return {n: np.zeros((1, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+
+
 def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """Greedy generation with the exported decoder: prefill, then one token per step."""
     with _session(path) as session:
-        inputs = {i.name: i for i in session.get_inputs()}
-        past_names = [n for n in inputs if n.startswith("past_key_values.")]
-        cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
-        dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-        # an empty cache of the model's own heads and head size (batch, heads, 0, head size)
-        cache = {n: np.zeros((1, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+        cache = _empty_cache(session)
+        past_names = list(cache)
         tokens, logits_seen = list(prompt), []
         step = np.array([prompt], dtype=np.int64)
         for _ in range(new_tokens):
@@ -187,8 +193,7 @@ def verify_seq2seq(
     tokens, onnx_logits = [start], []
     with _session(encoder_path) as encoder, _session(decoder_path) as decoder:
         hidden = _run(encoder, {k: v.numpy() for k, v in encoder_inputs.items()})["last_hidden_state"]
-        pasts = [i for i in decoder.get_inputs() if i.name.startswith("past_key_values.")]
-        cache = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=hidden.dtype) for i in pasts}
+        cache = _empty_cache(decoder)
         for step in range(steps):
             feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden, **cache,
                     "use_cache_branch": np.array([step > 0])}
@@ -237,11 +242,7 @@ class QuantizedVerification(Verification):
 def _prefill_logits(path: Path, tokens: list[int]) -> np.ndarray:
     """The logits of every position of ``tokens`` read at once, with an empty cache."""
     with _session(path) as session:
-        inputs = {i.name: i for i in session.get_inputs()}
-        past_names = [n for n in inputs if n.startswith("past_key_values.")]
-        cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
-        dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-        cache = {n: np.zeros((1, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+        cache = _empty_cache(session)
         feed = {
             "input_ids": np.array([tokens], dtype=np.int64), "attention_mask": np.ones((1, len(tokens)), dtype=np.int64),
             "position_ids": np.arange(len(tokens), dtype=np.int64)[None, :], **cache,
