@@ -147,8 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the folder as its runtime will and compare with transformers; exit 1 when an output is outside "
         "the tolerance or a greedy token differs",
     )
-    hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see README)")
-    hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see README)")
+    hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
+    hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
     hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
     hub.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
