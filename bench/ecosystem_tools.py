@@ -83,15 +83,19 @@ def feeds(path: Path, args: tuple[torch.Tensor, ...]) -> dict[str, np.ndarray]:
     return {value.name: arg.numpy() for value, arg in zip(session.get_inputs(), args)}
 
 
-def latency(path: Path, inputs: dict[str, np.ndarray], runs: int) -> float:
-    session = ort.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
-    session.run(None, inputs)
+def median_seconds(runner: ort.InferenceSession, feed: dict[str, np.ndarray], runs: int) -> float:
+    """The median time of ``runs`` runs of ``runner`` on ``feed``, after one warm-up run."""
+    runner.run(None, feed)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        session.run(None, inputs)
+        runner.run(None, feed)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def latency(path: Path, inputs: dict[str, np.ndarray], runs: int) -> float:
+    return median_seconds(ort.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"]), inputs, runs)
 
 
 def run_tools(name: str, path: Path, args: tuple[torch.Tensor, ...], runs: int) -> dict[str, str]:

@@ -15,15 +15,14 @@ import logging
 import os
 import statistics
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 import torch
 
 import fx2onnx
+from ecosystem_tools import median_seconds  # bench/, beside this script
 
 
 def quantized(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Module:
@@ -41,16 +40,6 @@ def session(path: Path, threads: int) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
-
-
-def median_seconds(runner: ort.InferenceSession, feed: dict[str, np.ndarray], runs: int) -> float:
-    runner.run(None, feed)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        runner.run(None, feed)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
