@@ -50,10 +50,8 @@ from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attenti
 from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
-from fx2onnx.fx_passes.quantized_weights import fuse_scaled_integer_matmuls, fuse_weight_only_linears
-from fx2onnx.onnx_passes.constant_form import constants_as_tensors
-from fx2onnx.onnx_passes.quantized_matmul import integer_matmuls
-from fx2onnx.onnx_passes.weight_layout import store_weights_transposed, store_zero_points_quantized
+from fx2onnx.fx_passes.quantized_weights import keep_quantized_weights
+from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
 from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.options import ExportOptions, ModuleFunctionOptions
 from fx2onnx.fx_passes.modularize import modularize, unmatched_patterns
@@ -203,9 +201,7 @@ def _export(
         run_pass(context, "decompose_nodes", on_every_graph(decompose_nodes), graph_module, registry, context)
         run_pass(context, "insert_type_promotion", on_every_graph(insert_type_promotion), graph_module, context)
         if options.runtime == "onnxruntime":  # its MatMulNBits keeps quantized weights quantized
-            kept = run_pass(context, "fuse_weight_only_linears", fuse_weight_only_linears, graph_module)
-            _tell_unfused_quantized_linears(kept or [], context)
-            run_pass(context, "fuse_scaled_integer_matmuls", on_every_graph(fuse_scaled_integer_matmuls), graph_module)
+            run_pass(context, "keep_quantized_weights", on_every_graph(keep_quantized_weights), graph_module, context)
         if options.fused_kernels:
             opset, chosen = options.opset_version or registry.opset_version, options.opset_version is not None
             target = FusionTarget(options.runtime, _causal_mask_placeholder(options.causal_mask_input, io))
@@ -256,11 +252,8 @@ def _export(
     guard_group_query_attention(model_ir)  # onnxruntime's kernel where it runs, the exact form elsewhere
     if not legalize_float8(model_ir, context):  # after the opset is final: float8 needs 19 or newer
         raise _ExportFailed()
-    with timer.stage("tool layout"):  # what the tools people run on the file look for
-        store_weights_transposed(model_ir)
-        store_zero_points_quantized(model_ir)
-        integer_matmuls(model_ir)
-        constants_as_tensors(model_ir)
+    with timer.stage("tool layout"):
+        lay_out_for_tools(model_ir)
     with timer.stage("validation"):
         if not validate_model(model_ir, graph_module, context):
             raise _ExportFailed()
@@ -295,15 +288,6 @@ def _export(
             raise _ExportFailed()
     _record_summary(context, model, model_ir, timer, emit_export_warnings(context))
     return onnx_program
-
-
-def _tell_unfused_quantized_linears(reasons: list[str], context: DiagnosticContext) -> None:
-    if reasons:
-        context.record(
-            rules.FX_PASS, Level.WARNING, pass_name="fuse_weight_only_linears",
-            message=f"{len(reasons)} quantized linear layer(s) are dequantized to float in the ONNX model "
-            f"(onnxruntime then holds float weights): {'; '.join(reasons[:5])}.",
-        )
 
 
 def run_pass(context: DiagnosticContext, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from diagnostics import DiagnosticContext, Level, rules
 from dispatcher.functions.quantized import kernel_block
 from fx2onnx.fx_passes import fused_ops  # noqa: F401 - registers torch.ops.fx2onnx.*
 from fx2onnx.fx_passes.node_meta import call_in_place_of
@@ -137,3 +138,18 @@ def fuse_scaled_integer_matmuls(graph_module: torch.fx.GraphModule) -> int:
     graph.eliminate_dead_code()
     graph_module.recompile()
     return fused
+
+
+def keep_quantized_weights(graph_module: torch.fx.GraphModule, context: DiagnosticContext) -> int:
+    """Every linear layer of a weight stored quantized as ``fx2onnx::weight_only_linear``
+    (onnxruntime's MatMulNBits), in place; one warning names those that stay dequantized
+    to float, and why. How many were replaced."""
+    kept = fuse_weight_only_linears(graph_module)
+    if kept:
+        context.record(
+            rules.FX_PASS, Level.WARNING, pass_name="keep_quantized_weights",
+            message=f"{len(kept)} quantized linear layer(s) are dequantized to float in the ONNX model "
+            f"(onnxruntime then holds float weights): {'; '.join(kept[:5])}.",
+        )
+    fuse_scaled_integer_matmuls(graph_module)
+    return sum(node.target is torch.ops.fx2onnx.weight_only_linear.default for node in graph_module.graph.nodes)

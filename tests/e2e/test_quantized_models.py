@@ -147,3 +147,17 @@ def test_torchao_weight_only_models_stay_quantized_in_onnxruntime(tmp_path, conf
     # what onnxruntime holds once it has loaded (folded) the model, against the float model
     ratio = _optimized_size(path, tmp_path / "q.opt.onnx") / _optimized_size(float_path, tmp_path / "f.opt.onnx")
     assert ratio <= size_ratio
+
+
+def test_a_group_matmulnbits_cannot_run_stays_float_with_a_warning(tmp_path):
+    quantization = pytest.importorskip("torchao.quantization")
+    granularity = pytest.importorskip("torchao.quantization.granularity")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 8)).eval()
+    quantization.quantize_(model, quantization.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=granularity.PerGroup(24)))
+    x = torch.randn(3, 48)
+    with pytest.warns(UserWarning, match=r"1 quantized linear layer\(s\) are dequantized to float.*groups of 24"):
+        program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, module_functions=False))
+    assert "MatMulNBits" not in {node.op_type for node in program.model_proto.graph.node}
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x), rtol=1e-5, atol=1e-5)
