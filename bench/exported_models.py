@@ -1,0 +1,193 @@
+"""Are the exported models the same node for node before and after a change?
+
+A refactoring of the exporter must not change what it writes. This script runs a part of
+the test suite (the end-to-end tests by default) with a pytest plugin that records, for
+every model an export produces, a canonical text of its graph and functions: every node's
+domain, operator, inputs, outputs and attributes, every value's type and shape, every
+initializer's name, type and shape (not its data: tests may draw random weights). The
+records of two runs are then compared test by test.
+
+    python bench/exported_models.py record /tmp/before            # on the old commit
+    python bench/exported_models.py record /tmp/after             # on the new commit
+    python bench/exported_models.py compare /tmp/before /tmp/after
+    python bench/exported_models.py record /tmp/x -- tests/e2e/test_e2e_models.py -k mlp
+
+`compare` exits 1 when a test's models differ or a test exported in one run and not in
+the other, and prints the first differing lines of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+_RECORD_DIR_VARIABLE = "FX2ONNX_EXPORTED_MODELS_DIR"
+
+
+# -- the canonical text of a model ------------------------------------------------------------
+def _value_text(value: Any) -> str:
+    if value is None:
+        return "<none>"
+    shape = "?" if value.shape is None else "[" + ",".join(str(d) for d in value.shape) + "]"
+    return f"{value.name}:{value.type}{shape}"
+
+
+def _attribute_text(attribute: Any) -> str:
+    import onnx_ir as ir
+
+    if attribute.type == ir.AttributeType.GRAPH:
+        return f"{attribute.name}=graph{{{_graph_text(attribute.value)}}}"
+    if attribute.type == ir.AttributeType.GRAPHS:
+        return f"{attribute.name}=graphs{{" + "|".join(_graph_text(g) for g in attribute.value) + "}"
+    if attribute.type == ir.AttributeType.TENSOR:
+        tensor = attribute.value
+        return f"{attribute.name}=tensor({tensor.dtype},{list(tensor.shape)},{_tensor_digest(tensor)})"
+    if getattr(attribute, "is_ref", lambda: False)():
+        return f"{attribute.name}=@{attribute.ref_attr_name}"
+    return f"{attribute.name}={attribute.value!r}"
+
+
+def _tensor_digest(tensor: Any) -> str:
+    # Constants inside the graph are part of its structure (small ones): keep their digest.
+    try:
+        return hashlib.sha1(tensor.tobytes()).hexdigest()[:12]
+    except Exception as error:  # a tensor without data (fake weights): say so in the text
+        return f"no-data:{type(error).__name__}"
+
+
+def _graph_text(graph: Any) -> str:
+    lines = ["inputs " + " ".join(_value_text(v) for v in graph.inputs)]
+    for name, value in sorted(getattr(graph, "initializers", {}).items()):
+        lines.append(f"initializer {name}:{value.type}{list(value.shape) if value.shape is not None else '?'}")
+    for node in graph:
+        attributes = " ".join(_attribute_text(a) for a in node.attributes.values())
+        lines.append(
+            f"{node.domain}::{node.op_type}({', '.join(_value_text(v) for v in node.inputs)})"
+            f" -> {', '.join(_value_text(v) for v in node.outputs)} {attributes}".rstrip()
+        )
+    lines.append("outputs " + " ".join(_value_text(v) for v in graph.outputs))
+    return "\n".join(lines)
+
+
+def model_text(model: Any) -> str:
+    """The canonical text of an onnx_ir model: opsets, graph, then functions by identifier."""
+    opsets = " ".join(f"{domain or 'ai.onnx'}:{version}" for domain, version in sorted(model.opset_imports.items()))
+    parts = [f"opsets {opsets}", _graph_text(model.graph)]
+    for identifier in sorted(model.functions, key=str):
+        function = model.functions[identifier]
+        parts.append(f"function {identifier} attributes {sorted(function.attributes)}\n{_graph_text(function)}")
+    return "\n".join(parts)
+
+
+# -- the pytest plugin (loaded in the recording run with -p) ----------------------------------
+class _Recorder:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.current_test = "<collection>"
+        self.records: dict[str, list[str]] = {}
+
+    def pytest_runtest_setup(self, item: Any) -> None:
+        self.current_test = item.nodeid
+
+    def record(self, model: Any) -> None:
+        try:
+            text = model_text(model)
+        except Exception as error:  # recorded, never hidden: the comparison shows it
+            text = f"<could not describe the model: {type(error).__name__}: {error}>"
+        self.records.setdefault(self.current_test, []).append(text)
+
+    def pytest_sessionfinish(self, session: Any) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"models-{os.getpid()}.json"
+        path.write_text(json.dumps(self.records, indent=0, sort_keys=True))
+
+
+def pytest_configure(config: Any) -> None:
+    folder = os.environ.get(_RECORD_DIR_VARIABLE)
+    if not folder:
+        return
+    from fx2onnx.program import onnx_program
+
+    recorder = _Recorder(Path(folder))
+    original_init = onnx_program.ONNXProgram.__init__
+
+    def recording_init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, model, *args, **kwargs)
+        if model is not None:
+            recorder.record(model)
+
+    onnx_program.ONNXProgram.__init__ = recording_init
+    config.pluginmanager.register(recorder, "fx2onnx-exported-models")
+
+
+# -- the command line ---------------------------------------------------------------------------
+def _record(folder: Path, pytest_args: list[str]) -> int:
+    folder.mkdir(parents=True, exist_ok=True)
+    environment = {
+        **os.environ,
+        _RECORD_DIR_VARIABLE: str(folder),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "exported_models", *(pytest_args or ["tests/e2e"])]
+    return subprocess.call(command, cwd=ROOT, env=environment)
+
+
+def _load(folder: Path) -> dict[str, list[str]]:
+    records: dict[str, list[str]] = {}
+    for path in sorted(folder.glob("models-*.json")):
+        records.update(json.loads(path.read_text()))
+    if not records:
+        raise SystemExit(f"{folder} holds no records: run `record {folder}` first")
+    return records
+
+
+def _compare(before_folder: Path, after_folder: Path, context_lines: int) -> int:
+    before, after = _load(before_folder), _load(after_folder)
+    differing = 0
+    for test in sorted(set(before) | set(after)):
+        old, new = before.get(test), after.get(test)
+        if old == new:
+            continue
+        differing += 1
+        if old is None or new is None:
+            print(f"{test}: exported only in the {'second' if old is None else 'first'} run")
+            continue
+        if len(old) != len(new):
+            print(f"{test}: {len(old)} model(s) before, {len(new)} after")
+        for index, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                diff = list(difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0))
+                print(f"{test} [model {index}]: {len(diff)} differing line(s)")
+                print("\n".join("    " + line for line in diff[: context_lines + 2]))
+    total = len(set(before) | set(after))
+    models = sum(len(v) for v in after.values())
+    print(f"{total} tests with exports, {models} models after; {differing} test(s) differ")
+    return 1 if differing else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    record = commands.add_parser("record", help="run tests and record every exported model's text")
+    record.add_argument("folder", type=Path)
+    record.add_argument("pytest_args", nargs="*", help="after --: what pytest runs (default tests/e2e)")
+    compare = commands.add_parser("compare", help="compare the records of two runs")
+    compare.add_argument("before", type=Path)
+    compare.add_argument("after", type=Path)
+    compare.add_argument("--lines", type=int, default=12, help="differing lines shown per model")
+    arguments = parser.parse_args()
+    if arguments.command == "record":
+        return _record(arguments.folder, arguments.pytest_args)
+    return _compare(arguments.before, arguments.after, arguments.lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
