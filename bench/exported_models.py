@@ -11,6 +11,7 @@ records of two runs are then compared test by test.
     python bench/exported_models.py record /tmp/after             # on the new commit
     python bench/exported_models.py compare /tmp/before /tmp/after
     python bench/exported_models.py record /tmp/x -- tests/e2e/test_e2e_models.py -k mlp
+    python bench/exported_models.py compare /tmp/before /tmp/x --subset
 
 `compare` exits 1 when a test's models differ or a test exported in one run and not in
 the other, and prints the first differing lines of each.
@@ -149,8 +150,10 @@ def _load(folder: Path) -> dict[str, list[str]]:
     return records
 
 
-def _compare(before_folder: Path, after_folder: Path, context_lines: int) -> int:
+def _compare(before_folder: Path, after_folder: Path, context_lines: int, subset: bool) -> int:
     before, after = _load(before_folder), _load(after_folder)
+    if subset:  # the second run ran part of the tests: compare those only
+        before = {test: models for test, models in before.items() if test in after}
     differing = 0
     for test in sorted(set(before) | set(after)):
         old, new = before.get(test), after.get(test)
@@ -183,10 +186,11 @@ def main() -> int:
     compare.add_argument("before", type=Path)
     compare.add_argument("after", type=Path)
     compare.add_argument("--lines", type=int, default=12, help="differing lines shown per model")
+    compare.add_argument("--subset", action="store_true", help="the second run ran part of the tests: compare only its tests")
     arguments = parser.parse_args()
     if arguments.command == "record":
         return _record(arguments.folder, arguments.pytest_args)
-    return _compare(arguments.before, arguments.after, arguments.lines)
+    return _compare(arguments.before, arguments.after, arguments.lines, arguments.subset)
 
 
 if __name__ == "__main__":
