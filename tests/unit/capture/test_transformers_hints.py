@@ -7,7 +7,7 @@ import torch
 
 import fx2onnx
 from conftest import make_options
-from fx2onnx.capture.transformers_hints import transformers_hint
+from fx2onnx.capture.libraries.transformers_hints import transformers_hint
 
 transformers = pytest.importorskip("transformers")
 
