@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fx2onnx", "dispatcher", "diagnostics")
-# fx2onnx's stages in the order a model goes through them
+# fx2onnx's stages in the order a model goes through them, then its applications (cli, hub)
 STAGES = ("capture", "fx_passes", "translate", "onnx_passes", "program", "hub", "cli")
 # top-level modules every stage may use (no stage knowledge of their own)
 SHARED = {"fx2onnx", "fx2onnx.errors", "fx2onnx.options", "fx2onnx.progress", "fx2onnx.private_ops",
