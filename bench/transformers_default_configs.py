@@ -30,7 +30,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import fx2onnx
-from fx2onnx.capture.containers import registered_containers
+from fx2onnx.capture.library_adapters import registered_containers
 
 VOCAB = 100
 SMALL = dict(

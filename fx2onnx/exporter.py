@@ -26,7 +26,7 @@ from fx2onnx.capture.aliased_inputs import report_aliased_inputs
 from fx2onnx.capture.torch_export import CaptureError, capture, copy_graph_module, model_name
 from fx2onnx.fx_passes.capture_checks import check_captured_graph
 from fx2onnx.collection_scope import collect_new_objects_only, freeze_survivors
-from fx2onnx.capture.containers import registered_containers
+from fx2onnx.capture.library_adapters import registered_containers
 from fx2onnx.translate.control_flow import on_every_graph
 from fx2onnx.fx_passes.decompose import decompose_unsupported
 from fx2onnx.capture.dynamic_dims.names import dim_names_by_position

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from diagnostics import DiagnosticOptions
 from diagnostics.checked_fields import CheckedFields, at_least, one_of
@@ -118,6 +118,9 @@ class ExportOptions(CheckedFields):
             buffer (exact for every mask: the padding is its attention bias; the standard
             form runs the steps it refuses). None (default): masks are the model's own.
     """
+
+    # the accepted values of `runtime` (the command line offers them)
+    RUNTIMES: ClassVar[tuple[str, ...]] = RUNTIMES
 
     dynamic_shapes: bool | dict | tuple | list | None = None
     onnx_registry: OnnxRegistry | None = None

@@ -4,8 +4,15 @@ Takes an `nn.Module`, a plain function, an `ExportedProgram` or a `GraphModule` 
 example inputs and `ExportOptions.dynamic_shapes`; gives a `CapturedModel` (an
 ExportedProgram from torch.export, or an aten-level GraphModule). Here live: torch.export
 and its two modes (`torch_export`), fake mode (`fake_mode`), everything about dynamic dims
-(`dynamic_dims`: the spec, its check after capture, the names dims get in ONNX), library adapters active
-during a capture (`library_adapters`: transformers' caches in `containers`, torchvision's
-data-dependent helpers in `vision_rewrites`) and the hints for failed captures (`hints`,
-`transformers_hints`).
+(`dynamic_dims`: the spec, its check after capture, the names dims get in ONNX), what
+fx2onnx knows of third-party libraries (`libraries`, one module per library, reached
+through its one entry `library_adapters`: transformers' caches, hints and checkpoint names,
+torchvision's data-dependent helpers, torchao's tensor subclasses) and the hints for failed
+captures (`hints`).
 """
+
+from fx2onnx.capture.dynamic_dims.spec import bound_arguments
+from fx2onnx.capture.hints import signature_text
+from fx2onnx.capture.torch_export import model_name
+
+__all__ = ["bound_arguments", "model_name", "signature_text"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from fx2onnx.capture.dynamic_dims.spec import capture_signature
-from fx2onnx.capture.transformers_hints import transformers_hint
+from fx2onnx.capture.library_adapters import library_hint, transformers_version
 
 # The versions the test suite runs on (constraints.txt; a test keeps the two equal).
 TESTED_WITH = {"torch": "2.13.0", "transformers": "5.24.0"}
@@ -280,9 +279,8 @@ def _fake_mode_advice(failure: CaptureFailure) -> str:
 
 def _versions_in_use(model: Any) -> dict[str, str]:
     versions = {"torch": torch.__version__.split("+")[0]}
-    transformers = sys.modules.get("transformers")
-    if transformers is not None and any(cls.__module__.startswith("transformers.") for cls in type(model).__mro__):
-        versions["transformers"] = transformers.__version__
+    if (transformers := transformers_version(model)) is not None:
+        versions["transformers"] = transformers
     return versions
 
 
@@ -374,8 +372,8 @@ def capture_hint(failure: CaptureFailure | BaseException) -> str:
     """What to change for this capture failure, in one or two sentences."""
     if isinstance(failure, BaseException):
         failure = CaptureFailure(failure)
-    # A transformers model is fixed by a config flag or an input, named by its own table.
-    specific = None if failure.model is UNKNOWN_MODEL else transformers_hint(failure.model, failure.error)
+    # A library's model is fixed by a config flag or an input, named by the library's own table.
+    specific = None if failure.model is UNKNOWN_MODEL else library_hint(failure.model, failure.error)
     return specific or classify(failure).advice(failure)
 
 

@@ -1,10 +1,13 @@
-"""Library adapters at capture: what fx2onnx must know of third-party code to capture it.
+"""Library adapters: the one entry through which fx2onnx uses what it knows of
+third-party libraries (that knowledge lives in :mod:`fx2onnx.capture.libraries`, one
+module per library).
 
-Two kinds, both active only while fx2onnx captures a model and undone afterwards, so
-that the user's libraries behave as they always do outside an export:
+Two kinds of adapters are active only while fx2onnx captures a model and undone
+afterwards, so that the user's libraries behave as they always do outside an export:
 
-- **containers**: transformers' cache classes as pytrees (:mod:`fx2onnx.capture.containers`;
-  also active while an exported program runs, which takes and returns caches);
+- **containers**: transformers' cache classes as pytrees
+  (:mod:`fx2onnx.capture.libraries.transformers_caches`; also active while an exported
+  program runs, which takes and returns caches);
 - **rewrites**: library functions whose Python code branches on a size that depends
   on the data (``if boxes.numel() == 0: return empty``), which torch.export cannot
   decide. Each is replaced by a function that computes the same result and decides
@@ -16,6 +19,11 @@ that the user's libraries behave as they always do outside an export:
 
 A rewrite applies only when its module is already imported (a model that uses
 torchvision has imported it): fx2onnx never imports a library for it.
+
+The other stages and the capture's other steps take from here, by name, what a library
+adds after the capture: plain weights for tensor subclasses (torchao), the cache classes
+(transformers' inputs and outputs), a library's own hint for a failed capture and the
+names its checkpoints give weights.
 """
 
 from __future__ import annotations
@@ -27,8 +35,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fx2onnx.capture import vision_rewrites
-from fx2onnx.capture.containers import registered_containers
+from fx2onnx.capture.libraries import torchvision_rewrites
+from fx2onnx.capture.libraries.torchao_tensors import TensorSubclassError, without_tensor_subclasses
+from fx2onnx.capture.libraries.transformers_caches import (
+    is_cache_type,
+    is_encoder_decoder_cache_type,
+    registered_containers,
+)
+from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
+from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
+
+__all__ = [
+    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming", "is_cache_type",
+    "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
+    "rewrite_site", "rewritten_library_functions", "transformers_version", "without_tensor_subclasses",
+]
+
+# each library's hint for a capture that failed in its code: (model, error) -> a sentence or None
+LIBRARY_HINTS: tuple[Callable[[Any, BaseException], str | None], ...] = (transformers_hint,)
 
 
 @dataclass(frozen=True)
@@ -68,29 +92,29 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "`torch.equal(mask, causal_mask)` on a mask given without is_causal",
     ),
     CaptureRewrite(
-        "torchvision.ops.boxes", "batched_nms", vision_rewrites.batched_nms,
+        "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",
         also_in=("torchvision.ops",),
     ),
     CaptureRewrite(
-        "torchvision.ops.poolers", "_multiscale_roi_align", vision_rewrites.multiscale_roi_align,
+        "torchvision.ops.poolers", "_multiscale_roi_align", torchvision_rewrites.multiscale_roi_align,
         "`len(rois)` of a data-dependent number of boxes",
     ),
     CaptureRewrite(
-        "torchvision.models.detection.roi_heads", "paste_masks_in_image", vision_rewrites.paste_masks_in_image,
+        "torchvision.models.detection.roi_heads", "paste_masks_in_image", torchvision_rewrites.paste_masks_in_image,
         "a loop over a data-dependent number of boxes, each resized to a size read from its box",
         also_in=("torchvision.models.detection.transform",),
     ),
     CaptureRewrite(
-        "torchvision.models.detection.roi_heads", "heatmaps_to_keypoints", vision_rewrites.heatmaps_to_keypoints,
+        "torchvision.models.detection.roi_heads", "heatmaps_to_keypoints", torchvision_rewrites.heatmaps_to_keypoints,
         "a loop over a data-dependent number of boxes, each heatmap resized to a size read from its box",
     ),
     CaptureRewrite(
-        "torchvision.models.detection.transform", "_resize_image_and_masks", vision_rewrites.resize_image_and_masks,
+        "torchvision.models.detection.transform", "_resize_image_and_masks", torchvision_rewrites.resize_image_and_masks,
         "Python's `min` of the image's sides, which fixes a dynamic image size to the example's",
     ),
     CaptureRewrite(
-        "torchvision.models.detection.transform", "GeneralizedRCNNTransform.batch_images", vision_rewrites.batch_images,
+        "torchvision.models.detection.transform", "GeneralizedRCNNTransform.batch_images", torchvision_rewrites.batch_images,
         "`int(math.ceil(size / stride) * stride)`, which fixes a dynamic image size to the example's",
     ),
 )
@@ -134,3 +158,11 @@ def library_adapters_at_capture() -> Iterator[None]:
     """Every library adapter, for the duration of one capture."""
     with registered_containers(), rewritten_library_functions():
         yield
+
+
+def library_hint(model: Any, error: BaseException) -> str | None:
+    """What to change, in the words of the library `model` comes from, or None."""
+    for hint in LIBRARY_HINTS:
+        if (text := hint(model, error)) is not None:
+            return text
+    return None

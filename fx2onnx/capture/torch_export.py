@@ -44,10 +44,9 @@ from fx2onnx.capture.dynamic_dims.spec import (
     torch_export_spec,
 )
 from fx2onnx.capture.fake_mode import check_fake_mode_use
-from fx2onnx.capture.tensor_subclasses import TensorSubclassError, without_tensor_subclasses
 from fx2onnx.options import ONNXFakeContext
 from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
-from fx2onnx.capture.library_adapters import library_adapters_at_capture
+from fx2onnx.capture.library_adapters import TensorSubclassError, library_adapters_at_capture, without_tensor_subclasses
 
 
 class CaptureError(RuntimeError):

@@ -24,8 +24,8 @@ from fx2onnx.cli.model import (
     resolve_attribute,
 )
 from fx2onnx.cli.specs import DynamicSpec, InputSpec, ModelSpec, UsageError, make_example
-from fx2onnx.capture.torch_export import model_name
-from fx2onnx.program.runtime_verification import compare_outputs
+from fx2onnx.capture import model_name
+from fx2onnx.program import compare_outputs
 
 
 @dataclass

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from fx2onnx.cli.paths import check_output_paths, check_readable_file
 from fx2onnx.cli.specs import UsageError, parse_dynamic_spec, parse_input_spec, parse_model_spec
-from fx2onnx.hub.loading import TASKS as HUB_TASKS
-from fx2onnx.hub.precision import PRECISIONS
-from fx2onnx.options import RUNTIMES
+from fx2onnx import ExportOptions
+from fx2onnx.hub import PRECISIONS
+from fx2onnx.hub import TASKS as HUB_TASKS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -71,7 +71,7 @@ _OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (d
 
 
 def _checked_opset(opset: int | None) -> int | None:
-    from fx2onnx.onnx_passes.opset_conversion import check_opset_version
+    from fx2onnx.onnx_passes import check_opset_version
 
     try:
         check_opset_version(opset)
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--report", type=Path, help="the SARIF report (default: the output's name with .sarif)")
     export.add_argument("--optimize", action=argparse.BooleanOptionalAction, default=None, help="run onnxscript's optimizer (default: ExportOptions' default)")
     export.add_argument("--opset", type=int, help=_OPSET_HELP)
-    export.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
+    export.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
     export.add_argument("--no-functions", action="store_true", help="one flat graph: no ONNX functions for nn.Module calls")
     export.add_argument("--verify", action="store_true", help="run the model in onnxruntime and PyTorch and compare; exit 1 when outside tolerance")
     export.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --verify (default 1e-3)")
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
     hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
-    hub.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
+    hub.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
     hub.add_argument(
         "--module-functions", action="store_true",
         help="keep each module call as an ONNX function (default: one flat graph, which onnxruntime's quantizers "

@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from fx2onnx.cli.specs import DynamicSpec, InputSpec, ModelSpec, UsageError, make_example
-from fx2onnx.capture.dynamic_dims.spec import bound_arguments
-from fx2onnx.capture.hints import signature_text
+from fx2onnx.capture import bound_arguments, signature_text
 
 
 class ModelBuildError(RuntimeError):

@@ -7,3 +7,7 @@ promotion made explicit, the fused kernels the opset has chosen where the model'
 is still one node (`fused_kernels`: attention, rotary embedding, GELU, RMS norm), and module calls
 grouped into nested GraphModules (`modularize`).
 """
+
+from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET
+
+__all__ = ["FUSED_KERNELS_OPSET"]

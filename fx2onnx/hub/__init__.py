@@ -1,4 +1,4 @@
-"""Stage `hub`: transformers models to deployable folders (`fx2onnx export-hf`).
+"""Application `hub`: transformers models to deployable folders (`fx2onnx export-hf`).
 
 Takes a `save_pretrained` folder, a Hugging Face cache snapshot or a hub id; gives a
 folder that its clients (ONNX Runtime GenAI, Transformers.js, Optimum-style loaders)
@@ -7,9 +7,12 @@ decode with ONNX Runtime GenAI's `genai_config.json`; for encoders and image cla
 one `onnx/model.onnx`; for encoder-decoders `onnx/encoder_model.onnx` and
 `onnx/decoder_model_merged.onnx`; the tokenizer as transformers loads it. Dims get the names runtimes use (`batch_size`,
 `sequence_length`, `past_sequence_length`, `total_sequence_length`). Everything goes
-through the public API (`dynamo_export`, `ONNXProgram.save`).
+through the public API (`dynamo_export`, `ONNXProgram.save`, and the public names of the
+stage packages: see docs/architecture.md, "Applications").
 """
 
 from fx2onnx.hub.export_hf import HubExport, export_hf
+from fx2onnx.hub.loading import TASKS
+from fx2onnx.hub.precision import PRECISIONS
 
-__all__ = ["HubExport", "export_hf"]
+__all__ = ["HubExport", "PRECISIONS", "TASKS", "export_hf"]

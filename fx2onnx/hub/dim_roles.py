@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fx2onnx.onnx_passes.rename_dims import rename_dims
+from fx2onnx.onnx_passes import rename_dims
 
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"

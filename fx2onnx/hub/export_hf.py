@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET
+from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
 from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
@@ -37,9 +37,7 @@ from fx2onnx.hub.loading import (
 from fx2onnx.hub.verify import (
     Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
 )
-from fx2onnx.onnx_passes.opset_conversion import newest_opset
-from fx2onnx.onnx_passes.packed_projections import pack_projections
-from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
+from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linear_weights
 
 
 @dataclass

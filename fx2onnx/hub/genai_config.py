@@ -14,7 +14,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 from fx2onnx.hub.causal_lm import head_size
 
 # Decoder model types ONNX Runtime GenAI 0.18 accepts by name and runs with this layout

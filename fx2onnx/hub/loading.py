@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from fx2onnx.options import ONNXFakeContext
-from fx2onnx.program.checkpoint_folders import snapshot_folder
+from fx2onnx import ONNXFakeContext
+from fx2onnx.program import snapshot_folder
 
 TEXT_GENERATION = "text-generation"
 TEXT2TEXT = "text2text-generation"
@@ -73,7 +73,7 @@ def load_model(folder: Path, task: str | None, dtype: str | None, fake: bool) ->
     FakeTensors (no memory) and its weights stay in the folder until the model is saved."""
     import transformers
 
-    from fx2onnx.capture.fake_mode import enable_fake_mode
+    from fx2onnx import enable_fake_mode
 
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"'{folder}' has no config.json: give a folder that save_pretrained wrote, or a hub id.")

@@ -9,7 +9,7 @@ quantization of a causal LM's linear layers as onnxruntime's ``MatMulNBits``
 
 from __future__ import annotations
 
-from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
+from fx2onnx.onnx_passes import WeightQuantization
 
 FLOAT_PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 QUANTIZED_PRECISIONS = {"int4": 4, "int8": 8}

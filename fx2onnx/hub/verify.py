@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.causal_lm import cache_argument
-from fx2onnx.options import ExportOptions
-from fx2onnx.program.onnx_program import session_on_cpu
+from fx2onnx import ExportOptions
+from fx2onnx.program import session_on_cpu
 
 
 @dataclass(frozen=True)

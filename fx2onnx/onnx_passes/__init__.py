@@ -10,3 +10,19 @@ in a domain of their own until the opset is final, join the standard domain
 `MatMulNBits` (`weight_quantization`), whose codes are computed from each weight when the
 model is written (`derived_weights`).
 """
+
+from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes.opset_conversion import check_opset_version, newest_opset
+from fx2onnx.onnx_passes.packed_projections import pack_projections
+from fx2onnx.onnx_passes.rename_dims import rename_dims
+from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
+
+__all__ = [
+    "ONNXRUNTIME_DOMAIN",
+    "WeightQuantization",
+    "check_opset_version",
+    "newest_opset",
+    "pack_projections",
+    "quantize_linear_weights",
+    "rename_dims",
+]

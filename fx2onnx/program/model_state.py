@@ -196,7 +196,7 @@ def match_state_names(
 
     ``required`` names must be found (weights without data), ``optional`` ones replace the
     program's values when given; a name is found under itself or one of its ``aliases``
-    (tied weights). ``rename`` is the model's own checkpoint renaming (see `hub_names`).
+    (tied weights). ``rename`` is the model's own checkpoint renaming (see `capture/libraries/transformers_checkpoints.py`).
     When names are missing, a prefix added to or removed from every checkpoint name is
     tried, and the renaming that finds the most is kept. Given names
     that are neither found nor ``known`` to the model are unexpected.

@@ -17,10 +17,9 @@ import torch
 
 from diagnostics import Diagnostic, DiagnosticContext
 from dispatcher import torch_dtype_to_onnx
-from fx2onnx.capture.containers import registered_containers
+from fx2onnx.capture.library_adapters import checkpoint_renaming, registered_containers
 from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
 from fx2onnx.translate.io_slots import MutationOutput
-from fx2onnx.program.hub_names import checkpoint_renaming
 from fx2onnx.program.low_precision import has_bfloat16, widen_bfloat16
 from fx2onnx.program.model_signature import BUFFER, CONSTANT_TENSOR, ModelSignature
 from fx2onnx.program.model_state import (

@@ -47,7 +47,7 @@ class FxOnnxInterpreter(Protocol):
     calls this module): named by its shape, so that the two modules import in one direction."""
 
     builder: GraphBuilder | None
-    diagnostics: DiagnosticContext
+    context: DiagnosticContext
     namer: SymbolNamer
 
     def onnx_arg(self, arg: Any) -> Any: ...
@@ -311,7 +311,7 @@ def _translate_body(
 ) -> TranslatedBody:
     """One branch or body, as a diagnostic scope of its own (its nodes report at the
     user's lines inside it)."""
-    with interpreter.diagnostics.scope(
+    with interpreter.context.scope(
         rules.FX_GRAPH_TO_ONNX,
         Level.NONE,
         location=node_location(node),

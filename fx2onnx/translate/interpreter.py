@@ -57,13 +57,13 @@ class FxOnnxInterpreter:
     def __init__(
         self,
         dispatcher: OnnxFunctionDispatcher,
-        diagnostic_context: DiagnosticContext,
+        context: DiagnosticContext,
         namer: SymbolNamer,
         *,
         call_module_handler: CallModuleHandler | None = None,
     ) -> None:
         self.dispatcher = dispatcher
-        self.diagnostics = diagnostic_context
+        self.context = context
         self.namer = namer
         self.call_module_handler = call_module_handler
         # Per-body state, set by `translate` on the instance that runs the body.
@@ -96,7 +96,7 @@ class FxOnnxInterpreter:
         outputs are returned, not registered: the caller makes them graph outputs.
         """
         body = FxOnnxInterpreter(
-            self.dispatcher, self.diagnostics, self.namer, call_module_handler=self.call_module_handler
+            self.dispatcher, self.context, self.namer, call_module_handler=self.call_module_handler
         )
         body.builder = builder
         body.evaluator = TracingEvaluator(builder)
@@ -116,8 +116,8 @@ class FxOnnxInterpreter:
             self.env[node] = FAILED
             return
         diagnostic = None
-        if self.diagnostics.would_record(Level.NONE):
-            diagnostic = self.diagnostics.record(
+        if self.context.would_record(Level.NONE):
+            diagnostic = self.context.record(
                 rules.FX_NODE_TO_ONNX,
                 Level.NONE,
                 node=f"{node.op}:{node.target}[name={node.name}]",
@@ -136,7 +136,7 @@ class FxOnnxInterpreter:
             self.env[node] = FAILED
         except Exception as error:  # noqa: BLE001 - collect every problem, then report
             self.env[node] = FAILED
-            failure = self.diagnostics.record(
+            failure = self.context.record(
                 rules.GRAPH_BUILDING,
                 Level.ERROR,
                 message=(

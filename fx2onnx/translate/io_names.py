@@ -7,7 +7,7 @@ from typing import Any
 
 import torch.utils._pytree as pytree
 
-from fx2onnx.capture.containers import is_cache_type, is_encoder_decoder_cache_type
+from fx2onnx.capture.library_adapters import is_cache_type, is_encoder_decoder_cache_type
 
 # The names ONNX Runtime GenAI and Optimum give to KV caches.
 PAST_PREFIX = "past_key_values"

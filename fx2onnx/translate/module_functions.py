@@ -107,13 +107,13 @@ class ModuleFunctionTranslator:
         if translation is not None:
             node_translated(sum(len(m.graph.nodes) for m in sub_module.modules() if isinstance(m, torch.fx.GraphModule)))
         else:
-            recorded = interpreter.diagnostics.reported_count
+            recorded = interpreter.context.reported_count
             translation = self._translate(interpreter, sub_module, bindings, call)
             if translation is None:
                 return FAILED  # the failing nodes inside were reported already
             # A translation that reported notes, warnings or errors is not reused: each call
             # reports its own (the level-none records of decisions are the same for all).
-            if key is not None and interpreter.diagnostics.reported_count == recorded:
+            if key is not None and interpreter.context.reported_count == recorded:
                 self._by_key[key] = translation
         return self._call(interpreter, node, translation, call_inputs)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx.capture.containers import CacheState, _pytree_api, registered_containers
+from fx2onnx.capture.libraries.transformers_caches import CacheState, _pytree_api, registered_containers
 from fx2onnx.translate.io_names import input_leaf_names, output_leaf_names
 
 transformers = pytest.importorskip("transformers")

@@ -16,7 +16,7 @@ import torch
 
 import fx2onnx
 from conftest import assert_outputs_close, check_saved_model, make_options
-from fx2onnx.capture.containers import registered_containers
+from fx2onnx.capture.libraries.transformers_caches import registered_containers
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,7 +7,8 @@ import torch
 
 import fx2onnx
 from conftest import make_options
-from fx2onnx.capture.transformers_hints import transformers_hint
+from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
+from fx2onnx.capture.library_adapters import library_hint
 
 transformers = pytest.importorskip("transformers")
 
@@ -55,3 +56,12 @@ def test_value_dependent_branch_hint_names_inputs_and_flag(tmp_path) -> None:
 
 def test_no_transformers_hint_for_other_models() -> None:
     assert transformers_hint(torch.nn.Linear(2, 2), RuntimeError("which is not a known type")) is None
+
+
+def test_library_hint_asks_each_library_and_names_the_version() -> None:
+    error = RuntimeError("Node type ToyCache which is not a known type: register a pytree")
+    model = ReturnsOwnCache(_gpt2_config())
+    assert library_hint(model, error) == transformers_hint(model, error) and "use_cache=False" in library_hint(model, error)
+    assert library_hint(torch.nn.Linear(2, 2), error) is None
+    assert transformers_version(model) == transformers.__version__
+    assert transformers_version(torch.nn.Linear(2, 2)) is None

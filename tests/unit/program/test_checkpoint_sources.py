@@ -225,9 +225,9 @@ def test_shard_files_are_read_tensor_by_tensor(program, tmp_path, monkeypatch):
 
 
 def test_transformers_checkpoint_renaming_is_where_it_was():
-    """hub_names reads transformers' renaming table: fail loudly if it moves."""
+    """transformers_checkpoints reads transformers' renaming table: fail loudly if it moves."""
     transformers = pytest.importorskip("transformers")
-    from fx2onnx.program.hub_names import checkpoint_renaming
+    from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
 
     config = transformers.GPTNeoXConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=32)
     rename = checkpoint_renaming(transformers.GPTNeoXForCausalLM(config))

@@ -8,6 +8,7 @@ from tensor values. Knows transformers only by name: nothing here imports it.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from typing import Any
 
@@ -16,6 +17,12 @@ _ATTENTION_FILES = ("flash_attention", "flex_attention", "paged_attention", "sdp
 
 def _is_transformers_model(model: Any) -> bool:
     return any(cls.__module__.startswith("transformers.") for cls in type(model).__mro__)
+
+
+def transformers_version(model: Any) -> str | None:
+    """transformers' version when `model` is one of its models (the report names it)."""
+    transformers = sys.modules.get("transformers")
+    return transformers.__version__ if transformers is not None and _is_transformers_model(model) else None
 
 
 def _transformers_frame(error: BaseException) -> traceback.FrameSummary | None:

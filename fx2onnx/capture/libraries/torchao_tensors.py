@@ -1,5 +1,8 @@
 """Weights held as tensor subclasses (torchao's quantized tensors) made plain tensors.
 
+Written for torchao (the library whose quantized weights are tested) and valid for any
+subclass whose operations torch.export can trace.
+
 torch.export keeps a parameter that is a tensor subclass as it is and reads its inner
 tensors with ``export::access_subclass_inner_tensor``, an operator no ONNX function can
 stand for. Re-tracing the program without decompositions (`run_decompositions({})`, a

@@ -1,0 +1,14 @@
+"""What fx2onnx knows of third-party libraries: one module per library and subject.
+
+- transformers: its cache classes as pytrees (`transformers_caches`), what to change
+  when one of its models cannot be captured (`transformers_hints`), the names its
+  checkpoints give weights (`transformers_checkpoints`);
+- torchvision: its functions rewritten so that a capture can decide their data-dependent
+  branches (`torchvision_rewrites`);
+- torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).
+
+None of them imports its library: each reads it from ``sys.modules`` when the model has
+loaded it. The rest of fx2onnx reaches them through one entry,
+:mod:`fx2onnx.capture.library_adapters`; what other stages know of a library (its
+operators' ONNX functions, its graphs' patterns) is listed in docs/architecture.md.
+"""
