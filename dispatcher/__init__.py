@@ -9,7 +9,18 @@ the user's) and the dispatcher that picks one for a node by matching signatures.
 'aten::add.Tensor'
 """
 
-from dispatcher._locations import is_tool_frame, node_location, node_stack, stack_location
+from dispatcher.decision import Candidate, DispatchDecision, Refusal, decide
+from dispatcher.fx_nodes import (
+    argument_value,
+    graph_modules,
+    is_tool_frame,
+    node_location,
+    node_stack,
+    node_value,
+    node_values,
+    stack_location,
+    walk_graph_modules,
+)
 from dispatcher._matching import DROPPED_KWARGS, ParameterCheck, SignatureMatch, match_signature, optional_parameters, schema_defaults
 from dispatcher._names import OpName, normalize_qualified_name, qualified_name_of
 from dispatcher._types import torch_dtype_to_onnx
@@ -17,15 +28,21 @@ from dispatcher.dispatcher import (
     DispatchError,
     NodeRoute,
     OnnxFunctionDispatcher,
-    WrongKindOfFunction,
     is_tuple_constructor,
     node_route,
     record_identity_removed,
-    walk_graph_modules,
 )
 from dispatcher.registry import OnnxRegistry, OnnxScriptFunction, RegisteredFunction
 
 __all__ = [
+    "Candidate",
+    "DispatchDecision",
+    "Refusal",
+    "argument_value",
+    "decide",
+    "graph_modules",
+    "node_value",
+    "node_values",
     "DROPPED_KWARGS",
     "DispatchError",
     "NodeRoute",
@@ -35,7 +52,6 @@ __all__ = [
     "OpName",
     "ParameterCheck",
     "RegisteredFunction",
-    "WrongKindOfFunction",
     "record_identity_removed",
     "SignatureMatch",
     "is_tool_frame",

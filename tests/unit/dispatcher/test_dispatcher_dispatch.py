@@ -541,13 +541,15 @@ def test_stack_location_works_on_any_stack():
 def test_same_call_is_matched_once_and_other_types_are_matched_again(monkeypatch):
     dispatcher = make_dispatcher(level=logging.INFO)  # perfect matches are not recorded
     matched = []
-    original = OnnxFunctionDispatcher._best_match
+    import dispatcher.dispatcher as dispatcher_module
 
-    def counting(self, call, functions):
-        matched.append(call.node.name)
-        return original(self, call, functions)
+    original = dispatcher_module.decide
 
-    monkeypatch.setattr(OnnxFunctionDispatcher, "_best_match", counting)
+    def counting(registry, node):
+        matched.append(node.name)
+        return original(registry, node)
+
+    monkeypatch.setattr(dispatcher_module, "decide", counting)
     add = torch.ops.aten.add.Tensor
     first = dispatcher.dispatch(call_node(add, t(), t()))
     again = dispatcher.dispatch(call_node(add, t(shape=(5, 7)), t(shape=(5, 7))))  # same dtypes and ranks
