@@ -565,3 +565,27 @@ def test_choices_are_not_remembered_when_each_must_be_reported():
     for _ in range(2):
         dispatcher.dispatch(call_node(torch.ops.aten.add.Tensor, t(), t()))
     assert len(recorded(dispatcher, MATCH)) == 2
+
+
+# -- the decision ----------------------------------------------------------------------
+
+
+def test_decide_returns_the_choice_or_a_typed_refusal_and_records_nothing():
+    from dispatcher import Refusal, decide
+
+    registry = OnnxRegistry()
+    perfect = decide(registry, call_node(torch.ops.aten.add.Tensor, t(), t()))
+    assert perfect.is_perfect and not perfect.fell_back and perfect.refusal is None
+    assert perfect.qualified_name == "aten::add.Tensor" and perfect.overloads == ("aten::add.Tensor",)
+    assert perfect.chosen is perfect.candidates[-1]
+
+    registry.remove_op("aten", "squeeze", "dims")  # left: aten::squeeze, which takes only `self`
+    refused = decide(registry, call_node(torch.ops.aten.squeeze.dims, t(), [0]))
+    assert refused.refusal is Refusal.NO_SIGNATURE_FITS and refused.chosen is None
+    assert refused.fell_back and refused.overloads == ("aten::squeeze",)
+    assert all(not c.match.is_candidate for c in refused.candidates) and "takes these arguments" in refused.reason
+
+    unnamed = decide(registry, call_node(lambda x: x, t()))
+    assert unnamed.refusal is Refusal.UNNAMED and unnamed.op_name is None and unnamed.reason
+    missing = decide(registry, call_node(torch.ops.fx2onnx_dispatch_test.scale.default, t()))
+    assert missing.refusal is Refusal.NOT_REGISTERED and "fx2onnx_dispatch_test::scale" in missing.reason
