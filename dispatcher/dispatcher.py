@@ -122,10 +122,10 @@ class OnnxFunctionDispatcher:
         :class:`DispatchError`."""
         decision = self.decide(node)
         call = _Call(node, decision)
-        if decision.chosen is None:
-            raise self._refuse(call)
         if decision.fell_back:
             self._report_fall_back(call)
+        if decision.chosen is None:
+            raise self._refuse(call)
         self._report_match(call, decision.chosen)
         return decision.chosen.function
 
