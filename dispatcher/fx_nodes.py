@@ -67,6 +67,19 @@ def walk_graph_modules(graph_module: torch.fx.GraphModule) -> Iterator[tuple[tor
     return walk(graph_module)
 
 
+def placeholder_nodes(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The graph's inputs, in order."""
+    return [node for node in graph_module.graph.nodes if node.op == "placeholder"]
+
+
+def fetch_attr(module: torch.nn.Module, target: str) -> Any:
+    """What a ``get_attr`` node's dotted ``target`` names in ``module``."""
+    item: Any = module
+    for part in target.split("."):
+        item = getattr(item, part)
+    return item
+
+
 def graph_modules(graph_module: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
     """``graph_module`` and every GraphModule its nodes reach (branches, bodies, module
     calls), each once, in source order."""

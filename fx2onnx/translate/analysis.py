@@ -18,7 +18,7 @@ from dispatcher.fx_nodes import node_location, node_stack, walk_graph_modules
 from fx2onnx.translate import control_flow
 
 # An untranslatable node, why, and the dispatch decision's refusal (None for control flow).
-_Unsupported = tuple[torch.fx.Node, str, "Refusal | None"]
+_Unsupported = tuple[torch.fx.Node, str, Refusal | None]
 
 
 def unsupported_reason(node: torch.fx.Node, dispatcher: OnnxFunctionDispatcher) -> str | None:

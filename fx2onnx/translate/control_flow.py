@@ -34,7 +34,7 @@ import torch
 import torch.fx
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher.fx_nodes import argument_value, graph_modules, node_location, node_value
+from dispatcher.fx_nodes import argument_value, graph_modules, node_location, node_value, placeholder_nodes
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.translate.graph_builder import GraphBuilder
 from fx2onnx.translate.translated_body import FAILED, BodyInput, TranslatedBody
@@ -151,7 +151,7 @@ def _translate_while_loop(interpreter: "FxOnnxInterpreter", node: torch.fx.Node)
     # Loop's own first two body inputs; torch's body sees neither.
     sub.add_input(f"{node.name}_iteration", ir.DataType.INT64, ir.Shape([]))
     sub.add_input(f"{node.name}_condition", ir.DataType.BOOL, ir.Shape([]))
-    placeholders = _placeholders(body_fn)
+    placeholders = placeholder_nodes(body_fn)
     bindings: dict[str, Any] = {}
     for index, placeholder in enumerate(placeholders):
         if index < len(carried):
@@ -218,7 +218,7 @@ def _scan(
 
     sub = builder.subgraph(f"{node.name}_body")
     bindings: dict[str, Any] = {}
-    placeholders = _placeholders(body_fn)
+    placeholders = placeholder_nodes(body_fn)
     for index, placeholder in enumerate(placeholders):
         if index < len(init):
             bindings[placeholder.name] = BodyInput(f"{node.name}_{placeholder.name}", _type_of(init[index], placeholder, interpreter))
@@ -281,13 +281,9 @@ def _graph_module_of(interpreter: "FxOnnxInterpreter", arg: Any) -> torch.fx.Gra
     return module
 
 
-def _placeholders(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-
-
 def _bind(graph_module: torch.fx.GraphModule, values: Sequence[Any]) -> dict[str, Any]:
     """Placeholders bound, in order, to values of the enclosing graph (read by name)."""
-    placeholders = _placeholders(graph_module)
+    placeholders = placeholder_nodes(graph_module)
     if len(placeholders) != len(values):
         raise ValueError(
             f"the subgraph takes {len(placeholders)} inputs but {len(values)} operands were given"

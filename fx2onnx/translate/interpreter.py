@@ -28,7 +28,7 @@ from dispatcher import (
     schema_defaults,
     torch_dtype_to_onnx,
 )
-from dispatcher.fx_nodes import argument_value, node_location, node_stack
+from dispatcher.fx_nodes import argument_value, fetch_attr, node_location, node_stack
 from dispatcher.functions.complex import COMPLEX_DOMAIN
 from fx2onnx.translate import control_flow
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
@@ -177,7 +177,7 @@ class FxOnnxInterpreter:
 
     def get_attr(self, node: torch.fx.Node) -> Any:
         assert self.graph_module is not None
-        attribute = _fetch_attr(self.graph_module, str(node.target))
+        attribute = fetch_attr(self.graph_module, str(node.target))
         if isinstance(attribute, torch.Tensor):
             name = str(node.target)
             value = self.builder.add_initializer(name, TorchTensorData(attribute, name=name), attribute.is_complex())
@@ -418,13 +418,6 @@ def _scalars_as_complex(node: torch.fx.Node, args: list[Any]) -> list[Any]:
 
 def _uses_failed(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
     return any(env.get(arg) is FAILED for arg in node.all_input_nodes)
-
-
-def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
-    item: Any = module
-    for part in target.split("."):
-        item = getattr(item, part)
-    return item
 
 
 def _target_name(node: torch.fx.Node) -> str:
