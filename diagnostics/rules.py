@@ -112,9 +112,11 @@ OP_LEVEL_VALIDATION = Rule(
         "With ExportOptions(op_level_debug=True), the FX graph is run in PyTorch on the "
         "example inputs, and the ONNX nodes of each FX node (an operator or a module "
         "function call) are run in ONNX Runtime on the values PyTorch computed for that "
-        "node's inputs. A result that differs beyond the tolerance of its dtype, or a "
-        "failure to run, is reported here with the largest difference and the dtypes; a "
-        "note names the first node that diverges. The export itself goes on."
+        "node's inputs. Each node's outcome is recorded here: at level none when its "
+        "ONNX nodes ran and match PyTorch; as a warning when its result differs beyond the "
+        "tolerance of its dtype (with the largest difference and the dtypes) or when its "
+        "ONNX nodes could not be run (with why). A note names the first node that "
+        "diverges. The export itself goes on."
     ),
     message_template=(
         "FX node {node} and its ONNX function {function} disagree in op-level "
@@ -126,6 +128,7 @@ OP_LEVEL_VALIDATION = Rule(
         "fx2onnx.OnnxRegistry.register_op(...) and report the mismatch to fx2onnx."
     ),
     default_level=Level.WARNING,
+    recorded_at_every_verbosity=True,  # each node's outcome, asked for by op_level_debug
 )
 
 FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION = Rule(

@@ -250,7 +250,7 @@ def _export(
                 raise _ExportFailed()
     lower_fused_kernels(model_ir)  # the opset is final: the kernels join the standard domain
     guard_group_query_attention(model_ir)  # onnxruntime's kernel where it runs, the exact form elsewhere
-    if not legalize_float8(model_ir, context):  # after the opset is final: float8 needs 19 or newer
+    if not legalize_float8(model_ir, context, opset_chosen=options.opset_version is not None):  # float8 needs 19 or newer
         raise _ExportFailed()
     with timer.stage("tool layout"):
         lay_out_for_tools(model_ir)

@@ -21,7 +21,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import node_location, node_stack
+from dispatcher.fx_nodes import argument_value, node_location, node_stack
 
 # Above this many elements per node the eager check is skipped (it must stay cheap).
 _MAX_CHECKED_ELEMENTS = 1 << 20
@@ -134,7 +134,7 @@ def _dtype_signature(node: torch.fx.Node) -> tuple[Any, ...]:
     argument: what decides whether a CPU kernel accepts the dtypes."""
 
     def kind(leaf: Any) -> Any:
-        value = leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else leaf
+        value = argument_value(leaf)
         return value.dtype if isinstance(value, torch.Tensor) else type(value)
 
     return (node.target, *(kind(leaf) for leaf in pytree.tree_leaves((node.args, dict(node.kwargs)))))

@@ -25,7 +25,8 @@ from torch._decomp import decomposition_table as _torch_decompositions
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from dispatcher import OnnxRegistry, walk_graph_modules
+from dispatcher import OnnxRegistry
+from dispatcher.fx_nodes import node_value, walk_graph_modules
 from fx2onnx.fx_passes.fresh_mutations import functionalize_fresh_mutations
 from fx2onnx.fx_passes.node_meta import SOURCE_META, call_in_place_of
 from fx2onnx.private_ops import assertion_ops
@@ -306,7 +307,7 @@ def _to_as_copy(node: torch.fx.Node) -> Any:
     """`x.to(...)`: the input itself when dtype and device stay (ONNX has no aliasing to
     keep apart), else `_to_copy` to the result's dtype."""
     source, result = node.args[0], node.meta.get("val")
-    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    value = node_value(source)
     if not isinstance(result, torch.Tensor) or not isinstance(value, torch.Tensor):
         return None
     if value.dtype == result.dtype and value.device == result.device:

@@ -23,7 +23,8 @@ import torch.fx
 from torch._decomp import decomposition_table
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import OnnxRegistry, node_location, node_stack
+from dispatcher import OnnxRegistry
+from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.fx_passes.decompose import inline_trace as _inline
 from fx2onnx.fx_passes.decompose import onnx_decomposition_table
 from fx2onnx.fx_passes.decompose import trace_alone as _trace_alone

@@ -18,6 +18,8 @@ import torch.fx.traceback as fx_traceback
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from dispatcher.fx_nodes import placeholder_nodes
+
 # graph_module.meta key: names of the inputs whose new values lead the graph's outputs
 INPUT_MUTATIONS = "fx2onnx_input_mutations"
 
@@ -40,7 +42,7 @@ def functionalize_graph_module(graph_module: torch.fx.GraphModule) -> torch.fx.G
     """
     if not has_in_place_ops(graph_module):
         return graph_module
-    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    placeholders = placeholder_nodes(graph_module)
     examples = [n.meta.get("val") for n in placeholders]
     fake_mode = detect_fake_mode([e for e in examples if isinstance(e, torch.Tensor)])
 
@@ -55,7 +57,7 @@ def functionalize_graph_module(graph_module: torch.fx.GraphModule) -> torch.fx.G
         else:
             traced = make_fx(functional, tracing_mode="fake")(*examples)
 
-    new_placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    new_placeholders = placeholder_nodes(traced)
     for old, new in zip(placeholders, new_placeholders):
         new.target = old.target
         new._rename(old.name)

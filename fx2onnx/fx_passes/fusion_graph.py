@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from dispatcher.fx_nodes import node_value  # the rules read node values from here too
 from fx2onnx.fx_passes.remove_identity_views import RESHAPES, same_size
 
 _aten = torch.ops.aten
@@ -52,10 +53,6 @@ def arguments(node: torch.fx.Node) -> dict[str, Any]:
     bound.update({arg.name: value for arg, value in zip(schema.arguments, node.args)})
     bound.update(node.kwargs)
     return bound
-
-
-def node_value(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
 def only_user(node: torch.fx.Node) -> torch.fx.Node | None:

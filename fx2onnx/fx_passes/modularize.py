@@ -27,6 +27,7 @@ from typing import Any, Union
 import torch
 import torch.fx
 
+from dispatcher.fx_nodes import fetch_attr
 from fx2onnx.fx_passes.fused_ops import ONNXRUNTIME_KERNELS
 from fx2onnx.options import ModuleFunctionOptions
 
@@ -229,7 +230,7 @@ class _Builder:
             if node.op in ("placeholder", "get_attr"):
                 env[node] = graph.node_copy(node, lambda n: env[n])
                 if node.op == "get_attr":
-                    attributes[str(node.target)] = _fetch_attr(self.original, str(node.target))
+                    attributes[str(node.target)] = fetch_attr(self.original, str(node.target))
         self._emit_items(root, graph, env, attributes, "")
         output = next(n for n in reversed(self.original.graph.nodes) if n.op == "output")
         graph.node_copy(output, lambda n: env[n])
@@ -347,13 +348,6 @@ def _unique_attribute(attributes: Mapping[str, Any], base: str) -> str:
         name = f"{base}_{suffix}"
         suffix += 1
     return name
-
-
-def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
-    item: Any = module
-    for part in target.split("."):
-        item = getattr(item, part)
-    return item
 
 
 def modularize(

@@ -17,6 +17,7 @@ import torch
 
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher.functions.quantized import kernel_block
+from dispatcher.fx_nodes import node_value
 from fx2onnx.fx_passes import fused_ops  # noqa: F401 - registers torch.ops.fx2onnx.*
 from fx2onnx.fx_passes.node_meta import call_in_place_of
 from fx2onnx.private_ops import torch_op
@@ -34,7 +35,7 @@ def _group_size(dequantize: torch.fx.Node) -> int | str:
     """The group of input features one scale covers, or why the weight is not one
     MatMulNBits reads."""
     qdata, block_size = dequantize.args[0], dequantize.args[1]
-    value = qdata.meta.get("val") if isinstance(qdata, torch.fx.Node) else None
+    value = node_value(qdata)
     if value is None or value.dim() != 2 or value.dtype != torch.int8:
         return "the weight is not an int8 matrix"
     if len(block_size) != 2 or block_size[0] != 1:
@@ -96,7 +97,7 @@ def _stored_int8_matrix(node: object) -> torch.fx.Node | None:
     if not isinstance(transposed, torch.fx.Node) or transposed.target is not torch.ops.aten.t.default:
         return None
     weight = transposed.args[0]
-    value = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
+    value = node_value(weight)
     if value is None or value.dtype != torch.int8 or value.dim() != 2:
         return None
     return weight
@@ -104,7 +105,7 @@ def _stored_int8_matrix(node: object) -> torch.fx.Node | None:
 
 def _column_scale(node: object, columns: int) -> torch.fx.Node | None:
     """``node`` when it is a float vector of one scale per output column."""
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    value = node_value(node)
     if value is None or not value.is_floating_point() or tuple(value.shape) != (columns,):
         return None
     return node

@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import node_location, node_stack
+from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.fx_passes.modularize import module_stack
 from fx2onnx.private_ops import training_batch_norm_ops
 from fx2onnx.user_warnings import ExportWarning

@@ -32,7 +32,7 @@ import torch.fx
 from torch._guards import detect_fake_mode
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import node_location, node_stack
+from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.fx_passes.node_meta import SOURCE_META
 
 _KIND = prims_common.ELEMENTWISE_TYPE_PROMOTION_KIND

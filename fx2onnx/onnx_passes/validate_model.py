@@ -16,7 +16,7 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import node_location, node_stack
+from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.onnx_passes.legalize_types import METADATA_KEY
 from fx2onnx.onnx_passes.fake_weights import proto_with_weights_as_inputs
 

@@ -103,11 +103,7 @@ class InputAdapter:
                 onnx_inputs.append(fed)
                 names.append(name)
             elif not _same_constant(slot.constant, leaf):
-                raise UnsupportedInputError(
-                    f"Input '{slot.name}' was specialized to {slot.constant!r} at export, "
-                    f"but {leaf!r} was given. Python scalars are baked into the ONNX graph; "
-                    "export again with the new value, or pass it as a tensor."
-                )
+                raise UnsupportedInputError(_changed_constant_message(slot, leaf))
         if expected is not None and self.tied_sizes is not None:
             self.tied_sizes.check(names, onnx_inputs)
         return onnx_inputs
@@ -166,6 +162,19 @@ def describe_structure(spec: pytree.TreeSpec) -> str:
     if spec.type is dict:
         return "{" + ", ".join(f"{key!r}: {child}" for key, child in zip(spec.context, children)) + "}"
     return f"{spec.type.__name__}(" + ", ".join(children) + ")"
+
+
+def _changed_constant_message(slot: InputSlot, given: Any) -> str:
+    """What to do when a non-tensor input has another value than at export."""
+    exported = slot.constant
+    advice = "export again with the new value"
+    if isinstance(exported, (bool, int, float)) and not isinstance(given, (str, bytes)):
+        advice += ", or export with a tensor there to keep it an input"
+    return (
+        f"Input '{slot.name}' was specialized to {exported!r} ({type(exported).__name__}) at export, but {given!r} was given. "
+        f"A non-tensor input is baked into the ONNX graph with its exported value: give {exported!r} again, "
+        f"or {advice} (e.g. fx2onnx.dynamo_export(..., {slot.name}={given!r}))."
+    )
 
 
 def _same_constant(expected: Any, given: Any) -> bool:

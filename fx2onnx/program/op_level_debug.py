@@ -5,10 +5,11 @@ run in PyTorch on the example inputs (``torch.fx.Interpreter``), which gives eve
 intermediate value. Then the ONNX nodes that each top-level FX node was translated into
 (one ATen operator, or one module function call) are cut out as a model of their own and
 run in ONNX Runtime on the values PyTorch computed for that FX node's inputs, so that each
-node is judged on its own, not on the errors of the nodes before it. Every node whose
-result differs beyond the tolerance of its dtype is reported as FXE0013 with the user's
-source line, the op, the largest difference and the dtypes; a final note names the first
-node, in graph order, that diverges.
+node is judged on its own, not on the errors of the nodes before it. Each node's outcome
+is recorded under FXE0013 with the user's source line: at level none when its ONNX nodes
+ran and match PyTorch, as a warning when its result differs beyond the tolerance of its
+dtype (the op, the largest difference and the dtypes) or when its ONNX nodes could not
+be run (and why); a final note names the first node, in graph order, that diverges.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import onnx_ir as ir
 import torch
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import node_location, node_stack
+from dispatcher.fx_nodes import node_location, node_stack
 
 # rtol, atol per torch dtype; integers and booleans must match exactly.
 _TOLERANCES = {
@@ -44,6 +45,7 @@ class NodeCheck:
     dtypes: str = ""
     error: str = ""
     mismatch: bool = False
+    ran: bool = True  # False: its ONNX nodes could not be run (``error`` says why)
 
     @property
     def diverges(self) -> bool:
@@ -111,13 +113,15 @@ def debug_op_level(
         if any(getattr(v, "is_complex", False) for v in outputs):
             report.skipped[node.name] = "complex values"
             continue
-        check = _check_node(node, groups[node.name], outputs, expected, model, producer_of, torch_values, report)
+        check = _check_node(node, groups[node.name], outputs, expected, model, producer_of, torch_values, report, context)
         if check is None:
             continue
         report.checked.append(node.name)
         if check.diverges:
             report.diverging.append(check)
             _record_divergence(context, node, check, first=len(report.diverging) == 1)
+        else:
+            _record_agreement(context, node, check)
     _record_summary(context, report, graph_module)
     return report
 
@@ -203,17 +207,21 @@ def _check_node(
     producer_of: Mapping[int, tuple[torch.fx.Node, int, int]],
     torch_values: Mapping[torch.fx.Node, Any],
     report: OpLevelReport,
+    context: DiagnosticContext,
 ) -> NodeCheck | None:
     check = NodeCheck(fx_node.name, str(fx_node.target))
     try:
         feeds, extra_nodes = _feeds(nodes, model, producer_of, torch_values)
     except _CannotFeed as reason:
         report.skipped[fx_node.name] = str(reason)
+        if not reason.expected:
+            _record_not_run(context, fx_node, str(reason))
         return None
     try:
         actual = _run_cut(model, extra_nodes + nodes, feeds, outputs)
     except Exception as error:  # noqa: BLE001 - a node that fails to run is a finding
         check.error = f"ONNX Runtime failed: {type(error).__name__}: {str(error).splitlines()[0]}"
+        check.ran = False
         return check
     worst = 0.0
     dtype_notes = []
@@ -235,7 +243,12 @@ def _check_node(
 
 
 class _CannotFeed(Exception):
-    """An input of the cut-out nodes has no PyTorch value to feed."""
+    """An input of the cut-out nodes has no PyTorch value to feed; ``expected`` when
+    op-level debugging does not check such nodes by design (complex values)."""
+
+    def __init__(self, reason: str, *, expected: bool = False) -> None:
+        super().__init__(reason)
+        self.expected = expected
 
 
 def _feeds(
@@ -270,7 +283,7 @@ def _feeds(
                 raise _CannotFeed(f"'{value.name}' does not correspond to one PyTorch tensor")
             tensor = leaves[position].detach()
             if tensor.is_complex():
-                raise _CannotFeed("complex input")
+                raise _CannotFeed("complex input", expected=True)
             feeds[value.name] = tensor.contiguous().numpy() if tensor.dtype != torch.bfloat16 else tensor.float().numpy()
     return feeds, extra
 
@@ -318,7 +331,40 @@ def _compare(got: torch.Tensor, want: torch.Tensor) -> tuple[float, bool]:
 # -- diagnostics -----------------------------------------------------------------------------
 
 
+def _record_agreement(context: DiagnosticContext, node: torch.fx.Node, check: NodeCheck) -> None:
+    """The level-none outcome of a node whose ONNX nodes ran and match PyTorch."""
+    context.record(
+        rules.OP_LEVEL_VALIDATION,
+        Level.NONE,
+        message=(
+            f"FX node '{node.name}' and its ONNX function {node.target} agree in op-level validation: "
+            f"its ONNX nodes ran in ONNX Runtime, max difference {check.max_difference:.6g} ({check.dtypes})."
+        ),
+        location=node_location(node),
+        properties={"fx_node": node.name, "target": str(node.target), "outcome": "matched",
+                    "max_difference": check.max_difference, "dtypes": check.dtypes},
+    )
+
+
+def _record_not_run(context: DiagnosticContext, node: torch.fx.Node, why: str) -> None:
+    """A node whose ONNX nodes could not be run, so op-level debugging says nothing of it."""
+    context.record(
+        rules.OP_LEVEL_VALIDATION,
+        Level.WARNING,
+        message=(
+            f"Op-level debugging could not run FX node '{node.name}' ({node.target}) in ONNX Runtime: {why}. "
+            "It is not checked; compare the whole model's outputs with PyTorch (ExportOptions(verify=True))."
+        ),
+        location=node_location(node),
+        stack=node_stack(node),
+        properties={"fx_node": node.name, "target": str(node.target), "outcome": "not_run", "reason": why},
+    )
+
+
 def _record_divergence(context: DiagnosticContext, node: torch.fx.Node, check: NodeCheck, first: bool) -> None:
+    if not check.ran:
+        _record_not_run(context, node, check.error)
+        return
     if check.error:
         reason = check.error
     else:
@@ -339,6 +385,7 @@ def _record_divergence(context: DiagnosticContext, node: torch.fx.Node, check: N
             "max_difference": check.max_difference,
             "dtypes": check.dtypes,
             "first_divergence": first,
+            "outcome": "diverged",
         },
     )
 

@@ -23,7 +23,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import node_location, node_stack
+from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.program.op_level_debug import OpLevelReport
 from fx2onnx.onnx_passes.validate_model import all_onnx_nodes, fx_node_of
 

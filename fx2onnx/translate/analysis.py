@@ -13,40 +13,51 @@ import torch
 import torch.fx
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import NodeRoute, OnnxFunctionDispatcher, WrongKindOfFunction, node_location, node_route, node_stack, qualified_name_of, walk_graph_modules
+from dispatcher import NodeRoute, OnnxFunctionDispatcher, Refusal, node_route, qualified_name_of
+from dispatcher.fx_nodes import node_location, node_stack, walk_graph_modules
 from fx2onnx.translate import control_flow
+
+# An untranslatable node, why, and the dispatch decision's refusal (None for control flow).
+_Unsupported = tuple[torch.fx.Node, str, Refusal | None]
 
 
 def unsupported_reason(node: torch.fx.Node, dispatcher: OnnxFunctionDispatcher) -> str | None:
     """Why ``node`` cannot be translated, or None. Records no diagnostics."""
+    found = _unsupported(node, dispatcher)
+    return found[1] if found is not None else None
+
+
+def _unsupported(node: torch.fx.Node, dispatcher: OnnxFunctionDispatcher) -> _Unsupported | None:
     if node.op != "call_function":
         return None
     route = node_route(node.target)
     if route is NodeRoute.HIGHER_ORDER:
-        return control_flow.unsupported_reason(node)
+        reason = control_flow.unsupported_reason(node)
+        return (node, reason, None) if reason is not None else None
     if route is NodeRoute.ONNX_FUNCTION:
-        return dispatcher.unsupported_reason(node)
+        decision = dispatcher.decide(node)  # the decision translation takes
+        return (node, decision.reason, decision.refusal) if decision.reason is not None else None
     return None
 
 
 def find_unsupported_nodes(graph_module: torch.fx.GraphModule, dispatcher: OnnxFunctionDispatcher) -> list[tuple[torch.fx.Node, str]]:
     """Every node of ``graph_module`` and of the graphs it calls that cannot be
     translated, with the reason."""
-    found = []
-    for _, node in walk_graph_modules(graph_module):
-        reason = unsupported_reason(node, dispatcher)
-        if reason is not None:
-            found.append((node, reason))
-    return found
+    return [(node, reason) for node, reason, _ in _find(graph_module, dispatcher)]
 
 
-def _grouped(unsupported: list[tuple[torch.fx.Node, str]]) -> list[list[tuple[torch.fx.Node, str]]]:
+def _find(graph_module: torch.fx.GraphModule, dispatcher: OnnxFunctionDispatcher) -> list[_Unsupported]:
+    found = (_unsupported(node, dispatcher) for _, node in walk_graph_modules(graph_module))
+    return [item for item in found if item is not None]
+
+
+def _grouped(unsupported: list[_Unsupported]) -> list[list[_Unsupported]]:
     """The unsupported nodes grouped by operator and reason, in graph order: a model with
     one unsupported operator in every layer gets one problem, not one per layer."""
-    groups: dict[tuple[str, str, bool], list[tuple[torch.fx.Node, str]]] = {}
-    for node, reason in unsupported:
-        key = (_operator_name(node), str(reason), isinstance(reason, WrongKindOfFunction))
-        groups.setdefault(key, []).append((node, reason))
+    groups: dict[tuple[str, str, Refusal | None], list[_Unsupported]] = {}
+    for item in unsupported:
+        node, reason, refusal = item
+        groups.setdefault((_operator_name(node), reason, refusal), []).append(item)
     return list(groups.values())
 
 
@@ -64,13 +75,13 @@ def report_unsupported_nodes(
 ) -> list[torch.fx.Node]:
     """Record one error (FXE0012) per operator and reason that cannot be translated, at
     the first such node's line, with how many nodes share it; return every such node."""
-    unsupported = find_unsupported_nodes(graph_module, dispatcher)
+    unsupported = _find(graph_module, dispatcher)
     for group in _grouped(unsupported):
-        node, reason = group[0]
-        nodes = [member for member, _ in group]
+        node, reason, refusal = group[0]
+        nodes = [member for member, _, _ in group]
         name = _operator_name(node)
         properties = {"fx_node": node.name, "operator": name, "fx_nodes": [n.name for n in nodes], "count": len(nodes)}
-        if isinstance(reason, WrongKindOfFunction):
+        if refusal is Refusal.WRONG_KIND:  # under FXE0011, as dispatch reports it
             context.record(
                 rules.NO_SYMBOLIC_FUNCTION_FOR_CALL_FUNCTION,
                 Level.ERROR,
@@ -95,7 +106,7 @@ def report_unsupported_nodes(
             ),
             properties=properties,
         )
-    return [node for node, _ in unsupported]
+    return [node for node, _, _ in unsupported]
 
 
 def _torch_spelling(node: torch.fx.Node) -> str:

@@ -34,7 +34,7 @@ import torch
 import torch.fx
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher import node_location, walk_graph_modules
+from dispatcher.fx_nodes import argument_value, graph_modules, node_location, node_value, placeholder_nodes
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.translate.graph_builder import GraphBuilder
 from fx2onnx.translate.translated_body import FAILED, BodyInput, TranslatedBody
@@ -76,18 +76,12 @@ def translate_higher_order(interpreter: "FxOnnxInterpreter", node: torch.fx.Node
     return translator(interpreter, node)
 
 
-def subgraph_modules(graph_module: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
-    """``graph_module`` and every GraphModule its nodes reach (branches, bodies, module
-    calls), each once, in source order."""
-    return list(dict.fromkeys(module for module, _ in walk_graph_modules(graph_module)))
-
-
 def on_every_graph(graph_pass: Callable[..., int]) -> Callable[..., int]:
     """A graph pass that edits one GraphModule in place, run on it and on every branch
     and body it reaches; returns the sum of the pass's counts."""
 
     def run(graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> int:
-        return sum(graph_pass(module, *args, **kwargs) or 0 for module in subgraph_modules(graph_module))
+        return sum(graph_pass(module, *args, **kwargs) or 0 for module in graph_modules(graph_module))
 
     run.__name__ = getattr(graph_pass, "__name__", "graph_pass")
     run.__doc__ = graph_pass.__doc__
@@ -140,7 +134,7 @@ def _translate_while_loop(interpreter: "FxOnnxInterpreter", node: torch.fx.Node)
     additional_args = node.args[3] if len(node.args) > 3 else ()
     cond_fn, body_fn = _graph_module_of(interpreter, cond_arg), _graph_module_of(interpreter, body_arg)
     builder = interpreter.builder
-    carried_metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in carried_args]
+    carried_metas = [argument_value(arg) for arg in carried_args]
     carried = [
         _as_value(builder, value, meta, interpreter)
         for value, meta in zip(interpreter.onnx_arg(list(carried_args)), carried_metas)
@@ -157,7 +151,7 @@ def _translate_while_loop(interpreter: "FxOnnxInterpreter", node: torch.fx.Node)
     # Loop's own first two body inputs; torch's body sees neither.
     sub.add_input(f"{node.name}_iteration", ir.DataType.INT64, ir.Shape([]))
     sub.add_input(f"{node.name}_condition", ir.DataType.BOOL, ir.Shape([]))
-    placeholders = _placeholders(body_fn)
+    placeholders = placeholder_nodes(body_fn)
     bindings: dict[str, Any] = {}
     for index, placeholder in enumerate(placeholders):
         if index < len(carried):
@@ -214,7 +208,7 @@ def _scan(
     body_fn = _graph_module_of(interpreter, body_arg)
     builder = interpreter.builder
     init = [
-        _as_value(builder, value, arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None, interpreter)
+        _as_value(builder, value, node_value(arg), interpreter)
         for value, arg in zip(interpreter.onnx_arg(init_args), init_args)
     ]
     xs = list(interpreter.onnx_arg(xs_args))
@@ -224,7 +218,7 @@ def _scan(
 
     sub = builder.subgraph(f"{node.name}_body")
     bindings: dict[str, Any] = {}
-    placeholders = _placeholders(body_fn)
+    placeholders = placeholder_nodes(body_fn)
     for index, placeholder in enumerate(placeholders):
         if index < len(init):
             bindings[placeholder.name] = BodyInput(f"{node.name}_{placeholder.name}", _type_of(init[index], placeholder, interpreter))
@@ -287,13 +281,9 @@ def _graph_module_of(interpreter: "FxOnnxInterpreter", arg: Any) -> torch.fx.Gra
     return module
 
 
-def _placeholders(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-
-
 def _bind(graph_module: torch.fx.GraphModule, values: Sequence[Any]) -> dict[str, Any]:
     """Placeholders bound, in order, to values of the enclosing graph (read by name)."""
-    placeholders = _placeholders(graph_module)
+    placeholders = placeholder_nodes(graph_module)
     if len(placeholders) != len(values):
         raise ValueError(
             f"the subgraph takes {len(placeholders)} inputs but {len(values)} operands were given"

@@ -14,6 +14,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
+from dispatcher.fx_nodes import placeholder_nodes
 from fx2onnx.capture.dynamic_dims.names import dim_name
 from fx2onnx.translate.fake_metadata import SymbolNamer
 from fx2onnx.translate.io_names import input_leaf_names, output_leaf_names
@@ -42,17 +43,13 @@ class GraphIO:
         return self.input_names.get(placeholder, placeholder)
 
 
-def _placeholders(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-
-
 def _output_args(graph_module: torch.fx.GraphModule) -> Any:
     return next(n for n in reversed(graph_module.graph.nodes) if n.op == "output").args[0]
 
 
 def describe_exported_program(program: torch.export.ExportedProgram) -> GraphIO:
     io = GraphIO(in_spec=program.call_spec.in_spec, out_spec=program.call_spec.out_spec)
-    by_name = {n.name: n for n in _placeholders(program.graph_module)}
+    by_name = {n.name: n for n in placeholder_nodes(program.graph_module)}
     for spec in program.graph_signature.input_specs:
         node = by_name[spec.arg.name]
         if spec.kind == InputKind.USER_INPUT:
@@ -98,7 +95,7 @@ def _name_leaves(io: GraphIO) -> None:
 
 def describe_graph_module(graph_module: torch.fx.GraphModule) -> GraphIO:
     io = GraphIO()
-    for node in _placeholders(graph_module):
+    for node in placeholder_nodes(graph_module):
         meta = node.meta.get("val")
         io.input_slots.append(InputSlot(node.name, isinstance(meta, _TENSOR_LIKE), None if isinstance(meta, _TENSOR_LIKE) else meta))
     outputs = _output_args(graph_module)
@@ -119,7 +116,7 @@ def name_input_dims(
     user_dim_names_by_position: list[dict[int, str]],
 ) -> None:
     """Give each symbolic input dim its user's name or `<input>_dim_<i>`."""
-    user_inputs = [n for n in _placeholders(graph_module) if n.name not in io.lifted_tensors]
+    user_inputs = [n for n in placeholder_nodes(graph_module) if n.name not in io.lifted_tensors]
     for position, node in enumerate(user_inputs):
         meta = node.meta.get("val")
         if not isinstance(meta, torch.Tensor):
@@ -136,7 +133,7 @@ def input_dim_expressions(graph_module: torch.fx.GraphModule, io: GraphIO, namer
     tied together across inputs, for the call-time check (`program.tied_sizes`)."""
     onnx_inputs = {slot.name for slot in io.input_slots if slot.is_onnx_input}
     dims = []
-    for node in _placeholders(graph_module):
+    for node in placeholder_nodes(graph_module):
         if node.name not in onnx_inputs:
             continue
         meta = node.meta.get("val")

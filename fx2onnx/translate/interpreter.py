@@ -24,12 +24,11 @@ from dispatcher import (
     DispatchError,
     NodeRoute,
     OnnxFunctionDispatcher,
-    node_location,
     node_route,
-    node_stack,
     schema_defaults,
     torch_dtype_to_onnx,
 )
+from dispatcher.fx_nodes import argument_value, fetch_attr, node_location, node_stack
 from dispatcher.functions.complex import COMPLEX_DOMAIN
 from fx2onnx.translate import control_flow
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
@@ -167,19 +166,18 @@ class FxOnnxInterpreter:
         if not isinstance(binding, BodyInput):
             return binding  # a value of an enclosing graph or a constant, used as it is
         meta = node.meta.get("val")
-        info = binding.info or onnx_type_of(meta, self.namer)
-        if binding.info is None and (
-            meta is None or (info is not None and not isinstance(meta, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)))
-        ):
-            # None and Python scalars were specialized into the graph: a constant, no input.
+        if binding.info is None and not isinstance(meta, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # None, Python scalars, strings and other non-tensor inputs were specialized into
+            # the graph: a constant, no input (the program checks the value at each call).
             return meta
+        info = binding.info or onnx_type_of(meta, self.namer)
         if info is None:
             raise TypeError(f"Input '{node.name}' has an unsupported type {type(meta).__name__}")
         return self.builder.add_input(binding.name or node.name, info.dtype, info.shape, info.is_complex)
 
     def get_attr(self, node: torch.fx.Node) -> Any:
         assert self.graph_module is not None
-        attribute = _fetch_attr(self.graph_module, str(node.target))
+        attribute = fetch_attr(self.graph_module, str(node.target))
         if isinstance(attribute, torch.Tensor):
             name = str(node.target)
             value = self.builder.add_initializer(name, TorchTensorData(attribute, name=name), attribute.is_complex())
@@ -289,7 +287,7 @@ class FxOnnxInterpreter:
     def output(self, node: torch.fx.Node) -> Any:
         flat, _ = torch.utils._pytree.tree_flatten(node.args[0])
         self._outputs = [self.env[arg] if isinstance(arg, torch.fx.Node) else arg for arg in flat]
-        self._output_metas = [arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg for arg in flat]
+        self._output_metas = [argument_value(arg) for arg in flat]
         return None
 
     # -- helpers -------------------------------------------------------------------------
@@ -420,13 +418,6 @@ def _scalars_as_complex(node: torch.fx.Node, args: list[Any]) -> list[Any]:
 
 def _uses_failed(node: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> bool:
     return any(env.get(arg) is FAILED for arg in node.all_input_nodes)
-
-
-def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
-    item: Any = module
-    for part in target.split("."):
-        item = getattr(item, part)
-    return item
 
 
 def _target_name(node: torch.fx.Node) -> str:

@@ -29,6 +29,7 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
+from dispatcher.fx_nodes import placeholder_nodes
 from fx2onnx.translate.body_key import body_key
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, apply_type, onnx_type_of
 from fx2onnx.translate.graph_builder import GraphBuilder
@@ -169,7 +170,7 @@ class ModuleFunctionTranslator:
     ) -> tuple[dict[str, Any], list[ir.Value]]:
         """Graph values become function inputs; Python constants are baked into the body.
         Returns the placeholder bindings and the values the call passes."""
-        placeholders = [n for n in sub_module.graph.nodes if n.op == "placeholder"]
+        placeholders = placeholder_nodes(sub_module)
         bindings: dict[str, Any] = {}
         call_inputs: list[ir.Value] = []
         for placeholder, arg in zip(placeholders, args):

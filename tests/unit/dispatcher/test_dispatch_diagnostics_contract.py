@@ -4,6 +4,8 @@ naming the FX node's target as torch prints it (`aten.add.Tensor`)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -135,3 +137,62 @@ def test_values_inside_module_functions_have_value_info(tmp_path):
     matmul = next(name for name in value_info if name.endswith("/matmul"))
     dims = value_info[matmul].type.tensor_type.shape.dim
     assert dims[0].dim_param and dims[1].dim_param  # symbolic sizes, named
+
+
+def _saved_results(program, tmp_path, rule) -> list[dict]:
+    path = tmp_path / "contract.sarif"
+    program.save_diagnostics(path)
+    log = json.loads(path.read_text(encoding="utf-8"))
+    return [r for run in log["runs"] for r in run.get("results", []) if r["ruleId"] == rule.id]
+
+
+def test_fall_back_is_recorded_once_per_node_as_fxe0016_warning_in_the_report(tmp_path):
+    class AddTwice(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.ops.aten.add.Tensor(torch.ops.aten.add.Tensor(x, x), x)
+
+    registry = fx2onnx.OnnxRegistry()
+    registry.remove_op("aten", "add", "Tensor")
+    registry.register_op(default_add, "aten", "add")
+    program = fx2onnx.dynamo_export(AddTwice(), torch.rand(3), export_options=make_options(tmp_path, onnx_registry=registry))
+    fell_back = [d for d in program.diagnostics if d.rule is rules.FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY]
+    assert [d.level for d in fell_back] == [Level.WARNING, Level.WARNING]  # the second node's decision is remembered
+    assert all(d.properties["used"] == ["aten::add"] and d.properties["target"] == "aten::add.Tensor" for d in fell_back)
+    saved = _saved_results(program, tmp_path, rules.FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY)
+    assert [r["level"] for r in saved] == ["warning", "warning"]
+    x = torch.rand(3)
+    torch.testing.assert_close(program(x), 3 * x)  # onnxruntime against PyTorch
+
+
+def test_nearest_match_names_the_argument_expected_and_got_in_the_report(tmp_path):
+    class Var(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.ops.prims.var(x, [0], correction=0.0)
+
+    model, x = Var(), torch.rand(4, 3)
+    program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path))
+    (nearest,) = [d for d in program.diagnostics if d.rule is rules.FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION]
+    assert nearest.level is Level.WARNING
+    assert nearest.properties["mismatches"] == [
+        {"argument": "correction", "kind": "attribute", "expected": "INT", "got": "float 0.0"}
+    ]
+    (saved,) = _saved_results(program, tmp_path, rules.FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION)
+    assert saved["level"] == "warning" and saved["properties"]["mismatches"][0]["argument"] == "correction"
+    assert "attribute 'correction' got float 0.0 but allows INT" in saved["message"]["text"]
+    torch.testing.assert_close(program(x), model(x))
+
+
+def test_the_analysis_and_the_dispatcher_read_one_decision(tmp_path):
+    from dispatcher import DispatchError, OnnxFunctionDispatcher, Refusal
+    from diagnostics import DiagnosticContext
+
+    registry = fx2onnx.OnnxRegistry()
+    registry.remove_op("aten", "mul", "Tensor", is_complex=True)
+    graph_module = torch.export.export(Mul(), (torch.tensor([1 + 2j], dtype=torch.complex64),)).graph_module
+    node = next(n for n in graph_module.graph.nodes if n.op == "call_function")
+    dispatcher = OnnxFunctionDispatcher(registry, DiagnosticContext("fx2onnx", "test"))
+    decision = dispatcher.decide(node)
+    assert decision.refusal is Refusal.WRONG_KIND and decision.complex_input and decision.chosen is None
+    assert dispatcher.unsupported_reason(node) == decision.reason == "aten::mul.Tensor has no complex implementation"
+    with pytest.raises(DispatchError, match="no complex implementation"):
+        dispatcher.dispatch(node)

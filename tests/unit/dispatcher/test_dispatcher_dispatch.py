@@ -541,13 +541,15 @@ def test_stack_location_works_on_any_stack():
 def test_same_call_is_matched_once_and_other_types_are_matched_again(monkeypatch):
     dispatcher = make_dispatcher(level=logging.INFO)  # perfect matches are not recorded
     matched = []
-    original = OnnxFunctionDispatcher._best_match
+    import dispatcher.dispatcher as dispatcher_module
 
-    def counting(self, call, functions):
-        matched.append(call.node.name)
-        return original(self, call, functions)
+    original = dispatcher_module.decide
 
-    monkeypatch.setattr(OnnxFunctionDispatcher, "_best_match", counting)
+    def counting(registry, node):
+        matched.append(node.name)
+        return original(registry, node)
+
+    monkeypatch.setattr(dispatcher_module, "decide", counting)
     add = torch.ops.aten.add.Tensor
     first = dispatcher.dispatch(call_node(add, t(), t()))
     again = dispatcher.dispatch(call_node(add, t(shape=(5, 7)), t(shape=(5, 7))))  # same dtypes and ranks
@@ -563,3 +565,27 @@ def test_choices_are_not_remembered_when_each_must_be_reported():
     for _ in range(2):
         dispatcher.dispatch(call_node(torch.ops.aten.add.Tensor, t(), t()))
     assert len(recorded(dispatcher, MATCH)) == 2
+
+
+# -- the decision ----------------------------------------------------------------------
+
+
+def test_decide_returns_the_choice_or_a_typed_refusal_and_records_nothing():
+    from dispatcher import Refusal, decide
+
+    registry = OnnxRegistry()
+    perfect = decide(registry, call_node(torch.ops.aten.add.Tensor, t(), t()))
+    assert perfect.is_perfect and not perfect.fell_back and perfect.refusal is None
+    assert perfect.qualified_name == "aten::add.Tensor" and perfect.overloads == ("aten::add.Tensor",)
+    assert perfect.chosen is perfect.candidates[-1]
+
+    registry.remove_op("aten", "squeeze", "dims")  # left: aten::squeeze, which takes only `self`
+    refused = decide(registry, call_node(torch.ops.aten.squeeze.dims, t(), [0]))
+    assert refused.refusal is Refusal.NO_SIGNATURE_FITS and refused.chosen is None
+    assert refused.fell_back and refused.overloads == ("aten::squeeze",)
+    assert all(not c.match.is_candidate for c in refused.candidates) and "takes these arguments" in refused.reason
+
+    unnamed = decide(registry, call_node(lambda x: x, t()))
+    assert unnamed.refusal is Refusal.UNNAMED and unnamed.op_name is None and unnamed.reason
+    missing = decide(registry, call_node(torch.ops.fx2onnx_dispatch_test.scale.default, t()))
+    assert missing.refusal is Refusal.NOT_REGISTERED and "fx2onnx_dispatch_test::scale" in missing.reason

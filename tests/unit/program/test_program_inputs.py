@@ -157,3 +157,41 @@ def test_onnxruntime_failure_raises_without_its_log_line(tmp_path, capfd):
     with pytest.raises(Exception, match="Concat"):  # past fx2onnx's checks: onnxruntime's own error
         program.run_flat([torch.rand(5, 3), torch.rand(6, 4)])
     assert "[E:onnxruntime" not in capfd.readouterr().err
+
+
+class KeywordConstants(nn.Module):
+    def forward(self, x: torch.Tensor, *, alpha: float = 1.0, mode: str = "add", flag: bool = False, bias=None):
+        y = x * alpha
+        y = y + 1 if mode == "add" else y - 1
+        y = y if bias is None else y + bias
+        return -y if flag else y
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_non_tensor_keyword_arguments_may_be_given_again(tmp_path, dynamic):
+    # the former API's contract: program(x, alpha=2.0) works when exported with alpha=2.0
+    model, x = KeywordConstants(), torch.rand(3, 4)
+    exported = {"alpha": 2.0, "mode": "sub", "flag": True, "bias": None}
+    with pytest.warns(UserWarning, match="baked into the ONNX graph"):
+        program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, dynamic_shapes=dynamic), **exported)
+    assert [v.name for v in program.model.graph.inputs] == ["x"]
+    for given in (exported, dict(reversed(exported.items())), {**exported, "alpha": 2}):  # any order, 2 == 2.0
+        torch.testing.assert_close(program(x, **given), model(x, **given))
+    y = torch.rand(5 if dynamic else 3, 4)
+    torch.testing.assert_close(program(y, **exported), model(y, **exported))
+
+
+@pytest.mark.parametrize(
+    ("argument", "given", "advice"),
+    [("alpha", 3.0, "or export with a tensor there"), ("mode", "add", "fx2onnx.dynamo_export(..., mode='add')"),
+     ("flag", False, "give True again")],
+)
+def test_a_non_tensor_keyword_argument_with_another_value_is_a_clear_error(tmp_path, argument, given, advice):
+    exported = {"alpha": 2.0, "mode": "sub", "flag": True}
+    with pytest.warns(UserWarning):
+        program = fx2onnx.dynamo_export(KeywordConstants(), torch.rand(3), export_options=make_options(tmp_path), **exported)
+    with pytest.raises(fx2onnx.UnsupportedInputError) as caught:
+        program(torch.rand(3), **{**exported, argument: given})
+    message = str(caught.value)
+    assert f"Input '{argument}' was specialized to {exported[argument]!r}" in message
+    assert f"but {given!r} was given" in message and "export again with the new value" in message and advice in message

@@ -1,4 +1,6 @@
-"""Where in the user's code an FX node comes from, read from ``node.stack_trace``."""
+"""FX-graph helpers that every layer above uses and that know nothing of dispatch: where in
+the user's code a node comes from (read from ``node.stack_trace``), the value a node
+computes (``meta["val"]``), and the walk over a graph and the graphs it calls."""
 
 from __future__ import annotations
 
@@ -6,9 +8,85 @@ import functools
 import importlib.util
 import os
 import sysconfig
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch.fx
 from diagnostics import Location, Stack
+
+
+# -- values -------------------------------------------------------------------------------
+
+
+def node_value(arg: Any) -> Any:
+    """What an FX node computes (its ``meta["val"]``: a FakeTensor, a SymInt...); None
+    for an argument that is not a node, or a node without the metadata."""
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+
+
+def argument_value(arg: Any) -> Any:
+    """An FX argument as the operator sees it: a node's ``meta["val"]``, a constant as
+    it is."""
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+
+
+def node_values(args: Iterable[Any]) -> Iterator[Any]:
+    """``meta["val"]`` of every FX node among ``args``, looking inside lists, tuples and
+    dicts."""
+    for arg in args:
+        if isinstance(arg, torch.fx.Node):
+            yield arg.meta.get("val")
+        elif isinstance(arg, (list, tuple)):
+            yield from node_values(arg)
+        elif isinstance(arg, dict):
+            yield from node_values(arg.values())
+
+
+# -- graphs -------------------------------------------------------------------------------
+
+
+def walk_graph_modules(graph_module: torch.fx.GraphModule) -> Iterator[tuple[torch.fx.GraphModule, torch.fx.Node]]:
+    """Every node of ``graph_module`` and of the GraphModules it reaches through
+    ``get_attr`` or ``call_module`` (module calls, control-flow branches and bodies), with
+    the GraphModule that holds it. A reached GraphModule's nodes come right after the node
+    that reaches it (source order); each GraphModule is walked once."""
+    seen: set[int] = set()
+
+    def walk(module: torch.fx.GraphModule) -> Iterator[tuple[torch.fx.GraphModule, torch.fx.Node]]:
+        seen.add(id(module))
+        for node in module.graph.nodes:
+            yield module, node
+            if node.op in ("call_module", "get_attr") and isinstance(node.target, str):
+                try:
+                    sub = module.get_submodule(node.target)
+                except AttributeError:  # a get_attr of a tensor, not a module
+                    continue
+                if isinstance(sub, torch.fx.GraphModule) and id(sub) not in seen:
+                    yield from walk(sub)
+
+    return walk(graph_module)
+
+
+def placeholder_nodes(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The graph's inputs, in order."""
+    return [node for node in graph_module.graph.nodes if node.op == "placeholder"]
+
+
+def fetch_attr(module: torch.nn.Module, target: str) -> Any:
+    """What a ``get_attr`` node's dotted ``target`` names in ``module``."""
+    item: Any = module
+    for part in target.split("."):
+        item = getattr(item, part)
+    return item
+
+
+def graph_modules(graph_module: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
+    """``graph_module`` and every GraphModule its nodes reach (branches, bodies, module
+    calls), each once, in source order."""
+    return list(dict.fromkeys(module for module, _ in walk_graph_modules(graph_module)))
+
+
+# -- locations ----------------------------------------------------------------------------
 
 # Packages whose frames are never the user's line: the exporter's own packages and the
 # libraries it drives. They are matched by where they are installed, so a user project
