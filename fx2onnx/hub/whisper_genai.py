@@ -59,17 +59,29 @@ def _heads(model: nn.Module) -> tuple[int, int]:
     return int(attention.num_heads), int(attention.head_dim)
 
 
-class GenAIWhisperEncoder(nn.Module):
-    """The encoder and the decoder layers' cross-attention keys and values of its output."""
+class _WithCheckpointNames(nn.Module):
+    """Holds the model's children under their own names, so that the parameter names are
+    the checkpoint's (`model.encoder...`, as fake mode needs to stream the weights from
+    the folder), and the model itself outside the module tree, to call it."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model  # the whole model: its parameter names are the checkpoint's
+        for name, child in model.named_children():
+            self.add_module(name, child)
+        self._whole = (model,)  # a tuple: not registered as a submodule
+
+    @property
+    def whole(self) -> nn.Module:
+        return self._whole[0]
+
+
+class GenAIWhisperEncoder(_WithCheckpointNames):
+    """The encoder and the decoder layers' cross-attention keys and values of its output."""
 
     def forward(self, audio_features: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        hidden = self.model.get_encoder()(input_features=audio_features).last_hidden_state
+        hidden = self.whole.get_encoder()(input_features=audio_features).last_hidden_state
         caches = []
-        for layer in _decoder_layers(self.model):
+        for layer in _decoder_layers(self.whole):
             attention = layer.encoder_attn
             shape = (hidden.shape[0], -1, attention.num_heads, attention.head_dim)
             # as the attention computes them before caching them (its k_proj has no bias, v_proj has one)
@@ -77,14 +89,9 @@ class GenAIWhisperEncoder(nn.Module):
         return (hidden, *caches)
 
 
-class GenAIWhisperDecoder(nn.Module):
+class GenAIWhisperDecoder(_WithCheckpointNames):
     """A decoding step over the self-attention cache and the encoder's cross-attention cache,
     given as flat tensors: keys and values of each layer, self first, then cross."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.cache_argument = cache_argument(model)
 
     def forward(self, input_ids: torch.Tensor, *caches: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
@@ -99,8 +106,8 @@ class GenAIWhisperDecoder(nn.Module):
             cache.is_updated[index] = True  # the cross-attention reads the cache and never the encoder's output
         # the decoder runs its cross-attention when given an encoder output; the cache replaces its use
         placeholder = caches[2 * layers]
-        outputs = self.model(decoder_input_ids=input_ids, encoder_outputs=(placeholder,), use_cache=True,
-                             **{self.cache_argument: cache})
+        outputs = self.whole(decoder_input_ids=input_ids, encoder_outputs=(placeholder,), use_cache=True,
+                             **{cache_argument(self.whole): cache})
         presents = []
         for layer in self_cache.layers:
             presents += [layer.keys, layer.values]
