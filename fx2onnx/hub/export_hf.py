@@ -291,8 +291,11 @@ def export_hf(
             cache in place (the genai config then says `past_present_share_buffer: true`),
             with the padding of any mask as its attention bias; the steps onnxruntime's
             kernel refuses (several new tokens over a cache at batch > 1) take the
-            standard form. "standard": ONNX operators only (any runtime). Both give
-            transformers' answer for any batch, padding and lengths.
+            standard form. Whisper is written for ONNX Runtime GenAI (whisper_genai.py:
+            an encoder with the cross-attention caches, one decoder, genai_config.json,
+            audio_processor_config.json). "standard": ONNX operators only (any runtime;
+            Whisper in Optimum's layout, as T5 and BART). Both give transformers' answer
+            for any batch, padding and lengths.
         module_functions: keep each module call as an ONNX function (default: one flat
             graph, which onnxruntime's quantizers and optimizers can work on).
         precision: fp32, fp16 or bf16 (the same as ``dtype``), or int4 or int8: a causal

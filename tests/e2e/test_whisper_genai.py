@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -16,7 +17,8 @@ import torch
 import transformers
 
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.whisper_verify import speech_signal, write_wav
+from fx2onnx.hub.verify import tolerance_for
+from fx2onnx.hub.whisper_verify import speech_signal, verify_whisper_genai, write_wav
 
 SPECIAL = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|fr|>", "<|translate|>", "<|transcribe|>", "<|startoflm|>",
            "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>"]
@@ -134,3 +136,24 @@ def test_feature_extractor_the_runtime_cannot_follow_is_refused(tmp_path):
     with pytest.raises(ValueError, match="sampling_rate is 8000 Hz.*--runtime standard"):
         export_hf(tmp_path / "source", tmp_path / "out")
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_verify_sees_an_error_in_the_decoder(exported, tmp_path):
+    """1e-2 added to the decoder's logits: the verification fails on the logits' difference
+    (a constant added to every logit keeps the greedy tokens)."""
+    root, _ = exported
+    folder = tmp_path / "out"
+    shutil.copytree(root / "out", folder)
+    path = folder / "onnx" / "decoder.onnx"
+    model = onnx.load(os.fspath(path), load_external_data=False)
+    for node in model.graph.node:
+        node.output[:] = ["logits.clean" if name == "logits" else name for name in node.output]
+    model.graph.initializer.append(onnx.helper.make_tensor("planted", onnx.TensorProto.FLOAT, [], [1e-2]))
+    model.graph.node.append(onnx.helper.make_node("Add", ["logits.clean", "planted"], ["logits"]))
+    onnx.save(model, os.fspath(path))
+    reference = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
+    verification = verify_whisper_genai(folder, folder / "onnx" / "encoder.onnx", path, reference, root / "source", 4,
+                                        tolerance_for(torch.float32))
+    assert not verification.passed and verification.tokens_equal
+    assert verification.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
+    assert "greedy tokens equal" in verification.summary()
