@@ -27,6 +27,7 @@ import torch
 
 from fx2onnx.hub.verify import Tolerance, Verification, _compared, _run, _session
 
+_FLOAT_TYPES = {"tensor(float16)": np.float16, "tensor(double)": np.float64}
 PROMPT_TOKENS = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 SIGNAL_SECONDS, SILENCE_SECONDS = 3.0, 0.1
 
@@ -39,13 +40,14 @@ class WhisperVerification(Verification):
 
     genai_tokens: list[int] | None = None
     feature_difference: float | None = None
+    genai_not_run: str = ""  # why, when it did not run
 
     @property
     def passed(self) -> bool:
         return super().passed and (self.genai_tokens is None or self.genai_tokens == self.torch_tokens)
 
     def summary(self) -> str:
-        genai = "onnxruntime-genai not installed" if self.genai_tokens is None else (
+        genai = f"ONNX Runtime GenAI not run: {self.genai_not_run}" if self.genai_tokens is None else (
             f"ONNX Runtime GenAI's tokens {'equal' if self.genai_tokens == self.torch_tokens else 'DIFFERENT'}, its "
             f"log-mel features within {self.feature_difference:.3g} of transformers'"
         )
@@ -87,11 +89,12 @@ def onnxruntime_greedy(
     """Greedy decoding with the folder's two models: the prompt with an empty self-attention
     cache, then one token per step."""
     with _session(encoder_path) as encoder, _session(decoder_path) as decoder:
-        encoded = _run(encoder, {"audio_features": features})
+        dtype = _FLOAT_TYPES.get(encoder.get_inputs()[0].type, np.float32)  # a bfloat16 folder runs in float32
+        encoded = _run(encoder, {"audio_features": features.astype(dtype)})
         cross = {name.replace("present_", "past_"): value for name, value in encoded.items() if "_cross_" in name}
         inputs = {i.name: i for i in decoder.get_inputs()}
         cache = {
-            name: np.zeros((features.shape[0], value.shape[1], 0, value.shape[3]), dtype=features.dtype)
+            name: np.zeros((features.shape[0], value.shape[1], 0, value.shape[3]), dtype=dtype)
             for name, value in inputs.items() if "_self_" in name
         }
         tokens, logits = list(prompt), []
@@ -122,6 +125,16 @@ def genai_run(folder: Path, wav: Path, prompt: str, max_length: int) -> tuple[li
     return [int(t) for t in generator.get_sequence(0)], features
 
 
+def _why_genai_cannot_run(prompt: str, dtype: torch.dtype) -> str:
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        return "onnxruntime-genai is not installed"
+    if not prompt:
+        return f"the tokenizer has no {PROMPT_TOKENS[0]} to prompt the decoder with"
+    if dtype == torch.bfloat16:
+        return "onnxruntime has no bfloat16 CPU kernels"
+    return ""
+
+
 def verify_whisper_genai(
     folder: Path, encoder_path: Path, decoder_path: Path, model: torch.nn.Module, source: Path, tokens: int,
     tolerance: Tolerance,
@@ -145,8 +158,8 @@ def verify_whisper_genai(
         logits = model(input_features=features, decoder_input_ids=read).logits[0, len(prompt) - 1:]
     verdict = _compared([(np.concatenate(onnx_logits), logits)], tolerance, onnx_tokens == torch_tokens, onnx_tokens,
                         torch_tokens)
-    result = WhisperVerification(**vars(verdict))
-    if prompt_text and importlib.util.find_spec("onnxruntime_genai") is not None:
+    result = WhisperVerification(**vars(verdict), genai_not_run=_why_genai_cannot_run(prompt_text, dtype))
+    if not result.genai_not_run:
         with tempfile.TemporaryDirectory(prefix="fx2onnx-verify-") as scratch:
             wav = Path(scratch) / "signal.wav"
             write_wav(wav, samples, extractor.sampling_rate)

@@ -44,6 +44,7 @@ def save_whisper(folder, sampling_rate: int = 16000) -> None:
         num_mel_bins=MEL_BINS, max_source_positions=1500, max_target_positions=64,
         decoder_start_token_id=ids["<|startoftranscript|>"], bos_token_id=ids["<|endoftext|>"],
         eos_token_id=ids["<|endoftext|>"], pad_token_id=ids["<|endoftext|>"], begin_suppress_tokens=[], suppress_tokens=[],
+        init_std=0.2,  # weights large enough that the greedy tokens depend on the audio
     )
     torch.manual_seed(0)
     model = transformers.WhisperForConditionalGeneration(config).eval()
@@ -129,6 +130,8 @@ def test_runtime_transcribes_as_transformers(exported):
     with torch.no_grad():
         generated = reference.generate(features, decoder_input_ids=torch.tensor([prompt]), do_sample=False, max_new_tokens=16)
     assert genai_tokens[:4] == prompt and genai_tokens[4:] == generated[0].tolist()
+    # the transcription depends on the audio: --verify's 3 s signal gave other tokens
+    assert genai_tokens[4:16] != result.verification.torch_tokens
 
 
 def test_feature_extractor_the_runtime_cannot_follow_is_refused(tmp_path):
