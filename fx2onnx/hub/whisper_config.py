@@ -21,6 +21,12 @@ from typing import Any
 
 from fx2onnx.hub.genai_config import search_options, token_ids
 
+# the models' input and output names (key and value templates of each cache), as the config gives them
+AUDIO_FEATURES, HIDDEN_STATES = "audio_features", "encoder_hidden_states"
+CROSS_PRESENT = ("present_key_cross_%d", "present_value_cross_%d")
+CROSS_PAST = ("past_key_cross_%d", "past_value_cross_%d")
+SELF_PAST = ("past_key_self_%d", "past_value_self_%d")
+SELF_PRESENT = ("present_key_self_%d", "present_value_self_%d")
 # onnxruntime-extensions' LogMelSpectrum builds its mel filters for this rate, whatever the audio's
 RUNTIME_SAMPLING_RATE = 16000
 FEATURE_EXTRACTOR_FILE = "preprocessor_config.json"
@@ -48,11 +54,10 @@ def whisper_genai_config(
                 **sizes,
                 "inputs": {
                     "input_ids": "input_ids",
-                    "past_key_names": "past_key_self_%d", "past_value_names": "past_value_self_%d",
-                    "cross_past_key_names": "past_key_cross_%d", "cross_past_value_names": "past_value_cross_%d",
+                    "past_key_names": SELF_PAST[0], "past_value_names": SELF_PAST[1],
+                    "cross_past_key_names": CROSS_PAST[0], "cross_past_value_names": CROSS_PAST[1],
                 },
-                "outputs": {"logits": "logits", "present_key_names": "present_key_self_%d",
-                            "present_value_names": "present_value_self_%d"},
+                "outputs": {"logits": "logits", "present_key_names": SELF_PRESENT[0], "present_value_names": SELF_PRESENT[1]},
                 "num_hidden_layers": layers,
                 "num_key_value_heads": heads,
             },
@@ -60,10 +65,10 @@ def whisper_genai_config(
                 "session_options": _session_options(),
                 "filename": encoder_file,
                 **encoder_sizes,
-                "inputs": {"audio_features": "audio_features"},
+                "inputs": {"audio_features": AUDIO_FEATURES},
                 "outputs": {
-                    "encoder_hidden_states": "encoder_hidden_states",
-                    "cross_present_key_names": "present_key_cross_%d", "cross_present_value_names": "present_value_cross_%d",
+                    "encoder_hidden_states": HIDDEN_STATES,
+                    "cross_present_key_names": CROSS_PRESENT[0], "cross_present_value_names": CROSS_PRESENT[1],
                 },
             },
             "type": "whisper",

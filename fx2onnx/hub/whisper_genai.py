@@ -32,17 +32,13 @@ from torch import nn
 import fx2onnx
 from fx2onnx.hub import layout
 from fx2onnx.hub.causal_lm import cache_argument
-from fx2onnx.hub.dim_roles import BATCH, ENCODER_SEQUENCE, PAST, SEQUENCE, TOTAL
+from fx2onnx.hub.dim_roles import name_dims_by_role
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.whisper_config import audio_processor_config, whisper_genai_config
-from fx2onnx.onnx_passes.rename_dims import rename_dims
+from fx2onnx.hub.whisper_config import (
+    AUDIO_FEATURES, CROSS_PAST, CROSS_PRESENT, HIDDEN_STATES, SELF_PAST, SELF_PRESENT, audio_processor_config,
+    whisper_genai_config,
+)
 
-# the runtime's names, as its genai_config.json gives them (whisper_config.py writes the same)
-AUDIO_FEATURES, HIDDEN_STATES = "audio_features", "encoder_hidden_states"
-CROSS_PRESENT = ("present_key_cross_%d", "present_value_cross_%d")
-CROSS_PAST = ("past_key_cross_%d", "past_value_cross_%d")
-SELF_PAST = ("past_key_self_%d", "past_value_self_%d")
-SELF_PRESENT = ("present_key_self_%d", "present_value_self_%d")
 # ONNX Runtime GenAI 0.18 runs Whisper on 3000 frames of features (AudioEncoderState)
 RUNTIME_FRAMES = 3000
 # example sizes no other dim shares: sequences, new tokens, cached tokens
@@ -145,22 +141,6 @@ def _name_io(model: ir.Model, inputs: list[str], outputs: list[str]) -> None:
             value.name = name
 
 
-def _name_dims(model: ir.Model, roles: dict[str, dict[int, str]]) -> None:
-    """Name the symbolic dims of the inputs after their roles (``roles``: input name ->
-    {dim index: name}); the sum of new and cached tokens becomes the total."""
-    symbols: dict[str, str] = {}
-    for value in model.graph.inputs:
-        for index, role in roles.get(value.name, {}).items():
-            dim = value.shape[index]
-            if isinstance(dim, ir.SymbolicDim) and dim.value:
-                if symbols.setdefault(dim.value, role) != role:
-                    raise ValueError(f"The export made {symbols[dim.value]} and {role} one dim; they must stay apart.")
-            elif role != ENCODER_SEQUENCE:  # the encoder's length may be fixed (1500)
-                raise ValueError(f"Dim {index} of input '{value.name}' ({role}) is static ({dim}) in the export: "
-                                 "the runtime needs it dynamic. Report this with the SARIF report of the export.")
-    rename_dims(model, symbols, {f"{SEQUENCE}+{PAST}": TOTAL, f"{PAST}+{SEQUENCE}": TOTAL})
-
-
 def _names(templates: tuple[str, str], layers: int) -> list[str]:
     return [template % index for index in range(layers) for template in templates]
 
@@ -180,15 +160,14 @@ def export_whisper_genai(loaded: LoadedModel, staging: Path, options: fx2onnx.Ex
     batch_only = dataclasses.replace(options, dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
     encoder = fx2onnx.dynamo_export(GenAIWhisperEncoder(model).eval(), features, export_options=batch_only)
     _name_io(encoder.model, [AUDIO_FEATURES], [HIDDEN_STATES, *_names(CROSS_PRESENT, layers)])
-    _name_dims(encoder.model, {AUDIO_FEATURES: {0: BATCH}})
+    name_dims_by_role(encoder.model)
     encoder_file = layout.onnx_file(layout.GENAI_ENCODER, dtype)
     files = save(encoder, staging, encoder_file, loaded)
 
     decoder = fx2onnx.dynamo_export(GenAIWhisperDecoder(model).eval(), *decoder_inputs, export_options=options)
     self_past, cross_past = _names(SELF_PAST, layers), _names(CROSS_PAST, layers)
     _name_io(decoder.model, ["input_ids", *self_past, *cross_past], ["logits", *_names(SELF_PRESENT, layers)])
-    roles = {"input_ids": {0: BATCH, 1: SEQUENCE}} | {name: {0: BATCH, 2: PAST} for name in self_past}
-    _name_dims(decoder.model, roles | {name: {0: BATCH, 2: ENCODER_SEQUENCE} for name in cross_past})
+    name_dims_by_role(decoder.model)
     decoder_file = layout.onnx_file(layout.GENAI_DECODER, dtype)
     files += save(decoder, staging, decoder_file, loaded)
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.verify import Tolerance, Verification, _compared, _run, _session
+from fx2onnx.hub.whisper_config import AUDIO_FEATURES
 
 _FLOAT_TYPES = {"tensor(float16)": np.float16, "tensor(double)": np.float64}
 PROMPT_TOKENS = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
@@ -90,7 +91,7 @@ def onnxruntime_greedy(
     cache, then one token per step."""
     with _session(encoder_path) as encoder, _session(decoder_path) as decoder:
         dtype = _FLOAT_TYPES.get(encoder.get_inputs()[0].type, np.float32)  # a bfloat16 folder runs in float32
-        encoded = _run(encoder, {"audio_features": features.astype(dtype)})
+        encoded = _run(encoder, {AUDIO_FEATURES: features.astype(dtype)})
         cross = {name.replace("present_", "past_"): value for name, value in encoded.items() if "_cross_" in name}
         inputs = {i.name: i for i in decoder.get_inputs()}
         cache = {
@@ -115,7 +116,7 @@ def genai_run(folder: Path, wav: Path, prompt: str, max_length: int) -> tuple[li
     model = og.Model(str(folder))
     processor = model.create_multimodal_processor()
     inputs = processor([prompt], audios=og.Audios.open(str(wav)))
-    features = inputs["audio_features"].as_numpy()
+    features = inputs[AUDIO_FEATURES].as_numpy()
     params = og.GeneratorParams(model)
     params.set_search_options(do_sample=False, max_length=max_length, batch_size=1)
     generator = og.Generator(model, params)
