@@ -22,6 +22,7 @@ _ROLES: list[tuple[str, dict[int, str]]] = [
     ("decoder_input_ids", {0: BATCH, 1: SEQUENCE}),
     ("pixel_values", {0: BATCH}),
     ("input_features", {0: BATCH}),
+    ("audio_features", {0: BATCH}),
     ("encoder_hidden_states", {0: BATCH, 1: ENCODER_SEQUENCE}),
     ("encoder_attention_mask", {0: BATCH, 1: ENCODER_SEQUENCE}),
 ]
@@ -33,6 +34,9 @@ def _roles_of(name: str, has_past: bool) -> dict[int, str]:
     if name.startswith("past_key_values."):
         # cross-attention caches hold the encoder's length
         return {0: BATCH, 2: ENCODER_SEQUENCE if ".encoder." in name else PAST}
+    if name.startswith(("past_key_self_", "past_value_self_", "past_key_cross_", "past_value_cross_")):
+        # ONNX Runtime GenAI's Whisper decoder (whisper_genai.py)
+        return {0: BATCH, 2: ENCODER_SEQUENCE if "_cross_" in name else PAST}
     return next((dims for key, dims in _ROLES if name == key), {})
 
 

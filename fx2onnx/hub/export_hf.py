@@ -27,7 +27,7 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import layout, seq2seq, tokenizer_files
+from fx2onnx.hub import layout, seq2seq, tokenizer_files, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.loading import (
@@ -37,6 +37,7 @@ from fx2onnx.hub.loading import (
 from fx2onnx.hub.verify import (
     Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
 )
+from fx2onnx.hub.whisper_verify import verify_whisper_genai
 from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linear_weights
 
 
@@ -192,10 +193,22 @@ def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportO
     return [*files, *layout.with_data_file(merged)]
 
 
+def _genai_whisper(loaded: LoadedModel, runtime: str) -> bool:
+    """Whether the folder is ONNX Runtime GenAI's Whisper (--runtime onnxruntime) rather
+    than Optimum's encoder and merged decoder (--runtime standard)."""
+    return runtime == "onnxruntime" and getattr(loaded.config, "model_type", None) == "whisper"
+
+
+def _export_speech(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+    if _genai_whisper(loaded, options.runtime):
+        return whisper_genai.export_whisper_genai(loaded, staging, options, _save)
+    return _export_seq2seq(loaded, staging, options)
+
+
 _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
     TEXT_GENERATION: _export_causal_lm,
     TEXT2TEXT: _export_seq2seq,
-    SPEECH_RECOGNITION: _export_seq2seq,
+    SPEECH_RECOGNITION: _export_speech,
     FEATURE_EXTRACTION: _export_single,
     IMAGE_CLASSIFICATION: _export_single,
 }
@@ -203,13 +216,16 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
 
 def _verify(
     loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None,
-    quantization: WeightQuantization | None,
+    quantization: WeightQuantization | None, runtime: str,
 ) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
         model = load_model(loaded.folder, loaded.task, None, fake=False).model
         model.to(next(p.dtype for p in loaded.model.parameters()))
     tolerance = tolerance_for(next(p.dtype for p in model.parameters()), rtol, atol)
+    if _genai_whisper(loaded, runtime):
+        files = (folder / _onnx_file(loaded, layout.GENAI_ENCODER), folder / _onnx_file(loaded, layout.GENAI_DECODER))
+        return verify_whisper_genai(folder, *files, model, loaded.folder, tokens, tolerance)
     if loaded.task in (TEXT2TEXT, SPEECH_RECOGNITION):
         start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
         files = (folder / _onnx_file(loaded, layout.ENCODER), folder / _onnx_file(loaded, layout.MERGED_DECODER))
@@ -273,8 +289,11 @@ def export_hf(
             cache in place (the genai config then says `past_present_share_buffer: true`),
             with the padding of any mask as its attention bias; the steps onnxruntime's
             kernel refuses (several new tokens over a cache at batch > 1) take the
-            standard form. "standard": ONNX operators only (any runtime). Both give
-            transformers' answer for any batch, padding and lengths.
+            standard form. Whisper is written for ONNX Runtime GenAI (whisper_genai.py:
+            an encoder with the cross-attention caches, one decoder, genai_config.json,
+            audio_processor_config.json). "standard": ONNX operators only (any runtime;
+            Whisper in Optimum's layout, as T5 and BART). Both give transformers' answer
+            for any batch, padding and lengths.
         module_functions: keep each module call as an ONNX function (default: one flat
             graph, which onnxruntime's quantizers and optimizers can work on).
         precision: fp32, fp16 or bf16 (the same as ``dtype``), or int4 or int8: a causal
@@ -317,11 +336,14 @@ def export_hf(
         files += copy_folder_files(folder, staging)
         bits = quantization.bits if quantization is not None else None
         layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded), bits)
-        files += tokenizer_files.write_folder_tokenizer(folder, staging, loaded.task == TEXT_GENERATION, say)
+        # Whisper's decoder prompt carries its special tokens, the runtime's tokenizer adds none
+        files += tokenizer_files.write_folder_tokenizer(
+            folder, staging, (staging / "genai_config.json").is_file(), say, special_tokens=not _genai_whisper(loaded, runtime)
+        )
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
-            result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization)
+            result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization, runtime)
             say(f"verification: {result.verification.summary()}")
         if output.exists():
             output.rmdir()  # empty, checked above

@@ -56,15 +56,9 @@ def updates_cache_in_place(model: ir.Model) -> bool:
     )
 
 
-def genai_config(config: Any, generation_config: Any, filename: str, model: ir.Model) -> dict[str, Any]:
-    """The config of the decoder ``model`` (saved as ``filename``): its inputs, its layers,
-    heads and head size as its cache inputs have them (batch, heads, past, head size),
-    and buffer sharing where it updates the cache in place."""
-    input_names = [value.name for value in model.graph.inputs]
-    keys = [value for value in model.graph.inputs if value.name.startswith("past_key_values.") and value.name.endswith(".key")]
-    kv_heads, cache_head_size = (int(keys[0].shape[1]), int(keys[0].shape[3])) if keys else (None, head_size(config))
-    model_type = str(getattr(config, "model_type", "decoder"))
-    context = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 2048)
+def token_ids(config: Any, generation_config: Any) -> dict[str, Any]:
+    """bos, eos and pad token ids: `generation_config.json`'s, else the config's; pad
+    defaults to (the first) eos."""
     ids = {
         key: _token_id(getattr(generation_config, key, None) if generation_config is not None else None)
         for key in ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -74,6 +68,29 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
             ids[key] = _token_id(getattr(config, key, None))
     if ids["pad_token_id"] is None:
         ids["pad_token_id"] = ids["eos_token_id"][0] if isinstance(ids["eos_token_id"], list) else ids["eos_token_id"]
+    return ids
+
+
+def search_options(max_length: int, share_buffer: bool) -> dict[str, Any]:
+    """The `search` section: greedy up to ``max_length`` tokens."""
+    return {
+        "diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
+        "max_length": max_length, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
+        "num_return_sequences": 1, "past_present_share_buffer": share_buffer, "repetition_penalty": 1.0,
+        "temperature": 1.0, "top_k": 50, "top_p": 1.0,
+    }
+
+
+def genai_config(config: Any, generation_config: Any, filename: str, model: ir.Model) -> dict[str, Any]:
+    """The config of the decoder ``model`` (saved as ``filename``): its inputs, its layers,
+    heads and head size as its cache inputs have them (batch, heads, past, head size),
+    and buffer sharing where it updates the cache in place."""
+    input_names = [value.name for value in model.graph.inputs]
+    keys = [value for value in model.graph.inputs if value.name.startswith("past_key_values.") and value.name.endswith(".key")]
+    kv_heads, cache_head_size = (int(keys[0].shape[1]), int(keys[0].shape[3])) if keys else (None, head_size(config))
+    model_type = str(getattr(config, "model_type", "decoder"))
+    context = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 2048)
+    ids = token_ids(config, generation_config)
     inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in input_names:
         inputs["position_ids"] = "position_ids"
@@ -97,10 +114,5 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
             "type": model_type if model_type in GENAI_MODEL_TYPES else "decoder",
             "vocab_size": int(config.vocab_size),
         },
-        "search": {
-            "diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
-            "max_length": context, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
-            "num_return_sequences": 1, "past_present_share_buffer": updates_cache_in_place(model), "repetition_penalty": 1.0,
-            "temperature": 1.0, "top_k": 50, "top_p": 1.0,
-        },
+        "search": search_options(context, updates_cache_in_place(model)),
     }

@@ -4,7 +4,7 @@
   default), named as it asks for them: `model.onnx` (causal LMs, encoders, image
   classifiers), or `encoder_model.onnx` and `decoder_model_merged.onnx`; `_fp16` before
   `.onnx` for float16 weights, `_q4`/`_q4f16`/`_quantized` for int4/int8 ones (its dtype
-  suffixes).
+  suffixes). ONNX Runtime GenAI's Whisper is `encoder.onnx` and `decoder.onnx`.
 - Each file's weights are in `<file>_data` beside it (`model.onnx_data`): the name
   Transformers.js fetches and the one the graph's external-data locations give, which
   is where onnxruntime-web looks for them in a browser.
@@ -23,6 +23,8 @@ import torch
 
 ONNX_FOLDER = "onnx"
 MODEL, ENCODER, MERGED_DECODER = "model", "encoder_model", "decoder_model_merged"
+# ONNX Runtime GenAI's Whisper (whisper_genai.py): names apart from Optimum's, whose inputs differ
+GENAI_ENCODER, GENAI_DECODER = "encoder", "decoder"
 
 # Transformers.js's dtype names and the file suffixes it derives from them
 _TRANSFORMERS_JS_DTYPES = {torch.float16: ("fp16", "_fp16")}

@@ -54,12 +54,12 @@ def write_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
     return [Path(path).name for path in tokenizer.save_pretrained(destination) if Path(path).parent == destination]
 
 
-def file_encoder(tokenizer_json: Path) -> Encoder:
+def file_encoder(tokenizer_json: Path, special_tokens: bool = True) -> Encoder:
     """How a client reading ``tokenizer_json`` with the `tokenizers` library encodes."""
     from tokenizers import Tokenizer
 
     written = Tokenizer.from_file(str(tokenizer_json))
-    return lambda text: written.encode(text).ids
+    return lambda text: written.encode(text, add_special_tokens=special_tokens).ids
 
 
 def genai_encoder(folder: Path) -> Encoder | None:
@@ -78,12 +78,13 @@ def genai_encoder(folder: Path) -> Encoder | None:
     return lambda text: [int(token) for token in genai.encode(text)]
 
 
-def check_encodings(tokenizer: Any, clients: dict[str, Encoder]) -> list[str]:
+def check_encodings(tokenizer: Any, clients: dict[str, Encoder], special_tokens: bool = True) -> list[str]:
     """Warn (TokenizerMismatchWarning) for each checked string a client encodes differently
-    from ``tokenizer``; returns the differences, one line each."""
+    from ``tokenizer`` (with its special tokens added, or without); returns the
+    differences, one line each."""
     differences = []
     for text in CHECKED_STRINGS:
-        expected = list(tokenizer(text)["input_ids"])
+        expected = list(tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
         for client, encode in clients.items():
             actual = encode(text)
             if actual != expected:
@@ -96,11 +97,14 @@ def check_encodings(tokenizer: Any, clients: dict[str, Encoder]) -> list[str]:
     return differences
 
 
-def write_folder_tokenizer(source: Path, staging: Path, for_genai: bool, say: Callable[[str], None]) -> list[str]:
+def write_folder_tokenizer(
+    source: Path, staging: Path, for_genai: bool, say: Callable[[str], None], special_tokens: bool = True
+) -> list[str]:
     """The tokenizer of ``source`` written into the folder ``staging`` and checked (with
-    ONNX Runtime GenAI's tokenizer too when ``for_genai``: a causal LM's folder, whose
-    genai_config.json is written); the source's files as they are when transformers
-    cannot load its tokenizer. Returns the names of the files written."""
+    ONNX Runtime GenAI's tokenizer too when ``for_genai``: a folder whose genai_config.json
+    is written; against transformers' encoding without its special tokens unless
+    ``special_tokens``: Whisper's, whose prompt carries them); the source's files as they
+    are when transformers cannot load its tokenizer. Returns the names of the files written."""
     if not has_tokenizer(source):
         return []
     try:
@@ -110,7 +114,7 @@ def write_folder_tokenizer(source: Path, staging: Path, for_genai: bool, say: Ca
         warnings.warn(f"The tokenizer files are copied as they are: {error}", TokenizerMismatchWarning, stacklevel=2)
         say(f"WARNING tokenizer files copied as they are: {error}")
         return copy_folder_files(source, staging, TOKENIZER_FILES)
-    clients = {"tokenizer.json": file_encoder(staging / "tokenizer.json")}
+    clients = {"tokenizer.json": file_encoder(staging / "tokenizer.json", special_tokens)}
     if for_genai:
         tokenizer_class = name_tokenizer_class(staging)
         if tokenizer_class:
@@ -118,6 +122,6 @@ def write_folder_tokenizer(source: Path, staging: Path, for_genai: bool, say: Ca
         genai = genai_encoder(staging)
         if genai is not None:
             clients["og.Tokenizer"] = genai
-    for difference in check_encodings(tokenizer, clients):
+    for difference in check_encodings(tokenizer, clients, special_tokens):
         say(f"WARNING the tokenizer differs from transformers on {difference}")
     return written
