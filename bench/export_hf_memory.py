@@ -69,7 +69,7 @@ def _write_streamed(folder: Path) -> dict:
     import transformers
     from safetensors.torch import save_file
 
-    config = transformers.LlamaConfig(**CONFIG)
+    config = transformers.LlamaConfig(**CONFIG, architectures=["LlamaForCausalLM"])
     with torch.device("meta"):
         shapes = {name: tensor.shape for name, tensor in transformers.LlamaForCausalLM(config).state_dict().items()}
     source = folder / "source"
