@@ -31,6 +31,7 @@ import torch.utils._pytree as pytree
 
 import fx2onnx
 from fx2onnx.capture.library_adapters import registered_containers
+from fx2onnx.hub.causal_lm import output_cache
 
 VOCAB = 100
 SMALL = dict(
@@ -92,7 +93,7 @@ def decoder_inputs(model: torch.nn.Module, batch: int, length: int, past: int, s
     kwargs: dict[str, Any] = {"input_ids": ids[:, past:], "attention_mask": mask}
     if past:
         with torch.no_grad():
-            kwargs[spelling] = model(input_ids=ids[:, :past], attention_mask=mask[:, :past]).past_key_values
+            kwargs[spelling] = output_cache(model(input_ids=ids[:, :past], attention_mask=mask[:, :past]))
     return kwargs
 
 
@@ -110,7 +111,7 @@ def seq2seq_inputs(model: torch.nn.Module, batch: int, length: int, past: int, s
             first = model(**encoder, decoder_input_ids=decoder_ids[:, :past])
         kwargs.pop("input_ids", None)
         kwargs.pop("input_features", None)
-        kwargs[spelling] = first.past_key_values
+        kwargs[spelling] = output_cache(first)
         kwargs["encoder_outputs"] = (first.encoder_last_hidden_state,)
     return kwargs
 

@@ -26,6 +26,12 @@ def cache_argument(model: torch.nn.Module) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
+def output_cache(outputs: Any) -> Any:
+    """A model output's cache: `cache` from transformers 5.24 on (`past_key_values` is kept
+    there only as a deprecated alias), `past_key_values` before."""
+    return outputs.cache if "cache" in outputs else outputs.past_key_values
+
+
 def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
     """Example inputs of a decode step, fake when the model is."""
     model, config = loaded.model, loaded.config
@@ -41,7 +47,7 @@ def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
         if "position_ids" in inspect.signature(model.forward).parameters:
             positions = torch.arange(CACHED_TOKENS, CACHED_TOKENS + NEW_TOKENS, dtype=torch.int64)
             inputs["position_ids"] = positions.unsqueeze(0).expand(BATCH, -1).contiguous()
-        inputs[cache_argument(model)] = prefill.past_key_values
+        inputs[cache_argument(model)] = output_cache(prefill)
     return inputs
 
 

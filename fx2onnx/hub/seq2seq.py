@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fx2onnx.hub.causal_lm import cache_argument
+from fx2onnx.hub.causal_lm import cache_argument, output_cache
 from fx2onnx.hub.loading import LoadedModel
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
@@ -56,7 +56,7 @@ class DecoderHalf(nn.Module):
             decoder_input_ids=input_ids, encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
             use_cache=True, **{self.cache_argument: cache},
         )
-        return {"logits": outputs.logits, "present": outputs.past_key_values}
+        return {"logits": outputs.logits, "present": output_cache(outputs)}
 
 
 def _speech(loaded: LoadedModel) -> bool:
@@ -92,7 +92,7 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
         inputs: dict[str, Any] = {"input_ids": ids[:, DECODED:] if with_past else ids, "encoder_hidden_states": hidden}
         if with_past:
             first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=(hidden,), attention_mask=mask, use_cache=True)
-            inputs["cache"] = first.past_key_values
+            inputs["cache"] = output_cache(first)
         if mask is not None:
             inputs["encoder_attention_mask"] = mask
     return inputs

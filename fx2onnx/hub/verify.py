@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.causal_lm import cache_argument
+from fx2onnx.hub.causal_lm import cache_argument, output_cache
 from fx2onnx import ExportOptions
 from fx2onnx.program import session_on_cpu
 
@@ -209,7 +209,7 @@ def verify_seq2seq(
         for _ in range(steps):
             out = model(decoder_input_ids=torch.tensor([[torch_tokens[-1]]]), encoder_outputs=(encoded,), attention_mask=mask,
                         use_cache=True, **{cache_argument(model): past})
-            past = out.past_key_values
+            past = output_cache(out)
             torch_logits.append(out.logits[:, -1, :])
             torch_tokens.append(int(out.logits[0, -1].argmax()))
     return _compared(zip(onnx_logits, torch_logits), tolerance, tokens == torch_tokens, tokens[1:], torch_tokens[1:])
