@@ -27,12 +27,12 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import layout, seq2seq, tokenizer_files
+from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_layout
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.loading import (
-    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel, load_model,
-    local_folder,
+    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
+    load_model, local_folder,
 )
 from fx2onnx.hub.verify import (
     Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
@@ -194,12 +194,42 @@ def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportO
     return [*files, *layout.with_data_file(merged)]
 
 
+# the size of the images the vision model of an image-text-to-text folder takes, unless told
+DEFAULT_IMAGE_SIZE = (448, 448)
+
+
+def _export_image_text_to_text(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[str]:
+    from transformers import AutoImageProcessor
+
+    image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
+    programs, size = vision_language.export_parts(loaded, options, image_processor, image_size)
+    say(f"vision model for {size[0]}x{size[1]} images (the runtime's processor resizes every image to that size)")
+    files, paths = [], {}
+    for part, base in (("vision", vlm_layout.VISION), ("embedding", vlm_layout.EMBEDDING), ("decoder", vlm_layout.DECODER)):
+        if part != "vision":  # exported for one image size: its dims are numbers
+            name_dims_by_role(programs[part].model)
+        paths[part] = _onnx_file(loaded, base)
+        files += _save(programs[part], staging, paths[part], loaded)
+    generation = getattr(loaded.model, "generation_config", None)
+    genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
+    config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
+    processor = vlm_layout.processor_config(image_processor, loaded.config.vision_config, size)
+    for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
+        (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+        files.append(name)
+    return files
+
+
 _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
     TEXT_GENERATION: _export_causal_lm,
     TEXT2TEXT: _export_seq2seq,
     SPEECH_RECOGNITION: _export_seq2seq,
     FEATURE_EXTRACTION: _export_single,
     IMAGE_CLASSIFICATION: _export_single,
+    IMAGE_TEXT_TO_TEXT: _export_image_text_to_text,
 }
 
 
@@ -252,6 +282,7 @@ def export_hf(
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
     pack_projections: bool = False,
+    image_size: tuple[int, int] | None = None,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -291,6 +322,9 @@ def export_hf(
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
+        image_size: image-text-to-text: (height, width) of the images the vision model
+            takes (default 448x448, made a size the model's image processor keeps);
+            the runtime's processor resizes every image to it.
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -301,7 +335,9 @@ def export_hf(
     if quantization is not None and module_functions:
         raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
     folder = local_folder(model)
-    loaded = load_model(folder, task, dtype, fake)
+    loaded = load_model(folder, task, dtype, fake, say)
+    if loaded.task == IMAGE_TEXT_TO_TEXT:
+        vision_language.check_supported(loaded.config)
     if quantization is not None and loaded.task != TEXT_GENERATION:
         raise NotImplementedError(
             f"precision {precision} (weight-only MatMulNBits) is written for causal LMs; {loaded.task} folders are "
@@ -313,13 +349,16 @@ def export_hf(
     try:
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         exporter = _EXPORTERS[loaded.task]
+        if loaded.task == IMAGE_TEXT_TO_TEXT:
+            exporter = functools.partial(_export_image_text_to_text, image_size=image_size or DEFAULT_IMAGE_SIZE, say=say)
         if quantization is not None:
             exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
         files = exporter(loaded, staging, options)
         files += copy_folder_files(folder, staging)
         bits = quantization.bits if quantization is not None else None
         layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded), bits)
-        files += tokenizer_files.write_folder_tokenizer(folder, staging, loaded.task == TEXT_GENERATION, say)
+        genai = loaded.task in (TEXT_GENERATION, IMAGE_TEXT_TO_TEXT)
+        files += tokenizer_files.write_folder_tokenizer(folder, staging, genai, say)
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
