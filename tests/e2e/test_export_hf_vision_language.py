@@ -27,7 +27,13 @@ QWEN_TEMPLATE = (
     "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-QWEN_PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>describe this image<|im_end|>\n<|im_start|>assistant\n"
+QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def qwen_prompt(images: int) -> str:
+    return f"<|im_start|>user\n{QWEN_IMAGE * images}describe this image<|im_end|>\n<|im_start|>assistant\n"
+
+
 IMAGE_SIZE = (84, 112)  # height, width: multiples of 28 that Qwen's image processor keeps (a 6x8 patch grid)
 
 
@@ -67,13 +73,15 @@ def save_qwen2_5_vl(folder):
     return model
 
 
-def transformers_tokens(folder, model, image_path, new_tokens: int) -> list[int]:
-    """Greedy tokens of `model.generate` on transformers' image processor's inputs, the
-    prompt's image placeholder expanded as Qwen's processor does."""
-    images = transformers.AutoImageProcessor.from_pretrained(folder)(images=[Image.open(image_path)], return_tensors="pt")
-    tokens = int(images["image_grid_thw"].prod()) // model.config.vision_config.spatial_merge_size ** 2
+def transformers_tokens(folder, model, image_paths, new_tokens: int) -> list[int]:
+    """Greedy tokens of `model.generate` on transformers' image processor's inputs, each
+    image's placeholder expanded as Qwen's processor does (images of one size here)."""
+    opened = [Image.open(path) for path in image_paths]
+    images = transformers.AutoImageProcessor.from_pretrained(folder)(images=opened, return_tensors="pt")
+    tokens = int(images["image_grid_thw"][0].prod()) // model.config.vision_config.spatial_merge_size ** 2
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    ids = tokenizer(QWEN_PROMPT.replace("<|image_pad|>", "<|image_pad|>" * tokens), return_tensors="pt")["input_ids"]
+    prompt = qwen_prompt(len(image_paths)).replace("<|image_pad|>", "<|image_pad|>" * tokens)
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         generated = model.generate(
             input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=images["pixel_values"],
@@ -83,11 +91,12 @@ def transformers_tokens(folder, model, image_path, new_tokens: int) -> list[int]
     return generated[0, ids.shape[1]:].tolist()
 
 
-def genai_tokens(folder, image_path, new_tokens: int) -> list[int]:
-    """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the image file."""
+def genai_tokens(folder, image_paths, new_tokens: int) -> list[int]:
+    """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the image files."""
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(str(folder))
-    inputs = model.create_multimodal_processor()(QWEN_PROMPT, images=og.Images.open(str(image_path)))
+    images = og.Images.open(*[str(path) for path in image_paths])
+    inputs = model.create_multimodal_processor()(qwen_prompt(len(image_paths)), images=images)
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=256, do_sample=False)
     generator = og.Generator(model, params)
@@ -101,9 +110,9 @@ def genai_tokens(folder, image_path, new_tokens: int) -> list[int]:
 
 def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
     model = save_qwen2_5_vl(tmp_path / "source")
-    image_path = tmp_path / "image.png"
-    pixels = np.random.default_rng(0).integers(0, 256, (*IMAGE_SIZE, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(image_path)
+    image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
+    for seed, path in enumerate(image_paths):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
     out = tmp_path / "out"
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--image-size", "84x112"]) == 0
     printed = capsys.readouterr().out
@@ -133,8 +142,10 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
     resize = next(t["operation"]["attrs"] for t in processor if t["operation"]["type"] == "Resize")
     assert (resize["height"], resize["width"], resize["interpolation"]) == (84, 112, "CUBIC")
 
-    expected = transformers_tokens(tmp_path / "source", model, image_path, 16)
-    assert genai_tokens(out, image_path, 16) == expected
+    # one image, then two (the runtime runs the vision model once per image)
+    for images in (image_paths[:1], image_paths):
+        expected = transformers_tokens(tmp_path / "source", model, images, 16)
+        assert genai_tokens(out, images, 16) == expected
 
 
 def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
