@@ -37,6 +37,7 @@ from fx2onnx.hub.loading import (
 from fx2onnx.hub.verify import (
     Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
 )
+from fx2onnx.hub.verify_vlm import verify_image_text_to_text
 from fx2onnx.onnx_passes.opset_conversion import newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
@@ -208,7 +209,7 @@ def _export_image_text_to_text(
     programs, size = vision_language.export_parts(loaded, options, image_processor, image_size)
     say(f"vision model for {size[0]}x{size[1]} images (the runtime's processor resizes every image to that size)")
     files, paths = [], {}
-    for part, base in (("vision", vlm_layout.VISION), ("embedding", vlm_layout.EMBEDDING), ("decoder", vlm_layout.DECODER)):
+    for part, base in vlm_layout.PARTS.items():
         if part != "vision":  # exported for one image size: its dims are numbers
             name_dims_by_role(programs[part].model)
         paths[part] = _onnx_file(loaded, base)
@@ -235,7 +236,7 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
 
 def _verify(
     loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None,
-    quantization: WeightQuantization | None,
+    quantization: WeightQuantization | None, image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
 ) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
@@ -248,6 +249,13 @@ def _verify(
         return Verification.merged(
             [verify_seq2seq(*files, model, seq2seq.encoder_inputs(loaded, size), start, tokens, tolerance) for size in (0, 1)]
         )
+    if loaded.task == IMAGE_TEXT_TO_TEXT:
+        from transformers import AutoImageProcessor
+
+        image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
+        size, _ = vision_language.image_grid(loaded, image_processor, image_size)
+        files = {part: folder / _onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
+        return verify_image_text_to_text(files, model, image_processor, size, tokens, tolerance)
     if loaded.task == TEXT_GENERATION:
         vocab = int(loaded.config.vocab_size)
         prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -364,7 +372,7 @@ def export_hf(
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
-            result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization)
+            result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization, image_size or DEFAULT_IMAGE_SIZE)
             say(f"verification: {result.verification.summary()}")
         if output.exists():
             output.rmdir()  # empty, checked above

@@ -18,6 +18,7 @@ import onnx_ir as ir
 from fx2onnx.hub.genai_config import genai_config
 
 VISION, EMBEDDING, DECODER = "vision_encoder", "embed_tokens", "decoder_model_merged"
+PARTS = {"vision": VISION, "embedding": EMBEDDING, "decoder": DECODER}  # the models and their file names
 PROCESSOR_CONFIG = "genai_processor_config.json"
 
 # PIL's resampling filters (transformers' `resample`) by the runtime's names

@@ -6,6 +6,7 @@ architecture export-hf does not serve is an error before anything is written."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -15,6 +16,9 @@ import torch
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.tasks import UnsupportedTaskError
+from fx2onnx.hub.verify import tolerance_for
+from fx2onnx.hub.verify_vlm import verify_image_text_to_text
+from test_export_hf import plant_error
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -114,10 +118,12 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
     for seed, path in enumerate(image_paths):
         Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
     out = tmp_path / "out"
-    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--image-size", "84x112"]) == 0
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--image-size", "84x112", "--verify"]) == 0
     printed = capsys.readouterr().out
     assert "task image-text-to-text (the default for Qwen2_5_VLForConditionalGeneration" in printed
     assert "vision model for 84x112 images" in printed
+    # --verify chains the three models in onnxruntime against model.generate on the processor's inputs
+    assert re.search(r"verification: largest difference \S+ \(within the tolerance .*\), greedy tokens equal", printed)
 
     config = json.loads((out / "genai_config.json").read_text())["model"]
     assert config["type"] == "qwen2_5_vl" and config["image_token_id"] == model.config.image_token_id
@@ -146,6 +152,13 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
     for images in (image_paths[:1], image_paths):
         expected = transformers_tokens(tmp_path / "source", model, images, 16)
         assert genai_tokens(out, images, 16) == expected
+
+    # the verification sees an error planted in the decoder's logits
+    assert plant_error(out / files["decoder"], 1e-2) == ["logits"]
+    image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
+    paths = {part: out / name for part, name in files.items()}
+    planted = verify_image_text_to_text(paths, model, image_processor, IMAGE_SIZE, 4, tolerance_for(torch.float32))
+    assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
 
 
 def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
