@@ -153,6 +153,11 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
         expected = transformers_tokens(tmp_path / "source", model, images, 16)
         assert genai_tokens(out, images, 16) == expected
 
+    # not yet in fake mode: a clear error, nothing written
+    with pytest.raises(NotImplementedError, match="--fake is not written for image-text-to-text"):
+        export_hf(tmp_path / "source", tmp_path / "fake", fake=True)
+    assert not (tmp_path / "fake").exists()
+
     # the verification sees an error planted in the decoder's logits
     assert plant_error(out / files["decoder"], 1e-2) == ["logits"]
     image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
