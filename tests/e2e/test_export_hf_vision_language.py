@@ -178,3 +178,17 @@ def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_pat
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "out"), "--quiet"]) == 1
     assert "UnsupportedTaskError" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_an_image_text_to_text_type_without_a_runtime_layout_is_an_error(tmp_path):
+    config = transformers.LlavaConfig(
+        vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=28, patch_size=14),
+        text_config=dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=100),
+        image_token_id=99,
+    )
+    transformers.LlavaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl; llava is not one of them. Nothing was written"):
+        export_hf(tmp_path / "source", tmp_path / "out", say=print)
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
