@@ -30,6 +30,7 @@ from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_layout
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
+from fx2onnx.hub.renamed_weights import RenamedCheckpoint
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
     load_model, local_folder,
@@ -102,10 +103,16 @@ def _onnx_file(loaded: LoadedModel, base: str, quantization: WeightQuantization 
     return layout.onnx_file(base, _weights_dtype(loaded), quantization.bits if quantization is not None else None)
 
 
-def _save(program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel) -> list[str]:
+def _save(
+    program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel, state: Any = None
+) -> list[str]:
     """Save ``program`` at ``relative`` in the folder, its weights in the data file named as
-    Transformers.js expects; returns both paths."""
-    state = loaded.folder if loaded.fake_context is not None else None
+    Transformers.js expects (read from ``state``, default the source folder, in fake mode);
+    returns both paths."""
+    if loaded.fake_context is None:
+        state = None
+    elif state is None:
+        state = loaded.folder
     program.save(staging / relative, model_state=state, external_data=True, data_name=layout.data_file(relative))
     return layout.with_data_file(relative)
 
@@ -209,11 +216,14 @@ def _export_image_text_to_text(
     programs, size = vision_language.export_parts(loaded, options, image_processor, image_size)
     say(f"vision model for {size[0]}x{size[1]} images (the runtime's processor resizes every image to that size)")
     files, paths = [], {}
+    # the parts are modules of the model, not the model: their weights by the model's names
+    state = RenamedCheckpoint(loaded.folder, loaded.model) if loaded.fake_context is not None else None
     for part, base in vlm_layout.PARTS.items():
         if part != "vision":  # exported for one image size: its dims are numbers
             name_dims_by_role(programs[part].model)
         paths[part] = _onnx_file(loaded, base)
-        files += _save(programs[part], staging, paths[part], loaded)
+        needed = set(programs[part].model.graph.initializers)
+        files += _save(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
     generation = getattr(loaded.model, "generation_config", None)
     genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
     config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
@@ -345,7 +355,7 @@ def export_hf(
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
-        vision_language.check_supported(loaded.config, fake)
+        vision_language.check_supported(loaded.config)
     elif image_size is not None:
         raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
     if quantization is not None and loaded.task != TEXT_GENERATION:

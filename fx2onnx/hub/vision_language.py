@@ -43,17 +43,8 @@ GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl"}
 PACKED_ATTENTION = "fx2onnx_flash_packed_vision"
 
 
-def check_supported(config: Any, fake: bool = False) -> None:
-    """A clear error, before anything is written, for a model type without a runtime layout
-    here, or for fake mode, which these folders do not have yet."""
-    if fake:
-        # the wrappers are not transformers models: the checkpoint's legacy names
-        # (`model.layers.*`, `visual.*`) would not be renamed to theirs when the weights stream
-        raise NotImplementedError(
-            "export-hf --fake is not written for image-text-to-text folders yet: their three models are wrappers of "
-            "the checkpoint's modules, whose weights the save cannot yet find by the checkpoint's names. Export "
-            "without --fake (the model is loaded in memory). Nothing was written."
-        )
+def check_supported(config: Any) -> None:
+    """A clear error, before anything is written, for a model type without a runtime layout here."""
     model_type = getattr(config, "model_type", None)
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(
@@ -161,6 +152,15 @@ class Decoder(torch.nn.Module):
         return {"logits": self.lm_head(output.last_hidden_state), "present": cache}
 
 
+def _as_loaded(value: Any, loaded: LoadedModel, static: bool = False) -> Any:
+    """``value``'s tensors made fake when the model is (a fake-mode export), else as they
+    are; ``static``: with their sizes as numbers (the vision model's one image size)."""
+    if loaded.fake_context is None:
+        return value
+    mode = loaded.fake_context.fake_mode
+    return pytree.tree_map_only(torch.Tensor, lambda tensor: mode.from_tensor(tensor, static_shapes=static), value)
+
+
 def image_grid(loaded: LoadedModel, image_processor: Any, image_size: tuple[int, int]) -> tuple[tuple[int, int], torch.Tensor]:
     """The size transformers' image processor resizes an ``image_size`` (height, width)
     image to, and its patch grid [[1, h, w]]."""
@@ -180,7 +180,8 @@ def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Te
     vision = loaded.config.vision_config
     patches = int(grid.prod())
     width = int(vision.in_channels) * int(vision.temporal_patch_size) * int(vision.patch_size) ** 2
-    return {"pixel_values": torch.randn(patches, width, generator=torch.Generator().manual_seed(0)), "image_grid_thw": grid}
+    pixels = torch.randn(patches, width, generator=torch.Generator().manual_seed(0))
+    return _as_loaded({"pixel_values": pixels, "image_grid_thw": grid}, loaded, static=True)
 
 
 def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
@@ -191,7 +192,7 @@ def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     ids[0, 2:5] = config.image_token_id  # 3 image tokens in one sequence, 2 in the other
     ids[1, 4:6] = config.image_token_id
     features = torch.randn(5, int(config.text_config.hidden_size), generator=torch.Generator().manual_seed(1))
-    return {"input_ids": ids, "image_features": features}
+    return _as_loaded({"input_ids": ids, "image_features": features}, loaded)
 
 
 def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
@@ -202,7 +203,9 @@ def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
     embeds = torch.randn(batch, cached + new, hidden, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(batch, cached + new, dtype=torch.int64)
     positions = torch.arange(cached + new).view(1, 1, -1).expand(3, batch, -1).contiguous()
-    with torch.no_grad():
+    embeds, mask, positions = _as_loaded((embeds, mask, positions), loaded)
+    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    with mode, torch.no_grad():
         prefill = language_model(
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[..., :cached], use_cache=True
         )
@@ -237,9 +240,10 @@ def export_parts(
     size, grid = image_grid(loaded, image_processor, image_size)
     programs = {}
     plain = dataclasses.replace(options, causal_mask_input=None)
+    vision = QwenVision(model, grid)
     with _packed_vision_attention(model.model.visual.config):
         programs["vision"] = fx2onnx.dynamo_export(
-            QwenVision(model, grid), **vision_inputs(loaded, grid), export_options=dataclasses.replace(plain, dynamic_shapes=False)
+            vision, **vision_inputs(loaded, grid), export_options=dataclasses.replace(plain, dynamic_shapes=False)
         )
     programs["embedding"] = fx2onnx.dynamo_export(
         Embedding(model, int(config.image_token_id)), **embedding_inputs(loaded), export_options=plain

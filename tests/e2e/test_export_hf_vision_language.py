@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 
 import numpy as np
 import onnx
@@ -153,17 +154,27 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
         expected = transformers_tokens(tmp_path / "source", model, images, 16)
         assert genai_tokens(out, images, 16) == expected
 
-    # not yet in fake mode: a clear error, nothing written
-    with pytest.raises(NotImplementedError, match="--fake is not written for image-text-to-text"):
-        export_hf(tmp_path / "source", tmp_path / "fake", fake=True)
-    assert not (tmp_path / "fake").exists()
-
     # the verification sees an error planted in the decoder's logits
     assert plant_error(out / files["decoder"], 1e-2) == ["logits"]
     image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
     paths = {part: out / name for part, name in files.items()}
     planted = verify_image_text_to_text(paths, model, image_processor, IMAGE_SIZE, 4, tolerance_for(torch.float32))
     assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
+
+
+def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tmp_path):
+    """The checkpoint keeps Qwen2.5-VL's legacy names (`model.layers.*`, `visual.*`); the
+    three models read their weights by them, each only its own."""
+    model = save_qwen2_5_vl(tmp_path / "source")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = export_hf(tmp_path / "source", tmp_path / "out", fake=True, verify=True, image_size=IMAGE_SIZE)
+    assert not [w for w in caught if "does not use" in str(w.message) or "missing" in str(w.message)]
+    assert result.verification.passed, result.verification.summary()
+    assert result.verification.max_logit_difference < 1e-5
+    weights = sum(p.numel() for p in model.parameters()) * 4
+    written = sum((tmp_path / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
+    assert weights <= written < weights * 1.05  # every weight written once, in the one model that uses it
 
 
 def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
