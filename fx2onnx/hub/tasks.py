@@ -58,8 +58,9 @@ def other_tasks(architecture: str) -> list[str]:
 
 
 def unsupported_task_error(config: Any, architecture: str, tasks: list[str], supported: tuple[str, ...]) -> UnsupportedTaskError:
+    model_type = getattr(config, "model_type", None)
     return UnsupportedTaskError(
-        f"{architecture} ({getattr(config, 'model_type', '?')}) is a model for {' / '.join(tasks)}, which export-hf does "
+        f"{architecture}{f' ({model_type})' if model_type else ''} is a model for {' / '.join(tasks)}, which export-hf does "
         f"not serve: it exports {', '.join(supported)}. Nothing was written. To export the base model without its head, "
         "give --task feature-extraction; for other tasks, export the model with fx2onnx.dynamo_export."
     )
