@@ -307,7 +307,9 @@ def export_hf(
 
     Args:
         task: text-generation, text2text-generation, automatic-speech-recognition,
-            feature-extraction or image-classification (default: from the config).
+            feature-extraction, image-classification or image-text-to-text (default: the
+            task transformers files the config's architecture under, told to ``say``; an
+            architecture made for another task is an `UnsupportedTaskError`).
         dtype: float32, float16 or bfloat16 (default: the checkpoint's).
         fake: build the model in fake mode and stream the weights from the folder
             (a 7B model without its 28 GB in memory).
