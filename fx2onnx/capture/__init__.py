@@ -13,6 +13,7 @@ captures (`hints`).
 
 from fx2onnx.capture.dynamic_dims.spec import bound_arguments
 from fx2onnx.capture.hints import signature_text
+from fx2onnx.capture.library_adapters import checkpoint_renaming, registered_containers
 from fx2onnx.capture.torch_export import model_name
 
-__all__ = ["bound_arguments", "model_name", "signature_text"]
+__all__ = ["bound_arguments", "checkpoint_renaming", "model_name", "registered_containers", "signature_text"]

@@ -17,6 +17,7 @@ ENCODER_SEQUENCE = "encoder_sequence_length"
 # input name (or name prefix) -> {dim index: name}
 _ROLES: list[tuple[str, dict[int, str]]] = [
     ("input_ids", {0: BATCH, 1: SEQUENCE}),
+    ("inputs_embeds", {0: BATCH, 1: SEQUENCE}),
     ("position_ids", {0: BATCH, 1: SEQUENCE}),
     ("token_type_ids", {0: BATCH, 1: SEQUENCE}),
     ("decoder_input_ids", {0: BATCH, 1: SEQUENCE}),
@@ -49,7 +50,10 @@ def name_dims_by_role(model: ir.Model) -> dict[str, str]:
     for value in model.graph.inputs:
         if value.shape is None:
             continue
-        for index, role in _roles_of(value.name or "", has_past).items():
+        roles = _roles_of(value.name or "", has_past)
+        if value.name == "position_ids" and len(value.shape) == 3:  # mRoPE's: [3 axes, batch, tokens]
+            roles = {index + 1: role for index, role in roles.items()}
+        for index, role in roles.items():
             if index >= len(value.shape):
                 continue
             dim = value.shape[index]

@@ -27,16 +27,18 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import layout, seq2seq, tokenizer_files, whisper_genai
+from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_layout, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
+from fx2onnx.hub.renamed_weights import RenamedCheckpoint
 from fx2onnx.hub.loading import (
-    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel, load_model,
-    local_folder,
+    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
+    load_model, local_folder,
 )
 from fx2onnx.hub.verify import (
     Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
 )
+from fx2onnx.hub.verify_vlm import verify_image_text_to_text
 from fx2onnx.hub.whisper_verify import verify_whisper_genai
 from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linear_weights
 
@@ -100,10 +102,16 @@ def _onnx_file(loaded: LoadedModel, base: str, quantization: WeightQuantization 
     return layout.onnx_file(base, _weights_dtype(loaded), quantization.bits if quantization is not None else None)
 
 
-def _save(program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel) -> list[str]:
+def _save(
+    program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel, state: Any = None
+) -> list[str]:
     """Save ``program`` at ``relative`` in the folder, its weights in the data file named as
-    Transformers.js expects; returns both paths."""
-    state = loaded.folder if loaded.fake_context is not None else None
+    Transformers.js expects (read from ``state``, default the source folder, in fake mode);
+    returns both paths."""
+    if loaded.fake_context is None:
+        state = None
+    elif state is None:
+        state = loaded.folder
     program.save(staging / relative, model_state=state, external_data=True, data_name=layout.data_file(relative))
     return layout.with_data_file(relative)
 
@@ -205,18 +213,51 @@ def _export_speech(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOp
     return _export_seq2seq(loaded, staging, options)
 
 
+# the size of the images the vision model of an image-text-to-text folder takes, unless told
+DEFAULT_IMAGE_SIZE = (448, 448)
+
+
+def _export_image_text_to_text(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[str]:
+    from transformers import AutoImageProcessor
+
+    image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
+    programs, size = vision_language.export_parts(loaded, options, image_processor, image_size)
+    say(f"vision model for {size[0]}x{size[1]} images (the runtime's processor resizes every image to that size)")
+    files, paths = [], {}
+    # the parts are modules of the model, not the model: their weights by the model's names
+    state = RenamedCheckpoint(loaded.folder, loaded.model) if loaded.fake_context is not None else None
+    for part, base in vlm_layout.PARTS.items():
+        if part != "vision":  # exported for one image size: its dims are numbers
+            name_dims_by_role(programs[part].model)
+        paths[part] = _onnx_file(loaded, base)
+        needed = set(programs[part].model.graph.initializers)
+        files += _save(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
+    generation = getattr(loaded.model, "generation_config", None)
+    genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
+    config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
+    processor = vlm_layout.processor_config(image_processor, loaded.config.vision_config, size)
+    for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
+        (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+        files.append(name)
+    return files
+
+
 _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
     TEXT_GENERATION: _export_causal_lm,
     TEXT2TEXT: _export_seq2seq,
     SPEECH_RECOGNITION: _export_speech,
     FEATURE_EXTRACTION: _export_single,
     IMAGE_CLASSIFICATION: _export_single,
+    IMAGE_TEXT_TO_TEXT: _export_image_text_to_text,
 }
 
 
 def _verify(
     loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None,
-    quantization: WeightQuantization | None, runtime: str,
+    quantization: WeightQuantization | None, runtime: str, image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
 ) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
@@ -232,6 +273,13 @@ def _verify(
         return Verification.merged(
             [verify_seq2seq(*files, model, seq2seq.encoder_inputs(loaded, size), start, tokens, tolerance) for size in (0, 1)]
         )
+    if loaded.task == IMAGE_TEXT_TO_TEXT:
+        from transformers import AutoImageProcessor
+
+        image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
+        size, _ = vision_language.image_grid(loaded, image_processor, image_size)
+        files = {part: folder / _onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
+        return verify_image_text_to_text(files, model, image_processor, size, tokens, tolerance)
     if loaded.task == TEXT_GENERATION:
         vocab = int(loaded.config.vocab_size)
         prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -266,13 +314,16 @@ def export_hf(
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
     pack_projections: bool = False,
+    image_size: tuple[int, int] | None = None,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
 
     Args:
         task: text-generation, text2text-generation, automatic-speech-recognition,
-            feature-extraction or image-classification (default: from the config).
+            feature-extraction, image-classification or image-text-to-text (default: the
+            task transformers files the config's architecture under, told to ``say``; an
+            architecture made for another task is an `UnsupportedTaskError`).
         dtype: float32, float16 or bfloat16 (default: the checkpoint's).
         fake: build the model in fake mode and stream the weights from the folder
             (a 7B model without its 28 GB in memory).
@@ -308,6 +359,9 @@ def export_hf(
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
+        image_size: image-text-to-text: (height, width) of the images the vision model
+            takes (default 448x448, made a size the model's image processor keeps);
+            the runtime's processor resizes every image to it.
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -318,7 +372,11 @@ def export_hf(
     if quantization is not None and module_functions:
         raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
     folder = local_folder(model)
-    loaded = load_model(folder, task, dtype, fake)
+    loaded = load_model(folder, task, dtype, fake, say)
+    if loaded.task == IMAGE_TEXT_TO_TEXT:
+        vision_language.check_supported(loaded.config)
+    elif image_size is not None:
+        raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
     if quantization is not None and loaded.task != TEXT_GENERATION:
         raise NotImplementedError(
             f"precision {precision} (weight-only MatMulNBits) is written for causal LMs; {loaded.task} folders are "
@@ -330,6 +388,8 @@ def export_hf(
     try:
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         exporter = _EXPORTERS[loaded.task]
+        if loaded.task == IMAGE_TEXT_TO_TEXT:
+            exporter = functools.partial(_export_image_text_to_text, image_size=image_size or DEFAULT_IMAGE_SIZE, say=say)
         if quantization is not None:
             exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
         files = exporter(loaded, staging, options)
@@ -343,7 +403,9 @@ def export_hf(
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
-            result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization, runtime)
+            result.verification = _verify(
+                loaded, staging, tokens, rtol, atol, quantization, runtime, image_size or DEFAULT_IMAGE_SIZE
+            )
             say(f"verification: {result.verification.summary()}")
         if output.exists():
             output.rmdir()  # empty, checked above

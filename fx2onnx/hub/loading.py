@@ -5,6 +5,7 @@ left in the folder."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 
 from fx2onnx import ONNXFakeContext
+from fx2onnx.hub import tasks
 from fx2onnx.program import snapshot_folder
 
 TEXT_GENERATION = "text-generation"
@@ -19,7 +21,8 @@ TEXT2TEXT = "text2text-generation"
 SPEECH_RECOGNITION = "automatic-speech-recognition"
 FEATURE_EXTRACTION = "feature-extraction"
 IMAGE_CLASSIFICATION = "image-classification"
-TASKS = (TEXT_GENERATION, TEXT2TEXT, SPEECH_RECOGNITION, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION)
+IMAGE_TEXT_TO_TEXT = "image-text-to-text"
+TASKS = (TEXT_GENERATION, TEXT2TEXT, SPEECH_RECOGNITION, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT)
 
 _AUTO_CLASSES = {
     TEXT_GENERATION: "AutoModelForCausalLM",
@@ -27,6 +30,7 @@ _AUTO_CLASSES = {
     SPEECH_RECOGNITION: "AutoModelForSpeechSeq2Seq",
     FEATURE_EXTRACTION: "AutoModel",
     IMAGE_CLASSIFICATION: "AutoModelForImageClassification",
+    IMAGE_TEXT_TO_TEXT: "AutoModelForImageTextToText",
 }
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -57,20 +61,31 @@ def local_folder(source: str | os.PathLike) -> Path:
 
 
 def default_task(config: Any) -> str:
-    """The task a config's architecture is made for (``text-generation`` for causal LMs)."""
+    """The task a config's architecture is made for (``text-generation`` for causal LMs);
+    an `UnsupportedTaskError` when it is made for a task export-hf does not serve."""
     architectures = list(getattr(config, "architectures", None) or [])
     if getattr(config, "is_encoder_decoder", False):
         return SPEECH_RECOGNITION if getattr(config, "num_mel_bins", None) else TEXT2TEXT
+    # before causal LMs: transformers files some (Gemma 3) under both
+    if any(tasks.is_filed_under(a, tasks.IMAGE_TEXT_TO_TEXT_MAPPING) for a in architectures):
+        return IMAGE_TEXT_TO_TEXT
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         return TEXT_GENERATION
     if any(a.endswith("ForImageClassification") for a in architectures):
         return IMAGE_CLASSIFICATION
+    for architecture in architectures:
+        needed = tasks.other_tasks(architecture)
+        if needed and not tasks.is_filed_under(architecture, tasks.BASE_MAPPING):
+            raise tasks.unsupported_task_error(config, architecture, needed, TASKS)
     return FEATURE_EXTRACTION
 
 
-def load_model(folder: Path, task: str | None, dtype: str | None, fake: bool) -> LoadedModel:
-    """The model of ``folder`` for ``task``, in ``dtype``; with ``fake`` its parameters are
-    FakeTensors (no memory) and its weights stay in the folder until the model is saved."""
+def load_model(
+    folder: Path, task: str | None, dtype: str | None, fake: bool, say: Callable[[str], None] = lambda line: None
+) -> LoadedModel:
+    """The model of ``folder`` for ``task`` (a default one is told to ``say``), in ``dtype``;
+    with ``fake`` its parameters are FakeTensors (no memory) and its weights stay in the
+    folder until the model is saved."""
     import transformers
 
     from fx2onnx import enable_fake_mode
@@ -78,7 +93,10 @@ def load_model(folder: Path, task: str | None, dtype: str | None, fake: bool) ->
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"'{folder}' has no config.json: give a folder that save_pretrained wrote, or a hub id.")
     config = transformers.AutoConfig.from_pretrained(folder)
-    task = task or default_task(config)
+    if task is None:
+        task = default_task(config)
+        architecture = ", ".join(getattr(config, "architectures", None) or [config.model_type])
+        say(f"task {task} (the default for {architecture}; --task to choose another)")
     if task not in TASKS:
         raise ValueError(f"Unknown task '{task}': one of {', '.join(TASKS)}.")
     if dtype is not None and dtype not in DTYPES:

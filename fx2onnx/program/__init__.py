@@ -7,8 +7,8 @@ bfloat16 runs widened (`low_precision`); optional checks against PyTorch: op by 
 (`op_level_debug`) and the whole model in onnxruntime (`runtime_verification`).
 """
 
-from fx2onnx.program.checkpoint_folders import snapshot_folder
+from fx2onnx.program.checkpoint_folders import checkpoint_files, snapshot_folder
 from fx2onnx.program.onnx_program import session_on_cpu
 from fx2onnx.program.runtime_verification import compare_outputs
 
-__all__ = ["compare_outputs", "session_on_cpu", "snapshot_folder"]
+__all__ = ["checkpoint_files", "compare_outputs", "session_on_cpu", "snapshot_folder"]

@@ -1,0 +1,55 @@
+"""The weights of a safetensors checkpoint folder under the names of a transformers
+model's own modules, read one tensor at a time: what a fake-mode export of modules cut
+from the model (vision_language.py's wrappers, not transformers models themselves) gives
+`ONNXProgram.save(model_state=...)`. transformers writes some checkpoints under legacy
+names (Qwen2.5-VL: `model.layers.*`, `visual.*` for the model's
+`model.language_model.layers.*`, `model.visual.*`); the renaming is transformers' own
+table for the model's class (`program.hub_names`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+
+from fx2onnx.capture import checkpoint_renaming
+from fx2onnx.program import checkpoint_files
+
+
+class RenamedCheckpoint(Mapping[str, torch.Tensor]):
+    """The tensors of the checkpoint in ``folder`` by the names ``model``'s modules give them."""
+
+    def __init__(self, folder: Path, model: torch.nn.Module) -> None:
+        from safetensors import safe_open
+
+        rename = checkpoint_renaming(model) or (lambda name: name)
+        self._where: dict[str, tuple[Path, str]] = {}
+        for path in checkpoint_files(folder).files:
+            if path.suffix != ".safetensors":
+                raise NotImplementedError(
+                    f"'{path.name}' is a torch.save checkpoint: a fake-mode export of this model reads .safetensors "
+                    "files; save the model with safe_serialization (the default) or export without fake mode."
+                )
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                for key in handle.keys():
+                    self._where[rename(key)] = (path, key)
+
+    def only(self, names: set[str]) -> RenamedCheckpoint:
+        """The same checkpoint restricted to ``names`` (one part's weights: the others are not unused weights of it)."""
+        part = RenamedCheckpoint.__new__(RenamedCheckpoint)
+        part._where = {name: where for name, where in self._where.items() if name in names}
+        return part
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        path, key = self._where[name]
+        with safe_open(str(path), framework="pt", device="cpu") as handle:  # opened per tensor: no map kept
+            return handle.get_tensor(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)

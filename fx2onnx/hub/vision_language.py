@@ -1,0 +1,257 @@
+"""Image-text-to-text models as ONNX Runtime GenAI runs them: three models cut from the
+checkpoint's own modules (vlm_layout.py names the files and writes the configs).
+
+- vision (`pixel_values` [patches, channels x temporal x patch x patch] and
+  `image_grid_thw` [1, 3] -> `image_features` [image tokens, hidden]): Qwen2.5-VL's
+  vision tower with its patch merger. Its window and rotary layout come from the grid
+  through `.tolist()` loops, so it is exported for one grid: the one transformers'
+  image processor gives an image of the export's size (`image_size`); the runtime's
+  processor resizes every image to that size (`vlm_layout.processor_config`).
+- embedding (`input_ids`, `image_features` -> `inputs_embeds`): the token embedding, with
+  each image token's row replaced by the next image feature, as the model's forward does.
+- decoder (`inputs_embeds`, `attention_mask`, 3-D mRoPE `position_ids` [3, batch,
+  tokens], the cache -> `logits`, `present.*`): the language model and its head, captured
+  as a decode step after a prefill like a causal LM (causal_lm.py), with the same fused
+  kernels (GroupQueryAttention where the runtime's kernel applies).
+
+The wrappers hold the checkpoint's submodules under the checkpoint's own paths
+(`model.language_model.*`, `lm_head.*`), so a fake-mode export finds each weight in the
+folder by its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim
+
+import fx2onnx
+from fx2onnx.capture import registered_containers
+from fx2onnx.hub import causal_lm
+from fx2onnx.hub.loading import LoadedModel
+
+# the model types export-hf writes image-text-to-text folders for, with ONNX Runtime GenAI's type
+GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl"}
+# the packed (block-diagonal) attention of the vision tower, registered with transformers
+# under a name with "flash" in it: transformers then hands it the segment bounds as a
+# tensor instead of splitting the sequence with `.tolist()` (a data-dependent split)
+PACKED_ATTENTION = "fx2onnx_flash_packed_vision"
+
+
+def check_supported(config: Any) -> None:
+    """A clear error, before anything is written, for a model type without a runtime layout here."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in GENAI_VLM_TYPES:
+        raise NotImplementedError(
+            f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
+            f"for model types {', '.join(GENAI_VLM_TYPES)}; {model_type} is not one of them. Nothing was written. "
+            "Give --task text-generation for its language model alone where transformers loads it as a causal LM."
+        )
+
+
+class _Holder(torch.nn.Module):
+    """A container that gives the modules it holds their checkpoint paths."""
+
+    def __init__(self, **modules: torch.nn.Module) -> None:
+        super().__init__()
+        for name, module in modules.items():
+            self.add_module(name, module)
+
+
+def _packed_attention(module, query, key, value, attention_mask=None, scaling=None, cu_seq_lens_q=None, **kwargs):
+    """Attention within each segment that ``cu_seq_lens_q`` bounds, as one masked attention."""
+    positions = torch.arange(query.shape[2], device=query.device, dtype=cu_seq_lens_q.dtype)
+    segment = (positions[:, None] >= cu_seq_lens_q[None, 1:]).sum(-1)
+    mask = segment[:, None] == segment[None, :]
+    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    return output.transpose(1, 2).contiguous(), None
+
+
+@contextlib.contextmanager
+def _packed_vision_attention(config: Any) -> Iterator[None]:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
+    kept = config._attn_implementation
+    config._attn_implementation = PACKED_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = kept
+
+
+class QwenVision(torch.nn.Module):
+    """Qwen2.5-VL's vision tower for one image of the grid ``grid_thw`` ([1, 3])."""
+
+    def __init__(self, model: torch.nn.Module, grid_thw: torch.Tensor) -> None:
+        from transformers.vision_utils import get_vision_attention_seqlens, get_vision_position_ids, get_vision_window_index
+
+        super().__init__()
+        visual = model.model.visual
+        self.model = _Holder(visual=visual)
+        config = visual.config
+        window_index, cu_window_seqlens = get_vision_window_index(
+            grid_thw, config.spatial_merge_size, config.window_size, config.patch_size
+        )
+        cu_seqlens, _ = get_vision_attention_seqlens(grid_thw, config)
+        # computed here from the grid, given to the tower as the precomputed values it takes
+        self.layout = {
+            "position_ids": get_vision_position_ids(grid_thw, config.spatial_merge_size), "cu_seqlens": cu_seqlens,
+            "window_index": window_index, "cu_window_seqlens": cu_window_seqlens, "max_seqlen": 0, "max_window_seqlen": 0,
+        }
+
+    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
+        output = self.model.visual(pixel_values, image_grid_thw, **self.layout)
+        return {"image_features": output.pooler_output}
+
+
+class Embedding(torch.nn.Module):
+    """Token embeddings with the image tokens' rows taken from ``image_features`` in order."""
+
+    def __init__(self, model: torch.nn.Module, image_token_id: int) -> None:
+        super().__init__()
+        self.model = _Holder(language_model=_Holder(embed_tokens=model.model.language_model.embed_tokens))
+        self.image_token_id = image_token_id
+
+    def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
+        embeds = self.model.language_model.embed_tokens(input_ids)
+        is_image = input_ids == self.image_token_id
+        # the k-th image token (counted across the batch) takes feature row k; a decode
+        # step has no features and keeps the token's own embedding, as transformers does
+        # for an image token it generates; an appended zero row keeps the gather in bounds
+        count = image_features.shape[0]
+        rows = torch.cat([image_features.to(embeds.dtype), embeds.new_zeros(1, embeds.shape[-1])])
+        flat = is_image.reshape(-1)
+        index = (torch.cumsum(flat.to(torch.int64), dim=0) - 1).reshape(is_image.shape)
+        takes = is_image & (index < count)
+        index = torch.where(takes, index, count)
+        return {"inputs_embeds": torch.where(takes[..., None], rows[index], embeds)}
+
+
+class Decoder(torch.nn.Module):
+    """The language model and its head over ``inputs_embeds`` and the cache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        language_model = model.model.language_model
+        self.model = _Holder(language_model=language_model)
+        self.lm_head = model.lm_head
+        self.cache_argument = causal_lm.cache_argument(language_model)
+
+    def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
+        output = self.model.language_model(
+            inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+            **{self.cache_argument: past_key_values},
+        )
+        cache = getattr(output, "cache", None) or output.past_key_values
+        return {"logits": self.lm_head(output.last_hidden_state), "present": cache}
+
+
+def _as_loaded(value: Any, loaded: LoadedModel, static: bool = False) -> Any:
+    """``value``'s tensors made fake when the model is (a fake-mode export), else as they
+    are; ``static``: with their sizes as numbers (the vision model's one image size)."""
+    if loaded.fake_context is None:
+        return value
+    mode = loaded.fake_context.fake_mode
+    return pytree.tree_map_only(torch.Tensor, lambda tensor: mode.from_tensor(tensor, static_shapes=static), value)
+
+
+def image_grid(loaded: LoadedModel, image_processor: Any, image_size: tuple[int, int]) -> tuple[tuple[int, int], torch.Tensor]:
+    """The size transformers' image processor resizes an ``image_size`` (height, width)
+    image to, and its patch grid [[1, h, w]]."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    vision = loaded.config.vision_config
+    factor = int(vision.patch_size) * int(vision.spatial_merge_size)
+    size = getattr(image_processor, "size", None) or {}
+    lowest = int(getattr(image_processor, "min_pixels", None) or size.get("shortest_edge", 56 * 56))
+    highest = int(getattr(image_processor, "max_pixels", None) or size.get("longest_edge", 28 * 28 * 1280))
+    height, width = smart_resize(image_size[0], image_size[1], factor=factor, min_pixels=lowest, max_pixels=highest)
+    grid = torch.tensor([[1, height // int(vision.patch_size), width // int(vision.patch_size)]], dtype=torch.int64)
+    return (height, width), grid
+
+
+def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Tensor]:
+    vision = loaded.config.vision_config
+    patches = int(grid.prod())
+    width = int(vision.in_channels) * int(vision.temporal_patch_size) * int(vision.patch_size) ** 2
+    pixels = torch.randn(patches, width, generator=torch.Generator().manual_seed(0))
+    return _as_loaded({"pixel_values": pixels, "image_grid_thw": grid}, loaded, static=True)
+
+
+def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    config = loaded.config
+    vocab = int(config.text_config.vocab_size)
+    ids = torch.randint(0, vocab, (2, 9), generator=torch.Generator().manual_seed(0))
+    ids[ids == config.image_token_id] = 0
+    ids[0, 2:5] = config.image_token_id  # 3 image tokens in one sequence, 2 in the other
+    ids[1, 4:6] = config.image_token_id
+    features = torch.randn(5, int(config.text_config.hidden_size), generator=torch.Generator().manual_seed(1))
+    return _as_loaded({"input_ids": ids, "image_features": features}, loaded)
+
+
+def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
+    """A decode step after a prefill (sizes as causal_lm's), with text positions on all 3 mRoPE axes."""
+    language_model = loaded.model.model.language_model
+    batch, cached, new = causal_lm.BATCH, causal_lm.CACHED_TOKENS, causal_lm.NEW_TOKENS
+    hidden = int(loaded.config.text_config.hidden_size)
+    embeds = torch.randn(batch, cached + new, hidden, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(batch, cached + new, dtype=torch.int64)
+    positions = torch.arange(cached + new).view(1, 1, -1).expand(3, batch, -1).contiguous()
+    embeds, mask, positions = _as_loaded((embeds, mask, positions), loaded)
+    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    with mode, torch.no_grad():
+        prefill = language_model(
+            inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[..., :cached], use_cache=True
+        )
+    cache = getattr(prefill, "cache", None) or prefill.past_key_values
+    return {"inputs_embeds": embeds[:, cached:], "attention_mask": mask, "position_ids": positions[..., cached:].contiguous(),
+            "past_key_values": cache}
+
+
+def _dynamic(value: Any, keep: dict[int, int] | None = None) -> Any:
+    """Every dim of ``value``'s tensors dynamic but those of ``keep`` (torch.export's spec form)."""
+    if isinstance(value, torch.Tensor):
+        return {index: Dim.AUTO for index in range(value.dim()) if index not in (keep or {})}
+    node = pytree.SUPPORTED_NODES.get(type(value))
+    if node is None and not isinstance(value, (list, tuple)):
+        return None
+    children = node.flatten_fn(value)[0] if node is not None else value
+    return [_dynamic(child) for child in children]
+
+
+def decoder_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Dynamic batch, lengths and cache; the 3 mRoPE axes of `position_ids` stay 3. The
+    cache's spec follows the flattening the capture registers for it."""
+    with registered_containers():
+        return {name: _dynamic(value, {0: 3} if name == "position_ids" else None) for name, value in inputs.items()}
+
+
+def export_parts(
+    loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any, image_size: tuple[int, int]
+) -> tuple[dict[str, fx2onnx.ONNXProgram], tuple[int, int]]:
+    """The vision, embedding and decoder exports, and the image size the vision model takes."""
+    config, model = loaded.config, loaded.model
+    size, grid = image_grid(loaded, image_processor, image_size)
+    programs = {}
+    plain = dataclasses.replace(options, causal_mask_input=None)
+    vision = QwenVision(model, grid)
+    with _packed_vision_attention(model.model.visual.config):
+        programs["vision"] = fx2onnx.dynamo_export(
+            vision, **vision_inputs(loaded, grid), export_options=dataclasses.replace(plain, dynamic_shapes=False)
+        )
+    programs["embedding"] = fx2onnx.dynamo_export(
+        Embedding(model, int(config.image_token_id)), **embedding_inputs(loaded), export_options=plain
+    )
+    inputs = decoder_inputs(loaded)
+    causal = causal_lm.attends_causally(config.text_config)
+    decoder_options = dataclasses.replace(
+        options, dynamic_shapes=decoder_dynamic_shapes(inputs), causal_mask_input="attention_mask" if causal else None
+    )
+    programs["decoder"] = fx2onnx.dynamo_export(Decoder(model), **inputs, export_options=decoder_options)
+    return programs, size

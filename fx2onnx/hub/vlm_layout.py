@@ -1,0 +1,96 @@
+"""The files of an image-text-to-text folder for ONNX Runtime GenAI: the three models'
+names (those Transformers.js gives them), `genai_config.json` with the vision,
+embedding and decoder sections as the runtime reads them (src/config.h:
+`model.vision`, `model.embedding`, `model.decoder`) and the image processor's
+configuration, written from the source folder's transformers image processor.
+
+The runtime's processor configuration is `genai_processor_config.json` (named by
+`model.vision.config_filename`): transformers keeps its own processor's settings in
+`processor_config.json`, which the folder keeps for transformers' clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx_ir as ir
+
+from fx2onnx.hub.genai_config import genai_config
+
+VISION, EMBEDDING, DECODER = "vision_encoder", "embed_tokens", "decoder_model_merged"
+PARTS = {"vision": VISION, "embedding": EMBEDDING, "decoder": DECODER}  # the models and their file names
+PROCESSOR_CONFIG = "genai_processor_config.json"
+
+# PIL's resampling filters (transformers' `resample`) by the runtime's names
+_INTERPOLATIONS = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}
+
+
+def _session() -> dict[str, Any]:
+    return {"log_id": "onnxruntime-genai", "provider_options": []}
+
+
+def genai_vlm_config(
+    config: Any, generation_config: Any, files: dict[str, str], decoder: ir.Model, genai_type: str
+) -> dict[str, Any]:
+    """`genai_config.json` of a folder whose models are ``files`` (vision, embedding and
+    decoder paths in the folder); the decoder section as a causal LM's, fed `inputs_embeds`."""
+    text = config.text_config
+    written = genai_config(text, generation_config, files["decoder"], decoder)
+    model = written["model"]
+    inputs = model["decoder"]["inputs"]
+    model["decoder"]["inputs"] = {"inputs_embeds": "inputs_embeds", **{k: v for k, v in inputs.items() if k != "input_ids"}}
+    model["type"] = genai_type
+    for key in ("image_token_id", "video_token_id", "vision_start_token_id"):
+        if getattr(config, key, None) is not None:
+            model[key] = int(getattr(config, key))
+    model["embedding"] = {
+        "filename": files["embedding"], "session_options": _session(),
+        "inputs": {"input_ids": "input_ids", "image_features": "image_features"}, "outputs": {"inputs_embeds": "inputs_embeds"},
+    }
+    vision = config.vision_config
+    model["vision"] = {
+        "filename": files["vision"], "config_filename": PROCESSOR_CONFIG, "session_options": _session(),
+        "spatial_merge_size": int(vision.spatial_merge_size), "patch_size": int(vision.patch_size),
+        "window_size": int(getattr(vision, "window_size", 0) or 0),
+        "tokens_per_second": float(getattr(vision, "tokens_per_second", 2.0) or 2.0),
+        "inputs": {"pixel_values": "pixel_values", "image_grid_thw": "image_grid_thw"},
+        "outputs": {"image_features": "image_features"},
+    }
+    return written
+
+
+def _operation(name: str, kind: str, attrs: dict[str, Any] | None = None) -> dict[str, Any]:
+    operation: dict[str, Any] = {"name": name, "type": kind}
+    if attrs:
+        operation["attrs"] = attrs
+    return {"operation": operation}
+
+
+def processor_config(image_processor: Any, vision_config: Any, size: tuple[int, int]) -> dict[str, Any]:
+    """The runtime's Qwen2.5-VL image processor (onnxruntime-extensions' transforms) doing
+    what ``image_processor`` does to an image of ``size`` (height, width): every image is
+    resized to that size, the one the vision model was exported for."""
+    patch, merge = int(vision_config.patch_size), int(vision_config.spatial_merge_size)
+    transforms = [_operation("decode_image", "DecodeImage", {"color_space": "RGB"})]
+    if getattr(image_processor, "do_convert_rgb", True):
+        transforms.append(_operation("convert_to_rgb", "ConvertRGB"))
+    resample = int(getattr(image_processor, "resample", 3))
+    if resample not in _INTERPOLATIONS:
+        raise ValueError(f"The image processor resamples with PIL filter {resample}, which the runtime's processor lacks: "
+                         f"it has {', '.join(f'{k} ({v})' for k, v in _INTERPOLATIONS.items())}.")
+    # a fixed size: the processor resizes every image to the vision model's grid
+    transforms.append(_operation("resize", "Resize", {
+        "height": size[0], "width": size[1], "smart_resize": 0, "keep_aspect_ratio": 0,
+        "interpolation": _INTERPOLATIONS[resample], "patch_size": patch, "merge_size": merge,
+    }))
+    if getattr(image_processor, "do_rescale", True):
+        transforms.append(_operation("rescale", "Rescale", {"rescale_factor": float(image_processor.rescale_factor)}))
+    if getattr(image_processor, "do_normalize", True):
+        transforms.append(_operation("normalize", "Normalize", {
+            "mean": [float(v) for v in image_processor.image_mean], "std": [float(v) for v in image_processor.image_std],
+            "qwen2_5_vl": 1,
+        }))
+    transforms.append(_operation("patch_image", "PatchImage", {
+        "patch_size": patch, "temporal_patch_size": int(vision_config.temporal_patch_size), "merge_size": merge,
+    }))
+    return {"processor": {"name": "qwen2_5_image_processor", "transforms": transforms}}

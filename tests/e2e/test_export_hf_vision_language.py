@@ -1,0 +1,205 @@
+"""`fx2onnx export-hf` on image-text-to-text models: ONNX Runtime GenAI folders whose
+vision, embedding and decoder models and image processor generate what transformers'
+`model.generate` does on its own processor's inputs; and the task of a checkpoint whose
+architecture export-hf does not serve is an error before anything is written."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from fx2onnx.cli.main import main
+from fx2onnx.hub import export_hf
+from fx2onnx.hub.tasks import UnsupportedTaskError
+from fx2onnx.hub.verify import tolerance_for
+from fx2onnx.hub.verify_vlm import verify_image_text_to_text
+from test_export_hf import plant_error
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+Image = pytest.importorskip("PIL.Image")
+
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def qwen_prompt(images: int) -> str:
+    return f"<|im_start|>user\n{QWEN_IMAGE * images}describe this image<|im_end|>\n<|im_start|>assistant\n"
+
+
+IMAGE_SIZE = (84, 112)  # height, width: multiples of 28 that Qwen's image processor keeps (a 6x8 patch grid)
+
+
+def trained_tokenizer(special: list[str], **roles: str):
+    """A byte-level BPE tokenizer trained here (nothing downloaded), with the model's special tokens."""
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=special, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
+    model.train_from_iterator(["the quick brown fox jumps over the lazy dog", "describe this image user assistant"] * 40, trainer)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=model, **roles)
+
+
+def save_qwen2_5_vl(folder):
+    """A two-layer Qwen2.5-VL (two vision layers, windowed then full attention) with its
+    tokenizer, chat template and image processor."""
+    tokenizer = trained_tokenizer(QWEN_SPECIAL, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL}
+    roles = dict(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, vocab_size=len(tokenizer), **roles,
+                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
+                           spatial_merge_size=2, window_size=56, fullatt_block_indexes=[1], temporal_patch_size=2),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"], **roles,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    transformers.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 64).save_pretrained(folder)
+    tokenizer.chat_template = QWEN_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def transformers_tokens(folder, model, image_paths, new_tokens: int) -> list[int]:
+    """Greedy tokens of `model.generate` on transformers' image processor's inputs, each
+    image's placeholder expanded as Qwen's processor does (images of one size here)."""
+    opened = [Image.open(path) for path in image_paths]
+    images = transformers.AutoImageProcessor.from_pretrained(folder)(images=opened, return_tensors="pt")
+    tokens = int(images["image_grid_thw"][0].prod()) // model.config.vision_config.spatial_merge_size ** 2
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    prompt = qwen_prompt(len(image_paths)).replace("<|image_pad|>", "<|image_pad|>" * tokens)
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        generated = model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=images["pixel_values"],
+            image_grid_thw=images["image_grid_thw"], mm_token_type_ids=(ids == model.config.image_token_id).long(),
+            max_new_tokens=new_tokens, do_sample=False,
+        )
+    return generated[0, ids.shape[1]:].tolist()
+
+
+def genai_tokens(folder, image_paths, new_tokens: int) -> list[int]:
+    """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the image files."""
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = og.Model(str(folder))
+    images = og.Images.open(*[str(path) for path in image_paths])
+    inputs = model.create_multimodal_processor()(qwen_prompt(len(image_paths)), images=images)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=256, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.set_inputs(inputs)
+    tokens = []
+    while not generator.is_done() and len(tokens) < new_tokens:
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens
+
+
+def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
+    model = save_qwen2_5_vl(tmp_path / "source")
+    image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
+    for seed, path in enumerate(image_paths):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
+    out = tmp_path / "out"
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--image-size", "84x112", "--verify"]) == 0
+    printed = capsys.readouterr().out
+    assert "task image-text-to-text (the default for Qwen2_5_VLForConditionalGeneration" in printed
+    assert "vision model for 84x112 images" in printed
+    # --verify chains the three models in onnxruntime against model.generate on the processor's inputs
+    assert re.search(r"verification: largest difference \S+ \(within the tolerance .*\), greedy tokens equal", printed)
+
+    config = json.loads((out / "genai_config.json").read_text())["model"]
+    assert config["type"] == "qwen2_5_vl" and config["image_token_id"] == model.config.image_token_id
+    assert config["decoder"]["inputs"]["inputs_embeds"] == "inputs_embeds" and "input_ids" not in config["decoder"]["inputs"]
+    assert config["embedding"]["inputs"] == {"input_ids": "input_ids", "image_features": "image_features"}
+    assert config["vision"]["config_filename"] == "genai_processor_config.json"
+    files = {part: config[part]["filename"] for part in ("vision", "embedding", "decoder")}
+    assert files == {"vision": "onnx/vision_encoder.onnx", "embedding": "onnx/embed_tokens.onnx",
+                     "decoder": "onnx/decoder_model_merged.onnx"}
+    io = {}
+    for part, name in files.items():
+        onnx.checker.check_model(str(out / name), full_check=True)
+        graph = onnx.load(str(out / name), load_external_data=False).graph
+        io[part] = ([v.name for v in graph.input], [v.name for v in graph.output])
+    assert io["vision"] == (["pixel_values", "image_grid_thw"], ["image_features"])
+    assert io["embedding"] == (["input_ids", "image_features"], ["inputs_embeds"])
+    assert io["decoder"][0][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
+    assert io["decoder"][1] == ["logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
+    # the cache is appended in place by GroupQueryAttention, as for the causal LMs
+    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
+    processor = json.loads((out / "genai_processor_config.json").read_text())["processor"]["transforms"]
+    resize = next(t["operation"]["attrs"] for t in processor if t["operation"]["type"] == "Resize")
+    assert (resize["height"], resize["width"], resize["interpolation"]) == (84, 112, "CUBIC")
+
+    # one image, then two (the runtime runs the vision model once per image)
+    for images in (image_paths[:1], image_paths):
+        expected = transformers_tokens(tmp_path / "source", model, images, 16)
+        assert genai_tokens(out, images, 16) == expected
+
+    # the verification sees an error planted in the decoder's logits
+    assert plant_error(out / files["decoder"], 1e-2) == ["logits"]
+    image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
+    paths = {part: out / name for part, name in files.items()}
+    planted = verify_image_text_to_text(paths, model, image_processor, IMAGE_SIZE, 4, tolerance_for(torch.float32))
+    assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
+
+
+def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tmp_path):
+    """The checkpoint keeps Qwen2.5-VL's legacy names (`model.layers.*`, `visual.*`); the
+    three models read their weights by them, each only its own."""
+    model = save_qwen2_5_vl(tmp_path / "source")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = export_hf(tmp_path / "source", tmp_path / "out", fake=True, verify=True, image_size=IMAGE_SIZE)
+    assert not [w for w in caught if "does not use" in str(w.message) or "missing" in str(w.message)]
+    assert result.verification.passed, result.verification.summary()
+    assert result.verification.max_logit_difference < 1e-5
+    weights = sum(p.numel() for p in model.parameters()) * 4
+    written = sum((tmp_path / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
+    assert weights <= written < weights * 1.05  # every weight written once, in the one model that uses it
+
+
+def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                     vocab_size=100, architectures=["BertForSequenceClassification"])
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError) as error:
+        export_hf(tmp_path / "source", tmp_path / "out")
+    message = str(error.value)
+    assert "BertForSequenceClassification" in message and "text-classification" in message
+    assert "image-text-to-text" in message and "text-generation" in message and "Nothing was written" in message
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "out"), "--quiet"]) == 1
+    assert "UnsupportedTaskError" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_an_image_text_to_text_type_without_a_runtime_layout_is_an_error(tmp_path):
+    config = transformers.LlavaConfig(
+        vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=28, patch_size=14),
+        text_config=dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=100),
+        image_token_id=99,
+    )
+    transformers.LlavaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl; llava is not one of them. Nothing was written"):
+        export_hf(tmp_path / "source", tmp_path / "out", say=print)
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]

@@ -1,0 +1,53 @@
+"""export-hf's default task (from transformers' auto mappings, an error for an architecture
+made for a task it does not serve) and the runtime's image processor configuration
+written from transformers' image processor."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fx2onnx.hub.loading import default_task
+from fx2onnx.hub.tasks import UnsupportedTaskError
+from fx2onnx.hub.vlm_layout import processor_config
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize(("architecture", "task"), [
+    ("Qwen2_5_VLForConditionalGeneration", "image-text-to-text"),
+    ("Gemma3ForConditionalGeneration", "image-text-to-text"),  # filed under causal LMs too: the image task wins
+    ("LlamaForCausalLM", "text-generation"),
+    ("ViTForImageClassification", "image-classification"),
+    ("BertModel", "feature-extraction"),
+])
+def test_the_default_task_is_the_one_transformers_files_the_architecture_under(architecture, task):
+    assert default_task(transformers.PretrainedConfig(architectures=[architecture])) == task
+
+
+@pytest.mark.parametrize(("architecture", "needed"), [
+    ("BertForSequenceClassification", "text-classification"),
+    ("DetrForObjectDetection", "object-detection"),
+    ("Wav2Vec2ForCTC", "automatic-speech-recognition (CTC)"),
+])
+def test_an_architecture_for_a_task_not_served_is_an_error_naming_it(architecture, needed):
+    with pytest.raises(UnsupportedTaskError, match=re.escape(f"is a model for {needed}, which export-hf does not serve")) as error:
+        default_task(transformers.PretrainedConfig(architectures=[architecture]))
+    assert str(error.value).startswith(architecture) and "image-text-to-text" in str(error.value)
+
+
+def test_the_runtime_processor_does_what_the_image_processor_does():
+    vision = transformers.Qwen2_5_VLConfig().vision_config
+    image_processor = transformers.Qwen2VLImageProcessorPil(image_mean=[0.5, 0.4, 0.3], image_std=[0.2, 0.25, 0.3])
+    transforms = processor_config(image_processor, vision, (224, 336))["processor"]["transforms"]
+    operations = {t["operation"]["type"]: t["operation"].get("attrs", {}) for t in transforms}
+    assert list(operations) == ["DecodeImage", "ConvertRGB", "Resize", "Rescale", "Normalize", "PatchImage"]
+    assert operations["Resize"] == {"height": 224, "width": 336, "smart_resize": 0, "keep_aspect_ratio": 0,
+                                    "interpolation": "CUBIC", "patch_size": 14, "merge_size": 2}
+    assert operations["Rescale"]["rescale_factor"] == pytest.approx(1 / 255)
+    assert operations["Normalize"] == {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3], "qwen2_5_vl": 1}
+    assert operations["PatchImage"] == {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
+    image_processor.resample = 4  # PIL's BOX: the runtime has no such filter
+    with pytest.raises(ValueError, match="resamples with PIL filter 4, which the runtime's processor lacks"):
+        processor_config(image_processor, vision, (224, 336))
