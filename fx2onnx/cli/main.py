@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument(
         "--precision", choices=PRECISIONS,
         help="int4/int8: a causal LM's linear layers as weight-only MatMulNBits (quantized as the weights are written, "
-        "float32 activations unless --dtype float16); fp32/fp16/bf16: the same as --dtype",
+        "float32 activations unless --dtype float16); int8 of an encoder (feature-extraction): its linear layers as "
+        "MatMulInteger of activations quantized at run time; fp32/fp16/bf16: the same as --dtype",
     )
     hub.add_argument("--block-size", type=int, default=32, help="int4/int8: weights per scale along K (default 32)")
     hub.add_argument(

@@ -35,8 +35,10 @@ from fx2onnx.hub.loading import (
     local_folder,
 )
 from fx2onnx.hub.verify import (
-    Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
+    Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
+    verify_seq2seq,
 )
+from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.opset_conversion import newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
@@ -172,9 +174,35 @@ def _export_causal_lm(
     return [*files, "genai_config.json"]
 
 
-def _export_single(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+def _export_single(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None
+) -> list[str]:
     program = _exported(loaded.model, _fake(_encoder_inputs(loaded, 0), loaded), options)
-    return _save(program, staging, _onnx_file(loaded, layout.MODEL), loaded)
+    if quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
+        quantize_linears_dynamically(program.model)
+    return _save(program, staging, _onnx_file(loaded, layout.MODEL, quantization), loaded)
+
+
+def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization: WeightQuantization | None) -> None:
+    """int4/int8 are for causal LMs (weight-only MatMulNBits) and int8 for encoders
+    (dynamic activations, MatMulInteger); the rest is refused before anything is exported."""
+    if quantization is None or loaded.task == TEXT_GENERATION:
+        return
+    if loaded.task != FEATURE_EXTRACTION:
+        raise NotImplementedError(
+            f"precision {precision} is written for causal LMs (int4, int8) and text encoders (int8); {loaded.task} "
+            "folders are float: give precision fp32, fp16 or bf16."
+        )
+    if quantization.bits != 8:
+        raise NotImplementedError(
+            f"precision {precision} for an encoder: its int8 quantizes activations at run time (onnxruntime's "
+            "MatMulInteger), which has no 4-bit form; give precision int8."
+        )
+    if _weights_dtype(loaded) != torch.float32:
+        raise ValueError(
+            f"precision int8 for an encoder computes in float32 (onnxruntime's DynamicQuantizeLinear takes float32 "
+            f"only), not {_weights_dtype(loaded)}: give dtype float32 or none."
+        )
 
 
 def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
@@ -226,8 +254,10 @@ def _verify(
             return verify_quantized_causal_lm(path, model, loaded.config, prompt, tokens, atol)
         return verify_causal_lm(path, model, loaded.config, prompt, tokens, tolerance)
     output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
-    return verify_outputs(
-        folder / _onnx_file(loaded, layout.MODEL), model, lambda size: _encoder_inputs(loaded, size), output, tolerance
+    path = folder / _onnx_file(loaded, layout.MODEL, quantization)
+    if quantization is not None:
+        return verify_quantized_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, atol)
+    return verify_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, tolerance
     )
 
 
@@ -284,6 +314,9 @@ def export_hf(
             activations unless ``dtype`` is float16), quantized as the weights are
             written (with ``fake`` too). ``verify`` then reports the logit error and the
             greedy-token agreement with the float model instead of demanding equality.
+            int8 of an encoder (feature-extraction): its linear layers as ``MatMulInteger``
+            of activations quantized at run time (`fx2onnx.onnx_passes.dynamic_quantization`),
+            in float32; ``verify`` reports the output error.
         block_size, accuracy_level: of int4/int8 (defaults 32 and 4, the runtime's CPU
             defaults: int8 activations in the kernel).
         quantize_lm_head: int4/int8 quantize the language-model head too (default, as
@@ -302,19 +335,17 @@ def export_hf(
         raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake)
-    if quantization is not None and loaded.task != TEXT_GENERATION:
-        raise NotImplementedError(
-            f"precision {precision} (weight-only MatMulNBits) is written for causal LMs; {loaded.task} folders are "
-            "float: give precision fp32, fp16 or bf16."
-        )
+    _check_quantizable(loaded, precision, quantization)
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         exporter = _EXPORTERS[loaded.task]
-        if quantization is not None:
+        if quantization is not None and loaded.task == TEXT_GENERATION:
             exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
+        elif quantization is not None:
+            exporter = functools.partial(_export_single, quantization=quantization)
         files = exporter(loaded, staging, options)
         files += copy_folder_files(folder, staging)
         bits = quantization.bits if quantization is not None else None

@@ -4,7 +4,8 @@ fp32, fp16 and bf16 are the weights' (and computations') float type, what ``dtyp
 says (``dtype`` stays as another name for them). int4 and int8 are weight-only
 quantization of a causal LM's linear layers as onnxruntime's ``MatMulNBits``
 (`fx2onnx.onnx_passes.weight_quantization`), with float activations: float32 unless
-``dtype`` says float16 (onnxruntime's CPU kernel has no bfloat16 form).
+``dtype`` says float16 (onnxruntime's CPU kernel has no bfloat16 form). An encoder's int8
+quantizes its activations at run time as well (`export_hf` picks the pass by task).
 """
 
 from __future__ import annotations
