@@ -7,7 +7,8 @@ The model is `runtime_speed.py`'s LLaMA-style one (4 layers x 512, GQA 8/4 heads
 32000, random weights); every folder runs in the same ONNX Runtime GenAI loop (a prompt of
 128 and of 1024 tokens, then 64 greedy tokens; interleaved rounds, medians).
 ``fx2onnx-int4-packed`` is `export_hf(..., pack_projections=True)`: Q, K and V (and gate
-and up) as one MatMulNBits and a Split, as the builder packs Q, K and V. Random
+and up) as one MatMulNBits and a Split, as the builder packs Q, K and V;
+``fx2onnx-int4-embedding`` is `export_hf(..., quantize_embedding=True)`. Random
 weights give flat logits, so token agreement between int4 folders says little: quality
 needs a trained model: `int4_quality.py` measures it.
 
@@ -29,13 +30,13 @@ from typing import Any
 
 from runtime_speed import PROMPTS, _write_llm, time_llm
 
-CONTENDERS = ("fx2onnx-fp32", "fx2onnx-int4", "fx2onnx-int8", "fx2onnx-int4-packed", "builder-int4")
+CONTENDERS = ("fx2onnx-fp32", "fx2onnx-int4", "fx2onnx-int8", "fx2onnx-int4-packed", "fx2onnx-int4-embedding", "builder-int4")
 MB = 1e6
 
 
 def _export(contender: str, source: Path, out: Path) -> float:
     started = time.perf_counter()
-    exporter, precision, *packed = contender.split("-")
+    exporter, precision, *extras = contender.split("-")
     if exporter == "builder":
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
                    "-p", precision, "-e", "cpu", "-c", str(out.parent / "builder-cache")]
@@ -43,7 +44,8 @@ def _export(contender: str, source: Path, out: Path) -> float:
     else:
         from fx2onnx.hub import export_hf
 
-        export_hf(source, out, precision=precision, pack_projections=bool(packed))
+        export_hf(source, out, precision=precision, pack_projections="packed" in extras,
+                  quantize_embedding="embedding" in extras)
     return time.perf_counter() - started
 
 

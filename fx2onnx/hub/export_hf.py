@@ -39,6 +39,7 @@ from fx2onnx.hub.verify import (
     verify_seq2seq,
 )
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
+from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.opset_conversion import newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
@@ -164,6 +165,8 @@ def _export_causal_lm(
     if quantization is not None:
         # codes and scales are computed as the weights are written, one at a time
         quantize_linear_weights(program.model, quantization)
+        if quantization.embedding:  # after the head, whose codes a tied embedding reads
+            quantize_embeddings(program.model, quantization)
         if packed:
             pack_projections(program.model)
     name = _onnx_file(loaded, layout.MODEL, quantization)
@@ -192,6 +195,11 @@ def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization:
         raise NotImplementedError(
             f"precision {precision} is written for causal LMs (int4, int8) and text encoders (int8); {loaded.task} "
             "folders are float: give precision fp32, fp16 or bf16."
+        )
+    if quantization.embedding:
+        raise NotImplementedError(
+            "quantize_embedding is for causal LMs (GatherBlockQuantized beside MatMulNBits); an encoder's int8 keeps "
+            "its embeddings float: drop quantize_embedding."
         )
     if quantization.bits != 8:
         raise NotImplementedError(
@@ -281,6 +289,7 @@ def export_hf(
     block_size: int = 32,
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
+    quantize_embedding: bool = False,
     pack_projections: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
@@ -321,6 +330,10 @@ def export_hf(
             defaults: int8 activations in the kernel).
         quantize_lm_head: int4/int8 quantize the language-model head too (default, as
             ONNX Runtime GenAI's model builder does); False keeps it float.
+        quantize_embedding: int4/int8 of a causal LM quantize the token embedding too, as
+            onnxruntime's ``GatherBlockQuantized`` with the linear layers' bits and blocks
+            (default False: float, as the builder keeps it); an embedding tied to a
+            quantized LM head gathers from the head's codes and scales.
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
@@ -329,7 +342,8 @@ def export_hf(
     output = Path(os.fspath(output)).expanduser()
     _check_output(output)
     dtype, quantization = resolve_precision(
-        precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head
+        precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
+        quantize_embedding=quantize_embedding,
     )
     if quantization is not None and module_functions:
         raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")

@@ -119,16 +119,20 @@ def linear_layers(graph: ir.Graph) -> list[LinearLayer]:
     return [found for node in list(graph) if (found := linear_layer(node)) is not None]
 
 
+def take_place(old: ir.Value, new: ir.Value) -> None:
+    """``new`` replaces ``old`` everywhere, with its shape, type and name (a graph output
+    keeps its name: `logits`)."""
+    new.shape, new.type = old.shape, old.type
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    name, old.name = old.name, None
+    new.name = name
+
+
 def replace_linear(graph: ir.Graph, linear: LinearLayer, output: ir.Value) -> None:
     """Make ``output`` (of nodes already in ``graph`` before the layer's last node) what
     the layer computed, with its name, and remove the layer's nodes, and its weight and
     bias when nothing else reads them."""
-    last = linear.bias_add or linear.node
-    old = last.outputs[0]
-    output.shape, output.type = old.shape, old.type
-    old.replace_all_uses_with(output, replace_graph_outputs=True)
-    name, old.name = old.name, None
-    output.name = name  # a graph output keeps its name (`logits`)
+    take_place(linear.bias_add.outputs[0] if linear.bias_add else linear.node.outputs[0], output)
     b = linear.node.inputs[1]
     for replaced in (linear.bias_add, linear.node):
         if replaced is not None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
+from fx2onnx.onnx_passes.linear_layers import take_place
+
 _INTEGER_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
 
 
@@ -115,11 +117,7 @@ def gemms_of_dequantized_as_matmuls(model: ir.Model) -> None:
             if c is not None:
                 new.append(ir.node("Add", [new[-1].outputs[0], c], name=f"{node.name}/C"))
             owner.insert_before(node, new)
-            output, old = new[-1].outputs[0], node.outputs[0]
-            output.shape, output.type = old.shape, old.type
-            old.replace_all_uses_with(output, replace_graph_outputs=True)
-            name, old.name = old.name, None
-            output.name = name
+            take_place(node.outputs[0], new[-1].outputs[0])
             owner.remove(node, safe=True)
 
 

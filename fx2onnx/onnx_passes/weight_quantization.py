@@ -40,6 +40,9 @@ class WeightQuantization:
             activations, the fast CPU path), 0 or 1 (float activations).
         symmetric: no zero points (the implicit 2 ** (bits - 1)); False stores one per block.
         lm_head: quantize the language-model head too (the builder's default for int4).
+        embedding: quantize the token embedding too, as ``GatherBlockQuantized`` with the
+            same bits and blocks (`embedding_quantization`; the builder's ``int4`` does
+            not by default).
     """
 
     bits: int = 4
@@ -47,6 +50,7 @@ class WeightQuantization:
     accuracy_level: int = 4
     symmetric: bool = True
     lm_head: bool = True
+    embedding: bool = False
 
     def __post_init__(self) -> None:
         if self.bits not in (4, 8):
