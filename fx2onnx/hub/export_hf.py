@@ -201,6 +201,11 @@ def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization:
             "quantize_embedding is for causal LMs (GatherBlockQuantized beside MatMulNBits); an encoder's int8 keeps "
             "its embeddings float: drop quantize_embedding."
         )
+    if quantization != WeightQuantization(bits=quantization.bits, embedding=quantization.embedding):
+        raise ValueError(
+            "block_size, accuracy_level and quantize_lm_head are MatMulNBits' (causal LMs); an encoder's int8 takes "
+            "none of them: drop them."
+        )
     if quantization.bits != 8:
         raise NotImplementedError(
             f"precision {precision} for an encoder: its int8 quantizes activations at run time (onnxruntime's "

@@ -89,6 +89,10 @@ def test_quantizations_an_encoder_has_not_are_refused(bert, tmp_path, capsys):
     root, _ = bert
     with pytest.raises(NotImplementedError, match="no 4-bit form; give precision int8"):
         export_hf(root / "source", tmp_path / "a", precision="int4")
+    with pytest.raises(ValueError, match="an encoder's int8 takes none of them"):
+        export_hf(root / "source", tmp_path / "a", precision="int8", block_size=64)
+    with pytest.raises(NotImplementedError, match="drop quantize_embedding"):
+        export_hf(root / "source", tmp_path / "a", precision="int8", quantize_embedding=True)
     with pytest.raises(ValueError, match="computes in float32"):
         export_hf(root / "source", tmp_path / "b", precision="int8", dtype="float16")
     save_encoder(tmp_path / "vit", "vit", None)

@@ -222,8 +222,9 @@ def test_tied_embedding_gathers_from_the_quantized_lm_head(tmp_path, tokenizer):
     verification = result.verification
     assert verification.passed and verification.max_logit_difference < 0.25 * verification.logit_scale
     _runs_in_genai_as_in_onnxruntime(tmp_path / "out", tokenizer)
-    # fake mode reads the tied weight from the checkpoint as the head's: the same bytes
-    export_hf(tmp_path / "source", tmp_path / "fake", precision="int4", quantize_embedding=True, fake=True)
+    # fake mode (from the command line) reads the tied weight from the checkpoint as the head's: the same bytes
+    assert main(["export-hf", os.fspath(tmp_path / "source"), "--output", os.fspath(tmp_path / "fake"), "--precision", "int4",
+                 "--quantize-embedding", "--fake", "--quiet"]) == 0
     real, fake = _initializers(path), _initializers(model_file(tmp_path / "fake"))
     assert real.keys() == fake.keys() and all(array.tobytes() == fake[name].tobytes() for name, array in real.items())
 
