@@ -165,8 +165,12 @@ def _export_causal_lm(
     if quantization is not None:
         # codes and scales are computed as the weights are written, one at a time
         quantize_linear_weights(program.model, quantization)
-        if quantization.embedding:  # after the head, whose codes a tied embedding reads
-            quantize_embeddings(program.model, quantization)
+        # after the head, whose codes a tied embedding reads
+        if quantization.embedding and not quantize_embeddings(program.model, quantization):
+            raise NotImplementedError(
+                f"quantize_embedding: {type(loaded.model).__name__}'s graph has no Gather of a float table by input_ids "
+                "to quantize (the embedding is computed otherwise); export without quantize_embedding."
+            )
         if packed:
             pack_projections(program.model)
     name = _onnx_file(loaded, layout.MODEL, quantization)

@@ -88,7 +88,10 @@ def _plain_gemm_of_dequantized(node: ir.Node) -> bool:
     attributes = node.attributes
     if attributes.get_int("transA", 0) or attributes.get_float("alpha", 1.0) != 1.0 or attributes.get_float("beta", 1.0) != 1.0:
         return False
-    return _is_dequantized(node.inputs[0]) and _is_dequantized(node.inputs[1]) and not _quantized_again(node.outputs[0])
+    weight = node.inputs[1]
+    if not (_is_dequantized(node.inputs[0]) and _is_dequantized(weight)) or _quantized_again(node.outputs[0]):
+        return False
+    return _stored(weight.producer().inputs[0])  # type: ignore[union-attr]  # an integer product needs a stored weight
 
 
 def _quantized_again(value: ir.Value) -> bool:
