@@ -34,6 +34,8 @@ import numpy as np
 VOCAB = 2000
 WINDOW = 128
 FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
+# on request (--folders): export_hf(..., quantize_embedding=True)
+OTHER_FOLDERS = ("fx2onnx-int4-embedding",)
 
 
 def stdlib_texts() -> tuple[str, str]:
@@ -99,7 +101,7 @@ def train_model(ids: np.ndarray, minutes: float, say) -> tuple[Any, float, int]:
 
 
 def export(name: str, source: Path, out: Path) -> None:
-    exporter, precision = name.split("-")
+    exporter, precision, *extras = name.split("-")
     if exporter == "builder":
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
                    "-p", precision, "-e", "cpu", "-c", str(out.parent / "builder-cache")]
@@ -107,7 +109,7 @@ def export(name: str, source: Path, out: Path) -> None:
     else:
         from fx2onnx.hub import export_hf
 
-        export_hf(source, out, precision=precision)
+        export_hf(source, out, precision=precision, quantize_embedding="embedding" in extras)
 
 
 class FolderRunner:
@@ -189,7 +191,7 @@ def markdown(results: dict[str, Any]) -> str:
              f"{results['loss']:.3f}; {results['windows']} held-out windows of {WINDOW} tokens. {results['versions']}.", "",
              "| folder | size (MB) | perplexity | greedy agreement with float PyTorch |", "|---|---:|---:|---:|"]
     lines.append(f"| PyTorch float | - | {results['torch']['perplexity']:.4f} | 1.0000 |")
-    for name in FOLDERS:
+    for name in results["folders"]:
         row = results["folders"][name]
         lines.append(f"| {name} | {row['bytes'] / 1e6:.2f} | {row['perplexity']:.4f} | {row['agreement']:.4f} |")
     return "\n".join(lines)
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, default=4.0, help="training time on CPU")
     parser.add_argument("--windows", type=int, default=48, help="held-out windows of 128 tokens")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--folders", nargs="+", default=list(FOLDERS), choices=FOLDERS + OTHER_FOLDERS)
     parser.add_argument("--keep", type=Path, help="write the trained model and the folders here (default: a temporary folder)")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         source = Path(tmp) / "source"
         model.save_pretrained(source)
         tokenizer.save_pretrained(source)
-        for name in FOLDERS:
+        for name in args.folders:
             out = Path(tmp) / name
             export(name, source, out)
             runner = FolderRunner(out)

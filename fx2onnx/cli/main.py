@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument(
         "--precision", choices=PRECISIONS,
         help="int4/int8: a causal LM's linear layers as weight-only MatMulNBits (quantized as the weights are written, "
-        "float32 activations unless --dtype float16); fp32/fp16/bf16: the same as --dtype",
+        "float32 activations unless --dtype float16); int8 of an encoder (feature-extraction): its linear layers as "
+        "MatMulInteger of activations quantized at run time; fp32/fp16/bf16: the same as --dtype",
     )
     hub.add_argument("--block-size", type=int, default=32, help="int4/int8: weights per scale along K (default 32)")
     hub.add_argument(
@@ -141,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hub.add_argument(
         "--float-lm-head", action="store_true", help="int4/int8: keep the LM head float (default: quantized, as the GenAI builder does)"
+    )
+    hub.add_argument(
+        "--quantize-embedding", action="store_true",
+        help="int4/int8 of a causal LM: the token embedding as GatherBlockQuantized too (default: float, as the GenAI builder keeps it)",
     )
     hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
     hub.add_argument(
@@ -191,6 +196,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
             opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
             module_functions=args.module_functions, precision=args.precision, block_size=args.block_size,
             accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head, image_size=args.image_size,
+            quantize_embedding=args.quantize_embedding,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error

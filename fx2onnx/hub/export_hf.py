@@ -36,11 +36,15 @@ from fx2onnx.hub.loading import (
     load_model, local_folder,
 )
 from fx2onnx.hub.verify import (
-    Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_seq2seq,
+    Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
+    verify_seq2seq,
 )
 from fx2onnx.hub.verify_vlm import verify_image_text_to_text
 from fx2onnx.hub.whisper_verify import verify_whisper_genai
-from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linear_weights
+from fx2onnx.onnx_passes import (
+    WeightQuantization, newest_opset, pack_projections, quantize_embeddings, quantize_linear_weights,
+    quantize_linears_dynamically,
+)
 
 
 @dataclass
@@ -169,6 +173,12 @@ def _export_causal_lm(
     if quantization is not None:
         # codes and scales are computed as the weights are written, one at a time
         quantize_linear_weights(program.model, quantization)
+        # after the head, whose codes a tied embedding reads
+        if quantization.embedding and not quantize_embeddings(program.model, quantization):
+            raise NotImplementedError(
+                f"quantize_embedding: {type(loaded.model).__name__}'s graph has no Gather of a float table by input_ids "
+                "to quantize (the embedding is computed otherwise); export without quantize_embedding."
+            )
         if packed:
             pack_projections(program.model)
     name = _onnx_file(loaded, layout.MODEL, quantization)
@@ -179,9 +189,45 @@ def _export_causal_lm(
     return [*files, "genai_config.json"]
 
 
-def _export_single(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+def _export_single(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None
+) -> list[str]:
     program = _exported(loaded.model, _fake(_encoder_inputs(loaded, 0), loaded), options)
-    return _save(program, staging, _onnx_file(loaded, layout.MODEL), loaded)
+    if quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
+        quantize_linears_dynamically(program.model)
+    return _save(program, staging, _onnx_file(loaded, layout.MODEL, quantization), loaded)
+
+
+def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization: WeightQuantization | None) -> None:
+    """int4/int8 are for causal LMs (weight-only MatMulNBits) and int8 for encoders
+    (dynamic activations, MatMulInteger); the rest is refused before anything is exported."""
+    if quantization is None or loaded.task == TEXT_GENERATION:
+        return
+    if loaded.task != FEATURE_EXTRACTION:
+        raise NotImplementedError(
+            f"precision {precision} is written for causal LMs (int4, int8) and text encoders (int8); {loaded.task} "
+            "folders are float: give precision fp32, fp16 or bf16."
+        )
+    if quantization.embedding:
+        raise NotImplementedError(
+            "quantize_embedding is for causal LMs (GatherBlockQuantized beside MatMulNBits); an encoder's int8 keeps "
+            "its embeddings float: drop quantize_embedding."
+        )
+    if quantization != WeightQuantization(bits=quantization.bits, embedding=quantization.embedding):
+        raise ValueError(
+            "block_size, accuracy_level and quantize_lm_head are MatMulNBits' (causal LMs); an encoder's int8 takes "
+            "none of them: drop them."
+        )
+    if quantization.bits != 8:
+        raise NotImplementedError(
+            f"precision {precision} for an encoder: its int8 quantizes activations at run time (onnxruntime's "
+            "MatMulInteger), which has no 4-bit form; give precision int8."
+        )
+    if _weights_dtype(loaded) != torch.float32:
+        raise ValueError(
+            f"precision int8 for an encoder computes in float32 (onnxruntime's DynamicQuantizeLinear takes float32 "
+            f"only), not {_weights_dtype(loaded)}: give dtype float32 or none."
+        )
 
 
 def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
@@ -288,8 +334,10 @@ def _verify(
             return verify_quantized_causal_lm(path, model, loaded.config, prompt, tokens, atol)
         return verify_causal_lm(path, model, loaded.config, prompt, tokens, tolerance)
     output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
-    return verify_outputs(
-        folder / _onnx_file(loaded, layout.MODEL), model, lambda size: _encoder_inputs(loaded, size), output, tolerance
+    path = folder / _onnx_file(loaded, layout.MODEL, quantization)
+    if quantization is not None:
+        return verify_quantized_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, atol)
+    return verify_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, tolerance
     )
 
 
@@ -313,6 +361,7 @@ def export_hf(
     block_size: int = 32,
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
+    quantize_embedding: bool = False,
     pack_projections: bool = False,
     image_size: tuple[int, int] | None = None,
 ) -> HubExport:
@@ -352,10 +401,17 @@ def export_hf(
             activations unless ``dtype`` is float16), quantized as the weights are
             written (with ``fake`` too). ``verify`` then reports the logit error and the
             greedy-token agreement with the float model instead of demanding equality.
+            int8 of an encoder (feature-extraction): its linear layers as ``MatMulInteger``
+            of activations quantized at run time (`fx2onnx.onnx_passes.dynamic_quantization`),
+            in float32; ``verify`` reports the output error.
         block_size, accuracy_level: of int4/int8 (defaults 32 and 4, the runtime's CPU
             defaults: int8 activations in the kernel).
         quantize_lm_head: int4/int8 quantize the language-model head too (default, as
             ONNX Runtime GenAI's model builder does); False keeps it float.
+        quantize_embedding: int4/int8 of a causal LM quantize the token embedding too, as
+            onnxruntime's ``GatherBlockQuantized`` with the linear layers' bits and blocks
+            (default False: float, as the builder keeps it); an embedding tied to a
+            quantized LM head gathers from the head's codes and scales.
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
@@ -367,7 +423,8 @@ def export_hf(
     output = Path(os.fspath(output)).expanduser()
     _check_output(output)
     dtype, quantization = resolve_precision(
-        precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head
+        precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
+        quantize_embedding=quantize_embedding,
     )
     if quantization is not None and module_functions:
         raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
@@ -377,11 +434,7 @@ def export_hf(
         vision_language.check_supported(loaded.config)
     elif image_size is not None:
         raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
-    if quantization is not None and loaded.task != TEXT_GENERATION:
-        raise NotImplementedError(
-            f"precision {precision} (weight-only MatMulNBits) is written for causal LMs; {loaded.task} folders are "
-            "float: give precision fp32, fp16 or bf16."
-        )
+    _check_quantizable(loaded, precision, quantization)
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
@@ -390,8 +443,10 @@ def export_hf(
         exporter = _EXPORTERS[loaded.task]
         if loaded.task == IMAGE_TEXT_TO_TEXT:
             exporter = functools.partial(_export_image_text_to_text, image_size=image_size or DEFAULT_IMAGE_SIZE, say=say)
-        if quantization is not None:
+        if quantization is not None and loaded.task == TEXT_GENERATION:
             exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
+        elif quantization is not None:
+            exporter = functools.partial(_export_single, quantization=quantization)
         files = exporter(loaded, staging, options)
         files += copy_folder_files(folder, staging)
         bits = quantization.bits if quantization is not None else None

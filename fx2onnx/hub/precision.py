@@ -4,7 +4,8 @@ fp32, fp16 and bf16 are the weights' (and computations') float type, what ``dtyp
 says (``dtype`` stays as another name for them). int4 and int8 are weight-only
 quantization of a causal LM's linear layers as onnxruntime's ``MatMulNBits``
 (`fx2onnx.onnx_passes.weight_quantization`), with float activations: float32 unless
-``dtype`` says float16 (onnxruntime's CPU kernel has no bfloat16 form).
+``dtype`` says float16 (onnxruntime's CPU kernel has no bfloat16 form). An encoder's int8
+quantizes its activations at run time as well (`export_hf` picks the pass by task).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ def resolve_precision(
     block_size: int = 32,
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
+    quantize_embedding: bool = False,
 ) -> tuple[str | None, WeightQuantization | None]:
     """The model's float dtype (None: the checkpoint's) and the weight quantization (None:
     float weights) that ``precision`` and ``dtype`` ask for; a contradiction is an error."""
+    if precision not in QUANTIZED_PRECISIONS and quantize_embedding:
+        raise ValueError("quantize_embedding quantizes the embedding of an int4 or int8 folder: give precision int4 or int8.")
     if precision is None:
         return dtype, None
     if precision in FLOAT_PRECISIONS:
@@ -41,6 +45,7 @@ def resolve_precision(
             "give dtype float32 or float16, or none (float32)."
         )
     quantization = WeightQuantization(
-        bits=QUANTIZED_PRECISIONS[precision], block_size=block_size, accuracy_level=accuracy_level, lm_head=quantize_lm_head
+        bits=QUANTIZED_PRECISIONS[precision], block_size=block_size, accuracy_level=accuracy_level, lm_head=quantize_lm_head,
+        embedding=quantize_embedding,
     )
     return dtype or "float32", quantization

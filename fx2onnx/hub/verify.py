@@ -169,8 +169,8 @@ def verify_causal_lm(
     return _compared(zip(onnx_logits, generated.logits), tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)
 
 
-def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str, tolerance: Tolerance) -> Verification:
-    """The ONNX model's ``output_name`` against the model's, on two input sizes."""
+def _output_pairs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str) -> list[tuple[np.ndarray, torch.Tensor]]:
+    """The ONNX model's and the model's ``output_name`` on two input sizes."""
     pairs = []
     with _session(path) as session:
         for size in (0, 1):
@@ -178,7 +178,12 @@ def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_
             actual = _run(session, {k: v.numpy() for k, v in inputs.items()})[output_name]
             with torch.no_grad():
                 pairs.append((actual, getattr(model(**inputs), output_name)))
-    return _compared(pairs, tolerance)
+    return pairs
+
+
+def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str, tolerance: Tolerance) -> Verification:
+    """The ONNX model's ``output_name`` against the model's, on two input sizes."""
+    return _compared(_output_pairs(path, model, make_inputs, output_name), tolerance)
 
 
 def verify_seq2seq(
@@ -231,12 +236,16 @@ class QuantizedVerification(Verification):
     logit_scale: float = 0.0
 
     def summary(self) -> str:
-        verdict = "within" if self.within_tolerance else "OUTSIDE"
         return (
-            f"quantized: largest logit difference {self.max_logit_difference:.3g} (logits up to {self.logit_scale:.3g}; "
-            f"{verdict} the bound {self.tolerance.atol:.3g}), "
+            f"quantized: largest logit difference {self.max_logit_difference:.3g} ({_bounded(self, 'logits', self.logit_scale)}), "
             f"greedy tokens agree at {self.token_agreement:.0%} of {len(self.torch_tokens)} positions"
         )
+
+
+def _bounded(verification: Verification, what: str, scale: float) -> str:
+    """How a quantized folder's largest difference stands against its bound."""
+    verdict = "within" if verification.within_tolerance else "OUTSIDE"
+    return f"{what} up to {scale:.3g}; {verdict} the bound {verification.tolerance.atol:.3g}"
 
 
 def _prefill_logits(path: Path, tokens: list[int]) -> np.ndarray:
@@ -273,3 +282,35 @@ def verify_quantized_causal_lm(
     bound = Tolerance(0.0, atol if atol is not None else QUANTIZED_LOGIT_ERROR * scale)
     compared = _compared([(logits, torch_logits)], bound, None, onnx_tokens, torch_tokens)
     return QuantizedVerification(**vars(compared), token_agreement=agreement, logit_scale=scale)
+
+
+@dataclass
+class QuantizedOutputVerification(Verification):
+    """An int8 encoder (activations quantized at run time) against the float model:
+    ``max_logit_difference`` is the largest difference of the output over both input
+    sizes, ``output_scale`` the float output's largest magnitude, to judge it by. It passes
+    when the difference is at most ``QUANTIZED_OUTPUT_ERROR`` of that scale (or the
+    ``atol`` given)."""
+
+    output_scale: float = 0.0
+
+    def summary(self) -> str:
+        return f"int8: largest difference {self.max_logit_difference:.3g} ({_bounded(self, 'outputs', self.output_scale)})"
+
+
+# The largest output difference of an int8 encoder from the float model, as a share of
+# the float output's largest magnitude: the tests' 2 x 64 BERT (hidden states up to 3.6)
+# differs by 4.7e-4 of it, `bench/precision_folders.py --encoder`'s 4 x 256 one by 4.3e-3
+# (onnxruntime's `quantize_dynamic` file of it by 5.6e-3); a wrong kernel is off by the
+# size of the values.
+QUANTIZED_OUTPUT_ERROR = 0.02
+
+
+def verify_quantized_outputs(
+    path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str, atol: float | None = None
+) -> QuantizedOutputVerification:
+    """The int8 encoder at ``path`` against the float ``model``, on two input sizes."""
+    pairs = _output_pairs(path, model, make_inputs, output_name)
+    scale = max(float(expected.abs().max()) for _, expected in pairs)
+    compared = _compared(pairs, Tolerance(0.0, atol if atol is not None else QUANTIZED_OUTPUT_ERROR * scale))
+    return QuantizedOutputVerification(**vars(compared), output_scale=scale)

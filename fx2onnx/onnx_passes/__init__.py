@@ -12,6 +12,8 @@ model is written (`derived_weights`).
 """
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
+from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.rename_dims import rename_dims
@@ -23,6 +25,8 @@ __all__ = [
     "check_opset_version",
     "newest_opset",
     "pack_projections",
+    "quantize_embeddings",
     "quantize_linear_weights",
+    "quantize_linears_dynamically",
     "rename_dims",
 ]

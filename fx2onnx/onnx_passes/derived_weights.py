@@ -78,6 +78,29 @@ class DerivedTensor(ir.LazyTensor):
         return self.group.tensor(self.name, key, read)
 
 
+def fresh_name(graph: ir.Graph, wanted: str) -> str:
+    """``wanted``, or it with a count appended when an initializer has that name."""
+    name, count = wanted, 1
+    while name in graph.initializers:
+        name, count = f"{wanted}_{count}", count + 1
+    return name
+
+
+def register_derived(
+    graph: ir.Graph, source: ir.Value, derive: Derive, specs: list[tuple[str, ir.DataType, tuple[int, ...]]]
+) -> list[ir.Value]:
+    """New initializers of ``graph``, one per (name, dtype, shape) of ``specs``, computed
+    together from the initializer ``source`` by ``derive`` when the model is written."""
+    group = DerivedGroup(source, derive, [name for name, _, _ in specs])
+    values = []
+    for name, dtype, shape in specs:
+        tensor = DerivedTensor(group, name, dtype, ir.Shape(shape))
+        value = ir.Value(name=name, shape=ir.Shape(shape), type=ir.TensorType(dtype), const_value=tensor)
+        graph.register_initializer(value)
+        values.append(value)
+    return values
+
+
 def derived_initializers(model: ir.Model) -> dict[str, DerivedTensor]:
     """The initializers of ``model`` computed from a weight when written, by name."""
     return {

@@ -8,14 +8,25 @@ multiplies in float, slower than the float model. The same product in integers i
     (q - zq) * sq @ (W - zW) * sW  =  (sq * sW) * MatMulInteger(q, W, zq, zW)
 
 (per-tensor ``sq``; ``sW`` per tensor or per output column), which onnxruntime runs with
-its integer kernels and fuses into ``MatMulIntegerToFloat``. The integer sum is exact; the
-result differs from the dequantized float product by float rounding only.
+its integer kernels (its ``MatMulIntegerToFloat`` fusion wants a scale computed at run
+time; these stored ones are folded into one, and the float scaling stays a ``Mul``). The
+integer sum is exact; the result differs from the dequantized float product by float
+rounding only.
+
+A linear layer on a 2-D input is translated as ``Gemm(DequantizeLinear(q),
+DequantizeLinear(W), bias, transB=1)``, which onnxruntime fuses only when its output is
+quantized again (``QGemm``, a ``Relu`` in between too): such a Gemm stays. Any other
+`gemms_of_dequantized_as_matmuls` makes ``MatMul(.., Transpose(DequantizeLinear(W))) +
+bias`` first, so that the weight is stored transposed (`weight_layout`) and the product
+becomes integer like any other.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+
+from fx2onnx.onnx_passes.linear_layers import take_place
 
 _INTEGER_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
 
@@ -63,6 +74,54 @@ class IntegerMatMulOfDequantized(RewriteRuleClassBase):
     def rewrite(self, op, q, q_scale, q_zero, weight, w_scale, w_zero, **_):
         product = op.MatMulInteger(q, weight, q_zero, w_zero)
         return op.Mul(op.Cast(product, to=ir.DataType.FLOAT), op.Mul(q_scale, w_scale))
+
+
+def _is_dequantized(value: ir.Value | None) -> bool:
+    producer = value.producer() if value is not None else None
+    return producer is not None and producer.op_type == "DequantizeLinear" and producer.domain in ("", "ai.onnx")
+
+
+def _plain_gemm_of_dequantized(node: ir.Node) -> bool:
+    """A Gemm ``A @ op(B) + C`` (no transposed A, no scaling) of two dequantized operands."""
+    if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    attributes = node.attributes
+    if attributes.get_int("transA", 0) or attributes.get_float("alpha", 1.0) != 1.0 or attributes.get_float("beta", 1.0) != 1.0:
+        return False
+    weight = node.inputs[1]
+    if not (_is_dequantized(node.inputs[0]) and _is_dequantized(weight)) or _quantized_again(node.outputs[0]):
+        return False
+    return _stored(weight.producer().inputs[0])  # type: ignore[union-attr]  # an integer product needs a stored weight
+
+
+def _quantized_again(value: ir.Value) -> bool:
+    """Every use of ``value`` (through a Relu) is a QuantizeLinear: onnxruntime's QGemm form."""
+    uses = value.uses()
+    if len(uses) == 1 and uses[0][0].op_type == "Relu" and uses[0][0].domain in ("", "ai.onnx"):
+        uses = uses[0][0].outputs[0].uses()
+    return bool(uses) and all(node.op_type == "QuantizeLinear" for node, _ in uses)
+
+
+def gemms_of_dequantized_as_matmuls(model: ir.Model) -> None:
+    """Make every plain Gemm of two dequantized operands (graph and functions) a MatMul,
+    its ``transB`` a Transpose and its C an Add, in place (see the module docstring)."""
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        for node in [n for n in ir.traversal.RecursiveGraphIterator(graph) if _plain_gemm_of_dequantized(n)]:
+            owner = node.graph
+            assert owner is not None
+            a, b = node.inputs[0], node.inputs[1]
+            new = []
+            if node.attributes.get_int("transB", 0):
+                new.append(ir.node("Transpose", [b], {"perm": [1, 0]}, name=f"{node.name}/transB"))
+                b = new[-1].outputs[0]
+            new.append(ir.node("MatMul", [a, b], name=f"{node.name}/MatMul"))
+            c = node.inputs[2] if len(node.inputs) > 2 else None
+            if c is not None:
+                new.append(ir.node("Add", [new[-1].outputs[0], c], name=f"{node.name}/C"))
+            owner.insert_before(node, new)
+            take_place(node.outputs[0], new[-1].outputs[0])
+            owner.remove(node, safe=True)
 
 
 def integer_matmuls(model: ir.Model) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.constant_form import constants_as_tensors
-from fx2onnx.onnx_passes.quantized_matmul import integer_matmuls
+from fx2onnx.onnx_passes.quantized_matmul import gemms_of_dequantized_as_matmuls, integer_matmuls
 from fx2onnx.onnx_passes.weight_layout import store_weights_transposed, store_zero_points_quantized
 
 # Each step edits the model in place.
 TOOL_LAYOUT_STEPS = (
+    gemms_of_dequantized_as_matmuls,  # a quantized linear on a 2-D input as MatMul, its weight read transposed
     store_weights_transposed,  # a linear weight as its MatMul reads it, no Transpose before it
     store_zero_points_quantized,  # zero points stored in their quantized type, not cast at run time
     integer_matmuls,  # a product of two dequantized 8-bit operands as MatMulInteger

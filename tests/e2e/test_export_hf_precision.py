@@ -19,7 +19,7 @@ from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.verify import greedy_in_onnxruntime
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
-from test_export_hf import PROMPT, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
+from test_export_hf import PROMPT, causal_configs, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
 
 transformers = pytest.importorskip("transformers")
 ort = pytest.importorskip("onnxruntime")
@@ -167,6 +167,68 @@ def test_packed_projections_on_request(folders, tmp_path):
     assert greedy_in_onnxruntime(path, prompt, 8)[0] == greedy_in_onnxruntime(model_file(root / "int4"), prompt, 8)[0]
 
 
+def _embedding_gather(path) -> onnx.NodeProto:
+    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "GatherBlockQuantized"]
+    assert len(nodes) == 1 and nodes[0].domain == "com.microsoft"
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
+    assert attributes == {"bits": 4, "block_size": 32, "gather_axis": 0, "quantize_axis": 1}
+    return nodes[0]
+
+
+def _runs_in_genai_as_in_onnxruntime(folder, tokenizer) -> None:  # noqa: F811
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    assert generate_with_genai(folder, prompt_ids, 8)[0] == greedy_in_onnxruntime(model_file(folder), prompt_ids, 8)[0]
+
+
+def test_quantized_embedding_on_request(folders, tmp_path, tokenizer):  # noqa: F811
+    root, model, results = folders
+    result = export_hf(root / "source", tmp_path / "out", precision="int4", quantize_embedding=True, verify=True)
+    path = model_file(tmp_path / "out")
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    gather = _embedding_gather(path)
+    initializers = _initializers(path)
+    assert "model.embed_tokens.weight" not in initializers  # no float table left
+    codes, scales = initializers[gather.input[0]], initializers[gather.input[2]]
+    vocabulary, hidden = model.get_input_embeddings().weight.shape
+    assert (codes.dtype, codes.shape, scales.shape) == (np.uint8, (vocabulary, hidden // 2), (vocabulary, hidden // 32))
+    # the embedding's 4 bytes per element become 0.5 + a float32 scale per 32
+    saved = _folder_bytes(root / "int4") - _folder_bytes(tmp_path / "out")
+    assert abs(saved - vocabulary * hidden * (4 - 0.625)) < 0.02 * vocabulary * hidden * 4
+    # within the int4 bound of the other int4 folders (random weights: flat logits)
+    verification = result.verification
+    assert verification.passed and verification.max_logit_difference < 0.25 * verification.logit_scale
+    assert verification.token_agreement >= 0.6
+    _runs_in_genai_as_in_onnxruntime(tmp_path / "out", tokenizer)
+
+
+def test_tied_embedding_gathers_from_the_quantized_lm_head(tmp_path, tokenizer):  # noqa: F811
+    torch.manual_seed(0)
+    config = causal_configs(len(tokenizer))["llama"]
+    config.tie_word_embeddings = True
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", precision="int4", quantize_embedding=True, verify=True)
+    path = model_file(tmp_path / "out")
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    graph = onnx.load(os.fspath(path), load_external_data=False).graph
+    producers = {output: node for node in graph.node for output in node.output}
+    gather = _embedding_gather(path)
+    head = next(n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits")
+    # one quantization for both: the Gather reads the head's codes and scales, reshaped;
+    # the float table is gone
+    assert [producers[gather.input[i]].input[0] for i in (0, 2)] == [head.input[1], head.input[2]]
+    assert {"lm_head.weight", "model.embed_tokens.weight"}.isdisjoint(_initializers(path))
+    verification = result.verification
+    assert verification.passed and verification.max_logit_difference < 0.25 * verification.logit_scale
+    _runs_in_genai_as_in_onnxruntime(tmp_path / "out", tokenizer)
+    # fake mode (from the command line) reads the tied weight from the checkpoint as the head's: the same bytes
+    assert main(["export-hf", os.fspath(tmp_path / "source"), "--output", os.fspath(tmp_path / "fake"), "--precision", "int4",
+                 "--quantize-embedding", "--fake", "--quiet"]) == 0
+    real, fake = _initializers(path), _initializers(model_file(tmp_path / "fake"))
+    assert real.keys() == fake.keys() and all(array.tobytes() == fake[name].tobytes() for name, array in real.items())
+
+
 def test_precision_errors(folders, tmp_path, capsys):
     root, _, _ = folders
     with pytest.raises(ValueError, match="means dtype float16"):
@@ -179,6 +241,8 @@ def test_precision_errors(folders, tmp_path, capsys):
                  "--block-size", "48", "--quiet"]) == 1
     assert "power of two" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+    with pytest.raises(ValueError, match="give precision int4 or int8"):
+        export_hf(root / "source", tmp_path / "e", quantize_embedding=True)
 
 
 def test_precision_and_dtype_are_one_interface():

@@ -77,6 +77,30 @@ def test_a_quantized_transformer_encoder_runs_integer_matmuls(tmp_path):
         np.testing.assert_allclose(run(path, x2), quantized(x2).numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_quantized_linears_on_a_2d_input_run_in_integers(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)).eval()
+    x = torch.randn(8, 64)
+    quantized = quantized_with_x86_quantizer(model, x)
+    path = tmp_path / "mlp.onnx"
+    saved = exported_file(quantized, x, path)
+    kinds = collections.Counter(node.op_type for node in saved.graph.node)
+    # the first linear's output is quantized again (through the ReLU): a Gemm onnxruntime
+    # fuses into QGemm; the last one's is not, and is an integer product of its weight,
+    # stored as MatMul reads it
+    assert (kinds["Gemm"], kinds["MatMulInteger"]) == (1, 1)
+    optimized = tmp_path / "mlp.optimized.onnx"
+    got = run(path, x, os.fspath(optimized))
+    fused = onnx.load(os.fspath(optimized)).graph.node
+    dequantized = {n.output[0] for n in fused if n.op_type == "DequantizeLinear"}
+    assert not [n for n in fused if n.op_type in ("Gemm", "MatMul") and dequantized & set(n.input)]
+    assert collections.Counter(n.op_type for n in fused)["QGemm"] == 1
+    with torch.no_grad():
+        expected = quantized(x).numpy()
+    # the integer sums are exact; the float scaling rounds differently from eager's float product
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(
