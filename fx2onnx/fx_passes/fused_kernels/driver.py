@@ -35,7 +35,7 @@ def _note(context: DiagnosticContext, message: str) -> None:
     context.record(rules.FX_PASS, Level.NOTE, pass_name="fuse_kernels", message=message)
 
 
-def apply_match(rule: FusionRule, found: Match, erased: set[torch.fx.Node]) -> None:
+def _apply(rule: FusionRule, found: Match, erased: set[torch.fx.Node]) -> None:
     """``rule``'s replacement of what it ``found``: the new calls take over the replaced
     nodes' uses, and the replaced nodes go with what only they read (the anchor too,
     though torch may call it impure)."""
@@ -73,7 +73,7 @@ def fuse_kernels(
             if isinstance(found, Refusal):
                 refused.append((rule, found))
             elif found is not None:
-                apply_match(rule, found, erased)
+                _apply(rule, found, erased)
                 fused += 1
                 for other, refusal in refused:
                     _note(context, f"`{node.name}` ({rule.name}) fused as {rule.kernel}, not {other.kernel}: {refusal.reason}.")
