@@ -47,7 +47,7 @@ from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.translate.module_functions import ModuleFunctionTranslator
 from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
-from fx2onnx.onnx_passes.fused_kernels import lower_fused_kernels
+from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.fx_passes.quantized_weights import keep_quantized_weights

@@ -103,7 +103,7 @@ class ExportOptions(CheckedFields):
             onnxruntime runs; None (default): 18, the opset torchlib's functions are
             written in. Other opsets are converted from it, module functions kept.
         fused_kernels: True (default): from opset 23 on, scaled-dot-product attention
-            becomes one ONNX `Attention` kernel (fx2onnx/fx_passes/fused_kernels.py says
+            becomes one ONNX `Attention` kernel (fx2onnx/fx_passes/fused_kernels/ says
             when a node stays unfused, and a note says why). False: every node as
             PyTorch decomposes it.
         runtime: what the model is for. "onnxruntime" (default): onnxruntime's own

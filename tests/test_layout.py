@@ -155,7 +155,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 # Modules under fx2onnx/ that share a file name today, each to be renamed (remove the entry then).
-SHARED_FILE_NAMES_TO_RENAME = {"fused_kernels.py"}
+SHARED_FILE_NAMES_TO_RENAME: set[str] = set()
 
 
 def _modules_sharing_a_file_name() -> dict[str, list[str]]:

@@ -1,11 +1,11 @@
-"""The fused kernels the FX rules chose (``fx2onnx/fx_passes/fused_kernels.py``).
+"""The fused kernels the FX rules chose (``fx2onnx/fx_passes/fused_kernels/``).
 
 Each ``torch.ops.fx2onnx.*`` operator becomes one ONNX kernel. The model is built at
 torchlib's opset and converted to the opset asked for afterwards, and the kernels are
 newer than the one it is built at: they are written in :data:`STANDARD_LATER_DOMAIN`,
 with the standard operator's name, inputs and attributes, and moved into the standard
-domain once the opset is final (``fx2onnx/onnx_passes/fused_kernels.py``). onnxruntime's
-own kernels (``ExportOptions(runtime="onnxruntime")``) are written in its domain,
+domain once the opset is final (``fx2onnx/onnx_passes/fused_kernel_domain.py``).
+onnxruntime's own kernels (``ExportOptions(runtime="onnxruntime")``) are written in its domain,
 :data:`ONNXRUNTIME_DOMAIN`, which no opset conversion touches.
 """
 

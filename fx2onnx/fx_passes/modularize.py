@@ -9,8 +9,8 @@ in a row stay two calls (their keys differ by `@N`). Each call becomes a sub-Gra
 whose placeholders are the values it uses but does not make (parameters included: ONNX
 functions have no initializers) and whose outputs are the values used after it. The
 interpreter turns each `call_module` into a call of a model-local ONNX function. A call
-that holds an onnxruntime kernel (`fused_ops.ONNXRUNTIME_KERNELS`) stays in its caller's
-graph: ONNX's checker knows no types of that kernel's outputs inside a function.
+that holds an onnxruntime kernel (`fused_kernels.operators.ONNXRUNTIME_KERNELS`) stays in
+its caller's graph: ONNX's checker knows no types of that kernel's outputs inside a function.
 
 This pass must run last: it moves nodes out of the root graph.
 """
@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from dispatcher.fx_nodes import fetch_attr
-from fx2onnx.fx_passes.fused_ops import ONNXRUNTIME_KERNELS
+from fx2onnx.fx_passes.fused_kernels.operators import ONNXRUNTIME_KERNELS
 from fx2onnx.options import ModuleFunctionOptions
 
 # Where the pass leaves what the interpreter needs to know about a sub-GraphModule.

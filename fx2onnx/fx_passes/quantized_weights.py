@@ -18,7 +18,7 @@ import torch
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher.functions.quantized import kernel_block
 from dispatcher.fx_nodes import node_value
-from fx2onnx.fx_passes import fused_ops  # noqa: F401 - registers torch.ops.fx2onnx.*
+from fx2onnx.fx_passes.fused_kernels import operators  # noqa: F401 - registers torch.ops.fx2onnx.*
 from fx2onnx.fx_passes.node_meta import call_in_place_of
 from fx2onnx.private_ops import torch_op
 

@@ -28,7 +28,7 @@ from onnx_ir.passes.common import InlinePass
 
 from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.translate.graph_builder import infer_output_types, op_schema
-from fx2onnx.onnx_passes.runtime_kernels import cpu_kernel_types
+from fx2onnx.onnx_passes.cpu_kernel_types import cpu_kernel_types
 from fx2onnx.translate.values import TracedValue
 
 DataType = ir.DataType

@@ -208,7 +208,7 @@ def test_validation_checks_a_copy_without_the_weights(tmp_path) -> None:
 
 def test_onnxruntime_kernel_table_is_reachable() -> None:
     """The private onnxruntime API legalization reads; fails loudly when it moves."""
-    from fx2onnx.onnx_passes.runtime_kernels import cpu_kernel_types
+    from fx2onnx.onnx_passes.cpu_kernel_types import cpu_kernel_types
 
     assert "tensor(float)" in cpu_kernel_types("Conv", 18, "T")
     assert "tensor(int64)" not in cpu_kernel_types("Gemm", 18, "T")

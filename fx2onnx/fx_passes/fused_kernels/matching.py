@@ -1,9 +1,12 @@
-"""What the fused-kernel rules share: what a rewrite returns, the target they fuse for,
-and reading and editing the FX graph around a match (arguments by name, single users,
-heads split from and merged into projections, erasing what a rewrite left unused)."""
+"""What the fused-kernel rules share: the shape of a rule (:class:`FusionRule`), what its
+read-only ``match`` gives (:class:`Match`, a :class:`Refusal` with its reason, or None),
+the target they fuse for, and reading the FX graph around an anchor (arguments by name,
+single users, the operands of commutative products and sums in either order, heads split
+from and merged into projections)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,19 +17,10 @@ from fx2onnx.fx_passes.remove_identity_views import RESHAPES, same_size
 
 _aten = torch.ops.aten
 
+# The opset from which every rule applies (Attention and RotaryEmbedding are new in 23).
+FUSED_KERNELS_OPSET = 23
+
 FLOATS_ORT_RUNS = (torch.float32, torch.float16)  # onnxruntime's CPU kernels of the fused ops
-
-# What a rule's rewrite says of a node: replaced, not the rule's pattern (nothing to say),
-# or the reason it stays unfused (recorded as a note).
-FUSED, NOT_THE_PATTERN = True, False
-
-
-@dataclass(frozen=True)
-class FusedOtherwise:
-    """Replaced, though not by the kernel the rule tried first: ``reason`` says why (a note)."""
-
-    reason: str
-
 
 ONNXRUNTIME, STANDARD = "onnxruntime", "standard"  # the runtimes a model may be exported for
 
@@ -45,6 +39,43 @@ class FusionTarget:
     causal_mask: str | None = None
 
 
+@dataclass(frozen=True)
+class Match:
+    """What a rule's ``match`` found at its anchor node; each rule's subclass holds the
+    nodes and operands its ``replace`` reads."""
+
+    anchor: torch.fx.Node
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The anchor is the rule's pattern, but its kernel cannot take it: ``reason`` says
+    why (recorded as a note, FXE0010)."""
+
+    reason: str
+
+
+# (node, the node that takes over its uses): what a rule's ``replace`` made, for the driver
+# to rewire and to erase what the replaced nodes alone read.
+Replacements = Sequence[tuple[torch.fx.Node, torch.fx.Node]]
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    """One fused kernel: the operator a match starts from (``anchor``), the ONNX operator
+    it becomes (``kernel``, which notes name), the opset that kernel needs, whether every
+    node of the anchor's operator is the rule's pattern (``whole_operator``: an ``add`` is
+    not always a rotation), a read-only ``match`` and the ``replace`` that makes the new
+    calls (before the replaced nodes, in their source metadata, see ``editing.new_call``)."""
+
+    name: str
+    kernel: str
+    anchor: Any
+    opset: int
+    whole_operator: bool
+    match: Callable[[torch.fx.Node, FusionTarget], Match | Refusal | None]
+    replace: Callable[[torch.fx.Graph, Any], Replacements]  # (graph, the rule's own Match)
+
 
 def arguments(node: torch.fx.Node) -> dict[str, Any]:
     """The node's arguments by schema name, defaults filled in."""
@@ -59,6 +90,25 @@ def only_user(node: torch.fx.Node) -> torch.fx.Node | None:
     users = list(node.users)
     return users[0] if len(users) == 1 else None
 
+
+def operand_orders(node: Any, targets: Any) -> list[tuple[Any, Any]]:
+    """``[(a, b), (b, a)]`` when ``node`` is ``a op b`` for a commutative ``op`` among
+    ``targets`` (a sum without ``alpha``), else ``[]``: the one place rules read the two
+    operands of a product or a sum in either order."""
+    if not isinstance(node, torch.fx.Node) or node.target not in targets or len(node.args) != 2:
+        return []
+    if node.kwargs.get("alpha", 1) != 1:
+        return []
+    first, second = node.args
+    return [(first, second), (second, first)]
+
+
+PRODUCTS, SUMS = (_aten.mul.Tensor,), (_aten.add.Tensor, _aten.add.Scalar)
+
+
+def other_factor(product: Any, factor: torch.fx.Node) -> Any:
+    """``b`` when ``product`` is ``factor * b`` or ``b * factor``, else None."""
+    return next((other for one, other in operand_orders(product, PRODUCTS) if one is factor), None)
 
 
 def is_heads_transpose(node: Any) -> bool:
@@ -96,21 +146,3 @@ def merged_heads(node: torch.fx.Node) -> torch.fx.Node | None:
         return None
     result, split = node_value(merged), node_value(node)
     return merged if same_size(result.shape[1], split.shape[2]) and same_size(result.shape[0], split.shape[0]) else None
-
-
-
-
-
-def erase_unused_tree(node: Any, erased: set[torch.fx.Node], replaced: torch.fx.Node | None = None) -> None:
-    """Erase ``node`` and, depth first, what only it read, while nothing else reads them
-    (each erased node joins ``erased``). ``replaced``: a node the rewrite replaced, erased
-    though torch calls it impure (attention, whose dropout draws random numbers)."""
-    if not isinstance(node, torch.fx.Node) or node in erased or node.op != "call_function" or node.users:
-        return
-    if node.is_impure() and node is not replaced:
-        return
-    inputs = list(node.all_input_nodes)
-    node.graph.erase_node(node)
-    erased.add(node)
-    for source in inputs:
-        erase_unused_tree(source, erased, replaced)

@@ -1,0 +1,123 @@
+"""The rotary position embedding as the standard ``RotaryEmbedding`` (opset 23).
+
+As models write it, ``x * cos + cat(-x2, x1) * sin`` with ``x1, x2`` the halves of the
+last dim and ``cos``/``sin`` tables whose two halves are equal by construction (computed
+from ``cat(freqs, freqs)``). Partial rotations and interleaved pairs are left as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fx2onnx.fx_passes.fused_kernels import operators  # noqa: F401 - registers torch.ops.fx2onnx.*
+from fx2onnx.fx_passes.fused_kernels.editing import new_call
+from fx2onnx.fx_passes.fused_kernels.matching import (
+    FLOATS_ORT_RUNS, FUSED_KERNELS_OPSET, PRODUCTS, FusionRule, FusionTarget, Match, Refusal, Replacements, arguments,
+    node_value, operand_orders,
+)
+from fx2onnx.fx_passes.remove_identity_views import same_size
+
+_aten = torch.ops.aten
+
+# Elementwise steps that keep "the two halves of the last dim are equal".
+_HALVES_KEEPING = {_aten.cos.default, _aten.sin.default, _aten._to_copy.default, _aten.to.dtype, _aten.clone.default,
+                   _aten.alias.default, _aten.mul.Tensor, _aten.div.Tensor}
+
+
+def _has_equal_halves(node: Any) -> bool:
+    """Whether ``node``'s last dim is two equal halves: ``cat([f, f], -1)`` under steps
+    that act on each element alike (cos, sin, casts, scaling by a number)."""
+    while isinstance(node, torch.fx.Node) and node.target in _HALVES_KEEPING:
+        if len(node.args) > 1 and not isinstance(node.args[1], (int, float)):
+            return False  # scaled by a tensor: the halves may differ
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or node.target != _aten.cat.default:
+        return False
+    parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+    last = node_value(node).dim() - 1 if node_value(node) is not None else None
+    return len(parts) == 2 and parts[0] is parts[1] and dim in (-1, last)
+
+
+def _to_the_end(end: Any) -> bool:
+    """Whether a slice's end is past any size (None, or torch's 2**63 - 1)."""
+    return end is None or (isinstance(end, int) and end >= 2**62)
+
+
+def _slice_of_last_dim(node: Any, x: Any, start: int, end: int | None) -> bool:
+    if not isinstance(node, torch.fx.Node) or node.target != _aten.slice.Tensor or node.args[0] is not x:
+        return False
+    args = arguments(node)
+    stop_ok = args["end"] == end if end is not None else _to_the_end(args["end"])
+    return args["dim"] in (-1, 3) and args["start"] == start and args["step"] == 1 and stop_ok
+
+
+def _is_rotated_half(node: Any, x: Any, half: int) -> bool:
+    """Whether ``node`` is ``cat([-x[..., half:], x[..., :half]], -1)``."""
+    if not isinstance(node, torch.fx.Node) or node.target != _aten.cat.default or len(node.args[0]) != 2:
+        return False
+    negated, first = node.args[0]
+    if node.args[1] not in (-1, 3) or not isinstance(negated, torch.fx.Node) or negated.target != _aten.neg.default:
+        return False
+    return _slice_of_last_dim(negated.args[0], x, half, None) and _slice_of_last_dim(first, x, 0, half)
+
+
+def _table(node: Any) -> Any:
+    """The (B, S, D) table of ``unsqueeze(table, 1)``, when its halves are equal."""
+    if isinstance(node, torch.fx.Node) and node.target == _aten.unsqueeze.default and node.args[1] == 1:
+        table = node.args[0]
+        if node_value(table) is not None and node_value(table).dim() == 3 and _has_equal_halves(table):
+            return table
+    return None
+
+
+@dataclass(frozen=True)
+class RotaryMatch(Match):
+    x: torch.fx.Node  # (B, heads, S, D)
+    cos: torch.fx.Node  # the (B or 1, S, D) tables, halves equal
+    sin: torch.fx.Node
+    half: int
+
+
+def match(node: torch.fx.Node, target: FusionTarget) -> RotaryMatch | Refusal | None:
+    """Anchored at the sum ``x * cos + rotate_half(x) * sin`` (terms and factors in any order)."""
+    for direct, rotated in operand_orders(node, (_aten.add.Tensor,)):
+        for x, cos in operand_orders(direct, PRODUCTS):
+            x_value = node_value(x)
+            if x_value is None or x_value.dim() != 4 or not isinstance(x_value.shape[-1], int) or x_value.shape[-1] % 2:
+                continue
+            half = x_value.shape[-1] // 2
+            for turned, sin in operand_orders(rotated, PRODUCTS):
+                cos_table, sin_table = _table(cos), _table(sin)
+                if _is_rotated_half(turned, x, half) and cos_table is not None and sin_table is not None:
+                    if not all(same_size(node_value(t).shape[0], x_value.shape[0]) or same_size(node_value(t).shape[0], 1)
+                               for t in (cos_table, sin_table)):
+                        return Refusal("tables for another batch size")
+                    if x_value.dtype not in FLOATS_ORT_RUNS:
+                        return Refusal(f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)")
+                    return RotaryMatch(node, x, cos_table, sin_table, half)
+    return None
+
+
+def replace(graph: torch.fx.Graph, found: RotaryMatch) -> Replacements:
+    """The kernel reads the first half of each table, one table per sequence."""
+    node, x = found.anchor, found.x
+    batch = node_value(x).shape[0]
+    with graph.inserting_before(node):
+        halves = []
+        for table in (found.cos, found.sin):
+            first_half = new_call(graph, _aten.slice.Tensor, (table, -1, 0, found.half), node,
+                                  like=_aten.slice.Tensor(node_value(table), -1, 0, found.half))
+            if not same_size(node_value(table).shape[0], batch):
+                # one table for every sequence (positions shared): the kernel wants one per sequence
+                size = batch if isinstance(batch, int) else new_call(graph, _aten.sym_size.int, (x, 0), node, like=batch)
+                first_half = new_call(graph, _aten.expand.default, (first_half, [size, -1, -1]), node,
+                                      like=node_value(first_half).expand(batch, -1, -1))
+            halves.append(first_half)
+        fused = new_call(graph, torch.ops.fx2onnx.rotary.default, (x, *halves), node, like=node_value(node))
+    return [(node, fused)]
+
+
+RULE = FusionRule("rotary", "RotaryEmbedding", _aten.add.Tensor, FUSED_KERNELS_OPSET, False, match, replace)

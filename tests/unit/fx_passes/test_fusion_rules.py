@@ -1,0 +1,354 @@
+"""Each fused-kernel rule on small FX graphs (captured by torch.export, as the pass sees
+them): its read-only ``match`` finds the operands (the graph untouched), refuses with the
+note's reason, or finds nothing; the driver's replacement puts the new call in, erases
+what only the pattern read, and computes what the graph computed before."""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from diagnostics import DiagnosticContext, DiagnosticOptions, Level
+from dispatcher import OnnxRegistry
+from fx2onnx.fx_passes.decompose import decompose_unsupported
+from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET, RULES, FusionTarget, fuse_kernels
+from fx2onnx.fx_passes.fused_kernels import attention, gelu, group_query_attention, rms_normalization, rotary_embedding
+from fx2onnx.fx_passes.fused_kernels.matching import Refusal
+from fx2onnx.fx_passes.remove_assertions import remove_assertions
+from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
+
+_aten, _fx2onnx = torch.ops.aten, torch.ops.fx2onnx
+CACHE_TARGET = FusionTarget("onnxruntime", "attention_mask")
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.forward = fn  # its parameters' names are the placeholders'
+
+
+@functools.cache
+def _registry() -> OnnxRegistry:
+    return OnnxRegistry()
+
+
+def _graph(fn, *args) -> torch.fx.GraphModule:
+    """``fn``'s graph as the fused-kernel pass sees it: captured, decomposed where no ONNX
+    function covers an operator, assertions and identity views removed."""
+    program = torch.export.export(Fn(fn), args)
+    graph_module = decompose_unsupported(program, program.graph_module, _registry()).graph_module
+    remove_assertions(graph_module)
+    remove_identity_views(graph_module)
+    return graph_module
+
+
+def _anchor(graph_module: torch.fx.GraphModule, target) -> torch.fx.Node:
+    (node,) = [n for n in graph_module.graph.nodes if n.target == target]
+    return node
+
+
+def _calls(graph_module: torch.fx.GraphModule, target) -> list[torch.fx.Node]:
+    return [n for n in graph_module.graph.nodes if n.target == target]
+
+
+def _fuse(graph_module: torch.fx.GraphModule, opset: int = FUSED_KERNELS_OPSET, target: FusionTarget = FusionTarget(),
+          ) -> tuple[int, list[str]]:
+    """The pass on ``graph_module``: how many nodes it fused, and its notes."""
+    context = DiagnosticContext("fx2onnx", "test", DiagnosticOptions())
+    fused = fuse_kernels(graph_module, opset, context, True, target)
+    return fused, [d.message for d in context.diagnostics if d.level is Level.NOTE]
+
+
+def _assert_untouched_by_match(rule_match, graph_module, anchor, target=FusionTarget()):
+    """``rule_match``'s result at ``anchor``, checked to leave the graph as it was."""
+    before = str(graph_module.graph)
+    found = rule_match(anchor, target)
+    assert str(graph_module.graph) == before
+    return found
+
+
+def _assert_unchanged(graph_module, **fuse_options) -> list[str]:
+    before = str(graph_module.graph)
+    fused, notes = _fuse(graph_module, **fuse_options)
+    assert fused == 0 and str(graph_module.graph) == before
+    return notes
+
+
+def test_rules_are_one_table_with_attention_over_a_cache_first():
+    assert [rule.name for rule in RULES] == ["group_query_attention", "attention", "rotary", "gelu", "rms_norm"]
+    assert [rule.kernel for rule in RULES] == ["GroupQueryAttention", "Attention", "RotaryEmbedding", "Gelu", "RMSNormalization"]
+
+
+# -- gelu -------------------------------------------------------------------------------------------
+def test_gelu_is_matched_and_replaced():
+    x = torch.randn(3, 8)
+    graph_module = _graph(lambda x: F.gelu(x, approximate="tanh") * 2, x)
+    found = _assert_untouched_by_match(gelu.match, graph_module, _anchor(graph_module, _aten.gelu.default))
+    assert isinstance(found, gelu.GeluMatch) and found.x.name == "x" and found.approximate == "tanh"
+    expected = graph_module(x)
+    assert _fuse(graph_module, opset=20) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.gelu.default)
+    assert call.args == (found.x, "tanh") and not _calls(graph_module, _aten.gelu.default)
+    assert call.meta["val"].shape == (3, 8) and "nn_module_stack" in call.meta  # the source metadata of the gelu
+    torch.testing.assert_close(graph_module(x), expected)
+
+
+def test_gelu_in_float16_is_refused_with_the_reason():
+    graph_module = _graph(lambda x: F.gelu(x), torch.randn(3, 8, dtype=torch.float16))
+    found = gelu.match(_anchor(graph_module, _aten.gelu.default), FusionTarget())
+    assert found == Refusal("torch.float16 (onnxruntime's Gelu runs float32 only)")
+    assert _assert_unchanged(graph_module) == ["`gelu` (gelu) kept unfused: torch.float16 (onnxruntime's Gelu runs float32 only)."]
+
+
+def test_a_rule_below_its_opset_is_skipped_with_a_note_when_the_opset_was_chosen():
+    graph_module = _graph(lambda x: F.gelu(x), torch.randn(3, 8))
+    (note,) = _assert_unchanged(graph_module, opset=19)
+    assert note.startswith("1 gelu node(s) kept unfused: its fused kernel is an ONNX operator of opset 20")
+
+
+# -- RMS normalization ---------------------------------------------------------------------------
+def _transformers_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return weight * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_normalization_is_matched_and_replaced(dtype):
+    x, weight = torch.randn(2, 3, 16, dtype=dtype), torch.randn(16, dtype=dtype)
+    graph_module = _graph(_transformers_norm, x, weight)
+    found = _assert_untouched_by_match(rms_normalization.match, graph_module, _anchor(graph_module, _aten.rsqrt.default))
+    assert isinstance(found, rms_normalization.RMSNormMatch)
+    assert (found.x.name, found.scale.name, found.eps, found.trailing_dims) == ("x", "weight", 1e-6, 1)
+    expected = graph_module(x, weight)
+    assert _fuse(graph_module) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.rms_norm.default)
+    assert call.args == (found.x, found.scale, 1e-6, 1)
+    # the normalization's nodes are gone, the float32 cast of the input with them
+    assert not {_aten.rsqrt.default, _aten.mean.dim, _aten.pow.Tensor_Scalar, _aten._to_copy.default} & {
+        n.target for n in graph_module.graph.nodes}
+    torch.testing.assert_close(graph_module(x, weight), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_rms_normalization_with_the_operands_in_the_other_order_is_matched():
+    def norm(x, weight):
+        y = x * x
+        return weight * (torch.rsqrt(1e-5 + y.pow(2).mean((-2, -1), keepdim=True)) * y)
+
+    x, weight = torch.randn(2, 3, 16), torch.randn(3, 16)
+    graph_module = _graph(norm, x, weight)
+    found = rms_normalization.match(_anchor(graph_module, _aten.rsqrt.default), FusionTarget())
+    assert isinstance(found, rms_normalization.RMSNormMatch) and (found.eps, found.trailing_dims) == (1e-5, 2)
+    expected = graph_module(x, weight)
+    assert _fuse(graph_module) == (1, [])
+    torch.testing.assert_close(graph_module(x, weight), expected)
+
+
+def test_rms_normalization_without_a_scale_is_refused_with_the_reason():
+    graph_module = _graph(lambda x: F.rms_norm(x, (16,)), torch.randn(2, 3, 16))
+    found = rms_normalization.match(_anchor(graph_module, _aten.rsqrt.default), FusionTarget())
+    assert found == Refusal("no scale over the normalized dims follows the normalization")
+    assert _assert_unchanged(graph_module) == [
+        "`rsqrt` (rms_norm) kept unfused: no scale over the normalized dims follows the normalization."]
+
+
+def test_rms_normalization_in_float64_is_refused_with_the_reason():
+    graph_module = _graph(_transformers_norm, torch.randn(2, 3, 16, dtype=torch.float64), torch.randn(16, dtype=torch.float64))
+    found = rms_normalization.match(_anchor(graph_module, _aten.rsqrt.default), FusionTarget())
+    assert isinstance(found, Refusal) and found.reason.startswith("torch.float64 input, torch.float64 scale")
+    _assert_unchanged(graph_module)
+
+
+def test_an_rsqrt_of_no_mean_of_squares_is_not_matched():
+    graph_module = _graph(lambda x, w: w * (x * torch.rsqrt(x.mean(-1, keepdim=True) + 1e-6)), torch.randn(2, 16), torch.randn(16))
+    assert rms_normalization.match(_anchor(graph_module, _aten.rsqrt.default), FusionTarget()) is None
+    assert _assert_unchanged(graph_module) == []
+
+
+# -- rotary embedding ------------------------------------------------------------------------------
+def _tables(positions: torch.Tensor, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 16, 2, dtype=dtype) / 16))
+    freqs = positions[..., None].to(dtype) * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+
+
+def _rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    cos, sin = _tables(positions)
+    return x * cos + torch.cat([-x[..., 8:], x[..., :8]], dim=-1) * sin
+
+
+def _rotate_written_the_other_way(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    cos, sin = _tables(positions)
+    return sin * torch.cat([-x[..., 8:], x[..., :8]], dim=-1) + cos * x
+
+
+@pytest.mark.parametrize("rotate", [_rotate, _rotate_written_the_other_way])
+def test_the_rotary_embedding_is_matched_and_replaced(rotate):
+    x, positions = torch.randn(2, 4, 5, 16), torch.arange(3, 8).expand(2, 5)
+    graph_module = _graph(rotate, x, positions)
+    found = _assert_untouched_by_match(rotary_embedding.match, graph_module, _anchor(graph_module, _aten.add.Tensor))
+    assert isinstance(found, rotary_embedding.RotaryMatch) and found.x.name == "x" and found.half == 8
+    assert found.cos.target == _aten.cos.default and found.sin.target == _aten.sin.default
+    expected = graph_module(x, positions)
+    assert _fuse(graph_module) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.rotary.default)
+    assert call.args[0] is found.x
+    assert [(a.target, a.args[0]) for a in call.args[1:]] == [(_aten.slice.Tensor, found.cos), (_aten.slice.Tensor, found.sin)]
+    assert not _calls(graph_module, _aten.neg.default)  # rotate_half went with the sum
+    torch.testing.assert_close(graph_module(x, positions), expected)
+
+
+def test_the_rotary_embedding_in_float64_is_refused_with_the_reason():
+    def rotate(x, positions):
+        cos, sin = _tables(positions, torch.float64)
+        return x * cos + torch.cat([-x[..., 8:], x[..., :8]], dim=-1) * sin
+
+    graph_module = _graph(rotate, torch.randn(2, 4, 5, 16, dtype=torch.float64), torch.arange(5).expand(2, 5))
+    (add,) = [n for n in _calls(graph_module, _aten.add.Tensor) if n.args[0].target == _aten.mul.Tensor]
+    assert rotary_embedding.match(add, FusionTarget()) == Refusal(
+        "torch.float64 (onnxruntime's RotaryEmbedding runs float32 and float16)")
+    assert _assert_unchanged(graph_module) == [
+        f"`{add.name}` (rotary) kept unfused: torch.float64 (onnxruntime's RotaryEmbedding runs float32 and float16)."]
+
+
+def test_tables_of_unknown_halves_are_not_matched():
+    def rotate(x, cos, sin):
+        return x * cos.unsqueeze(1) + torch.cat([-x[..., 8:], x[..., :8]], dim=-1) * sin.unsqueeze(1)
+
+    graph_module = _graph(rotate, torch.randn(2, 4, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16))
+    assert rotary_embedding.match(_anchor(graph_module, _aten.add.Tensor), FusionTarget()) is None
+    assert _assert_unchanged(graph_module) == []  # an add that is not a rotation says nothing
+
+
+# -- attention ---------------------------------------------------------------------------------------
+def _repeat_kv(t: torch.Tensor) -> torch.Tensor:
+    b, h, length, d = t.shape
+    return t[:, :, None].expand(b, h, 2, length, d).reshape(b, 2 * h, length, d)
+
+
+def test_attention_is_matched_with_the_key_and_value_heads_unrepeated():
+    q, k, v = torch.randn(2, 4, 5, 16), torch.randn(2, 2, 7, 16), torch.randn(2, 2, 7, 16)
+    graph_module = _graph(lambda q, k, v: F.scaled_dot_product_attention(q, _repeat_kv(k), _repeat_kv(v), is_causal=True), q, k, v)
+    sdpa = _anchor(graph_module, _aten.scaled_dot_product_attention.default)
+    found = _assert_untouched_by_match(attention.match, graph_module, sdpa)
+    assert isinstance(found, attention.AttentionMatch) and found.projections is None
+    operands = found.operands
+    assert [x.name for x in (operands.query, operands.key, operands.value)] == ["q", "k", "v"]
+    assert (operands.mask, operands.scale, operands.is_causal, operands.query_heads, operands.key_heads) == (None, 0.25, True, 4, 2)
+    expected = graph_module(q, k, v)
+    assert _fuse(graph_module) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.attention.default)
+    assert call.args == (operands.query, operands.key, operands.value, None, 0.25, True)
+    assert not _calls(graph_module, _aten.expand.default)  # the repetitions went with the attention
+    torch.testing.assert_close(graph_module(q, k, v), expected)
+
+
+def test_attention_between_projections_is_matched_in_their_layout():
+    def encoder(q, k, v, mask):
+        def split(t):
+            return t.view(2, 7, 4, 8).transpose(1, 2)
+
+        return F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask).transpose(1, 2).reshape(2, 7, 32)
+
+    args = (torch.randn(2, 7, 32), torch.randn(2, 7, 32), torch.randn(2, 7, 32), torch.randn(2, 1, 7, 7))
+    graph_module = _graph(encoder, *args)
+    found = attention.match(_anchor(graph_module, _aten.scaled_dot_product_attention.default), FusionTarget())
+    assert isinstance(found, attention.AttentionMatch)
+    assert [p.name for p in found.projections] == ["q", "k", "v"] and found.merged.target in (_aten.view.default, _aten.reshape.default)
+    expected = graph_module(*args)
+    assert _fuse(graph_module) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.attention_3d.default)
+    names = [a.name if isinstance(a, torch.fx.Node) else a for a in call.args]
+    assert names == ["q", "k", "v", "mask", 1 / math.sqrt(8), False, 4, 4]
+    assert not _calls(graph_module, _aten.transpose.int)
+    torch.testing.assert_close(graph_module(*args), expected)
+
+
+@pytest.mark.parametrize(("fn", "reason"), [
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5), "dropout (ONNX Attention has none)"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(1, 7)),
+     "a mask shared by every query (onnxruntime's Attention takes one row per query)"),
+    (lambda q, k, v: F.scaled_dot_product_attention(q.double(), k.double(), v.double()),
+     "torch.float64 (onnxruntime's Attention runs float32 and float16)"),
+])
+def test_attention_the_kernel_cannot_take_is_refused_with_the_reason(fn, reason):
+    graph_module = _graph(fn, torch.randn(2, 4, 5, 16), torch.randn(2, 4, 7, 16), torch.randn(2, 4, 7, 16))
+    sdpa = _anchor(graph_module, _aten.scaled_dot_product_attention.default)
+    assert _assert_untouched_by_match(attention.match, graph_module, sdpa) == Refusal(reason)
+    assert _assert_unchanged(graph_module) == [f"`{sdpa.name}` (attention) kept unfused: {reason}."]
+
+
+# -- attention over a cache (GroupQueryAttention) -------------------------------------------------
+def _decoder(additive: bool = False):
+    """One decoder attention over a KV cache: (B, S, heads * 8) projections split into
+    heads, the new tokens appended to the cache inputs, key/value heads repeated, and a
+    boolean (or ``additive``) mask built from ``attention_mask``: causal, over its tokens."""
+
+    def decode(q, k, v, attention_mask, past_key, past_value):
+        b, s, _ = q.shape
+
+        def heads(t: torch.Tensor, count: int) -> torch.Tensor:
+            return t.view(b, s, count, 8).transpose(1, 2)
+
+        key, value = torch.cat([past_key, heads(k, 2)], dim=2), torch.cat([past_value, heads(v, 2)], dim=2)
+        total = key.shape[2]
+        causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
+        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        if additive:
+            mask = torch.where(mask, 0.0, float("-inf"))
+        out = F.scaled_dot_product_attention(heads(q, 4), _repeat_kv(key), _repeat_kv(value), attn_mask=mask)
+        return out.transpose(1, 2).reshape(b, s, 32), key, value
+
+    return decode
+
+
+def _decoder_inputs() -> tuple[torch.Tensor, ...]:
+    return (torch.randn(2, 3, 32), torch.randn(2, 3, 16), torch.randn(2, 3, 16), torch.ones(2, 8, dtype=torch.int64),
+            torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8))
+
+
+def test_attention_over_a_cache_is_matched_and_replaced_by_group_query_attention():
+    args = _decoder_inputs()
+    graph_module = _graph(_decoder(), *args)
+    sdpa = _anchor(graph_module, _aten.scaled_dot_product_attention.default)
+    found = _assert_untouched_by_match(group_query_attention.match, graph_module, sdpa, CACHE_TARGET)
+    assert isinstance(found, group_query_attention.GroupQueryAttentionMatch)
+    assert found.tokens.name == "attention_mask" and found.merged_exactly
+    assert [past.name for past, _ in found.caches] == ["past_key", "past_value"]
+    assert [p.projection.name for p in found.packed] == ["q", "k", "v"]
+    expected = graph_module(*args)
+    context = DiagnosticContext("fx2onnx", "test", DiagnosticOptions())
+    assert fuse_kernels(graph_module, FUSED_KERNELS_OPSET, context, True, CACHE_TARGET) == 1
+    (call,) = _calls(graph_module, _fx2onnx.cached_attention.default)
+    assert [a.name for a in call.args[:5]] == ["q", "k", "v", "past_key", "past_value"] and call.args[8:] == (1 / math.sqrt(8), 4, 2)
+    # the attention output and both grown caches are the kernel's outputs now
+    output = next(n for n in graph_module.graph.nodes if n.op == "output")
+    assert [(n.target, n.args[1]) for n in output.args[0]] == [(operator.getitem, 0), (operator.getitem, 1), (operator.getitem, 2)]
+    assert not _calls(graph_module, _aten.scaled_dot_product_attention.default) and not _calls(graph_module, _aten.cat.default)
+    for got, want in zip(graph_module(*args), expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_attention_over_a_cache_with_an_additive_mask_is_refused_and_becomes_the_standard_attention():
+    graph_module = _graph(_decoder(additive=True), *_decoder_inputs())
+    sdpa = _anchor(graph_module, _aten.scaled_dot_product_attention.default)
+    reason = "an additive mask (a bias beside the causal mask: the kernel has none)"
+    assert _assert_untouched_by_match(group_query_attention.match, graph_module, sdpa, CACHE_TARGET) == Refusal(reason)
+    fused, notes = _fuse(graph_module, target=CACHE_TARGET)
+    assert fused == 1 and notes == [f"`{sdpa.name}` (attention) fused as Attention, not GroupQueryAttention: {reason}."]
+    assert len(_calls(graph_module, _fx2onnx.attention.default)) == 1 and not _calls(graph_module, _fx2onnx.cached_attention.default)
+
+
+@pytest.mark.parametrize("target", [FusionTarget("standard", "attention_mask"), FusionTarget()], ids=["standard", "no_causal_mask"])
+def test_attention_over_a_cache_is_not_matched_where_the_target_does_not_allow_the_kernel(target):
+    graph_module = _graph(_decoder(), *_decoder_inputs())
+    sdpa = _anchor(graph_module, _aten.scaled_dot_product_attention.default)
+    assert _assert_untouched_by_match(group_query_attention.match, graph_module, sdpa, target) is None
+    fused, notes = _fuse(graph_module, target=target)
+    assert fused == 1 and notes == [] and _calls(graph_module, _fx2onnx.attention.default)
