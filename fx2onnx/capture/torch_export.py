@@ -28,30 +28,30 @@ from fx2onnx.capture.aliased_inputs import AliasGroup, IndependentExample, indep
 from fx2onnx.capture.dynamic_dims.branches import branch_conditions
 from fx2onnx.capture.dynamic_dims.size_one import Example, grown_example
 from fx2onnx.capture.dynamic_dims.taken_as_one import sizes_taken_as_one
+from fx2onnx.capture.dynamic_dims.guards import SourcePlace, model_lines_comparing, size_one_symbols, sound_size_oblivious_capture
+from fx2onnx.capture.dynamic_dims.signature import capture_signature
 from fx2onnx.capture.dynamic_dims.spec import (
     DynamicDimError,
     DynamicShapesOption,
+    RequestedDims,
     SpecializedDim,
-    capture_signature,
-    requested_dynamic_dims,
-    keep_size_one_dims_dynamic,
-    model_lines_comparing,
     relaxed_spec,
-    size_one_symbols,
-    sound_size_oblivious_capture,
+    requested_dynamic_dims,
     specialized_dims,
-    symbolic_math,
     torch_export_spec,
 )
+from fx2onnx.capture.dynamic_dims.switches import keep_size_one_dims_dynamic, symbolic_math
 from fx2onnx.capture.fake_mode import check_fake_mode_use
 from fx2onnx.capture.tensor_subclasses import TensorSubclassError, without_tensor_subclasses
 from fx2onnx.options import ONNXFakeContext
+from fx2onnx.steps import StepFailed
 from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
 from fx2onnx.capture.library_adapters import library_adapters_at_capture
 
 
-class CaptureError(RuntimeError):
-    """torch.export could not capture the model (both non-strict and strict were tried)."""
+class CaptureError(StepFailed, RuntimeError):
+    """torch.export could not capture the model (both non-strict and strict were tried);
+    the errors are recorded as diagnostics."""
 
 
 @dataclass
@@ -125,7 +125,7 @@ def _record_capture_failure(
     # capture mode); else, when nothing of the user's ran (inputs that do not fit, not a
     # model), the user's call of the exporter.
     candidates = [
-        *(f'  File "{dim.location[0]}", line {dim.location[1]}, in forward\n' for dim in fixed if dim.location),
+        *(f'  File "{dim.location.file}", line {dim.location.line}, in forward\n' for dim in fixed if dim.location),
         "".join(traceback.format_list(frames)) + "\n" + str(error),
         *(str(other) for other in others),
         "".join(traceback.format_list(traceback.extract_stack())),
@@ -142,7 +142,7 @@ def _record_capture_failure(
     diagnostic.log_source_exception(error)
 
 
-def capture(
+def capture_model(
     model: Any,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -184,7 +184,7 @@ def capture(
     errors: list[BaseException] = []
     size_one_dims = _has_size_one_dynamic_dim(requested, args, kwargs)
     example = Example(tuple(args), dict(kwargs), requested)
-    model_lines: list[tuple[str | None, int | None]] = []
+    model_lines: list[SourcePlace] = []
     if size_one_dims:
         kept, model_lines = _capture_grown(model, spec, example, context)
         if kept is not None:
@@ -283,7 +283,7 @@ def _report_branch_conditions(context: DiagnosticContext, program: torch.export.
             "model checks this: for inputs where it does not hold, the ONNX model may compute something other than "
             "PyTorch does. Check its results at the sizes you will use, or export those dims static."
         )
-        record_at(context, Level.WARNING, message, (branch.filename, branch.line))
+        record_at(context, Level.WARNING, message, SourcePlace(branch.filename, branch.line))
         notes.append(message)
     return notes
 
@@ -322,7 +322,7 @@ def _keyword_inputs_as_parameters(model: torch.nn.Module, kwargs: Mapping[str, A
 
 def _capture_grown(
     model: Any, spec: Any, example: Example, context: DiagnosticContext
-) -> tuple[tuple[torch.export.ExportedProgram, Example, bool] | None, list[tuple[str | None, int | None]]]:
+) -> tuple[tuple[torch.export.ExportedProgram, Example, bool] | None, list[SourcePlace]]:
     """The first capture when a dynamic dim has example size 1, which torch.export would
     fix wherever any code compares it: the example repeated to size 2 there
     (`size_one`), the size torch.export treats as general. Kept as (program, example,
@@ -379,7 +379,7 @@ def _size_one_symbols_of(program: torch.export.ExportedProgram, example: Example
 
 def _model_lines_of_refused_grown_capture(
     model: Any, spec: Any, grown: Example, example: Example, error: BaseException, context: DiagnosticContext
-) -> list[tuple[str | None, int | None]] | None:
+) -> list[SourcePlace] | None:
     """torch.export refused the size-oblivious capture of the grown example because a
     guard fixed a named dim: the lines of the model's code among those guards, from the
     same capture with every dynamic dim as Dim.AUTO (empty: only torch's own code); None
@@ -397,10 +397,10 @@ def _model_lines_of_refused_grown_capture(
     return model_lines_comparing(judge, _size_one_symbols_of(judge, example))
 
 
-def _warn_model_compares_named_dims(context: DiagnosticContext, model_lines: list[tuple[str | None, int | None]]) -> None:
+def _warn_model_compares_named_dims(context: DiagnosticContext, model_lines: list[SourcePlace]) -> None:
     """torch.export refused a named dynamic dim whose example size is 1: a warning names
     the lines of the model's code that compare it (found by `_capture_grown`)."""
-    places = sorted({f"{file}:{line}" for file, line in model_lines if file and line})
+    places = sorted({str(place) for place in model_lines if place.file and place.line})
     if places:
         context.record(
             rules.CAPTURE_FAILURE, Level.WARNING,
@@ -417,11 +417,11 @@ def _capture_attempts(size_one_dims: bool) -> list[tuple[bool, bool]]:
     return attempts + [(False, False), (True, False)]
 
 
-def _has_size_one_dynamic_dim(requested: dict[int, tuple[str, dict[int, bool]]], args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+def _has_size_one_dynamic_dim(requested: RequestedDims, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
     for leaf in torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs))):
-        if isinstance(leaf, torch.Tensor) and id(leaf) in requested:
-            if any(leaf.shape[dim] in (0, 1) for dim in requested[id(leaf)][1]):
-                return True
+        asked = requested.of(leaf)
+        if asked is not None and any(leaf.shape[dim] in (0, 1) for dim in asked.dims):
+            return True
     return False
 
 

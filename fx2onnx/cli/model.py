@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fx2onnx.cli.specs import DynamicSpec, InputSpec, ModelSpec, UsageError, make_example
-from fx2onnx.capture.dynamic_dims.spec import bound_arguments
+from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.hints import signature_text
 
 
