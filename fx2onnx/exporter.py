@@ -121,14 +121,13 @@ def _export(
 
     captured = CaptureState(model, args, kwargs, options, context)
     capture(captured, timer)
-    args, kwargs = captured.args, captured.kwargs  # keyword inputs completed with forward's tensor defaults
 
-    translation = TranslationState(model, args, kwargs, captured.result, registry, options, context)
+    translation = TranslationState(captured, registry)
     # the passes read the graph's inputs and outputs as the translation describes them
-    passes = FxPassState(model, args, kwargs, captured.result, registry, options, context, translation.describe_io)
+    passes = FxPassState(captured, registry, translation.describe_io)
     run_fx_passes(passes, timer)
 
     translate(translation, passes.program, passes.graph_module, timer)
     assert translation.model_ir is not None and translation.graph_module is not None
     run_onnx_passes(OnnxPassState(translation.model_ir, translation.graph_module, options, context), timer)
-    return build_program(ProgramState(model, args, kwargs, captured.tensor_defaults, translation, options, context, timer))
+    return build_program(ProgramState(captured, translation, timer))

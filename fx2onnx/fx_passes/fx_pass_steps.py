@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 import torch.fx
 
-from diagnostics import DiagnosticContext, Level, rules
+from diagnostics import Level, rules
 from dispatcher import OnnxRegistry, record_identity_removed
 from fx2onnx.capture.aliased_inputs import report_aliased_inputs
 from fx2onnx.capture.dynamic_dims.switches import keep_size_one_dims_dynamic
-from fx2onnx.capture.torch_export import CapturedModel, copy_graph_module, model_name
+from fx2onnx.capture.capture_steps import AfterCapture, CaptureState
+from fx2onnx.capture.torch_export import copy_graph_module, model_name
 from fx2onnx.fx_passes.capture_checks import check_captured_graph
 from fx2onnx.fx_passes.decompose_unsupported import (
     decompose_unsupported,
@@ -38,7 +39,6 @@ from fx2onnx.fx_passes.remove_assertions import remove_assertions
 from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
 from fx2onnx.fx_passes.training_mode import report_training_mode
 from fx2onnx.fx_passes.type_promotion import insert_type_promotion
-from fx2onnx.options import ExportOptions
 from fx2onnx.steps import Step, StepRecord, StepResult, Steps, on_every_graph, run_steps
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.user_warnings import user_stacklevel
@@ -68,16 +68,12 @@ DescribeIO = Callable[[torch.export.ExportedProgram | None, torch.fx.GraphModule
 
 
 @dataclass
-class FxPassState:
-    """What the FX passes take, and the graph they leave for the translation."""
+class FxPassState(AfterCapture):
+    """What the FX passes take (the capture's state, the registry, how the graph's inputs
+    and outputs are described), and the graph they leave for the translation."""
 
-    model: Any
-    args: Sequence[Any]
-    kwargs: Mapping[str, Any]
-    captured: CapturedModel
+    capture: CaptureState
     registry: OnnxRegistry
-    options: ExportOptions
-    context: DiagnosticContext
     describe_io: DescribeIO
     program: torch.export.ExportedProgram | None = None
     graph_module: torch.fx.GraphModule = field(init=False)

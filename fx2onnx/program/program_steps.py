@@ -5,17 +5,15 @@ export's summary."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import onnx_ir as ir
 import torch
 
-from diagnostics import DiagnosticContext, Level, rules
-from fx2onnx.capture.default_arguments import TensorDefaults
+from diagnostics import Level, rules
+from fx2onnx.capture.capture_steps import AfterCapture, CaptureState
 from fx2onnx.capture.torch_export import model_name
-from fx2onnx.options import ExportOptions
 from fx2onnx.program.io_adapter import InputAdapter, OutputAdapter
 from fx2onnx.program.model_signature import build_model_signature
 from fx2onnx.program.onnx_program import ONNXProgram
@@ -23,23 +21,19 @@ from fx2onnx.program.op_level_debug import debug_op_level
 from fx2onnx.program.runtime_verification import verify_in_onnxruntime
 from fx2onnx.program.tied_sizes import TiedSizes
 from fx2onnx.stage_timer import StageTimer
-from fx2onnx.steps import Step, StepRecord, StepResult, run_steps
+from fx2onnx.steps import Step, StepResult, run_steps
 from fx2onnx.translate.translation_steps import TranslationState
 from fx2onnx.user_warnings import emit_export_warnings
 
 
 @dataclass
-class ProgramState:
-    """What the program is built from: the model and its example, the translation's
-    result, the options; ``program`` is the ONNXProgram once built."""
+class ProgramState(AfterCapture):
+    """What the program is built from: the capture's state (the model, its example),
+    the translation's result, the export's timer; ``program`` is the ONNXProgram once
+    built."""
 
-    model: Any
-    args: Sequence[Any]
-    kwargs: Mapping[str, Any]
-    tensor_defaults: TensorDefaults | None
+    capture: CaptureState
     translation: TranslationState
-    options: ExportOptions
-    context: DiagnosticContext
     timer: StageTimer
     input_adapter: InputAdapter | None = None
     program: ONNXProgram | None = None
@@ -54,7 +48,7 @@ def _make_input_adapter(state: ProgramState) -> None:
     io = state.translation.io
     assert io is not None
     tied_sizes = TiedSizes.of(state.translation.input_dims)
-    state.input_adapter = InputAdapter(io.in_spec, io.input_slots, state.tensor_defaults, tied_sizes)
+    state.input_adapter = InputAdapter(io.in_spec, io.input_slots, state.capture.tensor_defaults, tied_sizes)
 
 
 def _debug_op_level(state: ProgramState) -> None:

@@ -10,7 +10,7 @@ interpreter translates the graph, and the outputs are registered.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +18,13 @@ import onnx_ir as ir
 import torch
 import torch.fx
 
-from diagnostics import DiagnosticContext, Level, rules
+from diagnostics import Level, rules
 from dispatcher import OnnxFunctionDispatcher, OnnxRegistry
 from fx2onnx.capture.dynamic_dims.names import dim_names_by_position
-from fx2onnx.capture.torch_export import CapturedModel, model_name
+from fx2onnx.capture.capture_steps import AfterCapture, CaptureState
+from fx2onnx.capture.torch_export import model_name
 from fx2onnx.fx_passes.modularize import modularize, unmatched_patterns
-from fx2onnx.options import ExportOptions, ModuleFunctionOptions
+from fx2onnx.options import ModuleFunctionOptions
 from fx2onnx.progress import start_translation
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.steps import Step, StepRecord, StepResult, run_steps
@@ -39,17 +40,12 @@ from fx2onnx.version import __version__
 
 
 @dataclass
-class TranslationState:
-    """What the translation takes (the model, its example, the capture) and what it
-    gives: the ONNX model, its inputs' and outputs' slots, the values of the FX nodes."""
+class TranslationState(AfterCapture):
+    """What the translation takes (the capture's state, the registry) and what it gives:
+    the ONNX model, its inputs' and outputs' slots, the values of the FX nodes."""
 
-    model: Any
-    args: Sequence[Any]
-    kwargs: Mapping[str, Any]
-    captured: CapturedModel
+    capture: CaptureState
     registry: OnnxRegistry
-    options: ExportOptions
-    context: DiagnosticContext
     namer: SymbolNamer = field(default_factory=SymbolNamer)
     io: GraphIO | None = None
     program: torch.export.ExportedProgram | None = None
