@@ -6,7 +6,7 @@ format by `batch <= 1`), so an image model exported from a single image loses it
 dynamic batch. The model is therefore first captured from a grown example: the same
 inputs repeated to size 2 along those dims (the model computes the same for each copy),
 the sizes torch.export treats as general. That capture is kept where no line of the
-model's code compared those dims (its guards say so: `spec.model_lines_comparing`);
+model's code compared those dims (its guards say so: `guards.model_lines_comparing`);
 torch's own comparisons compute the same at size 1.
 """
 
