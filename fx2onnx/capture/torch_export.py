@@ -1,4 +1,7 @@
-"""Capture: from what the user gave to an ExportedProgram (or an aten-level GraphModule)."""
+"""What a capture gives (`CapturedModel`) and how it calls torch.export: one call under
+the capture's switches (`run_torch_export`), a given program or aten-level GraphModule
+taken as it is, a plain function as a module. The attempts, in order, are in
+`capture_strategies`; the stage's steps in `capture_steps`."""
 
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ class CapturedModel:
 
 
 def is_aten_graph(graph_module: torch.fx.GraphModule) -> bool:
+    """Whether a GraphModule calls ATen operators only (and Python's arithmetic on sizes):
+    such a graph is translated as it is, without torch.export."""
     for node in graph_module.graph.nodes:
         if node.op in ("call_method", "call_module"):
             return False

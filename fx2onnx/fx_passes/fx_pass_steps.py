@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,9 +56,9 @@ class GraphInterface(Protocol):
     decomposition by the translation stage (its `GraphIO`)."""
 
     effect_tokens: set[str]
-    output_roles: list[tuple[str, str | None]]
-    specialized_scalars: list[tuple[str, Any]]
-    input_slots: list[Any]
+    output_roles: Sequence[tuple[str, str | None]]
+    specialized_scalars: Sequence[tuple[str, Any]]
+    input_slots: Sequence[InputSlotView]
 
     def onnx_input_name(self, placeholder: str) -> str: ...
 
