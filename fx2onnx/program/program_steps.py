@@ -51,10 +51,11 @@ def _make_input_adapter(state: ProgramState) -> None:
     state.input_adapter = InputAdapter(io.in_spec, io.input_slots, state.capture.tensor_defaults, tied_sizes)
 
 
-def _debug_op_level(state: ProgramState) -> None:
+def _debug_op_level(state: ProgramState) -> Any:
+    """Op-level debugging's report (verification reads where a mismatch starts)."""
     translation, io = state.translation, state.translation.io
     assert state.input_adapter is not None and io is not None and translation.graph_module is not None
-    debug_op_level(
+    return debug_op_level(
         state.model_ir, translation.graph_module, translation.env,
         state.input_adapter.apply(state.args, state.kwargs), io.lifted_tensors, state.context,
     )
