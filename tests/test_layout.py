@@ -18,7 +18,7 @@ PACKAGES = ("fx2onnx", "dispatcher", "diagnostics")
 STAGES = ("capture", "fx_passes", "translate", "onnx_passes", "program", "hub", "cli")
 # top-level modules every stage may use (no stage knowledge of their own)
 SHARED = {"fx2onnx", "fx2onnx.errors", "fx2onnx.options", "fx2onnx.progress", "fx2onnx.private_ops",
-          "fx2onnx.stage_timer", "fx2onnx.collection_scope", "fx2onnx.user_warnings", "fx2onnx.version"}
+          "fx2onnx.stage_timer", "fx2onnx.steps", "fx2onnx.collection_scope", "fx2onnx.user_warnings", "fx2onnx.version"}
 
 
 def _module_name(path: Path) -> str:

@@ -2,16 +2,18 @@
 
 Takes an `nn.Module`, a plain function, an `ExportedProgram` or a `GraphModule` with
 example inputs and `ExportOptions.dynamic_shapes`; gives a `CapturedModel` (an
-ExportedProgram from torch.export, or an aten-level GraphModule). Here live: torch.export
-and its two modes (`torch_export`), fake mode (`fake_mode`), everything about dynamic dims
-(`dynamic_dims`: the spec, its check after capture, the names dims get in ONNX), what
-fx2onnx knows of third-party libraries (`libraries`, one module per library, reached
-through its one entry `library_adapters`: transformers' caches, hints and checkpoint names,
-torchvision's data-dependent helpers, torchao's tensor subclasses) and the hints for failed
-captures (`hints`).
+ExportedProgram from torch.export, or an aten-level GraphModule). The steps run in the
+order of `CAPTURE_STEPS`, the stage's entry `capture` (`capture_steps`). Here live:
+torch.export under the capture's switches (`torch_export`), its attempts in order
+(`capture_strategies`), what a capture tells the user (`capture_reports`), fake mode
+(`fake_mode`), everything about dynamic dims (`dynamic_dims`: the spec, its check after
+capture, the names dims get in ONNX), what fx2onnx knows of third-party libraries
+(`libraries`, one module per library, reached through its one entry `library_adapters`:
+transformers' caches, hints and checkpoint names, torchvision's data-dependent helpers,
+torchao's tensor subclasses) and the hints for failed captures (`hints`).
 """
 
-from fx2onnx.capture.dynamic_dims.spec import bound_arguments
+from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.hints import signature_text
 from fx2onnx.capture.library_adapters import checkpoint_renaming, registered_containers
 from fx2onnx.capture.torch_export import model_name

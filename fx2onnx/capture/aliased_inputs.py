@@ -20,7 +20,7 @@ import torch.utils._pytree as pytree
 
 from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.capture.dynamic_dims.check import inputs_in_input_order
-from fx2onnx.capture.dynamic_dims.spec import forward_signature
+from fx2onnx.capture.dynamic_dims.signature import forward_signature
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import inspect
 
 import torch
 
-from fx2onnx.capture.dynamic_dims.spec import forward_signature
+from fx2onnx.capture.dynamic_dims.signature import forward_signature
 from fx2onnx.options import ONNXFakeContext
 
 

@@ -1,4 +1,4 @@
-"""Batch norm as PyTorch's CPU kernel computes it, for `decompose_nodes`.
+"""Batch norm as PyTorch's CPU kernel computes it, for `node_decompositions.decompose_nodes`.
 
 `native_batch_norm` and `_native_batch_norm_legit` return (output, saved mean, saved
 inverse std): batch statistics in training mode, empty tensors in evaluation mode.

@@ -18,7 +18,7 @@ from diagnostics import DiagnosticContext, Level, rules
 from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.fx_passes.modularize import module_stack
 from fx2onnx.private_ops import training_batch_norm_ops
-from fx2onnx.user_warnings import ExportWarning
+from fx2onnx.user_warnings import ExportWarning, user_stacklevel
 
 _aten = torch.ops.aten
 # operator -> position of its `train` argument
@@ -65,7 +65,7 @@ def report_training_mode(graph: torch.fx.Graph, model_label: str, context: Diagn
     first = (dropouts or norms)[0]
     message = rules.TRAINING_MODE.format_message(model=model_label, what="; ".join(parts))
     context.record(rules.TRAINING_MODE, Level.NOTE, message=message, location=node_location(first), stack=node_stack(first))
-    warnings.warn(message, ExportWarning, stacklevel=4)
+    warnings.warn(message, ExportWarning, stacklevel=user_stacklevel())
 
 
 def _flag(node: torch.fx.Node, position: int, name: str) -> bool:

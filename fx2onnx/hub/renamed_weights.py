@@ -4,7 +4,7 @@ from the model (vision_language.py's wrappers, not transformers models themselve
 `ONNXProgram.save(model_state=...)`. transformers writes some checkpoints under legacy
 names (Qwen2.5-VL: `model.layers.*`, `visual.*` for the model's
 `model.language_model.layers.*`, `model.visual.*`); the renaming is transformers' own
-table for the model's class (`program.hub_names`)."""
+table for the model's class (`capture.libraries.transformers_checkpoints`)."""
 
 from __future__ import annotations
 

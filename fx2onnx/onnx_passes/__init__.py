@@ -8,7 +8,8 @@ reached last, before validation (`opset_conversion`); then the fused kernels, wr
 in a domain of their own until the opset is final, join the standard domain
 (`fused_kernel_domain`). On request, linear layers become onnxruntime's weight-only
 `MatMulNBits` (`weight_quantization`), whose codes are computed from each weight when the
-model is written (`derived_weights`).
+model is written (`derived_weights`). The passes run in the order of `ONNX_PASS_STEPS`,
+the stage's entry `run_onnx_passes` (`onnx_pass_steps`).
 """
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN

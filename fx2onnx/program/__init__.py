@@ -4,7 +4,9 @@
 adapted to the flat ONNX ones (`io_adapter`, `model_signature`); weights come from the
 model or a checkpoint (`model_state`) and are written tensor by tensor (`model_writer`);
 bfloat16 runs widened (`low_precision`); optional checks against PyTorch: op by op
-(`op_level_debug`) and the whole model in onnxruntime (`runtime_verification`).
+(`op_level_debug`) and the whole model in onnxruntime (`runtime_verification`). The
+export builds the program through `PROGRAM_STEPS`, the entry `build_program`
+(`program_steps`).
 """
 
 from fx2onnx.program.checkpoint_folders import checkpoint_files, snapshot_folder

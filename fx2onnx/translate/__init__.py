@@ -8,5 +8,6 @@ functions run under a tracing evaluator (`tracing_evaluator`) into a graph build
 (`fake_metadata`, `tensor_data`). Inputs and outputs are laid out in `graph_io` (their
 slots in `io_slots`, their ONNX names in `io_names`); module calls become model-local
 functions with a reuse key (`module_functions`, `body_key`, `translated_body`), and
-control flow becomes subgraphs (`control_flow`).
+control flow becomes subgraphs (`control_flow`). The steps run in the order of
+`TRANSLATION_STEPS`, the stage's entry `translate` (`translation_steps`).
 """

@@ -34,7 +34,7 @@ import torch
 import torch.fx
 
 from diagnostics import DiagnosticContext, Level, rules
-from dispatcher.fx_nodes import argument_value, graph_modules, node_location, node_value, placeholder_nodes
+from dispatcher.fx_nodes import argument_value, node_location, node_value, placeholder_nodes
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.translate.graph_builder import GraphBuilder
 from fx2onnx.translate.translated_body import FAILED, BodyInput, TranslatedBody
@@ -74,18 +74,6 @@ def translate_higher_order(interpreter: "FxOnnxInterpreter", node: torch.fx.Node
     if translator is None:
         raise NotImplementedError(unsupported_reason(node))
     return translator(interpreter, node)
-
-
-def on_every_graph(graph_pass: Callable[..., int]) -> Callable[..., int]:
-    """A graph pass that edits one GraphModule in place, run on it and on every branch
-    and body it reaches; returns the sum of the pass's counts."""
-
-    def run(graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> int:
-        return sum(graph_pass(module, *args, **kwargs) or 0 for module in graph_modules(graph_module))
-
-    run.__name__ = getattr(graph_pass, "__name__", "graph_pass")
-    run.__doc__ = graph_pass.__doc__
-    return run
 
 
 # -- cond -> If -----------------------------------------------------------------------------------

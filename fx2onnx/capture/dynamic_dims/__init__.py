@@ -2,8 +2,10 @@
 
 - `spec`: the dynamic-shapes spec given to torch.export, built from
   `ExportOptions.dynamic_shapes` for every way inputs bind to `forward` (positional,
-  keyword, `*args`, `**kwargs`, registered pytree classes), and the switches the capture
-  runs under (size-oblivious 0/1 dims, symbolic math);
+  keyword, `*args`, `**kwargs`, registered pytree classes; `signature`), and the dims
+  it asks to be dynamic (`RequestedDims`);
+- `switches`: what the capture runs under (size-oblivious 0/1 dims, symbolic math);
+- `guards`: after the capture, the guards its ShapeEnv took and where (`SourcePlace`);
 - `size_one`: dims of example size 1, which torch would fix wherever code compares them
   (a batch of one image): captured from the example repeated to size 2, kept where no
   line of the model's code compares them;

@@ -19,7 +19,7 @@ from typing import Any
 import sympy
 import torch
 
-from fx2onnx.capture.dynamic_dims.spec import guards_with_places, is_torch_file, user_input_nodes
+from fx2onnx.capture.dynamic_dims.guards import guards_with_places, is_torch_file, user_input_nodes
 
 # a condition printed in a warning is cut at this length (feature-map arithmetic of deep
 # networks nests a dozen levels)
@@ -47,7 +47,8 @@ def branch_conditions(program: torch.export.ExportedProgram, leaves: Sequence[An
     positive; an attention mask is as long as the cache and the new tokens)."""
     names, example_sizes = _input_dims(program, leaves)
     found: dict[tuple[str, int], list[str]] = {}
-    for expr, filename, line in guards_with_places(program):
+    for guard in guards_with_places(program):
+        expr, filename, line = guard.condition, guard.place.file, guard.place.line
         if filename is None or line is None or is_torch_file(filename):
             continue
         symbols = expr.free_symbols

@@ -17,9 +17,8 @@ import torch
 
 from diagnostics import DiagnosticContext, Level, Stack, rules
 from dispatcher import stack_location
-from fx2onnx.capture.dynamic_dims.spec import SpecializedDim, relaxed_spec, specialized_dims
-
-RequestedDims = dict[int, tuple[str, dict[int, bool]]]
+from fx2onnx.capture.dynamic_dims.guards import SourcePlace
+from fx2onnx.capture.dynamic_dims.spec import RequestedDims, SpecializedDim, relaxed_spec, specialized_dims
 
 
 class FixedDynamicDimError(RuntimeError):
@@ -108,10 +107,10 @@ def _report(context: DiagnosticContext, fixed: list[SpecializedDim]) -> list[str
     return warnings
 
 
-def record_at(context: DiagnosticContext, level: Level, message: str, location: tuple[str, int] | None) -> None:
+def record_at(context: DiagnosticContext, level: Level, message: str, location: SourcePlace | None) -> None:
     stack = None
     if location is not None:
-        stack = Stack.from_frame_summaries([traceback.FrameSummary(location[0], location[1], "forward")])
+        stack = Stack.from_frame_summaries([traceback.FrameSummary(location.file or "", location.line, "forward")])
     context.record(
         rules.CAPTURE_FAILURE, level, message=message,
         location=stack_location(stack) if stack is not None else None, stack=stack,

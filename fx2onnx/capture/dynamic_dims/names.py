@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx.capture.dynamic_dims.spec import bound_arguments, registered_children
+from fx2onnx.capture.dynamic_dims.signature import bound_arguments, registered_children
 
 
 def dim_name(base: str, index: int) -> str:

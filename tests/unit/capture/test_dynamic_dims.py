@@ -12,7 +12,7 @@ from torch.export import Dim
 
 import fx2onnx
 from conftest import MLP, export_program, make_options
-from fx2onnx.capture.dynamic_dims.spec import keep_size_one_dims_dynamic
+from fx2onnx.capture.dynamic_dims.switches import keep_size_one_dims_dynamic
 from sarif_checks import validate_sarif
 
 

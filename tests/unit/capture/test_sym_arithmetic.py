@@ -11,7 +11,7 @@ import torch
 
 from conftest import make_options
 
-from fx2onnx.capture.dynamic_dims.spec import symbolic_math
+from fx2onnx.capture.dynamic_dims.switches import symbolic_math
 
 
 class SizeArithmetic(torch.nn.Module):

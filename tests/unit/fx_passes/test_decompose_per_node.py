@@ -62,7 +62,7 @@ def test_detach_in_place_is_its_input(export_and_compare, no_whole_program_retra
 
 
 def test_a_node_that_cannot_be_decomposed_alone_falls_back_to_the_whole_program_and_says_why(export_and_compare, monkeypatch):
-    from fx2onnx.fx_passes.decompose import DecompositionTracer
+    from fx2onnx.fx_passes.decompose_unsupported import DecompositionTracer
 
     def fail(self, graph, node, decomposition):
         raise RuntimeError(f"cannot trace {node.target} alone")
@@ -76,7 +76,7 @@ def test_a_node_that_cannot_be_decomposed_alone_falls_back_to_the_whole_program_
 def test_core_table_comes_from_torchs_private_core_table():
     """The per-node path reads torch's private core table (the public one costs ~0.3 s
     per process); every operator of it must be in the public table too."""
-    from fx2onnx.fx_passes.decompose import _core_aten_decompositions
+    from fx2onnx.fx_passes.decompose_unsupported import _core_aten_decompositions
 
     core = _core_aten_decompositions()
     assert len(core) > 100

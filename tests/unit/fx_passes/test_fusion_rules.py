@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from diagnostics import DiagnosticContext, DiagnosticOptions, Level
 from dispatcher import OnnxRegistry
-from fx2onnx.fx_passes.decompose import decompose_unsupported
+from fx2onnx.fx_passes.decompose_unsupported import decompose_unsupported
 from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET, RULES, FusionTarget, fuse_kernels
 from fx2onnx.fx_passes.fused_kernels import attention, gelu, group_query_attention, rms_normalization, rotary_embedding
 from fx2onnx.fx_passes.fused_kernels.matching import Refusal

@@ -89,7 +89,7 @@ def test_remove_assertions_erases_unused_runtime_checks_only() -> None:
 
 # -- decompose_nodes ------------------------------------------------------------------------------
 def test_decompose_nodes_replaces_diagonal_scatter_by_index_put_in_place() -> None:
-    from fx2onnx.fx_passes.decompose_nodes import decompose_nodes
+    from fx2onnx.fx_passes.node_decompositions import decompose_nodes
 
     graph_module = _symbolic(lambda x, d: torch.diagonal_scatter(x, d, 1), torch.randn(4, 5), torch.randn(4))
     scatter = next(n for n in graph_module.graph.nodes if n.target == torch.ops.aten.diagonal_scatter.default)
@@ -107,7 +107,7 @@ def test_decompose_nodes_replaces_diagonal_scatter_by_index_put_in_place() -> No
 
 def test_decompose_nodes_notes_a_node_it_keeps_whole() -> None:
     from diagnostics import DiagnosticContext, DiagnosticOptions, Level
-    from fx2onnx.fx_passes import decompose_nodes as module
+    from fx2onnx.fx_passes import node_decompositions as module
 
     graph_module = _symbolic(lambda x, d: torch.diagonal_scatter(x, d), torch.randn(3, 3), torch.randn(3))
     context = DiagnosticContext("fx2onnx", "test", DiagnosticOptions())

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import fx2onnx
-import fx2onnx.exporter
+import fx2onnx.translate.translation_steps
 from conftest import TerminalStream, assert_outputs_close, assert_valid_model, progress_counters
 from diagnostics import DiagnosticOptions, rules
 from fx2onnx.translate.body_key import body_key
@@ -56,7 +56,7 @@ def _export(model: nn.Module, x: torch.Tensor, monkeypatch, reuse: bool, **optio
 
     with monkeypatch.context() as patch:
         patch.setattr(FxOnnxInterpreter, "translate", counting)
-        patch.setattr(fx2onnx.exporter, "ModuleFunctionTranslator", functools.partial(ModuleFunctionTranslator, reuse_translations=reuse))
+        patch.setattr(fx2onnx.translate.translation_steps, "ModuleFunctionTranslator", functools.partial(ModuleFunctionTranslator, reuse_translations=reuse))
         options.setdefault("failure_report_path", None)
         program = fx2onnx.dynamo_export(model.eval(), x, export_options=fx2onnx.ExportOptions(**options))
     return program, translated

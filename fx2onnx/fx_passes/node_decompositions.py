@@ -25,9 +25,9 @@ from torch._decomp import decomposition_table
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher import OnnxRegistry
 from dispatcher.fx_nodes import node_location, node_stack
-from fx2onnx.fx_passes.decompose import inline_trace as _inline
-from fx2onnx.fx_passes.decompose import onnx_decomposition_table
-from fx2onnx.fx_passes.decompose import trace_alone as _trace_alone
+from fx2onnx.fx_passes.decompose_unsupported import inline_trace as _inline
+from fx2onnx.fx_passes.decompose_unsupported import onnx_decomposition_table
+from fx2onnx.fx_passes.decompose_unsupported import trace_alone as _trace_alone
 from fx2onnx.fx_passes.batch_norm import batch_norm_with_saved_statistics, uses_saved_statistics
 from fx2onnx.private_ops import training_batch_norm_ops
 

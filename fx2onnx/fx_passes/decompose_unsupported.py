@@ -457,19 +457,41 @@ def _pending_in_bodies(graph_module: torch.fx.GraphModule, table: dict, registry
     return [f"{op}: {reason}" for op, reason in reasons.items()]
 
 
-def decompose_unsupported(
-    program: torch.export.ExportedProgram, graph_module: torch.fx.GraphModule, registry: OnnxRegistry
-) -> Decomposed:
-    """Decompose the operators no ONNX function covers, node by node in `graph_module`
-    (the program's graph or a copy of it). Only when a node cannot be decomposed alone is
-    the whole program re-traced with `run_decompositions`; the reasons are returned."""
-    table = dict(_core_table(registry))
+def inline_grad_mode_regions(graph_module: torch.fx.GraphModule) -> list[str]:
+    """Inline `with torch.no_grad()` / `enable_grad()` regions (a sub-module called by
+    `wrap_with_set_grad_enabled`): the grad mode means nothing in an ONNX graph. Returns
+    why a region could not be inlined (then `decompose_unsupported` re-traces the whole
+    program), empty when all were."""
     try:
         _inline_grad_mode_regions(graph_module)
     except NotImplementedError as error:
-        return _decompose_whole_program(program, table, registry, [f"{_SET_GRAD_ENABLED}: {error}"])
+        return [f"{_SET_GRAD_ENABLED}: {error}"]
+    return []
+
+
+def functionalize_fresh_mutations_of(graph_module: torch.fx.GraphModule) -> bool:
+    """`functionalize_fresh_mutations` on the graph, under its own fake mode, before
+    decomposition; whether it changed the graph."""
     if functionalize_fresh_mutations(graph_module.graph, _graph_fake_mode(graph_module.graph)):
         graph_module.recompile()
+        return True
+    return False
+
+
+def decompose_unsupported(
+    program: torch.export.ExportedProgram,
+    graph_module: torch.fx.GraphModule,
+    registry: OnnxRegistry,
+    whole_program_reasons: list[str] | None = None,
+) -> Decomposed:
+    """Decompose the operators no ONNX function covers, node by node in `graph_module`
+    (the program's graph or a copy of it, its grad-mode regions inlined and its fresh
+    mutations functionalized first). Only when a node cannot be decomposed alone, or
+    ``whole_program_reasons`` says an earlier step could not do its part, is the whole
+    program re-traced with `run_decompositions`; the reasons are returned."""
+    table = dict(_core_table(registry))
+    if whole_program_reasons:
+        return _decompose_whole_program(program, table, registry, list(whole_program_reasons))
     nested = _pending_in_bodies(graph_module, table, registry)
     if nested:
         return _decompose_whole_program(program, table, registry, nested)

@@ -1,0 +1,69 @@
+"""The ONNX passes' stage as one ordered list of steps, `ONNX_PASS_STEPS`, and its entry
+`run_onnx_passes`: from the translated model to one onnxruntime and ONNX's checker take.
+
+Types first (onnxruntime's kernels), then the optimizer, the opset asked for, the fused
+kernels joining the standard domain once the opset is final, onnxruntime's cached
+attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
+(`TOOL_LAYOUT_STEPS`), and ONNX's checker last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx_ir as ir
+import torch.fx
+
+from diagnostics import DiagnosticContext
+from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
+from fx2onnx.onnx_passes.float8 import legalize_float8
+from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
+from fx2onnx.onnx_passes.legalize_types import legalize_types
+from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
+from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
+from fx2onnx.onnx_passes.validate_model import validate_model
+from fx2onnx.options import ExportOptions
+from fx2onnx.stage_timer import StageTimer
+from fx2onnx.steps import Step, StepRecord, StepResult, run_steps
+
+
+@dataclass
+class OnnxPassState:
+    """The ONNX model the passes edit in place, and the FX graph it came from (the
+    checker's errors point at its nodes)."""
+
+    model_ir: ir.Model
+    graph_module: torch.fx.GraphModule
+    options: ExportOptions
+    context: DiagnosticContext
+
+
+def _convert_to_opset(state: OnnxPassState) -> StepResult:
+    assert state.options.opset_version is not None
+    return StepResult(changed=True, failed=not convert_to_opset(state.model_ir, state.options.opset_version, state.context))
+
+
+ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
+    Step("legalize_types", lambda state: sum(legalize_types(state.model_ir, state.context).changes.values()),
+         stage="legalization"),
+    Step("optimize", lambda state: optimize_keeping_functions(state.model_ir), stage="optimization",
+         when=lambda state: state.options.optimize),
+    Step("convert_to_opset", _convert_to_opset, stage="opset conversion",
+         when=lambda state: state.options.opset_version is not None),
+    # the opset is final: the kernels join the standard domain
+    Step("lower_fused_kernels", lambda state: lower_fused_kernels(state.model_ir)),
+    # onnxruntime's kernel where it runs, the exact form elsewhere
+    Step("guard_group_query_attention", lambda state: guard_group_query_attention(state.model_ir)),
+    # after the opset is final: float8 needs 19 or newer (raised to it unless an opset was chosen)
+    Step("legalize_float8", lambda state: StepResult(failed=not legalize_float8(
+        state.model_ir, state.context, opset_chosen=state.options.opset_version is not None))),
+    Step("lay_out_for_tools", lambda state: lay_out_for_tools(state.model_ir), stage="tool layout"),
+    Step("validate_model", lambda state: StepResult(failed=not validate_model(state.model_ir, state.graph_module, state.context)),
+         stage="validation"),
+)
+
+
+def run_onnx_passes(state: OnnxPassState, timer: StageTimer | None = None) -> list[StepRecord]:
+    """The ONNX passes' steps in order on ``state.model_ir``, in place."""
+    return run_steps(ONNX_PASS_STEPS, state, state.context, timer)
