@@ -139,7 +139,12 @@ def step_export(folder: Path, precision: str | None) -> dict:
     start = time.perf_counter()
     result = export_hf(folder / "source", folder / "out", fake=True, precision=precision)
     return {"seconds": time.perf_counter() - start, "files": result.files,
-            "data_bytes": (folder / "out" / "onnx" / "model.onnx_data").stat().st_size}
+            "data_bytes": sum((folder / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))}
+
+
+def _onnx_model(folder: Path) -> Path:
+    """The exported decoder: model.onnx, or model_q4.onnx / model_quantized.onnx for int4 / int8."""
+    return next((folder / "out" / "onnx").glob("model*.onnx"))
 
 
 def step_verify(folder: Path, precision: str | None) -> dict:
@@ -149,13 +154,13 @@ def step_verify(folder: Path, precision: str | None) -> dict:
     from fx2onnx.hub.verify import verify_causal_lm, verify_quantized_causal_lm
 
     if CONFIG is SIZES["7b"]:
-        return _smoke_run(folder / "out" / "onnx" / "model.onnx")
+        return _smoke_run(_onnx_model(folder))
     model = transformers.AutoModelForCausalLM.from_pretrained(folder / "source").eval()
     prompt = torch.randint(3, CONFIG["vocab_size"], (12,), generator=torch.Generator().manual_seed(1)).tolist()
     if precision in ("int4", "int8"):
-        quantized = verify_quantized_causal_lm(folder / "out" / "onnx" / "model.onnx", model, model.config, prompt, 8)
+        quantized = verify_quantized_causal_lm(_onnx_model(folder), model, model.config, prompt, 8)
         return {"summary": quantized.summary()}
-    verification = verify_causal_lm(folder / "out" / "onnx" / "model.onnx", model, model.config, prompt, 8)
+    verification = verify_causal_lm(_onnx_model(folder), model, model.config, prompt, 8)
     return {"max_logit_difference": verification.max_logit_difference, "tokens_equal": verification.tokens_equal}
 
 
