@@ -331,33 +331,35 @@ def _compare(got: torch.Tensor, want: torch.Tensor) -> tuple[float, bool]:
 # -- diagnostics -----------------------------------------------------------------------------
 
 
-def _record_agreement(context: DiagnosticContext, node: torch.fx.Node, check: NodeCheck) -> None:
-    """The level-none outcome of a node whose ONNX nodes ran and match PyTorch."""
+def _record_outcome(context: DiagnosticContext, node: torch.fx.Node, level: Level, message: str, **properties: Any) -> None:
+    """One node's op-level outcome under FXE0013, at its source line."""
     context.record(
         rules.OP_LEVEL_VALIDATION,
-        Level.NONE,
-        message=(
-            f"FX node '{node.name}' and its ONNX function {node.target} agree in op-level validation: "
-            f"its ONNX nodes ran in ONNX Runtime, max difference {check.max_difference:.6g} ({check.dtypes})."
-        ),
+        level,
+        message=message,
         location=node_location(node),
-        properties={"fx_node": node.name, "target": str(node.target), "outcome": "matched",
-                    "max_difference": check.max_difference, "dtypes": check.dtypes},
+        stack=node_stack(node) if level is not Level.NONE else None,
+        properties={"fx_node": node.name, "target": str(node.target), **properties},
+    )
+
+
+def _record_agreement(context: DiagnosticContext, node: torch.fx.Node, check: NodeCheck) -> None:
+    """The level-none outcome of a node whose ONNX nodes ran and match PyTorch."""
+    _record_outcome(
+        context, node, Level.NONE,
+        f"FX node '{node.name}' and its ONNX function {node.target} agree in op-level validation: "
+        f"its ONNX nodes ran in ONNX Runtime, max difference {check.max_difference:.6g} ({check.dtypes}).",
+        outcome="matched", max_difference=check.max_difference, dtypes=check.dtypes,
     )
 
 
 def _record_not_run(context: DiagnosticContext, node: torch.fx.Node, why: str) -> None:
     """A node whose ONNX nodes could not be run, so op-level debugging says nothing of it."""
-    context.record(
-        rules.OP_LEVEL_VALIDATION,
-        Level.WARNING,
-        message=(
-            f"Op-level debugging could not run FX node '{node.name}' ({node.target}) in ONNX Runtime: {why}. "
-            "It is not checked; compare the whole model's outputs with PyTorch (ExportOptions(verify=True))."
-        ),
-        location=node_location(node),
-        stack=node_stack(node),
-        properties={"fx_node": node.name, "target": str(node.target), "outcome": "not_run", "reason": why},
+    _record_outcome(
+        context, node, Level.WARNING,
+        f"Op-level debugging could not run FX node '{node.name}' ({node.target}) in ONNX Runtime: {why}. "
+        "It is not checked; compare the whole model's outputs with PyTorch (ExportOptions(verify=True)).",
+        outcome="not_run", reason=why,
     )
 
 

@@ -17,6 +17,8 @@ from diagnostics import Level, rules
 from fx2onnx.onnx_passes.float8 import FLOAT8_OPSET
 
 FLOAT8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
+# in range, rounded, beyond every float8's range, infinite and NaN: PyTorch's overflow rule
+ROUND_TRIP_INPUT = (1.3, -0.07, 300.0, 1000.0, -1e6, 70000.0, float("inf"), float("nan"))
 
 
 class RoundTrip(nn.Module):
@@ -29,13 +31,17 @@ class RoundTrip(nn.Module):
         return low.to(torch.float32) * 2, low
 
 
+def exported_round_trip(tmp_path, dtype: torch.dtype, **options):
+    """The float8 round trip exported with ``options``: model, input, program, ModelProto."""
+    model, x = RoundTrip(dtype), torch.tensor(ROUND_TRIP_INPUT)
+    program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, **options))
+    return model, x, program, program.model_proto
+
+
 @pytest.mark.parametrize("opset", [19, 23])
 @pytest.mark.parametrize("dtype", FLOAT8, ids=str)
 def test_float8_casts_match_pytorch_with_overflow(tmp_path, dtype, opset):
-    model = RoundTrip(dtype)
-    x = torch.tensor([1.3, -0.07, 300.0, 1000.0, -1e6, 70000.0, float("inf"), float("nan")])
-    program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, opset_version=opset))
-    proto = program.model_proto
+    model, x, program, proto = exported_round_trip(tmp_path, dtype, opset_version=opset)
     assert {o.domain: o.version for o in proto.opset_import}[""] == opset
     casts = [n for n in all_nodes(proto) if n.op_type == "Cast" and n.attribute[0].i == {
         torch.float8_e4m3fn: onnx.TensorProto.FLOAT8E4M3FN, torch.float8_e5m2: onnx.TensorProto.FLOAT8E5M2,
@@ -103,10 +109,7 @@ def test_the_float8_opset_is_the_first_whose_cast_has_the_type(dtype):
 @pytest.mark.parametrize("module_functions", [False, True])
 @pytest.mark.parametrize("dtype", FLOAT8, ids=str)
 def test_float8_at_the_default_opset_exports_at_the_first_opset_with_the_type(tmp_path, dtype, module_functions):
-    model = RoundTrip(dtype)
-    x = torch.tensor([1.3, -0.07, 300.0, 1000.0, -1e6, 70000.0, float("inf"), float("nan")])
-    program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, module_functions=module_functions))
-    proto = program.model_proto
+    model, x, program, proto = exported_round_trip(tmp_path, dtype, module_functions=module_functions)
     assert {o.domain: o.version for o in proto.opset_import}[""] == FLOAT8_OPSET == 19
     assert all(f.opset_import[0].version == FLOAT8_OPSET for f in proto.functions if f.opset_import[0].domain == "")
     path = tmp_path / "m.onnx"
