@@ -32,35 +32,38 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
-from fx2onnx.hub import causal_lm
+from fx2onnx.hub import causal_lm, vlm_gemma3
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.vlm_gemma3 import Holder
 
 # the model types export-hf writes image-text-to-text folders for, with ONNX Runtime GenAI's type
-GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl"}
+GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "gemma3": "gemma3"}
 # the packed (block-diagonal) attention of the vision tower, registered with transformers
 # under a name with "flash" in it: transformers then hands it the segment bounds as a
 # tensor instead of splitting the sequence with `.tolist()` (a data-dependent split)
 PACKED_ATTENTION = "fx2onnx_flash_packed_vision"
 
 
-def check_supported(config: Any) -> None:
-    """A clear error, before anything is written, for a model type without a runtime layout here."""
+# the model types `verify` chains in onnxruntime (verify_vlm.py follows Qwen's mRoPE inputs)
+VERIFIED_VLM_TYPES = ("qwen2_5_vl",)
+
+
+def check_supported(config: Any, verify: bool = False) -> None:
+    """A clear error, before anything is written, for a model type without a runtime layout
+    here, or without a verification when ``verify`` asks for one."""
     model_type = getattr(config, "model_type", None)
+    if verify and model_type in GENAI_VLM_TYPES and model_type not in VERIFIED_VLM_TYPES:
+        raise NotImplementedError(
+            f"verify chains the vision, embedding and decoder models of {', '.join(VERIFIED_VLM_TYPES)} folders; "
+            f"{model_type}'s is not written yet. Nothing was written: export without verify and run the folder with "
+            "onnxruntime_genai against transformers' model.generate."
+        )
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(
             f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
             f"for model types {', '.join(GENAI_VLM_TYPES)}; {model_type} is not one of them. Nothing was written. "
             "Give --task text-generation for its language model alone where transformers loads it as a causal LM."
         )
-
-
-class _Holder(torch.nn.Module):
-    """A container that gives the modules it holds their checkpoint paths."""
-
-    def __init__(self, **modules: torch.nn.Module) -> None:
-        super().__init__()
-        for name, module in modules.items():
-            self.add_module(name, module)
 
 
 def _packed_attention(module, query, key, value, attention_mask=None, scaling=None, cu_seq_lens_q=None, **kwargs):
@@ -93,7 +96,7 @@ class QwenVision(torch.nn.Module):
 
         super().__init__()
         visual = model.model.visual
-        self.model = _Holder(visual=visual)
+        self.model = Holder(visual=visual)
         config = visual.config
         window_index, cu_window_seqlens = get_vision_window_index(
             grid_thw, config.spatial_merge_size, config.window_size, config.patch_size
@@ -115,7 +118,7 @@ class Embedding(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, image_token_id: int) -> None:
         super().__init__()
-        self.model = _Holder(language_model=_Holder(embed_tokens=model.model.language_model.embed_tokens))
+        self.model = Holder(language_model=Holder(embed_tokens=model.model.language_model.embed_tokens))
         self.image_token_id = image_token_id
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -139,7 +142,7 @@ class Decoder(torch.nn.Module):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         language_model = model.model.language_model
-        self.model = _Holder(language_model=language_model)
+        self.model = Holder(language_model=language_model)
         self.lm_head = model.lm_head
         self.cache_argument = causal_lm.cache_argument(language_model)
 
@@ -226,10 +229,35 @@ def _dynamic(value: Any, keep: dict[int, int] | None = None) -> Any:
 
 
 def decoder_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Dynamic batch, lengths and cache; the 3 mRoPE axes of `position_ids` stay 3. The
+    """Dynamic batch, lengths and cache; the 3 mRoPE axes of a 3-D `position_ids` stay 3. The
     cache's spec follows the flattening the capture registers for it."""
     with registered_containers():
-        return {name: _dynamic(value, {0: 3} if name == "position_ids" else None) for name, value in inputs.items()}
+        return {name: _dynamic(value, {0: 3} if name == "position_ids" and value.dim() == 3 else None) for name, value in inputs.items()}
+
+
+def exported_image_size(loaded: LoadedModel, image_processor: Any, image_size: tuple[int, int]) -> tuple[int, int]:
+    """The (height, width) of the images the vision model takes: Qwen's processor's size
+    for an ``image_size`` image, Gemma 3's processor's one fixed size."""
+    if loaded.config.model_type == "gemma3":
+        return vlm_gemma3.image_size(image_processor)
+    return image_grid(loaded, image_processor, image_size)[0]
+
+
+def _export_gemma3_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, size: tuple[int, int]) -> dict[str, Any]:
+    model = loaded.model
+    plain = dataclasses.replace(options, causal_mask_input=None)
+    vision_options = dataclasses.replace(plain, dynamic_shapes=vlm_gemma3.vision_dynamic_shapes())
+    vision = _as_loaded(vlm_gemma3.vision_inputs(loaded, size), loaded, static=True)
+    inputs = vlm_gemma3.decoder_inputs(loaded, lambda value: _as_loaded(value, loaded))
+    # image blocks attend both ways: an explicit mask, not the causal kernel's
+    decoder_options = dataclasses.replace(plain, dynamic_shapes=decoder_dynamic_shapes(inputs))
+    return {
+        "vision": fx2onnx.dynamo_export(vlm_gemma3.GemmaVision(model), **vision, export_options=vision_options),
+        "embedding": fx2onnx.dynamo_export(
+            Embedding(model, int(loaded.config.image_token_id)), **embedding_inputs(loaded), export_options=plain
+        ),
+        "decoder": fx2onnx.dynamo_export(vlm_gemma3.GemmaDecoder(model), **inputs, export_options=decoder_options),
+    }
 
 
 def export_parts(
@@ -237,6 +265,9 @@ def export_parts(
 ) -> tuple[dict[str, fx2onnx.ONNXProgram], tuple[int, int]]:
     """The vision, embedding and decoder exports, and the image size the vision model takes."""
     config, model = loaded.config, loaded.model
+    if config.model_type == "gemma3":
+        size = vlm_gemma3.image_size(image_processor)
+        return _export_gemma3_parts(loaded, options, size), size
     size, grid = image_grid(loaded, image_processor, image_size)
     programs = {}
     plain = dataclasses.replace(options, causal_mask_input=None)
