@@ -124,6 +124,8 @@ class Embedding(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
         embeds = self.model.language_model.embed_tokens(input_ids)
         is_image = input_ids == self.image_token_id
+        if image_features.dim() == 3:  # [images, tokens per image, hidden] (Gemma 3's): the images' rows in order
+            image_features = image_features.reshape(-1, image_features.shape[-1])
         # the k-th image token (counted across the batch) takes feature row k; a decode
         # step has no features and keeps the token's own embedding, as transformers does
         # for an image token it generates; an appended zero row keeps the gather in bounds
@@ -187,7 +189,9 @@ def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Te
     return _as_loaded({"pixel_values": pixels, "image_grid_thw": grid}, loaded, static=True)
 
 
-def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+def embedding_inputs(loaded: LoadedModel, per_image: bool = False) -> dict[str, torch.Tensor]:
+    """Two sequences with 5 image tokens; ``per_image``: the features as the vision model
+    gives them per image ([images, tokens, hidden], here one image of 5 tokens)."""
     config = loaded.config
     vocab = int(config.text_config.vocab_size)
     ids = torch.randint(0, vocab, (2, 9), generator=torch.Generator().manual_seed(0))
@@ -195,6 +199,8 @@ def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     ids[0, 2:5] = config.image_token_id  # 3 image tokens in one sequence, 2 in the other
     ids[1, 4:6] = config.image_token_id
     features = torch.randn(5, int(config.text_config.hidden_size), generator=torch.Generator().manual_seed(1))
+    if per_image:
+        features = features[None]
     return _as_loaded({"input_ids": ids, "image_features": features}, loaded)
 
 
@@ -254,7 +260,7 @@ def _export_gemma3_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, si
     return {
         "vision": fx2onnx.dynamo_export(vlm_gemma3.GemmaVision(model), **vision, export_options=vision_options),
         "embedding": fx2onnx.dynamo_export(
-            Embedding(model, int(loaded.config.image_token_id)), **embedding_inputs(loaded), export_options=plain
+            Embedding(model, int(loaded.config.image_token_id)), **embedding_inputs(loaded, per_image=True), export_options=plain
         ),
         "decoder": fx2onnx.dynamo_export(vlm_gemma3.GemmaDecoder(model), **inputs, export_options=decoder_options),
     }

@@ -1,9 +1,11 @@
 """Gemma 3's vision and decoder models as ONNX Runtime GenAI's `gemma3` type runs them
 (the embedding model is vision_language.Embedding, as for every VLM here).
 
-- vision (`pixel_values` [images, channels, height, width] -> `image_features` [images x
+- vision (`pixel_values` [images, channels, height, width] -> `image_features` [images,
   mm_tokens_per_image, hidden]): the SigLIP tower and the pooling projector, for the one
-  size Gemma 3's image processor resizes every image to.
+  size Gemma 3's image processor resizes every image to. The features keep a dim per
+  image: the runtime sizes a 3-D output by the images and the tokens its processor gives
+  per image (a 2-D one by the tokens alone, too short for two images).
 - decoder (`input_ids`, `inputs_embeds`, `attention_mask`, `position_ids`, the cache ->
   `logits`, `present.*`): transformers lets an image's tokens attend each other both
   ways in the prefill (its `token_type_ids`), which the runtime does not hand the decoder;
@@ -38,7 +40,7 @@ class Holder(torch.nn.Module):
 
 
 class GemmaVision(torch.nn.Module):
-    """The vision tower and projector: each image's `mm_tokens_per_image` features, images one after another."""
+    """The vision tower and projector: each image's `mm_tokens_per_image` features."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
@@ -46,8 +48,7 @@ class GemmaVision(torch.nn.Module):
 
     def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
         hidden = self.model.vision_tower(pixel_values=pixel_values).last_hidden_state
-        features = self.model.multi_modal_projector(hidden)
-        return {"image_features": features.reshape(-1, features.shape[-1])}
+        return {"image_features": self.model.multi_modal_projector(hidden)}
 
 
 class GemmaDecoder(torch.nn.Module):

@@ -96,14 +96,14 @@ def transformers_tokens(folder, model, image_paths, new_tokens: int) -> list[int
     return generated[0, ids.shape[1]:].tolist()
 
 
-def genai_tokens(folder, image_paths, new_tokens: int, prompt: str | None = None) -> list[int]:
+def genai_tokens(folder, image_paths, new_tokens: int, prompt: str | None = None, max_length: int = 512) -> list[int]:
     """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the image files."""
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(str(folder))
     images = og.Images.open(*[str(path) for path in image_paths])
     inputs = model.create_multimodal_processor()(prompt or qwen_prompt(len(image_paths)), images=images)
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=512, do_sample=False)
+    params.set_search_options(max_length=max_length, do_sample=False)
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
     tokens = []
@@ -164,7 +164,6 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
 
 GEMMA_SPECIAL = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>",
                  "<image_soft_token>"]
-GEMMA_PROMPT = "<bos><start_of_turn>user\n<start_of_image>describe this image<end_of_turn>\n<start_of_turn>model\n"
 GEMMA_IMAGE_SIZE = (64, 64)  # the processor's fixed size: 16x16 patches of 4, the runtime's 256 tokens per image
 
 
@@ -198,10 +197,15 @@ def save_gemma3(folder, sliding_window: int = 512):
     return model
 
 
-def gemma_transformers_tokens(folder, model, image_path, new_tokens: int, two_way: bool = True) -> list[int]:
+def gemma_prompt(images: int) -> str:
+    return f"<bos><start_of_turn>user\n{'<start_of_image>' * images}describe this image<end_of_turn>\n<start_of_turn>model\n"
+
+
+def gemma_transformers_tokens(folder, model, image_paths, new_tokens: int, two_way: bool = True) -> list[int]:
     """`model.generate` on transformers' Gemma 3 processor's outputs; ``two_way=False``
     drops `token_type_ids`: image tokens then attend causally."""
-    inputs = transformers.AutoProcessor.from_pretrained(folder)(text=GEMMA_PROMPT, images=[Image.open(image_path)], return_tensors="pt")
+    images = [Image.open(path) for path in image_paths]
+    inputs = transformers.AutoProcessor.from_pretrained(folder)(text=gemma_prompt(len(images)), images=images, return_tensors="pt")
     if not two_way:
         del inputs["token_type_ids"]
     with torch.no_grad():
@@ -214,8 +218,9 @@ def gemma_transformers_tokens(folder, model, image_path, new_tokens: int, two_wa
 @pytest.mark.parametrize("window", [512, 32])
 def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
     model = save_gemma3(tmp_path / "source", window)
-    image_path = tmp_path / "image.png"
-    Image.fromarray(np.random.default_rng(0).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(image_path)
+    image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
+    for seed, path in enumerate(image_paths):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
     out = tmp_path / "out"
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(out)]) == 0
     assert "vision model for 64x64 images" in capsys.readouterr().out
@@ -233,6 +238,8 @@ def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
         io[part] = ([v.name for v in graph.input], [v.name for v in graph.output])
     assert io["vision"] == (["pixel_values"], ["image_features"])
     assert io["embedding"] == (["input_ids", "image_features"], ["inputs_embeds"])
+    vision = onnx.load(str(out / files["vision"]), load_external_data=False).graph
+    assert [d.dim_value for d in vision.output[0].type.tensor_type.shape.dim][1:] == [256, 64]  # [images, tokens, hidden]
     assert io["decoder"][0] == ["input_ids", "inputs_embeds", "attention_mask", "position_ids", "past_key_values.0.key",
                                 "past_key_values.0.value", "past_key_values.1.key", "past_key_values.1.value"]
     processor = json.loads((out / "genai_processor_config.json").read_text())["processor"]
@@ -240,11 +247,14 @@ def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
     resize = next(t["operation"]["attrs"] for t in processor["transforms"] if t["operation"]["type"] == "Resize")
     assert (resize["height"], resize["width"], resize["interpolation"]) == (64, 64, "LINEAR")
 
-    expected = gemma_transformers_tokens(tmp_path / "source", model, image_path, 16)
+    source = tmp_path / "source"
+    expected = gemma_transformers_tokens(source, model, image_paths[:1], 16)
     assert len(set(expected)) > 4
     if window == 512:  # the image tokens' two-way attention changes this model's tokens: the runtime's match it
-        assert gemma_transformers_tokens(tmp_path / "source", model, image_path, 16, two_way=False) != expected
-    assert genai_tokens(out, [image_path], 16, GEMMA_PROMPT) == expected
+        assert gemma_transformers_tokens(source, model, image_paths[:1], 16, two_way=False) != expected
+    assert genai_tokens(out, image_paths[:1], 16, gemma_prompt(1)) == expected
+    # two images: the vision model runs on both at once, each image's tokens a block of its own
+    assert genai_tokens(out, image_paths, 16, gemma_prompt(2), 1024) == gemma_transformers_tokens(source, model, image_paths, 16)
 
     # verify chains Qwen's inputs only: asked for Gemma 3, an error before anything is written
     if window == 32:
