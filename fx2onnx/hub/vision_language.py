@@ -14,6 +14,9 @@ checkpoint's own modules (vlm_layout.py names the files and writes the configs).
   as a decode step after a prefill like a causal LM (causal_lm.py), with the same fused
   kernels (GroupQueryAttention where the runtime's kernel applies).
 
+Gemma 3 (vlm_gemma3.py) shares the embedding model; its vision model takes whole images
+and its decoder takes `input_ids` too, for the image tokens' two-way attention.
+
 The wrappers hold the checkpoint's submodules under the checkpoint's own paths
 (`model.language_model.*`, `lm_head.*`), so a fake-mode export finds each weight in the
 folder by its name.
