@@ -374,7 +374,7 @@ def export_hf(
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
-        vision_language.check_supported(loaded.config, verify)
+        vision_language.check_supported(loaded.config, image_size)
     elif image_size is not None:
         raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
     if quantization is not None and loaded.task != TEXT_GENERATION:

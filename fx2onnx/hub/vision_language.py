@@ -47,19 +47,14 @@ GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "gemma3": "gemma3"}
 PACKED_ATTENTION = "fx2onnx_flash_packed_vision"
 
 
-# the model types `verify` chains in onnxruntime (verify_vlm.py follows Qwen's mRoPE inputs)
-VERIFIED_VLM_TYPES = ("qwen2_5_vl",)
-
-
-def check_supported(config: Any, verify: bool = False) -> None:
+def check_supported(config: Any, image_size: tuple[int, int] | None = None) -> None:
     """A clear error, before anything is written, for a model type without a runtime layout
-    here, or without a verification when ``verify`` asks for one."""
+    here, or an ``image_size`` for a model whose processor fixes the size."""
     model_type = getattr(config, "model_type", None)
-    if verify and model_type in GENAI_VLM_TYPES and model_type not in VERIFIED_VLM_TYPES:
-        raise NotImplementedError(
-            f"verify chains the vision, embedding and decoder models of {', '.join(VERIFIED_VLM_TYPES)} folders; "
-            f"{model_type}'s is not written yet. Nothing was written: export without verify and run the folder with "
-            "onnxruntime_genai against transformers' model.generate."
+    if model_type == "gemma3" and image_size is not None:
+        raise ValueError(
+            "Gemma 3's image processor resizes every image to its one size (`size` in preprocessor_config.json), which "
+            "the vision model is exported for: drop image_size (--image-size)."
         )
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(

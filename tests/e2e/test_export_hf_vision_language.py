@@ -222,8 +222,11 @@ def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
     for seed, path in enumerate(image_paths):
         Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
     out = tmp_path / "out"
-    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out)]) == 0
-    assert "vision model for 64x64 images" in capsys.readouterr().out
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--verify"]) == 0
+    printed = capsys.readouterr().out
+    assert "vision model for 64x64 images" in printed
+    # --verify chains the three models in onnxruntime against model.generate with token_type_ids
+    assert re.search(r"verification: largest difference \S+ \(within the tolerance .*\), greedy tokens equal", printed)
 
     config = json.loads((out / "genai_config.json").read_text())["model"]
     assert config["type"] == "gemma3" and config["image_token_id"] == model.config.image_token_id
@@ -256,13 +259,6 @@ def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
     # two images: the vision model runs on both at once, each image's tokens a block of its own
     assert genai_tokens(out, image_paths, 16, gemma_prompt(2), 1024) == gemma_transformers_tokens(source, model, image_paths, 16)
 
-    # verify chains Qwen's inputs only: asked for Gemma 3, an error before anything is written
-    if window == 32:
-        return
-    with pytest.raises(NotImplementedError, match="gemma3's is not written yet. Nothing was written"):
-        export_hf(tmp_path / "source", tmp_path / "out2", verify=True)
-    assert not (tmp_path / "out2").exists()
-
 
 def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tmp_path):
     """The checkpoint keeps Qwen2.5-VL's legacy names (`model.layers.*`, `visual.*`); the
@@ -287,13 +283,18 @@ def test_gemma3_in_fake_mode_streams_the_weights(tmp_path):
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(image_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = export_hf(tmp_path / "source", tmp_path / "out", fake=True)
+        result = export_hf(tmp_path / "source", tmp_path / "out", fake=True, verify=True)
     assert not [w for w in caught if "does not use" in str(w.message) or "missing" in str(w.message)]
+    assert result.verification.passed and result.verification.max_logit_difference < 1e-4, result.verification.summary()
     weights = sum(p.numel() for p in model.parameters()) * 4
     written = sum((tmp_path / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
     assert weights <= written < weights * 1.05
     expected = gemma_transformers_tokens(tmp_path / "source", model, [image_path], 16)
     assert genai_tokens(tmp_path / "out", [image_path], 16, gemma_prompt(1)) == expected
+    # the processor fixes the image size: another one is an error before anything is written
+    with pytest.raises(ValueError, match="drop image_size"):
+        export_hf(tmp_path / "source", tmp_path / "out2", image_size=(32, 32))
+    assert not (tmp_path / "out2").exists()
 
 
 def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
