@@ -51,6 +51,8 @@ def check_supported(config: Any, image_size: tuple[int, int] | None = None) -> N
     """A clear error, before anything is written, for a model type without a runtime layout
     here, or an ``image_size`` for a model whose processor fixes the size."""
     model_type = getattr(config, "model_type", None)
+    if model_type == "gemma3":
+        vlm_gemma3.check_image_tokens(config)
     if model_type == "gemma3" and image_size is not None:
         raise ValueError(
             "Gemma 3's image processor resizes every image to its one size (`size` in preprocessor_config.json), which "

@@ -30,6 +30,20 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.loading import LoadedModel
 
 
+# the image tokens the runtime's gemma3 processor puts per image (a constant of its
+# src/models/gemma_image_processor.cpp, 0.18), so the only count a folder can have
+RUNTIME_IMAGE_TOKENS = 256
+
+
+def check_image_tokens(config: Any) -> None:
+    tokens = int(config.mm_tokens_per_image)
+    if tokens != RUNTIME_IMAGE_TOKENS:
+        raise NotImplementedError(
+            f"The model puts {tokens} tokens per image (mm_tokens_per_image); ONNX Runtime GenAI's gemma3 processor "
+            f"always puts {RUNTIME_IMAGE_TOKENS}, so the folder could not run. Nothing was written."
+        )
+
+
 class Holder(torch.nn.Module):
     """A container that gives the modules it holds their checkpoint paths (the wrappers here and in vision_language.py)."""
 

@@ -295,6 +295,11 @@ def test_gemma3_in_fake_mode_streams_the_weights(tmp_path):
     with pytest.raises(ValueError, match="drop image_size"):
         export_hf(tmp_path / "source", tmp_path / "out2", image_size=(32, 32))
     assert not (tmp_path / "out2").exists()
+    config = json.loads((tmp_path / "source" / "config.json").read_text())
+    (tmp_path / "source" / "config.json").write_text(json.dumps({**config, "mm_tokens_per_image": 64}))
+    with pytest.raises(NotImplementedError, match="puts 64 tokens per image .* always puts 256"):
+        export_hf(tmp_path / "source", tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
 
 
 def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
