@@ -53,11 +53,11 @@ def check_supported(config: Any, image_size: tuple[int, int] | None = None) -> N
     model_type = getattr(config, "model_type", None)
     if model_type == "gemma3":
         vlm_gemma3.check_image_tokens(config)
-    if model_type == "gemma3" and image_size is not None:
-        raise ValueError(
-            "Gemma 3's image processor resizes every image to its one size (`size` in preprocessor_config.json), which "
-            "the vision model is exported for: drop image_size (--image-size)."
-        )
+        if image_size is not None:
+            raise ValueError(
+                "Gemma 3's image processor resizes every image to its one size (`size` in preprocessor_config.json), "
+                "which the vision model is exported for: drop image_size (--image-size)."
+            )
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(
             f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
@@ -238,7 +238,10 @@ def decoder_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
     """Dynamic batch, lengths and cache; the 3 mRoPE axes of a 3-D `position_ids` stay 3. The
     cache's spec follows the flattening the capture registers for it."""
     with registered_containers():
-        return {name: _dynamic(value, {0: 3} if name == "position_ids" and value.dim() == 3 else None) for name, value in inputs.items()}
+        return {
+            name: _dynamic(value, {0: 3} if name == "position_ids" and value.dim() == 3 else None)
+            for name, value in inputs.items()
+        }
 
 
 def exported_image_size(loaded: LoadedModel, image_processor: Any, image_size: tuple[int, int]) -> tuple[int, int]:
@@ -272,7 +275,7 @@ def export_parts(
     """The vision, embedding and decoder exports, and the image size the vision model takes."""
     config, model = loaded.config, loaded.model
     if config.model_type == "gemma3":
-        size = vlm_gemma3.image_size(image_processor)
+        size = exported_image_size(loaded, image_processor, image_size)
         return _export_gemma3_parts(loaded, options, size), size
     size, grid = image_grid(loaded, image_processor, image_size)
     programs = {}

@@ -84,7 +84,7 @@ def _interpolation(image_processor: Any) -> str:
 
 
 def _scaling(image_processor: Any) -> list[dict[str, Any]]:
-    """Rescale and normalize as ``image_processor`` does (the runtime's Normalize takes extra ``normalize`` attrs)."""
+    """The runtime's Rescale and Normalize doing what ``image_processor`` does after resizing."""
     transforms = []
     if getattr(image_processor, "do_rescale", True):
         transforms.append(_operation("rescale", "Rescale", {"rescale_factor": float(image_processor.rescale_factor)}))
