@@ -284,7 +284,7 @@ def _export_image_text_to_text(
     generation = getattr(loaded.model, "generation_config", None)
     genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
     config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
-    processor = vlm_layout.processor_config(image_processor, loaded.config.vision_config, size)
+    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, size)
     for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
         (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
         files.append(name)
@@ -323,7 +323,7 @@ def _verify(
         from transformers import AutoImageProcessor
 
         image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-        size, _ = vision_language.image_grid(loaded, image_processor, image_size)
+        size = vision_language.exported_image_size(loaded, image_processor, image_size)
         files = {part: folder / _onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
         return verify_image_text_to_text(files, model, image_processor, size, tokens, tolerance)
     if loaded.task == TEXT_GENERATION:
@@ -431,7 +431,7 @@ def export_hf(
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
-        vision_language.check_supported(loaded.config)
+        vision_language.check_supported(loaded.config, image_size)
     elif image_size is not None:
         raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
     _check_quantizable(loaded, precision, quantization)

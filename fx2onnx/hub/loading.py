@@ -4,8 +4,9 @@ left in the folder."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,25 @@ def default_task(config: Any) -> str:
     return FEATURE_EXTRACTION
 
 
+@contextlib.contextmanager
+def _value_free_truncated_normal() -> Iterator[None]:
+    """torch's truncated normal init redraws until every value is in range (`mask.any()`
+    on the values), which fake tensors cannot answer; a fake weight has no values to
+    draw (the checkpoint's are streamed at save), so the init leaves it as it is."""
+    from transformers import initialization
+
+    functions = initialization.TORCH_INIT_FUNCTIONS
+    kept = functions.get("trunc_normal_")
+    if kept is None:
+        yield
+        return
+    functions["trunc_normal_"] = lambda tensor, *args, **kwargs: tensor
+    try:
+        yield
+    finally:
+        functions["trunc_normal_"] = kept
+
+
 def load_model(
     folder: Path, task: str | None, dtype: str | None, fake: bool, say: Callable[[str], None] = lambda line: None
 ) -> LoadedModel:
@@ -104,7 +124,7 @@ def load_model(
     auto = getattr(transformers, _AUTO_CLASSES[task])
     torch_dtype = DTYPES[dtype] if dtype else None
     if fake:
-        with enable_fake_mode() as fake_context:
+        with enable_fake_mode() as fake_context, _value_free_truncated_normal():
             model = auto.from_config(config)
         if torch_dtype is not None:
             model.to(torch_dtype)

@@ -14,6 +14,9 @@ checkpoint's own modules (vlm_layout.py names the files and writes the configs).
   as a decode step after a prefill like a causal LM (causal_lm.py), with the same fused
   kernels (GroupQueryAttention where the runtime's kernel applies).
 
+Gemma 3 (vlm_gemma3.py) shares the embedding model; its vision model takes whole images
+and its decoder takes `input_ids` too, for the image tokens' two-way attention.
+
 The wrappers hold the checkpoint's submodules under the checkpoint's own paths
 (`model.language_model.*`, `lm_head.*`), so a fake-mode export finds each weight in the
 folder by its name.
@@ -32,35 +35,35 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
-from fx2onnx.hub import causal_lm
+from fx2onnx.hub import causal_lm, vlm_gemma3
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.vlm_gemma3 import Holder
 
 # the model types export-hf writes image-text-to-text folders for, with ONNX Runtime GenAI's type
-GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl"}
+GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "gemma3": "gemma3"}
 # the packed (block-diagonal) attention of the vision tower, registered with transformers
 # under a name with "flash" in it: transformers then hands it the segment bounds as a
 # tensor instead of splitting the sequence with `.tolist()` (a data-dependent split)
 PACKED_ATTENTION = "fx2onnx_flash_packed_vision"
 
 
-def check_supported(config: Any) -> None:
-    """A clear error, before anything is written, for a model type without a runtime layout here."""
+def check_supported(config: Any, image_size: tuple[int, int] | None = None) -> None:
+    """A clear error, before anything is written, for a model type without a runtime layout
+    here, or an ``image_size`` for a model whose processor fixes the size."""
     model_type = getattr(config, "model_type", None)
+    if model_type == "gemma3":
+        vlm_gemma3.check_image_tokens(config)
+        if image_size is not None:
+            raise ValueError(
+                "Gemma 3's image processor resizes every image to its one size (`size` in preprocessor_config.json), "
+                "which the vision model is exported for: drop image_size (--image-size)."
+            )
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(
             f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
             f"for model types {', '.join(GENAI_VLM_TYPES)}; {model_type} is not one of them. Nothing was written. "
             "Give --task text-generation for its language model alone where transformers loads it as a causal LM."
         )
-
-
-class _Holder(torch.nn.Module):
-    """A container that gives the modules it holds their checkpoint paths."""
-
-    def __init__(self, **modules: torch.nn.Module) -> None:
-        super().__init__()
-        for name, module in modules.items():
-            self.add_module(name, module)
 
 
 def _packed_attention(module, query, key, value, attention_mask=None, scaling=None, cu_seq_lens_q=None, **kwargs):
@@ -93,7 +96,7 @@ class QwenVision(torch.nn.Module):
 
         super().__init__()
         visual = model.model.visual
-        self.model = _Holder(visual=visual)
+        self.model = Holder(visual=visual)
         config = visual.config
         window_index, cu_window_seqlens = get_vision_window_index(
             grid_thw, config.spatial_merge_size, config.window_size, config.patch_size
@@ -115,12 +118,14 @@ class Embedding(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, image_token_id: int) -> None:
         super().__init__()
-        self.model = _Holder(language_model=_Holder(embed_tokens=model.model.language_model.embed_tokens))
+        self.model = Holder(language_model=Holder(embed_tokens=model.model.language_model.embed_tokens))
         self.image_token_id = image_token_id
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
         embeds = self.model.language_model.embed_tokens(input_ids)
         is_image = input_ids == self.image_token_id
+        if image_features.dim() == 3:  # [images, tokens per image, hidden] (Gemma 3's): the images' rows in order
+            image_features = image_features.reshape(-1, image_features.shape[-1])
         # the k-th image token (counted across the batch) takes feature row k; a decode
         # step has no features and keeps the token's own embedding, as transformers does
         # for an image token it generates; an appended zero row keeps the gather in bounds
@@ -139,7 +144,7 @@ class Decoder(torch.nn.Module):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         language_model = model.model.language_model
-        self.model = _Holder(language_model=language_model)
+        self.model = Holder(language_model=language_model)
         self.lm_head = model.lm_head
         self.cache_argument = causal_lm.cache_argument(language_model)
 
@@ -184,7 +189,9 @@ def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Te
     return _as_loaded({"pixel_values": pixels, "image_grid_thw": grid}, loaded, static=True)
 
 
-def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+def embedding_inputs(loaded: LoadedModel, per_image: bool = False) -> dict[str, torch.Tensor]:
+    """Two sequences with 5 image tokens; ``per_image``: the features as the vision model
+    gives them per image ([images, tokens, hidden], here one image of 5 tokens)."""
     config = loaded.config
     vocab = int(config.text_config.vocab_size)
     ids = torch.randint(0, vocab, (2, 9), generator=torch.Generator().manual_seed(0))
@@ -192,6 +199,8 @@ def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     ids[0, 2:5] = config.image_token_id  # 3 image tokens in one sequence, 2 in the other
     ids[1, 4:6] = config.image_token_id
     features = torch.randn(5, int(config.text_config.hidden_size), generator=torch.Generator().manual_seed(1))
+    if per_image:
+        features = features[None]
     return _as_loaded({"input_ids": ids, "image_features": features}, loaded)
 
 
@@ -226,10 +235,38 @@ def _dynamic(value: Any, keep: dict[int, int] | None = None) -> Any:
 
 
 def decoder_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Dynamic batch, lengths and cache; the 3 mRoPE axes of `position_ids` stay 3. The
+    """Dynamic batch, lengths and cache; the 3 mRoPE axes of a 3-D `position_ids` stay 3. The
     cache's spec follows the flattening the capture registers for it."""
     with registered_containers():
-        return {name: _dynamic(value, {0: 3} if name == "position_ids" else None) for name, value in inputs.items()}
+        return {
+            name: _dynamic(value, {0: 3} if name == "position_ids" and value.dim() == 3 else None)
+            for name, value in inputs.items()
+        }
+
+
+def exported_image_size(loaded: LoadedModel, image_processor: Any, image_size: tuple[int, int]) -> tuple[int, int]:
+    """The (height, width) of the images the vision model takes: Qwen's processor's size
+    for an ``image_size`` image, Gemma 3's processor's one fixed size."""
+    if loaded.config.model_type == "gemma3":
+        return vlm_gemma3.image_size(image_processor)
+    return image_grid(loaded, image_processor, image_size)[0]
+
+
+def _export_gemma3_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, size: tuple[int, int]) -> dict[str, Any]:
+    model = loaded.model
+    plain = dataclasses.replace(options, causal_mask_input=None)
+    vision_options = dataclasses.replace(plain, dynamic_shapes=vlm_gemma3.vision_dynamic_shapes())
+    vision = _as_loaded(vlm_gemma3.vision_inputs(loaded, size), loaded, static=True)
+    inputs = vlm_gemma3.decoder_inputs(loaded, lambda value: _as_loaded(value, loaded))
+    # image blocks attend both ways: an explicit mask, not the causal kernel's
+    decoder_options = dataclasses.replace(plain, dynamic_shapes=decoder_dynamic_shapes(inputs))
+    return {
+        "vision": fx2onnx.dynamo_export(vlm_gemma3.GemmaVision(model), **vision, export_options=vision_options),
+        "embedding": fx2onnx.dynamo_export(
+            Embedding(model, int(loaded.config.image_token_id)), **embedding_inputs(loaded, per_image=True), export_options=plain
+        ),
+        "decoder": fx2onnx.dynamo_export(vlm_gemma3.GemmaDecoder(model), **inputs, export_options=decoder_options),
+    }
 
 
 def export_parts(
@@ -237,6 +274,9 @@ def export_parts(
 ) -> tuple[dict[str, fx2onnx.ONNXProgram], tuple[int, int]]:
     """The vision, embedding and decoder exports, and the image size the vision model takes."""
     config, model = loaded.config, loaded.model
+    if config.model_type == "gemma3":
+        size = exported_image_size(loaded, image_processor, image_size)
+        return _export_gemma3_parts(loaded, options, size), size
     size, grid = image_grid(loaded, image_processor, image_size)
     programs = {}
     plain = dataclasses.replace(options, causal_mask_input=None)

@@ -38,7 +38,10 @@ def genai_vlm_config(
     written = genai_config(text, generation_config, files["decoder"], decoder)
     model = written["model"]
     inputs = model["decoder"]["inputs"]
-    model["decoder"]["inputs"] = {"inputs_embeds": "inputs_embeds", **{k: v for k, v in inputs.items() if k != "input_ids"}}
+    # a decoder declaring `input_ids` (Gemma 3's, for its image mask) is fed them beside the embeddings
+    model["decoder"]["inputs"] = {"inputs_embeds": "inputs_embeds", **inputs}
+    if "input_ids" not in {value.name for value in decoder.graph.inputs}:
+        model["decoder"]["inputs"].pop("input_ids", None)
     model["type"] = genai_type
     for key in ("image_token_id", "video_token_id", "vision_start_token_id"):
         if getattr(config, key, None) is not None:
@@ -48,6 +51,12 @@ def genai_vlm_config(
         "inputs": {"input_ids": "input_ids", "image_features": "image_features"}, "outputs": {"inputs_embeds": "inputs_embeds"},
     }
     vision = config.vision_config
+    if genai_type == "gemma3":
+        model["vision"] = {
+            "filename": files["vision"], "config_filename": PROCESSOR_CONFIG, "session_options": _session(),
+            "inputs": {"pixel_values": "pixel_values"}, "outputs": {"image_features": "image_features"},
+        }
+        return written
     model["vision"] = {
         "filename": files["vision"], "config_filename": PROCESSOR_CONFIG, "session_options": _session(),
         "spatial_merge_size": int(vision.spatial_merge_size), "patch_size": int(vision.patch_size),
@@ -66,7 +75,49 @@ def _operation(name: str, kind: str, attrs: dict[str, Any] | None = None) -> dic
     return {"operation": operation}
 
 
-def processor_config(image_processor: Any, vision_config: Any, size: tuple[int, int]) -> dict[str, Any]:
+def _interpolation(image_processor: Any) -> str:
+    resample = int(getattr(image_processor, "resample", 3))
+    if resample not in _INTERPOLATIONS:
+        raise ValueError(f"The image processor resamples with PIL filter {resample}, which the runtime's processor lacks: "
+                         f"it has {', '.join(f'{k} ({v})' for k, v in _INTERPOLATIONS.items())}.")
+    return _INTERPOLATIONS[resample]
+
+
+def _scaling(image_processor: Any) -> list[dict[str, Any]]:
+    """The runtime's Rescale and Normalize doing what ``image_processor`` does after resizing."""
+    transforms = []
+    if getattr(image_processor, "do_rescale", True):
+        transforms.append(_operation("rescale", "Rescale", {"rescale_factor": float(image_processor.rescale_factor)}))
+    if getattr(image_processor, "do_normalize", True):
+        transforms.append(_operation("normalize", "Normalize", {
+            "mean": [float(v) for v in image_processor.image_mean], "std": [float(v) for v in image_processor.image_std],
+        }))
+    return transforms
+
+
+def processor_config(
+    genai_type: str, image_processor: Any, vision_config: Any, size: tuple[int, int]
+) -> dict[str, Any]:
+    """`genai_processor_config.json` for the runtime's processor of ``genai_type``."""
+    if genai_type == "gemma3":
+        return gemma3_processor_config(image_processor, size)
+    return qwen_processor_config(image_processor, vision_config, size)
+
+
+def gemma3_processor_config(image_processor: Any, size: tuple[int, int]) -> dict[str, Any]:
+    """The runtime's Gemma 3 image processor: every image resized to ``size`` (height,
+    width), scaled and normalized, channels first ([3, height, width] per image). The
+    decoder gives RGB already: the runtime's ConvertRGB here would swap the channels."""
+    transforms = [_operation("decode_image", "DecodeImage", {"color_space": "RGB"})]
+    transforms.append(_operation("resize", "Resize", {
+        "height": size[0], "width": size[1], "keep_aspect_ratio": 0, "interpolation": _interpolation(image_processor),
+    }))
+    transforms += _scaling(image_processor)
+    transforms.append(_operation("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}))
+    return {"processor": {"name": "gemma_3_image_processing", "transforms": transforms}}
+
+
+def qwen_processor_config(image_processor: Any, vision_config: Any, size: tuple[int, int]) -> dict[str, Any]:
     """The runtime's Qwen2.5-VL image processor (onnxruntime-extensions' transforms) doing
     what ``image_processor`` does to an image of ``size`` (height, width): every image is
     resized to that size, the one the vision model was exported for."""
@@ -74,22 +125,16 @@ def processor_config(image_processor: Any, vision_config: Any, size: tuple[int, 
     transforms = [_operation("decode_image", "DecodeImage", {"color_space": "RGB"})]
     if getattr(image_processor, "do_convert_rgb", True):
         transforms.append(_operation("convert_to_rgb", "ConvertRGB"))
-    resample = int(getattr(image_processor, "resample", 3))
-    if resample not in _INTERPOLATIONS:
-        raise ValueError(f"The image processor resamples with PIL filter {resample}, which the runtime's processor lacks: "
-                         f"it has {', '.join(f'{k} ({v})' for k, v in _INTERPOLATIONS.items())}.")
     # a fixed size: the processor resizes every image to the vision model's grid
     transforms.append(_operation("resize", "Resize", {
         "height": size[0], "width": size[1], "smart_resize": 0, "keep_aspect_ratio": 0,
-        "interpolation": _INTERPOLATIONS[resample], "patch_size": patch, "merge_size": merge,
+        "interpolation": _interpolation(image_processor), "patch_size": patch, "merge_size": merge,
     }))
-    if getattr(image_processor, "do_rescale", True):
-        transforms.append(_operation("rescale", "Rescale", {"rescale_factor": float(image_processor.rescale_factor)}))
-    if getattr(image_processor, "do_normalize", True):
-        transforms.append(_operation("normalize", "Normalize", {
-            "mean": [float(v) for v in image_processor.image_mean], "std": [float(v) for v in image_processor.image_std],
-            "qwen2_5_vl": 1,
-        }))
+    scaling = _scaling(image_processor)
+    for operation in scaling:
+        if operation["operation"]["type"] == "Normalize":
+            operation["operation"]["attrs"]["qwen2_5_vl"] = 1
+    transforms += scaling
     transforms.append(_operation("patch_image", "PatchImage", {
         "patch_size": patch, "temporal_patch_size": int(vision_config.temporal_patch_size), "merge_size": merge,
     }))

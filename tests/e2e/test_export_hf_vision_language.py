@@ -96,14 +96,14 @@ def transformers_tokens(folder, model, image_paths, new_tokens: int) -> list[int
     return generated[0, ids.shape[1]:].tolist()
 
 
-def genai_tokens(folder, image_paths, new_tokens: int) -> list[int]:
+def genai_tokens(folder, image_paths, new_tokens: int, prompt: str | None = None, max_length: int = 512) -> list[int]:
     """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the image files."""
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(str(folder))
     images = og.Images.open(*[str(path) for path in image_paths])
-    inputs = model.create_multimodal_processor()(qwen_prompt(len(image_paths)), images=images)
+    inputs = model.create_multimodal_processor()(prompt or qwen_prompt(len(image_paths)), images=images)
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=256, do_sample=False)
+    params.set_search_options(max_length=max_length, do_sample=False)
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
     tokens = []
@@ -162,6 +162,104 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
     assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
 
 
+GEMMA_SPECIAL = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>",
+                 "<image_soft_token>"]
+GEMMA_IMAGE_SIZE = (64, 64)  # the processor's fixed size: 16x16 patches of 4, the runtime's 256 tokens per image
+
+
+def save_gemma3(folder, sliding_window: int = 512):
+    """A two-layer Gemma 3 (two sliding-window layers; two SigLIP layers) with transformers' Gemma 3 processor. The runtime puts
+    256 tokens per image (its processor's constant), so mm_tokens_per_image is 256; the
+    head is untied and the weights large enough that greedy tokens vary and the image
+    tokens' two-way attention changes them."""
+    tokenizer = trained_tokenizer(
+        GEMMA_SPECIAL, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        extra_special_tokens={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA_SPECIAL}
+    roles = dict(bos_token_id=ids["<bos>"], eos_token_id=ids["<eos>"], pad_token_id=ids["<pad>"])
+    config = transformers.Gemma3Config(
+        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, max_position_embeddings=1024, vocab_size=len(tokenizer), sliding_window=sliding_window,
+                         initializer_range=0.3, tie_word_embeddings=False, **roles),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=GEMMA_IMAGE_SIZE[0], patch_size=4, vision_use_head=False),
+        mm_tokens_per_image=256, image_token_index=ids["<image_soft_token>"], boi_token_index=ids["<start_of_image>"],
+        eoi_token_index=ids["<end_of_image>"], tie_word_embeddings=False, **roles,
+    )
+    torch.manual_seed(5)  # a seed whose tokens a causal prefill changes by the 4th
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # the projector starts at zero: the image would not count
+        model.model.multi_modal_projector.mm_input_projection_weight.normal_(0, 0.5)
+    model.save_pretrained(folder)
+    image_processor = transformers.Gemma3ImageProcessorPil(size=dict(zip(("height", "width"), GEMMA_IMAGE_SIZE)))
+    transformers.Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=256).save_pretrained(folder)
+    return model
+
+
+def gemma_prompt(images: int) -> str:
+    return f"<bos><start_of_turn>user\n{'<start_of_image>' * images}describe this image<end_of_turn>\n<start_of_turn>model\n"
+
+
+def gemma_transformers_tokens(folder, model, image_paths, new_tokens: int, two_way: bool = True) -> list[int]:
+    """`model.generate` on transformers' Gemma 3 processor's outputs; ``two_way=False``
+    drops `token_type_ids`: image tokens then attend causally."""
+    images = [Image.open(path) for path in image_paths]
+    inputs = transformers.AutoProcessor.from_pretrained(folder)(text=gemma_prompt(len(images)), images=images, return_tensors="pt")
+    if not two_way:
+        del inputs["token_type_ids"]
+    with torch.no_grad():
+        generated = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+    return generated[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+# a window longer than the sequence (281 prompt tokens), then one that cuts it: the
+# decoder's cache grows in every layer and the window is a part of its mask
+@pytest.mark.parametrize("window", [512, 32])
+def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
+    model = save_gemma3(tmp_path / "source", window)
+    image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
+    for seed, path in enumerate(image_paths):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
+    out = tmp_path / "out"
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--verify"]) == 0
+    printed = capsys.readouterr().out
+    assert "vision model for 64x64 images" in printed
+    # --verify chains the three models in onnxruntime against model.generate with token_type_ids
+    assert re.search(r"verification: largest difference \S+ \(within the tolerance .*\), greedy tokens equal", printed)
+
+    config = json.loads((out / "genai_config.json").read_text())["model"]
+    assert config["type"] == "gemma3" and config["image_token_id"] == model.config.image_token_id
+    # the decoder takes the step's ids to find the image tokens that attend each other both ways
+    assert config["decoder"]["inputs"]["input_ids"] == "input_ids"
+    assert config["vision"]["inputs"] == {"pixel_values": "pixel_values"}
+    files = {part: config[part]["filename"] for part in ("vision", "embedding", "decoder")}
+    io = {}
+    for part, name in files.items():
+        onnx.checker.check_model(str(out / name), full_check=True)
+        graph = onnx.load(str(out / name), load_external_data=False).graph
+        io[part] = ([v.name for v in graph.input], [v.name for v in graph.output])
+    assert io["vision"] == (["pixel_values"], ["image_features"])
+    assert io["embedding"] == (["input_ids", "image_features"], ["inputs_embeds"])
+    vision = onnx.load(str(out / files["vision"]), load_external_data=False).graph
+    assert [d.dim_value for d in vision.output[0].type.tensor_type.shape.dim][1:] == [256, 64]  # [images, tokens, hidden]
+    assert io["decoder"][0] == ["input_ids", "inputs_embeds", "attention_mask", "position_ids", "past_key_values.0.key",
+                                "past_key_values.0.value", "past_key_values.1.key", "past_key_values.1.value"]
+    processor = json.loads((out / "genai_processor_config.json").read_text())["processor"]
+    assert processor["name"] == "gemma_3_image_processing"
+    resize = next(t["operation"]["attrs"] for t in processor["transforms"] if t["operation"]["type"] == "Resize")
+    assert (resize["height"], resize["width"], resize["interpolation"]) == (64, 64, "LINEAR")
+
+    source = tmp_path / "source"
+    expected = gemma_transformers_tokens(source, model, image_paths[:1], 16)
+    assert len(set(expected)) > 4
+    if window == 512:  # the image tokens' two-way attention changes this model's tokens: the runtime's match it
+        assert gemma_transformers_tokens(source, model, image_paths[:1], 16, two_way=False) != expected
+    assert genai_tokens(out, image_paths[:1], 16, gemma_prompt(1)) == expected
+    # two images: the vision model runs on both at once, each image's tokens a block of its own
+    assert genai_tokens(out, image_paths, 16, gemma_prompt(2), 1024) == gemma_transformers_tokens(source, model, image_paths, 16)
+
+
 def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tmp_path):
     """The checkpoint keeps Qwen2.5-VL's legacy names (`model.layers.*`, `visual.*`); the
     three models read their weights by them, each only its own."""
@@ -175,6 +273,33 @@ def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tm
     weights = sum(p.numel() for p in model.parameters()) * 4
     written = sum((tmp_path / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
     assert weights <= written < weights * 1.05  # every weight written once, in the one model that uses it
+
+
+def test_gemma3_in_fake_mode_streams_the_weights(tmp_path):
+    """A fake-mode Gemma 3 (SigLIP's truncated-normal init cannot run on fake weights: it is
+    skipped) writes each weight once, in the model that uses it, and generates as transformers."""
+    model = save_gemma3(tmp_path / "source")
+    image_path = tmp_path / "image.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(image_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = export_hf(tmp_path / "source", tmp_path / "out", fake=True, verify=True)
+    assert not [w for w in caught if "does not use" in str(w.message) or "missing" in str(w.message)]
+    assert result.verification.passed and result.verification.max_logit_difference < 1e-4, result.verification.summary()
+    weights = sum(p.numel() for p in model.parameters()) * 4
+    written = sum((tmp_path / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
+    assert weights <= written < weights * 1.05
+    expected = gemma_transformers_tokens(tmp_path / "source", model, [image_path], 16)
+    assert genai_tokens(tmp_path / "out", [image_path], 16, gemma_prompt(1)) == expected
+    # the processor fixes the image size: another one is an error before anything is written
+    with pytest.raises(ValueError, match="drop image_size"):
+        export_hf(tmp_path / "source", tmp_path / "out2", image_size=(32, 32))
+    assert not (tmp_path / "out2").exists()
+    config = json.loads((tmp_path / "source" / "config.json").read_text())
+    (tmp_path / "source" / "config.json").write_text(json.dumps({**config, "mm_tokens_per_image": 64}))
+    with pytest.raises(NotImplementedError, match="puts 64 tokens per image .* always puts 256"):
+        export_hf(tmp_path / "source", tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
 
 
 def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
@@ -200,6 +325,6 @@ def test_an_image_text_to_text_type_without_a_runtime_layout_is_an_error(tmp_pat
         image_token_id=99,
     )
     transformers.LlavaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
-    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl; llava is not one of them. Nothing was written"):
+    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl, gemma3; llava is not one of them. Nothing was written"):
         export_hf(tmp_path / "source", tmp_path / "out", say=print)
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
