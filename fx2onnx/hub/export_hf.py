@@ -232,14 +232,27 @@ def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization:
 
 def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
     encoder, decoder = seq2seq.halves(loaded)
+    # the halves hold the whole model as `model`: in fake mode, its weights under that prefix
+    checkpoint = None
+    if loaded.fake_context is not None:
+        checkpoint = RenamedCheckpoint(loaded.folder, loaded.model).prefixed(seq2seq.WHOLE_MODEL_PREFIX)
+
+    def save(program: fx2onnx.ONNXProgram, folder: Path, name: str) -> list[str]:
+        state = None
+        if checkpoint is not None:  # the half's own weights and their tied names (the LM head of the embedding)
+            signature = program.model_signature
+            needed = set(signature.torch_names().values()) | {n for names in signature.aliases().values() for n in names}
+            state = checkpoint.only(needed)
+        return _save(program, folder, name, loaded, state)
+
     program = _exported(encoder, _fake(seq2seq.encoder_inputs(loaded), loaded), options)
-    files = _save(program, staging, _onnx_file(loaded, layout.ENCODER), loaded)
+    files = save(program, staging, _onnx_file(loaded, layout.ENCODER))
     # the first and the next steps, captured apart, then merged into one file
     steps = staging / ".decoder_steps"
     paths = []
     for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
         program = _exported(decoder, seq2seq.decoder_inputs(loaded, decoder, with_past), options)
-        _save(program, steps, name, loaded)
+        save(program, steps, name)
         paths.append(steps / name)
     merged = _onnx_file(loaded, layout.MERGED_DECODER)
     merge_decoders(*paths, staging / merged, layout.data_file(merged))

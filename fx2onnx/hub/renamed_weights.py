@@ -35,6 +35,13 @@ class RenamedCheckpoint(Mapping[str, torch.Tensor]):
                 for key in handle.keys():
                     self._where[rename(key)] = (path, key)
 
+    def prefixed(self, prefix: str) -> RenamedCheckpoint:
+        """The same checkpoint with every name under ``prefix``: the names a wrapper that
+        holds the whole model as ``self.model`` gives its weights (seq2seq's halves)."""
+        wrapped = RenamedCheckpoint.__new__(RenamedCheckpoint)
+        wrapped._where = {prefix + name: where for name, where in self._where.items()}
+        return wrapped
+
     def only(self, names: set[str]) -> RenamedCheckpoint:
         """The same checkpoint restricted to ``names`` (one part's weights: the others are not unused weights of it)."""
         part = RenamedCheckpoint.__new__(RenamedCheckpoint)

@@ -212,7 +212,9 @@ def seq2seq_model(kind: str) -> torch.nn.Module:
     return transformers.WhisperForConditionalGeneration(config).eval()
 
 
-@pytest.mark.parametrize(("kind", "fake"), [("t5", False), ("bart", False), ("whisper", False), ("t5", True)])
+@pytest.mark.parametrize(
+    ("kind", "fake"), [("t5", False), ("bart", False), ("whisper", False), ("t5", True), ("bart", True), ("whisper", True)]
+)
 def test_encoder_decoder_folders(tmp_path, kind, fake):
     seq2seq_model(kind).save_pretrained(tmp_path / "source", max_shard_size="50KB")
     # Whisper in Optimum's layout is --runtime standard (onnxruntime's is ONNX Runtime GenAI's, test_whisper_genai.py)
