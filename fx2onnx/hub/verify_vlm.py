@@ -44,8 +44,11 @@ def _qwen_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> _Pr
     image = [int(config.vision_start_token_id), *[int(config.image_token_id)] * tokens, int(config.vision_end_token_id)]
     ids = torch.tensor([text[:3] + image + text[3:8]])
     mm_types = (ids == config.image_token_id).long()
-    features = model.model.get_image_features(images["pixel_values"], images["image_grid_thw"])
-    features = torch.cat(list(getattr(features, "pooler_output", features)))
+    output = model.model.get_image_features(images["pixel_values"], images["image_grid_thw"])
+    features = torch.cat(list(getattr(output, "pooler_output", output)))
+    # Qwen3-VL: the DeepStack features beside the merger's, as its vision model gives them (vlm_qwen3.py)
+    deepstack = [torch.cat(list(blocks)) for blocks in getattr(output, "deepstack_features", None) or []]
+    features = torch.cat([features, *deepstack], dim=-1)
     positions, deltas = model.model.get_rope_index(ids, mm_types, image_grid_thw=images["image_grid_thw"],
                                                    attention_mask=torch.ones_like(ids))
     # a text token after the prompt: its position plus the prompt's mRoPE offset, on all 3 axes

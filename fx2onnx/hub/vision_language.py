@@ -14,7 +14,8 @@ checkpoint's own modules (vlm_layout.py names the files and writes the configs).
   as a decode step after a prefill like a causal LM (causal_lm.py), with the same fused
   kernels (GroupQueryAttention where the runtime's kernel applies).
 
-Gemma 3 (vlm_gemma3.py) shares the embedding model; its vision model takes whole images
+Qwen3-VL (vlm_qwen3.py) takes these paths with its own vision tower, its DeepStack
+features carried in wider `image_features` and `inputs_embeds` rows. Gemma 3 (vlm_gemma3.py) shares the embedding model; its vision model takes whole images
 and its decoder takes `input_ids` too, for the image tokens' two-way attention.
 
 The wrappers hold the checkpoint's submodules under the checkpoint's own paths
@@ -35,12 +36,12 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
-from fx2onnx.hub import causal_lm, vlm_gemma3
+from fx2onnx.hub import causal_lm, vlm_gemma3, vlm_qwen3
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vlm_gemma3 import Holder
 
 # the model types export-hf writes image-text-to-text folders for, with ONNX Runtime GenAI's type
-GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "gemma3": "gemma3"}
+GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "gemma3": "gemma3"}
 # the packed (block-diagonal) attention of the vision tower, registered with transformers
 # under a name with "flash" in it: transformers then hands it the segment bounds as a
 # tensor instead of splitting the sequence with `.tolist()` (a data-dependent split)
@@ -120,9 +121,13 @@ class Embedding(torch.nn.Module):
         super().__init__()
         self.model = Holder(language_model=Holder(embed_tokens=model.model.language_model.embed_tokens))
         self.image_token_id = image_token_id
+        # columns after the embedding: Qwen3-VL's DeepStack features (vlm_qwen3.py), zeros at text tokens
+        self.extra = vlm_qwen3.row_width(model.config) - int(model.config.text_config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
         embeds = self.model.language_model.embed_tokens(input_ids)
+        if self.extra:
+            embeds = torch.cat([embeds, embeds.new_zeros(*embeds.shape[:-1], self.extra)], dim=-1)
         is_image = input_ids == self.image_token_id
         if image_features.dim() == 3:  # [images, tokens per image, hidden] (Gemma 3's): the images' rows in order
             image_features = image_features.reshape(-1, image_features.shape[-1])
@@ -147,12 +152,20 @@ class Decoder(torch.nn.Module):
         self.model = Holder(language_model=language_model)
         self.lm_head = model.lm_head
         self.cache_argument = causal_lm.cache_argument(language_model)
+        self.deepstack = vlm_qwen3.deepstack_layers(model.config)
+        self.hidden = int(model.config.text_config.hidden_size)
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
-        output = self.model.language_model(
-            inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-            **{self.cache_argument: past_key_values},
-        )
+        language_model, extra = self.model.language_model, {}
+        if self.deepstack:  # Qwen3-VL: rows wider than the embeddings (vlm_qwen3.py)
+            inputs_embeds, extra = vlm_qwen3.deepstack_arguments(language_model, inputs_embeds, self.hidden)
+        try:
+            output = language_model(
+                inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                **{self.cache_argument: past_key_values}, **extra,
+            )
+        finally:
+            vlm_qwen3.restore_deepstack(language_model)
         cache = getattr(output, "cache", None) or output.past_key_values
         return {"logits": self.lm_head(output.last_hidden_state), "present": cache}
 
@@ -198,7 +211,7 @@ def embedding_inputs(loaded: LoadedModel, per_image: bool = False) -> dict[str, 
     ids[ids == config.image_token_id] = 0
     ids[0, 2:5] = config.image_token_id  # 3 image tokens in one sequence, 2 in the other
     ids[1, 4:6] = config.image_token_id
-    features = torch.randn(5, int(config.text_config.hidden_size), generator=torch.Generator().manual_seed(1))
+    features = torch.randn(5, vlm_qwen3.row_width(config), generator=torch.Generator().manual_seed(1))
     if per_image:
         features = features[None]
     return _as_loaded({"input_ids": ids, "image_features": features}, loaded)
@@ -219,7 +232,12 @@ def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[..., :cached], use_cache=True
         )
     cache = getattr(prefill, "cache", None) or prefill.past_key_values
-    return {"inputs_embeds": embeds[:, cached:], "attention_mask": mask, "position_ids": positions[..., cached:].contiguous(),
+    step = embeds[:, cached:]
+    if vlm_qwen3.deepstack_layers(loaded.config):  # Qwen3-VL's DeepStack columns (vlm_qwen3.py)
+        width = vlm_qwen3.row_width(loaded.config) - hidden
+        extra = torch.randn(batch, new, width, generator=torch.Generator().manual_seed(2))
+        step = torch.cat([step, _as_loaded(extra, loaded)], dim=-1)
+    return {"inputs_embeds": step, "attention_mask": mask, "position_ids": positions[..., cached:].contiguous(),
             "past_key_values": cache}
 
 
@@ -280,7 +298,7 @@ def export_parts(
     size, grid = image_grid(loaded, image_processor, image_size)
     programs = {}
     plain = dataclasses.replace(options, causal_mask_input=None)
-    vision = QwenVision(model, grid)
+    vision = (vlm_qwen3.Qwen3Vision if config.model_type == "qwen3_vl" else QwenVision)(model, grid)
     with _packed_vision_attention(model.model.visual.config):
         programs["vision"] = fx2onnx.dynamo_export(
             vision, **vision_inputs(loaded, grid), export_options=dataclasses.replace(plain, dynamic_shapes=False)

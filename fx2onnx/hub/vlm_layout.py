@@ -15,6 +15,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from fx2onnx.hub import vlm_qwen3
 from fx2onnx.hub.genai_config import genai_config
 
 VISION, EMBEDDING, DECODER = "vision_encoder", "embed_tokens", "decoder_model_merged"
@@ -43,6 +44,9 @@ def genai_vlm_config(
     if "input_ids" not in {value.name for value in decoder.graph.inputs}:
         model["decoder"]["inputs"].pop("input_ids", None)
     model["type"] = genai_type
+    # Qwen3-VL's rows carry DeepStack features beside the embeddings (vlm_qwen3.py); the
+    # runtime sizes `image_features` and `inputs_embeds` by this
+    model["decoder"]["hidden_size"] = vlm_qwen3.row_width(config)
     for key in ("image_token_id", "video_token_id", "vision_start_token_id"):
         if getattr(config, key, None) is not None:
             model[key] = int(getattr(config, key))

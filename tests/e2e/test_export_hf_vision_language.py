@@ -113,18 +113,26 @@ def genai_tokens(folder, image_paths, new_tokens: int, prompt: str | None = None
     return tokens
 
 
-def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
-    model = save_qwen2_5_vl(tmp_path / "source")
+def exported_with_images(tmp_path, capsys, size: tuple[int, int]):
+    """Two random images of ``size`` beside the source folder, and its `export-hf --verify`
+    folder at that image size: (images, folder, what the command printed)."""
     image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
     for seed, path in enumerate(image_paths):
-        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)).save(path)
     out = tmp_path / "out"
-    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--image-size", "84x112", "--verify"]) == 0
+    argument = f"{size[0]}x{size[1]}"
+    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--image-size", argument, "--verify"]) == 0
     printed = capsys.readouterr().out
-    assert "task image-text-to-text (the default for Qwen2_5_VLForConditionalGeneration" in printed
-    assert "vision model for 84x112 images" in printed
+    assert f"vision model for {argument} images" in printed
     # --verify chains the three models in onnxruntime against model.generate on the processor's inputs
     assert re.search(r"verification: largest difference \S+ \(within the tolerance .*\), greedy tokens equal", printed)
+    return image_paths, out, printed
+
+
+def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
+    model = save_qwen2_5_vl(tmp_path / "source")
+    image_paths, out, printed = exported_with_images(tmp_path, capsys, IMAGE_SIZE)
+    assert "task image-text-to-text (the default for Qwen2_5_VLForConditionalGeneration" in printed
 
     config = json.loads((out / "genai_config.json").read_text())["model"]
     assert config["type"] == "qwen2_5_vl" and config["image_token_id"] == model.config.image_token_id
@@ -160,6 +168,81 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
     paths = {part: out / name for part, name in files.items()}
     planted = verify_image_text_to_text(paths, model, image_processor, IMAGE_SIZE, 4, tolerance_for(torch.float32))
     assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
+
+
+QWEN3_IMAGE_SIZE = (96, 128)  # multiples of 32 (patches of 16, merged 2x2) that the processor keeps: a 6x8 patch grid
+
+
+def save_qwen3_vl(folder):
+    """A two-layer Qwen3-VL (two vision layers, both feeding DeepStack features to the two
+    text layers; interleaved mRoPE) with Qwen's tokenizer and an image processor of patch 16."""
+    tokenizer = trained_tokenizer(QWEN_SPECIAL, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL}
+    roles = dict(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+    config = transformers.Qwen3VLConfig(
+        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, max_position_embeddings=512, vocab_size=len(tokenizer), **roles,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
+                                          "mrope_interleaved": True}),
+        vision_config=dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=16,
+                           spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
+                           deepstack_visual_indexes=[0, 1]),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen3VLForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    transformers.Qwen2VLImageProcessorPil(patch_size=16, min_pixels=32 * 32, max_pixels=32 * 32 * 64, image_mean=[0.5] * 3,
+                                          image_std=[0.5] * 3).save_pretrained(folder)
+    tokenizer.chat_template = QWEN_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def test_qwen3_vl_folder_generates_as_transformers(tmp_path, capsys):
+    """Qwen3-VL's DeepStack features ride beside the embeddings (the runtime has no input for them): the
+    runtime's greedy tokens equal transformers' on one image and on two."""
+    model = save_qwen3_vl(tmp_path / "source")
+    image_paths, out, _ = exported_with_images(tmp_path, capsys, QWEN3_IMAGE_SIZE)
+
+    config = json.loads((out / "genai_config.json").read_text())["model"]
+    assert config["type"] == "qwen3_vl" and config["vision"]["patch_size"] == 16
+    # the embeddings and the two DeepStack blocks side by side: the width the runtime sizes both buffers by
+    assert config["decoder"]["hidden_size"] == 64 * 3
+    files = {part: out / config[part]["filename"] for part in ("vision", "embedding", "decoder")}
+    widths = {}
+    for part, path in files.items():
+        onnx.checker.check_model(str(path), full_check=True)
+        graph = onnx.load(str(path), load_external_data=False).graph
+        widths[part] = [d.dim_value for d in (graph.output[0] if part != "decoder" else graph.input[0]).type.tensor_type.shape.dim][-1]
+    assert widths == {"vision": 192, "embedding": 192, "decoder": 192}
+    processor = json.loads((out / "genai_processor_config.json").read_text())["processor"]["transforms"]
+    patch = next(t["operation"]["attrs"] for t in processor if t["operation"]["type"] == "PatchImage")
+    assert patch["patch_size"] == 16
+
+    # the DeepStack features change this model's tokens: the runtime's must carry them
+    expected = transformers_tokens(tmp_path / "source", model, image_paths[:1], 16)
+    assert len(set(expected)) > 4
+    with torch.no_grad():
+        kept = [merger.linear_fc2.weight.clone() for merger in model.model.visual.deepstack_merger_list]
+        for merger in model.model.visual.deepstack_merger_list:
+            merger.linear_fc2.weight.zero_()
+        assert transformers_tokens(tmp_path / "source", model, image_paths[:1], 16) != expected
+        for merger, weight in zip(model.model.visual.deepstack_merger_list, kept):
+            merger.linear_fc2.weight.copy_(weight)
+    for images in (image_paths[:1], image_paths):
+        assert genai_tokens(out, images, 16) == transformers_tokens(tmp_path / "source", model, images, 16)
+
+    # fake mode: each model reads its own weights from the checkpoint, each written once
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = export_hf(tmp_path / "source", tmp_path / "fake", fake=True, verify=True, image_size=QWEN3_IMAGE_SIZE)
+    assert not [w for w in caught if "does not use" in str(w.message) or "missing" in str(w.message)]
+    assert result.verification.passed and result.verification.max_logit_difference < 1e-5, result.verification.summary()
+    weights = sum(p.numel() for p in model.parameters()) * 4
+    written = sum((tmp_path / "fake" / f).stat().st_size for f in result.files if f.endswith("_data"))
+    assert weights <= written < weights * 1.05
 
 
 GEMMA_SPECIAL = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>",
@@ -325,6 +408,6 @@ def test_an_image_text_to_text_type_without_a_runtime_layout_is_an_error(tmp_pat
         image_token_id=99,
     )
     transformers.LlavaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
-    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl, gemma3; llava is not one of them. Nothing was written"):
+    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl, qwen3_vl, gemma3; llava is not one of them. Nothing was written"):
         export_hf(tmp_path / "source", tmp_path / "out", say=print)
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]

@@ -1,0 +1,89 @@
+"""Qwen3-VL's vision and decoder models as ONNX Runtime GenAI's `qwen3_vl` type runs them
+(the embedding model is vision_language.Embedding, as for every VLM here).
+
+Qwen3-VL adds DeepStack: features taken after a few vision layers are added, at the
+image tokens, to the hidden states after the decoder's first layers. The runtime (0.18)
+has no channel for them: it passes the vision model's one `image_features` output to the
+embedding model and that model's one `inputs_embeds` output to the decoder, each sized by
+`model.decoder.hidden_size` of genai_config.json. So the features ride in wider rows:
+
+- vision (`pixel_values`, `image_grid_thw` -> `image_features` [image tokens,
+  hidden x (1 + deepstack layers)]): the merger's features, then each DeepStack merger's,
+  side by side. As for Qwen2.5-VL, the grid's layout (position embedding interpolation,
+  rotary positions, segments) is computed here for the one grid of the export's size.
+- embedding: a text token's row is its embedding then zeros; an image token's is its features row.
+- decoder (`inputs_embeds` as wide): the first `hidden` columns are the embeddings, the
+  next blocks the DeepStack features added after each early layer (zeros at text tokens:
+  adding them leaves the hidden states as transformers' are).
+
+genai_config.json gives the decoder's `hidden_size` as the wide width (vlm_layout.py),
+which the runtime uses only to size these two buffers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fx2onnx.hub.vlm_gemma3 import Holder
+
+
+def deepstack_layers(config: Any) -> int:
+    """How many DeepStack feature blocks ride beside the embeddings (0 for other models)."""
+    if getattr(config, "model_type", None) != "qwen3_vl":
+        return 0
+    return len(config.vision_config.deepstack_visual_indexes)
+
+
+def row_width(config: Any) -> int:
+    """The width of `image_features` and `inputs_embeds` rows: the text hidden size per block."""
+    return int(config.text_config.hidden_size) * (1 + deepstack_layers(config))
+
+
+class Qwen3Vision(torch.nn.Module):
+    """Qwen3-VL's vision tower for one image of the grid ``grid_thw`` ([1, 3]), DeepStack features beside the merger's."""
+
+    def __init__(self, model: torch.nn.Module, grid_thw: torch.Tensor) -> None:
+        from transformers.vision_utils import (
+            get_vision_attention_seqlens,
+            get_vision_interpolation_indices_and_weights,
+            get_vision_position_ids,
+        )
+
+        super().__init__()
+        visual = model.model.visual
+        self.model = Holder(visual=visual)
+        config = visual.config
+        indices, weights = get_vision_interpolation_indices_and_weights(
+            grid_thw, num_grid_per_side=visual.num_grid_per_side, mode=visual.interpolation_mode,
+            align_corners=visual.interpolation_align_corners, spatial_merge_size=config.spatial_merge_size,
+        )
+        cu_seqlens, _ = get_vision_attention_seqlens(grid_thw, config)
+        # computed here from the grid, given to the tower as the precomputed values it takes
+        self.layout = {
+            "interp_indices": indices, "interp_weights": weights, "cu_seqlens": cu_seqlens, "max_seqlen": 0,
+            "position_ids": get_vision_position_ids(grid_thw, config.spatial_merge_size),
+        }
+
+    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
+        output = self.model.visual(pixel_values, image_grid_thw, **self.layout)
+        return {"image_features": torch.cat([output.pooler_output, *output.deepstack_features], dim=-1)}
+
+
+def _added(hidden_states: torch.Tensor, visual_pos_masks: Any, visual_embeds: torch.Tensor) -> torch.Tensor:
+    """transformers' DeepStack step for features given at every position (zeros at text tokens)."""
+    return hidden_states + visual_embeds.to(hidden_states.dtype)
+
+
+def deepstack_arguments(language_model: torch.nn.Module, inputs_embeds: torch.Tensor, hidden: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The embeddings of wide ``inputs_embeds`` rows and the language model's DeepStack
+    arguments; the model's masked scatter is swapped for an addition at every position
+    until ``restore_deepstack`` (a boolean mask's scatter has a data-dependent size)."""
+    main, *deepstack = inputs_embeds.split(hidden, dim=-1)
+    language_model._deepstack_process = _added  # an instance attribute: shadows the method
+    return main, {"deepstack_visual_embeds": deepstack, "visual_pos_masks": None}
+
+
+def restore_deepstack(language_model: torch.nn.Module) -> None:
+    language_model.__dict__.pop("_deepstack_process", None)
