@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from precision_folders import export_contender
 
 VOCAB = 2000
 WINDOW = 128
@@ -98,18 +99,6 @@ def train_model(ids: np.ndarray, minutes: float, say) -> tuple[Any, float, int]:
         if step % 50 == 0:
             say(f"step {step}: loss {np.mean(losses[-50:]):.3f}")
     return model.eval(), float(np.mean(losses[-20:])), step
-
-
-def export(name: str, source: Path, out: Path) -> None:
-    exporter, precision, *extras = name.split("-")
-    if exporter == "builder":
-        command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
-                   "-p", precision, "-e", "cpu", "-c", str(out.parent / "builder-cache")]
-        subprocess.run(command, check=True, capture_output=True, text=True)
-    else:
-        from fx2onnx.hub import export_hf
-
-        export_hf(source, out, precision=precision, quantize_embedding="embedding" in extras)
 
 
 class FolderRunner:
@@ -235,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer.save_pretrained(source)
         for name in args.folders:
             out = Path(tmp) / name
-            export(name, source, out)
+            export_contender(name, source, out)
             runner = FolderRunner(out)
             perplexity, agreement = score(runner.logits, windows, reference)
             results["folders"][name] = {"perplexity": perplexity, "agreement": agreement, "bytes": runner.model_bytes()}

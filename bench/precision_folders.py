@@ -34,7 +34,8 @@ CONTENDERS = ("fx2onnx-fp32", "fx2onnx-int4", "fx2onnx-int8", "fx2onnx-int4-pack
 MB = 1e6
 
 
-def _export(contender: str, source: Path, out: Path) -> float:
+def export_contender(contender: str, source: Path, out: Path) -> float:
+    """Write ``contender``'s folder (`builder-int4`, `fx2onnx-int4-packed-embedding`, ...); its seconds."""
     started = time.perf_counter()
     exporter, precision, *extras = contender.split("-")
     if exporter == "builder":
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
             out = work / contender
             if not out.exists():
                 print(f"... exporting with {contender}", file=sys.stderr, flush=True)
-                seconds[contender] = _export(contender, source, out)
+                seconds[contender] = export_contender(contender, source, out)
             folders[contender] = out
         results: dict[str, Any] = {
             "export_seconds": seconds,
