@@ -38,7 +38,7 @@ import fx2onnx
 from fx2onnx.capture import registered_containers
 from fx2onnx.hub import causal_lm, vlm_gemma3, vlm_qwen3
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.vlm_gemma3 import Holder
+from fx2onnx.hub.vlm_gemma3 import Holder, LanguageModelWithHead
 
 # the model types export-hf writes image-text-to-text folders for, with ONNX Runtime GenAI's type
 GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "gemma3": "gemma3"}
@@ -143,15 +143,11 @@ class Embedding(torch.nn.Module):
         return {"inputs_embeds": torch.where(takes[..., None], rows[index], embeds)}
 
 
-class Decoder(torch.nn.Module):
+class Decoder(LanguageModelWithHead):
     """The language model and its head over ``inputs_embeds`` and the cache."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        language_model = model.model.language_model
-        self.model = Holder(language_model=language_model)
-        self.lm_head = model.lm_head
-        self.cache_argument = causal_lm.cache_argument(language_model)
+        super().__init__(model)
         self.deepstack = vlm_qwen3.deepstack_layers(model.config)
         self.hidden = int(model.config.text_config.hidden_size)
 
@@ -166,8 +162,7 @@ class Decoder(torch.nn.Module):
             )
         finally:
             vlm_qwen3.restore_deepstack(language_model)
-        cache = getattr(output, "cache", None) or output.past_key_values
-        return {"logits": self.lm_head(output.last_hidden_state), "present": cache}
+        return self.logits_and_cache(output)
 
 
 def _as_loaded(value: Any, loaded: LoadedModel, static: bool = False) -> Any:
@@ -231,7 +226,7 @@ def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
         prefill = language_model(
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[..., :cached], use_cache=True
         )
-    cache = getattr(prefill, "cache", None) or prefill.past_key_values
+    cache = causal_lm.output_cache(prefill)
     step = embeds[:, cached:]
     if vlm_qwen3.deepstack_layers(loaded.config):  # Qwen3-VL's DeepStack columns (vlm_qwen3.py)
         width = vlm_qwen3.row_width(loaded.config) - hidden

@@ -65,17 +65,28 @@ class GemmaVision(torch.nn.Module):
         return {"image_features": self.model.multi_modal_projector(hidden)}
 
 
-class GemmaDecoder(torch.nn.Module):
-    """The language model and its head, image tokens of the step attending each other both ways."""
+class LanguageModelWithHead(torch.nn.Module):
+    """An image-text-to-text model's language model and LM head under their checkpoint
+    paths: the base of the decoders (here and in vision_language.py)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         language_model = model.model.language_model
         self.model = Holder(language_model=language_model)
         self.lm_head = model.lm_head
+        self.cache_argument = causal_lm.cache_argument(language_model)
+
+    def logits_and_cache(self, output: Any) -> dict[str, Any]:
+        return {"logits": self.lm_head(output.last_hidden_state), "present": causal_lm.output_cache(output)}
+
+
+class GemmaDecoder(LanguageModelWithHead):
+    """The language model and its head, image tokens of the step attending each other both ways."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model)
         self.image_token_id = int(model.config.image_token_id)
         self.text_config = model.config.get_text_config()
-        self.cache_argument = causal_lm.cache_argument(language_model)
 
     def forward(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
         from transformers.models.gemma3.modeling_gemma3 import create_masks_for_vision_model, get_block_sequence_ids_for_mask
@@ -92,8 +103,7 @@ class GemmaDecoder(torch.nn.Module):
             inputs_embeds=inputs_embeds, attention_mask=masks, position_ids=position_ids, use_cache=True,
             **{self.cache_argument: past_key_values},
         )
-        cache = getattr(output, "cache", None) or output.past_key_values
-        return {"logits": self.lm_head(output.last_hidden_state), "present": cache}
+        return self.logits_and_cache(output)
 
 
 def image_size(image_processor: Any) -> tuple[int, int]:
@@ -141,6 +151,6 @@ def decoder_inputs(loaded: LoadedModel, fake: Any) -> dict[str, Any]:
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[:, :cached],
             use_cache=True, **{causal_lm.cache_argument(language_model): DynamicCache()},
         )
-    cache = getattr(prefill, "cache", None) or prefill.past_key_values
+    cache = causal_lm.output_cache(prefill)
     return {"input_ids": ids[:, cached:], "inputs_embeds": embeds[:, cached:], "attention_mask": mask,
             "position_ids": positions[:, cached:].contiguous(), "past_key_values": cache}
