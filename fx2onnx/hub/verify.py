@@ -99,7 +99,7 @@ class Verification:
 
 
 @contextlib.contextmanager
-def _session(path: Path) -> Iterator[Any]:
+def cpu_session(path: Path) -> Iterator[Any]:
     """An onnxruntime CPU session on a saved model of the folder (a bfloat16 one computed
     in float32, its copy in a temporary folder: the folder itself is left as written)."""
     import onnxruntime as ort
@@ -110,14 +110,14 @@ def _session(path: Path) -> Iterator[Any]:
         yield session_on_cpu(path, options, Path(scratch))
 
 
-def _run(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The session's outputs by name, fed with the entries of ``feed`` it takes."""
     names = {i.name for i in session.get_inputs()}
     results = session.run(None, {k: v for k, v in feed.items() if k in names})
     return dict(zip([o.name for o in session.get_outputs()], results))
 
 
-def _compared(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = None, onnx_tokens: list[int] | None = None,
+def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = None, onnx_tokens: list[int] | None = None,
               torch_tokens: list[int] | None = None) -> Verification:
     """The verdict over pairs of (numpy result, torch result), compared in float64."""
     pairs = [(a.astype(np.float64), b.double().numpy()) for a, b in pairs]
@@ -127,7 +127,7 @@ def _compared(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = None
     )
 
 
-def _empty_cache(session: Any) -> dict[str, np.ndarray]:
+def empty_cache(session: Any) -> dict[str, np.ndarray]:
     """An empty cache for a decoder session: each ``past_key_values.*`` input with the
     model's own heads and head size, (1, heads, 0, head size), in the cache's dtype."""
     inputs = {i.name: i for i in session.get_inputs()}
@@ -139,8 +139,8 @@ def _empty_cache(session: Any) -> dict[str, np.ndarray]:
 
 def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """Greedy generation with the exported decoder: prefill, then one token per step."""
-    with _session(path) as session:
-        cache = _empty_cache(session)
+    with cpu_session(path) as session:
+        cache = empty_cache(session)
         past_names = list(cache)
         tokens, logits_seen = list(prompt), []
         step = np.array([prompt], dtype=np.int64)
@@ -148,7 +148,7 @@ def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tup
             total = len(tokens)
             positions = np.arange(total - step.shape[1], total, dtype=np.int64)[None, :]
             feed = {"input_ids": step, "attention_mask": np.ones((1, total), dtype=np.int64), "position_ids": positions, **cache}
-            outputs = _run(session, feed)
+            outputs = run_session(session, feed)
             logits_seen.append(outputs["logits"][:, -1, :])
             tokens.append(int(logits_seen[-1].argmax(-1)[0]))
             cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
@@ -166,16 +166,16 @@ def verify_causal_lm(
             output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,
         )
     torch_tokens = generated.sequences[0, len(prompt):].tolist()
-    return _compared(zip(onnx_logits, generated.logits), tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)
+    return verdict_of(zip(onnx_logits, generated.logits), tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)
 
 
 def _output_pairs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str) -> list[tuple[np.ndarray, torch.Tensor]]:
     """The ONNX model's and the model's ``output_name`` on two input sizes."""
     pairs = []
-    with _session(path) as session:
+    with cpu_session(path) as session:
         for size in (0, 1):
             inputs = make_inputs(size)
-            actual = _run(session, {k: v.numpy() for k, v in inputs.items()})[output_name]
+            actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})[output_name]
             with torch.no_grad():
                 pairs.append((actual, getattr(model(**inputs), output_name)))
     return pairs
@@ -183,7 +183,7 @@ def _output_pairs(path: Path, model: torch.nn.Module, make_inputs: Any, output_n
 
 def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str, tolerance: Tolerance) -> Verification:
     """The ONNX model's ``output_name`` against the model's, on two input sizes."""
-    return _compared(_output_pairs(path, model, make_inputs, output_name), tolerance)
+    return verdict_of(_output_pairs(path, model, make_inputs, output_name), tolerance)
 
 
 def verify_seq2seq(
@@ -196,15 +196,15 @@ def verify_seq2seq(
     encoder_inputs = {k: v[:1] for k, v in encoder_inputs.items()}
     mask = encoder_inputs.get("attention_mask")
     tokens, onnx_logits = [start], []
-    with _session(encoder_path) as encoder, _session(decoder_path) as decoder:
-        hidden = _run(encoder, {k: v.numpy() for k, v in encoder_inputs.items()})["last_hidden_state"]
-        cache = _empty_cache(decoder)
+    with cpu_session(encoder_path) as encoder, cpu_session(decoder_path) as decoder:
+        hidden = run_session(encoder, {k: v.numpy() for k, v in encoder_inputs.items()})["last_hidden_state"]
+        cache = empty_cache(decoder)
         for step in range(steps):
             feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden, **cache,
                     "use_cache_branch": np.array([step > 0])}
             if mask is not None:
                 feed["encoder_attention_mask"] = mask.numpy()
-            outputs = _run(decoder, feed)
+            outputs = run_session(decoder, feed)
             onnx_logits.append(outputs["logits"][:, -1, :])
             tokens.append(int(onnx_logits[-1].argmax(-1)[0]))
             cache = {name.replace("present.", "past_key_values."): value for name, value in outputs.items() if name.startswith("present.")}
@@ -217,7 +217,7 @@ def verify_seq2seq(
             past = output_cache(out)
             torch_logits.append(out.logits[:, -1, :])
             torch_tokens.append(int(out.logits[0, -1].argmax()))
-    return _compared(zip(onnx_logits, torch_logits), tolerance, tokens == torch_tokens, tokens[1:], torch_tokens[1:])
+    return verdict_of(zip(onnx_logits, torch_logits), tolerance, tokens == torch_tokens, tokens[1:], torch_tokens[1:])
 
 
 @dataclass
@@ -250,13 +250,13 @@ def _bounded(verification: Verification, what: str, scale: float) -> str:
 
 def _prefill_logits(path: Path, tokens: list[int]) -> np.ndarray:
     """The logits of every position of ``tokens`` read at once, with an empty cache."""
-    with _session(path) as session:
-        cache = _empty_cache(session)
+    with cpu_session(path) as session:
+        cache = empty_cache(session)
         feed = {
             "input_ids": np.array([tokens], dtype=np.int64), "attention_mask": np.ones((1, len(tokens)), dtype=np.int64),
             "position_ids": np.arange(len(tokens), dtype=np.int64)[None, :], **cache,
         }
-        return _run(session, feed)["logits"][0]
+        return run_session(session, feed)["logits"][0]
 
 
 # The largest logit difference a quantized folder may have from the float model, as a
@@ -280,7 +280,7 @@ def verify_quantized_causal_lm(
     agreement = sum(a == b for a, b in zip(onnx_tokens, torch_tokens)) / len(torch_tokens)
     scale = float(torch_logits.abs().max())
     bound = Tolerance(0.0, atol if atol is not None else QUANTIZED_LOGIT_ERROR * scale)
-    compared = _compared([(logits, torch_logits)], bound, None, onnx_tokens, torch_tokens)
+    compared = verdict_of([(logits, torch_logits)], bound, None, onnx_tokens, torch_tokens)
     return QuantizedVerification(**vars(compared), token_agreement=agreement, logit_scale=scale)
 
 
@@ -312,5 +312,5 @@ def verify_quantized_outputs(
     """The int8 encoder at ``path`` against the float ``model``, on two input sizes."""
     pairs = _output_pairs(path, model, make_inputs, output_name)
     scale = max(float(expected.abs().max()) for _, expected in pairs)
-    compared = _compared(pairs, Tolerance(0.0, atol if atol is not None else QUANTIZED_OUTPUT_ERROR * scale))
+    compared = verdict_of(pairs, Tolerance(0.0, atol if atol is not None else QUANTIZED_OUTPUT_ERROR * scale))
     return QuantizedOutputVerification(**vars(compared), output_scale=scale)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.verify import Tolerance, Verification, _compared, _empty_cache, _run, _session
+from fx2onnx.hub.verify import Tolerance, Verification, verdict_of, empty_cache, run_session, cpu_session
 
 
 @dataclasses.dataclass
@@ -86,15 +86,15 @@ def verify_image_text_to_text(
             pad_token_id=getattr(config, "pad_token_id", None) or 0,
         )
     tokens, logits_seen = ids[0].tolist(), []
-    with _session(files["vision"]) as vision, _session(files["embedding"]) as embedding, _session(files["decoder"]) as decoder:
-        features = _run(vision, {k: v.numpy() for k, v in images.items()})["image_features"]
-        cache = _empty_cache(decoder)
+    with cpu_session(files["vision"]) as vision, cpu_session(files["embedding"]) as embedding, cpu_session(files["decoder"]) as decoder:
+        features = run_session(vision, {k: v.numpy() for k, v in images.items()})["image_features"]
+        cache = empty_cache(decoder)
         step_ids, step_features, step_positions = ids.numpy(), features, prompt.positions
         for _ in range(new_tokens):
-            embeds = _run(embedding, {"input_ids": step_ids, "image_features": step_features})["inputs_embeds"]
+            embeds = run_session(embedding, {"input_ids": step_ids, "image_features": step_features})["inputs_embeds"]
             feed = {"input_ids": step_ids, "inputs_embeds": embeds, "attention_mask": np.ones((1, len(tokens)), dtype=np.int64),
                     "position_ids": step_positions, **cache}
-            outputs = _run(decoder, feed)
+            outputs = run_session(decoder, feed)
             logits_seen.append(outputs["logits"][:, -1, :])
             tokens.append(int(logits_seen[-1].argmax(-1)[0]))
             cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in cache}
@@ -102,4 +102,4 @@ def verify_image_text_to_text(
             step_positions = prompt.next_position(len(tokens) - 1)
     onnx_tokens, torch_tokens = tokens[ids.shape[1]:], generated.sequences[0, ids.shape[1]:].tolist()
     pairs = [(features, prompt.features), *zip(logits_seen, generated.logits)]
-    return _compared(pairs, tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)
+    return verdict_of(pairs, tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.verify import Tolerance, Verification, _compared, _run, _session
+from fx2onnx.hub.verify import Tolerance, Verification, verdict_of, run_session, cpu_session
 from fx2onnx.hub.whisper_config import AUDIO_FEATURES
 
 _FLOAT_TYPES = {"tensor(float16)": np.float16, "tensor(double)": np.float64}
@@ -89,9 +89,9 @@ def onnxruntime_greedy(
 ) -> tuple[list[int], list[np.ndarray]]:
     """Greedy decoding with the folder's two models: the prompt with an empty self-attention
     cache, then one token per step."""
-    with _session(encoder_path) as encoder, _session(decoder_path) as decoder:
+    with cpu_session(encoder_path) as encoder, cpu_session(decoder_path) as decoder:
         dtype = _FLOAT_TYPES.get(encoder.get_inputs()[0].type, np.float32)  # a bfloat16 folder runs in float32
-        encoded = _run(encoder, {AUDIO_FEATURES: features.astype(dtype)})
+        encoded = run_session(encoder, {AUDIO_FEATURES: features.astype(dtype)})
         cross = {name.replace("present_", "past_"): value for name, value in encoded.items() if "_cross_" in name}
         inputs = {i.name: i for i in decoder.get_inputs()}
         cache = {
@@ -101,7 +101,7 @@ def onnxruntime_greedy(
         tokens, logits = list(prompt), []
         step = np.array([prompt], dtype=np.int64)
         for _ in range(steps):
-            outputs = _run(decoder, {"input_ids": step, **cache, **cross})
+            outputs = run_session(decoder, {"input_ids": step, **cache, **cross})
             logits.append(outputs["logits"][:, -1, :])
             tokens.append(int(logits[-1].argmax(-1)[0]))
             cache = {name: outputs[name.replace("past_", "present_")] for name in cache}
@@ -157,7 +157,7 @@ def verify_whisper_genai(
     with torch.no_grad():  # the model's logits on the tokens the folder read
         read = torch.tensor([prompt + onnx_tokens[:-1]])
         logits = model(input_features=features, decoder_input_ids=read).logits[0, len(prompt) - 1:]
-    verdict = _compared([(np.concatenate(onnx_logits), logits)], tolerance, onnx_tokens == torch_tokens, onnx_tokens,
+    verdict = verdict_of([(np.concatenate(onnx_logits), logits)], tolerance, onnx_tokens == torch_tokens, onnx_tokens,
                         torch_tokens)
     result = WhisperVerification(**vars(verdict), genai_not_run=_why_genai_cannot_run(prompt_text, dtype))
     if not result.genai_not_run:
