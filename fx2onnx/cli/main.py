@@ -163,20 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep each module call as an ONNX function (default: one flat graph, which onnxruntime's quantizers "
         "and optimizers work on)",
     )
-    hub.add_argument(
-        "--image-size", type=_image_size, metavar="HxW",
-        help="image-text-to-text: the size of the images the vision model takes (default 448x448); the runtime's "
-        "processor resizes every image to it",
-    )
     hub.add_argument("--quiet", action="store_true", help="print nothing but errors")
     return parser
-
-
-def _image_size(text: str) -> tuple[int, int]:
-    height, _, width = text.lower().partition("x")
-    if not (height.isdigit() and width.isdigit()):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size HxW (height x width in pixels, e.g. 448x448)")
-    return int(height), int(width)
 
 
 def _run_export_hf(args: argparse.Namespace) -> int:
@@ -195,7 +183,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
             args.model, args.output, task=args.task, dtype=args.dtype, fake=args.fake, verify=args.verify,
             opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
             module_functions=args.module_functions, precision=args.precision, block_size=args.block_size,
-            accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head, image_size=args.image_size,
+            accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head,
             quantize_embedding=args.quantize_embedding,
         )
     except FileExistsError as error:

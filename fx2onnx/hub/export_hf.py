@@ -272,24 +272,19 @@ def _export_speech(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOp
     return _export_seq2seq(loaded, staging, options)
 
 
-# the size of the images the vision model of an image-text-to-text folder takes, unless told
-DEFAULT_IMAGE_SIZE = (448, 448)
-
-
 def _export_image_text_to_text(
-    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
-    say: Callable[[str], None] = lambda line: None,
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, say: Callable[[str], None] = lambda line: None,
 ) -> list[str]:
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-    programs, size = vision_language.export_parts(loaded, options, image_processor, image_size)
-    say(f"vision model for {size[0]}x{size[1]} images (the runtime's processor resizes every image to that size)")
+    programs = vision_language.export_parts(loaded, options, image_processor)
+    say(vlm_layout.image_sizes_note(loaded.config.model_type, image_processor))
     files, paths = [], {}
     # the parts are modules of the model, not the model: their weights by the model's names
     state = RenamedCheckpoint(loaded.folder, loaded.model) if loaded.fake_context is not None else None
     for part, base in vlm_layout.PARTS.items():
-        if part != "vision":  # exported for one image size: its dims are numbers
+        if part != "vision":  # its dims are the image's, no role the runtime names
             name_dims_by_role(programs[part].model)
         paths[part] = _onnx_file(loaded, base)
         needed = set(programs[part].model.graph.initializers)
@@ -297,7 +292,7 @@ def _export_image_text_to_text(
     generation = getattr(loaded.model, "generation_config", None)
     genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
     config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
-    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, size)
+    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config)
     for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
         (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
         files.append(name)
@@ -316,7 +311,7 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
 
 def _verify(
     loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None,
-    quantization: WeightQuantization | None, runtime: str, image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+    quantization: WeightQuantization | None, runtime: str,
 ) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
@@ -336,9 +331,8 @@ def _verify(
         from transformers import AutoImageProcessor
 
         image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-        size = vision_language.exported_image_size(loaded, image_processor, image_size)
         files = {part: folder / _onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
-        return verify_image_text_to_text(files, model, image_processor, size, tokens, tolerance)
+        return verify_image_text_to_text(files, model, image_processor, tokens, tolerance)
     if loaded.task == TEXT_GENERATION:
         vocab = int(loaded.config.vocab_size)
         prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -376,7 +370,6 @@ def export_hf(
     quantize_lm_head: bool = True,
     quantize_embedding: bool = False,
     pack_projections: bool = False,
-    image_size: tuple[int, int] | None = None,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -428,9 +421,6 @@ def export_hf(
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
-        image_size: image-text-to-text: (height, width) of the images the vision model
-            takes (default 448x448, made a size the model's image processor keeps);
-            the runtime's processor resizes every image to it.
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -444,9 +434,7 @@ def export_hf(
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
-        vision_language.check_supported(loaded.config, image_size)
-    elif image_size is not None:
-        raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
+        vision_language.check_supported(loaded.config)
     _check_quantizable(loaded, precision, quantization)
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -455,7 +443,7 @@ def export_hf(
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         exporter = _EXPORTERS[loaded.task]
         if loaded.task == IMAGE_TEXT_TO_TEXT:
-            exporter = functools.partial(_export_image_text_to_text, image_size=image_size or DEFAULT_IMAGE_SIZE, say=say)
+            exporter = functools.partial(_export_image_text_to_text, say=say)
         if quantization is not None and loaded.task == TEXT_GENERATION:
             exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
         elif quantization is not None:
@@ -471,9 +459,7 @@ def export_hf(
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
-            result.verification = _verify(
-                loaded, staging, tokens, rtol, atol, quantization, runtime, image_size or DEFAULT_IMAGE_SIZE
-            )
+            result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization, runtime)
             say(f"verification: {result.verification.summary()}")
         if output.exists():
             output.rmdir()  # empty, checked above

@@ -1,9 +1,11 @@
 """`export_hf(..., verify=True)` for an image-text-to-text folder: its three models run
 in onnxruntime as ONNX Runtime GenAI chains them (vision -> embedding -> decoder, then
 one token per step with no image features) on the inputs transformers' image processor
-gives for a random image of the export's size, against `model.generate` on the same
-inputs. The image features and each step's logits are judged by the tolerance, and the
-greedy tokens must be equal. Qwen2.5-VL's 3-D mRoPE positions are the model's own
+gives for random images, against `model.generate` on the same inputs. Qwen's prompt has
+two images of different sizes, neither a multiple of the merged patch, and the vision
+model runs once per image as the runtime runs it; Gemma 3's has one image of its
+processor's size. The image features and each step's logits are judged by the tolerance,
+and the greedy tokens must be equal. Qwen's 3-D mRoPE positions are the model's own
 (`get_rope_index`), as the runtime computes them; Gemma 3's decoder is given the step's
 ids (its image tokens' two-way attention) and transformers its `token_type_ids`."""
 
@@ -17,12 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from fx2onnx.hub import vlm_gemma3
 from fx2onnx.hub.verify import Tolerance, Verification, verdict_of, empty_cache, run_session, cpu_session
 
 
 @dataclasses.dataclass
 class _Prompt:
-    """A prompt with one image as both sides take it."""
+    """A prompt with its images as both sides take them."""
 
     ids: torch.Tensor
     generate_inputs: dict[str, torch.Tensor]  # model.generate's image inputs beside input_ids
@@ -37,12 +40,14 @@ def _text(config: Any, special: set[int]) -> list[int]:
 
 
 def _qwen_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> _Prompt:
-    """The image's placeholder tokens between a few random text tokens, with the mRoPE positions."""
+    """Each image's placeholder tokens between a few random text tokens, with the mRoPE positions."""
     config = model.config
     text = _text(config, {int(config.image_token_id), int(config.video_token_id), int(config.vision_start_token_id)})
-    tokens = int(images["image_grid_thw"].prod()) // int(config.vision_config.spatial_merge_size) ** 2
-    image = [int(config.vision_start_token_id), *[int(config.image_token_id)] * tokens, int(config.vision_end_token_id)]
-    ids = torch.tensor([text[:3] + image + text[3:8]])
+    placeholders = []
+    for grid in images["image_grid_thw"]:
+        tokens = int(grid.prod()) // int(config.vision_config.spatial_merge_size) ** 2
+        placeholders += [int(config.vision_start_token_id), *[int(config.image_token_id)] * tokens, int(config.vision_end_token_id)]
+    ids = torch.tensor([text[:3] + placeholders + text[3:8]])
     mm_types = (ids == config.image_token_id).long()
     output = model.model.get_image_features(images["pixel_values"], images["image_grid_thw"])
     features = torch.cat(list(getattr(output, "pooler_output", output)))
@@ -69,16 +74,36 @@ def _gemma3_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> _
                    lambda index: np.array([[index]], dtype=np.int64))
 
 
+# the (height, width) of Qwen's two random images: neither a multiple of a merged patch (28 or 32 pixels)
+QWEN_IMAGE_SIZES = ((50, 90), (100, 44))
+
+
+def _random_images(sizes) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for size in sizes]
+
+
+def _image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
+    """The vision model's features of each image in turn (the runtime's loop), concatenated."""
+    features, start = [], 0
+    for grid in images["image_grid_thw"]:
+        patches = int(grid.prod())
+        feed = {"pixel_values": images["pixel_values"][start:start + patches].numpy(), "image_grid_thw": grid[None].numpy()}
+        features.append(run_session(vision, feed)["image_features"])
+        start += patches
+    return np.concatenate(features)
+
+
 def verify_image_text_to_text(
-    files: dict[str, Path], model: torch.nn.Module, image_processor: Any, size: tuple[int, int], new_tokens: int,
-    tolerance: Tolerance,
+    files: dict[str, Path], model: torch.nn.Module, image_processor: Any, new_tokens: int, tolerance: Tolerance,
 ) -> Verification:
     """Greedy generation with the folder's ``files`` (vision, embedding, decoder) against ``model``."""
     config = model.config
-    pixels = np.random.default_rng(0).integers(0, 256, (*size, 3), dtype=np.uint8)
-    images = image_processor(images=[pixels], return_tensors="pt")
+    gemma = config.model_type == "gemma3"
+    sizes = (vlm_gemma3.image_size(image_processor),) if gemma else QWEN_IMAGE_SIZES
+    images = image_processor(images=_random_images(sizes), return_tensors="pt")
     with torch.no_grad():
-        prompt = (_gemma3_prompt if config.model_type == "gemma3" else _qwen_prompt)(model, images)
+        prompt = (_gemma3_prompt if gemma else _qwen_prompt)(model, images)
         ids = prompt.ids
         generated = model.generate(
             input_ids=ids, attention_mask=torch.ones_like(ids), **prompt.generate_inputs, max_new_tokens=new_tokens,
@@ -87,7 +112,10 @@ def verify_image_text_to_text(
         )
     tokens, logits_seen = ids[0].tolist(), []
     with cpu_session(files["vision"]) as vision, cpu_session(files["embedding"]) as embedding, cpu_session(files["decoder"]) as decoder:
-        features = run_session(vision, {k: v.numpy() for k, v in images.items()})["image_features"]
+        if gemma:
+            features = run_session(vision, {k: v.numpy() for k, v in images.items()})["image_features"]
+        else:
+            features = _image_features(vision, images)
         cache = empty_cache(decoder)
         step_ids, step_features, step_positions = ids.numpy(), features, prompt.positions
         for _ in range(new_tokens):

@@ -36,7 +36,7 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
-from fx2onnx.hub import causal_lm, vlm_gemma3, vlm_qwen3
+from fx2onnx.hub import causal_lm, vision_grid, vlm_gemma3, vlm_qwen3
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vlm_gemma3 import Holder, LanguageModelWithHead
 
@@ -48,17 +48,11 @@ GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "gemma3":
 PACKED_ATTENTION = "fx2onnx_flash_packed_vision"
 
 
-def check_supported(config: Any, image_size: tuple[int, int] | None = None) -> None:
-    """A clear error, before anything is written, for a model type without a runtime layout
-    here, or an ``image_size`` for a model whose processor fixes the size."""
+def check_supported(config: Any) -> None:
+    """A clear error, before anything is written, for a model type without a runtime layout here."""
     model_type = getattr(config, "model_type", None)
     if model_type == "gemma3":
         vlm_gemma3.check_image_tokens(config)
-        if image_size is not None:
-            raise ValueError(
-                "Gemma 3's image processor resizes every image to its one size (`size` in preprocessor_config.json), "
-                "which the vision model is exported for: drop image_size (--image-size)."
-            )
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(
             f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
@@ -90,27 +84,25 @@ def _packed_vision_attention(config: Any) -> Iterator[None]:
 
 
 class QwenVision(torch.nn.Module):
-    """Qwen2.5-VL's vision tower for one image of the grid ``grid_thw`` ([1, 3])."""
+    """Qwen2.5-VL's vision tower for one image of any size: its window and rotary layouts
+    computed in the graph from ``image_grid_thw`` ([1, 3]) and the patch count (vision_grid.py)."""
 
-    def __init__(self, model: torch.nn.Module, grid_thw: torch.Tensor) -> None:
-        from transformers.vision_utils import get_vision_attention_seqlens, get_vision_position_ids, get_vision_window_index
-
+    def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         visual = model.model.visual
         self.model = Holder(visual=visual)
         config = visual.config
-        window_index, cu_window_seqlens = get_vision_window_index(
-            grid_thw, config.spatial_merge_size, config.window_size, config.patch_size
-        )
-        cu_seqlens, _ = get_vision_attention_seqlens(grid_thw, config)
-        # computed here from the grid, given to the tower as the precomputed values it takes
-        self.layout = {
-            "position_ids": get_vision_position_ids(grid_thw, config.spatial_merge_size), "cu_seqlens": cu_seqlens,
-            "window_index": window_index, "cu_window_seqlens": cu_window_seqlens, "max_seqlen": 0, "max_window_seqlen": 0,
-        }
+        self.merge = int(config.spatial_merge_size)
+        self.window = int(config.window_size) // self.merge // int(config.patch_size)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
-        output = self.model.visual(pixel_values, image_grid_thw, **self.layout)
+        patches = torch.arange(pixel_values.shape[0], device=pixel_values.device)
+        window_index, cu_window_seqlens = vision_grid.window_layout(image_grid_thw, patches, self.merge, self.window)
+        output = self.model.visual(
+            pixel_values, image_grid_thw, position_ids=vision_grid.position_ids(image_grid_thw, patches, self.merge),
+            cu_seqlens=vision_grid.frame_bounds(image_grid_thw, patches), window_index=window_index,
+            cu_window_seqlens=cu_window_seqlens, max_seqlen=0, max_window_seqlen=0,
+        )
         return {"image_features": output.pooler_output}
 
 
@@ -174,19 +166,11 @@ def _as_loaded(value: Any, loaded: LoadedModel, static: bool = False) -> Any:
     return pytree.tree_map_only(torch.Tensor, lambda tensor: mode.from_tensor(tensor, static_shapes=static), value)
 
 
-def image_grid(loaded: LoadedModel, image_processor: Any, image_size: tuple[int, int]) -> tuple[tuple[int, int], torch.Tensor]:
-    """The size transformers' image processor resizes an ``image_size`` (height, width)
-    image to, and its patch grid [[1, h, w]]."""
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-
-    vision = loaded.config.vision_config
-    factor = int(vision.patch_size) * int(vision.spatial_merge_size)
-    size = getattr(image_processor, "size", None) or {}
-    lowest = int(getattr(image_processor, "min_pixels", None) or size.get("shortest_edge", 56 * 56))
-    highest = int(getattr(image_processor, "max_pixels", None) or size.get("longest_edge", 28 * 28 * 1280))
-    height, width = smart_resize(image_size[0], image_size[1], factor=factor, min_pixels=lowest, max_pixels=highest)
-    grid = torch.tensor([[1, height // int(vision.patch_size), width // int(vision.patch_size)]], dtype=torch.int64)
-    return (height, width), grid
+def example_grid(loaded: LoadedModel) -> torch.Tensor:
+    """The patch grid ([[1, h, w]]) of the vision model's example: 3 x 5 merged tokens, a
+    grid that is not square and that Qwen2.5-VL's windows do not tile."""
+    merge = int(loaded.config.vision_config.spatial_merge_size)
+    return torch.tensor([[1, 3 * merge, 5 * merge]], dtype=torch.int64)
 
 
 def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -194,7 +178,7 @@ def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Te
     patches = int(grid.prod())
     width = int(vision.in_channels) * int(vision.temporal_patch_size) * int(vision.patch_size) ** 2
     pixels = torch.randn(patches, width, generator=torch.Generator().manual_seed(0))
-    return _as_loaded({"pixel_values": pixels, "image_grid_thw": grid}, loaded, static=True)
+    return _as_loaded({"pixel_values": pixels, "image_grid_thw": grid}, loaded)
 
 
 def embedding_inputs(loaded: LoadedModel, per_image: bool = False) -> dict[str, torch.Tensor]:
@@ -257,14 +241,6 @@ def decoder_dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
         }
 
 
-def exported_image_size(loaded: LoadedModel, image_processor: Any, image_size: tuple[int, int]) -> tuple[int, int]:
-    """The (height, width) of the images the vision model takes: Qwen's processor's size
-    for an ``image_size`` image, Gemma 3's processor's one fixed size."""
-    if loaded.config.model_type == "gemma3":
-        return vlm_gemma3.image_size(image_processor)
-    return image_grid(loaded, image_processor, image_size)[0]
-
-
 def _export_gemma3_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, size: tuple[int, int]) -> dict[str, Any]:
     model = loaded.model
     plain = dataclasses.replace(options, causal_mask_input=None)
@@ -282,21 +258,19 @@ def _export_gemma3_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, si
     }
 
 
-def export_parts(
-    loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any, image_size: tuple[int, int]
-) -> tuple[dict[str, fx2onnx.ONNXProgram], tuple[int, int]]:
-    """The vision, embedding and decoder exports, and the image size the vision model takes."""
+def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any) -> dict[str, fx2onnx.ONNXProgram]:
+    """The vision, embedding and decoder exports (``image_processor``: the checkpoint's)."""
     config, model = loaded.config, loaded.model
     if config.model_type == "gemma3":
-        size = exported_image_size(loaded, image_processor, image_size)
-        return _export_gemma3_parts(loaded, options, size), size
-    size, grid = image_grid(loaded, image_processor, image_size)
+        return _export_gemma3_parts(loaded, options, vlm_gemma3.image_size(image_processor))
     programs = {}
     plain = dataclasses.replace(options, causal_mask_input=None)
-    vision = (vlm_qwen3.Qwen3Vision if config.model_type == "qwen3_vl" else QwenVision)(model, grid)
+    vision = (vlm_qwen3.Qwen3Vision if config.model_type == "qwen3_vl" else QwenVision)(model)
+    # one image at a time (the runtime runs the model per image), of any number of patches
+    vision_options = dataclasses.replace(plain, dynamic_shapes={"pixel_values": {0: Dim.AUTO}, "image_grid_thw": None})
     with _packed_vision_attention(model.model.visual.config):
         programs["vision"] = fx2onnx.dynamo_export(
-            vision, **vision_inputs(loaded, grid), export_options=dataclasses.replace(plain, dynamic_shapes=False)
+            vision, **vision_inputs(loaded, example_grid(loaded)), export_options=vision_options
         )
     programs["embedding"] = fx2onnx.dynamo_export(
         Embedding(model, int(config.image_token_id)), **embedding_inputs(loaded), export_options=plain
@@ -307,4 +281,4 @@ def export_parts(
         options, dynamic_shapes=decoder_dynamic_shapes(inputs), causal_mask_input="attention_mask" if causal else None
     )
     programs["decoder"] = fx2onnx.dynamo_export(Decoder(model), **inputs, export_options=decoder_options)
-    return programs, size
+    return programs

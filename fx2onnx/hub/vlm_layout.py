@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from fx2onnx.hub import vlm_qwen3
+from fx2onnx.hub import vlm_gemma3, vlm_qwen3
 from fx2onnx.hub.genai_config import genai_config
 
 VISION, EMBEDDING, DECODER = "vision_encoder", "embed_tokens", "decoder_model_merged"
@@ -99,13 +99,35 @@ def _scaling(image_processor: Any) -> list[dict[str, Any]]:
     return transforms
 
 
-def processor_config(
-    genai_type: str, image_processor: Any, vision_config: Any, size: tuple[int, int]
-) -> dict[str, Any]:
+def processor_config(genai_type: str, image_processor: Any, vision_config: Any) -> dict[str, Any]:
     """`genai_processor_config.json` for the runtime's processor of ``genai_type``."""
     if genai_type == "gemma3":
-        return gemma3_processor_config(image_processor, size)
-    return qwen_processor_config(image_processor, vision_config, size)
+        return gemma3_processor_config(image_processor, vlm_gemma3.image_size(image_processor))
+    return qwen_processor_config(image_processor, vision_config)
+
+
+def image_sizes_note(model_type: str, image_processor: Any) -> str:
+    """What the folder's vision model takes, as export-hf says it."""
+    if model_type == "gemma3":
+        height, width = vlm_gemma3.image_size(image_processor)
+        return f"vision model for {height}x{width} images (the runtime's processor resizes every image to that size)"
+    lowest, highest = pixel_bounds(image_processor)
+    return (f"vision model for images of every size (the runtime's processor resizes each as transformers' does, "
+            f"to between {lowest} and {highest} pixels)")
+
+
+def pixel_bounds(image_processor: Any) -> tuple[int, int]:
+    """The fewest and most pixels Qwen's image processor resizes an image to (its smart resize's bounds)."""
+    size = getattr(image_processor, "size", None) or {}
+    lowest = getattr(image_processor, "min_pixels", None) or size.get("shortest_edge")
+    highest = getattr(image_processor, "max_pixels", None) or size.get("longest_edge")
+    if not lowest or not highest:
+        raise ValueError(
+            f"The image processor ({type(image_processor).__name__}) gives no pixel bounds for its resize "
+            f"(size {dict(size)}): preprocessor_config.json needs size.shortest_edge and size.longest_edge "
+            "(or min_pixels and max_pixels), as Qwen's image processors save them."
+        )
+    return int(lowest), int(highest)
 
 
 def gemma3_processor_config(image_processor: Any, size: tuple[int, int]) -> dict[str, Any]:
@@ -121,17 +143,23 @@ def gemma3_processor_config(image_processor: Any, size: tuple[int, int]) -> dict
     return {"processor": {"name": "gemma_3_image_processing", "transforms": transforms}}
 
 
-def qwen_processor_config(image_processor: Any, vision_config: Any, size: tuple[int, int]) -> dict[str, Any]:
+def qwen_processor_config(image_processor: Any, vision_config: Any) -> dict[str, Any]:
     """The runtime's Qwen2.5-VL image processor (onnxruntime-extensions' transforms) doing
-    what ``image_processor`` does to an image of ``size`` (height, width): every image is
-    resized to that size, the one the vision model was exported for."""
+    what ``image_processor`` does: each image resized to the multiple of the merged patch
+    nearest its own size within the processor's pixel bounds (transformers' `smart_resize`),
+    then cut into patches; the vision model takes every size."""
+    if not getattr(image_processor, "do_resize", True):
+        raise ValueError(
+            "The image processor does not resize (do_resize is false), which the runtime's Qwen processor always does: "
+            "set do_resize to true in preprocessor_config.json."
+        )
     patch, merge = int(vision_config.patch_size), int(vision_config.spatial_merge_size)
+    lowest, highest = pixel_bounds(image_processor)
     transforms = [_operation("decode_image", "DecodeImage", {"color_space": "RGB"})]
     if getattr(image_processor, "do_convert_rgb", True):
         transforms.append(_operation("convert_to_rgb", "ConvertRGB"))
-    # a fixed size: the processor resizes every image to the vision model's grid
     transforms.append(_operation("resize", "Resize", {
-        "height": size[0], "width": size[1], "smart_resize": 0, "keep_aspect_ratio": 0,
+        "smart_resize": 1, "min_pixels": lowest, "max_pixels": highest, "keep_aspect_ratio": 0,
         "interpolation": _interpolation(image_processor), "patch_size": patch, "merge_size": merge,
     }))
     scaling = _scaling(image_processor)

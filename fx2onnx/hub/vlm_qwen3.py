@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from fx2onnx.hub import vision_grid
 from fx2onnx.hub.vlm_gemma3 import Holder
 
 
@@ -42,32 +43,30 @@ def row_width(config: Any) -> int:
 
 
 class Qwen3Vision(torch.nn.Module):
-    """Qwen3-VL's vision tower for one image of the grid ``grid_thw`` ([1, 3]), DeepStack features beside the merger's."""
+    """Qwen3-VL's vision tower for one image of any size, DeepStack features beside the
+    merger's: its position-embedding taps, rotary positions and segments computed in the
+    graph from ``image_grid_thw`` ([1, 3]) and the patch count (vision_grid.py)."""
 
-    def __init__(self, model: torch.nn.Module, grid_thw: torch.Tensor) -> None:
-        from transformers.vision_utils import (
-            get_vision_attention_seqlens,
-            get_vision_interpolation_indices_and_weights,
-            get_vision_position_ids,
-        )
-
+    def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         visual = model.model.visual
         self.model = Holder(visual=visual)
-        config = visual.config
-        indices, weights = get_vision_interpolation_indices_and_weights(
-            grid_thw, num_grid_per_side=visual.num_grid_per_side, mode=visual.interpolation_mode,
-            align_corners=visual.interpolation_align_corners, spatial_merge_size=config.spatial_merge_size,
-        )
-        cu_seqlens, _ = get_vision_attention_seqlens(grid_thw, config)
-        # computed here from the grid, given to the tower as the precomputed values it takes
-        self.layout = {
-            "interp_indices": indices, "interp_weights": weights, "cu_seqlens": cu_seqlens, "max_seqlen": 0,
-            "position_ids": get_vision_position_ids(grid_thw, config.spatial_merge_size),
-        }
+        if (visual.interpolation_mode, visual.interpolation_align_corners) != ("bilinear", True):
+            raise NotImplementedError(
+                f"Qwen3-VL's position embeddings are resampled {visual.interpolation_mode} with align_corners="
+                f"{visual.interpolation_align_corners}; the exported vision tower resamples bilinear with aligned corners."
+            )
+        self.merge = int(visual.config.spatial_merge_size)
+        self.side = int(visual.num_grid_per_side)
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
-        output = self.model.visual(pixel_values, image_grid_thw, **self.layout)
+        patches = torch.arange(pixel_values.shape[0], device=pixel_values.device)
+        indices, weights = vision_grid.interpolation_taps(image_grid_thw, patches, self.merge, self.side)
+        output = self.model.visual(
+            pixel_values, image_grid_thw, interp_indices=indices, interp_weights=weights, max_seqlen=0,
+            position_ids=vision_grid.position_ids(image_grid_thw, patches, self.merge),
+            cu_seqlens=vision_grid.frame_bounds(image_grid_thw, patches),
+        )
         return {"image_features": torch.cat([output.pooler_output, *output.deepstack_features], dim=-1)}
 
 

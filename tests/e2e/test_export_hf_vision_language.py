@@ -79,14 +79,17 @@ def save_qwen2_5_vl(folder):
 
 
 def transformers_tokens(folder, model, image_paths, new_tokens: int) -> list[int]:
-    """Greedy tokens of `model.generate` on transformers' image processor's inputs, each
-    image's placeholder expanded as Qwen's processor does (images of one size here)."""
+    """Greedy tokens of `model.generate` on transformers' image processor's inputs for the
+    image files as they are, each image's placeholder expanded to its grid's tokens as
+    Qwen's processor does."""
     opened = [Image.open(path) for path in image_paths]
     images = transformers.AutoImageProcessor.from_pretrained(folder)(images=opened, return_tensors="pt")
-    tokens = int(images["image_grid_thw"][0].prod()) // model.config.vision_config.spatial_merge_size ** 2
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    prompt = qwen_prompt(len(image_paths)).replace("<|image_pad|>", "<|image_pad|>" * tokens)
-    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    merge = model.config.vision_config.spatial_merge_size
+    prompt = qwen_prompt(len(image_paths))
+    for grid in images["image_grid_thw"]:  # one image's placeholder at a time, in order
+        prompt = prompt.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // merge ** 2), 1)
+    ids = transformers.AutoTokenizer.from_pretrained(folder)(prompt.replace("<|placeholder|>", "<|image_pad|>"),
+                                                              return_tensors="pt")["input_ids"]
     with torch.no_grad():
         generated = model.generate(
             input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=images["pixel_values"],

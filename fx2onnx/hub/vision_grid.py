@@ -1,0 +1,102 @@
+"""The layouts Qwen's vision towers take for one image, computed from its patch grid
+(`image_grid_thw` [1, 3]) with tensor operations only, so that one exported vision model
+serves images of every size.
+
+transformers computes these layouts (transformers.vision_utils) with Python loops over
+`grid_thw.tolist()`, which a capture would freeze to one grid. Here the grid's numbers stay
+tensors and the patch count is `pixel_values`' first dim: each patch's layout is arithmetic
+on its index. The patches come in the image processor's order: frames, then blocks of
+`merge` x `merge` patches in rows, then the patches of a block in rows.
+
+Segment bounds (`cu_seqlens`) are given as the attention takes them, cumulative and
+starting at 0, padded at the end with the patch count: a padded bound closes an empty
+segment, so the attention's segments are transformers' own while the tensor's length
+depends only on the patch count (not on the grid's numbers).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# `cu_seqlens`' dtype, as transformers makes it
+_BOUNDS = torch.int32
+
+
+def _grid(grid_thw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grid's height and width (in patches) as 0-d tensors."""
+    return grid_thw[0, 1], grid_thw[0, 2]
+
+
+def patch_rows_and_columns(grid_thw: torch.Tensor, patches: torch.Tensor, merge: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each patch's row and column in its frame; ``patches``: the patch indices (``arange(count)``)."""
+    height, width = _grid(grid_thw)
+    within = patches % (height * width)
+    blocks_per_row = width // merge
+    block = within // (merge * merge)
+    row = (block // blocks_per_row) * merge + (within // merge) % merge
+    column = (block % blocks_per_row) * merge + within % merge
+    return row, column
+
+
+def position_ids(grid_thw: torch.Tensor, patches: torch.Tensor, merge: int) -> torch.Tensor:
+    """The rotary positions ([patches, 2]: row, column) of transformers' `get_vision_position_ids`."""
+    return torch.stack(patch_rows_and_columns(grid_thw, patches, merge), dim=-1)
+
+
+def _bounds(starts: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Cumulative bounds over ``indices`` (``arange(count)``) from the segment starts after the
+    first, ``count`` where no segment starts: sorted, after 0, and closed by ``count``."""
+    count = indices[-1:] + 1  # as a tensor: the count is a dim of the input
+    starts = torch.where(starts < 0, count, starts)
+    return torch.cat([torch.zeros_like(count), torch.sort(starts).values, count]).to(_BOUNDS)
+
+
+def frame_bounds(grid_thw: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+    """`cu_seqlens` of full attention: each frame (height x width patches) a segment."""
+    height, width = _grid(grid_thw)
+    # a frame starts at every multiple of its size after the first
+    return _bounds(torch.where(patches[1:] % (height * width) == 0, patches[1:], -1), patches)
+
+
+def window_layout(grid_thw: torch.Tensor, patches: torch.Tensor, merge: int, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen2.5-VL's windowed attention as transformers' `get_vision_window_index` lays it out:
+    the merged tokens' order (window by window, rows within a window) and the windows'
+    `cu_seqlens` in patches. ``window``: the window's side in merged tokens."""
+    height, width = _grid(grid_thw)
+    unit = merge * merge
+    tokens = patches[: patches.shape[0] // unit]  # the merged tokens' indices
+    rows, columns = height // merge, width // merge
+    frame = tokens // (rows * columns)
+    within = tokens % (rows * columns)
+    row, column = within // columns, within % columns
+    # transformers pads each frame's grid to whole windows (a whole window more when it fits)
+    windows_down, windows_across = rows // window + 1, columns // window + 1
+    window_id = (frame * windows_down + row // window) * windows_across + column // window
+    order = torch.argsort(window_id * (window * window) + (row % window) * window + column % window)
+    ordered = window_id[order]
+    starts = torch.where(ordered[1:] != ordered[:-1], tokens[1:], -1)
+    return order, _bounds(starts, tokens) * unit
+
+
+def interpolation_taps(
+    grid_thw: torch.Tensor, patches: torch.Tensor, merge: int, side: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3-VL's position embeddings resampled to the grid: for each patch the 4 rows of the
+    ``side`` x ``side`` table and their weights (bilinear, corners aligned, edges clamped),
+    as transformers' `get_vision_interpolation_indices_and_weights` gives them."""
+    height, width = _grid(grid_thw)
+    row, column = patch_rows_and_columns(grid_thw, patches, merge)
+
+    def taps(index: torch.Tensor, size: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        source = index.to(torch.float32) * (side - 1) / torch.clamp(size - 1, min=1)
+        floor = torch.floor(source)
+        offsets = torch.arange(0, 2, device=index.device)
+        taps = (floor.long()[:, None] + offsets).clamp(0, side - 1)
+        weights = (1 - (source[:, None] - floor[:, None] - offsets).abs()).clamp(min=0)
+        return taps, weights
+
+    row_taps, row_weights = taps(row, height)
+    column_taps, column_weights = taps(column, width)
+    indices = (row_taps[:, :, None] * side + column_taps[:, None, :]).reshape(-1, 4)
+    weights = (row_weights[:, :, None] * column_weights[:, None, :]).reshape(-1, 4)
+    return indices, weights
