@@ -5,9 +5,13 @@ architecture export-hf does not serve is an error before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
 import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -39,7 +43,10 @@ def qwen_prompt(images: int) -> str:
     return f"<|im_start|>user\n{QWEN_IMAGE * images}describe this image<|im_end|>\n<|im_start|>assistant\n"
 
 
-IMAGE_SIZE = (84, 112)  # height, width: multiples of 28 that Qwen's image processor keeps (a 6x8 patch grid)
+# (height, width) of the test images: three aspect ratios, no side a multiple of a merged
+# patch (28 pixels for Qwen2.5-VL, 32 for Qwen3-VL); the last has more pixels than either
+# test processor's max_pixels, so both processors resize it down, the others to the nearest grid
+QWEN_IMAGE_SIZES = [(45, 75), (130, 60), (300, 260)]
 
 
 def trained_tokenizer(special: list[str], **roles: str):
@@ -116,27 +123,69 @@ def genai_tokens(folder, image_paths, new_tokens: int, prompt: str | None = None
     return tokens
 
 
-def exported_with_images(tmp_path, capsys, size: tuple[int, int]):
-    """Two random images of ``size`` beside the source folder, and its `export-hf --verify`
-    folder at that image size: (images, folder, what the command printed)."""
-    image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
-    for seed, path in enumerate(image_paths):
-        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)).save(path)
-    out = tmp_path / "out"
-    argument = f"{size[0]}x{size[1]}"
-    assert main(["export-hf", str(tmp_path / "source"), "--output", str(out), "--image-size", argument, "--verify"]) == 0
-    printed = capsys.readouterr().out
-    assert f"vision model for {argument} images" in printed
-    # --verify chains the three models in onnxruntime against model.generate on the processor's inputs
+@dataclasses.dataclass
+class QwenFolder:
+    """A source checkpoint, its `export-hf --verify` folder and what the command printed."""
+
+    model: torch.nn.Module
+    source: Path
+    out: Path
+    printed: str
+
+
+def exported_qwen(tmp_path_factory, save) -> QwenFolder:
+    root = tmp_path_factory.mktemp("qwen")
+    model = save(root / "source")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["export-hf", str(root / "source"), "--output", str(root / "out"), "--verify"]) == 0
+    printed = printed.getvalue()
+    assert "vision model for images of every size" in printed
+    # --verify chains the three models in onnxruntime against model.generate on the processor's
+    # inputs for a prompt with two images of different sizes
     assert re.search(r"verification: largest difference \S+ \(within the tolerance .*\), greedy tokens equal", printed)
-    return image_paths, out, printed
+    return QwenFolder(model, root / "source", root / "out", printed)
 
 
-def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
-    model = save_qwen2_5_vl(tmp_path / "source")
-    image_paths, out, printed = exported_with_images(tmp_path, capsys, IMAGE_SIZE)
-    assert "task image-text-to-text (the default for Qwen2_5_VLForConditionalGeneration" in printed
+@pytest.fixture(scope="module")
+def qwen2_5_vl(tmp_path_factory) -> QwenFolder:
+    return exported_qwen(tmp_path_factory, save_qwen2_5_vl)
 
+
+@pytest.fixture(scope="module")
+def qwen3_vl(tmp_path_factory) -> QwenFolder:
+    return exported_qwen(tmp_path_factory, save_qwen3_vl)
+
+
+@pytest.fixture(scope="module")
+def qwen_images(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("images")
+    paths = [folder / f"{height}x{width}.png" for height, width in QWEN_IMAGE_SIZES]
+    for seed, (path, size) in enumerate(zip(paths, QWEN_IMAGE_SIZES)):
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)).save(path)
+    return paths
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_qwen_folder_generates_as_transformers_on_images_of_every_size(request, family, qwen_images):
+    """One vision model for every image: the runtime's processor resizes each image as
+    transformers' does and the vision model takes its grid; a prompt with two images of
+    different sizes runs the vision model once per image."""
+    folder = request.getfixturevalue(family)
+    image_processor = transformers.AutoImageProcessor.from_pretrained(folder.source)
+    grids = [tuple(image_processor(images=[Image.open(path)])["image_grid_thw"][0].tolist()) for path in qwen_images]
+    assert len(set(grids)) == 3 and len({h / w for _, h, w in grids}) == 3
+    answers = set()
+    for images in ([qwen_images[0]], [qwen_images[1]], [qwen_images[2]], [qwen_images[1], qwen_images[0]]):
+        expected = transformers_tokens(folder.source, folder.model, images, 16)
+        assert genai_tokens(folder.out, images, 16) == expected, [path.name for path in images]
+        answers.add(tuple(expected))
+    assert len(answers) == 4  # each prompt's images change the answer: the runtime's features are each image's own
+
+
+def test_qwen2_5_vl_folder_layout(qwen2_5_vl):
+    model, out = qwen2_5_vl.model, qwen2_5_vl.out
+    assert "task image-text-to-text (the default for Qwen2_5_VLForConditionalGeneration" in qwen2_5_vl.printed
     config = json.loads((out / "genai_config.json").read_text())["model"]
     assert config["type"] == "qwen2_5_vl" and config["image_token_id"] == model.config.image_token_id
     assert config["decoder"]["inputs"]["inputs_embeds"] == "inputs_embeds" and "input_ids" not in config["decoder"]["inputs"]
@@ -145,35 +194,32 @@ def test_qwen2_5_vl_folder_generates_as_transformers(tmp_path, capsys):
     files = {part: config[part]["filename"] for part in ("vision", "embedding", "decoder")}
     assert files == {"vision": "onnx/vision_encoder.onnx", "embedding": "onnx/embed_tokens.onnx",
                      "decoder": "onnx/decoder_model_merged.onnx"}
-    io = {}
+    io_names, graphs = {}, {}
     for part, name in files.items():
         onnx.checker.check_model(str(out / name), full_check=True)
-        graph = onnx.load(str(out / name), load_external_data=False).graph
-        io[part] = ([v.name for v in graph.input], [v.name for v in graph.output])
-    assert io["vision"] == (["pixel_values", "image_grid_thw"], ["image_features"])
-    assert io["embedding"] == (["input_ids", "image_features"], ["inputs_embeds"])
-    assert io["decoder"][0][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
-    assert io["decoder"][1] == ["logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
+        graphs[part] = onnx.load(str(out / name), load_external_data=False).graph
+        io_names[part] = ([v.name for v in graphs[part].input], [v.name for v in graphs[part].output])
+    assert io_names["vision"] == (["pixel_values", "image_grid_thw"], ["image_features"])
+    # any number of patches, one image's grid (the runtime runs the model per image)
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graphs["vision"].input}
+    assert isinstance(dims["pixel_values"][0], str) and dims["pixel_values"][1] == 3 * 2 * 14 * 14
+    assert dims["image_grid_thw"] == [1, 3]
+    assert io_names["embedding"] == (["input_ids", "image_features"], ["inputs_embeds"])
+    assert io_names["decoder"][0][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
+    assert io_names["decoder"][1] == ["logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
     # the cache is appended in place by GroupQueryAttention, as for the causal LMs
     assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
     processor = json.loads((out / "genai_processor_config.json").read_text())["processor"]["transforms"]
     resize = next(t["operation"]["attrs"] for t in processor if t["operation"]["type"] == "Resize")
-    assert (resize["height"], resize["width"], resize["interpolation"]) == (84, 112, "CUBIC")
-
-    # one image, then two (the runtime runs the vision model once per image)
-    for images in (image_paths[:1], image_paths):
-        expected = transformers_tokens(tmp_path / "source", model, images, 16)
-        assert genai_tokens(out, images, 16) == expected
+    assert resize == {"smart_resize": 1, "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 64, "keep_aspect_ratio": 0,
+                      "interpolation": "CUBIC", "patch_size": 14, "merge_size": 2}
 
     # the verification sees an error planted in the decoder's logits
     assert plant_error(out / files["decoder"], 1e-2) == ["logits"]
-    image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
+    image_processor = transformers.AutoImageProcessor.from_pretrained(qwen2_5_vl.source)
     paths = {part: out / name for part, name in files.items()}
-    planted = verify_image_text_to_text(paths, model, image_processor, IMAGE_SIZE, 4, tolerance_for(torch.float32))
+    planted = verify_image_text_to_text(paths, model, image_processor, 4, tolerance_for(torch.float32))
     assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
-
-
-QWEN3_IMAGE_SIZE = (96, 128)  # multiples of 32 (patches of 16, merged 2x2) that the processor keeps: a 6x8 patch grid
 
 
 def save_qwen3_vl(folder):
@@ -203,12 +249,11 @@ def save_qwen3_vl(folder):
     return model
 
 
-def test_qwen3_vl_folder_generates_as_transformers(tmp_path, capsys):
-    """Qwen3-VL's DeepStack features ride beside the embeddings (the runtime has no input for them): the
-    runtime's greedy tokens equal transformers' on one image and on two."""
-    model = save_qwen3_vl(tmp_path / "source")
-    image_paths, out, _ = exported_with_images(tmp_path, capsys, QWEN3_IMAGE_SIZE)
-
+def test_qwen3_vl_folder_carries_the_deepstack_features(qwen3_vl, qwen_images):
+    """Qwen3-VL's DeepStack features ride beside the embeddings (the runtime has no input for
+    them); they change this model's tokens, and the runtime's equal transformers'
+    (test_qwen_folder_generates_as_transformers_on_images_of_every_size)."""
+    model, out, source = qwen3_vl.model, qwen3_vl.out, qwen3_vl.source
     config = json.loads((out / "genai_config.json").read_text())["model"]
     assert config["type"] == "qwen3_vl" and config["vision"]["patch_size"] == 16
     # the embeddings and the two DeepStack blocks side by side: the width the runtime sizes both buffers by
@@ -221,29 +266,30 @@ def test_qwen3_vl_folder_generates_as_transformers(tmp_path, capsys):
         widths[part] = [d.dim_value for d in (graph.output[0] if part != "decoder" else graph.input[0]).type.tensor_type.shape.dim][-1]
     assert widths == {"vision": 192, "embedding": 192, "decoder": 192}
     processor = json.loads((out / "genai_processor_config.json").read_text())["processor"]["transforms"]
-    patch = next(t["operation"]["attrs"] for t in processor if t["operation"]["type"] == "PatchImage")
-    assert patch["patch_size"] == 16
+    attrs = {t["operation"]["type"]: t["operation"].get("attrs") for t in processor}
+    assert attrs["PatchImage"]["patch_size"] == 16
+    assert (attrs["Resize"]["min_pixels"], attrs["Resize"]["max_pixels"], attrs["Resize"]["patch_size"]) == (32 * 32, 32 * 32 * 64, 16)
 
-    # the DeepStack features change this model's tokens: the runtime's must carry them
-    expected = transformers_tokens(tmp_path / "source", model, image_paths[:1], 16)
-    assert len(set(expected)) > 4
+    expected = transformers_tokens(source, model, qwen_images[:1], 16)
     with torch.no_grad():
         kept = [merger.linear_fc2.weight.clone() for merger in model.model.visual.deepstack_merger_list]
         for merger in model.model.visual.deepstack_merger_list:
             merger.linear_fc2.weight.zero_()
-        assert transformers_tokens(tmp_path / "source", model, image_paths[:1], 16) != expected
-        for merger, weight in zip(model.model.visual.deepstack_merger_list, kept):
-            merger.linear_fc2.weight.copy_(weight)
-    for images in (image_paths[:1], image_paths):
-        assert genai_tokens(out, images, 16) == transformers_tokens(tmp_path / "source", model, images, 16)
+        try:
+            assert transformers_tokens(source, model, qwen_images[:1], 16) != expected
+        finally:
+            for merger, weight in zip(model.model.visual.deepstack_merger_list, kept):
+                merger.linear_fc2.weight.copy_(weight)
 
-    # fake mode: each model reads its own weights from the checkpoint, each written once
+
+def test_qwen3_vl_in_fake_mode_streams_the_weights(qwen3_vl, tmp_path):
+    """Each model reads its own weights from the checkpoint, each written once."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = export_hf(tmp_path / "source", tmp_path / "fake", fake=True, verify=True, image_size=QWEN3_IMAGE_SIZE)
+        result = export_hf(qwen3_vl.source, tmp_path / "fake", fake=True, verify=True)
     assert not [w for w in caught if "does not use" in str(w.message) or "missing" in str(w.message)]
     assert result.verification.passed and result.verification.max_logit_difference < 1e-5, result.verification.summary()
-    weights = sum(p.numel() for p in model.parameters()) * 4
+    weights = sum(p.numel() for p in qwen3_vl.model.parameters()) * 4
     written = sum((tmp_path / "fake" / f).stat().st_size for f in result.files if f.endswith("_data"))
     assert weights <= written < weights * 1.05
 
@@ -352,7 +398,7 @@ def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tm
     model = save_qwen2_5_vl(tmp_path / "source")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = export_hf(tmp_path / "source", tmp_path / "out", fake=True, verify=True, image_size=IMAGE_SIZE)
+        result = export_hf(tmp_path / "source", tmp_path / "out", fake=True, verify=True)
     assert not [w for w in caught if "does not use" in str(w.message) or "missing" in str(w.message)]
     assert result.verification.passed, result.verification.summary()
     assert result.verification.max_logit_difference < 1e-5
@@ -377,10 +423,6 @@ def test_gemma3_in_fake_mode_streams_the_weights(tmp_path):
     assert weights <= written < weights * 1.05
     expected = gemma_transformers_tokens(tmp_path / "source", model, [image_path], 16)
     assert genai_tokens(tmp_path / "out", [image_path], 16, gemma_prompt(1)) == expected
-    # the processor fixes the image size: another one is an error before anything is written
-    with pytest.raises(ValueError, match="drop image_size"):
-        export_hf(tmp_path / "source", tmp_path / "out2", image_size=(32, 32))
-    assert not (tmp_path / "out2").exists()
     config = json.loads((tmp_path / "source" / "config.json").read_text())
     (tmp_path / "source" / "config.json").write_text(json.dumps({**config, "mm_tokens_per_image": 64}))
     with pytest.raises(NotImplementedError, match="puts 64 tokens per image .* always puts 256"):

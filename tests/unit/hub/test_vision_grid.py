@@ -1,0 +1,50 @@
+"""The layouts Qwen's vision towers take, computed from the patch grid with tensor
+operations (hub/vision_grid.py), equal transformers' own for grids of every shape:
+square and not, windows that tile the grid and that do not, one frame and two."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fx2onnx.hub import vision_grid
+
+vision_utils = pytest.importorskip("transformers.vision_utils")
+
+GRIDS = [(1, 2, 2), (1, 4, 4), (1, 6, 10), (1, 10, 4), (1, 14, 22), (1, 16, 8), (2, 6, 10)]
+
+
+def segments(bounds: torch.Tensor, count: int) -> torch.Tensor:
+    """Each position's segment under cumulative ``bounds``, as the packed attention reads them."""
+    return (torch.arange(count)[:, None] >= bounds[None, 1:]).sum(-1)
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_positions_and_frames_equal_transformers(grid):
+    grid_thw, count = torch.tensor([grid]), grid[0] * grid[1] * grid[2]
+    patches = torch.arange(count)
+    assert torch.equal(vision_grid.position_ids(grid_thw, patches, 2), vision_utils.get_vision_position_ids(grid_thw, 2))
+    bounds = vision_grid.frame_bounds(grid_thw, patches)
+    assert bounds.dtype == torch.int32 and len(bounds) == count + 1 and (bounds[0], bounds[-1]) == (0, count)
+    assert torch.equal(segments(bounds, count), segments(vision_utils.get_vision_cu_seqlens(grid_thw), count))
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("window_size", [28, 56, 112])  # windows of 1, 2 and 4 merged tokens (patches of 14)
+def test_windows_equal_transformers(grid, window_size):
+    grid_thw, count = torch.tensor([grid]), grid[0] * grid[1] * grid[2]
+    expected_order, expected_bounds = vision_utils.get_vision_window_index(grid_thw, 2, window_size, 14)
+    order, bounds = vision_grid.window_layout(grid_thw, torch.arange(count), 2, window_size // 2 // 14)
+    assert torch.equal(order, expected_order)
+    assert len(bounds) == count // 4 + 1 and bounds.dtype == expected_bounds.dtype
+    assert torch.equal(segments(bounds, count), segments(expected_bounds, count))
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_position_embedding_taps_equal_transformers(grid):
+    grid_thw, count = torch.tensor([grid]), grid[0] * grid[1] * grid[2]
+    expected = vision_utils.get_vision_interpolation_indices_and_weights(
+        grid_thw, num_grid_per_side=7, mode="bilinear", align_corners=True, spatial_merge_size=2
+    )
+    indices, weights = vision_grid.interpolation_taps(grid_thw, torch.arange(count), 2, 7)
+    assert torch.equal(indices, expected[0]) and torch.equal(weights, expected[1])
