@@ -4,8 +4,8 @@ peak memory of the export, and the folder checked against transformers.
 Three steps, each in a fresh subprocess so that ru_maxrss is the peak of that step alone:
 ``write`` builds a real Qwen2.5-VL (text: hidden 1536, 20 layers; vision: hidden 1280, 16
 blocks; about 0.94B parameters, 3.8 GB of float32 weights) and saves it with its image
-processor; ``export`` runs `fx2onnx.hub.export_hf(folder, out, fake=True)` for 112x112
-images (goal: peak RSS under 1.5 GB); ``verify`` loads the real model and chains the
+processor; ``export`` runs `fx2onnx.hub.export_hf(folder, out, fake=True)` (a vision model
+for images of every size; goal: peak RSS under 1.5 GB); ``verify`` loads the real model and chains the
 folder's vision, embedding and decoder models in onnxruntime against `model.generate`
 (`fx2onnx.hub.verify_vlm`), then generates with ONNX Runtime GenAI (`og.Model(folder)`).
 
@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 GiB = 2**30
-IMAGE_SIZE = (112, 112)
 TEXT = dict(hidden_size=1536, num_hidden_layers=20, intermediate_size=4096, num_attention_heads=12, num_key_value_heads=2,
             vocab_size=32000, max_position_embeddings=2048, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
             bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -54,7 +53,7 @@ def step_export(folder: Path) -> dict:
     from fx2onnx.hub import export_hf
 
     start = time.perf_counter()
-    result = export_hf(folder / "source", folder / "out", fake=True, image_size=IMAGE_SIZE)
+    result = export_hf(folder / "source", folder / "out", fake=True)
     data = sum((folder / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
     return {"seconds": time.perf_counter() - start, "data_bytes": data}
 
@@ -70,7 +69,7 @@ def step_verify(folder: Path) -> dict:
     image_processor = transformers.AutoImageProcessor.from_pretrained(folder / "source")
     files = {part: folder / "out" / "onnx" / f"{base}.onnx" for part, base in vlm_layout.PARTS.items()}
     start = time.perf_counter()
-    result = verify_image_text_to_text(files, model, image_processor, IMAGE_SIZE, 8, tolerance_for(model.dtype))
+    result = verify_image_text_to_text(files, model, image_processor, 8, tolerance_for(model.dtype))
     import onnxruntime_genai as og
 
     og.Model(str(folder / "out"))  # the runtime loads the folder as written

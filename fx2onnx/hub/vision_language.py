@@ -3,10 +3,11 @@ checkpoint's own modules (vlm_layout.py names the files and writes the configs).
 
 - vision (`pixel_values` [patches, channels x temporal x patch x patch] and
   `image_grid_thw` [1, 3] -> `image_features` [image tokens, hidden]): Qwen2.5-VL's
-  vision tower with its patch merger. Its window and rotary layout come from the grid
-  through `.tolist()` loops, so it is exported for one grid: the one transformers'
-  image processor gives an image of the export's size (`image_size`); the runtime's
-  processor resizes every image to that size (`vlm_layout.processor_config`).
+  vision tower with its patch merger, for one image of any size (the runtime runs it once
+  per image). transformers computes its window and rotary layouts from the grid with
+  `.tolist()` loops; here they are computed in the graph from the grid's numbers and the
+  patch count (vision_grid.py). The runtime's processor resizes each image as
+  transformers' does (`vlm_layout.qwen_processor_config`).
 - embedding (`input_ids`, `image_features` -> `inputs_embeds`): the token embedding, with
   each image token's row replaced by the next image feature, as the model's forward does.
 - decoder (`inputs_embeds`, `attention_mask`, 3-D mRoPE `position_ids` [3, batch,
@@ -159,7 +160,7 @@ class Decoder(LanguageModelWithHead):
 
 def _as_loaded(value: Any, loaded: LoadedModel, static: bool = False) -> Any:
     """``value``'s tensors made fake when the model is (a fake-mode export), else as they
-    are; ``static``: with their sizes as numbers (the vision model's one image size)."""
+    are; ``static``: with their sizes as numbers (Gemma 3's vision model's one image size)."""
     if loaded.fake_context is None:
         return value
     mode = loaded.fake_context.fake_mode

@@ -9,8 +9,8 @@ embedding model and that model's one `inputs_embeds` output to the decoder, each
 
 - vision (`pixel_values`, `image_grid_thw` -> `image_features` [image tokens,
   hidden x (1 + deepstack layers)]): the merger's features, then each DeepStack merger's,
-  side by side. As for Qwen2.5-VL, the grid's layout (position embedding interpolation,
-  rotary positions, segments) is computed here for the one grid of the export's size.
+  side by side. As for Qwen2.5-VL, the grid's layouts (position embedding interpolation,
+  rotary positions, segments) are computed in the graph for an image of any size.
 - embedding: a text token's row is its embedding then zeros; an image token's is its features row.
 - decoder (`inputs_embeds` as wide): the first `hidden` columns are the embeddings, the
   next blocks the DeepStack features added after each early layer (zeros at text tokens:

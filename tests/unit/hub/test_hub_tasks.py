@@ -40,22 +40,29 @@ def test_an_architecture_for_a_task_not_served_is_an_error_naming_it(architectur
 def test_the_runtime_processor_does_what_the_image_processor_does():
     vision = transformers.Qwen2_5_VLConfig().vision_config
     image_processor = transformers.Qwen2VLImageProcessorPil(image_mean=[0.5, 0.4, 0.3], image_std=[0.2, 0.25, 0.3])
-    transforms = processor_config("qwen2_5_vl", image_processor, vision, (224, 336))["processor"]["transforms"]
+    transforms = processor_config("qwen2_5_vl", image_processor, vision)["processor"]["transforms"]
     operations = {t["operation"]["type"]: t["operation"].get("attrs", {}) for t in transforms}
     assert list(operations) == ["DecodeImage", "ConvertRGB", "Resize", "Rescale", "Normalize", "PatchImage"]
-    assert operations["Resize"] == {"height": 224, "width": 336, "smart_resize": 0, "keep_aspect_ratio": 0,
-                                    "interpolation": "CUBIC", "patch_size": 14, "merge_size": 2}
+    # each image resized as transformers' smart_resize does, within the processor's pixel bounds
+    assert operations["Resize"] == {"smart_resize": 1, "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 1280,
+                                    "keep_aspect_ratio": 0, "interpolation": "CUBIC", "patch_size": 14, "merge_size": 2}
     assert operations["Rescale"]["rescale_factor"] == pytest.approx(1 / 255)
     assert operations["Normalize"] == {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3], "qwen2_5_vl": 1}
     assert operations["PatchImage"] == {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
     image_processor.resample = 4  # PIL's BOX: the runtime has no such filter
     with pytest.raises(ValueError, match="resamples with PIL filter 4, which the runtime's processor lacks"):
-        processor_config("qwen2_5_vl", image_processor, vision, (224, 336))
+        processor_config("qwen2_5_vl", image_processor, vision)
+    image_processor.resample, image_processor.do_resize = 3, False
+    with pytest.raises(ValueError, match="does not resize .* set do_resize to true"):
+        processor_config("qwen2_5_vl", image_processor, vision)
+    image_processor.do_resize, image_processor.size = True, {"height": 224, "width": 224}
+    with pytest.raises(ValueError, match="gives no pixel bounds .* size.shortest_edge and size.longest_edge"):
+        processor_config("qwen2_5_vl", image_processor, vision)
 
 
 def test_the_runtime_gemma3_processor_does_what_the_image_processor_does():
     image_processor = transformers.Gemma3ImageProcessorPil(size={"height": 64, "width": 64}, image_mean=[0.5, 0.4, 0.3])
-    config = processor_config("gemma3", image_processor, None, (64, 64))["processor"]
+    config = processor_config("gemma3", image_processor, None)["processor"]
     operations = {t["operation"]["type"]: t["operation"].get("attrs", {}) for t in config["transforms"]}
     # no ConvertRGB: the runtime's decoded image is RGB already, and it would swap the channels
     assert config["name"] == "gemma_3_image_processing"
