@@ -341,6 +341,56 @@ def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
     assert genai_tokens(out, image_paths[:1], 16, gemma_prompt(1)) == expected
     # two images: the vision model runs on both at once, each image's tokens a block of its own
     assert genai_tokens(out, image_paths, 16, gemma_prompt(2), 1024) == gemma_transformers_tokens(source, model, image_paths, 16)
+    # text steps through the fused kernel, steps with image tokens through the model's masks
+    decoder = onnx.load(str(out / files["decoder"]), load_external_data=False).graph
+    step = next(node for node in decoder.node if node.op_type == "If")
+    branches = {a.name: op_types(a.g) for a in step.attribute}
+    assert "GroupQueryAttention" in branches["else_branch"] and "GroupQueryAttention" not in branches["then_branch"]
+    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is False
+    text_steps_match_transformers(out / files["decoder"], model, window)
+
+
+def text_steps_match_transformers(path, model, window: int) -> None:
+    """The decoder in onnxruntime on text only, a batch of two, one left-padded: a prompt
+    longer than the window, then single-token steps, each step's logits against the language
+    model's on the whole sequence (no cache), as transformers computes them."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    text_config = model.config.text_config
+    rng = np.random.default_rng(0)
+    prompt, padding, steps = 40, 7, 3
+    ids = rng.integers(10, 200, (2, prompt + steps))
+    mask = np.ones_like(ids)
+    mask[1, :padding] = 0
+    cache = {i.name: np.zeros((2, text_config.num_key_value_heads, 0, text_config.head_dim), np.float32)
+             for i in session.get_inputs() if i.name.startswith("past_key_values.")}
+    start = 0
+    for end in [prompt + s for s in range(steps + 1)]:
+        with torch.no_grad():
+            embeds = model.model.language_model.embed_tokens(torch.from_numpy(ids[:, :end]))
+            positions = torch.from_numpy(np.clip(mask[:, :end].cumsum(-1) - 1, 0, None))
+            hidden = model.model.language_model(inputs_embeds=embeds, attention_mask=torch.from_numpy(mask[:, :end]),
+                                                position_ids=positions, use_cache=False).last_hidden_state
+            expected = model.lm_head(hidden)[:, start:end]
+        feed = {"input_ids": ids[:, start:end], "inputs_embeds": embeds[:, start:end].numpy(), "attention_mask": mask[:, :end],
+                "position_ids": positions[:, start:end].numpy(), **cache}
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        held = torch.from_numpy(mask[:, start:end]).bool()  # a padded position's logits are no one's
+        torch.testing.assert_close(torch.from_numpy(outputs["logits"])[held], expected[held], rtol=1e-3, atol=1e-4)
+        cache = {name: outputs[name.replace("past_key_values.", "present.")] for name in cache}
+        start = end
+
+
+def op_types(graph) -> set[str]:
+    """The op types of ``graph`` and of its nodes' subgraphs."""
+    found = set()
+    for node in graph.node:
+        found.add(node.op_type)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                found |= op_types(attribute.g)
+    return found
 
 
 def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tmp_path):
