@@ -16,11 +16,12 @@
   every layer and the window is a part of the mask, so a layer sees the tokens
   transformers' sliding cache keeps (the cache holds more than the window: memory, not
   numbers).
-- two decoders in one (gemma3_decoder.py puts them in an `If`): a step with image tokens
+- two decoders in one `If` (`decoder_with_fused_text_steps`): a step with image tokens
   takes the model's own masks above (`GemmaDecoder`); a step of text only, every decode
   step, takes onnxruntime's fused `GroupQueryAttention` (`GemmaTextStep`), its mask the
   kernel's causal one with the padding and, in sliding-window layers, the window as the
-  kernel's attention bias.
+  kernel's attention bias. Both update a cache buffer the runtime shares between past
+  and present in place.
 """
 
 from __future__ import annotations
@@ -283,23 +284,68 @@ def text_step_refusal(config: Any) -> str:
 IMAGE_STEP, TEXT_STEP = "image_step", "text_step"
 
 
+def _node(op_type: str, inputs: list[ir.Value | None], name: str, **attributes: Any) -> ir.Node:
+    node = ir.node(op_type, inputs, attributes=attributes, name=name)
+    node.outputs[0].name = name
+    return node
+
+
+def _constant(value: Any, name: str, dtype: Any = np.int64) -> ir.Node:
+    return _node("Constant", [], name, value=ir.tensor(np.asarray(value, dtype=dtype)))
+
+
+def _image_step_on_shared_buffers(graph: ir.Graph) -> None:
+    """Make the image step's graph read and write a cache buffer the runtime shares
+    between past and present (batch, heads, context, head size), as the kernel does: the
+    past is the buffer's first `total - S` tokens (`total`: the mask's length, `S`: the
+    step's), the new tokens are written after them and the rest of the buffer is kept. A
+    past that is not a shared buffer (exactly `total - S` tokens) is read whole and the
+    cache grows by the step."""
+    inputs = {value.name: value for value in graph.inputs}
+    total = _node("Shape", [inputs["attention_mask"]], "image_step_total", start=1, end=2)
+    new = _node("Shape", [inputs["input_ids"]], "image_step_new", start=1, end=2)
+    held = _node("Sub", [total.outputs[0], new.outputs[0]], "image_step_held")
+    zero, axis, end = (_constant([v], n) for v, n in ((0, "image_step_zero"), (2, "image_step_axis"),
+                                                        (np.iinfo(np.int64).max, "image_step_end")))
+    nodes = [total, new, held, zero, axis, end]
+    outputs = {value.name: index for index, value in enumerate(graph.outputs)}
+    for name, past in inputs.items():
+        if not name.startswith("past_key_values."):
+            continue
+        uses = list(past.uses())
+        used = _node("Slice", [past, zero.outputs[0], held.outputs[0], axis.outputs[0]], f"{name}.held")
+        for node, index in uses:
+            node.replace_input_with(index, used.outputs[0])
+        rest = _node("Slice", [past, total.outputs[0], end.outputs[0], axis.outputs[0]], f"{name}.rest")
+        present_name = name.replace("past_key_values.", "present.")
+        present = graph.outputs[outputs[present_name]]
+        present.name = f"{present_name}.step"
+        buffer = _node("Concat", [present, rest.outputs[0]], present_name, axis=2)
+        buffer.outputs[0].shape, buffer.outputs[0].type = present.shape, present.type
+        graph.outputs[outputs[present_name]] = buffer.outputs[0]
+        nodes += [used, rest]
+        graph.append(buffer)
+    graph.insert_before(next(iter(graph)), nodes)
+
+
 def decoder_with_fused_text_steps(image_step: ir.Model, text_step: ir.Model, image_token_id: int) -> None:
     """Make ``image_step`` (the model's own masks) one decoder with ``text_step`` (the
-    fused kernel): an `If` on whether the step's `input_ids` hold an image token. The image
-    branch is the `then` branch, whose caches are new tensors (the runtime then gives past
-    and present apart, which both branches handle)."""
+    fused kernel): an `If` on whether the step's `input_ids` hold an image token. Both
+    branches update a cache buffer the runtime shares between past and present in place
+    (and grow a cache it does not share)."""
+    _image_step_on_shared_buffers(image_step.graph)
     inputs = [ir.Value(name=value.name, shape=value.shape, type=value.type) for value in image_step.graph.inputs]
     ids = next(value for value in inputs if value.name == "input_ids")
-    token = ir.node("Constant", [], attributes={"value": ir.tensor(np.array(image_token_id, dtype=np.int64))}, name="image_token")
-    is_image = ir.node("Equal", [ids, token.outputs[0]], name="is_image_token")
-    as_int = ir.node("Cast", [is_image.outputs[0]], attributes={"to": ir.DataType.INT32}, name="image_token_count_type")
-    any_image = ir.node("ReduceMax", [as_int.outputs[0]], attributes={"keepdims": 0}, name="any_image_token")
-    condition = ir.node("Cast", [any_image.outputs[0]], attributes={"to": ir.DataType.BOOL}, name="has_image_tokens")
-    nodes = [token, is_image, as_int, any_image, condition]
-    for node in nodes:
-        node.outputs[0].name = node.name
-    merged = models_in_if(image_step, text_step, inputs, condition.outputs[0], nodes, (IMAGE_STEP, TEXT_STEP), "decoder",
-                          "image_or_text_step")
+    token = _constant(image_token_id, "image_token")
+    is_image = _node("Equal", [ids, token.outputs[0]], "is_image_token")
+    as_int = _node("Cast", [is_image.outputs[0]], "image_token_flags", to=ir.DataType.INT32)
+    any_image = _node("ReduceMax", [as_int.outputs[0]], "any_image_token", keepdims=0)
+    none = _constant(0, "no_image_token", np.int32)
+    text_only = _node("Equal", [any_image.outputs[0], none.outputs[0]], "text_only")
+    nodes = [token, is_image, as_int, any_image, none, text_only]
+    # the text step is the `then` branch: the folder's config reads the cache's update there
+    merged = models_in_if(text_step, image_step, inputs, text_only.outputs[0], nodes, (TEXT_STEP, IMAGE_STEP), "decoder",
+                          "text_or_image_step")
     image_step.graph = merged.graph
     image_step.functions.clear()
     image_step.functions.update(merged.functions)
