@@ -14,8 +14,9 @@ tokenizer, image processors and vision towers of tests/e2e/test_export_hf_vision
   decoder export-hf wrote before the fused text steps).
 
 Each generates 64 greedy tokens after a prompt with one image (256 image tokens in both
-families); the decode time per token is the time from the first generated token to the
-last, over the tokens. Rounds are interleaved (every folder once per round, in a rotated
+families) and a short question, and after the same with 150 repetitions of the question
+(about 700 more tokens: a longer cache); the decode time per token is the time from the
+first generated token to the last, over the tokens. Rounds are interleaved (every folder once per round, in a rotated
 order) and medians reported, with each folder's tokens per second over Qwen2.5-VL's.
 
     flock /tmp/fx2onnx-heavy.lock python bench/vlm_decode_speed.py [--rounds 5] [--json out.json]
@@ -40,6 +41,8 @@ TEXT = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_at
             head_dim=64, max_position_embeddings=2048)
 NEW_TOKENS = 64
 QWEN_IMAGE_SIZE = (448, 448)  # 16 x 16 merged patches: 256 image tokens, as Gemma 3's
+QUESTION = "describe this image"
+REPEATS = {"short": 1, "long": 150}  # the question's repetitions in each prompt
 
 
 def _vlm_tests() -> Any:
@@ -112,7 +115,7 @@ def decode_ms_per_token(model: Any, prompt: str, image: Path) -> tuple[float, li
 
     inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(str(image)))
     params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=1024)
+    params.set_search_options(do_sample=False, max_length=TEXT["max_position_embeddings"])
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
     generator.generate_next_token()  # the prefill
@@ -142,28 +145,33 @@ def main(argv: list[str] | None = None) -> None:
         export(root / "gemma-source", root / "gemma3-masks", fused_text_steps=False)
         image = root / "image.png"
         Image.fromarray(np.random.default_rng(0).integers(0, 256, (*QWEN_IMAGE_SIZE, 3), dtype=np.uint8)).save(image)
-        prompts = {"qwen2_5_vl": tests.qwen_prompt(1), "gemma3": tests.gemma_prompt(1), "gemma3-masks": tests.gemma_prompt(1)}
-        models = {name: og.Model(str(root / name)) for name in prompts}
-        for name, model in models.items():  # warm-up
-            decode_ms_per_token(model, prompts[name], image)
-        samples: dict[str, list[float]] = {name: [] for name in models}
-        tokens: dict[str, list[int]] = {}
-        names = list(models)
+        models = {name: og.Model(str(root / name)) for name in ("qwen2_5_vl", "gemma3", "gemma3-masks")}
+
+        def prompt(name: str, length: str) -> str:
+            text = tests.qwen_prompt(1) if name == "qwen2_5_vl" else tests.gemma_prompt(1)
+            return text.replace(QUESTION, " ".join([QUESTION] * REPEATS[length]))
+
+        runs = [(name, length) for length in REPEATS for name in models]
+        for name, length in runs:  # warm-up
+            decode_ms_per_token(models[name], prompt(name, length), image)
+        samples: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+        tokens: dict[tuple[str, str], list[int]] = {}
         for index in range(args.rounds):
-            for name in names[index % len(names):] + names[:index % len(names)]:
-                milliseconds, tokens[name] = decode_ms_per_token(models[name], prompts[name], image)
-                samples[name].append(milliseconds)
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-    results = {
-        name: {"decode_ms_per_token": medians[name], "tokens_per_s": 1e3 / medians[name],
-               "tokens_per_s_over_qwen2_5_vl": medians["qwen2_5_vl"] / medians[name], "tokens": len(tokens[name])}
-        for name in medians
-    }
-    results["gemma3"]["tokens_equal_to_gemma3-masks"] = tokens["gemma3"] == tokens["gemma3-masks"]
-    print(f"| folder | decode ms/token | tokens/s | over Qwen2.5-VL |\n|---|---|---|---|")
-    for name, row in results.items():
-        print(f"| {name} | {row['decode_ms_per_token']:.2f} | {row['tokens_per_s']:.0f} | {row['tokens_per_s_over_qwen2_5_vl']:.2f}x |")
-    print(f"gemma3's tokens equal gemma3-masks': {results['gemma3']['tokens_equal_to_gemma3-masks']}")
+            for name, length in runs[index % len(runs):] + runs[:index % len(runs)]:
+                milliseconds, tokens[name, length] = decode_ms_per_token(models[name], prompt(name, length), image)
+                samples[name, length].append(milliseconds)
+    medians = {run: statistics.median(values) for run, values in samples.items()}
+    results: dict[str, Any] = {}
+    print("| folder | prompt | decode ms/token | tokens/s | over Qwen2.5-VL |\n|---|---|---|---|---|")
+    for (name, length), median in medians.items():
+        row = {"decode_ms_per_token": median, "tokens_per_s": 1e3 / median,
+               "tokens_per_s_over_qwen2_5_vl": medians["qwen2_5_vl", length] / median, "tokens": len(tokens[name, length])}
+        if name == "gemma3":
+            row["tokens_equal_to_gemma3-masks"] = tokens[name, length] == tokens["gemma3-masks", length]
+        results[f"{name} {length}"] = row
+        print(f"| {name} | {length} | {median:.2f} | {row['tokens_per_s']:.0f} | {row['tokens_per_s_over_qwen2_5_vl']:.2f}x |")
+    for length in REPEATS:
+        print(f"{length} prompt: gemma3's tokens equal gemma3-masks': {results[f'gemma3 {length}']['tokens_equal_to_gemma3-masks']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 

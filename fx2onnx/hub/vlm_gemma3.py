@@ -36,7 +36,7 @@ import onnx_ir as ir
 import torch
 from torch.export import Dim
 
-from fx2onnx.fx_passes.fused_kernels import operators  # noqa: F401 - registers torch.ops.fx2onnx.cached_attention
+import fx2onnx  # noqa: F401 - its fused kernels register torch.ops.fx2onnx.cached_attention
 from fx2onnx.hub import causal_lm
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.merged_decoder import models_in_if
