@@ -250,8 +250,9 @@ GEMMA_SPECIAL = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", 
 GEMMA_IMAGE_SIZE = (64, 64)  # the processor's fixed size: 16x16 patches of 4, the runtime's 256 tokens per image
 
 
-def save_gemma3(folder, sliding_window: int = 512):
-    """A two-layer Gemma 3 (two sliding-window layers; two SigLIP layers) with transformers' Gemma 3 processor. The runtime puts
+def save_gemma3(folder, sliding_window: int = 512, layer_types: list[str] | None = None):
+    """A two-layer Gemma 3 (two sliding-window layers unless ``layer_types`` says otherwise;
+    two SigLIP layers) with transformers' Gemma 3 processor. The runtime puts
     256 tokens per image (its processor's constant), so mm_tokens_per_image is 256; the
     head is untied and the weights large enough that greedy tokens vary and the image
     tokens' two-way attention changes them."""
@@ -264,7 +265,7 @@ def save_gemma3(folder, sliding_window: int = 512):
     config = transformers.Gemma3Config(
         text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          head_dim=16, max_position_embeddings=1024, vocab_size=len(tokenizer), sliding_window=sliding_window,
-                         initializer_range=0.3, tie_word_embeddings=False, **roles),
+                         layer_types=layer_types, initializer_range=0.3, tie_word_embeddings=False, **roles),
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                            image_size=GEMMA_IMAGE_SIZE[0], patch_size=4, vision_use_head=False),
         mm_tokens_per_image=256, image_token_index=ids["<image_soft_token>"], boi_token_index=ids["<start_of_image>"],
@@ -296,11 +297,12 @@ def gemma_transformers_tokens(folder, model, image_paths, new_tokens: int, two_w
     return generated[0, inputs["input_ids"].shape[1]:].tolist()
 
 
-# a window longer than the sequence (281 prompt tokens), then one that cuts it: the
-# decoder's cache grows in every layer and the window is a part of its mask
+# a window longer than the sequence (281 prompt tokens), then one that cuts it beside a
+# full-attention layer: the decoder's cache grows in every layer and the window is a part
+# of its mask (of the kernel's attention bias in text steps)
 @pytest.mark.parametrize("window", [512, 32])
 def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
-    model = save_gemma3(tmp_path / "source", window)
+    model = save_gemma3(tmp_path / "source", window, None if window == 512 else ["sliding_attention", "full_attention"])
     image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
     for seed, path in enumerate(image_paths):
         Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
