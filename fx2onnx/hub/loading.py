@@ -126,6 +126,8 @@ def load_model(
     if fake:
         with enable_fake_mode() as fake_context, _value_free_truncated_normal():
             model = auto.from_config(config)
+        if (folder / "generation_config.json").is_file():  # from_pretrained reads it, from_config does not
+            model.generation_config = transformers.GenerationConfig.from_pretrained(folder)
         if torch_dtype is not None:
             model.to(torch_dtype)
         return LoadedModel(model.eval(), config, folder, task, fake_context)

@@ -33,19 +33,19 @@ def _rename_calls(graphs: list[ir.Graph | ir.Function], renamed: dict[ir.Operato
                 node.op_type = new_name
 
 
-def _merge_functions(first: ir.Model, following: ir.Model) -> dict[ir.OperatorIdentifier, ir.Function]:
-    """The functions of both models: one per name where the bodies are equal, the next
-    steps' own version renamed where they differ."""
-    functions = dict(first.functions)
+def _merge_functions(kept: ir.Model, other: ir.Model, suffix: str) -> dict[ir.OperatorIdentifier, ir.Function]:
+    """The functions of both models: one per name where the bodies are equal, ``other``'s
+    own version renamed (``suffix`` appended) where they differ."""
+    functions = dict(kept.functions)
     renamed: dict[ir.OperatorIdentifier, str] = {}
-    for identifier, function in following.functions.items():
+    for identifier, function in other.functions.items():
         if identifier not in functions:
             functions[identifier] = function
         elif _function_key(functions[identifier]) != _function_key(function):
-            renamed[identifier] = f"{function.name}_{_NEXT}"
-    _rename_calls([following.graph, *following.functions.values()], renamed)
+            renamed[identifier] = f"{function.name}_{suffix}"
+    _rename_calls([other.graph, *other.functions.values()], renamed)
     for identifier, new_name in renamed.items():
-        function = following.functions[identifier]
+        function = other.functions[identifier]
         function.name = new_name
         functions[function.identifier()] = function
     return functions
@@ -80,34 +80,45 @@ def _as_branch(graph: ir.Graph, prefix: str, main_inputs: dict[str, ir.Value], m
     return graph
 
 
-def merge_decoders(first_path: Path, next_path: Path, destination: Path, data_name: str) -> None:
-    """Write the decoder of ``first_path`` (no past) and ``next_path`` (with past) as one
-    model at ``destination``, its weights in ``data_name`` beside it."""
-    first, following = ir.load(os.fspath(first_path)), ir.load(os.fspath(next_path))
-    outputs = [value.name for value in first.graph.outputs]
-    if sorted(outputs) != sorted(value.name for value in following.graph.outputs):
-        raise ValueError(f"The first and next decoding steps differ in outputs: {outputs} and "
-                         f"{[value.name for value in following.graph.outputs]}.")
-    inputs = [ir.Value(name=value.name, shape=value.shape, type=value.type) for value in following.graph.inputs]
-    condition = ir.Value(name=USE_CACHE_BRANCH, shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.BOOL))
-    main = ir.Graph([*inputs, condition], [], nodes=[], opset_imports={**following.opset_imports, **first.opset_imports},
-                    name="decoder_model_merged")
+def models_in_if(
+    then_model: ir.Model, else_model: ir.Model, inputs: list[ir.Value], condition: ir.Value, condition_nodes: list[ir.Node],
+    names: tuple[str, str], graph_name: str, if_name: str,
+) -> ir.Model:
+    """One model that runs ``then_model`` where ``condition`` holds and ``else_model``
+    otherwise, in an `If`: ``inputs`` (by the models' input names) and ``condition_nodes``
+    (which compute ``condition`` from them) make the main graph; the outputs are
+    ``else_model``'s, in its order. ``names`` prefix each branch's values."""
+    outputs = [value.name for value in else_model.graph.outputs]
+    if sorted(outputs) != sorted(value.name for value in then_model.graph.outputs):
+        raise ValueError(f"The two decoders differ in outputs: {outputs} and {[value.name for value in then_model.graph.outputs]}.")
+    main = ir.Graph(inputs, [], nodes=condition_nodes, opset_imports={**then_model.opset_imports, **else_model.opset_imports},
+                    name=graph_name)
     by_name = {value.name: value for value in inputs}
-    functions = _merge_functions(first, following)
-    next_by_name = {value.name: value for value in following.graph.outputs}
-    following.graph.outputs[:] = [next_by_name[name] for name in outputs]  # the first step's order
-    shapes = [(value.shape, value.type) for value in following.graph.outputs]  # total_sequence_length in both
+    functions = _merge_functions(else_model, then_model, names[0])
+    then_by_name = {value.name: value for value in then_model.graph.outputs}
+    then_model.graph.outputs[:] = [then_by_name[name] for name in outputs]
+    shapes = [(value.shape, value.type) for value in then_model.graph.outputs]
     branches = {
-        "then_branch": _as_branch(following.graph, _NEXT, by_name, main),
-        "else_branch": _as_branch(first.graph, _FIRST, by_name, main),
+        "then_branch": _as_branch(then_model.graph, names[0], by_name, main),
+        "else_branch": _as_branch(else_model.graph, names[1], by_name, main),
     }
-    choose = ir.node("If", [condition], attributes=branches, num_outputs=len(outputs), name="use_cache_branch_if")
+    choose = ir.node("If", [condition], attributes=branches, num_outputs=len(outputs), name=if_name)
     for value, name, (shape, type_) in zip(choose.outputs, outputs, shapes):
         value.name, value.shape, value.type = name, shape, type_
     main.append(choose)
     main.outputs.extend(choose.outputs)
     for identifier in functions:
         main.opset_imports.setdefault(identifier[0], 1)
-    model = ir.Model(main, ir_version=first.ir_version, producer_name=first.producer_name,
-                     producer_version=first.producer_version, functions=list(functions.values()))
+    return ir.Model(main, ir_version=else_model.ir_version, producer_name=else_model.producer_name,
+                    producer_version=else_model.producer_version, functions=list(functions.values()))
+
+
+def merge_decoders(first_path: Path, next_path: Path, destination: Path, data_name: str) -> None:
+    """Write the decoder of ``first_path`` (no past) and ``next_path`` (with past) as one
+    model at ``destination``, its weights in ``data_name`` beside it."""
+    first, following = ir.load(os.fspath(first_path)), ir.load(os.fspath(next_path))
+    inputs = [ir.Value(name=value.name, shape=value.shape, type=value.type) for value in following.graph.inputs]
+    condition = ir.Value(name=USE_CACHE_BRANCH, shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.BOOL))
+    model = models_in_if(following, first, [*inputs, condition], condition, [], (_NEXT, _FIRST), "decoder_model_merged",
+                         "use_cache_branch_if")
     ir.save(model, os.fspath(destination), external_data=data_name, size_threshold_bytes=1024)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -71,17 +70,8 @@ def _packed_attention(module, query, key, value, attention_mask=None, scaling=No
     return output.transpose(1, 2).contiguous(), None
 
 
-@contextlib.contextmanager
-def _packed_vision_attention(config: Any) -> Iterator[None]:
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
-    kept = config._attn_implementation
-    config._attn_implementation = PACKED_ATTENTION
-    try:
-        yield
-    finally:
-        config._attn_implementation = kept
+def _packed_vision_attention(config: Any) -> contextlib.AbstractContextManager[None]:
+    return vlm_gemma3.attention_implementation(config, PACKED_ATTENTION, _packed_attention)
 
 
 class QwenVision(torch.nn.Module):
@@ -250,12 +240,18 @@ def _export_gemma3_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, si
     inputs = vlm_gemma3.decoder_inputs(loaded, lambda value: _as_loaded(value, loaded))
     # image blocks attend both ways: an explicit mask, not the causal kernel's
     decoder_options = dataclasses.replace(plain, dynamic_shapes=decoder_dynamic_shapes(inputs))
+    decoder = fx2onnx.dynamo_export(vlm_gemma3.GemmaDecoder(model), **inputs, export_options=decoder_options)
+    if options.runtime == "onnxruntime" and not vlm_gemma3.text_step_refusal(loaded.config):
+        # text steps (every decode step) through onnxruntime's fused kernel, in one decoder with the above
+        inputs = vlm_gemma3.decoder_inputs(loaded, lambda value: _as_loaded(value, loaded))
+        text_step = fx2onnx.dynamo_export(vlm_gemma3.GemmaTextStep(model), **inputs, export_options=decoder_options)
+        vlm_gemma3.decoder_with_fused_text_steps(decoder.model, text_step.model, int(loaded.config.image_token_id))
     return {
         "vision": fx2onnx.dynamo_export(vlm_gemma3.GemmaVision(model), **vision, export_options=vision_options),
         "embedding": fx2onnx.dynamo_export(
             Embedding(model, int(loaded.config.image_token_id)), **embedding_inputs(loaded, per_image=True), export_options=plain
         ),
-        "decoder": fx2onnx.dynamo_export(vlm_gemma3.GemmaDecoder(model), **inputs, export_options=decoder_options),
+        "decoder": decoder,
     }
 
 

@@ -16,18 +16,30 @@
   every layer and the window is a part of the mask, so a layer sees the tokens
   transformers' sliding cache keeps (the cache holds more than the window: memory, not
   numbers).
+- two decoders in one `If` (`decoder_with_fused_text_steps`): a step with image tokens
+  takes the model's own masks above (`GemmaDecoder`); a step of text only, every decode
+  step, takes onnxruntime's fused `GroupQueryAttention` (`GemmaTextStep`), its mask the
+  kernel's causal one with the padding and, in sliding-window layers, the window as the
+  kernel's attention bias. Both update a cache buffer the runtime shares between past
+  and present in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import onnx_ir as ir
 import torch
 from torch.export import Dim
 
+import fx2onnx  # noqa: F401 - its fused kernels register torch.ops.fx2onnx.cached_attention
 from fx2onnx.hub import causal_lm
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.merged_decoder import models_in_if
 
 
 # the image tokens the runtime's gemma3 processor puts per image (a constant of its
@@ -78,6 +90,21 @@ class LanguageModelWithHead(torch.nn.Module):
 
     def logits_and_cache(self, output: Any) -> dict[str, Any]:
         return {"logits": self.lm_head(output.last_hidden_state), "present": causal_lm.output_cache(output)}
+
+
+@contextlib.contextmanager
+def attention_implementation(config: Any, name: str, function: Callable[..., Any]) -> Iterator[None]:
+    """transformers' attention of the models of ``config`` computed by ``function``
+    (registered as ``name``) while the context lasts."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(name, function)
+    kept = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = kept
 
 
 class GemmaDecoder(LanguageModelWithHead):
@@ -154,3 +181,171 @@ def decoder_inputs(loaded: LoadedModel, fake: Any) -> dict[str, Any]:
     cache = causal_lm.output_cache(prefill)
     return {"input_ids": ids[:, cached:], "inputs_embeds": embeds[:, cached:], "attention_mask": mask,
             "position_ids": positions[:, cached:].contiguous(), "past_key_values": cache}
+
+
+# the name the text step's attention is registered under with transformers
+CACHED_ATTENTION = "fx2onnx_gemma3_cached_attention"
+
+
+@dataclass
+class _Step:
+    """What the text step's attention function reads and writes by layer: each layer's
+    past key and value, the kernel's sequence lengths, and the present caches it returns."""
+
+    pasts: list[tuple[torch.Tensor, torch.Tensor]]
+    seqlens: torch.Tensor
+    total: torch.Tensor
+    presents: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+
+_STEPS: list[_Step] = []  # the step being traced (a stack: one at a time)
+
+
+def _cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor, scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """A layer's attention as onnxruntime's GroupQueryAttention: the new tokens' query, key
+    and value (B, heads, S, D) over the layer's past; ``attention_mask`` is the kernel's
+    attention bias (B, 1, S, total)."""
+    step = _STEPS[-1]
+    past_key, past_value = step.pasts[module.layer_idx]
+    heads, key_heads = query.shape[1], key.shape[1]
+    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    output, present_key, present_value = torch.ops.fx2onnx.cached_attention(
+        *(x.transpose(1, 2).flatten(2) for x in (query, key, value)), past_key, past_value, step.seqlens, step.total,
+        attention_mask, scale, heads, key_heads,
+    )
+    step.presents[module.layer_idx] = (present_key, present_value)
+    return output.unflatten(-1, (heads, -1)), None
+
+
+def step_biases(attention_mask: torch.Tensor, new: int, window: int | None, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The kernel's attention bias (B, 1, S, total) of each layer type for ``new`` tokens
+    last in ``attention_mask`` (B, total): 0 where a key is seen, the dtype's lowest
+    where it is padding or, in a sliding-window layer, ``window`` or more tokens before the
+    query (transformers' window: key index > query index - window). The kernel adds its
+    causal mask."""
+    held = attention_mask.bool()[:, None, None, :]
+    total = attention_mask.shape[1]
+    zero, lowest = torch.zeros((), dtype=dtype), torch.full((), torch.finfo(dtype).min, dtype=dtype)
+    full = torch.where(held, zero, lowest).expand(-1, -1, new, -1)
+    biases = {"full_attention": full}
+    if window is not None:
+        queries = torch.arange(new, device=attention_mask.device) + (total - new)
+        keys = torch.arange(total, device=attention_mask.device)
+        in_window = (queries[:, None] - keys[None, :]) < window
+        biases["sliding_attention"] = torch.where(held & in_window, zero, lowest)
+    return biases
+
+
+class GemmaTextStep(LanguageModelWithHead):
+    """A step of text tokens (no image token): the language model and its head with each
+    layer's attention through onnxruntime's GroupQueryAttention (``_cached_attention``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model)
+        text_config = model.config.get_text_config()
+        self.window = int(text_config.sliding_window) if "sliding_attention" in set(text_config.layer_types) else None
+
+    def forward(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
+        from transformers import DynamicCache
+
+        new = inputs_embeds.shape[1]
+        total = torch.scalar_tensor(attention_mask.shape[1], dtype=torch.int32)
+        seqlens = (total - 1).expand(attention_mask.shape[0])
+        step = _Step([(layer.keys, layer.values) for layer in past_key_values.layers], seqlens, total)
+        language_model = self.model.language_model
+        _STEPS.append(step)
+        try:
+            with attention_implementation(language_model.config, CACHED_ATTENTION, _cached_attention):
+                output = language_model(
+                    inputs_embeds=inputs_embeds, position_ids=position_ids, use_cache=False,
+                    attention_mask=step_biases(attention_mask, new, self.window, inputs_embeds.dtype),
+                )
+        finally:
+            _STEPS.pop()
+        present = DynamicCache()
+        for index in range(len(step.pasts)):
+            present.update(*step.presents[index], index)
+        return {"logits": self.lm_head(output.last_hidden_state), "present": present}
+
+
+def text_step_refusal(config: Any) -> str:
+    """Why the text step cannot take the fused kernel for this model ('' when it can)."""
+    text_config = config.get_text_config()
+    if getattr(text_config, "attn_logit_softcapping", None) is not None:
+        return "its attention caps the logits (attn_logit_softcapping), which the kernel is not given"
+    unknown = set(text_config.layer_types) - {"full_attention", "sliding_attention"}
+    if unknown:
+        return f"its layer types {sorted(unknown)} are neither full nor sliding-window attention"
+    return ""
+
+
+# the two branches' value prefixes in the decoder's `If`
+IMAGE_STEP, TEXT_STEP = "image_step", "text_step"
+
+
+def _node(op_type: str, inputs: list[ir.Value | None], name: str, **attributes: Any) -> ir.Node:
+    node = ir.node(op_type, inputs, attributes=attributes, name=name)
+    node.outputs[0].name = name
+    return node
+
+
+def _constant(value: Any, name: str, dtype: Any = np.int64) -> ir.Node:
+    return _node("Constant", [], name, value=ir.tensor(np.asarray(value, dtype=dtype)))
+
+
+def _image_step_on_shared_buffers(graph: ir.Graph) -> None:
+    """Make the image step's graph read and write a cache buffer the runtime shares
+    between past and present (batch, heads, context, head size), as the kernel does: the
+    past is the buffer's first `total - S` tokens (`total`: the mask's length, `S`: the
+    step's), the new tokens are written after them and the rest of the buffer is kept. A
+    past that is not a shared buffer (exactly `total - S` tokens) is read whole and the
+    cache grows by the step."""
+    inputs = {value.name: value for value in graph.inputs}
+    total = _node("Shape", [inputs["attention_mask"]], "image_step_total", start=1, end=2)
+    new = _node("Shape", [inputs["input_ids"]], "image_step_new", start=1, end=2)
+    held = _node("Sub", [total.outputs[0], new.outputs[0]], "image_step_held")
+    zero, axis, end = (_constant([v], n) for v, n in ((0, "image_step_zero"), (2, "image_step_axis"),
+                                                        (np.iinfo(np.int64).max, "image_step_end")))
+    nodes = [total, new, held, zero, axis, end]
+    outputs = {value.name: index for index, value in enumerate(graph.outputs)}
+    for name, past in inputs.items():
+        if not name.startswith("past_key_values."):
+            continue
+        uses = list(past.uses())
+        used = _node("Slice", [past, zero.outputs[0], held.outputs[0], axis.outputs[0]], f"{name}.held")
+        for node, index in uses:
+            node.replace_input_with(index, used.outputs[0])
+        rest = _node("Slice", [past, total.outputs[0], end.outputs[0], axis.outputs[0]], f"{name}.rest")
+        present_name = name.replace("past_key_values.", "present.")
+        present = graph.outputs[outputs[present_name]]
+        present.name = f"{present_name}.step"
+        buffer = _node("Concat", [present, rest.outputs[0]], present_name, axis=2)
+        buffer.outputs[0].shape, buffer.outputs[0].type = present.shape, present.type
+        graph.outputs[outputs[present_name]] = buffer.outputs[0]
+        nodes += [used, rest]
+        graph.append(buffer)
+    graph.insert_before(next(iter(graph)), nodes)
+
+
+def decoder_with_fused_text_steps(image_step: ir.Model, text_step: ir.Model, image_token_id: int) -> None:
+    """Make ``image_step`` (the model's own masks) one decoder with ``text_step`` (the
+    fused kernel): an `If` on whether the step's `input_ids` hold an image token. Both
+    branches update a cache buffer the runtime shares between past and present in place
+    (and grow a cache it does not share)."""
+    _image_step_on_shared_buffers(image_step.graph)
+    inputs = [ir.Value(name=value.name, shape=value.shape, type=value.type) for value in image_step.graph.inputs]
+    ids = next(value for value in inputs if value.name == "input_ids")
+    token = _constant(image_token_id, "image_token")
+    is_image = _node("Equal", [ids, token.outputs[0]], "is_image_token")
+    as_int = _node("Cast", [is_image.outputs[0]], "image_token_flags", to=ir.DataType.INT32)
+    any_image = _node("ReduceMax", [as_int.outputs[0]], "any_image_token", keepdims=0)
+    none = _constant(0, "no_image_token", np.int32)
+    text_only = _node("Equal", [any_image.outputs[0], none.outputs[0]], "text_only")
+    nodes = [token, is_image, as_int, any_image, none, text_only]
+    # the text step is the `then` branch: the folder's config reads the cache's update there
+    merged = models_in_if(text_step, image_step, inputs, text_only.outputs[0], nodes, (TEXT_STEP, IMAGE_STEP), "decoder",
+                          "text_or_image_step")
+    image_step.graph = merged.graph
+    image_step.functions.clear()
+    image_step.functions.update(merged.functions)

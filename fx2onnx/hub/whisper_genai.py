@@ -12,7 +12,9 @@ exported from the model's own modules.
   the runtime feeds the encoder's cross caches instead (whisper.cpp does when the
   encoder has those outputs). The cross-attention reads them as transformers' own
   `EncoderDecoderCache` marked as filled, so the model's code takes its "reuse the
-  cross-attention cache" path.
+  cross-attention cache" path. The logits carry the generation config's
+  `suppress_tokens` and `begin_suppress_tokens` as -inf (whisper_suppress.py): the
+  runtime has no option for them.
 
 The config files the runtime reads beside them are written by whisper_config.py.
 """
@@ -38,6 +40,7 @@ from fx2onnx.hub.whisper_config import (
     AUDIO_FEATURES, CROSS_PAST, CROSS_PRESENT, HIDDEN_STATES, SELF_PAST, SELF_PRESENT, audio_processor_config,
     whisper_genai_config,
 )
+from fx2onnx.hub.whisper_suppress import SuppressedLogits, suppress_lists
 
 # ONNX Runtime GenAI 0.18 runs Whisper on 3000 frames of features (AudioEncoderState)
 RUNTIME_FRAMES = 3000
@@ -87,7 +90,13 @@ class GenAIWhisperEncoder(_WithCheckpointNames):
 
 class GenAIWhisperDecoder(_WithCheckpointNames):
     """A decoding step over the self-attention cache and the encoder's cross-attention cache,
-    given as flat tensors: keys and values of each layer, self first, then cross."""
+    given as flat tensors: keys and values of each layer, self first, then cross. Its logits
+    carry the generation config's suppress lists (whisper_suppress.py)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        suppress, begin_suppress = suppress_lists(getattr(model, "generation_config", None))
+        self._suppressed = (SuppressedLogits(int(model.config.vocab_size), suppress, begin_suppress),)  # no parameters
 
     def forward(self, input_ids: torch.Tensor, *caches: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
@@ -107,7 +116,7 @@ class GenAIWhisperDecoder(_WithCheckpointNames):
         presents = []
         for layer in self_cache.layers:
             presents += [layer.keys, layer.values]
-        return (outputs.logits, *presents)
+        return (self._suppressed[0](outputs.logits, caches[0]), *presents)
 
 
 def _examples(loaded: LoadedModel) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:

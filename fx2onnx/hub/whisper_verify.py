@@ -1,13 +1,19 @@
 """`--verify` of ONNX Runtime GenAI's Whisper folder, with the same audio in both.
 
 A test signal (tones and a chirp, 16-bit) is written as a .wav. transformers' side: the
-source's `WhisperFeatureExtractor` on its samples, then `model.generate` with the
-decoder prompt (`<|startoftranscript|>`, language, task, `<|notimestamps|>` as the
-tokenizer has them). The folder's side, twice:
+source's `WhisperFeatureExtractor` on its samples, then `model.generate` with its
+generation config (`language="en", task="transcribe"` for a multilingual model, else the
+decoder prompt `<|startoftranscript|>` ... `<|notimestamps|>` as the tokenizer has them),
+so with the config's suppress lists; the window decoded once, as the runtime does
+(`force_unique_generate_call=True`: where the model emits timestamp tokens, `generate`'s
+default run decodes the audio again from the last one, and the summary says so). The
+folder's side, twice:
 
 - the two ONNX models in onnxruntime on transformers' features: the encoder, then the
   decoder greedy step by step feeding `present_key_self_*` back; its logits compared with
-  the model's on the same tokens (within the tolerance), its tokens with `generate`'s;
+  the model's on the same tokens, suppressed by transformers' own logits processors
+  (within the tolerance, and -inf at the same tokens: a folder without the suppress lists
+  fails), its tokens with `generate`'s;
 - ONNX Runtime GenAI as a user runs it, where it is installed: `og.Audios.open(wav)`, the
   multimodal processor (its own log-mel features, compared with transformers'), the
   generator; its tokens compared with `generate`'s.
@@ -31,6 +37,7 @@ from fx2onnx.hub.whisper_config import AUDIO_FEATURES
 _FLOAT_TYPES = {"tensor(float16)": np.float16, "tensor(double)": np.float64}
 PROMPT_TOKENS = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 SIGNAL_SECONDS, SILENCE_SECONDS = 3.0, 0.1
+SUPPRESSED = -1e30  # a suppressed token's logit in the comparison
 
 
 @dataclass
@@ -42,6 +49,7 @@ class WhisperVerification(Verification):
     genai_tokens: list[int] | None = None
     feature_difference: float | None = None
     genai_not_run: str = ""  # why, when it did not run
+    redecoded: bool = False  # generate's default run decoded the audio again after timestamp tokens
 
     @property
     def passed(self) -> bool:
@@ -52,7 +60,10 @@ class WhisperVerification(Verification):
             f"ONNX Runtime GenAI's tokens {'equal' if self.genai_tokens == self.torch_tokens else 'DIFFERENT'}, its "
             f"log-mel features within {self.feature_difference:.3g} of transformers'"
         )
-        return f"{super().summary()} (onnxruntime on transformers' features); {genai}"
+        redecoded = ("; transformers' generate decodes the audio again after the timestamp tokens the model emits, "
+                     "the runtime decodes the 30 s window once: compared with generate's first decoding"
+                     if self.redecoded else "")
+        return f"{super().summary()} (onnxruntime on transformers' features); {genai}{redecoded}"
 
 
 def speech_signal(rate: int, seconds: float = SIGNAL_SECONDS) -> np.ndarray:
@@ -136,6 +147,56 @@ def _why_genai_cannot_run(prompt: str, dtype: torch.dtype) -> str:
     return ""
 
 
+def _generate_prompt(model: torch.nn.Module, prompt: list[int]) -> dict[str, Any]:
+    """generate's arguments for the decoder prompt: language "en" and task "transcribe" (as a
+    user asks for them) when the generation config knows them, else the prompt's ids."""
+    generation = model.generation_config
+    if getattr(generation, "is_multilingual", False) and "<|en|>" in (getattr(generation, "lang_to_id", None) or {}):
+        return {"language": "en", "task": "transcribe"}
+    return {"decoder_input_ids": torch.tensor([prompt])}
+
+
+def transformers_generate(model: torch.nn.Module, features: torch.Tensor, prompt: list[int], tokens: int) -> tuple[list[int], bool]:
+    """`generate`'s greedy tokens for the 30 s window decoded once, and whether its default run
+    gives others: where the model emits two timestamp tokens in a row before the window's end,
+    transformers decodes the audio again from the last timestamp (long-form segmentation);
+    a runtime decodes the window once, as `generate(force_unique_generate_call=True)`."""
+    arguments = {"do_sample": False, "max_new_tokens": tokens, **_generate_prompt(model, prompt)}
+    with torch.no_grad():
+        once = [int(t) for t in model.generate(features, force_unique_generate_call=True, **arguments)[0]]
+        default = [int(t) for t in model.generate(features, **arguments)[0]]
+    # the single decoding comes with its prompt: a prompt other than the folder's stays, and the tokens differ
+    once = once[len(prompt):] if once[:len(prompt)] == prompt else once
+    return once, default != once
+
+
+def suppressed_as_generate(model: torch.nn.Module, read: torch.Tensor, logits: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    """The logits (1, rows, vocab) of the rows from the prompt's last on, as transformers'
+    Whisper `generate` suppresses them: its own SuppressTokens and SuppressTokensAtBegin
+    logits processors, each row given the ids it follows."""
+    from transformers.generation.logits_process import SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor
+
+    generation = model.generation_config
+    processors = []
+    if generation.suppress_tokens:
+        processors.append(SuppressTokensLogitsProcessor(generation.suppress_tokens))
+    if generation.begin_suppress_tokens:
+        processors.append(SuppressTokensAtBeginLogitsProcessor(generation.begin_suppress_tokens, prompt_length))
+    rows = []
+    for index in range(prompt_length - 1, read.shape[1]):
+        row = logits[:, index]
+        for processor in processors:
+            row = processor(read[:, :index + 1], row)
+        rows.append(row)
+    return torch.cat(rows)
+
+
+def _finite(logits: np.ndarray) -> np.ndarray:
+    """-inf (a suppressed token) as a finite value far below any logit, so that the two sides
+    compare equal where both suppress a token and far apart where one does not."""
+    return np.where(np.isneginf(logits), SUPPRESSED, logits.astype(np.float64))
+
+
 def verify_whisper_genai(
     folder: Path, encoder_path: Path, decoder_path: Path, model: torch.nn.Module, source: Path, tokens: int,
     tolerance: Tolerance,
@@ -150,16 +211,15 @@ def verify_whisper_genai(
     dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
     features = extractor(samples.astype(np.float32) / 32768, sampling_rate=extractor.sampling_rate, return_tensors="pt")
     features = features.input_features.to(dtype)
-    with torch.no_grad():
-        generated = model.generate(features, decoder_input_ids=torch.tensor([prompt]), do_sample=False, max_new_tokens=tokens)
-    torch_tokens = [int(t) for t in generated[0]]
+    torch_tokens, redecoded = transformers_generate(model, features, prompt, tokens)
     onnx_tokens, onnx_logits = onnxruntime_greedy(encoder_path, decoder_path, features.float().numpy(), prompt, len(torch_tokens))
-    with torch.no_grad():  # the model's logits on the tokens the folder read
+    with torch.no_grad():  # the model's logits on the tokens the folder read, suppressed as generate suppresses them
         read = torch.tensor([prompt + onnx_tokens[:-1]])
-        logits = model(input_features=features, decoder_input_ids=read).logits[0, len(prompt) - 1:]
-    verdict = verdict_of([(np.concatenate(onnx_logits), logits)], tolerance, onnx_tokens == torch_tokens, onnx_tokens,
-                        torch_tokens)
-    result = WhisperVerification(**vars(verdict), genai_not_run=_why_genai_cannot_run(prompt_text, dtype))
+        logits = suppressed_as_generate(model, read, model(input_features=features, decoder_input_ids=read).logits, len(prompt))
+    pairs = [(_finite(np.concatenate(onnx_logits)), torch.from_numpy(_finite(logits.double().numpy())))]
+    verdict = verdict_of(pairs, tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)
+    result = WhisperVerification(**vars(verdict), genai_not_run=_why_genai_cannot_run(prompt_text, dtype),
+                                 redecoded=redecoded)
     if not result.genai_not_run:
         with tempfile.TemporaryDirectory(prefix="fx2onnx-verify-") as scratch:
             wav = Path(scratch) / "signal.wav"

@@ -299,8 +299,9 @@ GEMMA_SPECIAL = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", 
 GEMMA_IMAGE_SIZE = (64, 64)  # the processor's fixed size: 16x16 patches of 4, the runtime's 256 tokens per image
 
 
-def save_gemma3(folder, sliding_window: int = 512):
-    """A two-layer Gemma 3 (two sliding-window layers; two SigLIP layers) with transformers' Gemma 3 processor. The runtime puts
+def save_gemma3(folder, sliding_window: int = 512, layer_types: list[str] | None = None):
+    """A two-layer Gemma 3 (two sliding-window layers unless ``layer_types`` says otherwise;
+    two SigLIP layers) with transformers' Gemma 3 processor. The runtime puts
     256 tokens per image (its processor's constant), so mm_tokens_per_image is 256; the
     head is untied and the weights large enough that greedy tokens vary and the image
     tokens' two-way attention changes them."""
@@ -313,7 +314,7 @@ def save_gemma3(folder, sliding_window: int = 512):
     config = transformers.Gemma3Config(
         text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          head_dim=16, max_position_embeddings=1024, vocab_size=len(tokenizer), sliding_window=sliding_window,
-                         initializer_range=0.3, tie_word_embeddings=False, **roles),
+                         layer_types=layer_types, initializer_range=0.3, tie_word_embeddings=False, **roles),
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                            image_size=GEMMA_IMAGE_SIZE[0], patch_size=4, vision_use_head=False),
         mm_tokens_per_image=256, image_token_index=ids["<image_soft_token>"], boi_token_index=ids["<start_of_image>"],
@@ -345,11 +346,12 @@ def gemma_transformers_tokens(folder, model, image_paths, new_tokens: int, two_w
     return generated[0, inputs["input_ids"].shape[1]:].tolist()
 
 
-# a window longer than the sequence (281 prompt tokens), then one that cuts it: the
-# decoder's cache grows in every layer and the window is a part of its mask
+# a window longer than the sequence (281 prompt tokens), then one that cuts it beside a
+# full-attention layer: the decoder's cache grows in every layer and the window is a part
+# of its mask (of the kernel's attention bias in text steps)
 @pytest.mark.parametrize("window", [512, 32])
 def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
-    model = save_gemma3(tmp_path / "source", window)
+    model = save_gemma3(tmp_path / "source", window, None if window == 512 else ["sliding_attention", "full_attention"])
     image_paths = [tmp_path / "image.png", tmp_path / "image2.png"]
     for seed, path in enumerate(image_paths):
         Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*GEMMA_IMAGE_SIZE, 3), dtype=np.uint8)).save(path)
@@ -390,6 +392,57 @@ def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
     assert genai_tokens(out, image_paths[:1], 16, gemma_prompt(1)) == expected
     # two images: the vision model runs on both at once, each image's tokens a block of its own
     assert genai_tokens(out, image_paths, 16, gemma_prompt(2), 1024) == gemma_transformers_tokens(source, model, image_paths, 16)
+    # text steps through the fused kernel, steps with image tokens through the model's masks
+    decoder = onnx.load(str(out / files["decoder"]), load_external_data=False).graph
+    step = next(node for node in decoder.node if node.op_type == "If")
+    branches = {a.name: op_types(a.g) for a in step.attribute}
+    assert "GroupQueryAttention" in branches["then_branch"] and "GroupQueryAttention" not in branches["else_branch"]
+    # both branches update the runtime's one buffer for past and present (the runs above used it)
+    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
+    text_steps_match_transformers(out / files["decoder"], model, window)
+
+
+def text_steps_match_transformers(path, model, window: int) -> None:
+    """The decoder in onnxruntime on text only, a batch of two, one left-padded: a prompt
+    longer than the window, then single-token steps, each step's logits against the language
+    model's on the whole sequence (no cache), as transformers computes them."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    text_config = model.config.text_config
+    rng = np.random.default_rng(0)
+    prompt, padding, steps = 40, 7, 3
+    ids = rng.integers(10, 200, (2, prompt + steps))
+    mask = np.ones_like(ids)
+    mask[1, :padding] = 0
+    cache = {i.name: np.zeros((2, text_config.num_key_value_heads, 0, text_config.head_dim), np.float32)
+             for i in session.get_inputs() if i.name.startswith("past_key_values.")}
+    start = 0
+    for end in [prompt + s for s in range(steps + 1)]:
+        with torch.no_grad():
+            embeds = model.model.language_model.embed_tokens(torch.from_numpy(ids[:, :end]))
+            positions = torch.from_numpy(np.clip(mask[:, :end].cumsum(-1) - 1, 0, None))
+            hidden = model.model.language_model(inputs_embeds=embeds, attention_mask=torch.from_numpy(mask[:, :end]),
+                                                position_ids=positions, use_cache=False).last_hidden_state
+            expected = model.lm_head(hidden)[:, start:end]
+        feed = {"input_ids": ids[:, start:end], "inputs_embeds": embeds[:, start:end].numpy(), "attention_mask": mask[:, :end],
+                "position_ids": positions[:, start:end].numpy(), **cache}
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        held = torch.from_numpy(mask[:, start:end]).bool()  # a padded position's logits are no one's
+        torch.testing.assert_close(torch.from_numpy(outputs["logits"])[held], expected[held], rtol=1e-3, atol=1e-4)
+        cache = {name: outputs[name.replace("past_key_values.", "present.")] for name in cache}
+        start = end
+
+
+def op_types(graph) -> set[str]:
+    """The op types of ``graph`` and of its nodes' subgraphs."""
+    found = set()
+    for node in graph.node:
+        found.add(node.op_type)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                found |= op_types(attribute.g)
+    return found
 
 
 def test_qwen2_5_vl_in_fake_mode_streams_the_weights_by_the_checkpoints_names(tmp_path):

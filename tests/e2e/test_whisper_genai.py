@@ -11,6 +11,7 @@ import shutil
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 import tokenizers
 import torch
@@ -26,16 +27,21 @@ PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 LAYERS, HEADS, HEAD_SIZE, MEL_BINS = 2, 4, 16, 80
 
 
-def save_whisper(folder, sampling_rate: int = 16000) -> None:
-    """A random Whisper, its feature extractor and a byte-level BPE WhisperTokenizer with
-    Whisper's special tokens."""
+def byte_level_whisper_tokenizer() -> transformers.WhisperTokenizer:
+    """A WhisperTokenizer over a byte-level BPE trained here (no special tokens yet)."""
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.train_from_iterator(["the quick brown fox jumps over the lazy dog, hello world"] * 20, tokenizers.trainers.BpeTrainer(
         vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
     model_json = json.loads(bpe.to_str())["model"]
-    tokenizer = transformers.WhisperTokenizer(vocab=model_json["vocab"], merges=[tuple(m) if isinstance(m, list) else tuple(m.split())
-                                                                                 for m in model_json["merges"]])
+    return transformers.WhisperTokenizer(vocab=model_json["vocab"], merges=[tuple(m) if isinstance(m, list) else tuple(m.split())
+                                                                             for m in model_json["merges"]])
+
+
+def save_whisper(folder, sampling_rate: int = 16000) -> None:
+    """A random Whisper, its feature extractor and a byte-level BPE WhisperTokenizer with
+    Whisper's special tokens."""
+    tokenizer = byte_level_whisper_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL[1:]})
     ids = dict(zip(SPECIAL, tokenizer.convert_tokens_to_ids(SPECIAL)))
     config = transformers.WhisperConfig(
@@ -160,3 +166,224 @@ def test_verify_sees_an_error_in_the_decoder(exported, tmp_path):
     assert not verification.passed and verification.tokens_equal
     assert verification.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
     assert "greedy tokens equal" in verification.summary()
+
+
+# --- the generation config of a released multilingual checkpoint (large-v3's layout) ---
+
+MULTILINGUAL_MEL_BINS = 128
+# byte-level symbols that released checkpoints list in suppress_tokens (those this tokenizer has)
+SUPPRESSED_SYMBOLS = ['"', "#", "(", ")", "*", "+", "/", ":", ";", "<", "=", ">", "@", "[", "\\", "]", "^", "_", "`", "{", "|", "}",
+                      "~", "Ġ-", 'Ġ"', "Ġ("]
+TASKS = ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>"]
+
+
+def multilingual_tokenizer() -> transformers.WhisperTokenizer:
+    """Whisper's special tokens as a multilingual checkpoint has them: every language of
+    transformers' Whisper tokenizer, the tasks, <|notimestamps|>, then the 1501 timestamps."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    tokenizer = byte_level_whisper_tokenizer()
+    languages = [f"<|{code}|>" for code in LANGUAGES]
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|startoftranscript|>", *languages, *TASKS, "<|notimestamps|>"]})
+    tokenizer.add_tokens([f"<|{0.02 * index:.2f}|>" for index in range(1501)])
+    return tokenizer
+
+
+def released_generation_config(tokenizer, suppress: bool) -> transformers.GenerationConfig:
+    """generation_config.json as released checkpoints ship it: languages and tasks, and the
+    suppress lists (symbols and special tokens always, a space and end of text at the first
+    step), or without the lists."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    ids = tokenizer.convert_tokens_to_ids
+    eot, start = ids("<|endoftext|>"), ids("<|startoftranscript|>")
+    symbols = [s for s in SUPPRESSED_SYMBOLS if s in tokenizer.get_vocab()]
+    languages = [f"<|{code}|>" for code in LANGUAGES]
+    return transformers.GenerationConfig(
+        decoder_start_token_id=start, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, max_length=64,
+        is_multilingual=True, lang_to_id=dict(zip(languages, ids(languages))),
+        task_to_id={"transcribe": ids("<|transcribe|>"), "translate": ids("<|translate|>")},
+        no_timestamps_token_id=ids("<|notimestamps|>"), prev_sot_token_id=ids("<|startofprev|>"), max_initial_timestamp_index=50,
+        suppress_tokens=[*ids(symbols), start, *ids(TASKS)] if suppress else None,
+        begin_suppress_tokens=[ids("Ġ"), eot] if suppress else None,
+    )
+
+
+def loud_clip(rate: int = 16000, seconds: float = 4.0) -> np.ndarray:
+    """Loud from the first sample to the last (no silence at either end), 16-bit."""
+    t = np.arange(int(rate * seconds)) / rate
+    signal = 0.6 * np.sin(2 * np.pi * 300 * t) + 0.3 * np.sign(np.sin(2 * np.pi * 3 * t))
+    return np.round(signal * 0.9 * 32767).astype(np.int16)
+
+
+def clips() -> dict[str, np.ndarray]:
+    return {"padded with silence": speech_signal(16000, seconds=5.0), "loud at both ends": loud_clip()}
+
+
+def features_of(extractor, samples: np.ndarray) -> torch.Tensor:
+    return extractor(samples.astype(np.float32) / 32768, sampling_rate=16000, return_tensors="pt").input_features
+
+
+def first_pick_logits(model, features: torch.Tensor, prompt: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_features=features, decoder_input_ids=torch.tensor([prompt])).logits[0, -1]
+
+
+def force_suppressed_first_picks(model, tokenizer, extractor, prompt: list[int], timestamp_scale: float) -> None:
+    """Relabel tokens (swap rows of the tied embedding) so that on each clip the model's
+    first pick is a begin-suppressed token (a space on one clip, end of text on the other)
+    and its second choice an always-suppressed symbol: the suppress lists decide the first
+    generated token. Timestamps get smaller embeddings, as after <|notimestamps|> in a
+    trained model (two timestamps in a row would make generate decode the audio again)."""
+    ids = tokenizer.convert_tokens_to_ids
+    embedding = model.get_decoder().embed_tokens.weight
+    with torch.no_grad():
+        embedding[ids("<|notimestamps|>") + 1:] *= timestamp_scale
+    targets = [ids("Ġ"), ids("<|endoftext|>"), ids('"'), ids("#")]
+    orders = [[t for t in first_pick_logits(model, features_of(extractor, c), prompt).argsort(descending=True).tolist()
+               if t not in prompt and t not in targets] for c in clips().values()]
+    sources: list[int] = []
+    for clip, rank in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        sources.append(next(t for t in orders[clip][rank:] if t not in sources))
+    with torch.no_grad():
+        rows = embedding.clone()
+        for source, target in zip(sources, targets):
+            embedding[target], embedding[source] = rows[source], rows[target]
+
+
+def save_multilingual_whisper(folder, suppress: bool = True, timestamp_scale: float = 0.3) -> None:
+    """A random large-v3-style Whisper (128 mel bins, multilingual tokenizer, the released
+    generation config) whose first pick on each clip is suppressed; ``timestamp_scale``
+    scales the timestamps' embeddings (1: emitted as often as other tokens)."""
+    tokenizer = multilingual_tokenizer()
+    ids = tokenizer.convert_tokens_to_ids
+    eot, start = ids("<|endoftext|>"), ids("<|startoftranscript|>")
+    config = transformers.WhisperConfig(
+        vocab_size=len(tokenizer), d_model=HEADS * HEAD_SIZE, encoder_layers=LAYERS, decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        num_mel_bins=MULTILINGUAL_MEL_BINS, max_source_positions=1500, max_target_positions=64,
+        decoder_start_token_id=start, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, init_std=0.2,
+    )
+    torch.manual_seed(0)
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    extractor = transformers.WhisperFeatureExtractor(feature_size=MULTILINGUAL_MEL_BINS, sampling_rate=16000, hop_length=160,
+                                                     chunk_length=30, n_fft=400)
+    force_suppressed_first_picks(model, tokenizer, extractor, ids(["<|startoftranscript|>", "<|en|>", "<|transcribe|>",
+                                                                   "<|notimestamps|>"]), timestamp_scale)
+    model.generation_config = released_generation_config(tokenizer, suppress)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    extractor.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def multilingual(tmp_path_factory):
+    """The released-style model exported with --verify, and a folder of the same weights
+    exported from a generation config without the suppress lists."""
+    root = tmp_path_factory.mktemp("whisper-multilingual")
+    save_multilingual_whisper(root / "source")
+    save_multilingual_whisper(root / "source-without-lists", suppress=False)
+    result = export_hf(root / "source", root / "out", verify=True, tokens=16)
+    export_hf(root / "source-without-lists", root / "out-without-lists")
+    return root, result
+
+
+def runtime_tokens(folder, wav, new_tokens: int = 16) -> list[int]:
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = og.Model(str(folder))
+    inputs = model.create_multimodal_processor()([PROMPT], audios=og.Audios.open(str(wav)))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=4 + new_tokens, batch_size=1)
+    generator = og.Generator(model, params)
+    generator.set_inputs(inputs)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [int(t) for t in generator.get_sequence(0)][4:]
+
+
+def test_suppress_lists_decide_the_first_pick(multilingual):
+    """The test model is one where the lists matter: on each clip the first pick without them
+    is begin-suppressed, and the next choice always suppressed."""
+    root, _ = multilingual
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(root / "source")
+    generation = model.generation_config
+    assert generation.begin_suppress_tokens and len(generation.suppress_tokens) > 20
+    prompt = transformers.AutoTokenizer.from_pretrained(root / "source")(PROMPT, add_special_tokens=False)["input_ids"]
+    for samples in clips().values():
+        order = first_pick_logits(model, features_of(extractor, samples), prompt).argsort(descending=True).tolist()
+        assert order[0] in generation.begin_suppress_tokens
+        assert next(t for t in order if t not in generation.begin_suppress_tokens) in generation.suppress_tokens
+
+
+@pytest.mark.parametrize("clip", list(clips()))
+def test_runtime_generates_as_generate_with_language_and_task(multilingual, clip, tmp_path):
+    root, _ = multilingual
+    samples = clips()[clip]
+    write_wav(tmp_path / "clip.wav", samples, 16000)
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
+    features = features_of(transformers.WhisperFeatureExtractor.from_pretrained(root / "source"), samples)
+    with torch.no_grad():
+        expected = model.generate(features, language="en", task="transcribe", max_new_tokens=16)[0].tolist()
+        unsuppressed = model.generate(features, language="en", task="transcribe", max_new_tokens=16, suppress_tokens=None,
+                                      begin_suppress_tokens=None)[0].tolist()
+    assert len(expected) == 16
+    assert runtime_tokens(root / "out", tmp_path / "clip.wav") == expected
+    # the folder exported without the lists decodes as generate without them, another first token
+    assert runtime_tokens(root / "out-without-lists", tmp_path / "clip.wav") == unsuppressed[:16]
+    assert unsuppressed[:1] != expected[:1]  # on one clip, end of text: nothing transcribed
+
+
+def test_suppress_lists_are_in_the_decoder_graph(multilingual):
+    """-inf at the suppressed tokens in onnxruntime: begin-suppressed ones only in the last row
+    of the call with an empty cache (the first generated token)."""
+    root, result = multilingual
+    path = root / "out" / "onnx" / "decoder.onnx"
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    generation = transformers.GenerationConfig.from_pretrained(root / "source")
+    encoder = onnxruntime.InferenceSession(os.fspath(root / "out" / "onnx" / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    decoder = onnxruntime.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
+    features = np.random.default_rng(0).standard_normal((1, MULTILINGUAL_MEL_BINS, 3000)).astype(np.float32)
+    cross = {o.name.replace("present_", "past_"): v for o, v in zip(encoder.get_outputs(), encoder.run(None, {"audio_features": features}))
+             if "_cross_" in o.name}
+    empty = {i.name: np.zeros((1, HEADS, 0, HEAD_SIZE), np.float32) for i in decoder.get_inputs() if "_self_" in i.name}
+    outputs = dict(zip([o.name for o in decoder.get_outputs()],
+                       decoder.run(None, {"input_ids": np.array([[50, 60, 70]]), **empty, **cross})))
+    prompt_logits = outputs["logits"][0]
+    begin_only = sorted(set(generation.begin_suppress_tokens) - set(generation.suppress_tokens))
+    assert np.isneginf(prompt_logits[:, generation.suppress_tokens]).all()
+    assert np.isneginf(prompt_logits[-1, begin_only]).all() and np.isfinite(prompt_logits[:-1, begin_only]).all()
+    past = {name: outputs[name.replace("past_", "present_")] for name in empty}
+    step = decoder.run(["logits"], {"input_ids": np.array([[80]]), **past, **cross})[0][0]
+    assert np.isneginf(step[:, generation.suppress_tokens]).all() and np.isfinite(step[:, begin_only]).all()
+    assert result.verification.passed and result.verification.genai_tokens == result.verification.torch_tokens
+
+
+def test_verify_fails_a_folder_without_the_suppress_lists(multilingual):
+    root, _ = multilingual
+    folder = root / "out-without-lists"
+    reference = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
+    verification = verify_whisper_genai(folder, folder / "onnx" / "encoder.onnx", folder / "onnx" / "decoder.onnx", reference,
+                                        root / "source", 8, tolerance_for(torch.float32))
+    assert not verification.passed and not verification.within_tolerance
+    assert "DIFFERENT" in verification.summary()
+
+
+def test_verify_compares_the_window_decoded_once(tmp_path):
+    """A model that emits two timestamps in a row: generate's default run decodes the audio
+    again from the last one; --verify compares with the window decoded once, as the runtime
+    decodes it, and says so."""
+    save_multilingual_whisper(tmp_path / "source", timestamp_scale=2.0)  # timestamps picked often
+    verification = export_hf(tmp_path / "source", tmp_path / "out", verify=True, tokens=16).verification
+    timestamp_begin = transformers.GenerationConfig.from_pretrained(tmp_path / "source").no_timestamps_token_id + 1
+    stamps = [t >= timestamp_begin for t in verification.torch_tokens]
+    assert any(a and b for a, b in zip(stamps, stamps[1:]))
+    assert verification.redecoded and "decodes the audio again" in verification.summary()
+    assert verification.passed and verification.genai_tokens == verification.torch_tokens
+
+
+def test_fake_mode_export_reads_the_suppress_lists(multilingual, tmp_path):
+    """--fake builds the model from its config: the lists still come from generation_config.json."""
+    root, _ = multilingual
+    verification = export_hf(root / "source", tmp_path / "out", fake=True, verify=True, tokens=8).verification
+    assert verification.passed and verification.genai_tokens == verification.torch_tokens
