@@ -206,6 +206,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
     verification = result.verification
     if verification is not None and not verification.passed:
         print(f"fx2onnx: error: verification failed: {verification.summary()}", file=sys.stderr)
+        print(f"fx2onnx: the folder {result.folder} is kept as written, to look into; do not ship it", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

@@ -36,9 +36,11 @@ from fx2onnx.hub.loading import (
     load_model, local_folder,
 )
 from fx2onnx.hub.verify import (
-    Verification, tolerance_for, verify_causal_lm, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
+    Verification, tolerance_for, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
     verify_seq2seq,
 )
+from fx2onnx.hub.model_lengths import verification_lengths
+from fx2onnx.hub.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.verify_vlm import verify_image_text_to_text
 from fx2onnx.hub.whisper_verify import verify_whisper_genai
 from fx2onnx.onnx_passes import (
@@ -317,6 +319,7 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
 def _verify(
     loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None,
     quantization: WeightQuantization | None, runtime: str, image_size: tuple[int, int] = DEFAULT_IMAGE_SIZE,
+    say: Callable[[str], None] = lambda line: None,
 ) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
@@ -340,12 +343,14 @@ def _verify(
         files = {part: folder / _onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
         return verify_image_text_to_text(files, model, image_processor, size, tokens, tolerance)
     if loaded.task == TEXT_GENERATION:
-        vocab = int(loaded.config.vocab_size)
-        prompt = torch.randint(min(3, vocab - 1), vocab, (6,), generator=torch.Generator().manual_seed(1)).tolist()
+        lengths = verification_lengths(loaded.config, tokens)
+        say(f"verification lengths: {lengths.describe()}")
         path = folder / _onnx_file(loaded, layout.MODEL, quantization)
         if quantization is not None:
-            return verify_quantized_causal_lm(path, model, loaded.config, prompt, tokens, atol)
-        return verify_causal_lm(path, model, loaded.config, prompt, tokens, tolerance)
+            vocab = int(loaded.config.vocab_size)
+            prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
+            return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), tokens, atol)
+        return verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)
     output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
     path = folder / _onnx_file(loaded, layout.MODEL, quantization)
     if quantization is not None:
@@ -472,7 +477,7 @@ def export_hf(
         result = HubExport(output, loaded.task, files)
         if verify:
             result.verification = _verify(
-                loaded, staging, tokens, rtol, atol, quantization, runtime, image_size or DEFAULT_IMAGE_SIZE
+                loaded, staging, tokens, rtol, atol, quantization, runtime, image_size or DEFAULT_IMAGE_SIZE, say
             )
             say(f"verification: {result.verification.summary()}")
         if output.exists():

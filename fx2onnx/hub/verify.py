@@ -105,7 +105,7 @@ def cpu_session(path: Path) -> Iterator[Any]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # a failed run is reported by the verification, with its length
     with tempfile.TemporaryDirectory(prefix="fx2onnx-verify-") as scratch:
         yield session_on_cpu(path, options, Path(scratch))
 
@@ -127,33 +127,81 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
     )
 
 
-def empty_cache(session: Any) -> dict[str, np.ndarray]:
+def empty_cache(session: Any, batch: int = 1) -> dict[str, np.ndarray]:
     """An empty cache for a decoder session: each ``past_key_values.*`` input with the
-    model's own heads and head size, (1, heads, 0, head size), in the cache's dtype."""
+    model's own heads and head size, (batch, heads, 0, head size), in the cache's dtype."""
     inputs = {i.name: i for i in session.get_inputs()}
     past_names = [n for n in inputs if n.startswith("past_key_values.")]
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-    return {n: np.zeros((1, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+    return {n: np.zeros((batch, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+
+
+class FolderRunError(RuntimeError):
+    """The folder's model failed to run at one sequence length."""
+
+    def __init__(self, length: int, step: str, error: BaseException) -> None:
+        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        super().__init__(f"onnxruntime failed at sequence length {length} ({step}): {first_line}")
+        self.length = length
+
+
+@dataclass
+class Greedy:
+    """Greedy generation of a batch: the new tokens of each row, each step's last logits
+    (batch, vocab) and the sequence length each step ends at."""
+
+    tokens: list[list[int]]
+    logits: list[np.ndarray]
+    lengths: list[int]
+
+
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts as one batch padded on the left, and its attention mask."""
+    width = max(len(p) for p in prompts)
+    ids = np.array([[pad] * (width - len(p)) + p for p in prompts], dtype=np.int64)
+    mask = np.array([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=np.int64)
+    return ids, mask
+
+
+def positions_of(mask: np.ndarray) -> np.ndarray:
+    """Each token's position as transformers' generation counts it: the real tokens before
+    it; a padding token's is 0."""
+    return np.where(mask == 1, np.cumsum(mask, axis=-1) - 1, 0)
+
+
+def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad: int) -> Greedy:
+    """Greedy generation with the folder's decoder; a run that fails is a
+    :class:`FolderRunError` naming the length."""
+    ids, mask = left_padded(prompts, pad)
+    new: list[list[int]] = [[] for _ in prompts]
+    logits, lengths = [], []
+    with cpu_session(path) as session:
+        cache = empty_cache(session, len(prompts))
+        past_names, step = list(cache), ids
+        for index in range(new_tokens):
+            length = mask.shape[1]
+            feed = {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, length - step.shape[1]:],
+                    **cache}
+            try:
+                outputs = run_session(session, feed)
+            except Exception as error:  # the runtime's own error, stated with the length it failed at
+                raise FolderRunError(length, "the prefill" if index == 0 else f"decode step {index}", error) from error
+            logits.append(outputs["logits"][:, -1, :])
+            lengths.append(length)
+            chosen = logits[-1].argmax(-1)
+            for row, token in zip(new, chosen):
+                row.append(int(token))
+            cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
+            step = chosen[:, None].astype(np.int64)
+            mask = np.concatenate([mask, np.ones((len(prompts), 1), dtype=np.int64)], axis=1)
+    return Greedy(new, logits, lengths)
 
 
 def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """Greedy generation with the exported decoder: prefill, then one token per step."""
-    with cpu_session(path) as session:
-        cache = empty_cache(session)
-        past_names = list(cache)
-        tokens, logits_seen = list(prompt), []
-        step = np.array([prompt], dtype=np.int64)
-        for _ in range(new_tokens):
-            total = len(tokens)
-            positions = np.arange(total - step.shape[1], total, dtype=np.int64)[None, :]
-            feed = {"input_ids": step, "attention_mask": np.ones((1, total), dtype=np.int64), "position_ids": positions, **cache}
-            outputs = run_session(session, feed)
-            logits_seen.append(outputs["logits"][:, -1, :])
-            tokens.append(int(logits_seen[-1].argmax(-1)[0]))
-            cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
-            step = np.array([[tokens[-1]]], dtype=np.int64)
-    return tokens[len(prompt):], logits_seen
+    greedy = greedy_in_folder(path, [prompt], new_tokens, pad=0)
+    return greedy.tokens[0], greedy.logits
 
 
 def verify_causal_lm(
