@@ -102,12 +102,15 @@ class VerificationLengths:
         return [p for p in self.points if p.length >= self.prompt + self.new_tokens]
 
     def describe(self) -> str:
-        crossed = [f"{p.what} {p.length}" for p in self.points if p not in self.unreached()]
-        past = f" (past {', '.join(crossed)})" if crossed else ""
+        end = self.prompt + self.new_tokens
+        by_prompt = [f"{p.what} {p.length}" for p in self.points if p.length < self.prompt]
+        by_decoding = [f"{p.what} {p.length}" for p in self.points if self.prompt <= p.length < end]
+        past = f" (past {', '.join(by_prompt)})" if by_prompt else ""
+        decoding = f"; the decode steps pass {', '.join(by_decoding)}" if by_decoding else ""
         missed = "".join(f"; {p.what} {p.length} is not reached within the context of {self.context}" for p in self.unreached())
         return (
-            f"a prompt of {self.prompt} tokens{past}, {self.new_tokens} decode steps to length "
-            f"{self.prompt + self.new_tokens}, a left-padded batch of {', '.join(map(str, self.batch))} tokens{missed}"
+            f"a prompt of {self.prompt} tokens{past}, {self.new_tokens} decode steps to length {end}, a left-padded "
+            f"batch of {', '.join(map(str, self.batch))} tokens{decoding}{missed}"
         )
 
 

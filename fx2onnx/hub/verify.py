@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,9 +170,10 @@ def positions_of(mask: np.ndarray) -> np.ndarray:
     return np.where(mask == 1, np.cumsum(mask, axis=-1) - 1, 0)
 
 
-def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad: int) -> Greedy:
-    """Greedy generation with the folder's decoder; a run that fails is a
-    :class:`FolderRunError` naming the length."""
+def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad: int, banned: Sequence[int] = ()) -> Greedy:
+    """Greedy generation with the folder's decoder, never choosing the ``banned`` tokens
+    (the end of text while the generation must go on, as transformers' ``min_new_tokens``
+    keeps it); a run that fails is a :class:`FolderRunError` naming the length."""
     ids, mask = left_padded(prompts, pad)
     new: list[list[int]] = [[] for _ in prompts]
     logits, lengths = [], []
@@ -189,7 +190,7 @@ def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad:
                 raise FolderRunError(length, "the prefill" if index == 0 else f"decode step {index}", error) from error
             logits.append(outputs["logits"][:, -1, :])
             lengths.append(length)
-            chosen = logits[-1].argmax(-1)
+            chosen = np.where(np.isin(np.arange(logits[-1].shape[-1]), list(banned)), -np.inf, logits[-1]).argmax(-1)
             for row, token in zip(new, chosen):
                 row.append(int(token))
             cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}

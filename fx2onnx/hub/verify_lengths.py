@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fx2onnx.hub.genai_config import token_ids
 from fx2onnx.hub.model_lengths import VerificationLengths
 from fx2onnx.hub.verify import FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded
 
@@ -91,6 +92,8 @@ def verify_causal_lm_at_lengths(
     """The folder's decoder against ``model.generate`` on one prompt and one batch."""
     vocab = int(config.vocab_size)
     pad = int(getattr(config, "pad_token_id", None) or 0)
+    eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
+    banned = [] if eos is None else eos if isinstance(eos, list) else [eos]
     generator = torch.Generator().manual_seed(seed)
     runs = {
         f"the prompt of {lengths.prompt}": [lengths.prompt],
@@ -100,7 +103,7 @@ def verify_causal_lm_at_lengths(
     for what, sizes in runs.items():
         prompts = [torch.randint(min(3, vocab - 1), vocab, (size,), generator=generator).tolist() for size in sizes]
         try:
-            ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad)
+            ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad, banned)
         except FolderRunError as error:
             return LengthsVerification(float("inf"), False, [], [], tolerance, float("inf"), lengths.describe(),
                                        f"{error} while running {what}", error.length)
