@@ -115,12 +115,14 @@ class VerificationLengths:
 
 
 def verification_lengths(config: Any, new_tokens: int) -> VerificationLengths:
-    """A prompt that passes every change point by :data:`PAST_THE_LAST_POINT` tokens (by
-    :data:`SHORT_PROMPT` tokens when there is none), cut so that the decode steps stay in
-    the context; the batch: that prompt, two thirds and a quarter of it."""
+    """A prompt that passes every change point within the context by
+    :data:`PAST_THE_LAST_POINT` tokens (:data:`SHORT_PROMPT` tokens when there is none),
+    cut so that the decode steps stay in the context; the batch: that prompt, two thirds
+    and a quarter of it. A point at or past the context (a window as long as it) cannot
+    change anything and asks for no longer prompt."""
     points = tuple(change_points(config))
     context = context_length(config)
-    wanted = max([SHORT_PROMPT] + [p.length + PAST_THE_LAST_POINT for p in points])
+    wanted = max([SHORT_PROMPT] + [p.length + PAST_THE_LAST_POINT for p in points if p.length < context])
     prompt = max(1, min(wanted, context - new_tokens))
     batch = tuple(dict.fromkeys((prompt, max(1, prompt - max(1, prompt // 3)), max(1, prompt // 4))))
     return VerificationLengths(prompt, new_tokens, batch, points, context)

@@ -199,7 +199,7 @@ def test_change_points_of_each_family():
     crossed_by_decoding = verification_lengths(transformers.MistralConfig(**DECODER, sliding_window=250, max_position_embeddings=256), 16)
     assert crossed_by_decoding.prompt == 240 and "the decode steps pass sliding window 250" in crossed_by_decoding.describe()
     beyond = verification_lengths(transformers.MistralConfig(**DECODER, sliding_window=256, max_position_embeddings=256), 16)
-    assert "sliding window 256 is not reached within the context of 256" in beyond.describe()
+    assert beyond.prompt == 6 and "sliding window 256 is not reached within the context of 256" in beyond.describe()
 
 
 # --verify on a windowed folder that is wrong past its window --------------------------
