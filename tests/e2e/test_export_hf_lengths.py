@@ -4,9 +4,10 @@ switch points, and `export-hf --verify` at those lengths.
 Every rope scaling transformers has (linear, dynamic NTK, YaRN, LongRoPE with Phi-3's
 short and long factors, Llama 3), tiny, with an original context of 64: 24 greedy tokens
 equal transformers' after a prompt of 72 (the whole prompt past the switch) and after one
-of 56 (the decode steps cross it), in ONNX Runtime GenAI (the default folder) and
-Transformers.js (both folder kinds, alone and as one left-padded batch), and through
-`dynamo_export` of the decode step. `--verify` reaches past every window and switch
+of 56 (the decode steps cross it), in ONNX Runtime GenAI and Transformers.js (the
+default folder and `--runtime standard`'s; Transformers.js also as one left-padded
+batch), and through `dynamo_export` of the decode step (Phi-3's generation loop aside:
+see `reference`). `--verify` reaches past every window and switch
 point, says the lengths, and fails on a windowed folder that differs or crashes past
 its window with the length where it happened.
 """
@@ -120,7 +121,8 @@ def test_verify_passes_past_the_rope_switch(rope_folder):
 
 def test_rope_scaling_in_genai_and_transformers_js(rope_folder, transformers_js, tmp_path):  # noqa: F811
     """24 greedy tokens equal transformers' on both sides of the switch in Transformers.js
-    (each prompt alone and the left-padded batch) and in ONNX Runtime GenAI."""
+    (each prompt alone and the left-padded batch) and in ONNX Runtime GenAI (which runs
+    both folder kinds: a standard one with past and present apart)."""
     kind, runtime, model, root, _, _ = rope_folder
     single = prompts()[:2]
     expected = [reference(model, [p]).tokens[0] for p in single]
@@ -132,12 +134,10 @@ def test_rope_scaling_in_genai_and_transformers_js(rope_folder, transformers_js,
     result = run_in_transformers_js(transformers_js, tmp_path, job)
     assert result["generated"] == expected
     assert result["batch_generated"] == batch.tokens
-    if runtime == "onnxruntime":
-        assert [greedy_in_genai(root / "out", p) for p in single] == expected
+    assert [greedy_in_genai(root / "out", p) for p in single] == expected
 
 
-@pytest.mark.parametrize("module_functions", [False, True])
-@pytest.mark.parametrize("kind", ["dynamic", "longrope"])
+@pytest.mark.parametrize(("kind", "module_functions"), [("dynamic", False), ("dynamic", True), ("longrope", False)])
 def test_dynamic_ropes_through_dynamo_export(tmp_path, kind, module_functions):
     """The decode step exported with `dynamo_export` at 5 cached and 3 new tokens computes
     its frequencies from the positions it is given: exact before and after the switch."""
