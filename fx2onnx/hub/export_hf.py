@@ -36,7 +36,7 @@ from fx2onnx.hub.loading import (
     load_model, local_folder,
 )
 from fx2onnx.hub.verify import (
-    Verification, tolerance_for, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
+    FolderRunError, Verification, tolerance_for, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
     verify_seq2seq,
 )
 from fx2onnx.hub.model_lengths import verification_lengths
@@ -479,9 +479,12 @@ def export_hf(
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
-            result.verification = _verify(
-                loaded, staging, tokens, rtol, atol, quantization, runtime, image_size or DEFAULT_IMAGE_SIZE, say
-            )
+            try:
+                result.verification = _verify(
+                    loaded, staging, tokens, rtol, atol, quantization, runtime, image_size or DEFAULT_IMAGE_SIZE, say
+                )
+            except FolderRunError as error:  # the folder is whole: kept, with the failure stated
+                result.verification = Verification.failed_run(error, tolerance_for(_weights_dtype(loaded), rtol, atol))
             say(f"verification: {result.verification.summary()}")
         if output.exists():
             output.rmdir()  # empty, checked above

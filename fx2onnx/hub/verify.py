@@ -71,6 +71,7 @@ class Verification:
     torch_tokens: list[int]
     tolerance: Tolerance = DEFAULT_TOLERANCES[torch.float32]
     worst_ratio: float = 0.0  # the largest difference over its bound (Tolerance.worst_ratio)
+    failure: str | None = None  # what failed, when a run or a token did (FolderRunError's words)
 
     @property
     def within_tolerance(self) -> bool:
@@ -78,10 +79,17 @@ class Verification:
 
     @property
     def passed(self) -> bool:
-        """Every output within the tolerance, and the greedy tokens (if any) equal."""
-        return self.within_tolerance and self.tokens_equal is not False
+        """Every run done, every output within the tolerance, and the greedy tokens (if any) equal."""
+        return self.failure is None and self.within_tolerance and self.tokens_equal is not False
+
+    @staticmethod
+    def failed_run(error: FolderRunError, tolerance: Tolerance) -> Verification:
+        """The verdict on a folder whose model failed to run."""
+        return Verification(float("inf"), None, [], [], tolerance, float("inf"), str(error))
 
     def summary(self) -> str:
+        if self.failure is not None and self.max_logit_difference == float("inf"):
+            return self.failure
         tokens = "" if self.tokens_equal is None else f", greedy tokens {'equal' if self.tokens_equal else 'DIFFERENT'}"
         verdict = "within" if self.within_tolerance else f"{self.worst_ratio:.3g} times"
         return (
@@ -95,6 +103,7 @@ class Verification:
         return Verification(
             max(r.max_logit_difference for r in runs), all(r.tokens_equal for r in runs), runs[0].onnx_tokens,
             runs[0].torch_tokens, runs[0].tolerance, max(r.worst_ratio for r in runs),
+            next((r.failure for r in runs if r.failure is not None), None),
         )
 
 
@@ -110,10 +119,26 @@ def cpu_session(path: Path) -> Iterator[Any]:
         yield session_on_cpu(path, options, Path(scratch))
 
 
+class FolderRunError(RuntimeError):
+    """A model of the folder failed to run in onnxruntime: the verification states it
+    (where it happened and the runtime's first line) instead of a traceback."""
+
+    def __init__(self, where: str, error: BaseException, length: int | None = None) -> None:
+        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        super().__init__(f"onnxruntime failed {where}: {first_line}")
+        self.length = length
+
+
 def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The session's outputs by name, fed with the entries of ``feed`` it takes."""
+    """The session's outputs by name, fed with the entries of ``feed`` it takes; a failed
+    run is a :class:`FolderRunError` naming the inputs' shapes."""
     names = {i.name for i in session.get_inputs()}
-    results = session.run(None, {k: v for k, v in feed.items() if k in names})
+    given = {k: v for k, v in feed.items() if k in names}
+    try:
+        results = session.run(None, given)
+    except Exception as error:  # the runtime's own error, stated by the verification
+        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in given.items() if not k.startswith(("past_key_values.", "past.")))
+        raise FolderRunError(f"on inputs {shapes}", error) from error
     return dict(zip([o.name for o in session.get_outputs()], results))
 
 
@@ -135,15 +160,6 @@ def empty_cache(session: Any, batch: int = 1) -> dict[str, np.ndarray]:
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
     return {n: np.zeros((batch, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
-
-
-class FolderRunError(RuntimeError):
-    """The folder's model failed to run at one sequence length."""
-
-    def __init__(self, length: int, step: str, error: BaseException) -> None:
-        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-        super().__init__(f"onnxruntime failed at sequence length {length} ({step}): {first_line}")
-        self.length = length
 
 
 @dataclass
@@ -186,8 +202,9 @@ def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad:
                     **cache}
             try:
                 outputs = run_session(session, feed)
-            except Exception as error:  # the runtime's own error, stated with the length it failed at
-                raise FolderRunError(length, "the prefill" if index == 0 else f"decode step {index}", error) from error
+            except FolderRunError as error:  # said again with the length it failed at
+                step_name = "the prefill" if index == 0 else f"decode step {index}"
+                raise FolderRunError(f"at sequence length {length} ({step_name})", error.__cause__, length) from error
             logits.append(outputs["logits"][:, -1, :])
             lengths.append(length)
             chosen = np.where(np.isin(np.arange(logits[-1].shape[-1]), list(banned)), -np.inf, logits[-1]).argmax(-1)

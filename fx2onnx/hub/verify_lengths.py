@@ -59,12 +59,7 @@ class LengthsVerification(Verification):
     difference."""
 
     lengths: str = ""
-    failure: str | None = None
     worst_length: int = 0
-
-    @property
-    def passed(self) -> bool:
-        return self.failure is None and super().passed
 
     def summary(self) -> str:
         if self.failure is not None and not self.torch_tokens:
@@ -105,8 +100,8 @@ def verify_causal_lm_at_lengths(
         try:
             ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad, banned)
         except FolderRunError as error:
-            return LengthsVerification(float("inf"), False, [], [], tolerance, float("inf"), lengths.describe(),
-                                       f"{error} while running {what}", error.length)
+            return LengthsVerification(float("inf"), False, [], [], tolerance, float("inf"), f"{error} while running {what}",
+                                       lengths.describe(), error.length or 0)
         theirs = greedy_in_transformers(model, prompts, lengths.new_tokens, pad)
         first = first or (ours, theirs)
         for a, b, length in zip(ours.logits, theirs.logits, ours.lengths):
@@ -117,5 +112,5 @@ def verify_causal_lm_at_lengths(
         failure = failure or _first_difference(ours, theirs, what)
     ours, theirs = first
     return LengthsVerification(
-        largest, failure is None, ours.tokens[0], theirs.tokens[0], tolerance, worst, lengths.describe(), failure, worst_length
+        largest, failure is None, ours.tokens[0], theirs.tokens[0], tolerance, worst, failure, lengths.describe(), worst_length
     )
