@@ -149,7 +149,11 @@ def test_dynamic_ropes_through_dynamo_export(tmp_path, kind, module_functions):
     model = transformers.AutoModelForCausalLM.from_config(rope_config(kind)).eval()
     loaded = LoadedModel(model=model, config=model.config, task="text-generation", folder=tmp_path, fake_context=None)
     options = fx2onnx.ExportOptions(dynamic_shapes=True, module_functions=module_functions)
+    rotary = model.model.rotary_emb
+    frequencies = rotary.inv_freq.clone()
     program = fx2onnx.dynamo_export(model, **causal_lm.decode_step_inputs(loaded), export_options=options)
+    # the capture's adapter is undone: the module's own forward and buffer as they were
+    assert "forward" not in vars(rotary) and torch.equal(rotary.inv_freq, frequencies)
     program.save(tmp_path / "model.onnx")
     for prompt in prompts()[:2]:
         ours = greedy_in_folder(tmp_path / "model.onnx", [prompt], NEW_TOKENS, pad=0, banned=[COMMON["eos_token_id"]])
