@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# rope types whose frequencies are measured against the model's original context
-_ORIGINAL_CONTEXT_ROPES = ("longrope", "llama3", "yarn")
+# rope types whose frequencies are measured against the model's original context, by name
+_ORIGINAL_CONTEXT_ROPES = {"longrope": "LongRoPE", "llama3": "Llama 3 rope", "yarn": "YaRN"}
 # tokens past the last change point the verification's prompt reaches
 PAST_THE_LAST_POINT = 8
 # the prompt of a model that changes nowhere (as --verify always read)
@@ -51,7 +51,7 @@ def _rope_points(config: Any) -> list[ChangePoint]:
         rope_type = str(parameters.get("rope_type", parameters.get("type", "default")))
         original = parameters.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings", None)
         if rope_type in _ORIGINAL_CONTEXT_ROPES and original:
-            points.append(ChangePoint(int(original), f"{rope_type} rope's original context"))
+            points.append(ChangePoint(int(original), f"{_ORIGINAL_CONTEXT_ROPES[rope_type]}'s original context"))
         elif "dynamic" in rope_type and _positions(config):
             points.append(ChangePoint(_positions(config), "dynamic NTK rope's max_position_embeddings"))
     return points

@@ -198,6 +198,9 @@ def test_change_points_of_each_family():
     assert [p.length for p in change_points(both)] == [24, ORIGINAL]
     lengths = verification_lengths(both, 16)
     assert (lengths.prompt, lengths.batch, lengths.unreached()) == (72, (72, 48, 18), [])
+    assert lengths.describe() == (  # as docs/guides/export-hf.md shows it
+        "a prompt of 72 tokens (past sliding window 24, LongRoPE's original context 64), 16 decode steps to length 88, "
+        "a left-padded batch of 72, 48, 18 tokens")
     assert context_length(rope_config("dynamic")) == 4 * ORIGINAL
     # past the context: the prompt is cut so that the decode steps fit, and the points it misses are said
     crossed_by_decoding = verification_lengths(transformers.MistralConfig(**DECODER, sliding_window=250, max_position_embeddings=256), 16)
