@@ -1,11 +1,13 @@
 """`export_hf(..., verify=True)`: run the folder the way its runtime will and compare with
 transformers. For a causal LM: a prefill with an empty cache, then decode steps feeding
-`present.*` back, greedy, against `model.generate(do_sample=False)`; for the others: the
-model's outputs on two input sizes.
+`present.*` back, greedy, against `model.generate(do_sample=False)`, at the lengths where
+the model changes (`fx2onnx.hub.verify_lengths`); for the others: the model's outputs on
+two input sizes.
 
 Every task is judged: each output element must satisfy ``|onnx - torch| <= atol + rtol *
 |torch|`` (a :class:`Tolerance` fitting the model's dtype, see :data:`DEFAULT_TOLERANCES`),
-and the greedy tokens of a decoder must be equal as well."""
+and the greedy tokens of a decoder must be equal as well. A model that fails to run fails
+the verification (:class:`FolderRunError`, said in one sentence), never with a traceback."""
 
 from __future__ import annotations
 
