@@ -15,7 +15,10 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   path when the size is unknown"): eager calls (real sizes) take the original's branch,
   a capture (unknown sizes) the general one, which gives the same result for every
   size. :data:`CAPTURE_REWRITES` lists them; tests check each against the original
-  on empty and non-empty inputs.
+  on empty and non-empty inputs;
+- **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
+  call to call, compute them from each step's positions instead
+  (:mod:`fx2onnx.capture.libraries.transformers_rope`).
 
 A rewrite applies only when its module is already imported (a model that uses
 torchvision has imported it): fx2onnx never imports a library for it.
@@ -44,6 +47,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
+from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
 
 __all__ = [
     "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming", "is_cache_type",
@@ -154,9 +158,9 @@ def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_R
 
 
 @contextlib.contextmanager
-def library_adapters_at_capture() -> Iterator[None]:
-    """Every library adapter, for the duration of one capture."""
-    with registered_containers(), rewritten_library_functions():
+def library_adapters_at_capture(model: Any = None) -> Iterator[None]:
+    """Every library adapter, for the duration of one capture of ``model``."""
+    with registered_containers(), rewritten_library_functions(), rope_of_the_sequence_length(model):
         yield
 
 

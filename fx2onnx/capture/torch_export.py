@@ -119,7 +119,7 @@ def run_torch_export(
 ) -> torch.export.ExportedProgram:
     """One torch.export call under the capture's switches: size-oblivious reasoning when
     asked, symbolic math, the library adapters, keyword inputs as parameters."""
-    with keep_size_one_dims_dynamic(size_oblivious), symbolic_math(), library_adapters_at_capture(), \
+    with keep_size_one_dims_dynamic(size_oblivious), symbolic_math(), library_adapters_at_capture(model), \
             _keyword_inputs_as_parameters(model, kwargs):
         return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=strict)
 

@@ -150,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
     hub.add_argument(
         "--verify", action="store_true",
-        help="run the folder as its runtime will and compare with transformers; exit 1 when an output is outside "
-        "the tolerance or a greedy token differs",
+        help="run the folder as its runtime will and compare with transformers (a causal LM past every sliding window "
+        "and rope switch point, and as a left-padded batch); exit 1 when an output is outside the tolerance, a greedy "
+        "token differs or a run fails (the folder is kept, the failure stated)",
     )
     hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
@@ -194,6 +195,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
     verification = result.verification
     if verification is not None and not verification.passed:
         print(f"fx2onnx: error: verification failed: {verification.summary()}", file=sys.stderr)
+        print(f"fx2onnx: the folder {result.folder} is kept as written, to look into; do not ship it", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

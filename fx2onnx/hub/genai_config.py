@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 from fx2onnx.hub.causal_lm import head_size
+from fx2onnx.hub.model_lengths import context_length
 
 # Decoder model types ONNX Runtime GenAI 0.18 accepts by name and runs with this layout
 # (one key and one value input per layer). It knows `gpt2` too, with GPT-2's former
@@ -89,7 +90,7 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
     keys = [value for value in model.graph.inputs if value.name.startswith("past_key_values.") and value.name.endswith(".key")]
     kv_heads, cache_head_size = (int(keys[0].shape[1]), int(keys[0].shape[3])) if keys else (None, head_size(config))
     model_type = str(getattr(config, "model_type", "decoder"))
-    context = int(getattr(config, "max_position_embeddings", 0) or getattr(config, "n_positions", 0) or 2048)
+    context = context_length(config)
     ids = token_ids(config, generation_config)
     inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in input_names:

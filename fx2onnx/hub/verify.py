@@ -1,17 +1,19 @@
 """`export_hf(..., verify=True)`: run the folder the way its runtime will and compare with
 transformers. For a causal LM: a prefill with an empty cache, then decode steps feeding
-`present.*` back, greedy, against `model.generate(do_sample=False)`; for the others: the
-model's outputs on two input sizes.
+`present.*` back, greedy, against `model.generate(do_sample=False)`, at the lengths where
+the model changes (`fx2onnx.hub.verify_lengths`); for the others: the model's outputs on
+two input sizes.
 
 Every task is judged: each output element must satisfy ``|onnx - torch| <= atol + rtol *
 |torch|`` (a :class:`Tolerance` fitting the model's dtype, see :data:`DEFAULT_TOLERANCES`),
-and the greedy tokens of a decoder must be equal as well."""
+and the greedy tokens of a decoder must be equal as well. A model that fails to run fails
+the verification (:class:`FolderRunError`, said in one sentence), never with a traceback."""
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,7 @@ class Verification:
     torch_tokens: list[int]
     tolerance: Tolerance = DEFAULT_TOLERANCES[torch.float32]
     worst_ratio: float = 0.0  # the largest difference over its bound (Tolerance.worst_ratio)
+    failure: str | None = None  # what failed, when a run or a token did (FolderRunError's words)
 
     @property
     def within_tolerance(self) -> bool:
@@ -78,10 +81,17 @@ class Verification:
 
     @property
     def passed(self) -> bool:
-        """Every output within the tolerance, and the greedy tokens (if any) equal."""
-        return self.within_tolerance and self.tokens_equal is not False
+        """Every run done, every output within the tolerance, and the greedy tokens (if any) equal."""
+        return self.failure is None and self.within_tolerance and self.tokens_equal is not False
+
+    @staticmethod
+    def failed_run(error: FolderRunError, tolerance: Tolerance) -> Verification:
+        """The verdict on a folder whose model failed to run."""
+        return Verification(float("inf"), None, [], [], tolerance, float("inf"), str(error))
 
     def summary(self) -> str:
+        if self.failure is not None and self.max_logit_difference == float("inf"):
+            return self.failure
         tokens = "" if self.tokens_equal is None else f", greedy tokens {'equal' if self.tokens_equal else 'DIFFERENT'}"
         verdict = "within" if self.within_tolerance else f"{self.worst_ratio:.3g} times"
         return (
@@ -95,6 +105,7 @@ class Verification:
         return Verification(
             max(r.max_logit_difference for r in runs), all(r.tokens_equal for r in runs), runs[0].onnx_tokens,
             runs[0].torch_tokens, runs[0].tolerance, max(r.worst_ratio for r in runs),
+            next((r.failure for r in runs if r.failure is not None), None),
         )
 
 
@@ -105,15 +116,31 @@ def cpu_session(path: Path) -> Iterator[Any]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # a failed run is reported by the verification, with its length
     with tempfile.TemporaryDirectory(prefix="fx2onnx-verify-") as scratch:
         yield session_on_cpu(path, options, Path(scratch))
 
 
+class FolderRunError(RuntimeError):
+    """A model of the folder failed to run in onnxruntime: the verification states it
+    (where it happened and the runtime's first line) instead of a traceback."""
+
+    def __init__(self, where: str, error: BaseException, length: int | None = None) -> None:
+        first_line = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        super().__init__(f"onnxruntime failed {where}: {first_line}")
+        self.length = length
+
+
 def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The session's outputs by name, fed with the entries of ``feed`` it takes."""
+    """The session's outputs by name, fed with the entries of ``feed`` it takes; a failed
+    run is a :class:`FolderRunError` naming the inputs' shapes."""
     names = {i.name for i in session.get_inputs()}
-    results = session.run(None, {k: v for k, v in feed.items() if k in names})
+    given = {k: v for k, v in feed.items() if k in names}
+    try:
+        results = session.run(None, given)
+    except Exception as error:  # the runtime's own error, stated by the verification
+        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in given.items() if not k.startswith(("past_key_values.", "past.")))
+        raise FolderRunError(f"on inputs {shapes}", error) from error
     return dict(zip([o.name for o in session.get_outputs()], results))
 
 
@@ -127,33 +154,74 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
     )
 
 
-def empty_cache(session: Any) -> dict[str, np.ndarray]:
+def empty_cache(session: Any, batch: int = 1) -> dict[str, np.ndarray]:
     """An empty cache for a decoder session: each ``past_key_values.*`` input with the
-    model's own heads and head size, (1, heads, 0, head size), in the cache's dtype."""
+    model's own heads and head size, (batch, heads, 0, head size), in the cache's dtype."""
     inputs = {i.name: i for i in session.get_inputs()}
     past_names = [n for n in inputs if n.startswith("past_key_values.")]
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-    return {n: np.zeros((1, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+    return {n: np.zeros((batch, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+
+
+@dataclass
+class Greedy:
+    """Greedy generation of a batch: the new tokens of each row, each step's last logits
+    (batch, vocab) and the sequence length each step ends at."""
+
+    tokens: list[list[int]]
+    logits: list[np.ndarray]
+    lengths: list[int]
+
+
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts as one batch padded on the left, and its attention mask."""
+    width = max(len(p) for p in prompts)
+    ids = np.array([[pad] * (width - len(p)) + p for p in prompts], dtype=np.int64)
+    mask = np.array([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=np.int64)
+    return ids, mask
+
+
+def positions_of(mask: np.ndarray) -> np.ndarray:
+    """Each token's position as transformers' generation counts it: the real tokens before
+    it; a padding token's is 0."""
+    return np.where(mask == 1, np.cumsum(mask, axis=-1) - 1, 0)
+
+
+def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad: int, banned: Sequence[int] = ()) -> Greedy:
+    """Greedy generation with the folder's decoder, never choosing the ``banned`` tokens
+    (the end of text while the generation must go on, as transformers' ``min_new_tokens``
+    keeps it); a run that fails is a :class:`FolderRunError` naming the length."""
+    ids, mask = left_padded(prompts, pad)
+    new: list[list[int]] = [[] for _ in prompts]
+    logits, lengths = [], []
+    with cpu_session(path) as session:
+        cache = empty_cache(session, len(prompts))
+        past_names, step = list(cache), ids
+        for index in range(new_tokens):
+            length = mask.shape[1]
+            feed = {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, length - step.shape[1]:],
+                    **cache}
+            try:
+                outputs = run_session(session, feed)
+            except FolderRunError as error:  # said again with the length it failed at
+                step_name = "the prefill" if index == 0 else f"decode step {index}"
+                raise FolderRunError(f"at sequence length {length} ({step_name})", error.__cause__, length) from error
+            logits.append(outputs["logits"][:, -1, :])
+            lengths.append(length)
+            chosen = np.where(np.isin(np.arange(logits[-1].shape[-1]), list(banned)), -np.inf, logits[-1]).argmax(-1)
+            for row, token in zip(new, chosen):
+                row.append(int(token))
+            cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
+            step = chosen[:, None].astype(np.int64)
+            mask = np.concatenate([mask, np.ones((len(prompts), 1), dtype=np.int64)], axis=1)
+    return Greedy(new, logits, lengths)
 
 
 def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """Greedy generation with the exported decoder: prefill, then one token per step."""
-    with cpu_session(path) as session:
-        cache = empty_cache(session)
-        past_names = list(cache)
-        tokens, logits_seen = list(prompt), []
-        step = np.array([prompt], dtype=np.int64)
-        for _ in range(new_tokens):
-            total = len(tokens)
-            positions = np.arange(total - step.shape[1], total, dtype=np.int64)[None, :]
-            feed = {"input_ids": step, "attention_mask": np.ones((1, total), dtype=np.int64), "position_ids": positions, **cache}
-            outputs = run_session(session, feed)
-            logits_seen.append(outputs["logits"][:, -1, :])
-            tokens.append(int(logits_seen[-1].argmax(-1)[0]))
-            cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
-            step = np.array([[tokens[-1]]], dtype=np.int64)
-    return tokens[len(prompt):], logits_seen
+    greedy = greedy_in_folder(path, [prompt], new_tokens, pad=0)
+    return greedy.tokens[0], greedy.logits
 
 
 def verify_causal_lm(

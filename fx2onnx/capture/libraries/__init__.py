@@ -2,7 +2,8 @@
 
 - transformers: its cache classes as pytrees (`transformers_caches`), what to change
   when one of its models cannot be captured (`transformers_hints`), the names its
-  checkpoints give weights (`transformers_checkpoints`);
+  checkpoints give weights (`transformers_checkpoints`), its dynamic rotary embeddings
+  computed from each step's positions during a capture (`transformers_rope`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).

@@ -1,0 +1,116 @@
+"""`--verify` of a causal LM at the lengths where the model changes.
+
+The folder's model runs in onnxruntime as a runtime runs it (a prefill with an empty
+cache, then one token per step, the cache fed back) and is compared with
+``model.generate(do_sample=False)``, twice: one prompt longer than every sliding window,
+attention chunk and rope switch point (`fx2onnx.hub.model_lengths`), and a left-padded
+batch of prompts of different lengths, with the positions transformers' generation
+gives them. Every step's logits must be within the tolerance and every greedy token
+equal. A difference or a failed run is reported with the sequence length it happened at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fx2onnx.hub.genai_config import token_ids
+from fx2onnx.hub.model_lengths import VerificationLengths
+from fx2onnx.hub.verify import FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded
+
+
+def fresh_rope_state(model: torch.nn.Module) -> None:
+    """Give transformers' rotary embeddings the state of a newly loaded model: a dynamic
+    NTK rope keeps the frequencies of the longest sequence it has run until one shorter
+    than its original context comes, and the folder keeps no state from run to run."""
+    for module in model.modules():
+        original = getattr(module, "original_max_seq_len", None)
+        if original is None or not hasattr(module, "max_seq_len_cached"):
+            continue
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if name.endswith("original_inv_freq"):
+                setattr(module, name.replace("original_inv_freq", "inv_freq"), buffer.clone())
+        for name in [n for n in vars(module) if n.endswith("max_seq_len_cached")]:
+            setattr(module, name, original)
+
+
+def greedy_in_transformers(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad: int) -> Greedy:
+    ids, mask = left_padded(prompts, pad)
+    fresh_rope_state(model)
+    with torch.no_grad():
+        generated = model.generate(
+            torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), do_sample=False, max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens, output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
+        )
+    tokens = generated.sequences[:, ids.shape[1]:].tolist()
+    logits = [step.float().numpy() for step in generated.logits]
+    return Greedy(tokens, logits, [ids.shape[1] + i for i in range(new_tokens)])
+
+
+@dataclass
+class LengthsVerification(Verification):
+    """A causal LM's verification at the lengths of :class:`VerificationLengths`:
+    ``failure`` says where it failed (a run of the folder, or the first greedy token that
+    differs, with its sequence length) and ``worst_length`` the length of the largest
+    difference."""
+
+    lengths: str = ""
+    worst_length: int = 0
+
+    def summary(self) -> str:
+        if self.failure is not None and not self.torch_tokens:
+            return f"{self.failure} (lengths run: {self.lengths})"
+        verdict = "within" if self.within_tolerance else f"{self.worst_ratio:.3g} times"
+        tolerance = f"rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g}"
+        tokens = self.failure or "greedy tokens equal"
+        return (f"largest difference {self.max_logit_difference:.3g} after {self.worst_length} tokens ({verdict} the "
+                f"tolerance {tolerance}), {tokens}")
+
+
+def _first_difference(ours: Greedy, theirs: Greedy, what: str) -> str | None:
+    for step, length in enumerate(ours.lengths):
+        rows = [r for r in range(len(ours.tokens)) if ours.tokens[r][step] != theirs.tokens[r][step]]
+        if rows:
+            row = rows[0]
+            return (f"greedy tokens DIFFERENT after {length} tokens ({what}, row {row}: "
+                    f"{ours.tokens[row][step]} instead of transformers' {theirs.tokens[row][step]})")
+    return None
+
+
+def verify_causal_lm_at_lengths(
+    path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1
+) -> LengthsVerification:
+    """The folder's decoder against ``model.generate`` on one prompt and one batch."""
+    vocab = int(config.vocab_size)
+    pad = int(getattr(config, "pad_token_id", None) or 0)
+    eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
+    banned = [] if eos is None else eos if isinstance(eos, list) else [eos]
+    generator = torch.Generator().manual_seed(seed)
+    runs = {
+        f"the prompt of {lengths.prompt}": [lengths.prompt],
+        f"the batch of {', '.join(map(str, lengths.batch))}": list(lengths.batch),
+    }
+    worst, worst_length, largest, failure, first = 0.0, 0, 0.0, None, None
+    for what, sizes in runs.items():
+        prompts = [torch.randint(min(3, vocab - 1), vocab, (size,), generator=generator).tolist() for size in sizes]
+        try:
+            ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad, banned)
+        except FolderRunError as error:
+            return LengthsVerification(float("inf"), False, [], [], tolerance, float("inf"), f"{error} while running {what}",
+                                       lengths.describe(), error.length or 0)
+        theirs = greedy_in_transformers(model, prompts, lengths.new_tokens, pad)
+        first = first or (ours, theirs)
+        for a, b, length in zip(ours.logits, theirs.logits, ours.lengths):
+            ratio = tolerance.worst_ratio(a.astype(np.float64), b.astype(np.float64))
+            largest = max(largest, float(np.abs(a.astype(np.float64) - b).max()))
+            if ratio > worst:
+                worst, worst_length = ratio, length
+        failure = failure or _first_difference(ours, theirs, what)
+    ours, theirs = first
+    return LengthsVerification(
+        largest, failure is None, ours.tokens[0], theirs.tokens[0], tolerance, worst, failure, lengths.describe(), worst_length
+    )
