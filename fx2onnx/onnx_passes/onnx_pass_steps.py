@@ -4,7 +4,8 @@
 Types first (onnxruntime's kernels), then the optimizer, the opset asked for, the fused
 kernels joining the standard domain once the opset is final, onnxruntime's cached
 attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
-(`TOOL_LAYOUT_STEPS`), and ONNX's checker last.
+(`TOOL_LAYOUT_STEPS`), the outputs of operators ONNX does not know typed where they leave
+a function body, and ONNX's checker last.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
+from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
 from fx2onnx.onnx_passes.validate_model import validate_model
 from fx2onnx.options import ExportOptions
 from fx2onnx.stage_timer import StageTimer
@@ -59,6 +61,8 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("legalize_float8", lambda state: StepResult(failed=not legalize_float8(
         state.model_ir, state.context, opset_chosen=state.options.opset_version is not None))),
     Step("lay_out_for_tools", lambda state: lay_out_for_tools(state.model_ir), stage="tool layout"),
+    # last before the checker: every pass may add operators ONNX does not know
+    Step("type_unknown_op_outputs", lambda state: type_unknown_op_outputs(state.model_ir)),
     Step("validate_model", lambda state: StepResult(failed=not validate_model(state.model_ir, state.graph_module, state.context)),
          stage="validation"),
 )
