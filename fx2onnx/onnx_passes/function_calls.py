@@ -10,6 +10,8 @@ The index is a snapshot: a pass that adds or removes calls builds a new one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.model_graphs import model_nodes
@@ -54,10 +56,10 @@ class FunctionCalls:
     def arguments(self, parameter: ir.Value) -> list[ir.Value | None] | None:
         """What each call gives ``parameter`` (None where a call leaves it out); None
         when ``parameter`` is no function's parameter."""
-        place = self._places.get(id(parameter))
-        if place is None:
+        key = self.owner(parameter)
+        if key is None:
             return None
-        key, index = place
+        index = list(self.functions[key].inputs).index(parameter)  # parameters may have moved
         return [call.inputs[index] if index < len(call.inputs) else None for call in self.calls[key]]
 
     def final_uses(self, value: ir.Value) -> list[tuple[ir.Node, int]]:
@@ -81,16 +83,28 @@ class FunctionCalls:
                 pending.extend(call.outputs[position] for call in self.calls[key] if position < len(call.outputs))
         return found
 
-    def is_stored(self, value: ir.Value | None, _seen: frozenset[int] = frozenset()) -> bool:
+    def owner(self, parameter: ir.Value) -> ir.OperatorIdentifier | None:
+        """The key of the function ``parameter`` belongs to (None: no parameter)."""
+        place = self._places.get(id(parameter))
+        return None if place is None else place[0]
+
+    def is_stored(self, value: ir.Value | None) -> bool:
         """``value`` is stored, or a parameter every call gives a stored value (at any
         depth of nested calls); a function nobody calls has no stored parameter."""
-        if is_stored(value):
+        return self._behind(value, is_stored, frozenset())
+
+    def is_initializer_behind(self, value: ir.Value | None) -> bool:
+        """``value`` is an initializer, or a parameter every call gives one (at any depth)."""
+        return self._behind(value, lambda v: v is not None and v.is_initializer(), frozenset())
+
+    def _behind(self, value: ir.Value | None, found: Callable[[ir.Value | None], bool], seen: frozenset[int]) -> bool:
+        if found(value):
             return True
-        if value is None or id(value) in _seen:
+        if value is None or id(value) in seen:
             return False
         arguments = self.arguments(value)
-        seen = _seen | {id(value)}
-        return bool(arguments) and all(self.is_stored(argument, seen) for argument in arguments)  # type: ignore[arg-type]
+        seen = seen | {id(value)}
+        return bool(arguments) and all(self._behind(argument, found, seen) for argument in arguments)  # type: ignore[arg-type]
 
 
 __all__ = ["FunctionCalls", "is_stored"]
