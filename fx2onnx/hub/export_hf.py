@@ -7,6 +7,7 @@ refused rather than mixed with.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -41,10 +42,7 @@ from fx2onnx.hub.verify import (
 )
 from fx2onnx.hub.verify_vlm import verify_image_text_to_text
 from fx2onnx.hub.whisper_verify import verify_whisper_genai
-from fx2onnx.onnx_passes import (
-    WeightQuantization, newest_opset, pack_projections, quantize_embeddings, quantize_linear_weights,
-    quantize_linears_dynamically,
-)
+from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linears_dynamically
 
 
 @dataclass
@@ -168,19 +166,13 @@ def _export_causal_lm(
     packed: bool = False,
 ) -> list[str]:
     inputs = causal_lm.decode_step_inputs(loaded)
+    if quantization is not None:
+        # a step of the export's ONNX passes; codes and scales are computed as the weights are written
+        options = dataclasses.replace(options, precision=quantization)
     program = _exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
-    if quantization is not None:
-        # codes and scales are computed as the weights are written, one at a time
-        quantize_linear_weights(program.model, quantization)
-        # after the head, whose codes a tied embedding reads
-        if quantization.embedding and not quantize_embeddings(program.model, quantization):
-            raise NotImplementedError(
-                f"quantize_embedding: {type(loaded.model).__name__}'s graph has no Gather of a float table by input_ids "
-                "to quantize (the embedding is computed otherwise); export without quantize_embedding."
-            )
-        if packed:
-            pack_projections(program.model)
+    if quantization is not None and packed:
+        pack_projections(program.model)
     name = _onnx_file(loaded, layout.MODEL, quantization)
     files = _save(program, staging, name, loaded)
     generation = getattr(loaded.model, "generation_config", None)
