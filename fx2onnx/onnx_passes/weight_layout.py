@@ -21,13 +21,13 @@ ship weights apart (``include_initializers=False``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import numpy as np
 import onnx_ir as ir
 import torch
 
 from fx2onnx.onnx_passes.function_calls import FunctionCalls
+from fx2onnx.onnx_passes.model_graphs import model_nodes
 from fx2onnx.translate.tensor_data import TorchTensorData, has_data
 
 # The metadata key and value on a weight stored as the transpose of PyTorch's tensor.
@@ -86,7 +86,7 @@ class _Candidates:
                 if _rank_two_or_unknown(parameter) and parameter.uses():
                     self.alive[id(parameter)] = parameter
         self.callers: dict[int, list[ir.Value | None]] = {}
-        for node in _all_nodes(model):
+        for node in model_nodes(model):
             called = self._called(node)
             if called is None:
                 continue
@@ -130,12 +130,6 @@ class _Candidates:
                     del self.alive[key]
                     changed = True
         return list(self.alive.values())
-
-
-def _all_nodes(model: ir.Model) -> Iterator[ir.Node]:
-    yield from ir.traversal.RecursiveGraphIterator(model.graph)
-    for function in model.functions.values():
-        yield from ir.traversal.RecursiveGraphIterator(function)
 
 
 def _transposed_tensor(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
