@@ -36,6 +36,7 @@ def type_unknown_op_outputs(model: ir.Model) -> int:
                 if value.dtype is None or not (value.uses() or value in function.outputs):
                     continue
                 cast = ir.node("Cast", [value], {"to": value.dtype}, name=f"{node.name}/typed")
+                function.opset_imports.setdefault("", model.opset_imports.get("", model.graph.opset_imports.get("", 18)))
                 typed_value = cast.outputs[0]
                 typed_value.type, typed_value.shape = value.type, value.shape
                 function.insert_after(node, cast)
