@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fx2onnx.onnx_passes.function_calls import FunctionCalls
+from fx2onnx.onnx_passes.function_calls import FunctionCalls, fresh_value_name, set_inputs
 
 _SUFFIXES = ("_quantized", "_scale", "_zero_point")
 
@@ -40,17 +40,6 @@ def _common_shape(values: list[ir.Value]) -> ir.Shape | None:
     return values[0].shape if len(shapes) == 1 else None
 
 
-def _fresh(function: ir.Function, base: str) -> str:
-    taken = {value.name for value in function.inputs} | {
-        value.name for node in function.all_nodes() for value in node.outputs
-    }
-    name, count = base, 0
-    while name in taken:
-        count += 1
-        name = f"{base}_{count}"
-    return name
-
-
 def _move_in(function: ir.Function, index: int, calls: list[ir.Node], dequantizes: list[ir.Node]) -> None:
     parameter = function.inputs[index]
     first = dequantizes[0]
@@ -59,13 +48,13 @@ def _move_in(function: ir.Function, index: int, calls: list[ir.Node], dequantize
     for position in given:
         sources = [node.inputs[position] for node in dequantizes]
         assert all(source is not None for source in sources)
-        name = _fresh(function, f"{parameter.name}{_SUFFIXES[position]}")
+        name = fresh_value_name(function, f"{parameter.name}{_SUFFIXES[position]}")
         new_parameters.append(ir.Value(name=name, type=sources[0].type, shape=_common_shape(sources)))  # type: ignore[arg-type, union-attr]
     inputs: list[ir.Value | None] = [None] * len(first.inputs)
     for position, value in zip(given, new_parameters):
         inputs[position] = value
     attributes = {name: ir.Attr(name, attribute.type, attribute.value) for name, attribute in first.attributes.items()}
-    inside = ir.node("DequantizeLinear", inputs, attributes, name=_fresh(function, f"{parameter.name}/DequantizeLinear"))
+    inside = ir.node("DequantizeLinear", inputs, attributes, name=fresh_value_name(function, f"{parameter.name}/DequantizeLinear"))
     output = inside.outputs[0]
     output.type, output.shape = parameter.type, parameter.shape
     if len(function):
@@ -79,10 +68,7 @@ def _move_in(function: ir.Function, index: int, calls: list[ir.Node], dequantize
         function.inputs.insert(index + offset, value)
     for call, dequantize in zip(calls, dequantizes):
         old = list(call.inputs)
-        new = old[:index] + [dequantize.inputs[position] for position in given] + old[index + 1:]
-        call.resize_inputs(len(new))
-        for position, value in enumerate(new):
-            call.replace_input_with(position, value)
+        set_inputs(call, old[:index] + [dequantize.inputs[position] for position in given] + old[index + 1:])
         owner = dequantize.graph
         if owner is not None and not dequantize.outputs[0].uses() and not dequantize.outputs[0].is_graph_output():
             owner.remove(dequantize, safe=True)

@@ -17,28 +17,11 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.derived_weights import Derive, fresh_name, register_derived
-from fx2onnx.onnx_passes.function_calls import FunctionCalls
+from fx2onnx.onnx_passes.function_calls import FunctionCalls, fresh_value_name, set_inputs
 
 # an initializer and the names of the tensors derived from it -> how to compute them, and
 # their (name, dtype, shape)
 MakeDerived = Callable[[ir.Value, list[str]], tuple[Derive, list[tuple[str, ir.DataType, tuple[int, ...]]]]]
-
-
-def _fresh_parameter(function: ir.Function, wanted: str) -> str:
-    taken = {value.name for value in function.inputs} | {
-        value.name for node in function.all_nodes() for value in node.outputs
-    }
-    name, count = wanted, 1
-    while name in taken:
-        name, count = f"{wanted}_{count}", count + 1
-    return name
-
-
-def _set_inputs(node: ir.Node, inputs: Sequence[ir.Value | None]) -> None:
-    node.resize_inputs(max(len(node.inputs), len(inputs)))
-    for index, value in enumerate(inputs):
-        node.replace_input_with(index, value)
-    node.resize_inputs(len(inputs))
 
 
 class DerivedArguments:
@@ -75,13 +58,13 @@ class DerivedArguments:
             given = self.derived(argument, suffixes, make)
             if not parameters:
                 parameters = [
-                    ir.Value(name=_fresh_parameter(function, weight.name + suffix), type=value.type, shape=value.shape)
+                    ir.Value(name=fresh_value_name(function, weight.name + suffix), type=value.type, shape=value.shape)
                     for suffix, value in zip(suffixes, given)
                 ]
                 width = len(function.inputs)
                 function.inputs.extend(parameters)
             padded = [*call.inputs, *[None] * (width - len(call.inputs))]
-            _set_inputs(call, [*padded[:width], *given])
+            set_inputs(call, [*padded[:width], *given])
         return parameters
 
     def drop_if_unread(self, value: ir.Value | None) -> None:
@@ -102,7 +85,7 @@ class DerivedArguments:
         for call in self.calls.calls[owner]:
             inputs = list(call.inputs)
             given = inputs.pop(index) if index < len(inputs) else None
-            _set_inputs(call, inputs)
+            set_inputs(call, inputs)
             self.drop_if_unread(given)
 
 

@@ -10,7 +10,7 @@ The index is a snapshot: a pass that adds or removes calls builds a new one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
@@ -25,6 +25,26 @@ def is_stored(value: ir.Value | None) -> bool:
         return True
     producer = value.producer()
     return producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")
+
+
+def fresh_value_name(function: ir.Function, wanted: str) -> str:
+    """``wanted``, or it with a count appended when a parameter or a value of
+    ``function``'s body has that name (for a new parameter or node output)."""
+    taken = {value.name for value in function.inputs} | {
+        value.name for node in function.all_nodes() for value in node.outputs
+    }
+    name, count = wanted, 1
+    while name in taken:
+        name, count = f"{wanted}_{count}", count + 1
+    return name
+
+
+def set_inputs(node: ir.Node, inputs: Sequence[ir.Value | None]) -> None:
+    """Make ``inputs`` the inputs of ``node`` (a call given more or fewer arguments)."""
+    node.resize_inputs(max(len(node.inputs), len(inputs)))
+    for index, value in enumerate(inputs):
+        node.replace_input_with(index, value)
+    node.resize_inputs(len(inputs))
 
 
 class FunctionCalls:
@@ -107,4 +127,4 @@ class FunctionCalls:
         return bool(arguments) and all(self._behind(argument, found, seen) for argument in arguments)  # type: ignore[arg-type]
 
 
-__all__ = ["FunctionCalls", "is_stored"]
+__all__ = ["FunctionCalls", "fresh_value_name", "is_stored", "set_inputs"]
