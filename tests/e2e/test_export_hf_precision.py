@@ -243,6 +243,12 @@ def test_precision_errors(folders, tmp_path, capsys):
     assert not (tmp_path / "d").exists()
     with pytest.raises(ValueError, match="give precision int4 or int8"):
         export_hf(root / "source", tmp_path / "e", quantize_embedding=True)
+    # what rewrites the flat graph is refused with module functions, before any export
+    with pytest.raises(ValueError, match="inside the embedding's function"):
+        export_hf(root / "source", tmp_path / "f", precision="int4", quantize_embedding=True, module_functions=True)
+    with pytest.raises(ValueError, match="pack_projections packs the MatMulNBits of one flat graph"):
+        export_hf(root / "source", tmp_path / "g", precision="int4", pack_projections=True, module_functions=True)
+    assert not (tmp_path / "f").exists() and not (tmp_path / "g").exists()
 
 
 def test_precision_and_dtype_are_one_interface():
