@@ -173,7 +173,8 @@ class ExportOptions(CheckedFields):
             from each weight when the model is written (from `model_state` in fake
             mode). A `WeightQuantization` chooses the bits, blocks, accuracy level,
             zero points, the language-model head (`logits`) and the token embedding.
-            None (default): float weights.
+            `MatMulNBits` is onnxruntime's operator (domain `com.microsoft`), whatever
+            `runtime` says. None (default): float weights.
     """
 
     # the accepted values of `runtime` (the command line offers them)
