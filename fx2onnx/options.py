@@ -179,6 +179,8 @@ class ExportOptions(CheckedFields):
 
     # the accepted values of `runtime` (the command line offers them)
     RUNTIMES: ClassVar[tuple[str, ...]] = RUNTIMES
+    # the names `precision` takes (the command line offers them)
+    PRECISIONS: ClassVar[tuple[str, ...]] = tuple(PRECISIONS)
 
     dynamic_shapes: bool | dict | tuple | list | None = None
     onnx_registry: OnnxRegistry | None = None
