@@ -55,8 +55,9 @@ def _quantize_weights(state: OnnxPassState) -> StepResult:
     # after the head, whose codes a tied embedding reads
     if config.embedding and not quantize_embeddings(state.model_ir, config):
         raise NotImplementedError(
-            "precision: the graph has no Gather of a float table by input_ids to quantize (the embedding is computed "
-            "otherwise); give a WeightQuantization with embedding=False."
+            "precision: the main graph has no Gather of a float table by input_ids to quantize (the embedding is "
+            "computed otherwise, or inside a module function: it is quantized in a flat graph, module_functions=False); "
+            "give a WeightQuantization with embedding=False."
         )
     return StepResult(changed=bool(report.quantized), count=len(report.quantized))
 
