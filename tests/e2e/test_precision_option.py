@@ -91,3 +91,15 @@ def test_a_precision_fx2onnx_does_not_know_is_refused_before_any_work():
     with pytest.raises(ValueError, match=r"precision takes 'int4', 'int8'"):
         fx2onnx.dynamo_export(torch.nn.Linear(4, 4), torch.randn(2, 4),
                               export_options=fx2onnx.ExportOptions(precision="int2", failure_report_path=None))
+
+
+def test_a_weight_quantization_chooses_the_embedding_in_a_flat_graph(tmp_path):
+    model = tiny_llama()
+    ids = torch.randint(0, 128, (1, 5))
+    config = fx2onnx.WeightQuantization(bits=4, embedding=True)
+    flat = fx2onnx.dynamo_export(model, ids, export_options=make_options(tmp_path, module_functions=False, precision=config))
+    kinds = collections.Counter(node.op_type for node in flat.model_proto.graph.node)
+    assert kinds["GatherBlockQuantized"] == 1 and kinds["MatMulNBits"] == LINEARS
+    # with module functions the embedding's Gather is inside its function: refused, saying so
+    with pytest.raises(fx2onnx.OnnxExporterError, match="inside a module function"):
+        fx2onnx.dynamo_export(model, ids, export_options=make_options(tmp_path, precision=config))
