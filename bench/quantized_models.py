@@ -2,8 +2,9 @@
 
 A 2-layer `nn.TransformerEncoder` (width 256, feed-forward 1024, 64 tokens) quantized with
 PT2E and torchao's `X86InductorQuantizer` (static int8), exported by fx2onnx and by
-`torch.onnx.export(..., dynamo=True)`; each quantized file's median latency over N runs is
-divided by the float export's of the same exporter, rounds interleaved in one process.
+`torch.onnx.export(..., dynamo=True)`; fx2onnx both as one flat graph and with its default
+options (module functions); each quantized file's median latency over N runs is divided by
+the float export's of the same exporter and options, rounds interleaved in one process.
 
     python bench/quantized_models.py [--runs 50] [--rounds 3] [--width 256] [--threads 1]
 """
@@ -23,6 +24,10 @@ import torch
 
 import fx2onnx
 from ecosystem_tools import median_seconds  # bench/, beside this script
+
+
+# fx2onnx's contenders: the flat graph, and the default options (module functions)
+FX2ONNX_CONTENDERS = {"fx2onnx": False, "fx2onnx functions": True}
 
 
 def quantized(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Module:
@@ -60,10 +65,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as temp:
         files = {}
         for label, network in (("float", model), ("int8", int8)):
-            path = Path(temp) / f"fx2onnx_{label}.onnx"
-            options = fx2onnx.ExportOptions(module_functions=False, failure_report_path=None)
-            fx2onnx.dynamo_export(network, x, export_options=options).save(path)
-            files[("fx2onnx", label)] = path
+            for exporter, functions in FX2ONNX_CONTENDERS.items():
+                path = Path(temp) / f"{exporter.replace(' ', '_')}_{label}.onnx"
+                options = fx2onnx.ExportOptions(module_functions=functions, failure_report_path=None)
+                fx2onnx.dynamo_export(network, x, export_options=options).save(path)
+                files[(exporter, label)] = path
             path = Path(temp) / f"torch_onnx_{label}.onnx"
             torch.onnx.export(network, (x,), os.fspath(path), dynamo=True, verbose=False)
             files[("torch.onnx", label)] = path
@@ -76,7 +82,7 @@ def main() -> None:
                 seconds[key].append(median_seconds(runner, {name: feed[next(iter(feed))]}, arguments.runs))
     print(f"torch {torch.__version__}, onnxruntime {ort.__version__}; TransformerEncoder 2 x {width}, 64 tokens")
     print("| exporter | float ms | int8 ms | int8 / float |\n|---|---|---|---|")
-    for exporter in ("fx2onnx", "torch.onnx"):
+    for exporter in (*FX2ONNX_CONTENDERS, "torch.onnx"):
         float_ms = statistics.median(seconds[(exporter, "float")]) * 1e3
         int8_ms = statistics.median(seconds[(exporter, "int8")]) * 1e3
         print(f"| {exporter} | {float_ms:.3f} | {int8_ms:.3f} | {int8_ms / float_ms:.2f}x |")

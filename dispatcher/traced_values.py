@@ -8,7 +8,7 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import opset18 as op
 
-__all__ = ["int64_vector", "scalar_like"]
+__all__ = ["int64_vector", "keep_rank_of", "scalar_like"]
 
 
 def int64_vector(items: Sequence[Any] | ir.Value) -> Any:
@@ -30,3 +30,12 @@ def int64_vector(items: Sequence[Any] | ir.Value) -> Any:
 def scalar_like(value: float, like: Any) -> Any:
     """The number ``value`` as a 0-d tensor of ``like``'s element type."""
     return op.CastLike(op.Constant(value_float=float(value)), like)
+
+
+def keep_rank_of(x: Any, reduced: Any, keepdim: bool) -> Any:
+    """``reduced``, a reduction of every element of ``x`` computed without kept dims, with
+    ``x``'s rank when ``keepdim`` (all sizes 1), as PyTorch gives it for a reduction
+    without ``dim`` and ``keepdim=True``."""
+    if not keepdim:
+        return reduced
+    return op.Reshape(reduced, op.Constant(value_ints=[1] * len(x.shape)))

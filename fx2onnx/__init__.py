@@ -14,7 +14,7 @@ from dispatcher import OnnxRegistry
 from fx2onnx.errors import OnnxExporterError, UnsupportedInputError
 from fx2onnx.exporter import dynamo_export
 from fx2onnx.capture.fake_mode import enable_fake_mode
-from fx2onnx.options import ExportOptions, ModuleFunctionOptions, ONNXFakeContext
+from fx2onnx.options import ExportOptions, ModuleFunctionOptions, ONNXFakeContext, WeightQuantization
 from fx2onnx.program.model_signature import ModelSignature
 from fx2onnx.program.onnx_program import ONNXProgram
 from fx2onnx.user_warnings import ExportWarning
@@ -31,6 +31,7 @@ __all__ = [
     "OnnxExporterError",
     "OnnxRegistry",
     "UnsupportedInputError",
+    "WeightQuantization",
     "__version__",
     "dynamo_export",
     "enable_fake_mode",

@@ -27,7 +27,7 @@ from fx2onnx.errors import OnnxExporterError
 from fx2onnx.fx_passes.fx_pass_steps import FxPassState, run_fx_passes
 from fx2onnx.onnx_passes.onnx_pass_steps import OnnxPassState, run_onnx_passes
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version
-from fx2onnx.options import ExportOptions
+from fx2onnx.options import ExportOptions, WeightQuantization
 from fx2onnx.program.onnx_program import ONNXProgram
 from fx2onnx.program.program_steps import ProgramState, build_program
 from fx2onnx.progress import ExportProgress
@@ -62,6 +62,7 @@ def dynamo_export(
     check_argument("dynamo_export", "export_options", export_options, ExportOptions | None)
     options = export_options or ExportOptions()
     check_opset_version(options.opset_version)  # a wrong option is refused before any work
+    WeightQuantization.of(options.precision)
     context = DiagnosticContext("fx2onnx", __version__, options.diagnostic_options)
     progress = ExportProgress(options.progress, f"Exporting {model_name(model)}")
     timer = StageTimer(on_stage=progress.stage)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from diagnostics import DiagnosticOptions
-from diagnostics.checked_fields import CheckedFields, at_least, one_of
+from diagnostics.checked_fields import CheckedFields, at_least, described, one_of
 from dispatcher import OnnxRegistry
 
 if TYPE_CHECKING:
@@ -16,6 +16,55 @@ if TYPE_CHECKING:
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
 # "onnxruntime": its own kernels allowed where faster; "standard": ONNX operators only.
 RUNTIMES = ("onnxruntime", "standard")
+
+
+# ExportOptions.precision's names -> bits of the weights
+PRECISIONS = {"int4": 4, "int8": 8}
+
+
+@dataclass(frozen=True)
+class WeightQuantization:
+    """How linear layers' weights are quantized.
+
+    Args:
+        bits: 4 or 8.
+        block_size: rows of W (along K) sharing a scale; a power of two, at least 16.
+            32, as the model builder's CPU default, keeps int4 close to float.
+        accuracy_level: MatMulNBits' minimum accuracy of the activations: 4 (int8
+            activations, the fast CPU path), 0 or 1 (float activations).
+        symmetric: no zero points (the implicit 2 ** (bits - 1)); False stores one per block.
+        lm_head: quantize the language-model head too (the builder's default for int4).
+        embedding: quantize the token embedding too, as ``GatherBlockQuantized`` with the
+            same bits and blocks (`embedding_quantization`; the builder's ``int4`` does
+            not by default).
+    """
+
+    bits: int = 4
+    block_size: int = 32
+    accuracy_level: int = 4
+    symmetric: bool = True
+    lm_head: bool = True
+    embedding: bool = False
+
+    @staticmethod
+    def of(precision: "str | WeightQuantization | None") -> "WeightQuantization | None":
+        """The quantization `ExportOptions.precision` asks for: "int4" or "int8" with
+        the defaults above, a `WeightQuantization` as it is, None for float weights."""
+        if precision is None or isinstance(precision, WeightQuantization):
+            return precision
+        if precision not in PRECISIONS:
+            raise ValueError(f"ExportOptions(precision={precision!r}): precision takes {', '.join(map(repr, PRECISIONS))}, "
+                             "a WeightQuantization or None.")
+        return WeightQuantization(bits=PRECISIONS[precision])
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8):
+            raise ValueError(f"weight quantization has 4 or 8 bits, not {self.bits}.")
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"the block size must be a power of two of at least 16 (MatMulNBits); got {self.block_size}.")
+        if self.accuracy_level not in (0, 1, 2, 3, 4):
+            raise ValueError(f"the accuracy level is 0 to 4 (MatMulNBits); got {self.accuracy_level}.")
+
 
 
 @dataclass
@@ -117,10 +166,21 @@ class ExportOptions(CheckedFields):
             tokens to the cache in place when the runtime gives past and present one
             buffer (exact for every mask: the padding is its attention bias; the standard
             form runs the steps it refuses). None (default): masks are the model's own.
+        precision: "int4" or "int8": every linear layer whose weight is stored (graph and
+            module functions) becomes onnxruntime's weight-only `MatMulNBits`, symmetric
+            blocks of 32 weights along K, int8 activations inside the kernel (accuracy
+            level 4), as a step of the ONNX passes; the codes and scales are computed
+            from each weight when the model is written (from `model_state` in fake
+            mode). A `WeightQuantization` chooses the bits, blocks, accuracy level,
+            zero points, the language-model head (`logits`) and the token embedding.
+            `MatMulNBits` is onnxruntime's operator (domain `com.microsoft`), whatever
+            `runtime` says. None (default): float weights.
     """
 
     # the accepted values of `runtime` (the command line offers them)
     RUNTIMES: ClassVar[tuple[str, ...]] = RUNTIMES
+    # the names `precision` takes (the command line offers them)
+    PRECISIONS: ClassVar[tuple[str, ...]] = tuple(PRECISIONS)
 
     dynamic_shapes: bool | dict | tuple | list | None = None
     onnx_registry: OnnxRegistry | None = None
@@ -138,3 +198,5 @@ class ExportOptions(CheckedFields):
     fused_kernels: bool = True
     runtime: str = field(default="onnxruntime", metadata=one_of(*RUNTIMES))
     causal_mask_input: str | None = None
+    precision: str | WeightQuantization | None = field(
+        default=None, metadata=described("'int4', 'int8', a WeightQuantization or None"))

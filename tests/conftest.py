@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx.inliner
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -84,6 +85,19 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def _seed_torch() -> Iterator[None]:
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(params=[True, False], ids=["functions", "flat"])
+def module_functions(request: pytest.FixtureRequest) -> bool:
+    """Both modes of an export: each module call as an ONNX function (the default) and one
+    flat graph; a test taking it runs in each."""
+    return request.param
+
+
+def inlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every model-local function call replaced by its body: the graph the
+    runtime computes, the same in both modes (node counts compare)."""
+    return onnx.inliner.inline_local_functions(model)
 
 
 def make_options(tmp_path: Path | None, **kwargs: Any) -> fx2onnx.ExportOptions:

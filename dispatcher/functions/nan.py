@@ -23,7 +23,7 @@ import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
-from dispatcher.traced_values import scalar_like
+from dispatcher.traced_values import keep_rank_of, scalar_like
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TFloat
 
 __all__ = ["NAN_FUNCTIONS", "NAN_DOMAIN"]
@@ -78,7 +78,7 @@ def _arg_flat_or_dim(arg_op, x, dim: Optional[int], keepdim: bool):
         return op.Constant(value_int=0)
     if dim is None:
         flat = op.Reshape(x, op.Constant(value_ints=[-1]))
-        return _arg(arg_op, flat, 0, keepdim)
+        return keep_rank_of(x, _arg(arg_op, flat, 0, False), keepdim)
     return _arg(arg_op, x, dim, keepdim)
 
 

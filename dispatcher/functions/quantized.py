@@ -6,7 +6,9 @@ the stored integers by ONNX operators on initializers (shift to unsigned, two 4-
 values a byte, the low nibble first; scales and zero points repeated where the kernel's
 block is smaller than the model's group), which onnxruntime folds when it loads the model.
 So the file keeps the model's own tensors (one byte a weight) and the model in memory
-holds only the packed integers. Accuracy level 0: the kernel dequantizes and multiplies
+holds only the packed integers. The bytes are those of the one MatMulNBits layout,
+``fx2onnx/onnx_passes/nbits_packing.py`` (`pack_codes` for the same codes; a test
+compares them). Accuracy level 0: the kernel dequantizes and multiplies
 in float, as the PyTorch model does.
 
 ``torchao::dequantize_affine`` of a matrix in blocks of rows and columns is

@@ -1,4 +1,6 @@
-"""Reductions torchlib has no function for: ``prims::prod``, ``nanmedian``, ``segment_reduce``.
+"""Reductions torchlib has no function for: ``prims::prod``, ``nanmedian``, ``segment_reduce``,
+and those whose torchlib function drops the rank PyTorch keeps without ``dim`` and with
+``keepdim=True`` (``argmax``/``argmin`` of integers, ``mean``, ``linalg.vector_norm``).
 
 ``prims::prod`` appears when PyTorch's decomposition of ``cumprod`` (which torchlib does
 not implement) multiplies a masked copy of its input along a new axis; ``linalg.vander``
@@ -13,6 +15,7 @@ them after torchlib's functions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Optional
 
@@ -20,8 +23,8 @@ import onnx_ir as ir
 from onnxscript import opset18 as op
 
 from dispatcher.function_table import FunctionTable
-from dispatcher.traced_values import scalar_like
-from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TTensor
+from dispatcher.traced_values import keep_rank_of, scalar_like
+from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TFloat, TInt, TReal, TTensor
 
 __all__ = ["REDUCTION_FUNCTIONS", "REDUCTION_DOMAIN"]
 
@@ -47,6 +50,67 @@ def prims_prod(inp: TTensor, dims: Optional[Sequence[int]], output_dtype: Option
     if output_dtype is not None and output_dtype != -1:
         result = op.Cast(result, to=output_dtype)
     return result
+
+
+# -- every element, rank kept -------------------------------------------------------------
+# PyTorch reduces every element when no dim is given and, with keepdim=True, keeps the
+# input's rank (all sizes 1); torchlib's functions flatten first and give rank 1 or 0.
+
+
+def _arg_of_integers(arg_op, x, dim: Optional[int], keepdim: bool):
+    if len(x.shape) == 0:
+        return op.Constant(value_int=0)
+    if dim is None:
+        flat = arg_op(op.Reshape(x, op.Constant(value_ints=[-1])), axis=0, keepdims=False)
+        return keep_rank_of(x, flat, keepdim)
+    return arg_op(x, axis=dim, keepdims=keepdim)
+
+
+@_reduction_op("aten::argmax")
+def argmax_of_integers(self: TInt, dim: Optional[int] = None, keepdim: bool = False) -> INT64:
+    return _arg_of_integers(op.ArgMax, self, dim, keepdim)
+
+
+@_reduction_op("aten::argmin")
+def argmin_of_integers(self: TInt, dim: Optional[int] = None, keepdim: bool = False) -> INT64:
+    return _arg_of_integers(op.ArgMin, self, dim, keepdim)
+
+
+@_reduction_op("aten::mean.dim")
+def mean_dim(self: TReal, dim: Optional[Sequence[int]] = None, keepdim: bool = False, dtype: int = -1) -> TReal:
+    if len(self.shape) == 0:
+        result = op.Identity(self)
+    elif dim is None or len(dim) == 0:
+        result = op.ReduceMean(self, keepdims=keepdim)
+    else:
+        result = op.ReduceMean(self, op.Constant(value_ints=list(dim)), keepdims=keepdim)
+    if dtype is not None and dtype != -1:
+        result = op.Cast(result, to=dtype)
+    return result
+
+
+@_reduction_op("aten::linalg_vector_norm")
+def vector_norm(self: TFloat, ord: float = 2.0, dim: Optional[Sequence[int]] = None, keepdim: bool = False,
+                dtype: int = -1) -> TFloat:
+    if dtype is not None and dtype != -1:
+        self = op.Cast(self, to=dtype)
+    axes = None if dim is None or len(dim) == 0 else op.Constant(value_ints=list(dim))
+    keep = keepdim if axes is not None else False
+    values = op.Reshape(self, op.Constant(value_ints=[-1])) if axes is None else self
+    if math.isinf(ord):
+        reduce = op.ReduceMax if ord > 0 else op.ReduceMin
+        result = reduce(op.Abs(values), axes, keepdims=keep)
+    elif ord == 0.0:  # how many elements are not zero
+        result = op.ReduceSum(op.CastLike(op.Cast(values, to=ir.DataType.BOOL.value), values), axes, keepdims=keep)
+    elif ord == 1.0:
+        result = op.ReduceL1(values, axes, keepdims=keep)
+    elif ord == 2.0:
+        result = op.ReduceL2(values, axes, keepdims=keep)
+    else:
+        magnitude = values if ord > 0 and ord % 2 == 0 else op.Abs(values)
+        total = op.ReduceSum(op.Pow(magnitude, op.CastLike(ord, values)), axes, keepdims=keep)
+        result = op.Pow(total, op.CastLike(1.0 / ord, values))
+    return result if axes is not None or len(self.shape) == 0 else keep_rank_of(self, result, keepdim)
 
 
 # -- nanmedian ---------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class ExportRequest:
     weights: Path | None = None
     opset: int | None = None
     runtime: str = "onnxruntime"
+    precision: str | None = None
     quiet: bool = False
     seed: int = 0
     lines: list[str] = field(default_factory=list)
@@ -66,6 +67,8 @@ def _export_options(request: ExportRequest, dynamic_shapes: Any, fake_context: A
         options["fake_context"] = fake_context
     if request.opset is not None:
         options["opset_version"] = request.opset
+    if request.precision is not None:
+        options["precision"] = request.precision
     options["progress"] = not request.quiet  # a bar through the stages, drawn only when stderr is a terminal
     return fx2onnx.ExportOptions(**options)
 

@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--opset", type=int, help=_OPSET_HELP)
     export.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
     export.add_argument("--no-functions", action="store_true", help="one flat graph: no ONNX functions for nn.Module calls")
+    export.add_argument(
+        "--precision", choices=ExportOptions.PRECISIONS,
+        help="every linear layer whose weight is stored as onnxruntime's weight-only MatMulNBits: int4 or int8 codes, "
+        "a scale per block of 32 weights along K (ExportOptions(precision=...))",
+    )
     export.add_argument("--verify", action="store_true", help="run the model in onnxruntime and PyTorch and compare; exit 1 when outside tolerance")
     export.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --verify (default 1e-3)")
     export.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --verify (default 1e-4)")
@@ -223,6 +228,9 @@ def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.Expo
         if not args.fake:
             raise UsageError("--weights gives the weights of a model built with --fake; add --fake or drop --weights.")
         check_readable_file(args.weights, "--weights")
+    if args.precision is not None and args.verify:
+        raise UsageError("--verify compares with PyTorch within --rtol/--atol, and quantized weights move the outputs by "
+                         "design: verify an export without --precision.")
     if args.fake and args.verify:
         raise UsageError("--verify needs real weights to run PyTorch; it cannot be used with --fake.")
     if args.rtol < 0 or args.atol < 0:
@@ -234,7 +242,7 @@ def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.Expo
         model=model, output=output, report=report, inputs=inputs, inputs_file=args.inputs_file,
         dynamic_all=dynamic_all, dynamic=dynamic, optimize=args.optimize, module_functions=not args.no_functions,
         verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights, opset=_checked_opset(args.opset), runtime=args.runtime,
-        quiet=args.quiet, seed=args.seed,
+        quiet=args.quiet, seed=args.seed, precision=args.precision,
     )
 
 

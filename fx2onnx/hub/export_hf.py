@@ -7,6 +7,7 @@ refused rather than mixed with.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -43,10 +44,7 @@ from fx2onnx.hub.model_lengths import verification_lengths
 from fx2onnx.hub.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.verify_vlm import verify_image_text_to_text
 from fx2onnx.hub.whisper_verify import verify_whisper_genai
-from fx2onnx.onnx_passes import (
-    WeightQuantization, newest_opset, pack_projections, quantize_embeddings, quantize_linear_weights,
-    quantize_linears_dynamically,
-)
+from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linears_dynamically
 
 
 @dataclass
@@ -170,19 +168,13 @@ def _export_causal_lm(
     packed: bool = False,
 ) -> list[str]:
     inputs = causal_lm.decode_step_inputs(loaded)
+    if quantization is not None:
+        # a step of the export's ONNX passes; codes and scales are computed as the weights are written
+        options = dataclasses.replace(options, precision=quantization)
     program = _exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
-    if quantization is not None:
-        # codes and scales are computed as the weights are written, one at a time
-        quantize_linear_weights(program.model, quantization)
-        # after the head, whose codes a tied embedding reads
-        if quantization.embedding and not quantize_embeddings(program.model, quantization):
-            raise NotImplementedError(
-                f"quantize_embedding: {type(loaded.model).__name__}'s graph has no Gather of a float table by input_ids "
-                "to quantize (the embedding is computed otherwise); export without quantize_embedding."
-            )
-        if packed:
-            pack_projections(program.model)
+    if quantization is not None and packed:
+        pack_projections(program.model)
     name = _onnx_file(loaded, layout.MODEL, quantization)
     files = _save(program, staging, name, loaded)
     generation = getattr(loaded.model, "generation_config", None)
@@ -194,6 +186,9 @@ def _export_causal_lm(
 def _export_single(
     loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None
 ) -> list[str]:
+    if quantization is not None and options.module_functions:
+        raise ValueError("precision int8 of an encoder rewrites the linear layers of one flat graph (MatMulInteger of "
+                         "activations quantized at run time): drop module_functions.")
     program = _exported(loaded.model, _fake(_encoder_inputs(loaded, 0), loaded), options)
     if quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
         quantize_linears_dynamically(program.model)
@@ -408,7 +403,11 @@ def export_hf(
             Whisper in Optimum's layout, as T5 and BART). Both give transformers' answer
             for any batch, padding and lengths.
         module_functions: keep each module call as an ONNX function (default: one flat
-            graph, which onnxruntime's quantizers and optimizers can work on).
+            graph, which onnxruntime's quantizers and optimizers can work on). Such
+            folders generate in ONNX Runtime GenAI and Transformers.js what flat ones
+            generate, int4 and int8 causal LMs included; ``pack_projections``,
+            ``quantize_embedding`` and an encoder's int8 rewrite the flat graph and are
+            refused with it.
         precision: fp32, fp16 or bf16 (the same as ``dtype``), or int4 or int8: a causal
             LM's linear layers as onnxruntime's weight-only ``MatMulNBits`` (float32
             activations unless ``dtype`` is float16), quantized as the weights are
@@ -436,8 +435,12 @@ def export_hf(
         precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
         quantize_embedding=quantize_embedding,
     )
-    if quantization is not None and module_functions:
-        raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
+    if quantize_embedding and module_functions:
+        raise ValueError("quantize_embedding quantizes the token embedding's Gather in one flat graph (with module "
+                         "functions it is inside the embedding's function): drop module_functions.")
+    if pack_projections and module_functions:
+        raise ValueError("pack_projections packs the MatMulNBits of one flat graph (the projections of a layer are "
+                         "separate module functions otherwise): drop module_functions.")
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say)
     if loaded.task == IMAGE_TEXT_TO_TEXT:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.model_graphs import model_nodes
+
 # attribute -> the tensor dtype it stands for, and whether it is a scalar
 _SHORT_FORMS = {
     "value_int": (ir.DataType.INT64, True),
@@ -34,11 +36,9 @@ def _as_tensor_constant(node: ir.Node) -> None:
 def constants_as_tensors(model: ir.Model) -> int:
     """Rewrite every Constant of the model (graph, sub-graphs, functions) that holds a
     number or a list of numbers to hold it as a tensor; how many were rewritten."""
-    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     rewritten = 0
-    for graph in graphs:
-        for node in ir.traversal.RecursiveGraphIterator(graph):
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and "value" not in node.attributes:
-                _as_tensor_constant(node)
-                rewritten += "value" in node.attributes
+    for node in model_nodes(model):
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and "value" not in node.attributes:
+            _as_tensor_constant(node)
+            rewritten += "value" in node.attributes
     return rewritten

@@ -29,6 +29,7 @@ from onnx_ir.passes.common import InlinePass
 from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.translate.graph_builder import infer_output_types, op_schema
 from fx2onnx.onnx_passes.cpu_kernel_types import cpu_kernel_types
+from fx2onnx.onnx_passes.model_graphs import model_nodes
 from fx2onnx.translate.values import TracedValue
 
 DataType = ir.DataType
@@ -123,13 +124,10 @@ def _inline_library_calls_on_integers(model: ir.Model) -> None:
         key: function for key, function in model.functions.items() if function.domain.startswith(_LIBRARY_DOMAIN)
     }
     chosen: set[ir.OperatorIdentifier] = set()
-    for container in [model.graph, *model.functions.values()]:
-        for node in container.all_nodes():
-            key = (node.domain, node.op_type, node.overload)
-            if key in library and any(
-                value is not None and _tensor_dtype(value) in _INTEGERS for value in node.inputs
-            ):
-                chosen.add(key)
+    for node in model_nodes(model):
+        key = (node.domain, node.op_type, node.overload)
+        if key in library and any(value is not None and _tensor_dtype(value) in _INTEGERS for value in node.inputs):
+            chosen.add(key)
     if not chosen:
         return
     InlinePass(criteria=lambda function: function.identifier() in chosen)(model)

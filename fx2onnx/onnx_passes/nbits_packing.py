@@ -17,6 +17,12 @@ largest magnitude to the lowest code, as onnxruntime's own quantizer does: the s
 ``extreme / -2 ** (bits - 1)``, so that the full range ``[-2 ** (bits - 1), 2 ** (bits - 1) - 1]``
 is used. Everything is computed in float32 with torch, one weight at a time, in the order
 and with the rounding of onnxruntime's quantizer, so that the codes are its codes byte for byte.
+
+`lay_out_codes` is the one layout: `pack_weight` lays out the codes it computes with it,
+`pack_codes` the codes a model already holds (torchao's weight-only tensors), and the
+ONNX operators that pack torchao's weights inside the graph
+(``dispatcher/functions/quantized.py``) compute the same bytes, which onnxruntime folds
+when it loads the model (a test compares the two).
 """
 
 from __future__ import annotations
@@ -50,6 +56,36 @@ def _pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
     if codes.shape[-1] % 2:
         codes = torch.nn.functional.pad(codes, (0, 1))
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def lay_out_codes(codes: torch.Tensor, zero: torch.Tensor | None, bits: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Unsigned codes ``[N, k_blocks, block_size]`` and zero points ``[N, k_blocks]`` (uint8
+    values below ``2 ** bits``) as MatMulNBits' ``B`` and its zero points, both still
+    ``N`` rows (flatten the zero points for the input)."""
+    if bits == 4:
+        return _pack_nibbles(codes), None if zero is None else _pack_nibbles(zero)
+    return codes, zero
+
+
+def pack_codes(
+    codes: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor | None, bits: int, block_size: int
+) -> PackedWeight:
+    """Signed codes ``[N, K]`` a model already holds, with a scale (and zero point) per
+    group of ``K`` (``[N, groups]``, groups a multiple of ``block_size`` long), as
+    MatMulNBits' inputs: the unsigned codes ``code + 2 ** (bits - 1)``, each group's
+    scale and zero point repeated over the blocks it spans."""
+    n, k = codes.shape
+    if k % block_size:
+        raise ValueError(f"K ({k}) is not a whole number of blocks of {block_size}.")
+    blocks, offset = k // block_size, 2 ** (bits - 1)
+    repeat = blocks // scales.shape[1]
+    unsigned = (codes.to(torch.int32) + offset).to(torch.uint8).reshape(n, blocks, block_size)
+    zero = None
+    if zero_points is not None:
+        zero = (zero_points.to(torch.int32) + offset).to(torch.uint8).repeat_interleave(repeat, dim=1)
+    packed, packed_zero = lay_out_codes(unsigned, zero, bits)
+    scales = scales.to(torch.float32).repeat_interleave(repeat, dim=1).reshape(-1)
+    return PackedWeight(packed, scales, None if packed_zero is None else packed_zero.reshape(-1))
 
 
 # Rows quantized at a time: the float temporaries stay a few tens of MB whatever the
@@ -110,7 +146,6 @@ def _pack_rows(
     floor = codes.floor()
     codes = floor.add_(codes.sub_(floor).ge_(0.5))
     codes = torch.where(scales[..., None] == 0, zero[..., None], codes).clamp_(0, top).to(torch.uint8)
-    if bits == 4:
-        codes = _pack_nibbles(codes)
-    zero_codes = zero.to(torch.uint8)
-    return codes, scales, _pack_nibbles(zero_codes) if bits == 4 else zero_codes
+    packed, packed_zero = lay_out_codes(codes, zero.to(torch.uint8), bits)
+    assert packed_zero is not None
+    return packed, scales, packed_zero

@@ -4,7 +4,8 @@
 Types first (onnxruntime's kernels), then the optimizer, the opset asked for, the fused
 kernels joining the standard domain once the opset is final, onnxruntime's cached
 attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
-(`TOOL_LAYOUT_STEPS`), and ONNX's checker last.
+(`TOOL_LAYOUT_STEPS`), the weight quantization asked for (`ExportOptions.precision`), the outputs of operators ONNX does not know typed where they leave
+a function body, and ONNX's checker last.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import torch.fx
 
 from diagnostics import DiagnosticContext
 from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
+from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
 from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
+from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
 from fx2onnx.onnx_passes.validate_model import validate_model
-from fx2onnx.options import ExportOptions
+from fx2onnx.onnx_passes.weight_quantization import quantize_linear_weights
+from fx2onnx.options import ExportOptions, WeightQuantization
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.steps import Step, StepRecord, StepResult, run_steps
 
@@ -44,6 +48,20 @@ def _convert_to_opset(state: OnnxPassState) -> StepResult:
     return StepResult(changed=True, failed=not convert_to_opset(state.model_ir, state.options.opset_version, state.context))
 
 
+def _quantize_weights(state: OnnxPassState) -> StepResult:
+    config = WeightQuantization.of(state.options.precision)
+    assert config is not None
+    report = quantize_linear_weights(state.model_ir, config)
+    # after the head, whose codes a tied embedding reads
+    if config.embedding and not quantize_embeddings(state.model_ir, config):
+        raise NotImplementedError(
+            "precision: the main graph has no Gather of a float table by input_ids to quantize (the embedding is "
+            "computed otherwise, or inside a module function: it is quantized in a flat graph, module_functions=False); "
+            "give a WeightQuantization with embedding=False."
+        )
+    return StepResult(changed=bool(report.quantized), count=len(report.quantized))
+
+
 ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("legalize_types", lambda state: sum(legalize_types(state.model_ir, state.context).changes.values()),
          stage="legalization"),
@@ -59,6 +77,11 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("legalize_float8", lambda state: StepResult(failed=not legalize_float8(
         state.model_ir, state.context, opset_chosen=state.options.opset_version is not None))),
     Step("lay_out_for_tools", lambda state: lay_out_for_tools(state.model_ir), stage="tool layout"),
+    # on the weights in MatMul's layout; codes and scales are computed when the model is written
+    Step("quantize_weights", _quantize_weights, stage="weight quantization",
+         when=lambda state: state.options.precision is not None),
+    # last before the checker: every pass may add operators ONNX does not know
+    Step("type_unknown_op_outputs", lambda state: type_unknown_op_outputs(state.model_ir)),
     Step("validate_model", lambda state: StepResult(failed=not validate_model(state.model_ir, state.graph_module, state.context)),
          stage="validation"),
 )

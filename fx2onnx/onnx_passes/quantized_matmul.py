@@ -19,6 +19,11 @@ quantized again (``QGemm``, a ``Relu`` in between too): such a Gemm stays. Any o
 `gemms_of_dequantized_as_matmuls` makes ``MatMul(.., Transpose(DequantizeLinear(W))) +
 bias`` first, so that the weight is stored transposed (`weight_layout`) and the product
 becomes integer like any other.
+
+Inside module functions the weight and its quantization parameters are parameters: they
+count as stored when every call gives them stored tensors (`function_calls`), and
+`dequantized_arguments` has already moved the dequantization into the function that
+multiplies.
 """
 
 from __future__ import annotations
@@ -26,17 +31,15 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
+from fx2onnx.onnx_passes.function_calls import FunctionCalls
 from fx2onnx.onnx_passes.linear_layers import take_place
+from fx2onnx.onnx_passes.model_graphs import model_nodes
 
 _INTEGER_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
 
 
 def _scalar(value: ir.Value | None) -> bool:
     return value is not None and value.shape is not None and value.shape.numpy() in ((), (1,))
-
-
-def _stored(value: ir.Value | None) -> bool:
-    return value is not None and (value.is_initializer() or value.const_value is not None)
 
 
 def _axis(dequantized: ir.Value) -> int:
@@ -49,6 +52,10 @@ class IntegerMatMulOfDequantized(RewriteRuleClassBase):
     """``MatMul(DequantizeLinear(q, sq, zq), DequantizeLinear(W, sW, zW))`` with a stored
     2-D ``W`` quantized per tensor or per output column, as an integer product scaled."""
 
+    def __init__(self, calls: FunctionCalls) -> None:
+        super().__init__()
+        self._stored = calls.is_stored
+
     def pattern(self, op, q, q_scale, q_zero, weight, w_scale, w_zero):
         left = op.DequantizeLinear(q, q_scale, q_zero, _allow_other_attributes=True)
         right = op.DequantizeLinear(weight, w_scale, w_zero, _allow_other_attributes=True, _outputs=["right"])
@@ -58,11 +65,11 @@ class IntegerMatMulOfDequantized(RewriteRuleClassBase):
         result = MatchResult()
         if q.dtype not in _INTEGER_TYPES or weight.dtype not in _INTEGER_TYPES:
             return result.fail("Operands are not 8-bit integers.")
-        if weight.shape is None or len(weight.shape) != 2 or not _stored(weight):
+        if weight.shape is None or len(weight.shape) != 2 or not self._stored(weight):
             return result.fail("The right operand is not a stored matrix.")
-        if not (_scalar(q_scale) and _stored(q_zero) and _scalar(q_zero)):
+        if not (_scalar(q_scale) and self._stored(q_zero) and _scalar(q_zero)):
             return result.fail("The left operand is not quantized per tensor.")
-        if not (_stored(w_zero) and _stored(w_scale)):
+        if not (self._stored(w_zero) and self._stored(w_scale)):
             return result.fail("The weight's quantization parameters are not stored.")
         per_column = not _scalar(w_scale)
         if per_column and _axis(right) % 2 != 1:
@@ -81,7 +88,7 @@ def _is_dequantized(value: ir.Value | None) -> bool:
     return producer is not None and producer.op_type == "DequantizeLinear" and producer.domain in ("", "ai.onnx")
 
 
-def _plain_gemm_of_dequantized(node: ir.Node) -> bool:
+def _plain_gemm_of_dequantized(node: ir.Node, calls: FunctionCalls) -> bool:
     """A Gemm ``A @ op(B) + C`` (no transposed A, no scaling) of two dequantized operands."""
     if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
         return False
@@ -89,39 +96,39 @@ def _plain_gemm_of_dequantized(node: ir.Node) -> bool:
     if attributes.get_int("transA", 0) or attributes.get_float("alpha", 1.0) != 1.0 or attributes.get_float("beta", 1.0) != 1.0:
         return False
     weight = node.inputs[1]
-    if not (_is_dequantized(node.inputs[0]) and _is_dequantized(weight)) or _quantized_again(node.outputs[0]):
+    if not (_is_dequantized(node.inputs[0]) and _is_dequantized(weight)) or _quantized_again(node.outputs[0], calls):
         return False
-    return _stored(weight.producer().inputs[0])  # type: ignore[union-attr]  # an integer product needs a stored weight
+    return calls.is_stored(weight.producer().inputs[0])  # type: ignore[union-attr]  # an integer product needs a stored weight
 
 
-def _quantized_again(value: ir.Value) -> bool:
-    """Every use of ``value`` (through a Relu) is a QuantizeLinear: onnxruntime's QGemm form."""
-    uses = value.uses()
+def _quantized_again(value: ir.Value, calls: FunctionCalls) -> bool:
+    """Every use of ``value`` (through a Relu, through function calls) is a
+    QuantizeLinear: onnxruntime's QGemm form."""
+    uses = calls.final_uses(value)
     if len(uses) == 1 and uses[0][0].op_type == "Relu" and uses[0][0].domain in ("", "ai.onnx"):
-        uses = uses[0][0].outputs[0].uses()
+        uses = calls.final_uses(uses[0][0].outputs[0])
     return bool(uses) and all(node.op_type == "QuantizeLinear" for node, _ in uses)
 
 
 def gemms_of_dequantized_as_matmuls(model: ir.Model) -> None:
     """Make every plain Gemm of two dequantized operands (graph and functions) a MatMul,
     its ``transB`` a Transpose and its C an Add, in place (see the module docstring)."""
-    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    for graph in graphs:
-        for node in [n for n in ir.traversal.RecursiveGraphIterator(graph) if _plain_gemm_of_dequantized(n)]:
-            owner = node.graph
-            assert owner is not None
-            a, b = node.inputs[0], node.inputs[1]
-            new = []
-            if node.attributes.get_int("transB", 0):
-                new.append(ir.node("Transpose", [b], {"perm": [1, 0]}, name=f"{node.name}/transB"))
-                b = new[-1].outputs[0]
-            new.append(ir.node("MatMul", [a, b], name=f"{node.name}/MatMul"))
-            c = node.inputs[2] if len(node.inputs) > 2 else None
-            if c is not None:
-                new.append(ir.node("Add", [new[-1].outputs[0], c], name=f"{node.name}/C"))
-            owner.insert_before(node, new)
-            take_place(node.outputs[0], new[-1].outputs[0])
-            owner.remove(node, safe=True)
+    calls = FunctionCalls(model)
+    for node in [n for n in model_nodes(model) if _plain_gemm_of_dequantized(n, calls)]:
+        owner = node.graph
+        assert owner is not None
+        a, b = node.inputs[0], node.inputs[1]
+        new = []
+        if node.attributes.get_int("transB", 0):
+            new.append(ir.node("Transpose", [b], {"perm": [1, 0]}, name=f"{node.name}/transB"))
+            b = new[-1].outputs[0]
+        new.append(ir.node("MatMul", [a, b], name=f"{node.name}/MatMul"))
+        c = node.inputs[2] if len(node.inputs) > 2 else None
+        if c is not None:
+            new.append(ir.node("Add", [new[-1].outputs[0], c], name=f"{node.name}/C"))
+        owner.insert_before(node, new)
+        take_place(node.outputs[0], new[-1].outputs[0])
+        owner.remove(node, safe=True)
 
 
 def integer_matmuls(model: ir.Model) -> None:
@@ -129,4 +136,4 @@ def integer_matmuls(model: ir.Model) -> None:
     functions) as an integer product, in place."""
     from onnxscript.rewriter import RewritePass, RewriteRuleSet
 
-    RewritePass(RewriteRuleSet([IntegerMatMulOfDequantized.rule()]))(model)
+    RewritePass(RewriteRuleSet([IntegerMatMulOfDequantized.rule(FunctionCalls(model))]))(model)

@@ -22,7 +22,7 @@ def serialize_model(model: ir.Model) -> onnx.ModelProto:
     proto = ir.serde.serialize_model(model)
     listed = {info.name for info in proto.graph.value_info}
     for function in model.functions.values():
-        for node in ir.traversal.RecursiveGraphIterator(function):
+        for node in function.all_nodes():  # the body and its sub-graphs, named per function
             for value in node.outputs:
                 if value.type is None or not value.name:
                     continue

@@ -9,7 +9,6 @@ inputs), so the check costs about as much for a 7B model as for a small one.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import onnx
 import onnx_ir as ir
@@ -19,6 +18,7 @@ from diagnostics import DiagnosticContext, Level, rules
 from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.onnx_passes.legalize_types import METADATA_KEY
 from fx2onnx.onnx_passes.fake_weights import proto_with_weights_as_inputs
+from fx2onnx.onnx_passes.model_graphs import model_nodes
 
 _NODE_NAME = re.compile(r"node name: ([^)\n]*)\)|name: (\S+) OpType: (\S+)")
 
@@ -73,15 +73,8 @@ def _record_invalid(text: str, model: ir.Model, graph_module: torch.fx.GraphModu
     )
 
 
-def all_onnx_nodes(model: ir.Model) -> Iterator[ir.Node]:
-    """Nodes of the main graph, its sub-graphs and every function body."""
-    yield from model.graph.all_nodes()
-    for function in model.functions.values():
-        yield from function.all_nodes()
-
-
 def _find_node(model: ir.Model, name: str) -> ir.Node | None:
-    return next((node for node in all_onnx_nodes(model) if node.name == name), None)
+    return next((node for node in model_nodes(model) if node.name == name), None)
 
 
 def fx_node_of(onnx_node: ir.Node, graph_module: torch.fx.GraphModule | None) -> torch.fx.Node | None:

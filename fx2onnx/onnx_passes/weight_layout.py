@@ -21,12 +21,13 @@ ship weights apart (``include_initializers=False``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import numpy as np
 import onnx_ir as ir
 import torch
 
+from fx2onnx.onnx_passes.function_calls import FunctionCalls
+from fx2onnx.onnx_passes.model_graphs import model_nodes
 from fx2onnx.translate.tensor_data import TorchTensorData, has_data
 
 # The metadata key and value on a weight stored as the transpose of PyTorch's tensor.
@@ -85,7 +86,7 @@ class _Candidates:
                 if _rank_two_or_unknown(parameter) and parameter.uses():
                     self.alive[id(parameter)] = parameter
         self.callers: dict[int, list[ir.Value | None]] = {}
-        for node in _all_nodes(model):
+        for node in model_nodes(model):
             called = self._called(node)
             if called is None:
                 continue
@@ -129,12 +130,6 @@ class _Candidates:
                     del self.alive[key]
                     changed = True
         return list(self.alive.values())
-
-
-def _all_nodes(model: ir.Model) -> Iterator[ir.Node]:
-    yield from ir.traversal.RecursiveGraphIterator(model.graph)
-    for function in model.functions.values():
-        yield from ir.traversal.RecursiveGraphIterator(function)
 
 
 def _transposed_tensor(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
@@ -198,14 +193,15 @@ def store_weights_transposed(model: ir.Model) -> list[str]:
 _QUANTIZE_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
-def _is_zero_point_cast(node: ir.Node) -> bool:
-    """A Cast of a stored tensor whose every reader takes it as a zero point."""
+def _is_zero_point_cast(node: ir.Node, calls: FunctionCalls) -> bool:
+    """A Cast of a stored tensor whose every reader (through function calls) takes it as
+    a zero point."""
     if node.domain not in ("", "ai.onnx") or node.op_type != "Cast":
         return False
     source, result = node.inputs[0], node.outputs[0]
     if source is None or not source.is_initializer() or not has_data(source.const_value):
         return False
-    uses = result.uses()
+    uses = calls.final_uses(result)
     return bool(uses) and all(user.op_type in _QUANTIZE_OPS and index == 2 for user, index in uses)
 
 
@@ -214,10 +210,12 @@ def store_zero_points_quantized(model: ir.Model) -> list[str]:
     (PyTorch keeps per-channel zero points as int64) that feeds only quantize and
     dequantize nodes becomes a stored tensor of the Cast's type, as onnxruntime's fusions
     of quantized operators require (they read a zero point only from an initializer).
-    The names of the zero points made."""
+    A zero point given to a module function is found through its calls; the Cast, on
+    weights, is in the main graph. The names of the zero points made."""
     graph = model.graph
+    calls = FunctionCalls(model)
     made = []
-    for node in [n for n in graph if _is_zero_point_cast(n)]:
+    for node in [n for n in graph if _is_zero_point_cast(n, calls)]:
         source, result = node.inputs[0], node.outputs[0]
         assert source is not None and source.const_value is not None and result.dtype is not None
         array = source.const_value.numpy().astype(result.dtype.numpy())

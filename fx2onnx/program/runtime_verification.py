@@ -25,7 +25,8 @@ import torch.utils._pytree as pytree
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher.fx_nodes import node_location, node_stack
 from fx2onnx.program.op_level_debug import OpLevelReport
-from fx2onnx.onnx_passes.validate_model import all_onnx_nodes, fx_node_of
+from fx2onnx.onnx_passes.model_graphs import model_nodes
+from fx2onnx.onnx_passes.validate_model import fx_node_of
 
 # ONNX Runtime names the failing node: "... running Conv node. Name:'conv3d/Conv_6' ..."
 _FAILING_NODE = re.compile(r"running (\S+) node\. Name:'([^']*)'")
@@ -134,7 +135,7 @@ def _node_named_by_runtime(model: ir.Model, runtime_name: str) -> ir.Node | None
     """The model's node that onnxruntime calls ``runtime_name``. onnxruntime inlines
     functions first, naming their nodes ``_inlfunc_<function>_<node>``: the inner node
     when the exporter named it (``<fx node>/<op>_<n>``), else the call of the function."""
-    nodes = list(all_onnx_nodes(model))
+    nodes = list(model_nodes(model))
     exact = next((node for node in nodes if node.name == runtime_name), None)
     if exact is not None:
         return exact
@@ -160,7 +161,7 @@ def _record_mismatch(
     if fx_node is None:
         _record(context, None, "?", "?", graph_module, reason + "; no single node was found to differ on its own")
         return
-    onnx_node = next((node for node in all_onnx_nodes(model) if node.name.split("/", 1)[0] == fx_node.name), None)
+    onnx_node = next((node for node in model_nodes(model) if node.name.split("/", 1)[0] == fx_node.name), None)
     detail = first.error or f"this node alone differs by {first.max_difference:.3g} ({first.dtypes})"
     _record(
         context, onnx_node, onnx_node.name if onnx_node else fx_node.name, onnx_node.op_type if onnx_node else "?",

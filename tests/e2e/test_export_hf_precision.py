@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import onnx
+import onnx.inliner
 import pytest
 import torch
 
@@ -122,6 +123,25 @@ def test_codes_and_scales_are_onnxruntime_quantizers_own(folders, precision, bit
         weight = name.removesuffix(f"_Q{bits}")
         assert ours[name].tobytes() == theirs[name].tobytes(), name
         assert ours[weight + "_scales"].tobytes() == theirs[weight + "_scales"].tobytes(), name
+
+
+def test_a_module_function_folder_in_fake_mode_writes_the_flat_folders_codes(folders, tmp_path, tokenizer):  # noqa: F811
+    """int4 with module functions (codes and scales given to the layers' functions as
+    parameters) and fake mode: the flat folder's codes byte for byte, 15 MatMulNBits once
+    inlined, and ONNX Runtime GenAI generates the flat folder's tokens."""
+    root, _, _ = folders
+    export_hf(root / "source", tmp_path / "functions", precision="int4", module_functions=True, fake=True)
+    path = model_file(tmp_path / "functions")
+    onnx.checker.check_model(os.fspath(path), full_check=True)
+    saved = onnx.load(os.fspath(path))
+    assert saved.functions
+    kinds = collections.Counter(n.op_type for n in onnx.inliner.inline_local_functions(saved).graph.node)
+    assert kinds["MatMulNBits"] == 15 and kinds["MatMul"] == 0
+    flat, functions = _initializers(model_file(root / "int4")), _initializers(path)
+    codes = [name for name in flat if name.endswith(("_Q4", "_scales"))]
+    assert len(codes) == 30 and all(flat[name].tobytes() == functions[name].tobytes() for name in codes)
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    assert generate_with_genai(tmp_path / "functions", prompt_ids, 8)[0] == generate_with_genai(root / "int4", prompt_ids, 8)[0]
 
 
 def test_fake_mode_writes_the_same_quantized_weights(folders, tmp_path):
@@ -243,6 +263,12 @@ def test_precision_errors(folders, tmp_path, capsys):
     assert not (tmp_path / "d").exists()
     with pytest.raises(ValueError, match="give precision int4 or int8"):
         export_hf(root / "source", tmp_path / "e", quantize_embedding=True)
+    # what rewrites the flat graph is refused with module functions, before any export
+    with pytest.raises(ValueError, match="inside the embedding's function"):
+        export_hf(root / "source", tmp_path / "f", precision="int4", quantize_embedding=True, module_functions=True)
+    with pytest.raises(ValueError, match="pack_projections packs the MatMulNBits of one flat graph"):
+        export_hf(root / "source", tmp_path / "g", precision="int4", pack_projections=True, module_functions=True)
+    assert not (tmp_path / "f").exists() and not (tmp_path / "g").exists()
 
 
 def test_precision_and_dtype_are_one_interface():

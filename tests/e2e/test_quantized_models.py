@@ -1,5 +1,6 @@
-"""Models quantized in PyTorch (PT2E with torchao's X86 quantizer) keep their quantized
-form in the ONNX file, in a form onnxruntime runs with its integer kernels."""
+"""Models quantized in PyTorch (PT2E with torchao's X86 quantizer, torchao's weight-only
+configs) keep their quantized form in the ONNX file, in a form onnxruntime runs with its
+integer kernels, with module functions (the default) and in one flat graph alike."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 import fx2onnx
-from conftest import make_options
+from conftest import inlined, make_options
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e", reason="torchao is not installed")
 x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
@@ -36,12 +37,15 @@ def run(path, x: torch.Tensor, optimized: str | None = None) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
 
 
-def exported_file(model: torch.nn.Module, x: torch.Tensor, path) -> onnx.ModelProto:
-    """``model`` exported as one flat graph to ``path``, checked, and loaded back."""
-    options = make_options(path.parent, module_functions=False)
+def exported_file(model: torch.nn.Module, x: torch.Tensor, path, module_functions: bool) -> onnx.ModelProto:
+    """``model`` exported to ``path``, checked, and loaded back with its functions inlined
+    (the graph onnxruntime computes, whatever the mode)."""
+    options = make_options(path.parent, module_functions=module_functions)
     fx2onnx.dynamo_export(model, x, export_options=options).save(path)
     onnx.checker.check_model(os.fspath(path), full_check=True)
-    return onnx.load(os.fspath(path))
+    saved = onnx.load(os.fspath(path))
+    assert bool(saved.functions) == module_functions
+    return inlined(saved)
 
 
 def zero_points_are_stored_quantized(model: onnx.ModelProto) -> None:
@@ -53,18 +57,24 @@ def zero_points_are_stored_quantized(model: onnx.ModelProto) -> None:
             assert kind in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8), (node.name, kind)
 
 
-def test_a_quantized_transformer_encoder_runs_integer_matmuls(tmp_path):
+def optimized_kinds(path, x: torch.Tensor, optimized) -> collections.Counter:
+    run(path, x, os.fspath(optimized))
+    return collections.Counter(node.op_type for node in onnx.load(os.fspath(optimized)).graph.node)
+
+
+def test_a_quantized_transformer_encoder_runs_integer_matmuls(tmp_path, module_functions):
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
     model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
     x = torch.randn(2, 16, 64)
     quantized = quantized_with_x86_quantizer(model, x)
     path = tmp_path / "encoder.onnx"
-    saved = exported_file(quantized, x, path)
+    saved = exported_file(quantized, x, path, module_functions)
     kinds = collections.Counter(node.op_type for node in saved.graph.node)
     # each quantized linear (two per layer: the feed-forward's) is an integer product; no
     # weight is dequantized in float any more, and none is transposed at run time
     assert kinds["MatMulInteger"] == 4
+    assert optimized_kinds(path, x, tmp_path / "encoder.optimized.onnx")["MatMulInteger"] == 4
     weights = {t.name for t in saved.graph.initializer}
     assert not [n for n in saved.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in weights]
     zero_points_are_stored_quantized(saved)
@@ -77,13 +87,13 @@ def test_a_quantized_transformer_encoder_runs_integer_matmuls(tmp_path):
         np.testing.assert_allclose(run(path, x2), quantized(x2).numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_quantized_linears_on_a_2d_input_run_in_integers(tmp_path):
+def test_quantized_linears_on_a_2d_input_run_in_integers(tmp_path, module_functions):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)).eval()
     x = torch.randn(8, 64)
     quantized = quantized_with_x86_quantizer(model, x)
     path = tmp_path / "mlp.onnx"
-    saved = exported_file(quantized, x, path)
+    saved = exported_file(quantized, x, path, module_functions)
     kinds = collections.Counter(node.op_type for node in saved.graph.node)
     # the first linear's output is quantized again (through the ReLU): a Gemm onnxruntime
     # fuses into QGemm; the last one's is not, and is an integer product of its weight,
@@ -101,7 +111,7 @@ def test_quantized_linears_on_a_2d_input_run_in_integers(tmp_path):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path):
+def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path, module_functions):
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 3, padding=1),
@@ -109,7 +119,7 @@ def test_a_quantized_cnn_becomes_qlinearconv_with_int8_zero_points(tmp_path):
     x = torch.randn(1, 3, 16, 16)
     quantized = quantized_with_x86_quantizer(model, x)
     path = tmp_path / "cnn.onnx"
-    saved = exported_file(quantized, x, path)
+    saved = exported_file(quantized, x, path, module_functions)
     zero_points_are_stored_quantized(saved)
     assert not [n for n in saved.graph.node if n.op_type == "Cast"]  # no int64 zero point cast at run time
     optimized = tmp_path / "cnn.optimized.onnx"
@@ -131,7 +141,7 @@ def _torchao_config(name: str):
     granularity = pytest.importorskip("torchao.quantization.granularity")
     if name == "int8":
         return quantization.Int8WeightOnlyConfig()
-    bits = {"int4-group32": torch.int4, "int8-per-channel": torch.int8}[name]
+    bits = torch.int4 if name.startswith("int4") else torch.int8
     group = granularity.PerGroup(32) if name == "int4-group32" else granularity.PerAxis(0)
     return quantization.IntxWeightOnlyConfig(weight_dtype=bits, granularity=group)
 
@@ -143,8 +153,19 @@ def _optimized_size(path, optimized) -> int:
     return os.path.getsize(optimized)
 
 
-@pytest.mark.parametrize(("config", "size_ratio"), [("int8", 0.55), ("int8-per-channel", 0.55), ("int4-group32", 0.35)])
-def test_torchao_weight_only_models_stay_quantized_in_onnxruntime(tmp_path, config, size_ratio):
+# every config with module functions (the default); the flat graph for one of each width
+TORCHAO_CASES = [
+    pytest.param("int8", 0.55, True, id="int8-functions"),
+    pytest.param("int8-per-channel", 0.55, True, id="int8-per-channel-functions"),
+    pytest.param("int4-group32", 0.35, True, id="int4-group32-functions"),
+    pytest.param("int4-per-channel", 0.35, True, id="int4-per-channel-functions"),
+    pytest.param("int8", 0.55, False, id="int8-flat"),
+    pytest.param("int4-group32", 0.35, False, id="int4-group32-flat"),
+]
+
+
+@pytest.mark.parametrize(("config", "size_ratio", "functions"), TORCHAO_CASES)
+def test_torchao_weight_only_models_stay_quantized_in_onnxruntime(tmp_path, config, size_ratio, functions):
     transformers = pytest.importorskip("transformers")
     quantize = pytest.importorskip("torchao.quantization").quantize_
     torch.manual_seed(0)
@@ -153,27 +174,29 @@ def test_torchao_weight_only_models_stay_quantized_in_onnxruntime(tmp_path, conf
     model = transformers.LlamaForCausalLM(llama).eval()
     ids = torch.randint(0, 128, (2, 9))
     float_path, path = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
-    options = make_options(tmp_path, module_functions=False)
+    options = make_options(tmp_path, module_functions=functions)
     fx2onnx.dynamo_export(model, ids, export_options=options).save(float_path)
     quantize(model, _torchao_config(config))
     program = fx2onnx.dynamo_export(model, ids, export_options=options)
     program.save(path)
     onnx.checker.check_model(os.fspath(path), full_check=True)
     saved = onnx.load(os.fspath(path))
-    kinds = collections.Counter(node.op_type for node in saved.graph.node)
+    assert bool(saved.functions) == functions
+    graph = inlined(saved).graph
+    kinds = collections.Counter(node.op_type for node in graph.node)
     assert kinds["MatMulNBits"] == 15  # every linear layer: 7 a layer and the LM head
-    weights = {t.name for t in saved.graph.initializer}
-    assert not [n for n in saved.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    weights = {t.name for t in graph.initializer}
+    assert not [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
     with torch.no_grad():
         expected = model(ids).logits
     got = torch.from_numpy(run(path, ids))
     assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
-    # what onnxruntime holds once it has loaded (folded) the model, against the float model
+    # what onnxruntime holds once it has loaded (inlined, folded) the model, against the float model
     ratio = _optimized_size(path, tmp_path / "q.opt.onnx") / _optimized_size(float_path, tmp_path / "f.opt.onnx")
     assert ratio <= size_ratio
 
 
-def test_a_group_matmulnbits_cannot_run_stays_float_with_a_warning(tmp_path):
+def test_a_group_matmulnbits_cannot_run_stays_float_with_a_warning(tmp_path, module_functions):
     quantization = pytest.importorskip("torchao.quantization")
     granularity = pytest.importorskip("torchao.quantization.granularity")
     torch.manual_seed(0)
@@ -181,7 +204,7 @@ def test_a_group_matmulnbits_cannot_run_stays_float_with_a_warning(tmp_path):
     quantization.quantize_(model, quantization.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=granularity.PerGroup(24)))
     x = torch.randn(3, 48)
     with pytest.warns(UserWarning, match=r"1 quantized linear layer\(s\) are dequantized to float.*groups of 24"):
-        program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, module_functions=False))
-    assert "MatMulNBits" not in {node.op_type for node in program.model_proto.graph.node}
+        program = fx2onnx.dynamo_export(model, x, export_options=make_options(tmp_path, module_functions=module_functions))
+    assert "MatMulNBits" not in {node.op_type for node in inlined(program.model_proto).graph.node}
     with torch.no_grad():
         torch.testing.assert_close(program(x), model(x), rtol=1e-5, atol=1e-5)

@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -257,3 +258,27 @@ def test_int4_folder_in_transformers_js(tmp_path, tokenizer, transformers_js, qu
     ends = [tokens.index(2) if 2 in tokens else len(tokens) for tokens in expected]
     assert [got[:end] for got, end in zip(result["generated"], ends)] == [want[:end] for want, end in zip(expected, ends)]
     assert sum(ends) >= NEW_TOKENS * len(prompts) // 2
+
+
+def test_module_function_folders_generate_what_flat_ones_generate(tmp_path, tokenizer, transformers_js):
+    """An `export-hf --module-functions` folder in Transformers.js and ONNX Runtime GenAI:
+    the same greedy tokens as the flat folder's and transformers' (int4 folders with
+    module functions: tests/e2e/test_export_hf_precision.py)."""
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    prompts = [list(tokenizer(text)["input_ids"]) for text in PROMPTS]
+    generated = {}
+    for functions in (False, True):
+        out = tmp_path / ("functions" if functions else "flat")
+        export_hf(tmp_path / "source", out, module_functions=functions)
+        files = list(out.rglob("*.onnx"))
+        assert files and all(bool(onnx.load(str(path), load_external_data=False).functions) == functions for path in files)
+        job = {"folder": str(out), "task": "text-generation", "strings": [], "prompts": prompts, "new_tokens": NEW_TOKENS}
+        scratch = tmp_path / f"scratch-{functions}"
+        scratch.mkdir()
+        in_js = run_in_transformers_js(transformers_js, scratch, job)["generated"]
+        in_genai = [generate_with_genai(out, prompt, NEW_TOKENS)[0] for prompt in prompts]
+        generated[functions] = (in_js, in_genai)
+    assert generated[True] == generated[False]
+    expected = [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
+    assert generated[True][0] == expected and generated[True][1] == expected

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.inliner
 import onnxruntime as ort
 import pytest
 import torch
@@ -113,6 +114,22 @@ def test_export_a_model_file_with_verify(tmp_path, model_file, capsys):
     x, scale = torch.randn(3, 16), torch.tensor([0.5])
     (actual,) = _run_onnx(output, {"x": x[:2], "scale": scale})
     torch.testing.assert_close(torch.from_numpy(actual), model(x[:2], scale).detach(), rtol=RTOL, atol=ATOL)
+
+
+def test_export_with_precision_writes_matmulnbits(tmp_path, model_file, capsys):
+    output = tmp_path / "net_q4.onnx"
+    code = main(["export", f"{model_file}:make_net", "--input", "x=2x16:float32", "--input", "scale=1:float32",
+                 "--output", str(output), "--precision", "int4", "--quiet"])
+    assert code == 0
+    onnx.checker.check_model(str(output), full_check=True)
+    flat = onnx.inliner.inline_local_functions(onnx.load(str(output)))
+    assert [n.op_type for n in flat.graph.node].count("MatMulNBits") == 2  # both linear layers, inside their functions
+    model = _load_user_module(model_file).make_net().eval()
+    x, scale = torch.randn(2, 16), torch.tensor([0.5])
+    (actual,) = _run_onnx(output, {"x": x, "scale": scale})
+    expected = model(x, scale).detach()
+    # int4 in blocks of 32 moves a random linear layer's outputs by a few percent of their magnitude
+    assert (torch.from_numpy(actual) - expected).abs().max() < 0.25 * expected.abs().max()
 
 
 def test_export_a_module_path_with_named_dynamic_dims(tmp_path, model_file, monkeypatch, capsys):
@@ -243,6 +260,7 @@ def _usage_cases(tmp: Path, model: Path) -> dict[str, tuple[list[str], str]]:
         "dynamic-dim-out-of-range": (["export", *good, "--dynamic", "x=5:batch"], "has 2 dims"),
         "dynamic-both-forms": (["export", *good, "--dynamic", "--dynamic", "x=0:b"], "do not combine"),
         "weights-without-fake": (["export", *good, "--weights", str(model)], "--fake"),
+        "precision-with-verify": (["export", *good, "--precision", "int4", "--verify"], "verify an export without --precision"),
         "inputs-twice": (["export", *good, "--inputs-file", str(model)], "not both"),
         "unknown-option": (["export", *good, "--frobnicate"], "unrecognized arguments"),
         "no-command": ([], "give a command"),
@@ -256,7 +274,7 @@ def _usage_cases(tmp: Path, model: Path) -> dict[str, tuple[list[str], str]]:
         "report-parent-is-a-file", "unknown-dtype", "bad-shape", "bad-range", "range-on-floats",
         "model-spec-without-name", "missing-file", "missing-attribute", "missing-module", "wrong-input-count",
         "no-inputs", "bad-dynamic-spec", "dynamic-unknown-input", "dynamic-dim-out-of-range",
-        "dynamic-both-forms", "weights-without-fake", "inputs-twice", "unknown-option", "no-command",
+        "dynamic-both-forms", "weights-without-fake", "precision-with-verify", "inputs-twice", "unknown-option", "no-command",
     ],
 )
 def test_argument_errors_exit_2_before_any_export(tmp_path, model_file, monkeypatch, no_export, capsys, case):

@@ -75,3 +75,64 @@ def test_segment_reduce_lengths_and_offsets(reduce, initial, tmp_path) -> None:
         check_saved_model(program, tmp_path / "m.onnx")
         # an empty mean segment without initial is NaN in PyTorch too
         torch.testing.assert_close(program(data, segments), model(data, segments), equal_nan=True)
+
+
+# Every reduction that takes keepdim without a dim reduces every element and keeps the
+# input's rank (all sizes 1); the comparison checks the shape as well as the values.
+KEEPDIM_WITHOUT_DIM = {
+    "argmax": lambda x: x.argmax(keepdim=True),
+    "argmin": lambda x: x.argmin(keepdim=True),
+    "sum": lambda x: x.sum(dim=None, keepdim=True),
+    "nansum": lambda x: torch.nansum(x, dim=None, keepdim=True),
+    "mean": lambda x: x.mean(dim=None, keepdim=True),
+    "nanmean": lambda x: torch.nanmean(x, dim=None, keepdim=True),
+    "amax": lambda x: x.amax(dim=(), keepdim=True),
+    "amin": lambda x: x.amin(dim=(), keepdim=True),
+    "aminmax": lambda x: torch.aminmax(x, keepdim=True),
+    "std": lambda x: x.std(dim=None, keepdim=True),
+    "var": lambda x: x.var(dim=None, keepdim=True),
+    "std_mean": lambda x: torch.std_mean(x, dim=None, keepdim=True),
+    "var_mean": lambda x: torch.var_mean(x, dim=None, keepdim=True),
+    "logsumexp": lambda x: torch.logsumexp(x, dim=(), keepdim=True),
+    "vector_norm": lambda x: torch.linalg.vector_norm(x, keepdim=True),
+    "vector_norm_inf": lambda x: torch.linalg.vector_norm(x, float("inf"), keepdim=True),
+    "vector_norm_3": lambda x: torch.linalg.vector_norm(x, 3, keepdim=True),
+}
+INTEGER_KEEPDIM_WITHOUT_DIM = ("argmax", "argmin", "sum", "nansum", "amax", "amin", "aminmax", "logsumexp")
+
+
+@pytest.mark.parametrize("name", sorted(KEEPDIM_WITHOUT_DIM))
+def test_keepdim_without_dim_keeps_the_rank(name, export_and_compare) -> None:
+    fn = KEEPDIM_WITHOUT_DIM[name]
+    x = torch.randn(2, 3, 4)
+    assert all(out.dim() == 3 for out in flat_leaves(fn(x)))
+    export_and_compare(Apply(fn), (x,))
+
+
+@pytest.mark.parametrize("name", INTEGER_KEEPDIM_WITHOUT_DIM)
+def test_keepdim_without_dim_keeps_the_rank_for_integers(name, export_and_compare) -> None:
+    x = torch.tensor([[3, -7, 5], [9, 0, 9]])
+    export_and_compare(Apply(KEEPDIM_WITHOUT_DIM[name]), (x,))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.linalg.vector_norm(x, 2, dim=(0, 2)),
+        lambda x: torch.linalg.vector_norm(x, 1, dim=1, keepdim=True),
+        lambda x: torch.linalg.vector_norm(x, 0),
+        lambda x: torch.linalg.vector_norm(x, -float("inf"), dim=-1),
+        lambda x: torch.linalg.vector_norm(x, 0.5, dim=0),
+        lambda x: x.mean(dim=(1, 2)),
+        lambda x: x.mean(dim=-1, keepdim=True, dtype=torch.float64),
+        lambda x: x.argmax(dim=1, keepdim=True),
+    ],
+    ids=["norm2_dims", "norm1_keepdim", "norm0_all", "norm_minus_inf", "norm_half", "mean_dims", "mean_dtype", "argmax_dim"],
+)
+def test_reductions_with_dims(fn, export_and_compare) -> None:
+    export_and_compare(Apply(fn), (torch.randn(2, 3, 4),))
+
+
+def test_argmax_of_integers_along_a_dim(export_and_compare) -> None:
+    x = torch.tensor([[3, -7, 5], [9, 0, 9]])
+    export_and_compare(Apply(lambda t: (t.argmax(1), t.argmin(0, keepdim=True), t.argmax())), (x,))

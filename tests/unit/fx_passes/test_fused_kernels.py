@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import fx2onnx
-from conftest import all_nodes, check_saved_model, export_and_compare_impl, export_program, make_options
+from conftest import all_nodes, check_saved_model, export_and_compare_impl, export_program, inlined, make_options
 from diagnostics import rules
 
 
@@ -55,7 +55,8 @@ def _inputs(form: str, dtype: torch.dtype = torch.float32, queries: int = 5, key
 
 
 def _counts(program) -> collections.Counter:
-    return collections.Counter(node.op_type for node in all_nodes(program.model_proto))
+    """The nodes onnxruntime runs (function calls inlined: the same counts in both modes)."""
+    return collections.Counter(node.op_type for node in all_nodes(inlined(program.model_proto)))
 
 
 FORMS = ["plain", "causal", "bool_mask", "float_mask", "repeat_kv", "enable_gqa"]
@@ -68,12 +69,12 @@ FLOAT16_TOLERANCE = dict(rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_attention_is_one_kernel_from_opset_23(tmp_path, form):
+def test_attention_is_one_kernel_from_opset_23(tmp_path, form, module_functions):
     dynamic = {"q": {2: torch.export.Dim("queries")}, "k": {2: torch.export.Dim("keys")},
                "v": {2: torch.export.Dim("keys")}, "mask": {2: torch.export.Dim("queries"), 3: torch.export.Dim("keys")}}
     if form == "causal":
         dynamic = None
-    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, module_functions=module_functions)
     other_size = None if dynamic is None else (_inputs(form, queries=3, keys=11), {})
     program = export_and_compare_impl(Attention(form), _inputs(form), options=options, tmp_path=tmp_path, second_inputs=other_size)
     counts = _counts(program)
@@ -182,12 +183,12 @@ def _rotary_inputs(length: int, batch: int = 2, position_rows: int = 2) -> tuple
 
 
 @pytest.mark.parametrize("shared_positions", [False, True], ids=["positions_per_sequence", "positions_shared"])
-def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path, shared_positions):
+def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path, shared_positions, module_functions):
     length, batch = torch.export.Dim("length"), torch.export.Dim("batch")
     rows = 1 if shared_positions else 2
     dynamic = {"q": {0: batch, 2: length}, "k": {0: batch, 2: length},
                "positions": {1: length} if shared_positions else {0: batch, 1: length}}
-    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, module_functions=module_functions)
 
     class Both(Rotary):
         def forward(self, q, k, positions):
@@ -217,8 +218,8 @@ class Gelus(torch.nn.Module):
 
 
 @pytest.mark.parametrize("opset", [20, 23])
-def test_gelu_is_one_kernel_from_opset_20(tmp_path, opset):
-    program = export_and_compare_impl(Gelus(), (torch.randn(3, 8) * 3,), options=make_options(tmp_path, opset_version=opset), tmp_path=tmp_path)
+def test_gelu_is_one_kernel_from_opset_20(tmp_path, opset, module_functions):
+    program = export_and_compare_impl(Gelus(), (torch.randn(3, 8) * 3,), options=make_options(tmp_path, opset_version=opset, module_functions=module_functions), tmp_path=tmp_path)
     counts = _counts(program)
     assert counts["Gelu"] == 2 and not {"Erf", "Tanh"} & set(counts)
 
@@ -249,7 +250,7 @@ class Encoder(torch.nn.Module):
         return out.transpose(1, 2).contiguous().reshape(b, s, 32)
 
 
-def test_attention_takes_the_projections_layout_and_the_head_transposes_go(tmp_path):
+def test_attention_takes_the_projections_layout_and_the_head_transposes_go(tmp_path, module_functions):
     def inputs(b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
         mask = torch.zeros(b, 1, s, s)
         mask[..., -1] = -1e4  # the last key padded
@@ -257,7 +258,7 @@ def test_attention_takes_the_projections_layout_and_the_head_transposes_go(tmp_p
 
     length, batch = torch.export.Dim("length"), torch.export.Dim("batch")
     dynamic = {"x": {0: batch, 1: length}, "mask": {0: batch, 2: length, 3: length}}
-    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, module_functions=module_functions)
     program = export_and_compare_impl(Encoder(), inputs(2, 7), options=options, tmp_path=tmp_path, second_inputs=(inputs(3, 12), {}))
     nodes = list(all_nodes(program.model_proto))
     (attention,) = [n for n in nodes if n.op_type == "Attention"]
@@ -314,8 +315,8 @@ class RMSNorms(torch.nn.Module):
                 self.torch_norm(x), self.two_dims(x))
 
 
-def test_rms_normalization_is_one_kernel_from_opset_23(tmp_path):
-    program = export_and_compare_impl(RMSNorms(), (torch.randn(2, 3, 16) * 4,), options=make_options(tmp_path, opset_version=23), tmp_path=tmp_path)
+def test_rms_normalization_is_one_kernel_from_opset_23(tmp_path, module_functions):
+    program = export_and_compare_impl(RMSNorms(), (torch.randn(2, 3, 16) * 4,), options=make_options(tmp_path, opset_version=23, module_functions=module_functions), tmp_path=tmp_path)
     counts = _counts(program)
     assert counts["RMSNormalization"] == 4 and not {"ReduceMean", "Sqrt", "Pow"} & set(counts)
     assert not _notes(program)
@@ -423,10 +424,10 @@ def _check_steps(program, model) -> None:
             torch.testing.assert_close(present, wanted, rtol=1e-5, atol=1e-6)
 
 
-def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path):
+def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path, module_functions):
     torch.manual_seed(0)
     model = CachedDecoder().eval()
-    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask")
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=module_functions)
     check_saved_model(program, tmp_path / "m.onnx")
     counts = _counts(program)
     # the cache's update, the mask and the head repetitions are the kernel's; rotations stay in the projections' layout

@@ -136,3 +136,49 @@ def test_codes_equal_onnxruntime_quantizer_on_ties(bits: int, symmetric: bool) -
         assert symmetric or np.array_equal(packed.zero_points.numpy(), zero_points)
         differing = int((packed.codes.numpy() != codes).sum())
         assert differing == 0, f"{differing} of {codes.size} code bytes differ from onnxruntime's quantizer"
+
+
+# torchao's weights are packed by ONNX operators in the graph, which onnxruntime folds when
+# it loads the model; --precision's are packed by torch when written. Both follow one
+# layout: the folded bytes are `pack_codes`'s for the same codes and scales.
+TORCHAO_WEIGHTS = [
+    pytest.param(torch.int4, "group", 32, "SYMMETRIC", 64, id="int4-group32"),
+    pytest.param(torch.int4, "group", 32, "ASYMMETRIC", 96, id="int4-group32-zero-points-odd-blocks"),
+    pytest.param(torch.int4, "group", 512, "SYMMETRIC", 1024, id="int4-group512-in-blocks-of-256"),
+    pytest.param(torch.int8, "axis", None, "ASYMMETRIC", 64, id="int8-per-channel-zero-points"),
+]
+
+
+@pytest.mark.parametrize(("dtype", "granularity", "group", "mapping", "features"), TORCHAO_WEIGHTS)
+def test_in_graph_packing_of_torchao_weights_gives_pack_codes_bytes(tmp_path, dtype, granularity, group, mapping, features):
+    ort = pytest.importorskip("onnxruntime")
+    quantization = pytest.importorskip("torchao.quantization")
+    granularities = pytest.importorskip("torchao.quantization.granularity")
+    primitives = pytest.importorskip("torchao.quantization.quant_primitives")
+    import fx2onnx
+    from dispatcher.functions.quantized import kernel_block
+    from fx2onnx.onnx_passes.nbits_packing import pack_codes
+
+    model = torch.nn.Sequential(torch.nn.Linear(features, 8, bias=False)).eval()
+    chosen = granularities.PerGroup(group) if granularity == "group" else granularities.PerAxis(0)
+    quantization.quantize_(model, quantization.IntxWeightOnlyConfig(
+        weight_dtype=dtype, granularity=chosen, mapping_type=getattr(primitives.MappingType, mapping)))
+    weight = model[0].weight
+    x = torch.randn(3, features)
+    options = fx2onnx.ExportOptions(module_functions=False, failure_report_path=None)
+    path, folded = tmp_path / "m.onnx", tmp_path / "folded.onnx"
+    fx2onnx.dynamo_export(model, x, export_options=options).save(path)
+    session_options = ort.SessionOptions()
+    session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    session_options.optimized_model_filepath = str(folded)
+    ort.InferenceSession(str(path), session_options, providers=["CPUExecutionProvider"])
+    graph = onnx.load(str(folded)).graph
+    node = next(n for n in graph.node if n.op_type == "MatMulNBits")
+    stored = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    bits = 4 if dtype == torch.int4 else 8
+    block = kernel_block(group or features)
+    expected = pack_codes(weight.qdata, weight.scale, weight.zero_point, bits, block)
+    assert expected.zero_points is not None and len(node.input) > 3
+    np.testing.assert_array_equal(stored[node.input[1]], expected.codes.numpy())
+    np.testing.assert_array_equal(stored[node.input[2]], expected.scales.numpy())
+    np.testing.assert_array_equal(stored[node.input[3]], expected.zero_points.numpy())
