@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
 # "onnxruntime": its own kernels allowed where faster; "standard": ONNX operators only.
 RUNTIMES = ("onnxruntime", "standard")
+# "default": module functions and fused kernels as the options say; "portable": one flat
+# graph of standard operators that every ONNX runtime reads (OpenVINO, TVM, onnxruntime).
+TARGETS = ("default", "portable")
 
 
 @dataclass
@@ -117,6 +121,16 @@ class ExportOptions(CheckedFields):
             tokens to the cache in place when the runtime gives past and present one
             buffer (exact for every mask: the padding is its attention bias; the standard
             form runs the steps it refuses). None (default): masks are the model's own.
+        target: the kind of file. "default": as the other options say (module calls as
+            ONNX functions, which onnxruntime inlines when it loads the file). "portable":
+            a file for any ONNX runtime (OpenVINO and TVM take no model-local functions
+            and misread some fused kernels): one flat graph whose nodes carry their
+            module's path in their names and in the metadata key
+            ``pkg.fx2onnx.module`` (``pkg.fx2onnx.module_class``: its class), ONNX
+            operators only (``runtime="standard"``), attention and rotary embedding as
+            the operators PyTorch decomposes them into (``fused_kernels=False``), and
+            batch normalization folded into the convolution or linear layer before it.
+            It overrides ``module_functions``, ``runtime`` and ``fused_kernels``.
     """
 
     # the accepted values of `runtime` (the command line offers them)
@@ -138,3 +152,13 @@ class ExportOptions(CheckedFields):
     fused_kernels: bool = True
     runtime: str = field(default="onnxruntime", metadata=one_of(*RUNTIMES))
     causal_mask_input: str | None = None
+    target: str = field(default="default", metadata=one_of(*TARGETS))
+
+    # the accepted values of `target`
+    TARGETS: ClassVar[tuple[str, ...]] = TARGETS
+
+    def for_target(self) -> "ExportOptions":
+        """The options the export runs with: those that `target` fixes set to its values."""
+        if self.target != "portable":
+            return self
+        return dataclasses.replace(self, module_functions=False, runtime="standard", fused_kernels=False)

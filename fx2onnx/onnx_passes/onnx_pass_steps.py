@@ -1,7 +1,8 @@
 """The ONNX passes' stage as one ordered list of steps, `ONNX_PASS_STEPS`, and its entry
 `run_onnx_passes`: from the translated model to one onnxruntime and ONNX's checker take.
 
-Types first (onnxruntime's kernels), then the optimizer, the opset asked for, the fused
+Types first (onnxruntime's kernels), then the optimizer (and, for the portable target,
+batch normalization folded into the layer before it), the opset asked for, the fused
 kernels joining the standard domain once the opset is final, onnxruntime's cached
 attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
 (`TOOL_LAYOUT_STEPS`), and ONNX's checker last.
@@ -15,6 +16,7 @@ import onnx_ir as ir
 import torch.fx
 
 from diagnostics import DiagnosticContext
+from fx2onnx.onnx_passes.batch_norm_folding import fold_batch_norms
 from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
 from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
@@ -49,6 +51,9 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
          stage="legalization"),
     Step("optimize", lambda state: optimize_keeping_functions(state.model_ir), stage="optimization",
          when=lambda state: state.options.optimize),
+    # the portable target's file is flat: batch norm joins the convolution before it
+    Step("fold_batch_norms", lambda state: fold_batch_norms(state.model_ir), stage="optimization",
+         when=lambda state: state.options.target == "portable"),
     Step("convert_to_opset", _convert_to_opset, stage="opset conversion",
          when=lambda state: state.options.opset_version is not None),
     # the opset is final: the kernels join the standard domain

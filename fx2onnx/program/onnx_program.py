@@ -30,6 +30,7 @@ from fx2onnx.program.model_state import (
     match_state_names,
     open_model_state,
 )
+from fx2onnx.onnx_passes.batch_norm_folding import folded_weights
 from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
 from fx2onnx.options import ONNXFakeContext
@@ -205,6 +206,13 @@ class ONNXProgram:
             self._require_weight_data("save it with real weights: program.save(path, model_state=...)")
             yield program_getters(model)
             return
+        folded = folded_weights(model)
+        if folded:
+            raise ValueError(
+                f"This program folded batch normalization into {len(folded)} weight(s) ({folded[0]!r}, ...) "
+                "(the portable target): a model_state's weights are the unfolded ones. Export the model with "
+                "those weights loaded instead, or with ExportOptions(target='default')."
+            )
         with open_model_state(model_state) as source:
             yield self._getters_from(source)
 
