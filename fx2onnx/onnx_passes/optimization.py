@@ -40,12 +40,15 @@ import functools
 
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.dim_rules import dim_rules
 from fx2onnx.onnx_passes.layout_rules import layout_rules
 from fx2onnx.onnx_passes.fake_weights import fake_weights_hidden
 
 
-def _reads_an_initializer(node: ir.Node) -> bool | None:
-    if any(value is not None and value.is_initializer() for value in node.inputs):
+def _reads_a_weight(weights: set[str], node: ir.Node) -> bool | None:
+    # the folder registers what it computes as initializers: only the model's own
+    # weights (initializers before folding) stop a node from being folded
+    if any(value is not None and value.is_initializer() and value.name in weights for value in node.inputs):
         return False
     return None  # the folder's own rules decide
 
@@ -82,6 +85,7 @@ def _rewrite_rules():
             rules.unsqueeze_unsqueeze_rule,
             *divide_by_sqrt.commute(),  # x * r and r * x
             *layout_rules(),
+            *dim_rules(),
         ]
     )
 
@@ -96,9 +100,10 @@ def optimize_keeping_functions(model: ir.Model) -> None:
     with fake_weights_hidden(model):  # fake-mode weights have no data to fold
         # No ONNX shape inference: translation already gave every value its type and shape
         # (FakeTensor metadata, node inference), and re-inferring doubled the folding time.
-        fold_constants_ir(model, onnx_shape_inference=False, should_fold=_reads_an_initializer)
+        fold_constants_ir(model, onnx_shape_inference=False, should_fold=functools.partial(_reads_a_weight, weights))
         ir.passes.Sequential(
             RewritePass(_rewrite_rules()),
+            common_passes.IdentityEliminationPass(),  # the rules' no-ops are Identity nodes
             common_passes.RemoveUnusedNodesPass(),
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),
