@@ -4,9 +4,10 @@ the scalar is made a one-element tensor again (the scalar may have other uses: i
 for them) (``Reshape(..., [1])`` or
 ``Unsqueeze(..., [0])``, to build a shape), the dim is used as it was read.
 
-Two nodes fewer per use, and a form TVM's ONNX frontend takes: it reads the squeezed dim
-as a scalar of its shape language (``PrimValue``), which its ``Reshape`` and ``Unsqueeze``
-refuse.
+Two nodes fewer per use, and a form TVM's ONNX frontend takes: it reads the squeezed dim,
+and arithmetic on it, as a scalar of its shape language (``PrimValue``), which its
+``Reshape`` refuses. For the same reason any other scalar made a one-element tensor is
+unsqueezed rather than reshaped (the same node count; TVM's ``Unsqueeze`` takes scalars).
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ def _unsqueezed_at_zero(context, dim, axes) -> bool:
     return _is_one_element_dim(dim) and _constant_list(axes) in ([0], [-1])
 
 
+def _scalar_reshaped(op, scalar, shape):
+    return op.Reshape(scalar, shape)
+
+
+def _scalar_unsqueezed(op, scalar, shape):
+    return op.Unsqueeze(scalar, op.Constant(value_ints=[0]))
+
+
+def _scalar_to_one_element(context, scalar, shape) -> bool:
+    return scalar.shape is not None and scalar.shape.rank() == 0 and _constant_list(shape) in ([1], [-1])
+
+
 def dim_rules() -> list:
     """The rules (onnxscript `RewriteRule`s) that use a dim as it was read."""
     from onnxscript.rewriter import RewriteRule
@@ -50,4 +63,5 @@ def dim_rules() -> list:
     return [
         RewriteRule(_reshaped, _dim_as_read, _reshaped_to_one_element, name="DimReshapedBack", remove_nodes=False),
         RewriteRule(_unsqueezed, _dim_as_read, _unsqueezed_at_zero, name="DimUnsqueezedBack", remove_nodes=False),
+        RewriteRule(_scalar_reshaped, _scalar_unsqueezed, _scalar_to_one_element, name="ScalarUnsqueezed"),
     ]
