@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,19 +140,27 @@ def empty_cache(session: Any) -> dict[str, np.ndarray]:
 def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """Greedy generation with the exported decoder: prefill, then one token per step."""
     with cpu_session(path) as session:
-        cache = empty_cache(session)
-        past_names = list(cache)
-        tokens, logits_seen = list(prompt), []
-        step = np.array([prompt], dtype=np.int64)
-        for _ in range(new_tokens):
-            total = len(tokens)
-            positions = np.arange(total - step.shape[1], total, dtype=np.int64)[None, :]
-            feed = {"input_ids": step, "attention_mask": np.ones((1, total), dtype=np.int64), "position_ids": positions, **cache}
-            outputs = run_session(session, feed)
-            logits_seen.append(outputs["logits"][:, -1, :])
-            tokens.append(int(logits_seen[-1].argmax(-1)[0]))
-            cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
-            step = np.array([[tokens[-1]]], dtype=np.int64)
+        return greedy_decode(lambda feed: run_session(session, feed), empty_cache(session), prompt, new_tokens)
+
+
+def greedy_decode(
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], cache: dict[str, np.ndarray], prompt: list[int],
+    new_tokens: int,
+) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy generation with a decoder that ``run`` computes (inputs to outputs by name,
+    in any runtime), from the empty ``cache`` (``past_key_values.*``): prefill, then one
+    token per step. Returns the new tokens and each step's last logits."""
+    past_names = list(cache)
+    tokens, logits_seen = list(prompt), []
+    step = np.array([prompt], dtype=np.int64)
+    for _ in range(new_tokens):
+        total = len(tokens)
+        positions = np.arange(total - step.shape[1], total, dtype=np.int64)[None, :]
+        outputs = run({"input_ids": step, "attention_mask": np.ones((1, total), dtype=np.int64), "position_ids": positions, **cache})
+        logits_seen.append(outputs["logits"][:, -1, :])
+        tokens.append(int(logits_seen[-1].argmax(-1)[0]))
+        cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
+        step = np.array([[tokens[-1]]], dtype=np.int64)
     return tokens[len(prompt):], logits_seen
 
 
