@@ -20,6 +20,9 @@ RUNTIMES = ("onnxruntime", "standard")
 # "default": module functions and fused kernels as the options say; "portable": one flat
 # graph of standard operators that every ONNX runtime reads (OpenVINO, TVM, onnxruntime).
 TARGETS = ("default", "portable")
+# the portable target's opset unless one is asked for: GELU is one operator (Gelu, opset
+# 20), as torch.onnx writes it; OpenVINO 2026.4 and TVM 0.27 implement every operator of it
+PORTABLE_OPSET = 20
 
 
 @dataclass
@@ -127,10 +130,13 @@ class ExportOptions(CheckedFields):
             and misread some fused kernels): one flat graph whose nodes carry their
             module's path in their names and in the metadata key
             ``pkg.fx2onnx.module`` (``pkg.fx2onnx.module_class``: its class), ONNX
-            operators only (``runtime="standard"``), attention and rotary embedding as
-            the operators PyTorch decomposes them into (``fused_kernels=False``), and
-            batch normalization folded into the convolution or linear layer before it.
-            It overrides ``module_functions``, ``runtime`` and ``fused_kernels``.
+            operators only (``runtime="standard"``) at opset 20 unless
+            ``opset_version`` says otherwise, attention, rotary embedding and RMS norm as
+            the operators PyTorch decomposes them into (GELU is the one fused kernel),
+            batch normalization folded into the convolution or linear layer before it,
+            and the nodes that read only weights folded (weights with data only: a
+            program whose weights were folded refuses ``save(model_state=...)``). It
+            overrides ``module_functions`` and ``runtime``.
     """
 
     # the accepted values of `runtime` (the command line offers them)
@@ -161,4 +167,5 @@ class ExportOptions(CheckedFields):
         """The options the export runs with: those that `target` fixes set to its values."""
         if self.target != "portable":
             return self
-        return dataclasses.replace(self, module_functions=False, runtime="standard", fused_kernels=False)
+        return dataclasses.replace(self, module_functions=False, runtime="standard",
+                                   opset_version=self.opset_version or PORTABLE_OPSET)

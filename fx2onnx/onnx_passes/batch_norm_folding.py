@@ -54,8 +54,8 @@ def fold_batch_norms(model: ir.Model) -> int:
 
 
 def folded_weights(model: ir.Model) -> list[str]:
-    """The initializers that hold weights folded from several of the model's (their
-    values are not the checkpoint's)."""
+    """The initializers computed at export from the model's weights (batch norm or
+    constant folding): their values are not a checkpoint's."""
     return [name for name, value in model.graph.initializers.items() if FOLDED_KEY in value.metadata_props]
 
 

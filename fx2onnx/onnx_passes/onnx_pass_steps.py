@@ -2,7 +2,8 @@
 `run_onnx_passes`: from the translated model to one onnxruntime and ONNX's checker take.
 
 Types first (onnxruntime's kernels), then the optimizer (and, for the portable target,
-batch normalization folded into the layer before it), the opset asked for, the fused
+batch normalization folded into the layer before it and the nodes that read only
+weights folded), the opset asked for, the fused
 kernels joining the standard domain once the opset is final, onnxruntime's cached
 attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
 (`TOOL_LAYOUT_STEPS`), and ONNX's checker last.
@@ -25,6 +26,7 @@ from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
 from fx2onnx.onnx_passes.validate_model import validate_model
+from fx2onnx.onnx_passes.weight_folding import fold_weight_reads
 from fx2onnx.options import ExportOptions
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.steps import Step, StepRecord, StepResult, run_steps
@@ -54,6 +56,8 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     # the portable target's file is flat: batch norm joins the convolution before it
     Step("fold_batch_norms", lambda state: fold_batch_norms(state.model_ir), stage="optimization",
          when=lambda state: state.options.target == "portable"),
+    Step("fold_weight_reads", lambda state: fold_weight_reads(state.model_ir), stage="optimization",
+         when=lambda state: state.options.target == "portable" and state.options.optimize),
     Step("convert_to_opset", _convert_to_opset, stage="opset conversion",
          when=lambda state: state.options.opset_version is not None),
     # the opset is final: the kernels join the standard domain

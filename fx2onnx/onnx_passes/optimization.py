@@ -111,17 +111,17 @@ def optimize_keeping_functions(model: ir.Model) -> None:
             common_passes.OutputFixPass(),
             common_passes.NameFixPass(),
         )(model)
-    _constants_back_to_nodes(model.graph, weights)
+    graph = model.graph
+    constants_back_to_nodes(graph, [n for n, v in graph.initializers.items() if n not in weights and v.const_value is not None])
     for function in model.functions.values():
         for domain, version in function.opset_imports.items():
             model.graph.opset_imports.setdefault(domain, version)
 
 
-def _constants_back_to_nodes(graph: ir.Graph, weights: set[str]) -> None:
-    """Turn initializers that are not weights (constants the folder created) back into
+def constants_back_to_nodes(graph: ir.Graph, names: list[str]) -> None:
+    """Turn the initializers ``names`` (constants a folder created, not weights) back into
     Constant nodes at the start of the graph."""
-    lifted = [n for n, v in graph.initializers.items() if n not in weights and v.const_value is not None]
-    for name in lifted:
+    for name in names:
         value = graph.initializers.pop(name)
         node = ir.node("Constant", [], attributes={"value": value.const_value})
         node.outputs[0].name, node.outputs[0].type, node.outputs[0].shape = name, value.type, value.shape
