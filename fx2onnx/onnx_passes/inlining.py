@@ -3,9 +3,9 @@
 OpenVINO and TVM take no model-local functions. onnx_ir's `InlinePass` inlines them,
 but names each inlined node after the node of the function body alone (``conv2d/Conv_0``
 for every convolution). Before it runs, each call gets its own copy of its function,
-whose nodes are named after the call's place (``layer1.0/conv1/conv2d/Conv_0``) and carry
-the module's path in the metadata key ``pkg.fx2onnx.module``, as a flat export's nodes
-do (`fx2onnx.translate.module_scope`). The copy is then optimized again: constants fold
+whose nodes are named after the module's path (``layer1.0.conv1/conv2d/Conv_0``) and
+carry it in the metadata key ``pkg.fx2onnx.module``, as a flat export's nodes do
+(`fx2onnx.translate.module_scope`). The copy is then optimized again: constants fold
 across the former function boundaries and batch normalization joins the convolution
 before it.
 """
@@ -33,37 +33,29 @@ def inlined_model(model: ir.Model, *, fold_batch_norm: bool = True) -> ir.Model:
     return copy
 
 
-def _scope(call: ir.Node) -> str:
-    """The place of a call in its graph: its name without the final node part."""
-    return (call.name or "").rpartition("/")[0]
-
-
 def _one_function_per_call(model: ir.Model) -> None:
-    """Give every call of a model-local function its own copy of it, with the nodes named
-    after the call's place; the shared definitions are left for `InlinePass` to drop."""
+    """Give every call of a model-local function its own copy of it, whose nodes are named
+    after the module's path (``layer1.0.conv1/conv2d/Conv_0``) and carry it in their
+    metadata; the shared definitions are left for `InlinePass` to drop."""
     originals = dict(model.functions)
-    # (graph, the prefix of its nodes' names, its module path); a call's own place is read
-    # from its name as the function body had it
-    pending: list[tuple[ir.Graph, str, str]] = [(model.graph, "", "")]
-    places: dict[ir.Node, str] = {node: _scope(node) for node in model.graph}
+    pending: list[tuple[ir.Graph, str]] = [(model.graph, "")]  # a graph, its module path
     count = 0
     while pending:
-        graph, name_prefix, module_path = pending.pop()
+        graph, module_path = pending.pop()
         for node in graph:
             function = originals.get(node.op_identifier())
             if function is None:
                 continue
-            place = places[node]
-            prefix = f"{name_prefix}{place}/" if place else name_prefix
+            # the call names its module relative to the caller (older files: its scope)
+            place = node.metadata_props.get(MODULE_KEY) or (node.name or "").rpartition("/")[0]
             path = ".".join(part for part in (module_path, place) if part)
             copy = function.clone()
             copy.overload = f"{function.overload}call{count}"
             count += 1
             for inner in copy:
-                places[inner] = _scope(inner)
-                inner.name = f"{prefix}{inner.name}" if inner.name else inner.name
-                if path:
+                if inner.op_identifier() not in originals:
+                    inner.name = f"{path}/{inner.name}" if path and inner.name else inner.name
                     inner.metadata_props.setdefault(MODULE_KEY, path)
             model.functions[copy.identifier()] = copy
             node.overload = copy.overload
-            pending.append((copy.graph, prefix, path))
+            pending.append((copy.graph, path))

@@ -43,6 +43,7 @@ import onnx_ir as ir
 from fx2onnx.onnx_passes.dim_rules import dim_rules
 from fx2onnx.onnx_passes.layout_rules import layout_rules
 from fx2onnx.onnx_passes.fake_weights import fake_weights_hidden
+from fx2onnx.translate.module_scope import MODULE_KEY
 
 
 def _reads_a_weight(weights: set[str], node: ir.Node) -> bool | None:
@@ -90,6 +91,15 @@ def _rewrite_rules():
     )
 
 
+def _name_rewritten_nodes_after_their_module(graph: ir.Graph) -> None:
+    """The nodes a rewrite rule made (``node_Div_3``) named after the module their
+    metadata names, as every other node of a flat graph is (`fx2onnx.translate.module_scope`)."""
+    for node in graph:
+        module = node.metadata_props.get(MODULE_KEY)
+        if module and node.name and not node.name.startswith(module + "/"):
+            node.name = f"{module}/{node.name}"
+
+
 def optimize_keeping_functions(model: ir.Model) -> None:
     """Optimize `model` in place; module functions, weight names and imports are kept."""
     import onnx_ir.passes.common as common_passes
@@ -109,8 +119,9 @@ def optimize_keeping_functions(model: ir.Model) -> None:
             common_passes.RemoveUnusedOpsetsPass(),
             common_passes.CommonSubexpressionEliminationPass(),
             common_passes.OutputFixPass(),
-            common_passes.NameFixPass(),
         )(model)
+        _name_rewritten_nodes_after_their_module(model.graph)
+        common_passes.NameFixPass()(model)
     graph = model.graph
     constants_back_to_nodes(graph, [n for n, v in graph.initializers.items() if n not in weights and v.const_value is not None])
     for function in model.functions.values():
