@@ -22,7 +22,8 @@ from pathlib import Path
 import onnx
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / "e2e")]
+_TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(_TESTS / "e2e"), str(_TESTS)]  # the zoo and its conftest helpers
 
 import fx2onnx  # noqa: E402
 from runtime_zoo import ZOO, batch_norms_after_layers, constant_only_nodes, node_count  # noqa: E402

@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--opset", type=int, help=_OPSET_HELP)
     export.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_RUNTIME_HELP)
     export.add_argument("--no-functions", action="store_true", help="one flat graph: no ONNX functions for nn.Module calls")
+    export.add_argument(
+        "--target", choices=ExportOptions.TARGETS, default="default",
+        help="default: as the other options say; portable: one flat graph of ONNX operators for any runtime "
+             "(OpenVINO, TVM), batch norm and weight-only nodes folded",
+    )
     export.add_argument("--verify", action="store_true", help="run the model in onnxruntime and PyTorch and compare; exit 1 when outside tolerance")
     export.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --verify (default 1e-3)")
     export.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --verify (default 1e-4)")
@@ -244,7 +249,7 @@ def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.Expo
         model=model, output=output, report=report, inputs=inputs, inputs_file=args.inputs_file,
         dynamic_all=dynamic_all, dynamic=dynamic, optimize=args.optimize, module_functions=not args.no_functions,
         verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights, opset=_checked_opset(args.opset), runtime=args.runtime,
-        quiet=args.quiet, seed=args.seed,
+        quiet=args.quiet, seed=args.seed, target=args.target,
     )
 
 

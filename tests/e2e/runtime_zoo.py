@@ -8,11 +8,13 @@ affine weights away from their defaults, so that folding them is visible in the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import onnx
 import torch
+
+from conftest import all_nodes
 
 VOCAB = 100
 
@@ -173,17 +175,9 @@ ZOO: dict[str, Callable[[], tuple[torch.nn.Module, dict[str, Any]]]] = {
 
 
 # -- the checks of a lean graph ---------------------------------------------------------------------
-def _graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            for subgraph in [attribute.g] if attribute.HasField("g") else attribute.graphs:
-                yield from _graph_nodes(subgraph)
-
-
 def node_count(model: onnx.ModelProto) -> int:
     """The nodes of the main graph and its branches (a model without functions)."""
-    return sum(1 for _ in _graph_nodes(model.graph))
+    return sum(1 for _ in all_nodes(model))
 
 
 def constant_only_nodes(model: onnx.ModelProto) -> list[str]:

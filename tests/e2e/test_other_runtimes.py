@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import io
-import json
 import os
 
 import numpy as np
@@ -23,7 +22,10 @@ import torch
 
 import fx2onnx
 from conftest import export_and_compare_impl, flat_leaves
-from runtime_zoo import ZOO, batch_norms_after_layers, constant_only_nodes, node_count
+from runtime_zoo import ZOO, batch_norms_after_layers, constant_only_nodes
+from test_export_hf import PROMPT, save_causal_lm, save_encoder, tokenizer  # noqa: F401 - tokenizer is a fixture
+
+transformers = pytest.importorskip("transformers")
 
 ATOL = 1e-4  # the acceptance of every runtime against PyTorch, float32
 TRANSFORMERS = ("bert", "vit", "llama", "llama_decode_step")
@@ -159,3 +161,55 @@ def test_openvino_runs_the_portable_target(name, tmp_path):
 def test_tvm_runs_the_portable_target(name, tmp_path):
     model, kwargs, onnx_model, _ = _portable(name, tmp_path, dynamic=False)
     _assert_close(run_in_tvm(onnx_model, _feeds(onnx_model, kwargs)), _expected(model, kwargs))
+
+
+# -- export-hf folders ---------------------------------------------------------------------------------
+def test_export_hf_standard_causal_lm_decodes_in_openvino(tmp_path, tokenizer):
+    """`--runtime standard` (the portable target): transformers' greedy tokens in OpenVINO
+    (float32), over a cache that grows from empty; the default folder holds onnxruntime's
+    own GroupQueryAttention, which the check names (not a folder for OpenVINO)."""
+    from fx2onnx.hub import export_hf, onnxruntime_only_operators
+    from fx2onnx.hub.verify import greedy_decode
+
+    openvino = _openvino()
+    model = save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    export_hf(tmp_path / "source", tmp_path / "standard", runtime="standard")
+    path = tmp_path / "standard" / "onnx" / "model.onnx"
+    assert onnxruntime_only_operators(path) == []
+    compiled = openvino.Core().compile_model(os.fspath(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    inputs = {port.get_any_name() for port in compiled.inputs}
+
+    def run(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        results = compiled({name: value for name, value in feed.items() if name in inputs})
+        return {port.get_any_name(): results[port] for port in compiled.outputs}
+
+    config = model.config
+    head_size = config.hidden_size // config.num_attention_heads
+    cache = {name: np.zeros((1, config.num_key_value_heads, 0, head_size), np.float32)
+             for name in inputs if name.startswith("past_key_values.")}
+    prompt = tokenizer(PROMPT)["input_ids"]
+    tokens, _ = greedy_decode(run, cache, prompt, 12)
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12, min_new_tokens=12)
+    assert tokens == expected[0, len(prompt):].tolist()
+
+    export_hf(tmp_path / "source", tmp_path / "default")
+    assert onnxruntime_only_operators(tmp_path / "default" / "onnx" / "model.onnx") == ["GroupQueryAttention"]
+
+
+def test_export_hf_standard_encoder_in_openvino(tmp_path, tokenizer):
+    """A feature-extraction folder (`--runtime standard`) in OpenVINO at two sizes, padded."""
+    from fx2onnx.hub import export_hf
+
+    save_encoder(tmp_path / "source", "bert", tokenizer)
+    model = transformers.AutoModel.from_pretrained(tmp_path / "source").eval()
+    export_hf(tmp_path / "source", tmp_path / "out", runtime="standard")
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    for batch, length in ((2, 7), (1, 13)):
+        ids = torch.randint(3, len(tokenizer), (batch, length))
+        mask = torch.ones_like(ids)
+        mask[0, length - 2:] = 0
+        feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": np.zeros_like(ids.numpy())}
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
+        _assert_close(run_in_openvino(path, feeds)[:1], [expected])
