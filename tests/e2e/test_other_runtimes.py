@@ -157,7 +157,7 @@ def test_openvino_runs_the_portable_target(name, tmp_path):
     _assert_close(run_in_openvino(path, _feeds(onnx_model, other)), _expected(model, other))
 
 
-@pytest.mark.parametrize("name", ["cnn", "yolo", "mlp", "vit", "llama_decode_step"])
+@pytest.mark.parametrize("name", ["cnn", "yolo", "mlp", "bert", "vit", "llama_decode_step"])
 def test_tvm_runs_the_portable_target(name, tmp_path):
     model, kwargs, onnx_model, _ = _portable(name, tmp_path, dynamic=False)
     _assert_close(run_in_tvm(onnx_model, _feeds(onnx_model, kwargs)), _expected(model, kwargs))
