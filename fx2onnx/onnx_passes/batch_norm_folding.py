@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fx2onnx.onnx_passes.fake_weights import fake_weights
+from fx2onnx.onnx_passes.fake_weights import FOLDED_KEY, fake_weights
 
-FOLDED_KEY = "pkg.fx2onnx.folded"
 _LAYERS = ("Conv", "ConvTranspose", "Gemm")
 _RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
 

@@ -6,8 +6,8 @@ for every convolution). Before it runs, each call gets its own copy of its funct
 whose nodes are named after the module's path (``layer1.0.conv1/conv2d/Conv_0``) and
 carry it in the metadata key ``pkg.fx2onnx.module``, as a flat export's nodes do
 (`fx2onnx.translate.module_scope`). The copy is then optimized again: constants fold
-across the former function boundaries and batch normalization joins the convolution
-before it.
+across the former function boundaries, batch normalization joins the convolution
+before it, and constants are kept as initializers, as in the portable target.
 """
 
 from __future__ import annotations
@@ -16,20 +16,24 @@ import onnx_ir as ir
 
 from fx2onnx.onnx_passes.batch_norm_folding import fold_batch_norms
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.onnx_passes.weight_folding import constants_as_initializers, fold_weight_reads
 from fx2onnx.translate.module_scope import MODULE_KEY
 
 
-def inlined_model(model: ir.Model, *, fold_batch_norm: bool = True) -> ir.Model:
+def inlined_model(model: ir.Model, *, fold_weights: bool = True) -> ir.Model:
     """A copy of ``model`` without model-local functions (the weights are shared, not
-    copied), optimized again; ``fold_batch_norm`` folds batch normalization into the
-    layer before it where the weights have data."""
+    copied), optimized again, its constants as initializers; ``fold_weights`` folds batch
+    normalization into the layer before it and the nodes that read only weights, where
+    the weights have data (as the portable target does)."""
     copy = model.clone()
     if copy.functions:
         _one_function_per_call(copy)
         ir.passes.common.InlinePass()(copy)
         optimize_keeping_functions(copy)
-    if fold_batch_norm:
+    if fold_weights:
         fold_batch_norms(copy)
+        fold_weight_reads(copy)
+    constants_as_initializers(copy)
     return copy
 
 

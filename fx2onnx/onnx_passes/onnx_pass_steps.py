@@ -26,7 +26,7 @@ from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
 from fx2onnx.onnx_passes.validate_model import validate_model
-from fx2onnx.onnx_passes.weight_folding import fold_weight_reads
+from fx2onnx.onnx_passes.weight_folding import constants_as_initializers, fold_weight_reads
 from fx2onnx.options import ExportOptions
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.steps import Step, StepRecord, StepResult, run_steps
@@ -68,6 +68,9 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("legalize_float8", lambda state: StepResult(failed=not legalize_float8(
         state.model_ir, state.context, opset_chosen=state.options.opset_version is not None))),
     Step("lay_out_for_tools", lambda state: lay_out_for_tools(state.model_ir), stage="tool layout"),
+    # the portable file keeps its constants as torch.onnx does: initializers, not nodes
+    Step("constants_as_initializers", lambda state: constants_as_initializers(state.model_ir), stage="tool layout",
+         when=lambda state: state.options.target == "portable"),
     Step("validate_model", lambda state: StepResult(failed=not validate_model(state.model_ir, state.graph_module, state.context)),
          stage="validation"),
 )

@@ -6,21 +6,23 @@ without constant folding of its own (TVM's frontend, onnxruntime-web's WebGPU pl
 then computes nothing at every call that it could have known at export (rotary tables
 from ``inv_freq``, ``Slice`` of ``position_ids``, embeddings of constant indices at static
 shapes). The folded results keep onnxscript's limits on the size of what is folded (a
-node whose output would exceed them stays); small ones become Constant nodes, larger
-ones initializers marked as folded, which `save(model_state=...)` then refuses (a
-checkpoint holds the weights they come from). A model with weights without data (fake
-mode) is left as it is: the checkpoint gives its weights when it is written.
+node whose output would exceed them stays); they are initializers marked as folded,
+which `save(model_state=...)` then refuses (a checkpoint holds the weights they come
+from). A model with weights without data (fake mode) is left as it is: the checkpoint
+gives its weights when it is written.
+
+The portable file then keeps every constant as an initializer, as torch.onnx writes them
+(`constants_as_initializers`): a Constant node is no computation, and runtimes count
+nodes. They are marked (`CONSTANT_KEY`): `save(include_initializers=False)` keeps them in
+the file, only weights become inputs.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-from fx2onnx.onnx_passes.batch_norm_folding import FOLDED_KEY
-from fx2onnx.onnx_passes.fake_weights import fake_weights
-from fx2onnx.onnx_passes.optimization import constants_back_to_nodes
+from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY, fake_weights
 
-_CONSTANT_NODE_LIMIT = 1024  # elements: a folded value up to this size is a Constant node
 
 
 def fold_weight_reads(model: ir.Model) -> int:
@@ -34,9 +36,19 @@ def fold_weight_reads(model: ir.Model) -> int:
     before, weights = len(graph), set(graph.initializers)
     fold_constants_ir(model, onnx_shape_inference=False)
     ir.passes.common.RemoveUnusedNodesPass()(model)
-    folded = [value for name, value in graph.initializers.items() if name not in weights and value.const_value is not None]
-    constants_back_to_nodes(graph, [value.name for value in folded if value.const_value.size <= _CONSTANT_NODE_LIMIT])
-    for value in folded:
-        if value.name in graph.initializers:
+    for name, value in graph.initializers.items():
+        if name not in weights:
             value.metadata_props[FOLDED_KEY] = "constant"
     return before - len(graph)
+
+
+def constants_as_initializers(model: ir.Model) -> int:
+    """Every Constant node of the main graph as an initializer of its output's name,
+    marked with `CONSTANT_KEY`; returns how many."""
+    graph = model.graph
+    before = set(graph.initializers)
+    ir.passes.common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+    lifted = [value for name, value in graph.initializers.items() if name not in before]
+    for value in lifted:
+        value.metadata_props[CONSTANT_KEY] = "true"
+    return len(lifted)

@@ -167,9 +167,10 @@ class ONNXProgram:
             inline_functions: write the model with its module functions inlined, for
                 runtimes that take no ONNX functions (OpenVINO, TVM): the nodes are named
                 after their module's place (``layer1.0/conv1/...``, metadata key
-                ``pkg.fx2onnx.module``), constants are folded across the former
-                functions, and batch normalization is folded into the layer before it
-                (unless weights come from ``model_state``). The program is unchanged.
+                ``pkg.fx2onnx.module``), constants folded across the former functions
+                and kept as initializers, batch normalization folded into the layer
+                before it and nodes that read only weights folded (unless the weights
+                come from ``model_state``). The program is unchanged.
 
         A symlink is followed to its target; a destination that exists and is not a
         regular file is an error and is left untouched; missing parent folders are
@@ -181,7 +182,7 @@ class ONNXProgram:
         model = self._require_model()
         if inline_functions:
             own_weights = model_state is None and self._applied_state is None and self.has_weight_data
-            model = inlined_model(model, fold_batch_norm=own_weights)
+            model = inlined_model(model, fold_weights=own_weights)
         if not include_initializers:
             if model_state is not None:
                 raise ValueError(
@@ -221,12 +222,16 @@ class ONNXProgram:
         folded = folded_weights(model)
         if folded:
             raise ValueError(
-                f"This program folded batch normalization into {len(folded)} weight(s) ({folded[0]!r}, ...) "
-                "(the portable target): a model_state's weights are the unfolded ones. Export the model with "
-                "those weights loaded instead, or with ExportOptions(target='default')."
+                f"This program computed {len(folded)} initializer(s) ({folded[0]!r}, ...) from its weights at export "
+                "(batch normalization folded into the layer before it, nodes that read only weights: the portable "
+                "target), which a model_state's weights would not change. Export the model with those weights "
+                "loaded instead, or with ExportOptions(target='default')."
             )
         with open_model_state(model_state) as source:
-            yield self._getters_from(source)
+            getters = self._getters_from(source)
+            if written is not None:  # an inlined copy: its own constants, the checkpoint's weights
+                getters = {**program_getters(written), **{n: g for n, g in getters.items() if n in written.graph.initializers}}
+            yield getters
 
     def apply_weights(self, model_state: ModelState) -> None:
         """Use these weights (state dict or checkpoint path) for every later `save` and

@@ -143,9 +143,15 @@ def test_inlined_save_of_a_default_export(tmp_path):
 def test_folded_weights_refuse_a_checkpoint(tmp_path):
     model, kwargs = ZOO["cnn"]()
     program = fx2onnx.dynamo_export(model, **kwargs, export_options=fx2onnx.ExportOptions(target="portable"))
-    with pytest.raises(ValueError, match="folded batch normalization"):
+    with pytest.raises(ValueError, match=r"computed \d+ initializer.*from its weights at export"):
         program.save(tmp_path / "m.onnx", model_state=model.state_dict())
     assert not (tmp_path / "m.onnx").exists()
+    # without weight data: the weights (folded ones too) become inputs, constants stay in the file
+    program.save(tmp_path / "apart.onnx", include_initializers=False)
+    apart = onnx.load(os.fspath(tmp_path / "apart.onnx"))
+    inputs = [i.name for i in apart.graph.input]
+    assert inputs[0] == "x" and {"conv.weight", "conv.bias", "fc.weight"} <= set(inputs)
+    assert [t.name for t in apart.graph.initializer] and not {t.name for t in apart.graph.initializer} & set(inputs)
 
 
 @pytest.mark.parametrize("name", list(ZOO))
