@@ -67,7 +67,8 @@ class _Parser(argparse.ArgumentParser):
 
 _RUNTIME_HELP = ("onnxruntime (default): its own kernels where faster (an LLM's attention over its cache as "
                  "GroupQueryAttention, the cache updated in place); standard: ONNX operators only, for any runtime")
-_HUB_RUNTIME_HELP = f"{_RUNTIME_HELP}. Whisper: onnxruntime writes ONNX Runtime GenAI's layout, standard Optimum's"
+_HUB_RUNTIME_HELP = (f"{_RUNTIME_HELP} (the portable target: OpenVINO, TVM, the browser). "
+                     "Whisper: onnxruntime writes ONNX Runtime GenAI's layout, standard Optimum's")
 _OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (default: 18)"
 
 
@@ -161,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
-    hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
+    hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels; 20 with --runtime standard"))
     hub.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_HUB_RUNTIME_HELP)
     hub.add_argument(
         "--module-functions", action="store_true",
