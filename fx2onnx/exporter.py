@@ -60,7 +60,7 @@ def dynamo_export(
         problem found with the user's source lines, and a SARIF report is written.
     """
     check_argument("dynamo_export", "export_options", export_options, ExportOptions | None)
-    options = export_options or ExportOptions()
+    options = (export_options or ExportOptions()).for_target()
     check_opset_version(options.opset_version)  # a wrong option is refused before any work
     WeightQuantization.of(options.precision)
     context = DiagnosticContext("fx2onnx", __version__, options.diagnostic_options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,6 +17,12 @@ if TYPE_CHECKING:
 DEFAULT_REPORT_PATH = "report_dynamo_export.sarif"
 # "onnxruntime": its own kernels allowed where faster; "standard": ONNX operators only.
 RUNTIMES = ("onnxruntime", "standard")
+# "default": module functions and fused kernels as the options say; "portable": one flat
+# graph of standard operators that every ONNX runtime reads (OpenVINO, TVM, onnxruntime).
+TARGETS = ("default", "portable")
+# the portable target's opset unless one is asked for: GELU is one operator (Gelu, opset
+# 20), as torch.onnx writes it; OpenVINO 2026.4 and TVM 0.27 implement every operator of it
+PORTABLE_OPSET = 20
 
 
 # ExportOptions.precision's names -> bits of the weights
@@ -175,6 +182,19 @@ class ExportOptions(CheckedFields):
             zero points, the language-model head (`logits`) and the token embedding.
             `MatMulNBits` is onnxruntime's operator (domain `com.microsoft`), whatever
             `runtime` says. None (default): float weights.
+        target: the kind of file. "default": as the other options say (module calls as
+            ONNX functions, which onnxruntime inlines when it loads the file). "portable":
+            a file for any ONNX runtime (OpenVINO and TVM take no model-local functions
+            and misread some fused kernels): one flat graph whose nodes carry their
+            module's path in their names and in the metadata key
+            ``pkg.fx2onnx.module`` (``pkg.fx2onnx.module_class``: its class), ONNX
+            operators only (``runtime="standard"``) at opset 20 unless
+            ``opset_version`` says otherwise, attention, rotary embedding and RMS norm as
+            the operators PyTorch decomposes them into (GELU is the one fused kernel),
+            batch normalization folded into the convolution or linear layer before it,
+            and the nodes that read only weights folded (weights with data only: a
+            program whose weights were folded refuses ``save(model_state=...)``). It
+            overrides ``module_functions`` and ``runtime``.
     """
 
     # the accepted values of `runtime` (the command line offers them)
@@ -200,3 +220,14 @@ class ExportOptions(CheckedFields):
     causal_mask_input: str | None = None
     precision: str | WeightQuantization | None = field(
         default=None, metadata=described("'int4', 'int8', a WeightQuantization or None"))
+    target: str = field(default="default", metadata=one_of(*TARGETS))
+
+    # the accepted values of `target`
+    TARGETS: ClassVar[tuple[str, ...]] = TARGETS
+
+    def for_target(self) -> "ExportOptions":
+        """The options the export runs with: those that `target` fixes set to its values."""
+        if self.target != "portable":
+            return self
+        return dataclasses.replace(self, module_functions=False, runtime="standard",
+                                   opset_version=self.opset_version or PORTABLE_OPSET)

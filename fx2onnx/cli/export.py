@@ -49,6 +49,7 @@ class ExportRequest:
     opset: int | None = None
     runtime: str = "onnxruntime"
     precision: str | None = None
+    target: str = "default"
     quiet: bool = False
     seed: int = 0
     lines: list[str] = field(default_factory=list)
@@ -60,6 +61,7 @@ def _export_options(request: ExportRequest, dynamic_shapes: Any, fake_context: A
         "failure_report_path": request.report,
         "module_functions": request.module_functions,
         "runtime": request.runtime,
+        "target": request.target,
     }
     if request.optimize is not None:
         options["optimize"] = request.optimize

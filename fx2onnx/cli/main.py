@@ -67,7 +67,8 @@ class _Parser(argparse.ArgumentParser):
 
 _RUNTIME_HELP = ("onnxruntime (default): its own kernels where faster (an LLM's attention over its cache as "
                  "GroupQueryAttention, the cache updated in place); standard: ONNX operators only, for any runtime")
-_HUB_RUNTIME_HELP = f"{_RUNTIME_HELP}. Whisper: onnxruntime writes ONNX Runtime GenAI's layout, standard Optimum's"
+_HUB_RUNTIME_HELP = (f"{_RUNTIME_HELP} (the portable target: OpenVINO, TVM, the browser). "
+                     "Whisper: onnxruntime writes ONNX Runtime GenAI's layout, standard Optimum's")
 _OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (default: 18)"
 
 
@@ -118,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="every linear layer whose weight is stored as onnxruntime's weight-only MatMulNBits: int4 or int8 codes, "
         "a scale per block of 32 weights along K (ExportOptions(precision=...))",
     )
+    export.add_argument(
+        "--target", choices=ExportOptions.TARGETS, default="default",
+        help="default: as the other options say; portable: one flat graph of ONNX operators for any runtime "
+             "(OpenVINO, TVM), batch norm and weight-only nodes folded",
+    )
     export.add_argument("--verify", action="store_true", help="run the model in onnxruntime and PyTorch and compare; exit 1 when outside tolerance")
     export.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of --verify (default 1e-3)")
     export.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --verify (default 1e-4)")
@@ -162,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
-    hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels"))
+    hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels; 20 with --runtime standard"))
     hub.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_HUB_RUNTIME_HELP)
     hub.add_argument(
         "--module-functions", action="store_true",
@@ -242,7 +248,7 @@ def _export_request(args: argparse.Namespace):  # noqa: ANN202 - cli_export.Expo
         model=model, output=output, report=report, inputs=inputs, inputs_file=args.inputs_file,
         dynamic_all=dynamic_all, dynamic=dynamic, optimize=args.optimize, module_functions=not args.no_functions,
         verify=args.verify, rtol=args.rtol, atol=args.atol, fake=args.fake, weights=args.weights, opset=_checked_opset(args.opset), runtime=args.runtime,
-        quiet=args.quiet, seed=args.seed, precision=args.precision,
+        quiet=args.quiet, seed=args.seed, precision=args.precision, target=args.target,
     )
 
 

@@ -70,6 +70,12 @@ class _Scope:
         return found
 
 
+# the meta key of a call_module node: the module's attribute path relative to its caller
+# ("0" inside a Sequential, "layer1" at the model's top), which its target, a Python
+# name, may not spell
+MODULE_PATH_META = "fx2onnx_module_path"
+
+
 # -- reading nn_module_stack --------------------------------------------------------------
 _CALL_SUFFIX = re.compile(r"@(\d+)$")
 
@@ -289,6 +295,7 @@ class _Builder:
         first = inner_nodes[0]
         call_node = graph.call_module(target, tuple(env[n] for n in inputs))
         call_node.meta["nn_module_stack"] = _callers_stack(first, call)
+        call_node.meta[MODULE_PATH_META] = _relative(call.path, caller_path)
         trace = next((n.meta["stack_trace"] for n in inner_nodes if n.meta.get("stack_trace")), None)
         if trace is not None:
             call_node.meta["stack_trace"] = trace

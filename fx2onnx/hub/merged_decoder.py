@@ -6,7 +6,9 @@ cross-attention cache from the encoder's output, the next steps read it from the
 so they stay two graphs: the merged model takes the next steps' inputs and a boolean
 `use_cache_branch` ([1]) and runs one of them in an `If`. With `use_cache_branch` false
 the past inputs are empty (length 0) and unused. The graphs' weights (the same
-parameters) are stored once, in the main graph; model-local functions the two graphs
+parameters) are stored once, in the main graph (the constants a portable export keeps as
+initializers, `CONSTANT_KEY` and `FOLDED_KEY`, stay each step's own, under the branch's
+name); model-local functions the two graphs
 share by name and body are kept once, and the next-step graph's others are renamed.
 """
 
@@ -16,6 +18,8 @@ import os
 from pathlib import Path
 
 import onnx_ir as ir
+
+from fx2onnx.onnx_passes import CONSTANT_KEY, FOLDED_KEY
 
 USE_CACHE_BRANCH = "use_cache_branch"
 _FIRST, _NEXT = "first_step", "with_past"
@@ -64,7 +68,11 @@ def _as_branch(graph: ir.Graph, prefix: str, main_inputs: dict[str, ir.Value], m
     graph.inputs.clear()
     for name in list(graph.initializers):
         value = graph.initializers.pop(name)
-        if name in main.initializers:
+        if CONSTANT_KEY in value.metadata_props or FOLDED_KEY in value.metadata_props:
+            # a constant of this step's graph (the portable target), not a weight both share
+            value.name = f"{prefix}/{name}"
+            main.register_initializer(value)
+        elif name in main.initializers:
             kept = main.initializers[name]
             if (kept.shape, kept.dtype) != (value.shape, value.dtype):
                 raise ValueError(f"The decoding steps' weight {name} differs: {kept.shape} {kept.dtype} and "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,32 +189,43 @@ def positions_of(mask: np.ndarray) -> np.ndarray:
 
 
 def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad: int, banned: Sequence[int] = ()) -> Greedy:
-    """Greedy generation with the folder's decoder, never choosing the ``banned`` tokens
-    (the end of text while the generation must go on, as transformers' ``min_new_tokens``
-    keeps it); a run that fails is a :class:`FolderRunError` naming the length."""
+    """Greedy generation with the folder's decoder in onnxruntime (`greedy_decode`)."""
+    with cpu_session(path) as session:
+        return greedy_decode(
+            lambda feed: run_session(session, feed), empty_cache(session, len(prompts)), prompts, new_tokens, pad, banned
+        )
+
+
+def greedy_decode(
+    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], cache: dict[str, np.ndarray],
+    prompts: list[list[int]], new_tokens: int, pad: int = 0, banned: Sequence[int] = (),
+) -> Greedy:
+    """Greedy generation of a left-padded batch with a decoder that ``run`` computes
+    (inputs to outputs by name, in any runtime), from the empty ``cache``
+    (``past_key_values.*``), never choosing the ``banned`` tokens (the end of text while the
+    generation must go on, as transformers' ``min_new_tokens`` keeps it); a run that fails
+    with a :class:`FolderRunError` is said again with the length it failed at."""
     ids, mask = left_padded(prompts, pad)
     new: list[list[int]] = [[] for _ in prompts]
     logits, lengths = [], []
-    with cpu_session(path) as session:
-        cache = empty_cache(session, len(prompts))
-        past_names, step = list(cache), ids
-        for index in range(new_tokens):
-            length = mask.shape[1]
-            feed = {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, length - step.shape[1]:],
-                    **cache}
-            try:
-                outputs = run_session(session, feed)
-            except FolderRunError as error:  # said again with the length it failed at
-                step_name = "the prefill" if index == 0 else f"decode step {index}"
-                raise FolderRunError(f"at sequence length {length} ({step_name})", error.__cause__, length) from error
-            logits.append(outputs["logits"][:, -1, :])
-            lengths.append(length)
-            chosen = np.where(np.isin(np.arange(logits[-1].shape[-1]), list(banned)), -np.inf, logits[-1]).argmax(-1)
-            for row, token in zip(new, chosen):
-                row.append(int(token))
-            cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
-            step = chosen[:, None].astype(np.int64)
-            mask = np.concatenate([mask, np.ones((len(prompts), 1), dtype=np.int64)], axis=1)
+    past_names, step = list(cache), ids
+    for index in range(new_tokens):
+        length = mask.shape[1]
+        feed = {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, length - step.shape[1]:],
+                **cache}
+        try:
+            outputs = run(feed)
+        except FolderRunError as error:  # said again with the length it failed at
+            step_name = "the prefill" if index == 0 else f"decode step {index}"
+            raise FolderRunError(f"at sequence length {length} ({step_name})", error.__cause__, length) from error
+        logits.append(outputs["logits"][:, -1, :])
+        lengths.append(length)
+        chosen = np.where(np.isin(np.arange(logits[-1].shape[-1]), list(banned)), -np.inf, logits[-1]).argmax(-1)
+        for row, token in zip(new, chosen):
+            row.append(int(token))
+        cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
+        step = chosen[:, None].astype(np.int64)
+        mask = np.concatenate([mask, np.ones((len(prompts), 1), dtype=np.int64)], axis=1)
     return Greedy(new, logits, lengths)
 
 

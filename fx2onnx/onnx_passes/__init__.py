@@ -16,6 +16,7 @@ the stage's entry `run_onnx_passes` (`onnx_pass_steps`).
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
+from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
@@ -23,6 +24,8 @@ from fx2onnx.onnx_passes.rename_dims import rename_dims
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
 
 __all__ = [
+    "CONSTANT_KEY",
+    "FOLDED_KEY",
     "ONNXRUNTIME_DOMAIN",
     "WeightQuantization",
     "check_opset_version",

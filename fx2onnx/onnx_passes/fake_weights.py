@@ -32,24 +32,37 @@ def swapped_initializers(model: ir.Model, tensors: Mapping[str, ir.TensorProtoco
             model.graph.initializers[name].const_value = tensor
 
 
+# Metadata keys of initializers that are not weights of the model: computed at export from
+# weights (batch norm or constant folding, `batch_norm_folding`, `weight_folding`), or a
+# constant of the graph kept as an initializer (the portable target, `weight_folding`).
+FOLDED_KEY = "pkg.fx2onnx.folded"
+CONSTANT_KEY = "pkg.fx2onnx.constant"
+
 def proto_with_weights_as_inputs(model: ir.Model) -> onnx.ModelProto:
-    """The model without weight data: each initializer becomes a graph input of its name,
-    dtype and shape (after the user inputs)."""
+    """The model without weight data: each weight becomes a graph input of its name,
+    dtype and shape (after the user inputs). Constants of the graph kept as initializers
+    (marked `CONSTANT_KEY`, the portable target) stay in the file."""
     placeholders = {
         name: ir.ExternalTensor("", 0, 0, value.dtype, shape=value.shape, name=name)  # type: ignore[arg-type]
-        for name, value in model.graph.initializers.items()
+        for name, value in model.graph.initializers.items() if not _is_graph_constant(value)
     }
     with swapped_initializers(model, placeholders):
         proto = serialize_model(model)
     graph = proto.graph
-    weights = {tensor.name for tensor in graph.initializer}
+    weights = set(placeholders)
     kept_info = [info for info in graph.value_info if info.name not in weights]
     del graph.value_info[:]
     graph.value_info.extend(kept_info)
+    kept = [tensor for tensor in graph.initializer if tensor.name not in weights]
     del graph.initializer[:]
-    for name, value in model.graph.initializers.items():
-        graph.input.append(ir.serde.serialize_value(value, name=name))
+    graph.initializer.extend(kept)
+    for name in placeholders:
+        graph.input.append(ir.serde.serialize_value(model.graph.initializers[name], name=name))
     return proto
+
+
+def _is_graph_constant(value: ir.Value) -> bool:
+    return CONSTANT_KEY in value.metadata_props
 
 
 def fake_weights(model: ir.Model) -> list[str]:

@@ -1,7 +1,9 @@
 """The ONNX passes' stage as one ordered list of steps, `ONNX_PASS_STEPS`, and its entry
 `run_onnx_passes`: from the translated model to one onnxruntime and ONNX's checker take.
 
-Types first (onnxruntime's kernels), then the optimizer, the opset asked for, the fused
+Types first (onnxruntime's kernels), then the optimizer (and, for the portable target,
+batch normalization folded into the layer before it and the nodes that read only
+weights folded), the opset asked for, the fused
 kernels joining the standard domain once the opset is final, onnxruntime's cached
 attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
 (`TOOL_LAYOUT_STEPS`), the weight quantization asked for (`ExportOptions.precision`), the outputs of operators ONNX does not know typed where they leave
@@ -16,6 +18,7 @@ import onnx_ir as ir
 import torch.fx
 
 from diagnostics import DiagnosticContext
+from fx2onnx.onnx_passes.batch_norm_folding import fold_batch_norms
 from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.float8 import legalize_float8
@@ -26,6 +29,7 @@ from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
 from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
 from fx2onnx.onnx_passes.validate_model import validate_model
+from fx2onnx.onnx_passes.weight_folding import constants_as_initializers, fold_weight_reads
 from fx2onnx.onnx_passes.weight_quantization import quantize_linear_weights
 from fx2onnx.options import ExportOptions, WeightQuantization
 from fx2onnx.stage_timer import StageTimer
@@ -67,6 +71,11 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
          stage="legalization"),
     Step("optimize", lambda state: optimize_keeping_functions(state.model_ir), stage="optimization",
          when=lambda state: state.options.optimize),
+    # the portable target's file is flat: batch norm joins the convolution before it
+    Step("fold_batch_norms", lambda state: fold_batch_norms(state.model_ir), stage="optimization",
+         when=lambda state: state.options.target == "portable"),
+    Step("fold_weight_reads", lambda state: fold_weight_reads(state.model_ir), stage="optimization",
+         when=lambda state: state.options.target == "portable" and state.options.optimize),
     Step("convert_to_opset", _convert_to_opset, stage="opset conversion",
          when=lambda state: state.options.opset_version is not None),
     # the opset is final: the kernels join the standard domain
@@ -80,6 +89,9 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     # on the weights in MatMul's layout; codes and scales are computed when the model is written
     Step("quantize_weights", _quantize_weights, stage="weight quantization",
          when=lambda state: state.options.precision is not None),
+    # the portable file keeps its constants as torch.onnx does: initializers, not nodes
+    Step("constants_as_initializers", lambda state: constants_as_initializers(state.model_ir), stage="tool layout",
+         when=lambda state: state.options.target == "portable"),
     # last before the checker: every pass may add operators ONNX does not know
     Step("type_unknown_op_outputs", lambda state: type_unknown_op_outputs(state.model_ir)),
     Step("validate_model", lambda state: StepResult(failed=not validate_model(state.model_ir, state.graph_module, state.context)),

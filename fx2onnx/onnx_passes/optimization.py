@@ -12,11 +12,20 @@ The stage is built from onnxscript's public optimizer pieces, in one pass:
    the Reciprocal form stays six kernels); the layout rules of `fx2onnx.onnx_passes.layout_rules`
    move Transposes past the Squeezes and Gathers that read them, where they vanish
    (one copy less per `nn.MultiheadAttention` call);
-3. removal of unused nodes, functions and opset imports; common subexpressions.
+   the dim rules of `fx2onnx.onnx_passes.dim_rules` (a dim read from a shape used as read,
+   a scalar made a one-element tensor by Unsqueeze: TVM's frontend refuses the Reshape);
+3. removal of the Identity nodes the rules leave (not those that name an output), of
+   unused nodes, functions and opset imports; common subexpressions; the nodes a rule
+   made named after their module (flat graphs).
+
+Constants are folded through the folder's own results: only the model's weights (the
+initializers before folding) stop a node from being folded.
 
 Why not onnxscript's whole `optimize_ir`: measured on the benchmark models
 (`bench/export_speed.py`), its other rules never fire on fx2onnx's output after folding
-(fusions such as Conv+BatchNormalization span module functions, which are kept), yet
+(fusions such as Conv+BatchNormalization span module functions, which are kept: the
+portable target and inlined saves fold batch norm in flat graphs,
+`fx2onnx.onnx_passes.batch_norm_folding`), yet
 matching them costs more than the folding itself; onnxruntime applies those fusions at
 load time after inlining the functions. Every rule here matches from a single output
 node: a rule with several output nodes (such as Slices forming a Split) makes the
@@ -28,7 +37,8 @@ Three things of the exported model must survive:
 - module functions: nothing here inlines them;
 - parameter names: folding a node that reads a weight (a Transpose, a Slice of a fused
   projection) would replace the named initializer with an anonymous constant, so nodes
-  reading initializers are not folded (onnxruntime folds them itself at load time);
+  reading weights are not folded (onnxruntime folds them itself at load time; the
+  portable target folds them after, `fx2onnx.onnx_passes.weight_folding`);
 - the model's opset imports of domains used only inside functions;
 - initializers are the model's weights: the constants the folder registers as
   initializers become Constant nodes again.
@@ -40,12 +50,17 @@ import functools
 
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.dim_rules import dim_rules
 from fx2onnx.onnx_passes.layout_rules import layout_rules
 from fx2onnx.onnx_passes.fake_weights import fake_weights_hidden
+from fx2onnx.onnx_passes.model_graphs import model_graphs
+from fx2onnx.translate.module_scope import MODULE_KEY
 
 
-def _reads_an_initializer(node: ir.Node) -> bool | None:
-    if any(value is not None and value.is_initializer() for value in node.inputs):
+def _reads_a_weight(weights: set[str], node: ir.Node) -> bool | None:
+    # the folder registers what it computes as initializers: only the model's own
+    # weights (initializers before folding) stop a node from being folded
+    if any(value is not None and value.is_initializer() and value.name in weights for value in node.inputs):
         return False
     return None  # the folder's own rules decide
 
@@ -82,8 +97,29 @@ def _rewrite_rules():
             rules.unsqueeze_unsqueeze_rule,
             *divide_by_sqrt.commute(),  # x * r and r * x
             *layout_rules(),
+            *dim_rules(),
         ]
     )
+
+
+def _remove_inner_identities(model: ir.Model) -> None:
+    """Remove the Identity nodes whose output is not an output of its graph or function
+    (those keep the output's name where another value holds it)."""
+    for graph in model_graphs(model):
+        outputs = set(graph.outputs)
+        for node in list(graph):
+            if node.op_type == "Identity" and node.domain == "" and node.inputs[0] is not None and node.outputs[0] not in outputs:
+                node.outputs[0].replace_all_uses_with(node.inputs[0])
+                graph.remove(node, safe=True)
+
+
+def _name_rewritten_nodes_after_their_module(graph: ir.Graph) -> None:
+    """The nodes a rewrite rule made (``node_Div_3``) named after the module their
+    metadata names, as every other node of a flat graph is (`fx2onnx.translate.module_scope`)."""
+    for node in graph:
+        module = node.metadata_props.get(MODULE_KEY)
+        if module and node.name and not node.name.startswith(module + "/"):
+            node.name = f"{module}/{node.name}"
 
 
 def optimize_keeping_functions(model: ir.Model) -> None:
@@ -96,27 +132,29 @@ def optimize_keeping_functions(model: ir.Model) -> None:
     with fake_weights_hidden(model):  # fake-mode weights have no data to fold
         # No ONNX shape inference: translation already gave every value its type and shape
         # (FakeTensor metadata, node inference), and re-inferring doubled the folding time.
-        fold_constants_ir(model, onnx_shape_inference=False, should_fold=_reads_an_initializer)
+        fold_constants_ir(model, onnx_shape_inference=False, should_fold=functools.partial(_reads_a_weight, weights))
+        RewritePass(_rewrite_rules())(model)
+        _remove_inner_identities(model)  # the rules' no-ops are Identity nodes
         ir.passes.Sequential(
-            RewritePass(_rewrite_rules()),
             common_passes.RemoveUnusedNodesPass(),
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),
             common_passes.CommonSubexpressionEliminationPass(),
             common_passes.OutputFixPass(),
-            common_passes.NameFixPass(),
         )(model)
-    _constants_back_to_nodes(model.graph, weights)
+        _name_rewritten_nodes_after_their_module(model.graph)
+        common_passes.NameFixPass()(model)
+    graph = model.graph
+    constants_back_to_nodes(graph, [n for n, v in graph.initializers.items() if n not in weights and v.const_value is not None])
     for function in model.functions.values():
         for domain, version in function.opset_imports.items():
             model.graph.opset_imports.setdefault(domain, version)
 
 
-def _constants_back_to_nodes(graph: ir.Graph, weights: set[str]) -> None:
-    """Turn initializers that are not weights (constants the folder created) back into
+def constants_back_to_nodes(graph: ir.Graph, names: list[str]) -> None:
+    """Turn the initializers ``names`` (constants a folder created, not weights) back into
     Constant nodes at the start of the graph."""
-    lifted = [n for n, v in graph.initializers.items() if n not in weights and v.const_value is not None]
-    for name in lifted:
+    for name in names:
         value = graph.initializers.pop(name)
         node = ir.node("Constant", [], attributes={"value": value.const_value})
         node.outputs[0].name, node.outputs[0].type, node.outputs[0].shape = name, value.type, value.shape

@@ -177,6 +177,7 @@ def write_embedded(model: ir.Model, getters: Mapping[str, WeightGetter], stream:
     kept_inputs = [i for i in graph.input if i.name not in weights]
     del graph.input[:]
     graph.input.extend(kept_inputs)
+    del graph.initializer[:]  # constants it kept too: every initializer is written below
     graph_head = graph.SerializeToString(deterministic=True)
     proto.ClearField("graph")
     model_head = proto.SerializeToString(deterministic=True)

@@ -30,6 +30,8 @@ from fx2onnx.program.model_state import (
     match_state_names,
     open_model_state,
 )
+from fx2onnx.onnx_passes.batch_norm_folding import folded_weights
+from fx2onnx.onnx_passes.inlining import inlined_model
 from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
 from fx2onnx.options import ONNXFakeContext
@@ -144,6 +146,7 @@ class ONNXProgram:
         model_state: ModelState | None = None,
         external_data: bool | None = None,
         data_name: str | None = None,
+        inline_functions: bool = False,
     ) -> None:
         """Write the model to `destination`.
 
@@ -161,6 +164,13 @@ class ONNXProgram:
                 are streamed tensor by tensor, never all in memory at once.
             data_name: the data file's name instead of `<name>.data` (Transformers.js
                 and onnxruntime-web fetch it as `<name>_data`).
+            inline_functions: write the model with its module functions inlined, for
+                runtimes that take no ONNX functions (OpenVINO, TVM): the nodes are named
+                after their module's place (``layer1.0/conv1/...``, metadata key
+                ``pkg.fx2onnx.module``), constants folded across the former functions
+                and kept as initializers, batch normalization folded into the layer
+                before it and nodes that read only weights folded (unless the weights
+                come from ``model_state``). The program is unchanged.
 
         A symlink is followed to its target; a destination that exists and is not a
         regular file is an error and is left untouched; missing parent folders are
@@ -170,6 +180,9 @@ class ONNXProgram:
         fx2onnx wrote for the model it replaces (and no other file).
         """
         model = self._require_model()
+        if inline_functions:
+            own_weights = model_state is None and self._applied_state is None and self.has_weight_data
+            model = inlined_model(model, fold_weights=own_weights)
         if not include_initializers:
             if model_state is not None:
                 raise ValueError(
@@ -191,22 +204,34 @@ class ONNXProgram:
                     "'destination' should be provided as a path-like string when saving a model larger than "
                     "2GB or with external_data=True: the weights are written to a data file beside the model."
                 )
-            with self._weight_getters(model_state) as getters:
+            with self._weight_getters(model_state, model) as getters:
                 write_embedded(model, getters, destination)  # type: ignore[arg-type]
             return
-        with self._weight_getters(model_state) as getters:
+        with self._weight_getters(model_state, model) as getters:
             write_model(model, destination, getters, external_data=external_data, data_name=data_name)
 
     @contextlib.contextmanager
-    def _weight_getters(self, model_state: ModelState | None) -> Iterator[dict[str, WeightGetter]]:
-        """Where each initializer's tensor comes from: the program, or ``model_state``."""
+    def _weight_getters(self, model_state: ModelState | None, written: ir.Model | None = None) -> Iterator[dict[str, WeightGetter]]:
+        """Where each initializer's tensor comes from: the program (or the model
+        ``written`` in its place, an inlined copy), or ``model_state``."""
         model = self._require_model()
         if model_state is None:
             self._require_weight_data("save it with real weights: program.save(path, model_state=...)")
-            yield program_getters(model)
+            yield program_getters(written or model)
             return
+        folded = folded_weights(model)
+        if folded:
+            raise ValueError(
+                f"This program computed {len(folded)} initializer(s) ({folded[0]!r}, ...) from its weights at export "
+                "(batch normalization folded into the layer before it, nodes that read only weights: the portable "
+                "target), which a model_state's weights would not change. Export the model with those weights "
+                "loaded instead, or with ExportOptions(target='default')."
+            )
         with open_model_state(model_state) as source:
-            yield self._getters_from(source)
+            getters = self._getters_from(source)
+            if written is not None:  # an inlined copy: its own constants, the checkpoint's weights
+                getters = {**program_getters(written), **{n: g for n, g in getters.items() if n in written.graph.initializers}}
+            yield getters
 
     def apply_weights(self, model_state: ModelState) -> None:
         """Use these weights (state dict or checkpoint path) for every later `save` and

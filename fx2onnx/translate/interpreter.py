@@ -33,6 +33,7 @@ from dispatcher.functions.complex import COMPLEX_DOMAIN
 from fx2onnx.translate import control_flow
 from fx2onnx.translate.fake_metadata import OnnxTypeInfo, SymbolNamer, apply_type, onnx_type_of
 from fx2onnx.translate.graph_builder import GraphBuilder
+from fx2onnx.translate.module_scope import call_metadata, flat_node_scope
 from fx2onnx.progress import node_translated
 from fx2onnx.translate.tensor_data import TorchTensorData
 from fx2onnx.translate.tracing_evaluator import TracingEvaluator, install_value_arithmetic
@@ -128,6 +129,11 @@ class FxOnnxInterpreter:
         outer_scope, outer_metadata = self.builder.current_scope, self.builder.current_metadata
         self.builder.current_scope = node.name
         self.builder.current_metadata = {"pkg.fx2onnx.fx_node": f"{node.op}:{node.target}"}
+        if self.call_module_handler is None:  # a flat graph: its nodes name their module
+            self.builder.current_scope, module = flat_node_scope(node)
+            self.builder.current_metadata.update(module)
+        else:
+            self.builder.current_metadata.update(call_metadata(node))
         try:
             self.env[node] = getattr(self, node.op)(node)
         except DispatchError:

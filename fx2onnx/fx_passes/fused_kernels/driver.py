@@ -18,7 +18,9 @@ import torch
 from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.fx_passes.fused_kernels import attention, gelu, group_query_attention, rms_normalization, rotary_embedding
 from fx2onnx.fx_passes.fused_kernels.editing import erase_unused_tree
-from fx2onnx.fx_passes.fused_kernels.matching import FUSED_KERNELS_OPSET, FusionRule, FusionTarget, Match, Refusal
+from fx2onnx.fx_passes.fused_kernels.matching import (
+    FUSED_KERNELS_OPSET, PORTABLE_KERNELS, FusionRule, FusionTarget, Match, Refusal,
+)
 
 # Rules of one anchor in the order they are tried: attention over a cache becomes
 # GroupQueryAttention where it can, the standard Attention otherwise.
@@ -54,7 +56,8 @@ def fuse_kernels(
     is too old for."""
     by_anchor: dict[object, list[FusionRule]] = collections.defaultdict(list)
     for rule in RULES:
-        by_anchor[rule.anchor].append(rule)
+        if not target.portable or rule.kernel in PORTABLE_KERNELS:
+            by_anchor[rule.anchor].append(rule)
     graph = graph_module.graph
     anchors = [node for node in graph.nodes if node.op == "call_function" and node.target in by_anchor]
     waiting = collections.Counter(

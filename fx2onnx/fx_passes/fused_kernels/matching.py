@@ -24,6 +24,11 @@ FLOATS_ORT_RUNS = (torch.float32, torch.float16)  # onnxruntime's CPU kernels of
 
 ONNXRUNTIME, STANDARD = "onnxruntime", "standard"  # the runtimes a model may be exported for
 
+# The kernels of the portable target: OpenVINO 2026.4 loses the head count of the query
+# after its RotaryEmbedding and returns an empty tensor from Attention with fewer key/value
+# heads than query heads at symbolic dims; TVM 0.27 has neither. Gelu (opset 20) they run.
+PORTABLE_KERNELS = frozenset({"Gelu"})
+
 
 @dataclass(frozen=True)
 class FusionTarget:
@@ -33,10 +38,14 @@ class FusionTarget:
     are faster; ``"standard"`` keeps to ONNX's operators. ``causal_mask``: the placeholder
     of a (B, total) input of ones from which every attention mask of the model is built
     as causal attention over the tokens it holds, the new ones last (transformers'
-    decoders); None when the masks are the model's own."""
+    decoders); None when the masks are the model's own. ``portable``: the portable target,
+    whose runtimes (OpenVINO, TVM) misread or lack the other kernels, takes only those of
+    ``PORTABLE_KERNELS``."""
 
     runtime: str = ONNXRUNTIME
     causal_mask: str | None = None
+    # the portable target: only the kernels every runtime computes alike (PORTABLE_KERNELS)
+    portable: bool = False
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,23 @@ def test_export_a_module_path_with_named_dynamic_dims(tmp_path, model_file, monk
     torch.testing.assert_close(torch.from_numpy(actual), model(ids).detach(), rtol=RTOL, atol=ATOL)
 
 
+def test_export_the_portable_target(tmp_path, model_file, capsys):
+    """`--target portable`: one flat graph whose nodes name their module, that matches PyTorch."""
+    output = tmp_path / "portable.onnx"
+    code = main(["export", f"{model_file}:make_net", "--input", "x=2x16", "--input", "scale=1",
+                 "--target", "portable", "--output", str(output), "--verify"])
+    assert code == 0, capsys.readouterr().out
+    proto = onnx.load(str(output))
+    assert not proto.functions
+    gemms = [node for node in proto.graph.node if node.op_type == "Gemm"]
+    assert [node.name.split("/")[0] for node in gemms] == ["fc1", "fc2"]
+    assert [{p.key: p.value for p in node.metadata_props}["pkg.fx2onnx.module"] for node in gemms] == ["fc1", "fc2"]
+    model = _load_user_module(model_file).make_net().eval()
+    x, scale = torch.randn(2, 16), torch.tensor([0.5])
+    (actual,) = _run_onnx(output, {"x": x, "scale": scale})
+    torch.testing.assert_close(torch.from_numpy(actual), model(x, scale).detach(), rtol=RTOL, atol=ATOL)
+
+
 def test_export_a_plain_function_with_every_dim_dynamic(tmp_path, model_file, capsys):
     output = tmp_path / "fn.onnx"
     code = main(["export", f"{model_file}:scaled_tanh", "--input", "x=2x3", "--input", "y=2x3", "--dynamic",
