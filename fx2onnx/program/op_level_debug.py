@@ -25,6 +25,7 @@ import torch
 
 from diagnostics import DiagnosticContext, Level, rules
 from dispatcher.fx_nodes import node_location, node_stack
+from fx2onnx.translate.module_scope import MODULE_KEY, fx_node_name
 
 # rtol, atol per torch dtype; integers and booleans must match exactly.
 _TOLERANCES = {
@@ -194,7 +195,7 @@ def _nodes_by_scope(model: ir.Model) -> dict[str, list[ir.Node]]:
     groups: dict[str, list[ir.Node]] = {}
     for node in model.graph:
         if node.name:
-            groups.setdefault(node.name.split("/", 1)[0], []).append(node)
+            groups.setdefault(fx_node_name(node.name, node.metadata_props.get(MODULE_KEY)), []).append(node)
     return groups
 
 

@@ -28,6 +28,14 @@ def flat_node_scope(node: torch.fx.Node) -> tuple[str, dict[str, str]]:
     return f"{innermost.path}/{node.name}", {MODULE_KEY: innermost.path, MODULE_CLASS_KEY: innermost.class_name}
 
 
+def fx_node_name(node_name: str, module_path: str | None) -> str:
+    """The FX node an ONNX node of a flat graph was emitted for, from the node's name
+    (`flat_node_scope`'s scope, then the operator) and its ``pkg.fx2onnx.module`` path."""
+    if module_path and node_name.startswith(module_path + "/"):
+        node_name = node_name[len(module_path) + 1:]
+    return node_name.split("/", 1)[0]
+
+
 def call_metadata(node: torch.fx.Node) -> dict[str, str]:
     """The metadata naming the module a `call_module` node calls (its path relative to the
     caller), when the node is a module function's call."""
