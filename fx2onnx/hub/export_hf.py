@@ -31,6 +31,7 @@ from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_l
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
     load_model, local_folder,
@@ -168,7 +169,8 @@ def _export_causal_lm(
     packed: bool = False,
 ) -> list[str]:
     inputs = causal_lm.decode_step_inputs(loaded)
-    program = _exported(loaded.model, inputs, options)
+    with masks_by_held_tokens(loaded.model):
+        program = _exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
     if quantization is not None:
         # codes and scales are computed as the weights are written, one at a time
