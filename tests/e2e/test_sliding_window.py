@@ -113,7 +113,8 @@ def generate_with_genai(folder, rows: list[list[int]]) -> list[list[int]]:
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(os.fspath(folder))
     params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=len(rows[0]) + NEW_TOKENS, batch_size=len(rows))
+    length = len(rows[0]) + NEW_TOKENS  # min_length: no end of sequence before, as min_new_tokens in transformers
+    params.set_search_options(do_sample=False, max_length=length, min_length=length, batch_size=len(rows))
     generator = og.Generator(model, params)
     generator.append_tokens(np.array(rows, dtype=np.int32))
     steps = []
