@@ -23,7 +23,8 @@ import pytest
 import torch
 
 import fx2onnx
-from conftest import ATOL, RTOL
+from conftest import ATOL, RTOL, check_saved_model
+from fx2onnx.hub.causal_lm import cache_argument
 from fx2onnx.hub import export_hf
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the fixture
 
@@ -173,3 +174,48 @@ def test_runtime_standard_folder_past_the_window(tmp_path, family, transformers_
     expected = expected_tokens(model, prompts)
     check_in_genai(out, prompts, expected)
     check_in_transformers_js(transformers_js, tmp_path, out, prompts, expected)
+
+
+def cache_feed(cache) -> dict[str, np.ndarray]:
+    return {f"past_key_values.{i}.{kind}": getattr(layer, f"{kind}s").numpy()
+            for i, layer in enumerate(cache.layers) for kind in ("key", "value")}
+
+
+@pytest.mark.parametrize("family, own_cache", [("gemma3_text", True), ("gpt_oss", True), ("mistral", False)])
+def test_a_decode_step_exported_past_the_window(tmp_path, family, own_cache):
+    """`fx2onnx.dynamo_export` of one decode step over a cache past the window, run for 12
+    steps in onnxruntime with its `present.*` fed back, a left-padded row beside a full
+    one: logits equal transformers' at every step. With transformers' own cache
+    (local and global layers) a sliding layer's cache keeps window - 1 tokens; a model
+    whose every layer slides is exported over a cache that grows (`DynamicCache()`)."""
+    torch.manual_seed(0)
+    window = WINDOWS[family]
+    model = transformers.AutoModelForCausalLM.from_config(config_of(family, window)).eval()
+    length = 2 * window + 8
+    ids = torch.randint(3, VOCAB, (2, length + 1), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, length + 1, dtype=torch.int64)
+    mask[1, :window // 2] = 0
+    argument = cache_argument(model)
+    with torch.no_grad():
+        prefill = model(input_ids=ids[:, :length], attention_mask=mask[:, :length], use_cache=True,
+                        **({} if own_cache else {argument: transformers.DynamicCache()}))
+    cache = prefill.past_key_values
+    sliding = [layer.keys.shape[2] for layer in cache.layers]
+    assert (min(sliding), max(sliding)) == ((window - 1, length) if own_cache else (length, length))
+    program = fx2onnx.dynamo_export(
+        model, input_ids=ids[:, length:], attention_mask=mask, use_cache=True, **{argument: copy.deepcopy(cache)},
+        export_options=fx2onnx.ExportOptions(dynamic_shapes=True),
+    )
+    session = ort.InferenceSession(os.fspath(check_saved_model(program, tmp_path / "step.onnx")),
+                                   providers=["CPUExecutionProvider"])
+    outputs = [o.name for o in session.get_outputs()]
+    step, past = ids[:, length:], cache_feed(cache)
+    for _ in range(12):
+        run = dict(zip(outputs, session.run(None, {"input_ids": step.numpy(), "attention_mask": mask.numpy(), **past})))
+        with torch.no_grad():
+            expected = model(input_ids=step, attention_mask=mask, use_cache=True, **{argument: cache})
+        np.testing.assert_allclose(run["logits"], expected.logits.numpy(), rtol=RTOL, atol=ATOL)
+        cache = expected.past_key_values
+        past = {name: run[name.replace("past_key_values.", "present.")] for name in past}
+        step = expected.logits[:, -1:].argmax(-1)
+        mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1)

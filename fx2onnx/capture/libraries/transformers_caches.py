@@ -77,7 +77,23 @@ def _unflatten_cache(cls: type, children: Any, context: CacheState) -> Any:
     cache = cls.__new__(cls)
     cache.__dict__.update(context.attributes)
     cache.layers = list(children)
+    _count_seen_tokens(cache.layers)
     return cache
+
+
+def _count_seen_tokens(layers: list[Any]) -> None:
+    """A sliding layer rebuilt from its tensors knows only the tokens it keeps (the last
+    window - 1 once full), not how many the sequence has, which its mask's offsets need.
+    Where the cache also has a layer that keeps every token (local and global layers
+    interleaved), that layer's length is the count."""
+    cache_utils = _transformers_cache_module()
+    growing = next((layer for layer in layers if cache_utils is not None and type(layer) is cache_utils.DynamicLayer
+                    and isinstance(getattr(layer, "keys", None), torch.Tensor) and layer.keys.dim() >= 2), None)
+    if growing is None:
+        return
+    for layer in layers:
+        if _derived_attributes(layer):
+            layer.cumulative_length = growing.keys.shape[-2]
 
 
 def _flatten_encoder_decoder(cache: Any) -> tuple[list[Any], CacheState]:
