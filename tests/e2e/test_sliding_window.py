@@ -92,9 +92,9 @@ def expected_tokens(model: torch.nn.Module, prompts: list[list[int]]) -> tuple[l
     return alone, greedy(model, *padded(prompts, "left"))
 
 
-def exported_folder(root, family: str, runtime: str = "onnxruntime") -> tuple[torch.nn.Module, object]:
+def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None) -> tuple[torch.nn.Module, object]:
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config_of(family, WINDOWS[family])).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config_of(family, window or WINDOWS[family])).eval()
     model.save_pretrained(root / "source")
     export_hf(root / "source", root / "out", runtime=runtime)
     onnx.checker.check_model(os.fspath(root / "out" / "onnx" / "model.onnx"), full_check=True)
@@ -174,6 +174,17 @@ def test_runtime_standard_folder_past_the_window(tmp_path, family, transformers_
     expected = expected_tokens(model, prompts)
     check_in_genai(out, prompts, expected)
     check_in_transformers_js(transformers_js, tmp_path, out, prompts, expected)
+
+
+def test_a_window_of_a_few_tokens(tmp_path):
+    """No window is too small: 4 tokens, a prompt of 3 windows, in ONNX Runtime GenAI."""
+    model, out = exported_folder(tmp_path, "gemma3_text", window=4)
+    prompt = prompts_for(4)[0][:12]
+    tokens = greedy(model, [prompt], [[1] * len(prompt)])[0]
+    windowless = copy.deepcopy(model)
+    windowless.config.sliding_window = 10_000
+    assert greedy(windowless, [prompt], [[1] * len(prompt)])[0] != tokens
+    assert generate_with_genai(out, [prompt])[0] == tokens
 
 
 def cache_feed(cache) -> dict[str, np.ndarray]:
