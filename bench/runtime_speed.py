@@ -60,14 +60,18 @@ def _llm_config(kind: str) -> Any:
 
 
 def _write_llm(kind: str, folder: Path) -> None:
-    """The model's folder, with a byte-level BPE tokenizer trained here (the builder
-    writes the runtime's tokenizer files from it)."""
+    write_llm_folder(_llm_config(kind), folder)
+
+
+def write_llm_folder(config: Any, folder: Path) -> None:
+    """A model of ``config``'s folder, with a byte-level BPE tokenizer trained here (the
+    builder writes the runtime's tokenizer files from it)."""
     import tokenizers
     import torch
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(_llm_config(kind)).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(folder)
     tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -230,3 +230,15 @@ def test_a_decode_step_exported_past_the_window(tmp_path, family, own_cache):
         past = {name: run[name.replace("past_key_values.", "present.")] for name in past}
         step = expected.logits[:, -1:].argmax(-1)
         mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
+
+
+def test_a_decode_step_over_a_full_cache_whose_every_layer_slides_is_warned(tmp_path):
+    """Such a cache cannot count the sequence's tokens: the export says so and what to do."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_of("mistral", 16)).eval()
+    ids, mask = torch.randint(3, VOCAB, (2, 20)), torch.ones(2, 20, dtype=torch.int64)
+    with torch.no_grad():
+        cache = model(input_ids=ids[:, :18], attention_mask=mask[:, :18], use_cache=True).past_key_values
+    with pytest.warns(UserWarning, match=r"Every layer of the DynamicCache given slides .*DynamicCache\(\) in the prompt's call"):
+        fx2onnx.dynamo_export(model, input_ids=ids[:, 18:], attention_mask=mask, use_cache=True,
+                              **{cache_argument(model): cache}, export_options=fx2onnx.ExportOptions(dynamic_shapes=True))
