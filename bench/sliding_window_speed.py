@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +34,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from runtime_speed import _export_llm, _rotations, write_llm_folder  # noqa: E402 - bench modules side by side
+
+# The builder (0.18) reads a Gemma 3 config as transformers 4 wrote it: one flat
+# `rope_parameters` and `rope_local_base_freq`; transformers 5 nests both by layer type.
+# It gets a copy of the folder with the flat keys added, and runs with the local theta
+# read from the nested ones.
+_GEMMA3_BUILDER = (
+    "import runpy, sys, transformers\n"
+    "transformers.Gemma3TextConfig.rope_local_base_freq = property(\n"
+    "    lambda self: self.rope_parameters['sliding_attention']['rope_theta'])\n"
+    "sys.argv = ['builder', *sys.argv[1:]]\n"
+    "runpy.run_module('onnxruntime_genai.models.builder', run_name='__main__')\n"
+)
 
 CONTEXT, NEW_TOKENS = 2048, 32
 COMMON = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
@@ -46,6 +60,18 @@ def model_config(kind: str) -> Any:
         return transformers.Gemma3TextConfig(**COMMON, sliding_window=512, layer_types=["sliding_attention"] * 3 + ["full_attention"])
     return transformers.GptOssConfig(**{**COMMON, "intermediate_size": 512}, sliding_window=128, num_local_experts=4,
                                      num_experts_per_tok=2)
+
+
+def _export_gemma3_with_builder(source: Path, out: Path) -> None:
+    flat = out.parent / "source-builder"
+    shutil.copytree(source, flat, dirs_exist_ok=True)
+    config = json.loads((flat / "config.json").read_text())
+    nested = config["rope_parameters"]
+    config["rope_parameters"] = {**nested, "rope_type": "default", "rope_theta": nested["full_attention"]["rope_theta"]}
+    (flat / "config.json").write_text(json.dumps(config))
+    command = [sys.executable, "-c", _GEMMA3_BUILDER, "-i", str(flat), "-o", str(out), "-p", "fp32", "-e", "cpu",
+               "-c", str(out.parent / "builder-cache")]
+    subprocess.run(command, check=True, capture_output=True, text=True)
 
 
 def _run(model: Any, prompt: list[int]) -> tuple[float, list[int], int]:
@@ -75,8 +101,8 @@ def time_folders(folders: dict[str, Path], rounds: int) -> dict[str, Any]:
 
     models = {name: og.Model(str(folder)) for name, folder in folders.items()}
     prompt = np.random.default_rng(0).integers(3, COMMON["vocab_size"], CONTEXT - NEW_TOKENS).tolist()
-    for model in models.values():  # warm-up
-        _run(model, prompt[:64])
+    for model in models.values():  # warm-up (the builder's windowed cache needs max_length >= the window)
+        _run(model, prompt)
     samples: dict[str, list[float]] = collections.defaultdict(list)
     tokens: dict[str, list[int]] = {}
     cache: dict[str, int] = {}
@@ -121,7 +147,10 @@ def main(argv: list[str] | None = None) -> None:
                 out = work / kind / exporter
                 if not out.exists():
                     print(f"... exporting {kind} with {exporter}", file=sys.stderr, flush=True)
-                    _export_llm(exporter, source, out)
+                    if exporter == "builder" and kind == "gemma3-text":
+                        _export_gemma3_with_builder(source, out)
+                    else:
+                        _export_llm(exporter, source, out)
                 folders[exporter] = out
             print(f"... timing {kind}", file=sys.stderr, flush=True)
             results[kind] = time_folders(folders, options.rounds)
