@@ -112,13 +112,18 @@ def _genai_run(model: Any, prompt: list[int]) -> tuple[float, float, list[int]]:
     start = time.perf_counter()
     generator.append_tokens([prompt])
     prefill = time.perf_counter() - start
+    decode, tokens = decode_greedily(generator)
+    return prefill * 1e3, decode, tokens
+
+
+def decode_greedily(generator: Any) -> tuple[float, list[int]]:
+    """(ms per token, tokens) of a generator's greedy steps to its end."""
     tokens = []
     start = time.perf_counter()
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    decode = (time.perf_counter() - start) / max(len(tokens), 1)
-    return prefill * 1e3, decode * 1e3, tokens
+    return (time.perf_counter() - start) / max(len(tokens), 1) * 1e3, tokens
 
 
 def _rotations(names: list[str], rounds: int) -> list[list[str]]:

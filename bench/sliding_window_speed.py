@@ -26,14 +26,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runtime_speed import _export_llm, _rotations, write_llm_folder  # noqa: E402 - bench modules side by side
+from runtime_speed import _export_llm, _rotations, decode_greedily, write_llm_folder  # noqa: E402 - bench modules side by side
 
 # The builder (0.18) reads a Gemma 3 config as transformers 4 wrote it: one flat
 # `rope_parameters` and `rope_local_base_freq`; transformers 5 nests both by layer type.
@@ -83,17 +82,12 @@ def _run(model: Any, prompt: list[int]) -> tuple[float, list[int], int]:
     params.set_search_options(do_sample=False, max_length=length, min_length=length)
     generator = og.Generator(model, params)
     generator.append_tokens([prompt])
-    tokens = []
-    start = time.perf_counter()
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    decode = (time.perf_counter() - start) / max(len(tokens), 1)
+    decode, tokens = decode_greedily(generator)
     cache = 0
     for layer in range(COMMON["num_hidden_layers"]):
         for kind in ("key", "value"):
             cache += generator.get_output(f"present.{layer}.{kind}").nbytes
-    return decode * 1e3, tokens, cache
+    return decode, tokens, cache
 
 
 def time_folders(folders: dict[str, Path], rounds: int) -> dict[str, Any]:
