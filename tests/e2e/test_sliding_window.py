@@ -164,7 +164,7 @@ def test_transformers_js_generates_transformers_tokens_past_the_window(folder, t
     check_in_transformers_js(transformers_js, tmp_path, out, prompts, expected)
 
 
-@pytest.mark.parametrize("family", ["gpt_oss", "mistral"])
+@pytest.mark.parametrize("family", ["gpt_oss"])
 def test_runtime_standard_folder_past_the_window(tmp_path, family, transformers_js):
     """Standard ONNX operators only (no onnxruntime kernels), in both clients."""
     model, out = exported_folder(tmp_path, family, runtime="standard")
@@ -192,7 +192,7 @@ def cache_feed(cache) -> dict[str, np.ndarray]:
             for i, layer in enumerate(cache.layers) for kind in ("key", "value")}
 
 
-@pytest.mark.parametrize("family, own_cache", [("gemma3_text", True), ("gpt_oss", True), ("mistral", False)])
+@pytest.mark.parametrize("family, own_cache", [("gemma3_text", True), ("mistral", False)])
 def test_a_decode_step_exported_past_the_window(tmp_path, family, own_cache):
     """`fx2onnx.dynamo_export` of one decode step over a cache past the window, run for 12
     steps in onnxruntime with its `present.*` fed back, a left-padded row beside a full
@@ -231,14 +231,3 @@ def test_a_decode_step_exported_past_the_window(tmp_path, family, own_cache):
         step = expected.logits[:, -1:].argmax(-1)
         mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
 
-
-def test_a_decode_step_over_a_full_cache_whose_every_layer_slides_is_warned(tmp_path):
-    """Such a cache cannot count the sequence's tokens: the export says so and what to do."""
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config_of("mistral", 16)).eval()
-    ids, mask = torch.randint(3, VOCAB, (2, 20)), torch.ones(2, 20, dtype=torch.int64)
-    with torch.no_grad():
-        cache = model(input_ids=ids[:, :18], attention_mask=mask[:, :18], use_cache=True).past_key_values
-    with pytest.warns(UserWarning, match=r"Every layer of the DynamicCache given slides .*DynamicCache\(\) in the prompt's call"):
-        fx2onnx.dynamo_export(model, input_ids=ids[:, 18:], attention_mask=mask, use_cache=True,
-                              **{cache_argument(model): cache}, export_options=fx2onnx.ExportOptions(dynamic_shapes=True))
