@@ -71,8 +71,7 @@ def _in_format(visible: torch.Tensor, implementation: str, dtype: torch.dtype) -
     if implementation == "sdpa":
         return visible
     if implementation == "eager":
-        zero, lowest = torch.tensor(0.0, dtype=dtype), torch.tensor(torch.finfo(dtype).min, dtype=dtype)
-        return torch.where(visible, zero, lowest)
+        return (~visible).to(dtype) * torch.finfo(dtype).min
     raise NotImplementedError(
         f"The model's attention implementation is {implementation!r}; a sliding-window model's folder is exported "
         "with 'sdpa' or 'eager' attention: load it with attn_implementation='sdpa'."
