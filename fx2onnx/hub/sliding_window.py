@@ -91,8 +91,7 @@ def masks_for(config: Any, attention_mask: torch.Tensor, queries: int, dtype: to
 
 def _decoder(model: torch.nn.Module) -> torch.nn.Module:
     """The module a causal LM hands `attention_mask` to (its base model)."""
-    base = getattr(model, "base_model", model)
-    return base if base is not model else model
+    return getattr(model, "base_model", model)
 
 
 @contextlib.contextmanager
