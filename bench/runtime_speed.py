@@ -60,14 +60,18 @@ def _llm_config(kind: str) -> Any:
 
 
 def _write_llm(kind: str, folder: Path) -> None:
-    """The model's folder, with a byte-level BPE tokenizer trained here (the builder
-    writes the runtime's tokenizer files from it)."""
+    write_llm_folder(_llm_config(kind), folder)
+
+
+def write_llm_folder(config: Any, folder: Path) -> None:
+    """A model of ``config``'s folder, with a byte-level BPE tokenizer trained here (the
+    builder writes the runtime's tokenizer files from it)."""
     import tokenizers
     import torch
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(_llm_config(kind)).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(folder)
     tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -108,13 +112,18 @@ def _genai_run(model: Any, prompt: list[int]) -> tuple[float, float, list[int]]:
     start = time.perf_counter()
     generator.append_tokens([prompt])
     prefill = time.perf_counter() - start
+    decode, tokens = decode_greedily(generator)
+    return prefill * 1e3, decode, tokens
+
+
+def decode_greedily(generator: Any) -> tuple[float, list[int]]:
+    """(ms per token, tokens) of a generator's greedy steps to its end."""
     tokens = []
     start = time.perf_counter()
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    decode = (time.perf_counter() - start) / max(len(tokens), 1)
-    return prefill * 1e3, decode * 1e3, tokens
+    return (time.perf_counter() - start) / max(len(tokens), 1) * 1e3, tokens
 
 
 def _rotations(names: list[str], rounds: int) -> list[list[str]]:

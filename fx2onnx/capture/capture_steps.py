@@ -41,6 +41,7 @@ from fx2onnx.capture.dynamic_dims.size_one import Example
 from fx2onnx.capture.dynamic_dims.spec import DynamicDimError, requested_dynamic_dims, torch_export_spec
 from fx2onnx.capture.fake_mode import check_fake_mode_use
 from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
+from fx2onnx.capture.library_adapters import library_input_notes
 from fx2onnx.capture.torch_export import (
     CapturedModel,
     CaptureError,
@@ -208,6 +209,7 @@ def _check_kept_capture(state: CaptureState) -> StepResult:
         raise CaptureError(str(error)) from error
     captured.notes += report_sizes_taken_as_one(context, program)
     captured.notes += report_branch_conditions(context, program, used)
+    captured.notes += library_input_notes(used.args, used.kwargs)
     state.captured = captured
     return StepResult(notes=list(captured.notes))
 

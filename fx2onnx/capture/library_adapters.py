@@ -44,6 +44,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
     is_cache_type,
     is_encoder_decoder_cache_type,
     registered_containers,
+    uncounted_sliding_caches,
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
@@ -162,6 +163,12 @@ def library_adapters_at_capture(model: Any = None) -> Iterator[None]:
     """Every library adapter, for the duration of one capture of ``model``."""
     with registered_containers(), rewritten_library_functions(), rope_of_the_sequence_length(model):
         yield
+
+
+def library_input_notes(args: Any, kwargs: Any) -> list[str]:
+    """What a library's objects among the example inputs keep the exported model from
+    computing at every size (notes warned after the capture)."""
+    return uncounted_sliding_caches([*args, *dict(kwargs).values()])
 
 
 def library_hint(model: Any, error: BaseException) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.sliding_window import growing_cache
 
 BATCH, NEW_TOKENS, CACHED_TOKENS = 2, 3, 5
 
@@ -33,7 +34,8 @@ def output_cache(outputs: Any) -> Any:
 
 
 def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
-    """Example inputs of a decode step, fake when the model is."""
+    """Example inputs of a decode step, fake when the model is, over a cache that grows
+    with the sequence in every layer."""
     model, config = loaded.model, loaded.config
     vocab = int(getattr(config, "vocab_size", 100) or 100)
     mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
@@ -42,7 +44,10 @@ def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
     with mode, torch.no_grad():
         ids = ids.clone()  # fake when the model is
         mask = torch.ones(BATCH, CACHED_TOKENS + NEW_TOKENS, dtype=torch.int64)
-        prefill = model(input_ids=ids[:, :CACHED_TOKENS], attention_mask=mask[:, :CACHED_TOKENS], use_cache=True)
+        # a sliding layer's cache grows too: the window is in the mask (sliding_window.py)
+        cache = growing_cache(config)
+        prefill = model(input_ids=ids[:, :CACHED_TOKENS], attention_mask=mask[:, :CACHED_TOKENS], use_cache=True,
+                        **({cache_argument(model): cache} if cache is not None else {}))
         inputs: dict[str, Any] = {"input_ids": ids[:, CACHED_TOKENS:], "attention_mask": mask}
         if "position_ids" in inspect.signature(model.forward).parameters:
             positions = torch.arange(CACHED_TOKENS, CACHED_TOKENS + NEW_TOKENS, dtype=torch.int64)

@@ -32,6 +32,7 @@ from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_l
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
     load_model, local_folder,
@@ -150,21 +151,19 @@ def _fake(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, tor
 
 
 def _check_growing_cache(program: fx2onnx.ONNXProgram, loaded: LoadedModel) -> None:
-    """A cache that keeps a sliding window is captured at one fill (its length fixed in the
-    graph): the model is then exact only once the window is full, and ONNX Runtime GenAI,
-    which feeds back caches that grow with the sequence, cannot run it."""
+    """A cache captured at a fixed length (a layer that keeps a bounded number of tokens,
+    other than the sliding windows sliding_window.py puts in the mask) would be exact at
+    one fill only, and ONNX Runtime GenAI feeds back caches that grow with the sequence."""
     fixed = [
         f"{value.name} ({value.shape[2]})" for value in program.model.graph.outputs
         if value.name.startswith("present.") and value.shape is not None and str(value.shape[2]) != TOTAL
     ]
     if fixed:
-        window = getattr(loaded.config, "sliding_window", None)
         raise NotImplementedError(
-            f"{loaded.config.model_type}'s cache keeps a sliding window ({window} tokens) in {len(fixed) // 2} layer(s): "
-            f"its length is fixed in the captured graph ({', '.join(fixed[:2])}{', ...' if len(fixed) > 2 else ''}) "
-            "instead of growing with the sequence. export-hf writes decoders whose cache grows with the sequence; "
-            "to export this one without the window, set sliding_window to None in config.json when the context "
-            "fits, or export the decode step with fx2onnx.dynamo_export."
+            f"{loaded.config.model_type}'s cache keeps a fixed number of tokens in {len(fixed) // 2} layer(s): its length "
+            f"is fixed in the captured graph ({', '.join(fixed[:2])}{', ...' if len(fixed) > 2 else ''}) instead of "
+            "growing with the sequence, which export-hf's decoders need. Export the decode step with "
+            "fx2onnx.dynamo_export instead; nothing was written."
         )
 
 
@@ -176,7 +175,8 @@ def _export_causal_lm(
     if quantization is not None:
         # a step of the export's ONNX passes; codes and scales are computed as the weights are written
         options = dataclasses.replace(options, precision=quantization)
-    program = _exported(loaded.model, inputs, options)
+    with masks_by_held_tokens(loaded.model):
+        program = _exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
     if quantization is not None and packed:
         pack_projections(program.model)

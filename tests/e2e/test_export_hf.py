@@ -183,16 +183,6 @@ def test_dtype_of_the_export(tmp_path, tokenizer, dtype):
     assert {t.data_type for t in weights if t.name.endswith("proj.weight")} == {getattr(onnx.TensorProto, dtype.upper())}
 
 
-def test_a_sliding_window_cache_is_a_clear_error(tmp_path):
-    """A cache of fixed length (sliding window) cannot run in a runtime that grows the
-    cache: export-hf names the limit and writes nothing."""
-    config = transformers.MistralConfig(**DECODER, sliding_window=4, vocab_size=100, **COMMON)
-    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "source")
-    with pytest.raises(NotImplementedError, match=r"mistral's cache keeps a sliding window \(4 tokens\) in 2 layer"):
-        export_hf(tmp_path / "source", tmp_path / "out")
-    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
-
-
 SEQ2SEQ_COMMON = dict(vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
 
 

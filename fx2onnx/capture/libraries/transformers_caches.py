@@ -77,7 +77,47 @@ def _unflatten_cache(cls: type, children: Any, context: CacheState) -> Any:
     cache = cls.__new__(cls)
     cache.__dict__.update(context.attributes)
     cache.layers = list(children)
+    _count_seen_tokens(cache.layers)
     return cache
+
+
+def _count_seen_tokens(layers: list[Any]) -> None:
+    """A sliding layer rebuilt from its tensors knows only the tokens it keeps (the last
+    window - 1 once full), not how many the sequence has, which its mask's offsets need.
+    Where the cache also has a layer that keeps every token (local and global layers
+    interleaved), that layer's length is the count."""
+    cache_utils = _transformers_cache_module()
+    growing = next((layer for layer in layers if cache_utils is not None and type(layer) is cache_utils.DynamicLayer
+                    and isinstance(getattr(layer, "keys", None), torch.Tensor) and layer.keys.dim() >= 2), None)
+    if growing is None:
+        return
+    for layer in layers:
+        if _derived_attributes(layer):
+            layer.cumulative_length = growing.keys.shape[-2]
+
+
+def uncounted_sliding_caches(values: Any) -> list[str]:
+    """Notes for the caches among ``values`` whose every layer slides and is full: rebuilt
+    from its tensors, such a cache cannot say how many tokens the sequence holds (no
+    layer keeps them all), which the positions and the mask's offsets read."""
+    notes = []
+    for value in values:
+        layers = getattr(value, "layers", None) if is_cache_type(type(value)) else None
+        windows = [getattr(layer, "sliding_window", None) for layer in layers or []]
+        if not layers or not all(isinstance(window, int) for window in windows) or any(
+            isinstance(getattr(layer, "cumulative_length", None), torch.Tensor) for layer in layers
+        ):
+            continue
+        kept = [layer.keys.shape[-2] for layer in layers if isinstance(getattr(layer, "keys", None), torch.Tensor)]
+        if kept and any(int(length) >= window - 1 for length, window in zip(kept, windows)):
+            notes.append(
+                f"Every layer of the {type(value).__name__} given slides and keeps its window (sliding_window "
+                f"{windows[0]}): the exported model cannot count the sequence's tokens from it, so its positions and "
+                "masks are right only for a batch without padding and with position_ids given. Export "
+                "the decode step over a cache that grows in every layer (DynamicCache() in the prompt's call) to be "
+                "exact at every length."
+            )
+    return notes
 
 
 def _flatten_encoder_decoder(cache: Any) -> tuple[list[Any], CacheState]:

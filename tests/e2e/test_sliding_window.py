@@ -1,0 +1,233 @@
+"""Sliding-window attention exact past the window, in every client of an `export-hf` folder.
+
+Tiny models of every family transformers ships with a sliding window (all layers as
+Mistral and Phi-3; some layers as Qwen2's `use_sliding_window`; local and global layers
+interleaved as Gemma 2, Gemma 3 text, Cohere 2 and gpt-oss, the last with its attention
+sinks), windows of 16 to 32 tokens: after a prompt of twice the window plus 8, 24 greedy
+tokens equal transformers' in ONNX Runtime GenAI (the default folder; a batch padded on
+the right, as it pads) and in Transformers.js (the same folder; a batch padded on the
+left, as it pads), each prompt alone and 3 prompts of different lengths as one batch.
+A `--runtime standard` folder does the same in both clients, and a decode step exported
+with `fx2onnx.dynamo_export` over a cache past the window matches transformers step by
+step in onnxruntime."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import fx2onnx
+from conftest import ATOL, RTOL, check_saved_model
+from fx2onnx.hub.causal_lm import cache_argument
+from fx2onnx.hub import export_hf
+from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the fixture
+
+transformers = pytest.importorskip("transformers")
+ort = pytest.importorskip("onnxruntime")
+
+NEW_TOKENS = 24
+PAD, VOCAB = 0, 300
+DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               max_position_embeddings=256, vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=PAD)
+INTERLEAVED = ["sliding_attention", "full_attention"]
+
+
+def config_of(family: str, window: int) -> transformers.PreTrainedConfig:
+    """A two-layer config of ``family`` whose sliding layers see ``window`` tokens."""
+    made = {
+        "mistral": lambda: transformers.MistralConfig(**DECODER, sliding_window=window),
+        "phi3": lambda: transformers.Phi3Config(**DECODER, sliding_window=window),
+        # layer 0 full, layer 1 sliding (layers from max_window_layers on slide)
+        "qwen2": lambda: transformers.Qwen2Config(**DECODER, use_sliding_window=True, sliding_window=window, max_window_layers=1),
+        "gemma2": lambda: transformers.Gemma2Config(**DECODER, head_dim=16, sliding_window=window),
+        "gemma3_text": lambda: transformers.Gemma3TextConfig(**DECODER, head_dim=16, sliding_window=window,
+                                                             layer_types=INTERLEAVED),
+        # larger weights: at the default scale its tiny model repeats one token, window or not
+        "cohere2": lambda: transformers.Cohere2Config(**DECODER, sliding_window=window, layer_types=INTERLEAVED,
+                                                      initializer_range=0.1),
+        "gpt_oss": lambda: transformers.GptOssConfig(**DECODER, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                                                     sliding_window=window),
+    }
+    return made[family]()
+
+
+# each family's window, 16 to 32 tokens
+WINDOWS = {"mistral": 16, "phi3": 20, "qwen2": 24, "gemma2": 16, "gemma3_text": 16, "cohere2": 24, "gpt_oss": 32}
+
+
+def prompts_for(window: int) -> list[list[int]]:
+    """A prompt of twice the window plus 8, and two shorter ones for the batch (one past the
+    window, one inside it), random ids that are not the pad token."""
+    generator = torch.Generator().manual_seed(window)
+    return [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in (2 * window + 8, window + 5, 9)]
+
+
+def padded(prompts: list[list[int]], side: str) -> tuple[list[list[int]], list[list[int]]]:
+    width = max(map(len, prompts))
+    rows, masks = [], []
+    for p in prompts:
+        pad = [PAD] * (width - len(p))
+        rows.append(pad + p if side == "left" else p + pad)
+        masks.append([0] * len(pad) + [1] * len(p) if side == "left" else [1] * len(p) + [0] * len(pad))
+    return rows, masks
+
+
+def greedy(model: torch.nn.Module, rows: list[list[int]], masks: list[list[int]]) -> list[list[int]]:
+    ids = torch.tensor(rows)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.tensor(masks), do_sample=False, max_new_tokens=NEW_TOKENS,
+                             min_new_tokens=NEW_TOKENS, pad_token_id=PAD)
+    return out[:, ids.shape[1]:].tolist()
+
+
+def expected_tokens(model: torch.nn.Module, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    """transformers' tokens for each prompt alone, and for the left-padded batch of them."""
+    alone = [greedy(model, [p], [[1] * len(p)])[0] for p in prompts]
+    return alone, greedy(model, *padded(prompts, "left"))
+
+
+def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None) -> tuple[torch.nn.Module, object]:
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_of(family, window or WINDOWS[family])).eval()
+    model.save_pretrained(root / "source")
+    export_hf(root / "source", root / "out", runtime=runtime)
+    onnx.checker.check_model(os.fspath(root / "out" / "onnx" / "model.onnx"), full_check=True)
+    return model, root / "out"
+
+
+@pytest.fixture(scope="module", params=list(WINDOWS))
+def folder(request, tmp_path_factory):
+    family = request.param
+    model, out = exported_folder(tmp_path_factory.mktemp(family), family)
+    prompts = prompts_for(WINDOWS[family])
+    return family, model, out, prompts, expected_tokens(model, prompts)
+
+
+def generate_with_genai(folder, rows: list[list[int]]) -> list[list[int]]:
+    """NEW_TOKENS greedy tokens for each row of one batch (ONNX Runtime GenAI reads PAD as padding)."""
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = og.Model(os.fspath(folder))
+    params = og.GeneratorParams(model)
+    length = len(rows[0]) + NEW_TOKENS  # min_length: no end of sequence before, as min_new_tokens in transformers
+    params.set_search_options(do_sample=False, max_length=length, min_length=length, batch_size=len(rows))
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array(rows, dtype=np.int32))
+    steps = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps.append(generator.get_next_tokens().tolist())
+    return np.array(steps).T.tolist()
+
+
+def check_in_genai(out, prompts, expected) -> None:
+    alone, batch = expected
+    for prompt, tokens in zip(prompts, alone):
+        assert generate_with_genai(out, [prompt])[0] == tokens, len(prompt)
+    # ONNX Runtime GenAI pads a batch on the right: the padding sits between a short row's
+    # prompt and its new tokens, inside the window
+    assert generate_with_genai(out, padded(prompts, "right")[0]) == batch
+
+
+def check_in_transformers_js(prefix, scratch, out, prompts, expected) -> None:
+    alone, batch = expected
+    ids, mask = padded(prompts, "left")
+    job = {"folder": os.fspath(out), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
+           "batch": {"input_ids": ids, "attention_mask": mask}}
+    result = run_in_transformers_js(prefix, scratch, job)
+    assert result["generated"] == alone
+    assert result["batch_generated"] == batch
+
+
+def test_the_window_changes_the_tokens(folder):
+    """The prompts reach the hard region: without its window the model generates other tokens."""
+    family, model, _, prompts, (alone, _) = folder
+    windowless = copy.deepcopy(model)
+    windowless.config.sliding_window = 10_000
+    assert greedy(windowless, [prompts[0]], [[1] * len(prompts[0])])[0] != alone[0], family
+
+
+def test_onnxruntime_genai_generates_transformers_tokens_past_the_window(folder):
+    family, _, out, prompts, expected = folder
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["search"]["max_length"] >= 2 * WINDOWS[family] + 8 + NEW_TOKENS
+    check_in_genai(out, prompts, expected)
+
+
+def test_transformers_js_generates_transformers_tokens_past_the_window(folder, tmp_path, transformers_js):
+    _, _, out, prompts, expected = folder
+    check_in_transformers_js(transformers_js, tmp_path, out, prompts, expected)
+
+
+@pytest.mark.parametrize("family", ["gpt_oss"])
+def test_runtime_standard_folder_past_the_window(tmp_path, family, transformers_js):
+    """Standard ONNX operators only (no onnxruntime kernels), in both clients."""
+    model, out = exported_folder(tmp_path, family, runtime="standard")
+    domains = {node.domain for node in onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False).graph.node}
+    assert domains <= {"", "ai.onnx"}
+    prompts = prompts_for(WINDOWS[family])
+    expected = expected_tokens(model, prompts)
+    check_in_genai(out, prompts, expected)
+    check_in_transformers_js(transformers_js, tmp_path, out, prompts, expected)
+
+
+def test_a_window_of_a_few_tokens(tmp_path):
+    """No window is too small: 4 tokens, a prompt of 3 windows, in ONNX Runtime GenAI."""
+    model, out = exported_folder(tmp_path, "gemma3_text", window=4)
+    prompt = prompts_for(4)[0][:12]
+    tokens = greedy(model, [prompt], [[1] * len(prompt)])[0]
+    windowless = copy.deepcopy(model)
+    windowless.config.sliding_window = 10_000
+    assert greedy(windowless, [prompt], [[1] * len(prompt)])[0] != tokens
+    assert generate_with_genai(out, [prompt])[0] == tokens
+
+
+def cache_feed(cache) -> dict[str, np.ndarray]:
+    return {f"past_key_values.{i}.{kind}": getattr(layer, f"{kind}s").numpy()
+            for i, layer in enumerate(cache.layers) for kind in ("key", "value")}
+
+
+@pytest.mark.parametrize("family, own_cache", [("gemma3_text", True), ("mistral", False)])
+def test_a_decode_step_exported_past_the_window(tmp_path, family, own_cache):
+    """`fx2onnx.dynamo_export` of one decode step over a cache past the window, run for 12
+    steps in onnxruntime with its `present.*` fed back, a left-padded row beside a full
+    one: logits equal transformers' at every step. With transformers' own cache
+    (local and global layers) a sliding layer's cache keeps window - 1 tokens; a model
+    whose every layer slides is exported over a cache that grows (`DynamicCache()`)."""
+    torch.manual_seed(0)
+    window = WINDOWS[family]
+    model = transformers.AutoModelForCausalLM.from_config(config_of(family, window)).eval()
+    length = 2 * window + 8
+    ids = torch.randint(3, VOCAB, (2, length + 1), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, length + 1, dtype=torch.int64)
+    mask[1, :window // 2] = 0
+    argument = cache_argument(model)
+    with torch.no_grad():
+        prefill = model(input_ids=ids[:, :length], attention_mask=mask[:, :length], use_cache=True,
+                        **({} if own_cache else {argument: transformers.DynamicCache()}))
+    cache = prefill.past_key_values
+    sliding = [layer.keys.shape[2] for layer in cache.layers]
+    assert (min(sliding), max(sliding)) == ((window - 1, length) if own_cache else (length, length))
+    program = fx2onnx.dynamo_export(
+        model, input_ids=ids[:, length:], attention_mask=mask, use_cache=True, **{argument: copy.deepcopy(cache)},
+        export_options=fx2onnx.ExportOptions(dynamic_shapes=True),
+    )
+    session = ort.InferenceSession(os.fspath(check_saved_model(program, tmp_path / "step.onnx")),
+                                   providers=["CPUExecutionProvider"])
+    outputs = [o.name for o in session.get_outputs()]
+    step, past = ids[:, length:], cache_feed(cache)
+    for _ in range(12):
+        run = dict(zip(outputs, session.run(None, {"input_ids": step.numpy(), "attention_mask": mask.numpy(), **past})))
+        with torch.no_grad():
+            expected = model(input_ids=step, attention_mask=mask, use_cache=True, **{argument: cache})
+        np.testing.assert_allclose(run["logits"], expected.logits.numpy(), rtol=RTOL, atol=ATOL)
+        cache = expected.past_key_values
+        past = {name: run[name.replace("past_key_values.", "present.")] for name in past}
+        step = expected.logits[:, -1:].argmax(-1)
+        mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
+
