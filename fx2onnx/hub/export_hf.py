@@ -115,7 +115,7 @@ def _save(
     if loaded.fake_context is None:
         state = None
     elif state is None:
-        state = loaded.folder
+        state = loaded.weights if loaded.weights is not None else loaded.folder
     program.save(staging / relative, model_state=state, external_data=True, data_name=layout.data_file(relative))
     return layout.with_data_file(relative)
 
@@ -315,7 +315,7 @@ def _verify(
 ) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
-        model = load_model(loaded.folder, loaded.task, None, fake=False).model
+        model = load_model(loaded.folder, loaded.task, None, fake=False, text_only=loaded.text_only).model
         model.to(next(p.dtype for p in loaded.model.parameters()))
     tolerance = tolerance_for(next(p.dtype for p in model.parameters()), rtol, atol)
     if _genai_whisper(loaded, runtime):
@@ -370,6 +370,7 @@ def export_hf(
     quantize_lm_head: bool = True,
     quantize_embedding: bool = False,
     pack_projections: bool = False,
+    text_only: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -421,6 +422,9 @@ def export_hf(
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
+        text_only: export a multimodal model's language model alone as text-generation,
+            its vision and audio encoders left out (`fx2onnx.hub.text_only`); without it a
+            text-generation export of a model with encoders is refused.
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -432,7 +436,7 @@ def export_hf(
     if quantization is not None and module_functions:
         raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
     folder = local_folder(model)
-    loaded = load_model(folder, task, dtype, fake, say)
+    loaded = load_model(folder, task, dtype, fake, say, text_only=text_only)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
         vision_language.check_supported(loaded.config)
     _check_quantizable(loaded, precision, quantization)
@@ -450,6 +454,8 @@ def export_hf(
             exporter = functools.partial(_export_single, quantization=quantization)
         files = exporter(loaded, staging, options)
         files += copy_folder_files(folder, staging)
+        if loaded.text_only:  # the language model's config: the folder holds no encoder
+            (staging / "config.json").write_text(loaded.model.config.to_json_string(), encoding="utf-8")
         bits = quantization.bits if quantization is not None else None
         layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded), bits)
         # Whisper's decoder prompt carries its special tokens, the runtime's tokenizer adds none

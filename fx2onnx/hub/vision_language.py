@@ -37,7 +37,7 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
-from fx2onnx.hub import causal_lm, vision_grid, vlm_gemma3, vlm_qwen3
+from fx2onnx.hub import causal_lm, text_only, vision_grid, vlm_gemma3, vlm_qwen3
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vlm_gemma3 import Holder, LanguageModelWithHead
 
@@ -53,12 +53,15 @@ def check_supported(config: Any) -> None:
     """A clear error, before anything is written, for a model type without a runtime layout here."""
     model_type = getattr(config, "model_type", None)
     if model_type == "gemma3":
-        vlm_gemma3.check_image_tokens(config)
+        try:
+            vlm_gemma3.check_image_tokens(config)
+        except NotImplementedError as error:  # the same refusal, naming what works
+            raise NotImplementedError(f"{error} {text_only.command_hint(config)}") from error
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(
             f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
             f"for model types {', '.join(GENAI_VLM_TYPES)}; {model_type} is not one of them. Nothing was written. "
-            "Give --task text-generation for its language model alone where transformers loads it as a causal LM."
+            f"{text_only.command_hint(config)}"
         )
 
 
