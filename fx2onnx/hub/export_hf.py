@@ -27,7 +27,7 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_layout, whisper_genai
+from fx2onnx.hub import layout, seq2seq, text_only, tokenizer_files, vision_language, vlm_layout, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
@@ -282,7 +282,10 @@ def _export_image_text_to_text(
     say(vlm_layout.image_sizes_note(loaded.config.model_type, image_processor))
     files, paths = [], {}
     # the parts are modules of the model, not the model: their weights by the model's names
-    state = RenamedCheckpoint(loaded.folder, loaded.model) if loaded.fake_context is not None else None
+    # (every name of a tied weight reads the one the checkpoint holds: a tied LM head is `lm_head.weight` in the decoder)
+    state = None
+    if loaded.fake_context is not None:
+        state = RenamedCheckpoint(loaded.folder, loaded.model).renamed(text_only.source_names(loaded.model, loaded.model))
     for part, base in vlm_layout.PARTS.items():
         if part != "vision":  # its dims are the image's, no role the runtime names
             name_dims_by_role(programs[part].model)
@@ -292,7 +295,8 @@ def _export_image_text_to_text(
     generation = getattr(loaded.model, "generation_config", None)
     genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
     config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
-    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config)
+    merge = getattr(loaded.config, "spatial_merge_size", None)  # Mistral 3's, beside its vision config
+    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, merge)
     for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
         (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
         files.append(name)

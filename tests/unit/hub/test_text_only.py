@@ -11,7 +11,7 @@ from fx2onnx.hub import text_only, vision_language
 transformers = pytest.importorskip("transformers")
 
 # the image-text-to-text types export-hf refuses, each with a causal LM for its language model
-REFUSED_TYPES = ["llava", "idefics3", "smolvlm", "mistral3", "qwen2_vl", "llava_next", "internvl"]
+REFUSED_TYPES = ["llava", "idefics3", "smolvlm", "qwen2_vl", "llava_next", "internvl"]
 
 
 def test_a_text_generation_folder_of_phi4_multimodal_needs_the_option():
