@@ -3,7 +3,7 @@ GenAI's `mistral3` type runs it: a vision model for one image of any size ([1, 3
 width], sides multiples of the merged patch; the runtime runs it once per image), the
 shared embedding model, and a decoder over `inputs_embeds` with 1-D positions.
 
-The runtime's processor (`processor_config`) decodes, resizes with its `smart_resize`,
+The runtime's processor (`processor_transforms`) decodes, resizes with its `smart_resize`,
 scales, normalizes, puts channels first and reports each image's size; its prompt
 expansion writes each image's `[IMG]` rows ended by `[IMG_BREAK]` and the last by
 `[IMG_END]`, as transformers' Pixtral processor does. transformers' processor scales an
@@ -90,12 +90,11 @@ def vision_section(config: Any, filename: str, processor_file: str, session: dic
 
 def processor_transforms(image_processor: Any, patch_size: int, merge_size: int, interpolation: str,
                          scaling: list[dict[str, Any]], operation: Any) -> list[dict[str, Any]]:
-    """The runtime's Pixtral transforms: decode, RGB, resize within the longest edge to
+    """The runtime's Pixtral transforms: decode to RGB, resize within the longest edge to
     multiples of the merged patch, scale and normalize, channels first, the image sizes."""
     edge, side = longest_edge(image_processor), patch_size * merge_size
+    # the decoder gives RGB already: the runtime's ConvertRGB after it would swap the channels
     transforms = [operation("decode_image", "DecodeImage", {"color_space": "RGB"})]
-    if getattr(image_processor, "do_convert_rgb", True):
-        transforms.append(operation("convert_to_rgb", "ConvertRGB"))
     transforms.append(operation("resize", "Resize", {
         "height": edge, "width": edge, "smart_resize": 1, "min_pixels": side * side, "max_pixels": edge * edge,
         "keep_aspect_ratio": 0, "interpolation": interpolation, "patch_size": patch_size, "merge_size": merge_size,

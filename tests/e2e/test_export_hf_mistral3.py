@@ -29,7 +29,8 @@ IMAGE_SIZES = [(56, 84), (112, 28), (84, 84)]
 
 
 def prompt(images: int) -> str:
-    return f"[INST]{'[IMG]' * images}describe this image[/INST]"
+    """Each image's [IMG] apart: the runtime takes consecutive [IMG] tokens for one image's placeholder."""
+    return f"[INST]{' and '.join(['[IMG]'] * images)}describe this image[/INST]"
 
 
 def save_mistral3(folder):
@@ -47,6 +48,10 @@ def save_mistral3(folder):
     )
     torch.manual_seed(0)
     model = transformers.Mistral3ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # weights large enough that the tokens depend on the image (at the default init they do not)
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3)
     model.save_pretrained(folder)
     image_processor = transformers.PixtralImageProcessorPil(patch_size={"height": 28, "width": 28},
                                                             size={"longest_edge": LONGEST_EDGE})
@@ -82,6 +87,12 @@ def mistral3(tmp_path_factory):
         paths.append(folder / f"image{index}.png")
         Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
     return model, processor, folder / "out", result, paths
+
+
+def test_the_tiny_model_answers_each_image_otherwise(mistral3):
+    model, processor, _, _, paths = mistral3
+    answers = {tuple(transformers_tokens(model, processor, [path], 16)) for path in paths}
+    assert len(answers) == len(paths)
 
 
 def test_mistral3_folder_layout(mistral3):
