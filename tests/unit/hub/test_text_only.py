@@ -59,3 +59,9 @@ def test_a_prefix_lm_has_no_text_only_folder():
     with pytest.raises(NotImplementedError, match="paligemma is not one of them. Nothing was written. Its language model attends "
                        "both ways over the prompt, .* export its modules with fx2onnx.dynamo_export"):
         vision_language.check_supported(config)
+
+
+def test_gemma3_with_an_image_token_count_the_runtime_lacks_names_the_text_only_export():
+    config = transformers.Gemma3Config(mm_tokens_per_image=64)
+    with pytest.raises(NotImplementedError, match="puts 64 tokens per image .* Give --text-only to export its language model"):
+        vision_language.check_supported(config)
