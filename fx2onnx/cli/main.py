@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantize-embedding", action="store_true",
         help="int4/int8 of a causal LM: the token embedding as GatherBlockQuantized too (default: float, as the GenAI builder keeps it)",
     )
+    hub.add_argument(
+        "--text-only", action="store_true",
+        help="a model with vision or audio encoders: export its language model alone (text-generation, the encoders left out)",
+    )
     hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
     hub.add_argument(
         "--verify", action="store_true",
@@ -196,7 +200,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
             opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
             module_functions=args.module_functions, precision=args.precision, block_size=args.block_size,
             accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head,
-            quantize_embedding=args.quantize_embedding,
+            quantize_embedding=args.quantize_embedding, text_only=args.text_only,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error

@@ -5,9 +5,10 @@ folder that its clients (ONNX Runtime GenAI, Transformers.js, Optimum-style load
 load as it is (layout.py): for causal LMs one `onnx/model.onnx` serving prefill and
 decode with ONNX Runtime GenAI's `genai_config.json`; for encoders and image classifiers
 one `onnx/model.onnx`; for encoder-decoders `onnx/encoder_model.onnx` and
-`onnx/decoder_model_merged.onnx`; for image-text-to-text models (Qwen2.5-VL, Qwen3-VL, Gemma 3) ONNX Runtime GenAI's
+`onnx/decoder_model_merged.onnx`; for image-text-to-text models (Qwen2.5-VL, Qwen3-VL, Gemma 3, Mistral 3) ONNX Runtime GenAI's
 vision, embedding and decoder models and image processor configuration (vision_language.py,
-vision_grid.py, vlm_gemma3.py, vlm_qwen3.py, vlm_layout.py); the tokenizer as transformers loads it. A decoder with sliding-window
+vision_grid.py, vlm_gemma3.py, vlm_qwen3.py, vlm_mistral3.py, vlm_layout.py); a multimodal model's language
+model alone with `--text-only` (text_only.py); the tokenizer as transformers loads it. A decoder with sliding-window
 layers keeps every token in its cache and the window in its masks (sliding_window.py). Dims get the names runtimes use (`batch_size`,
 `sequence_length`, `past_sequence_length`, `total_sequence_length`). Everything goes
 through the public API (`dynamo_export`, `ONNXProgram.save`, and the public names of the

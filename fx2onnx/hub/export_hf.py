@@ -28,7 +28,7 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_layout, whisper_genai
+from fx2onnx.hub import layout, seq2seq, text_only, tokenizer_files, vision_language, vlm_layout, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.precision import resolve_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
@@ -121,7 +121,7 @@ def _save(
     if loaded.fake_context is None:
         state = None
     elif state is None:
-        state = loaded.folder
+        state = loaded.weights if loaded.weights is not None else loaded.folder
     program.save(staging / relative, model_state=state, external_data=True, data_name=layout.data_file(relative))
     return layout.with_data_file(relative)
 
@@ -284,7 +284,10 @@ def _export_image_text_to_text(
     say(vlm_layout.image_sizes_note(loaded.config.model_type, image_processor))
     files, paths = [], {}
     # the parts are modules of the model, not the model: their weights by the model's names
-    state = RenamedCheckpoint(loaded.folder, loaded.model) if loaded.fake_context is not None else None
+    # (every name of a tied weight reads the one the checkpoint holds: a tied LM head is `lm_head.weight` in the decoder)
+    state = None
+    if loaded.fake_context is not None:
+        state = RenamedCheckpoint(loaded.folder, loaded.model).renamed(text_only.source_names(loaded.model, loaded.model))
     for part, base in vlm_layout.PARTS.items():
         if part != "vision":  # its dims are the image's, no role the runtime names
             name_dims_by_role(programs[part].model)
@@ -294,7 +297,8 @@ def _export_image_text_to_text(
     generation = getattr(loaded.model, "generation_config", None)
     genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
     config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
-    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config)
+    merge = getattr(loaded.config, "spatial_merge_size", None)  # Mistral 3's, beside its vision config
+    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, merge)
     for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
         (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
         files.append(name)
@@ -317,7 +321,7 @@ def _verify(
 ) -> Verification:
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
-        model = load_model(loaded.folder, loaded.task, None, fake=False).model
+        model = load_model(loaded.folder, loaded.task, None, fake=False, text_only=loaded.text_only).model
         model.to(next(p.dtype for p in loaded.model.parameters()))
     tolerance = tolerance_for(next(p.dtype for p in model.parameters()), rtol, atol)
     if _genai_whisper(loaded, runtime):
@@ -374,6 +378,7 @@ def export_hf(
     quantize_lm_head: bool = True,
     quantize_embedding: bool = False,
     pack_projections: bool = False,
+    text_only: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -435,6 +440,9 @@ def export_hf(
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
+        text_only: export a multimodal model's language model alone as text-generation,
+            its vision and audio encoders left out (`fx2onnx.hub.text_only`); without it a
+            text-generation export of a model with encoders is refused.
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -452,7 +460,7 @@ def export_hf(
     if runtime == "standard" and module_functions:
         raise ValueError("runtime standard writes one flat graph (OpenVINO and TVM take no ONNX functions): drop module_functions.")
     folder = local_folder(model)
-    loaded = load_model(folder, task, dtype, fake, say)
+    loaded = load_model(folder, task, dtype, fake, say, text_only=text_only)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
         vision_language.check_supported(loaded.config)
     _check_quantizable(loaded, precision, quantization)
@@ -470,6 +478,8 @@ def export_hf(
             exporter = functools.partial(_export_single, quantization=quantization)
         files = exporter(loaded, staging, options)
         files += copy_folder_files(folder, staging)
+        if loaded.text_only:  # the language model's config: the folder holds no encoder
+            (staging / "config.json").write_text(loaded.model.config.to_json_string(), encoding="utf-8")
         bits = quantization.bits if quantization is not None else None
         layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded), bits)
         # Whisper's decoder prompt carries its special tokens, the runtime's tokenizer adds none

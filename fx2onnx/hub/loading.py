@@ -15,6 +15,7 @@ import torch
 
 from fx2onnx import ONNXFakeContext
 from fx2onnx.hub import tasks
+from fx2onnx.hub import text_only as text_only_module
 from fx2onnx.program import snapshot_folder
 
 TEXT_GENERATION = "text-generation"
@@ -43,6 +44,10 @@ class LoadedModel:
     folder: Path
     task: str
     fake_context: ONNXFakeContext | None
+    # the model is a multimodal checkpoint's language model alone (text_only.py)
+    text_only: bool = False
+    # in fake mode, the folder's weights under the model's names where they differ (text_only.py)
+    weights: Any = None
 
 
 def local_folder(source: str | os.PathLike) -> Path:
@@ -101,24 +106,38 @@ def _value_free_truncated_normal() -> Iterator[None]:
 
 
 def load_model(
-    folder: Path, task: str | None, dtype: str | None, fake: bool, say: Callable[[str], None] = lambda line: None
+    folder: Path, task: str | None, dtype: str | None, fake: bool, say: Callable[[str], None] = lambda line: None,
+    text_only: bool = False,
 ) -> LoadedModel:
     """The model of ``folder`` for ``task`` (a default one is told to ``say``), in ``dtype``;
     with ``fake`` its parameters are FakeTensors (no memory) and its weights stay in the
-    folder until the model is saved."""
+    folder until the model is saved. ``text_only``: a multimodal model's language model
+    alone, for text-generation (text_only.py); without it a text-generation model with
+    encoders is a `text_only.PartsLeftOutError`."""
     import transformers
-
-    from fx2onnx import enable_fake_mode
 
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"'{folder}' has no config.json: give a folder that save_pretrained wrote, or a hub id.")
     config = transformers.AutoConfig.from_pretrained(folder)
+    architecture = ", ".join(getattr(config, "architectures", None) or [config.model_type])
+    if text_only:
+        return _load_text_only(folder, config, task, dtype, fake, say, architecture)
     if task is None:
         task = default_task(config)
-        architecture = ", ".join(getattr(config, "architectures", None) or [config.model_type])
         say(f"task {task} (the default for {architecture}; --task to choose another)")
     if task not in TASKS:
         raise ValueError(f"Unknown task '{task}': one of {', '.join(TASKS)}.")
+    if task == TEXT_GENERATION:
+        text_only_module.check_parts_kept(config, architecture)
+    model, fake_context = _load(folder, config, task, dtype, fake)
+    return LoadedModel(model, config, folder, task, fake_context)
+
+
+def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -> tuple[torch.nn.Module, ONNXFakeContext | None]:
+    import transformers
+
+    from fx2onnx import enable_fake_mode
+
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"Unknown dtype '{dtype}': one of {', '.join(DTYPES)}.")
     auto = getattr(transformers, _AUTO_CLASSES[task])
@@ -130,6 +149,30 @@ def load_model(
             model.generation_config = transformers.GenerationConfig.from_pretrained(folder)
         if torch_dtype is not None:
             model.to(torch_dtype)
-        return LoadedModel(model.eval(), config, folder, task, fake_context)
+        return model.eval(), fake_context
     model = auto.from_pretrained(folder, dtype=torch_dtype) if torch_dtype else auto.from_pretrained(folder)
-    return LoadedModel(model.eval(), config, folder, task, None)
+    return model.eval(), None
+
+
+def _load_text_only(
+    folder: Path, config: Any, task: str | None, dtype: str | None, fake: bool, say: Callable[[str], None], architecture: str,
+) -> LoadedModel:
+    from fx2onnx.hub.renamed_weights import RenamedCheckpoint
+
+    if task not in (None, TEXT_GENERATION):
+        raise ValueError(f"--text-only exports a language model alone, for {TEXT_GENERATION}: drop --task {task}.")
+    parts = text_only_module.left_out_parts(config)
+    if not parts:
+        raise ValueError(f"{architecture} has no vision or audio encoder to leave out: drop --text-only.")
+    if not text_only_module.can_export_text_only(config):
+        raise NotImplementedError(f"{architecture}: {text_only_module.command_hint(config)}")
+    say(f"text only: {architecture}'s {' and '.join(parts)} left out; the folder takes text prompts only")
+    if getattr(config, "text_config", None) is None:  # transformers' causal LM of the config itself
+        model, fake_context = _load(folder, config, TEXT_GENERATION, dtype, fake)
+        return LoadedModel(model, config, folder, TEXT_GENERATION, fake_context, text_only=True)
+    full, fake_context = _load(folder, config, IMAGE_TEXT_TO_TEXT, dtype, fake)
+    causal = text_only_module.language_model(full, config)
+    weights = None
+    if fake_context is not None:
+        weights = RenamedCheckpoint(folder, full).renamed(text_only_module.source_names(causal, full))
+    return LoadedModel(causal, causal.config, folder, TEXT_GENERATION, fake_context, text_only=True, weights=weights)

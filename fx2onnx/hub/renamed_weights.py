@@ -48,6 +48,16 @@ class RenamedCheckpoint(Mapping[str, torch.Tensor]):
         part._where = {name: where for name, where in self._where.items() if name in names}
         return part
 
+    def renamed(self, sources: Mapping[str, list[str]]) -> RenamedCheckpoint:
+        """The same checkpoint under other names: each name of ``sources`` reads the first of
+        its names here that the checkpoint holds (a text-only export's causal LM, whose
+        tensors are the multimodal model's)."""
+        other = RenamedCheckpoint.__new__(RenamedCheckpoint)
+        other._where = {
+            name: self._where[held[0]] for name, names in sources.items() if (held := [n for n in names if n in self._where])
+        }
+        return other
+
     def __getitem__(self, name: str) -> torch.Tensor:
         from safetensors import safe_open
 

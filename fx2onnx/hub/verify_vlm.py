@@ -7,7 +7,9 @@ model runs once per image as the runtime runs it; Gemma 3's has one image of its
 processor's size. The image features and each step's logits are judged by the tolerance,
 and the greedy tokens must be equal. Qwen's 3-D mRoPE positions are the model's own
 (`get_rope_index`), as the runtime computes them; Gemma 3's decoder is given the step's
-ids (its image tokens' two-way attention) and transformers its `token_type_ids`."""
+ids (its image tokens' two-way attention) and transformers its `token_type_ids`. Mistral 3's
+prompt has two images of different sizes whose sides are multiples of the merged patch (the
+sizes both processors keep), each run through the vision model at its own size."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub import vlm_gemma3
+from fx2onnx.hub import vlm_gemma3, vlm_mistral3
 from fx2onnx.hub.verify import Tolerance, Verification, verdict_of, empty_cache, run_session, cpu_session
 
 
@@ -74,6 +76,40 @@ def _gemma3_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> _
                    lambda index: np.array([[index]], dtype=np.int64))
 
 
+def _mistral3_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> _Prompt:
+    """Each image's rows of image tokens, each row ended by a break token and the last by
+    an end token (Pixtral's layout; the two are text tokens here), between random text tokens."""
+    config = model.config
+    text = _text(config, {int(config.image_token_id)})
+    side = vlm_mistral3.merged_patch(config)
+    placeholders = []
+    for height, width in images["image_sizes"].tolist():
+        rows = [[int(config.image_token_id)] * (width // side) + [text[8]] for _ in range(height // side)]
+        rows[-1][-1] = text[9]
+        placeholders += [token for row in rows for token in row]
+    ids = torch.tensor([text[:3] + placeholders + text[3:8]])
+    output = model.model.get_image_features(images["pixel_values"], images["image_sizes"])
+    features = torch.cat(list(output.pooler_output))
+    return _Prompt(ids, {"pixel_values": images["pixel_values"], "image_sizes": images["image_sizes"]}, features,
+                   np.arange(ids.shape[1], dtype=np.int64)[None], lambda index: np.array([[index]], dtype=np.int64))
+
+
+def _mistral3_sizes(model: torch.nn.Module) -> tuple[tuple[int, int], ...]:
+    """Two images of different sizes whose sides are multiples of the merged patch (which
+    the runtime's resize and transformers' leave as they are), within the rotary table."""
+    side = vlm_mistral3.merged_patch(model.config)
+    return (2 * side, 3 * side), (3 * side, side)
+
+
+def _mistral3_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
+    """The vision model on each image at its own size (the runtime's loop), concatenated."""
+    pixels = images["pixel_values"]
+    return np.concatenate([
+        run_session(vision, {"pixel_values": pixels[index:index + 1, :, :height, :width].numpy()})["image_features"]
+        for index, (height, width) in enumerate(images["image_sizes"].tolist())
+    ])
+
+
 # the (height, width) of Qwen's two random images: neither a multiple of a merged patch (28 or 32 pixels)
 QWEN_IMAGE_SIZES = ((50, 90), (100, 44))
 
@@ -99,11 +135,11 @@ def verify_image_text_to_text(
 ) -> Verification:
     """Greedy generation with the folder's ``files`` (vision, embedding, decoder) against ``model``."""
     config = model.config
-    gemma = config.model_type == "gemma3"
-    sizes = (vlm_gemma3.image_size(image_processor),) if gemma else QWEN_IMAGE_SIZES
+    gemma, mistral = config.model_type == "gemma3", config.model_type == "mistral3"
+    sizes = (vlm_gemma3.image_size(image_processor),) if gemma else _mistral3_sizes(model) if mistral else QWEN_IMAGE_SIZES
     images = image_processor(images=_random_images(sizes), return_tensors="pt")
     with torch.no_grad():
-        prompt = (_gemma3_prompt if gemma else _qwen_prompt)(model, images)
+        prompt = (_gemma3_prompt if gemma else _mistral3_prompt if mistral else _qwen_prompt)(model, images)
         ids = prompt.ids
         generated = model.generate(
             input_ids=ids, attention_mask=torch.ones_like(ids), **prompt.generate_inputs, max_new_tokens=new_tokens,
@@ -114,6 +150,8 @@ def verify_image_text_to_text(
     with cpu_session(files["vision"]) as vision, cpu_session(files["embedding"]) as embedding, cpu_session(files["decoder"]) as decoder:
         if gemma:
             features = run_session(vision, {k: v.numpy() for k, v in images.items()})["image_features"]
+        elif mistral:
+            features = _mistral3_features(vision, images)
         else:
             features = _image_features(vision, images)
         cache = empty_cache(decoder)

@@ -36,12 +36,12 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
-from fx2onnx.hub import causal_lm, vision_grid, vlm_gemma3, vlm_qwen3
+from fx2onnx.hub import causal_lm, text_only, vision_grid, vlm_gemma3, vlm_mistral3, vlm_qwen3
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vlm_gemma3 import Holder, LanguageModelWithHead
 
 # the model types export-hf writes image-text-to-text folders for, with ONNX Runtime GenAI's type
-GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "gemma3": "gemma3"}
+GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "gemma3": "gemma3", "mistral3": vlm_mistral3.GENAI_TYPE}
 # the packed (block-diagonal) attention of the vision tower, registered with transformers
 # under a name with "flash" in it: transformers then hands it the segment bounds as a
 # tensor instead of splitting the sequence with `.tolist()` (a data-dependent split)
@@ -52,12 +52,15 @@ def check_supported(config: Any) -> None:
     """A clear error, before anything is written, for a model type without a runtime layout here."""
     model_type = getattr(config, "model_type", None)
     if model_type == "gemma3":
-        vlm_gemma3.check_image_tokens(config)
+        try:
+            vlm_gemma3.check_image_tokens(config)
+        except NotImplementedError as error:  # the same refusal, naming what works
+            raise NotImplementedError(f"{error} {text_only.command_hint(config)}") from error
     if model_type not in GENAI_VLM_TYPES:
         raise NotImplementedError(
             f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
             f"for model types {', '.join(GENAI_VLM_TYPES)}; {model_type} is not one of them. Nothing was written. "
-            "Give --task text-generation for its language model alone where transformers loads it as a causal LM."
+            f"{text_only.command_hint(config)}"
         )
 
 
@@ -188,13 +191,16 @@ def embedding_inputs(loaded: LoadedModel, per_image: bool = False) -> dict[str, 
 
 
 def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
-    """A decode step after a prefill (sizes as causal_lm's), with text positions on all 3 mRoPE axes."""
+    """A decode step after a prefill (sizes as causal_lm's), with text positions on all 3
+    mRoPE axes (Mistral 3's: 1-D positions, [batch, tokens])."""
     language_model = loaded.model.model.language_model
     batch, cached, new = causal_lm.BATCH, causal_lm.CACHED_TOKENS, causal_lm.NEW_TOKENS
     hidden = int(loaded.config.text_config.hidden_size)
     embeds = torch.randn(batch, cached + new, hidden, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(batch, cached + new, dtype=torch.int64)
     positions = torch.arange(cached + new).view(1, 1, -1).expand(3, batch, -1).contiguous()
+    if loaded.config.model_type == "mistral3":
+        positions = positions[0]
     embeds, mask, positions = _as_loaded((embeds, mask, positions), loaded)
     mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
     with mode, torch.no_grad():
@@ -262,6 +268,14 @@ def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_proc
         return _export_gemma3_parts(loaded, options, vlm_gemma3.image_size(image_processor))
     programs = {}
     plain = dataclasses.replace(options, causal_mask_input=None)
+    if config.model_type == "mistral3":  # one image [1, 3, height, width] of any size
+        vlm_mistral3.check_image_processor(image_processor, config)
+        vision_options = dataclasses.replace(plain, dynamic_shapes={"pixel_values": {2: Dim.AUTO, 3: Dim.AUTO}})
+        pixels = _as_loaded(vlm_mistral3.example_pixels(config), loaded)
+        programs["vision"] = fx2onnx.dynamo_export(
+            vlm_mistral3.PixtralVision(model), pixel_values=pixels, export_options=vision_options
+        )
+        return _export_text_parts(loaded, options, programs)
     vision = (vlm_qwen3.Qwen3Vision if config.model_type == "qwen3_vl" else QwenVision)(model)
     # one image at a time (the runtime runs the model per image), of any number of patches
     vision_options = dataclasses.replace(plain, dynamic_shapes={"pixel_values": {0: Dim.AUTO}, "image_grid_thw": None})
@@ -269,6 +283,15 @@ def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_proc
         programs["vision"] = fx2onnx.dynamo_export(
             vision, **vision_inputs(loaded, example_grid(loaded)), export_options=vision_options
         )
+    return _export_text_parts(loaded, options, programs)
+
+
+def _export_text_parts(
+    loaded: LoadedModel, options: fx2onnx.ExportOptions, programs: dict[str, fx2onnx.ONNXProgram]
+) -> dict[str, fx2onnx.ONNXProgram]:
+    """``programs`` with the embedding and the decoder over `inputs_embeds` added."""
+    config, model = loaded.config, loaded.model
+    plain = dataclasses.replace(options, causal_mask_input=None)
     programs["embedding"] = fx2onnx.dynamo_export(
         Embedding(model, int(config.image_token_id)), **embedding_inputs(loaded), export_options=plain
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from fx2onnx.hub import vlm_gemma3, vlm_qwen3
+from fx2onnx.hub import vlm_gemma3, vlm_mistral3, vlm_qwen3
 from fx2onnx.hub.genai_config import genai_config
 
 VISION, EMBEDDING, DECODER = "vision_encoder", "embed_tokens", "decoder_model_merged"
@@ -55,6 +55,9 @@ def genai_vlm_config(
         "inputs": {"input_ids": "input_ids", "image_features": "image_features"}, "outputs": {"inputs_embeds": "inputs_embeds"},
     }
     vision = config.vision_config
+    if genai_type == vlm_mistral3.GENAI_TYPE:
+        model["vision"] = vlm_mistral3.vision_section(config, files["vision"], PROCESSOR_CONFIG, _session())
+        return written
     if genai_type == "gemma3":
         model["vision"] = {
             "filename": files["vision"], "config_filename": PROCESSOR_CONFIG, "session_options": _session(),
@@ -99,10 +102,17 @@ def _scaling(image_processor: Any) -> list[dict[str, Any]]:
     return transforms
 
 
-def processor_config(genai_type: str, image_processor: Any, vision_config: Any) -> dict[str, Any]:
-    """`genai_processor_config.json` for the runtime's processor of ``genai_type``."""
+def processor_config(genai_type: str, image_processor: Any, vision_config: Any, merge_size: int | None = None) -> dict[str, Any]:
+    """`genai_processor_config.json` for the runtime's processor of ``genai_type``
+    (``merge_size``: Mistral 3's spatial merge, which its vision config does not hold)."""
     if genai_type == "gemma3":
         return gemma3_processor_config(image_processor, vlm_gemma3.image_size(image_processor))
+    if genai_type == vlm_mistral3.GENAI_TYPE:
+        transforms = vlm_mistral3.processor_transforms(
+            image_processor, int(vision_config.patch_size), int(merge_size or 1), _interpolation(image_processor),
+            _scaling(image_processor), _operation,
+        )
+        return {"processor": {"name": vlm_mistral3.PROCESSOR_NAME, "transforms": transforms}}
     return qwen_processor_config(image_processor, vision_config)
 
 
@@ -111,6 +121,10 @@ def image_sizes_note(model_type: str, image_processor: Any) -> str:
     if model_type == "gemma3":
         height, width = vlm_gemma3.image_size(image_processor)
         return f"vision model for {height}x{width} images (the runtime's processor resizes every image to that size)"
+    if model_type == "mistral3":
+        return (f"vision model for images of every size up to {vlm_mistral3.longest_edge(image_processor)} pixels a side "
+                "(the runtime's processor rounds each side to the nearest multiple of the merged patch, transformers' "
+                "rounds up: the same images when the sides are multiples already)")
     lowest, highest = pixel_bounds(image_processor)
     return (f"vision model for images of every size (the runtime's processor resizes each as transformers' does, "
             f"to between {lowest} and {highest} pixels)")

@@ -64,10 +64,9 @@ def save_causal_lm(folder, family: str, tokenizer) -> torch.nn.Module:
     return model
 
 
-def generate_with_genai(folder, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[int]]:
+def genai_greedy(model, prompt_ids: list[int], new_tokens: int) -> list[int]:
+    """Greedy tokens of ONNX Runtime GenAI's `model` (an `og.Model`) after the prompt's ids."""
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-    model = og.Model(str(folder))
-    encoded = list(og.Tokenizer(model).encode(PROMPT))
     params = og.GeneratorParams(model)
     params.set_search_options(do_sample=False, max_length=len(prompt_ids) + new_tokens)
     generator = og.Generator(model, params)
@@ -76,7 +75,14 @@ def generate_with_genai(folder, prompt_ids: list[int], new_tokens: int) -> tuple
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens, [int(t) for t in encoded]
+    return tokens
+
+
+def generate_with_genai(folder, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[int]]:
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = og.Model(str(folder))
+    encoded = list(og.Tokenizer(model).encode(PROMPT))
+    return genai_greedy(model, prompt_ids, new_tokens), [int(t) for t in encoded]
 
 
 def dims(path, name: str) -> list:

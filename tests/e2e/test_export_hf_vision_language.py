@@ -506,6 +506,6 @@ def test_an_image_text_to_text_type_without_a_runtime_layout_is_an_error(tmp_pat
         image_token_id=99,
     )
     transformers.LlavaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
-    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl, qwen3_vl, gemma3; llava is not one of them. Nothing was written"):
+    with pytest.raises(NotImplementedError, match="for model types qwen2_5_vl, qwen3_vl, gemma3, mistral3; llava is not one of them. Nothing was written. Give --text-only"):
         export_hf(tmp_path / "source", tmp_path / "out", say=print)
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
