@@ -34,9 +34,12 @@ from precision_folders import export_contender
 
 VOCAB = 2000
 WINDOW = 128
-FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
+# fx2onnx-int4-rtn / -search: export_hf(..., quantization_algorithm=...); -mixed: mixed_precision=True;
+# builder-int4-kquant: the builder's algo_config=k_quant
+FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4-rtn", "fx2onnx-int4-search", "fx2onnx-int4-search-mixed",
+           "builder-int4", "builder-int4-kquant")
 # on request (--folders): export_hf(..., quantize_embedding=True)
-OTHER_FOLDERS = ("fx2onnx-int4-embedding",)
+OTHER_FOLDERS = ("fx2onnx-int4", "fx2onnx-int4-embedding")
 
 
 def stdlib_texts() -> tuple[str, str]:
@@ -178,11 +181,14 @@ def versions() -> str:
 def markdown(results: dict[str, Any]) -> str:
     lines = [f"Trained {results['steps']} steps ({results['minutes']} min), final training loss "
              f"{results['loss']:.3f}; {results['windows']} held-out windows of {WINDOW} tokens. {results['versions']}.", "",
-             "| folder | size (MB) | perplexity | greedy agreement with float PyTorch |", "|---|---:|---:|---:|"]
-    lines.append(f"| PyTorch float | - | {results['torch']['perplexity']:.4f} | 1.0000 |")
+             "| folder | size (MB) | size / builder-int4 | perplexity | greedy agreement with float PyTorch |",
+             "|---|---:|---:|---:|---:|"]
+    lines.append(f"| PyTorch float | - | - | {results['torch']['perplexity']:.4f} | 1.0000 |")
+    builder = results["folders"].get("builder-int4", {}).get("bytes")
     for name in results["folders"]:
         row = results["folders"][name]
-        lines.append(f"| {name} | {row['bytes'] / 1e6:.2f} | {row['perplexity']:.4f} | {row['agreement']:.4f} |")
+        ratio = f"{row['bytes'] / builder:.3f}x" if builder else "-"
+        lines.append(f"| {name} | {row['bytes'] / 1e6:.2f} | {ratio} | {row['perplexity']:.4f} | {row['agreement']:.4f} |")
     return "\n".join(lines)
 
 

@@ -41,12 +41,16 @@ def export_contender(contender: str, source: Path, out: Path) -> float:
     if exporter == "builder":
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
                    "-p", precision, "-e", "cpu", "-c", str(out.parent / "builder-cache")]
+        if "kquant" in extras:  # the builder's k-quant scale search (its own int4 beyond round-to-nearest)
+            command += ["--extra_options", "algo_config=k_quant"]
         subprocess.run(command, check=True, capture_output=True, text=True)
     else:
-        from fx2onnx.hub import export_hf
+        from fx2onnx.hub import DEFAULT_ALGORITHM, QUANTIZATION_ALGORITHMS, export_hf
 
+        algorithm = next((a for a in QUANTIZATION_ALGORITHMS if a in extras), DEFAULT_ALGORITHM)
         export_hf(source, out, precision=precision, pack_projections="packed" in extras,
-                  quantize_embedding="embedding" in extras)
+                  quantize_embedding="embedding" in extras, quantization_algorithm=algorithm,
+                  mixed_precision="mixed" in extras)
     return time.perf_counter() - started
 
 

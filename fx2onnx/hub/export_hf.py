@@ -30,7 +30,7 @@ from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_layout, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
-from fx2onnx.hub.precision import resolve_precision
+from fx2onnx.hub.precision import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
@@ -205,7 +205,8 @@ def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization:
             "quantize_embedding is for causal LMs (GatherBlockQuantized beside MatMulNBits); an encoder's int8 keeps "
             "its embeddings float: drop quantize_embedding."
         )
-    if quantization != WeightQuantization(bits=quantization.bits, embedding=quantization.embedding):
+    plain = WeightQuantization(bits=quantization.bits, embedding=quantization.embedding, algorithm=quantization.algorithm)
+    if quantization != plain:
         raise ValueError(
             "block_size, accuracy_level and quantize_lm_head are MatMulNBits' (causal LMs); an encoder's int8 takes "
             "none of them: drop them."
@@ -367,6 +368,8 @@ def export_hf(
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
     quantize_embedding: bool = False,
+    quantization_algorithm: str = DEFAULT_ALGORITHM,
+    mixed_precision: bool = False,
     pack_projections: bool = False,
     image_size: tuple[int, int] | None = None,
 ) -> HubExport:
@@ -417,6 +420,12 @@ def export_hf(
             onnxruntime's ``GatherBlockQuantized`` with the linear layers' bits and blocks
             (default False: float, as the builder keeps it); an embedding tied to a
             quantized LM head gathers from the head's codes and scales.
+        quantization_algorithm: int4/int8 of a causal LM: how each block's scale is
+            chosen, "rtn" (round-to-nearest, onnxruntime's quantizer's codes) or
+            "search" (the scale with the least squared error of the block; same size).
+        mixed_precision: int4 of a causal LM: 8 bits for the value and down projections
+            of the first and last eighth of the layers and every third layer between
+            (llama.cpp's Q4_K_M rule, `fx2onnx.hub.precision.more_bits_layers`).
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
@@ -429,8 +438,10 @@ def export_hf(
     _check_output(output)
     dtype, quantization = resolve_precision(
         precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
-        quantize_embedding=quantize_embedding,
+        quantize_embedding=quantize_embedding, algorithm=quantization_algorithm,
     )
+    if mixed_precision and precision != "int4":
+        raise ValueError(f"mixed_precision gives some layers of an int4 folder 8 bits; precision is {precision}: give int4.")
     if quantization is not None and module_functions:
         raise ValueError(f"precision {precision} quantizes the linear layers of one flat graph: drop module_functions.")
     folder = local_folder(model)
@@ -440,6 +451,11 @@ def export_hf(
     elif image_size is not None:
         raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
     _check_quantizable(loaded, precision, quantization)
+    if mixed_precision:
+        if loaded.task != TEXT_GENERATION:
+            raise NotImplementedError(f"mixed_precision is for causal LMs' MatMulNBits; {loaded.task} has none: drop it.")
+        assert quantization is not None
+        quantization = with_mixed_precision(quantization, int(loaded.config.num_hidden_layers))
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))

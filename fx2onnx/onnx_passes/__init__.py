@@ -13,6 +13,7 @@ the stage's entry `run_onnx_passes` (`onnx_pass_steps`).
 """
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes.block_scales import QUANTIZATION_ALGORITHMS
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, newest_opset
@@ -22,6 +23,7 @@ from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize
 
 __all__ = [
     "ONNXRUNTIME_DOMAIN",
+    "QUANTIZATION_ALGORITHMS",
     "WeightQuantization",
     "check_opset_version",
     "newest_opset",

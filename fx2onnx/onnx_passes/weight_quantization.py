@@ -41,7 +41,7 @@ class QuantizedLinears:
     kept_float: list[str] = field(default_factory=list)  # linear weights left float (the LM head when asked)
 
 
-def _make_derived(stored_nk: bool, config: WeightQuantization) -> MakeDerived:
+def _make_derived(stored_nk: bool, config: WeightQuantization, bits: int) -> MakeDerived:
     """How the codes, scales (and zero points) of a weight are computed, for any weight
     read as this layer reads it."""
 
@@ -53,13 +53,15 @@ def _make_derived(stored_nk: bool, config: WeightQuantization) -> MakeDerived:
 
         def derive(stored: torch.Tensor) -> dict[str, torch.Tensor]:
             # MatMulNBits reads W as [N, K]: the transpose of MatMul's [K, N]
-            packed = pack_weight(stored if stored_nk else stored.t(), config.bits, config.block_size, config.symmetric)
+            packed = pack_weight(
+                stored if stored_nk else stored.t(), bits, config.block_size, config.symmetric, config.algorithm
+            )
             outputs = {names[0]: packed.codes, names[1]: packed.scales.to(scales_type)}
             if packed.zero_points is not None:
                 outputs[names[2]] = packed.zero_points
             return outputs
 
-        shapes = packed_shapes(n, k, config.bits, config.block_size)
+        shapes = packed_shapes(n, k, bits, config.block_size)
         dtypes = [ir.DataType.UINT8, weight.dtype, ir.DataType.UINT8]
         return derive, list(zip(names, dtypes, shapes))
 
@@ -72,12 +74,19 @@ def _rewrite(container: ir.Graph | ir.Function, linear: LinearLayer, config: Wei
     assert weight.name is not None and weight.shape is not None and weight.dtype is not None
     rows, cols = (int(d) for d in weight.shape)
     n, k = (rows, cols) if linear.stored_nk else (cols, rows)
-    suffixes = [f"_Q{config.bits}", "_scales"] + ([] if config.symmetric else ["_zero_points"])
-    derived = arguments.derived(weight, suffixes, _make_derived(linear.stored_nk, config))
+    if config.int8_layers and not weight.is_initializer():
+        # a function's body is shared by its calls: one bit width for all their weights
+        raise NotImplementedError(
+            f"WeightQuantization.int8_layers chooses bits per weight, but {weight.name!r} is a module function's "
+            "parameter: export without module functions for mixed precision, or give no int8_layers."
+        )
+    bits = config.bits_of(weight.name)
+    suffixes = [f"_Q{bits}", "_scales"] + ([] if config.symmetric else ["_zero_points"])
+    derived = arguments.derived(weight, suffixes, _make_derived(linear.stored_nk, config, bits))
     inputs: list[ir.Value | None] = [linear.node.inputs[0], *derived]
     if linear.bias is not None:  # inputs: A, B, scales, zero_points, g_idx, bias
         inputs += [None] * (5 - len(inputs)) + [linear.bias]
-    attributes = {"K": k, "N": n, "bits": config.bits, "block_size": config.block_size, "accuracy_level": config.accuracy_level}
+    attributes = {"K": k, "N": n, "bits": bits, "block_size": config.block_size, "accuracy_level": config.accuracy_level}
     node = ir.node("MatMulNBits", inputs, attributes, domain=MS_DOMAIN, name=linear.node.name)
     container.insert_after(linear.bias_add or linear.node, node)
     if isinstance(container, ir.Function):
