@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from diagnostics import DiagnosticOptions
@@ -47,6 +48,11 @@ class WeightQuantization:
         int8_layers: fnmatch patterns of weight names (``"*layers.0.*down_proj*"``)
             quantized with 8 bits whatever ``bits`` says: mixed precision for the layers
             that suffer most (export-hf's ``--mixed-precision`` gives its rule's patterns).
+        codes_of: the codes a pre-quantized checkpoint already holds: for a weight's name,
+            None to keep that weight float, or what reads its MatMulNBits inputs (an
+            ``onnx_passes.nbits_packing.PackedWeight`` of these bits and blocks) when the
+            model is written, used as they are instead of quantizing the weight. None
+            (default): every linear weight quantized by ``algorithm``.
     """
 
     bits: int = 4
@@ -57,6 +63,7 @@ class WeightQuantization:
     embedding: bool = False
     algorithm: str = "rtn"
     int8_layers: tuple[str, ...] = ()
+    codes_of: "Callable[[str], Callable[[], Any] | None] | None" = None
 
     @staticmethod
     def of(precision: "str | WeightQuantization | None") -> "WeightQuantization | None":

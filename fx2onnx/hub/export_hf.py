@@ -30,6 +30,7 @@ from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import layout, seq2seq, tokenizer_files, vision_language, vlm_layout, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
+from fx2onnx.hub.prequantized import CheckpointCodes, checkpoint_codes
 from fx2onnx.hub.precision import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
 from fx2onnx.hub.loading import (
@@ -188,6 +189,21 @@ def _export_single(
     if quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
         quantize_linears_dynamically(program.model)
     return _save(program, staging, _onnx_file(loaded, layout.MODEL, quantization), loaded)
+
+
+def _prequantized(loaded: LoadedModel, given: CheckpointCodes, precision: str | None, algorithm: str, mixed: bool,
+                  accuracy_level: int) -> WeightQuantization:
+    """The quantization that writes a pre-quantized checkpoint's own codes; options that
+    would quantize otherwise are refused."""
+    bits = given.scheme.bits
+    if loaded.task != TEXT_GENERATION:
+        raise NotImplementedError(f"pre-quantized checkpoints are exported for causal LMs (MatMulNBits); this one is {loaded.task}.")
+    if precision not in (None, f"int{bits}") or mixed or algorithm != DEFAULT_ALGORITHM:
+        raise ValueError(
+            f"the checkpoint is already quantized to {bits} bits and is written with its own codes: give no precision "
+            f"(or int{bits}), no mixed_precision and no quantization_algorithm."
+        )
+    return dataclasses.replace(given.quantization(), accuracy_level=accuracy_level)
 
 
 def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization: WeightQuantization | None) -> None:
@@ -451,6 +467,9 @@ def export_hf(
     elif image_size is not None:
         raise ValueError(f"image_size is the image size of an image-text-to-text model's vision model; {loaded.task} has none.")
     _check_quantizable(loaded, precision, quantization)
+    given = checkpoint_codes(folder, loaded.config)
+    if given is not None:
+        quantization = _prequantized(loaded, given, precision, quantization_algorithm, mixed_precision, accuracy_level)
     if mixed_precision:
         if loaded.task != TEXT_GENERATION:
             raise NotImplementedError(f"mixed_precision is for causal LMs' MatMulNBits; {loaded.task} has none: drop it.")

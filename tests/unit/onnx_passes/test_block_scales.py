@@ -11,7 +11,8 @@ import torch
 
 from fx2onnx.onnx_passes.block_scales import block_scales, round_codes
 from fx2onnx.onnx_passes.nbits_packing import pack_weight
-from test_nbits_packing import _dequantize, _run_matmul_nbits
+from conftest import dequantize_matmul_nbits as _dequantize
+from test_nbits_packing import _run_matmul_nbits
 
 BLOCK = 32
 
