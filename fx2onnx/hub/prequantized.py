@@ -11,8 +11,9 @@ scales and zero points of its ``weight_packed``, ``weight_scale`` and
 transformers computes, exactly. The layers the checkpoint keeps float (its ``ignore``
 list, the LM head as a rule) stay float.
 
-Other ``quant_method``s (GPTQ, AWQ, bitsandbytes) need CUDA kernels or packages that
-transformers loads only on GPU: they are refused with what to do.
+Other ``quant_method``s are refused with what to do: transformers loads GPTQ and AWQ on CPU
+only through gptqmodel (and optimum), which PyPI has as a source distribution to compile,
+and bitsandbytes' 4-bit NF4/FP4 levels are not the evenly spaced ones MatMulNBits decodes.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def loading_arguments(config: Any) -> dict[str, Any]:
         return {}
     if str(method) != COMPRESSED_TENSORS:
         raise NotImplementedError(
-            f"the checkpoint is quantized with {method}, which transformers loads only with GPU kernels: export the "
-            f"float model with --precision int4, or convert the checkpoint to {COMPRESSED_TENSORS} (pack-quantized)."
+            f"the checkpoint is quantized with {method}; fx2onnx reads {COMPRESSED_TENSORS} (pack-quantized) checkpoints: "
+            f"convert it to that format, or export the float model with --precision int4."
         )
     import transformers
 
