@@ -411,7 +411,8 @@ def export_hf(
         runtime: "onnxruntime" (default): its own kernels where faster. A causal LM's
             attention over its cache becomes `GroupQueryAttention`, which appends to the
             cache in place (the genai config then says `past_present_share_buffer: true`),
-            with the padding of any mask as its attention bias; the steps onnxruntime's
+            with the padding of any mask as its attention bias (left out at run time when
+            no sequence is padded); the steps onnxruntime's
             kernel refuses (several new tokens over a cache at batch > 1) take the
             standard form. Whisper is written for ONNX Runtime GenAI (whisper_genai.py:
             an encoder with the cross-attention caches, one decoder, genai_config.json,
