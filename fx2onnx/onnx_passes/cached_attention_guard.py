@@ -118,6 +118,8 @@ def _kernel_branch(kernel: ir.Node, name: str, bias: bool = True) -> ir.Graph:
     """A graph of the kernel alone, reading the enclosing graph's values (without its
     attention bias and the optional inputs after it when ``bias`` is False)."""
     inputs = list(kernel.inputs) if bias else list(kernel.inputs[:_BIAS])
+    while inputs and inputs[-1] is None:  # no empty optional inputs at the end
+        inputs.pop()
     suffix = "kernel" if bias else "unpadded_kernel"
     inner = ir.node(kernel.op_type, inputs, attributes=dict(kernel.attributes), domain=kernel.domain,
                     num_outputs=len(kernel.outputs), name=f"{name}/{suffix}")
