@@ -71,12 +71,12 @@ def op_counts(folder: Path) -> dict[str, int]:
 
 def markdown(results: dict[str, Any]) -> str:
     sizes, timing = results["bytes"], results.get("timing", {})
-    base, builder = sizes["fx2onnx-fp32"], sizes.get("builder-int4")
+    base, builder = sizes.get("fx2onnx-fp32"), sizes.get("builder-int4")
     lines = ["| folder | size (MB) | vs fp32 | vs builder int4 | "
              + " | ".join(f"prefill {n} ms | decode after {n} ms/token" for n in PROMPTS) + " |",
              "|---|---:|---:|---:|" + "---:|---:|" * len(PROMPTS)]
     for name, size in sizes.items():
-        cells = [f"{size / MB:.1f}", f"{size / base:.3f}x", f"{size / builder:.3f}x" if builder else "-"]
+        cells = [f"{size / MB:.1f}", f"{size / base:.3f}x" if base else "-", f"{size / builder:.3f}x" if builder else "-"]
         for n in PROMPTS:
             entry = timing.get(name, {}).get(n)
             cells += [f"{entry['prefill_ms']:.1f}", f"{entry['decode_ms_per_token']:.2f}"] if entry else ["-", "-"]
