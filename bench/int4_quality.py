@@ -9,10 +9,13 @@ trained here) for ``--minutes`` on CPU, on the Python standard library's ``.py``
 in onnxruntime with an empty cache on the same held-out windows (teacher forced): its
 perplexity, and the share of positions where its argmax equals the PyTorch float model's.
 The runner reads each folder's file and input/output names from its genai_config.json.
-The builder's float folder (``-p fp32``) is the control: how far two float graphs of the
+The int4 folders: fx2onnx's round-to-nearest (``-rtn``), searched block scales
+(``-search``, the same size) and with mixed precision (``-search-mixed``, 8 bits for the
+value and down projections of llama.cpp's Q4_K_M layers), the builder's default and its
+``algo_config=k_quant``. The builder's float folder (``-p fp32``) is the control: how far two float graphs of the
 same weights differ, which bounds what a difference between the int4 folders can mean.
 
-    flock /tmp/fx2onnx-heavy.lock python bench/int4_quality.py [--minutes 4] [--windows 48] \\
+    flock /tmp/fx2onnx-heavy.lock python bench/int4_quality.py [--minutes 4 | --steps 600] [--windows 48] \\
         [--markdown out.md] [--keep DIR]
 """
 
@@ -34,9 +37,12 @@ from precision_folders import export_contender
 
 VOCAB = 2000
 WINDOW = 128
-FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
+# fx2onnx-int4-rtn / -search: export_hf(..., quantization_algorithm=...); -mixed: mixed_precision=True;
+# builder-int4-kquant: the builder's algo_config=k_quant
+FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4-rtn", "fx2onnx-int4-search", "fx2onnx-int4-search-mixed",
+           "builder-int4", "builder-int4-kquant")
 # on request (--folders): export_hf(..., quantize_embedding=True)
-OTHER_FOLDERS = ("fx2onnx-int4-embedding",)
+OTHER_FOLDERS = ("fx2onnx-int4", "fx2onnx-int4-embedding")
 
 
 def stdlib_texts() -> tuple[str, str]:
@@ -64,8 +70,9 @@ def train_tokenizer(text: str) -> Any:
     return transformers.PreTrainedTokenizerFast(tokenizer_object=model, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
-def train_model(ids: np.ndarray, minutes: float, say) -> tuple[Any, float, int]:
-    """A LLaMA-style model trained on ``ids`` for ``minutes``: (model, final loss, steps)."""
+def train_model(ids: np.ndarray, minutes: float, say, steps: int | None = None) -> tuple[Any, float, int]:
+    """A LLaMA-style model trained on ``ids`` for ``minutes``, or for ``steps`` optimizer
+    steps when given (the same model whatever the machine's load): (model, final loss, steps)."""
     import torch
     import transformers
 
@@ -82,11 +89,12 @@ def train_model(ids: np.ndarray, minutes: float, say) -> tuple[Any, float, int]:
     started = time.monotonic()
     deadline = started + budget
     model.train()
-    while time.monotonic() < deadline:
+    while (step < steps) if steps else (time.monotonic() < deadline):
         starts = generator.integers(0, len(ids) - WINDOW - 1, batch)
         x = torch.from_numpy(np.stack([ids[s:s + WINDOW] for s in starts]).astype(np.int64))
         # warm up, then decay linearly with the time spent (the budget is in minutes, not steps)
-        lr = 3e-3 * min(1.0, (step + 1) / 20) * max(0.1, 1 - (time.monotonic() - started) / budget)
+        done = step / steps if steps else (time.monotonic() - started) / budget
+        lr = 3e-3 * min(1.0, (step + 1) / 20) * max(0.1, 1 - done)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss = model(input_ids=x, labels=x).loss
@@ -178,11 +186,14 @@ def versions() -> str:
 def markdown(results: dict[str, Any]) -> str:
     lines = [f"Trained {results['steps']} steps ({results['minutes']} min), final training loss "
              f"{results['loss']:.3f}; {results['windows']} held-out windows of {WINDOW} tokens. {results['versions']}.", "",
-             "| folder | size (MB) | perplexity | greedy agreement with float PyTorch |", "|---|---:|---:|---:|"]
-    lines.append(f"| PyTorch float | - | {results['torch']['perplexity']:.4f} | 1.0000 |")
+             "| folder | size (MB) | size / builder-int4 | perplexity | greedy agreement with float PyTorch |",
+             "|---|---:|---:|---:|---:|"]
+    lines.append(f"| PyTorch float | - | - | {results['torch']['perplexity']:.4f} | 1.0000 |")
+    builder = results["folders"].get("builder-int4", {}).get("bytes")
     for name in results["folders"]:
         row = results["folders"][name]
-        lines.append(f"| {name} | {row['bytes'] / 1e6:.2f} | {row['perplexity']:.4f} | {row['agreement']:.4f} |")
+        ratio = f"{row['bytes'] / builder:.3f}x" if builder else "-"
+        lines.append(f"| {name} | {row['bytes'] / 1e6:.2f} | {ratio} | {row['perplexity']:.4f} | {row['agreement']:.4f} |")
     return "\n".join(lines)
 
 
@@ -191,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=4.0, help="training time on CPU")
+    parser.add_argument("--steps", type=int, help="train this many steps instead (a loaded machine gets the same model)")
     parser.add_argument("--windows", type=int, default=48, help="held-out windows of 128 tokens")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     parser.add_argument("--folders", nargs="+", default=list(FOLDERS), choices=FOLDERS + OTHER_FOLDERS)
@@ -204,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     train_ids = np.array(tokenizer(train_text)["input_ids"], np.int64)
     held_ids = np.array(tokenizer(held_text)["input_ids"], np.int64)
     say(f"{len(train_ids)} training tokens, {len(held_ids)} held out")
-    model, loss, steps = train_model(train_ids, args.minutes, say)
+    model, loss, steps = train_model(train_ids, args.minutes, say, args.steps)
 
     stride = max(WINDOW, (len(held_ids) - WINDOW) // args.windows)
     windows = [held_ids[s:s + WINDOW] for s in range(0, len(held_ids) - WINDOW, stride)][:args.windows]
@@ -215,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
 
     reference = [torch_logits(ids)[:-1].argmax(-1) for ids in windows]
     perplexity, _ = score(torch_logits, windows, reference)
-    results: dict[str, Any] = {"steps": steps, "minutes": args.minutes, "loss": loss, "windows": len(windows),
+    results: dict[str, Any] = {"steps": steps, "minutes": "-" if args.steps else args.minutes, "loss": loss, "windows": len(windows),
                                "versions": versions(), "torch": {"perplexity": perplexity}, "folders": {}}
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or Path(scratch)

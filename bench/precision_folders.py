@@ -41,12 +41,16 @@ def export_contender(contender: str, source: Path, out: Path) -> float:
     if exporter == "builder":
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
                    "-p", precision, "-e", "cpu", "-c", str(out.parent / "builder-cache")]
+        if "kquant" in extras:  # the builder's k-quant scale search (its own int4 beyond round-to-nearest)
+            command += ["--extra_options", "algo_config=k_quant"]
         subprocess.run(command, check=True, capture_output=True, text=True)
     else:
-        from fx2onnx.hub import export_hf
+        from fx2onnx.hub import DEFAULT_ALGORITHM, QUANTIZATION_ALGORITHMS, export_hf
 
+        algorithm = next((a for a in QUANTIZATION_ALGORITHMS if a in extras), DEFAULT_ALGORITHM)
         export_hf(source, out, precision=precision, pack_projections="packed" in extras,
-                  quantize_embedding="embedding" in extras)
+                  quantize_embedding="embedding" in extras, quantization_algorithm=algorithm,
+                  mixed_precision="mixed" in extras)
     return time.perf_counter() - started
 
 
@@ -67,12 +71,12 @@ def op_counts(folder: Path) -> dict[str, int]:
 
 def markdown(results: dict[str, Any]) -> str:
     sizes, timing = results["bytes"], results.get("timing", {})
-    base, builder = sizes["fx2onnx-fp32"], sizes.get("builder-int4")
+    base, builder = sizes.get("fx2onnx-fp32"), sizes.get("builder-int4")
     lines = ["| folder | size (MB) | vs fp32 | vs builder int4 | "
              + " | ".join(f"prefill {n} ms | decode after {n} ms/token" for n in PROMPTS) + " |",
              "|---|---:|---:|---:|" + "---:|---:|" * len(PROMPTS)]
     for name, size in sizes.items():
-        cells = [f"{size / MB:.1f}", f"{size / base:.3f}x", f"{size / builder:.3f}x" if builder else "-"]
+        cells = [f"{size / MB:.1f}", f"{size / base:.3f}x" if base else "-", f"{size / builder:.3f}x" if builder else "-"]
         for n in PROMPTS:
             entry = timing.get(name, {}).get(n)
             cells += [f"{entry['prefill_ms']:.1f}", f"{entry['decode_ms_per_token']:.2f}"] if entry else ["-", "-"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from diagnostics import DiagnosticOptions
@@ -27,6 +29,8 @@ PORTABLE_OPSET = 20
 
 # ExportOptions.precision's names -> bits of the weights
 PRECISIONS = {"int4": 4, "int8": 8}
+# WeightQuantization.algorithm: block scales from the extremes, or searched (onnx_passes/block_scales.py)
+QUANTIZATION_ALGORITHMS = ("rtn", "search")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,18 @@ class WeightQuantization:
         embedding: quantize the token embedding too, as ``GatherBlockQuantized`` with the
             same bits and blocks (`embedding_quantization`; the builder's ``int4`` does
             not by default).
+        algorithm: how each block's scale (and zero point) is chosen: ``"rtn"``
+            (round-to-nearest: from the block's extremes, onnxruntime's quantizer's codes
+            byte for byte) or ``"search"`` (the candidate scale with the least squared
+            error of the block, never more than round-to-nearest's; same size).
+        int8_layers: fnmatch patterns of weight names (``"*layers.0.*down_proj*"``)
+            quantized with 8 bits whatever ``bits`` says: mixed precision for the layers
+            that suffer most (export-hf's ``--mixed-precision`` gives its rule's patterns).
+        codes_of: the codes a pre-quantized checkpoint already holds: for a weight's name,
+            None to keep that weight float, or what reads its MatMulNBits inputs (an
+            ``onnx_passes.nbits_packing.PackedWeight`` of these bits and blocks) when the
+            model is written, used as they are instead of quantizing the weight. None
+            (default): every linear weight quantized by ``algorithm``.
     """
 
     bits: int = 4
@@ -52,6 +68,9 @@ class WeightQuantization:
     symmetric: bool = True
     lm_head: bool = True
     embedding: bool = False
+    algorithm: str = "rtn"
+    int8_layers: tuple[str, ...] = ()
+    codes_of: "Callable[[str], Callable[[], Any] | None] | None" = None
 
     @staticmethod
     def of(precision: "str | WeightQuantization | None") -> "WeightQuantization | None":
@@ -71,6 +90,14 @@ class WeightQuantization:
             raise ValueError(f"the block size must be a power of two of at least 16 (MatMulNBits); got {self.block_size}.")
         if self.accuracy_level not in (0, 1, 2, 3, 4):
             raise ValueError(f"the accuracy level is 0 to 4 (MatMulNBits); got {self.accuracy_level}.")
+        if self.algorithm not in QUANTIZATION_ALGORITHMS:
+            raise ValueError(f"the quantization algorithm is one of {', '.join(QUANTIZATION_ALGORITHMS)}; got {self.algorithm!r}.")
+        if isinstance(self.int8_layers, str):
+            raise TypeError("int8_layers is a tuple of name patterns, not one string: give (pattern,).")
+
+    def bits_of(self, weight_name: str) -> int:
+        """The bits of the weight named ``weight_name``: 8 where `int8_layers` matches it."""
+        return 8 if any(fnmatch.fnmatchcase(weight_name, pattern) for pattern in self.int8_layers) else self.bits
 
 
 

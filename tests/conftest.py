@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx.inliner
 import pytest
@@ -159,6 +160,26 @@ def translated_fx_targets(model: onnx.ModelProto) -> set[str]:
             if prop.key == "pkg.fx2onnx.fx_node":
                 targets.add(prop.value)
     return targets
+
+
+def dequantize_matmul_nbits(
+    codes: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, bits: int, k: int
+) -> np.ndarray:
+    """W as [K, N] from MatMulNBits' B, scales and zero points (the contrib op's spec)."""
+    n, blocks, _ = codes.shape
+    if bits == 4:
+        unpacked = np.stack([codes & 0x0F, codes >> 4], axis=-1).reshape(n, blocks, -1)
+    else:
+        unpacked = codes
+    if zero_points is None:
+        zero = np.full((n, blocks), 2 ** (bits - 1), dtype=np.float32)
+    elif bits == 4:
+        rows = zero_points.reshape(n, -1)
+        zero = np.stack([rows & 0x0F, rows >> 4], axis=-1).reshape(n, -1)[:, :blocks].astype(np.float32)
+    else:
+        zero = zero_points.reshape(n, blocks).astype(np.float32)
+    weight = (unpacked.astype(np.float32) - zero[..., None]) * scales.reshape(n, blocks)[..., None]
+    return weight.reshape(n, -1)[:, :k].T
 
 
 def check_saved_model(program: fx2onnx.ONNXProgram, path: Path, **save_kwargs: Any) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from fx2onnx.cli.paths import check_output_paths, check_readable_file
 from fx2onnx.cli.specs import UsageError, parse_dynamic_spec, parse_input_spec, parse_model_spec
 from fx2onnx import ExportOptions
-from fx2onnx.hub import PRECISIONS
+from fx2onnx.hub import DEFAULT_ALGORITHM, PRECISIONS, QUANTIZATION_ALGORITHMS
 from fx2onnx.hub import TASKS as HUB_TASKS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -162,6 +162,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--text-only", action="store_true",
         help="a model with vision or audio encoders: export its language model alone (text-generation, the encoders left out)",
     )
+    hub.add_argument(
+        "--quantization", choices=QUANTIZATION_ALGORITHMS, default=DEFAULT_ALGORITHM,
+        help="int4/int8 of a causal LM: each block's scale from its extremes (rtn, round-to-nearest) or searched for "
+        f"the least squared error of the block (search; same size) (default {DEFAULT_ALGORITHM})",
+    )
+    hub.add_argument(
+        "--mixed-precision", action="store_true",
+        help="int4 of a causal LM: 8 bits for the value and down projections of the first and last eighth of the "
+        "layers and every third layer between (llama.cpp's Q4_K_M rule)",
+    )
     hub.add_argument("--fake", action="store_true", help="build the model in fake mode, stream the weights from the folder")
     hub.add_argument(
         "--verify", action="store_true",
@@ -200,7 +210,8 @@ def _run_export_hf(args: argparse.Namespace) -> int:
             opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
             module_functions=args.module_functions, precision=args.precision, block_size=args.block_size,
             accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head,
-            quantize_embedding=args.quantize_embedding, text_only=args.text_only,
+            quantize_embedding=args.quantize_embedding, text_only=args.text_only, quantization_algorithm=args.quantization,
+            mixed_precision=args.mixed_precision,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error

@@ -17,7 +17,7 @@ stage packages: see docs/architecture.md, "Applications").
 
 from fx2onnx.hub.export_hf import HubExport, export_hf
 from fx2onnx.hub.loading import TASKS
-from fx2onnx.hub.precision import PRECISIONS
+from fx2onnx.hub.precision import DEFAULT_ALGORITHM, PRECISIONS, QUANTIZATION_ALGORITHMS
 from fx2onnx.hub.runtime_check import onnxruntime_only_operators
 
-__all__ = ["HubExport", "PRECISIONS", "TASKS", "export_hf", "onnxruntime_only_operators"]
+__all__ = ["DEFAULT_ALGORITHM", "HubExport", "PRECISIONS", "QUANTIZATION_ALGORITHMS", "TASKS", "export_hf", "onnxruntime_only_operators"]

@@ -30,7 +30,8 @@ from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
 from fx2onnx.hub import layout, seq2seq, text_only, tokenizer_files, vision_language, vlm_layout, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
-from fx2onnx.hub.precision import resolve_precision
+from fx2onnx.hub.prequantized import CheckpointCodes, checkpoint_codes
+from fx2onnx.hub.precision import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
 from fx2onnx.hub.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import (
@@ -200,6 +201,21 @@ def _export_single(
     return _save(program, staging, _onnx_file(loaded, layout.MODEL, quantization), loaded)
 
 
+def _prequantized(loaded: LoadedModel, given: CheckpointCodes, precision: str | None, algorithm: str, mixed: bool,
+                  accuracy_level: int) -> WeightQuantization:
+    """The quantization that writes a pre-quantized checkpoint's own codes; options that
+    would quantize otherwise are refused."""
+    bits = given.scheme.bits
+    if loaded.task != TEXT_GENERATION:
+        raise NotImplementedError(f"pre-quantized checkpoints are exported for causal LMs (MatMulNBits); this one is {loaded.task}.")
+    if precision not in (None, f"int{bits}") or mixed or algorithm != DEFAULT_ALGORITHM:
+        raise ValueError(
+            f"the checkpoint is already quantized to {bits} bits and is written with its own codes: give no precision "
+            f"(or int{bits}), no mixed_precision and no quantization_algorithm."
+        )
+    return dataclasses.replace(given.quantization(), accuracy_level=accuracy_level)
+
+
 def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization: WeightQuantization | None) -> None:
     """int4/int8 are for causal LMs (weight-only MatMulNBits) and int8 for encoders
     (dynamic activations, MatMulInteger); the rest is refused before anything is exported."""
@@ -215,7 +231,8 @@ def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization:
             "quantize_embedding is for causal LMs (GatherBlockQuantized beside MatMulNBits); an encoder's int8 keeps "
             "its embeddings float: drop quantize_embedding."
         )
-    if quantization != WeightQuantization(bits=quantization.bits, embedding=quantization.embedding):
+    plain = WeightQuantization(bits=quantization.bits, embedding=quantization.embedding, algorithm=quantization.algorithm)
+    if quantization != plain:
         raise ValueError(
             "block_size, accuracy_level and quantize_lm_head are MatMulNBits' (causal LMs); an encoder's int8 takes "
             "none of them: drop them."
@@ -377,6 +394,8 @@ def export_hf(
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
     quantize_embedding: bool = False,
+    quantization_algorithm: str = DEFAULT_ALGORITHM,
+    mixed_precision: bool = False,
     pack_projections: bool = False,
     text_only: bool = False,
 ) -> HubExport:
@@ -405,7 +424,8 @@ def export_hf(
         runtime: "onnxruntime" (default): its own kernels where faster. A causal LM's
             attention over its cache becomes `GroupQueryAttention`, which appends to the
             cache in place (the genai config then says `past_present_share_buffer: true`),
-            with the padding of any mask as its attention bias; the steps onnxruntime's
+            with the padding of any mask as its attention bias (left out at run time when
+            no sequence is padded); the steps onnxruntime's
             kernel refuses (several new tokens over a cache at batch > 1) take the
             standard form. Whisper is written for ONNX Runtime GenAI (whisper_genai.py:
             an encoder with the cross-attention caches, one decoder, genai_config.json,
@@ -437,6 +457,12 @@ def export_hf(
             onnxruntime's ``GatherBlockQuantized`` with the linear layers' bits and blocks
             (default False: float, as the builder keeps it); an embedding tied to a
             quantized LM head gathers from the head's codes and scales.
+        quantization_algorithm: int4/int8 of a causal LM: how each block's scale is
+            chosen, "rtn" (round-to-nearest, onnxruntime's quantizer's codes) or
+            "search" (the scale with the least squared error of the block; same size).
+        mixed_precision: int4 of a causal LM: 8 bits for the value and down projections
+            of the first and last eighth of the layers and every third layer between
+            (llama.cpp's Q4_K_M rule, `fx2onnx.hub.precision.more_bits_layers`).
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
@@ -449,7 +475,7 @@ def export_hf(
     _check_output(output)
     dtype, quantization = resolve_precision(
         precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
-        quantize_embedding=quantize_embedding,
+        quantize_embedding=quantize_embedding, algorithm=quantization_algorithm,
     )
     if quantize_embedding and module_functions:
         raise ValueError("quantize_embedding quantizes the token embedding's Gather in one flat graph (with module "
@@ -459,11 +485,23 @@ def export_hf(
                          "separate module functions otherwise): drop module_functions.")
     if runtime == "standard" and module_functions:
         raise ValueError("runtime standard writes one flat graph (OpenVINO and TVM take no ONNX functions): drop module_functions.")
+    if mixed_precision and precision != "int4":
+        raise ValueError(f"mixed_precision gives some layers of an int4 folder 8 bits; precision is {precision}: give int4.")
+    if mixed_precision and module_functions:
+        raise ValueError("mixed_precision chooses layers of one flat graph by their names: drop module_functions.")
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say, text_only=text_only)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
         vision_language.check_supported(loaded.config)
     _check_quantizable(loaded, precision, quantization)
+    given = checkpoint_codes(folder, loaded.config)
+    if given is not None:
+        quantization = _prequantized(loaded, given, precision, quantization_algorithm, mixed_precision, accuracy_level)
+    if mixed_precision:
+        if loaded.task != TEXT_GENERATION:
+            raise NotImplementedError(f"mixed_precision is for causal LMs' MatMulNBits; {loaded.task} has none: drop it.")
+        assert quantization is not None
+        quantization = with_mixed_precision(quantization, int(loaded.config.num_hidden_layers))
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))

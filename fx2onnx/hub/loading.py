@@ -16,6 +16,7 @@ import torch
 from fx2onnx import ONNXFakeContext
 from fx2onnx.hub import tasks
 from fx2onnx.hub import text_only as text_only_module
+from fx2onnx.hub.prequantized import loading_arguments, quant_method
 from fx2onnx.program import snapshot_folder
 
 TEXT_GENERATION = "text-generation"
@@ -142,6 +143,11 @@ def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -
         raise ValueError(f"Unknown dtype '{dtype}': one of {', '.join(DTYPES)}.")
     auto = getattr(transformers, _AUTO_CLASSES[task])
     torch_dtype = DTYPES[dtype] if dtype else None
+    if fake and quant_method(config) is not None:
+        raise NotImplementedError(
+            f"the checkpoint is quantized ({quant_method(config)}): its weights are not stored as floats for fake mode to "
+            "stream; export it without fake mode."
+        )
     if fake:
         with enable_fake_mode() as fake_context, _value_free_truncated_normal():
             model = auto.from_config(config)
@@ -150,7 +156,9 @@ def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -
         if torch_dtype is not None:
             model.to(torch_dtype)
         return model.eval(), fake_context
-    model = auto.from_pretrained(folder, dtype=torch_dtype) if torch_dtype else auto.from_pretrained(folder)
+    # a pre-quantized checkpoint loads as the float weights its codes stand for
+    arguments = loading_arguments(config)
+    model = auto.from_pretrained(folder, dtype=torch_dtype, **arguments) if torch_dtype else auto.from_pretrained(folder, **arguments)
     return model.eval(), None
 
 

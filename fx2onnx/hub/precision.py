@@ -10,11 +10,15 @@ quantizes its activations at run time as well (`export_hf` picks the pass by tas
 
 from __future__ import annotations
 
-from fx2onnx.onnx_passes import WeightQuantization
+import dataclasses
+
+from fx2onnx.onnx_passes import QUANTIZATION_ALGORITHMS, WeightQuantization
 
 FLOAT_PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 QUANTIZED_PRECISIONS = {"int4": 4, "int8": 8}
 PRECISIONS = (*QUANTIZED_PRECISIONS, *FLOAT_PRECISIONS)
+# export-hf's block scales of int4/int8 causal LMs (WeightQuantization.algorithm)
+DEFAULT_ALGORITHM = "rtn"
 
 
 def resolve_precision(
@@ -25,6 +29,7 @@ def resolve_precision(
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
     quantize_embedding: bool = False,
+    algorithm: str = DEFAULT_ALGORITHM,
 ) -> tuple[str | None, WeightQuantization | None]:
     """The model's float dtype (None: the checkpoint's) and the weight quantization (None:
     float weights) that ``precision`` and ``dtype`` ask for; a contradiction is an error."""
@@ -46,6 +51,27 @@ def resolve_precision(
         )
     quantization = WeightQuantization(
         bits=QUANTIZED_PRECISIONS[precision], block_size=block_size, accuracy_level=accuracy_level, lm_head=quantize_lm_head,
-        embedding=quantize_embedding,
+        embedding=quantize_embedding, algorithm=algorithm,
     )
     return dtype or "float32", quantization
+
+
+# The projections whose error costs the most (llama.cpp's Q4_K_M rule, which the GenAI
+# builder's ``mixed_layers`` follows too): attention's value projection (or the packed
+# q/k/v one) and the MLP's down projection.
+_SENSITIVE_PROJECTIONS = ("v_proj", "qkv_proj", "down_proj")
+
+
+def more_bits_layers(num_layers: int) -> list[int]:
+    """The decoder layers whose sensitive projections get 8 bits in mixed precision: the
+    first and last eighth of the layers, and every third layer between them."""
+    eighth = num_layers // 8
+    return [i for i in range(num_layers) if i < eighth or i >= num_layers - eighth or (i - eighth) % 3 == 2]
+
+
+def with_mixed_precision(quantization: WeightQuantization, num_layers: int) -> WeightQuantization:
+    """``quantization`` with 8 bits for the value and down projections of the layers
+    `more_bits_layers` names (weight names as transformers gives them, ``...layers.<i>.<...>.v_proj.weight``)."""
+    patterns = tuple(f"*layers.{layer}.*{projection}.weight" for layer in more_bits_layers(num_layers)
+                     for projection in _SENSITIVE_PROJECTIONS)
+    return dataclasses.replace(quantization, int8_layers=patterns)

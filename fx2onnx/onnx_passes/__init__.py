@@ -15,9 +15,11 @@ the stage's entry `run_onnx_passes` (`onnx_pass_steps`).
 """
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes.block_scales import QUANTIZATION_ALGORITHMS
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
+from fx2onnx.onnx_passes.nbits_packing import PackedWeight, pack_codes
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.rename_dims import rename_dims
@@ -27,9 +29,12 @@ __all__ = [
     "CONSTANT_KEY",
     "FOLDED_KEY",
     "ONNXRUNTIME_DOMAIN",
+    "PackedWeight",
+    "QUANTIZATION_ALGORITHMS",
     "WeightQuantization",
     "check_opset_version",
     "newest_opset",
+    "pack_codes",
     "pack_projections",
     "quantize_embeddings",
     "quantize_linear_weights",

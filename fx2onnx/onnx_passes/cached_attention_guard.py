@@ -10,6 +10,13 @@ where the kernel writes them (after the mask's `total - S` tokens; past and pres
 one buffer of the same length when the runtime shares them, and the cache grows by the
 new tokens when it does not). Decode steps and prompts take the kernel, for one `If` a
 layer (a few microseconds).
+
+The kernel's attention bias (the mask's padding) costs an addition per score in every
+layer, and is all zeros when no sequence is padded. So the `If`'s condition is also that
+the bias is zero everywhere (checked at run time on its one row per sequence): then the
+kernel runs without it, which computes the same scores exactly; otherwise a second `If`
+chooses between the kernel with the bias and the exact form. An unpadded batch still
+takes one `If` a layer, a padded one two.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
 from fx2onnx.onnx_passes.model_graphs import model_graphs
 
 _ATTENTION_OPSET = 23  # the standard Attention the exact form uses
+_BIAS = 10  # GroupQueryAttention's attention_bias input
 
 
 class _Nodes:
@@ -51,6 +59,16 @@ def _kernel_runs(nodes: _Nodes, query: ir.Value, total: ir.Value) -> ir.Value:
     return nodes("Or", [nodes("Or", [nodes("Equal", [batch, one]), nodes("Equal", [new, one])]), nodes("Equal", [new, total])])
 
 
+def _unpadded(nodes: _Nodes, bias: ir.Value) -> ir.Value:
+    """Whether ``bias`` is zero everywhere (no padding: padding has the dtype's lowest
+    number), read on its row per sequence when it is an expanded one."""
+    producer = bias.producer()
+    rows = producer.inputs[0] if producer is not None and producer.op_type == "Expand" else bias
+    assert rows is not None and rows.dtype is not None
+    least = nodes("ReduceMin", [rows], keepdims=0)
+    return nodes("Equal", [least, nodes.constant(0, rows.dtype.numpy())])
+
+
 def _heads(nodes: _Nodes, packed: ir.Value, heads: int) -> ir.Value:
     """(B, S, heads * D) as (B, heads, S, D)."""
     split = nodes("Reshape", [packed, nodes.constant([0, 0, heads, -1])])
@@ -60,7 +78,7 @@ def _heads(nodes: _Nodes, packed: ir.Value, heads: int) -> ir.Value:
 def _exact_branch(kernel: ir.Node, name: str) -> ir.Graph:
     """The kernel's three results in standard operators, for any batch and lengths."""
     query, key, value, past_key, past_value, _, total_length = kernel.inputs[:7]
-    bias = kernel.inputs[10]
+    bias = kernel.inputs[_BIAS]
     num_heads, kv_heads = kernel.attributes["num_heads"].as_int(), kernel.attributes["kv_num_heads"].as_int()
     scale = kernel.attributes.get("scale")
     nodes = _Nodes(f"{name}/exact")
@@ -88,22 +106,41 @@ def _exact_branch(kernel: ir.Node, name: str) -> ir.Graph:
     return ir.Graph([], results, nodes=nodes.nodes, name=f"{name}_exact")
 
 
-def _kernel_branch(kernel: ir.Node, name: str) -> ir.Graph:
-    """A graph of the kernel alone, reading the enclosing graph's values."""
-    inner = ir.node(kernel.op_type, list(kernel.inputs), attributes=dict(kernel.attributes), domain=kernel.domain,
-                    num_outputs=len(kernel.outputs), name=f"{name}/kernel")
-    for result, model_value in zip(inner.outputs, kernel.outputs):
-        result.name = f"{model_value.name}_kernel"
+def _branch_outputs(node: ir.Node, kernel: ir.Node, suffix: str) -> list[ir.Value]:
+    """``node``'s outputs typed and named as ``kernel``'s, for a branch graph."""
+    for result, model_value in zip(node.outputs, kernel.outputs):
+        result.name = f"{model_value.name}_{suffix}"
         result.type, result.shape = model_value.type, model_value.shape
-    return ir.Graph([], inner.outputs, nodes=[inner], name=f"{name}_kernel")
+    return list(node.outputs)
 
 
-def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, condition: ir.Value, index: int) -> None:
-    """``kernel`` replaced by ``If(condition, kernel, exact form)`` with its output values."""
-    name = kernel.name or f"GroupQueryAttention_{index}"
-    branch = ir.node("If", [condition], attributes={
+def _kernel_branch(kernel: ir.Node, name: str, bias: bool = True) -> ir.Graph:
+    """A graph of the kernel alone, reading the enclosing graph's values (without its
+    attention bias and the optional inputs after it when ``bias`` is False)."""
+    inputs = list(kernel.inputs) if bias else list(kernel.inputs[:_BIAS])
+    while inputs and inputs[-1] is None:  # no empty optional inputs at the end
+        inputs.pop()
+    suffix = "kernel" if bias else "unpadded_kernel"
+    inner = ir.node(kernel.op_type, inputs, attributes=dict(kernel.attributes), domain=kernel.domain,
+                    num_outputs=len(kernel.outputs), name=f"{name}/{suffix}")
+    return ir.Graph([], _branch_outputs(inner, kernel, suffix), nodes=[inner], name=f"{name}_{suffix}")
+
+
+def _padded_branch(kernel: ir.Node, name: str, runs: ir.Value) -> ir.Graph:
+    """``If(runs, kernel with its bias, exact form)`` as a graph."""
+    choice = ir.node("If", [runs], attributes={
         "then_branch": _kernel_branch(kernel, name), "else_branch": _exact_branch(kernel, name),
     }, num_outputs=len(kernel.outputs), name=f"{name}/runs_or_exact")
+    return ir.Graph([], _branch_outputs(choice, kernel, "padded"), nodes=[choice], name=f"{name}_padded")
+
+
+def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, runs: ir.Value, fast: ir.Value, index: int) -> None:
+    """``kernel`` replaced by ``If(fast, kernel without bias, If(runs, kernel, exact form))``
+    with its output values."""
+    name = kernel.name or f"GroupQueryAttention_{index}"
+    branch = ir.node("If", [fast], attributes={
+        "then_branch": _kernel_branch(kernel, name, bias=False), "else_branch": _padded_branch(kernel, name, runs),
+    }, num_outputs=len(kernel.outputs), name=f"{name}/unpadded_or_not")
     graph.insert_before(kernel, branch)
     for old, replacing in zip(kernel.outputs, branch.outputs):
         replacing.type, replacing.shape = old.type, old.shape
@@ -124,9 +161,15 @@ def guard_group_query_attention(model: ir.Model) -> int:
         if not kernels:
             continue
         nodes = _Nodes(f"{kernels[0].name or 'GroupQueryAttention'}/kernel_runs")
-        condition = _kernel_runs(nodes, kernels[0].inputs[0], kernels[0].inputs[6])  # the same for every layer
+        runs = _kernel_runs(nodes, kernels[0].inputs[0], kernels[0].inputs[6])  # the same for every layer
+        fast: dict[int, ir.Value] = {}  # by bias: the layers share one, unless they mask differently
+        for kernel in kernels:
+            bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
+            if bias is not None and id(bias) not in fast:
+                fast[id(bias)] = nodes("And", [runs, _unpadded(nodes, bias)])
         graph.insert_before(kernels[0], nodes.nodes)
         for kernel in kernels:
-            _guard(graph, kernel, condition, guarded)
+            bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
+            _guard(graph, kernel, runs, runs if bias is None else fast[id(bias)], guarded)
             guarded += 1
     return guarded

@@ -80,7 +80,7 @@ def _own_tables(graph: ir.Graph, table: ir.Value, config: WeightQuantization, ro
     vocabulary, blocks = rows[0], rows[1]
 
     def derive(stored: torch.Tensor) -> dict[str, torch.Tensor]:
-        packed = pack_weight(stored, config.bits, config.block_size, symmetric=True)
+        packed = pack_weight(stored, config.bits, config.block_size, symmetric=True, algorithm=config.algorithm)
         return {names[0]: packed.codes.reshape(vocabulary, -1), names[1]: packed.scales.reshape(vocabulary, blocks).to(scales_type)}
 
     width = blocks * config.block_size * config.bits // 8

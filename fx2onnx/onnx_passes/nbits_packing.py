@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fx2onnx.onnx_passes.block_scales import block_scales, round_codes
 
 @dataclass(frozen=True)
 class PackedWeight:
@@ -93,9 +94,13 @@ def pack_codes(
 _CHUNK_ELEMENTS = 2**22
 
 
-def pack_weight(weight: torch.Tensor, bits: int, block_size: int, symmetric: bool = True) -> PackedWeight:
+def pack_weight(
+    weight: torch.Tensor, bits: int, block_size: int, symmetric: bool = True, algorithm: str = "rtn"
+) -> PackedWeight:
     """Quantize ``weight`` given as ``[N, K]`` (PyTorch's ``[out, in]`` layout of a linear
-    layer, i.e. the transpose of what MatMul reads) block-wise along K."""
+    layer, i.e. the transpose of what MatMul reads) block-wise along K, with each block's
+    scale from its extremes (``algorithm="rtn"``) or searched for the least squared error
+    (``"search"``, `block_scales`)."""
     if bits not in (4, 8):
         raise ValueError(f"MatMulNBits weights are packed with 4 or 8 bits, not {bits}.")
     if weight.dim() != 2:
@@ -108,7 +113,7 @@ def pack_weight(weight: torch.Tensor, bits: int, block_size: int, symmetric: boo
     step = max(1, _CHUNK_ELEMENTS // max(k, 1))
     for start in range(0, n, step):
         rows = slice(start, min(n, start + step))
-        chunk_codes, chunk_scales, chunk_zero = _pack_rows(weight[rows], bits, block_size, symmetric)
+        chunk_codes, chunk_scales, chunk_zero = _pack_rows(weight[rows], bits, block_size, symmetric, algorithm)
         codes[rows], scales[rows] = chunk_codes, chunk_scales
         if zero_points is not None:
             zero_points[rows] = chunk_zero
@@ -116,7 +121,7 @@ def pack_weight(weight: torch.Tensor, bits: int, block_size: int, symmetric: boo
 
 
 def _pack_rows(
-    weight: torch.Tensor, bits: int, block_size: int, symmetric: bool
+    weight: torch.Tensor, bits: int, block_size: int, symmetric: bool, algorithm: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Codes [rows, k_blocks, blob_size], scales [rows, k_blocks] and packed zero points
     [rows, ceil(k_blocks * bits / 8)] of some rows of a weight."""
@@ -127,25 +132,8 @@ def _pack_rows(
         matrix = torch.nn.functional.pad(matrix, (0, blocks * block_size - k))
     matrix = matrix.reshape(n, blocks, block_size)
     top = 2**bits - 1
-    if symmetric:
-        largest, smallest = matrix.amax(-1), matrix.amin(-1)
-        extreme = torch.where(largest.abs() > smallest.abs(), largest, smallest)
-        middle = 2 ** (bits - 1)
-        scales = extreme / -middle
-        zero = torch.full_like(scales, float(middle))
-    else:
-        smallest = matrix.amin(-1).clamp(max=0.0)
-        largest = matrix.amax(-1).clamp(min=0.0)
-        scales = (largest - smallest) / top
-        safe = torch.where(scales == 0, torch.ones_like(scales), scales)
-        zero = torch.where(scales == 0, torch.full_like(scales, 2.0 ** (bits - 1)), (-smallest / safe).round().clamp(0, top))
-    safe = torch.where(scales == 0, torch.ones_like(scales), scales)
-    # As onnxruntime's quantizer: v * (1 / scale) + zero_point in float32, rounded half away
-    # from zero (C's roundf; torch.round is half to even). Negative sums clamp to 0 either way.
-    codes = (matrix * (1.0 / safe)[..., None]).add_(zero[..., None])
-    floor = codes.floor()
-    codes = floor.add_(codes.sub_(floor).ge_(0.5))
-    codes = torch.where(scales[..., None] == 0, zero[..., None], codes).clamp_(0, top).to(torch.uint8)
+    scales, zero = block_scales(matrix, bits, symmetric, algorithm)
+    codes = round_codes(matrix, scales, zero, top).to(torch.uint8)
     packed, packed_zero = lay_out_codes(codes, zero.to(torch.uint8), bits)
     assert packed_zero is not None
     return packed, scales, packed_zero

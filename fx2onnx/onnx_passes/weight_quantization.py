@@ -25,7 +25,7 @@ from fx2onnx.onnx_passes.derived_weights import Derive
 from fx2onnx.onnx_passes.function_calls import FunctionCalls
 from fx2onnx.onnx_passes.linear_layers import LinearLayer, linear_layers, lm_head, replace_linear
 from fx2onnx.onnx_passes.model_graphs import model_graphs
-from fx2onnx.onnx_passes.nbits_packing import pack_weight, packed_shapes
+from fx2onnx.onnx_passes.nbits_packing import PackedWeight, pack_weight, packed_shapes
 from fx2onnx.options import WeightQuantization
 
 MS_DOMAIN = "com.microsoft"
@@ -41,7 +41,18 @@ class QuantizedLinears:
     kept_float: list[str] = field(default_factory=list)  # linear weights left float (the LM head when asked)
 
 
-def _make_derived(stored_nk: bool, config: WeightQuantization) -> MakeDerived:
+def _checked(packed: PackedWeight, name: str | None, shapes: tuple[tuple[int, ...], ...], symmetric: bool) -> PackedWeight:
+    """A checkpoint's packed weight, refused unless laid out as the layer's MatMulNBits reads it."""
+    found = (tuple(packed.codes.shape), tuple(packed.scales.shape))
+    if found != shapes[:2] or (packed.zero_points is None) != symmetric or (
+        packed.zero_points is not None and tuple(packed.zero_points.shape) != shapes[2]
+    ):
+        raise ValueError(f"the given codes of {name!r} are laid out as {found} (zero points: {packed.zero_points is not None}), "
+                         f"not as MatMulNBits reads this layer: {shapes[:2]} (zero points: {not symmetric}).")
+    return packed
+
+
+def _make_derived(stored_nk: bool, config: WeightQuantization, bits: int) -> MakeDerived:
     """How the codes, scales (and zero points) of a weight are computed, for any weight
     read as this layer reads it."""
 
@@ -51,15 +62,21 @@ def _make_derived(stored_nk: bool, config: WeightQuantization) -> MakeDerived:
         n, k = (rows, cols) if stored_nk else (cols, rows)
         scales_type = _ACTIVATION_TYPES[weight.dtype]
 
+        given = config.codes_of(weight.name) if config.codes_of is not None and weight.name else None
+        shapes = packed_shapes(n, k, bits, config.block_size)
+
         def derive(stored: torch.Tensor) -> dict[str, torch.Tensor]:
-            # MatMulNBits reads W as [N, K]: the transpose of MatMul's [K, N]
-            packed = pack_weight(stored if stored_nk else stored.t(), config.bits, config.block_size, config.symmetric)
+            if given is not None:  # the checkpoint's own codes, not the weight's
+                packed = _checked(given(), weight.name, shapes, config.symmetric)
+            else:  # MatMulNBits reads W as [N, K]: the transpose of MatMul's [K, N]
+                packed = pack_weight(
+                    stored if stored_nk else stored.t(), bits, config.block_size, config.symmetric, config.algorithm
+                )
             outputs = {names[0]: packed.codes, names[1]: packed.scales.to(scales_type)}
             if packed.zero_points is not None:
                 outputs[names[2]] = packed.zero_points
             return outputs
 
-        shapes = packed_shapes(n, k, config.bits, config.block_size)
         dtypes = [ir.DataType.UINT8, weight.dtype, ir.DataType.UINT8]
         return derive, list(zip(names, dtypes, shapes))
 
@@ -72,18 +89,38 @@ def _rewrite(container: ir.Graph | ir.Function, linear: LinearLayer, config: Wei
     assert weight.name is not None and weight.shape is not None and weight.dtype is not None
     rows, cols = (int(d) for d in weight.shape)
     n, k = (rows, cols) if linear.stored_nk else (cols, rows)
-    suffixes = [f"_Q{config.bits}", "_scales"] + ([] if config.symmetric else ["_zero_points"])
-    derived = arguments.derived(weight, suffixes, _make_derived(linear.stored_nk, config))
+    if config.int8_layers and not weight.is_initializer():
+        # a function's body is shared by its calls: one bit width for all their weights
+        raise NotImplementedError(
+            f"WeightQuantization.int8_layers chooses bits per weight, but {weight.name!r} is a module function's "
+            "parameter: export without module functions for mixed precision, or give no int8_layers."
+        )
+    bits = config.bits_of(weight.name)
+    suffixes = [f"_Q{bits}", "_scales"] + ([] if config.symmetric else ["_zero_points"])
+    derived = arguments.derived(weight, suffixes, _make_derived(linear.stored_nk, config, bits))
     inputs: list[ir.Value | None] = [linear.node.inputs[0], *derived]
     if linear.bias is not None:  # inputs: A, B, scales, zero_points, g_idx, bias
         inputs += [None] * (5 - len(inputs)) + [linear.bias]
-    attributes = {"K": k, "N": n, "bits": config.bits, "block_size": config.block_size, "accuracy_level": config.accuracy_level}
+    attributes = {"K": k, "N": n, "bits": bits, "block_size": config.block_size, "accuracy_level": config.accuracy_level}
     node = ir.node("MatMulNBits", inputs, attributes, domain=MS_DOMAIN, name=linear.node.name)
     container.insert_after(linear.bias_add or linear.node, node)
     if isinstance(container, ir.Function):
         container.opset_imports.setdefault(MS_DOMAIN, 1)
     replace_linear(container, linear, node.outputs[0])
     arguments.drop_if_unread(weight)  # a parameter: its float weight goes with the last reader
+
+
+def _kept_float_by_checkpoint(config: WeightQuantization, linear: LinearLayer) -> bool:
+    """A layer a pre-quantized checkpoint keeps float (`WeightQuantization.codes_of`)."""
+    if config.codes_of is None:
+        return False
+    if not linear.weight.is_initializer():
+        raise NotImplementedError(
+            f"WeightQuantization.codes_of reads codes by weight name, but {linear.weight.name!r} is a module function's "
+            "parameter: export a pre-quantized checkpoint without module functions."
+        )
+    assert linear.weight.name is not None
+    return config.codes_of(linear.weight.name) is None
 
 
 def quantize_linear_weights(model: ir.Model, config: WeightQuantization, lm_head_output: str = "logits") -> QuantizedLinears:
@@ -97,7 +134,7 @@ def quantize_linear_weights(model: ir.Model, config: WeightQuantization, lm_head
     for container in model_graphs(model):
         for linear in linear_layers(container, calls.is_initializer_behind):
             assert linear.weight.name is not None
-            if linear.node is head:
+            if linear.node is head or _kept_float_by_checkpoint(config, linear):
                 report.kept_float.append(linear.weight.name)
                 continue
             _rewrite(container, linear, config, arguments)

@@ -144,3 +144,31 @@ def test_onnxruntime_genai_generates_transformers_tokens_for_a_batch(exported):
         expected = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   pad_token_id=PAD)[:, ids.shape[1]:]
     assert generate_with_genai(folder, padded("right")[0]) == expected.tolist()
+
+
+def _kernels_run(folder, ids: torch.Tensor, mask: torch.Tensor) -> set[str]:
+    """The GroupQueryAttention nodes onnxruntime's profiler saw run for one prompt."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = os.fspath(folder / "profile")
+    session = ort.InferenceSession(os.fspath(folder / "onnx" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    onnx_step(session, ids, mask, None)
+    events = json.loads(open(session.end_profiling()).read())
+    return {e["name"].removesuffix("_kernel_time").rsplit("/", 1)[-1] for e in events
+            if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "GroupQueryAttention"}
+
+
+def test_an_unpadded_batch_takes_the_kernel_without_the_bias(exported, tmp_path):
+    """No row padded: the kernel runs without the attention bias (exact: the bias is all
+    zeros); a padded batch takes the kernel with it. Both give transformers' logits."""
+    model, folder, session, runtime = exported
+    ids, mask = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]), torch.ones(3, 4, dtype=torch.int64)
+    logits, cache = onnx_step(session, ids, mask, None)
+    expected, torch_cache = torch_step(model, ids, mask, None)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+    step, mask = torch.tensor([[20], [21], [22]]), torch.ones(3, 5, dtype=torch.int64)
+    logits, _ = onnx_step(session, step, mask, cache)
+    np.testing.assert_allclose(logits, torch_step(model, step, mask, torch_cache)[0], rtol=1e-4, atol=1e-4)
+    if runtime == "onnxruntime":
+        assert _kernels_run(folder, ids, mask[:, :4]) == {"unpadded_kernel"}
+        assert _kernels_run(folder, *padded("right")) == {"kernel"}

@@ -431,17 +431,29 @@ def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path, 
     check_saved_model(program, tmp_path / "m.onnx")
     counts = _counts(program)
     # the cache's update, the mask and the head repetitions are the kernel's; rotations stay in the projections' layout
-    assert counts["GroupQueryAttention"] == 1 and counts["RotaryEmbedding"] == 2
-    assert not {"Softmax", "And"} & set(counts)
-    (kernel,) = [n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"]
-    assert kernel.domain == "com.microsoft"
-    assert {a.name: a.i for a in kernel.attribute if a.type == a.INT} == {"num_heads": 4, "kv_num_heads": 2}
+    # the kernel twice: without the attention bias (no sequence padded) and with it
+    assert counts["GroupQueryAttention"] == 2 and counts["RotaryEmbedding"] == 2
+    assert not {"Softmax"} & set(counts)
+    unpadded, kernel = sorted((n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"),
+                              key=lambda n: len(n.input))
+    for node in (unpadded, kernel):
+        assert node.domain == "com.microsoft"
+        assert {a.name: a.i for a in node.attribute if a.type == a.INT} == {"num_heads": 4, "kv_num_heads": 2}
     # the mask's padding is the kernel's attention_bias; each sequence's length is the mask's
-    assert len(kernel.input) == 11 and kernel.input[10]
-    # an If runs the kernel where onnxruntime does, and the standard Attention (the cache
-    # written where the kernel writes it) for several new tokens over a cache at batch > 1
+    assert len(kernel.input) == 11 and kernel.input[10] and len(unpadded.input) == 7
+
+    def branches(node):
+        return (onnx.helper.get_attribute_value(a) for a in sorted(node.attribute, key=lambda a: a.name != "then_branch"))
+
+    # an If runs the kernel without the bias when the kernel runs and no sequence is
+    # padded; otherwise a second If runs the kernel with the bias where onnxruntime does,
+    # and the standard Attention (the cache written where the kernel writes it) for several
+    # new tokens over a cache at batch > 1
     (branch,) = [n for n in program.model_proto.graph.node if n.op_type == "If"]
-    then_branch, else_branch = (onnx.helper.get_attribute_value(a) for a in sorted(branch.attribute, key=lambda a: a.name != "then_branch"))
+    fast, padded = branches(branch)
+    assert [n.input for n in fast.node] == [unpadded.input]
+    (inner,) = padded.node
+    then_branch, else_branch = branches(inner)
     assert [n.op_type for n in then_branch.node] == ["GroupQueryAttention"]
     assert {"Attention", "Concat"} <= {n.op_type for n in else_branch.node} and "GroupQueryAttention" not in {n.op_type for n in else_branch.node}
     assert not [o.name for o in program.model_proto.graph.output if o.name.endswith(("_replaced", "_kernel"))]  # names kept

@@ -14,7 +14,7 @@ import pytest
 
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
-from test_nbits_packing import _dequantize
+from conftest import dequantize_matmul_nbits as _dequantize
 
 ort = pytest.importorskip("onnxruntime")
 

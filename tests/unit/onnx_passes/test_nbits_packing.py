@@ -11,25 +11,8 @@ import onnx.helper as oh
 import pytest
 import torch
 
+from conftest import dequantize_matmul_nbits as _dequantize
 from fx2onnx.onnx_passes.nbits_packing import pack_weight, packed_shapes
-
-
-def _dequantize(codes: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, bits: int, k: int) -> np.ndarray:
-    """W as [K, N] from MatMulNBits' B, scales and zero points (the contrib op's spec)."""
-    n, blocks, _ = codes.shape
-    if bits == 4:
-        unpacked = np.stack([codes & 0x0F, codes >> 4], axis=-1).reshape(n, blocks, -1)
-    else:
-        unpacked = codes
-    if zero_points is None:
-        zero = np.full((n, blocks), 2 ** (bits - 1), dtype=np.float32)
-    elif bits == 4:
-        rows = zero_points.reshape(n, -1)
-        zero = np.stack([rows & 0x0F, rows >> 4], axis=-1).reshape(n, -1)[:, :blocks].astype(np.float32)
-    else:
-        zero = zero_points.reshape(n, blocks).astype(np.float32)
-    weight = (unpacked.astype(np.float32) - zero[..., None]) * scales.reshape(n, blocks)[..., None]
-    return weight.reshape(n, -1)[:, :k].T
 
 
 def _run_matmul_nbits(x: np.ndarray, packed, k: int, n: int, bits: int, block: int, accuracy: int) -> np.ndarray:

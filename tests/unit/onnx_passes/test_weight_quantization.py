@@ -15,7 +15,7 @@ import pytest
 
 from fx2onnx.onnx_passes.derived_weights import DerivedTensor, derived_initializers
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
-from test_nbits_packing import _dequantize
+from conftest import dequantize_matmul_nbits as _dequantize
 
 K, N, V = 64, 48, 40
 
