@@ -142,9 +142,10 @@ def _size(value: Any, default: int) -> tuple[int, int]:
 
 
 def text_inputs(config: Any, model: torch.nn.Module, size: int, shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
-    """input_ids and attention_mask of ``shape`` (default batch 2 + size, 7 + 4 * size
-    tokens), the second size with its first row padded at the end, and token_type_ids
-    (zeros) where the model takes them."""
+    """input_ids (ending with the end-of-text token, where the config has one) and
+    attention_mask of ``shape`` (default batch 2 + size, 7 + 4 * size tokens), the second
+    size with its first row padded at the end, and token_type_ids (zeros) where the model
+    takes them."""
     text = _sub(config, "text_config")
     generator = torch.Generator().manual_seed(size)
     shape = shape or (2 + size, 7 + 4 * size)
@@ -152,7 +153,11 @@ def text_inputs(config: Any, model: torch.nn.Module, size: int, shape: tuple[int
     mask = torch.ones(shape, dtype=torch.int64)
     if size:
         mask.view(-1, shape[-1])[0, -3:] = 0
-    inputs = {"input_ids": torch.randint(min(3, vocab - 1), vocab, shape, generator=generator), "attention_mask": mask}
+    ids = torch.randint(min(3, vocab - 1), vocab, shape, generator=generator)
+    eos = getattr(text, "eos_token_id", None)
+    if isinstance(eos, int) and 0 <= eos < vocab:  # as tokenizers end a text (BART's classifier reads its last eos)
+        ids[..., -1] = eos
+    inputs = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in inspect.signature(model.forward).parameters and getattr(text, "type_vocab_size", 0):
         inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.int64)
     return inputs
