@@ -205,6 +205,7 @@ def _export_pipeline_task(loaded: LoadedModel, staging: Path, options: fx2onnx.E
     inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
     program = _exported(loaded.model, _fake(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
     pipeline_tasks.keep_task_outputs(program.model, task)
+    pipeline_tasks.name_image_dims(program.model)
     return _save(program, staging, _onnx_file(loaded, layout.MODEL), loaded)
 
 

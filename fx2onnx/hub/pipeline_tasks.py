@@ -215,6 +215,22 @@ def extra_dim_roles(task: str) -> dict[str, dict[int, str]]:
     return {}
 
 
+def name_image_dims(model: ir.Model) -> None:
+    """Name the height and width of ``pixel_values`` where the export left them dynamic
+    (models that interpolate their position embeddings take any image size)."""
+    from fx2onnx.onnx_passes import rename_dims
+
+    pixels = next((value for value in model.graph.inputs if value.name == "pixel_values"), None)
+    if pixels is None or pixels.shape is None or len(pixels.shape) != 4:
+        return
+    symbols = {
+        str(pixels.shape[index].value): name for index, name in ((2, "height"), (3, "width"))
+        if isinstance(pixels.shape[index], ir.SymbolicDim) and pixels.shape[index].value
+    }
+    if symbols:
+        rename_dims(model, symbols)
+
+
 def keep_task_outputs(model: ir.Model, task: str) -> list[str]:
     """Keep only ``task``'s outputs in ``model`` (and the nodes they need); returns their
     names. A model that gives none of them is refused, naming what it gives."""
