@@ -185,3 +185,28 @@ def test_task_of_an_architecture_nobody_serves_is_refused(tmp_path):
     with pytest.raises(UnsupportedTaskError, match="video-classification, which export-hf does not serve"):
         export_hf(tmp_path / "source", tmp_path / "out")
     assert not Path(tmp_path / "out").exists()
+
+
+def test_verify_fails_on_a_planted_error(tmp_path, monkeypatch, capsys):
+    """1e-2 added to a fine-tuned classifier folder's logits before the verification runs:
+    `--verify` exits 1 and says by how much."""
+    import importlib
+    import re
+
+    from fx2onnx.cli.main import main
+    from test_export_hf import plant_error
+
+    torch.manual_seed(0)
+    MODELS["text-classification"](100).save_pretrained(tmp_path / "source")
+    module = importlib.import_module("fx2onnx.hub.export_hf")
+    verify, planted = module._verify, []
+
+    def verify_with_an_error(loaded, folder, *args, **kwargs):
+        planted.extend(plant_error(folder / "onnx" / "model.onnx", 1e-2))
+        return verify(loaded, folder, *args, **kwargs)
+
+    monkeypatch.setattr(module, "_verify", verify_with_an_error)
+    command = ["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "out"), "--verify", "--quiet"]
+    assert main(command) == 1
+    assert planted == ["logits"]
+    assert re.search(r"verification failed: largest difference 0\.0\d* \([\d.]+ times the tolerance", capsys.readouterr().err)
