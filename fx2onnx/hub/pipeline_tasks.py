@@ -187,7 +187,13 @@ def _audio_inputs(config: Any, model: torch.nn.Module, size: int) -> dict[str, t
 
 
 def example_inputs(task: str, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
-    """Example inputs of ``task``'s model; ``size`` 0 or 1 picks one of two shapes."""
+    """Example inputs of ``task``'s model, its float inputs in the model's dtype; ``size`` 0
+    or 1 picks one of two shapes."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in _inputs_of(task, config, model, size).items()}
+
+
+def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
     kind = PIPELINE_TASKS[task].inputs
     if kind is InputKind.TEXT:
         return text_inputs(config, model, size)
