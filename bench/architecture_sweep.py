@@ -96,27 +96,34 @@ def pairs_of(task: str) -> list[tuple[str, str]]:
     return sorted((model_type, name) for name, model_type in found.items())
 
 
-def _shrink(config: Any) -> None:
-    for key, value in SMALL.items():
-        if key in vars(config) and not isinstance(getattr(type(config), key, None), property):
-            current = getattr(config, key)
-            # lists and configs stay (hierarchical widths); numbers only ever shrink; token ids within the vocabulary
-            if key.endswith("_id") and (current is None or isinstance(current, int)):
-                setattr(config, key, value)
-            elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
-                setattr(config, key, value)
-    if isinstance(getattr(config, "layer_types", None), list) and getattr(config, "num_hidden_layers", None):
-        config.layer_types = config.layer_types[: config.num_hidden_layers]
-    for value in vars(config).values():
-        if hasattr(value, "to_dict") and hasattr(value, "model_type"):
-            _shrink(value)
+def _shrunk_values(config: Any) -> dict[str, Any]:
+    """The config's values to give its constructor again, shrunk (sub-configs as dicts)."""
+    values: dict[str, Any] = {}
+    for key, current in vars(config).items():
+        if hasattr(current, "to_dict") and hasattr(current, "model_type"):
+            values[key] = {**current.to_dict(), **_shrunk_values(current)}
+            continue
+        if key not in SMALL or isinstance(getattr(type(config), key, None), property):
+            continue
+        value = SMALL[key]
+        # lists stay (hierarchical widths); numbers only ever shrink; token ids within the vocabulary
+        if (key.endswith("_id") or key == "vocab_size") and (current is None or isinstance(current, int)):
+            values[key] = value
+        elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
+            values[key] = value
+    layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
+    if isinstance(getattr(config, "layer_types", None), list) and isinstance(layers, int):
+        values["layer_types"] = config.layer_types[:layers]
+    return values
 
 
 def small_config(model_type: str, class_name: str) -> Any:
+    """The architecture's config class, built again with shrunk sizes (so that what its
+    constructor derives from them, backbone stages or layer types, follows)."""
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
-    _shrink(config)
+    config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config))
     config.architectures = [class_name]
     return config
 
@@ -132,8 +139,12 @@ def _node_count(folder: Path) -> int:
 
 
 def _cause(error: BaseException) -> str:
-    """The first line of an error, without the numbers and names that vary by pair."""
-    line = (str(error).strip().splitlines() or [""])[0]
+    """The first line of an error (of the error it was raised from, when it says more),
+    without the colours, numbers and names that vary by pair."""
+    while error.__cause__ is not None and type(error).__name__ in ("OnnxExporterError", "TorchExportError"):
+        error = error.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
     line = re.sub(r"/tmp/\S+", "<path>", line)
     line = re.sub(r"\b\d+\b", "N", line)
     return f"{type(error).__name__}: {line[:200]}"
