@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import inspect
 import json
 import multiprocessing
 import os
@@ -170,11 +171,16 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
         names = ("last_hidden_state",)
     else:
         return {"torch_onnx": "not compared"}
+    parameters = inspect.signature(model.forward).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    make_all = make
+    make = lambda size: {k: v for k, v in make_all(size).items() if takes_any or k in parameters}  # noqa: E731
     inputs = make(0)
     auto = torch.export.Dim.AUTO
-    dynamic = {k: {i: auto for i in range(v.dim())} for k, v in inputs.items()}
+    # without a cache, as export-hf exports the tasks of one pass
+    extra = {"use_cache": False} if "use_cache" in parameters else {}
+    dynamic = {**{k: {i: auto for i in range(v.dim())} for k, v in inputs.items()}, **{k: None for k in extra}}
     started = time.perf_counter()
-    extra = {"use_cache": False} if task == "text-generation" else {}
     try:
         program = torch.onnx.export(model, (), kwargs={**inputs, **extra}, dynamo=True, dynamic_shapes=dynamic, verbose=False)
         program.save(str(folder / "torch_onnx.onnx"))

@@ -202,6 +202,8 @@ def _pipeline_task(loaded: LoadedModel) -> str | None:
 def _export_pipeline_task(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
     """One model.onnx with the outputs the task's pipelines read (pipeline_tasks.py)."""
     task = _pipeline_task(loaded)
+    if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
+        loaded.model.config.use_cache = False
     inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
     program = _exported(loaded.model, _fake(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
     pipeline_tasks.keep_task_outputs(program.model, task)
