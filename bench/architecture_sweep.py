@@ -218,8 +218,11 @@ def _torch_onnx_nodes(path: Path) -> int:
     return len(model.graph.node) + sum(len(f.node) for f in model.functions)
 
 
-def run_pair(task: str, model_type: str, class_name: str, compare: bool) -> dict[str, Any]:
-    """One pair, in the current process: the record the scoreboard reads."""
+def run_pair(
+    task: str, model_type: str, class_name: str, compare: bool, on_export: Any = None
+) -> dict[str, Any]:
+    """One pair, in the current process: the record the scoreboard reads (``on_export``
+    is given export-hf's part of it as soon as it is known)."""
     import transformers
 
     warnings.filterwarnings("ignore")
@@ -249,6 +252,8 @@ def run_pair(task: str, model_type: str, class_name: str, compare: bool) -> dict
                 nodes=_node_count(scratch / "out"),
             )
         record["peak_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
+        if on_export is not None:  # export-hf's result, kept should torch.onnx.export reach the time limit
+            on_export(dict(record))
         if compare:
             try:
                 record.update(_torch_onnx(model, task, config, scratch))
@@ -259,7 +264,7 @@ def run_pair(task: str, model_type: str, class_name: str, compare: bool) -> dict
 
 def _child(queue: Any, task: str, model_type: str, class_name: str, compare: bool) -> None:
     try:
-        queue.put(run_pair(task, model_type, class_name, compare))
+        queue.put(run_pair(task, model_type, class_name, compare, queue.put))
     except BaseException as error:  # noqa: BLE001 - reported to the parent
         queue.put({"task": task, "model_type": model_type, "architecture": class_name, "status": "failed",
                    "cause": _cause(error), "traceback": traceback.format_exc()[-2000:]})
@@ -273,10 +278,13 @@ def run_in_child(task: str, model_type: str, class_name: str, compare: bool, lim
     started = time.perf_counter()
     child.start()
     record = None
-    try:
+    try:  # export-hf's part, then the whole record
         record = queue.get(timeout=limit)
+        if record.get("status") != "not built" and "peak_mb" in record:
+            record = queue.get(timeout=max(limit - (time.perf_counter() - started), 1))
     except Exception:  # noqa: BLE001 - queue.Empty: the time limit
-        pass
+        if record is not None:
+            record.update(torch_onnx="failed", torch_onnx_cause=f"time limit ({limit:.0f} s)")
     child.join(5)
     if child.is_alive():
         child.kill()
