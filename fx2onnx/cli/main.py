@@ -38,9 +38,12 @@ examples:
   fx2onnx export-hf ./my-llama --output ./my-llama-onnx --verify
   fx2onnx export-hf ./llama-7b --output ./llama-7b-onnx --fake --dtype float16
   fx2onnx export-hf ~/.cache/huggingface/hub/models--org--name --output out --task feature-extraction
+  fx2onnx export-hf ./my-sentiment-bert --output ./my-sentiment-onnx --verify   (text-classification)
 
 the ONNX files go under onnx/ (causal LMs: onnx/model.onnx for prefill and decode, with
-genai_config.json; encoder-decoders: onnx/encoder_model.onnx and onnx/decoder_model_merged.onnx),
+genai_config.json; encoder-decoders: onnx/encoder_model.onnx and onnx/decoder_model_merged.onnx;
+classifiers, detectors, segmenters, CTC and the other pipeline tasks: onnx/model.onnx with the
+outputs their pipelines read),
 with the tokenizer as transformers loads it: the folder loads as it is in onnxruntime_genai
 (og.Model(folder)), Transformers.js (from_pretrained(folder)) and Optimum (subfolder="onnx").
 """

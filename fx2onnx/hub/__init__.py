@@ -4,7 +4,10 @@ Takes a `save_pretrained` folder, a Hugging Face cache snapshot or a hub id; giv
 folder that its clients (ONNX Runtime GenAI, Transformers.js, Optimum-style loaders)
 load as it is (layout.py): for causal LMs one `onnx/model.onnx` serving prefill and
 decode with ONNX Runtime GenAI's `genai_config.json`; for encoders and image classifiers
-one `onnx/model.onnx`; for encoder-decoders `onnx/encoder_model.onnx` and
+one `onnx/model.onnx`; for the other tasks a pipeline runs in one pass (classifiers,
+question answering, fill-mask, detection, segmentation, depth, CTC, audio, CLIP-style
+zero-shot) one `onnx/model.onnx` with the outputs the pipelines read (pipeline_tasks.py);
+for encoder-decoders `onnx/encoder_model.onnx` and
 `onnx/decoder_model_merged.onnx`; for image-text-to-text models (Qwen2.5-VL, Qwen3-VL, Gemma 3, Mistral 3) ONNX Runtime GenAI's
 vision, embedding and decoder models and image processor configuration (vision_language.py,
 vision_grid.py, vlm_gemma3.py, vlm_qwen3.py, vlm_mistral3.py, vlm_layout.py); a multimodal model's language

@@ -41,16 +41,17 @@ def _roles_of(name: str, has_past: bool) -> dict[int, str]:
     return next((dims for key, dims in _ROLES if name == key), {})
 
 
-def name_dims_by_role(model: ir.Model) -> dict[str, str]:
+def name_dims_by_role(model: ir.Model, extra_roles: dict[str, dict[int, str]] | None = None) -> dict[str, str]:
     """Rename ``model``'s input dims (and every value's dims built from them) after their
-    roles; returns the renaming. Two roles on one symbol are an error: the runtime would
+    roles (``extra_roles``: input name -> {dim index: name}, before the common ones);
+    returns the renaming. Two roles on one symbol are an error: the runtime would
     be told two different lengths are one."""
     has_past = any(v.name.startswith("past_key_values.") for v in model.graph.inputs)
     symbols: dict[str, str] = {}
     for value in model.graph.inputs:
         if value.shape is None:
             continue
-        roles = _roles_of(value.name or "", has_past)
+        roles = (extra_roles or {}).get(value.name or "") or _roles_of(value.name or "", has_past)
         if value.name == "position_ids" and len(value.shape) == 3:  # mRoPE's: [3 axes, batch, tokens]
             roles = {index + 1: role for index, role in roles.items()}
         for index, role in roles.items():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ from fx2onnx.hub import causal_lm
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import layout, seq2seq, text_only, tokenizer_files, vision_language, vlm_layout, whisper_genai
+from fx2onnx.hub import layout, pipeline_tasks, seq2seq, text_only, tokenizer_files, vision_language, vlm_layout, whisper_genai
 from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.prequantized import CheckpointCodes, checkpoint_codes
 from fx2onnx.hub.precision import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
@@ -36,7 +35,7 @@ from fx2onnx.hub.renamed_weights import RenamedCheckpoint
 from fx2onnx.hub.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
-    load_model, local_folder,
+    is_ctc, load_model, local_folder,
 )
 from fx2onnx.hub.verify import (
     FolderRunError, Verification, tolerance_for, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
@@ -44,6 +43,7 @@ from fx2onnx.hub.verify import (
 )
 from fx2onnx.hub.model_lengths import verification_lengths
 from fx2onnx.hub.verify_lengths import verify_causal_lm_at_lengths
+from fx2onnx.hub.pipeline_verify import verify_task_outputs
 from fx2onnx.hub.verify_vlm import verify_image_text_to_text
 from fx2onnx.hub.whisper_verify import verify_whisper_genai
 from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linears_dynamically
@@ -98,10 +98,13 @@ def _options(
     )
 
 
-def _exported(model: torch.nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions) -> fx2onnx.ONNXProgram:
+def _exported(
+    model: torch.nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions,
+    extra_roles: dict[str, dict[int, str]] | None = None,
+) -> fx2onnx.ONNXProgram:
     """The export of ``model`` with its dims named after their roles."""
     program = fx2onnx.dynamo_export(model, **inputs, export_options=options)
-    name_dims_by_role(program.model)
+    name_dims_by_role(program.model, extra_roles)
     return program
 
 
@@ -129,19 +132,10 @@ def _save(
 
 def _encoder_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
     """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two shapes."""
-    config, model = loaded.config, loaded.model
-    generator = torch.Generator().manual_seed(size)
-    batch = 2 + size
     if loaded.task == IMAGE_CLASSIFICATION:
-        image = int(getattr(config, "image_size", 224) or 224)
-        channels = int(getattr(config, "num_channels", 3) or 3)
-        return {"pixel_values": torch.randn(batch, channels, image, image, generator=generator)}
-    length = 7 + 4 * size
-    vocab = int(getattr(config, "vocab_size", 100))
-    inputs = {"input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, length), generator=generator),
-              "attention_mask": torch.ones(batch, length, dtype=torch.int64)}
-    if "token_type_ids" in inspect.signature(model.forward).parameters and getattr(config, "type_vocab_size", 0):
-        inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.int64)
+        return pipeline_tasks.image_inputs(loaded.config, 2 + size, size)
+    inputs = pipeline_tasks.text_inputs(loaded.config, loaded.model, size)
+    inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
     return inputs
 
 
@@ -216,6 +210,25 @@ def _prequantized(loaded: LoadedModel, given: CheckpointCodes, precision: str | 
     return dataclasses.replace(given.quantization(), accuracy_level=accuracy_level)
 
 
+def _pipeline_task(loaded: LoadedModel) -> str | None:
+    """The task of pipeline_tasks.PIPELINE_TASKS that ``loaded`` is exported for, if any."""
+    if is_ctc(loaded.task, loaded.config):
+        return pipeline_tasks.CTC_SPEECH_RECOGNITION
+    return loaded.task if loaded.task in pipeline_tasks.PIPELINE_TASKS else None
+
+
+def _export_pipeline_task(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+    """One model.onnx with the outputs the task's pipelines read (pipeline_tasks.py)."""
+    task = _pipeline_task(loaded)
+    if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
+        loaded.model.config.use_cache = False
+    inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
+    program = _exported(loaded.model, _fake(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
+    pipeline_tasks.keep_task_outputs(program.model, task)
+    pipeline_tasks.name_image_dims(program.model)
+    return _save(program, staging, _onnx_file(loaded, layout.MODEL), loaded)
+
+
 def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization: WeightQuantization | None) -> None:
     """int4/int8 are for causal LMs (weight-only MatMulNBits) and int8 for encoders
     (dynamic activations, MatMulInteger); the rest is refused before anything is exported."""
@@ -286,6 +299,8 @@ def _genai_whisper(loaded: LoadedModel, runtime: str) -> bool:
 
 
 def _export_speech(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
+    if is_ctc(loaded.task, loaded.config):
+        return _export_pipeline_task(loaded, staging, options)
     if _genai_whisper(loaded, options.runtime):
         return whisper_genai.export_whisper_genai(loaded, staging, options, _save)
     return _export_seq2seq(loaded, staging, options)
@@ -329,6 +344,7 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
     FEATURE_EXTRACTION: _export_single,
     IMAGE_CLASSIFICATION: _export_single,
     IMAGE_TEXT_TO_TEXT: _export_image_text_to_text,
+    **{task: _export_pipeline_task for task in pipeline_tasks.PIPELINE_TASKS if task != SPEECH_RECOGNITION},
 }
 
 
@@ -344,6 +360,9 @@ def _verify(
     if _genai_whisper(loaded, runtime):
         files = (folder / _onnx_file(loaded, layout.GENAI_ENCODER), folder / _onnx_file(loaded, layout.GENAI_DECODER))
         return verify_whisper_genai(folder, *files, model, loaded.folder, tokens, tolerance)
+    if _pipeline_task(loaded) is not None:
+        path = folder / _onnx_file(loaded, layout.MODEL)
+        return verify_task_outputs(path, model, _pipeline_task(loaded), loaded.config, tolerance)
     if loaded.task in (TEXT2TEXT, SPEECH_RECOGNITION):
         start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
         files = (folder / _onnx_file(loaded, layout.ENCODER), folder / _onnx_file(loaded, layout.MERGED_DECODER))

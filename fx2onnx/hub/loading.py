@@ -17,6 +17,7 @@ from fx2onnx import ONNXFakeContext
 from fx2onnx.hub import tasks
 from fx2onnx.hub import text_only as text_only_module
 from fx2onnx.hub.prequantized import loading_arguments, quant_method
+from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, auto_class_for, served_task
 from fx2onnx.program import snapshot_folder
 
 TEXT_GENERATION = "text-generation"
@@ -25,7 +26,10 @@ SPEECH_RECOGNITION = "automatic-speech-recognition"
 FEATURE_EXTRACTION = "feature-extraction"
 IMAGE_CLASSIFICATION = "image-classification"
 IMAGE_TEXT_TO_TEXT = "image-text-to-text"
-TASKS = (TEXT_GENERATION, TEXT2TEXT, SPEECH_RECOGNITION, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT)
+TASKS = (
+    TEXT_GENERATION, TEXT2TEXT, SPEECH_RECOGNITION, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT,
+    *(task for task in PIPELINE_TASKS if task != SPEECH_RECOGNITION),
+)
 
 _AUTO_CLASSES = {
     TEXT_GENERATION: "AutoModelForCausalLM",
@@ -71,6 +75,9 @@ def default_task(config: Any) -> str:
     """The task a config's architecture is made for (``text-generation`` for causal LMs);
     an `UnsupportedTaskError` when it is made for a task export-hf does not serve."""
     architectures = list(getattr(config, "architectures", None) or [])
+    served = served_task(architectures)
+    if served is not None:
+        return served
     if getattr(config, "is_encoder_decoder", False):
         return SPEECH_RECOGNITION if getattr(config, "num_mel_bins", None) else TEXT2TEXT
     # before causal LMs: transformers files some (Gemma 3) under both
@@ -85,6 +92,36 @@ def default_task(config: Any) -> str:
         if needed and not tasks.is_filed_under(architecture, tasks.BASE_MAPPING):
             raise tasks.unsupported_task_error(config, architecture, needed, TASKS)
     return FEATURE_EXTRACTION
+
+
+def is_ctc(task: str, config: Any) -> bool:
+    """Whether ``task`` is speech recognition by a CTC model (an encoder, no decoder)."""
+    return task == SPEECH_RECOGNITION and not getattr(config, "is_encoder_decoder", False)
+
+
+def _auto_class(task: str, config: Any) -> str:
+    if is_ctc(task, config) or (task in PIPELINE_TASKS and task != SPEECH_RECOGNITION):
+        check_head(task, config)
+        return auto_class_for(task, config)
+    return _AUTO_CLASSES[task]
+
+
+def check_head(task: str, config: Any) -> None:
+    """A checkpoint whose architecture has no head for ``task`` is refused: transformers
+    would give the head random weights."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    mappings = PIPELINE_TASKS[task].mappings
+    if not architectures or any(tasks.is_filed_under(a, m) for a in architectures for m in mappings):
+        return
+    try:
+        default = default_task(config)
+    except tasks.UnsupportedTaskError:
+        default = None
+    instead = f"its own task is {default} (the default without --task)" if default else "no task export-hf serves"
+    raise tasks.UnsupportedTaskError(
+        f"{', '.join(architectures)} has no {task} head: its weights would be random in the folder. The checkpoint's "
+        f"{instead}; for {task}, give a checkpoint of a model made for it (fine-tuned with its head)."
+    )
 
 
 @contextlib.contextmanager
@@ -141,7 +178,7 @@ def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -
 
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"Unknown dtype '{dtype}': one of {', '.join(DTYPES)}.")
-    auto = getattr(transformers, _AUTO_CLASSES[task])
+    auto = getattr(transformers, _auto_class(task, config))
     torch_dtype = DTYPES[dtype] if dtype else None
     if fake and quant_method(config) is not None:
         raise NotImplementedError(

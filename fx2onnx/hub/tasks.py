@@ -3,7 +3,7 @@
 `export-hf` serves a few tasks (loading.TASKS). Without `--task` the task is the one
 transformers files the config's architecture under (`Qwen2_5_VLForConditionalGeneration`:
 image-text-to-text); an architecture filed only under tasks the command does not serve
-(`BertForSequenceClassification`: text-classification) is an `UnsupportedTaskError`
+(`VivitForVideoClassification`: video-classification) is an `UnsupportedTaskError`
 before anything is written, rather than an export of its base model without its head.
 """
 
@@ -11,24 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-# transformers' auto-class mappings -> the pipeline task names people know them by
+# transformers' auto-class mappings of tasks export-hf does not serve -> the pipeline
+# task names people know them by (those it serves: pipeline_tasks.PIPELINE_TASKS)
 _MAPPING_TASKS = {
-    "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "text-classification",
-    "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": "token-classification",
-    "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES": "question-answering",
-    "MODEL_FOR_MASKED_LM_MAPPING_NAMES": "fill-mask",
-    "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES": "multiple-choice",
-    "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES": "object-detection",
-    "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES": "image-segmentation",
-    "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES": "image-segmentation",
-    "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES": "depth-estimation",
-    "MODEL_FOR_CTC_MAPPING_NAMES": "automatic-speech-recognition (CTC)",
-    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES": "audio-classification",
-    "MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES": "zero-shot-image-classification",
     "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES": "text-to-audio",
     "MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES": "text-to-audio",
     "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES": "video-classification",
     "MODEL_FOR_IMAGE_TO_IMAGE_MAPPING_NAMES": "image-to-image",
+    "MODEL_FOR_ZERO_SHOT_OBJECT_DETECTION_MAPPING_NAMES": "zero-shot-object-detection",
+    "MODEL_FOR_MASK_GENERATION_MAPPING_NAMES": "mask-generation",
+    "MODEL_FOR_KEYPOINT_DETECTION_MAPPING_NAMES": "keypoint-detection",
+    "MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES": "audio-frame-classification",
+    "MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES": "audio-xvector",
+    "MODEL_FOR_DOCUMENT_QUESTION_ANSWERING_MAPPING_NAMES": "document-question-answering",
+    "MODEL_FOR_VISUAL_QUESTION_ANSWERING_MAPPING_NAMES": "visual-question-answering",
+    "MODEL_FOR_TABLE_QUESTION_ANSWERING_MAPPING_NAMES": "table-question-answering",
+    "MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES": "time-series-prediction",
 }
 IMAGE_TEXT_TO_TEXT_MAPPING = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
 BASE_MAPPING = "MODEL_MAPPING_NAMES"

@@ -6,7 +6,9 @@ before validation, module functions included (they keep being functions):
 - up (19 and later): onnxscript's version converter steps every node up one opset at a
   time; only DFT, GridSample and GroupNormalization changed meaning on the way and get
   rewritten. Its per-model entry point inlines functions first, so its per-node converter
-  is reached here, in one place (private to onnxscript; a test fails when it moves).
+  is reached here, in one place (private to onnxscript; a test fails when it moves). A
+  function that reads attributes of its call (torchlib's `aten_hardtanh`, ReLU6) is
+  inlined first: the converter refuses such references.
 - down (17): ONNX's own converter has no adapter from 18 for Split and drops functions,
   so the few operators whose form changed in opset 18 are rewritten here: the reductions'
   `axes` input back to an attribute, Split's `num_outputs` to split sizes. An operator
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
 
 from fx2onnx.onnx_passes.model_graphs import model_graphs
 
@@ -121,8 +124,16 @@ def convert_opset(model: ir.Model, target: int) -> None:
     _set_default_opset(model, target)
 
 
+def _reads_attributes_of_its_call(function: ir.Function) -> bool:
+    """Whether a node of ``function`` takes an attribute from the calling node (torchlib's
+    `aten_hardtanh`: a Constant of its `min_val`), which the converter refuses."""
+    return any(attribute.is_ref() for node in function for attribute in node.attributes.values())
+
+
 def _convert_up(model: ir.Model, target: int) -> None:
     _version_converter = _converter()
+    # inlined where called: each call's own values instead of references to them
+    common_passes.InlinePass(criteria=_reads_attributes_of_its_call)(model)
     failures: list[str] = []
 
     class _Collect(logging.Handler):

@@ -484,13 +484,13 @@ def test_gemma3_in_fake_mode_streams_the_weights(tmp_path):
 
 
 def test_an_architecture_for_a_task_export_hf_does_not_serve_is_an_error(tmp_path, capsys):
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                     vocab_size=100, architectures=["BertForSequenceClassification"])
-    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "source")
+    config = transformers.VivitConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                      image_size=32, num_frames=4, tubelet_size=[2, 16, 16])
+    transformers.VivitForVideoClassification(config).save_pretrained(tmp_path / "source")
     with pytest.raises(UnsupportedTaskError) as error:
         export_hf(tmp_path / "source", tmp_path / "out")
     message = str(error.value)
-    assert "BertForSequenceClassification" in message and "text-classification" in message
+    assert "VivitForVideoClassification" in message and "video-classification" in message
     assert "image-text-to-text" in message and "text-generation" in message and "Nothing was written" in message
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
     assert main(["export-hf", str(tmp_path / "source"), "--output", str(tmp_path / "out"), "--quiet"]) == 1

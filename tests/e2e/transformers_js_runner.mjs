@@ -2,7 +2,8 @@
 // Usage: node transformers_js_runner.mjs <npm prefix holding @huggingface/transformers> <job.json> <result.json>
 // The job names the folder, its task, and what to run: "strings" to encode with the folder's
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
-// batch ("batch"), or "inputs" (tensors) for one forward pass. The folder is loaded as written:
+// batch ("batch"), "inputs" (tensors) for one forward pass, or "pipeline" (its "texts" run through
+// `pipeline(task, folder)` with its "options"). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }).
 import { createRequire } from 'node:module';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -10,8 +11,12 @@ import { join } from 'node:path';
 
 const [prefix, jobPath, resultPath] = process.argv.slice(2);
 const transformers = createRequire(join(prefix, 'package.json'))('@huggingface/transformers');
-const { AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification, Tensor } =
-    transformers;
+const {
+    AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification,
+    AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering, AutoModelForMaskedLM,
+    AutoModelForObjectDetection, AutoModelForSemanticSegmentation, AutoModelForDepthEstimation, AutoModelForCTC,
+    AutoModelForAudioClassification, Tensor, pipeline,
+} = transformers;
 
 const job = JSON.parse(readFileSync(jobPath, 'utf8'));
 const options = { local_files_only: true };
@@ -20,6 +25,16 @@ const classes = {
     'text2text-generation': AutoModelForSeq2SeqLM,
     'feature-extraction': AutoModel,
     'image-classification': AutoModelForImageClassification,
+    'text-classification': AutoModelForSequenceClassification,
+    'token-classification': AutoModelForTokenClassification,
+    'question-answering': AutoModelForQuestionAnswering,
+    'fill-mask': AutoModelForMaskedLM,
+    'object-detection': AutoModelForObjectDetection,
+    'image-segmentation': AutoModelForSemanticSegmentation,
+    'depth-estimation': AutoModelForDepthEstimation,
+    'automatic-speech-recognition': AutoModelForCTC,
+    'audio-classification': AutoModelForAudioClassification,
+    'zero-shot-image-classification': AutoModel,
 };
 
 function int64(rows) {
@@ -74,5 +89,9 @@ if (job.prompts || job.inputs) {
         const outputs = await model(feed);
         result.outputs = Object.fromEntries(job.outputs.map((name) => [name, plain(outputs[name])]));
     }
+}
+if (job.pipeline) {
+    const run = await pipeline(job.task, job.folder, options);
+    result.pipeline = await run(job.pipeline.texts, job.pipeline.options ?? {});
 }
 writeFileSync(resultPath, JSON.stringify(result));

@@ -21,15 +21,28 @@ transformers = pytest.importorskip("transformers")
     ("LlamaForCausalLM", "text-generation"),
     ("ViTForImageClassification", "image-classification"),
     ("BertModel", "feature-extraction"),
+    ("BertForSequenceClassification", "text-classification"),
+    ("DistilBertForTokenClassification", "token-classification"),
+    ("RobertaForQuestionAnswering", "question-answering"),
+    ("BertForMaskedLM", "fill-mask"),
+    ("BertForMultipleChoice", "multiple-choice"),
+    ("DetrForObjectDetection", "object-detection"),
+    ("SegformerForSemanticSegmentation", "image-segmentation"),
+    ("Mask2FormerForUniversalSegmentation", "image-segmentation"),
+    ("DPTForDepthEstimation", "depth-estimation"),
+    ("Wav2Vec2ForCTC", "automatic-speech-recognition"),
+    ("ASTForAudioClassification", "audio-classification"),
+    ("CLIPModel", "zero-shot-image-classification"),
+    ("XLMWithLMHeadModel", "text-generation"),  # filed under fill-mask too: a generation model stays one
 ])
 def test_the_default_task_is_the_one_transformers_files_the_architecture_under(architecture, task):
     assert default_task(transformers.PretrainedConfig(architectures=[architecture])) == task
 
 
 @pytest.mark.parametrize(("architecture", "needed"), [
-    ("BertForSequenceClassification", "text-classification"),
-    ("DetrForObjectDetection", "object-detection"),
-    ("Wav2Vec2ForCTC", "automatic-speech-recognition (CTC)"),
+    ("VivitForVideoClassification", "video-classification"),
+    ("OwlViTForObjectDetection", "zero-shot-object-detection"),
+    ("SpeechT5ForTextToSpeech", "text-to-audio"),
 ])
 def test_an_architecture_for_a_task_not_served_is_an_error_naming_it(architecture, needed):
     with pytest.raises(UnsupportedTaskError, match=re.escape(f"is a model for {needed}, which export-hf does not serve")) as error:

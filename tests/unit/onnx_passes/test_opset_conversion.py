@@ -69,6 +69,22 @@ def test_dynamic_dims_and_functions_at_other_opsets(opset, tmp_path):
         assert_outputs_close(program(x), model(x))
 
 
+@pytest.mark.parametrize("module_functions", [False, True])
+def test_function_reading_its_call_attributes_converts(module_functions, tmp_path):
+    """ReLU6 (torchlib's aten_hardtanh reads min_val and max_val of its call) at opset 23:
+    inlined where called, the rest kept."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU6(), torch.nn.Hardtanh(-0.5, 0.25)).eval()
+    x = torch.randn(2, 3, 8, 8) * 4
+    options = make_options(tmp_path, opset_version=23, module_functions=module_functions)
+    program = fx2onnx.dynamo_export(model, x, export_options=options)
+    proto = onnx.load(check_saved_model(program, tmp_path / "model.onnx"))
+    assert _default_opsets(proto) == {23}
+    assert not any(f.name == "aten_hardtanh" for f in proto.functions)
+    assert len(proto.functions) == (3 if module_functions else 0)
+    assert_outputs_close(program(x), model(x))
+
+
 def test_default_is_opset_18_untouched():
     program = fx2onnx.dynamo_export(torch.nn.Linear(3, 2), torch.randn(1, 3), export_options=make_options(None))
     assert _default_opsets(program.model_proto) == {18}

@@ -1,0 +1,469 @@
+"""Every task `export-hf` serves against every architecture transformers files under it.
+
+For each task and each class of transformers' auto mapping for it, a tiny model is built
+from the architecture's own config class (sizes shrunk: 2 layers, width 32, vocabulary
+100, images of 64 pixels; random weights, nothing downloaded), saved, and
+
+- exported with `export_hf(..., verify=True)`: the folder's model in onnxruntime against
+  transformers (`--verify`'s tolerance: rtol 1e-3, atol 1e-4; a decoder's 16 greedy
+  tokens equal as well);
+- exported with `torch.onnx.export(..., dynamo=True)` on the same module and the same
+  example inputs (every dim `Dim.AUTO`), its outputs compared in onnxruntime the same way
+  on both input sizes (decoders: the logits of the prompt without a cache).
+
+Each pair runs in a child process forked from this one (the libraries already imported)
+with a time limit; it records exported or the error's cause, the largest difference, the
+export time, the peak memory the child added and the node count. Results go to a JSON
+lines file (a pair already there is not run again); `--report` writes the scoreboard,
+docs/scoreboard.md, from it: dated, with the versions, failures grouped by cause.
+
+    OMP_NUM_THREADS=1 flock /tmp/fx2onnx-heavy.lock python bench/architecture_sweep.py \\
+        [--tasks text-classification,fill-mask] [--limit 120] [--results bench/sweep.jsonl] [--report]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import multiprocessing
+import os
+import re
+import resource
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import fx2onnx  # noqa: E402
+from fx2onnx.hub import export_hf  # noqa: E402
+
+# task -> the auto mappings whose classes the sweep builds for it
+TASK_MAPPINGS = {
+    "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
+    "text-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
+    "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
+    "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",),
+    "fill-mask": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES",),
+    "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+    "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
+    "multiple-choice": ("MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",),
+    "object-detection": ("MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",),
+    "image-segmentation": (
+        "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES", "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES",
+        "MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES", "MODEL_FOR_IMAGE_SEGMENTATION_MAPPING_NAMES",
+    ),
+    "depth-estimation": ("MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",),
+    "automatic-speech-recognition": ("MODEL_FOR_CTC_MAPPING_NAMES",),
+    "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",),
+    "zero-shot-image-classification": ("MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+    "feature-extraction": ("MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",),
+}
+
+VOCAB = 100
+SMALL = dict(
+    vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, max_position_embeddings=128, n_embd=32, n_layer=2, n_head=4, n_positions=128,
+    d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, encoder_layers=2, decoder_layers=2,
+    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, ffn_dim=64,
+    word_embed_proj_dim=32, num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=0, n_inner=64, embed_dim=32,
+    image_size=64, num_labels=3, projection_dim=16, num_queries=10, num_detection_tokens=5,
+)
+# a pair's outputs are exact when every element is within |a - b| <= ATOL + RTOL * |b|
+RTOL, ATOL = fx2onnx.ExportOptions.verify_rtol, fx2onnx.ExportOptions.verify_atol
+
+
+def pairs_of(task: str) -> list[tuple[str, str]]:
+    """(model type, class name) of every class transformers files under ``task``."""
+    from transformers.models.auto import modeling_auto
+
+    found: dict[str, str] = {}
+    for mapping in TASK_MAPPINGS[task]:
+        for model_type, classes in getattr(modeling_auto, mapping, {}).items():
+            for name in (classes,) if isinstance(classes, str) else classes:
+                found.setdefault(name, model_type)
+    return sorted((model_type, name) for name, model_type in found.items())
+
+
+def _shrunk_values(config: Any) -> dict[str, Any]:
+    """The config's values to give its constructor again, shrunk (sub-configs as dicts)."""
+    values: dict[str, Any] = {}
+    for key, current in vars(config).items():
+        if hasattr(current, "to_dict") and hasattr(current, "model_type"):
+            values[key] = {**current.to_dict(), **_shrunk_values(current)}
+            continue
+        if key not in SMALL or isinstance(getattr(type(config), key, None), property):
+            continue
+        value = SMALL[key]
+        # lists stay (hierarchical widths); numbers only ever shrink; token ids within the vocabulary
+        if (key.endswith("_id") or key == "vocab_size") and (current is None or isinstance(current, int)):
+            values[key] = value
+        elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
+            values[key] = value
+    layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
+    if isinstance(getattr(config, "layer_types", None), list) and isinstance(layers, int):
+        values["layer_types"] = config.layer_types[:layers]
+    return values
+
+
+def small_config(model_type: str, class_name: str) -> Any:
+    """The architecture's config class, built again with shrunk sizes (so that what its
+    constructor derives from them, backbone stages or layer types, follows)."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type)
+    config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config))
+    config.architectures = [class_name]
+    return config
+
+
+def _node_count(folder: Path) -> int:
+    import onnx
+
+    total = 0
+    for path in sorted((folder / "onnx").glob("*.onnx")):
+        model = onnx.load(str(path), load_external_data=False)
+        total += len(model.graph.node) + sum(len(f.node) for f in model.functions)
+    return total
+
+
+def _cause(error: BaseException) -> str:
+    """The first line of an error (of the error it was raised from, when it says more),
+    without the colours, numbers and names that vary by pair."""
+    while error.__cause__ is not None and type(error).__name__ in ("OnnxExporterError", "TorchExportError"):
+        error = error.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    line = re.sub(r"/tmp/\S+", "<path>", line)
+    line = re.sub(r"\b\d+\b", "N", line)
+    return f"{type(error).__name__}: {line[:200]}"
+
+
+def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) -> dict[str, Any]:
+    """torch.onnx.export(..., dynamo=True) of the same module on the same example inputs."""
+    import onnxruntime as ort
+
+    from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, example_inputs, text_inputs
+
+    if task in ("text-generation",):
+        make = lambda size: text_inputs(config, model, size)  # noqa: E731
+        names: tuple[str, ...] = ("logits",)
+    elif task in PIPELINE_TASKS:
+        make = lambda size: example_inputs(task, config, model, size)  # noqa: E731
+        names = PIPELINE_TASKS[task].outputs
+    elif task == "image-classification":
+        make = lambda size: example_inputs("object-detection", config, model, size)  # noqa: E731 (pixel_values)
+        names = ("logits",)
+    elif task == "feature-extraction":
+        make = lambda size: text_inputs(config, model, size)  # noqa: E731
+        names = ("last_hidden_state",)
+    else:
+        return {"torch_onnx": "not compared"}
+    parameters = inspect.signature(model.forward).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    make_all = make
+    make = lambda size: {k: v for k, v in make_all(size).items() if takes_any or k in parameters}  # noqa: E731
+    inputs = make(0)
+    auto = torch.export.Dim.AUTO
+    # without a cache, as export-hf exports the tasks of one pass
+    extra = {"use_cache": False} if "use_cache" in parameters else {}
+    dynamic = {**{k: {i: auto for i in range(v.dim())} for k, v in inputs.items()}, **{k: None for k in extra}}
+    started = time.perf_counter()
+    try:
+        program = torch.onnx.export(model, (), kwargs={**inputs, **extra}, dynamo=True, dynamic_shapes=dynamic, verbose=False)
+        program.save(str(folder / "torch_onnx.onnx"))
+    except Exception as error:  # noqa: BLE001 - the benchmark records every cause
+        return {"torch_onnx": "failed", "torch_onnx_cause": _cause(error)}
+    seconds = time.perf_counter() - started
+    session = ort.InferenceSession(str(folder / "torch_onnx.onnx"), providers=["CPUExecutionProvider"])
+    outputs = [o.name for o in session.get_outputs()]
+    worst, ratio = 0.0, 0.0
+    try:
+        for size in (0, 1):
+            inputs = make(size)
+            feed = {i.name: inputs[i.name].numpy() for i in session.get_inputs() if i.name in inputs}
+            got = session.run(None, feed)
+            with torch.no_grad():
+                expected = model(**inputs, **extra)
+            for name in names:
+                want = expected[name] if isinstance(expected, dict) else getattr(expected, name, None)
+                if want is None or name not in outputs:
+                    continue
+                value, want = got[outputs.index(name)].astype(np.float64), want.double().numpy()
+                worst = max(worst, float(np.abs(value - want).max()))
+                ratio = max(ratio, float((np.abs(value - want) / (ATOL + RTOL * np.abs(want))).max()))
+    except Exception as error:  # noqa: BLE001
+        return {"torch_onnx": "exported", "torch_onnx_seconds": seconds, "torch_onnx_exact": False,
+                "torch_onnx_cause": "run: " + _cause(error)}
+    return {"torch_onnx": "exported", "torch_onnx_seconds": seconds, "torch_onnx_exact": ratio <= 1.0,
+            "torch_onnx_difference": worst, "torch_onnx_nodes": _torch_onnx_nodes(folder / "torch_onnx.onnx")}
+
+
+def _torch_onnx_nodes(path: Path) -> int:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return len(model.graph.node) + sum(len(f.node) for f in model.functions)
+
+
+def run_pair(
+    task: str, model_type: str, class_name: str, compare: bool, on_export: Any = None
+) -> dict[str, Any]:
+    """One pair, in the current process: the record the scoreboard reads (``on_export``
+    is given export-hf's part of it as soon as it is known)."""
+    import transformers
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    record: dict[str, Any] = {"task": task, "model_type": model_type, "architecture": class_name}
+    start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with tempfile.TemporaryDirectory(prefix="fx2onnx-sweep-") as scratch:
+        scratch = Path(scratch)
+        try:
+            config = small_config(model_type, class_name)
+            torch.manual_seed(0)
+            model = getattr(transformers, class_name)(config).eval()
+            model.save_pretrained(scratch / "source")
+        except Exception as error:  # noqa: BLE001
+            record.update(status="not built", cause=_cause(error))
+            return record
+        started = time.perf_counter()
+        try:
+            result = export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16)
+        except Exception as error:  # noqa: BLE001
+            record.update(status="failed", cause=_cause(error), seconds=time.perf_counter() - started)
+        else:
+            verification = result.verification
+            record.update(
+                status="exported", seconds=time.perf_counter() - started, exact=verification.passed,
+                difference=verification.max_logit_difference, tokens_equal=verification.tokens_equal,
+                nodes=_node_count(scratch / "out"),
+            )
+        record["peak_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
+        if on_export is not None:  # export-hf's result, kept should torch.onnx.export reach the time limit
+            on_export(dict(record))
+        if compare:
+            try:
+                record.update(_torch_onnx(model, task, config, scratch))
+            except Exception as error:  # noqa: BLE001
+                record.update(torch_onnx="failed", torch_onnx_cause=_cause(error))
+    return record
+
+
+def _child(queue: Any, task: str, model_type: str, class_name: str, compare: bool) -> None:
+    try:
+        queue.put(run_pair(task, model_type, class_name, compare, queue.put))
+    except BaseException as error:  # noqa: BLE001 - reported to the parent
+        queue.put({"task": task, "model_type": model_type, "architecture": class_name, "status": "failed",
+                   "cause": _cause(error), "traceback": traceback.format_exc()[-2000:]})
+
+
+def run_in_child(task: str, model_type: str, class_name: str, compare: bool, limit: float) -> dict[str, Any]:
+    """One pair in a forked child, killed after ``limit`` seconds."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(queue, task, model_type, class_name, compare))
+    started = time.perf_counter()
+    child.start()
+    record = None
+    try:  # export-hf's part, then the whole record
+        record = queue.get(timeout=limit)
+        if record.get("status") != "not built" and "peak_mb" in record:
+            record = queue.get(timeout=max(limit - (time.perf_counter() - started), 1))
+    except Exception:  # noqa: BLE001 - queue.Empty: the time limit
+        if record is not None:
+            record.update(torch_onnx="failed", torch_onnx_cause=f"time limit ({limit:.0f} s)")
+    child.join(5)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    if record is None:
+        cause = f"time limit ({limit:.0f} s)" if time.perf_counter() - started >= limit else f"child died ({child.exitcode})"
+        record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed", "cause": cause}
+    return record
+
+
+def _done(results: Path) -> set[tuple[str, str]]:
+    if not results.is_file():
+        return set()
+    return {(r["task"], r["architecture"]) for r in map(json.loads, results.read_text().splitlines()) if r}
+
+
+def sampled(pairs: list[tuple[str, str]], count: int | None) -> list[tuple[str, str]]:
+    """``count`` pairs spread evenly over the alphabetical list (all of them without a count)."""
+    if count is None or count >= len(pairs):
+        return pairs
+    return [pairs[round(i * (len(pairs) - 1) / max(count - 1, 1))] for i in range(count)]
+
+
+def sweep(
+    task_names: list[str], results: Path, limit: float, compare: bool, budget: float | None, per_task: int | None = None
+) -> None:
+    done = _done(results)
+    started = time.perf_counter()
+    for task in task_names:
+        for model_type, class_name in sampled(pairs_of(task), per_task):
+            if (task, class_name) in done:
+                continue
+            if budget is not None and time.perf_counter() - started > budget:
+                print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
+                return
+            record = run_in_child(task, model_type, class_name, compare, limit)
+            with results.open("a") as file:
+                file.write(json.dumps(record) + "\n")
+            print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
+                  f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
+
+
+# ---- the scoreboard ----------------------------------------------------------------------------------------------
+
+
+def _versions() -> str:
+    import onnxruntime
+    import transformers
+
+    return (f"fx2onnx {fx2onnx.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"onnxruntime {onnxruntime.__version__}")
+
+
+def _commit() -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def summary(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Pairs tried, exported, exact, and torch.onnx.export's exported and exact, on them."""
+    built = [r for r in records if r["status"] != "not built"]
+    return {
+        "tried": len(built),
+        "exported": sum(r["status"] == "exported" for r in built),
+        "exact": sum(bool(r.get("exact")) for r in built),
+        "torch_onnx_exported": sum(r.get("torch_onnx") == "exported" for r in built),
+        "torch_onnx_exact": sum(bool(r.get("torch_onnx_exact")) for r in built),
+        "torch_onnx_compared": sum(r.get("torch_onnx") in ("exported", "failed") for r in built),
+        "not_built": len(records) - len(built),
+    }
+
+
+def _cell(record: dict[str, Any]) -> str:
+    if record["status"] != "exported":
+        return "fails"
+    return "exact" if record.get("exact") else "differs"
+
+
+def _torch_cell(record: dict[str, Any]) -> str:
+    state = record.get("torch_onnx", "")
+    if state != "exported":
+        return {"failed": "fails", "not compared": "-"}.get(state, "-")
+    return "exact" if record.get("torch_onnx_exact") else "differs"
+
+
+def report(results: Path, page: Path) -> str:
+    """Write the scoreboard page from ``results``; returns its summary line."""
+    records = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        by_task[record["task"]].append(record)
+    total = summary(records)
+    line = (f"{total['tried']} pairs tried: export-hf exported {total['exported']}, exact in onnxruntime {total['exact']}; "
+            f"torch.onnx.export(dynamo=True) exported {total['torch_onnx_exported']}, exact {total['torch_onnx_exact']} "
+            f"(of {total['torch_onnx_compared']} compared)")
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    out = [
+        "# Scoreboard: every task and architecture", "",
+        "<!-- generated by bench/architecture_sweep.py --report: do not edit by hand -->", "",
+        f"Generated on {today} at commit `{_commit()}` with {_versions()}, one CPU thread "
+        "(`OMP_NUM_THREADS=1`). Regenerate it with", "",
+        "```text",
+        "OMP_NUM_THREADS=1 python bench/architecture_sweep.py [--tasks ...] --report",
+        "```", "",
+        "Each pair is a task of `fx2onnx export-hf` and a class that transformers' auto mappings file under it, "
+        "built from the architecture's own config class with its sizes shrunk (2 layers, width 32, vocabulary 100, "
+        "images of 64 pixels; random weights, nothing downloaded). **export-hf** is `export_hf(..., verify=True)`: "
+        "the folder's model in onnxruntime against transformers on two input sizes (the second with a padded row), "
+        f"every element within `|onnx - torch| <= {ATOL:g} + {RTOL:g} * |torch|` (a decoder's 16 greedy tokens "
+        "equal as well). **torch.onnx** is `torch.onnx.export(..., dynamo=True)` on the same module and example "
+        "inputs (every dim `Dim.AUTO`; decoders without their cache), compared the same way. *exact*: within the "
+        "tolerance; *differs*: exported but outside it; *fails*: no model (the cause is grouped below). A pair "
+        "whose tiny model transformers itself cannot build from the shrunk config is counted apart (not built). "
+        "Time is export-hf's whole command (export, save, verification); memory is the peak resident memory "
+        "the pair's process added.", "",
+        f"**Summary:** {line}.", "",
+        "| task | architectures in transformers | pairs tried | export-hf exported | export-hf exact | torch.onnx exported | "
+        "torch.onnx exact | not built |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for task, task_records in by_task.items():
+        s = summary(task_records)
+        out.append(f"| [{task}](#{task}) | {len(pairs_of(task))} | {s['tried']} | {s['exported']} | {s['exact']} | {s['torch_onnx_exported']} | "
+                   f"{s['torch_onnx_exact']} | {s['not_built']} |")
+    out += ["", "## Failures by cause", "", "| cause | pairs | examples |", "|---|---|---|"]
+    causes: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        if record["status"] == "failed":
+            causes[record.get("cause", "?")].append(record["architecture"])
+    for cause, names in sorted(causes.items(), key=lambda item: -len(item[1])):
+        text = cause.replace("|", "\\|").replace("`", "'")
+        out.append(f"| {text} | {len(names)} | {', '.join(names[:4])}{', ...' if len(names) > 4 else ''} |")
+    torch_causes = Counter(r.get("torch_onnx_cause", "") for r in records if r.get("torch_onnx") == "failed")
+    if torch_causes:
+        out += ["", "torch.onnx.export's failures by cause:", "", "| cause | pairs |", "|---|---|"]
+        for cause, count in torch_causes.most_common(15):
+            out.append(f"| {cause.replace('|', chr(92) + '|').replace('`', chr(39))} | {count} |")
+    for task, task_records in by_task.items():
+        out += ["", f"## {task}", "",
+                "| architecture | export-hf | largest difference | seconds | peak MB | nodes | torch.onnx | its difference | its nodes |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(task_records, key=lambda r: r["architecture"]):
+            if r["status"] == "not built":
+                out.append(f"| {r['architecture']} | not built | | | | | | | |")
+                continue
+            difference = f"{r['difference']:.2g}" if "difference" in r else ""
+            theirs = f"{r['torch_onnx_difference']:.2g}" if "torch_onnx_difference" in r else ""
+            out.append(
+                f"| {r['architecture']} | {_cell(r)} | {difference} | {r.get('seconds', 0):.1f} | {r.get('peak_mb', 0):.0f} | "
+                f"{r.get('nodes', '')} | {_torch_cell(r)} | {theirs} | {r.get('torch_onnx_nodes', '')} |"
+            )
+    page.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default=",".join(TASK_MAPPINGS), help="comma-separated tasks (default: all)")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "architecture_sweep.jsonl")
+    parser.add_argument("--limit", type=float, default=120.0, help="seconds per pair (default 120)")
+    parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
+    parser.add_argument("--per-task", type=int, default=None, help="at most this many architectures per task, spread evenly")
+    parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison")
+    parser.add_argument("--report", action="store_true", help="write docs/scoreboard.md from the results")
+    parser.add_argument("--report-only", action="store_true", help="write the scoreboard without running pairs")
+    args = parser.parse_args()
+    tasks = [t for t in args.tasks.split(",") if t]
+    unknown = [t for t in tasks if t not in TASK_MAPPINGS]
+    if unknown:
+        parser.error(f"unknown task(s) {', '.join(unknown)}: one of {', '.join(TASK_MAPPINGS)}")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    if not args.report_only:
+        sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task)
+    if args.report or args.report_only:
+        print(report(args.results, ROOT / "docs" / "scoreboard.md"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""The single-model tasks of `export-hf`: one `onnx/model.onnx` that a pipeline feeds
+once (classifiers, detectors, segmenters, CTC speech recognition, CLIP-style zero-shot
+image classification...).
+
+Each task (`PIPELINE_TASKS`) says which auto class loads it, which auto mappings of
+transformers hold its architectures, what its example inputs are (`InputKind`) and which
+outputs the folder keeps, named as Transformers.js's pipelines and Optimum's ONNX configs
+read them (`logits`, `start_logits`/`end_logits`, `pred_boxes`, `predicted_depth`,
+`logits_per_image`...). Everything else the model returns (hidden states, auxiliary
+outputs) is dropped from the graph with the nodes only it needed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+import torch
+
+
+TEXT_CLASSIFICATION = "text-classification"
+TOKEN_CLASSIFICATION = "token-classification"
+QUESTION_ANSWERING = "question-answering"
+FILL_MASK = "fill-mask"
+MULTIPLE_CHOICE = "multiple-choice"
+OBJECT_DETECTION = "object-detection"
+IMAGE_SEGMENTATION = "image-segmentation"
+DEPTH_ESTIMATION = "depth-estimation"
+AUDIO_CLASSIFICATION = "audio-classification"
+ZERO_SHOT_IMAGE_CLASSIFICATION = "zero-shot-image-classification"
+# CTC models serve automatic-speech-recognition (loading.SPEECH_RECOGNITION) without a decoder
+CTC_SPEECH_RECOGNITION = "automatic-speech-recognition"
+
+
+class InputKind(Enum):
+    TEXT = "text"  # input_ids, attention_mask (token_type_ids where the model takes them)
+    CHOICES = "choices"  # the same, (batch, choices, tokens)
+    IMAGE = "image"  # pixel_values
+    AUDIO = "audio"  # input_values (a waveform, or a spectrogram) or input_features
+    TEXT_AND_IMAGE = "text and image"  # CLIP-style: texts and images, batches apart
+
+
+@dataclass(frozen=True)
+class PipelineTask:
+    auto_class: str
+    mappings: tuple[str, ...]
+    inputs: InputKind
+    # the outputs kept, where the model gives them (a segmenter gives one of two sets)
+    outputs: tuple[str, ...]
+
+
+def _mapping(name: str) -> str:
+    return f"MODEL_FOR_{name}_MAPPING_NAMES"
+
+
+PIPELINE_TASKS: dict[str, PipelineTask] = {
+    TEXT_CLASSIFICATION: PipelineTask(
+        "AutoModelForSequenceClassification", (_mapping("SEQUENCE_CLASSIFICATION"),), InputKind.TEXT, ("logits",)),
+    TOKEN_CLASSIFICATION: PipelineTask(
+        "AutoModelForTokenClassification", (_mapping("TOKEN_CLASSIFICATION"),), InputKind.TEXT, ("logits",)),
+    QUESTION_ANSWERING: PipelineTask(
+        "AutoModelForQuestionAnswering", (_mapping("QUESTION_ANSWERING"),), InputKind.TEXT, ("start_logits", "end_logits")),
+    FILL_MASK: PipelineTask("AutoModelForMaskedLM", (_mapping("MASKED_LM"),), InputKind.TEXT, ("logits",)),
+    MULTIPLE_CHOICE: PipelineTask("AutoModelForMultipleChoice", (_mapping("MULTIPLE_CHOICE"),), InputKind.CHOICES, ("logits",)),
+    OBJECT_DETECTION: PipelineTask(
+        "AutoModelForObjectDetection", (_mapping("OBJECT_DETECTION"),), InputKind.IMAGE, ("logits", "pred_boxes")),
+    IMAGE_SEGMENTATION: PipelineTask(
+        "AutoModelForImageSegmentation",
+        (_mapping("SEMANTIC_SEGMENTATION"), _mapping("UNIVERSAL_SEGMENTATION"), _mapping("INSTANCE_SEGMENTATION"),
+         _mapping("IMAGE_SEGMENTATION")),
+        InputKind.IMAGE, ("logits", "pred_boxes", "pred_masks", "class_queries_logits", "masks_queries_logits"),
+    ),
+    DEPTH_ESTIMATION: PipelineTask(
+        "AutoModelForDepthEstimation", (_mapping("DEPTH_ESTIMATION"),), InputKind.IMAGE, ("predicted_depth",)),
+    CTC_SPEECH_RECOGNITION: PipelineTask("AutoModelForCTC", (_mapping("CTC"),), InputKind.AUDIO, ("logits",)),
+    AUDIO_CLASSIFICATION: PipelineTask(
+        "AutoModelForAudioClassification", (_mapping("AUDIO_CLASSIFICATION"),), InputKind.AUDIO, ("logits",)),
+    ZERO_SHOT_IMAGE_CLASSIFICATION: PipelineTask(
+        "AutoModelForZeroShotImageClassification", (_mapping("ZERO_SHOT_IMAGE_CLASSIFICATION"),), InputKind.TEXT_AND_IMAGE,
+        ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
+    ),
+}
+
+# A CLIP-style model's images are batched apart from its texts (one image, every label)
+IMAGE_BATCH = "image_batch_size"
+NUM_CHOICES = "num_choices"
+
+
+# transformers files some generation models under fill-mask too (BART's LM head): those stay generation models
+_GENERATION_MAPPINGS = (
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+)
+
+
+def served_task(architectures: list[str]) -> str | None:
+    """The task of this table that transformers files one of ``architectures`` under
+    (None when none is, or when the class is a generation model as well)."""
+    from fx2onnx.hub import tasks
+
+    for architecture in architectures:
+        if any(tasks.is_filed_under(architecture, mapping) for mapping in _GENERATION_MAPPINGS):
+            continue
+        for task, spec in PIPELINE_TASKS.items():
+            if any(tasks.is_filed_under(architecture, mapping) for mapping in spec.mappings):
+                return task
+    return None
+
+
+def auto_class_for(task: str, config: Any) -> str:
+    """The transformers auto class that loads ``config``'s model for ``task``: for a
+    segmenter, the one whose mapping files the config's architecture."""
+    spec = PIPELINE_TASKS[task]
+    if task == IMAGE_SEGMENTATION:
+        from fx2onnx.hub import tasks
+
+        architectures = list(getattr(config, "architectures", None) or [])
+        for mapping, auto in (
+            (_mapping("UNIVERSAL_SEGMENTATION"), "AutoModelForUniversalSegmentation"),
+            (_mapping("INSTANCE_SEGMENTATION"), "AutoModelForInstanceSegmentation"),
+            (_mapping("SEMANTIC_SEGMENTATION"), "AutoModelForSemanticSegmentation"),
+            (_mapping("IMAGE_SEGMENTATION"), "AutoModelForImageSegmentation"),
+        ):
+            if any(tasks.is_filed_under(a, mapping) for a in architectures):
+                return auto
+        return "AutoModelForSemanticSegmentation"
+    return spec.auto_class
+
+
+def _sub(config: Any, name: str) -> Any:
+    return getattr(config, name, None) or config
+
+
+def _size(value: Any, default: int) -> tuple[int, int]:
+    if isinstance(value, (list, tuple)):
+        return int(value[0]), int(value[-1])
+    return (int(value), int(value)) if value else (default, default)
+
+
+def text_inputs(config: Any, model: torch.nn.Module, size: int, shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor]:
+    """input_ids (ending with the end-of-text token, where the config has one) and
+    attention_mask of ``shape`` (default batch 2 + size, 7 + 4 * size tokens), the second
+    size with its first row padded at the end, and token_type_ids (zeros) where the model
+    takes them."""
+    text = _sub(config, "text_config")
+    generator = torch.Generator().manual_seed(size)
+    shape = shape or (2 + size, 7 + 4 * size)
+    vocab = int(getattr(text, "vocab_size", 100))
+    mask = torch.ones(shape, dtype=torch.int64)
+    if size:
+        mask.view(-1, shape[-1])[0, -3:] = 0
+    ids = torch.randint(min(3, vocab - 1), vocab, shape, generator=generator)
+    eos = getattr(text, "eos_token_id", None)
+    if isinstance(eos, int) and 0 <= eos < vocab:  # as tokenizers end a text (BART's classifier reads its last eos)
+        ids[..., -1] = eos
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in inspect.signature(model.forward).parameters and getattr(text, "type_vocab_size", 0):
+        inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.int64)
+    return inputs
+
+
+def image_inputs(config: Any, batch: int, seed: int) -> dict[str, torch.Tensor]:
+    """pixel_values of ``batch`` images of the config's image size (224 when it has none)."""
+    vision = _sub(config, "vision_config")
+    height, width = _size(getattr(vision, "image_size", None), 224)
+    channels = int(getattr(vision, "num_channels", 3) or 3)
+    generator = torch.Generator().manual_seed(seed)
+    return {"pixel_values": torch.randn(batch, channels, height, width, generator=generator)}
+
+
+def _audio_inputs(config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(size)
+    batch = 2 + size
+    name = getattr(model, "main_input_name", "input_values")
+    mel_bins = getattr(config, "num_mel_bins", None)
+    if name == "input_features":  # a spectrogram of the length the encoder's positions fix
+        frames = 2 * int(getattr(config, "max_source_positions", 1500))
+        return {name: torch.randn(batch, int(mel_bins or 80), frames, generator=generator)}
+    if mel_bins and getattr(config, "max_length", None):  # AST: (frames, mel bins) of a fixed length
+        return {name: torch.randn(batch, int(config.max_length), int(mel_bins), generator=generator)}
+    # a waveform: a tenth of a second at 16 kHz and more, past the feature encoder's receptive field
+    return {name: torch.randn(batch, 1600 + 400 * size, generator=generator)}
+
+
+def example_inputs(task: str, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+    """Example inputs of ``task``'s model, its float inputs in the model's dtype; ``size`` 0
+    or 1 picks one of two shapes."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in _inputs_of(task, config, model, size).items()}
+
+
+def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+    kind = PIPELINE_TASKS[task].inputs
+    if kind is InputKind.TEXT:
+        return text_inputs(config, model, size)
+    if kind is InputKind.CHOICES:
+        return text_inputs(config, model, size, (2 + size, 2 + size, 7 + 4 * size))
+    if kind is InputKind.IMAGE:
+        return image_inputs(config, 2 + size, size)
+    if kind is InputKind.AUDIO:
+        return _audio_inputs(config, model, size)
+    # texts and images in batches of their own: 3 labels and 2 images, then 4 and 1
+    return {**text_inputs(config, model, size, (3 + size, 7 + 4 * size)), **image_inputs(config, 2 - size, size)}
+
+
+def extra_dim_roles(task: str) -> dict[str, dict[int, str]]:
+    """The dim names of ``task``'s inputs that differ from the other tasks' (dim_roles)."""
+    from fx2onnx.hub.dim_roles import BATCH, SEQUENCE
+
+    if PIPELINE_TASKS[task].inputs is InputKind.CHOICES:
+        roles = {0: BATCH, 1: NUM_CHOICES, 2: SEQUENCE}
+        return {"input_ids": roles, "attention_mask": roles, "token_type_ids": roles}
+    if PIPELINE_TASKS[task].inputs is InputKind.TEXT_AND_IMAGE:
+        return {"pixel_values": {0: IMAGE_BATCH}}
+    if PIPELINE_TASKS[task].inputs is InputKind.AUDIO:
+        return {"input_values": {0: BATCH}, "input_features": {0: BATCH}}
+    return {}
+
+
+def name_image_dims(model: ir.Model) -> None:
+    """Name the height and width of ``pixel_values`` where the export left them dynamic
+    (models that interpolate their position embeddings take any image size)."""
+    from fx2onnx.onnx_passes import rename_dims
+
+    pixels = next((value for value in model.graph.inputs if value.name == "pixel_values"), None)
+    if pixels is None or pixels.shape is None or len(pixels.shape) != 4:
+        return
+    symbols = {
+        str(pixels.shape[index].value): name for index, name in ((2, "height"), (3, "width"))
+        if isinstance(pixels.shape[index], ir.SymbolicDim) and pixels.shape[index].value
+    }
+    if symbols:
+        rename_dims(model, symbols)
+
+
+def keep_task_outputs(model: ir.Model, task: str) -> list[str]:
+    """Keep only ``task``'s outputs in ``model`` (and the nodes they need); returns their
+    names. A model that gives none of them is refused, naming what it gives."""
+    wanted = PIPELINE_TASKS[task].outputs
+    kept = [value for value in model.graph.outputs if value.name in wanted]
+    if not kept:
+        given = ", ".join(str(value.name) for value in model.graph.outputs)
+        raise NotImplementedError(
+            f"{task}: the model's outputs ({given}) include none of those {task} pipelines read ({', '.join(wanted)}). "
+            "Export it with --task feature-extraction or with fx2onnx.dynamo_export."
+        )
+    model.graph.outputs.clear()
+    model.graph.outputs.extend(kept)
+    common_passes.RemoveUnusedNodesPass()(model)
+    return [str(value.name) for value in kept]
