@@ -293,3 +293,13 @@ def test_verify_fails_on_a_windowed_folder_that_crashes_past_its_window(windowed
     found = re.search(r"verification failed: onnxruntime failed at sequence length (\d+) \((the prefill|decode step \d+)\)", err)
     assert found and int(found[1]) > WINDOW, err
     assert "Traceback" not in err and (out / "onnx" / "model.onnx").is_file()
+
+
+def test_verify_passes_on_the_windowed_folder_as_written(windowed_sources, capsys):
+    """The same windowed model's folder as export-hf writes it passes --verify at the
+    lengths past its window that the planted folders above fail at."""
+    out = windowed_sources / "out-as-written"
+    assert main(["export-hf", str(windowed_sources / "windowed"), "--output", str(out), "--verify", "--tokens", "8"]) == 0
+    captured = capsys.readouterr()
+    assert f"verification lengths: a prompt of {WINDOW + 8} tokens (past sliding window {WINDOW})" in captured.out
+    assert re.search(r"verification: largest difference \S+ after \d+ tokens \(within the tolerance .*\), greedy tokens equal", captured.out), captured.out
