@@ -11,6 +11,8 @@ random weights, one `save_pretrained` folder each) are exported by
   Attention, the cache grown by Concat);
 - ``fx2onnx-opset18``: `export-hf --opset 18` (every node as PyTorch decomposes it, the
   default before the fused kernels);
+- ``fx2onnx-functions``: `export-hf --module-functions` (each module call an ONNX function,
+  which the runtime inlines when it loads the model);
 - ``builder``: `python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32 -e cpu`;
 
 and run in the same ONNX Runtime GenAI loop: a prompt of 128 and of 1024 tokens
@@ -47,7 +49,7 @@ LLM_COMMON = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, 
                   num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2)
 PROMPTS = (128, 1024)
 NEW_TOKENS = 64
-LLM_EXPORTERS = ("fx2onnx", "fx2onnx-standard", "fx2onnx-opset18", "builder")
+LLM_EXPORTERS = ("fx2onnx", "fx2onnx-standard", "fx2onnx-opset18", "fx2onnx-functions", "builder")
 ENCODER_EXPORTERS = ("fx2onnx-opset18", "fx2onnx-opset23", "torch.onnx.export")
 
 
@@ -93,7 +95,8 @@ def _export_llm(exporter: str, source: Path, out: Path) -> float:
         from fx2onnx.hub import export_hf
 
         export_hf(source, out, opset=18 if exporter.endswith("opset18") else None,
-                  runtime="standard" if exporter.endswith("standard") else "onnxruntime")
+                  runtime="standard" if exporter.endswith("standard") else "onnxruntime",
+                  module_functions=exporter.endswith("functions"))
     return time.perf_counter() - started
 
 
