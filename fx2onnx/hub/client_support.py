@@ -38,7 +38,8 @@ TRANSFORMERS_JS_CAUSAL_LM_TYPES = frozenset({
 
 MULTI_QUERY_REASON = (
     "its config.json says multi_query: true, for which Transformers.js feeds one combined past_key_values.<i>.key_value "
-    "input per layer; the folder has past_key_values.<i>.key and .value, as ONNX Runtime GenAI needs"
+    "input per layer; the folder has past_key_values.<i>.key and .value, as ONNX Runtime GenAI needs (Missing the "
+    "following inputs: past_key_values.0.key, ...)"
 )
 
 
