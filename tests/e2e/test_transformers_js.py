@@ -67,14 +67,20 @@ def transformers_js() -> Path:
     return prefix
 
 
+def node_run(prefix: Path, scratch: Path, job: dict) -> subprocess.CompletedProcess:
+    """Run ``job`` with the runner script in Node (its results in ``scratch/result.json``),
+    whether it succeeds or not."""
+    job_path = scratch / "job.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    return subprocess.run(["node", str(RUNNER), str(prefix), str(job_path), str(scratch / "result.json")],
+                          capture_output=True, text=True, timeout=300)
+
+
 def run_in_transformers_js(prefix: Path, scratch: Path, job: dict) -> dict:
     """Run ``job`` with the runner script in Node; its results."""
-    job_path, result_path = scratch / "job.json", scratch / "result.json"
-    job_path.write_text(json.dumps(job), encoding="utf-8")
-    done = subprocess.run(["node", str(RUNNER), str(prefix), str(job_path), str(result_path)], capture_output=True,
-                          text=True, timeout=300)
+    done = node_run(prefix, scratch, job)
     assert done.returncode == 0, f"Transformers.js failed on {job['folder']}:\n{done.stderr[-3000:]}"
-    return json.loads(result_path.read_text(encoding="utf-8"))
+    return json.loads((scratch / "result.json").read_text(encoding="utf-8"))
 
 
 def trained_tokenizer():
@@ -283,14 +289,6 @@ def test_module_function_folders_generate_what_flat_ones_generate(tmp_path, toke
     assert generated[True] == generated[False]
     expected = [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
     assert generated[True][0] == expected and generated[True][1] == expected
-
-
-def node_run(prefix: Path, scratch: Path, job: dict) -> subprocess.CompletedProcess:
-    """Run ``job`` with the runner script in Node, whether it succeeds or not."""
-    job_path = scratch / "job.json"
-    job_path.write_text(json.dumps(job), encoding="utf-8")
-    return subprocess.run(["node", str(RUNNER), str(prefix), str(job_path), str(scratch / "result.json")],
-                          capture_output=True, text=True, timeout=300)
 
 
 TINY_FALCON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, new_decoder_architecture=False,
