@@ -2,7 +2,8 @@
 
 Takes a `save_pretrained` folder, a Hugging Face cache snapshot or a hub id; gives a
 folder that its clients (ONNX Runtime GenAI, Transformers.js, Optimum-style loaders)
-load as it is (layout.py): for causal LMs one `onnx/model.onnx` serving prefill and
+load as it is (layout.py; a client that cannot run the architecture is named when the folder
+is written: client_support.py): for causal LMs one `onnx/model.onnx` serving prefill and
 decode with ONNX Runtime GenAI's `genai_config.json`; for encoders and image classifiers
 one `onnx/model.onnx`; for the other tasks a pipeline runs in one pass (classifiers,
 question answering, fill-mask, detection, segmentation, depth, CTC, audio, CLIP-style

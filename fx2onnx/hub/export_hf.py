@@ -24,6 +24,7 @@ import torch
 import fx2onnx
 from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
 from fx2onnx.hub import causal_lm
+from fx2onnx.hub.client_support import client_note
 from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
 from fx2onnx.hub.folder_files import copy_folder_files
 from fx2onnx.hub.genai_config import genai_config
@@ -539,6 +540,10 @@ def export_hf(
             (staging / "config.json").write_text(loaded.model.config.to_json_string(), encoding="utf-8")
         bits = quantization.bits if quantization is not None else None
         layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded), bits)
+        if loaded.task == TEXT_GENERATION:  # told from config.json as written: what the clients read
+            note = client_note(json.loads((staging / "config.json").read_text(encoding="utf-8")))
+            if note is not None:
+                say(note)
         # Whisper's decoder prompt carries its special tokens, the runtime's tokenizer adds none
         files += tokenizer_files.write_folder_tokenizer(
             folder, staging, (staging / "genai_config.json").is_file(), say, special_tokens=not _genai_whisper(loaded, runtime)

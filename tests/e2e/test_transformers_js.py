@@ -3,7 +3,8 @@
 Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretrained(folder,
 {local_files_only: true})` for causal LMs (greedy tokens equal transformers', prompt by
 prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
-T5 (greedy tokens equal); ONNX Runtime GenAI on the same causal-LM folders; and each
+T5 (greedy tokens equal); the folders export-hf says it cannot load (Mixtral, multi-query
+Falcon) failing there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
 
@@ -66,14 +67,20 @@ def transformers_js() -> Path:
     return prefix
 
 
+def node_run(prefix: Path, scratch: Path, job: dict) -> subprocess.CompletedProcess:
+    """Run ``job`` with the runner script in Node (its results in ``scratch/result.json``),
+    whether it succeeds or not."""
+    job_path = scratch / "job.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    return subprocess.run(["node", str(RUNNER), str(prefix), str(job_path), str(scratch / "result.json")],
+                          capture_output=True, text=True, timeout=300)
+
+
 def run_in_transformers_js(prefix: Path, scratch: Path, job: dict) -> dict:
     """Run ``job`` with the runner script in Node; its results."""
-    job_path, result_path = scratch / "job.json", scratch / "result.json"
-    job_path.write_text(json.dumps(job), encoding="utf-8")
-    done = subprocess.run(["node", str(RUNNER), str(prefix), str(job_path), str(result_path)], capture_output=True,
-                          text=True, timeout=300)
+    done = node_run(prefix, scratch, job)
     assert done.returncode == 0, f"Transformers.js failed on {job['folder']}:\n{done.stderr[-3000:]}"
-    return json.loads(result_path.read_text(encoding="utf-8"))
+    return json.loads((scratch / "result.json").read_text(encoding="utf-8"))
 
 
 def trained_tokenizer():
@@ -282,3 +289,42 @@ def test_module_function_folders_generate_what_flat_ones_generate(tmp_path, toke
     assert generated[True] == generated[False]
     expected = [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
     assert generated[True][0] == expected and generated[True][1] == expected
+
+
+TINY_FALCON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, new_decoder_architecture=False,
+                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+@pytest.mark.parametrize(("family", "error"), [
+    ("mixtral", "Unsupported model type: mixtral"),
+    ("falcon-multi-query", "Missing the following inputs: past_key_values.0.key"),
+    ("falcon", None),
+])
+def test_transformers_js_fails_where_export_hf_says_it_cannot_load(tmp_path, family, error, tokenizer, transformers_js):
+    """The note export-hf says for a folder Transformers.js cannot load is Transformers.js's
+    own failure; Falcon without multi_query, the same layout, generates transformers' tokens."""
+    source = tmp_path / "source"
+    if family == "mixtral":
+        model = save_causal_lm(source, family, tokenizer)
+    else:
+        torch.manual_seed(0)
+        config = transformers.FalconConfig(**TINY_FALCON, vocab_size=len(tokenizer), multi_query=family != "falcon")
+        model = transformers.AutoModelForCausalLM.from_config(config).eval()
+        model.save_pretrained(source)
+        tokenizer.save_pretrained(source)
+    said = []
+    export_hf(source, tmp_path / "out", say=said.append)
+    notes = [line for line in said if "Transformers.js 4.3.1 cannot load this folder" in line]
+    graph = onnx.load(os.fspath(tmp_path / "out" / "onnx" / "model.onnx"), load_external_data=False)
+    assert {"past_key_values.0.key", "past_key_values.0.value"} <= {i.name for i in graph.graph.input}
+    prompts = [list(transformers.AutoTokenizer.from_pretrained(source)(PROMPTS[0])["input_ids"])]
+    done = node_run(transformers_js, tmp_path, {"folder": str(tmp_path / "out"), "task": "text-generation",
+                                                "prompts": prompts, "new_tokens": NEW_TOKENS})
+    if error is None:
+        assert notes == []
+        assert done.returncode == 0, done.stderr[-3000:]
+        expected = greedy(model, torch.tensor(prompts), torch.ones(1, len(prompts[0]), dtype=torch.int64))
+        assert json.loads((tmp_path / "result.json").read_text())["generated"] == expected
+    else:
+        assert len(notes) == 1 and error in notes[0]  # the client's own words
+        assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]

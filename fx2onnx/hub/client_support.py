@@ -1,0 +1,69 @@
+"""Which clients cannot load a text-generation folder as `export-hf` writes it, and why.
+
+The one place that knows a client's limits per architecture: `export_hf` says the note
+when it writes such a folder, and docs/guides/export-hf.md ("Clients per architecture")
+lists the same model types. The folder itself is the same for every client (one key and
+one value input per layer, as ONNX Runtime GenAI and onnxruntime take it).
+
+Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
+
+- `AutoModelForCausalLM` finds a class by `config.json`'s `model_type` in its
+  causal-LM table (`TRANSFORMERS_JS_CAUSAL_LM_TYPES`); any other type stops with
+  ``Unsupported model type: <type>`` (Mixtral, for one).
+- its cache input names read `config.json`'s ``multi_query`` whatever the model type:
+  when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, so a folder
+  with ``past_key_values.<i>.key`` and ``.value`` (Falcon's and GPT-BigCode's default
+  configs) fails with ``Missing the following inputs: past_key_values.0.key``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+TRANSFORMERS_JS = "Transformers.js 4.3.1"
+
+# The model types of Transformers.js 4.3.1's MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+TRANSFORMERS_JS_CAUSAL_LM_TYPES = frozenset({
+    "afmoe", "apertus", "arcee", "bloom", "codegen", "cohere", "cohere2", "deepseek_v3", "deepseek_v4", "ernie4_5",
+    "exaone", "falcon", "falcon_h1", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma4", "glm",
+    "glm_moe_dsa", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gpt_oss", "gptj", "granite", "granitemoehybrid",
+    "helium", "hrm_text", "hunyuan_v1_dense", "jais", "lfm2", "lfm2_moe", "llama", "llama4_text", "mbart",
+    "ministral", "ministral3", "mistral", "mistral4", "mobilellm", "modernbert-decoder", "mpt", "nanochat",
+    "nemotron_h", "olmo", "olmo2", "olmo3", "olmo_hybrid", "openelm", "opt", "phi", "phi3", "phi3_v", "qwen2",
+    "qwen2_5_vl", "qwen2_moe", "qwen2_vl", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_moe",
+    "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "smollm3", "solar_open", "stablelm", "starcoder2", "trocr",
+    "vaultgemma", "youtu", "zaya",
+})
+
+MULTI_QUERY_REASON = (
+    "its config.json says multi_query: true, for which Transformers.js feeds one combined past_key_values.<i>.key_value "
+    "input per layer; the folder has past_key_values.<i>.key and .value, as ONNX Runtime GenAI needs (Missing the "
+    "following inputs: past_key_values.0.key, ...)"
+)
+
+
+def transformers_js_reason(config: Mapping[str, Any]) -> str | None:
+    """Why Transformers.js 4.3.1 cannot load a text-generation folder whose `config.json` is
+    ``config`` (a dict), or None when nothing known stops it."""
+    model_type = config.get("model_type")
+    if model_type not in TRANSFORMERS_JS_CAUSAL_LM_TYPES:
+        return f"it has no text-generation class for model type {model_type} (Unsupported model type: {model_type})"
+    if config.get("multi_query"):
+        return MULTI_QUERY_REASON
+    return None
+
+
+def client_note(config: Mapping[str, Any]) -> str | None:
+    """The line `export_hf` says for a text-generation folder that a client cannot load,
+    or None when every client loads it."""
+    reason = transformers_js_reason(config)
+    if reason is None:
+        return None
+    return f"{TRANSFORMERS_JS} cannot load this folder: {reason}. It is for onnxruntime and ONNX Runtime GenAI."
+
+
+def transformers_js_unsupported(model_types: Iterable[str]) -> list[str]:
+    """The ``model_types`` (a causal-LM mapping's keys) Transformers.js 4.3.1 has no
+    text-generation class for, sorted."""
+    return sorted(set(model_types) - TRANSFORMERS_JS_CAUSAL_LM_TYPES)

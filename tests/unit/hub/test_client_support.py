@@ -1,0 +1,77 @@
+"""The clients that cannot load a text-generation folder (`fx2onnx.hub.client_support`):
+the reason per config, the line export-hf says, the table read against Transformers.js's
+own sources where they are installed, and the docs' list against the table."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from fx2onnx.hub.client_support import (
+    MULTI_QUERY_REASON, TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason, transformers_js_unsupported,
+)
+
+transformers = pytest.importorskip("transformers")
+
+DOCS = Path(__file__).parents[3] / "docs" / "guides" / "export-hf.md"
+TRANSFORMERS_JS_DIST = (
+    Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
+    / "transformers-js-4.3.1" / "node_modules" / "@huggingface" / "transformers" / "dist" / "transformers.node.mjs"
+)
+
+
+def test_mixtral_has_no_transformers_js_class():
+    config = transformers.MixtralConfig(num_hidden_layers=1).to_dict()
+    assert transformers_js_reason(config) == (
+        "it has no text-generation class for model type mixtral (Unsupported model type: mixtral)"
+    )
+    assert client_note(config) == (
+        "Transformers.js 4.3.1 cannot load this folder: it has no text-generation class for model type mixtral "
+        "(Unsupported model type: mixtral). It is for onnxruntime and ONNX Runtime GenAI."
+    )
+
+
+@pytest.mark.parametrize(("config", "multi_query"), [
+    (transformers.FalconConfig(num_hidden_layers=1), True),  # Falcon's default
+    (transformers.FalconConfig(num_hidden_layers=1, multi_query=False), False),
+    (transformers.GPTBigCodeConfig(n_layer=1), True),  # GPT-BigCode's default
+])
+def test_a_multi_query_config_is_read_as_one_combined_cache_input(config, multi_query):
+    reason = transformers_js_reason(config.to_dict())
+    assert reason == (MULTI_QUERY_REASON if multi_query else None)
+    assert (client_note(config.to_dict()) is not None) is multi_query
+
+
+@pytest.mark.parametrize("config", [
+    transformers.LlamaConfig(num_hidden_layers=1),
+    transformers.Qwen2Config(num_hidden_layers=1),
+    transformers.Phi3Config(num_hidden_layers=1),
+    transformers.GPT2Config(n_layer=1),
+])
+def test_types_transformers_js_runs_get_no_note(config):
+    assert transformers_js_reason(config.to_dict()) is None
+    assert client_note(config.to_dict()) is None
+
+
+def test_the_table_is_transformers_js_causal_lm_mapping():
+    if not TRANSFORMERS_JS_DIST.is_file():
+        pytest.skip(f"Transformers.js 4.3.1 is not installed at {TRANSFORMERS_JS_DIST} (tests/e2e/test_transformers_js.py installs it)")
+    source = TRANSFORMERS_JS_DIST.read_text(encoding="utf-8")
+    table = re.search(r"var MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = [^\n]*\n(.*?)\n\]\);", source, re.S)
+    assert table is not None, "Transformers.js's dist no longer defines MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as expected"
+    assert set(re.findall(r'^\s*\["([^"]+)"', table.group(1), re.M)) == TRANSFORMERS_JS_CAUSAL_LM_TYPES
+    # and its cache names read multi_query for every model type: one key_value input per layer
+    assert re.search(r"normalized_config\.multi_query\) \{\s*for .*?\n\s*names\.add\(`\$\{prefix\}\.\$\{i\}\.key_value`\)", source)
+
+
+def test_the_docs_list_the_causal_lm_types_transformers_js_cannot_load():
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    section = DOCS.read_text(encoding="utf-8").split("## Clients per architecture", 1)[1].split("\n## ", 1)[0]
+    listed = section.split("files under causal\n  LMs, ", 1)[1].split(".\n", 1)[0]
+    expected = transformers_js_unsupported(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    assert "mixtral" in expected
+    assert re.findall(r"`([^`]+)`", listed) == expected
