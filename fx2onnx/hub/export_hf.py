@@ -215,6 +215,8 @@ def _pipeline_task(loaded: LoadedModel) -> str | None:
     """The task of pipeline_tasks.PIPELINE_TASKS that ``loaded`` is exported for, if any."""
     if is_ctc(loaded.task, loaded.config):
         return pipeline_tasks.CTC_SPEECH_RECOGNITION
+    if loaded.task == SPEECH_RECOGNITION:  # an encoder-decoder (Whisper): two models, not one pass
+        return None
     return loaded.task if loaded.task in pipeline_tasks.PIPELINE_TASKS else None
 
 
