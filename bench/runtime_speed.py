@@ -43,6 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+from report_files import write_report  # noqa: E402 - bench modules side by side
+
 import numpy as np
 
 LLM_COMMON = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8,
@@ -316,12 +319,7 @@ def main(argv: list[str] | None = None) -> None:
                 "timing": time_encoder(kind, paths, options.rounds, options.runs),
                 "op_counts": {name: op_counts(path, work) for name, path in paths.items()},
             }
-    text = markdown(results)
-    print(text)
-    if options.markdown:
-        Path(options.markdown).write_text(text + "\n", encoding="utf-8")
-    if options.json:
-        Path(options.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    write_report(markdown(results), results, options.markdown, options.json)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from report_files import write_report  # noqa: E402
 from runtime_speed import _export_llm, _rotations, decode_greedily, write_llm_folder  # noqa: E402 - bench modules side by side
 
 # The builder (0.18) reads a Gemma 3 config as transformers 4 wrote it: one flat
@@ -148,12 +149,7 @@ def main(argv: list[str] | None = None) -> None:
                 folders[exporter] = out
             print(f"... timing {kind}", file=sys.stderr, flush=True)
             results[kind] = time_folders(folders, options.rounds)
-    text = markdown(results)
-    print(text)
-    if options.markdown:
-        Path(options.markdown).write_text(text + "\n", encoding="utf-8")
-    if options.json:
-        Path(options.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_report(markdown(results), results, options.markdown, options.json)
 
 
 if __name__ == "__main__":

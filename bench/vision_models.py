@@ -31,6 +31,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+from report_files import write_report  # noqa: E402 - bench modules side by side
+
 TORCHVISION = {
     "classification": ["resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2", "mobilenet_v2", "mobilenet_v3_small",
                        "efficientnet_b0", "efficientnet_v2_s", "convnext_tiny", "regnet_y_400mf", "shufflenet_v2_x1_0",
@@ -267,12 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         for exporter in options.exporters.split(","):
             print(f"... {name} with {exporter}", file=sys.stderr, flush=True)
             results.append(_child(name, exporter, options.runs, options.timeout, options.dynamic_batch))
-    text = markdown(results)
-    print(text)
-    if options.markdown:
-        Path(options.markdown).write_text(text + "\n", encoding="utf-8")
-    if options.json:
-        Path(options.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_report(markdown(results), results, options.markdown, options.json)
 
 
 if __name__ == "__main__":
