@@ -15,6 +15,11 @@ records of two runs are then compared test by test.
 
 `compare` exits 1 when a test's models differ or a test exported in one run and not in
 the other, and prints the first differing lines of each.
+
+The recording run keeps its temporary folders (``<folder>/tmp``, pytest's ``--basetemp``):
+`compare` also compares the folders the tests wrote (export-hf's and the others), file by
+file: the same file names, byte-identical configuration files (``.json``, ``.txt``), and
+every ``.onnx`` file's canonical text (read without its external data).
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 _RECORD_DIR_VARIABLE = "FX2ONNX_EXPORTED_MODELS_DIR"
+_WRITTEN_FILES = "tmp"  # the recording run's pytest --basetemp, inside the record folder
+# files compared byte for byte; others by name (weights are random), .onnx by canonical text
+_BYTE_COMPARED = {".json", ".txt", ".jinja", ".model"}
+_NOT_COMPARED = {".sarif", ".log", ".pyc"}  # hold times and absolute paths
 
 
 # -- the canonical text of a model ------------------------------------------------------------
@@ -137,7 +146,10 @@ def _record(folder: Path, pytest_args: list[str]) -> int:
         _RECORD_DIR_VARIABLE: str(folder),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "exported_models", *(pytest_args or ["tests/e2e"])]
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "exported_models", f"--basetemp={folder / _WRITTEN_FILES}",
+        *(pytest_args or ["tests/e2e"]),
+    ]
     return subprocess.call(command, cwd=ROOT, env=environment)
 
 
@@ -176,6 +188,57 @@ def _compare(before_folder: Path, after_folder: Path, context_lines: int, subset
     return 1 if differing else 0
 
 
+def _written_files(folder: Path) -> dict[str, str]:
+    """Every file the recorded tests wrote, by path under the run's temporary folder: its
+    digest (configuration files), its canonical text (ONNX models) or nothing (the rest)."""
+    import onnx_ir as ir
+
+    root = folder / _WRITTEN_FILES
+    files: dict[str, str] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root).as_posix()
+        if path.suffix in _NOT_COMPARED or "__pycache__" in relative:
+            continue
+        if path.suffix == ".onnx":
+            try:
+                files[relative] = model_text(ir.load(path))  # external data stays unread
+            except Exception as error:  # shown by the comparison, never hidden
+                files[relative] = f"<could not read the model: {type(error).__name__}: {error}>"
+        elif path.suffix in _BYTE_COMPARED:
+            files[relative] = hashlib.sha1(path.read_bytes()).hexdigest()
+        else:
+            files[relative] = ""
+    return files
+
+
+def _compare_written(before_folder: Path, after_folder: Path, context_lines: int, subset: bool) -> int:
+    if not (before_folder / _WRITTEN_FILES).is_dir() or not (after_folder / _WRITTEN_FILES).is_dir():
+        print("written files not compared: a record has no temporary folder (recorded before it kept one)")
+        return 0
+    before, after = _written_files(before_folder), _written_files(after_folder)
+    if subset:  # the second run ran part of the tests: compare the folders it wrote
+        tops = {name.split("/", 1)[0] for name in after}
+        before = {name: text for name, text in before.items() if name.split("/", 1)[0] in tops}
+    differing = 0
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        differing += 1
+        if old is None or new is None:
+            print(f"{name}: written only in the {'second' if old is None else 'first'} run")
+        elif name.endswith(".onnx"):
+            diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0))
+            print(f"{name}: {len(diff)} differing line(s)")
+            print("\n".join("    " + line for line in diff[: context_lines + 2]))
+        else:
+            print(f"{name}: different bytes")
+    models = sum(name.endswith(".onnx") for name in after)
+    configs = sum(bool(text) and not name.endswith(".onnx") for name, text in after.items())
+    print(f"{len(after)} files written after ({models} ONNX models, {configs} configuration files); {differing} differ")
+    return 1 if differing else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -190,7 +253,9 @@ def main() -> int:
     arguments = parser.parse_args()
     if arguments.command == "record":
         return _record(arguments.folder, arguments.pytest_args)
-    return _compare(arguments.before, arguments.after, arguments.lines, arguments.subset)
+    exported = _compare(arguments.before, arguments.after, arguments.lines, arguments.subset)
+    written = _compare_written(arguments.before, arguments.after, arguments.lines, arguments.subset)
+    return exported or written
 
 
 if __name__ == "__main__":
