@@ -135,7 +135,6 @@ def _smoke_run(model_path: Path) -> dict:
 
 def step_export(folder: Path, precision: str | None) -> dict:
     from fx2onnx.hub import export_hf
-
     start = time.perf_counter()
     result = export_hf(folder / "source", folder / "out", fake=True, precision=precision)
     return {"seconds": time.perf_counter() - start, "files": result.files,
@@ -151,7 +150,7 @@ def step_verify(folder: Path, precision: str | None) -> dict:
     import torch
     import transformers
 
-    from fx2onnx.hub.verify import verify_causal_lm, verify_quantized_causal_lm
+    from fx2onnx.hub.shared.verification import verify_causal_lm, verify_quantized_causal_lm
 
     if CONFIG is SIZES["7b"]:
         return _smoke_run(_onnx_model(folder))

@@ -7,7 +7,7 @@ blocks; about 0.94B parameters, 3.8 GB of float32 weights) and saves it with its
 processor; ``export`` runs `fx2onnx.hub.export_hf(folder, out, fake=True)` (a vision model
 for images of every size; goal: peak RSS under 1.5 GB); ``verify`` loads the real model and chains the
 folder's vision, embedding and decoder models in onnxruntime against `model.generate`
-(`fx2onnx.hub.verify_vlm`), then generates with ONNX Runtime GenAI (`og.Model(folder)`).
+(`fx2onnx.hub.vision_language.vlm_verify`), then generates with ONNX Runtime GenAI (`og.Model(folder)`).
 
     flock /tmp/fx2onnx-heavy.lock python bench/export_hf_vlm_memory.py [--folder /tmp/qwen-vl-1b]
 """
@@ -51,7 +51,6 @@ def step_write(folder: Path) -> dict:
 
 def step_export(folder: Path) -> dict:
     from fx2onnx.hub import export_hf
-
     start = time.perf_counter()
     result = export_hf(folder / "source", folder / "out", fake=True)
     data = sum((folder / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
@@ -61,9 +60,9 @@ def step_export(folder: Path) -> dict:
 def step_verify(folder: Path) -> dict:
     import transformers
 
-    from fx2onnx.hub import vlm_layout
-    from fx2onnx.hub.verify import tolerance_for
-    from fx2onnx.hub.verify_vlm import verify_image_text_to_text
+    from fx2onnx.hub.vision_language import vlm_layout
+    from fx2onnx.hub.shared.verification import tolerance_for
+    from fx2onnx.hub.vision_language.vlm_verify import verify_image_text_to_text
 
     model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(folder / "source").eval()
     image_processor = transformers.AutoImageProcessor.from_pretrained(folder / "source")

@@ -46,7 +46,6 @@ def export_contender(contender: str, source: Path, out: Path) -> float:
         subprocess.run(command, check=True, capture_output=True, text=True)
     else:
         from fx2onnx.hub import DEFAULT_ALGORITHM, QUANTIZATION_ALGORITHMS, export_hf
-
         algorithm = next((a for a in QUANTIZATION_ALGORITHMS if a in extras), DEFAULT_ALGORITHM)
         export_hf(source, out, precision=precision, pack_projections="packed" in extras,
                   quantize_embedding="embedding" in extras, quantization_algorithm=algorithm,
@@ -100,7 +99,6 @@ def _encoder_folders(work: Path) -> dict[str, Path]:
     from onnxruntime.quantization import quantize_dynamic
 
     from fx2onnx.hub import export_hf
-
     source = work / "bert-source"
     if not source.exists():
         torch.manual_seed(0)

@@ -96,7 +96,6 @@ def _export_llm(exporter: str, source: Path, out: Path) -> float:
         subprocess.run(command, check=True, capture_output=True, text=True)
     else:
         from fx2onnx.hub import export_hf
-
         export_hf(source, out, opset=18 if exporter.endswith("opset18") else None,
                   runtime="standard" if exporter.endswith("standard") else "onnxruntime",
                   module_functions=exporter.endswith("functions"))

@@ -31,7 +31,7 @@ import torch.utils._pytree as pytree
 
 import fx2onnx
 from fx2onnx.capture.library_adapters import registered_containers
-from fx2onnx.hub.causal_lm import output_cache
+from fx2onnx.hub.decoders.decode_step import output_cache
 
 VOCAB = 100
 SMALL = dict(

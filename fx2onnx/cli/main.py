@@ -18,7 +18,6 @@ from fx2onnx.cli.specs import UsageError, parse_dynamic_spec, parse_input_spec, 
 from fx2onnx import ExportOptions
 from fx2onnx.hub import DEFAULT_ALGORITHM, PRECISIONS, QUANTIZATION_ALGORITHMS
 from fx2onnx.hub import TASKS as HUB_TASKS
-
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 _EXPORT_EXAMPLES = """\
@@ -198,7 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_export_hf(args: argparse.Namespace) -> int:
     from fx2onnx.hub import export_hf
-
     if args.tokens < 1:
         raise UsageError("--tokens must be at least 1.")
     if (args.rtol is not None or args.atol is not None) and not args.verify:

@@ -17,36 +17,40 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 import fx2onnx
 from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
-from fx2onnx.hub import causal_lm
-from fx2onnx.hub.client_support import client_note
-from fx2onnx.hub.dim_roles import TOTAL, name_dims_by_role
-from fx2onnx.hub.folder_files import copy_folder_files
-from fx2onnx.hub.genai_config import genai_config
-from fx2onnx.hub import layout, pipeline_tasks, seq2seq, text_only, tokenizer_files, vision_language, vlm_layout, whisper_genai
-from fx2onnx.hub.merged_decoder import merge_decoders
-from fx2onnx.hub.prequantized import CheckpointCodes, checkpoint_codes
-from fx2onnx.hub.precision import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
-from fx2onnx.hub.renamed_weights import RenamedCheckpoint
-from fx2onnx.hub.sliding_window import masks_by_held_tokens
+from fx2onnx.hub.decoders import decode_step
+from fx2onnx.hub.decoders.client_support import client_note
+from fx2onnx.hub.shared.dim_roles import TOTAL
+from fx2onnx.hub.shared.folder_files import copy_folder_files
+from fx2onnx.hub.shared.genai_config import genai_config
+from fx2onnx.hub import pipeline_tasks
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.recipes import seq2seq
+from fx2onnx.hub.shared import tokenizer_files
+from fx2onnx.hub.vision_language import vlm_parts
+from fx2onnx.hub.recipes import image_text_to_text, whisper_genai
+from fx2onnx.hub.shared.merged_decoder import merge_decoders
+from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program, weights_dtype
+from fx2onnx.hub.precision.prequantized import CheckpointCodes, checkpoint_codes
+from fx2onnx.hub.precision.resolution import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
+from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
     is_ctc, load_model, local_folder,
 )
-from fx2onnx.hub.verify import (
+from fx2onnx.hub.shared.verification import (
     FolderRunError, Verification, tolerance_for, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
     verify_seq2seq,
 )
-from fx2onnx.hub.model_lengths import verification_lengths
-from fx2onnx.hub.verify_lengths import verify_causal_lm_at_lengths
-from fx2onnx.hub.pipeline_verify import verify_task_outputs
-from fx2onnx.hub.verify_vlm import verify_image_text_to_text
-from fx2onnx.hub.whisper_verify import verify_whisper_genai
+from fx2onnx.hub.decoders.model_lengths import verification_lengths
+from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
+from fx2onnx.hub.recipes.pipeline_task import verify_task_outputs
+from fx2onnx.hub.whisper.whisper_verify import verify_whisper_genai
 from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linears_dynamically
 
 
@@ -83,7 +87,7 @@ def _options(
     loaded: LoadedModel, opset: int | None, progress: bool, report: Path, runtime: str, module_functions: bool
 ) -> fx2onnx.ExportOptions:
     # a decoder's attention is causal over `attention_mask`'s tokens: its cache may be updated in place
-    causal = loaded.task == TEXT_GENERATION and causal_lm.attends_causally(loaded.config)
+    causal = loaded.task == TEXT_GENERATION and decode_step.attends_causally(loaded.config)
     # A folder is flat by default: the tools people run on it (onnxruntime's quantizers and
     # transformers optimizer) do not look inside ONNX functions, and onnxruntime inlines
     # them when it loads the model anyway.
@@ -99,38 +103,6 @@ def _options(
     )
 
 
-def _exported(
-    model: torch.nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions,
-    extra_roles: dict[str, dict[int, str]] | None = None,
-) -> fx2onnx.ONNXProgram:
-    """The export of ``model`` with its dims named after their roles."""
-    program = fx2onnx.dynamo_export(model, **inputs, export_options=options)
-    name_dims_by_role(program.model, extra_roles)
-    return program
-
-
-def _weights_dtype(loaded: LoadedModel) -> torch.dtype:
-    return next(p.dtype for p in loaded.model.parameters() if p.is_floating_point())
-
-
-def _onnx_file(loaded: LoadedModel, base: str, quantization: WeightQuantization | None = None) -> str:
-    return layout.onnx_file(base, _weights_dtype(loaded), quantization.bits if quantization is not None else None)
-
-
-def _save(
-    program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel, state: Any = None
-) -> list[str]:
-    """Save ``program`` at ``relative`` in the folder, its weights in the data file named as
-    Transformers.js expects (read from ``state``, default the source folder, in fake mode);
-    returns both paths."""
-    if loaded.fake_context is None:
-        state = None
-    elif state is None:
-        state = loaded.weights if loaded.weights is not None else loaded.folder
-    program.save(staging / relative, model_state=state, external_data=True, data_name=layout.data_file(relative))
-    return layout.with_data_file(relative)
-
-
 def _encoder_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
     """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two shapes."""
     if loaded.task == IMAGE_CLASSIFICATION:
@@ -138,12 +110,6 @@ def _encoder_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
     inputs = pipeline_tasks.text_inputs(loaded.config, loaded.model, size)
     inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
     return inputs
-
-
-def _fake(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, torch.Tensor]:
-    if loaded.fake_context is None:
-        return inputs
-    return {k: loaded.fake_context.fake_mode.from_tensor(v) for k, v in inputs.items()}
 
 
 def _check_growing_cache(program: fx2onnx.ONNXProgram, loaded: LoadedModel) -> None:
@@ -167,17 +133,17 @@ def _export_causal_lm(
     loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None,
     packed: bool = False,
 ) -> list[str]:
-    inputs = causal_lm.decode_step_inputs(loaded)
+    inputs = decode_step.decode_step_inputs(loaded)
     if quantization is not None:
         # a step of the export's ONNX passes; codes and scales are computed as the weights are written
         options = dataclasses.replace(options, precision=quantization)
     with masks_by_held_tokens(loaded.model):
-        program = _exported(loaded.model, inputs, options)
+        program = exported(loaded.model, inputs, options)
     _check_growing_cache(program, loaded)
     if quantization is not None and packed:
         pack_projections(program.model)
-    name = _onnx_file(loaded, layout.MODEL, quantization)
-    files = _save(program, staging, name, loaded)
+    name = onnx_file(loaded, folder_layout.MODEL, quantization)
+    files = save_program(program, staging, name, loaded)
     generation = getattr(loaded.model, "generation_config", None)
     config = genai_config(loaded.config, generation, name, program.model)
     (staging / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -190,10 +156,10 @@ def _export_single(
     if quantization is not None and options.module_functions:
         raise ValueError("precision int8 of an encoder rewrites the linear layers of one flat graph (MatMulInteger of "
                          "activations quantized at run time): drop module_functions.")
-    program = _exported(loaded.model, _fake(_encoder_inputs(loaded, 0), loaded), options)
+    program = exported(loaded.model, fake_inputs(_encoder_inputs(loaded, 0), loaded), options)
     if quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
         quantize_linears_dynamically(program.model)
-    return _save(program, staging, _onnx_file(loaded, layout.MODEL, quantization), loaded)
+    return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL, quantization), loaded)
 
 
 def _prequantized(loaded: LoadedModel, given: CheckpointCodes, precision: str | None, algorithm: str, mixed: bool,
@@ -226,10 +192,10 @@ def _export_pipeline_task(loaded: LoadedModel, staging: Path, options: fx2onnx.E
     if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
         loaded.model.config.use_cache = False
     inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
-    program = _exported(loaded.model, _fake(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
+    program = exported(loaded.model, fake_inputs(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
     pipeline_tasks.keep_task_outputs(program.model, task)
     pipeline_tasks.name_image_dims(program.model)
-    return _save(program, staging, _onnx_file(loaded, layout.MODEL), loaded)
+    return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)
 
 
 def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization: WeightQuantization | None) -> None:
@@ -258,10 +224,10 @@ def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization:
             f"precision {precision} for an encoder: its int8 quantizes activations at run time (onnxruntime's "
             "MatMulInteger), which has no 4-bit form; give precision int8."
         )
-    if _weights_dtype(loaded) != torch.float32:
+    if weights_dtype(loaded) != torch.float32:
         raise ValueError(
             f"precision int8 for an encoder computes in float32 (onnxruntime's DynamicQuantizeLinear takes float32 "
-            f"only), not {_weights_dtype(loaded)}: give dtype float32 or none."
+            f"only), not {weights_dtype(loaded)}: give dtype float32 or none."
         )
 
 
@@ -278,21 +244,21 @@ def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportO
             signature = program.model_signature
             needed = set(signature.torch_names().values()) | {n for names in signature.aliases().values() for n in names}
             state = checkpoint.only(needed)
-        return _save(program, folder, name, loaded, state)
+        return save_program(program, folder, name, loaded, state)
 
-    program = _exported(encoder, _fake(seq2seq.encoder_inputs(loaded), loaded), options)
-    files = save(program, staging, _onnx_file(loaded, layout.ENCODER))
+    program = exported(encoder, fake_inputs(seq2seq.encoder_inputs(loaded), loaded), options)
+    files = save(program, staging, onnx_file(loaded, folder_layout.ENCODER))
     # the first and the next steps, captured apart, then merged into one file
     steps = staging / ".decoder_steps"
     paths = []
     for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
-        program = _exported(decoder, seq2seq.decoder_inputs(loaded, decoder, with_past), options)
+        program = exported(decoder, seq2seq.decoder_inputs(loaded, decoder, with_past), options)
         save(program, steps, name)
         paths.append(steps / name)
-    merged = _onnx_file(loaded, layout.MERGED_DECODER)
-    merge_decoders(*paths, staging / merged, layout.data_file(merged))
+    merged = onnx_file(loaded, folder_layout.MERGED_DECODER)
+    merge_decoders(*paths, staging / merged, folder_layout.data_file(merged))
     shutil.rmtree(steps)
-    return [*files, *layout.with_data_file(merged)]
+    return [*files, *folder_layout.with_data_file(merged)]
 
 
 def _genai_whisper(loaded: LoadedModel, runtime: str) -> bool:
@@ -305,39 +271,10 @@ def _export_speech(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOp
     if is_ctc(loaded.task, loaded.config):
         return _export_pipeline_task(loaded, staging, options)
     if _genai_whisper(loaded, options.runtime):
-        return whisper_genai.export_whisper_genai(loaded, staging, options, _save)
+        return whisper_genai.export_whisper_genai(loaded, staging, options, save_program)
     return _export_seq2seq(loaded, staging, options)
 
 
-def _export_image_text_to_text(
-    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, say: Callable[[str], None] = lambda line: None,
-) -> list[str]:
-    from transformers import AutoImageProcessor
-
-    image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-    programs = vision_language.export_parts(loaded, options, image_processor)
-    say(vlm_layout.image_sizes_note(loaded.config.model_type, image_processor))
-    files, paths = [], {}
-    # the parts are modules of the model, not the model: their weights by the model's names
-    # (every name of a tied weight reads the one the checkpoint holds: a tied LM head is `lm_head.weight` in the decoder)
-    state = None
-    if loaded.fake_context is not None:
-        state = RenamedCheckpoint(loaded.folder, loaded.model).renamed(text_only.source_names(loaded.model, loaded.model))
-    for part, base in vlm_layout.PARTS.items():
-        if part != "vision":  # its dims are the image's, no role the runtime names
-            name_dims_by_role(programs[part].model)
-        paths[part] = _onnx_file(loaded, base)
-        needed = set(programs[part].model.graph.initializers)
-        files += _save(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
-    generation = getattr(loaded.model, "generation_config", None)
-    genai_type = vision_language.GENAI_VLM_TYPES[loaded.config.model_type]
-    config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
-    merge = getattr(loaded.config, "spatial_merge_size", None)  # Mistral 3's, beside its vision config
-    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, merge)
-    for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
-        (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-        files.append(name)
-    return files
 
 
 _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
@@ -346,7 +283,7 @@ _EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[
     SPEECH_RECOGNITION: _export_speech,
     FEATURE_EXTRACTION: _export_single,
     IMAGE_CLASSIFICATION: _export_single,
-    IMAGE_TEXT_TO_TEXT: _export_image_text_to_text,
+    IMAGE_TEXT_TO_TEXT: image_text_to_text.export_folder,
     **{task: _export_pipeline_task for task in pipeline_tasks.PIPELINE_TASKS if task != SPEECH_RECOGNITION},
 }
 
@@ -361,34 +298,30 @@ def _verify(
         model.to(next(p.dtype for p in loaded.model.parameters()))
     tolerance = tolerance_for(next(p.dtype for p in model.parameters()), rtol, atol)
     if _genai_whisper(loaded, runtime):
-        files = (folder / _onnx_file(loaded, layout.GENAI_ENCODER), folder / _onnx_file(loaded, layout.GENAI_DECODER))
+        files = (folder / onnx_file(loaded, folder_layout.GENAI_ENCODER), folder / onnx_file(loaded, folder_layout.GENAI_DECODER))
         return verify_whisper_genai(folder, *files, model, loaded.folder, tokens, tolerance)
     if _pipeline_task(loaded) is not None:
-        path = folder / _onnx_file(loaded, layout.MODEL)
+        path = folder / onnx_file(loaded, folder_layout.MODEL)
         return verify_task_outputs(path, model, _pipeline_task(loaded), loaded.config, tolerance)
     if loaded.task in (TEXT2TEXT, SPEECH_RECOGNITION):
         start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
-        files = (folder / _onnx_file(loaded, layout.ENCODER), folder / _onnx_file(loaded, layout.MERGED_DECODER))
+        files = (folder / onnx_file(loaded, folder_layout.ENCODER), folder / onnx_file(loaded, folder_layout.MERGED_DECODER))
         return Verification.merged(
             [verify_seq2seq(*files, model, seq2seq.encoder_inputs(loaded, size), start, tokens, tolerance) for size in (0, 1)]
         )
     if loaded.task == IMAGE_TEXT_TO_TEXT:
-        from transformers import AutoImageProcessor
-
-        image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-        files = {part: folder / _onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
-        return verify_image_text_to_text(files, model, image_processor, tokens, tolerance)
+        return image_text_to_text.verify_folder(loaded, folder, model, tokens, tolerance)
     if loaded.task == TEXT_GENERATION:
         lengths = verification_lengths(loaded.config, tokens)
         say(f"verification lengths: {lengths.describe()}")
-        path = folder / _onnx_file(loaded, layout.MODEL, quantization)
+        path = folder / onnx_file(loaded, folder_layout.MODEL, quantization)
         if quantization is not None:
             vocab = int(loaded.config.vocab_size)
             prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
             return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), tokens, atol)
         return verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)
     output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
-    path = folder / _onnx_file(loaded, layout.MODEL, quantization)
+    path = folder / onnx_file(loaded, folder_layout.MODEL, quantization)
     if quantization is not None:
         return verify_quantized_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, atol)
     return verify_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, tolerance
@@ -434,7 +367,7 @@ def export_hf(
             (a 7B model without its 28 GB in memory).
         verify: run the folder as its runtime will and compare with transformers (a causal
             LM past every sliding window, attention chunk and rope switch point, alone and
-            as a left-padded batch: `fx2onnx.hub.model_lengths`); the result's
+            as a left-padded batch: `fx2onnx.hub.decoders.model_lengths`); the result's
             ``verification.passed`` says whether every output is within the tolerance (and
             a decoder's greedy tokens equal, and every run succeeded). The folder is written
             either way: a failed one is kept, whole, with the failure stated.
@@ -442,7 +375,7 @@ def export_hf(
             are single kernels, when the installed tools know it; 20 for runtime "standard").
         tokens: greedy tokens generated by the verification of a causal LM.
         rtol, atol: the verification's tolerance, ``|onnx - torch| <= atol + rtol * |torch|``
-            (default: the model's dtype's, `fx2onnx.hub.verify.DEFAULT_TOLERANCES`).
+            (default: the model's dtype's, `fx2onnx.hub.shared.verification.DEFAULT_TOLERANCES`).
         runtime: "onnxruntime" (default): its own kernels where faster. A causal LM's
             attention over its cache becomes `GroupQueryAttention`, which appends to the
             cache in place (the genai config then says `past_present_share_buffer: true`),
@@ -484,12 +417,12 @@ def export_hf(
             "search" (the scale with the least squared error of the block; same size).
         mixed_precision: int4 of a causal LM: 8 bits for the value and down projections
             of the first and last eighth of the layers and every third layer between
-            (llama.cpp's Q4_K_M rule, `fx2onnx.hub.precision.more_bits_layers`).
+            (llama.cpp's Q4_K_M rule, `fx2onnx.hub.precision.resolution.more_bits_layers`).
         pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
             and up) as one MatMulNBits and a Split. Off by default: on onnxruntime
             1.32's CPU it was not faster (bench/precision_folders.py; the Split copies).
         text_only: export a multimodal model's language model alone as text-generation,
-            its vision and audio encoders left out (`fx2onnx.hub.text_only`); without it a
+            its vision and audio encoders left out (`fx2onnx.hub.decoders.text_only`); without it a
             text-generation export of a model with encoders is refused.
     """
     started = time.perf_counter()
@@ -514,7 +447,7 @@ def export_hf(
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say, text_only=text_only)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
-        vision_language.check_supported(loaded.config)
+        vlm_parts.check_supported(loaded.config)
     _check_quantizable(loaded, precision, quantization)
     given = checkpoint_codes(folder, loaded.config)
     if given is not None:
@@ -531,7 +464,7 @@ def export_hf(
         options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
         exporter = _EXPORTERS[loaded.task]
         if loaded.task == IMAGE_TEXT_TO_TEXT:
-            exporter = functools.partial(_export_image_text_to_text, say=say)
+            exporter = functools.partial(image_text_to_text.export_folder, say=say)
         if quantization is not None and loaded.task == TEXT_GENERATION:
             exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
         elif quantization is not None:
@@ -541,7 +474,7 @@ def export_hf(
         if loaded.text_only:  # the language model's config: the folder holds no encoder
             (staging / "config.json").write_text(loaded.model.config.to_json_string(), encoding="utf-8")
         bits = quantization.bits if quantization is not None else None
-        layout.mark_for_transformers_js(staging / "config.json", _weights_dtype(loaded), bits)
+        folder_layout.mark_for_transformers_js(staging / "config.json", weights_dtype(loaded), bits)
         if loaded.task == TEXT_GENERATION:  # told from config.json as written: what the clients read
             note = client_note(json.loads((staging / "config.json").read_text(encoding="utf-8")))
             if note is not None:
@@ -556,7 +489,7 @@ def export_hf(
             try:
                 result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization, runtime, say)
             except FolderRunError as error:  # the folder is whole: kept, with the failure stated
-                result.verification = Verification.failed_run(error, tolerance_for(_weights_dtype(loaded), rtol, atol))
+                result.verification = Verification.failed_run(error, tolerance_for(weights_dtype(loaded), rtol, atol))
             say(f"verification: {result.verification.summary()}")
         if output.exists():
             output.rmdir()  # empty, checked above

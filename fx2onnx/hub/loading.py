@@ -15,8 +15,8 @@ import torch
 
 from fx2onnx import ONNXFakeContext
 from fx2onnx.hub import tasks
-from fx2onnx.hub import text_only as text_only_module
-from fx2onnx.hub.prequantized import loading_arguments, quant_method
+from fx2onnx.hub.decoders import text_only as text_only_module
+from fx2onnx.hub.precision.prequantized import loading_arguments, quant_method
 from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, auto_class_for, served_task
 from fx2onnx.program import snapshot_folder
 
@@ -202,7 +202,7 @@ def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -
 def _load_text_only(
     folder: Path, config: Any, task: str | None, dtype: str | None, fake: bool, say: Callable[[str], None], architecture: str,
 ) -> LoadedModel:
-    from fx2onnx.hub.renamed_weights import RenamedCheckpoint
+    from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
 
     if task not in (None, TEXT_GENERATION):
         raise ValueError(f"--text-only exports a language model alone, for {TEXT_GENERATION}: drop --task {task}.")

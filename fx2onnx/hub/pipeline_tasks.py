@@ -101,7 +101,6 @@ def served_task(architectures: list[str]) -> str | None:
     """The task of this table that transformers files one of ``architectures`` under
     (None when none is, or when the class is a generation model as well)."""
     from fx2onnx.hub import tasks
-
     for architecture in architectures:
         if any(tasks.is_filed_under(architecture, mapping) for mapping in _GENERATION_MAPPINGS):
             continue
@@ -117,7 +116,6 @@ def auto_class_for(task: str, config: Any) -> str:
     spec = PIPELINE_TASKS[task]
     if task == IMAGE_SEGMENTATION:
         from fx2onnx.hub import tasks
-
         architectures = list(getattr(config, "architectures", None) or [])
         for mapping, auto in (
             (_mapping("UNIVERSAL_SEGMENTATION"), "AutoModelForUniversalSegmentation"),
@@ -209,7 +207,7 @@ def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dic
 
 def extra_dim_roles(task: str) -> dict[str, dict[int, str]]:
     """The dim names of ``task``'s inputs that differ from the other tasks' (dim_roles)."""
-    from fx2onnx.hub.dim_roles import BATCH, SEQUENCE
+    from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 
     if PIPELINE_TASKS[task].inputs is InputKind.CHOICES:
         roles = {0: BATCH, 1: NUM_CHOICES, 2: SEQUENCE}

@@ -21,7 +21,6 @@ from conftest import make_options
 from test_export_hf import save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
 
 from fx2onnx.hub import export_hf
-
 transformers = pytest.importorskip("transformers")
 quantization = pytest.importorskip("onnxruntime.quantization")
 nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")

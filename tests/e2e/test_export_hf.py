@@ -19,7 +19,7 @@ import torch
 from conftest import all_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.verify import tolerance_for
+from fx2onnx.hub.shared.verification import tolerance_for
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")

@@ -17,7 +17,7 @@ import torch
 
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.verify import QUANTIZED_OUTPUT_ERROR
+from fx2onnx.hub.shared.verification import QUANTIZED_OUTPUT_ERROR
 from test_export_hf import save_encoder, tokenizer  # noqa: F401 - the fixture is used by name
 
 transformers = pytest.importorskip("transformers")

@@ -25,9 +25,9 @@ import torch
 
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.model_lengths import change_points, context_length, verification_lengths
-from fx2onnx.hub.verify import greedy_in_folder
-from fx2onnx.hub.verify_lengths import fresh_rope_state, greedy_in_transformers
+from fx2onnx.hub.decoders.model_lengths import change_points, context_length, verification_lengths
+from fx2onnx.hub.shared.verification import greedy_in_folder
+from fx2onnx.hub.decoders.verify_lengths import fresh_rope_state, greedy_in_transformers
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the session fixture
 
 transformers = pytest.importorskip("transformers")
@@ -150,7 +150,7 @@ def test_dynamic_ropes_through_dynamo_export(tmp_path, kind, module_functions):
     """The decode step exported with `dynamo_export` at 5 cached and 3 new tokens computes
     its frequencies from the positions it is given: exact before and after the switch."""
     import fx2onnx
-    from fx2onnx.hub import causal_lm
+    from fx2onnx.hub.decoders import decode_step
     from fx2onnx.hub.loading import LoadedModel
 
     torch.manual_seed(0)
@@ -159,7 +159,7 @@ def test_dynamic_ropes_through_dynamo_export(tmp_path, kind, module_functions):
     options = fx2onnx.ExportOptions(dynamic_shapes=True, module_functions=module_functions)
     rotary = model.model.rotary_emb
     frequencies = rotary.inv_freq.clone()
-    program = fx2onnx.dynamo_export(model, **causal_lm.decode_step_inputs(loaded), export_options=options)
+    program = fx2onnx.dynamo_export(model, **decode_step.decode_step_inputs(loaded), export_options=options)
     # the capture's adapter is undone: the module's own forward and buffer as they were
     assert "forward" not in vars(rotary) and torch.equal(rotary.inv_freq, frequencies)
     program.save(tmp_path / "model.onnx")

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
-
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 Image = pytest.importorskip("PIL.Image")

@@ -17,8 +17,8 @@ import torch
 
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.precision import resolve_precision
-from fx2onnx.hub.verify import greedy_in_onnxruntime
+from fx2onnx.hub.precision.resolution import resolve_precision
+from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
 from test_export_hf import PROMPT, causal_configs, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
 

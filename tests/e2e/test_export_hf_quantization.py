@@ -17,8 +17,8 @@ import fx2onnx
 from conftest import make_options
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.precision import more_bits_layers
-from fx2onnx.hub.verify import greedy_in_onnxruntime
+from fx2onnx.hub.precision.resolution import more_bits_layers
+from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
 from fx2onnx.options import WeightQuantization
 from test_export_hf import COMMON, PROMPT, generate_with_genai, tokenizer  # noqa: F401 - the fixture is used by name
 from test_export_hf_precision import _folder_bytes, _initializers, model_file

@@ -89,7 +89,6 @@ def test_text_only_of_a_text_model_is_an_error(tmp_path):
     transformers.LlamaForCausalLM(transformers.LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"})).save_pretrained(
         tmp_path / "source")
     from fx2onnx.hub import export_hf
-
     with pytest.raises(ValueError, match="has no vision or audio encoder to leave out: drop --text-only"):
         export_hf(tmp_path / "source", tmp_path / "out", text_only=True)
     with pytest.raises(ValueError, match="for text-generation: drop --task image-text-to-text"):

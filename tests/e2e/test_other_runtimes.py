@@ -175,7 +175,7 @@ def test_export_hf_standard_causal_lm_decodes_in_openvino(tmp_path, tokenizer):
     (float32), over a cache that grows from empty; the default folder holds onnxruntime's
     own GroupQueryAttention, which the check names (not a folder for OpenVINO)."""
     from fx2onnx.hub import export_hf, onnxruntime_only_operators
-    from fx2onnx.hub.verify import greedy_decode
+    from fx2onnx.hub.shared.verification import greedy_decode
 
     openvino = _openvino()
     model = save_causal_lm(tmp_path / "source", "llama", tokenizer)
@@ -206,7 +206,6 @@ def test_export_hf_standard_causal_lm_decodes_in_openvino(tmp_path, tokenizer):
 def test_export_hf_standard_encoder_in_openvino(tmp_path, tokenizer):
     """A feature-extraction folder (`--runtime standard`) in OpenVINO at two sizes, padded."""
     from fx2onnx.hub import export_hf
-
     save_encoder(tmp_path / "source", "bert", tokenizer)
     model = transformers.AutoModel.from_pretrained(tmp_path / "source").eval()
     export_hf(tmp_path / "source", tmp_path / "out", runtime="standard")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.causal_lm import cache_argument
+from fx2onnx.hub.decoders.decode_step import cache_argument
 
 transformers = pytest.importorskip("transformers")
 ort = pytest.importorskip("onnxruntime")

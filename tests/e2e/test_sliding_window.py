@@ -24,7 +24,7 @@ import torch
 
 import fx2onnx
 from conftest import ATOL, RTOL, check_saved_model
-from fx2onnx.hub.causal_lm import cache_argument
+from fx2onnx.hub.decoders.decode_step import cache_argument
 from fx2onnx.hub import export_hf
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the fixture
 

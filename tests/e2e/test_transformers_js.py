@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.tokenizer_files import CHECKED_STRINGS, TokenizerMismatchWarning, check_encodings, file_encoder
+from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, TokenizerMismatchWarning, check_encodings, file_encoder
 from test_export_hf import generate_with_genai, save_causal_lm
 
 transformers = pytest.importorskip("transformers")
@@ -251,7 +251,7 @@ def test_int4_folder_in_transformers_js(tmp_path, tokenizer, transformers_js, qu
     """An `export-hf --precision int4` folder (MatMulNBits, `onnx/model_q4.onnx`, dtype q4 in
     config.json; the embedding as GatherBlockQuantized on request) loads as written and
     generates what onnxruntime generates on the same file."""
-    from fx2onnx.hub.verify import greedy_in_onnxruntime
+    from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
 
     save_causal_lm(tmp_path / "source", "llama", tokenizer)
     out = tmp_path / "out"

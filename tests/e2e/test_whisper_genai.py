@@ -18,8 +18,8 @@ import torch
 import transformers
 
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.verify import tolerance_for
-from fx2onnx.hub.whisper_verify import speech_signal, verify_whisper_genai, write_wav
+from fx2onnx.hub.shared.verification import tolerance_for
+from fx2onnx.hub.whisper.whisper_verify import speech_signal, verify_whisper_genai, write_wav
 
 SPECIAL = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|fr|>", "<|translate|>", "<|transcribe|>", "<|startoflm|>",
            "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>"]

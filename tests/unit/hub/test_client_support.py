@@ -1,4 +1,4 @@
-"""The clients that cannot load a text-generation folder (`fx2onnx.hub.client_support`):
+"""The clients that cannot load a text-generation folder (`fx2onnx.hub.decoders.client_support`):
 the reason per config, the line export-hf says, the table read against Transformers.js's
 own sources where they are installed, and the docs' list against the table."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fx2onnx.hub.client_support import (
+from fx2onnx.hub.decoders.client_support import (
     MULTI_QUERY_REASON, TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason, transformers_js_unsupported,
 )
 

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 
-from fx2onnx.hub.verify import FolderRunError, Tolerance, Verification, cpu_session, run_session
+from fx2onnx.hub.shared.verification import FolderRunError, Tolerance, Verification, cpu_session, run_session
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import pytest
 
 from fx2onnx.hub.loading import default_task
 from fx2onnx.hub.tasks import UnsupportedTaskError
-from fx2onnx.hub.vlm_layout import processor_config
+from fx2onnx.hub.vision_language.vlm_layout import processor_config
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,5 +1,5 @@
 """The layouts Qwen's vision towers take, computed from the patch grid with tensor
-operations (hub/vision_grid.py), equal transformers' own for grids of every shape:
+operations (hub/vision_language/vision_grid.py), equal transformers' own for grids of every shape:
 square and not, windows that tile the grid and that do not, one frame and two."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fx2onnx.hub import vision_grid
-
+from fx2onnx.hub.vision_language import vision_grid
 vision_utils = pytest.importorskip("transformers.vision_utils")
 
 GRIDS = [(1, 2, 2), (1, 4, 4), (1, 6, 10), (1, 10, 4), (1, 14, 22), (1, 16, 8), (2, 6, 10)]

@@ -37,9 +37,9 @@ import torch
 from torch.export import Dim
 
 import fx2onnx  # noqa: F401 - its fused kernels register torch.ops.fx2onnx.cached_attention
-from fx2onnx.hub import causal_lm
+from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.merged_decoder import models_in_if
+from fx2onnx.hub.shared.merged_decoder import models_in_if
 
 
 # the image tokens the runtime's gemma3 processor puts per image (a constant of its
@@ -57,7 +57,7 @@ def check_image_tokens(config: Any) -> None:
 
 
 class Holder(torch.nn.Module):
-    """A container that gives the modules it holds their checkpoint paths (the wrappers here and in vision_language.py)."""
+    """A container that gives the modules it holds their checkpoint paths (the wrappers here and in vlm_parts.py)."""
 
     def __init__(self, **modules: torch.nn.Module) -> None:
         super().__init__()
@@ -79,17 +79,17 @@ class GemmaVision(torch.nn.Module):
 
 class LanguageModelWithHead(torch.nn.Module):
     """An image-text-to-text model's language model and LM head under their checkpoint
-    paths: the base of the decoders (here and in vision_language.py)."""
+    paths: the base of the decoders (here and in vlm_parts.py)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         language_model = model.model.language_model
         self.model = Holder(language_model=language_model)
         self.lm_head = model.lm_head
-        self.cache_argument = causal_lm.cache_argument(language_model)
+        self.cache_argument = decode_step.cache_argument(language_model)
 
     def logits_and_cache(self, output: Any) -> dict[str, Any]:
-        return {"logits": self.lm_head(output.last_hidden_state), "present": causal_lm.output_cache(output)}
+        return {"logits": self.lm_head(output.last_hidden_state), "present": decode_step.output_cache(output)}
 
 
 @contextlib.contextmanager
@@ -161,7 +161,7 @@ def decoder_inputs(loaded: LoadedModel, fake: Any) -> dict[str, Any]:
     from transformers import DynamicCache
 
     language_model = loaded.model.model.language_model
-    batch, cached, new = causal_lm.BATCH, causal_lm.CACHED_TOKENS, causal_lm.NEW_TOKENS
+    batch, cached, new = decode_step.BATCH, decode_step.CACHED_TOKENS, decode_step.NEW_TOKENS
     config = loaded.config
     vocab = int(config.text_config.vocab_size)
     ids = torch.randint(0, vocab, (batch, cached + new), generator=torch.Generator().manual_seed(0))
@@ -176,9 +176,9 @@ def decoder_inputs(loaded: LoadedModel, fake: Any) -> dict[str, Any]:
     with mode, torch.no_grad():
         prefill = language_model(
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[:, :cached],
-            use_cache=True, **{causal_lm.cache_argument(language_model): DynamicCache()},
+            use_cache=True, **{decode_step.cache_argument(language_model): DynamicCache()},
         )
-    cache = causal_lm.output_cache(prefill)
+    cache = decode_step.output_cache(prefill)
     return {"input_ids": ids[:, cached:], "inputs_embeds": embeds[:, cached:], "attention_mask": mask,
             "position_ids": positions[:, cached:].contiguous(), "past_key_values": cache}
 

@@ -3,7 +3,7 @@
 The folder's model runs in onnxruntime as a runtime runs it (a prefill with an empty
 cache, then one token per step, the cache fed back) and is compared with
 ``model.generate(do_sample=False)``, twice: one prompt longer than every sliding window,
-attention chunk and rope switch point (`fx2onnx.hub.model_lengths`), and a left-padded
+attention chunk and rope switch point (`fx2onnx.hub.decoders.model_lengths`), and a left-padded
 batch of prompts of different lengths, with the positions transformers' generation
 gives them. Every step's logits must be within the tolerance and every greedy token
 equal. A difference or a failed run is reported with the sequence length it happened at.
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.genai_config import token_ids
-from fx2onnx.hub.model_lengths import VerificationLengths
-from fx2onnx.hub.verify import FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded
+from fx2onnx.hub.shared.genai_config import token_ids
+from fx2onnx.hub.decoders.model_lengths import VerificationLengths
+from fx2onnx.hub.shared.verification import FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded
 
 
 def fresh_rope_state(model: torch.nn.Module) -> None:

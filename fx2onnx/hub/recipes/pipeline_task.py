@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.pipeline_tasks import example_inputs
-from fx2onnx.hub.verify import Tolerance, Verification, cpu_session, run_session, verdict_of
+from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:

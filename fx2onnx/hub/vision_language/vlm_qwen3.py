@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from fx2onnx.hub import vision_grid
-from fx2onnx.hub.vlm_gemma3 import Holder
+from fx2onnx.hub.vision_language import vision_grid
+from fx2onnx.hub.vision_language.vlm_gemma3 import Holder
 
 
 def deepstack_layers(config: Any) -> int:

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.verify import Tolerance, Verification, verdict_of, run_session, cpu_session
-from fx2onnx.hub.whisper_config import AUDIO_FEATURES
+from fx2onnx.hub.shared.verification import Tolerance, Verification, verdict_of, run_session, cpu_session
+from fx2onnx.hub.whisper.whisper_config import AUDIO_FEATURES
 
 _FLOAT_TYPES = {"tensor(float16)": np.float16, "tensor(double)": np.float64}
 PROMPT_TOKENS = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")

@@ -12,7 +12,7 @@ checkpoint's own modules (vlm_layout.py names the files and writes the configs).
   each image token's row replaced by the next image feature, as the model's forward does.
 - decoder (`inputs_embeds`, `attention_mask`, 3-D mRoPE `position_ids` [3, batch,
   tokens], the cache -> `logits`, `present.*`): the language model and its head, captured
-  as a decode step after a prefill like a causal LM (causal_lm.py), with the same fused
+  as a decode step after a prefill like a causal LM (decode_step.py), with the same fused
   kernels (GroupQueryAttention where the runtime's kernel applies).
 
 Qwen3-VL (vlm_qwen3.py) takes these paths with its own vision tower, its DeepStack
@@ -36,9 +36,14 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
-from fx2onnx.hub import causal_lm, text_only, vision_grid, vlm_gemma3, vlm_mistral3, vlm_qwen3
+from fx2onnx.hub.decoders import decode_step
+from fx2onnx.hub.decoders import text_only
+from fx2onnx.hub.vision_language import vision_grid
+from fx2onnx.hub.vision_language import vlm_gemma3
+from fx2onnx.hub.vision_language import vlm_mistral3
+from fx2onnx.hub.vision_language import vlm_qwen3
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.vlm_gemma3 import Holder, LanguageModelWithHead
+from fx2onnx.hub.vision_language.vlm_gemma3 import Holder, LanguageModelWithHead
 
 # the model types export-hf writes image-text-to-text folders for, with ONNX Runtime GenAI's type
 GENAI_VLM_TYPES = {"qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "gemma3": "gemma3", "mistral3": vlm_mistral3.GENAI_TYPE}
@@ -194,7 +199,7 @@ def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
     """A decode step after a prefill (sizes as causal_lm's), with text positions on all 3
     mRoPE axes (Mistral 3's: 1-D positions, [batch, tokens])."""
     language_model = loaded.model.model.language_model
-    batch, cached, new = causal_lm.BATCH, causal_lm.CACHED_TOKENS, causal_lm.NEW_TOKENS
+    batch, cached, new = decode_step.BATCH, decode_step.CACHED_TOKENS, decode_step.NEW_TOKENS
     hidden = int(loaded.config.text_config.hidden_size)
     embeds = torch.randn(batch, cached + new, hidden, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(batch, cached + new, dtype=torch.int64)
@@ -207,7 +212,7 @@ def decoder_inputs(loaded: LoadedModel) -> dict[str, Any]:
         prefill = language_model(
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[..., :cached], use_cache=True
         )
-    cache = causal_lm.output_cache(prefill)
+    cache = decode_step.output_cache(prefill)
     step = embeds[:, cached:]
     if vlm_qwen3.deepstack_layers(loaded.config):  # Qwen3-VL's DeepStack columns (vlm_qwen3.py)
         width = vlm_qwen3.row_width(loaded.config) - hidden
@@ -296,7 +301,7 @@ def _export_text_parts(
         Embedding(model, int(config.image_token_id)), **embedding_inputs(loaded), export_options=plain
     )
     inputs = decoder_inputs(loaded)
-    causal = causal_lm.attends_causally(config.text_config)
+    causal = decode_step.attends_causally(config.text_config)
     decoder_options = dataclasses.replace(
         options, dynamic_shapes=decoder_dynamic_shapes(inputs), causal_mask_input="attention_mask" if causal else None
     )

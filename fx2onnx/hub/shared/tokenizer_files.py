@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fx2onnx.hub.folder_files import TOKENIZER_FILES, copy_folder_files, name_tokenizer_class
+from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, name_tokenizer_class
 
 # the strings the written tokenizer is checked on: digits, runs of spaces, non-ASCII
 CHECKED_STRINGS = ("the lazy fox jumps 42 times in 2024", "  two  spaces,\ta tab and\nnew line ", "naïve café, 東京 🦊")

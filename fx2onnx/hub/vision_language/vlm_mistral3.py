@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fx2onnx.hub.vlm_gemma3 import Holder
+from fx2onnx.hub.vision_language.vlm_gemma3 import Holder
 
 GENAI_TYPE = "mistral3"
 PROCESSOR_NAME = "pixtral_image_processor"

@@ -1,7 +1,7 @@
 """`export_hf(..., verify=True)`: run the folder the way its runtime will and compare with
 transformers. For a causal LM: a prefill with an empty cache, then decode steps feeding
 `present.*` back, greedy, against `model.generate(do_sample=False)`, at the lengths where
-the model changes (`fx2onnx.hub.verify_lengths`); for the others: the model's outputs on
+the model changes (`fx2onnx.hub.decoders.verify_lengths`); for the others: the model's outputs on
 two input sizes.
 
 Every task is judged: each output element must satisfy ``|onnx - torch| <= atol + rtol *
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.causal_lm import cache_argument, output_cache
+from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
 from fx2onnx import ExportOptions
 from fx2onnx.program import session_on_cpu
 

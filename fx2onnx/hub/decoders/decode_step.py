@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.sliding_window import growing_cache
+from fx2onnx.hub.decoders.sliding_window import growing_cache
 
 BATCH, NEW_TOKENS, CACHED_TOKENS = 2, 3, 5
 

@@ -15,8 +15,12 @@ from typing import Any
 
 import onnx_ir as ir
 
-from fx2onnx.hub import vlm_gemma3, vlm_mistral3, vlm_qwen3
-from fx2onnx.hub.genai_config import genai_config
+from fx2onnx.hub.vision_language import vlm_gemma3
+
+from fx2onnx.hub.vision_language import vlm_mistral3
+
+from fx2onnx.hub.vision_language import vlm_qwen3
+from fx2onnx.hub.shared.genai_config import genai_config
 
 VISION, EMBEDDING, DECODER = "vision_encoder", "embed_tokens", "decoder_model_merged"
 PARTS = {"vision": VISION, "embedding": EMBEDDING, "decoder": DECODER}  # the models and their file names

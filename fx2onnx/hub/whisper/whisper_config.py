@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fx2onnx.hub.genai_config import search_options, token_ids
+from fx2onnx.hub.shared.genai_config import search_options, token_ids
 
 # the models' input and output names (key and value templates of each cache), as the config gives them
 AUDIO_FEATURES, HIDDEN_STATES = "audio_features", "encoder_hidden_states"

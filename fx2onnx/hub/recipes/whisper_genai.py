@@ -32,15 +32,15 @@ import torch
 from torch import nn
 
 import fx2onnx
-from fx2onnx.hub import layout
-from fx2onnx.hub.causal_lm import cache_argument
-from fx2onnx.hub.dim_roles import name_dims_by_role
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.decoders.decode_step import cache_argument
+from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.whisper_config import (
+from fx2onnx.hub.whisper.whisper_config import (
     AUDIO_FEATURES, CROSS_PAST, CROSS_PRESENT, HIDDEN_STATES, SELF_PAST, SELF_PRESENT, audio_processor_config,
     whisper_genai_config,
 )
-from fx2onnx.hub.whisper_suppress import SuppressedLogits, suppress_lists
+from fx2onnx.hub.whisper.whisper_suppress import SuppressedLogits, suppress_lists
 
 # ONNX Runtime GenAI 0.18 runs Whisper on 3000 frames of features (AudioEncoderState)
 RUNTIME_FRAMES = 3000
@@ -170,14 +170,14 @@ def export_whisper_genai(loaded: LoadedModel, staging: Path, options: fx2onnx.Ex
     encoder = fx2onnx.dynamo_export(GenAIWhisperEncoder(model).eval(), features, export_options=batch_only)
     _name_io(encoder.model, [AUDIO_FEATURES], [HIDDEN_STATES, *_names(CROSS_PRESENT, layers)])
     name_dims_by_role(encoder.model)
-    encoder_file = layout.onnx_file(layout.GENAI_ENCODER, dtype)
+    encoder_file = folder_layout.onnx_file(folder_layout.GENAI_ENCODER, dtype)
     files = save(encoder, staging, encoder_file, loaded)
 
     decoder = fx2onnx.dynamo_export(GenAIWhisperDecoder(model).eval(), *decoder_inputs, export_options=options)
     self_past, cross_past = _names(SELF_PAST, layers), _names(CROSS_PAST, layers)
     _name_io(decoder.model, ["input_ids", *self_past, *cross_past], ["logits", *_names(SELF_PRESENT, layers)])
     name_dims_by_role(decoder.model)
-    decoder_file = layout.onnx_file(layout.GENAI_DECODER, dtype)
+    decoder_file = folder_layout.onnx_file(folder_layout.GENAI_DECODER, dtype)
     files += save(decoder, staging, decoder_file, loaded)
 
     generation = getattr(model, "generation_config", None)

@@ -15,8 +15,8 @@ from typing import Any
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
-from fx2onnx.hub.causal_lm import head_size
-from fx2onnx.hub.model_lengths import context_length
+from fx2onnx.hub.decoders.decode_step import head_size
+from fx2onnx.hub.decoders.model_lengths import context_length
 
 # Decoder model types ONNX Runtime GenAI 0.18 accepts by name and runs with this layout
 # (one key and one value input per layer). It knows `gpt2` too, with GPT-2's former

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub import vlm_gemma3, vlm_mistral3
-from fx2onnx.hub.verify import Tolerance, Verification, verdict_of, empty_cache, run_session, cpu_session
+from fx2onnx.hub.vision_language import vlm_gemma3
+
+from fx2onnx.hub.vision_language import vlm_mistral3
+from fx2onnx.hub.shared.verification import Tolerance, Verification, verdict_of, empty_cache, run_session, cpu_session
 
 
 @dataclasses.dataclass

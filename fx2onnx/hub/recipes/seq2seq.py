@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fx2onnx.hub.causal_lm import cache_argument, output_cache
+from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
 from fx2onnx.hub.loading import LoadedModel
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares

@@ -1,0 +1,61 @@
+"""The image-text-to-text recipe: ONNX Runtime GenAI's vision, embedding and decoder
+models, its genai_config.json and image processor configuration (vision_language/)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import fx2onnx
+from fx2onnx.hub.decoders import text_only
+from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.shared.dim_roles import name_dims_by_role
+from fx2onnx.hub.shared.program_files import onnx_file, save_program
+from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.verification import Tolerance, Verification
+from fx2onnx.hub.vision_language import vlm_layout, vlm_parts
+from fx2onnx.hub.vision_language.vlm_verify import verify_image_text_to_text
+
+
+def export_folder(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, say: Callable[[str], None] = lambda line: None,
+) -> list[str]:
+    """Write the three models and the two configuration files into ``staging``; returns their paths."""
+    from transformers import AutoImageProcessor
+
+    image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
+    programs = vlm_parts.export_parts(loaded, options, image_processor)
+    say(vlm_layout.image_sizes_note(loaded.config.model_type, image_processor))
+    files, paths = [], {}
+    # the parts are modules of the model, not the model: their weights by the model's names
+    # (every name of a tied weight reads the one the checkpoint holds: a tied LM head is `lm_head.weight` in the decoder)
+    state = None
+    if loaded.fake_context is not None:
+        state = RenamedCheckpoint(loaded.folder, loaded.model).renamed(text_only.source_names(loaded.model, loaded.model))
+    for part, base in vlm_layout.PARTS.items():
+        if part != "vision":  # its dims are the image's, no role the runtime names
+            name_dims_by_role(programs[part].model)
+        paths[part] = onnx_file(loaded, base)
+        needed = set(programs[part].model.graph.initializers)
+        files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
+    generation = getattr(loaded.model, "generation_config", None)
+    genai_type = vlm_parts.GENAI_VLM_TYPES[loaded.config.model_type]
+    config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
+    merge = getattr(loaded.config, "spatial_merge_size", None)  # Mistral 3's, beside its vision config
+    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, merge)
+    for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
+        (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+        files.append(name)
+    return files
+
+
+def verify_folder(loaded: LoadedModel, folder: Path, model: torch.nn.Module, tokens: int, tolerance: Tolerance) -> Verification:
+    """The folder's greedy generation on an image against ``model``'s (vision_language/vlm_verify.py)."""
+    from transformers import AutoImageProcessor
+
+    image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
+    files = {part: folder / onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
+    return verify_image_text_to_text(files, model, image_processor, tokens, tolerance)

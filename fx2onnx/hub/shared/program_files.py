@@ -1,0 +1,56 @@
+"""A recipe's programs: exported with their dims named by role, saved into the folder under
+the file names its clients look for, from example inputs in the load's fake mode when it has one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import fx2onnx
+from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.shared.dim_roles import name_dims_by_role
+from fx2onnx.onnx_passes import WeightQuantization
+
+
+def exported(
+    model: torch.nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions,
+    extra_roles: dict[str, dict[int, str]] | None = None,
+) -> fx2onnx.ONNXProgram:
+    """The export of ``model`` with its dims named after their roles."""
+    program = fx2onnx.dynamo_export(model, **inputs, export_options=options)
+    name_dims_by_role(program.model, extra_roles)
+    return program
+
+
+def weights_dtype(loaded: LoadedModel) -> torch.dtype:
+    """The dtype of the loaded model's floating-point weights."""
+    return next(p.dtype for p in loaded.model.parameters() if p.is_floating_point())
+
+
+def onnx_file(loaded: LoadedModel, base: str, quantization: WeightQuantization | None = None) -> str:
+    """The folder's path of the model ``base`` (folder_layout.py), named for its dtype and bits."""
+    return folder_layout.onnx_file(base, weights_dtype(loaded), quantization.bits if quantization is not None else None)
+
+
+def save_program(
+    program: fx2onnx.ONNXProgram, staging: Path, relative: str, loaded: LoadedModel, state: Any = None
+) -> list[str]:
+    """Save ``program`` at ``relative`` in the folder, its weights in the data file named as
+    Transformers.js expects (read from ``state``, default the source folder, in fake mode);
+    returns both paths."""
+    if loaded.fake_context is None:
+        state = None
+    elif state is None:
+        state = loaded.weights if loaded.weights is not None else loaded.folder
+    program.save(staging / relative, model_state=state, external_data=True, data_name=folder_layout.data_file(relative))
+    return folder_layout.with_data_file(relative)
+
+
+def fake_inputs(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    """``inputs`` as fake tensors of the load's fake mode (unchanged when the model is real)."""
+    if loaded.fake_context is None:
+        return inputs
+    return {k: loaded.fake_context.fake_mode.from_tensor(v) for k, v in inputs.items()}
