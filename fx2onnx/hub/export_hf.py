@@ -1,57 +1,36 @@
 """`export_hf`: a transformers model to a folder its runtime runs (see the package docstring).
 
-The folder is written under a temporary name beside ``output`` and moved in place at the
-end: a failed export leaves nothing behind, and an existing folder that is not empty is
-refused rather than mixed with.
+The request is resolved (request.py), the model loaded (loading.py), and one recipe looked
+up by task and runtime (recipe_table.py) writes the folder's models and configuration files
+(recipes/). The folder is written under a temporary name beside ``output`` and moved in
+place at the end: a failed export leaves nothing behind, and an existing folder that is not
+empty is refused rather than mixed with.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import torch
 
 import fx2onnx
 from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
-from fx2onnx.hub.decoders import decode_step
-from fx2onnx.hub.decoders.client_support import client_note
-from fx2onnx.hub.shared.dim_roles import TOTAL
+from fx2onnx.hub.loading import LoadedModel, load_model, local_folder
+from fx2onnx.hub.precision.folder_precision import folder_quantization
+from fx2onnx.hub.precision.resolution import DEFAULT_ALGORITHM
+from fx2onnx.hub.recipe_table import recipe_for
+from fx2onnx.hub.recipes.folder_recipe import FolderRecipe
+from fx2onnx.hub.request import ExportRequest
+from fx2onnx.hub.shared import folder_layout, tokenizer_files
 from fx2onnx.hub.shared.folder_files import copy_folder_files
-from fx2onnx.hub.shared.genai_config import genai_config
-from fx2onnx.hub import pipeline_tasks
-from fx2onnx.hub.shared import folder_layout
-from fx2onnx.hub.recipes import seq2seq
-from fx2onnx.hub.shared import tokenizer_files
-from fx2onnx.hub.vision_language import vlm_parts
-from fx2onnx.hub.recipes import image_text_to_text, whisper_genai
-from fx2onnx.hub.shared.merged_decoder import merge_decoders
-from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program, weights_dtype
-from fx2onnx.hub.precision.prequantized import CheckpointCodes, checkpoint_codes
-from fx2onnx.hub.precision.resolution import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
-from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
-from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
-from fx2onnx.hub.loading import (
-    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
-    is_ctc, load_model, local_folder,
-)
-from fx2onnx.hub.shared.verification import (
-    FolderRunError, Verification, tolerance_for, verify_outputs, verify_quantized_causal_lm, verify_quantized_outputs,
-    verify_seq2seq,
-)
-from fx2onnx.hub.decoders.model_lengths import verification_lengths
-from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
-from fx2onnx.hub.recipes.pipeline_task import verify_task_outputs
-from fx2onnx.hub.whisper.whisper_verify import verify_whisper_genai
-from fx2onnx.onnx_passes import WeightQuantization, newest_opset, pack_projections, quantize_linears_dynamically
+from fx2onnx.hub.shared.program_files import weights_dtype
+from fx2onnx.hub.shared.verification import FolderRunError, Verification, tolerance_for
+from fx2onnx.onnx_passes import newest_opset
 
 
 @dataclass
@@ -83,249 +62,33 @@ def default_opset() -> int | None:
     return DEFAULT_OPSET if newest_opset() >= DEFAULT_OPSET else None
 
 
-def _options(
-    loaded: LoadedModel, opset: int | None, progress: bool, report: Path, runtime: str, module_functions: bool
-) -> fx2onnx.ExportOptions:
-    # a decoder's attention is causal over `attention_mask`'s tokens: its cache may be updated in place
-    causal = loaded.task == TEXT_GENERATION and decode_step.attends_causally(loaded.config)
+def _options(request: ExportRequest, loaded: LoadedModel, report: Path) -> fx2onnx.ExportOptions:
     # A folder is flat by default: the tools people run on it (onnxruntime's quantizers and
     # transformers optimizer) do not look inside ONNX functions, and onnxruntime inlines
     # them when it loads the model anyway.
     # "standard" is a folder for any runtime: the portable target (standard operators at
     # opset 20 unless asked, attention decomposed, which OpenVINO, TVM and the browser run)
-    portable = runtime == "standard"
+    portable = request.runtime == "standard"
+    opset = request.opset
     if opset is None and not portable:
         opset = default_opset()
     return fx2onnx.ExportOptions(
         dynamic_shapes=True, fake_context=loaded.fake_context, opset_version=opset,
-        progress=progress, failure_report_path=report, causal_mask_input="attention_mask" if causal else None, runtime=runtime,
-        module_functions=module_functions, target="portable" if portable else "default",
+        progress=request.progress, failure_report_path=report, runtime=request.runtime,
+        module_functions=request.module_functions, target="portable" if portable else "default",
     )
 
 
-def _encoder_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
-    """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two shapes."""
-    if loaded.task == IMAGE_CLASSIFICATION:
-        return pipeline_tasks.image_inputs(loaded.config, 2 + size, size)
-    inputs = pipeline_tasks.text_inputs(loaded.config, loaded.model, size)
-    inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
-    return inputs
-
-
-def _check_growing_cache(program: fx2onnx.ONNXProgram, loaded: LoadedModel) -> None:
-    """A cache captured at a fixed length (a layer that keeps a bounded number of tokens,
-    other than the sliding windows sliding_window.py puts in the mask) would be exact at
-    one fill only, and ONNX Runtime GenAI feeds back caches that grow with the sequence."""
-    fixed = [
-        f"{value.name} ({value.shape[2]})" for value in program.model.graph.outputs
-        if value.name.startswith("present.") and value.shape is not None and str(value.shape[2]) != TOTAL
-    ]
-    if fixed:
-        raise NotImplementedError(
-            f"{loaded.config.model_type}'s cache keeps a fixed number of tokens in {len(fixed) // 2} layer(s): its length "
-            f"is fixed in the captured graph ({', '.join(fixed[:2])}{', ...' if len(fixed) > 2 else ''}) instead of "
-            "growing with the sequence, which export-hf's decoders need. Export the decode step with "
-            "fx2onnx.dynamo_export instead; nothing was written."
-        )
-
-
-def _export_causal_lm(
-    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None,
-    packed: bool = False,
-) -> list[str]:
-    inputs = decode_step.decode_step_inputs(loaded)
-    if quantization is not None:
-        # a step of the export's ONNX passes; codes and scales are computed as the weights are written
-        options = dataclasses.replace(options, precision=quantization)
-    with masks_by_held_tokens(loaded.model):
-        program = exported(loaded.model, inputs, options)
-    _check_growing_cache(program, loaded)
-    if quantization is not None and packed:
-        pack_projections(program.model)
-    name = onnx_file(loaded, folder_layout.MODEL, quantization)
-    files = save_program(program, staging, name, loaded)
-    generation = getattr(loaded.model, "generation_config", None)
-    config = genai_config(loaded.config, generation, name, program.model)
-    (staging / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    return [*files, "genai_config.json"]
-
-
-def _export_single(
-    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None = None
-) -> list[str]:
-    if quantization is not None and options.module_functions:
-        raise ValueError("precision int8 of an encoder rewrites the linear layers of one flat graph (MatMulInteger of "
-                         "activations quantized at run time): drop module_functions.")
-    program = exported(loaded.model, fake_inputs(_encoder_inputs(loaded, 0), loaded), options)
-    if quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
-        quantize_linears_dynamically(program.model)
-    return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL, quantization), loaded)
-
-
-def _prequantized(loaded: LoadedModel, given: CheckpointCodes, precision: str | None, algorithm: str, mixed: bool,
-                  accuracy_level: int) -> WeightQuantization:
-    """The quantization that writes a pre-quantized checkpoint's own codes; options that
-    would quantize otherwise are refused."""
-    bits = given.scheme.bits
-    if loaded.task != TEXT_GENERATION:
-        raise NotImplementedError(f"pre-quantized checkpoints are exported for causal LMs (MatMulNBits); this one is {loaded.task}.")
-    if precision not in (None, f"int{bits}") or mixed or algorithm != DEFAULT_ALGORITHM:
-        raise ValueError(
-            f"the checkpoint is already quantized to {bits} bits and is written with its own codes: give no precision "
-            f"(or int{bits}), no mixed_precision and no quantization_algorithm."
-        )
-    return dataclasses.replace(given.quantization(), accuracy_level=accuracy_level)
-
-
-def _pipeline_task(loaded: LoadedModel) -> str | None:
-    """The task of pipeline_tasks.PIPELINE_TASKS that ``loaded`` is exported for, if any."""
-    if is_ctc(loaded.task, loaded.config):
-        return pipeline_tasks.CTC_SPEECH_RECOGNITION
-    if loaded.task == SPEECH_RECOGNITION:  # an encoder-decoder (Whisper): two models, not one pass
-        return None
-    return loaded.task if loaded.task in pipeline_tasks.PIPELINE_TASKS else None
-
-
-def _export_pipeline_task(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
-    """One model.onnx with the outputs the task's pipelines read (pipeline_tasks.py)."""
-    task = _pipeline_task(loaded)
-    if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
-        loaded.model.config.use_cache = False
-    inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
-    program = exported(loaded.model, fake_inputs(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
-    pipeline_tasks.keep_task_outputs(program.model, task)
-    pipeline_tasks.name_image_dims(program.model)
-    return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)
-
-
-def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization: WeightQuantization | None) -> None:
-    """int4/int8 are for causal LMs (weight-only MatMulNBits) and int8 for encoders
-    (dynamic activations, MatMulInteger); the rest is refused before anything is exported."""
-    if quantization is None or loaded.task == TEXT_GENERATION:
-        return
-    if loaded.task != FEATURE_EXTRACTION:
-        raise NotImplementedError(
-            f"precision {precision} is written for causal LMs (int4, int8) and text encoders (int8); {loaded.task} "
-            "folders are float: give precision fp32, fp16 or bf16."
-        )
-    if quantization.embedding:
-        raise NotImplementedError(
-            "quantize_embedding is for causal LMs (GatherBlockQuantized beside MatMulNBits); an encoder's int8 keeps "
-            "its embeddings float: drop quantize_embedding."
-        )
-    plain = WeightQuantization(bits=quantization.bits, embedding=quantization.embedding, algorithm=quantization.algorithm)
-    if quantization != plain:
-        raise ValueError(
-            "block_size, accuracy_level and quantize_lm_head are MatMulNBits' (causal LMs); an encoder's int8 takes "
-            "none of them: drop them."
-        )
-    if quantization.bits != 8:
-        raise NotImplementedError(
-            f"precision {precision} for an encoder: its int8 quantizes activations at run time (onnxruntime's "
-            "MatMulInteger), which has no 4-bit form; give precision int8."
-        )
-    if weights_dtype(loaded) != torch.float32:
-        raise ValueError(
-            f"precision int8 for an encoder computes in float32 (onnxruntime's DynamicQuantizeLinear takes float32 "
-            f"only), not {weights_dtype(loaded)}: give dtype float32 or none."
-        )
-
-
-def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
-    encoder, decoder = seq2seq.halves(loaded)
-    # the halves hold the whole model as `model`: in fake mode, its weights under that prefix
-    checkpoint = None
-    if loaded.fake_context is not None:
-        checkpoint = RenamedCheckpoint(loaded.folder, loaded.model).prefixed(seq2seq.WHOLE_MODEL_PREFIX)
-
-    def save(program: fx2onnx.ONNXProgram, folder: Path, name: str) -> list[str]:
-        state = None
-        if checkpoint is not None:  # the half's own weights and their tied names (the LM head of the embedding)
-            signature = program.model_signature
-            needed = set(signature.torch_names().values()) | {n for names in signature.aliases().values() for n in names}
-            state = checkpoint.only(needed)
-        return save_program(program, folder, name, loaded, state)
-
-    program = exported(encoder, fake_inputs(seq2seq.encoder_inputs(loaded), loaded), options)
-    files = save(program, staging, onnx_file(loaded, folder_layout.ENCODER))
-    # the first and the next steps, captured apart, then merged into one file
-    steps = staging / ".decoder_steps"
-    paths = []
-    for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
-        program = exported(decoder, seq2seq.decoder_inputs(loaded, decoder, with_past), options)
-        save(program, steps, name)
-        paths.append(steps / name)
-    merged = onnx_file(loaded, folder_layout.MERGED_DECODER)
-    merge_decoders(*paths, staging / merged, folder_layout.data_file(merged))
-    shutil.rmtree(steps)
-    return [*files, *folder_layout.with_data_file(merged)]
-
-
-def _genai_whisper(loaded: LoadedModel, runtime: str) -> bool:
-    """Whether the folder is ONNX Runtime GenAI's Whisper (--runtime onnxruntime) rather
-    than Optimum's encoder and merged decoder (--runtime standard)."""
-    return runtime == "onnxruntime" and getattr(loaded.config, "model_type", None) == "whisper"
-
-
-def _export_speech(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
-    if is_ctc(loaded.task, loaded.config):
-        return _export_pipeline_task(loaded, staging, options)
-    if _genai_whisper(loaded, options.runtime):
-        return whisper_genai.export_whisper_genai(loaded, staging, options, save_program)
-    return _export_seq2seq(loaded, staging, options)
-
-
-
-
-_EXPORTERS: dict[str, Callable[[LoadedModel, Path, fx2onnx.ExportOptions], list[str]]] = {
-    TEXT_GENERATION: _export_causal_lm,
-    TEXT2TEXT: _export_seq2seq,
-    SPEECH_RECOGNITION: _export_speech,
-    FEATURE_EXTRACTION: _export_single,
-    IMAGE_CLASSIFICATION: _export_single,
-    IMAGE_TEXT_TO_TEXT: image_text_to_text.export_folder,
-    **{task: _export_pipeline_task for task in pipeline_tasks.PIPELINE_TASKS if task != SPEECH_RECOGNITION},
-}
-
-
 def _verify(
-    loaded: LoadedModel, folder: Path, tokens: int, rtol: float | None, atol: float | None,
-    quantization: WeightQuantization | None, runtime: str, say: Callable[[str], None] = lambda line: None,
+    loaded: LoadedModel, folder: Path, recipe: FolderRecipe, request: ExportRequest, say: Callable[[str], None],
 ) -> Verification:
+    """The recipe's verification of ``folder`` against the model with real weights."""
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
         model = load_model(loaded.folder, loaded.task, None, fake=False, text_only=loaded.text_only).model
         model.to(next(p.dtype for p in loaded.model.parameters()))
-    tolerance = tolerance_for(next(p.dtype for p in model.parameters()), rtol, atol)
-    if _genai_whisper(loaded, runtime):
-        files = (folder / onnx_file(loaded, folder_layout.GENAI_ENCODER), folder / onnx_file(loaded, folder_layout.GENAI_DECODER))
-        return verify_whisper_genai(folder, *files, model, loaded.folder, tokens, tolerance)
-    if _pipeline_task(loaded) is not None:
-        path = folder / onnx_file(loaded, folder_layout.MODEL)
-        return verify_task_outputs(path, model, _pipeline_task(loaded), loaded.config, tolerance)
-    if loaded.task in (TEXT2TEXT, SPEECH_RECOGNITION):
-        start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
-        files = (folder / onnx_file(loaded, folder_layout.ENCODER), folder / onnx_file(loaded, folder_layout.MERGED_DECODER))
-        return Verification.merged(
-            [verify_seq2seq(*files, model, seq2seq.encoder_inputs(loaded, size), start, tokens, tolerance) for size in (0, 1)]
-        )
-    if loaded.task == IMAGE_TEXT_TO_TEXT:
-        return image_text_to_text.verify_folder(loaded, folder, model, tokens, tolerance)
-    if loaded.task == TEXT_GENERATION:
-        lengths = verification_lengths(loaded.config, tokens)
-        say(f"verification lengths: {lengths.describe()}")
-        path = folder / onnx_file(loaded, folder_layout.MODEL, quantization)
-        if quantization is not None:
-            vocab = int(loaded.config.vocab_size)
-            prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
-            return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), tokens, atol)
-        return verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)
-    output = "logits" if loaded.task == IMAGE_CLASSIFICATION else "last_hidden_state"
-    path = folder / onnx_file(loaded, folder_layout.MODEL, quantization)
-    if quantization is not None:
-        return verify_quantized_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, atol)
-    return verify_outputs(path, model, lambda size: _encoder_inputs(loaded, size), output, tolerance
-    )
+    tolerance = tolerance_for(next(p.dtype for p in model.parameters()), request.rtol, request.atol)
+    return recipe.verify(loaded, folder, model, request, tolerance, say)
 
 
 def export_hf(
@@ -428,66 +191,43 @@ def export_hf(
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
     _check_output(output)
-    dtype, quantization = resolve_precision(
-        precision, dtype, block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
-        quantize_embedding=quantize_embedding, algorithm=quantization_algorithm,
+    request = ExportRequest.resolve(
+        task=task, dtype=dtype, fake=fake, verify=verify, opset=opset, tokens=tokens, rtol=rtol, atol=atol,
+        progress=progress, runtime=runtime, module_functions=module_functions, precision=precision,
+        block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
+        quantize_embedding=quantize_embedding, quantization_algorithm=quantization_algorithm,
+        mixed_precision=mixed_precision, pack_projections=pack_projections, text_only=text_only,
     )
-    if quantize_embedding and module_functions:
-        raise ValueError("quantize_embedding quantizes the token embedding's Gather in one flat graph (with module "
-                         "functions it is inside the embedding's function): drop module_functions.")
-    if pack_projections and module_functions:
-        raise ValueError("pack_projections packs the MatMulNBits of one flat graph (the projections of a layer are "
-                         "separate module functions otherwise): drop module_functions.")
-    if runtime == "standard" and module_functions:
-        raise ValueError("runtime standard writes one flat graph (OpenVINO and TVM take no ONNX functions): drop module_functions.")
-    if mixed_precision and precision != "int4":
-        raise ValueError(f"mixed_precision gives some layers of an int4 folder 8 bits; precision is {precision}: give int4.")
-    if mixed_precision and module_functions:
-        raise ValueError("mixed_precision chooses layers of one flat graph by their names: drop module_functions.")
     folder = local_folder(model)
-    loaded = load_model(folder, task, dtype, fake, say, text_only=text_only)
-    if loaded.task == IMAGE_TEXT_TO_TEXT:
-        vlm_parts.check_supported(loaded.config)
-    _check_quantizable(loaded, precision, quantization)
-    given = checkpoint_codes(folder, loaded.config)
-    if given is not None:
-        quantization = _prequantized(loaded, given, precision, quantization_algorithm, mixed_precision, accuracy_level)
-    if mixed_precision:
-        if loaded.task != TEXT_GENERATION:
-            raise NotImplementedError(f"mixed_precision is for causal LMs' MatMulNBits; {loaded.task} has none: drop it.")
-        assert quantization is not None
-        quantization = with_mixed_precision(quantization, int(loaded.config.num_hidden_layers))
+    loaded = load_model(folder, request.task, request.dtype, fake, say, text_only=text_only)
+    recipe = recipe_for(loaded.task, loaded.config, runtime)
+    refusal = recipe.accepts(loaded, request)
+    if refusal is not None:
+        raise refusal.error()
+    request = replace(request, quantization=folder_quantization(loaded, request))
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
-        options = _options(loaded, opset, progress, output.with_name(f"{output.name}.failure.sarif"), runtime, module_functions)
-        exporter = _EXPORTERS[loaded.task]
-        if loaded.task == IMAGE_TEXT_TO_TEXT:
-            exporter = functools.partial(image_text_to_text.export_folder, say=say)
-        if quantization is not None and loaded.task == TEXT_GENERATION:
-            exporter = functools.partial(_export_causal_lm, quantization=quantization, packed=pack_projections)
-        elif quantization is not None:
-            exporter = functools.partial(_export_single, quantization=quantization)
-        files = exporter(loaded, staging, options)
+        options = _options(request, loaded, output.with_name(f"{output.name}.failure.sarif"))
+        files = recipe.export(loaded, staging, options, request, say)
         files += copy_folder_files(folder, staging)
         if loaded.text_only:  # the language model's config: the folder holds no encoder
             (staging / "config.json").write_text(loaded.model.config.to_json_string(), encoding="utf-8")
-        bits = quantization.bits if quantization is not None else None
+        bits = request.quantization.bits if request.quantization is not None else None
         folder_layout.mark_for_transformers_js(staging / "config.json", weights_dtype(loaded), bits)
-        if loaded.task == TEXT_GENERATION:  # told from config.json as written: what the clients read
-            note = client_note(json.loads((staging / "config.json").read_text(encoding="utf-8")))
-            if note is not None:
-                say(note)
-        # Whisper's decoder prompt carries its special tokens, the runtime's tokenizer adds none
+        # told from config.json as written: what the clients read
+        note = recipe.client_note(json.loads((staging / "config.json").read_text(encoding="utf-8")))
+        if note is not None:
+            say(note)
         files += tokenizer_files.write_folder_tokenizer(
-            folder, staging, (staging / "genai_config.json").is_file(), say, special_tokens=not _genai_whisper(loaded, runtime)
+            folder, staging, (staging / "genai_config.json").is_file(), say, special_tokens=recipe.special_tokens
         )
         files = [f for f in dict.fromkeys(files) if (staging / f).exists()]
         result = HubExport(output, loaded.task, files)
         if verify:
             try:
-                result.verification = _verify(loaded, staging, tokens, rtol, atol, quantization, runtime, say)
+                result.verification = _verify(loaded, staging, recipe, request, say)
             except FolderRunError as error:  # the folder is whole: kept, with the failure stated
                 result.verification = Verification.failed_run(error, tolerance_for(weights_dtype(loaded), rtol, atol))
             say(f"verification: {result.verification.summary()}")

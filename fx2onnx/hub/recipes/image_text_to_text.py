@@ -3,7 +3,6 @@ models, its genai_config.json and image processor configuration (vision_language
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,8 +11,11 @@ import torch
 import fx2onnx
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
+from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
+from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
-from fx2onnx.hub.shared.program_files import onnx_file, save_program
+from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import vlm_layout, vlm_parts
@@ -47,8 +49,7 @@ def export_folder(
     merge = getattr(loaded.config, "spatial_merge_size", None)  # Mistral 3's, beside its vision config
     processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, merge)
     for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
-        (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-        files.append(name)
+        files.append(write_json_file(staging, name, content))
     return files
 
 
@@ -59,3 +60,26 @@ def verify_folder(loaded: LoadedModel, folder: Path, model: torch.nn.Module, tok
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
     files = {part: folder / onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
     return verify_image_text_to_text(files, model, image_processor, tokens, tolerance)
+
+
+class ImageTextToTextRecipe(RecipeDefaults):
+    def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
+        try:
+            vlm_parts.check_supported(loaded.config)
+        except NotImplementedError as error:  # an architecture without a runtime layout here
+            return Refusal(NotImplementedError, str(error))
+        return precision_refusal(loaded, request, FLOAT_ONLY)
+
+    def export(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        return export_folder(loaded, staging, options, say)
+
+    def verify(
+        self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
+        say: Say,
+    ) -> Verification:
+        return verify_folder(loaded, folder, model, request.tokens, tolerance)
+
+
+RECIPE = ImageTextToTextRecipe()

@@ -1,6 +1,8 @@
-"""`export_hf(..., verify=True)` of a pipeline task's folder (pipeline_tasks.py): every
-output the folder's model keeps against transformers', on two input sizes (the second
-with a padded row)."""
+"""The one-pass pipeline-task recipe (classifiers, question answering, fill-mask,
+detection, segmentation, depth, CTC and audio, CLIP-style zero-shot; pipeline_tasks.py):
+one `onnx/model.onnx` with the outputs the task's pipelines read. Its verification
+compares every output the folder's model keeps against transformers', on two input sizes
+(the second with a padded row)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ from typing import Any
 import numpy as np
 import torch
 
+import fx2onnx
+from fx2onnx.hub import pipeline_tasks
+from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.pipeline_tasks import example_inputs
+from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
+from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
+from fx2onnx.hub.request import ExportRequest, Refusal
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
 
 
@@ -32,3 +42,32 @@ def verify_task_outputs(
                 expected = model(**inputs)
             pairs += [(actual[name], _torch_output(expected, name)) for name in names]
     return verdict_of(pairs, tolerance)
+
+
+class PipelineTaskRecipe(RecipeDefaults):
+    """The task of pipeline_tasks.PIPELINE_TASKS is the loaded model's (CTC speech
+    recognition's is the same name)."""
+
+    def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
+        return precision_refusal(loaded, request, FLOAT_ONLY)
+
+    def export(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        task = loaded.task
+        if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
+            loaded.model.config.use_cache = False
+        inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
+        program = exported(loaded.model, fake_inputs(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
+        pipeline_tasks.keep_task_outputs(program.model, task)
+        pipeline_tasks.name_image_dims(program.model)
+        return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)
+
+    def verify(
+        self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
+        say: Say,
+    ) -> Verification:
+        return verify_task_outputs(folder / onnx_file(loaded, folder_layout.MODEL), model, loaded.task, loaded.config, tolerance)
+
+
+RECIPE = PipelineTaskRecipe()

@@ -1,4 +1,4 @@
-"""Encoder-decoders (T5, BART, Whisper) as Optimum lays them out: `encoder_model.onnx`
+"""The sequence-to-sequence recipe: encoder-decoders (T5, BART, Whisper) as Optimum lays them out: `encoder_model.onnx`
 (`input_ids`/`attention_mask`, or `input_features`, -> `last_hidden_state`) and two
 decoders, merged into one file afterwards (merged_decoder.py): the first step
 (`input_ids`, `encoder_attention_mask` for text models, `encoder_hidden_states` ->
@@ -15,13 +15,24 @@ weights are streamed from the folder.
 from __future__ import annotations
 
 import contextlib
+import shutil
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+import fx2onnx
 from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
+from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
+from fx2onnx.hub.request import ExportRequest, Refusal
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.shared.merged_decoder import merge_decoders
+from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
+from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
 # the halves hold the whole model as `self.model`: their weights' names start with it
@@ -103,3 +114,52 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
 def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
     decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), not _speech(loaded))
     return EncoderHalf(loaded.model).eval(), decoder.eval()
+
+
+class Seq2SeqRecipe(RecipeDefaults):
+    def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
+        return precision_refusal(loaded, request, FLOAT_ONLY)
+
+    def export(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        encoder, decoder = halves(loaded)
+        # the halves hold the whole model as `model`: in fake mode, its weights under that prefix
+        checkpoint = None
+        if loaded.fake_context is not None:
+            checkpoint = RenamedCheckpoint(loaded.folder, loaded.model).prefixed(WHOLE_MODEL_PREFIX)
+
+        def save(program: fx2onnx.ONNXProgram, folder: Path, name: str) -> list[str]:
+            state = None
+            if checkpoint is not None:  # the half's own weights and their tied names (the LM head of the embedding)
+                signature = program.model_signature
+                needed = set(signature.torch_names().values()) | {n for names in signature.aliases().values() for n in names}
+                state = checkpoint.only(needed)
+            return save_program(program, folder, name, loaded, state)
+
+        program = exported(encoder, fake_inputs(encoder_inputs(loaded), loaded), options)
+        files = save(program, staging, onnx_file(loaded, folder_layout.ENCODER))
+        # the first and the next steps, captured apart, then merged into one file
+        steps = staging / ".decoder_steps"
+        paths = []
+        for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
+            program = exported(decoder, decoder_inputs(loaded, decoder, with_past), options)
+            save(program, steps, name)
+            paths.append(steps / name)
+        merged = onnx_file(loaded, folder_layout.MERGED_DECODER)
+        merge_decoders(*paths, staging / merged, folder_layout.data_file(merged))
+        shutil.rmtree(steps)
+        return [*files, *folder_layout.with_data_file(merged)]
+
+    def verify(
+        self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
+        say: Say,
+    ) -> Verification:
+        start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
+        files = (folder / onnx_file(loaded, folder_layout.ENCODER), folder / onnx_file(loaded, folder_layout.MERGED_DECODER))
+        return Verification.merged([
+            verify_seq2seq(*files, model, encoder_inputs(loaded, size), start, request.tokens, tolerance) for size in (0, 1)
+        ])
+
+
+RECIPE = Seq2SeqRecipe()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,12 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.decoders.decode_step import cache_argument
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
+from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
+from fx2onnx.hub.request import ExportRequest, Refusal
+from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
+from fx2onnx.hub.shared.verification import Tolerance, Verification
+from fx2onnx.hub.whisper.whisper_verify import verify_whisper_genai
 from fx2onnx.hub.whisper.whisper_config import (
     AUDIO_FEATURES, CROSS_PAST, CROSS_PRESENT, HIDDEN_STATES, SELF_PAST, SELF_PRESENT, audio_processor_config,
     whisper_genai_config,
@@ -183,6 +188,28 @@ def export_whisper_genai(loaded: LoadedModel, staging: Path, options: fx2onnx.Ex
     generation = getattr(model, "generation_config", None)
     heads, head_size = _heads(model)
     config = whisper_genai_config(loaded.config, generation, encoder_file, decoder_file, heads, head_size, layers)
-    (staging / "genai_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (staging / "audio_processor_config.json").write_text(json.dumps(processor, indent=2) + "\n", encoding="utf-8")
-    return [*files, "genai_config.json", "audio_processor_config.json"]
+    return [*files, write_json_file(staging, "genai_config.json", config),
+            write_json_file(staging, "audio_processor_config.json", processor)]
+
+
+class WhisperGenAIRecipe(RecipeDefaults):
+    # its decoder prompt carries its special tokens: the runtime's tokenizer adds none
+    special_tokens = False
+
+    def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
+        return precision_refusal(loaded, request, FLOAT_ONLY)
+
+    def export(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        return export_whisper_genai(loaded, staging, options, save_program)
+
+    def verify(
+        self, loaded: LoadedModel, folder: Path, model: nn.Module, request: ExportRequest, tolerance: Tolerance,
+        say: Say,
+    ) -> Verification:
+        files = (folder / onnx_file(loaded, folder_layout.GENAI_ENCODER), folder / onnx_file(loaded, folder_layout.GENAI_DECODER))
+        return verify_whisper_genai(folder, *files, model, loaded.folder, request.tokens, tolerance)
+
+
+RECIPE = WhisperGenAIRecipe()

@@ -1,0 +1,26 @@
+"""A causal LM's decode step must return caches that grow with the sequence: ONNX Runtime
+GenAI feeds them back, longer at every step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fx2onnx
+from fx2onnx.hub.shared.dim_roles import TOTAL
+
+
+def check_growing_cache(program: fx2onnx.ONNXProgram, config: Any) -> None:
+    """A cache captured at a fixed length (a layer that keeps a bounded number of tokens,
+    other than the sliding windows sliding_window.py puts in the mask) would be exact at
+    one fill only, and ONNX Runtime GenAI feeds back caches that grow with the sequence."""
+    fixed = [
+        f"{value.name} ({value.shape[2]})" for value in program.model.graph.outputs
+        if value.name.startswith("present.") and value.shape is not None and str(value.shape[2]) != TOTAL
+    ]
+    if fixed:
+        raise NotImplementedError(
+            f"{config.model_type}'s cache keeps a fixed number of tokens in {len(fixed) // 2} layer(s): its length "
+            f"is fixed in the captured graph ({', '.join(fixed[:2])}{', ...' if len(fixed) > 2 else ''}) instead of "
+            "growing with the sequence, which export-hf's decoders need. Export the decode step with "
+            "fx2onnx.dynamo_export instead; nothing was written."
+        )

@@ -1,0 +1,52 @@
+"""Which recipe writes a folder: one table from (folder task, runtime) to recipe.
+
+The folder task is the loaded model's task, except for speech recognition, whose folder
+kinds differ by model: a CTC model's one pass, Whisper's two models (for ONNX Runtime
+GenAI with runtime onnxruntime), another encoder-decoder's Optimum layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fx2onnx.hub.loading import (
+    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION,
+    is_ctc,
+)
+from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS
+from fx2onnx.hub.recipes import causal_lm, encoder, image_text_to_text, pipeline_task, seq2seq, whisper_genai
+from fx2onnx.hub.recipes.folder_recipe import FolderRecipe
+
+ANY_RUNTIME = "*"
+CTC_SPEECH_RECOGNITION = "automatic-speech-recognition (CTC)"
+WHISPER_SPEECH_RECOGNITION = "automatic-speech-recognition (Whisper)"
+# the speech models ONNX Runtime GenAI runs as encoder and decoder (config.model_type)
+GENAI_SPEECH_MODEL_TYPES = ("whisper",)
+
+RECIPES: dict[tuple[str, str], FolderRecipe] = {
+    (TEXT_GENERATION, ANY_RUNTIME): causal_lm.RECIPE,
+    (TEXT2TEXT, ANY_RUNTIME): seq2seq.RECIPE,
+    (SPEECH_RECOGNITION, ANY_RUNTIME): seq2seq.RECIPE,
+    (WHISPER_SPEECH_RECOGNITION, "onnxruntime"): whisper_genai.RECIPE,
+    (WHISPER_SPEECH_RECOGNITION, "standard"): seq2seq.RECIPE,
+    (CTC_SPEECH_RECOGNITION, ANY_RUNTIME): pipeline_task.RECIPE,
+    (FEATURE_EXTRACTION, ANY_RUNTIME): encoder.RECIPE,
+    (IMAGE_CLASSIFICATION, ANY_RUNTIME): encoder.RECIPE,
+    (IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): image_text_to_text.RECIPE,
+    **{(task, ANY_RUNTIME): pipeline_task.RECIPE for task in PIPELINE_TASKS if task != SPEECH_RECOGNITION},
+}
+
+
+def folder_task(task: str, config: Any) -> str:
+    """The key of ``task`` in `RECIPES` for a model of ``config``."""
+    if is_ctc(task, config):
+        return CTC_SPEECH_RECOGNITION
+    if task == SPEECH_RECOGNITION and getattr(config, "model_type", None) in GENAI_SPEECH_MODEL_TYPES:
+        return WHISPER_SPEECH_RECOGNITION
+    return task
+
+
+def recipe_for(task: str, config: Any, runtime: str) -> FolderRecipe:
+    """The recipe that writes ``task``'s folder of a model of ``config`` for ``runtime``."""
+    key = folder_task(task, config)
+    return RECIPES.get((key, runtime)) or RECIPES[(key, ANY_RUNTIME)]

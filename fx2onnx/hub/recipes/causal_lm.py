@@ -1,0 +1,76 @@
+"""The causal-LM recipe: one `onnx/model.onnx` serving prefill and decode (the decode step
+captured after a prefill, decoders/decode_step.py) with ONNX Runtime GenAI's
+`genai_config.json`; int4/int8 as weight-only `MatMulNBits`, pre-quantized checkpoints
+and mixed precision."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import fx2onnx
+from fx2onnx.hub.decoders import decode_step
+from fx2onnx.hub.decoders.client_support import client_note
+from fx2onnx.hub.decoders.growing_cache import check_growing_cache
+from fx2onnx.hub.decoders.model_lengths import verification_lengths
+from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
+from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
+from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
+from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
+from fx2onnx.hub.request import ExportRequest, Refusal
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.shared.genai_config import genai_config
+from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
+from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
+from fx2onnx.onnx_passes import pack_projections
+
+PRECISION = PrecisionSupport(weight_only=True)
+
+
+class CausalLMRecipe(RecipeDefaults):
+    def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
+        return precision_refusal(loaded, request, PRECISION)
+
+    def export(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        quantization = request.quantization
+        if decode_step.attends_causally(loaded.config):
+            # its attention is causal over `attention_mask`'s tokens: its cache may be updated in place
+            options = dataclasses.replace(options, causal_mask_input="attention_mask")
+        if quantization is not None:
+            # a step of the export's ONNX passes; codes and scales are computed as the weights are written
+            options = dataclasses.replace(options, precision=quantization)
+        with masks_by_held_tokens(loaded.model):
+            program = exported(loaded.model, decode_step.decode_step_inputs(loaded), options)
+        check_growing_cache(program, loaded.config)
+        if quantization is not None and request.pack_projections:
+            pack_projections(program.model)
+        name = onnx_file(loaded, folder_layout.MODEL, quantization)
+        files = save_program(program, staging, name, loaded)
+        generation = getattr(loaded.model, "generation_config", None)
+        config = genai_config(loaded.config, generation, name, program.model)
+        return [*files, write_json_file(staging, "genai_config.json", config)]
+
+    def verify(
+        self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
+        say: Say,
+    ) -> Verification:
+        lengths = verification_lengths(loaded.config, request.tokens)
+        say(f"verification lengths: {lengths.describe()}")
+        path = folder / onnx_file(loaded, folder_layout.MODEL, request.quantization)
+        if request.quantization is not None:
+            vocab = int(loaded.config.vocab_size)
+            prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
+            return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), request.tokens, request.atol)
+        return verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)
+
+    def client_note(self, config: dict[str, Any]) -> str | None:
+        return client_note(config)
+
+
+RECIPE = CausalLMRecipe()

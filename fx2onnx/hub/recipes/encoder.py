@@ -1,0 +1,63 @@
+"""The encoder recipe (feature extraction, image classification): one `onnx/model.onnx`
+with the model's own outputs; a text encoder's int8 as `MatMulInteger` of activations
+quantized at run time (`fx2onnx.onnx_passes.dynamic_quantization`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import fx2onnx
+from fx2onnx.hub import pipeline_tasks
+from fx2onnx.hub.loading import FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, LoadedModel
+from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
+from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
+from fx2onnx.hub.request import ExportRequest, Refusal
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
+from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_outputs, verify_quantized_outputs
+from fx2onnx.onnx_passes import quantize_linears_dynamically
+
+PRECISION = PrecisionSupport(dynamic_int8_tasks=(FEATURE_EXTRACTION,))
+# the output each task's folder is compared on
+OUTPUTS = {FEATURE_EXTRACTION: "last_hidden_state", IMAGE_CLASSIFICATION: "logits"}
+
+
+def example_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
+    """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two shapes."""
+    if loaded.task == IMAGE_CLASSIFICATION:
+        return pipeline_tasks.image_inputs(loaded.config, 2 + size, size)
+    inputs = pipeline_tasks.text_inputs(loaded.config, loaded.model, size)
+    inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
+    return inputs
+
+
+class EncoderRecipe(RecipeDefaults):
+    def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
+        refusal = precision_refusal(loaded, request, PRECISION)
+        if refusal is None and request.quantization is not None and request.module_functions:
+            return Refusal(ValueError, "precision int8 of an encoder rewrites the linear layers of one flat graph "
+                                       "(MatMulInteger of activations quantized at run time): drop module_functions.")
+        return refusal
+
+    def export(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        program = exported(loaded.model, fake_inputs(example_inputs(loaded, 0), loaded), options)
+        if request.quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
+            quantize_linears_dynamically(program.model)
+        return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL, request.quantization), loaded)
+
+    def verify(
+        self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
+        say: Say,
+    ) -> Verification:
+        path = folder / onnx_file(loaded, folder_layout.MODEL, request.quantization)
+        output = OUTPUTS[loaded.task]
+        if request.quantization is not None:
+            return verify_quantized_outputs(path, model, lambda size: example_inputs(loaded, size), output, request.atol)
+        return verify_outputs(path, model, lambda size: example_inputs(loaded, size), output, tolerance)
+
+
+RECIPE = EncoderRecipe()

@@ -1,0 +1,61 @@
+"""`FolderRecipe`: what every export-hf folder kind does, one recipe module each (the table
+from task and runtime to recipe is fx2onnx/hub/recipe_table.py).
+
+A recipe says whether it writes a request for a loaded model (`accepts`: a `Refusal`, or
+None), writes its models and configuration files into the staging folder (`export`), and
+runs the written folder as its runtime will against transformers (`verify`). `export_hf`
+does the rest for every kind alike: the request, the staging folder and its atomic move,
+the source's files, the tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+import fx2onnx
+from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.request import ExportRequest, Refusal
+from fx2onnx.hub.shared.verification import Tolerance, Verification
+
+Say = Callable[[str], None]
+
+
+class FolderRecipe(Protocol):
+    """One folder kind of export-hf.
+
+    Attributes:
+        special_tokens: whether the folder's tokenizer adds its special tokens (a Whisper
+            prompt carries its own, its runtime's tokenizer adds none).
+    """
+
+    special_tokens: bool
+
+    def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
+        """Why this kind cannot write ``request`` for ``loaded`` (its declared options), or None."""
+
+    def export(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        """Write the folder's models and configuration files into ``staging``; their relative paths."""
+
+    def verify(
+        self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
+        say: Say,
+    ) -> Verification:
+        """Run ``folder`` as its runtime will and compare with ``model`` (real weights)."""
+
+    def client_note(self, config: dict[str, Any]) -> str | None:
+        """What to tell of the clients that cannot load the folder, whose config.json is ``config``."""
+
+
+class RecipeDefaults:
+    """What most recipes share: a tokenizer with its special tokens, no note on clients."""
+
+    special_tokens = True
+
+    def client_note(self, config: dict[str, Any]) -> str | None:
+        return None
