@@ -2,7 +2,8 @@
 down the layers (fx2onnx -> dispatcher -> diagnostics) and along the stages of fx2onnx
 (a stage imports only earlier ones; exporter.py alone knows them all); no module grows
 past 600 lines; fx2onnx keeps at most a dozen modules beside its stage packages; no two
-modules of fx2onnx share a file name; the applications (cli, hub) import only public names."""
+modules of fx2onnx share a file name; the applications (cli, hub) import only public names;
+export-hf's recipe modules import no other recipe, and every hub module is imported by a test."""
 
 from __future__ import annotations
 
@@ -277,3 +278,38 @@ def test_the_public_name_rule_finds_a_planted_violation():
     assert _non_public_imports("fx2onnx.cli.planted", "from fx2onnx.hub.loading import TASKS\n", public) == [
         "fx2onnx.cli.planted:1 imports from fx2onnx.hub.loading, which is not a package with __all__",
     ]
+
+
+# -- export-hf's recipes ----------------------------------------------------------------------
+# A folder kind is one recipe module (fx2onnx/hub/recipes/); what recipes share lives outside
+# them (the protocol in folder_recipe.py, the rest in hub/shared/, hub/decoders/, ...).
+RECIPE_PROTOCOL = "fx2onnx.hub.recipes.folder_recipe"
+
+
+def _recipe_imports_of_recipes(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    recipes = {name for name in graph if name.startswith("fx2onnx.hub.recipes.") and name != RECIPE_PROTOCOL}
+    found = {name: sorted(graph[name] & (recipes - {name})) for name in sorted(recipes)}
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_recipe_modules_do_not_import_one_another():
+    assert _recipe_imports_of_recipes(_graph()) == {}
+
+
+def test_the_recipe_rule_finds_a_planted_import():
+    graph = {"fx2onnx.hub.recipes.a": {"fx2onnx.hub.recipes.b", RECIPE_PROTOCOL}, "fx2onnx.hub.recipes.b": {RECIPE_PROTOCOL},
+             RECIPE_PROTOCOL: set()}
+    assert _recipe_imports_of_recipes(graph) == {"fx2onnx.hub.recipes.a": ["fx2onnx.hub.recipes.b"]}
+
+
+def _modules_imported_by_tests() -> set[str]:
+    known = set(_modules())
+    imported: set[str] = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        imported |= _imports(_module_name(path), path, known)
+    return imported
+
+
+def test_every_hub_module_is_imported_by_a_test():
+    hub = {name for name, path in _modules().items() if name.startswith("fx2onnx.hub.") and path.name != "__init__.py"}
+    assert sorted(hub - _modules_imported_by_tests()) == []

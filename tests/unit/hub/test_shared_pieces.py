@@ -1,0 +1,132 @@
+"""The pieces export-hf's recipes share, each on a tiny input without an export: dims named
+by role, the source files copied, the growing-cache check, the onnxruntime-only operators,
+the merged decoder's branch choice, weights by the model's names, and what each decoder or
+Whisper or vision-language module reads from a config."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+from safetensors.torch import save_file
+from transformers import LlamaConfig, MistralConfig
+
+from fx2onnx.hub.decoders.growing_cache import check_growing_cache
+from fx2onnx.hub.decoders.sliding_window import window_of
+from fx2onnx.hub.precision.prequantized import checkpoint_codes, quant_method
+from fx2onnx.hub.shared.dim_roles import BATCH, PAST, SEQUENCE, TOTAL, name_dims_by_role
+from fx2onnx.hub.shared.folder_files import copy_folder_files
+from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
+from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
+from fx2onnx.hub.vision_language import vlm_gemma3, vlm_mistral3, vlm_qwen3
+from fx2onnx.hub.whisper.whisper_suppress import suppress_lists
+
+
+def _value(name: str, shape: list) -> ir.Value:
+    return ir.Value(name=name, type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(shape))
+
+
+def test_dims_are_named_by_their_roles():
+    model = ir.Model(ir.Graph([_value("input_ids", ["s0", "s1"]), _value("attention_mask", ["s0", "s2"]),
+                               _value("past_key_values.0.key", ["s0", 2, "s3", 4])], [], nodes=[]), ir_version=10)
+    assert name_dims_by_role(model) == {"s0": BATCH, "s1": SEQUENCE, "s2": TOTAL, "s3": PAST}
+    assert [str(d) for d in model.graph.inputs[0].shape] == [BATCH, SEQUENCE]
+    # one symbol for two roles is refused: the runtime would be told two lengths are one
+    clash = ir.Model(ir.Graph([_value("input_ids", ["s0", "s0"])], [], nodes=[]), ir_version=10)
+    with pytest.raises(ValueError, match="one dim"):
+        name_dims_by_role(clash)
+
+
+def test_the_source_files_the_runtime_needs_are_copied(tmp_path):
+    (tmp_path / "src").mkdir(), (tmp_path / "dst").mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (tmp_path / "src" / name).write_text("{}", encoding="utf-8")
+    assert copy_folder_files(tmp_path / "src", tmp_path / "dst") == ["config.json", "generation_config.json"]
+    assert sorted(p.name for p in (tmp_path / "dst").iterdir()) == ["config.json", "generation_config.json"]
+
+
+def test_a_cache_of_fixed_length_is_refused():
+    def program(length):
+        outputs = [_value("logits", ["b", "s", 8]), _value("present.0.key", ["b", 2, length, 4])]
+        return SimpleNamespace(model=ir.Model(ir.Graph([], outputs, nodes=[]), ir_version=10))
+
+    check_growing_cache(program(TOTAL), SimpleNamespace(model_type="llama"))
+    with pytest.raises(NotImplementedError, match=r"llama's cache keeps a fixed number of tokens .*present.0.key \(16\)"):
+        check_growing_cache(program(16), SimpleNamespace(model_type="llama"))
+
+
+def test_onnxruntime_only_operators_are_found_in_branches_too(tmp_path):
+    branch = helper.make_graph([helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")], "branch", [],
+                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch),
+         helper.make_node("Relu", ["y"], ["z"])], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, [1]), helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
+    assert onnxruntime_only_operators(tmp_path / "m.onnx") == ["FastGelu"]
+
+
+def _step_model(path, op_type: str) -> None:
+    # the two steps share their weights by name, as a decoder's first and next steps do
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["x", "w"], ["logits"])], "step",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [2], [3.0, 3.0])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+
+def test_the_merged_decoder_runs_the_step_its_branch_input_names(tmp_path):
+    _step_model(tmp_path / "first.onnx", "Mul")
+    _step_model(tmp_path / "next.onnx", "Add")
+    merge_decoders(tmp_path / "first.onnx", tmp_path / "next.onnx", tmp_path / "merged.onnx", "merged.onnx_data")
+    onnx.checker.check_model(str(tmp_path / "merged.onnx"), full_check=True)
+    session = ort.InferenceSession(str(tmp_path / "merged.onnx"), providers=["CPUExecutionProvider"])
+    x = np.array([1.0, -2.0], dtype=np.float32)
+    for branch, expected in ((False, x * 3.0), (True, x + 3.0)):
+        (logits,) = session.run(None, {"x": x, USE_CACHE_BRANCH: np.array([branch])})
+        np.testing.assert_array_equal(logits, expected)
+
+
+def test_weights_are_read_by_the_names_a_wrapper_gives_them(tmp_path):
+    model = torch.nn.Linear(2, 3)
+    save_file({"weight": model.weight.detach().contiguous(), "bias": model.bias.detach()}, tmp_path / "model.safetensors")
+    checkpoint = RenamedCheckpoint(tmp_path, model)
+    wrapped = checkpoint.prefixed("model.")
+    assert sorted(wrapped) == ["model.bias", "model.weight"]
+    torch.testing.assert_close(wrapped["model.weight"], model.weight.detach())
+    assert list(wrapped.only({"model.bias"})) == ["model.bias"]
+    assert list(checkpoint.renamed({"head.weight": ["missing", "weight"]})) == ["head.weight"]
+
+
+def test_float_checkpoints_have_no_codes_of_their_own(tmp_path):
+    assert quant_method(LlamaConfig()) is None and checkpoint_codes(tmp_path, LlamaConfig()) is None
+    assert quant_method(SimpleNamespace(quantization_config={"quant_method": "compressed-tensors"})) == "compressed-tensors"
+
+
+def test_a_sliding_window_is_read_from_the_config():
+    assert window_of(LlamaConfig()) is None
+    assert window_of(MistralConfig(sliding_window=16)) == 16
+
+
+def test_whispers_suppress_lists_are_sorted_and_unique():
+    generation = SimpleNamespace(suppress_tokens=[7, 3, 7], begin_suppress_tokens=None)
+    assert suppress_lists(generation) == ([3, 7], []) and suppress_lists(None) == ([], [])
+
+
+def test_vision_language_modules_read_their_configs():
+    with pytest.raises(NotImplementedError, match="always puts 256"):
+        vlm_gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=64))
+    vlm_gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=vlm_gemma3.RUNTIME_IMAGE_TOKENS))
+    config = SimpleNamespace(vision_config=SimpleNamespace(patch_size=14), spatial_merge_size=2)
+    assert vlm_mistral3.merged_patch(config) == 28
+    qwen3 = SimpleNamespace(model_type="qwen3_vl", vision_config=SimpleNamespace(deepstack_visual_indexes=[1, 3]),
+                            text_config=SimpleNamespace(hidden_size=8))
+    assert (vlm_qwen3.deepstack_layers(qwen3), vlm_qwen3.row_width(qwen3)) == (2, 24)
