@@ -60,6 +60,13 @@ class WeightQuantization:
             ``onnx_passes.nbits_packing.PackedWeight`` of these bits and blocks) when the
             model is written, used as they are instead of quantizing the weight. None
             (default): every linear weight quantized by ``algorithm``.
+        packed_projections: the ``MatMulNBits`` of the main graph that read one input (Q, K
+            and V; gate and up) packed into one and a ``Split``
+            (`onnx_passes.packed_projections`; a flat graph's layers only).
+        dynamic_activations: 8 bits only: instead of ``MatMulNBits``, every float32 linear
+            layer of the main graph as ``MatMulInteger`` of its input quantized at run time
+            (`onnx_passes.dynamic_quantization`; an encoder's int8). The other fields but
+            ``bits`` do not apply.
     """
 
     bits: int = 4
@@ -71,6 +78,8 @@ class WeightQuantization:
     algorithm: str = "rtn"
     int8_layers: tuple[str, ...] = ()
     codes_of: "Callable[[str], Callable[[], Any] | None] | None" = None
+    packed_projections: bool = False
+    dynamic_activations: bool = False
 
     @staticmethod
     def of(precision: "str | WeightQuantization | None") -> "WeightQuantization | None":
@@ -94,6 +103,9 @@ class WeightQuantization:
             raise ValueError(f"the quantization algorithm is one of {', '.join(QUANTIZATION_ALGORITHMS)}; got {self.algorithm!r}.")
         if isinstance(self.int8_layers, str):
             raise TypeError("int8_layers is a tuple of name patterns, not one string: give (pattern,).")
+        if self.dynamic_activations and (self.bits != 8 or self.packed_projections):
+            raise ValueError("dynamic_activations quantizes to 8 bits with MatMulInteger (no MatMulNBits to pack): "
+                             "give bits=8 and packed_projections=False.")
 
     def bits_of(self, weight_name: str) -> int:
         """The bits of the weight named ``weight_name``: 8 where `int8_layers` matches it."""

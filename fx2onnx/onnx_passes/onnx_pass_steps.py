@@ -6,7 +6,8 @@ batch normalization folded into the layer before it and the nodes that read only
 weights folded), the opset asked for, the fused
 kernels joining the standard domain once the opset is final, onnxruntime's cached
 attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
-(`TOOL_LAYOUT_STEPS`), the weight quantization asked for (`ExportOptions.precision`), the outputs of operators ONNX does not know typed where they leave
+(`TOOL_LAYOUT_STEPS`), the weight quantization asked for (`ExportOptions.precision`:
+weight-only, or an encoder's dynamic int8, and the projections that read one input packed), the outputs of operators ONNX does not know typed where they leave
 a function body, and ONNX's checker last.
 """
 
@@ -20,12 +21,14 @@ import torch.fx
 from diagnostics import DiagnosticContext
 from fx2onnx.onnx_passes.batch_norm_folding import fold_batch_norms
 from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
+from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
 from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
 from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
 from fx2onnx.onnx_passes.validate_model import validate_model
@@ -66,6 +69,15 @@ def _quantize_weights(state: OnnxPassState) -> StepResult:
     return StepResult(changed=bool(report.quantized), count=len(report.quantized))
 
 
+def _quantization(state: OnnxPassState) -> WeightQuantization | None:
+    return WeightQuantization.of(state.options.precision)
+
+
+def _quantize_activations(state: OnnxPassState) -> StepResult:
+    report = quantize_linears_dynamically(state.model_ir)
+    return StepResult(changed=bool(report.quantized), count=len(report.quantized))
+
+
 ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("legalize_types", lambda state: sum(legalize_types(state.model_ir, state.context).changes.values()),
          stage="legalization"),
@@ -88,7 +100,13 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("lay_out_for_tools", lambda state: lay_out_for_tools(state.model_ir), stage="tool layout"),
     # on the weights in MatMul's layout; codes and scales are computed when the model is written
     Step("quantize_weights", _quantize_weights, stage="weight quantization",
-         when=lambda state: state.options.precision is not None),
+         when=lambda state: (q := _quantization(state)) is not None and not q.dynamic_activations),
+    # an encoder's int8: activations quantized at run time, the weights' codes computed when written
+    Step("quantize_activations_dynamically", _quantize_activations, stage="weight quantization",
+         when=lambda state: (q := _quantization(state)) is not None and q.dynamic_activations),
+    # after the quantization, on the MatMulNBits it wrote
+    Step("pack_projections", lambda state: pack_projections(state.model_ir), stage="weight quantization",
+         when=lambda state: (q := _quantization(state)) is not None and q.packed_projections),
     # the portable file keeps its constants as torch.onnx does: initializers, not nodes
     Step("constants_as_initializers", lambda state: constants_as_initializers(state.model_ir), stage="tool layout",
          when=lambda state: state.options.target == "portable"),

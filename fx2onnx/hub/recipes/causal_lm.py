@@ -26,7 +26,6 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.genai_config import genai_config
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
-from fx2onnx.onnx_passes import pack_projections
 
 PRECISION = PrecisionSupport(weight_only=True)
 
@@ -43,13 +42,13 @@ class CausalLMRecipe(RecipeDefaults):
             # its attention is causal over `attention_mask`'s tokens: its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
         if quantization is not None:
-            # a step of the export's ONNX passes; codes and scales are computed as the weights are written
-            options = dataclasses.replace(options, precision=quantization)
+            # steps of the export's ONNX passes (with the packing of the projections that read
+            # one input, when asked); codes and scales are computed as the weights are written
+            precision = dataclasses.replace(quantization, packed_projections=request.pack_projections)
+            options = dataclasses.replace(options, precision=precision)
         with masks_by_held_tokens(loaded.model):
             program = exported(loaded.model, decode_step.decode_step_inputs(loaded), options)
         check_growing_cache(program, loaded.config)
-        if quantization is not None and request.pack_projections:
-            pack_projections(program.model)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
         generation = getattr(loaded.model, "generation_config", None)

@@ -4,6 +4,7 @@ quantized at run time (`fx2onnx.onnx_passes.dynamic_quantization`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -17,7 +18,7 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_outputs, verify_quantized_outputs
-from fx2onnx.onnx_passes import quantize_linears_dynamically
+from fx2onnx.onnx_passes import WeightQuantization
 
 PRECISION = PrecisionSupport(dynamic_int8_tasks=(FEATURE_EXTRACTION,))
 # the output each task's folder is compared on
@@ -44,9 +45,10 @@ class EncoderRecipe(RecipeDefaults):
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
-        program = exported(loaded.model, fake_inputs(example_inputs(loaded, 0), loaded), options)
         if request.quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
-            quantize_linears_dynamically(program.model)
+            precision = WeightQuantization(bits=8, dynamic_activations=True)  # a step of the export's ONNX passes
+            options = dataclasses.replace(options, precision=precision)
+        program = exported(loaded.model, fake_inputs(example_inputs(loaded, 0), loaded), options)
         return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL, request.quantization), loaded)
 
     def verify(

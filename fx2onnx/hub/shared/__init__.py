@@ -1,5 +1,6 @@
 """Pieces every export-hf recipe shares: the folder's file names (folder_layout.py), dims
-named by role (dim_roles.py), files copied from the source (folder_files.py,
+named by role (dim_roles.py), programs exported and saved under those names
+(program_files.py), files copied from the source (folder_files.py,
 tokenizer_files.py), the merged decoder (merged_decoder.py), verification results and
 tolerances (verification.py), a part exported under the checkpoint's names
 (renamed_weights.py), ONNX Runtime GenAI's configuration (genai_config.py) and the

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, WhisperConfig
 
+from fx2onnx.hub.decoders.decoder_types import GENERIC_DECODER, genai_decoder_type
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.genai_config import genai_config, search_options, session_options, token_ids
 from fx2onnx.hub.shared.program_files import write_json_file
@@ -79,3 +80,10 @@ def test_file_names_are_the_ones_transformers_js_asks_for(tmp_path, dtype, bits,
 def test_json_files_are_written_indented_with_a_final_newline(tmp_path):
     assert write_json_file(tmp_path, "genai_config.json", {"a": [1]}) == "genai_config.json"
     assert (tmp_path / "genai_config.json").read_bytes() == b'{\n  "a": [\n    1\n  ]\n}\n'
+
+
+def test_a_decoder_the_runtime_does_not_name_is_its_generic_decoder():
+    assert genai_decoder_type(SimpleNamespace(model_type="qwen3")) == "qwen3"
+    # GPT-2's own runtime type expects its former cache layout: the generic decoder reads this one
+    assert genai_decoder_type(SimpleNamespace(model_type="gpt2")) == GENERIC_DECODER == "decoder"
+    assert genai_decoder_type(SimpleNamespace()) == GENERIC_DECODER
