@@ -6,6 +6,10 @@ its generic `decoder`. Sizes come from the config; bos/eos/pad ids from
 shared (`past_present_share_buffer: true`) when every layer's cache is updated by
 onnxruntime's `GroupQueryAttention`, which then writes the new tokens into the buffer of
 the context's length in place; otherwise the model returns new cache tensors.
+
+The sections every GenAI configuration holds (each model's session options, the token
+ids, the greedy search) are written here once, for every folder kind's configuration
+(whisper_config.py's and vlm_layout.py's too).
 """
 
 from __future__ import annotations
@@ -57,6 +61,12 @@ def updates_cache_in_place(model: ir.Model) -> bool:
     )
 
 
+def session_options() -> dict[str, Any]:
+    """The `session_options` section of each model a GenAI config names: the runtime's log
+    id and its default providers."""
+    return {"log_id": "onnxruntime-genai", "provider_options": []}
+
+
 def token_ids(config: Any, generation_config: Any) -> dict[str, Any]:
     """bos, eos and pad token ids: `generation_config.json`'s, else the config's; pad
     defaults to (the first) eos."""
@@ -102,7 +112,7 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
             **ids,
             "context_length": context,
             "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "session_options": session_options(),
                 "filename": filename,
                 "head_size": cache_head_size,
                 "hidden_size": int(config.hidden_size),

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fx2onnx.hub.shared.genai_config import search_options, token_ids
+from fx2onnx.hub.shared.genai_config import search_options, session_options, token_ids
 
 # the models' input and output names (key and value templates of each cache), as the config gives them
 AUDIO_FEATURES, HIDDEN_STATES = "audio_features", "encoder_hidden_states"
@@ -30,10 +30,6 @@ SELF_PRESENT = ("present_key_self_%d", "present_value_self_%d")
 # onnxruntime-extensions' LogMelSpectrum builds its mel filters for this rate, whatever the audio's
 RUNTIME_SAMPLING_RATE = 16000
 FEATURE_EXTRACTOR_FILE = "preprocessor_config.json"
-
-
-def _session_options() -> dict[str, Any]:
-    return {"log_id": "onnxruntime-genai", "provider_options": []}
 
 
 def whisper_genai_config(
@@ -49,7 +45,7 @@ def whisper_genai_config(
             **token_ids(config, generation_config),
             "context_length": context,
             "decoder": {
-                "session_options": _session_options(),
+                "session_options": session_options(),
                 "filename": decoder_file,
                 **sizes,
                 "inputs": {
@@ -62,7 +58,7 @@ def whisper_genai_config(
                 "num_key_value_heads": heads,
             },
             "encoder": {
-                "session_options": _session_options(),
+                "session_options": session_options(),
                 "filename": encoder_file,
                 **encoder_sizes,
                 "inputs": {"audio_features": AUDIO_FEATURES},
