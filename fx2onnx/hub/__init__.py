@@ -10,8 +10,8 @@ question answering, fill-mask, detection, segmentation, depth, CTC, audio, CLIP-
 zero-shot) one `onnx/model.onnx` with the outputs the pipelines read (pipeline_tasks.py);
 for encoder-decoders `onnx/encoder_model.onnx` and
 `onnx/decoder_model_merged.onnx`; for image-text-to-text models (Qwen2.5-VL, Qwen3-VL, Gemma 3, Mistral 3) ONNX Runtime GenAI's
-vision, embedding and decoder models and image processor configuration (vlm_parts.py,
-vision_grid.py, vlm_gemma3.py, vlm_qwen3.py, vlm_mistral3.py, vlm_layout.py); a multimodal model's language
+vision, embedding and decoder models and image processor configuration (vision_language/: one
+module and one row of its architectures table per architecture); a multimodal model's language
 model alone with `--text-only` (text_only.py); the tokenizer as transformers loads it. A decoder with sliding-window
 layers keeps every token in its cache and the window in its masks (sliding_window.py). Dims get the names runtimes use (`batch_size`,
 `sequence_length`, `past_sequence_length`, `total_sequence_length`). Everything goes

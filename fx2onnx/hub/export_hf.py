@@ -31,7 +31,7 @@ from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.recipes import seq2seq
 from fx2onnx.hub.shared import tokenizer_files
-from fx2onnx.hub.vision_language import vlm_parts
+from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.recipes import image_text_to_text, whisper_genai
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program, weights_dtype
@@ -447,7 +447,7 @@ def export_hf(
     folder = local_folder(model)
     loaded = load_model(folder, task, dtype, fake, say, text_only=text_only)
     if loaded.task == IMAGE_TEXT_TO_TEXT:
-        vlm_parts.check_supported(loaded.config)
+        architecture_of(loaded.config)
     _check_quantizable(loaded, precision, quantization)
     given = checkpoint_codes(folder, loaded.config)
     if given is not None:

@@ -22,7 +22,7 @@ from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.shared.verification import tolerance_for
-from fx2onnx.hub.vision_language.vlm_verify import verify_image_text_to_text
+from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
 from test_export_hf import plant_error
 
 transformers = pytest.importorskip("transformers")

@@ -9,7 +9,7 @@ the context's length in place; otherwise the model returns new cache tensors.
 
 The sections every GenAI configuration holds (each model's session options, the token
 ids, the greedy search) are written here once, for every folder kind's configuration
-(whisper_config.py's and vlm_layout.py's too).
+(whisper_config.py's and vision_language/genai_files.py's too).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The weights of a safetensors checkpoint folder under the names of a transformers
 model's own modules, read one tensor at a time: what a fake-mode export of modules cut
-from the model (vlm_parts.py's wrappers, not transformers models themselves) gives
+from the model (vision_language/parts.py's wrappers, not transformers models themselves) gives
 `ONNXProgram.save(model_state=...)`. transformers writes some checkpoints under legacy
 names (Qwen2.5-VL: `model.layers.*`, `visual.*` for the model's
 `model.language_model.layers.*`, `model.visual.*`); the renaming is transformers' own
