@@ -37,7 +37,7 @@ from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program, weights_dtype
 from fx2onnx.hub.precision.prequantized import CheckpointCodes, checkpoint_codes
 from fx2onnx.hub.precision.resolution import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
-from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
@@ -233,10 +233,10 @@ def _check_quantizable(loaded: LoadedModel, precision: str | None, quantization:
 
 def _export_seq2seq(loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions) -> list[str]:
     encoder, decoder = seq2seq.halves(loaded)
-    # the halves hold the whole model as `model`: in fake mode, its weights under that prefix
+    # the halves hold the whole model as `model`: in fake mode, its weights by the halves' names
     checkpoint = None
     if loaded.fake_context is not None:
-        checkpoint = RenamedCheckpoint(loaded.folder, loaded.model).prefixed(seq2seq.WHOLE_MODEL_PREFIX)
+        checkpoint = part_checkpoint(loaded.folder, loaded.model, encoder)
 
     def save(program: fx2onnx.ONNXProgram, folder: Path, name: str) -> list[str]:
         state = None

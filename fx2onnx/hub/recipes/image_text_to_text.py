@@ -10,11 +10,10 @@ from pathlib import Path
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.program_files import onnx_file, save_program
-from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import genai_files
 from fx2onnx.hub.vision_language.architectures import architecture_of
@@ -36,7 +35,7 @@ def export_folder(
     # (every name of a tied weight reads the one the checkpoint holds: a tied LM head is `lm_head.weight` in the decoder)
     state = None
     if loaded.fake_context is not None:
-        state = RenamedCheckpoint(loaded.folder, loaded.model).renamed(text_only.source_names(loaded.model, loaded.model))
+        state = part_checkpoint(loaded.folder, loaded.model, loaded.model)
     for part, base in genai_files.PARTS.items():
         if part != "vision":  # its dims are the image's, no role the runtime names
             name_dims_by_role(programs[part].model)

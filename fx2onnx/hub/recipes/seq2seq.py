@@ -24,8 +24,6 @@ from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
 from fx2onnx.hub.loading import LoadedModel
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
-# the halves hold the whole model as `self.model`: their weights' names start with it
-WHOLE_MODEL_PREFIX = "model."
 
 
 class EncoderHalf(nn.Module):
