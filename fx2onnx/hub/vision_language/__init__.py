@@ -3,9 +3,9 @@ model and a decoder cut from the checkpoint's modules, with the runtime's config
 and image processor configuration.
 
 - architectures.py: the table, one row per model type (architecture.py says what a row holds);
-- one module per architecture: qwen2_5_vl.py, qwen3_vl.py (both on qwen_images.py),
-  gemma3.py, mistral3.py: the vision model, the parts' export, the processor
-  configuration, the verification's images and prompt;
+- one module per architecture, named after its model type (the Qwen ones share
+  qwen_images.py): the vision model, the parts' export, the processor configuration,
+  the verification's images and prompt;
 - parts.py: the shared embedding and decoder wrappers; vision_grid.py: Qwen's grid layouts
   in the graph; genai_files.py: the folder's files; folder_verification.py: the greedy loop
   over the three models.

@@ -1,7 +1,7 @@
 """What export-hf knows of one image-text-to-text architecture, as one value: the row an
 architecture module gives the table of `architectures.py`.
 
-An architecture module (qwen2_5_vl.py, qwen3_vl.py, gemma3.py, mistral3.py) holds what
+An architecture module (named after its model type, e.g. gemma3.py) holds what
 differs between architectures: its vision model and how the parts are exported, its
 `genai_config.json` vision section and `genai_processor_config.json`, what export-hf says
 of the image sizes it takes, and its verification's images, prompt and vision loop. What

@@ -8,8 +8,7 @@ modules (genai_files.py names their files and writes the configs):
   head, captured as a decode step after a prefill like a causal LM (decode_step.py), with
   the same fused kernels (GroupQueryAttention where the runtime's kernel applies).
 
-The vision models are the architectures' own (qwen2_5_vl.py, qwen3_vl.py, gemma3.py,
-mistral3.py). The wrappers hold the checkpoint's submodules under the checkpoint's own
+The vision models are the architectures' own (their modules: architectures.py). The wrappers hold the checkpoint's submodules under the checkpoint's own
 paths (`model.language_model.*`, `lm_head.*`), so a fake-mode export finds each weight in
 the folder by its name.
 """
