@@ -7,7 +7,7 @@ blocks; about 0.94B parameters, 3.8 GB of float32 weights) and saves it with its
 processor; ``export`` runs `fx2onnx.hub.export_hf(folder, out, fake=True)` (a vision model
 for images of every size; goal: peak RSS under 1.5 GB); ``verify`` loads the real model and chains the
 folder's vision, embedding and decoder models in onnxruntime against `model.generate`
-(`fx2onnx.hub.vision_language.vlm_verify`), then generates with ONNX Runtime GenAI (`og.Model(folder)`).
+(`fx2onnx.hub.vision_language.folder_verification`), then generates with ONNX Runtime GenAI (`og.Model(folder)`).
 
     flock /tmp/fx2onnx-heavy.lock python bench/export_hf_vlm_memory.py [--folder /tmp/qwen-vl-1b]
 """
@@ -60,13 +60,13 @@ def step_export(folder: Path) -> dict:
 def step_verify(folder: Path) -> dict:
     import transformers
 
-    from fx2onnx.hub.vision_language import vlm_layout
+    from fx2onnx.hub.vision_language import genai_files
     from fx2onnx.hub.shared.verification import tolerance_for
-    from fx2onnx.hub.vision_language.vlm_verify import verify_image_text_to_text
+    from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
 
     model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(folder / "source").eval()
     image_processor = transformers.AutoImageProcessor.from_pretrained(folder / "source")
-    files = {part: folder / "out" / "onnx" / f"{base}.onnx" for part, base in vlm_layout.PARTS.items()}
+    files = {part: folder / "out" / "onnx" / f"{base}.onnx" for part, base in genai_files.PARTS.items()}
     start = time.perf_counter()
     result = verify_image_text_to_text(files, model, image_processor, 8, tolerance_for(model.dtype))
     import onnxruntime_genai as og

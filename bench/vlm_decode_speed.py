@@ -9,7 +9,7 @@ tokenizer, image processors and vision towers of tests/e2e/test_export_hf_vision
   onnxruntime's GroupQueryAttention);
 - ``gemma3``: Gemma 3 (3 sliding-window layers of 512 tokens, then a full one), as
   export-hf writes it: text steps through GroupQueryAttention, steps with image tokens
-  through the model's own masks (`fx2onnx/hub/vision_language/vlm_gemma3.py`);
+  through the model's own masks (`fx2onnx/hub/vision_language/gemma3.py`);
 - ``gemma3-masks``: the same Gemma 3 with every step through the model's own masks (the
   decoder export-hf wrote before the fused text steps).
 
@@ -104,9 +104,9 @@ def write_gemma(tests: Any, folder: Path) -> None:
 
 def export(source: Path, out: Path, fused_text_steps: bool = True, **options: Any) -> None:
     from fx2onnx.hub import export_hf
-    from fx2onnx.hub.vision_language import vlm_gemma3
+    from fx2onnx.hub.vision_language import gemma3
     refusal = "" if fused_text_steps else "every step through the model's own masks (the benchmark's baseline)"
-    with mock.patch.object(vlm_gemma3, "text_step_refusal", lambda config: refusal):
+    with mock.patch.object(gemma3, "text_step_refusal", lambda config: refusal):
         export_hf(source, out, **options)
 
 

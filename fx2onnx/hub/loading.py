@@ -202,7 +202,7 @@ def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -
 def _load_text_only(
     folder: Path, config: Any, task: str | None, dtype: str | None, fake: bool, say: Callable[[str], None], architecture: str,
 ) -> LoadedModel:
-    from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+    from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 
     if task not in (None, TEXT_GENERATION):
         raise ValueError(f"--text-only exports a language model alone, for {TEXT_GENERATION}: drop --task {task}.")
@@ -219,5 +219,5 @@ def _load_text_only(
     causal = text_only_module.language_model(full, config)
     weights = None
     if fake_context is not None:
-        weights = RenamedCheckpoint(folder, full).renamed(text_only_module.source_names(causal, full))
+        weights = part_checkpoint(folder, full, causal)
     return LoadedModel(causal, causal.config, folder, TEXT_GENERATION, fake_context, text_only=True, weights=weights)

@@ -122,15 +122,3 @@ def language_model(model: torch.nn.Module, config: Any) -> torch.nn.Module:
             f"{type(model).__name__}'s language model cannot be exported alone; export it with fx2onnx.dynamo_export."
         )
     return causal.eval()
-
-
-def source_names(causal: torch.nn.Module, model: torch.nn.Module) -> dict[str, list[str]]:
-    """``causal``'s parameter and buffer names -> every name ``model`` gives the same tensor
-    (tied weights have several; a checkpoint holds one of them)."""
-    def named(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-        return [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
-
-    own: dict[int, list[str]] = {}
-    for name, tensor in named(model):
-        own.setdefault(id(tensor), []).append(name)
-    return {name: own[id(tensor)] for name, tensor in named(causal) if id(tensor) in own}

@@ -9,17 +9,17 @@ from pathlib import Path
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
-from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
-from fx2onnx.hub.vision_language import vlm_layout, vlm_parts
-from fx2onnx.hub.vision_language.vlm_verify import verify_image_text_to_text
+from fx2onnx.hub.vision_language import genai_files
+from fx2onnx.hub.vision_language.architectures import architecture_of
+from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
 
 
 def export_folder(
@@ -29,43 +29,42 @@ def export_folder(
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-    programs = vlm_parts.export_parts(loaded, options, image_processor)
-    say(vlm_layout.image_sizes_note(loaded.config.model_type, image_processor))
+    architecture = architecture_of(loaded.config)
+    programs = architecture.export(loaded, options, image_processor)
+    say(architecture.image_sizes_note(image_processor))
     files, paths = [], {}
     # the parts are modules of the model, not the model: their weights by the model's names
     # (every name of a tied weight reads the one the checkpoint holds: a tied LM head is `lm_head.weight` in the decoder)
     state = None
     if loaded.fake_context is not None:
-        state = RenamedCheckpoint(loaded.folder, loaded.model).renamed(text_only.source_names(loaded.model, loaded.model))
-    for part, base in vlm_layout.PARTS.items():
+        state = part_checkpoint(loaded.folder, loaded.model, loaded.model)
+    for part, base in genai_files.PARTS.items():
         if part != "vision":  # its dims are the image's, no role the runtime names
             name_dims_by_role(programs[part].model)
         paths[part] = onnx_file(loaded, base)
         needed = set(programs[part].model.graph.initializers)
         files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
     generation = getattr(loaded.model, "generation_config", None)
-    genai_type = vlm_parts.GENAI_VLM_TYPES[loaded.config.model_type]
-    config = vlm_layout.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, genai_type)
-    merge = getattr(loaded.config, "spatial_merge_size", None)  # Mistral 3's, beside its vision config
-    processor = vlm_layout.processor_config(genai_type, image_processor, loaded.config.vision_config, merge)
-    for name, content in (("genai_config.json", config), (vlm_layout.PROCESSOR_CONFIG, processor)):
+    config = genai_files.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, architecture)
+    processor = architecture.processor_config(image_processor, loaded.config)
+    for name, content in (("genai_config.json", config), (genai_files.PROCESSOR_CONFIG, processor)):
         files.append(write_json_file(staging, name, content))
     return files
 
 
 def verify_folder(loaded: LoadedModel, folder: Path, model: torch.nn.Module, tokens: int, tolerance: Tolerance) -> Verification:
-    """The folder's greedy generation on an image against ``model``'s (vision_language/vlm_verify.py)."""
+    """The folder's greedy generation on an image against ``model``'s (vision_language/folder_verification.py)."""
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-    files = {part: folder / onnx_file(loaded, base) for part, base in vlm_layout.PARTS.items()}
+    files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
     return verify_image_text_to_text(files, model, image_processor, tokens, tolerance)
 
 
 class ImageTextToTextRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         try:
-            vlm_parts.check_supported(loaded.config)
+            architecture_of(loaded.config)
         except NotImplementedError as error:  # an architecture without a runtime layout here
             return Refusal(NotImplementedError, str(error))
         return precision_refusal(loaded, request, FLOAT_ONLY)

@@ -31,12 +31,10 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
-from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
-# the halves hold the whole model as `self.model`: their weights' names start with it
-WHOLE_MODEL_PREFIX = "model."
 
 
 class EncoderHalf(nn.Module):
@@ -124,10 +122,10 @@ class Seq2SeqRecipe(RecipeDefaults):
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
         encoder, decoder = halves(loaded)
-        # the halves hold the whole model as `model`: in fake mode, its weights under that prefix
+        # the halves hold the whole model as `model`: in fake mode, its weights by the halves' names
         checkpoint = None
         if loaded.fake_context is not None:
-            checkpoint = RenamedCheckpoint(loaded.folder, loaded.model).prefixed(WHOLE_MODEL_PREFIX)
+            checkpoint = part_checkpoint(loaded.folder, loaded.model, encoder)
 
         def save(program: fx2onnx.ONNXProgram, folder: Path, name: str) -> list[str]:
             state = None

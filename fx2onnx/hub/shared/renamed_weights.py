@@ -1,7 +1,8 @@
-"""The weights of a safetensors checkpoint folder under the names of a transformers
-model's own modules, read one tensor at a time: what a fake-mode export of modules cut
-from the model (vlm_parts.py's wrappers, not transformers models themselves) gives
-`ONNXProgram.save(model_state=...)`. transformers writes some checkpoints under legacy
+"""The weights of a safetensors checkpoint folder under the names of a part of a
+transformers model (a module holding some of the model's modules: vision_language/parts.py's
+wrappers, seq2seq's halves, a multimodal model's language model), read one tensor at a
+time: what a fake-mode export of such a part gives `ONNXProgram.save(model_state=...)`
+(`part_checkpoint`, the one way export-hf names a part's weights). transformers writes some checkpoints under legacy
 names (Qwen2.5-VL: `model.layers.*`, `visual.*` for the model's
 `model.language_model.layers.*`, `model.visual.*`); the renaming is transformers' own
 table for the model's class (`capture.libraries.transformers_checkpoints`)."""
@@ -35,13 +36,6 @@ class RenamedCheckpoint(Mapping[str, torch.Tensor]):
                 for key in handle.keys():
                     self._where[rename(key)] = (path, key)
 
-    def prefixed(self, prefix: str) -> RenamedCheckpoint:
-        """The same checkpoint with every name under ``prefix``: the names a wrapper that
-        holds the whole model as ``self.model`` gives its weights (seq2seq's halves)."""
-        wrapped = RenamedCheckpoint.__new__(RenamedCheckpoint)
-        wrapped._where = {prefix + name: where for name, where in self._where.items()}
-        return wrapped
-
     def only(self, names: set[str]) -> RenamedCheckpoint:
         """The same checkpoint restricted to ``names`` (one part's weights: the others are not unused weights of it)."""
         part = RenamedCheckpoint.__new__(RenamedCheckpoint)
@@ -70,3 +64,22 @@ class RenamedCheckpoint(Mapping[str, torch.Tensor]):
 
     def __len__(self) -> int:
         return len(self._where)
+
+
+def source_names(part: torch.nn.Module, model: torch.nn.Module) -> dict[str, list[str]]:
+    """``part``'s parameter and buffer names -> every name ``model`` gives the same tensor
+    (tied weights have several; a checkpoint holds one of them)."""
+    def named(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+        return [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+
+    own: dict[int, list[str]] = {}
+    for name, tensor in named(model):
+        own.setdefault(id(tensor), []).append(name)
+    return {name: own[id(tensor)] for name, tensor in named(part) if id(tensor) in own}
+
+
+def part_checkpoint(folder: Path, model: torch.nn.Module, part: torch.nn.Module) -> RenamedCheckpoint:
+    """The tensors of ``model``'s checkpoint in ``folder`` by the names ``part`` gives them
+    (``part`` may be ``model`` itself: every name of a tied weight then reads the one the
+    checkpoint holds)."""
+    return RenamedCheckpoint(folder, model).renamed(source_names(part, model))

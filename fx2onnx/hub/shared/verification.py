@@ -196,25 +196,43 @@ def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad:
         )
 
 
+# what a decoder is fed beside its cache at a step: from the step's ids, the attention mask
+# of the whole sequence so far and the step's index (0: the prompt)
+StepFeed = Callable[[np.ndarray, np.ndarray, int], dict[str, np.ndarray]]
+
+
+def causal_lm_feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
+    """A causal LM's step: its ids, the mask and the positions of its tokens."""
+    return {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, mask.shape[1] - step.shape[1]:]}
+
+
+def present_name(past: str) -> str:
+    """The output that gives the next step's cache input ``past`` (`past_key_values.*` ->
+    `present.*`, ONNX Runtime GenAI Whisper's `past_*` -> `present_*`)."""
+    if past.startswith("past_key_values."):
+        return past.replace("past_key_values.", "present.", 1)
+    return past.replace("past_", "present_", 1)
+
+
 def greedy_decode(
     run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], cache: dict[str, np.ndarray],
-    prompts: list[list[int]], new_tokens: int, pad: int = 0, banned: Sequence[int] = (),
+    prompts: list[list[int]], new_tokens: int, pad: int = 0, banned: Sequence[int] = (), feed: StepFeed = causal_lm_feed,
 ) -> Greedy:
     """Greedy generation of a left-padded batch with a decoder that ``run`` computes
-    (inputs to outputs by name, in any runtime), from the empty ``cache``
-    (``past_key_values.*``), never choosing the ``banned`` tokens (the end of text while the
-    generation must go on, as transformers' ``min_new_tokens`` keeps it); a run that fails
-    with a :class:`FolderRunError` is said again with the length it failed at."""
+    (inputs to outputs by name, in any runtime), from the empty ``cache`` (its inputs,
+    fed back from the outputs `present_name` gives), each step fed what ``feed`` makes
+    (default: a causal LM's ids, mask and positions), never choosing the ``banned``
+    tokens (the end of text while the generation must go on, as transformers'
+    ``min_new_tokens`` keeps it); a run that fails with a :class:`FolderRunError` is said
+    again with the length it failed at. The one greedy loop of every verification."""
     ids, mask = left_padded(prompts, pad)
     new: list[list[int]] = [[] for _ in prompts]
     logits, lengths = [], []
     past_names, step = list(cache), ids
     for index in range(new_tokens):
         length = mask.shape[1]
-        feed = {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, length - step.shape[1]:],
-                **cache}
         try:
-            outputs = run(feed)
+            outputs = run({**feed(step, mask, index), **cache})
         except FolderRunError as error:  # said again with the length it failed at
             step_name = "the prefill" if index == 0 else f"decode step {index}"
             raise FolderRunError(f"at sequence length {length} ({step_name})", error.__cause__, length) from error
@@ -223,7 +241,7 @@ def greedy_decode(
         chosen = np.where(np.isin(np.arange(logits[-1].shape[-1]), list(banned)), -np.inf, logits[-1]).argmax(-1)
         for row, token in zip(new, chosen):
             row.append(int(token))
-        cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in past_names}
+        cache = {n: outputs[present_name(n)] for n in past_names}
         step = chosen[:, None].astype(np.int64)
         mask = np.concatenate([mask, np.ones((len(prompts), 1), dtype=np.int64)], axis=1)
     return Greedy(new, logits, lengths)
@@ -274,19 +292,15 @@ def verify_seq2seq(
     it) against the same loop in PyTorch."""
     encoder_inputs = {k: v[:1] for k, v in encoder_inputs.items()}
     mask = encoder_inputs.get("attention_mask")
-    tokens, onnx_logits = [start], []
     with cpu_session(encoder_path) as encoder, cpu_session(decoder_path) as decoder:
         hidden = run_session(encoder, {k: v.numpy() for k, v in encoder_inputs.items()})["last_hidden_state"]
-        cache = empty_cache(decoder)
-        for step in range(steps):
-            feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden, **cache,
-                    "use_cache_branch": np.array([step > 0])}
-            if mask is not None:
-                feed["encoder_attention_mask"] = mask.numpy()
-            outputs = run_session(decoder, feed)
-            onnx_logits.append(outputs["logits"][:, -1, :])
-            tokens.append(int(onnx_logits[-1].argmax(-1)[0]))
-            cache = {name.replace("present.", "past_key_values."): value for name, value in outputs.items() if name.startswith("present.")}
+        encoder_feed = {"encoder_hidden_states": hidden, **({"encoder_attention_mask": mask.numpy()} if mask is not None else {})}
+
+        def step_feed(step: np.ndarray, _mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
+            return {"input_ids": step, **encoder_feed, "use_cache_branch": np.array([index > 0])}
+
+        greedy = greedy_decode(lambda feed: run_session(decoder, feed), empty_cache(decoder), [[start]], steps, feed=step_feed)
+    tokens, onnx_logits = [start, *greedy.tokens[0]], greedy.logits
     torch_tokens, torch_logits, past = [start], [], None
     with torch.no_grad():
         encoded = model.get_encoder()(**encoder_inputs).last_hidden_state

@@ -1,5 +1,12 @@
-"""Image-text-to-text models as ONNX Runtime GenAI runs them: the parts cut from the
-checkpoint (vlm_parts.py), one module per architecture (vlm_gemma3.py, vlm_qwen3.py,
-vlm_mistral3.py), the vision grid computed in the graph (vision_grid.py), the folder's
-files and processor configuration (vlm_layout.py) and the verification (vlm_verify.py).
+"""Image-text-to-text models as ONNX Runtime GenAI runs them: a vision model, an embedding
+model and a decoder cut from the checkpoint's modules, with the runtime's configuration
+and image processor configuration.
+
+- architectures.py: the table, one row per model type (architecture.py says what a row holds);
+- one module per architecture, named after its model type (the Qwen ones share
+  qwen_images.py): the vision model, the parts' export, the processor configuration,
+  the verification's images and prompt;
+- parts.py: the shared embedding and decoder wrappers; vision_grid.py: Qwen's grid layouts
+  in the graph; genai_files.py: the folder's files; folder_verification.py: the greedy loop
+  over the three models.
 """

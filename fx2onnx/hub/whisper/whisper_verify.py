@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.shared.verification import Tolerance, Verification, verdict_of, run_session, cpu_session
+from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, greedy_decode, run_session, verdict_of
 from fx2onnx.hub.whisper.whisper_config import AUDIO_FEATURES
 
 _FLOAT_TYPES = {"tensor(float16)": np.float16, "tensor(double)": np.float64}
@@ -109,15 +109,10 @@ def onnxruntime_greedy(
             name: np.zeros((features.shape[0], value.shape[1], 0, value.shape[3]), dtype=dtype)
             for name, value in inputs.items() if "_self_" in name
         }
-        tokens, logits = list(prompt), []
-        step = np.array([prompt], dtype=np.int64)
-        for _ in range(steps):
-            outputs = run_session(decoder, {"input_ids": step, **cache, **cross})
-            logits.append(outputs["logits"][:, -1, :])
-            tokens.append(int(logits[-1].argmax(-1)[0]))
-            cache = {name: outputs[name.replace("past_", "present_")] for name in cache}
-            step = np.array([[tokens[-1]]], dtype=np.int64)
-    return tokens[len(prompt):], logits
+        greedy = greedy_decode(
+            lambda feed: run_session(decoder, feed), cache, [prompt], steps, feed=lambda step, _mask, _index: {"input_ids": step, **cross}
+        )
+    return greedy.tokens[0], greedy.logits
 
 
 def genai_run(folder: Path, wav: Path, prompt: str, max_length: int) -> tuple[list[int], np.ndarray]:

@@ -10,7 +10,7 @@ import pytest
 
 from fx2onnx.hub.loading import default_task
 from fx2onnx.hub.tasks import UnsupportedTaskError
-from fx2onnx.hub.vision_language.vlm_layout import processor_config
+from fx2onnx.hub.vision_language.architectures import ARCHITECTURES
 
 transformers = pytest.importorskip("transformers")
 
@@ -51,9 +51,10 @@ def test_an_architecture_for_a_task_not_served_is_an_error_naming_it(architectur
 
 
 def test_the_runtime_processor_does_what_the_image_processor_does():
-    vision = transformers.Qwen2_5_VLConfig().vision_config
+    config = transformers.Qwen2_5_VLConfig()
+    qwen_processor_config = ARCHITECTURES["qwen2_5_vl"].processor_config
     image_processor = transformers.Qwen2VLImageProcessorPil(image_mean=[0.5, 0.4, 0.3], image_std=[0.2, 0.25, 0.3])
-    transforms = processor_config("qwen2_5_vl", image_processor, vision)["processor"]["transforms"]
+    transforms = qwen_processor_config(image_processor, config)["processor"]["transforms"]
     operations = {t["operation"]["type"]: t["operation"].get("attrs", {}) for t in transforms}
     assert list(operations) == ["DecodeImage", "ConvertRGB", "Resize", "Rescale", "Normalize", "PatchImage"]
     # each image resized as transformers' smart_resize does, within the processor's pixel bounds
@@ -64,18 +65,18 @@ def test_the_runtime_processor_does_what_the_image_processor_does():
     assert operations["PatchImage"] == {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
     image_processor.resample = 4  # PIL's BOX: the runtime has no such filter
     with pytest.raises(ValueError, match="resamples with PIL filter 4, which the runtime's processor lacks"):
-        processor_config("qwen2_5_vl", image_processor, vision)
+        qwen_processor_config(image_processor, config)
     image_processor.resample, image_processor.do_resize = 3, False
     with pytest.raises(ValueError, match="does not resize .* set do_resize to true"):
-        processor_config("qwen2_5_vl", image_processor, vision)
+        qwen_processor_config(image_processor, config)
     image_processor.do_resize, image_processor.size = True, {"height": 224, "width": 224}
     with pytest.raises(ValueError, match="gives no pixel bounds .* size.shortest_edge and size.longest_edge"):
-        processor_config("qwen2_5_vl", image_processor, vision)
+        qwen_processor_config(image_processor, config)
 
 
 def test_the_runtime_gemma3_processor_does_what_the_image_processor_does():
     image_processor = transformers.Gemma3ImageProcessorPil(size={"height": 64, "width": 64}, image_mean=[0.5, 0.4, 0.3])
-    config = processor_config("gemma3", image_processor, None)["processor"]
+    config = ARCHITECTURES["gemma3"].processor_config(image_processor, transformers.Gemma3Config())["processor"]
     operations = {t["operation"]["type"]: t["operation"].get("attrs", {}) for t in config["transforms"]}
     # no ConvertRGB: the runtime's decoded image is RGB already, and it would swap the channels
     assert config["name"] == "gemma_3_image_processing"

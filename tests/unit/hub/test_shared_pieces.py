@@ -23,9 +23,9 @@ from fx2onnx.hub.precision.prequantized import checkpoint_codes, quant_method
 from fx2onnx.hub.shared.dim_roles import BATCH, PAST, SEQUENCE, TOTAL, name_dims_by_role
 from fx2onnx.hub.shared.folder_files import copy_folder_files
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
-from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint
+from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint, part_checkpoint
 from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
-from fx2onnx.hub.vision_language import vlm_gemma3, vlm_mistral3, vlm_qwen3
+from fx2onnx.hub.vision_language import gemma3, mistral3, qwen3_vl
 from fx2onnx.hub.whisper.whisper_suppress import suppress_lists
 
 
@@ -99,7 +99,9 @@ def test_weights_are_read_by_the_names_a_wrapper_gives_them(tmp_path):
     model = torch.nn.Linear(2, 3)
     save_file({"weight": model.weight.detach().contiguous(), "bias": model.bias.detach()}, tmp_path / "model.safetensors")
     checkpoint = RenamedCheckpoint(tmp_path, model)
-    wrapped = checkpoint.prefixed("model.")
+    wrapper = torch.nn.Module()
+    wrapper.model = model  # a part holding the model under `model`
+    wrapped = part_checkpoint(tmp_path, model, wrapper)
     assert sorted(wrapped) == ["model.bias", "model.weight"]
     torch.testing.assert_close(wrapped["model.weight"], model.weight.detach())
     assert list(wrapped.only({"model.bias"})) == ["model.bias"]
@@ -123,10 +125,9 @@ def test_whispers_suppress_lists_are_sorted_and_unique():
 
 def test_vision_language_modules_read_their_configs():
     with pytest.raises(NotImplementedError, match="always puts 256"):
-        vlm_gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=64))
-    vlm_gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=vlm_gemma3.RUNTIME_IMAGE_TOKENS))
+        gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=64))
+    gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=gemma3.RUNTIME_IMAGE_TOKENS))
     config = SimpleNamespace(vision_config=SimpleNamespace(patch_size=14), spatial_merge_size=2)
-    assert vlm_mistral3.merged_patch(config) == 28
-    qwen3 = SimpleNamespace(model_type="qwen3_vl", vision_config=SimpleNamespace(deepstack_visual_indexes=[1, 3]),
-                            text_config=SimpleNamespace(hidden_size=8))
-    assert (vlm_qwen3.deepstack_layers(qwen3), vlm_qwen3.row_width(qwen3)) == (2, 24)
+    assert mistral3.merged_patch(config) == 28
+    qwen3 = SimpleNamespace(vision_config=SimpleNamespace(deepstack_visual_indexes=[1, 3]), text_config=SimpleNamespace(hidden_size=8))
+    assert qwen3_vl.ARCHITECTURE.row_width(qwen3) == 24

@@ -8,7 +8,7 @@ import pytest
 
 from fx2onnx.hub.decoders import text_only
 
-from fx2onnx.hub.vision_language import vlm_parts
+from fx2onnx.hub.vision_language.architectures import architecture_of
 transformers = pytest.importorskip("transformers")
 
 # the image-text-to-text types export-hf refuses, each with a causal LM for its language model
@@ -34,7 +34,7 @@ def test_a_text_model_keeps_every_part():
 def test_an_image_text_to_text_refusal_names_the_text_only_export(model_type):
     config = transformers.AutoConfig.for_model(model_type)
     with pytest.raises(NotImplementedError) as error:
-        vlm_parts.check_supported(config)
+        architecture_of(config)
     message = str(error.value)
     assert f"{model_type} is not one of them. Nothing was written. Give --text-only" in message
     assert "--task text-generation" not in message
@@ -59,10 +59,10 @@ def test_a_prefix_lm_has_no_text_only_folder():
     assert not text_only.can_export_text_only(config)
     with pytest.raises(NotImplementedError, match="paligemma is not one of them. Nothing was written. Its language model attends "
                        "both ways over the prompt, .* export its modules with fx2onnx.dynamo_export"):
-        vlm_parts.check_supported(config)
+        architecture_of(config)
 
 
 def test_gemma3_with_an_image_token_count_the_runtime_lacks_names_the_text_only_export():
     config = transformers.Gemma3Config(mm_tokens_per_image=64)
     with pytest.raises(NotImplementedError, match="puts 64 tokens per image .* Give --text-only to export its language model"):
-        vlm_parts.check_supported(config)
+        architecture_of(config)

@@ -1,5 +1,6 @@
 """Qwen3-VL's vision and decoder models as ONNX Runtime GenAI's `qwen3_vl` type runs them
-(the embedding model is vision_language.Embedding, as for every VLM here).
+(the embedding model is parts.Embedding, as for every architecture here; the processor,
+prompt and vision loop are every Qwen's: qwen_images.py).
 
 Qwen3-VL adds DeepStack: features taken after a few vision layers are added, at the
 image tokens, to the hidden states after the decoder's first layers. The runtime (0.18)
@@ -16,7 +17,7 @@ embedding model and that model's one `inputs_embeds` output to the decoder, each
   next blocks the DeepStack features added after each early layer (zeros at text tokens:
   adding them leaves the hidden states as transformers' are).
 
-genai_config.json gives the decoder's `hidden_size` as the wide width (vlm_layout.py),
+genai_config.json gives the decoder's `hidden_size` as the wide width (genai_files.py),
 which the runtime uses only to size these two buffers.
 """
 
@@ -27,19 +28,8 @@ from typing import Any
 import torch
 
 from fx2onnx.hub.vision_language import vision_grid
-from fx2onnx.hub.vision_language.vlm_gemma3 import Holder
-
-
-def deepstack_layers(config: Any) -> int:
-    """How many DeepStack feature blocks ride beside the embeddings (0 for other models)."""
-    if getattr(config, "model_type", None) != "qwen3_vl":
-        return 0
-    return len(config.vision_config.deepstack_visual_indexes)
-
-
-def row_width(config: Any) -> int:
-    """The width of `image_features` and `inputs_embeds` rows: the text hidden size per block."""
-    return int(config.text_config.hidden_size) * (1 + deepstack_layers(config))
+from fx2onnx.hub.vision_language.parts import Holder
+from fx2onnx.hub.vision_language.qwen_images import qwen_architecture
 
 
 class Qwen3Vision(torch.nn.Module):
@@ -75,14 +65,22 @@ def _added(hidden_states: torch.Tensor, visual_pos_masks: Any, visual_embeds: to
     return hidden_states + visual_embeds.to(hidden_states.dtype)
 
 
-def deepstack_arguments(language_model: torch.nn.Module, inputs_embeds: torch.Tensor, hidden: int) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The embeddings of wide ``inputs_embeds`` rows and the language model's DeepStack
-    arguments; the model's masked scatter is swapped for an addition at every position
-    until ``restore_deepstack`` (a boolean mask's scatter has a data-dependent size)."""
-    main, *deepstack = inputs_embeds.split(hidden, dim=-1)
-    language_model._deepstack_process = _added  # an instance attribute: shadows the method
-    return main, {"deepstack_visual_embeds": deepstack, "visual_pos_masks": None}
+class DeepStackRows:
+    """The DeepStack feature blocks in the rows after the embeddings, one text hidden size each."""
+
+    def extra_width(self, config: Any) -> int:
+        return int(config.text_config.hidden_size) * len(config.vision_config.deepstack_visual_indexes)
+
+    def split(self, language_model: torch.nn.Module, inputs_embeds: torch.Tensor, hidden: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The embeddings of wide ``inputs_embeds`` rows and the language model's DeepStack
+        arguments; the model's masked scatter is swapped for an addition at every position
+        until ``restore`` (a boolean mask's scatter has a data-dependent size)."""
+        main, *deepstack = inputs_embeds.split(hidden, dim=-1)
+        language_model._deepstack_process = _added  # an instance attribute: shadows the method
+        return main, {"deepstack_visual_embeds": deepstack, "visual_pos_masks": None}
+
+    def restore(self, language_model: torch.nn.Module) -> None:
+        language_model.__dict__.pop("_deepstack_process", None)
 
 
-def restore_deepstack(language_model: torch.nn.Module) -> None:
-    language_model.__dict__.pop("_deepstack_process", None)
+ARCHITECTURE = qwen_architecture("qwen3_vl", Qwen3Vision, wide_rows=DeepStackRows())

@@ -1,5 +1,5 @@
 """Gemma 3's vision and decoder models as ONNX Runtime GenAI's `gemma3` type runs them
-(the embedding model is vision_language.Embedding, as for every VLM here).
+(the embedding model is parts.Embedding, as for every architecture here).
 
 - vision (`pixel_values` [images, channels, height, width] -> `image_features` [images,
   mm_tokens_per_image, hidden]): the SigLIP tower and the pooling projector, for the one
@@ -27,7 +27,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +36,14 @@ import onnx_ir as ir
 import torch
 from torch.export import Dim
 
-import fx2onnx  # noqa: F401 - its fused kernels register torch.ops.fx2onnx.cached_attention
+import fx2onnx  # its fused kernels register torch.ops.fx2onnx.cached_attention
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.merged_decoder import models_in_if
+from fx2onnx.hub.shared.verification import run_session
+from fx2onnx.hub.vision_language import genai_files, parts
+from fx2onnx.hub.vision_language.architecture import Prompt, VisionLanguageArchitecture, prompt_text
+from fx2onnx.hub.vision_language.parts import Holder, LanguageModelWithHead, attention_implementation
 
 
 # the image tokens the runtime's gemma3 processor puts per image (a constant of its
@@ -56,15 +60,6 @@ def check_image_tokens(config: Any) -> None:
         )
 
 
-class Holder(torch.nn.Module):
-    """A container that gives the modules it holds their checkpoint paths (the wrappers here and in vlm_parts.py)."""
-
-    def __init__(self, **modules: torch.nn.Module) -> None:
-        super().__init__()
-        for name, module in modules.items():
-            self.add_module(name, module)
-
-
 class GemmaVision(torch.nn.Module):
     """The vision tower and projector: each image's `mm_tokens_per_image` features."""
 
@@ -75,36 +70,6 @@ class GemmaVision(torch.nn.Module):
     def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
         hidden = self.model.vision_tower(pixel_values=pixel_values).last_hidden_state
         return {"image_features": self.model.multi_modal_projector(hidden)}
-
-
-class LanguageModelWithHead(torch.nn.Module):
-    """An image-text-to-text model's language model and LM head under their checkpoint
-    paths: the base of the decoders (here and in vlm_parts.py)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        language_model = model.model.language_model
-        self.model = Holder(language_model=language_model)
-        self.lm_head = model.lm_head
-        self.cache_argument = decode_step.cache_argument(language_model)
-
-    def logits_and_cache(self, output: Any) -> dict[str, Any]:
-        return {"logits": self.lm_head(output.last_hidden_state), "present": decode_step.output_cache(output)}
-
-
-@contextlib.contextmanager
-def attention_implementation(config: Any, name: str, function: Callable[..., Any]) -> Iterator[None]:
-    """transformers' attention of the models of ``config`` computed by ``function``
-    (registered as ``name``) while the context lasts."""
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(name, function)
-    kept = config._attn_implementation
-    config._attn_implementation = name
-    try:
-        yield
-    finally:
-        config._attn_implementation = kept
 
 
 class GemmaDecoder(LanguageModelWithHead):
@@ -349,3 +314,86 @@ def decoder_with_fused_text_steps(image_step: ir.Model, text_step: ir.Model, ima
     image_step.graph = merged.graph
     image_step.functions.clear()
     image_step.functions.update(merged.functions)
+
+
+def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
+                 architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
+    """The vision model for the processor's one image size, the shared embedding and the
+    decoder (with the fused text steps where the runtime's kernel applies)."""
+    size = image_size(image_processor)
+    model = loaded.model
+    plain = parts.without_causal_mask(options)
+    vision_options = dataclasses.replace(plain, dynamic_shapes=vision_dynamic_shapes())
+    vision = parts.as_loaded(vision_inputs(loaded, size), loaded, static=True)
+    inputs = decoder_inputs(loaded, lambda value: parts.as_loaded(value, loaded))
+    # image blocks attend both ways: an explicit mask, not the causal kernel's
+    decoder_options = dataclasses.replace(plain, dynamic_shapes=parts.decoder_dynamic_shapes(inputs))
+    decoder = fx2onnx.dynamo_export(GemmaDecoder(model), **inputs, export_options=decoder_options)
+    if options.runtime == "onnxruntime" and not text_step_refusal(loaded.config):
+        # text steps (every decode step) through onnxruntime's fused kernel, in one decoder with the above
+        inputs = decoder_inputs(loaded, lambda value: parts.as_loaded(value, loaded))
+        text_step = fx2onnx.dynamo_export(GemmaTextStep(model), **inputs, export_options=decoder_options)
+        decoder_with_fused_text_steps(decoder.model, text_step.model, int(loaded.config.image_token_id))
+    width = architecture.row_width(loaded.config)
+    return {
+        "vision": fx2onnx.dynamo_export(GemmaVision(model), **vision, export_options=vision_options),
+        "embedding": fx2onnx.dynamo_export(
+            parts.Embedding(model, int(loaded.config.image_token_id), width),
+            **parts.embedding_inputs(loaded, width, per_image=True), export_options=plain,
+        ),
+        "decoder": decoder,
+    }
+
+
+def vision_section(config: Any, filename: str, processor_file: str) -> dict[str, Any]:
+    return genai_files.vision_section(filename)
+
+
+def processor_config(image_processor: Any, config: Any) -> dict[str, Any]:
+    """The runtime's Gemma 3 image processor: every image resized to the processor's size
+    (height, width), scaled and normalized, channels first ([3, height, width] per image). The
+    decoder gives RGB already: the runtime's ConvertRGB here would swap the channels."""
+    size = image_size(image_processor)
+    transforms = [genai_files.decoded_rgb()]
+    transforms.append(genai_files.operation("resize", "Resize", {
+        "height": size[0], "width": size[1], "keep_aspect_ratio": 0, "interpolation": genai_files.interpolation(image_processor),
+    }))
+    transforms += genai_files.scaling(image_processor)
+    transforms.append(genai_files.operation("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}))
+    return {"processor": {"name": "gemma_3_image_processing", "transforms": transforms}}
+
+
+def image_sizes_note(image_processor: Any) -> str:
+    height, width = image_size(image_processor)
+    return f"vision model for {height}x{width} images (the runtime's processor resizes every image to that size)"
+
+
+def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tuple[int, int], ...]:
+    """One image of the processor's size."""
+    return (image_size(image_processor),)
+
+
+def verification_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> Prompt:
+    """The image's tokens (begin, `mm_tokens_per_image` image tokens, end) between random
+    text tokens; transformers is given their `token_type_ids` (the image tokens' two-way
+    attention), the decoder the step's ids."""
+    config = model.config
+    text = prompt_text(config, {int(config.image_token_id), int(config.boi_token_id), int(config.eoi_token_id)})
+    image = [int(config.boi_token_id), *[int(config.image_token_id)] * int(config.mm_tokens_per_image), int(config.eoi_token_id)]
+    ids = torch.tensor([text[:3] + image + text[3:8]])
+    features = model.model.get_image_features(images["pixel_values"]).pooler_output
+    return Prompt(ids, {"pixel_values": images["pixel_values"], "token_type_ids": (ids == config.image_token_id).long()},
+                  features, np.arange(ids.shape[1], dtype=np.int64)[None],
+                  lambda index: np.array([[index]], dtype=np.int64))
+
+
+def image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
+    """The vision model on every image at once (one size)."""
+    return run_session(vision, {k: v.numpy() for k, v in images.items()})["image_features"]
+
+
+ARCHITECTURE = VisionLanguageArchitecture(
+    genai_type="gemma3", export_parts=export_parts, vision_section=vision_section, processor_config=processor_config,
+    image_sizes_note=image_sizes_note, verification_sizes=verification_sizes, verification_prompt=verification_prompt,
+    image_features=image_features, mrope=False, check=check_image_tokens,
+)

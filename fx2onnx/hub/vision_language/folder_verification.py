@@ -1,0 +1,60 @@
+"""`export_hf(..., verify=True)` for an image-text-to-text folder: its three models run
+in onnxruntime as ONNX Runtime GenAI chains them (vision -> embedding -> decoder, then
+one token per step with no image features) on the inputs transformers' image processor
+gives for random images, against `model.generate` on the same inputs. The images, the
+prompt and the vision model's loop over the images are the architecture's (its row:
+architectures.py); Qwen's prompt has two images of different sizes, neither a multiple of
+the merged patch, Gemma 3's one image of its processor's size, Mistral 3's two images whose
+sides are multiples of the merged patch. The image features and each step's logits are
+judged by the tolerance, and the greedy tokens must be equal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fx2onnx.hub.shared.verification import (
+    Tolerance, Verification, cpu_session, empty_cache, greedy_decode, run_session, verdict_of,
+)
+from fx2onnx.hub.vision_language.architectures import architecture_of
+
+
+def random_images(sizes: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+    """RGB images of random pixels, one per (height, width)."""
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for size in sizes]
+
+
+def verify_image_text_to_text(
+    files: dict[str, Path], model: torch.nn.Module, image_processor: Any, new_tokens: int, tolerance: Tolerance,
+) -> Verification:
+    """Greedy generation with the folder's ``files`` (vision, embedding, decoder) against ``model``."""
+    config = model.config
+    architecture = architecture_of(config)
+    images = image_processor(images=random_images(architecture.verification_sizes(model, image_processor)), return_tensors="pt")
+    with torch.no_grad():
+        prompt = architecture.verification_prompt(model, images)
+        ids = prompt.ids
+        generated = model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), **prompt.generate_inputs, max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True,
+            pad_token_id=getattr(config, "pad_token_id", None) or 0,
+        )
+    with cpu_session(files["vision"]) as vision, cpu_session(files["embedding"]) as embedding, cpu_session(files["decoder"]) as decoder:
+        features = architecture.image_features(vision, images)
+
+        def step_feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
+            # the prompt's step takes the image features and positions; a decode step none, the next position
+            step_features = features if index == 0 else features[:0]
+            embeds = run_session(embedding, {"input_ids": step, "image_features": step_features})["inputs_embeds"]
+            positions = prompt.positions if index == 0 else prompt.next_position(mask.shape[1] - 1)
+            return {"input_ids": step, "inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions}
+
+        greedy = greedy_decode(lambda feed: run_session(decoder, feed), empty_cache(decoder), [ids[0].tolist()], new_tokens,
+                               feed=step_feed)
+    onnx_tokens, torch_tokens = greedy.tokens[0], generated.sequences[0, ids.shape[1]:].tolist()
+    pairs = [(features, prompt.features), *zip(greedy.logits, generated.logits)]
+    return verdict_of(pairs, tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)

@@ -1,0 +1,155 @@
+"""Each image-text-to-text architecture's row (fx2onnx/hub/vision_language/), on tiny
+configs and image processors, with no export: the runtime type, the row width the runtime
+sizes `image_features` and `inputs_embeds` by, genai_config.json's vision section,
+genai_processor_config.json's steps, what export-hf says of the image sizes, the
+verification's image sizes, and the refusals before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fx2onnx.hub.vision_language import architecture, genai_files, mistral3, parts, qwen2_5_vl, qwen3_vl, qwen_images
+from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
+
+transformers = pytest.importorskip("transformers")
+
+
+def _qwen2_5_vl():
+    config = transformers.Qwen2_5_VLConfig(text_config=dict(hidden_size=64), vision_config=dict(window_size=56))
+    processor = transformers.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 64)
+    return config, processor
+
+
+def _qwen3_vl():
+    config = transformers.Qwen3VLConfig(text_config=dict(hidden_size=64),
+                                        vision_config=dict(patch_size=16, deepstack_visual_indexes=[0, 1, 2]))
+    processor = transformers.Qwen2VLImageProcessorPil(patch_size=16, min_pixels=32 * 32, max_pixels=32 * 32 * 64)
+    return config, processor
+
+
+def _gemma3():
+    return transformers.Gemma3Config(), transformers.Gemma3ImageProcessorPil(size={"height": 64, "width": 48})
+
+
+def _mistral3():
+    config = transformers.Mistral3Config(vision_config=dict(model_type="pixtral", patch_size=14, image_size=112),
+                                         text_config=dict(model_type="mistral", hidden_size=64), spatial_merge_size=2)
+    processor = transformers.PixtralImageProcessorPil(patch_size={"height": 28, "width": 28}, size={"longest_edge": 112})
+    return config, processor
+
+
+TINY = {"qwen2_5_vl": _qwen2_5_vl, "qwen3_vl": _qwen3_vl, "gemma3": _gemma3, "mistral3": _mistral3}
+# what each architecture's rows, vision section and processor are (the runtime's names)
+EXPECTED = {
+    "qwen2_5_vl": dict(width=64, mrope=True, vision_keys=["spatial_merge_size", "patch_size", "window_size", "tokens_per_second"],
+                       grid=True, processor="qwen2_5_image_processor", note="between 3136 and 50176 pixels"),
+    "qwen3_vl": dict(width=64 * 4, mrope=True, vision_keys=["spatial_merge_size", "patch_size", "window_size", "tokens_per_second"],
+                     grid=True, processor="qwen2_5_image_processor", note="between 1024 and 65536 pixels"),
+    "gemma3": dict(width=None, mrope=False, vision_keys=[], grid=False, processor="gemma_3_image_processing",
+                   note="vision model for 64x48 images"),
+    "mistral3": dict(width=64, mrope=False, vision_keys=["spatial_merge_size", "patch_size"], grid=False,
+                     processor="pixtral_image_processor", note="up to 112 pixels a side"),
+}
+
+
+def test_every_row_has_its_tiny_config_here():
+    assert set(ARCHITECTURES) == set(TINY) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_an_architecture_row_writes_the_runtime_settings(model_type):
+    config, processor = TINY[model_type]()
+    architecture = architecture_of(config)
+    expected = EXPECTED[model_type]
+    assert architecture is ARCHITECTURES[model_type] and architecture.genai_type == model_type
+    assert architecture.row_width(config) == (expected["width"] or int(config.text_config.hidden_size))
+    assert architecture.mrope is expected["mrope"]
+
+    section = architecture.vision_section(config, "onnx/vision_encoder.onnx", genai_files.PROCESSOR_CONFIG)
+    assert list(section) == ["filename", "config_filename", "session_options", *expected["vision_keys"], "inputs", "outputs"]
+    assert section["config_filename"] == "genai_processor_config.json"
+    assert section["inputs"] == {"pixel_values": "pixel_values", **({"image_grid_thw": "image_grid_thw"} if expected["grid"] else {})}
+
+    written = architecture.processor_config(processor, config)["processor"]
+    assert written["name"] == expected["processor"]
+    steps = [step["operation"]["type"] for step in written["transforms"]]
+    # decoded to RGB first (a ConvertRGB after it only where the processor converts), scaled, normalized
+    assert steps[0] == "DecodeImage" and {"Resize", "Rescale", "Normalize"} <= set(steps)
+    assert expected["note"] in architecture.image_sizes_note(processor)
+
+    sizes = architecture.verification_sizes(None if model_type != "mistral3" else _model_stub(config), processor)
+    assert sizes and all(height > 0 and width > 0 for height, width in sizes)
+
+
+def _model_stub(config):
+    class Stub:
+        pass
+
+    stub = Stub()
+    stub.config = config
+    return stub
+
+
+def test_mistral3_verification_images_are_multiples_of_the_merged_patch():
+    config, processor = _mistral3()
+    sizes = ARCHITECTURES["mistral3"].verification_sizes(_model_stub(config), processor)
+    assert len(set(sizes)) == 2 and all(h % 28 == 0 and w % 28 == 0 for h, w in sizes)
+
+
+def test_qwen_verification_images_are_not_multiples_of_the_merged_patch():
+    config, processor = _qwen2_5_vl()
+    sizes = ARCHITECTURES["qwen2_5_vl"].verification_sizes(None, processor)
+    assert len(set(sizes)) == 2 and all(h % 28 and w % 28 for h, w in sizes)
+
+
+def test_a_model_type_without_a_row_is_refused_naming_the_rows():
+    with pytest.raises(NotImplementedError, match=f"for model types {', '.join(ARCHITECTURES)}; llava is not one of them"):
+        architecture_of(transformers.LlavaConfig())
+
+
+def test_a_row_refuses_a_configuration_its_runtime_type_cannot_run():
+    with pytest.raises(NotImplementedError, match="puts 64 tokens per image"):
+        architecture_of(transformers.Gemma3Config(mm_tokens_per_image=64))
+    config, processor = _mistral3()
+    processor.do_resize = False
+    with pytest.raises(ValueError, match="does not resize"):
+        mistral3.check_image_processor(processor, config)
+
+
+def test_the_qwen_rows_share_the_qwen_processor_and_differ_in_their_rows():
+    assert ARCHITECTURES["qwen2_5_vl"] is qwen2_5_vl.ARCHITECTURE
+    assert qwen2_5_vl.ARCHITECTURE.processor_config is qwen3_vl.ARCHITECTURE.processor_config is qwen_images.processor_config
+    assert qwen2_5_vl.ARCHITECTURE.wide_rows is None and qwen3_vl.ARCHITECTURE.wide_rows is not None
+    with pytest.raises(ValueError, match="gives no pixel bounds"):
+        qwen_images.pixel_bounds(transformers.Qwen2VLImageProcessorPil(size={"height": 224, "width": 224}))
+
+
+def test_a_prompts_text_leaves_out_the_special_tokens():
+    config = transformers.Qwen2_5_VLConfig(text_config=dict(vocab_size=6))
+    text = architecture.prompt_text(config, {0, 1, 2})
+    assert text and set(text) <= {3, 4, 5}
+
+
+def test_the_embedding_takes_the_image_rows_in_order_and_keeps_the_rest():
+    """Image tokens (counted across the batch) take the features' rows in order; text tokens
+    and image tokens past the features (a decode step) keep their embedding; wide rows get
+    zeros after a text token's embedding."""
+    config = transformers.Qwen2_5_VLConfig(text_config=dict(hidden_size=8, vocab_size=20, num_hidden_layers=1,
+                                                            num_attention_heads=2, num_key_value_heads=1, intermediate_size=16),
+                                           vision_config=dict(depth=1, hidden_size=8, out_hidden_size=8, num_heads=2,
+                                                              intermediate_size=16), image_token_id=19)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(config).eval()
+    embedding = parts.Embedding(model, 19, width=12)
+    ids = torch.tensor([[1, 19, 2, 19], [19, 3, 4, 5]])
+    features = torch.arange(3 * 12, dtype=torch.float32).reshape(3, 12)
+    with torch.no_grad():
+        embeds = embedding(ids, features)["inputs_embeds"]
+        table = model.model.language_model.embed_tokens.weight
+    torch.testing.assert_close(embeds[0, 1], features[0])
+    torch.testing.assert_close(embeds[0, 3], features[1])
+    torch.testing.assert_close(embeds[1, 0], features[2])
+    torch.testing.assert_close(embeds[0, 0], torch.cat([table[1], torch.zeros(4)]))
+    with torch.no_grad():  # a decode step: no features, an image token keeps its embedding
+        step = embedding(torch.tensor([[19]]), features[:0])["inputs_embeds"]
+    torch.testing.assert_close(step[0, 0], torch.cat([table[19], torch.zeros(4)]))
