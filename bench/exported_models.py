@@ -162,16 +162,23 @@ def _load(folder: Path) -> dict[str, list[str]]:
     return records
 
 
+def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The keys whose values differ (or are in one side only), with both values, in order."""
+    return [(key, before.get(key), after.get(key)) for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+
+
+def _print_text_difference(label: str, old: str, new: str, context_lines: int) -> None:
+    diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0))
+    print(f"{label}: {len(diff)} differing line(s)")
+    print("\n".join("    " + line for line in diff[: context_lines + 2]))
+
+
 def _compare(before_folder: Path, after_folder: Path, context_lines: int, subset: bool) -> int:
     before, after = _load(before_folder), _load(after_folder)
     if subset:  # the second run ran part of the tests: compare those only
         before = {test: models for test, models in before.items() if test in after}
-    differing = 0
-    for test in sorted(set(before) | set(after)):
-        old, new = before.get(test), after.get(test)
-        if old == new:
-            continue
-        differing += 1
+    differing = _changed(before, after)
+    for test, old, new in differing:
         if old is None or new is None:
             print(f"{test}: exported only in the {'second' if old is None else 'first'} run")
             continue
@@ -179,12 +186,10 @@ def _compare(before_folder: Path, after_folder: Path, context_lines: int, subset
             print(f"{test}: {len(old)} model(s) before, {len(new)} after")
         for index, (a, b) in enumerate(zip(old, new)):
             if a != b:
-                diff = list(difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0))
-                print(f"{test} [model {index}]: {len(diff)} differing line(s)")
-                print("\n".join("    " + line for line in diff[: context_lines + 2]))
+                _print_text_difference(f"{test} [model {index}]", a, b, context_lines)
     total = len(set(before) | set(after))
     models = sum(len(v) for v in after.values())
-    print(f"{total} tests with exports, {models} models after; {differing} test(s) differ")
+    print(f"{total} tests with exports, {models} models after; {len(differing)} test(s) differ")
     return 1 if differing else 0
 
 
@@ -219,23 +224,17 @@ def _compare_written(before_folder: Path, after_folder: Path, context_lines: int
     if subset:  # the second run ran part of the tests: compare the folders it wrote
         tops = {name.split("/", 1)[0] for name in after}
         before = {name: text for name, text in before.items() if name.split("/", 1)[0] in tops}
-    differing = 0
-    for name in sorted(set(before) | set(after)):
-        old, new = before.get(name), after.get(name)
-        if old == new:
-            continue
-        differing += 1
+    differing = _changed(before, after)
+    for name, old, new in differing:
         if old is None or new is None:
             print(f"{name}: written only in the {'second' if old is None else 'first'} run")
         elif name.endswith(".onnx"):
-            diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0))
-            print(f"{name}: {len(diff)} differing line(s)")
-            print("\n".join("    " + line for line in diff[: context_lines + 2]))
+            _print_text_difference(name, old, new, context_lines)
         else:
             print(f"{name}: different bytes")
     models = sum(name.endswith(".onnx") for name in after)
     configs = sum(bool(text) and not name.endswith(".onnx") for name, text in after.items())
-    print(f"{len(after)} files written after ({models} ONNX models, {configs} configuration files); {differing} differ")
+    print(f"{len(after)} files written after ({models} ONNX models, {configs} configuration files); {len(differing)} differ")
     return 1 if differing else 0
 
 
