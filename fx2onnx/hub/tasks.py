@@ -29,6 +29,7 @@ _MAPPING_TASKS = {
     "MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES": "time-series-prediction",
 }
 IMAGE_TEXT_TO_TEXT_MAPPING = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"
+CAUSAL_LM_MAPPING = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 BASE_MAPPING = "MODEL_MAPPING_NAMES"
 
 
@@ -43,6 +44,13 @@ def _classes(mapping_name: str) -> set[str]:
     for value in getattr(modeling_auto, mapping_name, {}).values():
         classes.update((value,) if isinstance(value, str) else value)
     return classes
+
+
+def has_class_for(model_type: str | None, mapping_name: str) -> bool:
+    """Whether transformers' auto mapping ``mapping_name`` has a class for ``model_type``."""
+    from transformers.models.auto import modeling_auto
+
+    return model_type in getattr(modeling_auto, mapping_name, {})
 
 
 def is_filed_under(architecture: str, mapping_name: str) -> bool:

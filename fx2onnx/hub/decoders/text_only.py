@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from fx2onnx.hub.tasks import CAUSAL_LM_MAPPING, has_class_for
+
 # config attributes of the parts a text-generation folder leaves out -> what they are
 NON_TEXT_PARTS = {"vision_config": "vision encoder", "audio_config": "audio encoder", "speech_config": "speech encoder"}
 _ARTICLES = {"vision encoder": "a", "audio encoder": "an", "speech encoder": "a"}
@@ -38,21 +40,17 @@ def left_out_parts(config: Any) -> list[str]:
 
 
 def _causal_lm_type(text_config: Any) -> str | None:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     model_type = getattr(text_config, "model_type", None)
     model_type = _CAUSAL_LM_TWINS.get(model_type, model_type)
-    return model_type if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else None
+    return model_type if has_class_for(model_type, CAUSAL_LM_MAPPING) else None
 
 
 def can_export_text_only(config: Any) -> bool:
     """Whether `--text-only` finds a causal LM for ``config``'s language model."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     text_config = getattr(config, "text_config", None)
     if text_config is not None:
         return _causal_lm_type(text_config) is not None and not _prefix_lm(text_config)
-    return getattr(config, "model_type", None) in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return has_class_for(getattr(config, "model_type", None), CAUSAL_LM_MAPPING)
 
 
 def _prefix_lm(text_config: Any) -> bool:

@@ -1,7 +1,7 @@
 """`genai_config.json`: what ONNX Runtime GenAI needs to run a causal LM's `model.onnx`.
 
-The model type is the config's where the runtime knows it (its own list, below), else
-its generic `decoder`. Sizes come from the config; bos/eos/pad ids from
+The model type is the config's where the runtime knows it (its own list,
+decoders/decoder_types.py), else its generic `decoder`. Sizes come from the config; bos/eos/pad ids from
 `generation_config.json` when the folder has one. The past and present buffers are
 shared (`past_present_share_buffer: true`) when every layer's cache is updated by
 onnxruntime's `GroupQueryAttention`, which then writes the new tokens into the buffer of
@@ -20,16 +20,8 @@ import onnx_ir as ir
 
 from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 from fx2onnx.hub.decoders.decode_step import head_size
+from fx2onnx.hub.decoders.decoder_types import genai_decoder_type
 from fx2onnx.hub.decoders.model_lengths import context_length
-
-# Decoder model types ONNX Runtime GenAI 0.18 accepts by name and runs with this layout
-# (one key and one value input per layer). It knows `gpt2` too, with GPT-2's former
-# layout (one stacked past per layer): GPT-2 gets the generic `decoder`, like the types
-# it does not know.
-GENAI_MODEL_TYPES = frozenset({
-    "chatglm", "ernie4_5", "gemma", "gemma2", "gemma3_text", "gptoss", "granite", "internlm2", "llama",
-    "mistral", "nemotron", "olmo", "phi", "phi3", "phi3small", "phimoe", "qwen2", "qwen3", "smollm3",
-})
 
 
 def _token_id(value: Any) -> Any:
@@ -99,7 +91,6 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
     input_names = [value.name for value in model.graph.inputs]
     keys = [value for value in model.graph.inputs if value.name.startswith("past_key_values.") and value.name.endswith(".key")]
     kv_heads, cache_head_size = (int(keys[0].shape[1]), int(keys[0].shape[3])) if keys else (None, head_size(config))
-    model_type = str(getattr(config, "model_type", "decoder"))
     context = context_length(config)
     ids = token_ids(config, generation_config)
     inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
@@ -122,7 +113,7 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
                 "num_hidden_layers": len(keys),
                 "num_key_value_heads": kv_heads or int(getattr(config, "num_key_value_heads", None) or heads),
             },
-            "type": model_type if model_type in GENAI_MODEL_TYPES else "decoder",
+            "type": genai_decoder_type(config),
             "vocab_size": int(config.vocab_size),
         },
         "search": search_options(context, updates_cache_in_place(model)),
