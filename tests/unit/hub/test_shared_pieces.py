@@ -25,7 +25,6 @@ from fx2onnx.hub.shared.folder_files import copy_folder_files
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
 from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint, part_checkpoint
 from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
-from fx2onnx.hub.vision_language import gemma3, mistral3, qwen3_vl
 from fx2onnx.hub.whisper.whisper_suppress import suppress_lists
 
 
@@ -121,13 +120,3 @@ def test_a_sliding_window_is_read_from_the_config():
 def test_whispers_suppress_lists_are_sorted_and_unique():
     generation = SimpleNamespace(suppress_tokens=[7, 3, 7], begin_suppress_tokens=None)
     assert suppress_lists(generation) == ([3, 7], []) and suppress_lists(None) == ([], [])
-
-
-def test_vision_language_modules_read_their_configs():
-    with pytest.raises(NotImplementedError, match="always puts 256"):
-        gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=64))
-    gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=gemma3.RUNTIME_IMAGE_TOKENS))
-    config = SimpleNamespace(vision_config=SimpleNamespace(patch_size=14), spatial_merge_size=2)
-    assert mistral3.merged_patch(config) == 28
-    qwen3 = SimpleNamespace(vision_config=SimpleNamespace(deepstack_visual_indexes=[1, 3]), text_config=SimpleNamespace(hidden_size=8))
-    assert qwen3_vl.ARCHITECTURE.row_width(qwen3) == 24

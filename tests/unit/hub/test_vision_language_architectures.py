@@ -6,10 +6,12 @@ verification's image sizes, and the refusals before anything is written."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from fx2onnx.hub.vision_language import architecture, genai_files, mistral3, parts, qwen2_5_vl, qwen3_vl, qwen_images
+from fx2onnx.hub.vision_language import architecture, gemma3, genai_files, mistral3, parts, qwen2_5_vl, qwen3_vl, qwen_images
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
 
 transformers = pytest.importorskip("transformers")
@@ -153,3 +155,19 @@ def test_the_embedding_takes_the_image_rows_in_order_and_keeps_the_rest():
     with torch.no_grad():  # a decode step: no features, an image token keeps its embedding
         step = embedding(torch.tensor([[19]]), features[:0])["inputs_embeds"]
     torch.testing.assert_close(step[0, 0], torch.cat([table[19], torch.zeros(4)]))
+
+
+def test_gemma3_refuses_an_image_token_count_the_runtime_lacks():
+    with pytest.raises(NotImplementedError, match="always puts 256"):
+        gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=64))
+    gemma3.check_image_tokens(SimpleNamespace(mm_tokens_per_image=gemma3.RUNTIME_IMAGE_TOKENS))
+
+
+def test_mistral3_image_tokens_are_merged_patches():
+    config = SimpleNamespace(vision_config=SimpleNamespace(patch_size=14), spatial_merge_size=2)
+    assert mistral3.merged_patch(config) == 28
+
+
+def test_qwen3_vl_rows_carry_a_hidden_size_per_deepstack_block():
+    qwen3 = SimpleNamespace(vision_config=SimpleNamespace(deepstack_visual_indexes=[1, 3]), text_config=SimpleNamespace(hidden_size=8))
+    assert qwen3_vl.ARCHITECTURE.row_width(qwen3) == 24
