@@ -95,7 +95,7 @@ def _second_size(name: str, kwargs: dict) -> dict:
     return {k: torch.randn(5, *v.shape[1:]) for k, v in kwargs.items()}
 
 
-@pytest.mark.parametrize("name", ["cnn", "yolo", "mlp", "llama"])
+@pytest.mark.parametrize("name", ["cnn", "yolo", "mlp", "bert", "llama"])
 def test_portable_files_are_lean(name, tmp_path):
     """No functions, no batch norm after a layer, no node computable from constants, no
     Identity; each node's module in its name and metadata."""
