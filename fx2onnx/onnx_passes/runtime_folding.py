@@ -5,7 +5,7 @@ inputs it should take (its `GatherElements` with indices smaller than the data a
 other axes: BERT's ``token_type_ids[:, :seq]`` at static shapes) and then leaves the node
 in the graph. Such a node, of the standard domain, deterministic, without sub-graphs, whose
 inputs are all constants, is run here once in onnxruntime on its own and replaced by its
-results; a node onnxruntime refuses stays, with the reason logged. The results keep the
+results (the nodes the folder keeps on purpose, `ConstantOfShape` and quantization, stay); a node onnxruntime refuses stays, with the reason logged. The results keep the
 folder's limit on the size of a folded output, and inputs larger than `INPUT_SIZE_LIMIT`
 are not copied into a session.
 """
@@ -26,6 +26,9 @@ OUTPUT_SIZE_LIMIT = 512 * 512
 INPUT_SIZE_LIMIT = 16 * 1024 * 1024
 _NON_DETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
                                 "Bernoulli"})
+# what the folder keeps on purpose: a filled tensor is smaller as its shape, and the
+# quantization nodes carry what runtimes fuse
+_KEPT_BY_THE_FOLDER = frozenset({"ConstantOfShape", "DequantizeLinear", "DynamicQuantizeLinear", "QuantizeLinear"})
 
 _logger = logging.getLogger(__name__)
 
@@ -44,7 +47,8 @@ def _constant_inputs(node: ir.Node) -> list[ir.TensorProtocol | None] | None:
 
 
 def _may_run(node: ir.Node) -> bool:
-    return (node.domain in ("", "ai.onnx") and node.op_type not in ("Constant", *_NON_DETERMINISTIC) and bool(node.inputs)
+    return (node.domain in ("", "ai.onnx") and node.op_type not in ("Constant", *_NON_DETERMINISTIC, *_KEPT_BY_THE_FOLDER)
+            and bool(node.inputs)
             and not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()))
 
 

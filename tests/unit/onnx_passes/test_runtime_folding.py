@@ -93,3 +93,11 @@ def test_portable_export_keeps_no_node_of_constants_alone(tmp_path):
     left = [n.op_type for n in all_nodes(proto) if n.input and all(i in constants for i in n.input)]
     assert left == [] and [n.op_type for n in all_nodes(proto)] == ["Add"]
     assert_outputs_close(program(x), model(x))
+
+
+def test_what_the_folder_keeps_on_purpose_stays():
+    # a filled tensor is smaller as its shape: ConstantOfShape of a constant shape stays
+    shape = ir.Value(name="shape", const_value=ir.tensor(np.array([64, 64], dtype=np.int64)))
+    node = ir.node("ConstantOfShape", [shape], name="filled")
+    graph = ir.Graph([], [node.outputs[0]], nodes=[node], initializers=[shape], opset_imports={"": OPSET}, name="kept")
+    assert fold_with_onnxruntime(graph, OPSET) == [] and [n.op_type for n in graph] == ["ConstantOfShape"]
