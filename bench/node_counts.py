@@ -1,7 +1,7 @@
 """Node counts of fx2onnx's files against torch.onnx.export(..., dynamo=True)'s, and the
 leanness checks, on the small models of tests/e2e/runtime_zoo.py.
 
-Each exporter at its default opset (18 for both), static shapes. For fx2onnx: the default
+Each exporter at its default opset (20 for both in torch 2.13), static shapes. For fx2onnx: the default
 target's file written with `save(inline_functions=True)` (functions inlined, constants and
 batch norm folded) and the portable target's file. Counted: all nodes of the main graph,
 and those that are not Constant nodes (torch.onnx keeps its constants as initializers,

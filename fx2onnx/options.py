@@ -22,9 +22,10 @@ RUNTIMES = ("onnxruntime", "standard")
 # "default": module functions and fused kernels as the options say; "portable": one flat
 # graph of standard operators that every ONNX runtime reads (OpenVINO, TVM, onnxruntime).
 TARGETS = ("default", "portable")
-# the portable target's opset unless one is asked for: GELU is one operator (Gelu, opset
-# 20), as torch.onnx writes it; OpenVINO 2026.4 and TVM 0.27 implement every operator of it
-PORTABLE_OPSET = 20
+# the opset of every export unless one is asked for, torch.onnx.export's default too: GELU
+# is one operator there (Gelu, opset 20) instead of five; the model is built at torchlib's
+# opset (18) and converted. OpenVINO 2026.4, TVM 0.27 and onnxruntime-web 1.31 implement it.
+DEFAULT_OPSET = 20
 
 
 # ExportOptions.precision's names -> bits of the weights
@@ -195,8 +196,9 @@ class ExportOptions(CheckedFields):
         verify_rtol: the relative tolerance of `verify` (default 1e-3).
         verify_atol: the absolute tolerance of `verify` (default 1e-4).
         opset_version: the ONNX opset of the model, from 17 to the newest the installed
-            onnxruntime runs; None (default): 18, the opset torchlib's functions are
-            written in. Other opsets are converted from it, module functions kept.
+            onnxruntime runs; None (default): 20, as torch.onnx.export writes (GELU is one
+            `Gelu` operator from 20 on). The model is built at 18, the opset torchlib's
+            functions are written in, and converted, module functions kept.
         fused_kernels: True (default): from opset 23 on, scaled-dot-product attention
             becomes one ONNX `Attention` kernel (fx2onnx/fx_passes/fused_kernels/ says
             when a node stays unfused, and a note says why). False: every node as
@@ -269,4 +271,9 @@ class ExportOptions(CheckedFields):
         if self.target != "portable":
             return self
         return dataclasses.replace(self, module_functions=False, runtime="standard",
-                                   opset_version=self.opset_version or PORTABLE_OPSET)
+                                   opset_version=self.opset_version or DEFAULT_OPSET)
+
+    @property
+    def opset(self) -> int:
+        """The opset the model is written at: `opset_version`, or `DEFAULT_OPSET`."""
+        return self.opset_version or DEFAULT_OPSET

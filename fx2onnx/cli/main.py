@@ -71,7 +71,7 @@ _RUNTIME_HELP = ("onnxruntime (default): its own kernels where faster (an LLM's 
                  "GroupQueryAttention, the cache updated in place); standard: ONNX operators only, for any runtime")
 _HUB_RUNTIME_HELP = (f"{_RUNTIME_HELP} (the portable target: OpenVINO, TVM, the browser). "
                      "Whisper: onnxruntime writes ONNX Runtime GenAI's layout, standard Optimum's")
-_OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (default: 18)"
+_OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (default: 20)"
 
 
 def _checked_opset(opset: int | None) -> int | None:
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
-    hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 18", "default: 23, fused attention kernels; 20 with --runtime standard"))
+    hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 20", "default: 23, fused attention kernels; 20 with --runtime standard"))
     hub.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_HUB_RUNTIME_HELP)
     hub.add_argument(
         "--module-functions", action="store_true",

@@ -169,7 +169,7 @@ def _causal_mask_placeholder(input_name: str | None, io: GraphInterface) -> str 
 
 def _fuse_kernels(state: FxPassState) -> int:
     options = state.options
-    opset, chosen = options.opset_version or state.registry.opset_version, options.opset_version is not None
+    opset, chosen = options.opset, options.opset_version is not None
     target = FusionTarget(options.runtime, _causal_mask_placeholder(options.causal_mask_input, state.interface),
                           portable=options.target == "portable")
     return on_every_graph(fuse_kernels)(state.graph_module, opset, state.context, chosen, target)

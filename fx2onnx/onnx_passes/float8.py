@@ -1,10 +1,9 @@
 """float8 in the exported model: the opset that has the types, and PyTorch's overflow rule.
 
 ONNX has the float8 types (`FLOAT8E4M3FN`, `FLOAT8E5M2` and their `FNUZ` forms) from
-opset 19 on. A model that uses them is exported at opset 19 when no opset was chosen (the
-default is older), with a note; an opset chosen older than 19 is refused with an error
-that names the opset to export at. Casting an out-of-range value to float8 follows PyTorch:
-`float8_e4m3fn` saturates to its largest value, the other three overflow (to infinity
+opset 19 on, which the default opset (20) has; an opset chosen older than 19 is refused
+with an error that names the opset to export at. Casting an out-of-range value to float8
+follows PyTorch: `float8_e4m3fn` saturates to its largest value, the other three overflow (to infinity
 for `float8_e5m2`, to NaN for the `fnuz` forms), which is ONNX `Cast`'s ``saturate``
 set to 1 for the first and 0 for the others.
 """
@@ -15,7 +14,6 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.model_graphs import model_nodes
-from fx2onnx.onnx_passes.opset_conversion import convert_to_opset, newest_opset
 
 from diagnostics import DiagnosticContext, Level, rules
 
@@ -40,30 +38,15 @@ def float8_types_used(model: ir.Model) -> list[ir.DataType]:
     return list(found)
 
 
-def legalize_float8(model: ir.Model, context: DiagnosticContext, *, opset_chosen: bool = True) -> bool:
-    """Give a model that uses float8 an opset with the types and its casts PyTorch's
-    overflow rule. Below opset 19 the model is converted to 19 (a note says so) unless the
-    user chose its opset (``opset_chosen``): then False, with an error recorded. One walk
-    over the model when it has no float8."""
+def legalize_float8(model: ir.Model, context: DiagnosticContext) -> bool:
+    """Give a model that uses float8 its casts PyTorch's overflow rule; below opset 19,
+    which has no float8, False with an error recorded. One walk over the model when it
+    has no float8."""
     used = float8_types_used(model)
     if not used:
         return True
     opset = model.opset_imports.get("", 0)
     names = ", ".join(dtype.name.lower() for dtype in used)
-    if opset < FLOAT8_OPSET and not opset_chosen and newest_opset() >= FLOAT8_OPSET:
-        if not convert_to_opset(model, FLOAT8_OPSET, context):
-            return False
-        context.record(
-            rules.TYPE_LEGALIZATION,
-            Level.NOTE,
-            message=(
-                f"The model uses float8 ({names}), which ONNX has from opset {FLOAT8_OPSET} on: it is exported at "
-                f"opset {FLOAT8_OPSET} instead of the default {opset}. Choose another opset from {FLOAT8_OPSET} on "
-                f"with ExportOptions(opset_version=...)."
-            ),
-            properties={"float8_types": names, "default_opset": opset, "opset": FLOAT8_OPSET},
-        )
-        opset = FLOAT8_OPSET
     if opset < FLOAT8_OPSET:
         context.record(
             rules.MODEL_VALIDATION,

@@ -51,8 +51,7 @@ class OnnxPassState:
 
 
 def _convert_to_opset(state: OnnxPassState) -> StepResult:
-    assert state.options.opset_version is not None
-    return StepResult(changed=True, failed=not convert_to_opset(state.model_ir, state.options.opset_version, state.context))
+    return StepResult(changed=True, failed=not convert_to_opset(state.model_ir, state.options.opset, state.context))
 
 
 def _quantize_weights(state: OnnxPassState) -> StepResult:
@@ -88,15 +87,13 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
          when=lambda state: state.options.target == "portable"),
     Step("fold_weight_reads", lambda state: fold_weight_reads(state.model_ir), stage="optimization",
          when=lambda state: state.options.target == "portable" and state.options.optimize),
-    Step("convert_to_opset", _convert_to_opset, stage="opset conversion",
-         when=lambda state: state.options.opset_version is not None),
+    Step("convert_to_opset", _convert_to_opset, stage="opset conversion"),
     # the opset is final: the kernels join the standard domain
     Step("lower_fused_kernels", lambda state: lower_fused_kernels(state.model_ir)),
     # onnxruntime's kernel where it runs, the exact form elsewhere
     Step("guard_group_query_attention", lambda state: guard_group_query_attention(state.model_ir)),
-    # after the opset is final: float8 needs 19 or newer (raised to it unless an opset was chosen)
-    Step("legalize_float8", lambda state: StepResult(failed=not legalize_float8(
-        state.model_ir, state.context, opset_chosen=state.options.opset_version is not None))),
+    # after the opset is final: float8 needs 19 or newer
+    Step("legalize_float8", lambda state: StepResult(failed=not legalize_float8(state.model_ir, state.context))),
     Step("lay_out_for_tools", lambda state: lay_out_for_tools(state.model_ir), stage="tool layout"),
     # on the weights in MatMul's layout; codes and scales are computed when the model is written
     Step("quantize_weights", _quantize_weights, stage="weight quantization",

@@ -3,7 +3,8 @@
 The stage is built from onnxscript's public optimizer pieces, in one pass:
 
 1. constant folding (`onnxscript.optimizer.fold_constants_ir`):
-   shape computations, casts of constants, `Shape`/`Size` of static values;
+   shape computations, casts of constants, `Shape`/`Size` of static values; what its
+   evaluator cannot compute, by onnxruntime (`fx2onnx.onnx_passes.runtime_folding`);
 2. the rewrite rules that remove no-ops and merge chains (`Add 0`, `Mul 1`, inference
    `Dropout`, identity `Cast`/`Expand`/`Transpose`, `Cast`-`Cast`, `Reshape`-`Reshape`,
    `Transpose`-`Transpose`, `Unsqueeze`-`Unsqueeze`), and fx2onnx's own:
@@ -54,6 +55,7 @@ from fx2onnx.onnx_passes.dim_rules import dim_rules
 from fx2onnx.onnx_passes.layout_rules import layout_rules
 from fx2onnx.onnx_passes.fake_weights import fake_weights_hidden
 from fx2onnx.onnx_passes.model_graphs import model_graphs
+from fx2onnx.onnx_passes.runtime_folding import fold_with_onnxruntime
 from fx2onnx.translate.module_scope import MODULE_KEY
 
 
@@ -63,6 +65,15 @@ def _reads_a_weight(weights: set[str], node: ir.Node) -> bool | None:
     if any(value is not None and value.is_initializer() and value.name in weights for value in node.inputs):
         return False
     return None  # the folder's own rules decide
+
+
+def _fold_what_the_folder_left(model: ir.Model, weights: set[str]) -> int:
+    """Nodes of constants alone that the folder's evaluator could not compute, computed by
+    onnxruntime (`fx2onnx.onnx_passes.runtime_folding`); returns how many."""
+    opset = model.opset_imports.get("", 18)
+    return sum(len(fold_with_onnxruntime(container, container.opset_imports.get("", opset),
+                                         lambda node: _reads_a_weight(weights, node) is None))
+               for container in model_graphs(model))
 
 
 def _times_reciprocal_sqrt(op, x, variance):
@@ -133,6 +144,7 @@ def optimize_keeping_functions(model: ir.Model) -> None:
         # No ONNX shape inference: translation already gave every value its type and shape
         # (FakeTensor metadata, node inference), and re-inferring doubled the folding time.
         fold_constants_ir(model, onnx_shape_inference=False, should_fold=functools.partial(_reads_a_weight, weights))
+        _fold_what_the_folder_left(model, weights)
         RewritePass(_rewrite_rules())(model)
         _remove_inner_identities(model)  # the rules' no-ops are Identity nodes
         ir.passes.Sequential(

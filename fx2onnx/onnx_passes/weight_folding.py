@@ -7,7 +7,8 @@ then computes nothing at every call that it could have known at export (rotary t
 from ``inv_freq``, ``Slice`` of ``position_ids``, embeddings of constant indices at static
 shapes). A node that only gives a whole weight another layout or type (a ``Transpose`` of
 a linear weight) is left to the tools' layout, which stores the weight as it is read
-under its own name. The folded results keep onnxscript's limits on the size of what is folded (a
+under its own name. Nodes the folder's evaluator cannot compute are computed by
+onnxruntime (`fx2onnx.onnx_passes.runtime_folding`). The folded results keep onnxscript's limits on the size of what is folded (a
 node whose output would exceed them stays); they are initializers marked as folded,
 which `save(model_state=...)` then refuses (a checkpoint holds the weights they come
 from). A model with weights without data (fake mode) is left as it is: the checkpoint
@@ -27,6 +28,7 @@ import math
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY, fake_weights
+from fx2onnx.onnx_passes.runtime_folding import fold_with_onnxruntime
 
 
 
@@ -54,7 +56,11 @@ def fold_weight_reads(model: ir.Model) -> int:
     if fake_weights(model):
         return 0
     before, weights = len(graph), set(graph.initializers)
-    fold_constants_ir(model, onnx_shape_inference=False, should_fold=functools.partial(_not_a_whole_weight, weights))
+    keeps_whole_weights = functools.partial(_not_a_whole_weight, weights)
+    fold_constants_ir(model, onnx_shape_inference=False, should_fold=keeps_whole_weights)
+    # what the folder's evaluator could not compute
+    fold_with_onnxruntime(graph, model.opset_imports.get("", 18), lambda node: keeps_whole_weights(node) is not False,
+                          as_initializers=True)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     for name, value in graph.initializers.items():
         if name not in weights:

@@ -4,8 +4,8 @@
 - a complex tensor becomes a real tensor with a trailing dim of 2, marked complex;
 - SymInt / SymFloat / SymBool become 0-d INT64 / DOUBLE / BOOL tensors.
 
-Symbolic dims get readable names: the `torch.export.Dim` name when the user gave one,
-otherwise `<input>_dim_<i>`; a data-dependent size (the length of `nonzero`'s result, a
+Symbolic dims get readable names: the `torch.export.Dim` name when the user gave one
+(a derived Dim such as `2*half` names its root, `half`), otherwise `<input>_dim_<i>`; a data-dependent size (the length of `nonzero`'s result, a
 value read with `.item()`) is named after the FX node that first produces it
 (`nonzero_dim_0`, `item`); derived sizes are written as expressions of those names.
 """
@@ -43,16 +43,27 @@ class SymbolNamer:
     def name_symbol(self, size: Any, name: str) -> None:
         """Name the symbol behind a SymInt size, unless it already has a name; a name
         another symbol holds gets a numeric suffix."""
-        if not isinstance(size, torch.SymInt):
+        if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+            self._name(size.node.expr, name)
+
+    def name_user_dim(self, size: Any, name: str) -> None:
+        """Name the symbol behind a dim the user named with a `torch.export.Dim`: the
+        dim's own symbol or, for a derived Dim (`2*half`, `batch + 1`, named after its
+        root), the one symbol of its expression, so that every size derived from it reads
+        as an expression of the user's name (`4*half`, not `4*s44`)."""
+        if isinstance(size, torch.SymInt) and len(size.node.expr.free_symbols) == 1:
+            (symbol,) = size.node.expr.free_symbols
+            self._name(symbol, name)
+
+    def _name(self, symbol: sympy.Symbol, name: str) -> None:
+        if symbol in self._names:
             return
-        expr = size.node.expr
-        if isinstance(expr, sympy.Symbol) and expr not in self._names:
-            unique, suffix = name, 1
-            while unique in self._taken:
-                suffix += 1
-                unique = f"{name}_{suffix}"
-            self._names[expr] = unique
-            self._taken.add(unique)
+        unique, suffix = name, 1
+        while unique in self._taken:
+            suffix += 1
+            unique = f"{name}_{suffix}"
+        self._names[symbol] = unique
+        self._taken.add(unique)
 
     def name_new_symbols(self, value: Any, base: str) -> None:
         """Name the symbols a node's result introduces (data-dependent sizes): dim `i` of a

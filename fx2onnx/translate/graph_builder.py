@@ -24,8 +24,9 @@ from fx2onnx.translate.values import TracedValue
 
 logger = logging.getLogger(__name__)
 
-# The ONNX opset that torchlib's functions are written against.
-DEFAULT_OPSET = 18
+# The ONNX opset that torchlib's functions are written against: models are built at it
+# and converted to the one asked for (`ExportOptions.opset`) by the ONNX passes.
+BUILD_OPSET = 18
 
 ConstantKey = tuple[Any, ir.DataType]
 
@@ -58,7 +59,7 @@ class GraphBuilder:
     def __init__(
         self,
         name: str = "main_graph",
-        opset_version: int = DEFAULT_OPSET,
+        opset_version: int = BUILD_OPSET,
         *,
         on_inference_failure: InferenceFailureHandler | None = None,
     ) -> None:
@@ -360,7 +361,7 @@ def _run_inference(node: ir.Node) -> _Inferred:
             return unknown, None
         input_types[value.name] = type_proto
     try:
-        schema = op_schema(node.op_type, node.version or DEFAULT_OPSET, node.domain)
+        schema = op_schema(node.op_type, node.version or BUILD_OPSET, node.domain)
         node_proto = ir.serde.serialize_node(node)
         input_data = {
             value.name: ir.serde.serialize_tensor(value.const_value)

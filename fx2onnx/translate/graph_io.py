@@ -115,16 +115,21 @@ def name_input_dims(
     namer: SymbolNamer,
     user_dim_names_by_position: list[dict[int, str]],
 ) -> None:
-    """Give each symbolic input dim its user's name or `<input>_dim_<i>`."""
+    """Give each symbolic input dim its user's name or `<input>_dim_<i>`: the user's names
+    first, over all inputs, so that a symbol the user named gets that name wherever it
+    appears first."""
     user_inputs = [n for n in placeholder_nodes(graph_module) if n.name not in io.lifted_tensors]
-    for position, node in enumerate(user_inputs):
-        meta = node.meta.get("val")
-        if not isinstance(meta, torch.Tensor):
-            continue
+    tensors = [(position, node, node.meta.get("val")) for position, node in enumerate(user_inputs)
+               if isinstance(node.meta.get("val"), torch.Tensor)]
+    for position, _, meta in tensors:
         given = user_dim_names_by_position[position] if position < len(user_dim_names_by_position) else {}
+        for index, name in given.items():
+            if index < meta.dim():
+                namer.name_user_dim(meta.shape[index], name)
+    for _, node, meta in tensors:
         name = io.onnx_input_name(node.name)
         for index, size in enumerate(meta.shape):
-            namer.name_symbol(size, given.get(index, dim_name(name, index)))
+            namer.name_symbol(size, dim_name(name, index))
 
 
 def input_dim_expressions(graph_module: torch.fx.GraphModule, io: GraphIO, namer: SymbolNamer) -> list[tuple[Any, ...]]:

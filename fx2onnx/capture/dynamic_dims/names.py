@@ -1,5 +1,5 @@
 """The names dynamic dims get in ONNX: the user's `Dim("batch")` names where the spec
-gives them, `<input>_dim_<i>` for the other dims of inputs, `<node>_dim_<i>` for the
+gives them (a derived Dim, `2*batch`, names the symbol of its root), `<input>_dim_<i>` for the other dims of inputs, `<node>_dim_<i>` for the
 data-dependent sizes a node introduces."""
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ def dim_name(base: str, index: int) -> str:
 
 
 def _dim_name(spec: Any) -> str | None:
-    """The user's name for a dim spec (`Dim("batch")`), None for AUTO/STATIC/ints."""
+    """The user's name for a dim spec (`Dim("batch")`; a derived Dim, `2*batch`, gives its
+    root's), None for AUTO/STATIC/ints."""
+    spec = getattr(spec, "root", spec)
     name = getattr(spec, "__name__", None)
     if isinstance(name, str) and type(spec).__name__ not in ("_DimHint", "DimHint"):
         return name

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import fx2onnx
-from conftest import assert_outputs_close, check_saved_model, make_options
+from conftest import all_nodes, assert_outputs_close, check_saved_model, make_options
 from fx2onnx.cli.main import main as cli_main
 from fx2onnx.onnx_passes import opset_conversion
 from fx2onnx.onnx_passes.opset_conversion import MIN_OPSET, newest_opset
+from fx2onnx.options import DEFAULT_OPSET
 
 
 class ChangedOperators(torch.nn.Module):
@@ -85,9 +86,15 @@ def test_function_reading_its_call_attributes_converts(module_functions, tmp_pat
     assert_outputs_close(program(x), model(x))
 
 
-def test_default_is_opset_18_untouched():
-    program = fx2onnx.dynamo_export(torch.nn.Linear(3, 2), torch.randn(1, 3), export_options=make_options(None))
-    assert _default_opsets(program.model_proto) == {18}
+def test_default_is_torch_onnx_opset_with_gelu_as_one_operator(tmp_path):
+    # torch.onnx.export's default opset too: module functions converted, GELU one Gelu node
+    model, x = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.GELU(), torch.nn.GELU(approximate="tanh")), torch.randn(5, 3)
+    program = fx2onnx.dynamo_export(model, x, export_options=make_options(None))
+    proto = onnx.load(check_saved_model(program, tmp_path / "model.onnx"))
+    assert _default_opsets(proto) == {DEFAULT_OPSET} == {20} and proto.functions
+    op_types = [node.op_type for node in all_nodes(proto)]
+    assert op_types.count("Gelu") == 2 and not {"Erf", "Tanh"} & set(op_types)
+    assert_outputs_close(program(x), model(x))
 
 
 @pytest.mark.parametrize("bad", [16, 0, newest_opset() + 1])
