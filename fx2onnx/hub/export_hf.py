@@ -33,7 +33,7 @@ from fx2onnx.hub.merged_decoder import merge_decoders
 from fx2onnx.hub.prequantized import CheckpointCodes, checkpoint_codes
 from fx2onnx.hub.precision import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
 from fx2onnx.hub.renamed_weights import RenamedCheckpoint
-from fx2onnx.hub.sliding_window import masks_by_held_tokens
+from fx2onnx.hub.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.loading import (
     FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION, LoadedModel,
     is_ctc, load_model, local_folder,
@@ -83,7 +83,8 @@ def _options(
     loaded: LoadedModel, opset: int | None, progress: bool, report: Path, runtime: str, module_functions: bool
 ) -> fx2onnx.ExportOptions:
     # a decoder's attention is causal over `attention_mask`'s tokens: its cache may be updated in place
-    causal = loaded.task == TEXT_GENERATION and causal_lm.attends_causally(loaded.config)
+    causal = loaded.task == TEXT_GENERATION and (
+        causal_lm.attends_causally(loaded.config) or causal_within_windows(loaded.config))
     # A folder is flat by default: the tools people run on it (onnxruntime's quantizers and
     # transformers optimizer) do not look inside ONNX functions, and onnxruntime inlines
     # them when it loads the model anyway.

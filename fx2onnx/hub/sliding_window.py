@@ -41,6 +41,18 @@ def window_of(config: Any) -> int | None:
     return int(window) if getattr(config, "use_sliding_window", True) else None
 
 
+def causal_within_windows(config: Any) -> bool:
+    """Whether every mask a model of ``config`` reads under :func:`masks_by_held_tokens`
+    is causal over the held tokens, a sliding layer's within its window of held tokens
+    (the form `ExportOptions.causal_mask_input` promises): a window, and no chunked
+    attention, ALiBi or other kind of layer."""
+    layer_types = getattr(config, "layer_types", None)
+    return (
+        window_of(config) is not None and (layer_types is None or set(layer_types) <= {SLIDING, FULL})
+        and getattr(config, "attention_chunk_size", None) is None and not getattr(config, "alibi", False)
+    )
+
+
 def growing_cache(config: Any) -> Any:
     """An empty cache whose every layer grows with the sequence (None when no layer of
     ``config`` slides: the model's own cache is then the same)."""
