@@ -237,6 +237,11 @@ def _query_bias(inputs: _CacheInputs, query: torch.fx.Node, before: torch.fx.Nod
     return expanded
 
 
+def _window_argument(found: GroupQueryAttentionMatch) -> tuple[int, ...]:
+    """The kernel's ``window`` argument: a sliding layer's window, none for a full layer."""
+    return () if found.window is None else (found.window,)
+
+
 def replace(graph: torch.fx.Graph, found: GroupQueryAttentionMatch) -> Replacements:
     """The kernel before the attention, reading the projections, the caches and the mask's
     inputs; its outputs take over the merged result and the grown caches (in place when
@@ -249,7 +254,7 @@ def replace(graph: torch.fx.Graph, found: GroupQueryAttentionMatch) -> Replaceme
     bias = _query_bias(cache_inputs, packed[0], node)
     (past_key, _), (past_value, _) = found.caches
     inputs = (*packed, past_key, past_value, cache_inputs.seqlens, cache_inputs.total, bias, op.scale, op.query_heads,
-              op.key_heads, -1 if found.window is None else found.window)
+              op.key_heads, *_window_argument(found))
     with graph.inserting_before(node):
         fused = new_call(graph, torch.ops.fx2onnx.cached_attention.default, inputs, node)
         parts = [new_call(graph, operator.getitem, (fused, index), node, like=result)
