@@ -13,7 +13,8 @@ for encoder-decoders `onnx/encoder_model.onnx` and
 vision, embedding and decoder models and image processor configuration (vision_language.py,
 vision_grid.py, vlm_gemma3.py, vlm_qwen3.py, vlm_mistral3.py, vlm_layout.py); a multimodal model's language
 model alone with `--text-only` (text_only.py); the tokenizer as transformers loads it. A decoder with sliding-window
-layers keeps every token in its cache and the window in its masks (sliding_window.py). Dims get the names runtimes use (`batch_size`,
+layers keeps every token in its cache and the window in its masks (sliding_window.py), which the
+export makes the windowed GroupQueryAttention where its attention is scaled-dot-product attention. Dims get the names runtimes use (`batch_size`,
 `sequence_length`, `past_sequence_length`, `total_sequence_length`). Everything goes
 through the public API (`dynamo_export`, `ONNXProgram.save`, and the public names of the
 stage packages: see docs/architecture.md, "Applications").

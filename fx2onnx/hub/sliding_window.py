@@ -16,7 +16,11 @@ its mask (`masks_by_held_tokens`), built from `attention_mask`:
   token reads) stays finite instead of carrying NaN into the next layer's cache.
 
 The cache then holds every token of the sequence: memory grows with the sequence as a
-full layer's does, the numbers are transformers'.
+full layer's does, the numbers are transformers'. These masks are of the form
+`ExportOptions.causal_mask_input` promises (`causal_within_windows`): where the attention
+is scaled-dot-product attention, each layer becomes onnxruntime's `GroupQueryAttention`,
+a sliding one with its window as `local_window_size` (exact form where a row has padding
+after a held token).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ target runtime is onnxruntime: the cache's update moves into the kernel, which w
 new tokens in place when the runtime gives past and present one buffer, and the mask's
 padding (left, right or anywhere) becomes the kernel's attention bias
 (``onnx_passes/cached_attention_guard`` adds the exact form for the steps onnxruntime's
-kernel refuses). The rule comes before ``attention`` in the table: where it refuses, the
-standard ``Attention`` takes the node, with a note saying why.
+kernel refuses). A sliding layer's mask (a window of held tokens, ``window_mask``) gives
+the kernel its window, ``local_window_size``. The rule comes before ``attention`` in the
+table: where it refuses, the standard ``Attention`` takes the node, with a note saying why.
 """
 
 from __future__ import annotations
