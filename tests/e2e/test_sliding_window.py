@@ -93,11 +93,12 @@ def expected_tokens(model: torch.nn.Module, prompts: list[list[int]]) -> tuple[l
     return alone, greedy(model, *padded(prompts, "left"))
 
 
-def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None) -> tuple[torch.nn.Module, object]:
+def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None,
+                    module_functions: bool = False) -> tuple[torch.nn.Module, object]:
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config_of(family, window or WINDOWS[family])).eval()
     model.save_pretrained(root / "source")
-    export_hf(root / "source", root / "out", runtime=runtime)
+    export_hf(root / "source", root / "out", runtime=runtime, module_functions=module_functions)
     onnx.checker.check_model(os.fspath(root / "out" / "onnx" / "model.onnx"), full_check=True)
     return model, root / "out"
 
@@ -188,27 +189,31 @@ def test_a_window_of_a_few_tokens(tmp_path):
     assert generate_with_genai(out, [prompt])[0] == tokens
 
 
-@pytest.fixture(scope="module")
-def gemma3_folder(tmp_path_factory):
+@pytest.fixture(scope="module", params=[False, True], ids=["flat", "module-functions"])
+def gemma3_folder(request, tmp_path_factory):
     """A Gemma 3 text folder: layer 0 slides (window 16), layer 1 is full."""
-    return exported_folder(tmp_path_factory.mktemp("gemma3-branches"), "gemma3_text")
+    return exported_folder(tmp_path_factory.mktemp("gemma3-branches"), "gemma3_text", module_functions=request.param)
 
 
-def kernels_that_ran(session) -> set[tuple[str, str]]:
-    """(layer, branch) of each GroupQueryAttention onnxruntime's profiler saw run."""
+def kernels_that_ran(session, windows: dict[str, int | None]) -> set[tuple[int | None, str]]:
+    """(window, branch) of each GroupQueryAttention onnxruntime's profiler saw run, from
+    ``windows``, each kernel's `local_window_size` by node name."""
     events = json.loads(open(session.end_profiling()).read())
     names = {e["name"].removesuffix("_kernel_time") for e in events
              if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "GroupQueryAttention"}
-    return {(name.split(".self_attn")[0].rsplit(".", 1)[-1], name.rsplit("/", 1)[-1]) for name in names}
+    return {(windows[name], name.rsplit("/", 1)[-1]) for name in names}
+
+
+SLIDING = WINDOWS["gemma3_text"]
 
 
 @pytest.mark.parametrize(("side", "branches"), [
     # no row padded: both layers' kernels without the bias, the sliding one with its window
-    ("none", {("0", "unpadded_kernel"), ("1", "unpadded_kernel")}),
+    ("none", {(SLIDING, "unpadded_kernel"), (None, "unpadded_kernel")}),
     # padding before the held tokens only: the window counted in cache slots is the model's
-    ("left", {("0", "kernel"), ("1", "kernel")}),
+    ("left", {(SLIDING, "kernel"), (None, "kernel")}),
     # padding after a held token: the sliding layer's exact form (no kernel), the full layer's kernel
-    ("right", {("1", "kernel")}),
+    ("right", {(None, "kernel")}),
 ])
 def test_the_windowed_kernel_and_its_exact_form_equal_transformers(gemma3_folder, tmp_path, side, branches):
     """The folder's sliding layer runs onnxruntime's GroupQueryAttention with
@@ -218,8 +223,8 @@ def test_the_windowed_kernel_and_its_exact_form_equal_transformers(gemma3_folder
     model, out = gemma3_folder
     nodes = [n for n in all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False))
              if n.op_type == "GroupQueryAttention"]
-    windows = {(n.name.split(".self_attn")[0], a.i) for n in nodes for a in n.attribute if a.name == "local_window_size"}
-    assert windows == {("model.layers.0", WINDOWS["gemma3_text"])} and len(nodes) == 4
+    windows = {n.name: next((a.i for a in n.attribute if a.name == "local_window_size"), None) for n in nodes}
+    assert sorted(windows.values(), key=str) == [SLIDING, SLIDING, None, None]  # with and without the bias, each layer
     prompts = prompts_for(WINDOWS["gemma3_text"])
     if side == "none":
         prompts = [prompts[0], prompts[0][::-1]]
@@ -245,7 +250,7 @@ def test_the_windowed_kernel_and_its_exact_form_equal_transformers(gemma3_folder
                 expected = model(input_ids=token.view(1, 1), past_key_values=row_cache, use_cache=True)
             np.testing.assert_allclose(logits[b, -1], expected.logits[0, -1].numpy(), rtol=RTOL, atol=ATOL)
             alone[b] = [expected.past_key_values, expected.logits[0, -1].argmax()]
-    assert kernels_that_ran(session) == branches
+    assert kernels_that_ran(session, windows) == branches
 
 
 def cache_feed(cache) -> dict[str, np.ndarray]:
