@@ -93,12 +93,11 @@ def expected_tokens(model: torch.nn.Module, prompts: list[list[int]]) -> tuple[l
     return alone, greedy(model, *padded(prompts, "left"))
 
 
-def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None,
-                    module_functions: bool = False) -> tuple[torch.nn.Module, object]:
+def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None) -> tuple[torch.nn.Module, object]:
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config_of(family, window or WINDOWS[family])).eval()
     model.save_pretrained(root / "source")
-    export_hf(root / "source", root / "out", runtime=runtime, module_functions=module_functions)
+    export_hf(root / "source", root / "out", runtime=runtime)
     onnx.checker.check_model(os.fspath(root / "out" / "onnx" / "model.onnx"), full_check=True)
     return model, root / "out"
 
@@ -189,10 +188,11 @@ def test_a_window_of_a_few_tokens(tmp_path):
     assert generate_with_genai(out, [prompt])[0] == tokens
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["flat", "module-functions"])
-def gemma3_folder(request, tmp_path_factory):
-    """A Gemma 3 text folder: layer 0 slides (window 16), layer 1 is full."""
-    return exported_folder(tmp_path_factory.mktemp("gemma3-branches"), "gemma3_text", module_functions=request.param)
+@pytest.fixture(scope="module")
+def gemma3_folder(tmp_path_factory):
+    """A Gemma 3 text folder: layer 0 slides (window 16), layer 1 is full (module functions
+    on and off: tests/unit/fx_passes/test_fused_kernels.py)."""
+    return exported_folder(tmp_path_factory.mktemp("gemma3-branches"), "gemma3_text")
 
 
 def kernels_that_ran(session, windows: dict[str, int | None]) -> set[tuple[int | None, str]]:
