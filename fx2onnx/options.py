@@ -209,7 +209,10 @@ class ExportOptions(CheckedFields):
         causal_mask_input: the name of a model input (batch, total length) of ones, and
             zeros for padding, from which every attention mask of the model is built, as
             causal attention over the tokens it holds with the new ones last
-            (transformers' decoders; export-hf sets it). Attention over a KV cache input
+            (transformers' decoders; export-hf sets it), or that within a sliding window
+            of the last W tokens it holds (``cumsum(mask)[query] - cumsum(mask)[key] < W``,
+            export-hf's sliding layers: the kernel's `local_window_size`, the exact form
+            where a row has padding after a held token). Attention over a KV cache input
             may then become onnxruntime's `GroupQueryAttention`, which appends the new
             tokens to the cache in place when the runtime gives past and present one
             buffer (exact for every mask: the padding is its attention bias; the standard

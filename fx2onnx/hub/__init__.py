@@ -29,7 +29,8 @@ place when whole. What recipes share is in `shared/` (file names, saving, dims n
 role — `batch_size`, `sequence_length`, `past_sequence_length`, `total_sequence_length` —,
 source and tokenizer files, the merged decoder, verification results, weights by the
 checkpoint's names, ONNX Runtime GenAI's configuration sections) and `decoders/` (the
-decode step, its lengths, sliding-window layers kept in the masks, a multimodal model's
+decode step, its lengths, sliding-window layers kept in the masks (which the export makes the
+windowed GroupQueryAttention where its attention is scaled-dot-product attention), a multimodal model's
 language model alone with `--text-only`, the clients that cannot load a decoder).
 Everything goes through the public API (`dynamo_export`, `ONNXProgram.save`, and the
 public names of the stage packages: see docs/architecture.md, "Applications").

@@ -17,6 +17,13 @@ the bias is zero everywhere (checked at run time on its one row per sequence): t
 kernel runs without it, which computes the same scores exactly; otherwise a second `If`
 chooses between the kernel with the bias and the exact form. An unpadded batch still
 takes one `If` a layer, a padded one two.
+
+A sliding layer's kernel (`local_window_size`) counts its window in cache slots, the
+model in the tokens the mask holds: the two counts differ where a row has padding after a
+held token (ONNX Runtime GenAI pads a batch on the right). Its padded branch runs the
+kernel only when no row has (checked at run time on the bias), and the exact form, with
+the window counted in held tokens, otherwise; unpadded and left-padded batches take the
+kernel.
 """
 
 from __future__ import annotations
@@ -69,6 +76,46 @@ def _unpadded(nodes: _Nodes, bias: ir.Value) -> ir.Value:
     return nodes("Equal", [least, nodes.constant(0, rows.dtype.numpy())])
 
 
+def _window(kernel: ir.Node) -> int:
+    """The kernel's sliding window (`local_window_size`), -1 for none."""
+    attribute = kernel.attributes.get("local_window_size")
+    return -1 if attribute is None else attribute.as_int()
+
+
+def _bias_rows(nodes: _Nodes, bias: ir.Value) -> ir.Value:
+    """The bias's row per sequence (B, 1, 1, total): what it expands, or its rows' largest
+    (the rows of a sequence are equal: the mask's)."""
+    producer = bias.producer()
+    if producer is not None and producer.op_type == "Expand" and producer.inputs[0] is not None:
+        return producer.inputs[0]
+    return nodes("ReduceMax", [bias, nodes.constant([2])], keepdims=1)
+
+
+def _no_padding_after_held(nodes: _Nodes, bias: ir.Value) -> ir.Value:
+    """Whether no sequence has padding after a held token: its bias never decreases along
+    the tokens (padding is the dtype's lowest number, a held token 0). A window counted
+    in cache slots is then the window counted in held tokens."""
+    rows = _bias_rows(nodes, bias)
+    axis = nodes.constant([3])
+    later = nodes("Slice", [rows, nodes.constant([1]), nodes.constant([np.iinfo(np.int64).max]), axis])
+    earlier = nodes("Slice", [rows, nodes.constant([0]), nodes.constant([-1]), axis])
+    rises = nodes("Cast", [nodes("GreaterOrEqual", [later, earlier])], to=ir.DataType.INT64)
+    return nodes("GreaterOrEqual", [nodes("ReduceMin", [rises], keepdims=0), nodes.constant(1)])
+
+
+def _held_window(nodes: _Nodes, bias: ir.Value, past: ir.Value, total: ir.Value, window: int) -> ir.Value:
+    """(B, 1, S, total) booleans: the keys among the last ``window`` tokens the mask holds
+    up to each new token (the model's window, whatever the padding)."""
+    rows = _bias_rows(nodes, bias)
+    assert rows.dtype is not None
+    held = nodes("Cast", [nodes("Equal", [rows, nodes.constant(0, rows.dtype.numpy())])], to=ir.DataType.INT64)
+    counts = nodes("CumSum", [held, nodes.constant(3)])  # (B, 1, 1, total)
+    as_1d = [nodes("Unsqueeze", [x, nodes.constant([0])]) for x in (past, total)]
+    new_counts = nodes("Slice", [counts, as_1d[0], as_1d[1], nodes.constant([3])])
+    per_query = nodes("Transpose", [new_counts], perm=[0, 1, 3, 2])  # (B, 1, S, 1)
+    return nodes("Less", [nodes("Sub", [per_query, counts]), nodes.constant(window)])
+
+
 def _heads(nodes: _Nodes, packed: ir.Value, heads: int) -> ir.Value:
     """(B, S, heads * D) as (B, heads, S, D)."""
     split = nodes("Reshape", [packed, nodes.constant([0, 0, heads, -1])])
@@ -96,7 +143,10 @@ def _exact_branch(kernel: ir.Node, name: str) -> ir.Graph:
     rows = nodes("Unsqueeze", [nodes("Range", [past, total, nodes.constant(1)]), nodes.constant([1])])
     columns = nodes("Range", [nodes.constant(0), total, nodes.constant(1)])
     lowest = nodes.constant(np.finfo(query.dtype.numpy()).min, query.dtype.numpy())
-    scores_bias = nodes("Where", [nodes("LessOrEqual", [columns, rows]), bias, lowest])
+    visible = nodes("LessOrEqual", [columns, rows])
+    if _window(kernel) != -1:
+        visible = nodes("And", [visible, _held_window(nodes, bias, past, total, _window(kernel))])
+    scores_bias = nodes("Where", [visible, bias, lowest])
     attributes = {} if scale is None else {"scale": scale.as_float()}
     attended = nodes("Attention", [_heads(nodes, query, num_heads), keys, values, scores_bias], **attributes)
     merged = nodes("Reshape", [nodes("Transpose", [attended], perm=[0, 2, 1, 3]), nodes.constant([0, 0, -1])])
@@ -150,6 +200,17 @@ def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, runs: ir.Value, fast:
     graph.remove(kernel, safe=True)
 
 
+def _windowed_runs(nodes: _Nodes, kernels: list[ir.Node], runs: ir.Value) -> dict[int, ir.Value]:
+    """By bias, when the sliding layers' kernel computes the model's window with that bias:
+    it runs and no sequence has padding after a held token."""
+    windowed: dict[int, ir.Value] = {}
+    for kernel in kernels:
+        bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
+        if _window(kernel) != -1 and bias is not None and id(bias) not in windowed:
+            windowed[id(bias)] = nodes("And", [runs, _no_padding_after_held(nodes, bias)])
+    return windowed
+
+
 def guard_group_query_attention(model: ir.Model) -> int:
     """Each `GroupQueryAttention` of ``model`` as an `If` that runs it where onnxruntime
     does and the exact form elsewhere; returns how many."""
@@ -163,6 +224,7 @@ def guard_group_query_attention(model: ir.Model) -> int:
         nodes = _Nodes(f"{kernels[0].name or 'GroupQueryAttention'}/kernel_runs")
         runs = _kernel_runs(nodes, kernels[0].inputs[0], kernels[0].inputs[6])  # the same for every layer
         fast: dict[int, ir.Value] = {}  # by bias: the layers share one, unless they mask differently
+        windowed = _windowed_runs(nodes, kernels, runs)
         for kernel in kernels:
             bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
             if bias is not None and id(bias) not in fast:
@@ -170,6 +232,7 @@ def guard_group_query_attention(model: ir.Model) -> int:
         graph.insert_before(kernels[0], nodes.nodes)
         for kernel in kernels:
             bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
-            _guard(graph, kernel, runs, runs if bias is None else fast[id(bias)], guarded)
+            padded_runs = windowed.get(id(bias), runs) if _window(kernel) != -1 else runs
+            _guard(graph, kernel, padded_runs, runs if bias is None else fast[id(bias)], guarded)
             guarded += 1
     return guarded

@@ -122,15 +122,17 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     config = json.loads((out / "genai_config.json").read_text())
     # opset 23 by default: attention and the rotary embedding as single kernels; attention
     # over the cache as onnxruntime's GroupQueryAttention, which appends to the cache in
-    # place (past and present share a buffer), unless a sliding window shapes the mask
-    windowed = family == "mistral"
+    # place (past and present share a buffer); a sliding window (Mistral's) is the kernel's
     assert config["model"]["decoder"]["num_hidden_layers"] == 2
-    assert config["search"]["past_present_share_buffer"] is not windowed
-    kernels = collections.Counter(node.op_type for node in all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False)))
+    assert config["search"]["past_present_share_buffer"] is True
+    nodes = list(all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False)))
+    kernels = collections.Counter(node.op_type for node in nodes)
     # (with GroupQueryAttention, twice a layer: without the attention bias for unpadded
     # batches, with it for padded ones; the standard Attention in the other branch of its
     # If, for the steps onnxruntime's kernel refuses)
-    assert (kernels["GroupQueryAttention"], kernels["Attention"]) == ((0, 2) if windowed else (4, 2))
+    assert (kernels["GroupQueryAttention"], kernels["Attention"]) == (4, 2)
+    windows = [a.i for node in nodes if node.op_type == "GroupQueryAttention" for a in node.attribute if a.name == "local_window_size"]
+    assert windows == ([4096] * 4 if family == "mistral" else [])
     assert kernels["RotaryEmbedding"] == (0 if family == "gpt2" else 4)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     tokens, encoded = generate_with_genai(out, prompt_ids, 16)

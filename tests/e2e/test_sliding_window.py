@@ -23,9 +23,10 @@ import pytest
 import torch
 
 import fx2onnx
-from conftest import ATOL, RTOL, check_saved_model
+from conftest import ATOL, RTOL, all_nodes, check_saved_model
 from fx2onnx.hub.decoders.decode_step import cache_argument
 from fx2onnx.hub import export_hf
+from test_padded_batches import onnx_step
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the fixture
 
 transformers = pytest.importorskip("transformers")
@@ -185,6 +186,71 @@ def test_a_window_of_a_few_tokens(tmp_path):
     windowless.config.sliding_window = 10_000
     assert greedy(windowless, [prompt], [[1] * len(prompt)])[0] != tokens
     assert generate_with_genai(out, [prompt])[0] == tokens
+
+
+@pytest.fixture(scope="module")
+def gemma3_folder(tmp_path_factory):
+    """A Gemma 3 text folder: layer 0 slides (window 16), layer 1 is full (module functions
+    on and off: tests/unit/fx_passes/test_fused_kernels.py)."""
+    return exported_folder(tmp_path_factory.mktemp("gemma3-branches"), "gemma3_text")
+
+
+def kernels_that_ran(session, windows: dict[str, int | None]) -> set[tuple[int | None, str]]:
+    """(window, branch) of each GroupQueryAttention onnxruntime's profiler saw run, from
+    ``windows``, each kernel's `local_window_size` by node name."""
+    events = json.loads(open(session.end_profiling()).read())
+    names = {e["name"].removesuffix("_kernel_time") for e in events
+             if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "GroupQueryAttention"}
+    return {(windows[name], name.rsplit("/", 1)[-1]) for name in names}
+
+
+SLIDING = WINDOWS["gemma3_text"]
+
+
+@pytest.mark.parametrize(("side", "branches"), [
+    # no row padded: both layers' kernels without the bias, the sliding one with its window
+    ("none", {(SLIDING, "unpadded_kernel"), (None, "unpadded_kernel")}),
+    # padding before the held tokens only: the window counted in cache slots is the model's
+    ("left", {(SLIDING, "kernel"), (None, "kernel")}),
+    # padding after a held token: the sliding layer's exact form (no kernel), the full layer's kernel
+    ("right", {(None, "kernel")}),
+])
+def test_the_windowed_kernel_and_its_exact_form_equal_transformers(gemma3_folder, tmp_path, side, branches):
+    """The folder's sliding layer runs onnxruntime's GroupQueryAttention with
+    `local_window_size` where no row has padding after a held token, its exact form
+    otherwise (chosen at run time, seen in the profiler): for a batch of prompts past the
+    window and 4 decode steps, each row's logits equal transformers' for the row alone."""
+    model, out = gemma3_folder
+    nodes = [n for n in all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False))
+             if n.op_type == "GroupQueryAttention"]
+    windows = {n.name: next((a.i for a in n.attribute if a.name == "local_window_size"), None) for n in nodes}
+    assert sorted(windows.values(), key=str) == [SLIDING, SLIDING, None, None]  # with and without the bias, each layer
+    prompts = prompts_for(WINDOWS["gemma3_text"])
+    if side == "none":
+        prompts = [prompts[0], prompts[0][::-1]]
+    rows, masks = padded(prompts, "left" if side == "none" else side)
+    options = ort.SessionOptions()
+    options.enable_profiling, options.profile_file_prefix = True, os.fspath(tmp_path / "profile")
+    session = ort.InferenceSession(os.fspath(out / "onnx" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    ids, mask = torch.tensor(rows), torch.tensor(masks)
+    logits, cache = onnx_step(session, ids, mask, None)
+    alone = []  # each row alone in transformers: (its cache, its next token)
+    for b, prompt in enumerate(prompts):
+        held = mask[b].bool()
+        with torch.no_grad():
+            expected = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        np.testing.assert_allclose(logits[b][held.numpy()], expected.logits[0].numpy(), rtol=RTOL, atol=ATOL)
+        alone.append([expected.past_key_values, expected.logits[0, -1].argmax()])
+    for _ in range(4):
+        step = torch.stack([token for _, token in alone])[:, None]
+        mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype)], 1)
+        logits, cache = onnx_step(session, step, mask, cache)
+        for b, (row_cache, token) in enumerate(alone):
+            with torch.no_grad():
+                expected = model(input_ids=token.view(1, 1), past_key_values=row_cache, use_cache=True)
+            np.testing.assert_allclose(logits[b, -1], expected.logits[0, -1].numpy(), rtol=RTOL, atol=ATOL)
+            alone[b] = [expected.past_key_values, expected.logits[0, -1].argmax()]
+    assert kernels_that_ran(session, windows) == branches
 
 
 def cache_feed(cache) -> dict[str, np.ndarray]:

@@ -14,7 +14,8 @@ erasing, the notes); ``matching`` the rules' shared reading of the graph, ``edit
 the one way they make nodes:
 
 - ``group_query_attention``: attention over a KV cache input, with a mask built from the
-  model input ``FusionTarget.causal_mask`` names, as onnxruntime's ``GroupQueryAttention``;
+  model input ``FusionTarget.causal_mask`` names, as onnxruntime's ``GroupQueryAttention``
+  (a sliding layer's window, read from its mask by ``window_mask``, as ``local_window_size``);
 - ``attention``: scaled-dot-product attention as the standard ``Attention`` (opset 23);
 - ``rotary_embedding``: ``x * cos + rotate_half(x) * sin`` as ``RotaryEmbedding`` (23);
 - ``gelu``: ``aten.gelu`` as ``Gelu`` (opset 20);

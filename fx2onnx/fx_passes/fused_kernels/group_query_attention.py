@@ -6,8 +6,9 @@ target runtime is onnxruntime: the cache's update moves into the kernel, which w
 new tokens in place when the runtime gives past and present one buffer, and the mask's
 padding (left, right or anywhere) becomes the kernel's attention bias
 (``onnx_passes/cached_attention_guard`` adds the exact form for the steps onnxruntime's
-kernel refuses). The rule comes before ``attention`` in the table: where it refuses, the
-standard ``Attention`` takes the node, with a note saying why.
+kernel refuses). A sliding layer's mask (a window of held tokens, ``window_mask``) gives
+the kernel its window, ``local_window_size``. The rule comes before ``attention`` in the
+table: where it refuses, the standard ``Attention`` takes the node, with a note saying why.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fx2onnx.fx_passes.fused_kernels.matching import (
     FUSED_KERNELS_OPSET, ONNXRUNTIME, FusionRule, FusionTarget, Match, Refusal, Replacements, heads_merge,
     is_heads_transpose, merged_heads, node_value, split_heads,
 )
+from fx2onnx.fx_passes.fused_kernels.window_mask import held_token_window
 from fx2onnx.fx_passes.remove_identity_views import same_size
 
 _aten = torch.ops.aten
@@ -51,12 +53,31 @@ class _PackedHeads:
     projection: torch.fx.Node | None
     per_head: torch.fx.Node | None
     rotary: torch.fx.Node | None = None
+    norm: torch.fx.Node | None = None  # an RMS norm over each head, applied to ``per_head`` first
+
+
+def _normalized_after_split(node: Any) -> _PackedHeads | None:
+    """``node`` as an RMS norm over each head applied after the heads were split from a
+    projection (Gemma 3's query and key norms), maybe cast to its own dtype: the norm
+    over the head's last dim is the same before the transpose, on (B, S, heads, D)."""
+    if isinstance(node, torch.fx.Node) and node.target == _aten.type_as.default and node_value(node) is not None \
+            and node_value(node.args[0]) is not None and node_value(node).dtype == node_value(node.args[0]).dtype:
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or node.target != torch.ops.fx2onnx.rms_norm.default or node.args[3] != 1:
+        return None
+    split = node.args[0]
+    if split_heads(split) is None:
+        return None
+    return _PackedHeads(None, split.args[0], norm=node)
 
 
 def _heads_side_by_side(node: Any) -> _PackedHeads | None:
     packed = split_heads(node)
     if packed is not None:
         return _PackedHeads(packed, None)
+    normalized = _normalized_after_split(node)
+    if normalized is not None:
+        return normalized
     if not is_heads_transpose(node) or node_value(node.args[0]) is None:
         return None
     value = node_value(node.args[0])
@@ -70,7 +91,7 @@ def _packed_heads(node: Any) -> _PackedHeads | None:
     it is not of that form."""
     if isinstance(node, torch.fx.Node) and node.target == torch.ops.fx2onnx.rotary.default:
         inner = _heads_side_by_side(node.args[0])
-        return None if inner is None else _PackedHeads(inner.projection, inner.per_head, node)
+        return None if inner is None else _PackedHeads(inner.projection, inner.per_head, node, inner.norm)
     return _heads_side_by_side(node)
 
 
@@ -82,6 +103,7 @@ class GroupQueryAttentionMatch(Match):
     merged: torch.fx.Node  # the reshape of the result's heads side by side
     merged_exactly: bool  # into (B, S, heads * D) itself, not another shape of the same elements
     packed: tuple[_PackedHeads, _PackedHeads, _PackedHeads]  # query, new key, new value
+    window: int | None = None  # a sliding layer's window, in held tokens (window_mask.py)
 
 
 def match(node: torch.fx.Node, target: FusionTarget) -> GroupQueryAttentionMatch | Refusal | None:
@@ -96,6 +118,9 @@ def match(node: torch.fx.Node, target: FusionTarget) -> GroupQueryAttentionMatch
         return None
     if operands.mask is not None and node_value(operands.mask).dtype != torch.bool:
         return Refusal("an additive mask (a bias beside the causal mask: the kernel has none)")
+    window = held_token_window(operands.mask, tokens)
+    if isinstance(window, Refusal):
+        return window
     key_cache, value_cache = _appended_cache(operands.key), _appended_cache(operands.value)
     if key_cache is None or value_cache is None:
         return Refusal("key and value are not a model input with the new tokens appended")
@@ -108,7 +133,7 @@ def match(node: torch.fx.Node, target: FusionTarget) -> GroupQueryAttentionMatch
     if packed[0] is None or packed[1] is None or packed[2] is None:
         return Refusal("query, key or value not split from (B, S, heads * D) projections")
     return GroupQueryAttentionMatch(node, operands, tokens, (key_cache, value_cache), merged, merged_heads(node) is merged,
-                                    (packed[0], packed[1], packed[2]))
+                                    (packed[0], packed[1], packed[2]), window)
 
 
 def _make_packed(graph: torch.fx.Graph, packed: _PackedHeads, heads: int) -> torch.fx.Node:
@@ -116,6 +141,9 @@ def _make_packed(graph: torch.fx.Graph, packed: _PackedHeads, heads: int) -> tor
     result = packed.projection
     if result is None:
         per_head = packed.per_head
+        if packed.norm is not None:
+            per_head = new_call(graph, torch.ops.fx2onnx.rms_norm.default, (per_head, *packed.norm.args[1:]), packed.norm,
+                                like=node_value(per_head))
         value = node_value(per_head)
         sizes: list[Any] = []
         for dim, size in enumerate(value.shape[:2]):
@@ -210,6 +238,11 @@ def _query_bias(inputs: _CacheInputs, query: torch.fx.Node, before: torch.fx.Nod
     return expanded
 
 
+def _window_argument(found: GroupQueryAttentionMatch) -> tuple[int, ...]:
+    """The kernel's ``window`` argument: a sliding layer's window, none for a full layer."""
+    return () if found.window is None else (found.window,)
+
+
 def replace(graph: torch.fx.Graph, found: GroupQueryAttentionMatch) -> Replacements:
     """The kernel before the attention, reading the projections, the caches and the mask's
     inputs; its outputs take over the merged result and the grown caches (in place when
@@ -222,7 +255,7 @@ def replace(graph: torch.fx.Graph, found: GroupQueryAttentionMatch) -> Replaceme
     bias = _query_bias(cache_inputs, packed[0], node)
     (past_key, _), (past_value, _) = found.caches
     inputs = (*packed, past_key, past_value, cache_inputs.seqlens, cache_inputs.total, bias, op.scale, op.query_heads,
-              op.key_heads)
+              op.key_heads, *_window_argument(found))
     with graph.inserting_before(node):
         fused = new_call(graph, torch.ops.fx2onnx.cached_attention.default, inputs, node)
         parts = [new_call(graph, operator.getitem, (fused, index), node, like=result)

@@ -38,7 +38,8 @@ class FusionTarget:
     are faster; ``"standard"`` keeps to ONNX's operators. ``causal_mask``: the placeholder
     of a (B, total) input of ones from which every attention mask of the model is built
     as causal attention over the tokens it holds, the new ones last (transformers'
-    decoders); None when the masks are the model's own. ``portable``: the portable target,
+    decoders), a sliding layer's within its window of held tokens (``window_mask``);
+    None when the masks are the model's own. ``portable``: the portable target,
     whose runtimes (OpenVINO, TVM) misread or lack the other kernels, takes only those of
     ``PORTABLE_KERNELS``."""
 

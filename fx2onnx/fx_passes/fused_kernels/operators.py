@@ -100,6 +100,7 @@ def _rotary_3d_fake(x, cos, sin, heads):
 def cached_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor,
     seqlens_k: torch.Tensor, total_length: torch.Tensor, bias: torch.Tensor, scale: float, query_heads: int, key_heads: int,
+    window: int = -1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Causal attention of new tokens over a cache (onnxruntime's ``GroupQueryAttention``).
 
@@ -108,7 +109,9 @@ def cached_attention(
     attention (B, S, query_heads * D) and the caches with the new tokens appended. Sequence
     b holds ``seqlens_k[b] + 1`` tokens in all (``total_length`` at most), the new ones
     last: its query i sits at position ``seqlens_k[b] + 1 - S + i`` and sees the keys up
-    to it, ``bias`` (B, 1, S, total) added to its scores (the padding's keys masked).
+    to it, ``bias`` (B, 1, S, total) added to its scores (the padding's keys masked);
+    with a ``window`` (not -1), only the keys of the last ``window`` positions up to it
+    (the kernel's ``local_window_size``, counted in cache slots).
     """
 
     def split(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -119,6 +122,8 @@ def cached_attention(
     new, total = query.shape[1], present_key.shape[2]
     last_seen = (seqlens_k.long() + 1 - new).view(-1, 1, 1) + torch.arange(new).view(1, -1, 1)
     visible = torch.arange(total).view(1, 1, -1) <= last_seen  # (B, S, total)
+    if window != -1:
+        visible = visible & (last_seen - torch.arange(total).view(1, 1, -1) < window)
     scores_added = torch.where(visible.unsqueeze(1), bias, float("-inf"))
     result = torch.nn.functional.scaled_dot_product_attention(
         split(query, query_heads), present_key, present_value, attn_mask=scores_added, scale=scale,
@@ -128,7 +133,8 @@ def cached_attention(
 
 
 @cached_attention.register_fake
-def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, total_length, bias, scale, query_heads, key_heads):
+def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, total_length, bias, scale, query_heads, key_heads,
+                           window=-1):
     batch, new = query.shape[0], query.shape[1]
     head_size = past_key.shape[-1]
     present = past_key.new_empty((batch, key_heads, past_key.shape[2] + new, head_size))

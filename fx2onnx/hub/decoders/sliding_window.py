@@ -16,7 +16,11 @@ its mask (`masks_by_held_tokens`), built from `attention_mask`:
   token reads) stays finite instead of carrying NaN into the next layer's cache.
 
 The cache then holds every token of the sequence: memory grows with the sequence as a
-full layer's does, the numbers are transformers'.
+full layer's does, the numbers are transformers'. These masks are of the form
+`ExportOptions.causal_mask_input` promises (`causal_within_windows`): where the attention
+is scaled-dot-product attention, each layer becomes onnxruntime's `GroupQueryAttention`,
+a sliding one with its window as `local_window_size` (exact form where a row has padding
+after a held token).
 """
 
 from __future__ import annotations
@@ -39,6 +43,18 @@ def window_of(config: Any) -> int | None:
     if layer_types is not None:
         return int(window) if SLIDING in layer_types else None
     return int(window) if getattr(config, "use_sliding_window", True) else None
+
+
+def causal_within_windows(config: Any) -> bool:
+    """Whether every mask a model of ``config`` reads under :func:`masks_by_held_tokens`
+    is causal over the held tokens, a sliding layer's within its window of held tokens
+    (the form `ExportOptions.causal_mask_input` promises): a window, and no chunked
+    attention, ALiBi or other kind of layer."""
+    layer_types = getattr(config, "layer_types", None)
+    return (
+        window_of(config) is not None and (layer_types is None or set(layer_types) <= {SLIDING, FULL})
+        and getattr(config, "attention_chunk_size", None) is None and not getattr(config, "alibi", False)
+    )
 
 
 def growing_cache(config: Any) -> Any:

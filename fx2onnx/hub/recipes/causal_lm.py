@@ -16,7 +16,7 @@ from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
-from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
+from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
@@ -38,8 +38,9 @@ class CausalLMRecipe(RecipeDefaults):
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
         quantization = request.quantization
-        if decode_step.attends_causally(loaded.config):
-            # its attention is causal over `attention_mask`'s tokens: its cache may be updated in place
+        if decode_step.attends_causally(loaded.config) or causal_within_windows(loaded.config):
+            # its attention is causal over `attention_mask`'s tokens (within each layer's window):
+            # its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
         if quantization is not None:
             # steps of the export's ONNX passes (with the packing of the projections that read

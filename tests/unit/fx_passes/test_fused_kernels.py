@@ -350,13 +350,13 @@ class CachedDecoder(torch.nn.Module):
     """One decoder attention over a KV cache, as decoders write it: projections split
     into heads, the rotary embedding, the new tokens appended to the cache, key/value
     heads repeated, and a boolean mask built from ``attention_mask``: causal, over the
-    tokens it holds."""
+    tokens it holds (within the last ``window`` of them, as a sliding layer's)."""
 
-    def __init__(self, additive_mask: bool = False) -> None:
+    def __init__(self, additive_mask: bool = False, window: int | None = None) -> None:
         super().__init__()
         self.q, self.k, self.v, self.o = torch.nn.Linear(32, 32), torch.nn.Linear(32, 16), torch.nn.Linear(32, 16), torch.nn.Linear(32, 32)
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8), persistent=False)
-        self.additive_mask = additive_mask
+        self.additive_mask, self.window = additive_mask, window
 
     def forward(self, x, attention_mask, position_ids, past_key, past_value):
         b, s, _ = x.shape
@@ -375,6 +375,9 @@ class CachedDecoder(torch.nn.Module):
         total = key.shape[2]
         causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
         mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        if self.window is not None:
+            counts = attention_mask.cumsum(-1)
+            mask = mask & (counts[:, total - s:, None] - counts[:, None, :] < self.window)[:, None]
         if self.additive_mask:
             mask = torch.where(mask, 0.0, float("-inf"))
         repeated = [t[:, :, None].expand(b, 2, 2, total, 8).reshape(b, 4, total, 8) for t in (key, value)]
@@ -471,6 +474,21 @@ def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path, 
     torch.testing.assert_close(actual[0], expected[0], rtol=1e-4, atol=1e-5)
     for present, wanted, buffer in zip(actual[1:], expected[1:], (past_key, past_value)):
         torch.testing.assert_close(present, torch.cat([wanted, buffer[:, :, 8:]], 2), rtol=1e-5, atol=1e-6)
+
+
+def test_a_sliding_window_over_a_cache_is_the_kernels_local_window(tmp_path, module_functions):
+    """A mask narrowed to the last 3 held tokens: the kernel with `local_window_size` 3
+    where no sequence has padding after a held token (none, or on the left), the exact
+    form with the window counted in held tokens otherwise (padding inside the cache, as
+    ONNX Runtime GenAI's right-padded batches have); every step of STEPS equals the model."""
+    torch.manual_seed(0)
+    model = CachedDecoder(window=3).eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=module_functions)
+    check_saved_model(program, tmp_path / "m.onnx")
+    windows = [a.i for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"
+               for a in n.attribute if a.name == "local_window_size"]
+    assert windows == [3, 3]  # the kernel without the bias and with it
+    _check_steps(program, model)
 
 
 @pytest.mark.parametrize(("model", "options", "note"), [

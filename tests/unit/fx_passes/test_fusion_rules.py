@@ -285,10 +285,11 @@ def test_attention_the_kernel_cannot_take_is_refused_with_the_reason(fn, reason)
 
 
 # -- attention over a cache (GroupQueryAttention) -------------------------------------------------
-def _decoder(additive: bool = False):
+def _decoder(additive: bool = False, window: int | None = None, window_compare=operator.lt):
     """One decoder attention over a KV cache: (B, S, heads * 8) projections split into
     heads, the new tokens appended to the cache inputs, key/value heads repeated, and a
-    boolean (or ``additive``) mask built from ``attention_mask``: causal, over its tokens."""
+    boolean (or ``additive``) mask built from ``attention_mask``: causal, over its tokens
+    (within a ``window`` of them: their counts' difference compared by ``window_compare``)."""
 
     def decode(q, k, v, attention_mask, past_key, past_value):
         b, s, _ = q.shape
@@ -300,6 +301,9 @@ def _decoder(additive: bool = False):
         total = key.shape[2]
         causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
         mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        if window is not None:
+            counts = attention_mask.cumsum(-1)
+            mask = mask & window_compare(counts[:, total - s:, None] - counts[:, None, :], window)[:, None]
         if additive:
             mask = torch.where(mask, 0.0, float("-inf"))
         out = F.scaled_dot_product_attention(heads(q, 4), _repeat_kv(key), _repeat_kv(value), attn_mask=mask)
@@ -333,6 +337,37 @@ def test_attention_over_a_cache_is_matched_and_replaced_by_group_query_attention
     assert not _calls(graph_module, _aten.scaled_dot_product_attention.default) and not _calls(graph_module, _aten.cat.default)
     for got, want in zip(graph_module(*args), expected):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("padding", [0, 3])
+def test_a_sliding_window_of_held_tokens_is_the_kernels_local_window(padding):
+    """A mask narrowed to the last 4 held tokens of each query (a sliding layer's):
+    the kernel's window, which computes the same for a row padded on the left."""
+    args = list(_decoder_inputs())
+    args[3][1, :padding] = 0
+    graph_module = _graph(_decoder(window=4), *args)
+    sdpa = _anchor(graph_module, _aten.scaled_dot_product_attention.default)
+    found = _assert_untouched_by_match(group_query_attention.match, graph_module, sdpa, CACHE_TARGET)
+    assert isinstance(found, group_query_attention.GroupQueryAttentionMatch) and found.window == 4
+    expected = graph_module(*args)
+    context = DiagnosticContext("fx2onnx", "test", DiagnosticOptions())
+    assert fuse_kernels(graph_module, FUSED_KERNELS_OPSET, context, True, CACHE_TARGET) == 1
+    (call,) = _calls(graph_module, _fx2onnx.cached_attention.default)
+    assert call.args[8:] == (1 / math.sqrt(8), 4, 2, 4)
+    sees = args[3].cumsum(1)[:, -3:] > 0
+    got = graph_module(*args)
+    torch.testing.assert_close(got[0][sees], expected[0][sees])
+    for present, want in zip(got[1:], expected[1:]):
+        torch.testing.assert_close(present, want)
+
+
+def test_held_tokens_counted_in_another_form_are_refused():
+    """A count of held tokens that is not one window (`<=` here: the kernel's window is
+    `<`) stays the standard Attention, with the reason."""
+    graph_module = _graph(_decoder(window=4, window_compare=operator.le), *_decoder_inputs())
+    sdpa = _anchor(graph_module, _aten.scaled_dot_product_attention.default)
+    reason = "a mask that counts the held tokens otherwise than one sliding window"
+    assert _assert_untouched_by_match(group_query_attention.match, graph_module, sdpa, CACHE_TARGET) == Refusal(reason)
 
 
 def test_attention_over_a_cache_with_an_additive_mask_is_refused_and_becomes_the_standard_attention():
