@@ -62,11 +62,11 @@ def _skip_add(norm: ir.Node) -> ir.Node | None:
     return add
 
 
-def _fuse(graph: ir.Graph | ir.Function, add: ir.Node, norm: ir.Node) -> None:
+def _fuse(graph: ir.Graph | ir.Function, add: ir.Node, norm: ir.Node, index: int) -> None:
     epsilon = float(_attribute(norm, "epsilon", 1e-5))  # ONNX's default
     fused = ir.node("SkipSimplifiedLayerNormalization", [add.inputs[0], add.inputs[1], norm.inputs[1]],
                     attributes={"epsilon": epsilon}, domain=ONNXRUNTIME_DOMAIN, num_outputs=4,
-                    name=f"{norm.name or 'RMSNormalization'}/skip")
+                    name=f"{norm.name}/skip" if norm.name else f"SkipSimplifiedLayerNormalization_{index}")
     graph.insert_before(norm, fused)
     for replacing, old in ((fused.outputs[0], norm.outputs[0]), (fused.outputs[_SUM], add.outputs[0])):
         replacing.type, replacing.shape = old.type, old.shape
@@ -87,10 +87,10 @@ def fuse_skip_normalizations(model: ir.Model) -> int:
             if add is not None:
                 pairs.setdefault(id(add), (add, norm))
         for add, norm in pairs.values():
-            _fuse(graph, add, norm)
+            _fuse(graph, add, norm, fused)
+            fused += 1
         if pairs and isinstance(graph, ir.Function):
             graph.opset_imports.setdefault(ONNXRUNTIME_DOMAIN, 1)
-        fused += len(pairs)
     if fused:
         model.opset_imports.setdefault(ONNXRUNTIME_DOMAIN, 1)
     return fused
