@@ -132,6 +132,9 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     # If, for the steps onnxruntime's kernel refuses)
     assert (kernels["GroupQueryAttention"], kernels["Attention"]) == ((0, 2) if windowed else (4, 2))
     assert kernels["RotaryEmbedding"] == (0 if family == "gpt2" else 4)
+    # each residual Add and the RMS norm of its sum as one kernel: after the attention of
+    # both layers, before the second and before the head (the first norm reads the embedding)
+    assert kernels["SkipSimplifiedLayerNormalization"] == (0 if family == "gpt2" else 4)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     tokens, encoded = generate_with_genai(out, prompt_ids, 16)
     assert encoded == prompt_ids
