@@ -19,7 +19,7 @@ families) and a short question, and after the same with 150 repetitions of the q
 first generated token to the last, over the tokens. Rounds are interleaved (every folder once per round, in a rotated
 order) and medians reported, with each folder's tokens per second over Qwen2.5-VL's.
 
-    flock /tmp/fx2onnx-heavy.lock python bench/vlm_decode_speed.py [--rounds 5] [--json out.json]
+    flock /tmp/fx2onnx-heavy.lock python bench/vlm_decode_speed.py [--rounds 5] [--json out.json] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -131,13 +131,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", type=Path, help="write the sources and folders here (default: a temporary folder)")
     args = parser.parse_args(argv)
     import onnxruntime_genai as og
     from PIL import Image
 
     tests = _vlm_tests()
     with tempfile.TemporaryDirectory(prefix="fx2onnx-vlm-speed-") as scratch:
-        root = Path(scratch)
+        root = args.keep or Path(scratch)
+        root.mkdir(parents=True, exist_ok=True)
         write_qwen(tests, root / "qwen-source")
         write_gemma(tests, root / "gemma-source")
         export(root / "qwen-source", root / "qwen2_5_vl", image_size=QWEN_IMAGE_SIZE)
