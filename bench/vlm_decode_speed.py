@@ -51,6 +51,7 @@ def _vlm_tests() -> Any:
     sys.path[:0] = [str(tests), str(tests / "e2e")]  # its conftest helpers
     spec = importlib.util.spec_from_file_location("vlm_tests", tests / "e2e" / "test_export_hf_vision_language.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
