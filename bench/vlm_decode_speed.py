@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         root.mkdir(parents=True, exist_ok=True)
         write_qwen(tests, root / "qwen-source")
         write_gemma(tests, root / "gemma-source")
-        export(root / "qwen-source", root / "qwen2_5_vl", image_size=QWEN_IMAGE_SIZE)
+        export(root / "qwen-source", root / "qwen2_5_vl")
         export(root / "gemma-source", root / "gemma3")
         export(root / "gemma-source", root / "gemma3-masks", fused_text_steps=False)
         image = root / "image.png"
