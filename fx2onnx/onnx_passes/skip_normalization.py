@@ -49,6 +49,8 @@ def _skip_add(norm: ir.Node) -> ir.Node | None:
     add = None if source is None else source.producer()
     if add is None or (add.domain, add.op_type) != ("", "Add") or source.dtype not in _KERNEL_TYPES:
         return None
+    if add.graph is not norm.graph:  # a sub-graph's norm of an outer sum: the Add stays outside
+        return None
     first, second = add.inputs
     if first is None or second is None or not _same_shape(first, second) or first.shape.rank() not in (2, 3):
         return None

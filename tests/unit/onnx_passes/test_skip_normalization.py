@@ -91,3 +91,19 @@ def test_norm_in_another_precision_or_over_more_axes_stays() -> None:
     model = ir.serde.deserialize_model(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 23)]))
     assert fuse_skip_normalizations(model) == 0
     assert [node.op_type for node in model.graph] == ["Add", "RMSNormalization", "Add", "RMSNormalization"]
+
+
+def test_norm_in_a_branch_of_an_outer_sum_stays() -> None:
+    """The sum is computed outside the If that normalizes it: the Add stays where it is."""
+    info = oh.make_tensor_value_info
+    norm = oh.make_node("RMSNormalization", ["s", "scale"], ["n"])
+    branch = oh.make_graph([norm], "branch", [], [info("n", onnx.TensorProto.FLOAT, [2, 4, D])])
+    nodes = [oh.make_node("Add", ["x", "y"], ["s"]),
+             oh.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)]
+    graph = oh.make_graph(nodes, "g", [info(n, onnx.TensorProto.FLOAT, [2, 4, D]) for n in ("x", "y")]
+                          + [info("c", onnx.TensorProto.BOOL, [])], [info("out", onnx.TensorProto.FLOAT, [2, 4, D])],
+                          [onnx.numpy_helper.from_array(np.ones(D, np.float32), "scale")])
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(
+        oh.make_model(graph, opset_imports=[oh.make_opsetid("", 23)])))
+    assert fuse_skip_normalizations(model) == 0
+    assert [node.op_type for node in model.graph] == ["Add", "If"]
