@@ -7,6 +7,9 @@ as given) on one new token over a cache of ``--past`` positions; the step is rep
 ``--steps`` times, the folders interleaved, and the profiler's node events are summed by
 operator type: time per step, node count, share of the step. The graphs' operator counts
 name the structural differences (packed projections, fused normalizations, the logits).
+Each step's CPU time on the calling thread (where onnxruntime runs with one intra-op
+thread) is compared step by step with the builder's: a ratio a loaded machine moves less
+than the wall clock.
 
     flock /tmp/fx2onnx-heavy.lock python bench/int4_decode_profile.py [--past 128] [--steps 20] [--threads 2] \\
         [--markdown out.md] [--keep DIR]
@@ -18,6 +21,7 @@ import argparse
 import collections
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +72,15 @@ def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scrat
         sessions[name] = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         feeds[name] = _feeds(sessions[name], decoder, past)
         sessions[name].run(None, feeds[name])  # warm up (its events are dropped below)
+    # the calling thread's CPU time per step: onnxruntime runs on it with one intra-op thread,
+    # so other jobs on a shared machine inflate it far less than the wall clock
+    cpu: dict[str, list[float]] = collections.defaultdict(list)
     for _ in range(steps):
         for name, session in sessions.items():
+            started = time.thread_time()
             session.run(None, feeds[name])
+            cpu[name].append(time.thread_time() - started)
+    reference = list(sessions)[-1]
     results = {}
     for name, session in sessions.items():
         events = json.loads(Path(session.end_profiling()).read_text())
@@ -89,7 +99,8 @@ def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scrat
         measured = len(runs) - 1
         step_us = float(np.median([r["dur"] for r in runs[1:]]))
         slowest = sorted(by_node.items(), key=lambda item: -item[1])[:8]
-        results[name] = {"step_us": step_us, "ops": {op: (total / measured, count // measured)
+        results[name] = {"step_us": step_us, "cpu_us": float(np.median(cpu[name])) * 1e6,
+                         "cpu_ratio": float(np.median(np.array(cpu[name]) / np.array(cpu[reference]))), "ops": {op: (total / measured, count // measured)
                                                      for op, (total, count) in by_type.items()},
                          "slowest_nodes": [(node, total / measured) for node, total in slowest]}
     return results
@@ -108,6 +119,8 @@ def markdown(results: dict[str, Any]) -> str:
             cells.append(f"{time_us:.0f} ({count})" if count else "-")
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
     lines.append("| **step (median model_run)** | " + " | ".join(f"**{results[n]['step_us']:.0f}**" for n in names) + " |")
+    lines.append(f"| **step, thread CPU time (median; per-step ratio to {names[-1]})** | "
+                 + " | ".join(f"**{results[n]['cpu_us']:.0f} ({results[n]['cpu_ratio']:.3f}x)**" for n in names) + " |")
     return "\n".join(lines)
 
 

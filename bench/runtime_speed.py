@@ -14,11 +14,13 @@ random weights, one `save_pretrained` folder each) are exported by
 - ``fx2onnx-functions``: `export-hf --module-functions` (each module call an ONNX function,
   which the runtime inlines when it loads the model);
 - ``builder``: `python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32 -e cpu`;
+- ``fx2onnx-int4`` and ``builder-int4``: the same with int4 weights (`export-hf --precision
+  int4`, the builder's ``-p int4``), each compared with the other;
 
 and run in the same ONNX Runtime GenAI loop: a prompt of 128 and of 1024 tokens
 (prefill time), then 64 greedy tokens (decode ms/token). Rounds are interleaved
 (every contender once per round, in a rotated order) and medians reported; the greedy
-tokens of every contender are compared with fx2onnx's.
+tokens of every contender are compared with the first contender's of the same precision.
 
 Encoders (a BERT-style model at sequence 128 and 512, a ViT at 224x224; batch 1) are
 exported by fx2onnx (`dynamo_export` at opset 18, its default, and at 23, export-hf's) and
@@ -52,7 +54,8 @@ LLM_COMMON = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, 
                   num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, bos_token_id=1, eos_token_id=2)
 PROMPTS = (128, 1024)
 NEW_TOKENS = 64
-LLM_EXPORTERS = ("fx2onnx", "fx2onnx-standard", "fx2onnx-opset18", "fx2onnx-functions", "builder")
+LLM_EXPORTERS = ("fx2onnx", "fx2onnx-standard", "fx2onnx-opset18", "fx2onnx-functions", "builder",
+                 "fx2onnx-int4", "builder-int4")
 ENCODER_EXPORTERS = ("fx2onnx-opset18", "fx2onnx-opset23", "torch.onnx.export")
 
 
@@ -88,17 +91,24 @@ def write_llm_folder(config: Any, folder: Path) -> None:
     transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>").save_pretrained(folder)
 
 
+def _precision(exporter: str) -> str:
+    """The weights' precision a contender's name says (``-int4``, ``-int8``), float32 otherwise."""
+    return next((p for p in ("int4", "int8") if f"-{p}" in exporter), "fp32")
+
+
 def _export_llm(exporter: str, source: Path, out: Path) -> float:
     started = time.perf_counter()
-    if exporter == "builder":
+    precision = _precision(exporter)
+    if exporter.startswith("builder"):
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out),
-                   "-p", "fp32", "-e", "cpu", "-c", str(out.parent / "builder-cache")]
+                   "-p", precision, "-e", "cpu", "-c", str(out.parent / f"builder-cache-{precision}")]
         subprocess.run(command, check=True, capture_output=True, text=True)
     else:
         from fx2onnx.hub import export_hf
         export_hf(source, out, opset=18 if exporter.endswith("opset18") else None,
                   runtime="standard" if exporter.endswith("standard") else "onnxruntime",
-                  module_functions=exporter.endswith("functions"))
+                  module_functions=exporter.endswith("functions"),
+                  precision=None if precision == "fp32" else precision)
     return time.perf_counter() - started
 
 
@@ -150,13 +160,14 @@ def time_llm(folders: dict[str, Path], rounds: int) -> dict[str, Any]:
                 prefill, decode, generated = _genai_run(models[name], prompt)
                 samples[name, length].append((prefill, decode))
                 tokens[name, length] = generated
-    reference = next(iter(models))
+    # each contender's tokens against the first contender of its precision
+    reference = {name: next(n for n in models if _precision(n) == _precision(name)) for name in models}
     return {
         name: {
             length: {
                 "prefill_ms": statistics.median(p for p, _ in samples[name, length]),
                 "decode_ms_per_token": statistics.median(d for _, d in samples[name, length]),
-                "tokens_equal_to_" + reference: tokens[name, length] == tokens[reference, length],
+                "tokens_equal_to_" + reference[name]: tokens[name, length] == tokens[reference[name], length],
             }
             for length in PROMPTS
         }
@@ -247,8 +258,9 @@ def markdown(results: dict[str, Any]) -> str:
              "| model | exporter | " + " | ".join(f"prefill {n} | decode after {n} (ms/token)" for n in PROMPTS) + " | tokens equal |",
              "|---|---|" + "---:|---:|" * len(PROMPTS) + "---|"]
     for model, result in results["llms"].items():
-        builder = result["timing"].get("builder")
         for exporter, timing in result["timing"].items():
+            # the builder's folder of the same precision
+            builder = result["timing"].get("builder" if _precision(exporter) == "fp32" else f"builder-{_precision(exporter)}")
             cells = []
             for n in PROMPTS:
                 entry, base = timing[n], (builder or {}).get(n)

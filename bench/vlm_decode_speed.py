@@ -19,7 +19,7 @@ families) and a short question, and after the same with 150 repetitions of the q
 first generated token to the last, over the tokens. Rounds are interleaved (every folder once per round, in a rotated
 order) and medians reported, with each folder's tokens per second over Qwen2.5-VL's.
 
-    flock /tmp/fx2onnx-heavy.lock python bench/vlm_decode_speed.py [--rounds 5] [--json out.json]
+    flock /tmp/fx2onnx-heavy.lock python bench/vlm_decode_speed.py [--rounds 5] [--json out.json] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def _vlm_tests() -> Any:
     sys.path[:0] = [str(tests), str(tests / "e2e")]  # its conftest helpers
     spec = importlib.util.spec_from_file_location("vlm_tests", tests / "e2e" / "test_export_hf_vision_language.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
@@ -131,16 +132,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", type=Path, help="write the sources and folders here (default: a temporary folder)")
     args = parser.parse_args(argv)
     import onnxruntime_genai as og
     from PIL import Image
 
     tests = _vlm_tests()
     with tempfile.TemporaryDirectory(prefix="fx2onnx-vlm-speed-") as scratch:
-        root = Path(scratch)
+        root = args.keep or Path(scratch)
+        root.mkdir(parents=True, exist_ok=True)
         write_qwen(tests, root / "qwen-source")
         write_gemma(tests, root / "gemma-source")
-        export(root / "qwen-source", root / "qwen2_5_vl", image_size=QWEN_IMAGE_SIZE)
+        export(root / "qwen-source", root / "qwen2_5_vl")
         export(root / "gemma-source", root / "gemma3")
         export(root / "gemma-source", root / "gemma3-masks", fused_text_steps=False)
         image = root / "image.png"

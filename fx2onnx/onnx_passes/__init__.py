@@ -6,7 +6,8 @@ checker and strict inference (`validate_model`). Weights without data (fake mode
 hidden from the passes and the checker (`fake_weights`). The opset the user asks for is
 reached last, before validation (`opset_conversion`); then the fused kernels, written
 in a domain of their own until the opset is final, join the standard domain
-(`fused_kernel_domain`). On request (`ExportOptions.precision`), linear layers become onnxruntime's weight-only
+(`fused_kernel_domain`); for onnxruntime, a residual addition and the RMS norm of its sum
+become its one kernel (`skip_normalization`). On request (`ExportOptions.precision`), linear layers become onnxruntime's weight-only
 `MatMulNBits` (`weight_quantization`), whose codes are computed from each weight when the
 model is written (`derived_weights`; given to module functions as parameters,
 `derived_arguments`). Every pass walks the model with `model_graphs` and sees through

@@ -4,10 +4,11 @@
 Types first (onnxruntime's kernels), then the optimizer (and, for the portable target,
 batch normalization folded into the layer before it and the nodes that read only
 weights folded), the opset asked for, the fused
-kernels joining the standard domain once the opset is final, onnxruntime's cached
-attention guarded, float8 (which needs opset 19 or newer), the layout the tools look for
-(`TOOL_LAYOUT_STEPS`), the weight quantization asked for (`ExportOptions.precision`:
-weight-only, or an encoder's dynamic int8, and the projections that read one input packed), the outputs of operators ONNX does not know typed where they leave
+kernels joining the standard domain once the opset is final, residual additions and RMS
+norms as onnxruntime's one kernel, onnxruntime's cached attention guarded, float8 (which
+needs opset 19 or newer), the layout the tools look for (`TOOL_LAYOUT_STEPS`), the weight
+quantization asked for (`ExportOptions.precision`: weight-only, or an encoder's dynamic
+int8, and the projections that read one input packed), the outputs of operators ONNX does not know typed where they leave
 a function body, and ONNX's checker last.
 """
 
@@ -29,6 +30,7 @@ from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.packed_projections import pack_projections
+from fx2onnx.onnx_passes.skip_normalization import fuse_skip_normalizations
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
 from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
 from fx2onnx.onnx_passes.validate_model import validate_model
@@ -90,6 +92,9 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("convert_to_opset", _convert_to_opset, stage="opset conversion"),
     # the opset is final: the kernels join the standard domain
     Step("lower_fused_kernels", lambda state: lower_fused_kernels(state.model_ir)),
+    # onnxruntime's kernel for a residual Add and the RMS norm of its sum
+    Step("fuse_skip_normalizations", lambda state: fuse_skip_normalizations(state.model_ir),
+         when=lambda state: state.options.runtime == "onnxruntime" and state.options.fused_kernels),
     # onnxruntime's kernel where it runs, the exact form elsewhere
     Step("guard_group_query_attention", lambda state: guard_group_query_attention(state.model_ir)),
     # after the opset is final: float8 needs 19 or newer

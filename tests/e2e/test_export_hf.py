@@ -134,6 +134,9 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     windows = [a.i for node in nodes if node.op_type == "GroupQueryAttention" for a in node.attribute if a.name == "local_window_size"]
     assert windows == ([4096] * 4 if family == "mistral" else [])
     assert kernels["RotaryEmbedding"] == (0 if family == "gpt2" else 4)
+    # each residual Add and the RMS norm of its sum as one kernel: after the attention of
+    # both layers, before the second and before the head (the first norm reads the embedding)
+    assert kernels["SkipSimplifiedLayerNormalization"] == (0 if family == "gpt2" else 4)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     tokens, encoded = generate_with_genai(out, prompt_ids, 16)
     assert encoded == prompt_ids
