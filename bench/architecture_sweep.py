@@ -34,7 +34,6 @@ import resource
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -139,27 +138,105 @@ def _node_count(folder: Path) -> int:
     return total
 
 
-def _cause(error: BaseException) -> str:
-    """The first line of an error (of the error it was raised from, when it says more),
-    without the colours, numbers and names that vary by pair."""
-    while error.__cause__ is not None and type(error).__name__ in ("OnnxExporterError", "TorchExportError"):
-        error = error.__cause__
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+def _first_line(text: str) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    lines = [part.strip() for part in text.splitlines() if part.strip()]
+    # an export's failure: its first diagnostic (`- [FXE0011] No ONNX function ...`), not the heading
+    line = next((part[2:] for part in lines if part.startswith("- [")), lines[0] if lines else "")
+    line = re.sub(r"\(at [^)]*\)", "", line)
     line = re.sub(r"/tmp/\S+", "<path>", line)
-    line = re.sub(r"\b\d+\b", "N", line)
-    return f"{type(error).__name__}: {line[:200]}"
+    return re.sub(r"\b\d+\b", "N", line).strip()
 
 
-def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) -> dict[str, Any]:
-    """torch.onnx.export(..., dynamo=True) of the same module on the same example inputs."""
-    import onnxruntime as ort
+def _cause(error: BaseException) -> str:
+    """``Class: first line`` of an error (of the error it was raised from, when that says more),
+    without the colours, numbers, paths and source lines that vary by pair."""
+    while error.__cause__ is not None and type(error).__name__ in ("TorchExportError", "CaptureError"):
+        error = error.__cause__
+    return f"{type(error).__name__}: {_first_line(str(error))[:200]}"
 
+
+def _places(error: BaseException) -> tuple[str, str]:
+    """Where ``error`` was raised: the library of its innermost frame among those named, and
+    the part of fx2onnx that called into it ("export-hf" for fx2onnx/hub, "exporter", or "")."""
+    import traceback as tb
+
+    while error.__cause__ is not None and type(error).__name__ in ("TorchExportError", "CaptureError"):
+        error = error.__cause__
+    where, via = "other", ""
+    for frame in tb.extract_tb(error.__traceback__):
+        path = frame.filename.replace(os.sep, "/")
+        for marker, name in (("/fx2onnx/hub/", "export-hf"), ("/fx2onnx/", "exporter"), ("/dispatcher/", "exporter"),
+                             ("/transformers/", "transformers"), ("/onnxruntime/", "onnxruntime"),
+                             ("/onnxscript/", "onnxscript"), ("/torch/", "torch"), ("/onnx/", "onnx")):
+            if marker in path:
+                where = name
+                via = name if name in ("export-hf", "exporter") else via
+                break
+    return where, via
+
+
+def _failure(error: BaseException) -> dict[str, str]:
+    where, via = _places(error)
+    return {"cause": _cause(error), "where": where, "via": via}
+
+
+# the classes of failure the scoreboard counts, in the order it lists them
+CATEGORIES = {
+    "not built": "the tiny model cannot be built (transformers refuses the shrunk config or needs a library)",
+    "transformers fails": "transformers' own forward fails on the tiny model and its example inputs",
+    "export-hf": "export-hf (fx2onnx/hub) refuses the pair or fails before or after the export",
+    "capture": "torch.export cannot capture the model",
+    "unsupported operator": "an operator without an ONNX function",
+    "translation": "the translation or an ONNX pass fails",
+    "onnxruntime": "onnxruntime cannot load or run the model",
+    "differs": "exported, but onnxruntime's outputs differ from transformers' beyond the tolerance",
+    "time limit": "the pair reached the sweep's time limit",
+    "crash": "the pair's process died",
+    "other": "any other error",
+}
+
+
+def classify(record: dict[str, Any]) -> str | None:
+    """The class of a pair's failure (None for a pair exported and exact)."""
+    status, cause = record["status"], record.get("cause", "")
+    where, via = record.get("where", ""), record.get("via", "")
+    if status == "not built":
+        return "not built"
+    if status == "exported":
+        return None if record.get("exact") else "differs"
+    if cause.startswith("time limit"):
+        return "time limit"
+    if cause.startswith("child died"):
+        return "crash"
+    if record.get("eager_cause"):
+        return "transformers fails"
+    if any(rule in cause for rule in ("FXE0011", "FXE0012", "FXE0016", "No ONNX function")):
+        return "unsupported operator"
+    if where == "onnxruntime" or "FolderRunError" in cause:
+        return "onnxruntime"
+    if "FXE0017" in cause or cause.startswith("CaptureError") or (via == "exporter" and where in ("torch", "transformers")):
+        return "capture"
+    if "FXE00" in cause or via == "exporter":
+        return "translation"
+    if via == "export-hf":
+        return "export-hf"
+    return "other"
+
+
+def task_inputs(task: str, config: Any, model: torch.nn.Module) -> tuple[Any, tuple[str, ...]] | None:
+    """The example inputs of ``task`` (a function of the size, 0 or 1) that forward takes,
+    and the outputs compared; None for a task without them."""
     from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, example_inputs, text_inputs
 
-    if task in ("text-generation",):
+    if task == "text-generation":
         make = lambda size: text_inputs(config, model, size)  # noqa: E731
         names: tuple[str, ...] = ("logits",)
+    elif task == "text2text-generation":  # the whole model in one pass: the encoder and the decoder's prompt
+        def make(size: int) -> dict[str, torch.Tensor]:
+            inputs = text_inputs(config, model, size)
+            return {**inputs, "decoder_input_ids": inputs["input_ids"][:, :4]}
+        names = ("logits",)
     elif task in PIPELINE_TASKS:
         make = lambda size: example_inputs(task, config, model, size)  # noqa: E731
         names = PIPELINE_TASKS[task].outputs
@@ -170,15 +247,28 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
         make = lambda size: text_inputs(config, model, size)  # noqa: E731
         names = ("last_hidden_state",)
     else:
-        return {"torch_onnx": "not compared"}
+        return None
     parameters = inspect.signature(model.forward).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    make_all = make
-    make = lambda size: {k: v for k, v in make_all(size).items() if takes_any or k in parameters}  # noqa: E731
+    return (lambda size: {k: v for k, v in make(size).items() if takes_any or k in parameters}), names
+
+
+def _without_cache(model: torch.nn.Module) -> dict[str, bool]:
+    # as export-hf exports the tasks of one pass
+    return {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+
+
+def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) -> dict[str, Any]:
+    """torch.onnx.export(..., dynamo=True) of the same module on the same example inputs."""
+    import onnxruntime as ort
+
+    found = task_inputs(task, config, model)
+    if found is None:
+        return {"torch_onnx": "not compared"}
+    make, names = found
     inputs = make(0)
     auto = torch.export.Dim.AUTO
-    # without a cache, as export-hf exports the tasks of one pass
-    extra = {"use_cache": False} if "use_cache" in parameters else {}
+    extra = _without_cache(model)
     dynamic = {**{k: {i: auto for i in range(v.dim())} for k, v in inputs.items()}, **{k: None for k in extra}}
     started = time.perf_counter()
     try:
@@ -237,13 +327,17 @@ def run_pair(
             model = getattr(transformers, class_name)(config).eval()
             model.save_pretrained(scratch / "source")
         except Exception as error:  # noqa: BLE001
-            record.update(status="not built", cause=_cause(error))
+            record.update(status="not built", **_failure(error))
+            record["category"] = classify(record)
             return record
+        eager_cause = _eager_failure(task, config, model)
         started = time.perf_counter()
         try:
             result = export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16)
         except Exception as error:  # noqa: BLE001
-            record.update(status="failed", cause=_cause(error), seconds=time.perf_counter() - started)
+            record.update(status="failed", **_failure(error), seconds=time.perf_counter() - started)
+            if eager_cause:  # transformers' forward fails as well: its cause is the pair's
+                record["eager_cause"] = eager_cause
         else:
             verification = result.verification
             record.update(
@@ -252,6 +346,7 @@ def run_pair(
                 nodes=_node_count(scratch / "out"),
             )
         record["peak_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
+        record["category"] = classify(record)
         if on_export is not None:  # export-hf's result, kept should torch.onnx.export reach the time limit
             on_export(dict(record))
         if compare:
@@ -262,12 +357,26 @@ def run_pair(
     return record
 
 
+def _eager_failure(task: str, config: Any, model: torch.nn.Module) -> str | None:
+    """The cause when transformers' own forward fails on the example inputs (None when it runs)."""
+    found = task_inputs(task, config, model)
+    if found is None:
+        return None
+    try:
+        with torch.no_grad():
+            model(**found[0](0), **_without_cache(model))
+    except Exception as error:  # noqa: BLE001 - recorded as the pair's cause
+        return _cause(error)
+    return None
+
+
 def _child(queue: Any, task: str, model_type: str, class_name: str, compare: bool) -> None:
     try:
         queue.put(run_pair(task, model_type, class_name, compare, queue.put))
     except BaseException as error:  # noqa: BLE001 - reported to the parent
-        queue.put({"task": task, "model_type": model_type, "architecture": class_name, "status": "failed",
-                   "cause": _cause(error), "traceback": traceback.format_exc()[-2000:]})
+        record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed",
+                  **_failure(error)}
+        queue.put({**record, "category": classify(record)})
 
 
 def run_in_child(task: str, model_type: str, class_name: str, compare: bool, limit: float) -> dict[str, Any]:
@@ -292,6 +401,7 @@ def run_in_child(task: str, model_type: str, class_name: str, compare: bool, lim
     if record is None:
         cause = f"time limit ({limit:.0f} s)" if time.perf_counter() - started >= limit else f"child died ({child.exitcode})"
         record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed", "cause": cause}
+    record["category"] = classify(record)
     return record
 
 
@@ -301,11 +411,32 @@ def _done(results: Path) -> set[tuple[str, str]]:
     return {(r["task"], r["architecture"]) for r in map(json.loads, results.read_text().splitlines()) if r}
 
 
-def sampled(pairs: list[tuple[str, str]], count: int | None) -> list[tuple[str, str]]:
-    """``count`` pairs spread evenly over the alphabetical list (all of them without a count)."""
-    if count is None or count >= len(pairs):
-        return pairs
-    return [pairs[round(i * (len(pairs) - 1) / max(count - 1, 1))] for i in range(count)]
+# the tasks whose pairs come first, taken in turn (the bar of 90% exported and exact is theirs)
+PRIORITY_TASKS = (
+    "text-generation", "text-classification", "token-classification", "question-answering", "fill-mask",
+    "image-classification", "text2text-generation",
+)
+
+
+def _spread(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The pairs in a fixed shuffled order, so that a sweep stopped early has sampled each
+    task evenly rather than its first letters."""
+    import random
+
+    shuffled = list(pairs)
+    random.Random(0).shuffle(shuffled)
+    return shuffled
+
+
+def sweep_order(task_names: list[str], per_task: int | None = None) -> list[tuple[str, str, str]]:
+    """(task, model type, class) in the order the sweep runs them: the priority tasks' pairs
+    in turn, one of each task after another, then the other tasks' pairs in turn."""
+    def in_turn(tasks: list[str]) -> list[tuple[str, str, str]]:
+        queues = [[(task, *pair) for pair in _spread(pairs_of(task))[:per_task]] for task in tasks]
+        return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+
+    first = [task for task in PRIORITY_TASKS if task in task_names]
+    return in_turn(first) + in_turn([task for task in task_names if task not in first])
 
 
 def sweep(
@@ -313,18 +444,18 @@ def sweep(
 ) -> None:
     done = _done(results)
     started = time.perf_counter()
-    for task in task_names:
-        for model_type, class_name in sampled(pairs_of(task), per_task):
-            if (task, class_name) in done:
-                continue
-            if budget is not None and time.perf_counter() - started > budget:
-                print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
-                return
-            record = run_in_child(task, model_type, class_name, compare, limit)
-            with results.open("a") as file:
-                file.write(json.dumps(record) + "\n")
-            print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
-                  f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
+    commit = _commit()
+    for task, model_type, class_name in sweep_order(task_names, per_task):
+        if (task, class_name) in done:
+            continue
+        if budget is not None and time.perf_counter() - started > budget:
+            print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
+            return
+        record = {**run_in_child(task, model_type, class_name, compare, limit), "commit": commit}
+        with results.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+        print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
+              f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
 
 
 # ---- the scoreboard ----------------------------------------------------------------------------------------------
@@ -451,7 +582,8 @@ def main() -> None:
     parser.add_argument("--per-task", type=int, default=None, help="at most this many architectures per task, spread evenly")
     parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison")
     parser.add_argument("--report", action="store_true", help="write docs/scoreboard.md from the results")
-    parser.add_argument("--report-only", action="store_true", help="write the scoreboard without running pairs")
+    parser.add_argument("--write-docs", "--report-only", dest="write_docs", action="store_true",
+                        help="write the scoreboard from the results without running pairs")
     args = parser.parse_args()
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in tasks if t not in TASK_MAPPINGS]
@@ -459,9 +591,9 @@ def main() -> None:
         parser.error(f"unknown task(s) {', '.join(unknown)}: one of {', '.join(TASK_MAPPINGS)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
-    if not args.report_only:
+    if not args.write_docs:
         sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task)
-    if args.report or args.report_only:
+    if args.report or args.write_docs:
         print(report(args.results, ROOT / "docs" / "scoreboard.md"))
 
 
