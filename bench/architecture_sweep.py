@@ -96,14 +96,27 @@ def pairs_of(task: str) -> list[tuple[str, str]]:
     return sorted((model_type, name) for name, model_type in found.items())
 
 
-def _shrunk_values(config: Any) -> dict[str, Any]:
-    """The config's values to give its constructor again, shrunk (sub-configs as dicts)."""
+# what a second and a third try at a tiny model shrink, when a config refuses SMALL whole
+# (a width it derives from another, heads that must divide a width): the widths kept, then
+# the depth, the vocabulary and the labels alone
+_HEADS = {"num_attention_heads", "num_key_value_heads", "head_dim", "num_heads", "n_head", "d_kv",
+          "encoder_attention_heads", "decoder_attention_heads"}
+_DEPTH = {"num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "vocab_size",
+          "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+          "num_local_experts", "num_experts", "num_experts_per_tok"}
+SHRINK_LEVELS = {"small": frozenset(SMALL), "heads kept": frozenset(SMALL) - _HEADS, "depth only": frozenset(_DEPTH)}
+# the most parameters a tiny model may have when only its depth is shrunk
+_MOST_PARAMETERS = 20_000_000
+
+
+def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict[str, Any]:
+    """The config's values of ``keys`` to give its constructor again, shrunk (sub-configs as dicts)."""
     values: dict[str, Any] = {}
     for key, current in vars(config).items():
         if hasattr(current, "to_dict") and hasattr(current, "model_type"):
-            values[key] = {**current.to_dict(), **_shrunk_values(current)}
+            values[key] = {**current.to_dict(), **_shrunk_values(current, keys)}
             continue
-        if key not in SMALL or isinstance(getattr(type(config), key, None), property):
+        if key not in keys or isinstance(getattr(type(config), key, None), property):
             continue
         value = SMALL[key]
         # lists stay (hierarchical widths); numbers only ever shrink; token ids within the vocabulary
@@ -112,20 +125,41 @@ def _shrunk_values(config: Any) -> dict[str, Any]:
         elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
             values[key] = value
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
-    if isinstance(getattr(config, "layer_types", None), list) and isinstance(layers, int):
-        values["layer_types"] = config.layer_types[:layers]
+    kinds = getattr(config, "layer_types", None)
+    if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), "layer_types", None), property):
+        values["layer_types"] = kinds[:layers]
     return values
 
 
-def small_config(model_type: str, class_name: str) -> Any:
+def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL)) -> Any:
     """The architecture's config class, built again with shrunk sizes (so that what its
     constructor derives from them, backbone stages or layer types, follows)."""
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
-    config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config))
+    config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config, keys))
     config.architectures = [class_name]
     return config
+
+
+def tiny_model(model_type: str, class_name: str) -> tuple[Any, torch.nn.Module, str]:
+    """The config, the model (random weights, in eval mode) and the shrink level of the first
+    of ``SHRINK_LEVELS`` that builds; the first level's error when none does."""
+    import transformers
+
+    first: Exception | None = None
+    for level, keys in SHRINK_LEVELS.items():
+        try:
+            config = small_config(model_type, class_name, keys)
+            torch.manual_seed(0)
+            model = getattr(transformers, class_name)(config).eval()
+        except Exception as error:  # noqa: BLE001 - the next level is tried; the first error is the cause
+            first = first or error
+            continue
+        if sum(p.numel() for p in model.parameters()) <= _MOST_PARAMETERS or level == "small":
+            return config, model, level
+    assert first is not None
+    raise first
 
 
 def _node_count(folder: Path) -> int:
@@ -322,9 +356,7 @@ def run_pair(
     with tempfile.TemporaryDirectory(prefix="fx2onnx-sweep-") as scratch:
         scratch = Path(scratch)
         try:
-            config = small_config(model_type, class_name)
-            torch.manual_seed(0)
-            model = getattr(transformers, class_name)(config).eval()
+            config, model, record["shrunk"] = tiny_model(model_type, class_name)
             model.save_pretrained(scratch / "source")
         except Exception as error:  # noqa: BLE001
             record.update(status="not built", **_failure(error))
@@ -405,10 +437,21 @@ def run_in_child(task: str, model_type: str, class_name: str, compare: bool, lim
     return record
 
 
-def _done(results: Path) -> set[tuple[str, str]]:
+def read_results(results: Path) -> list[dict[str, Any]]:
+    """The results' records, the last one of each pair (a pair run again replaces its record)."""
     if not results.is_file():
-        return set()
-    return {(r["task"], r["architecture"]) for r in map(json.loads, results.read_text().splitlines()) if r}
+        return []
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in results.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            latest[(record["task"], record["architecture"])] = record
+    return list(latest.values())
+
+
+def _done(results: Path, retry: set[str]) -> set[tuple[str, str]]:
+    """The pairs a rerun skips: every pair recorded, but those whose failure class is in ``retry``."""
+    return {(r["task"], r["architecture"]) for r in read_results(results) if classify(r) not in retry}
 
 
 # the tasks whose pairs come first, taken in turn (the bar of 90% exported and exact is theirs)
@@ -440,9 +483,12 @@ def sweep_order(task_names: list[str], per_task: int | None = None) -> list[tupl
 
 
 def sweep(
-    task_names: list[str], results: Path, limit: float, compare: bool, budget: float | None, per_task: int | None = None
+    task_names: list[str], results: Path, limit: float, compare: bool, budget: float | None, per_task: int | None = None,
+    retry: set[str] = frozenset(),
 ) -> None:
-    done = _done(results)
+    """Run every pair of ``task_names`` not yet in ``results`` (or whose failure class is in
+    ``retry``), appending each pair's record as soon as it is known."""
+    done = _done(results, set(retry))
     started = time.perf_counter()
     commit = _commit()
     for task, model_type, class_name in sweep_order(task_names, per_task):
@@ -482,17 +528,18 @@ def summary(records: list[dict[str, Any]]) -> dict[str, int]:
     return {
         "tried": len(built),
         "exported": sum(r["status"] == "exported" for r in built),
-        "exact": sum(bool(r.get("exact")) for r in built),
+        "exact": sum(r["status"] == "exported" and bool(r.get("exact")) for r in built),
         "torch_onnx_exported": sum(r.get("torch_onnx") == "exported" for r in built),
         "torch_onnx_exact": sum(bool(r.get("torch_onnx_exact")) for r in built),
         "torch_onnx_compared": sum(r.get("torch_onnx") in ("exported", "failed") for r in built),
         "not_built": len(records) - len(built),
+        "transformers_fails": sum(classify(r) == "transformers fails" for r in built),
     }
 
 
 def _cell(record: dict[str, Any]) -> str:
     if record["status"] != "exported":
-        return "fails"
+        return f"fails: {classify(record)}"
     return "exact" if record.get("exact") else "differs"
 
 
@@ -503,24 +550,90 @@ def _torch_cell(record: dict[str, Any]) -> str:
     return "exact" if record.get("torch_onnx_exact") else "differs"
 
 
+def _escaped(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _task_rows(by_task: dict[str, list[dict[str, Any]]]) -> list[str]:
+    rows = [
+        "| task | pairs in transformers | pairs run | not built | tried | export-hf exported | export-hf exact | "
+        "exact of tried | exact of tried, transformers' own failures aside | torch.onnx exported | torch.onnx exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task in [t for t in TASK_MAPPINGS if t in by_task]:
+        s = summary(by_task[task])
+        rows.append(
+            f"| [{task}](#{task}) | {len(pairs_of(task))} | {len(by_task[task])} | {s['not_built']} | {s['tried']} | "
+            f"{s['exported']} | {s['exact']} | {_percent(s['exact'], s['tried'])} | "
+            f"{_percent(s['exact'], s['tried'] - s['transformers_fails'])} | {s['torch_onnx_exported']} | {s['torch_onnx_exact']} |"
+        )
+    return rows
+
+
+def _category_rows(records: list[dict[str, Any]]) -> list[str]:
+    counts = Counter(classify(r) for r in records)
+    rows = ["| class | what it means | pairs |", "|---|---|---|"]
+    return rows + [f"| {name} | {_escaped(text)} | {counts[name]} |" for name, text in CATEGORIES.items() if counts[name]]
+
+
+def _cause_rows(records: list[dict[str, Any]]) -> list[str]:
+    causes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for record in records:
+        category = classify(record)
+        if category not in (None, "differs"):
+            causes[(category, record.get("cause", "?"))].append(record["architecture"])
+    rows = ["| class | cause | pairs | examples |", "|---|---|---|---|"]
+    for (category, cause), names in sorted(causes.items(), key=lambda item: (-len(item[1]), item[0])):
+        more = ", ..." if len(names) > 4 else ""
+        rows.append(f"| {category} | {_escaped(cause)} | {len(names)} | {', '.join(names[:4])}{more} |")
+    return rows
+
+
+def _pair_rows(task_records: list[dict[str, Any]]) -> list[str]:
+    rows = ["| architecture | export-hf | largest difference | seconds | peak MB | nodes | torch.onnx | its difference | its nodes |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(task_records, key=lambda r: r["architecture"]):
+        if r["status"] == "not built":
+            rows.append(f"| {r['architecture']} | not built | | | | | | | |")
+            continue
+        difference = f"{r['difference']:.2g}" if r.get("difference") is not None else ""
+        theirs = f"{r['torch_onnx_difference']:.2g}" if r.get("torch_onnx_difference") is not None else ""
+        rows.append(
+            f"| {r['architecture']} | {_cell(r)} | {difference} | {r.get('seconds', 0):.1f} | {r.get('peak_mb', 0):.0f} | "
+            f"{r.get('nodes', '')} | {_torch_cell(r)} | {theirs} | {r.get('torch_onnx_nodes', '')} |"
+        )
+    return rows
+
+
 def report(results: Path, page: Path) -> str:
     """Write the scoreboard page from ``results``; returns its summary line."""
-    records = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    records = read_results(results)
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_task[record["task"]].append(record)
     total = summary(records)
-    line = (f"{total['tried']} pairs tried: export-hf exported {total['exported']}, exact in onnxruntime {total['exact']}; "
-            f"torch.onnx.export(dynamo=True) exported {total['torch_onnx_exported']}, exact {total['torch_onnx_exact']} "
-            f"(of {total['torch_onnx_compared']} compared)")
+    priority = summary([r for r in records if r["task"] in PRIORITY_TASKS])
+    line = (f"{len(records)} pairs run, {total['tried']} built and tried: export-hf exported {total['exported']}, "
+            f"exact in onnxruntime {total['exact']}; torch.onnx.export(dynamo=True) exported {total['torch_onnx_exported']}, "
+            f"exact {total['torch_onnx_exact']} (of {total['torch_onnx_compared']} compared)")
+    priority_line = (f"{priority['exact']} of {priority['tried']} tried ({_percent(priority['exact'], priority['tried'])}) "
+                     f"exported and exact; {priority['transformers_fails']} of them fail in transformers' own forward")
+    commits = sorted({r.get("commit", "unknown") for r in records})
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     out = [
         "# Scoreboard: every task and architecture", "",
-        "<!-- generated by bench/architecture_sweep.py --report: do not edit by hand -->", "",
-        f"Generated on {today} at commit `{_commit()}` with {_versions()}, one CPU thread "
-        "(`OMP_NUM_THREADS=1`). Regenerate it with", "",
+        "<!-- generated by bench/architecture_sweep.py --write-docs: do not edit by hand -->", "",
+        f"Generated on {today} from `bench/architecture_sweep.jsonl` (pairs run at commit "
+        f"{', '.join(f'`{c}`' for c in commits)}) with {_versions()}, one CPU thread (`OMP_NUM_THREADS=1`). "
+        "Run the sweep (it continues where its results stop; each pair in a process of its own, 120 s at most) "
+        "and regenerate this page with", "",
         "```text",
-        "OMP_NUM_THREADS=1 python bench/architecture_sweep.py [--tasks ...] --report",
+        "OMP_NUM_THREADS=1 python bench/architecture_sweep.py --report",
+        "python bench/architecture_sweep.py --write-docs",
         "```", "",
         "Each pair is a task of `fx2onnx export-hf` and a class that transformers' auto mappings file under it, "
         "built from the architecture's own config class with its sizes shrunk (2 layers, width 32, vocabulary 100, "
@@ -528,47 +641,30 @@ def report(results: Path, page: Path) -> str:
         "the folder's model in onnxruntime against transformers on two input sizes (the second with a padded row), "
         f"every element within `|onnx - torch| <= {ATOL:g} + {RTOL:g} * |torch|` (a decoder's 16 greedy tokens "
         "equal as well). **torch.onnx** is `torch.onnx.export(..., dynamo=True)` on the same module and example "
-        "inputs (every dim `Dim.AUTO`; decoders without their cache), compared the same way. *exact*: within the "
-        "tolerance; *differs*: exported but outside it; *fails*: no model (the cause is grouped below). A pair "
-        "whose tiny model transformers itself cannot build from the shrunk config is counted apart (not built). "
-        "Time is export-hf's whole command (export, save, verification); memory is the peak resident memory "
-        "the pair's process added.", "",
+        "inputs (every dim `Dim.AUTO`; decoders without their cache; sequence-to-sequence models in one pass with "
+        "four decoder tokens), compared the same way. *exact*: within the tolerance; *differs*: exported but "
+        "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
+        "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
+        "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
+        "the column that sets it aside. The sweep runs the pairs of text generation, text and token "
+        "classification, question answering, fill-mask, image classification and sequence-to-sequence first, "
+        "in turn, each task's in a fixed shuffled order, so that a sweep stopped early has sampled each of them "
+        "evenly. Time is export-hf's whole command (export, save, verification); memory is the peak resident "
+        "memory the pair's process added.", "",
         f"**Summary:** {line}.", "",
-        "| task | architectures in transformers | pairs tried | export-hf exported | export-hf exact | torch.onnx exported | "
-        "torch.onnx exact | not built |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for task, task_records in by_task.items():
-        s = summary(task_records)
-        out.append(f"| [{task}](#{task}) | {len(pairs_of(task))} | {s['tried']} | {s['exported']} | {s['exact']} | {s['torch_onnx_exported']} | "
-                   f"{s['torch_onnx_exact']} | {s['not_built']} |")
-    out += ["", "## Failures by cause", "", "| cause | pairs | examples |", "|---|---|---|"]
-    causes: dict[str, list[str]] = defaultdict(list)
-    for record in records:
-        if record["status"] == "failed":
-            causes[record.get("cause", "?")].append(record["architecture"])
-    for cause, names in sorted(causes.items(), key=lambda item: -len(item[1])):
-        text = cause.replace("|", "\\|").replace("`", "'")
-        out.append(f"| {text} | {len(names)} | {', '.join(names[:4])}{', ...' if len(names) > 4 else ''} |")
+        f"**Text generation, classification, token classification, question answering, fill-mask, image "
+        f"classification and sequence-to-sequence:** {priority_line}.", "",
+    ] + _task_rows(by_task) + [
+        "", "## Failures by class", "",
+        "Each failure is recorded with the class and first line of its error and the library whose code "
+        "raised it; the class is read from them.", "",
+    ] + _category_rows(records) + ["", "## Failures by cause", ""] + _cause_rows(records)
     torch_causes = Counter(r.get("torch_onnx_cause", "") for r in records if r.get("torch_onnx") == "failed")
     if torch_causes:
-        out += ["", "torch.onnx.export's failures by cause:", "", "| cause | pairs |", "|---|---|"]
-        for cause, count in torch_causes.most_common(15):
-            out.append(f"| {cause.replace('|', chr(92) + '|').replace('`', chr(39))} | {count} |")
-    for task, task_records in by_task.items():
-        out += ["", f"## {task}", "",
-                "| architecture | export-hf | largest difference | seconds | peak MB | nodes | torch.onnx | its difference | its nodes |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(task_records, key=lambda r: r["architecture"]):
-            if r["status"] == "not built":
-                out.append(f"| {r['architecture']} | not built | | | | | | | |")
-                continue
-            difference = f"{r['difference']:.2g}" if "difference" in r else ""
-            theirs = f"{r['torch_onnx_difference']:.2g}" if "torch_onnx_difference" in r else ""
-            out.append(
-                f"| {r['architecture']} | {_cell(r)} | {difference} | {r.get('seconds', 0):.1f} | {r.get('peak_mb', 0):.0f} | "
-                f"{r.get('nodes', '')} | {_torch_cell(r)} | {theirs} | {r.get('torch_onnx_nodes', '')} |"
-            )
+        out += ["", "torch.onnx.export's failures by cause (the 15 most common):", "", "| cause | pairs |", "|---|---|"]
+        out += [f"| {_escaped(cause)} | {count} |" for cause, count in torch_causes.most_common(15)]
+    for task in [t for t in TASK_MAPPINGS if t in by_task]:
+        out += ["", f"## {task}", ""] + _pair_rows(by_task[task])
     page.write_text("\n".join(out) + "\n", encoding="utf-8")
     return line
 
@@ -581,6 +677,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
     parser.add_argument("--per-task", type=int, default=None, help="at most this many architectures per task, spread evenly")
     parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison")
+    parser.add_argument("--retry", action="append", default=[], choices=list(CATEGORIES),
+                        help="run again the pairs whose failure is of this class (repeatable)")
     parser.add_argument("--report", action="store_true", help="write docs/scoreboard.md from the results")
     parser.add_argument("--write-docs", "--report-only", dest="write_docs", action="store_true",
                         help="write the scoreboard from the results without running pairs")
@@ -592,7 +690,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     if not args.write_docs:
-        sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task)
+        sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task, set(args.retry))
     if args.report or args.write_docs:
         print(report(args.results, ROOT / "docs" / "scoreboard.md"))
 
