@@ -139,6 +139,8 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     config = transformers.AutoConfig.for_model(model_type)
     config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config, keys))
     config.architectures = [class_name]
+    if class_name.endswith("ForCausalLM") and getattr(config, "is_decoder", None) is False:
+        config.is_decoder = True  # an encoder's causal-LM head (BERT-like) is a decoder only when told
     return config
 
 
