@@ -11,14 +11,21 @@ from the architecture's own config class (sizes shrunk: 2 layers, width 32, voca
   example inputs (every dim `Dim.AUTO`), its outputs compared in onnxruntime the same way
   on both input sizes (decoders: the logits of the prompt without a cache).
 
-Each pair runs in a child process forked from this one (the libraries already imported)
-with a time limit; it records exported or the error's cause, the largest difference, the
-export time, the peak memory the child added and the node count. Results go to a JSON
-lines file (a pair already there is not run again); `--report` writes the scoreboard,
-docs/scoreboard.md, from it: dated, with the versions, failures grouped by cause.
+The pairs of text generation, text and token classification, question answering,
+fill-mask, image classification and sequence-to-sequence come first, in turn (each task's
+in a fixed shuffled order), then the other tasks'. A config that refuses the smallest
+sizes is shrunk less (`SHRINK_LEVELS`). Each pair runs in a child process forked from this
+one (the libraries already imported) with a time limit, so that a crash or a hang stops
+only that pair; it records exported or the error's cause (its class and first line, the
+library that raised it, its class of failure: `CATEGORIES`), the largest difference, the
+export time, the peak memory the child added and the node count. Results are appended to
+a JSON lines file (a pair already there is not run again, unless `--retry` names its class
+of failure); `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
+docs/scoreboard.md, from it: dated, with the versions, failures grouped by class and cause.
 
     OMP_NUM_THREADS=1 flock /tmp/fx2onnx-heavy.lock python bench/architecture_sweep.py \\
-        [--tasks text-classification,fill-mask] [--limit 120] [--results bench/sweep.jsonl] [--report]
+        [--tasks text-classification,fill-mask] [--limit 120] [--retry "time limit"] [--report]
+    python bench/architecture_sweep.py --write-docs
 """
 
 from __future__ import annotations
