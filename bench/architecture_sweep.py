@@ -420,27 +420,43 @@ def _child(queue: Any, task: str, model_type: str, class_name: str, compare: boo
         queue.put({**record, "category": classify(record)})
 
 
+def _next_record(queue: Any, child: Any, deadline: float) -> tuple[dict[str, Any] | None, str]:
+    """The child's next record, or None and why: it died, or the deadline passed."""
+    import queue as queues
+
+    while True:
+        try:
+            return queue.get(timeout=max(min(1.0, deadline - time.perf_counter()), 0.01)), ""
+        except queues.Empty:
+            if not child.is_alive():
+                try:  # a record put just before the child ended
+                    return queue.get(timeout=0.5), ""
+                except queues.Empty:
+                    return None, f"child died ({child.exitcode})"
+            if time.perf_counter() >= deadline:
+                return None, "time limit"
+
+
 def run_in_child(task: str, model_type: str, class_name: str, compare: bool, limit: float) -> dict[str, Any]:
-    """One pair in a forked child, killed after ``limit`` seconds."""
+    """One pair in a forked child, killed after ``limit`` seconds; a crash or a hang ends
+    only the pair."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_child, args=(queue, task, model_type, class_name, compare))
-    started = time.perf_counter()
+    deadline = time.perf_counter() + limit
     child.start()
-    record = None
-    try:  # export-hf's part, then the whole record
-        record = queue.get(timeout=limit)
-        if record.get("status") != "not built" and "peak_mb" in record:
-            record = queue.get(timeout=max(limit - (time.perf_counter() - started), 1))
-    except Exception:  # noqa: BLE001 - queue.Empty: the time limit
-        if record is not None:
-            record.update(torch_onnx="failed", torch_onnx_cause=f"time limit ({limit:.0f} s)")
+    record, why = _next_record(queue, child, deadline)  # export-hf's part, then the whole record
+    if record is not None and record.get("status") != "not built" and "peak_mb" in record:
+        whole, why = _next_record(queue, child, deadline)
+        if whole is None:  # export-hf's result stands; torch.onnx.export's part did not end
+            record.update(torch_onnx="failed", torch_onnx_cause=why.replace("time limit", f"time limit ({limit:.0f} s)"))
+        record = whole or record
     child.join(5)
     if child.is_alive():
         child.kill()
         child.join()
     if record is None:
-        cause = f"time limit ({limit:.0f} s)" if time.perf_counter() - started >= limit else f"child died ({child.exitcode})"
+        cause = why.replace("time limit", f"time limit ({limit:.0f} s)")
         record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed", "cause": cause}
     record["category"] = classify(record)
     return record
