@@ -51,6 +51,9 @@ def test_an_export_failure_is_its_first_diagnostic() -> None:
         ({"status": "failed", "cause": "child died (-11)"}, "crash"),
         ({"status": "failed", "cause": "RuntimeError: x", "where": "transformers", "via": "export-hf",
           "eager_cause": "RuntimeError: x"}, "transformers fails"),
+        # an input transformers' forward refuses is not the cause of export-hf's own error
+        ({"status": "failed", "cause": "AttributeError: no vocab_size", "where": "transformers", "via": "export-hf",
+          "eager_cause": "ValueError: input_features needed"}, "export-hf"),
         ({"status": "failed", "cause": "OnnxExporterError: [FXE0017] torch.export could not capture the model: E",
           "where": "exporter", "via": "exporter"}, "capture"),
         ({"status": "failed", "cause": "UnsupportedTaskError: no", "where": "export-hf", "via": "export-hf"}, "export-hf"),
