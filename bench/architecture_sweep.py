@@ -11,14 +11,21 @@ from the architecture's own config class (sizes shrunk: 2 layers, width 32, voca
   example inputs (every dim `Dim.AUTO`), its outputs compared in onnxruntime the same way
   on both input sizes (decoders: the logits of the prompt without a cache).
 
-Each pair runs in a child process forked from this one (the libraries already imported)
-with a time limit; it records exported or the error's cause, the largest difference, the
-export time, the peak memory the child added and the node count. Results go to a JSON
-lines file (a pair already there is not run again); `--report` writes the scoreboard,
-docs/scoreboard.md, from it: dated, with the versions, failures grouped by cause.
+The pairs of text generation, text and token classification, question answering,
+fill-mask, image classification and sequence-to-sequence come first, in turn (each task's
+in a fixed shuffled order), then the other tasks'. A config that refuses the smallest
+sizes is shrunk less (`SHRINK_LEVELS`). Each pair runs in a child process forked from this
+one (the libraries already imported) with a time limit, so that a crash or a hang stops
+only that pair; it records exported or the error's cause (its class and first line, the
+library that raised it, its class of failure: `CATEGORIES`), the largest difference, the
+export time, the peak memory the child added and the node count. Results are appended to
+a JSON lines file (a pair already there is not run again, unless `--retry` names its class
+of failure); `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
+docs/scoreboard.md, from it: dated, with the versions, failures grouped by class and cause.
 
     OMP_NUM_THREADS=1 flock /tmp/fx2onnx-heavy.lock python bench/architecture_sweep.py \\
-        [--tasks text-classification,fill-mask] [--limit 120] [--results bench/sweep.jsonl] [--report]
+        [--tasks text-classification,fill-mask] [--limit 120] [--retry "time limit"] [--report]
+    python bench/architecture_sweep.py --write-docs
 """
 
 from __future__ import annotations
@@ -34,7 +41,6 @@ import resource
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -97,14 +103,27 @@ def pairs_of(task: str) -> list[tuple[str, str]]:
     return sorted((model_type, name) for name, model_type in found.items())
 
 
-def _shrunk_values(config: Any) -> dict[str, Any]:
-    """The config's values to give its constructor again, shrunk (sub-configs as dicts)."""
+# what a second and a third try at a tiny model shrink, when a config refuses SMALL whole
+# (a width it derives from another, heads that must divide a width): the widths kept, then
+# the depth, the vocabulary and the labels alone
+_HEADS = {"num_attention_heads", "num_key_value_heads", "head_dim", "num_heads", "n_head", "d_kv",
+          "encoder_attention_heads", "decoder_attention_heads"}
+_DEPTH = {"num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "vocab_size",
+          "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+          "num_local_experts", "num_experts", "num_experts_per_tok"}
+SHRINK_LEVELS = {"small": frozenset(SMALL), "heads kept": frozenset(SMALL) - _HEADS, "depth only": frozenset(_DEPTH)}
+# the most parameters a tiny model may have when only its depth is shrunk
+_MOST_PARAMETERS = 20_000_000
+
+
+def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict[str, Any]:
+    """The config's values of ``keys`` to give its constructor again, shrunk (sub-configs as dicts)."""
     values: dict[str, Any] = {}
     for key, current in vars(config).items():
         if hasattr(current, "to_dict") and hasattr(current, "model_type"):
-            values[key] = {**current.to_dict(), **_shrunk_values(current)}
+            values[key] = {**current.to_dict(), **_shrunk_values(current, keys)}
             continue
-        if key not in SMALL or isinstance(getattr(type(config), key, None), property):
+        if key not in keys or isinstance(getattr(type(config), key, None), property):
             continue
         value = SMALL[key]
         # lists stay (hierarchical widths); numbers only ever shrink; token ids within the vocabulary
@@ -113,20 +132,43 @@ def _shrunk_values(config: Any) -> dict[str, Any]:
         elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
             values[key] = value
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
-    if isinstance(getattr(config, "layer_types", None), list) and isinstance(layers, int):
-        values["layer_types"] = config.layer_types[:layers]
+    kinds = getattr(config, "layer_types", None)
+    if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), "layer_types", None), property):
+        values["layer_types"] = kinds[:layers]
     return values
 
 
-def small_config(model_type: str, class_name: str) -> Any:
+def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL)) -> Any:
     """The architecture's config class, built again with shrunk sizes (so that what its
     constructor derives from them, backbone stages or layer types, follows)."""
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
-    config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config))
+    config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config, keys))
     config.architectures = [class_name]
+    if class_name.endswith("ForCausalLM") and getattr(config, "is_decoder", None) is False:
+        config.is_decoder = True  # an encoder's causal-LM head (BERT-like) is a decoder only when told
     return config
+
+
+def tiny_model(model_type: str, class_name: str) -> tuple[Any, torch.nn.Module, str]:
+    """The config, the model (random weights, in eval mode) and the shrink level of the first
+    of ``SHRINK_LEVELS`` that builds; the first level's error when none does."""
+    import transformers
+
+    first: Exception | None = None
+    for level, keys in SHRINK_LEVELS.items():
+        try:
+            config = small_config(model_type, class_name, keys)
+            torch.manual_seed(0)
+            model = getattr(transformers, class_name)(config).eval()
+        except Exception as error:  # noqa: BLE001 - the next level is tried; the first error is the cause
+            first = first or error
+            continue
+        if sum(p.numel() for p in model.parameters()) <= _MOST_PARAMETERS or level == "small":
+            return config, model, level
+    assert first is not None
+    raise first
 
 
 def _node_count(folder: Path) -> int:
@@ -139,27 +181,107 @@ def _node_count(folder: Path) -> int:
     return total
 
 
-def _cause(error: BaseException) -> str:
-    """The first line of an error (of the error it was raised from, when it says more),
-    without the colours, numbers and names that vary by pair."""
-    while error.__cause__ is not None and type(error).__name__ in ("OnnxExporterError", "TorchExportError"):
-        error = error.__cause__
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+def _first_line(text: str) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    lines = [part.strip() for part in text.splitlines() if part.strip()]
+    # an export's failure: its first diagnostic (`- [FXE0011] No ONNX function ...`), not the heading
+    line = next((part[2:] for part in lines if part.startswith("- [")), lines[0] if lines else "")
+    line = re.sub(r"\(at [^)]*\)", "", line)
     line = re.sub(r"/tmp/\S+", "<path>", line)
-    line = re.sub(r"\b\d+\b", "N", line)
-    return f"{type(error).__name__}: {line[:200]}"
+    return re.sub(r"\b\d+\b", "N", line).strip()
 
 
-def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) -> dict[str, Any]:
-    """torch.onnx.export(..., dynamo=True) of the same module on the same example inputs."""
-    import onnxruntime as ort
+def _cause(error: BaseException) -> str:
+    """``Class: first line`` of an error (of the error it was raised from, when that says more),
+    without the colours, numbers, paths and source lines that vary by pair."""
+    while error.__cause__ is not None and type(error).__name__ in ("TorchExportError", "CaptureError"):
+        error = error.__cause__
+    return f"{type(error).__name__}: {_first_line(str(error))[:200]}"
 
+
+def _places(error: BaseException) -> tuple[str, str]:
+    """Where ``error`` was raised: the library of its innermost frame among those named, and
+    the part of fx2onnx that called into it ("export-hf" for fx2onnx/hub, "exporter", or "")."""
+    import traceback as tb
+
+    while error.__cause__ is not None and type(error).__name__ in ("TorchExportError", "CaptureError"):
+        error = error.__cause__
+    where, via = "other", ""
+    for frame in tb.extract_tb(error.__traceback__):
+        path = frame.filename.replace(os.sep, "/")
+        for marker, name in (("/fx2onnx/hub/", "export-hf"), ("/fx2onnx/", "exporter"), ("/dispatcher/", "exporter"),
+                             ("/transformers/", "transformers"), ("/onnxruntime/", "onnxruntime"),
+                             ("/onnxscript/", "onnxscript"), ("/torch/", "torch"), ("/onnx/", "onnx")):
+            if marker in path:
+                where = name
+                via = name if name in ("export-hf", "exporter") else via
+                break
+    return where, via
+
+
+def _failure(error: BaseException) -> dict[str, str]:
+    where, via = _places(error)
+    return {"cause": _cause(error), "where": where, "via": via}
+
+
+# the classes of failure the scoreboard counts, in the order it lists them
+CATEGORIES = {
+    "not built": "the tiny model cannot be built (transformers refuses the shrunk config or needs a library)",
+    "transformers fails": "transformers' own forward fails on the tiny model and its example inputs",
+    "export-hf": "export-hf (fx2onnx/hub) refuses the pair or fails before or after the export",
+    "capture": "torch.export cannot capture the model",
+    "unsupported operator": "an operator without an ONNX function",
+    "translation": "the translation or an ONNX pass fails",
+    "onnxruntime": "onnxruntime cannot load or run the model",
+    "differs": "exported, but onnxruntime's outputs differ from transformers' beyond the tolerance",
+    "time limit": "the pair reached the sweep's time limit",
+    "crash": "the pair's process died",
+    "other": "any other error",
+}
+
+
+def classify(record: dict[str, Any]) -> str | None:
+    """The class of a pair's failure (None for a pair exported and exact)."""
+    status, cause = record["status"], record.get("cause", "")
+    where, via = record.get("where", ""), record.get("via", "")
+    if status == "not built":
+        return "not built"
+    if status == "exported":
+        return None if record.get("exact") else "differs"
+    if cause.startswith("time limit"):
+        return "time limit"
+    if cause.startswith("child died"):
+        return "crash"
+    eager = record.get("eager_cause", "")
+    # transformers' forward fails on the example inputs, and the export where it runs that forward
+    if eager and (eager.split(":")[0] == cause.split(":")[0] or via == "exporter"):
+        return "transformers fails"
+    if any(rule in cause for rule in ("FXE0011", "FXE0012", "FXE0016", "No ONNX function")):
+        return "unsupported operator"
+    if where == "onnxruntime" or "FolderRunError" in cause:
+        return "onnxruntime"
+    if "FXE0017" in cause or cause.startswith("CaptureError") or (via == "exporter" and where in ("torch", "transformers")):
+        return "capture"
+    if "FXE00" in cause or via == "exporter":
+        return "translation"
+    if via == "export-hf":
+        return "export-hf"
+    return "other"
+
+
+def task_inputs(task: str, config: Any, model: torch.nn.Module) -> tuple[Any, tuple[str, ...]] | None:
+    """The example inputs of ``task`` (a function of the size, 0 or 1) that forward takes,
+    and the outputs compared; None for a task without them."""
     from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, example_inputs, text_inputs
 
-    if task in ("text-generation",):
+    if task == "text-generation":
         make = lambda size: text_inputs(config, model, size)  # noqa: E731
         names: tuple[str, ...] = ("logits",)
+    elif task == "text2text-generation":  # the whole model in one pass: the encoder and the decoder's prompt
+        def make(size: int) -> dict[str, torch.Tensor]:
+            inputs = text_inputs(config, model, size)
+            return {**inputs, "decoder_input_ids": inputs["input_ids"][:, :4]}
+        names = ("logits",)
     elif task in PIPELINE_TASKS:
         make = lambda size: example_inputs(task, config, model, size)  # noqa: E731
         names = PIPELINE_TASKS[task].outputs
@@ -170,15 +292,28 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
         make = lambda size: text_inputs(config, model, size)  # noqa: E731
         names = ("last_hidden_state",)
     else:
-        return {"torch_onnx": "not compared"}
+        return None
     parameters = inspect.signature(model.forward).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    make_all = make
-    make = lambda size: {k: v for k, v in make_all(size).items() if takes_any or k in parameters}  # noqa: E731
+    return (lambda size: {k: v for k, v in make(size).items() if takes_any or k in parameters}), names
+
+
+def _without_cache(model: torch.nn.Module) -> dict[str, bool]:
+    # as export-hf exports the tasks of one pass
+    return {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+
+
+def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) -> dict[str, Any]:
+    """torch.onnx.export(..., dynamo=True) of the same module on the same example inputs."""
+    import onnxruntime as ort
+
+    found = task_inputs(task, config, model)
+    if found is None:
+        return {"torch_onnx": "not compared"}
+    make, names = found
     inputs = make(0)
     auto = torch.export.Dim.AUTO
-    # without a cache, as export-hf exports the tasks of one pass
-    extra = {"use_cache": False} if "use_cache" in parameters else {}
+    extra = _without_cache(model)
     dynamic = {**{k: {i: auto for i in range(v.dim())} for k, v in inputs.items()}, **{k: None for k in extra}}
     started = time.perf_counter()
     try:
@@ -232,18 +367,20 @@ def run_pair(
     with tempfile.TemporaryDirectory(prefix="fx2onnx-sweep-") as scratch:
         scratch = Path(scratch)
         try:
-            config = small_config(model_type, class_name)
-            torch.manual_seed(0)
-            model = getattr(transformers, class_name)(config).eval()
+            config, model, record["shrunk"] = tiny_model(model_type, class_name)
             model.save_pretrained(scratch / "source")
         except Exception as error:  # noqa: BLE001
-            record.update(status="not built", cause=_cause(error))
+            record.update(status="not built", **_failure(error))
+            record["category"] = classify(record)
             return record
+        eager_cause = _eager_failure(task, config, model)
         started = time.perf_counter()
         try:
             result = export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16)
         except Exception as error:  # noqa: BLE001
-            record.update(status="failed", cause=_cause(error), seconds=time.perf_counter() - started)
+            record.update(status="failed", **_failure(error), seconds=time.perf_counter() - started)
+            if eager_cause:  # transformers' forward fails as well: its cause is the pair's
+                record["eager_cause"] = eager_cause
         else:
             verification = result.verification
             record.update(
@@ -252,6 +389,7 @@ def run_pair(
                 nodes=_node_count(scratch / "out"),
             )
         record["peak_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
+        record["category"] = classify(record)
         if on_export is not None:  # export-hf's result, kept should torch.onnx.export reach the time limit
             on_export(dict(record))
         if compare:
@@ -262,69 +400,135 @@ def run_pair(
     return record
 
 
+def _eager_failure(task: str, config: Any, model: torch.nn.Module) -> str | None:
+    """The cause when transformers' own forward fails on the example inputs (None when it runs)."""
+    found = task_inputs(task, config, model)
+    if found is None:
+        return None
+    try:
+        with torch.no_grad():
+            model(**found[0](0), **_without_cache(model))
+    except Exception as error:  # noqa: BLE001 - recorded as the pair's cause
+        return _cause(error)
+    return None
+
+
 def _child(queue: Any, task: str, model_type: str, class_name: str, compare: bool) -> None:
     try:
         queue.put(run_pair(task, model_type, class_name, compare, queue.put))
     except BaseException as error:  # noqa: BLE001 - reported to the parent
-        queue.put({"task": task, "model_type": model_type, "architecture": class_name, "status": "failed",
-                   "cause": _cause(error), "traceback": traceback.format_exc()[-2000:]})
+        record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed",
+                  **_failure(error)}
+        queue.put({**record, "category": classify(record)})
+
+
+def _next_record(queue: Any, child: Any, deadline: float) -> tuple[dict[str, Any] | None, str]:
+    """The child's next record, or None and why: it died, or the deadline passed."""
+    import queue as queues
+
+    while True:
+        try:
+            return queue.get(timeout=max(min(1.0, deadline - time.perf_counter()), 0.01)), ""
+        except queues.Empty:
+            if not child.is_alive():
+                try:  # a record put just before the child ended
+                    return queue.get(timeout=0.5), ""
+                except queues.Empty:
+                    return None, f"child died ({child.exitcode})"
+            if time.perf_counter() >= deadline:
+                return None, "time limit"
 
 
 def run_in_child(task: str, model_type: str, class_name: str, compare: bool, limit: float) -> dict[str, Any]:
-    """One pair in a forked child, killed after ``limit`` seconds."""
+    """One pair in a forked child, killed after ``limit`` seconds; a crash or a hang ends
+    only the pair."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_child, args=(queue, task, model_type, class_name, compare))
-    started = time.perf_counter()
+    deadline = time.perf_counter() + limit
     child.start()
-    record = None
-    try:  # export-hf's part, then the whole record
-        record = queue.get(timeout=limit)
-        if record.get("status") != "not built" and "peak_mb" in record:
-            record = queue.get(timeout=max(limit - (time.perf_counter() - started), 1))
-    except Exception:  # noqa: BLE001 - queue.Empty: the time limit
-        if record is not None:
-            record.update(torch_onnx="failed", torch_onnx_cause=f"time limit ({limit:.0f} s)")
+    record, why = _next_record(queue, child, deadline)  # export-hf's part, then the whole record
+    if record is not None and record.get("status") != "not built" and "peak_mb" in record:
+        whole, why = _next_record(queue, child, deadline)
+        if whole is None:  # export-hf's result stands; torch.onnx.export's part did not end
+            record.update(torch_onnx="failed", torch_onnx_cause=why.replace("time limit", f"time limit ({limit:.0f} s)"))
+        record = whole or record
     child.join(5)
     if child.is_alive():
         child.kill()
         child.join()
     if record is None:
-        cause = f"time limit ({limit:.0f} s)" if time.perf_counter() - started >= limit else f"child died ({child.exitcode})"
+        cause = why.replace("time limit", f"time limit ({limit:.0f} s)")
         record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed", "cause": cause}
+    record["category"] = classify(record)
     return record
 
 
-def _done(results: Path) -> set[tuple[str, str]]:
+def read_results(results: Path) -> list[dict[str, Any]]:
+    """The results' records, the last one of each pair (a pair run again replaces its record)."""
     if not results.is_file():
-        return set()
-    return {(r["task"], r["architecture"]) for r in map(json.loads, results.read_text().splitlines()) if r}
+        return []
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in results.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            latest[(record["task"], record["architecture"])] = record
+    return list(latest.values())
 
 
-def sampled(pairs: list[tuple[str, str]], count: int | None) -> list[tuple[str, str]]:
-    """``count`` pairs spread evenly over the alphabetical list (all of them without a count)."""
-    if count is None or count >= len(pairs):
-        return pairs
-    return [pairs[round(i * (len(pairs) - 1) / max(count - 1, 1))] for i in range(count)]
+def _done(results: Path, retry: set[str]) -> set[tuple[str, str]]:
+    """The pairs a rerun skips: every pair recorded, but those whose failure class is in ``retry``."""
+    return {(r["task"], r["architecture"]) for r in read_results(results) if classify(r) not in retry}
+
+
+# the tasks whose pairs come first, taken in turn (the bar of 90% exported and exact is theirs)
+PRIORITY_TASKS = (
+    "text-generation", "text-classification", "token-classification", "question-answering", "fill-mask",
+    "image-classification", "text2text-generation",
+)
+
+
+def _spread(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The pairs in a fixed shuffled order, so that a sweep stopped early has sampled each
+    task evenly rather than its first letters."""
+    import random
+
+    shuffled = list(pairs)
+    random.Random(0).shuffle(shuffled)
+    return shuffled
+
+
+def sweep_order(task_names: list[str], per_task: int | None = None) -> list[tuple[str, str, str]]:
+    """(task, model type, class) in the order the sweep runs them: the priority tasks' pairs
+    in turn, one of each task after another, then the other tasks' pairs in turn."""
+    def in_turn(tasks: list[str]) -> list[tuple[str, str, str]]:
+        queues = [[(task, *pair) for pair in _spread(pairs_of(task))[:per_task]] for task in tasks]
+        return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+
+    first = [task for task in PRIORITY_TASKS if task in task_names]
+    return in_turn(first) + in_turn([task for task in task_names if task not in first])
 
 
 def sweep(
-    task_names: list[str], results: Path, limit: float, compare: bool, budget: float | None, per_task: int | None = None
+    task_names: list[str], results: Path, limit: float, compare: bool, budget: float | None, per_task: int | None = None,
+    retry: set[str] = frozenset(),
 ) -> None:
-    done = _done(results)
+    """Run every pair of ``task_names`` not yet in ``results`` (or whose failure class is in
+    ``retry``), appending each pair's record as soon as it is known."""
+    done = _done(results, set(retry))
     started = time.perf_counter()
-    for task in task_names:
-        for model_type, class_name in sampled(pairs_of(task), per_task):
-            if (task, class_name) in done:
-                continue
-            if budget is not None and time.perf_counter() - started > budget:
-                print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
-                return
-            record = run_in_child(task, model_type, class_name, compare, limit)
-            with results.open("a") as file:
-                file.write(json.dumps(record) + "\n")
-            print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
-                  f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
+    commit = _commit()
+    for task, model_type, class_name in sweep_order(task_names, per_task):
+        if (task, class_name) in done:
+            continue
+        if budget is not None and time.perf_counter() - started > budget:
+            print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
+            return
+        record = {**run_in_child(task, model_type, class_name, compare, limit), "commit": commit}
+        with results.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+        print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
+              f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
 
 
 # ---- the scoreboard ----------------------------------------------------------------------------------------------
@@ -351,17 +555,18 @@ def summary(records: list[dict[str, Any]]) -> dict[str, int]:
     return {
         "tried": len(built),
         "exported": sum(r["status"] == "exported" for r in built),
-        "exact": sum(bool(r.get("exact")) for r in built),
+        "exact": sum(r["status"] == "exported" and bool(r.get("exact")) for r in built),
         "torch_onnx_exported": sum(r.get("torch_onnx") == "exported" for r in built),
         "torch_onnx_exact": sum(bool(r.get("torch_onnx_exact")) for r in built),
         "torch_onnx_compared": sum(r.get("torch_onnx") in ("exported", "failed") for r in built),
         "not_built": len(records) - len(built),
+        "transformers_fails": sum(classify(r) == "transformers fails" for r in built),
     }
 
 
 def _cell(record: dict[str, Any]) -> str:
     if record["status"] != "exported":
-        return "fails"
+        return f"fails: {classify(record)}"
     return "exact" if record.get("exact") else "differs"
 
 
@@ -372,24 +577,90 @@ def _torch_cell(record: dict[str, Any]) -> str:
     return "exact" if record.get("torch_onnx_exact") else "differs"
 
 
+def _escaped(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'").replace("<", "&lt;")
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _task_rows(by_task: dict[str, list[dict[str, Any]]]) -> list[str]:
+    rows = [
+        "| task | pairs in transformers | pairs run | not built | tried | export-hf exported | export-hf exact | "
+        "exact of tried | exact of tried, transformers' own failures aside | torch.onnx exported | torch.onnx exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task in [t for t in TASK_MAPPINGS if t in by_task]:
+        s = summary(by_task[task])
+        rows.append(
+            f"| [{task}](#{task}) | {len(pairs_of(task))} | {len(by_task[task])} | {s['not_built']} | {s['tried']} | "
+            f"{s['exported']} | {s['exact']} | {_percent(s['exact'], s['tried'])} | "
+            f"{_percent(s['exact'], s['tried'] - s['transformers_fails'])} | {s['torch_onnx_exported']} | {s['torch_onnx_exact']} |"
+        )
+    return rows
+
+
+def _category_rows(records: list[dict[str, Any]]) -> list[str]:
+    counts = Counter(classify(r) for r in records)
+    rows = ["| class | what it means | pairs |", "|---|---|---|"]
+    return rows + [f"| {name} | {_escaped(text)} | {counts[name]} |" for name, text in CATEGORIES.items() if counts[name]]
+
+
+def _cause_rows(records: list[dict[str, Any]]) -> list[str]:
+    causes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for record in records:
+        category = classify(record)
+        if category not in (None, "differs"):
+            causes[(category, record.get("cause", "?"))].append(record["architecture"])
+    rows = ["| class | cause | pairs | examples |", "|---|---|---|---|"]
+    for (category, cause), names in sorted(causes.items(), key=lambda item: (-len(item[1]), item[0])):
+        more = ", ..." if len(names) > 4 else ""
+        rows.append(f"| {category} | {_escaped(cause)} | {len(names)} | {', '.join(names[:4])}{more} |")
+    return rows
+
+
+def _pair_rows(task_records: list[dict[str, Any]]) -> list[str]:
+    rows = ["| architecture | export-hf | largest difference | seconds | peak MB | nodes | torch.onnx | its difference | its nodes |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(task_records, key=lambda r: r["architecture"]):
+        if r["status"] == "not built":
+            rows.append(f"| {r['architecture']} | not built | | | | | | | |")
+            continue
+        difference = f"{r['difference']:.2g}" if r.get("difference") is not None else ""
+        theirs = f"{r['torch_onnx_difference']:.2g}" if r.get("torch_onnx_difference") is not None else ""
+        rows.append(
+            f"| {r['architecture']} | {_cell(r)} | {difference} | {r.get('seconds', 0):.1f} | {r.get('peak_mb', 0):.0f} | "
+            f"{r.get('nodes', '')} | {_torch_cell(r)} | {theirs} | {r.get('torch_onnx_nodes', '')} |"
+        )
+    return rows
+
+
 def report(results: Path, page: Path) -> str:
     """Write the scoreboard page from ``results``; returns its summary line."""
-    records = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    records = read_results(results)
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_task[record["task"]].append(record)
     total = summary(records)
-    line = (f"{total['tried']} pairs tried: export-hf exported {total['exported']}, exact in onnxruntime {total['exact']}; "
-            f"torch.onnx.export(dynamo=True) exported {total['torch_onnx_exported']}, exact {total['torch_onnx_exact']} "
-            f"(of {total['torch_onnx_compared']} compared)")
+    priority = summary([r for r in records if r["task"] in PRIORITY_TASKS])
+    line = (f"{len(records)} pairs run, {total['tried']} built and tried: export-hf exported {total['exported']}, "
+            f"exact in onnxruntime {total['exact']}; torch.onnx.export(dynamo=True) exported {total['torch_onnx_exported']}, "
+            f"exact {total['torch_onnx_exact']} (of {total['torch_onnx_compared']} compared)")
+    priority_line = (f"{priority['exact']} of {priority['tried']} tried ({_percent(priority['exact'], priority['tried'])}) "
+                     f"exported and exact; {priority['transformers_fails']} of them fail in transformers' own forward")
+    commits = sorted({r.get("commit", "unknown") for r in records})
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     out = [
         "# Scoreboard: every task and architecture", "",
-        "<!-- generated by bench/architecture_sweep.py --report: do not edit by hand -->", "",
-        f"Generated on {today} at commit `{_commit()}` with {_versions()}, one CPU thread "
-        "(`OMP_NUM_THREADS=1`). Regenerate it with", "",
+        "<!-- generated by bench/architecture_sweep.py --write-docs: do not edit by hand -->", "",
+        f"Generated on {today} from `bench/architecture_sweep.jsonl` (pairs run at commit "
+        f"{', '.join(f'`{c}`' for c in commits)}) with {_versions()}, one CPU thread (`OMP_NUM_THREADS=1`). "
+        "Run the sweep (it continues where its results stop; each pair in a process of its own, 120 s at most) "
+        "and regenerate this page with", "",
         "```text",
-        "OMP_NUM_THREADS=1 python bench/architecture_sweep.py [--tasks ...] --report",
+        "OMP_NUM_THREADS=1 python bench/architecture_sweep.py --report",
+        "python bench/architecture_sweep.py --write-docs",
         "```", "",
         "Each pair is a task of `fx2onnx export-hf` and a class that transformers' auto mappings file under it, "
         "built from the architecture's own config class with its sizes shrunk (2 layers, width 32, vocabulary 100, "
@@ -397,47 +668,30 @@ def report(results: Path, page: Path) -> str:
         "the folder's model in onnxruntime against transformers on two input sizes (the second with a padded row), "
         f"every element within `|onnx - torch| <= {ATOL:g} + {RTOL:g} * |torch|` (a decoder's 16 greedy tokens "
         "equal as well). **torch.onnx** is `torch.onnx.export(..., dynamo=True)` on the same module and example "
-        "inputs (every dim `Dim.AUTO`; decoders without their cache), compared the same way. *exact*: within the "
-        "tolerance; *differs*: exported but outside it; *fails*: no model (the cause is grouped below). A pair "
-        "whose tiny model transformers itself cannot build from the shrunk config is counted apart (not built). "
-        "Time is export-hf's whole command (export, save, verification); memory is the peak resident memory "
-        "the pair's process added.", "",
+        "inputs (every dim `Dim.AUTO`; decoders without their cache; sequence-to-sequence models in one pass with "
+        "four decoder tokens), compared the same way. *exact*: within the tolerance; *differs*: exported but "
+        "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
+        "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
+        "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
+        "the column that sets it aside. The sweep runs the pairs of text generation, text and token "
+        "classification, question answering, fill-mask, image classification and sequence-to-sequence first, "
+        "in turn, each task's in a fixed shuffled order, so that a sweep stopped early has sampled each of them "
+        "evenly. Time is export-hf's whole command (export, save, verification); memory is the peak resident "
+        "memory the pair's process added.", "",
         f"**Summary:** {line}.", "",
-        "| task | architectures in transformers | pairs tried | export-hf exported | export-hf exact | torch.onnx exported | "
-        "torch.onnx exact | not built |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for task, task_records in by_task.items():
-        s = summary(task_records)
-        out.append(f"| [{task}](#{task}) | {len(pairs_of(task))} | {s['tried']} | {s['exported']} | {s['exact']} | {s['torch_onnx_exported']} | "
-                   f"{s['torch_onnx_exact']} | {s['not_built']} |")
-    out += ["", "## Failures by cause", "", "| cause | pairs | examples |", "|---|---|---|"]
-    causes: dict[str, list[str]] = defaultdict(list)
-    for record in records:
-        if record["status"] == "failed":
-            causes[record.get("cause", "?")].append(record["architecture"])
-    for cause, names in sorted(causes.items(), key=lambda item: -len(item[1])):
-        text = cause.replace("|", "\\|").replace("`", "'")
-        out.append(f"| {text} | {len(names)} | {', '.join(names[:4])}{', ...' if len(names) > 4 else ''} |")
+        f"**Text generation, classification, token classification, question answering, fill-mask, image "
+        f"classification and sequence-to-sequence:** {priority_line}.", "",
+    ] + _task_rows(by_task) + [
+        "", "## Failures by class", "",
+        "Each failure is recorded with the class and first line of its error and the library whose code "
+        "raised it; the class is read from them.", "",
+    ] + _category_rows(records) + ["", "## Failures by cause", ""] + _cause_rows(records)
     torch_causes = Counter(r.get("torch_onnx_cause", "") for r in records if r.get("torch_onnx") == "failed")
     if torch_causes:
-        out += ["", "torch.onnx.export's failures by cause:", "", "| cause | pairs |", "|---|---|"]
-        for cause, count in torch_causes.most_common(15):
-            out.append(f"| {cause.replace('|', chr(92) + '|').replace('`', chr(39))} | {count} |")
-    for task, task_records in by_task.items():
-        out += ["", f"## {task}", "",
-                "| architecture | export-hf | largest difference | seconds | peak MB | nodes | torch.onnx | its difference | its nodes |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(task_records, key=lambda r: r["architecture"]):
-            if r["status"] == "not built":
-                out.append(f"| {r['architecture']} | not built | | | | | | | |")
-                continue
-            difference = f"{r['difference']:.2g}" if "difference" in r else ""
-            theirs = f"{r['torch_onnx_difference']:.2g}" if "torch_onnx_difference" in r else ""
-            out.append(
-                f"| {r['architecture']} | {_cell(r)} | {difference} | {r.get('seconds', 0):.1f} | {r.get('peak_mb', 0):.0f} | "
-                f"{r.get('nodes', '')} | {_torch_cell(r)} | {theirs} | {r.get('torch_onnx_nodes', '')} |"
-            )
+        out += ["", "torch.onnx.export's failures by cause (the 15 most common):", "", "| cause | pairs |", "|---|---|"]
+        out += [f"| {_escaped(cause)} | {count} |" for cause, count in torch_causes.most_common(15)]
+    for task in [t for t in TASK_MAPPINGS if t in by_task]:
+        out += ["", f"## {task}", ""] + _pair_rows(by_task[task])
     page.write_text("\n".join(out) + "\n", encoding="utf-8")
     return line
 
@@ -450,8 +704,11 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
     parser.add_argument("--per-task", type=int, default=None, help="at most this many architectures per task, spread evenly")
     parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison")
+    parser.add_argument("--retry", action="append", default=[], choices=list(CATEGORIES),
+                        help="run again the pairs whose failure is of this class (repeatable)")
     parser.add_argument("--report", action="store_true", help="write docs/scoreboard.md from the results")
-    parser.add_argument("--report-only", action="store_true", help="write the scoreboard without running pairs")
+    parser.add_argument("--write-docs", "--report-only", dest="write_docs", action="store_true",
+                        help="write the scoreboard from the results without running pairs")
     args = parser.parse_args()
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in tasks if t not in TASK_MAPPINGS]
@@ -459,9 +716,9 @@ def main() -> None:
         parser.error(f"unknown task(s) {', '.join(unknown)}: one of {', '.join(TASK_MAPPINGS)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
-    if not args.report_only:
-        sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task)
-    if args.report or args.report_only:
+    if not args.write_docs:
+        sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task, set(args.retry))
+    if args.report or args.write_docs:
         print(report(args.results, ROOT / "docs" / "scoreboard.md"))
 
 

@@ -32,6 +32,8 @@ import torch.utils._pytree as pytree
 # token count (a symbolic size while tracing; the stored length is what it counts).
 _DERIVED_LAYER_ATTRIBUTES = ("_sliding_window_tensor", "cumulative_length")
 _CACHE_TENSORS = ("keys", "values")
+# where a layer's context keeps the keys of its dicts of states, those not initialized (None) included
+_STATE_KEYS = "_fx2onnx_state_keys"
 
 
 class CacheState:
@@ -147,14 +149,20 @@ def _derived_attributes(layer: Any) -> tuple[str, ...]:
 
 
 def _holds_tensors(value: Any) -> bool:
+    """A tensor, a list of tensors, or a dict of them by state index (a linear-attention
+    layer's `conv_states`, whose states not yet initialized are None): carried in the
+    context instead, its tensors would be frozen into the program as constants."""
     if isinstance(value, torch.Tensor):
         return True
+    if isinstance(value, dict):
+        states = list(value.values())
+        return any(isinstance(v, torch.Tensor) for v in states) and all(v is None or isinstance(v, torch.Tensor) for v in states)
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, torch.Tensor) for v in value)
 
 
 def layer_tensor_names(layer: Any) -> list[str]:
     """The attributes of a layer that are its pytree children, keys and values first,
-    then other tensors or lists of tensors (a linear-attention layer's states)."""
+    then other tensors, lists or dicts of tensors (a linear-attention layer's states)."""
     derived = _derived_attributes(layer)
     others = sorted(
         key
@@ -168,14 +176,26 @@ def _flatten_layer(layer: Any) -> tuple[list[Any], tuple[tuple[str, ...], CacheS
     names = layer_tensor_names(layer)
     skipped = set(names) | set(_derived_attributes(layer))
     state = {key: value for key, value in vars(layer).items() if key not in skipped}
-    return [getattr(layer, name) for name in names], (tuple(names), CacheState(state))
+    children, key_orders = [], {}
+    for name in names:
+        value = getattr(layer, name)
+        if isinstance(value, dict):  # its initialized states are children; the order of all its keys is kept
+            key_orders[name] = tuple(value)
+            value = {key: state for key, state in value.items() if state is not None}
+        children.append(value)
+    if key_orders:
+        state[_STATE_KEYS] = key_orders
+    return children, (tuple(names), CacheState(state))
 
 
 def _unflatten_layer(cls: type, children: Any, context: tuple[tuple[str, ...], CacheState]) -> Any:
     names, state = context
     layer = cls.__new__(cls)
-    layer.__dict__.update(state.attributes)
+    key_orders = state.attributes.get(_STATE_KEYS, {})
+    layer.__dict__.update({key: value for key, value in state.attributes.items() if key != _STATE_KEYS})
     for name, child in zip(names, children):
+        if name in key_orders:
+            child = {key: child.get(key) for key in key_orders[name]}
         setattr(layer, name, child)
     if _derived_attributes(layer) or (
         isinstance(getattr(layer, "sliding_window", None), int) and not hasattr(layer, "cumulative_length")

@@ -3,6 +3,8 @@ leaves the user's registry as it was."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -99,3 +101,59 @@ def test_cache_registered_by_transformers_itself_keeps_optimum_names() -> None:
         ]
     finally:
         pytree._deregister_pytree_node(transformers.DynamicCache)
+
+
+def _linear_attention_cache(initialized: tuple[int, ...] = (0,)) -> object:
+    """A cache of one linear-attention layer with two conv states, those of ``initialized`` set."""
+    layer = transformers.cache_utils.LinearAttentionLayer(number_of_states=2)
+    for index in initialized:
+        layer.update_conv_state(torch.randn(2, 6, 3), index, conv_kernel_size=4)
+    cache = transformers.DynamicCache()
+    cache.layers = [layer]
+    return cache
+
+
+def test_linear_attention_states_held_in_a_dict_are_inputs() -> None:
+    """A linear-attention layer keeps its states in dicts by state index: their tensors are
+    leaves (named by index), the states not initialized stay None when rebuilt."""
+    cache = _linear_attention_cache()
+    with registered_containers():
+        leaves, spec = pytree.tree_flatten(((), {"past_key_values": cache}))
+        rebuilt = pytree.tree_unflatten([leaf * 2 for leaf in leaves], spec)[1]["past_key_values"]
+    assert len(leaves) == 1 and leaves[0] is cache.layers[0].conv_states[0]
+    assert input_leaf_names(spec) == ["past_key_values.0.conv_states.0"]
+    layer = rebuilt.layers[0]
+    assert list(layer.conv_states) == [0, 1] and layer.conv_states[1] is None
+    torch.testing.assert_close(layer.conv_states[0], cache.layers[0].conv_states[0] * 2)
+    assert layer.is_conv_states_initialized == {0: True, 1: False}
+    assert "_fx2onnx_state_keys" not in vars(layer)
+
+
+class ShortConvolution(torch.nn.Module):
+    """A decode step of a short convolution whose state a linear-attention cache layer keeps
+    (updated in place, as transformers' hybrid models do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(6, 6, 4, groups=6)
+
+    def forward(self, hidden: torch.Tensor, past_key_values: object) -> tuple[torch.Tensor, torch.Tensor]:
+        layer = past_key_values.layers[0]
+        states = layer.update_conv_state(hidden, 0, conv_kernel_size=4)
+        return self.conv(states)[..., -hidden.shape[-1]:], layer.conv_states[0]
+
+
+def test_linear_attention_state_updated_in_place_exports(export_and_compare) -> None:
+    """Frozen as a constant, the state made the capture fail (a constant mutated in forward)
+    and would have kept the example's values: as an input, every state gives PyTorch's output."""
+    cache = _linear_attention_cache()
+
+    def eager(hidden, past_key_values):  # on a copy: the forward updates the cache in place
+        return ShortConvolution.forward(model, hidden, copy.deepcopy(past_key_values))
+
+    model = ShortConvolution().eval()
+    program = export_and_compare(model, (torch.randn(2, 6, 1), cache), eager=eager,
+                                 second_inputs=((torch.randn(2, 6, 1), _linear_attention_cache()), {}))
+    names = [value.name for value in program.model_proto.graph.input]
+    assert "past_key_values.0.conv_states.0" in names
+    assert not [i for i in program.model_proto.graph.initializer if list(i.dims) == [2, 6, 4]]

@@ -1,0 +1,111 @@
+"""The architecture sweep's bookkeeping (`bench/architecture_sweep.py`): the order of its
+pairs, a pair's isolation in its own process, the causes and classes of failures, and the
+scoreboard written from its results. No model is built here: the sweep itself does that."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import architecture_sweep as sweep  # noqa: E402
+
+from fx2onnx.errors import OnnxExporterError  # noqa: E402
+
+
+def test_priority_tasks_come_first_and_in_turn() -> None:
+    tasks = ["automatic-speech-recognition", "fill-mask", "text-generation", "text-classification"]
+    order = sweep.sweep_order(tasks, per_task=3)
+    assert [task for task, _, _ in order] == (
+        ["text-generation", "text-classification", "fill-mask"] * 3 + ["automatic-speech-recognition"] * 3
+    )
+    # each task's pairs in the fixed shuffled order: a stopped sweep has sampled every task
+    full = sweep.sweep_order(["fill-mask"])
+    assert sorted((t, m, c) for t, m, c in full) == sorted(("fill-mask", m, c) for m, c in sweep.pairs_of("fill-mask"))
+    assert full == sweep.sweep_order(["fill-mask"])
+    assert [c for _, _, c in full] != sorted(c for _, _, c in full)
+
+
+def test_an_export_failure_is_its_first_diagnostic() -> None:
+    message = ("Failed to export the model to ONNX.\n1 error:\n"
+               "- [FXE0011] No ONNX function for aten::frobnicate.default (at /src/model.py:12)\nWhat to do:\n- ...")
+    cause = sweep._cause(OnnxExporterError(None, message))
+    assert cause == "OnnxExporterError: [FXE0011] No ONNX function for aten::frobnicate.default"
+    record = {"status": "failed", "cause": cause, "where": "exporter", "via": "exporter"}
+    assert sweep.classify(record) == "unsupported operator"
+
+
+@pytest.mark.parametrize(
+    ("record", "category"),
+    [
+        ({"status": "exported", "exact": True}, None),
+        ({"status": "exported", "exact": False}, "differs"),
+        ({"status": "not built", "cause": "ValueError: heads"}, "not built"),
+        ({"status": "failed", "cause": "time limit (120 s)"}, "time limit"),
+        ({"status": "failed", "cause": "child died (-11)"}, "crash"),
+        ({"status": "failed", "cause": "RuntimeError: x", "where": "transformers", "via": "export-hf",
+          "eager_cause": "RuntimeError: x"}, "transformers fails"),
+        # an input transformers' forward refuses is not the cause of export-hf's own error
+        ({"status": "failed", "cause": "AttributeError: no vocab_size", "where": "transformers", "via": "export-hf",
+          "eager_cause": "ValueError: input_features needed"}, "export-hf"),
+        ({"status": "failed", "cause": "OnnxExporterError: [FXE0017] torch.export could not capture the model: E",
+          "where": "exporter", "via": "exporter"}, "capture"),
+        ({"status": "failed", "cause": "UnsupportedTaskError: no", "where": "export-hf", "via": "export-hf"}, "export-hf"),
+        ({"status": "failed", "cause": "Fail: [ONNXRuntimeError] bad", "where": "onnxruntime", "via": "export-hf"},
+         "onnxruntime"),
+    ],
+)
+def test_each_failure_has_a_class(record: dict, category: str | None) -> None:
+    assert sweep.classify(record) == category
+    assert category is None or category in sweep.CATEGORIES
+
+
+def _sleeps(*args, **kwargs):
+    time.sleep(60)
+
+
+def _dies(*args, **kwargs):
+    os._exit(3)
+
+
+@pytest.mark.parametrize(("pair", "cause", "category"), [(_sleeps, "time limit (2 s)", "time limit"),
+                                                           (_dies, "child died (3)", "crash")])
+def test_a_pair_that_hangs_or_dies_stops_only_itself(monkeypatch, pair, cause: str, category: str) -> None:
+    monkeypatch.setattr(sweep, "run_pair", pair)
+    started = time.perf_counter()
+    record = sweep.run_in_child("fill-mask", "bert", "BertForMaskedLM", compare=False, limit=2)
+    assert time.perf_counter() - started < 15
+    assert (record["status"], record["cause"], record["category"]) == ("failed", cause, category)
+
+
+def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> None:
+    records = [
+        {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "failed", "cause": "time limit (120 s)"},
+        {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "exported", "exact": True, "difference": 1e-7,
+         "torch_onnx": "exported", "torch_onnx_exact": True},
+        {"task": "fill-mask", "architecture": "EsmForMaskedLM", "status": "failed", "where": "exporter", "via": "exporter",
+         "cause": "OnnxExporterError: [FXE0011] No ONNX function for aten::frobnicate.default",
+         "torch_onnx": "failed", "torch_onnx_cause": "DispatchError: no"},
+        {"task": "fill-mask", "architecture": "SqueezeBertForMaskedLM", "status": "not built", "cause": "ValueError: w"},
+    ]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert sweep._done(results, set()) == {("fill-mask", a) for a in ("BertForMaskedLM", "EsmForMaskedLM", "SqueezeBertForMaskedLM")}
+    assert sweep._done(results, {"unsupported operator"}) == {("fill-mask", "BertForMaskedLM"), ("fill-mask", "SqueezeBertForMaskedLM")}
+    page = tmp_path / "scoreboard.md"
+    line = sweep.report(results, page)
+    assert line.startswith("3 pairs run, 2 built and tried: export-hf exported 1, exact in onnxruntime 1; "
+                           "torch.onnx.export(dynamo=True) exported 1, exact 1")
+    text = page.read_text()
+    assert f"| [fill-mask](#fill-mask) | {len(sweep.pairs_of('fill-mask'))} | 3 | 1 | 2 | 1 | 1 | 50% | 50% | 1 | 1 |" in text
+    assert "| unsupported operator | [FXE0011] No ONNX function" not in text  # the cause keeps its class name
+    assert ("| unsupported operator | OnnxExporterError: [FXE0011] No ONNX function for aten::frobnicate.default | 1 | "
+            "EsmForMaskedLM |") in text
+    assert "| BertForMaskedLM | exact | 1e-07 |" in text
+    assert "Traceback" not in text
