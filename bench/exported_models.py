@@ -40,6 +40,7 @@ _WRITTEN_FILES = "tmp"  # the recording run's pytest --basetemp, inside the reco
 # files compared byte for byte; others by name (weights are random), .onnx by canonical text
 _BYTE_COMPARED = {".json", ".txt", ".jinja", ".model"}
 _NOT_COMPARED = {".sarif", ".log", ".pyc"}  # hold times and absolute paths
+_NOT_COMPARED_NAMES = ("profile_",)  # onnxruntime's profiles: named after the time they were taken
 
 
 # -- the canonical text of a model ------------------------------------------------------------
@@ -202,7 +203,7 @@ def _written_files(folder: Path) -> dict[str, str]:
     files: dict[str, str] = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         relative = path.relative_to(root).as_posix()
-        if path.suffix in _NOT_COMPARED or "__pycache__" in relative:
+        if path.suffix in _NOT_COMPARED or path.name.startswith(_NOT_COMPARED_NAMES) or "__pycache__" in relative:
             continue
         if path.suffix == ".onnx":
             try:
@@ -210,7 +211,9 @@ def _written_files(folder: Path) -> dict[str, str]:
             except Exception as error:  # shown by the comparison, never hidden
                 files[relative] = f"<could not read the model: {type(error).__name__}: {error}>"
         elif path.suffix in _BYTE_COMPARED:
-            files[relative] = hashlib.sha1(path.read_bytes()).hexdigest()
+            # a file that names the record's own folder (a client's job file) is compared without it
+            data = path.read_bytes().replace(str(folder.resolve()).encode(), b"<record>")
+            files[relative] = hashlib.sha1(data).hexdigest()
         else:
             files[relative] = ""
     return files
