@@ -462,7 +462,7 @@ def run_in_child(task: str, model_type: str, class_name: str, compare: bool, lim
         if whole is None:  # export-hf's result stands; torch.onnx.export's part did not end
             record.update(torch_onnx="failed", torch_onnx_cause=why.replace("time limit", f"time limit ({limit:.0f} s)"))
         record = whole or record
-    child.join(5)
+    child.join(0 if why else 5)  # a child past its time limit is killed at once
     if child.is_alive():
         child.kill()
         child.join()
