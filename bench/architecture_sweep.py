@@ -151,12 +151,15 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     return config
 
 
-def tiny_model(model_type: str, class_name: str) -> tuple[Any, torch.nn.Module, str]:
+def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any, torch.nn.Module, str]:
     """The config, the model (random weights, in eval mode) and the shrink level of the first
-    of ``SHRINK_LEVELS`` that builds; the first level's error when none does."""
+    of ``SHRINK_LEVELS`` that builds and passes ``check(config, model)`` (None when its
+    forward runs; widths shrunk apart can disagree: a latent attention's head sizes); the
+    first level that builds when none passes; the first level's error when none builds."""
     import transformers
 
     first: Exception | None = None
+    built: tuple[Any, torch.nn.Module, str] | None = None
     for level, keys in SHRINK_LEVELS.items():
         try:
             config = small_config(model_type, class_name, keys)
@@ -165,8 +168,13 @@ def tiny_model(model_type: str, class_name: str) -> tuple[Any, torch.nn.Module, 
         except Exception as error:  # noqa: BLE001 - the next level is tried; the first error is the cause
             first = first or error
             continue
-        if sum(p.numel() for p in model.parameters()) <= _MOST_PARAMETERS or level == "small":
+        if sum(p.numel() for p in model.parameters()) > _MOST_PARAMETERS and level != "small":
+            continue
+        built = built or (config, model, level)
+        if check is None or check(config, model) is None:
             return config, model, level
+    if built is not None:
+        return built
     assert first is not None
     raise first
 
@@ -367,7 +375,8 @@ def run_pair(
     with tempfile.TemporaryDirectory(prefix="fx2onnx-sweep-") as scratch:
         scratch = Path(scratch)
         try:
-            config, model, record["shrunk"] = tiny_model(model_type, class_name)
+            config, model, record["shrunk"] = tiny_model(
+                model_type, class_name, lambda config, model: _eager_failure(task, config, model))
             model.save_pretrained(scratch / "source")
         except Exception as error:  # noqa: BLE001
             record.update(status="not built", **_failure(error))
@@ -453,7 +462,7 @@ def run_in_child(task: str, model_type: str, class_name: str, compare: bool, lim
         if whole is None:  # export-hf's result stands; torch.onnx.export's part did not end
             record.update(torch_onnx="failed", torch_onnx_cause=why.replace("time limit", f"time limit ({limit:.0f} s)"))
         record = whole or record
-    child.join(5)
+    child.join(0 if why else 5)  # a child past its time limit is killed at once
     if child.is_alive():
         child.kill()
         child.join()

@@ -15,7 +15,9 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   path when the size is unknown"): eager calls (real sizes) take the original's branch,
   a capture (unknown sizes) the general one, which gives the same result for every
   size. :data:`CAPTURE_REWRITES` lists them; tests check each against the original
-  on empty and non-empty inputs;
+  on empty and non-empty inputs. Two rewrite torch.nn's own code: a mask's check by value
+  in its Transformer layers, and ``module.to(...)`` called in forward when it would
+  change nothing (returned as it is: the capture's parameters cannot be swapped);
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
   (:mod:`fx2onnx.capture.libraries.transformers_rope`).
@@ -37,6 +39,8 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from fx2onnx.capture.libraries import torchvision_rewrites
 from fx2onnx.capture.libraries.torchao_tensors import TensorSubclassError, without_tensor_subclasses
@@ -91,10 +95,50 @@ def mask_is_causal_only_when_said(original: Callable[..., bool]) -> Callable[...
     return detect_is_causal_mask
 
 
+def _already(tensor: torch.Tensor, dtype: torch.dtype | None, device: torch.device | None) -> bool:
+    # Module.to converts only floating-point and complex tensors to another dtype
+    converted = tensor.is_floating_point() or tensor.is_complex()
+    same_dtype = dtype is None or not converted or tensor.dtype == dtype
+    return same_dtype and (device is None or tensor.device == device)
+
+
+def module_to_unchanged_as_is(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``module.to(dtype)`` or ``.to(device)`` called in forward (a router that casts its
+    layer to the model's dtype at every call) swaps every parameter for itself, which the
+    parameters of a capture refuse (`Couldn't swap Linear.weight`). During a capture, a
+    call that would change no tensor returns the module as it is; any other is the original."""
+
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        dtype = kwargs.get("dtype")
+        device = kwargs.get("device")
+        for arg in args:
+            if isinstance(arg, torch.dtype):
+                dtype = arg
+            elif isinstance(arg, (str, torch.device)):
+                device = arg
+            else:  # a tensor to take both from, or an argument not read here
+                return original(self, *args, **kwargs)
+        if set(kwargs) - {"dtype", "device", "non_blocking"} or (dtype is None and device is None):
+            return original(self, *args, **kwargs)
+        device = None if device is None else torch.device(device)
+        if device is not None and device.index is None and device.type != "cpu":
+            return original(self, *args, **kwargs)  # "cuda" names the current device: let torch decide
+        tensors = [*self.parameters(), *self.buffers()]
+        if all(_already(tensor, dtype, device) for tensor in tensors):
+            return self
+        return original(self, *args, **kwargs)
+
+    return to
+
+
 CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
     CaptureRewrite(
         "torch.nn.modules.transformer", "_detect_is_causal_mask", mask_is_causal_only_when_said,
         "`torch.equal(mask, causal_mask)` on a mask given without is_causal",
+    ),
+    CaptureRewrite(
+        "torch.nn.modules.module", "Module.to", module_to_unchanged_as_is,
+        "`module.to(dtype)` in forward, whose parameters a capture cannot swap, even for themselves",
     ),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
