@@ -1,0 +1,163 @@
+"""`export-hf` folders in the browser: Transformers.js's web build in headless Chromium on
+the WebGPU device.
+
+Chromium runs headless with a software WebGPU adapter (SwiftShader, so no GPU is needed),
+driven by `playwright-core` from npm; `browser_runner.mjs` serves the page, the library,
+onnxruntime-web's files and the folders on 127.0.0.1. A `--runtime standard` LLaMA folder
+generates transformers' greedy tokens and a BERT feature-extraction folder gives its
+outputs within 1e-4; onnxruntime-web's verbose log says where each node runs, and the
+nodes computing on floats that it leaves on the CPU are exactly the ones
+`docs/guides/runtimes.md` names (the rest of the CPU's share is shape and index
+arithmetic, which onnxruntime keeps there on purpose).
+
+Skipped, saying why, where Chromium is missing (set FX2ONNX_CHROMIUM to its executable
+elsewhere than /usr/bin/chromium), where Node or npm is missing, or where the npm registry
+cannot be reached; `playwright-core` is installed once into a cache folder beside
+Transformers.js's (FX2ONNX_TEST_CACHE, default ~/.cache/fx2onnx-tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from fx2onnx.hub import export_hf
+from test_export_hf import save_causal_lm, save_encoder
+from test_transformers_js import PROMPTS, greedy, trained_tokenizer, transformers_js  # noqa: F401 (a fixture)
+
+transformers = pytest.importorskip("transformers")
+
+PLAYWRIGHT_VERSION = "1.65.1"
+RUNNER = Path(__file__).with_name("browser_runner.mjs")
+NEW_TOKENS = 16
+PLACED = re.compile(r"Node\(s\) placed on \[(\w+)\]")
+NODE = re.compile(r"VerifyEachNodeIsAssignedToAnEp\]\s+(\w+) \((.*)\)$")
+FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium's executable, or the test skipped with the reason (before anything is installed)."""
+    path = os.environ.get("FX2ONNX_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path or not Path(path).is_file():
+        pytest.skip("browser tests need Chromium: no `chromium` on PATH and FX2ONNX_CHROMIUM unset "
+                    "(Debian: `apt-get install chromium`)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def playwright(chromium, transformers_js) -> Path:
+    """The npm prefix holding playwright-core (which drives a Chromium it does not download)."""
+    cache = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
+    prefix = cache / f"playwright-core-{PLAYWRIGHT_VERSION}"
+    installed = prefix / "node_modules" / "playwright-core" / "package.json"
+    if installed.is_file() and json.loads(installed.read_text())["version"] == PLAYWRIGHT_VERSION:
+        return prefix
+    prefix.mkdir(parents=True, exist_ok=True)
+    (prefix / "package.json").write_text('{"name": "fx2onnx-tests-playwright", "private": true}\n')
+    command = ["npm", "install", "--no-audit", "--no-fund", "--fetch-retries=1", "--prefix", str(prefix),
+               f"playwright-core@{PLAYWRIGHT_VERSION}"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.skip("`npm install playwright-core` took over 5 minutes: is the npm registry reachable?")
+    if done.returncode != 0 or not installed.is_file():
+        errors = [line for line in done.stderr.splitlines() if line.startswith("npm error")] or done.stderr.splitlines()
+        pytest.skip(f"`npm install playwright-core@{PLAYWRIGHT_VERSION}` failed (the npm registry unreachable?): "
+                    f"{' / '.join(errors[:3])[:500]}")
+    return prefix
+
+
+def placements(log: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """onnxruntime's node placements, as its verbose log lists them: for each execution
+    provider, the (operator, node name) pairs it runs."""
+    placed: dict[str, list[tuple[str, str]]] = {}
+    provider = None
+    for line in log:
+        if match := PLACED.search(line):
+            provider = match.group(1)
+            placed.setdefault(provider, [])
+        elif provider and (match := NODE.search(line)):
+            placed[provider].append((match.group(1), match.group(2)))
+        else:
+            provider = None
+    return placed
+
+
+def nodes_on_floats(path: Path, names: list[str]) -> list[tuple[str, str]]:
+    """The nodes of ``names`` in the file at ``path`` that read a float tensor (onnxruntime's
+    own nodes, such as copies and fused kernels, are not in the file)."""
+    model = onnx.shape_inference.infer_shapes(onnx.load(os.fspath(path), load_external_data=False))
+    graph = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.value_info, *graph.output]}
+    types.update({t.name: t.data_type for t in graph.initializer})
+    nodes = {node.name: node for node in graph.node}
+    return sorted((nodes[name].op_type, name) for name in names
+                  if name in nodes and any(types.get(i) in FLOATS for i in nodes[name].input))
+
+
+def test_folders_run_on_webgpu_in_chromium(tmp_path, chromium, transformers_js, playwright):  # noqa: F811 (the fixture)
+    tokenizer = trained_tokenizer()
+    models = tmp_path / "models"
+    llama = save_causal_lm(tmp_path / "llama-source", "llama", tokenizer)
+    export_hf(tmp_path / "llama-source", models / "llama", runtime="standard")
+    save_encoder(tmp_path / "bert-source", "bert", tokenizer)
+    export_hf(tmp_path / "bert-source", models / "bert")  # opset 23: attention as one Attention node
+    export_hf(tmp_path / "bert-source", models / "bert-standard", runtime="standard")  # attention decomposed
+    for folder in ("llama", "bert", "bert-standard"):
+        onnx.checker.check_model(os.fspath(models / folder / "onnx" / "model.onnx"), full_check=True)
+
+    prompts = [list(tokenizer(text)["input_ids"]) for text in PROMPTS[:2]]
+    batch = tokenizer(list(PROMPTS), padding=True, return_tensors="pt")  # padded: the mask matters
+    encoder_run = {"inputs": {name: batch[name].tolist() for name in ("input_ids", "attention_mask")},
+                   "outputs": ["last_hidden_state"]}
+    job = {"models_root": str(models), "runs": [
+        {"folder": "llama", "prompts": prompts, "new_tokens": NEW_TOKENS},
+        {"folder": "bert", **encoder_run},
+        {"folder": "bert-standard", **encoder_run},
+    ]}
+    (tmp_path / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    done = subprocess.run(["node", str(RUNNER), str(playwright), str(transformers_js), chromium, str(tmp_path / "job.json"),
+                           str(tmp_path / "result.json")], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"the browser run failed:\n{done.stderr[-3000:]}"
+    result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+    assert result["adapter"] == {"architecture": "swiftshader", "vendor": "google"}
+    causal, encoder, encoder_standard = result["runs"]
+
+    expected = [greedy(llama, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
+    assert causal["generated"] == expected  # 16 greedy tokens each, over the cache
+    with torch.no_grad():
+        bert = transformers.BertModel.from_pretrained(tmp_path / "bert-source").eval()
+        hidden = bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    for run in (encoder, encoder_standard):
+        got = run["outputs"]["last_hidden_state"]
+        assert got["dims"] == list(hidden.shape)
+        np.testing.assert_allclose(np.reshape(got["data"], got["dims"]), hidden.numpy(), rtol=0, atol=1e-4)
+
+    # Where each node ran. On the CPU besides shape and index arithmetic: the IsNaN of the
+    # decomposed attention (onnxruntime-web's WebGPU has no IsNaN kernel), and opset 23's
+    # Attention node whole (no WebGPU kernel for it either); everything else on WebGPU.
+    layers = ("model.layers.0.self_attn/", "model.layers.1.self_attn/")
+    expected_on_cpu = {
+        "llama": [("IsNaN", layers[0]), ("IsNaN", layers[1])],
+        "bert": [("Attention", f"encoder.layer.{i}.attention.self/") for i in (0, 1)],
+        "bert-standard": [("IsNaN", f"encoder.layer.{i}.attention.self/") for i in (0, 1)],
+    }
+    for run, folder in zip((causal, encoder, encoder_standard), ("llama", "bert", "bert-standard")):
+        placed = placements(run["log"])
+        assert set(placed) == {"WebGpuExecutionProvider", "CPUExecutionProvider"}, placed.keys()
+        on_cpu = nodes_on_floats(models / folder / "onnx" / "model.onnx", [name for _, name in placed["CPUExecutionProvider"]])
+        assert [(op, name.split("/")[0] + "/") for op, name in on_cpu] == expected_on_cpu[folder], on_cpu
+        on_webgpu = {op for op, _ in placed["WebGpuExecutionProvider"]}
+        assert {"MatMul", "Add", "LayerNormalization" if folder != "llama" else "Mul"} <= on_webgpu
+        if folder != "bert":  # the decomposed attention's products and softmax
+            assert {"Softmax", "Where"} <= on_webgpu
