@@ -47,10 +47,15 @@ FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFL
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Chromium's executable, or the test skipped with the reason (before anything is installed)."""
-    path = os.environ.get("FX2ONNX_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not path or not Path(path).is_file():
-        pytest.skip("browser tests need Chromium: no `chromium` on PATH and FX2ONNX_CHROMIUM unset "
-                    "(Debian: `apt-get install chromium`)")
+    given = os.environ.get("FX2ONNX_CHROMIUM")
+    if given:
+        if not Path(given).is_file():
+            pytest.skip(f"browser tests need Chromium: FX2ONNX_CHROMIUM names no file ({given})")
+        return given
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("browser tests need Chromium: no `chromium` on PATH (Debian: `apt-get install chromium`; "
+                    "elsewhere set FX2ONNX_CHROMIUM to its executable)")
     return path
 
 
