@@ -3,7 +3,7 @@
 // Usage: node browser_runner.mjs <npm prefix holding playwright-core> <npm prefix holding
 //        @huggingface/transformers> <chromium executable> <job.json> <result.json>
 // The job lists "runs": each names a folder, its task and what to run ("prompts" to generate
-// from greedily, or "inputs" for one forward pass). The pages, the library, onnxruntime-web's
+// from greedily, one by one and as one left-padded "batch", or "inputs" for one forward pass). The pages, the library, onnxruntime-web's
 // files and the folders are served by this script on 127.0.0.1 only; nothing else is reached.
 // onnxruntime-web logs verbosely, so the result holds each session's node placements as
 // onnxruntime prints them ("placements": the console lines of the log).
@@ -101,6 +101,15 @@ try {
                         max_new_tokens: run.new_tokens, min_new_tokens: run.new_tokens, do_sample: false,
                     });
                     done.generated.push(plain(output).data.slice(prompt.length));
+                }
+                if (run.batch) { // one left-padded batch: rows of padding whose every key is masked
+                    const { input_ids, attention_mask } = run.batch;
+                    const output = plain(await model.generate({
+                        input_ids: int64(input_ids), attention_mask: int64(attention_mask),
+                        max_new_tokens: run.new_tokens, min_new_tokens: run.new_tokens, do_sample: false,
+                    }));
+                    const width = output.dims[1];
+                    done.batch_generated = input_ids.map((row, i) => output.data.slice(i * width + row.length, (i + 1) * width));
                 }
                 await model.dispose();
             }

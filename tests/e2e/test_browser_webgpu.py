@@ -32,7 +32,7 @@ import torch
 
 from fx2onnx.hub import export_hf
 from test_export_hf import save_causal_lm, save_encoder
-from test_transformers_js import PROMPTS, greedy, trained_tokenizer, transformers_js  # noqa: F401 (a fixture)
+from test_transformers_js import PROMPTS, greedy, left_padded, trained_tokenizer, transformers_js  # noqa: F401 (a fixture)
 
 transformers = pytest.importorskip("transformers")
 
@@ -122,11 +122,12 @@ def test_folders_run_on_webgpu_in_chromium(tmp_path, chromium, transformers_js, 
         onnx.checker.check_model(os.fspath(models / folder / "onnx" / "model.onnx"), full_check=True)
 
     prompts = [list(tokenizer(text)["input_ids"]) for text in PROMPTS[:2]]
+    ids, mask = left_padded(prompts)
     batch = tokenizer(list(PROMPTS), padding=True, return_tensors="pt")  # padded: the mask matters
     encoder_run = {"inputs": {name: batch[name].tolist() for name in ("input_ids", "attention_mask")},
                    "outputs": ["last_hidden_state"]}
     job = {"models_root": str(models), "runs": [
-        {"folder": "llama", "prompts": prompts, "new_tokens": NEW_TOKENS},
+        {"folder": "llama", "prompts": prompts, "new_tokens": NEW_TOKENS, "batch": {"input_ids": ids, "attention_mask": mask}},
         {"folder": "bert", **encoder_run},
         {"folder": "bert-standard", **encoder_run},
     ]}
@@ -140,6 +141,7 @@ def test_folders_run_on_webgpu_in_chromium(tmp_path, chromium, transformers_js, 
 
     expected = [greedy(llama, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
     assert causal["generated"] == expected  # 16 greedy tokens each, over the cache
+    assert causal["batch_generated"] == greedy(llama, torch.tensor(ids), torch.tensor(mask))
     with torch.no_grad():
         bert = transformers.BertModel.from_pretrained(tmp_path / "bert-source").eval()
         hidden = bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
