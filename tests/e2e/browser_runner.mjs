@@ -102,7 +102,7 @@ try {
                     });
                     done.generated.push(plain(output).data.slice(prompt.length));
                 }
-                if (run.batch) { // one left-padded batch: rows of padding whose every key is masked
+                if (run.batch) { // one left-padded batch: the padding masked
                     const { input_ids, attention_mask } = run.batch;
                     const output = plain(await model.generate({
                         input_ids: int64(input_ids), attention_mask: int64(attention_mask),
