@@ -32,7 +32,7 @@ import torch
 
 from fx2onnx.hub import export_hf
 from test_export_hf import save_causal_lm, save_encoder
-from test_transformers_js import PROMPTS, greedy, left_padded, trained_tokenizer, transformers_js  # noqa: F401 (a fixture)
+from test_transformers_js import PROMPTS, greedy, left_padded, npm_installed, trained_tokenizer, transformers_js  # noqa: F401 (a fixture)
 
 transformers = pytest.importorskip("transformers")
 
@@ -62,24 +62,7 @@ def chromium() -> str:
 @pytest.fixture(scope="session")
 def playwright(chromium, transformers_js) -> Path:
     """The npm prefix holding playwright-core (which drives a Chromium it does not download)."""
-    cache = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
-    prefix = cache / f"playwright-core-{PLAYWRIGHT_VERSION}"
-    installed = prefix / "node_modules" / "playwright-core" / "package.json"
-    if installed.is_file() and json.loads(installed.read_text())["version"] == PLAYWRIGHT_VERSION:
-        return prefix
-    prefix.mkdir(parents=True, exist_ok=True)
-    (prefix / "package.json").write_text('{"name": "fx2onnx-tests-playwright", "private": true}\n')
-    command = ["npm", "install", "--no-audit", "--no-fund", "--fetch-retries=1", "--prefix", str(prefix),
-               f"playwright-core@{PLAYWRIGHT_VERSION}"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("`npm install playwright-core` took over 5 minutes: is the npm registry reachable?")
-    if done.returncode != 0 or not installed.is_file():
-        errors = [line for line in done.stderr.splitlines() if line.startswith("npm error")] or done.stderr.splitlines()
-        pytest.skip(f"`npm install playwright-core@{PLAYWRIGHT_VERSION}` failed (the npm registry unreachable?): "
-                    f"{' / '.join(errors[:3])[:500]}")
-    return prefix
+    return npm_installed("playwright-core", PLAYWRIGHT_VERSION, f"playwright-core-{PLAYWRIGHT_VERSION}", minutes=5)
 
 
 def placements(log: list[str]) -> dict[str, list[tuple[str, str]]]:

@@ -41,30 +41,35 @@ PROMPTS = ("the quick brown fox", "hello world of onnx models 42", "the lazy dog
 NEW_TOKENS = 16
 
 
+def npm_installed(package: str, version: str, folder: str, minutes: int, env: dict | None = None) -> Path:
+    """The npm prefix ``folder`` of the test cache (FX2ONNX_TEST_CACHE, default
+    ~/.cache/fx2onnx-tests) holding ``package`` at ``version``, installed there once from the
+    registry; the test skipped, saying why, where the install fails or takes over ``minutes``."""
+    cache = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
+    prefix = cache / folder
+    installed = prefix / "node_modules" / package / "package.json"
+    if installed.is_file() and json.loads(installed.read_text())["version"] == version:
+        return prefix
+    prefix.mkdir(parents=True, exist_ok=True)
+    (prefix / "package.json").write_text(json.dumps({"name": f"fx2onnx-tests-{folder}", "private": True}) + "\n")
+    command = ["npm", "install", "--no-audit", "--no-fund", "--fetch-retries=1", "--prefix", str(prefix), f"{package}@{version}"]
+    try:
+        done = subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=minutes * 60)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"`npm install {package}` took over {minutes} minutes: is the npm registry reachable?")
+    if done.returncode != 0 or not installed.is_file():
+        errors = [line for line in done.stderr.splitlines() if line.startswith("npm error")] or done.stderr.splitlines()
+        pytest.skip(f"`npm install {package}@{version}` failed (the npm registry unreachable?): {' / '.join(errors[:3])[:500]}")
+    return prefix
+
+
 @pytest.fixture(scope="session")
 def transformers_js() -> Path:
     """The npm prefix holding @huggingface/transformers, installed there once."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("Transformers.js tests need Node.js: `node` and `npm` are not on PATH")
-    cache = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
-    prefix = cache / f"transformers-js-{TRANSFORMERS_JS_VERSION}"
-    installed = prefix / "node_modules" / "@huggingface" / "transformers" / "package.json"
-    if installed.is_file() and json.loads(installed.read_text())["version"] == TRANSFORMERS_JS_VERSION:
-        return prefix
-    prefix.mkdir(parents=True, exist_ok=True)
-    (prefix / "package.json").write_text('{"name": "fx2onnx-tests-transformers-js", "private": true}\n')
-    command = ["npm", "install", "--no-audit", "--no-fund", "--fetch-retries=1", "--prefix", str(prefix),
-               f"@huggingface/transformers@{TRANSFORMERS_JS_VERSION}"]
-    try:
-        done = subprocess.run(command, env={**os.environ, "ONNXRUNTIME_NODE_INSTALL": "skip"}, capture_output=True,
-                              text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        pytest.skip("`npm install @huggingface/transformers` took over 10 minutes: is the npm registry reachable?")
-    if done.returncode != 0 or not installed.is_file():
-        errors = [line for line in done.stderr.splitlines() if line.startswith("npm error")] or done.stderr.splitlines()
-        pytest.skip(f"`npm install @huggingface/transformers@{TRANSFORMERS_JS_VERSION}` failed (the npm registry "
-                    f"unreachable?): {' / '.join(errors[:3])[:500]}")
-    return prefix
+    return npm_installed("@huggingface/transformers", TRANSFORMERS_JS_VERSION, f"transformers-js-{TRANSFORMERS_JS_VERSION}",
+                         minutes=10, env={"ONNXRUNTIME_NODE_INSTALL": "skip"})
 
 
 def node_run(prefix: Path, scratch: Path, job: dict) -> subprocess.CompletedProcess:
