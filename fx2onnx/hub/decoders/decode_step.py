@@ -56,6 +56,14 @@ def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
     return inputs
 
 
+def decoder_sizes(config: Any) -> Any:
+    """The config that gives the decoder's sizes (vocabulary, width, heads): the model's
+    own, or the one the model nests its decoder's in (Fuyu's `text_config`,
+    `EncoderDecoderModel`'s `decoder`)."""
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config(decoder=True) if get_text_config is not None else config
+
+
 def head_size(config: Any) -> int:
     explicit = getattr(config, "head_dim", None)
     return int(explicit) if explicit else int(config.hidden_size) // int(config.num_attention_heads)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.shared.genai_config import token_ids
+from fx2onnx.hub.decoders.decode_step import decoder_sizes
 from fx2onnx.hub.decoders.model_lengths import VerificationLengths
 from fx2onnx.hub.shared.verification import FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded
 
@@ -85,7 +86,7 @@ def verify_causal_lm_at_lengths(
     path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1
 ) -> LengthsVerification:
     """The folder's decoder against ``model.generate`` on one prompt and one batch."""
-    vocab = int(config.vocab_size)
+    vocab = int(decoder_sizes(config).vocab_size)
     pad = int(getattr(config, "pad_token_id", None) or 0)
     eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
     banned = [] if eos is None else eos if isinstance(eos, list) else [eos]

@@ -64,7 +64,7 @@ class CausalLMRecipe(RecipeDefaults):
         say(f"verification lengths: {lengths.describe()}")
         path = folder / onnx_file(loaded, folder_layout.MODEL, request.quantization)
         if request.quantization is not None:
-            vocab = int(loaded.config.vocab_size)
+            vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
             prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
             return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), request.tokens, request.atol)
         return verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)

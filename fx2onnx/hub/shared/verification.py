@@ -156,12 +156,26 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
 
 def empty_cache(session: Any, batch: int = 1) -> dict[str, np.ndarray]:
     """An empty cache for a decoder session: each ``past_key_values.*`` input with the
-    model's own heads and head size, (batch, heads, 0, head size), in the cache's dtype."""
+    model's own heads and head size, (batch, heads, 0, head size), in the cache's dtype.
+    A heads or head-size dim the graph leaves symbolic (an encoder-decoder's cross-attention
+    cache, which the first step does not read) takes the size the other cache inputs give it."""
     inputs = {i.name: i for i in session.get_inputs()}
     past_names = [n for n in inputs if n.startswith("past_key_values.")]
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-    return {n: np.zeros((batch, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+    sizes = {axis: _static_size(inputs, past_names, axis) for axis in (1, 3)}
+    return {n: np.zeros((batch, sizes[1], 0, sizes[3]), dtype=dtype) for n in past_names}
+
+
+def _static_size(inputs: dict[str, Any], past_names: list[str], axis: int) -> int:
+    """The one size the cache inputs give ``axis`` where it is static."""
+    static = {int(inputs[n].shape[axis]) for n in past_names if isinstance(inputs[n].shape[axis], int)}
+    if len(static) != 1:
+        raise ValueError(
+            f"the decoder's cache inputs give dim {axis} the sizes {sorted(static) or 'none (every one symbolic)'}: an empty "
+            "cache cannot be sized from them; export the model with its heads and head size static."
+        )
+    return static.pop()
 
 
 @dataclass
