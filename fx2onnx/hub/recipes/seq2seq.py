@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 import fx2onnx
-from fx2onnx.hub.decoders.decode_step import cache_argument, decoder_sizes, output_cache
+from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, decoder_sizes, output_cache
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
@@ -65,7 +65,7 @@ class DecoderHalf(nn.Module):
     def forward(self, input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, cache: Any = None,
                 encoder_attention_mask: torch.Tensor | None = None) -> Any:
         outputs = self.model(
-            decoder_input_ids=input_ids, encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
+            decoder_input_ids=input_ids, encoder_outputs=encoder_output(encoder_hidden_states), attention_mask=encoder_attention_mask,
             use_cache=True, **{self.cache_argument: cache},
         )
         return {"logits": outputs.logits, "present": output_cache(outputs)}
@@ -120,7 +120,7 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
         mask = encoder.get("attention_mask") if decoder.with_mask else None
         inputs: dict[str, Any] = {"input_ids": ids[:, DECODED:] if with_past else ids, "encoder_hidden_states": hidden}
         if with_past:
-            first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=(hidden,), attention_mask=mask, use_cache=True)
+            first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=encoder_output(hidden), attention_mask=mask, use_cache=True)
             inputs["cache"] = output_cache(first)
         if mask is not None:
             inputs["encoder_attention_mask"] = mask

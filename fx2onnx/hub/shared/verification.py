@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
+from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
 from fx2onnx import ExportOptions
 from fx2onnx.program import session_on_cpu
 
@@ -319,7 +319,7 @@ def verify_seq2seq(
     with torch.no_grad():
         encoded = model.get_encoder()(**encoder_inputs).last_hidden_state
         for _ in range(steps):
-            out = model(decoder_input_ids=torch.tensor([[torch_tokens[-1]]]), encoder_outputs=(encoded,), attention_mask=mask,
+            out = model(decoder_input_ids=torch.tensor([[torch_tokens[-1]]]), encoder_outputs=encoder_output(encoded), attention_mask=mask,
                         use_cache=True, **{cache_argument(model): past})
             past = output_cache(out)
             torch_logits.append(out.logits[:, -1, :])
