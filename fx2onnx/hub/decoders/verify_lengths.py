@@ -21,7 +21,9 @@ import torch
 from fx2onnx.hub.shared.genai_config import token_ids
 from fx2onnx.hub.decoders.decode_step import decoder_sizes
 from fx2onnx.hub.decoders.model_lengths import VerificationLengths
-from fx2onnx.hub.shared.verification import FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded
+from fx2onnx.hub.shared.verification import (
+    FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded, plain_greedy,
+)
 
 
 def fresh_rope_state(model: torch.nn.Module) -> None:
@@ -42,7 +44,7 @@ def fresh_rope_state(model: torch.nn.Module) -> None:
 def greedy_in_transformers(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad: int) -> Greedy:
     ids, mask = left_padded(prompts, pad)
     fresh_rope_state(model)
-    with torch.no_grad():
+    with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), do_sample=False, max_new_tokens=new_tokens,
             min_new_tokens=new_tokens, output_logits=True, return_dict_in_generate=True, pad_token_id=pad,

@@ -178,6 +178,29 @@ def _static_size(inputs: dict[str, Any], past_names: list[str], axis: int) -> in
     return static.pop()
 
 
+# the generation config's entries a plain greedy search keeps: the special tokens' ids
+_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+@contextlib.contextmanager
+def plain_greedy(model: torch.nn.Module) -> Iterator[None]:
+    """`model.generate` as plain greedy search, as the folder's verification decodes: the
+    model's generation config keeps only its token ids while inside, so that none of its
+    logits processors (Blenderbot's forced end of text at the last position, a repetition
+    penalty, banned n-grams) picks a token the logits alone would not."""
+    from transformers import GenerationConfig
+
+    kept = getattr(model, "generation_config", None)
+    if kept is None:
+        yield
+        return
+    model.generation_config = GenerationConfig(**{name: getattr(kept, name, None) for name in _TOKEN_ID_FIELDS})
+    try:
+        yield
+    finally:
+        model.generation_config = kept
+
+
 @dataclass
 class Greedy:
     """Greedy generation of a batch: the new tokens of each row, each step's last logits
@@ -271,7 +294,7 @@ def verify_causal_lm(
     path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, tolerance: Tolerance
 ) -> Verification:
     onnx_tokens, onnx_logits = greedy_in_onnxruntime(path, prompt, new_tokens)
-    with torch.no_grad():
+    with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
             output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,
@@ -375,7 +398,7 @@ def verify_quantized_causal_lm(
     path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, atol: float | None = None
 ) -> QuantizedVerification:
     """The quantized decoder at ``path`` against the float ``model``'s greedy generation."""
-    with torch.no_grad():
+    with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
             output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,
