@@ -90,7 +90,7 @@ def test_models_without_the_folders_parts_are_refused_before_anything_is_written
             text_config=dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=4, num_key_value_heads=4),
         ))
-        hint = "--task text-generation --text-only"
+        hint = "fx2onnx.dynamo_export"
     else:
         model = transformers.XLMWithLMHeadModel(transformers.XLMConfig(vocab_size=100, emb_dim=32, n_layers=1, n_heads=4))
         hint = "--task fill-mask"

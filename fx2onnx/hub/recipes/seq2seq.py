@@ -85,10 +85,11 @@ def encoder_decoder_refusal(loaded: LoadedModel) -> Refusal | None:
     text = decoder_sizes(config)
     language_model = f" ({text.model_type})" if text is not config else ""
     return Refusal(UnsupportedTaskError, (
-        f"{type(loaded.model).__name__} ({config.model_type}) is not an encoder-decoder: its encoders' outputs join the prompt of "
-        f"a decoder-only language model{language_model}, which reads them without cross-attention, so it has no "
-        "encoder_model.onnx and decoder_model_merged.onnx to write. Nothing was written. Export its language model alone "
-        "with --task text-generation --text-only, or the whole model with fx2onnx.dynamo_export."
+        f"{type(loaded.model).__name__} ({config.model_type}) is not an encoder-decoder: its encoders' outputs join the "
+        f"prompt of a decoder-only language model{language_model}, which reads them without cross-attention, so it has no "
+        "encoder_model.onnx and decoder_model_merged.onnx to write. Nothing was written. This folder kind serves "
+        "encoder-decoders (T5, BART, Marian, Whisper, EncoderDecoderModel); export-hf has none for audio-language "
+        "models: export their modules with fx2onnx.dynamo_export."
     ))
 
 
