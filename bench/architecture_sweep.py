@@ -20,11 +20,12 @@ only that pair; it records exported or the error's cause (its class and first li
 library that raised it, its class of failure: `CATEGORIES`), the largest difference, the
 export time, the peak memory the child added and the node count. Results are appended to
 a JSON lines file (a pair already there is not run again, unless `--retry` names its class
-of failure); `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
+of failure or `--architectures` its architecture); `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
 docs/scoreboard.md, from it: dated, with the versions, failures grouped by class and cause.
 
     OMP_NUM_THREADS=1 flock /tmp/fx2onnx-heavy.lock python bench/architecture_sweep.py \\
-        [--tasks text-classification,fill-mask] [--limit 120] [--retry "time limit"] [--report]
+        [--tasks text-classification,fill-mask] [--limit 120] [--retry "time limit"] \\
+        [--architectures FSMTForConditionalGeneration,MvpForConditionalGeneration] [--report]
     python bench/architecture_sweep.py --write-docs
 """
 
@@ -520,15 +521,16 @@ def sweep_order(task_names: list[str], per_task: int | None = None) -> list[tupl
 
 def sweep(
     task_names: list[str], results: Path, limit: float, compare: bool, budget: float | None, per_task: int | None = None,
-    retry: set[str] = frozenset(),
+    retry: set[str] = frozenset(), architectures: set[str] | None = None,
 ) -> None:
     """Run every pair of ``task_names`` not yet in ``results`` (or whose failure class is in
-    ``retry``), appending each pair's record as soon as it is known."""
-    done = _done(results, set(retry))
+    ``retry``), appending each pair's record as soon as it is known; with ``architectures``,
+    only the pairs of those classes, run again whether recorded or not."""
+    done = _done(results, set(retry)) if architectures is None else set()
     started = time.perf_counter()
     commit = _commit()
     for task, model_type, class_name in sweep_order(task_names, per_task):
-        if (task, class_name) in done:
+        if (task, class_name) in done or (architectures is not None and class_name not in architectures):
             continue
         if budget is not None and time.perf_counter() - started > budget:
             print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
@@ -715,6 +717,8 @@ def main() -> None:
     parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison")
     parser.add_argument("--retry", action="append", default=[], choices=list(CATEGORIES),
                         help="run again the pairs whose failure is of this class (repeatable)")
+    parser.add_argument("--architectures", default=None,
+                        help="comma-separated classes: run only their pairs (of --tasks), again if recorded")
     parser.add_argument("--report", action="store_true", help="write docs/scoreboard.md from the results")
     parser.add_argument("--write-docs", "--report-only", dest="write_docs", action="store_true",
                         help="write the scoreboard from the results without running pairs")
@@ -726,7 +730,9 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     if not args.write_docs:
-        sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task, set(args.retry))
+        architectures = None if args.architectures is None else {a for a in args.architectures.split(",") if a}
+        sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task, set(args.retry),
+              architectures)
     if args.report or args.write_docs:
         print(report(args.results, ROOT / "docs" / "scoreboard.md"))
 

@@ -10,7 +10,9 @@ past length of 0 is then the prefill. Inputs `input_ids`, `attention_mask`,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
+import typing
 from typing import Any
 
 import torch
@@ -31,6 +33,24 @@ def output_cache(outputs: Any) -> Any:
     """A model output's cache: `cache` from transformers 5.24 on (`past_key_values` is kept
     there only as a deprecated alias), `past_key_values` before."""
     return outputs.cache if "cache" in outputs else outputs.past_key_values
+
+
+# an output field that carries a decoder's state from one step to the next
+_STATE_FIELDS = ("cache", "past", "state")
+
+
+def returns_no_cache(model: torch.nn.Module) -> bool:
+    """Whether forward's declared output holds no state for the next step (XLM's
+    `MaskedLMOutput`: a masked LM filed under causal LMs); False when forward declares none."""
+    try:
+        declared = typing.get_type_hints(model.forward).get("return")
+    except (NameError, TypeError):  # an annotation that cannot be resolved says nothing
+        return False
+    outputs = [kind for kind in (typing.get_args(declared) or (declared,)) if dataclasses.is_dataclass(kind)]
+    return bool(outputs) and not any(
+        any(part in field.name.split("_") for part in _STATE_FIELDS) or "cache" in field.name
+        for kind in outputs for field in dataclasses.fields(kind)
+    )
 
 
 def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
@@ -54,6 +74,23 @@ def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
             inputs["position_ids"] = positions.unsqueeze(0).expand(BATCH, -1).contiguous()
         inputs[cache_argument(model)] = output_cache(prefill)
     return inputs
+
+
+def decoder_sizes(config: Any) -> Any:
+    """The config that gives the decoder's sizes (vocabulary, width, heads): the model's
+    own, or the one the model nests its decoder's in (Fuyu's `text_config`,
+    `EncoderDecoderModel`'s `decoder`)."""
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config(decoder=True) if get_text_config is not None else config
+
+
+def encoder_output(hidden_states: torch.Tensor) -> Any:
+    """An encoder's output as an encoder-decoder's forward takes it (`encoder_outputs=`),
+    read by index or by name: transformers' output with every field an encoder returns,
+    the router logits of a mixture-of-experts encoder (NllbMoe) included, left None."""
+    from transformers.modeling_outputs import MoEModelOutput
+
+    return MoEModelOutput(last_hidden_state=hidden_states)
 
 
 def head_size(config: Any) -> int:

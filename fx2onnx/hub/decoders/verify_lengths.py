@@ -19,8 +19,11 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.shared.genai_config import token_ids
+from fx2onnx.hub.decoders.decode_step import decoder_sizes
 from fx2onnx.hub.decoders.model_lengths import VerificationLengths
-from fx2onnx.hub.shared.verification import FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded
+from fx2onnx.hub.shared.verification import (
+    FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded, plain_greedy,
+)
 
 
 def fresh_rope_state(model: torch.nn.Module) -> None:
@@ -41,7 +44,7 @@ def fresh_rope_state(model: torch.nn.Module) -> None:
 def greedy_in_transformers(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad: int) -> Greedy:
     ids, mask = left_padded(prompts, pad)
     fresh_rope_state(model)
-    with torch.no_grad():
+    with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), do_sample=False, max_new_tokens=new_tokens,
             min_new_tokens=new_tokens, output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
@@ -85,7 +88,7 @@ def verify_causal_lm_at_lengths(
     path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1
 ) -> LengthsVerification:
     """The folder's decoder against ``model.generate`` on one prompt and one batch."""
-    vocab = int(config.vocab_size)
+    vocab = int(decoder_sizes(config).vocab_size)
     pad = int(getattr(config, "pad_token_id", None) or 0)
     eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
     banned = [] if eos is None else eos if isinstance(eos, list) else [eos]

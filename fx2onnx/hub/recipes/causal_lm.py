@@ -23,16 +23,31 @@ from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_r
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.tasks import UnsupportedTaskError, is_filed_under
 from fx2onnx.hub.shared.genai_config import genai_config
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
 
 PRECISION = PrecisionSupport(weight_only=True)
+MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
+
+
+def _stateless_refusal(loaded: LoadedModel) -> Refusal | None:
+    """A model filed under causal LMs whose forward returns no cache (XLM's masked LM head)
+    has no decode step to write."""
+    if not decode_step.returns_no_cache(loaded.model):
+        return None
+    name = type(loaded.model).__name__
+    fill_mask = "--task fill-mask (its logits at every position), or " if is_filed_under(name, MASKED_LM_MAPPING) else ""
+    return Refusal(UnsupportedTaskError, (
+        f"{name} ({loaded.config.model_type}) returns no key/value cache, so it has no decode step for a text-generation "
+        f"folder. Nothing was written. Export it with {fill_mask}fx2onnx.dynamo_export."
+    ))
 
 
 class CausalLMRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return precision_refusal(loaded, request, PRECISION)
+        return _stateless_refusal(loaded) or precision_refusal(loaded, request, PRECISION)
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
@@ -64,7 +79,7 @@ class CausalLMRecipe(RecipeDefaults):
         say(f"verification lengths: {lengths.describe()}")
         path = folder / onnx_file(loaded, folder_layout.MODEL, request.quantization)
         if request.quantization is not None:
-            vocab = int(loaded.config.vocab_size)
+            vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
             prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
             return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), request.tokens, request.atol)
         return verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)

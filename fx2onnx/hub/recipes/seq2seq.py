@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 import fx2onnx
-from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
+from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, decoder_sizes, output_cache
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
@@ -32,6 +32,7 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
@@ -64,7 +65,7 @@ class DecoderHalf(nn.Module):
     def forward(self, input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, cache: Any = None,
                 encoder_attention_mask: torch.Tensor | None = None) -> Any:
         outputs = self.model(
-            decoder_input_ids=input_ids, encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
+            decoder_input_ids=input_ids, encoder_outputs=encoder_output(encoder_hidden_states), attention_mask=encoder_attention_mask,
             use_cache=True, **{self.cache_argument: cache},
         )
         return {"logits": outputs.logits, "present": output_cache(outputs)}
@@ -74,6 +75,24 @@ def _speech(loaded: LoadedModel) -> bool:
     return bool(getattr(loaded.config, "num_mel_bins", None))
 
 
+def encoder_decoder_refusal(loaded: LoadedModel) -> Refusal | None:
+    """Why the folder cannot hold ``loaded``: a model whose decoder does not read the encoder
+    by cross-attention (an audio encoder whose output joins a decoder-only language model's
+    prompt) has no encoder and decoder halves."""
+    if getattr(loaded.config, "is_encoder_decoder", False):
+        return None
+    config = loaded.config
+    text = decoder_sizes(config)
+    language_model = f" ({text.model_type})" if text is not config else ""
+    return Refusal(UnsupportedTaskError, (
+        f"{type(loaded.model).__name__} ({config.model_type}) is not an encoder-decoder: its encoders' outputs join the "
+        f"prompt of a decoder-only language model{language_model}, which reads them without cross-attention, so it has no "
+        "encoder_model.onnx and decoder_model_merged.onnx to write. Nothing was written. This folder kind serves "
+        "encoder-decoders (T5, BART, Marian, Whisper, EncoderDecoderModel); export-hf has none for audio-language "
+        "models: export their modules with fx2onnx.dynamo_export."
+    ))
+
+
 def encoder_inputs(loaded: LoadedModel, size: int = 0) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(size)
     batch = BATCH + size
@@ -81,7 +100,7 @@ def encoder_inputs(loaded: LoadedModel, size: int = 0) -> dict[str, torch.Tensor
         frames = 2 * int(getattr(loaded.config, "max_source_positions", 1500))  # Whisper's fixed input length
         return {"input_features": torch.randn(batch, int(loaded.config.num_mel_bins), frames, generator=generator)}
     length = ENCODER_TOKENS + 3 * size  # size 1: a second input length, for verification
-    vocab = int(loaded.config.vocab_size)
+    vocab = int(decoder_sizes(loaded.config).vocab_size)
     return {"input_ids": torch.randint(3, vocab, (batch, length), generator=generator),
             "attention_mask": torch.ones(batch, length, dtype=torch.int64)}
 
@@ -92,7 +111,7 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
     model = loaded.model
     mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
     encoder = encoder_inputs(loaded)
-    vocab = int(loaded.config.vocab_size)
+    vocab = int(decoder_sizes(loaded.config).vocab_size)
     batch = next(iter(encoder.values())).shape[0]
     ids = torch.randint(3, vocab, (batch, DECODED + NEW_TOKENS), generator=torch.Generator().manual_seed(7))
     with mode, torch.no_grad():
@@ -102,7 +121,7 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
         mask = encoder.get("attention_mask") if decoder.with_mask else None
         inputs: dict[str, Any] = {"input_ids": ids[:, DECODED:] if with_past else ids, "encoder_hidden_states": hidden}
         if with_past:
-            first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=(hidden,), attention_mask=mask, use_cache=True)
+            first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=encoder_output(hidden), attention_mask=mask, use_cache=True)
             inputs["cache"] = output_cache(first)
         if mask is not None:
             inputs["encoder_attention_mask"] = mask
@@ -116,7 +135,7 @@ def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
 
 class Seq2SeqRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return precision_refusal(loaded, request, FLOAT_ONLY)
+        return encoder_decoder_refusal(loaded) or precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,

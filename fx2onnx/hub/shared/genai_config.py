@@ -19,7 +19,7 @@ from typing import Any
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
-from fx2onnx.hub.decoders.decode_step import head_size
+from fx2onnx.hub.decoders.decode_step import decoder_sizes, head_size
 from fx2onnx.hub.decoders.decoder_types import genai_decoder_type
 from fx2onnx.hub.decoders.model_lengths import context_length
 
@@ -89,6 +89,7 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
     heads and head size as its cache inputs have them (batch, heads, past, head size),
     and buffer sharing where it updates the cache in place."""
     input_names = [value.name for value in model.graph.inputs]
+    config = decoder_sizes(config)
     keys = [value for value in model.graph.inputs if value.name.startswith("past_key_values.") and value.name.endswith(".key")]
     kv_heads, cache_head_size = (int(keys[0].shape[1]), int(keys[0].shape[3])) if keys else (None, head_size(config))
     context = context_length(config)

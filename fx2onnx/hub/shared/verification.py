@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
+from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
 from fx2onnx import ExportOptions
 from fx2onnx.program import session_on_cpu
 
@@ -156,12 +156,49 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
 
 def empty_cache(session: Any, batch: int = 1) -> dict[str, np.ndarray]:
     """An empty cache for a decoder session: each ``past_key_values.*`` input with the
-    model's own heads and head size, (batch, heads, 0, head size), in the cache's dtype."""
+    model's own heads and head size, (batch, heads, 0, head size), in the cache's dtype.
+    A heads or head-size dim the graph leaves symbolic (an encoder-decoder's cross-attention
+    cache, which the first step does not read) takes the size the other cache inputs give it."""
     inputs = {i.name: i for i in session.get_inputs()}
     past_names = [n for n in inputs if n.startswith("past_key_values.")]
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-    return {n: np.zeros((batch, inputs[n].shape[1], 0, inputs[n].shape[3]), dtype=dtype) for n in past_names}
+    sizes = {axis: _static_size(inputs, past_names, axis) for axis in (1, 3)}
+    return {n: np.zeros((batch, sizes[1], 0, sizes[3]), dtype=dtype) for n in past_names}
+
+
+def _static_size(inputs: dict[str, Any], past_names: list[str], axis: int) -> int:
+    """The one size the cache inputs give ``axis`` where it is static."""
+    static = {int(inputs[n].shape[axis]) for n in past_names if isinstance(inputs[n].shape[axis], int)}
+    if len(static) != 1:
+        raise ValueError(
+            f"the decoder's cache inputs give dim {axis} the sizes {sorted(static) or 'none (every one symbolic)'}: an empty "
+            "cache cannot be sized from them; export the model with its heads and head size static."
+        )
+    return static.pop()
+
+
+# the generation config's entries a plain greedy search keeps: the special tokens' ids
+_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+@contextlib.contextmanager
+def plain_greedy(model: torch.nn.Module) -> Iterator[None]:
+    """`model.generate` as plain greedy search, as the folder's verification decodes: the
+    model's generation config keeps only its token ids while inside, so that none of its
+    logits processors (Blenderbot's forced end of text at the last position, a repetition
+    penalty, banned n-grams) picks a token the logits alone would not."""
+    from transformers import GenerationConfig
+
+    kept = getattr(model, "generation_config", None)
+    if kept is None:
+        yield
+        return
+    model.generation_config = GenerationConfig(**{name: getattr(kept, name, None) for name in _TOKEN_ID_FIELDS})
+    try:
+        yield
+    finally:
+        model.generation_config = kept
 
 
 @dataclass
@@ -257,7 +294,7 @@ def verify_causal_lm(
     path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, tolerance: Tolerance
 ) -> Verification:
     onnx_tokens, onnx_logits = greedy_in_onnxruntime(path, prompt, new_tokens)
-    with torch.no_grad():
+    with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
             output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,
@@ -305,7 +342,7 @@ def verify_seq2seq(
     with torch.no_grad():
         encoded = model.get_encoder()(**encoder_inputs).last_hidden_state
         for _ in range(steps):
-            out = model(decoder_input_ids=torch.tensor([[torch_tokens[-1]]]), encoder_outputs=(encoded,), attention_mask=mask,
+            out = model(decoder_input_ids=torch.tensor([[torch_tokens[-1]]]), encoder_outputs=encoder_output(encoded), attention_mask=mask,
                         use_cache=True, **{cache_argument(model): past})
             past = output_cache(out)
             torch_logits.append(out.logits[:, -1, :])
@@ -361,7 +398,7 @@ def verify_quantized_causal_lm(
     path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, atol: float | None = None
 ) -> QuantizedVerification:
     """The quantized decoder at ``path`` against the float ``model``'s greedy generation."""
-    with torch.no_grad():
+    with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
             output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,

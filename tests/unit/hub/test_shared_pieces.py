@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from safetensors.torch import save_file
 from transformers import LlamaConfig, MistralConfig
 
+from fx2onnx.hub.decoders.decode_step import returns_no_cache
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.sliding_window import window_of
 from fx2onnx.hub.precision.prequantized import checkpoint_codes, quant_method
@@ -25,6 +26,7 @@ from fx2onnx.hub.shared.folder_files import copy_folder_files
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
 from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint, part_checkpoint
 from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
+from fx2onnx.hub.shared.verification import empty_cache
 from fx2onnx.hub.whisper.whisper_suppress import suppress_lists
 
 
@@ -120,3 +122,31 @@ def test_a_sliding_window_is_read_from_the_config():
 def test_whispers_suppress_lists_are_sorted_and_unique():
     generation = SimpleNamespace(suppress_tokens=[7, 3, 7], begin_suppress_tokens=None)
     assert suppress_lists(generation) == ([3, 7], []) and suppress_lists(None) == ([], [])
+
+
+def _session_inputs(shapes: dict[str, list]) -> SimpleNamespace:
+    inputs = [SimpleNamespace(name=name, shape=shape, type="tensor(float)") for name, shape in shapes.items()]
+    return SimpleNamespace(get_inputs=lambda: inputs)
+
+
+def test_an_empty_cache_takes_symbolic_heads_from_the_other_cache_inputs():
+    # FSMT's cross-attention cache: heads symbolic, the decoder's own cache static
+    session = _session_inputs({
+        "input_ids": ["batch", "length"],
+        "past_key_values.0.decoder.key": ["batch", 4, "past", 8],
+        "past_key_values.0.encoder.key": ["batch", "past_key_values.0.encoder.key_dim_1", "encoder", 8],
+    })
+    cache = empty_cache(session, batch=3)
+    assert {name: array.shape for name, array in cache.items()} == {
+        "past_key_values.0.decoder.key": (3, 4, 0, 8), "past_key_values.0.encoder.key": (3, 4, 0, 8),
+    }
+    with pytest.raises(ValueError, match="dim 1 the sizes none"):
+        empty_cache(_session_inputs({"past_key_values.0.key": ["batch", "heads", "past", 8]}))
+
+
+def test_a_causal_lm_class_returning_no_cache_is_told_apart():
+    from transformers import LlamaForCausalLM, MambaForCausalLM, XLMWithLMHeadModel
+
+    tiny = LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2)
+    assert returns_no_cache(XLMWithLMHeadModel)  # MaskedLMOutput: logits only
+    assert not returns_no_cache(LlamaForCausalLM(tiny)) and not returns_no_cache(MambaForCausalLM)  # cache, cache_params

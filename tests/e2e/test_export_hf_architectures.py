@@ -1,0 +1,101 @@
+"""`export-hf` on architectures whose configs or outputs differ from the usual: a decoder's
+sizes in a nested config (EncoderDecoderModel's `decoder`, Fuyu's `text_config`), a
+cross-attention cache whose heads the graph leaves symbolic (FSMT), an encoder output read
+by name (NllbMoe), a generation config whose processors change the greedy tokens
+(Blenderbot's forced end of text); each folder compared with transformers by `--verify`."""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import pytest
+import torch
+
+from fx2onnx.hub import export_hf
+from fx2onnx.hub.tasks import UnsupportedTaskError
+
+transformers = pytest.importorskip("transformers")
+
+IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+BART_LIKE = dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+                 encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, **IDS)
+BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=64)
+
+
+def encoder_decoder(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if kind == "bert2bert":
+        config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(
+            transformers.BertConfig(**BERT), transformers.BertConfig(**BERT, is_decoder=True, add_cross_attention=True),
+        )
+        config.decoder_start_token_id, config.pad_token_id = 1, 0
+        return transformers.EncoderDecoderModel(config).eval()
+    if kind == "fsmt":
+        config = transformers.FSMTConfig(langs=["en", "de"], src_vocab_size=100, tgt_vocab_size=100, **BART_LIKE)
+        return transformers.FSMTForConditionalGeneration(config).eval()
+    config = transformers.NllbMoeConfig(vocab_size=100, num_experts=4, **BART_LIKE)
+    return transformers.NllbMoeForConditionalGeneration(config).eval()
+
+
+def _input_dims(path, name: str) -> list:
+    graph = onnx.load(os.fspath(path), load_external_data=False).graph
+    value = next(v for v in graph.input if v.name == name)
+    return [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("kind", ["bert2bert", "fsmt", "nllb-moe"])
+def test_encoder_decoders_whose_configs_or_outputs_differ(tmp_path, kind):
+    encoder_decoder(kind).save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text2text-generation", verify=True, tokens=4)
+    # greedy decoding at two encoder input sizes against the same loop in transformers
+    assert result.verification.passed and result.verification.tokens_equal
+    merged = tmp_path / "out" / "onnx" / "decoder_model_merged.onnx"
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        onnx.checker.check_model(os.fspath(tmp_path / "out" / "onnx" / name), full_check=True)
+    heads = _input_dims(merged, "past_key_values.0.encoder.key")[1]
+    if kind == "fsmt":  # the hard case: the first step's empty cross-attention cache sized from the other inputs
+        assert isinstance(heads, str)
+    assert _input_dims(merged, "past_key_values.0.decoder.key")[1] == 4
+
+
+def test_a_decoder_with_nested_sizes_and_a_forced_end_of_text(tmp_path):
+    # Fuyu keeps its decoder's sizes in text_config; Blenderbot's generation config forces the end of
+    # text at the last position, which plain greedy search (the folder's runtime) does not
+    torch.manual_seed(0)
+    text = transformers.PersimmonConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=4, max_position_embeddings=128, pad_token_id=0, eos_token_id=2)
+    fuyu = transformers.FuyuForCausalLM(transformers.FuyuConfig(text_config=text.to_dict(), image_size=64, patch_size=30))
+    blenderbot = transformers.BlenderbotForCausalLM(transformers.BlenderbotConfig(
+        vocab_size=100, forced_eos_token_id=2, encoder_no_repeat_ngram_size=3, **BART_LIKE))
+    assert blenderbot.generation_config.forced_eos_token_id == 2
+    for name, model in (("fuyu", fuyu), ("blenderbot", blenderbot)):
+        model.eval().save_pretrained(tmp_path / name)
+        result = export_hf(tmp_path / name, tmp_path / f"{name}-out", task="text-generation", verify=True, tokens=8)
+        assert result.verification.passed and result.verification.tokens_equal, result.verification.summary()
+        assert 2 not in result.verification.torch_tokens  # transformers' tokens without the forced end of text
+        onnx.checker.check_model(os.fspath(tmp_path / f"{name}-out" / "onnx" / "model.onnx"), full_check=True)
+
+
+@pytest.mark.parametrize(("task", "config", "words"), [
+    ("text2text-generation", "audio", "is not an encoder-decoder"),
+    ("text-generation", "xlm", "returns no key/value cache"),
+])
+def test_models_without_the_folders_parts_are_refused_before_anything_is_written(tmp_path, task, config, words):
+    torch.manual_seed(0)
+    if config == "audio":
+        model = transformers.GlmAsrForConditionalGeneration(transformers.GlmAsrConfig(
+            audio_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4),
+            text_config=dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=4),
+        ))
+        hint = "fx2onnx.dynamo_export"
+    else:
+        model = transformers.XLMWithLMHeadModel(transformers.XLMConfig(vocab_size=100, emb_dim=32, n_layers=1, n_heads=4))
+        hint = "--task fill-mask"
+    model.save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=words) as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task=task)
+    assert hint in str(error.value) and "Nothing was written" in str(error.value)
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
