@@ -154,13 +154,18 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
     )
 
 
-def empty_cache(session: Any, batch: int = 1) -> dict[str, np.ndarray]:
-    """An empty cache for a decoder session: each ``past_key_values.*`` input with the
-    model's own heads and head size, (batch, heads, 0, head size), in the cache's dtype.
-    A heads or head-size dim the graph leaves symbolic (an encoder-decoder's cross-attention
-    cache, which the first step does not read) takes the size the other cache inputs give it."""
+def _is_past(name: str) -> bool:
+    return name.startswith("past_key_values.")
+
+
+def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = _is_past) -> dict[str, np.ndarray]:
+    """An empty cache for a decoder session: each cache input (``is_cache``: default the
+    ``past_key_values.*`` ones) with the model's own heads and head size, (batch, heads, 0,
+    head size), in the cache's dtype. A heads or head-size dim the graph leaves symbolic (an
+    encoder-decoder's cross-attention cache, which the first step does not read) takes the
+    size the other cache inputs give it."""
     inputs = {i.name: i for i in session.get_inputs()}
-    past_names = [n for n in inputs if n.startswith("past_key_values.")]
+    past_names = [n for n in inputs if is_cache(n)]
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
     sizes = {axis: _static_size(inputs, past_names, axis) for axis in (1, 3)}

@@ -31,7 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, greedy_decode, run_session, verdict_of
+from fx2onnx.hub.shared.verification import (
+    Tolerance, Verification, cpu_session, empty_cache, greedy_decode, run_session, verdict_of,
+)
 from fx2onnx.hub.whisper.whisper_config import AUDIO_FEATURES
 
 _FLOAT_TYPES = {"tensor(float16)": np.float16, "tensor(double)": np.float64}
@@ -104,11 +106,7 @@ def onnxruntime_greedy(
         dtype = _FLOAT_TYPES.get(encoder.get_inputs()[0].type, np.float32)  # a bfloat16 folder runs in float32
         encoded = run_session(encoder, {AUDIO_FEATURES: features.astype(dtype)})
         cross = {name.replace("present_", "past_"): value for name, value in encoded.items() if "_cross_" in name}
-        inputs = {i.name: i for i in decoder.get_inputs()}
-        cache = {
-            name: np.zeros((features.shape[0], value.shape[1], 0, value.shape[3]), dtype=dtype)
-            for name, value in inputs.items() if "_self_" in name
-        }
+        cache = empty_cache(decoder, features.shape[0], is_cache=lambda name: "_self_" in name)
         greedy = greedy_decode(
             lambda feed: run_session(decoder, feed), cache, [prompt], steps, feed=lambda step, _mask, _index: {"input_ids": step, **cross}
         )
