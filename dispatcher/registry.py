@@ -131,6 +131,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.functions.linalg", "LINALG_FUNCTIONS", False),  # factorizations and solves
     ("dispatcher.functions.special", "SPECIAL_FUNCTIONS", False),  # gamma, Bessel, erf family
     ("dispatcher.functions.vision", "VISION_FUNCTIONS", False),  # torchvision's roi_pool, ps_roi_align
+    ("dispatcher.functions.dot_product_attention", "DOT_PRODUCT_ATTENTION_FUNCTIONS", False),  # no IsNaN
     ("dispatcher.functions.fused", "FUSED_FUNCTIONS", False),  # kernels chosen by fx_passes/fused_kernels
     ("dispatcher.functions.quantized", "QUANTIZED_FUNCTIONS", False),  # torchao's dequantization, MatMulNBits
 )
