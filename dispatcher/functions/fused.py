@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import onnx_ir as ir
+from onnxscript import opset18 as op
 from onnxscript import values as osv
 
 from dispatcher.function_table import FunctionTable
@@ -37,6 +39,7 @@ def _standard(op_type: str) -> osv.Op:
 _attention, _rotary_embedding, _gelu = _standard("Attention"), _standard("RotaryEmbedding"), _standard("Gelu")
 _rms_normalization = _standard("RMSNormalization")
 _group_query_attention = osv.Op(osv.Opset(ONNXRUNTIME_DOMAIN, 1), "GroupQueryAttention")
+_multi_head_attention = osv.Op(osv.Opset(ONNXRUNTIME_DOMAIN, 1), "MultiHeadAttention")
 
 _FLOAT = 1  # ONNX's FLOAT: the type RMSNormalization computes in
 
@@ -61,6 +64,23 @@ def attention_3d(
         *_with_mask(query, key, value, mask), scale=scale, is_causal=int(is_causal),
         q_num_heads=query_heads, kv_num_heads=key_heads,
     )
+
+
+@_TABLE.op("fx2onnx::multi_head_attention")
+def multi_head_attention(query: Any, key: Any, value: Any, mask: Optional[Any] = None, scale: float = 1.0, heads: int = 1) -> Any:
+    # (B, S, heads * D) inputs, a (B or 1, 1, L, S) mask taken as the kernel's additive
+    # `attention_bias` (it has no boolean mask of that shape)
+    if mask is None:
+        return _multi_head_attention(query, key, value, num_heads=heads, scale=scale)
+    if mask.dtype != ir.DataType.BOOL:
+        return _multi_head_attention(query, key, value, None, None, mask, num_heads=heads, scale=scale)
+    # the lowest finite number where masked, not -inf: no row can make NaN; a query with
+    # no key (a uniform softmax) gets 0, as in PyTorch, from the mask's row
+    bias = op.Where(mask, op.Constant(value=ir.tensor(0.0, dtype=query.dtype)),
+                    op.Constant(value=ir.tensor(query.dtype.min, dtype=query.dtype)))
+    attended = _multi_head_attention(query, key, value, None, None, bias, num_heads=heads, scale=scale)
+    holds_key = op.ReduceMax(op.Cast(mask, to=int(query.dtype)), op.Constant(value_ints=[-1]), keepdims=1)
+    return op.Mul(attended, op.Squeeze(holds_key, op.Constant(value_ints=[1])))
 
 
 @_TABLE.op("fx2onnx::rotary")

@@ -5,7 +5,10 @@ and value heads that models write before it (transformers' ``repeat_kv``: unsque
 expand, reshape) is left to the kernel, which reads each key/value head for its group of
 query heads instead of copying the cache. Where the heads are split from (B, S, heads * D)
 projections just before and merged just after (encoders), the kernel takes and gives that
-layout, and the transposes go. What every attention kernel needs of the node
+layout, and the transposes go; for onnxruntime (``runtime="onnxruntime"``) that kernel is its
+``MultiHeadAttention`` where it applies (as many key/value heads as query heads, not causal,
+one mask row per query shared by the heads): onnxruntime-web's WebGPU has it and not the
+standard ``Attention``, and its CPU runs it as fast. What every attention kernel needs of the node
 (:func:`attention_operands`) is read here; ``group_query_attention`` reads it too.
 """
 
@@ -20,7 +23,7 @@ import torch
 from fx2onnx.fx_passes.fused_kernels import operators  # noqa: F401 - registers torch.ops.fx2onnx.*
 from fx2onnx.fx_passes.fused_kernels.editing import new_call
 from fx2onnx.fx_passes.fused_kernels.matching import (
-    FLOATS_ORT_RUNS, FUSED_KERNELS_OPSET, FusionRule, FusionTarget, Match, Refusal, Replacements, arguments, merged_heads,
+    FLOATS_ORT_RUNS, FUSED_KERNELS_OPSET, ONNXRUNTIME, FusionRule, FusionTarget, Match, Refusal, Replacements, arguments, merged_heads,
     node_value, split_heads,
 )
 from fx2onnx.fx_passes.remove_identity_views import RESHAPES, same_size
@@ -110,6 +113,18 @@ class AttentionMatch(Match):
     # the result's heads back: the kernel's own layout; None when not both
     projections: tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node] | None
     merged: torch.fx.Node | None
+    # onnxruntime's MultiHeadAttention rather than the standard Attention (projections only)
+    multi_head: bool = False
+
+
+def _takes_multi_head(operands: AttentionOperands, target: FusionTarget) -> bool:
+    """Whether onnxruntime's ``MultiHeadAttention`` computes the (projections' layout)
+    attention: the target allows onnxruntime's kernels, the heads are not grouped, the
+    attention is not causal, and a mask is (B or 1, 1, L, S) as its ``attention_bias``."""
+    if target.runtime != ONNXRUNTIME or operands.query_heads != operands.key_heads or operands.is_causal:
+        return False
+    mask = node_value(operands.mask) if operands.mask is not None else None
+    return mask is None or (mask.dim() == 4 and isinstance(mask.shape[1], int) and mask.shape[1] == 1)
 
 
 def match(node: torch.fx.Node, target: FusionTarget) -> AttentionMatch | Refusal:
@@ -119,13 +134,17 @@ def match(node: torch.fx.Node, target: FusionTarget) -> AttentionMatch | Refusal
     packed = [split_heads(x) for x in (operands.query, operands.key, operands.value)]
     merged = merged_heads(node)
     if packed[0] is not None and packed[1] is not None and packed[2] is not None and merged is not None:
-        return AttentionMatch(node, operands, (packed[0], packed[1], packed[2]), merged)
+        return AttentionMatch(node, operands, (packed[0], packed[1], packed[2]), merged, _takes_multi_head(operands, target))
     return AttentionMatch(node, operands, None, None)
 
 
 def replace(graph: torch.fx.Graph, found: AttentionMatch) -> Replacements:
     node, op = found.anchor, found.operands
     with graph.inserting_before(node):
+        if found.multi_head and found.projections is not None and found.merged is not None:
+            fused = new_call(graph, torch.ops.fx2onnx.multi_head_attention.default,
+                             (*found.projections, op.mask, op.scale, op.query_heads), node, like=node_value(found.merged))
+            return [(found.merged, fused)]
         if found.projections is not None and found.merged is not None:
             # (B, S, heads * D) in and out: the heads' transposes and reshapes are the kernel's
             fused = new_call(graph, torch.ops.fx2onnx.attention_3d.default,

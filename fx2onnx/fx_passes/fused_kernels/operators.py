@@ -44,6 +44,20 @@ def _attention_3d_fake(query, key, value, mask, scale, is_causal, query_heads, k
     return query.new_empty((*query.shape[:-1], value.shape[-1] * query_heads // key_heads))
 
 
+@torch.library.custom_op("fx2onnx::multi_head_attention", mutates_args=())
+def multi_head_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float, heads: int,
+) -> torch.Tensor:
+    """:func:`attention_3d` with as many key/value heads as query heads, not causal
+    (onnxruntime's ``MultiHeadAttention``; a query whose boolean mask holds no key gives 0)."""
+    return attention_3d(query, key, value, mask, scale, False, heads, heads)
+
+
+@multi_head_attention.register_fake
+def _multi_head_attention_fake(query, key, value, mask, scale, heads):
+    return query.new_empty((*query.shape[:-1], value.shape[-1]))
+
+
 @torch.library.custom_op("fx2onnx::rotary", mutates_args=())
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of ``x`` (B, heads, S, D) by the half tables ``cos``/``sin``

@@ -250,22 +250,33 @@ class Encoder(torch.nn.Module):
         return out.transpose(1, 2).contiguous().reshape(b, s, 32)
 
 
-def test_attention_takes_the_projections_layout_and_the_head_transposes_go(tmp_path, module_functions):
+@pytest.mark.parametrize("runtime", ["onnxruntime", "standard"])
+@pytest.mark.parametrize("boolean", [False, True])
+def test_attention_takes_the_projections_layout_and_the_head_transposes_go(tmp_path, runtime, boolean, module_functions):
+    """For onnxruntime the kernel is its MultiHeadAttention (onnxruntime-web's WebGPU has it,
+    not the standard Attention); a boolean mask's query that sees no key gives 0, as in PyTorch."""
     def inputs(b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
-        mask = torch.zeros(b, 1, s, s)
-        mask[..., -1] = -1e4  # the last key padded
-        return torch.randn(b, s, 32), mask
+        held = torch.ones(b, 1, s, s, dtype=torch.bool)
+        held[..., -1] = False  # the last key padded
+        held[1, :, 2] = False  # a query that sees no key
+        return torch.randn(b, s, 32), held if boolean else torch.where(held, 0.0, -1e4)
 
     length, batch = torch.export.Dim("length"), torch.export.Dim("batch")
     dynamic = {"x": {0: batch, 1: length}, "mask": {0: batch, 2: length, 3: length}}
-    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, module_functions=module_functions)
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, module_functions=module_functions, runtime=runtime)
     program = export_and_compare_impl(Encoder(), inputs(2, 7), options=options, tmp_path=tmp_path, second_inputs=(inputs(3, 12), {}))
     nodes = list(all_nodes(program.model_proto))
-    (attention,) = [n for n in nodes if n.op_type == "Attention"]
-    assert {a.name: a.i for a in attention.attribute if a.name.endswith("num_heads")} == {"q_num_heads": 4, "kv_num_heads": 4}
+    kernel = "MultiHeadAttention" if runtime == "onnxruntime" else "Attention"
+    (attention,) = [n for n in nodes if n.op_type == kernel]
+    assert not [n for n in nodes if n.op_type in {"Attention", "MultiHeadAttention"} - {kernel}]
+    heads = {"num_heads": 4} if runtime == "onnxruntime" else {"q_num_heads": 4, "kv_num_heads": 4}
+    assert {a.name: a.i for a in attention.attribute if a.name.endswith("num_heads")} == heads
     head_transposes = [n for n in nodes if n.op_type == "Transpose"
                        and any(p.value == "call_function:aten.transpose.int" for p in n.metadata_props)]
     assert not head_transposes
+    if boolean:
+        x, held = inputs(2, 7)
+        assert torch.equal(torch.as_tensor(program(x, held))[1, 2], torch.zeros(32))
 
 
 def test_a_mask_shared_by_every_query_stays_unfused_with_the_reason(tmp_path):
