@@ -249,7 +249,8 @@ def test_attention_is_matched_with_the_key_and_value_heads_unrepeated():
     torch.testing.assert_close(graph_module(q, k, v), expected)
 
 
-def test_attention_between_projections_is_matched_in_their_layout():
+@pytest.mark.parametrize("runtime", ["onnxruntime", "standard"])
+def test_attention_between_projections_is_matched_in_their_layout(runtime):
     def encoder(q, k, v, mask):
         def split(t):
             return t.view(2, 7, 4, 8).transpose(1, 2)
@@ -258,16 +259,41 @@ def test_attention_between_projections_is_matched_in_their_layout():
 
     args = (torch.randn(2, 7, 32), torch.randn(2, 7, 32), torch.randn(2, 7, 32), torch.randn(2, 1, 7, 7))
     graph_module = _graph(encoder, *args)
-    found = attention.match(_anchor(graph_module, _aten.scaled_dot_product_attention.default), FusionTarget())
+    target = FusionTarget(runtime)
+    found = attention.match(_anchor(graph_module, _aten.scaled_dot_product_attention.default), target)
     assert isinstance(found, attention.AttentionMatch)
     assert [p.name for p in found.projections] == ["q", "k", "v"] and found.merged.target in (_aten.view.default, _aten.reshape.default)
+    assert found.multi_head == (runtime == "onnxruntime")  # onnxruntime's MultiHeadAttention
     expected = graph_module(*args)
-    assert _fuse(graph_module) == (1, [])
-    (call,) = _calls(graph_module, _fx2onnx.attention_3d.default)
-    names = [a.name if isinstance(a, torch.fx.Node) else a for a in call.args]
-    assert names == ["q", "k", "v", "mask", 1 / math.sqrt(8), False, 4, 4]
+    assert _fuse(graph_module, target=target) == (1, [])
+    names = lambda call: [a.name if isinstance(a, torch.fx.Node) else a for a in call.args]  # noqa: E731
+    if runtime == "onnxruntime":
+        (call,) = _calls(graph_module, _fx2onnx.multi_head_attention.default)
+        assert names(call) == ["q", "k", "v", "mask", 1 / math.sqrt(8), 4]
+    else:
+        (call,) = _calls(graph_module, _fx2onnx.attention_3d.default)
+        assert names(call) == ["q", "k", "v", "mask", 1 / math.sqrt(8), False, 4, 4]
     assert not _calls(graph_module, _aten.transpose.int)
     torch.testing.assert_close(graph_module(*args), expected)
+
+
+@pytest.mark.parametrize(("fn", "heads"), [
+    (lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, is_causal=True), 4),
+    (lambda q, k, v, mask: F.scaled_dot_product_attention(q, _repeat_kv(k), _repeat_kv(v), attn_mask=mask), 2),
+    (lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(2, 4, 7, 7)), 4),
+])
+def test_attention_multi_head_attention_cannot_take_stays_the_standard_attention(fn, heads):
+    """Causal, grouped heads, a mask per head: onnxruntime's MultiHeadAttention takes none of them."""
+    def encoder(q, k, v, mask):
+        def split(t, count):
+            return t.view(2, 7, count, 8).transpose(1, 2)
+
+        return fn(split(q, 4), split(k, heads), split(v, heads), mask).transpose(1, 2).reshape(2, 7, 32)
+
+    args = (torch.randn(2, 7, 32), torch.randn(2, 7, 8 * heads), torch.randn(2, 7, 8 * heads), torch.randn(2, 1, 7, 7))
+    graph_module = _graph(encoder, *args)
+    found = attention.match(_anchor(graph_module, _aten.scaled_dot_product_attention.default), FusionTarget())
+    assert isinstance(found, attention.AttentionMatch) and found.projections is not None and not found.multi_head
 
 
 @pytest.mark.parametrize(("fn", "reason"), [
