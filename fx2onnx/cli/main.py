@@ -165,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a model with vision or audio encoders: export its language model alone (text-generation, the encoders left out)",
     )
     hub.add_argument(
+        "--float32-twin", action="store_true",
+        help="with --precision fp16: also write each ONNX file in float32 (onnx/model.onnx beside onnx/model_fp16.onnx), "
+        "which Transformers.js loads with dtype 'fp32' on WebGPU adapters without shader-f16",
+    )
+    hub.add_argument(
         "--quantization", choices=QUANTIZATION_ALGORITHMS, default=DEFAULT_ALGORITHM,
         help="int4/int8 of a causal LM: each block's scale from its extremes (rtn, round-to-nearest) or searched for "
         f"the least squared error of the block (search; same size) (default {DEFAULT_ALGORITHM})",
@@ -212,7 +217,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
             module_functions=args.module_functions, precision=args.precision, block_size=args.block_size,
             accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head,
             quantize_embedding=args.quantize_embedding, text_only=args.text_only, quantization_algorithm=args.quantization,
-            mixed_precision=args.mixed_precision,
+            mixed_precision=args.mixed_precision, float32_twin=args.float32_twin,
         )
     except FileExistsError as error:
         raise UsageError(str(error)) from error

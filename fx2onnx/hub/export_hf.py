@@ -21,6 +21,7 @@ from pathlib import Path
 import fx2onnx
 from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
 from fx2onnx.hub.loading import LoadedModel, load_model, local_folder
+from fx2onnx.hub.precision import float32_twin as twins
 from fx2onnx.hub.precision.folder_precision import folder_quantization
 from fx2onnx.hub.precision.resolution import DEFAULT_ALGORITHM
 from fx2onnx.hub.recipe_table import recipe_for
@@ -116,6 +117,7 @@ def export_hf(
     mixed_precision: bool = False,
     pack_projections: bool = False,
     text_only: bool = False,
+    float32_twin: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -187,6 +189,10 @@ def export_hf(
         text_only: export a multimodal model's language model alone as text-generation,
             its vision and audio encoders left out (`fx2onnx.hub.decoders.text_only`); without it a
             text-generation export of a model with encoders is refused.
+        float32_twin: a float16 folder also gets each `<file>_fp16.onnx` in float32, as
+            `<file>.onnx` (`fx2onnx.hub.precision.float32_twin`): the file Transformers.js
+            loads with dtype "fp32", for WebGPU adapters without `shader-f16`, where it
+            refuses "fp16". Refused for other weights.
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -197,6 +203,7 @@ def export_hf(
         block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
         quantize_embedding=quantize_embedding, quantization_algorithm=quantization_algorithm,
         mixed_precision=mixed_precision, pack_projections=pack_projections, text_only=text_only,
+        float32_twin=float32_twin,
     )
     folder = local_folder(model)
     loaded = load_model(folder, request.task, request.dtype, fake, say, text_only=text_only)
@@ -205,12 +212,16 @@ def export_hf(
     if refusal is not None:
         raise refusal.error()
     request = replace(request, quantization=folder_quantization(loaded, request))
+    if request.float32_twin and (why := twins.refusal(weights_dtype(loaded), request.quantization is not None)):
+        raise ValueError(why)
     say(f"{type(loaded.model).__name__} ({loaded.task}{', fake mode' if fake else ''}) from {folder}")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         options = _options(request, loaded, output.with_name(f"{output.name}.failure.sarif"))
         files = recipe.export(loaded, staging, options, request, say)
+        if request.float32_twin:
+            files += twins.write_float32_twins(staging, files)
         files += copy_folder_files(folder, staging)
         if loaded.text_only:  # the language model's config: the folder holds no encoder
             (staging / "config.json").write_text(loaded.model.config.to_json_string(), encoding="utf-8")

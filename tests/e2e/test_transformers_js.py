@@ -333,3 +333,41 @@ def test_transformers_js_fails_where_export_hf_says_it_cannot_load(tmp_path, fam
     else:
         assert len(notes) == 1 and error in notes[0]  # the client's own words
         assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]
+
+
+def test_float16_folder_with_its_float32_twin_in_transformers_js(tmp_path, tokenizer, transformers_js):
+    """A float16 BERT folder with `float32_twin`: Transformers.js loads `model_fp16.onnx` as
+    the config says, and `model.onnx` with dtype "fp32" (what a WebGPU adapter without
+    shader-f16 needs), which computes transformers' float16 model in float32."""
+    from test_export_hf import save_encoder
+
+    save_encoder(tmp_path / "bert", "bert", tokenizer)
+    export_hf(tmp_path / "bert", tmp_path / "bert-fp16", precision="fp16", float32_twin=True)
+    files = sorted(p.name for p in (tmp_path / "bert-fp16" / "onnx").iterdir())
+    assert files == ["model.onnx", "model.onnx_data", "model_fp16.onnx", "model_fp16.onnx_data"]
+    twin = onnx.load(os.fspath(tmp_path / "bert-fp16" / "onnx" / "model.onnx"))
+    onnx.checker.check_model(twin, full_check=True)
+    float16 = onnx.TensorProto.FLOAT16
+    assert not [t.name for t in twin.graph.initializer if t.data_type == float16]
+    assert not [v.name for v in [*twin.graph.input, *twin.graph.output] if v.type.tensor_type.elem_type == float16]
+    config = json.loads((tmp_path / "bert-fp16" / "config.json").read_text(encoding="utf-8"))
+    assert config["transformers.js_config"]["dtype"] == "fp16"
+
+    batch = transformers.AutoTokenizer.from_pretrained(tmp_path / "bert")(list(PROMPTS), padding=True, return_tensors="pt")
+    inputs = {name: {"type": "int64", "dims": list(batch[name].shape), "data": batch[name].flatten().tolist()}
+              for name in ("input_ids", "attention_mask")}
+    model = transformers.BertModel.from_pretrained(tmp_path / "bert", dtype=torch.float16).eval()
+    with torch.no_grad():
+        half = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        widened = model.float()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    for dtype, expected, atol in (("fp32", widened, 1e-4), (None, half.float(), 1e-2)):
+        job = {"folder": str(tmp_path / "bert-fp16"), "task": "feature-extraction", "outputs": ["last_hidden_state"],
+               "inputs": inputs, **({"dtype": dtype} if dtype else {})}
+        hidden = run_in_transformers_js(transformers_js, tmp_path, job)["outputs"]["last_hidden_state"]
+        assert hidden["dims"] == list(expected.shape)
+        # Node has no Float16Array: a float16 tensor's data are its bits
+        data = np.asarray(hidden["data"], np.uint16).view(np.float16) if dtype is None else np.asarray(hidden["data"])
+        # float16 against eager float16: layer-normalized outputs up to ~4 differ by 3.9e-3
+        # where measured (a few float16 ulps, rounded in different places): 1e-2; the twin,
+        # float32 throughout, is within the suite's ATOL
+        np.testing.assert_allclose(np.reshape(data, hidden["dims"]).astype(np.float32), expected.numpy(), rtol=0, atol=atol)

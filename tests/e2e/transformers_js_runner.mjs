@@ -4,7 +4,8 @@
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
 // batch ("batch"), "inputs" (tensors) for one forward pass, or "pipeline" (its "texts" run through
 // `pipeline(task, folder)` with its "options"). The folder is loaded as written:
-// from_pretrained(folder, { local_files_only: true }).
+// from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
+// (the file suffix Transformers.js loads, in place of the config's).
 import { createRequire } from 'node:module';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,7 +20,7 @@ const {
 } = transformers;
 
 const job = JSON.parse(readFileSync(jobPath, 'utf8'));
-const options = { local_files_only: true };
+const options = { local_files_only: true, ...(job.dtype ? { dtype: job.dtype } : {}) };
 const classes = {
     'text-generation': AutoModelForCausalLM,
     'text2text-generation': AutoModelForSeq2SeqLM,
