@@ -8,8 +8,9 @@ projections just before and merged just after (encoders), the kernel takes and g
 layout, and the transposes go; for onnxruntime (``runtime="onnxruntime"``) that kernel is its
 ``MultiHeadAttention`` where it applies (as many key/value heads as query heads, not causal,
 one mask row per query shared by the heads): onnxruntime-web's WebGPU has it and not the
-standard ``Attention``, and its CPU runs it as fast. What every attention kernel needs of the node
-(:func:`attention_operands`) is read here; ``group_query_attention`` reads it too.
+standard ``Attention``, and its CPU runs it as one kernel too. What every attention kernel
+needs of the node (:func:`attention_operands`) is read here; ``group_query_attention`` reads
+it too.
 """
 
 from __future__ import annotations
