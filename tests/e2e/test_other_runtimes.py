@@ -184,6 +184,33 @@ def test_tvm_runs_the_portable_target_at_dynamic_dims(name, tmp_path):
                   _expected(model, kwargs) + _expected(model, other))
 
 
+class _MaskedAttention(torch.nn.Module):
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=held)
+
+
+def test_attention_rows_without_a_key_are_zero_in_openvino_and_tvm(tmp_path):
+    """The portable target's attention (no IsNaN, dispatcher/functions/dot_product_attention.py):
+    a boolean mask with a query that sees no key gives 0 there, as in PyTorch, in OpenVINO
+    at dynamic dims and in TVM."""
+    torch.manual_seed(0)
+    held = torch.rand(2, 1, 3, 5) > 0.4
+    held[0, 0, 1], held[1, 0, 2] = False, True  # a query with no key; one with every key
+    kwargs = {"query": torch.randn(2, 2, 3, 8), "key": torch.randn(2, 2, 5, 8), "value": torch.randn(2, 2, 5, 8), "held": held}
+    batch, length, total = (torch.export.Dim(name) for name in ("batch", "length", "total"))
+    dims = {"query": {0: batch, 2: length}, "key": {0: batch, 2: total}, "value": {0: batch, 2: total},
+            "held": {0: batch, 2: length, 3: total}}
+    options = fx2onnx.ExportOptions(target="portable", dynamic_shapes=dims, failure_report_path=None)
+    model = _MaskedAttention()
+    export_and_compare_impl(model, (), kwargs, options, tmp_path)  # onnxruntime against PyTorch
+    onnx_model = onnx.load(os.fspath(tmp_path / "m.onnx"))
+    assert "IsNaN" not in {node.op_type for node in onnx_model.graph.node}
+    expected = _expected(model, kwargs)
+    assert not expected[0][0, :, 1].any()
+    _assert_close(run_in_openvino(tmp_path / "m.onnx", _feeds(onnx_model, kwargs)), expected)
+    _assert_close(run_in_tvm(onnx_model, _feeds(onnx_model, kwargs)), expected)
+
+
 # -- export-hf folders ---------------------------------------------------------------------------------
 def test_export_hf_standard_causal_lm_decodes_in_openvino(tmp_path, tokenizer):
     """`--runtime standard` (the portable target): transformers' greedy tokens in OpenVINO
