@@ -333,3 +333,41 @@ def test_transformers_js_fails_where_export_hf_says_it_cannot_load(tmp_path, fam
     else:
         assert len(notes) == 1 and error in notes[0]  # the client's own words
         assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]
+
+
+def test_whisper_folder_in_transformers_js(tmp_path, transformers_js):
+    """A large-v3-style Whisper (128 mel bins, multilingual tokenizer, the released suppress
+    lists, its first pick on each clip suppressed) as `--runtime standard` writes it
+    (`encoder_model.onnx`, `decoder_model_merged.onnx`, `generation_config.json`,
+    `preprocessor_config.json`), transcribed in Transformers.js from the samples by its own
+    processor and `generate({language: "en", task: "transcribe"})`: transformers' 16 tokens
+    on a clip padded with silence and one loud at both ends."""
+    from test_whisper_genai import clips, features_of, save_multilingual_whisper
+
+    save_multilingual_whisper(tmp_path / "source")
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, runtime="standard")
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / name), full_check=True)
+    samples = list(clips().values())
+    options = {"language": "en", "task": "transcribe", "max_new_tokens": NEW_TOKENS}
+    job = {"folder": str(out), "task": "automatic-speech-recognition",
+           "speech": {"clips": [(clip.astype(np.float32) / 32768).tolist() for clip in samples], "options": options}}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)["speech"]
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(tmp_path / "source").eval()
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(tmp_path / "source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    assert result["prompt"] == tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", "<|en|>", "<|transcribe|>",
+                                                                "<|notimestamps|>"])
+    first_picks = set()
+    for clip, features, generated in zip(samples, result["features"], result["generated"]):
+        expected_features = features_of(extractor, clip)
+        # Transformers.js's log-mel features against transformers' (float32 FFTs in both)
+        np.testing.assert_allclose(np.reshape(features["data"], features["dims"]), expected_features.numpy(), rtol=0, atol=1e-4)
+        with torch.no_grad():
+            expected = model.generate(expected_features, language="en", task="transcribe", max_new_tokens=NEW_TOKENS)[0].tolist()
+            unsuppressed = model.generate(expected_features, language="en", task="transcribe", max_new_tokens=NEW_TOKENS,
+                                          suppress_tokens=None, begin_suppress_tokens=None)[0].tolist()
+        assert len(expected) == NEW_TOKENS and generated == expected
+        first_picks.add(unsuppressed[:1] != expected[:1])  # on one clip, end of text: nothing transcribed
+    assert first_picks == {True}  # the suppress lists, read from generation_config.json, chose each first token

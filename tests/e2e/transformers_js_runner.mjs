@@ -2,8 +2,9 @@
 // Usage: node transformers_js_runner.mjs <npm prefix holding @huggingface/transformers> <job.json> <result.json>
 // The job names the folder, its task, and what to run: "strings" to encode with the folder's
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
-// batch ("batch"), "inputs" (tensors) for one forward pass, or "pipeline" (its "texts" run through
-// `pipeline(task, folder)` with its "options"). The folder is loaded as written:
+// batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
+// `pipeline(task, folder)` with its "options"), or "speech" (audio clips transcribed by the
+// folder's processor and `generate`). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }).
 import { createRequire } from 'node:module';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -15,7 +16,7 @@ const {
     AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification,
     AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering, AutoModelForMaskedLM,
     AutoModelForObjectDetection, AutoModelForSemanticSegmentation, AutoModelForDepthEstimation, AutoModelForCTC,
-    AutoModelForAudioClassification, Tensor, pipeline,
+    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoProcessor, Tensor, pipeline,
 } = transformers;
 
 const job = JSON.parse(readFileSync(jobPath, 'utf8'));
@@ -93,5 +94,21 @@ if (job.prompts || job.inputs) {
 if (job.pipeline) {
     const run = await pipeline(job.task, job.folder, options);
     result.pipeline = await run(job.pipeline.texts, job.pipeline.options ?? {});
+}
+if (job.speech) {
+    // each clip as a user transcribes it: the folder's processor (its own log-mel features), then
+    // generate with the job's options (language, task, max_new_tokens); the tokens after the prompt
+    // generate builds from them (<|startoftranscript|>, language, task, <|notimestamps|>)
+    const { clips, options: speechOptions } = job.speech;
+    const processor = await AutoProcessor.from_pretrained(job.folder, options);
+    const model = await AutoModelForSpeechSeq2Seq.from_pretrained(job.folder, options);
+    const prompt = model._retrieve_init_tokens(model._prepare_generation_config(null, speechOptions));
+    result.speech = { prompt, features: [], generated: [] };
+    for (const samples of clips) {
+        const inputs = await processor(Float32Array.from(samples));
+        result.speech.features.push(plain(inputs.input_features));
+        const output = plain(await model.generate({ ...inputs, ...speechOptions }));
+        result.speech.generated.push(output.data.slice(prompt.length));
+    }
 }
 writeFileSync(resultPath, JSON.stringify(result));
