@@ -371,3 +371,53 @@ def test_whisper_folder_in_transformers_js(tmp_path, transformers_js):
         assert len(expected) == NEW_TOKENS and generated == expected
         first_picks.add(unsuppressed[:1] != expected[:1])  # on one clip, end of text: nothing transcribed
     assert first_picks == {True}  # the suppress lists, read from generation_config.json, chose each first token
+
+
+def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
+    """Qwen2.5-VL as `--runtime standard` writes it for Transformers.js (`vision_encoder`,
+    `embed_tokens` taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal
+    transformers' with an image, through Transformers.js's own processor on an image it
+    does not resize, and on transformers' processed inputs for two images it resizes (no
+    side a multiple of the merged patch, grids of other sizes)."""
+    from PIL import Image
+    from test_export_hf_vision_language import qwen_prompt, save_qwen2_5_vl, transformers_tokens
+
+    model = save_qwen2_5_vl(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=8).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens  # the features merged as Transformers.js does
+    inputs = {}
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        path = os.fspath(out / "onnx" / f"{name}.onnx")
+        onnx.checker.check_model(path, full_check=True)
+        inputs[name] = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
+    assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == ["pixel_values", "image_grid_thw"]
+    assert inputs["decoder_model_merged"][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
+    assert not (out / "genai_config.json").exists()
+    rng = np.random.default_rng(0)
+    paths = []
+    for height, width in ((56, 84), (45, 75), (130, 60)):  # the first: sides multiples of 28, not resized
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    prompts = [{"text": qwen_prompt(1), "images": [str(paths[0])]}]
+    for path in paths[1:]:
+        images = image_processor(images=[Image.open(path)], return_tensors="pt")
+        tokens = int(images["image_grid_thw"].prod()) // 4
+        ids = tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * tokens), return_tensors="pt")["input_ids"]
+        given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
+                 "image_grid_thw": images["image_grid_thw"]}
+        prompts.append({"inputs": {name: {"type": "float32" if value.is_floating_point() else "int64", "dims": list(value.shape),
+                                          "data": value.flatten().tolist()} for name, value in given.items()}})
+    job = {"folder": str(out), "task": "image-text-to-text",
+           "image_text": {"processor": "Qwen2_5_VLProcessor", "prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    # Transformers.js's processor: transformers' prompt tokens and patches (an image it does not resize)
+    expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
+    pixels = results[0]["pixel_values"]
+    np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
+    grid_tokens = expected.shape[0] // 4
+    assert results[0]["input_ids"] == tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
+    for path, result in zip(paths, results):
+        assert result["generated"] == transformers_tokens(tmp_path / "source", model, [path], NEW_TOKENS)

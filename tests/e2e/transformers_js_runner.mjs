@@ -3,8 +3,9 @@
 // The job names the folder, its task, and what to run: "strings" to encode with the folder's
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
-// `pipeline(task, folder)` with its "options"), or "speech" (audio clips transcribed by the
-// folder's processor and `generate`). The folder is loaded as written:
+// `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
+// folder's processor and `generate`), or "image_text" (prompts with image files through the folder's
+// processor, or processed inputs as given, and an image-text-to-text model's `generate`). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }).
 import { createRequire } from 'node:module';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -16,7 +17,7 @@ const {
     AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification,
     AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering, AutoModelForMaskedLM,
     AutoModelForObjectDetection, AutoModelForSemanticSegmentation, AutoModelForDepthEstimation, AutoModelForCTC,
-    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoProcessor, Tensor, pipeline,
+    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoModelForImageTextToText, AutoProcessor, RawImage, Tensor, pipeline,
 } = transformers;
 
 const job = JSON.parse(readFileSync(jobPath, 'utf8'));
@@ -48,6 +49,15 @@ function plain(tensor) {
 
 function ones(rows) {
     return rows.map((row) => row.map(() => 1));
+}
+
+function tensors(specs) {
+    const feed = {};
+    for (const [name, { type, dims, data }] of Object.entries(specs)) {
+        feed[name] = type === 'int64' ? new Tensor('int64', BigInt64Array.from(data.map(BigInt)), dims)
+            : new Tensor('float32', Float32Array.from(data), dims);
+    }
+    return feed;
 }
 
 async function generate(model, ids, mask, newTokens) {
@@ -82,12 +92,7 @@ if (job.prompts || job.inputs) {
         }
     }
     if (job.inputs) {
-        const feed = {};
-        for (const [name, { type, dims, data }] of Object.entries(job.inputs)) {
-            feed[name] = type === 'int64' ? new Tensor('int64', BigInt64Array.from(data.map(BigInt)), dims)
-                : new Tensor('float32', Float32Array.from(data), dims);
-        }
-        const outputs = await model(feed);
+        const outputs = await model(tensors(job.inputs));
         result.outputs = Object.fromEntries(job.outputs.map((name) => [name, plain(outputs[name])]));
     }
 }
@@ -109,6 +114,26 @@ if (job.speech) {
         result.speech.features.push(plain(inputs.input_features));
         const output = plain(await model.generate({ ...inputs, ...speechOptions }));
         result.speech.generated.push(output.data.slice(prompt.length));
+    }
+}
+if (job.image_text) {
+    // the processor class the job names (a folder whose preprocessor_config.json names none), else AutoProcessor's
+    const { processor: processorName, prompts, new_tokens: newTokens } = job.image_text;
+    const processor = await (processorName ? transformers[processorName] : AutoProcessor).from_pretrained(job.folder, options);
+    const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
+    result.image_text = [];
+    for (const { text, images, inputs: given } of prompts) {
+        // a prompt's text and image files through the processor, or its processed inputs as given
+        const opened = given ? [] : await Promise.all(images.map((path) => RawImage.read(path)));
+        const inputs = given ? tensors(given) : await processor(text, opened.length === 1 ? opened[0] : opened);
+        const output = plain(await model.generate({
+            ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
+        }));
+        const promptLength = inputs.input_ids.dims[1];
+        result.image_text.push({
+            input_ids: plain(inputs.input_ids).data, pixel_values: plain(inputs.pixel_values),
+            generated: output.data.slice(promptLength),
+        });
     }
 }
 writeFileSync(resultPath, JSON.stringify(result));

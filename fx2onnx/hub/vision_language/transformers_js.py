@@ -1,0 +1,46 @@
+"""The image-text-to-text folder as Transformers.js 4.3.1 loads it (`--runtime standard`):
+its `ImageTextToText` model type reads `onnx/vision_encoder.onnx` (`image_features`),
+`onnx/embed_tokens.onnx` (`input_ids` -> `inputs_embeds`) and `onnx/decoder_model_merged.onnx`,
+and puts the image features into the image tokens' rows itself, in JavaScript. The vision
+and decoder models are those of ONNX Runtime GenAI's folder (genai_files.py names them as
+Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding).
+
+Which architectures get this folder is one table: those whose inputs Transformers.js feeds
+as the folder's models take them, each run in Transformers.js in Node by the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fx2onnx.hub.request import Refusal
+
+# model type -> what export-hf tells of the folder in Transformers.js
+TRANSFORMERS_JS_ARCHITECTURES = {
+    # its vision_encoder takes `pixel_values` and `image_grid_thw` of one image, as Transformers.js's
+    # Qwen2VLForConditionalGeneration feeds them for a prompt with one image; its decoder the 3-D mRoPE
+    # positions Transformers.js computes (get_rope_index)
+    "qwen2_5_vl": (
+        "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration) with one image per prompt: the "
+        "vision model takes one image at a time, and Transformers.js passes all of a prompt's images in one call."
+    ),
+}
+
+
+def transformers_js_refusal(config: Any) -> Refusal | None:
+    """Why export-hf writes no Transformers.js folder for ``config``'s architecture, or None."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in TRANSFORMERS_JS_ARCHITECTURES:
+        return None
+    return Refusal(NotImplementedError, (
+        f"--runtime standard writes image-text-to-text folders in Transformers.js's layout (vision_encoder, embed_tokens "
+        f"and decoder_model_merged, the image features merged by Transformers.js) for model types "
+        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them. Nothing was written. "
+        f"`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
+        "ONNX Runtime GenAI."
+    ))
+
+
+def transformers_js_note(config: Any) -> str:
+    """What export-hf says of the folder of ``config``'s architecture in Transformers.js."""
+    return TRANSFORMERS_JS_ARCHITECTURES[config.model_type]
