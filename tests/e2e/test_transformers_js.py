@@ -373,6 +373,12 @@ def test_whisper_folder_in_transformers_js(tmp_path, transformers_js):
     assert first_picks == {True}  # the suppress lists, read from generation_config.json, chose each first token
 
 
+def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
+    """Tensors as the runner's jobs give them (type, dims, data)."""
+    return {name: {"type": "float32" if value.is_floating_point() else "int64", "dims": list(value.shape),
+                   "data": value.flatten().tolist()} for name, value in tensors.items()}
+
+
 def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     """Qwen2.5-VL as `--runtime standard` writes it for Transformers.js (`vision_encoder`,
     `embed_tokens` taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal
@@ -408,8 +414,7 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
         ids = tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * tokens), return_tensors="pt")["input_ids"]
         given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
                  "image_grid_thw": images["image_grid_thw"]}
-        prompts.append({"inputs": {name: {"type": "float32" if value.is_floating_point() else "int64", "dims": list(value.shape),
-                                          "data": value.flatten().tolist()} for name, value in given.items()}})
+        prompts.append({"inputs": tensor_specs(given)})
     job = {"folder": str(out), "task": "image-text-to-text",
            "image_text": {"processor": "Qwen2_5_VLProcessor", "prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
@@ -421,3 +426,31 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     assert results[0]["input_ids"] == tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
     for path, result in zip(paths, results):
         assert result["generated"] == transformers_tokens(tmp_path / "source", model, [path], NEW_TOKENS)
+
+
+def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
+    """Mistral 3 as `--runtime standard` writes it for Transformers.js (its Llava path: the
+    vision model on `pixel_values`, 1-D positions from the mask): 16 greedy tokens equal
+    transformers' on transformers' processed inputs, for two images of other sizes."""
+    from PIL import Image
+    from test_export_hf_mistral3 import IMAGE_SIZES, prompt, save_mistral3, transformers_tokens
+
+    model, (image_processor, tokenizer) = save_mistral3(tmp_path / "source")
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, runtime="standard")
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    rng = np.random.default_rng(0)
+    paths, prompts = [], []
+    for height, width in IMAGE_SIZES[:2]:
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+        images = image_processor(images=[Image.open(paths[-1])], return_tensors="pt")
+        rows = ["[IMG]" * (width // 28) + "[IMG_BREAK]"] * (height // 28)  # as PixtralProcessor expands [IMG]
+        ids = tokenizer(prompt(1).replace("[IMG]", "".join(rows)[:-len("[IMG_BREAK]")] + "[IMG_END]"), return_tensors="pt")["input_ids"]
+        prompts.append({"inputs": tensor_specs({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                                                "pixel_values": images["pixel_values"]})})
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    expected = [transformers_tokens(model, (image_processor, tokenizer), [path], NEW_TOKENS) for path in paths]
+    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]

@@ -24,6 +24,11 @@ TRANSFORMERS_JS_ARCHITECTURES = {
         "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image at a time, and Transformers.js passes all of a prompt's images in one call."
     ),
+    # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask
+    "mistral3": (
+        "Transformers.js 4.3.1 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
+        "vision model takes one image ([1, 3, height, width]) at a time."
+    ),
 }
 
 
