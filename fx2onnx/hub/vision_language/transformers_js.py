@@ -32,15 +32,29 @@ TRANSFORMERS_JS_ARCHITECTURES = {
 }
 
 
+# model type -> why Transformers.js 4.3.1 cannot give transformers' answer with this folder's models
+NOT_SERVED = {
+    "gemma3": (
+        "Transformers.js feeds the decoder no token ids, and Gemma 3 attends both ways among an image's tokens "
+        "(transformers' mask from the token ids), which a decoder fed embeddings alone cannot tell."
+    ),
+    "qwen3_vl": (
+        "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
+        "which Transformers.js's merge into the embedding rows does not take."
+    ),
+}
+
+
 def transformers_js_refusal(config: Any) -> Refusal | None:
     """Why export-hf writes no Transformers.js folder for ``config``'s architecture, or None."""
     model_type = getattr(config, "model_type", None)
     if model_type in TRANSFORMERS_JS_ARCHITECTURES:
         return None
+    reason = f" For {model_type}: {NOT_SERVED[model_type]}" if model_type in NOT_SERVED else ""
     return Refusal(NotImplementedError, (
         f"--runtime standard writes image-text-to-text folders in Transformers.js's layout (vision_encoder, embed_tokens "
         f"and decoder_model_merged, the image features merged by Transformers.js) for model types "
-        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them. Nothing was written. "
+        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them.{reason} Nothing was written. "
         f"`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
         "ONNX Runtime GenAI."
     ))

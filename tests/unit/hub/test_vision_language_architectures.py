@@ -190,7 +190,8 @@ def test_transformers_js_folders_are_written_for_the_rows_run_in_transformers_js
         assert refusal is None and "Transformers.js 4.3.1 runs this folder" in transformers_js.transformers_js_note(config)
     else:
         assert refusal.error_type is NotImplementedError
-        assert f"{model_type} is not one of them" in refusal.message and "--runtime onnxruntime, the default" in refusal.message
+        assert f"{model_type} is not one of them. For {model_type}: " in refusal.message
+        assert "--runtime onnxruntime, the default" in refusal.message
     assert recipe_for(IMAGE_TEXT_TO_TEXT, config, "standard") is image_text_to_text.TRANSFORMERS_JS_RECIPE
     assert recipe_for(IMAGE_TEXT_TO_TEXT, config, "onnxruntime") is image_text_to_text.RECIPE
 
