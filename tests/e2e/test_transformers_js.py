@@ -382,8 +382,8 @@ def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
 def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     """Qwen2.5-VL as `--runtime standard` writes it for Transformers.js (`vision_encoder`,
     `embed_tokens` taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal
-    transformers' with an image, through Transformers.js's own processor on an image it
-    does not resize, and on transformers' processed inputs for two images it resizes (no
+    transformers' with an image, through the processor Transformers.js's AutoProcessor builds
+    from the folder on an image it does not resize, and on transformers' processed inputs for two images it resizes (no
     side a multiple of the merged patch, grids of other sizes)."""
     from PIL import Image
     from test_export_hf_vision_language import qwen_prompt, save_qwen2_5_vl, transformers_tokens
@@ -400,6 +400,8 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == ["pixel_values", "image_grid_thw"]
     assert inputs["decoder_model_merged"][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
     assert not (out / "genai_config.json").exists()
+    # Transformers.js's AutoProcessor builds the processor preprocessor_config.json names
+    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "Qwen2_5_VLProcessor"
     rng = np.random.default_rng(0)
     paths = []
     for height, width in ((56, 84), (45, 75), (130, 60)):  # the first: sides multiples of 28, not resized
@@ -416,9 +418,9 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
                  "image_grid_thw": images["image_grid_thw"]}
         prompts.append({"inputs": tensor_specs(given)})
     job = {"folder": str(out), "task": "image-text-to-text",
-           "image_text": {"processor": "Qwen2_5_VLProcessor", "prompts": prompts, "new_tokens": NEW_TOKENS}}
+           "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    # Transformers.js's processor: transformers' prompt tokens and patches (an image it does not resize)
+    # Transformers.js's Qwen2_5_VLProcessor: transformers' prompt tokens and patches (an image it does not resize)
     expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
     pixels = results[0]["pixel_values"]
     np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)

@@ -117,10 +117,8 @@ if (job.speech) {
     }
 }
 if (job.image_text) {
-    // the processor class the job names (a folder whose preprocessor_config.json names none), else AutoProcessor's
-    const { processor: processorName, prompts, new_tokens: newTokens } = job.image_text;
-    const processor = prompts.some((prompt) => prompt.images)
-        ? await (processorName ? transformers[processorName] : AutoProcessor).from_pretrained(job.folder, options) : null;
+    const { prompts, new_tokens: newTokens } = job.image_text;
+    const processor = prompts.some((prompt) => prompt.images) ? await AutoProcessor.from_pretrained(job.folder, options) : null;
     const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
     result.image_text = [];
     for (const { text, images, inputs: given } of prompts) {

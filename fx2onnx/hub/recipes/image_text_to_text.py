@@ -22,7 +22,9 @@ from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import genai_files, parts
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
-from fx2onnx.hub.vision_language.transformers_js import transformers_js_note, transformers_js_refusal
+from fx2onnx.hub.vision_language.transformers_js import (
+    transformers_js_note, transformers_js_refusal, write_processor_class,
+)
 
 
 def export_folder(
@@ -53,8 +55,8 @@ def export_folder(
         paths[part] = onnx_file(loaded, base)
         needed = set(programs[part].model.graph.initializers)
         files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
-    if for_transformers_js:  # its config.json, preprocessor_config.json and tokenizer: the source's
-        return files
+    if for_transformers_js:  # its config.json and tokenizer: the source's
+        return files + write_processor_class(Path(loaded.folder), staging, loaded.config)
     generation = getattr(loaded.model, "generation_config", None)
     config = genai_files.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, architecture)
     processor = architecture.processor_config(image_processor, loaded.config)

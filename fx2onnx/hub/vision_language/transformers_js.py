@@ -11,21 +11,42 @@ as the folder's models take them, each run in Transformers.js in Node by the tes
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.request import Refusal
 
-# model type -> what export-hf tells of the folder in Transformers.js
+@dataclass(frozen=True)
+class TransformersJsRow:
+    """One architecture as Transformers.js runs its folder.
+
+    Attributes:
+        note: what export-hf tells of the folder in Transformers.js.
+        processor_class: the processor Transformers.js's `AutoProcessor` builds when
+            `preprocessor_config.json` names it (`processor_class`), or None where that
+            processor reads more than the folder holds.
+    """
+
+    note: str
+    processor_class: str | None = None
+
+
 TRANSFORMERS_JS_ARCHITECTURES = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of one image, as Transformers.js's
     # Qwen2VLForConditionalGeneration feeds them for a prompt with one image; its decoder the 3-D mRoPE
     # positions Transformers.js computes (get_rope_index)
-    "qwen2_5_vl": (
+    "qwen2_5_vl": TransformersJsRow(
         "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration) with one image per prompt: the "
-        "vision model takes one image at a time, and Transformers.js passes all of a prompt's images in one call."
+        "vision model takes one image at a time, and Transformers.js passes all of a prompt's images in one call.",
+        processor_class="Qwen2_5_VLProcessor",
     ),
-    # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask
-    "mistral3": (
+    # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
+    # Its PixtralProcessor reads processor_config.json's image tokens, and a patch_size of the vision patch
+    # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
+    # the merged patch as patch_size: no processor named
+    "mistral3": TransformersJsRow(
         "Transformers.js 4.3.1 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time."
     ),
@@ -62,4 +83,19 @@ def transformers_js_refusal(config: Any) -> Refusal | None:
 
 def transformers_js_note(config: Any) -> str:
     """What export-hf says of the folder of ``config``'s architecture in Transformers.js."""
-    return TRANSFORMERS_JS_ARCHITECTURES[config.model_type]
+    return TRANSFORMERS_JS_ARCHITECTURES[config.model_type].note
+
+
+def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]:
+    """`preprocessor_config.json` of ``source`` naming the processor Transformers.js's
+    `AutoProcessor` is to build (released checkpoints name it; a processor saved by
+    transformers 5 names it in processor_config.json only), written into ``staging``;
+    returns the file's name, or nothing where there is no file or no class to name."""
+    processor_class = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_class
+    path = source / "preprocessor_config.json"
+    if processor_class is None or not path.is_file():
+        return []
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    settings.setdefault("processor_class", processor_class)
+    (staging / path.name).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return [path.name]
