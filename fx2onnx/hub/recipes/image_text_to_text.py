@@ -39,7 +39,7 @@ def export_folder(
     architecture = architecture_of(loaded.config)
     programs = architecture.export(loaded, options, image_processor)
     if for_transformers_js:  # Transformers.js merges the image features itself: the token embedding alone
-        programs["embedding"] = parts.export_token_embedding(loaded, options)
+        programs["embedding"] = parts.export_token_embedding(loaded, options)  # in place of the architecture's
         say(transformers_js_note(loaded.config))
     else:
         say(architecture.image_sizes_note(image_processor))

@@ -18,6 +18,7 @@ from typing import Any
 
 from fx2onnx.hub.request import Refusal
 
+
 @dataclass(frozen=True)
 class TransformersJsRow:
     """One architecture as Transformers.js runs its folder.
@@ -33,7 +34,7 @@ class TransformersJsRow:
     processor_class: str | None = None
 
 
-TRANSFORMERS_JS_ARCHITECTURES = {
+TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of one image, as Transformers.js's
     # Qwen2VLForConditionalGeneration feeds them for a prompt with one image; its decoder the 3-D mRoPE
     # positions Transformers.js computes (get_rope_index)
@@ -88,9 +89,9 @@ def transformers_js_note(config: Any) -> str:
 
 def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]:
     """`preprocessor_config.json` of ``source`` naming the processor Transformers.js's
-    `AutoProcessor` is to build (released checkpoints name it; a processor saved by
-    transformers 5 names it in processor_config.json only), written into ``staging``;
-    returns the file's name, or nothing where there is no file or no class to name."""
+    `AutoProcessor` is to build (released checkpoints name it; an image processor saved
+    alone does not), written into ``staging``; returns the file's name, or nothing where
+    there is no file or no class to name."""
     processor_class = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_class
     path = source / "preprocessor_config.json"
     if processor_class is None or not path.is_file():
