@@ -383,8 +383,9 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     """Qwen2.5-VL as `--runtime standard` writes it for Transformers.js (`vision_encoder`,
     `embed_tokens` taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal
     transformers' with an image, through the processor Transformers.js's AutoProcessor builds
-    from the folder on an image it does not resize, and on transformers' processed inputs for two images it resizes (no
-    side a multiple of the merged patch, grids of other sizes)."""
+    from the folder on an image it does not resize, and on transformers' processed inputs for
+    two images it resizes (no side a multiple of the merged patch, grids of other sizes),
+    alone and both in one prompt (one vision run for the two, as Transformers.js runs it)."""
     from PIL import Image
     from test_export_hf_vision_language import qwen_prompt, save_qwen2_5_vl, transformers_tokens
 
@@ -410,10 +411,13 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
     prompts = [{"text": qwen_prompt(1), "images": [str(paths[0])]}]
-    for path in paths[1:]:
-        images = image_processor(images=[Image.open(path)], return_tensors="pt")
-        tokens = int(images["image_grid_thw"].prod()) // 4
-        ids = tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * tokens), return_tensors="pt")["input_ids"]
+    chosen = [[paths[1]], [paths[2]], paths[1:]]  # the last: two images in one prompt
+    for images_of_prompt in chosen:
+        images = image_processor(images=[Image.open(path) for path in images_of_prompt], return_tensors="pt")
+        text = qwen_prompt(len(images_of_prompt))
+        for grid in images["image_grid_thw"]:  # each placeholder expanded to its image's tokens, in order
+            text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // 4), 1)
+        ids = tokenizer(text.replace("<|placeholder|>", "<|image_pad|>"), return_tensors="pt")["input_ids"]
         given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
                  "image_grid_thw": images["image_grid_thw"]}
         prompts.append({"inputs": tensor_specs(given)})
@@ -426,8 +430,8 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
     grid_tokens = expected.shape[0] // 4
     assert results[0]["input_ids"] == tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
-    for path, result in zip(paths, results):
-        assert result["generated"] == transformers_tokens(tmp_path / "source", model, [path], NEW_TOKENS)
+    for images_of_prompt, result in zip([[paths[0]], *chosen], results):
+        assert result["generated"] == transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
 
 
 def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):

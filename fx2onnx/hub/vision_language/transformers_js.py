@@ -35,12 +35,13 @@ class TransformersJsRow:
 
 
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
-    # its vision_encoder takes `pixel_values` and `image_grid_thw` of one image, as Transformers.js's
-    # Qwen2VLForConditionalGeneration feeds them for a prompt with one image; its decoder the 3-D mRoPE
-    # positions Transformers.js computes (get_rope_index)
+    # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
+    # Qwen2VLForConditionalGeneration feeds them; its decoder the 3-D mRoPE positions Transformers.js
+    # computes (get_rope_index)
     "qwen2_5_vl": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration) with one image per prompt: the "
-        "vision model takes one image at a time, and Transformers.js passes all of a prompt's images in one call.",
+        "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration); its Qwen2VLImageProcessor "
+        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
+        "processed otherwise (the vision model takes them all in one run).",
         processor_class="Qwen2_5_VLProcessor",
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
