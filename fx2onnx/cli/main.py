@@ -70,7 +70,8 @@ class _Parser(argparse.ArgumentParser):
 _RUNTIME_HELP = ("onnxruntime (default): its own kernels where faster (an LLM's attention over its cache as "
                  "GroupQueryAttention, the cache updated in place); standard: ONNX operators only, for any runtime")
 _HUB_RUNTIME_HELP = (f"{_RUNTIME_HELP} (the portable target: OpenVINO, TVM, the browser). "
-                     "Whisper: onnxruntime writes ONNX Runtime GenAI's layout, standard Optimum's")
+                     "Whisper: onnxruntime writes ONNX Runtime GenAI's layout, standard Optimum's (which Transformers.js "
+                     "loads); image-text-to-text: onnxruntime ONNX Runtime GenAI's, standard Transformers.js's")
 _OPSET_HELP = "the ONNX opset of the model, 17 to the newest onnxruntime runs (default: 20)"
 
 

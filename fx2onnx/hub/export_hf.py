@@ -153,7 +153,9 @@ def export_hf(
             (onnxruntime, OpenVINO, TVM, onnxruntime-web): the portable target of
             `fx2onnx.ExportOptions` (one flat graph of ONNX operators, attention and
             rotary embedding decomposed, opset 20 unless ``opset`` says otherwise);
-            Whisper in Optimum's layout, as T5 and BART. Both give transformers' answer
+            Whisper in Optimum's layout, as T5 and BART (Transformers.js loads it); an
+            image-text-to-text model in Transformers.js's layout
+            (`fx2onnx.hub.vision_language.transformers_js`). Both give transformers' answer
             for any batch, padding and lengths.
         module_functions: keep each module call as an ONNX function (default: one flat
             graph, which onnxruntime's quantizers and optimizers can work on). Such

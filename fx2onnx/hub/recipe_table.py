@@ -33,6 +33,7 @@ RECIPES: dict[tuple[str, str], FolderRecipe] = {
     (FEATURE_EXTRACTION, ANY_RUNTIME): encoder.RECIPE,
     (IMAGE_CLASSIFICATION, ANY_RUNTIME): encoder.RECIPE,
     (IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): image_text_to_text.RECIPE,
+    (IMAGE_TEXT_TO_TEXT, "standard"): image_text_to_text.TRANSFORMERS_JS_RECIPE,
     **{(task, ANY_RUNTIME): pipeline_task.RECIPE for task in PIPELINE_TASKS if task != SPEECH_RECOGNITION},
 }
 

@@ -201,10 +201,10 @@ def test_qwen2_5_vl_folder_layout(qwen2_5_vl):
         graphs[part] = onnx.load(str(out / name), load_external_data=False).graph
         io_names[part] = ([v.name for v in graphs[part].input], [v.name for v in graphs[part].output])
     assert io_names["vision"] == (["pixel_values", "image_grid_thw"], ["image_features"])
-    # any number of patches, one image's grid (the runtime runs the model per image)
+    # any number of patches and of images' grids (the runtime runs the model per image, Transformers.js per prompt)
     dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graphs["vision"].input}
     assert isinstance(dims["pixel_values"][0], str) and dims["pixel_values"][1] == 3 * 2 * 14 * 14
-    assert dims["image_grid_thw"] == [1, 3]
+    assert isinstance(dims["image_grid_thw"][0], str) and dims["image_grid_thw"][1] == 3
     assert io_names["embedding"] == (["input_ids", "image_features"], ["inputs_embeds"])
     assert io_names["decoder"][0][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
     assert io_names["decoder"][1] == ["logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]

@@ -371,3 +371,130 @@ def test_float16_folder_with_its_float32_twin_in_transformers_js(tmp_path, token
         # where measured (a few float16 ulps, rounded in different places): 1e-2; the twin,
         # float32 throughout, is within the suite's ATOL
         np.testing.assert_allclose(np.reshape(data, hidden["dims"]).astype(np.float32), expected.numpy(), rtol=0, atol=atol)
+
+
+def test_whisper_folder_in_transformers_js(tmp_path, transformers_js):
+    """A large-v3-style Whisper (128 mel bins, multilingual tokenizer, the released suppress
+    lists, its first pick on each clip suppressed) as `--runtime standard` writes it
+    (`encoder_model.onnx`, `decoder_model_merged.onnx`, `generation_config.json`,
+    `preprocessor_config.json`), transcribed in Transformers.js from the samples by its own
+    processor and `generate({language: "en", task: "transcribe"})`: transformers' 16 tokens
+    on a clip padded with silence and one loud at both ends."""
+    from test_whisper_genai import clips, features_of, save_multilingual_whisper
+
+    save_multilingual_whisper(tmp_path / "source")
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, runtime="standard")
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / name), full_check=True)
+    samples = list(clips().values())
+    options = {"language": "en", "task": "transcribe", "max_new_tokens": NEW_TOKENS}
+    job = {"folder": str(out), "task": "automatic-speech-recognition",
+           "speech": {"clips": [(clip.astype(np.float32) / 32768).tolist() for clip in samples], "options": options}}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)["speech"]
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(tmp_path / "source").eval()
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(tmp_path / "source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    assert result["prompt"] == tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", "<|en|>", "<|transcribe|>",
+                                                                "<|notimestamps|>"])
+    first_picks = set()
+    for clip, features, generated in zip(samples, result["features"], result["generated"]):
+        expected_features = features_of(extractor, clip)
+        # Transformers.js's log-mel features against transformers' (float32 FFTs in both)
+        np.testing.assert_allclose(np.reshape(features["data"], features["dims"]), expected_features.numpy(), rtol=0, atol=1e-4)
+        with torch.no_grad():
+            expected = model.generate(expected_features, language="en", task="transcribe", max_new_tokens=NEW_TOKENS)[0].tolist()
+            unsuppressed = model.generate(expected_features, language="en", task="transcribe", max_new_tokens=NEW_TOKENS,
+                                          suppress_tokens=None, begin_suppress_tokens=None)[0].tolist()
+        assert len(expected) == NEW_TOKENS and generated == expected
+        first_picks.add(unsuppressed[:1] != expected[:1])  # on one clip, end of text: nothing transcribed
+    assert first_picks == {True}  # the suppress lists, read from generation_config.json, chose each first token
+
+
+def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
+    """Tensors as the runner's jobs give them (type, dims, data)."""
+    return {name: {"type": "float32" if value.is_floating_point() else "int64", "dims": list(value.shape),
+                   "data": value.flatten().tolist()} for name, value in tensors.items()}
+
+
+def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
+    """Qwen2.5-VL as `--runtime standard` writes it for Transformers.js (`vision_encoder`,
+    `embed_tokens` taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal
+    transformers' with an image, through the processor Transformers.js's AutoProcessor builds
+    from the folder on an image it does not resize, and on transformers' processed inputs for
+    two images it resizes (no side a multiple of the merged patch, grids of other sizes),
+    alone and both in one prompt (one vision run for the two, as Transformers.js runs it)."""
+    from PIL import Image
+    from test_export_hf_vision_language import qwen_prompt, save_qwen2_5_vl, transformers_tokens
+
+    model = save_qwen2_5_vl(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=8).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens  # the features merged as Transformers.js does
+    inputs = {}
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        path = os.fspath(out / "onnx" / f"{name}.onnx")
+        onnx.checker.check_model(path, full_check=True)
+        inputs[name] = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
+    assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == ["pixel_values", "image_grid_thw"]
+    assert inputs["decoder_model_merged"][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
+    assert not (out / "genai_config.json").exists()
+    # Transformers.js's AutoProcessor builds the processor preprocessor_config.json names
+    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "Qwen2_5_VLProcessor"
+    rng = np.random.default_rng(0)
+    paths = []
+    for height, width in ((56, 84), (45, 75), (130, 60)):  # the first: sides multiples of 28, not resized
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    prompts = [{"text": qwen_prompt(1), "images": [str(paths[0])]}]
+    chosen = [[paths[1]], [paths[2]], paths[1:]]  # the last: two images in one prompt
+    for images_of_prompt in chosen:
+        images = image_processor(images=[Image.open(path) for path in images_of_prompt], return_tensors="pt")
+        text = qwen_prompt(len(images_of_prompt))
+        for grid in images["image_grid_thw"]:  # each placeholder expanded to its image's tokens, in order
+            text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // 4), 1)
+        ids = tokenizer(text.replace("<|placeholder|>", "<|image_pad|>"), return_tensors="pt")["input_ids"]
+        given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
+                 "image_grid_thw": images["image_grid_thw"]}
+        prompts.append({"inputs": tensor_specs(given)})
+    job = {"folder": str(out), "task": "image-text-to-text",
+           "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    # Transformers.js's Qwen2_5_VLProcessor: transformers' prompt tokens and patches (an image it does not resize)
+    expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
+    pixels = results[0]["pixel_values"]
+    np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
+    grid_tokens = expected.shape[0] // 4
+    assert results[0]["input_ids"] == tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
+    for images_of_prompt, result in zip([[paths[0]], *chosen], results):
+        assert result["generated"] == transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
+
+
+def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
+    """Mistral 3 as `--runtime standard` writes it for Transformers.js (its Llava path: the
+    vision model on `pixel_values`, 1-D positions from the mask): 16 greedy tokens equal
+    transformers' on transformers' processed inputs, for two images of other sizes."""
+    from PIL import Image
+    from test_export_hf_mistral3 import IMAGE_SIZES, prompt, save_mistral3, transformers_tokens
+
+    model, (image_processor, tokenizer) = save_mistral3(tmp_path / "source")
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, runtime="standard")
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    rng = np.random.default_rng(0)
+    paths, prompts = [], []
+    for height, width in IMAGE_SIZES[:2]:
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+        images = image_processor(images=[Image.open(paths[-1])], return_tensors="pt")
+        rows = ["[IMG]" * (width // 28) + "[IMG_BREAK]"] * (height // 28)  # as PixtralProcessor expands [IMG]
+        ids = tokenizer(prompt(1).replace("[IMG]", "".join(rows)[:-len("[IMG_BREAK]")] + "[IMG_END]"), return_tensors="pt")["input_ids"]
+        prompts.append({"inputs": tensor_specs({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                                                "pixel_values": images["pixel_values"]})})
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    expected = [transformers_tokens(model, (image_processor, tokenizer), [path], NEW_TOKENS) for path in paths]
+    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]

@@ -2,8 +2,10 @@
 // Usage: node transformers_js_runner.mjs <npm prefix holding @huggingface/transformers> <job.json> <result.json>
 // The job names the folder, its task, and what to run: "strings" to encode with the folder's
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
-// batch ("batch"), "inputs" (tensors) for one forward pass, or "pipeline" (its "texts" run through
-// `pipeline(task, folder)` with its "options"). The folder is loaded as written:
+// batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
+// `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
+// folder's processor and `generate`), or "image_text" (prompts with image files through the folder's
+// processor, or processed inputs as given, and an image-text-to-text model's `generate`). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
 // (the file suffix Transformers.js loads, in place of the config's).
 import { createRequire } from 'node:module';
@@ -16,7 +18,7 @@ const {
     AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification,
     AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering, AutoModelForMaskedLM,
     AutoModelForObjectDetection, AutoModelForSemanticSegmentation, AutoModelForDepthEstimation, AutoModelForCTC,
-    AutoModelForAudioClassification, Tensor, pipeline,
+    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoModelForImageTextToText, AutoProcessor, RawImage, Tensor, pipeline,
 } = transformers;
 
 const job = JSON.parse(readFileSync(jobPath, 'utf8'));
@@ -48,6 +50,15 @@ function plain(tensor) {
 
 function ones(rows) {
     return rows.map((row) => row.map(() => 1));
+}
+
+function tensors(specs) {
+    const feed = {};
+    for (const [name, { type, dims, data }] of Object.entries(specs)) {
+        feed[name] = type === 'int64' ? new Tensor('int64', BigInt64Array.from(data.map(BigInt)), dims)
+            : new Tensor('float32', Float32Array.from(data), dims);
+    }
+    return feed;
 }
 
 async function generate(model, ids, mask, newTokens) {
@@ -82,17 +93,47 @@ if (job.prompts || job.inputs) {
         }
     }
     if (job.inputs) {
-        const feed = {};
-        for (const [name, { type, dims, data }] of Object.entries(job.inputs)) {
-            feed[name] = type === 'int64' ? new Tensor('int64', BigInt64Array.from(data.map(BigInt)), dims)
-                : new Tensor('float32', Float32Array.from(data), dims);
-        }
-        const outputs = await model(feed);
+        const outputs = await model(tensors(job.inputs));
         result.outputs = Object.fromEntries(job.outputs.map((name) => [name, plain(outputs[name])]));
     }
 }
 if (job.pipeline) {
     const run = await pipeline(job.task, job.folder, options);
     result.pipeline = await run(job.pipeline.texts, job.pipeline.options ?? {});
+}
+if (job.speech) {
+    // each clip as a user transcribes it: the folder's processor (its own log-mel features), then
+    // generate with the job's options (language, task, max_new_tokens); the tokens after the prompt
+    // generate builds from them (<|startoftranscript|>, language, task, <|notimestamps|>)
+    const { clips, options: speechOptions } = job.speech;
+    const processor = await AutoProcessor.from_pretrained(job.folder, options);
+    const model = await AutoModelForSpeechSeq2Seq.from_pretrained(job.folder, options);
+    const prompt = model._retrieve_init_tokens(model._prepare_generation_config(null, speechOptions));
+    result.speech = { prompt, features: [], generated: [] };
+    for (const samples of clips) {
+        const inputs = await processor(Float32Array.from(samples));
+        result.speech.features.push(plain(inputs.input_features));
+        const output = plain(await model.generate({ ...inputs, ...speechOptions }));
+        result.speech.generated.push(output.data.slice(prompt.length));
+    }
+}
+if (job.image_text) {
+    const { prompts, new_tokens: newTokens } = job.image_text;
+    const processor = prompts.some((prompt) => prompt.images) ? await AutoProcessor.from_pretrained(job.folder, options) : null;
+    const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
+    result.image_text = [];
+    for (const { text, images, inputs: given } of prompts) {
+        // a prompt's text and image files through the processor, or its processed inputs as given
+        const opened = given ? [] : await Promise.all(images.map((path) => RawImage.read(path)));
+        const inputs = given ? tensors(given) : await processor(text, opened.length === 1 ? opened[0] : opened);
+        const output = plain(await model.generate({
+            ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
+        }));
+        const promptLength = inputs.input_ids.dims[1];
+        result.image_text.push({
+            input_ids: plain(inputs.input_ids).data, pixel_values: plain(inputs.pixel_values),
+            generated: output.data.slice(promptLength),
+        });
+    }
 }
 writeFileSync(resultPath, JSON.stringify(result));

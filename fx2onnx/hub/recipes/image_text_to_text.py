@@ -1,5 +1,7 @@
-"""The image-text-to-text recipe: ONNX Runtime GenAI's vision, embedding and decoder
-models, its genai_config.json and image processor configuration (vision_language/)."""
+"""The image-text-to-text recipes: ONNX Runtime GenAI's vision, embedding and decoder
+models, its genai_config.json and image processor configuration (vision_language/); and
+with runtime "standard" the folder Transformers.js loads, the same vision model and decoder
+beside the token embedding alone (vision_language/transformers_js.py)."""
 
 from __future__ import annotations
 
@@ -17,21 +19,30 @@ from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
-from fx2onnx.hub.vision_language import genai_files
+from fx2onnx.hub.vision_language import genai_files, parts
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
+from fx2onnx.hub.vision_language.transformers_js import (
+    transformers_js_note, transformers_js_refusal, write_processor_class,
+)
 
 
 def export_folder(
     loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, say: Callable[[str], None] = lambda line: None,
+    for_transformers_js: bool = False,
 ) -> list[str]:
-    """Write the three models and the two configuration files into ``staging``; returns their paths."""
+    """Write the three models and the two configuration files into ``staging``; returns their
+    paths. ``for_transformers_js``: the three models only, the embedding without the images."""
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
     architecture = architecture_of(loaded.config)
     programs = architecture.export(loaded, options, image_processor)
-    say(architecture.image_sizes_note(image_processor))
+    if for_transformers_js:  # Transformers.js merges the image features itself: the token embedding alone
+        programs["embedding"] = parts.export_token_embedding(loaded, options)  # in place of the architecture's
+        say(transformers_js_note(loaded.config))
+    else:
+        say(architecture.image_sizes_note(image_processor))
     files, paths = [], {}
     # the parts are modules of the model, not the model: their weights by the model's names
     # (every name of a tied weight reads the one the checkpoint holds: a tied LM head is `lm_head.weight` in the decoder)
@@ -44,6 +55,8 @@ def export_folder(
         paths[part] = onnx_file(loaded, base)
         needed = set(programs[part].model.graph.initializers)
         files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
+    if for_transformers_js:  # its config.json and tokenizer: the source's
+        return files + write_processor_class(Path(loaded.folder), staging, loaded.config)
     generation = getattr(loaded.model, "generation_config", None)
     config = genai_files.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, architecture)
     processor = architecture.processor_config(image_processor, loaded.config)
@@ -52,33 +65,44 @@ def export_folder(
     return files
 
 
-def verify_folder(loaded: LoadedModel, folder: Path, model: torch.nn.Module, tokens: int, tolerance: Tolerance) -> Verification:
+def verify_folder(
+    loaded: LoadedModel, folder: Path, model: torch.nn.Module, tokens: int, tolerance: Tolerance,
+    for_transformers_js: bool = False,
+) -> Verification:
     """The folder's greedy generation on an image against ``model``'s (vision_language/folder_verification.py)."""
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
     files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
-    return verify_image_text_to_text(files, model, image_processor, tokens, tolerance)
+    return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, embedding_merges=not for_transformers_js)
 
 
 class ImageTextToTextRecipe(RecipeDefaults):
+    """The folder for ONNX Runtime GenAI, or (``for_transformers_js``) for Transformers.js."""
+
+    def __init__(self, for_transformers_js: bool = False) -> None:
+        self.for_transformers_js = for_transformers_js
+
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         try:
             architecture_of(loaded.config)
         except NotImplementedError as error:  # an architecture without a runtime layout here
             return Refusal(NotImplementedError, str(error))
+        if self.for_transformers_js and (refusal := transformers_js_refusal(loaded.config)) is not None:
+            return refusal
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
-        return export_folder(loaded, staging, options, say)
+        return export_folder(loaded, staging, options, say, self.for_transformers_js)
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
         say: Say,
     ) -> Verification:
-        return verify_folder(loaded, folder, model, request.tokens, tolerance)
+        return verify_folder(loaded, folder, model, request.tokens, tolerance, self.for_transformers_js)
 
 
 RECIPE = ImageTextToTextRecipe()
+TRANSFORMERS_JS_RECIPE = ImageTextToTextRecipe(for_transformers_js=True)

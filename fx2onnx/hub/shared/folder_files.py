@@ -24,10 +24,11 @@ _GENERIC_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast", None)
 
 def copy_folder_files(source: Path, destination: Path, names: tuple[str, ...] = _COPIED) -> list[str]:
     """Copy the files of ``source`` the runtime and preprocessing need (those of ``names``
-    it has); returns their names."""
+    it has); returns their names. A file ``destination`` has already (a recipe's, written for
+    its client) is kept as it is."""
     copied = []
     for name in names:
-        if (source / name).is_file():
+        if (source / name).is_file() and not (destination / name).exists():
             shutil.copyfile(source / name, destination / name)
             copied.append(name)
     return copied

@@ -28,10 +28,21 @@ def random_images(sizes: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
     return [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for size in sizes]
 
 
+def merged_features(input_ids: np.ndarray, embeds: np.ndarray, features: np.ndarray, image_token_id: int) -> np.ndarray:
+    """``embeds`` with the image tokens' rows replaced by the ``features`` rows in order, as
+    Transformers.js merges them for an embedding that takes no images."""
+    merged = embeds.copy()
+    merged[input_ids == image_token_id] = features
+    return merged
+
+
 def verify_image_text_to_text(
     files: dict[str, Path], model: torch.nn.Module, image_processor: Any, new_tokens: int, tolerance: Tolerance,
+    embedding_merges: bool = True,
 ) -> Verification:
-    """Greedy generation with the folder's ``files`` (vision, embedding, decoder) against ``model``."""
+    """Greedy generation with the folder's ``files`` (vision, embedding, decoder) against
+    ``model``; ``embedding_merges``: the embedding takes the image features (ONNX Runtime
+    GenAI's), else they are merged here as Transformers.js merges them."""
     config = model.config
     architecture = architecture_of(config)
     images = image_processor(images=random_images(architecture.verification_sizes(model, image_processor)), return_tensors="pt")
@@ -49,7 +60,12 @@ def verify_image_text_to_text(
         def step_feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
             # the prompt's step takes the image features and positions; a decode step none, the next position
             step_features = features if index == 0 else features[:0]
-            embeds = run_session(embedding, {"input_ids": step, "image_features": step_features})["inputs_embeds"]
+            if embedding_merges:
+                embeds = run_session(embedding, {"input_ids": step, "image_features": step_features})["inputs_embeds"]
+            else:
+                embeds = run_session(embedding, {"input_ids": step})["inputs_embeds"]
+                if index == 0:  # a decode step has no images (a generated image token keeps its embedding)
+                    embeds = merged_features(step, embeds, features, int(config.image_token_id))
             positions = prompt.positions if index == 0 else prompt.next_position(mask.shape[1] - 1)
             return {"input_ids": step, "inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions}
 

@@ -2,7 +2,9 @@
 modules (genai_files.py names their files and writes the configs):
 
 - embedding (`input_ids`, `image_features` -> `inputs_embeds`): the token embedding, with
-  each image token's row replaced by the next image feature, as the model's forward does.
+  each image token's row replaced by the next image feature, as the model's forward does;
+  in Transformers.js's layout (`input_ids` -> `inputs_embeds`) the token embedding alone:
+  Transformers.js puts the image features into the image tokens' rows itself.
 - decoder (`inputs_embeds`, `attention_mask`, `position_ids` (3-D mRoPE [3, batch, tokens]
   or 1-D [batch, tokens]), the cache -> `logits`, `present.*`): the language model and its
   head, captured as a decode step after a prefill like a causal LM (decode_step.py), with
@@ -97,6 +99,23 @@ class Embedding(torch.nn.Module):
         takes = is_image & (index < count)
         index = torch.where(takes, index, count)
         return {"inputs_embeds": torch.where(takes[..., None], rows[index], embeds)}
+
+
+class TokenEmbedding(torch.nn.Module):
+    """The token embedding alone (Transformers.js's `embed_tokens`)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = Holder(language_model=Holder(embed_tokens=model.model.language_model.embed_tokens))
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"inputs_embeds": self.model.language_model.embed_tokens(input_ids)}
+
+
+def export_token_embedding(loaded: LoadedModel, options: fx2onnx.ExportOptions) -> fx2onnx.ONNXProgram:
+    """The program of Transformers.js's `embed_tokens` (`input_ids` -> `inputs_embeds`)."""
+    ids = embedding_inputs(loaded, int(loaded.config.text_config.hidden_size))["input_ids"]
+    return fx2onnx.dynamo_export(TokenEmbedding(loaded.model), input_ids=ids, export_options=without_causal_mask(options))
 
 
 class Decoder(LanguageModelWithHead):

@@ -1,5 +1,5 @@
 """Qwen2.5-VL as ONNX Runtime GenAI's `qwen2_5_vl` type runs it: its vision tower with the
-patch merger for one image of any size, the window and rotary layouts computed in the graph
+patch merger for images of any size, the window and rotary layouts computed in the graph
 (vision_grid.py); the rest as every Qwen vision-language model (qwen_images.py)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from fx2onnx.hub.vision_language.qwen_images import qwen_architecture
 
 
 class QwenVision(torch.nn.Module):
-    """Qwen2.5-VL's vision tower for one image of any size: its window and rotary layouts
-    computed in the graph from ``image_grid_thw`` ([1, 3]) and the patch count (vision_grid.py)."""
+    """Qwen2.5-VL's vision tower for images of any size: its window and rotary layouts
+    computed in the graph from ``image_grid_thw`` ([images, 3]) and the patch count (vision_grid.py)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()

@@ -33,9 +33,9 @@ from fx2onnx.hub.vision_language.qwen_images import qwen_architecture
 
 
 class Qwen3Vision(torch.nn.Module):
-    """Qwen3-VL's vision tower for one image of any size, DeepStack features beside the
+    """Qwen3-VL's vision tower for images of any size, DeepStack features beside the
     merger's: its position-embedding taps, rotary positions and segments computed in the
-    graph from ``image_grid_thw`` ([1, 3]) and the patch count (vision_grid.py)."""
+    graph from ``image_grid_thw`` ([images, 3]) and the patch count (vision_grid.py)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()

@@ -1,7 +1,7 @@
 """What Qwen2.5-VL and Qwen3-VL share as ONNX Runtime GenAI runs them: a vision model for
-one image of any size (`pixel_values` [patches, channels x temporal x patch x patch] and
-`image_grid_thw` [1, 3] -> `image_features` [image tokens, row width]; the runtime runs it
-once per image), its packed attention, the runtime's Qwen image processor (each image
+images of any size (`pixel_values` [patches, channels x temporal x patch x patch] and
+`image_grid_thw` [images, 3] -> `image_features` [image tokens, row width]; the runtime runs it
+once per image, Transformers.js once for a prompt's images), its packed attention, the runtime's Qwen image processor (each image
 resized as transformers' `smart_resize` does), the 3-D mRoPE positions, and the
 verification's prompt of two images of different sizes, neither a multiple of the merged
 patch. transformers computes the vision tower's layouts from the grid with `.tolist()`
@@ -43,10 +43,11 @@ def _packed_attention(module, query, key, value, attention_mask=None, scaling=No
 
 
 def example_grid(loaded: LoadedModel) -> torch.Tensor:
-    """The patch grid ([[1, h, w]]) of the vision model's example: 3 x 5 merged tokens, a
-    grid that is not square and that Qwen2.5-VL's windows do not tile."""
+    """The patch grids ([[1, h, w], ...]) of the vision model's example: two images (the
+    image count stays a dim of the model), 3 x 5 and 2 x 2 merged tokens, grids that are not
+    alike and that Qwen2.5-VL's windows do not tile."""
     merge = int(loaded.config.vision_config.spatial_merge_size)
-    return torch.tensor([[1, 3 * merge, 5 * merge]], dtype=torch.int64)
+    return torch.tensor([[1, 3 * merge, 5 * merge], [1, 2 * merge, 2 * merge]], dtype=torch.int64)
 
 
 def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -63,9 +64,10 @@ def parts_exporter(vision_model: Callable[[torch.nn.Module], torch.nn.Module]) -
     def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
                      architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
         model = loaded.model
-        # one image at a time (the runtime runs the model per image), of any number of patches
+        # any number of patches, of one image (the runtime runs the model per image) or of several
+        # (Transformers.js runs it once for a prompt's images)
         vision_options = dataclasses.replace(
-            parts.without_causal_mask(options), dynamic_shapes={"pixel_values": {0: Dim.AUTO}, "image_grid_thw": None}
+            parts.without_causal_mask(options), dynamic_shapes={"pixel_values": {0: Dim.AUTO}, "image_grid_thw": {0: Dim.AUTO}}
         )
         with parts.attention_implementation(model.model.visual.config, PACKED_ATTENTION, _packed_attention):
             vision = fx2onnx.dynamo_export(

@@ -1,12 +1,13 @@
-"""The layouts Qwen's vision towers take for one image, computed from its patch grid
-(`image_grid_thw` [1, 3]) with tensor operations only, so that one exported vision model
-serves images of every size.
+"""The layouts Qwen's vision towers take for a run of images, computed from their patch
+grids (`image_grid_thw` [images, 3]) with tensor operations only, so that one exported vision
+model serves images of every size, one or several at a time.
 
 transformers computes these layouts (transformers.vision_utils) with Python loops over
 `grid_thw.tolist()`, which a capture would freeze to one grid. Here the grid's numbers stay
 tensors and the patch count is `pixel_values`' first dim: each patch's layout is arithmetic
-on its index. The patches come in the image processor's order: frames, then blocks of
-`merge` x `merge` patches in rows, then the patches of a block in rows.
+on its index within its image. The patches come in the image processor's order: image by
+image; frames, then blocks of `merge` x `merge` patches in rows, then the patches of a block
+in rows.
 
 Segment bounds (`cu_seqlens`) are given as the attention takes them, cumulative and
 starting at 0, padded at the end with the patch count: a padded bound closes an empty
@@ -22,15 +23,20 @@ import torch
 _BOUNDS = torch.int32
 
 
-def _grid(grid_thw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The grid's height and width (in patches) as 0-d tensors."""
-    return grid_thw[0, 1], grid_thw[0, 2]
+def _per_image(grid_thw: torch.Tensor, indices: torch.Tensor, unit: int = 1) -> tuple[torch.Tensor, ...]:
+    """For each of ``indices`` (``arange(count)`` over the patches, or over the merged tokens
+    with ``unit`` patches each): its image, its index within that image, and the image's
+    grid height and width (in patches)."""
+    sizes = grid_thw.prod(-1) // unit
+    ends = torch.cumsum(sizes, 0)
+    image = (indices[:, None] >= ends[None, :]).sum(-1)
+    return image, indices - (ends - sizes)[image], grid_thw[image, 1], grid_thw[image, 2]
 
 
 def patch_rows_and_columns(grid_thw: torch.Tensor, patches: torch.Tensor, merge: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each patch's row and column in its frame; ``patches``: the patch indices (``arange(count)``)."""
-    height, width = _grid(grid_thw)
-    within = patches % (height * width)
+    _, local, height, width = _per_image(grid_thw, patches)
+    within = local % (height * width)
     blocks_per_row = width // merge
     block = within // (merge * merge)
     row = (block // blocks_per_row) * merge + (within // merge) % merge
@@ -52,26 +58,30 @@ def _bounds(starts: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
 
 
 def frame_bounds(grid_thw: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
-    """`cu_seqlens` of full attention: each frame (height x width patches) a segment."""
-    height, width = _grid(grid_thw)
-    # a frame starts at every multiple of its size after the first
-    return _bounds(torch.where(patches[1:] % (height * width) == 0, patches[1:], -1), patches)
+    """`cu_seqlens` of full attention: each frame (height x width patches) of each image a segment."""
+    _, local, height, width = _per_image(grid_thw, patches)
+    # a frame starts at every multiple of its size within its image, after the first patch
+    starts = (local % (height * width) == 0)[1:]
+    return _bounds(torch.where(starts, patches[1:], -1), patches)
 
 
 def window_layout(grid_thw: torch.Tensor, patches: torch.Tensor, merge: int, window: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen2.5-VL's windowed attention as transformers' `get_vision_window_index` lays it out:
     the merged tokens' order (window by window, rows within a window) and the windows'
     `cu_seqlens` in patches. ``window``: the window's side in merged tokens."""
-    height, width = _grid(grid_thw)
     unit = merge * merge
     tokens = patches[: patches.shape[0] // unit]  # the merged tokens' indices
+    image, local, height, width = _per_image(grid_thw, tokens, unit)
     rows, columns = height // merge, width // merge
-    frame = tokens // (rows * columns)
-    within = tokens % (rows * columns)
+    frame = local // (rows * columns)
+    within = local % (rows * columns)
     row, column = within // columns, within % columns
-    # transformers pads each frame's grid to whole windows (a whole window more when it fits)
+    # transformers pads each frame's grid to whole windows (a whole window more when it fits);
+    # an image's windows are numbered after those of the images before it
     windows_down, windows_across = rows // window + 1, columns // window + 1
-    window_id = (frame * windows_down + row // window) * windows_across + column // window
+    per_image = grid_thw[:, 0] * (grid_thw[:, 1] // merge // window + 1) * (grid_thw[:, 2] // merge // window + 1)
+    first_window = (torch.cumsum(per_image, 0) - per_image)[image]
+    window_id = first_window + (frame * windows_down + row // window) * windows_across + column // window
     order = torch.argsort(window_id * (window * window) + (row % window) * window + column % window)
     ordered = window_id[order]
     starts = torch.where(ordered[1:] != ordered[:-1], tokens[1:], -1)
@@ -84,7 +94,7 @@ def interpolation_taps(
     """Qwen3-VL's position embeddings resampled to the grid: for each patch the 4 rows of the
     ``side`` x ``side`` table and their weights (bilinear, corners aligned, edges clamped),
     as transformers' `get_vision_interpolation_indices_and_weights` gives them."""
-    height, width = _grid(grid_thw)
+    _, _, height, width = _per_image(grid_thw, patches)
     row, column = patch_rows_and_columns(grid_thw, patches, merge)
 
     def taps(index: torch.Tensor, size: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

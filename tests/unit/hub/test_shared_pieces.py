@@ -51,6 +51,11 @@ def test_the_source_files_the_runtime_needs_are_copied(tmp_path):
         (tmp_path / "src" / name).write_text("{}", encoding="utf-8")
     assert copy_folder_files(tmp_path / "src", tmp_path / "dst") == ["config.json", "generation_config.json"]
     assert sorted(p.name for p in (tmp_path / "dst").iterdir()) == ["config.json", "generation_config.json"]
+    # a file the recipe wrote for its client stays as written
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "config.json").write_text('{"written": true}', encoding="utf-8")
+    assert copy_folder_files(tmp_path / "src", tmp_path / "recipe") == ["generation_config.json"]
+    assert (tmp_path / "recipe" / "config.json").read_text(encoding="utf-8") == '{"written": true}'
 
 
 def test_a_cache_of_fixed_length_is_refused():

@@ -1,6 +1,7 @@
 """The layouts Qwen's vision towers take, computed from the patch grid with tensor
 operations (hub/vision_language/vision_grid.py), equal transformers' own for grids of every shape:
-square and not, windows that tile the grid and that do not, one frame and two."""
+square and not, windows that tile the grid and that do not, one frame and two, one image and
+several of different grids."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import torch
 from fx2onnx.hub.vision_language import vision_grid
 vision_utils = pytest.importorskip("transformers.vision_utils")
 
-GRIDS = [(1, 2, 2), (1, 4, 4), (1, 6, 10), (1, 10, 4), (1, 14, 22), (1, 16, 8), (2, 6, 10)]
+GRIDS = [(1, 2, 2), (1, 4, 4), (1, 6, 10), (1, 10, 4), (1, 14, 22), (1, 16, 8), (2, 6, 10),
+         ((1, 6, 10), (1, 10, 4)), ((1, 4, 4), (2, 6, 10), (1, 14, 22))]  # several images in one run
+
+
+def grid_and_count(grid) -> tuple[torch.Tensor, int]:
+    """``image_grid_thw`` of one grid or of several, and the patch count."""
+    grid_thw = torch.tensor(grid if isinstance(grid[0], tuple) else [grid])
+    return grid_thw, int(grid_thw.prod(-1).sum())
 
 
 def segments(bounds: torch.Tensor, count: int) -> torch.Tensor:
@@ -20,7 +28,7 @@ def segments(bounds: torch.Tensor, count: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("grid", GRIDS)
 def test_positions_and_frames_equal_transformers(grid):
-    grid_thw, count = torch.tensor([grid]), grid[0] * grid[1] * grid[2]
+    grid_thw, count = grid_and_count(grid)
     patches = torch.arange(count)
     assert torch.equal(vision_grid.position_ids(grid_thw, patches, 2), vision_utils.get_vision_position_ids(grid_thw, 2))
     bounds = vision_grid.frame_bounds(grid_thw, patches)
@@ -31,7 +39,7 @@ def test_positions_and_frames_equal_transformers(grid):
 @pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("window_size", [28, 56, 112])  # windows of 1, 2 and 4 merged tokens (patches of 14)
 def test_windows_equal_transformers(grid, window_size):
-    grid_thw, count = torch.tensor([grid]), grid[0] * grid[1] * grid[2]
+    grid_thw, count = grid_and_count(grid)
     expected_order, expected_bounds = vision_utils.get_vision_window_index(grid_thw, 2, window_size, 14)
     order, bounds = vision_grid.window_layout(grid_thw, torch.arange(count), 2, window_size // 2 // 14)
     assert torch.equal(order, expected_order)
@@ -41,7 +49,7 @@ def test_windows_equal_transformers(grid, window_size):
 
 @pytest.mark.parametrize("grid", GRIDS)
 def test_position_embedding_taps_equal_transformers(grid):
-    grid_thw, count = torch.tensor([grid]), grid[0] * grid[1] * grid[2]
+    grid_thw, count = grid_and_count(grid)
     expected = vision_utils.get_vision_interpolation_indices_and_weights(
         grid_thw, num_grid_per_side=7, mode="bilinear", align_corners=True, spatial_merge_size=2
     )

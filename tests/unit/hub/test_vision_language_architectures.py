@@ -2,16 +2,23 @@
 configs and image processors, with no export: the runtime type, the row width the runtime
 sizes `image_features` and `inputs_embeds` by, genai_config.json's vision section,
 genai_processor_config.json's steps, what export-hf says of the image sizes, the
-verification's image sizes, and the refusals before anything is written."""
+verification's image sizes, the refusals before anything is written, and which rows get
+Transformers.js's folder (`--runtime standard`)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
-from fx2onnx.hub.vision_language import architecture, gemma3, genai_files, mistral3, parts, qwen2_5_vl, qwen3_vl, qwen_images
+from fx2onnx.hub.loading import IMAGE_TEXT_TO_TEXT
+from fx2onnx.hub.recipe_table import recipe_for
+from fx2onnx.hub.recipes import image_text_to_text
+from fx2onnx.hub.vision_language import (
+    architecture, folder_verification, gemma3, genai_files, mistral3, parts, qwen2_5_vl, qwen3_vl, qwen_images, transformers_js,
+)
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
 
 transformers = pytest.importorskip("transformers")
@@ -171,3 +178,37 @@ def test_mistral3_image_tokens_are_merged_patches():
 def test_qwen3_vl_rows_carry_a_hidden_size_per_deepstack_block():
     qwen3 = SimpleNamespace(vision_config=SimpleNamespace(deepstack_visual_indexes=[1, 3]), text_config=SimpleNamespace(hidden_size=8))
     assert qwen3_vl.ARCHITECTURE.row_width(qwen3) == 24
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_transformers_js_folders_are_written_for_the_rows_run_in_transformers_js(model_type):
+    """`--runtime standard` writes Transformers.js's layout for the architectures run in it;
+    the others are refused naming the command that writes their ONNX Runtime GenAI folder."""
+    config, _ = TINY[model_type]()
+    refusal = transformers_js.transformers_js_refusal(config)
+    if model_type in transformers_js.TRANSFORMERS_JS_ARCHITECTURES:
+        assert refusal is None and "Transformers.js 4.3.1 runs this folder" in transformers_js.transformers_js_note(config)
+    else:
+        assert refusal.error_type is NotImplementedError
+        assert f"{model_type} is not one of them. For {model_type}: " in refusal.message
+        assert "--runtime onnxruntime, the default" in refusal.message
+    assert recipe_for(IMAGE_TEXT_TO_TEXT, config, "standard") is image_text_to_text.TRANSFORMERS_JS_RECIPE
+    assert recipe_for(IMAGE_TEXT_TO_TEXT, config, "onnxruntime") is image_text_to_text.RECIPE
+
+
+def test_the_verification_merges_features_as_the_embedding_does():
+    """Transformers.js's merge (the verification's, beside the token embedding alone) gives
+    the rows the GenAI embedding gives: each image token the next feature row, in order."""
+    config = transformers.Qwen2_5_VLConfig(text_config=dict(hidden_size=8, vocab_size=20, num_hidden_layers=1,
+                                                            num_attention_heads=2, num_key_value_heads=1, intermediate_size=16),
+                                           vision_config=dict(depth=1, hidden_size=8, out_hidden_size=8, num_heads=2,
+                                                              intermediate_size=16), image_token_id=19)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(config).eval()
+    ids = torch.tensor([[1, 19, 2, 19], [19, 3, 4, 5]])
+    features = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        merging = parts.Embedding(model, 19, width=8)(ids, features)["inputs_embeds"].numpy()
+        tokens = parts.TokenEmbedding(model)(ids)["inputs_embeds"].numpy()
+    merged = folder_verification.merged_features(ids.numpy(), tokens, features.numpy(), 19)
+    np.testing.assert_allclose(merged, merging, rtol=0, atol=0)
+    assert not np.array_equal(tokens, merging)

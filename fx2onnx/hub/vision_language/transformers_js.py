@@ -1,0 +1,103 @@
+"""The image-text-to-text folder as Transformers.js 4.3.1 loads it (`--runtime standard`):
+its `ImageTextToText` model type reads `onnx/vision_encoder.onnx` (`image_features`),
+`onnx/embed_tokens.onnx` (`input_ids` -> `inputs_embeds`) and `onnx/decoder_model_merged.onnx`,
+and puts the image features into the image tokens' rows itself, in JavaScript. The vision
+and decoder models are those of ONNX Runtime GenAI's folder (genai_files.py names them as
+Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding).
+
+Which architectures get this folder is one table: those whose inputs Transformers.js feeds
+as the folder's models take them, each run in Transformers.js in Node by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fx2onnx.hub.request import Refusal
+
+
+@dataclass(frozen=True)
+class TransformersJsRow:
+    """One architecture as Transformers.js runs its folder.
+
+    Attributes:
+        note: what export-hf tells of the folder in Transformers.js.
+        processor_class: the processor Transformers.js's `AutoProcessor` builds when
+            `preprocessor_config.json` names it (`processor_class`), or None where that
+            processor reads more than the folder holds.
+    """
+
+    note: str
+    processor_class: str | None = None
+
+
+TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
+    # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
+    # Qwen2VLForConditionalGeneration feeds them; its decoder the 3-D mRoPE positions Transformers.js
+    # computes (get_rope_index)
+    "qwen2_5_vl": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration); its Qwen2VLImageProcessor "
+        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
+        "processed otherwise (the vision model takes them all in one run).",
+        processor_class="Qwen2_5_VLProcessor",
+    ),
+    # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
+    # Its PixtralProcessor reads processor_config.json's image tokens, and a patch_size of the vision patch
+    # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
+    # the merged patch as patch_size: no processor named
+    "mistral3": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
+        "vision model takes one image ([1, 3, height, width]) at a time."
+    ),
+}
+
+
+# model type -> why Transformers.js 4.3.1 cannot give transformers' answer with this folder's models
+NOT_SERVED = {
+    "gemma3": (
+        "Transformers.js feeds the decoder no token ids, and Gemma 3 attends both ways among an image's tokens "
+        "(transformers' mask from the token ids), which a decoder fed embeddings alone cannot tell."
+    ),
+    "qwen3_vl": (
+        "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
+        "which Transformers.js's merge into the embedding rows does not take."
+    ),
+}
+
+
+def transformers_js_refusal(config: Any) -> Refusal | None:
+    """Why export-hf writes no Transformers.js folder for ``config``'s architecture, or None."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in TRANSFORMERS_JS_ARCHITECTURES:
+        return None
+    reason = f" For {model_type}: {NOT_SERVED[model_type]}" if model_type in NOT_SERVED else ""
+    return Refusal(NotImplementedError, (
+        f"--runtime standard writes image-text-to-text folders in Transformers.js's layout (vision_encoder, embed_tokens "
+        f"and decoder_model_merged, the image features merged by Transformers.js) for model types "
+        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them.{reason} Nothing was written. "
+        f"`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
+        "ONNX Runtime GenAI."
+    ))
+
+
+def transformers_js_note(config: Any) -> str:
+    """What export-hf says of the folder of ``config``'s architecture in Transformers.js."""
+    return TRANSFORMERS_JS_ARCHITECTURES[config.model_type].note
+
+
+def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]:
+    """`preprocessor_config.json` of ``source`` naming the processor Transformers.js's
+    `AutoProcessor` is to build (released checkpoints name it; an image processor saved
+    alone does not), written into ``staging``; returns the file's name, or nothing where
+    there is no file or no class to name."""
+    processor_class = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_class
+    path = source / "preprocessor_config.json"
+    if processor_class is None or not path.is_file():
+        return []
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    settings.setdefault("processor_class", processor_class)
+    (staging / path.name).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return [path.name]
