@@ -367,6 +367,24 @@ def test_runtime_beam_search_as_generate(multilingual, beams, tmp_path):
     assert all(differs_from_greedy) and any(differs_without_lists)
 
 
+def test_runtime_beam_search_to_max_length_as_generate(exported, tmp_path):
+    """Beams that run to the length limit (no end of text, 16 steps of caches reordered between
+    beams, then the runtime's finalisation), on a clip where beam search and greedy differ."""
+    root, _ = exported
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
+    samples = loud_clip()
+    write_wav(tmp_path / "clip.wav", samples, 16000)
+    prompt = transformers.AutoTokenizer.from_pretrained(root / "source")(PROMPT, add_special_tokens=False)["input_ids"]
+    features = features_of(transformers.WhisperFeatureExtractor.from_pretrained(root / "source"), samples)
+    greedy = runtime_tokens(root / "out", tmp_path / "clip.wav")
+    for beams in (2, 3):
+        search = {"num_beams": beams, "length_penalty": 0.0, "early_stopping": True}
+        with torch.no_grad():
+            expected = model.generate(features, decoder_input_ids=torch.tensor([prompt]), max_new_tokens=16, **search)[0].tolist()
+        assert len(expected) == 16 and expected != greedy
+        assert runtime_tokens(root / "out", tmp_path / "clip.wav", **search) == expected
+
+
 def test_genai_config_carries_the_generation_configs_beam_search(multilingual):
     root, _ = multilingual
     beams = transformers.GenerationConfig(num_beams=3, length_penalty=0.0, early_stopping=True)
