@@ -19,7 +19,7 @@ import transformers
 
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.shared.verification import tolerance_for
-from fx2onnx.hub.whisper.whisper_config import whisper_genai_config
+from fx2onnx.hub.whisper.whisper_config import beam_search_note, whisper_genai_config
 from fx2onnx.hub.whisper.whisper_verify import speech_signal, verify_whisper_genai, write_wav
 
 SPECIAL = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|fr|>", "<|translate|>", "<|transcribe|>", "<|startoflm|>",
@@ -393,6 +393,9 @@ def test_genai_config_carries_the_generation_configs_beam_search(multilingual):
     never = whisper_genai_config(transformers.WhisperConfig(), transformers.GenerationConfig(num_beams=2, early_stopping="never"),
                                  "e.onnx", "d.onnx", HEADS, HEAD_SIZE, LAYERS)["search"]
     assert (never["num_beams"], never["early_stopping"]) == (2, False)
+    # export-hf says where the runtime's beam search ranks unlike generate's
+    assert beam_search_note(beams) is None and beam_search_note(transformers.GenerationConfig()) is None
+    assert "length_penalty 0" in beam_search_note(transformers.GenerationConfig(num_beams=3, length_penalty=1.0))
     # the released config sets no beams: the folder decodes greedy, as generate does
     search = json.loads((root / "out" / "genai_config.json").read_text())["search"]
     assert (search["num_beams"], search["num_return_sequences"], search["length_penalty"]) == (1, 1, 1.0)

@@ -94,6 +94,17 @@ def beam_search_options(generation_config: Any) -> dict[str, Any]:
             "early_stopping": value("early_stopping", False) is True}
 
 
+def beam_search_note(generation_config: Any) -> str | None:
+    """What the folder's beam search does unlike transformers' `generate` (None: the same or greedy)."""
+    search = beam_search_options(generation_config)
+    if search["num_beams"] == 1 or search["length_penalty"] == 0.0:
+        return None
+    return (f"beam search: genai_config.json has the generation config's num_beams {search['num_beams']} and "
+            f"length_penalty {search['length_penalty']}; ONNX Runtime GenAI divides a finished beam's log-probability by "
+            "the whole sequence's length (prompt included) where transformers divides by the generated length, so they "
+            "may rank beams differently. length_penalty 0 (the sum of log-probabilities) searches as generate does.")
+
+
 def _feature_extractor(folder: Path) -> dict[str, Any]:
     path = folder / FEATURE_EXTRACTOR_FILE
     if not path.is_file():
