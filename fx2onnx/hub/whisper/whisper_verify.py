@@ -1,7 +1,8 @@
 """`--verify` of ONNX Runtime GenAI's Whisper folder, with the same audio in both.
 
 A test signal (tones and a chirp, 16-bit) is written as a .wav. transformers' side: the
-source's `WhisperFeatureExtractor` on its samples, then `model.generate` with its
+source's `WhisperFeatureExtractor` on its samples, then `model.generate` greedy (`num_beams`
+1 on both sides, whatever the config's beam search) with its
 generation config (`language="en", task="transcribe"` for a multilingual model, else the
 decoder prompt `<|startoftranscript|>` ... `<|notimestamps|>` as the tokenizer has them),
 so with the config's suppress lists; the window decoded once, as the runtime does
