@@ -369,20 +369,38 @@ def test_runtime_beam_search_as_generate(multilingual, beams, tmp_path):
 
 def test_runtime_beam_search_to_max_length_as_generate(exported, tmp_path):
     """Beams that run to the length limit (no end of text, 16 steps of caches reordered between
-    beams, then the runtime's finalisation), on a clip where beam search and greedy differ."""
+    beams, then the runtime's finalisation), on a clip where beam search and greedy differ, with
+    3 then 2 beams, and 2 beams over a batch of two clips."""
     root, _ = exported
     model = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
     samples = loud_clip()
     write_wav(tmp_path / "clip.wav", samples, 16000)
     prompt = transformers.AutoTokenizer.from_pretrained(root / "source")(PROMPT, add_special_tokens=False)["input_ids"]
-    features = features_of(transformers.WhisperFeatureExtractor.from_pretrained(root / "source"), samples)
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(root / "source")
+    features = features_of(extractor, samples)
     greedy = runtime_tokens(root / "out", tmp_path / "clip.wav")
-    for beams in (2, 3):
+    for beams in (3, 2):
         search = {"num_beams": beams, "length_penalty": 0.0, "early_stopping": True}
         with torch.no_grad():
             expected = model.generate(features, decoder_input_ids=torch.tensor([prompt]), max_new_tokens=16, **search)[0].tolist()
         assert len(expected) == 16 and expected != greedy
         assert runtime_tokens(root / "out", tmp_path / "clip.wav", **search) == expected
+    # a batch of two clips, 2 beams each: each as generate alone
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    other = speech_signal(16000, seconds=5.0)
+    write_wav(tmp_path / "other.wav", other, 16000)
+    runtime = og.Model(str(root / "out"))
+    params = og.GeneratorParams(runtime)
+    params.set_search_options(do_sample=False, max_length=4 + 16, batch_size=2, **search)
+    generator = og.Generator(runtime, params)
+    generator.set_inputs(runtime.create_multimodal_processor()(
+        [PROMPT] * 2, audios=og.Audios.open(str(tmp_path / "clip.wav"), str(tmp_path / "other.wav"))))
+    while not generator.is_done():
+        generator.generate_next_token()
+    with torch.no_grad():
+        expected = [model.generate(features_of(extractor, clip), decoder_input_ids=torch.tensor([prompt]), max_new_tokens=16,
+                                   **search)[0].tolist() for clip in (samples, other)]
+    assert [[int(t) for t in generator.get_sequence(i)][4:] for i in range(2)] == expected
 
 
 def test_genai_config_carries_the_generation_configs_beam_search(multilingual):
