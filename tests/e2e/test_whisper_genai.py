@@ -342,8 +342,8 @@ def without_end_of_text(tokens: list[int], end_of_text: int) -> list[int]:
     return tokens[:tokens.index(end_of_text)] if end_of_text in tokens else tokens
 
 
-@pytest.mark.parametrize("beams", [2, 3])
-def test_runtime_beam_search_as_generate(multilingual, beams, tmp_path):
+@pytest.mark.parametrize("beams, early_stopping", [(2, True), (3, False)])
+def test_runtime_beam_search_as_generate(multilingual, beams, early_stopping, tmp_path):
     """The runtime's beam search with the suppress lists in the graph, per beam, against
     generate(num_beams=...) with length_penalty 0, where both rank finished beams by their
     sum of log-probabilities; the folder without the lists searches as generate without them."""
@@ -351,7 +351,7 @@ def test_runtime_beam_search_as_generate(multilingual, beams, tmp_path):
     model = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(root / "source")
     end_of_text = model.generation_config.eos_token_id
-    search = {"num_beams": beams, "length_penalty": 0.0, "early_stopping": True}
+    search = {"num_beams": beams, "length_penalty": 0.0, "early_stopping": early_stopping}
     differs_from_greedy, differs_without_lists = [], []
     for name, samples in clips().items():
         wav = tmp_path / f"{name}.wav"
