@@ -19,6 +19,7 @@ import transformers
 
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.shared.verification import tolerance_for
+from fx2onnx.hub.whisper.whisper_config import beam_search_note, whisper_genai_config
 from fx2onnx.hub.whisper.whisper_verify import speech_signal, verify_whisper_genai, write_wav
 
 SPECIAL = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|fr|>", "<|translate|>", "<|transcribe|>", "<|startoflm|>",
@@ -288,12 +289,13 @@ def multilingual(tmp_path_factory):
     return root, result
 
 
-def runtime_tokens(folder, wav, new_tokens: int = 16) -> list[int]:
+def runtime_tokens(folder, wav, new_tokens: int = 16, **search) -> list[int]:
+    """The runtime's tokens after the prompt; ``search``: more search options (beam search)."""
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(str(folder))
     inputs = model.create_multimodal_processor()([PROMPT], audios=og.Audios.open(str(wav)))
     params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=4 + new_tokens, batch_size=1)
+    params.set_search_options(do_sample=False, max_length=4 + new_tokens, batch_size=1, **search)
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
     while not generator.is_done():
@@ -332,6 +334,89 @@ def test_runtime_generates_as_generate_with_language_and_task(multilingual, clip
     # the folder exported without the lists decodes as generate without them, another first token
     assert runtime_tokens(root / "out-without-lists", tmp_path / "clip.wav") == unsuppressed[:16]
     assert unsuppressed[:1] != expected[:1]  # on one clip, end of text: nothing transcribed
+
+
+def without_end_of_text(tokens: list[int], end_of_text: int) -> list[int]:
+    """The tokens before end of text: transformers' beam search returns it (then pads with it),
+    the runtime's leaves it out."""
+    return tokens[:tokens.index(end_of_text)] if end_of_text in tokens else tokens
+
+
+@pytest.mark.parametrize("beams, early_stopping", [(2, True), (3, False)])
+def test_runtime_beam_search_as_generate(multilingual, beams, early_stopping, tmp_path):
+    """The runtime's beam search with the suppress lists in the graph, per beam, against
+    generate(num_beams=...) with length_penalty 0, where both rank finished beams by their
+    sum of log-probabilities; the folder without the lists searches as generate without them."""
+    root, _ = multilingual
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(root / "source")
+    end_of_text = model.generation_config.eos_token_id
+    search = {"num_beams": beams, "length_penalty": 0.0, "early_stopping": early_stopping}
+    differs_from_greedy, differs_without_lists = [], []
+    for name, samples in clips().items():
+        wav = tmp_path / f"{name}.wav"
+        write_wav(wav, samples, 16000)
+        with torch.no_grad():
+            expected, unsuppressed = (without_end_of_text(model.generate(
+                features_of(extractor, samples), language="en", task="transcribe", max_new_tokens=16, **search, **lists)[0].tolist(),
+                end_of_text) for lists in ({}, {"suppress_tokens": None, "begin_suppress_tokens": None}))
+        assert runtime_tokens(root / "out", wav, **search) == expected
+        assert runtime_tokens(root / "out-without-lists", wav, **search) == unsuppressed
+        differs_from_greedy.append(expected != runtime_tokens(root / "out", wav))
+        differs_without_lists.append(unsuppressed != expected)
+    assert all(differs_from_greedy) and any(differs_without_lists)
+
+
+def test_runtime_beam_search_to_max_length_as_generate(exported, tmp_path):
+    """Beams that run to the length limit (no end of text, 16 steps of caches reordered between
+    beams, then the runtime's finalisation), on a clip where beam search and greedy differ, with
+    3 then 2 beams, and 2 beams over a batch of two clips."""
+    root, _ = exported
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(root / "source").eval()
+    samples = loud_clip()
+    write_wav(tmp_path / "clip.wav", samples, 16000)
+    prompt = transformers.AutoTokenizer.from_pretrained(root / "source")(PROMPT, add_special_tokens=False)["input_ids"]
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(root / "source")
+    features = features_of(extractor, samples)
+    greedy = runtime_tokens(root / "out", tmp_path / "clip.wav")
+    for beams in (3, 2):
+        search = {"num_beams": beams, "length_penalty": 0.0, "early_stopping": True}
+        with torch.no_grad():
+            expected = model.generate(features, decoder_input_ids=torch.tensor([prompt]), max_new_tokens=16, **search)[0].tolist()
+        assert len(expected) == 16 and expected != greedy
+        assert runtime_tokens(root / "out", tmp_path / "clip.wav", **search) == expected
+    # a batch of two clips, 2 beams each: each as generate alone
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    other = speech_signal(16000, seconds=5.0)
+    write_wav(tmp_path / "other.wav", other, 16000)
+    runtime = og.Model(str(root / "out"))
+    params = og.GeneratorParams(runtime)
+    params.set_search_options(do_sample=False, max_length=4 + 16, batch_size=2, **search)
+    generator = og.Generator(runtime, params)
+    generator.set_inputs(runtime.create_multimodal_processor()(
+        [PROMPT] * 2, audios=og.Audios.open(str(tmp_path / "clip.wav"), str(tmp_path / "other.wav"))))
+    while not generator.is_done():
+        generator.generate_next_token()
+    with torch.no_grad():
+        expected = [model.generate(features_of(extractor, clip), decoder_input_ids=torch.tensor([prompt]), max_new_tokens=16,
+                                   **search)[0].tolist() for clip in (samples, other)]
+    assert [[int(t) for t in generator.get_sequence(i)][4:] for i in range(2)] == expected
+
+
+def test_genai_config_carries_the_generation_configs_beam_search(multilingual):
+    root, _ = multilingual
+    beams = transformers.GenerationConfig(num_beams=3, length_penalty=0.0, early_stopping=True)
+    search = whisper_genai_config(transformers.WhisperConfig(), beams, "e.onnx", "d.onnx", HEADS, HEAD_SIZE, LAYERS)["search"]
+    assert (search["num_beams"], search["length_penalty"], search["early_stopping"], search["do_sample"]) == (3, 0.0, True, False)
+    never = whisper_genai_config(transformers.WhisperConfig(), transformers.GenerationConfig(num_beams=2, early_stopping="never"),
+                                 "e.onnx", "d.onnx", HEADS, HEAD_SIZE, LAYERS)["search"]
+    assert (never["num_beams"], never["early_stopping"]) == (2, False)
+    # export-hf says where the runtime's beam search ranks unlike generate's
+    assert beam_search_note(beams) is None and beam_search_note(transformers.GenerationConfig()) is None
+    assert "length_penalty 0" in beam_search_note(transformers.GenerationConfig(num_beams=3, length_penalty=1.0))
+    # the released config sets no beams: the folder decodes greedy, as generate does
+    search = json.loads((root / "out" / "genai_config.json").read_text())["search"]
+    assert (search["num_beams"], search["num_return_sequences"], search["length_penalty"]) == (1, 1, 1.0)
 
 
 def test_suppress_lists_are_in_the_decoder_graph(multilingual):

@@ -43,7 +43,7 @@ from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.whisper.whisper_verify import verify_whisper_genai
 from fx2onnx.hub.whisper.whisper_config import (
     AUDIO_FEATURES, CROSS_PAST, CROSS_PRESENT, HIDDEN_STATES, SELF_PAST, SELF_PRESENT, audio_processor_config,
-    whisper_genai_config,
+    beam_search_note, whisper_genai_config,
 )
 from fx2onnx.hub.whisper.whisper_suppress import SuppressedLogits, suppress_lists
 
@@ -202,6 +202,9 @@ class WhisperGenAIRecipe(RecipeDefaults):
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
+        note = beam_search_note(getattr(loaded.model, "generation_config", None))
+        if note:
+            say(note)
         return export_whisper_genai(loaded, staging, options, save_program)
 
     def verify(

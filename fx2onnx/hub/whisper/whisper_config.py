@@ -4,7 +4,14 @@
   `encoder_hidden_states`, `cross_present_key_names`/`cross_present_value_names`) and a
   `decoder` section (`input_ids`, `past_key_names`/`past_value_names` of the
   self-attention, `cross_past_key_names`/`cross_past_value_names` -> `logits`,
-  `present_key_names`/`present_value_names`): the keys src/config.cpp parses.
+  `present_key_names`/`present_value_names`): the keys src/config.cpp parses. Its `search`
+  section carries the generation config's beam search (`num_beams`, `length_penalty`,
+  `early_stopping`): the runtime runs beam search for Whisper with this decoder as it is
+  (it repeats the cross caches per beam and reorders the self-attention caches itself; no
+  `cache_indirection` input). It scores a finished beam by its sum of log-probabilities
+  divided by the whole sequence's length, prompt included and end of text excluded, to the
+  power `length_penalty`, where transformers divides by the generated length, end of text
+  included: the two searches are the same only with `length_penalty` 0.
 - `audio_processor_config.json`: the runtime's log-mel pipeline (onnxruntime-extensions'
   `AudioDecoder`, `STFTNorm`, `LogMelSpectrum`) with the parameters of the source
   folder's `WhisperFeatureExtractor` (`preprocessor_config.json`): FFT size, hop length,
@@ -71,8 +78,31 @@ def whisper_genai_config(
             "vocab_size": int(config.vocab_size),
         },
         # the cache is returned as new tensors: the runtime gives past and present apart
-        "search": search_options(context, False),
+        "search": search_options(context, False) | beam_search_options(generation_config),
     }
+
+
+def beam_search_options(generation_config: Any) -> dict[str, Any]:
+    """The generation config's beam search as the runtime's `search` keys (greedy when unset).
+    transformers' `early_stopping="never"` has no runtime equivalent: written as False, the
+    runtime's (and transformers') heuristic stop."""
+    def value(name: str, default: Any) -> Any:
+        found = getattr(generation_config, name, None) if generation_config is not None else None
+        return default if found is None else found
+
+    return {"num_beams": int(value("num_beams", 1)), "length_penalty": float(value("length_penalty", 1.0)),
+            "early_stopping": value("early_stopping", False) is True}
+
+
+def beam_search_note(generation_config: Any) -> str | None:
+    """What the folder's beam search does unlike transformers' `generate` (None: the same or greedy)."""
+    search = beam_search_options(generation_config)
+    if search["num_beams"] == 1 or search["length_penalty"] == 0.0:
+        return None
+    return (f"beam search: genai_config.json has the generation config's num_beams {search['num_beams']} and "
+            f"length_penalty {search['length_penalty']}; ONNX Runtime GenAI divides a finished beam's log-probability by "
+            "the whole sequence's length (prompt included) where transformers divides by the generated length, so they "
+            "may rank beams differently. length_penalty 0 (the sum of log-probabilities) searches as generate does.")
 
 
 def _feature_extractor(folder: Path) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """`--verify` of ONNX Runtime GenAI's Whisper folder, with the same audio in both.
 
 A test signal (tones and a chirp, 16-bit) is written as a .wav. transformers' side: the
-source's `WhisperFeatureExtractor` on its samples, then `model.generate` with its
+source's `WhisperFeatureExtractor` on its samples, then `model.generate` greedy (`num_beams`
+1 on both sides, whatever the config's beam search) with its
 generation config (`language="en", task="transcribe"` for a multilingual model, else the
 decoder prompt `<|startoftranscript|>` ... `<|notimestamps|>` as the tokenizer has them),
 so with the config's suppress lists; the window decoded once, as the runtime does
@@ -122,7 +123,7 @@ def genai_run(folder: Path, wav: Path, prompt: str, max_length: int) -> tuple[li
     inputs = processor([prompt], audios=og.Audios.open(str(wav)))
     features = inputs[AUDIO_FEATURES].as_numpy()
     params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=max_length, batch_size=1)
+    params.set_search_options(do_sample=False, num_beams=1, max_length=max_length, batch_size=1)
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
     while not generator.is_done():
@@ -154,7 +155,7 @@ def transformers_generate(model: torch.nn.Module, features: torch.Tensor, prompt
     gives others: where the model emits two timestamp tokens in a row before the window's end,
     transformers decodes the audio again from the last timestamp (long-form segmentation);
     a runtime decodes the window once, as `generate(force_unique_generate_call=True)`."""
-    arguments = {"do_sample": False, "max_new_tokens": tokens, **_generate_prompt(model, prompt)}
+    arguments = {"do_sample": False, "num_beams": 1, "max_new_tokens": tokens, **_generate_prompt(model, prompt)}
     with torch.no_grad():
         once = [int(t) for t in model.generate(features, force_unique_generate_call=True, **arguments)[0]]
         default = [int(t) for t in model.generate(features, **arguments)[0]]
