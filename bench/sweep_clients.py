@@ -7,11 +7,13 @@ does not keep folders: `--keep DIR` keeps them here) and run
 - in Transformers.js 4.3.1 (Node, `tests/e2e/transformers_js_runner.mjs`, the folder loaded
   as written) when its model type is in Transformers.js's model table for the task (read
   from the installed package's `dist/transformers.node.mjs`): 16 greedy tokens of two
-  prompts equal transformers' (`min_new_tokens` 16 on both sides: no early end) for text
-  generation and sequence-to-sequence, every output within `CLIENT_ATOL` otherwise;
+  prompts equal transformers' `generate` with the model's generation config, which
+  Transformers.js reads from the folder (`min_new_tokens` 16 on both sides: no early
+  end), for text generation and sequence-to-sequence, every output within `CLIENT_ATOL` otherwise;
 - in ONNX Runtime GenAI for text generation (every causal-LM folder has a GenAI type: its
   own where the runtime knows the model type, else the generic `decoder`): the same 16
-  tokens of each prompt.
+  tokens of each prompt as transformers' plain greedy search (the search
+  `genai_config.json` asks for).
 
 Each pair runs in a forked child with a time limit, and records per client: loaded or not
 (the client's error's first line), exact or not. The records go to their own JSON lines
@@ -25,6 +27,7 @@ file (`bench/sweep_clients.jsonl`); the scoreboard reads them (`client_columns`)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -74,7 +77,7 @@ def transformers_js_types(prefix: Path = TRANSFORMERS_JS_PREFIX) -> dict[str, fr
     for task, names in TRANSFORMERS_JS_TABLES.items():
         types: set[str] = set()
         for name in names:
-            found = re.search(rf"^var {name} = [^\n]*new Map\(\[(.*?)^\]\);", source, re.M | re.S)
+            found = re.search(rf"^var {name} = [^\n]*new Map\(\[(.*?)\]\);", source, re.M | re.S)
             if found is None:
                 raise ValueError(f"{name} is not in Transformers.js {TRANSFORMERS_JS_VERSION}'s Node build at {prefix}")
             types |= set(re.findall(r'\[\s*"([^"]+)",\s*"[^"]+"\s*\]', found.group(1)))
@@ -96,14 +99,16 @@ def _prompts(model_type: str) -> list[list[int]]:
     return [[int(t) for t in generator.integers(3, sweep.VOCAB, size=length)] for length in (5, 9)]
 
 
-def expected_tokens(task: str, model: torch.nn.Module, prompts: list[list[int]]) -> list[list[int]]:
-    """transformers' 16 greedy tokens after each prompt (plain greedy search, no early end)."""
+def expected_tokens(task: str, model: torch.nn.Module, prompts: list[list[int]], plain: bool) -> list[list[int]]:
+    """transformers' 16 greedy tokens after each prompt (no early end): with the model's
+    generation config, as Transformers.js reads the folder's `generation_config.json`, or
+    with ``plain`` greedy search, as ONNX Runtime GenAI's `genai_config.json` asks."""
     from fx2onnx.hub.shared.verification import plain_greedy
 
     rows = []
     for prompt in prompts:
         ids = torch.tensor([prompt])
-        with torch.no_grad(), plain_greedy(model):
+        with torch.no_grad(), (plain_greedy(model) if plain else contextlib.nullcontext()):
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS,
                                  min_new_tokens=NEW_TOKENS, pad_token_id=0)
         # a decoder-only model returns the prompt too; an encoder-decoder its decoder start token
@@ -143,7 +148,7 @@ def in_transformers_js(task: str, model: torch.nn.Module, config: Any, folder: P
         result, error = _node(job, scratch, prefix, limit)
         if result is None:
             return {"js": "failed", "js_cause": error}
-        expected = expected_tokens(task, model, prompts)
+        expected = expected_tokens(task, model, prompts, plain=False)
         return {"js": "loaded", "js_exact": result["generated"] == expected,
                 "js_tokens_equal": sum(a == b for got, want in zip(result["generated"], expected) for a, b in zip(got, want))}
     make, names = sweep.task_inputs(task, config, model)
@@ -191,7 +196,7 @@ def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> 
         generated = [genai_greedy(folder, prompt) for prompt in prompts]
     except Exception as error:  # noqa: BLE001 - the client's error is the record
         return {"genai": "failed", "genai_type": kind, "genai_cause": f"{type(error).__name__}: {_error_line(str(error))}"}
-    return {"genai": "loaded", "genai_type": kind, "genai_exact": generated == expected_tokens("text-generation", model, prompts)}
+    return {"genai": "loaded", "genai_type": kind, "genai_exact": generated == expected_tokens("text-generation", model, prompts, plain=True)}
 
 
 def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
@@ -304,6 +309,21 @@ def client_columns(record: dict[str, Any], clients: dict[tuple[str, str], dict[s
     if record["task"] != "text-generation":
         return _js_cell(found), ""
     return _js_cell(found), _genai_cell(found)
+
+
+def with_client_columns(rows: list[str], task_records: list[dict[str, Any]],
+                        clients: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """A task's pair table (its heading, its rule, then one row per record in the order of
+    their architectures) with the Transformers.js column, and ONNX Runtime GenAI's for text
+    generation."""
+    ordered = sorted(task_records, key=lambda r: r["architecture"])
+    generation = bool(ordered) and ordered[0]["task"] == "text-generation"
+    out = [rows[0] + (" Transformers.js | ONNX Runtime GenAI |" if generation else " Transformers.js |"),
+           rows[1] + ("---|---|" if generation else "---|")]
+    for row, record in zip(rows[2:], ordered):
+        js, genai = client_columns(record, clients)
+        out.append(f"{row} {js} | {genai} |" if generation else f"{row} {js} |")
+    return out
 
 
 def client_summary(clients: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
