@@ -43,6 +43,12 @@ def _maker(value: ir.Value, model: ir.Model) -> ir.Node | None:
     return node
 
 
+def _cache_name_part(key_name: str) -> str:
+    """What a cache input's name holds between its layer and `key`: "" for
+    `past_key_values.0.key`, "decoder." for `past_key_values.0.decoder.key`."""
+    return key_name.split(".", 2)[2][: -len("key")]
+
+
 def updates_cache_in_place(model: ir.Model) -> bool:
     """Whether every `present.*` output is made by onnxruntime's `GroupQueryAttention`,
     which appends to the past in place when the runtime gives both one buffer."""
@@ -97,7 +103,10 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
     inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in input_names:
         inputs["position_ids"] = "position_ids"
-    inputs |= {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+    # a decoder with an encoder-decoder cache class (BERT-like causal LMs) names its
+    # entries `past_key_values.<i>.decoder.key`: the runtime is given the names the graph has
+    part = _cache_name_part(keys[0].name) if keys else ""
+    inputs |= {"past_key_names": f"past_key_values.%d.{part}key", "past_value_names": f"past_key_values.%d.{part}value"}
     heads = int(config.num_attention_heads)
     return {
         "model": {
@@ -109,7 +118,8 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
                 "head_size": cache_head_size,
                 "hidden_size": int(config.hidden_size),
                 "inputs": inputs,
-                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
+                "outputs": {"logits": "logits", "present_key_names": f"present.%d.{part}key",
+                            "present_value_names": f"present.%d.{part}value"},
                 "num_attention_heads": heads,
                 "num_hidden_layers": len(keys),
                 "num_key_value_heads": kv_heads or int(getattr(config, "num_key_value_heads", None) or heads),
