@@ -326,31 +326,58 @@ def with_client_columns(rows: list[str], task_records: list[dict[str, Any]],
     return out
 
 
-def client_summary(clients: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
-    """The scoreboard's section on the clients: per task, pairs run, loaded and exact in each."""
-    records = list(clients.values())
-    rows = ["| task | pairs run | Transformers.js has a class | loaded in Transformers.js | exact in Transformers.js | "
-            "loaded in ONNX Runtime GenAI | exact in ONNX Runtime GenAI |", "|---|---|---|---|---|---|---|"]
+def _count_row(task: str, mine: list[dict[str, Any]]) -> str:
+    classed = [r for r in mine if r.get("js") not in (None, "not supported") and r.get("rebuilt") != "failed"]
+    genai = [r for r in mine if "genai" in r]
+    in_genai = (f"{sum(r['genai'] == 'loaded' for r in genai)} of {len(genai)} | {sum(bool(r.get('genai_exact')) for r in genai)} |"
+                if genai else "- | - |")
+    return (f"| {task} | {len(mine)} | {len(classed)} | {sum(r['js'] == 'loaded' for r in classed)} | "
+            f"{sum(bool(r.get('js_exact')) for r in classed)} | {in_genai}")
+
+
+def _families(records: list[dict[str, Any]], client: str) -> list[str]:
+    """Per task, the model types a client ran exactly, and those it failed or differed on (with the first cause)."""
+    lines = []
     for task in TRANSFORMERS_JS_TABLES:
-        mine = [r for r in records if r["task"] == task]
+        mine = [r for r in records if r["task"] == task and r.get(client) in ("loaded", "failed")]
         if not mine:
             continue
-        classed = [r for r in mine if r.get("js") not in (None, "not supported")]
-        genai = [r for r in mine if "genai" in r]
-        rows.append(
-            f"| {task} | {len(mine)} | {len(classed)} | {sum(r['js'] == 'loaded' for r in classed)} | "
-            f"{sum(bool(r.get('js_exact')) for r in classed)} | "
-            + (f"{sum(r['genai'] == 'loaded' for r in genai)} of {len(genai)} | {sum(bool(r.get('genai_exact')) for r in genai)} |"
-               if genai else "- | - |"))
-    return [
+        exact = sorted({r["model_type"] for r in mine if r.get(f"{client}_exact")})
+        other = sorted({f"{r['model_type']} ({'differs' if r[client] == 'loaded' else r.get(f'{client}_cause', '')[:60]})"
+                        for r in mine if not r.get(f"{client}_exact")})
+        line = f"- {task}: exact {', '.join(f'`{t}`' for t in exact) or 'none'}"
+        lines.append(line + (f"; not: {sweep._escaped('; '.join(other))}" if other else ""))
+    return lines
+
+
+def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tuple[str, str]]) -> list[str]:
+    """The scoreboard's section on the clients: per task, pairs run, loaded and exact in
+    each; the model types each client runs; the pairs run in the clients beyond ``swept``
+    (the sweep's pairs), which the task tables below do not list."""
+    records = [r for r in clients.values() if r.get("rebuilt") != "failed"]
+    rows = ["| task | pairs run | Transformers.js has a class | loaded in Transformers.js | exact in Transformers.js | "
+            "loaded in ONNX Runtime GenAI | exact in ONNX Runtime GenAI |", "|---|---|---|---|---|---|---|"]
+    rows += [_count_row(task, mine) for task in TRANSFORMERS_JS_TABLES if (mine := [r for r in records if r["task"] == task])]
+    out = [
         "## Clients", "",
         f"Each exported pair's folder, built again, loaded as written in Transformers.js {TRANSFORMERS_JS_VERSION} "
         "(Node) where its model table for the task has the model type, and, for text generation, in ONNX Runtime "
         f"GenAI (its type in brackets: the generic `decoder` where it has none of its own): {NEW_TOKENS} greedy tokens "
-        f"of two prompts equal transformers' (no early end), or, for one pass, every output within {CLIENT_ATOL:g}. "
-        "*no class*: Transformers.js has no class for the model type and task. Run with "
-        "`OMP_NUM_THREADS=1 nice -n 10 python bench/sweep_clients.py` (results in `bench/sweep_clients.jsonl`).", "",
+        "of two prompts equal transformers' `generate` (Transformers.js: with the generation config it reads from the "
+        "folder; ONNX Runtime GenAI: plain greedy search, as `genai_config.json` asks; no early end on either), or, "
+        f"for one pass, every output within {CLIENT_ATOL:g}. *no class*: Transformers.js has no class for the model "
+        "type and task. Run with `OMP_NUM_THREADS=1 nice -n 10 python bench/sweep_clients.py` (results in "
+        "`bench/sweep_clients.jsonl`; `--architectures` runs named classes, whether the sweep ran them or not).", "",
     ] + rows
+    out += ["", f"Model types by client (Transformers.js {TRANSFORMERS_JS_VERSION}):", ""] + _families(records, "js")
+    out += ["", "ONNX Runtime GenAI:", ""] + _families(records, "genai")
+    beyond = sorted((r for r in records if (r["task"], r["architecture"]) not in swept),
+                    key=lambda r: (r["task"], r["architecture"]))
+    if beyond:
+        out += ["", "Pairs run in the clients that the sweep's results do not hold yet:", "",
+                "| task | architecture | Transformers.js | ONNX Runtime GenAI |", "|---|---|---|---|"]
+        out += [f"| {r['task']} | {r['architecture']} | {_js_cell(r)} | {_genai_cell(r) if 'genai' in r else ''} |" for r in beyond]
+    return out
 
 
 def main() -> None:

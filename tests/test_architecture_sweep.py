@@ -125,14 +125,16 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
         {"task": "fill-mask", "architecture": "EsmForMaskedLM", "status": "failed", "cause": "time limit (120 s)"},
     ]
     clients = [
-        {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "js": "loaded", "js_exact": True,
+        {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "model_type": "qwen2", "js": "loaded", "js_exact": True,
          "genai": "loaded", "genai_type": "qwen2", "genai_exact": True},
-        {"task": "text-generation", "architecture": "FalconForCausalLM", "js": "failed",
+        {"task": "text-generation", "architecture": "FalconForCausalLM", "model_type": "falcon", "js": "failed",
          "js_cause": "Error: Missing the following inputs: past_key_values.0.key", "genai": "loaded", "genai_type": "decoder",
          "genai_exact": True},
-        {"task": "text-generation", "architecture": "CTRLLMHeadModel", "js": "not supported", "genai": "loaded",
+        {"task": "text-generation", "architecture": "CTRLLMHeadModel", "model_type": "ctrl", "js": "not supported", "genai": "loaded",
          "genai_type": "decoder", "genai_exact": False},
-        {"task": "fill-mask", "architecture": "BertForMaskedLM", "js": "loaded", "js_exact": False, "js_difference": 0.01},
+        {"task": "fill-mask", "architecture": "BertForMaskedLM", "model_type": "bert", "js": "loaded", "js_exact": False,
+         "js_difference": 0.01},
+        {"task": "fill-mask", "architecture": "RobertaForMaskedLM", "model_type": "roberta", "js": "loaded", "js_exact": True},
     ]
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -150,7 +152,11 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     assert rows["BertForMaskedLM"].endswith("| differs |")
     assert rows["EsmForMaskedLM"].endswith("| - |")  # not run in the clients
     assert "| text-generation | 3 | 2 | 1 | 1 | 3 of 3 | 2 |" in text
-    assert "| fill-mask | 1 | 1 | 1 | 0 | - | - |" in text
+    assert "| fill-mask | 2 | 2 | 2 | 1 | - | - |" in text
+    # the model types each client runs, and a pair the clients ran beyond the sweep's results
+    assert "- text-generation: exact `qwen2`; not: falcon (Error: Missing the following inputs: past_key_values.0.key)" in text
+    assert "- text-generation: exact `falcon`, `qwen2`; not: ctrl (differs)" in text
+    assert "| fill-mask | RobertaForMaskedLM | exact |  |" in text
     # without client records, the page is as before
     (tmp_path / "sweep_clients.jsonl").unlink()
     sweep.report(results, page)
