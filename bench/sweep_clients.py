@@ -269,15 +269,8 @@ def exported_pairs(results: Path, tasks: set[str], architectures: set[str] | Non
 
 
 def read_clients(results: Path = RESULTS) -> dict[tuple[str, str], dict[str, Any]]:
-    """The client records, the last one of each pair."""
-    if not results.is_file():
-        return {}
-    latest = {}
-    for line in results.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            latest[(record["task"], record["architecture"])] = record
-    return latest
+    """The client records by (task, class), the last one of each pair."""
+    return {(r["task"], r["architecture"]): r for r in sweep.read_results(results)}
 
 
 # ---- the scoreboard's columns -------------------------------------------------------------------------------------
