@@ -221,7 +221,10 @@ def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str,
             import shutil
 
             shutil.rmtree(folder)
-        export_hf(scratch / "source", folder, task=task)
+        # export-hf's own verification (onnxruntime against transformers) tells a client's
+        # difference from the folder's, for pairs the sweep has not run
+        verification = export_hf(scratch / "source", folder, task=task, verify=True, tokens=NEW_TOKENS).verification
+        record["onnxruntime_exact"] = verification.passed
         prompts = _prompts(model_type)
         record.update(in_transformers_js(task, model, config, folder, prompts, prefix, limit) if runs_js
                       else {"js": "not supported"})
