@@ -299,6 +299,12 @@ def _genai_cell(record: dict[str, Any] | None) -> str:
     return f"{'exact' if record.get('genai_exact') else 'differs'} ({record['genai_type']})"
 
 
+def _verified_cell(record: dict[str, Any]) -> str:
+    if "onnxruntime_exact" not in record:
+        return ""
+    return "exact" if record["onnxruntime_exact"] else "differs"
+
+
 def client_columns(record: dict[str, Any], clients: dict[tuple[str, str], dict[str, Any]]) -> tuple[str, str]:
     """The Transformers.js and ONNX Runtime GenAI cells of a sweep record's row."""
     found = clients.get((record["task"], record["architecture"]))
@@ -371,8 +377,10 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
                     key=lambda r: (r["task"], r["architecture"]))
     if beyond:
         out += ["", "Pairs run in the clients that the sweep's results do not hold yet:", "",
-                "| task | architecture | Transformers.js | ONNX Runtime GenAI |", "|---|---|---|---|"]
-        out += [f"| {r['task']} | {r['architecture']} | {_js_cell(r)} | {_genai_cell(r) if 'genai' in r else ''} |" for r in beyond]
+                "| task | architecture | export-hf's verification in onnxruntime | Transformers.js | ONNX Runtime GenAI |",
+                "|---|---|---|---|---|"]
+        out += [f"| {r['task']} | {r['architecture']} | {_verified_cell(r)} | {_js_cell(r)} | "
+                f"{_genai_cell(r) if 'genai' in r else ''} |" for r in beyond]
     return out
 
 
