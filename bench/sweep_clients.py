@@ -300,6 +300,8 @@ def _genai_cell(record: dict[str, Any] | None) -> str:
 
 
 def _verified_cell(record: dict[str, Any]) -> str:
+    if record.get("rebuilt") == "failed":
+        return f"fails: {sweep._escaped(record.get('cause', ''))}"
     if "onnxruntime_exact" not in record:
         return ""
     return "exact" if record["onnxruntime_exact"] else "differs"
@@ -373,7 +375,7 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
     ] + rows
     out += ["", f"Model types by client (Transformers.js {TRANSFORMERS_JS_VERSION}):", ""] + _families(records, "js")
     out += ["", "ONNX Runtime GenAI:", ""] + _families(records, "genai")
-    beyond = sorted((r for r in records if (r["task"], r["architecture"]) not in swept),
+    beyond = sorted((r for r in clients.values() if (r["task"], r["architecture"]) not in swept),
                     key=lambda r: (r["task"], r["architecture"]))
     if beyond:
         out += ["", "Pairs run in the clients that the sweep's results do not hold yet:", "",

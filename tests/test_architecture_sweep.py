@@ -136,6 +136,8 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
          "js_difference": 0.01},
         {"task": "fill-mask", "architecture": "RobertaForMaskedLM", "model_type": "roberta", "js": "loaded", "js_exact": True,
          "onnxruntime_exact": True},
+        {"task": "fill-mask", "architecture": "XmodForMaskedLM", "model_type": "xmod", "rebuilt": "failed",
+         "cause": "RuntimeError: no"},
     ]
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -158,6 +160,7 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     assert "- text-generation: exact `qwen2`; not: falcon (Error: Missing the following inputs: past_key_values.0.key)" in text
     assert "- text-generation: exact `falcon`, `qwen2`; not: ctrl (differs)" in text
     assert "| fill-mask | RobertaForMaskedLM | exact | exact |  |" in text
+    assert "| fill-mask | XmodForMaskedLM | fails: RuntimeError: no | not run |  |" in text
     # without client records, the page is as before
     (tmp_path / "sweep_clients.jsonl").unlink()
     sweep.report(results, page)
