@@ -371,7 +371,9 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
         "folder; ONNX Runtime GenAI: plain greedy search, as `genai_config.json` asks; no early end on either), or, "
         f"for one pass, every output within {CLIENT_ATOL:g}. *no class*: Transformers.js has no class for the model "
         "type and task. Run with `OMP_NUM_THREADS=1 nice -n 10 python bench/sweep_clients.py` (results in "
-        "`bench/sweep_clients.jsonl`; `--architectures` runs named classes, whether the sweep ran them or not).", "",
+        "`bench/sweep_clients.jsonl`; `--architectures` runs named classes, whether the sweep ran them or not). "
+        "The counts take the sweep's exported pairs and the pairs run beyond them (listed last) together; a pair "
+        "whose folder could not be built again is left out of them.", "",
     ] + rows
     out += ["", f"Model types by client (Transformers.js {TRANSFORMERS_JS_VERSION}):", ""] + _families(records, "js")
     out += ["", "ONNX Runtime GenAI:", ""] + _families(records, "genai")
@@ -379,9 +381,9 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
                     key=lambda r: (r["task"], r["architecture"]))
     if beyond:
         out += ["", "Pairs run in the clients that the sweep's results do not hold yet:", "",
-                "| task | architecture | export-hf's verification in onnxruntime | Transformers.js | ONNX Runtime GenAI |",
+                "| task | architecture (model type) | export-hf's verification in onnxruntime | Transformers.js | ONNX Runtime GenAI |",
                 "|---|---|---|---|---|"]
-        out += [f"| {r['task']} | {r['architecture']} | {_verified_cell(r)} | {_js_cell(r)} | "
+        out += [f"| {r['task']} | {r['architecture']} ({r.get('model_type', '?')}) | {_verified_cell(r)} | {_js_cell(r)} | "
                 f"{_genai_cell(r) if 'genai' in r else ''} |" for r in beyond]
     return out
 

@@ -159,8 +159,8 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     # the model types each client runs, and a pair the clients ran beyond the sweep's results
     assert "- text-generation: exact `qwen2`; not: falcon (Error: Missing the following inputs: past_key_values.0.key)" in text
     assert "- text-generation: exact `falcon`, `qwen2`; not: ctrl (differs)" in text
-    assert "| fill-mask | RobertaForMaskedLM | exact | exact |  |" in text
-    assert "| fill-mask | XmodForMaskedLM | fails: RuntimeError: no | not run |  |" in text
+    assert "| fill-mask | RobertaForMaskedLM (roberta) | exact | exact |  |" in text
+    assert "| fill-mask | XmodForMaskedLM (xmod) | fails: RuntimeError: no | not run |  |" in text
     # without client records, the page is as before
     (tmp_path / "sweep_clients.jsonl").unlink()
     sweep.report(results, page)
