@@ -5,7 +5,9 @@ decoders/decoder_types.py), else its generic `decoder`. Sizes come from the conf
 `generation_config.json` when the folder has one. The past and present buffers are
 shared (`past_present_share_buffer: true`) when every layer's cache is updated by
 onnxruntime's `GroupQueryAttention`, which then writes the new tokens into the buffer of
-the context's length in place; otherwise the model returns new cache tensors.
+the context's length in place, and the model takes `position_ids` (one that does not,
+Blenderbot's decoder, counts its positions from the past's length); otherwise the model
+returns new cache tensors.
 
 The sections every GenAI configuration holds (each model's session options, the token
 ids, the greedy search) are written here once, for every folder kind's configuration
@@ -127,5 +129,7 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
             "type": genai_decoder_type(config),
             "vocab_size": int(config.vocab_size),
         },
-        "search": search_options(context, updates_cache_in_place(model)),
+        # a model without position_ids reads its positions from the past's length, which a
+        # shared buffer (the whole context long) does not give
+        "search": search_options(context, updates_cache_in_place(model) and "position_ids" in input_names),
     }
