@@ -347,7 +347,7 @@ def _families(records: list[dict[str, Any]], client: str) -> list[str]:
         if not mine:
             continue
         exact = sorted({r["model_type"] for r in mine if r.get(f"{client}_exact")})
-        other = sorted({f"{r['model_type']} ({'differs' if r[client] == 'loaded' else r.get(f'{client}_cause', '')[:60]})"
+        other = sorted({f"{r['model_type']} ({'differs' if r[client] == 'loaded' else r.get(f'{client}_cause', '')[:110]})"
                         for r in mine if not r.get(f"{client}_exact")})
         line = f"- {task}: exact {', '.join(f'`{t}`' for t in exact) or 'none'}"
         lines.append(line + (f"; not: {sweep._escaped('; '.join(other))}" if other else ""))
