@@ -3,8 +3,9 @@
 Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretrained(folder,
 {local_files_only: true})` for causal LMs (greedy tokens equal transformers', prompt by
 prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
-T5 (greedy tokens equal); the folders export-hf says it cannot load (Mixtral, multi-query
-Falcon) failing there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
+T5 (greedy tokens equal); EXAONE, whose layer count the folder also names as Transformers.js
+reads it; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
+there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
 
