@@ -701,10 +701,31 @@ def report(results: Path, page: Path) -> str:
     if torch_causes:
         out += ["", "torch.onnx.export's failures by cause (the 15 most common):", "", "| cause | pairs |", "|---|---|"]
         out += [f"| {_escaped(cause)} | {count} |" for cause, count in torch_causes.most_common(15)]
+    clients = _client_records(results)
+    out += ["", *_client_section(clients, {(r["task"], r["architecture"]) for r in records})] if clients else []
     for task in [t for t in TASK_MAPPINGS if t in by_task]:
-        out += ["", f"## {task}", ""] + _pair_rows(by_task[task])
+        out += ["", f"## {task}", ""] + _client_columns(_pair_rows(by_task[task]), by_task[task], clients)
     page.write_text("\n".join(out) + "\n", encoding="utf-8")
     return line
+
+
+def _client_records(results: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    # the client columns (Transformers.js, ONNX Runtime GenAI): bench/sweep_clients.py's, beside the results
+    import sweep_clients
+
+    return sweep_clients.read_clients(results.with_name(sweep_clients.RESULTS.name))
+
+
+def _client_section(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tuple[str, str]]) -> list[str]:
+    import sweep_clients
+
+    return sweep_clients.client_summary(clients, swept)
+
+
+def _client_columns(rows: list[str], records: list[dict[str, Any]], clients: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    import sweep_clients
+
+    return sweep_clients.with_client_columns(rows, records, clients) if clients else rows
 
 
 def main() -> None:

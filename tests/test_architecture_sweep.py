@@ -109,3 +109,76 @@ def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> N
             "EsmForMaskedLM |") in text
     assert "| BertForMaskedLM | exact | 1e-07 |" in text
     assert "Traceback" not in text
+
+
+def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
+    """bench/sweep_clients.py's records beside the sweep's give the pair tables a
+    Transformers.js column (and ONNX Runtime GenAI's for text generation) and the page a
+    count per client."""
+    import sweep_clients
+
+    records = [
+        {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "status": "exported", "exact": True},
+        {"task": "text-generation", "architecture": "FalconForCausalLM", "status": "exported", "exact": True},
+        {"task": "text-generation", "architecture": "CTRLLMHeadModel", "status": "exported", "exact": True},
+        {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "exported", "exact": True},
+        {"task": "fill-mask", "architecture": "EsmForMaskedLM", "status": "failed", "cause": "time limit (120 s)"},
+    ]
+    clients = [
+        {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "model_type": "qwen2", "js": "loaded", "js_exact": True,
+         "genai": "loaded", "genai_type": "qwen2", "genai_exact": True},
+        {"task": "text-generation", "architecture": "FalconForCausalLM", "model_type": "falcon", "js": "failed",
+         "js_cause": "Error: Missing the following inputs: past_key_values.0.key", "genai": "loaded", "genai_type": "decoder",
+         "genai_exact": True},
+        {"task": "text-generation", "architecture": "CTRLLMHeadModel", "model_type": "ctrl", "js": "not supported", "genai": "loaded",
+         "genai_type": "decoder", "genai_exact": False},
+        {"task": "fill-mask", "architecture": "BertForMaskedLM", "model_type": "bert", "js": "loaded", "js_exact": False,
+         "js_difference": 0.01},
+        {"task": "fill-mask", "architecture": "RobertaForMaskedLM", "model_type": "roberta", "js": "loaded", "js_exact": True,
+         "onnxruntime_exact": True},
+        {"task": "fill-mask", "architecture": "XmodForMaskedLM", "model_type": "xmod", "rebuilt": "failed",
+         "cause": "RuntimeError: no"},
+    ]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "sweep_clients.jsonl").write_text("".join(json.dumps(r) + "\n" for r in clients))
+    page = tmp_path / "scoreboard.md"
+    sweep.report(results, page)
+    text = page.read_text()
+    assert "| architecture | export-hf |" in text and " | nodes | torch.onnx | its difference | its nodes | Transformers.js |" in text
+    assert "| its nodes | Transformers.js | ONNX Runtime GenAI |" in text
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ") and "ForCausalLM" in line
+            or "LMHead" in line or "MaskedLM |" in line}
+    assert rows["Qwen2ForCausalLM"].endswith("| exact | exact (qwen2) |")
+    assert rows["FalconForCausalLM"].endswith("| fails: Error: Missing the following inputs: past_key_values.0.key | exact (decoder) |")
+    assert rows["CTRLLMHeadModel"].endswith("| no class | differs (decoder) |")
+    assert rows["BertForMaskedLM"].endswith("| differs |")
+    assert rows["EsmForMaskedLM"].endswith("| - |")  # not run in the clients
+    assert "| text-generation | 3 | 2 | 1 | 1 | 3 of 3 | 2 |" in text
+    assert "| fill-mask | 2 | 2 | 2 | 1 | - | - |" in text
+    # the model types each client runs, and a pair the clients ran beyond the sweep's results
+    assert "- text-generation: exact `qwen2`; not: falcon (Error: Missing the following inputs: past_key_values.0.key)" in text
+    assert "- text-generation: exact `falcon`, `qwen2`; not: ctrl (differs)" in text
+    assert "| fill-mask | RobertaForMaskedLM (roberta) | exact | exact |  |" in text
+    assert "| fill-mask | XmodForMaskedLM (xmod) | fails: RuntimeError: no | not run |  |" in text
+    # without client records, the page is as before
+    (tmp_path / "sweep_clients.jsonl").unlink()
+    sweep.report(results, page)
+    assert "Transformers.js" not in page.read_text()
+
+
+def test_transformers_js_model_tables_are_read_from_its_build(tmp_path: Path) -> None:
+    import sweep_clients
+
+    dist = tmp_path / "node_modules" / "@huggingface" / "transformers" / "dist"
+    dist.mkdir(parents=True)
+    tables = {name: "var {} = /* @__PURE__ */ new Map([\n  [\"bert\", \"BertX\"],\n  [\"xlm-roberta\", \"XlmX\"]\n]);\n".format(name)
+              for names in sweep_clients.TRANSFORMERS_JS_TABLES.values() for name in names}
+    tables["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"] = 'var MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = /* @__PURE__ */ new Map([["gpt2", "G"]]);\n'
+    (dist / "transformers.node.mjs").write_text("".join(tables.values()))
+    found = sweep_clients.transformers_js_types(tmp_path)
+    assert found["text-generation"] == {"gpt2"}
+    assert found["fill-mask"] == {"bert", "xlm-roberta"}
+    (dist / "transformers.node.mjs").write_text(tables["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"])
+    with pytest.raises(ValueError, match="MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES is not in Transformers.js"):
+        sweep_clients.transformers_js_types(tmp_path)

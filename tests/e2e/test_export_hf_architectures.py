@@ -6,6 +6,7 @@ by name (NllbMoe), a generation config whose processors change the greedy tokens
 
 from __future__ import annotations
 
+import json
 import os
 
 import onnx
@@ -99,3 +100,41 @@ def test_models_without_the_folders_parts_are_refused_before_anything_is_written
         export_hf(tmp_path / "source", tmp_path / "out", task=task)
     assert hint in str(error.value) and "Nothing was written" in str(error.value)
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+@pytest.mark.parametrize("kind", ["rembert", "blenderbot"])
+def test_decoders_whose_cache_differs_run_in_onnxruntime_genai(tmp_path, kind):
+    """ONNX Runtime GenAI generates transformers' greedy tokens (plain greedy search, as
+    `genai_config.json` asks) from folders whose cache is not the usual: a BERT-like causal
+    LM (RemBERT) keeps an encoder-decoder cache class, whose entries the folder names
+    `past_key_values.<i>.decoder.key` (`genai_config.json` gives the runtime those names);
+    Blenderbot's decoder takes no position_ids and counts positions from the past's length,
+    which a shared past/present buffer (the whole context long) would not give."""
+    from fx2onnx.hub.shared.verification import plain_greedy
+    from test_export_hf import genai_greedy
+
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    torch.manual_seed(0)
+    if kind == "rembert":
+        config = transformers.RemBertConfig(**BERT, input_embedding_size=16, output_embedding_size=16, is_decoder=True,
+                                            pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        model = transformers.RemBertForCausalLM(config).eval()
+    else:
+        model = transformers.BlenderbotForCausalLM(transformers.BlenderbotConfig(vocab_size=100, **BART_LIKE)).eval()
+    model.save_pretrained(tmp_path / "source")
+    export_hf(tmp_path / "source", tmp_path / "out")
+    onnx.checker.check_model(os.fspath(tmp_path / "out" / "onnx" / "model.onnx"), full_check=True)
+    written = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    part = "decoder." if kind == "rembert" else ""
+    assert written["model"]["decoder"]["inputs"]["past_key_names"] == f"past_key_values.%d.{part}key"
+    assert written["model"]["decoder"]["outputs"]["present_value_names"] == f"present.%d.{part}value"
+    if kind == "blenderbot":
+        assert "position_ids" not in written["model"]["decoder"]["inputs"]
+        assert written["search"]["past_present_share_buffer"] is False
+    genai = og.Model(str(tmp_path / "out"))
+    for prompt in ([5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]):
+        ids = torch.tensor([prompt])
+        with torch.no_grad(), plain_greedy(model):
+            expected = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                                      pad_token_id=0)[0, len(prompt):].tolist()
+        assert genai_greedy(genai, prompt, len(expected)) == expected

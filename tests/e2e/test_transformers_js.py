@@ -3,8 +3,9 @@
 Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretrained(folder,
 {local_files_only: true})` for causal LMs (greedy tokens equal transformers', prompt by
 prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
-T5 (greedy tokens equal); the folders export-hf says it cannot load (Mixtral, multi-query
-Falcon) failing there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
+T5 (greedy tokens equal); EXAONE, whose layer count the folder also names as Transformers.js
+reads it; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
+there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
 
@@ -498,3 +499,30 @@ def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     expected = [transformers_tokens(model, (image_processor, tokenizer), [path], NEW_TOKENS) for path in paths]
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+
+
+def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_path, transformers_js):
+    """Transformers.js reads EXAONE's layer count as `num_layers` (transformers 5 writes
+    `num_hidden_layers`; without it Transformers.js feeds no cache): the folder's config.json
+    has both, transformers reads it back as the same config, and Transformers.js generates
+    transformers' greedy tokens, one prompt alone and a left-padded batch."""
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(
+        "exaone", vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(tmp_path / "source")
+    said = []
+    export_hf(tmp_path / "source", tmp_path / "out", say=said.append)
+    onnx.checker.check_model(os.fspath(tmp_path / "out" / "onnx" / "model.onnx"), full_check=True)
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["model_type"] == "exaone" and written["num_layers"] == written["num_hidden_layers"] == 2
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "out").num_hidden_layers == 2
+    assert not [line for line in said if "cannot load" in line]
+    prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]]
+    ids, mask = left_padded(prompts)
+    result = run_in_transformers_js(transformers_js, tmp_path, {
+        "folder": str(tmp_path / "out"), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
+        "batch": {"input_ids": ids, "attention_mask": mask}})
+    assert result["generated"] == [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
+    assert result["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))

@@ -10,6 +10,11 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 - `AutoModelForCausalLM` finds a class by `config.json`'s `model_type` in its
   causal-LM table (`TRANSFORMERS_JS_CAUSAL_LM_TYPES`); any other type stops with
   ``Unsupported model type: <type>`` (Mixtral, for one).
+- it reads a model type's sizes under the names its own table gives: EXAONE's layer count
+  as ``num_layers`` (the name of EXAONE's own remote code), which transformers 5 writes as
+  ``num_hidden_layers``; without it Transformers.js feeds no cache at all (`Missing the
+  following inputs: past_key_values.0.key`). The folder's `config.json` gets the entry
+  under both names, with the same value (`transformers_js_entries`).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, so a folder
   with ``past_key_values.<i>.key`` and ``.value`` (Falcon's and GPT-BigCode's default
@@ -36,6 +41,9 @@ TRANSFORMERS_JS_CAUSAL_LM_TYPES = frozenset({
     "vaultgemma", "youtu", "zaya",
 })
 
+# model type -> {the name Transformers.js 4.3.1 reads a config entry by: the name transformers writes it by}
+TRANSFORMERS_JS_ENTRY_NAMES = {"exaone": {"num_layers": "num_hidden_layers"}}
+
 MULTI_QUERY_REASON = (
     "its config.json says multi_query: true, for which Transformers.js feeds one combined past_key_values.<i>.key_value "
     "input per layer; the folder has past_key_values.<i>.key and .value, as ONNX Runtime GenAI needs (Missing the "
@@ -52,6 +60,14 @@ def transformers_js_reason(config: Mapping[str, Any]) -> str | None:
     if config.get("multi_query"):
         return MULTI_QUERY_REASON
     return None
+
+
+def transformers_js_entries(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries to add to a folder's `config.json` (a dict) so that Transformers.js 4.3.1
+    finds the sizes it reads under another name than transformers writes: the same values,
+    under its names (none already there is replaced)."""
+    names = TRANSFORMERS_JS_ENTRY_NAMES.get(config.get("model_type"), {})
+    return {theirs: config[ours] for theirs, ours in names.items() if theirs not in config and ours in config}
 
 
 def client_note(config: Mapping[str, Any]) -> str | None:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
 ONNX_FOLDER = "onnx"
 MODEL, ENCODER, MERGED_DECODER = "model", "encoder_model", "decoder_model_merged"
 # ONNX Runtime GenAI's Whisper (whisper_genai.py): names apart from Optimum's, whose inputs differ
@@ -63,8 +65,10 @@ def with_data_file(onnx_path: str) -> list[str]:
 
 def mark_for_transformers_js(config_path: Path, dtype: torch.dtype, bits: int | None = None) -> None:
     """Tell Transformers.js, in the folder's `config.json`, that the weights are external
-    data files and which dtype (file suffix) to load; other entries are kept."""
+    data files and which dtype (file suffix) to load, and the sizes it reads under other
+    names than transformers writes (EXAONE's `num_layers`); other entries are kept."""
     config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.update(transformers_js_entries(config))
     settings = dict(config.get("transformers.js_config") or {})
     settings.update(use_external_data_format=True, dtype=transformers_js_dtype(dtype, bits))
     config["transformers.js_config"] = settings

@@ -5,7 +5,9 @@ decoders/decoder_types.py), else its generic `decoder`. Sizes come from the conf
 `generation_config.json` when the folder has one. The past and present buffers are
 shared (`past_present_share_buffer: true`) when every layer's cache is updated by
 onnxruntime's `GroupQueryAttention`, which then writes the new tokens into the buffer of
-the context's length in place; otherwise the model returns new cache tensors.
+the context's length in place, and the model takes `position_ids` (one that does not,
+Blenderbot's decoder, counts its positions from the past's length); otherwise the model
+returns new cache tensors.
 
 The sections every GenAI configuration holds (each model's session options, the token
 ids, the greedy search) are written here once, for every folder kind's configuration
@@ -41,6 +43,12 @@ def _maker(value: ir.Value, model: ir.Model) -> ir.Node | None:
         value = body.outputs[value.index()]
         node = value.producer()
     return node
+
+
+def _cache_name_part(key_name: str) -> str:
+    """What a cache input's name holds between its layer and `key`: "" for
+    `past_key_values.0.key`, "decoder." for `past_key_values.0.decoder.key`."""
+    return key_name.split(".", 2)[2][: -len("key")]
 
 
 def updates_cache_in_place(model: ir.Model) -> bool:
@@ -97,7 +105,10 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
     inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in input_names:
         inputs["position_ids"] = "position_ids"
-    inputs |= {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+    # a decoder with an encoder-decoder cache class (BERT-like causal LMs) names its
+    # entries `past_key_values.<i>.decoder.key`: the runtime is given the names the graph has
+    part = _cache_name_part(keys[0].name) if keys else ""
+    inputs |= {"past_key_names": f"past_key_values.%d.{part}key", "past_value_names": f"past_key_values.%d.{part}value"}
     heads = int(config.num_attention_heads)
     return {
         "model": {
@@ -109,7 +120,8 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
                 "head_size": cache_head_size,
                 "hidden_size": int(config.hidden_size),
                 "inputs": inputs,
-                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
+                "outputs": {"logits": "logits", "present_key_names": f"present.%d.{part}key",
+                            "present_value_names": f"present.%d.{part}value"},
                 "num_attention_heads": heads,
                 "num_hidden_layers": len(keys),
                 "num_key_value_heads": kv_heads or int(getattr(config, "num_key_value_heads", None) or heads),
@@ -117,5 +129,7 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
             "type": genai_decoder_type(config),
             "vocab_size": int(config.vocab_size),
         },
-        "search": search_options(context, updates_cache_in_place(model)),
+        # a model without position_ids reads its positions from the past's length, which a
+        # shared buffer (the whole context long) does not give
+        "search": search_options(context, updates_cache_in_place(model) and "position_ids" in input_names),
     }

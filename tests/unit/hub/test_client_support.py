@@ -75,3 +75,12 @@ def test_the_docs_list_the_causal_lm_types_transformers_js_cannot_load():
     expected = transformers_js_unsupported(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     assert "mixtral" in expected
     assert re.findall(r"`([^`]+)`", listed) == expected
+
+
+def test_exaone_gets_its_layer_count_under_the_name_transformers_js_reads():
+    from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
+    config = transformers.AutoConfig.for_model("exaone", num_hidden_layers=3).to_dict()
+    assert transformers_js_entries(config) == {"num_layers": 3}
+    assert transformers_js_entries({**config, "num_layers": 3}) == {}  # never replaced
+    assert transformers_js_entries(transformers.LlamaConfig(num_hidden_layers=3).to_dict()) == {}

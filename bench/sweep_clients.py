@@ -1,0 +1,430 @@
+"""The architecture sweep's client columns: Transformers.js and ONNX Runtime GenAI.
+
+For each pair `bench/architecture_sweep.py` exported (its JSON lines), the folder is built
+again as the sweep built it (the same tiny model, seed 0, the same shrink level; the sweep
+does not keep folders: `--keep DIR` keeps them here) and run
+
+- in Transformers.js 4.3.1 (Node, `tests/e2e/transformers_js_runner.mjs`, the folder loaded
+  as written) when its model type is in Transformers.js's model table for the task (read
+  from the installed package's `dist/transformers.node.mjs`): 16 greedy tokens of two
+  prompts equal transformers' `generate` with the model's generation config, which
+  Transformers.js reads from the folder (`min_new_tokens` 16 on both sides: no early
+  end), for text generation and sequence-to-sequence, every output within `CLIENT_ATOL` otherwise;
+- in ONNX Runtime GenAI for text generation (every causal-LM folder has a GenAI type: its
+  own where the runtime knows the model type, else the generic `decoder`): the same 16
+  tokens of each prompt as transformers' plain greedy search (the search
+  `genai_config.json` asks for).
+
+Each pair runs in a forked child with a time limit, and records per client: loaded or not
+(the client's error's first line), exact or not. The records go to their own JSON lines
+file (`bench/sweep_clients.jsonl`); the scoreboard reads them (`client_columns`).
+
+    OMP_NUM_THREADS=1 nice -n 10 python bench/sweep_clients.py [--tasks text-generation] \\
+        [--architectures FalconForCausalLM] [--limit 180] [--keep /tmp/folders]
+    python bench/architecture_sweep.py --write-docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import architecture_sweep as sweep  # noqa: E402
+
+TRANSFORMERS_JS_VERSION = "4.3.1"
+TRANSFORMERS_JS_PREFIX = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests")) / (
+    f"transformers-js-{TRANSFORMERS_JS_VERSION}")
+RUNNER = ROOT / "tests" / "e2e" / "transformers_js_runner.mjs"
+RESULTS = BENCH / "sweep_clients.jsonl"
+NEW_TOKENS = 16
+# a one-pass task's outputs in Transformers.js are exact when every element is within this of transformers'
+CLIENT_ATOL = 1e-4
+
+# export-hf's task -> the model tables of Transformers.js whose classes its Auto class for the task reads
+TRANSFORMERS_JS_TABLES = {
+    "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
+    "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
+    "text-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
+    "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
+    "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",),
+    "fill-mask": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES",),
+    "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+}
+
+
+def transformers_js_types(prefix: Path = TRANSFORMERS_JS_PREFIX) -> dict[str, frozenset[str]]:
+    """Per task, the model types Transformers.js's Auto class for it finds a class for, read
+    from the installed package's Node build."""
+    source = (prefix / "node_modules" / "@huggingface" / "transformers" / "dist" / "transformers.node.mjs").read_text()
+    tables: dict[str, frozenset[str]] = {}
+    for task, names in TRANSFORMERS_JS_TABLES.items():
+        types: set[str] = set()
+        for name in names:
+            found = re.search(rf"^var {name} = [^\n]*new Map\(\[(.*?)\]\);", source, re.M | re.S)
+            if found is None:
+                raise ValueError(f"{name} is not in Transformers.js {TRANSFORMERS_JS_VERSION}'s Node build at {prefix}")
+            types |= set(re.findall(r'\[\s*"([^"]+)",\s*"[^"]+"\s*\]', found.group(1)))
+        tables[task] = frozenset(types)
+    return tables
+
+
+def _error_line(text: str) -> str:
+    """The first line of a client's error that says what failed (not a stack frame)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = [line for line in lines if re.match(r"^(\w*Error|Error)\b|^\w+Error:", line)]
+    line = (said or lines or ["no output"])[0]
+    return re.sub(r"/tmp/\S+", "<path>", line)[:200]
+
+
+def _prompts(model_type: str) -> list[list[int]]:
+    generator = np.random.default_rng(len(model_type))
+    # ids past the special tokens (0-2) and within the tiny vocabulary
+    return [[int(t) for t in generator.integers(3, sweep.VOCAB, size=length)] for length in (5, 9)]
+
+
+def expected_tokens(task: str, model: torch.nn.Module, prompts: list[list[int]], plain: bool) -> list[list[int]]:
+    """transformers' 16 greedy tokens after each prompt (no early end): with the model's
+    generation config, as Transformers.js reads the folder's `generation_config.json`, or
+    with ``plain`` greedy search, as ONNX Runtime GenAI's `genai_config.json` asks."""
+    from fx2onnx.hub.shared.verification import plain_greedy
+
+    rows = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        with torch.no_grad(), (plain_greedy(model) if plain else contextlib.nullcontext()):
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW_TOKENS,
+                                 min_new_tokens=NEW_TOKENS, pad_token_id=0)
+        # a decoder-only model returns the prompt too; an encoder-decoder its decoder start token
+        rows.append(out[0, 1:].tolist() if task == "text2text-generation" else out[0, len(prompt):].tolist())
+    return rows
+
+
+def _node(job: dict[str, Any], scratch: Path, prefix: Path, limit: float) -> tuple[dict[str, Any] | None, str]:
+    (scratch / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    try:
+        done = subprocess.run(["node", str(RUNNER), str(prefix), str(scratch / "job.json"), str(scratch / "result.json")],
+                              capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return None, f"time limit ({limit:.0f} s) in Node"
+    if done.returncode != 0:
+        return None, _error_line(done.stderr or done.stdout)
+    return json.loads((scratch / "result.json").read_text(encoding="utf-8")), ""
+
+
+def _tensor_job(inputs: dict[str, torch.Tensor], names: list[str]) -> dict[str, Any]:
+    def plain(value: torch.Tensor) -> dict[str, Any]:
+        kind = "int64" if value.dtype in (torch.int64, torch.int32, torch.bool) else "float32"
+        data = value.to(torch.int64 if kind == "int64" else torch.float32).flatten().tolist()
+        return {"type": kind, "dims": list(value.shape), "data": data}
+
+    return {name: plain(inputs[name]) for name in names}
+
+
+def in_transformers_js(task: str, model: torch.nn.Module, config: Any, folder: Path, prompts: list[list[int]],
+                       prefix: Path, limit: float) -> dict[str, Any]:
+    """The folder in Transformers.js against transformers: loaded or the error's first line, exact or not."""
+    import onnx
+
+    scratch = Path(tempfile.mkdtemp(prefix="fx2onnx-js-"))
+    if task in ("text-generation", "text2text-generation"):
+        job = {"folder": str(folder), "task": task, "prompts": prompts, "new_tokens": NEW_TOKENS}
+        result, error = _node(job, scratch, prefix, limit)
+        if result is None:
+            return {"js": "failed", "js_cause": error}
+        expected = expected_tokens(task, model, prompts, plain=False)
+        return {"js": "loaded", "js_exact": result["generated"] == expected,
+                "js_tokens_equal": sum(a == b for got, want in zip(result["generated"], expected) for a, b in zip(got, want))}
+    make, names = sweep.task_inputs(task, config, model)
+    inputs = make(0)
+    graph = onnx.load(str(folder / "onnx" / "model.onnx"), load_external_data=False)
+    fed = [i.name for i in graph.graph.input if i.name in inputs]
+    outputs = [o.name for o in graph.graph.output if o.name in names]
+    job = {"folder": str(folder), "task": task, "inputs": _tensor_job(inputs, fed), "outputs": outputs}
+    result, error = _node(job, scratch, prefix, limit)
+    if result is None:
+        return {"js": "failed", "js_cause": error}
+    with torch.no_grad():
+        expected = model(**{name: inputs[name] for name in fed}, **sweep._without_cache(model))
+    worst = 0.0
+    for name in outputs:
+        got = np.asarray(result["outputs"][name]["data"], dtype=np.float64).reshape(result["outputs"][name]["dims"])
+        want = expected[name].double().numpy()
+        if got.shape != want.shape:
+            return {"js": "loaded", "js_exact": False, "js_cause": f"{name}: shape {list(got.shape)}, transformers' {list(want.shape)}"}
+        worst = max(worst, float(np.abs(got - want).max()))
+    return {"js": "loaded", "js_exact": worst <= CLIENT_ATOL, "js_difference": worst}
+
+
+def genai_greedy(folder: Path, prompt: list[int]) -> list[int]:
+    """ONNX Runtime GenAI's 16 greedy tokens after ``prompt`` (no early end)."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    length = len(prompt) + NEW_TOKENS
+    params.set_search_options(do_sample=False, max_length=length, min_length=length)
+    generator = og.Generator(model, params)
+    generator.append_tokens([prompt])
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens
+
+
+def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> dict[str, Any]:
+    """A causal-LM folder in ONNX Runtime GenAI against transformers."""
+    kind = json.loads((folder / "genai_config.json").read_text())["model"]["type"]
+    try:
+        generated = [genai_greedy(folder, prompt) for prompt in prompts]
+    except Exception as error:  # noqa: BLE001 - the client's error is the record
+        return {"genai": "failed", "genai_type": kind, "genai_cause": f"{type(error).__name__}: {_error_line(str(error))}"}
+    return {"genai": "loaded", "genai_type": kind, "genai_exact": generated == expected_tokens("text-generation", model, prompts, plain=True)}
+
+
+def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
+                limit: float, keep: Path | None = None) -> dict[str, Any]:
+    """One exported pair, in the current process: its folder built again, run in each client that serves it."""
+    import transformers
+
+    from fx2onnx.hub import export_hf
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    record: dict[str, Any] = {"task": task, "model_type": model_type, "architecture": class_name}
+    runs_js = model_type in js_types.get(task, ())
+    if not runs_js and task != "text-generation":
+        return {**record, "js": "not supported"}
+    with tempfile.TemporaryDirectory(prefix="fx2onnx-clients-") as scratch:
+        scratch = Path(scratch)
+        config, model, _ = sweep.tiny_model(model_type, class_name, lambda c, m: sweep._eager_failure(task, c, m))
+        model.save_pretrained(scratch / "source")
+        folder = (keep / f"{task}-{class_name}") if keep is not None else scratch / "out"
+        if folder.exists():
+            import shutil
+
+            shutil.rmtree(folder)
+        # export-hf's own verification (onnxruntime against transformers) tells a client's
+        # difference from the folder's, for pairs the sweep has not run
+        verification = export_hf(scratch / "source", folder, task=task, verify=True, tokens=NEW_TOKENS).verification
+        record["onnxruntime_exact"] = verification.passed
+        prompts = _prompts(model_type)
+        record.update(in_transformers_js(task, model, config, folder, prompts, prefix, limit) if runs_js
+                      else {"js": "not supported"})
+        if task == "text-generation":
+            record.update(in_genai(model, folder, prompts))
+    return record
+
+
+def _child(queue: Any, *args: Any) -> None:
+    try:
+        queue.put(run_clients(*args))
+    except BaseException as error:  # noqa: BLE001 - reported to the parent
+        queue.put({"task": args[0], "model_type": args[1], "architecture": args[2], "rebuilt": "failed",
+                   "cause": sweep._cause(error)})
+
+
+def run_in_child(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
+                 limit: float, keep: Path | None) -> dict[str, Any]:
+    """One pair's clients in a forked child, killed after ``limit`` seconds."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(queue, task, model_type, class_name, js_types, prefix, limit, keep))
+    child.start()
+    record, why = sweep._next_record(queue, child, time.perf_counter() + limit)
+    child.join(0 if why else 5)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    if record is None:
+        record = {"task": task, "model_type": model_type, "architecture": class_name, "rebuilt": "failed",
+                  "cause": why.replace("time limit", f"time limit ({limit:.0f} s)")}
+    return record
+
+
+def exported_pairs(results: Path, tasks: set[str], architectures: set[str] | None) -> list[tuple[str, str, str]]:
+    """(task, model type, class) of every pair of ``tasks`` the sweep exported; with
+    ``architectures``, the pairs of those classes, whether the sweep ran them or not."""
+    if architectures is not None:
+        return [(task, model_type, name) for task in TRANSFORMERS_JS_TABLES if task in tasks
+                for model_type, name in sweep.pairs_of(task) if name in architectures]
+    return [(r["task"], r["model_type"], r["architecture"]) for r in sweep.read_results(results)
+            if r["status"] == "exported" and r["task"] in tasks]
+
+
+def read_clients(results: Path = RESULTS) -> dict[tuple[str, str], dict[str, Any]]:
+    """The client records by (task, class), the last one of each pair."""
+    return {(r["task"], r["architecture"]): r for r in sweep.read_results(results)}
+
+
+# ---- the scoreboard's columns -------------------------------------------------------------------------------------
+
+
+def _js_cell(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "-"
+    if record.get("rebuilt") == "failed":
+        return "not run"
+    if record.get("js") == "not supported":
+        return "no class"
+    if record.get("js") == "failed":
+        return f"fails: {sweep._escaped(record.get('js_cause', ''))}"
+    return "exact" if record.get("js_exact") else "differs"
+
+
+def _genai_cell(record: dict[str, Any] | None) -> str:
+    if record is None or "genai" not in record:
+        return "-"
+    if record["genai"] == "failed":
+        return f"fails ({record['genai_type']}): {sweep._escaped(record.get('genai_cause', ''))}"
+    return f"{'exact' if record.get('genai_exact') else 'differs'} ({record['genai_type']})"
+
+
+def _verified_cell(record: dict[str, Any]) -> str:
+    if record.get("rebuilt") == "failed":
+        return f"fails: {sweep._escaped(record.get('cause', ''))}"
+    if "onnxruntime_exact" not in record:
+        return ""
+    return "exact" if record["onnxruntime_exact"] else "differs"
+
+
+def client_columns(record: dict[str, Any], clients: dict[tuple[str, str], dict[str, Any]]) -> tuple[str, str]:
+    """The Transformers.js and ONNX Runtime GenAI cells of a sweep record's row."""
+    found = clients.get((record["task"], record["architecture"]))
+    if record["task"] != "text-generation":
+        return _js_cell(found), ""
+    return _js_cell(found), _genai_cell(found)
+
+
+def with_client_columns(rows: list[str], task_records: list[dict[str, Any]],
+                        clients: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """A task's pair table (its heading, its rule, then one row per record in the order of
+    their architectures) with the Transformers.js column, and ONNX Runtime GenAI's for text
+    generation."""
+    ordered = sorted(task_records, key=lambda r: r["architecture"])
+    generation = bool(ordered) and ordered[0]["task"] == "text-generation"
+    out = [rows[0] + (" Transformers.js | ONNX Runtime GenAI |" if generation else " Transformers.js |"),
+           rows[1] + ("---|---|" if generation else "---|")]
+    for row, record in zip(rows[2:], ordered):
+        js, genai = client_columns(record, clients)
+        out.append(f"{row} {js} | {genai} |" if generation else f"{row} {js} |")
+    return out
+
+
+def _count_row(task: str, mine: list[dict[str, Any]]) -> str:
+    classed = [r for r in mine if r.get("js") not in (None, "not supported") and r.get("rebuilt") != "failed"]
+    genai = [r for r in mine if "genai" in r]
+    in_genai = (f"{sum(r['genai'] == 'loaded' for r in genai)} of {len(genai)} | {sum(bool(r.get('genai_exact')) for r in genai)} |"
+                if genai else "- | - |")
+    return (f"| {task} | {len(mine)} | {len(classed)} | {sum(r['js'] == 'loaded' for r in classed)} | "
+            f"{sum(bool(r.get('js_exact')) for r in classed)} | {in_genai}")
+
+
+def _families(records: list[dict[str, Any]], client: str) -> list[str]:
+    """Per task, the model types a client ran exactly, and those it failed or differed on (with the first cause)."""
+    lines = []
+    for task in TRANSFORMERS_JS_TABLES:
+        mine = [r for r in records if r["task"] == task and r.get(client) in ("loaded", "failed")]
+        if not mine:
+            continue
+        exact = sorted({r["model_type"] for r in mine if r.get(f"{client}_exact")})
+        other = sorted({f"{r['model_type']} ({'differs' if r[client] == 'loaded' else r.get(f'{client}_cause', '')[:110]})"
+                        for r in mine if not r.get(f"{client}_exact")})
+        line = f"- {task}: exact {', '.join(f'`{t}`' for t in exact) or 'none'}"
+        lines.append(line + (f"; not: {sweep._escaped('; '.join(other))}" if other else ""))
+    return lines
+
+
+def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tuple[str, str]]) -> list[str]:
+    """The scoreboard's section on the clients: per task, pairs run, loaded and exact in
+    each; the model types each client runs; the pairs run in the clients beyond ``swept``
+    (the sweep's pairs), which the task tables below do not list."""
+    records = [r for r in clients.values() if r.get("rebuilt") != "failed"]
+    rows = ["| task | pairs run | Transformers.js has a class | loaded in Transformers.js | exact in Transformers.js | "
+            "loaded in ONNX Runtime GenAI | exact in ONNX Runtime GenAI |", "|---|---|---|---|---|---|---|"]
+    rows += [_count_row(task, mine) for task in TRANSFORMERS_JS_TABLES if (mine := [r for r in records if r["task"] == task])]
+    out = [
+        "## Clients", "",
+        f"Each exported pair's folder, built again, loaded as written in Transformers.js {TRANSFORMERS_JS_VERSION} "
+        "(Node) where its model table for the task has the model type, and, for text generation, in ONNX Runtime "
+        f"GenAI (its type in brackets: the generic `decoder` where it has none of its own): {NEW_TOKENS} greedy tokens "
+        "of two prompts equal transformers' `generate` (Transformers.js: with the generation config it reads from the "
+        "folder; ONNX Runtime GenAI: plain greedy search, as `genai_config.json` asks; no early end on either), or, "
+        f"for one pass, every output within {CLIENT_ATOL:g}. *no class*: Transformers.js has no class for the model "
+        "type and task. Run with `OMP_NUM_THREADS=1 nice -n 10 python bench/sweep_clients.py` (results in "
+        "`bench/sweep_clients.jsonl`; `--architectures` runs named classes, whether the sweep ran them or not). "
+        "The counts take the sweep's exported pairs and the pairs run beyond them (listed last) together; a pair "
+        "whose folder could not be built again is left out of them.", "",
+    ] + rows
+    out += ["", f"Model types by client (Transformers.js {TRANSFORMERS_JS_VERSION}):", ""] + _families(records, "js")
+    out += ["", "ONNX Runtime GenAI:", ""] + _families(records, "genai")
+    beyond = sorted((r for r in clients.values() if (r["task"], r["architecture"]) not in swept),
+                    key=lambda r: (r["task"], r["architecture"]))
+    if beyond:
+        out += ["", "Pairs run in the clients that the sweep's results do not hold yet:", "",
+                "| task | architecture (model type) | export-hf's verification in onnxruntime | Transformers.js | ONNX Runtime GenAI |",
+                "|---|---|---|---|---|"]
+        out += [f"| {r['task']} | {r['architecture']} ({r.get('model_type', '?')}) | {_verified_cell(r)} | {_js_cell(r)} | "
+                f"{_genai_cell(r) if 'genai' in r else ''} |" for r in beyond]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default=",".join(TRANSFORMERS_JS_TABLES), help="comma-separated tasks")
+    parser.add_argument("--architectures", default=None, help="comma-separated classes: only their pairs")
+    parser.add_argument("--sweep-results", type=Path, default=BENCH / "architecture_sweep.jsonl")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--limit", type=float, default=180.0, help="seconds per pair (default 180)")
+    parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
+    parser.add_argument("--keep", type=Path, default=None, help="keep each pair's folder under this folder")
+    parser.add_argument("--rerun", action="store_true", help="run pairs already in --results again")
+    args = parser.parse_args()
+    tasks = {t for t in args.tasks.split(",") if t}
+    unknown = tasks - set(TRANSFORMERS_JS_TABLES)
+    if unknown:
+        parser.error(f"unknown task(s) {', '.join(sorted(unknown))}: one of {', '.join(TRANSFORMERS_JS_TABLES)}")
+    if not (TRANSFORMERS_JS_PREFIX / "node_modules" / "@huggingface" / "transformers").is_dir():
+        parser.error(f"Transformers.js {TRANSFORMERS_JS_VERSION} is not installed in {TRANSFORMERS_JS_PREFIX}: "
+                     "run tests/e2e/test_transformers_js.py once, which installs it there")
+    torch.set_num_threads(1)
+    architectures = None if args.architectures is None else {a for a in args.architectures.split(",") if a}
+    js_types = transformers_js_types()
+    done = set() if args.rerun or architectures else set(read_clients(args.results))
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    for task, model_type, class_name in exported_pairs(args.sweep_results, tasks, architectures):
+        if (task, class_name) in done:
+            continue
+        if args.budget is not None and time.perf_counter() - started > args.budget:
+            print(f"budget of {args.budget:.0f} s spent: stopping (rerun to continue)", flush=True)
+            break
+        record = {**run_in_child(task, model_type, class_name, js_types, TRANSFORMERS_JS_PREFIX, args.limit, args.keep),
+                  "commit": sweep._commit()}
+        with args.results.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+        print(f"{task:24} {class_name:40} js={_js_cell(record)[:70]:40} genai={_genai_cell(record)[:60]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
