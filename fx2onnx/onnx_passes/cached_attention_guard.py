@@ -194,13 +194,37 @@ def _rotating_inputs(inputs: list[ir.Value | None], rotary: KernelRotary) -> lis
     return inputs
 
 
-def _padded_branch(kernel: ir.Node, name: str, runs: ir.Value, rotations: tuple[ir.Node, ...] = ()) -> ir.Graph:
-    """``If(runs, kernel with its bias, exact form)`` as a graph, after ``rotations`` (the
-    query's and key's, when the unpadded kernel rotates them itself)."""
+def _moved_out(graph: ir.Graph | ir.Function, rotary: KernelRotary | None) -> list[ir.Node]:
+    """The nodes only the guard's second branch needs (the rotations of the query and
+    key, and what only they read: the layer's slices of the tables), taken out of
+    ``graph`` in its order."""
+    if rotary is None:
+        return []
+    for rotation in rotary.rotations:
+        read_shapes_before(rotation)
+    moved = set(rotary.rotations)
+    pending = [value for rotation in rotary.rotations for value in rotation.inputs[1:]]  # not the query or key
+    while pending:
+        value = pending.pop()
+        producer = None if value is None else value.producer()
+        if producer is None or producer in moved or producer.graph is not graph or any(
+                output.is_graph_output() or any(use.node not in moved for use in output.uses()) for output in producer.outputs):
+            continue
+        moved.add(producer)
+        pending.extend(producer.inputs)
+    ordered = [node for node in graph if node in moved]
+    for node in ordered:
+        graph.remove(node)
+    return ordered
+
+
+def _padded_branch(kernel: ir.Node, name: str, runs: ir.Value, moved: list[ir.Node]) -> ir.Graph:
+    """``If(runs, kernel with its bias, exact form)`` as a graph, after the ``moved`` nodes
+    (the query's and key's rotations, when the unpadded kernel rotates them itself)."""
     choice = ir.node("If", [runs], attributes={
         "then_branch": _kernel_branch(kernel, name), "else_branch": _exact_branch(kernel, name),
     }, num_outputs=len(kernel.outputs), name=f"{name}/runs_or_exact")
-    return ir.Graph([], _branch_outputs(choice, kernel, "padded"), nodes=[*rotations, choice], name=f"{name}_padded")
+    return ir.Graph([], _branch_outputs(choice, kernel, "padded"), nodes=[*moved, choice], name=f"{name}_padded")
 
 
 def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, runs: ir.Value, fast: ir.Value, index: int,
@@ -209,15 +233,10 @@ def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, runs: ir.Value, fast:
     with its output values; with ``rotary``, the first kernel rotates the query and key
     itself and the rotations move into the second branch."""
     name = kernel.name or f"GroupQueryAttention_{index}"
-    rotations: tuple[ir.Node, ...] = ()
-    if rotary is not None:
-        rotations = rotary.rotations
-        for rotation in rotations:
-            read_shapes_before(rotation)
-            graph.remove(rotation)
+    moved = _moved_out(graph, rotary)
     branch = ir.node("If", [fast], attributes={
         "then_branch": _kernel_branch(kernel, name, bias=False, rotary=rotary),
-        "else_branch": _padded_branch(kernel, name, runs, rotations),
+        "else_branch": _padded_branch(kernel, name, runs, moved),
     }, num_outputs=len(kernel.outputs), name=f"{name}/unpadded_or_not")
     graph.insert_before(kernel, branch)
     for old, replacing in zip(kernel.outputs, branch.outputs):

@@ -196,7 +196,7 @@ def positions_as_kernel_assumes(nodes: Any, positions: ir.Value, query: ir.Value
     """Whether every sequence's positions are ``total - S .. total - 1`` (the kernel's,
     with the new tokens last in the mask) and within the tables; ``nodes`` makes the
     nodes (`cached_attention_guard`'s)."""
-    new = nodes("Gather", [nodes("Shape", [query]), nodes.constant(1)], axis=0)
+    new = nodes("Gather", [nodes("Shape", [query], start=0, end=2), nodes.constant(1)], axis=0)
     total = nodes("Cast", [total], to=ir.DataType.INT64)
     expected = nodes("Range", [nodes("Sub", [total, new]), total, nodes.constant(1)])
     given = nodes("Cast", [positions], to=ir.DataType.INT64)
