@@ -153,6 +153,8 @@ def kernel_rotary(model: ir.Model, graph: ir.Graph, kernel: ir.Node, made: dict[
     if len(interleaved) != 1 or tables[0] is None or tables[1] is None or tables[0][2] is not tables[1][2] \
             or any(not np.array_equal(q, k) for q, k in zip(tables[0][:2], tables[1][:2])):
         return None  # the query and key rotate alike, or the rotations stay
+    if not _kernel_rotates(kernel, tables[0][0]):
+        return None
     content = (tables[0][0].tobytes(), tables[0][1].tobytes())
     if content not in made:
         made[content] = _as_initializers(graph, tables[0][:2], sum(isinstance(k[0], bytes) for k in made))
@@ -160,6 +162,17 @@ def kernel_rotary(model: ir.Model, graph: ir.Graph, kernel: ir.Node, made: dict[
     query, key = rotations[0].inputs[0], rotations[1].inputs[0]
     assert query is not None and key is not None
     return KernelRotary(query, key, (rotations[0], rotations[1]), cos_cache, sin_cache, tables[0][2], interleaved.pop())
+
+
+def _kernel_rotates(kernel: ir.Node, cos_table: np.ndarray) -> bool:
+    """Whether onnxruntime's kernel rotates heads of this size: the whole head (the table
+    half its size), a multiple of 16 (the kernel refuses others)."""
+    query, heads = kernel.inputs[0], kernel.attributes["num_heads"].as_int()
+    width = None if query is None or query.shape is None else query.shape[-1]
+    if not isinstance(width, int) or width % heads:
+        return False
+    head_size = width // heads
+    return head_size % 16 == 0 and cos_table.shape[-1] * 2 == head_size
 
 
 def _tables_once(model: ir.Model, graph: ir.Graph, rotation: ir.Node, made: dict[Any, Any]) -> Any:
