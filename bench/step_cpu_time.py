@@ -7,12 +7,13 @@ step runs on the calling thread and its CPU time (``time.thread_time``) is the s
 other jobs on a shared machine inflate it far less than the wall clock. Per length
 (``--lengths``), a prefill is a prompt of that many tokens over an empty cache, a decode
 step one token over a cache of that many positions (random, all held). Rounds are
-interleaved (every contender once per round and phase, in a rotated order); the ratio is
+interleaved (every contender ``--repeats`` times in a row per round and phase, in a
+rotated order, the least of those counting: other jobs only ever add time); the ratio is
 the median over rounds of fx2onnx's time over the builder's of the same precision in that
 round. The wall time per step is given beside it.
 
     OMP_NUM_THREADS=1 nice -n 10 python bench/step_cpu_time.py [--models llama qwen2] [--rounds 9] \\
-        [--lengths 128 1024] [--work DIR] [--markdown out.md]
+        [--repeats 3] [--lengths 128 1024] [--work DIR] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def _session(path: Path, threads: int) -> Any:
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: int) -> dict[tuple[str, int], dict[str, Any]]:
+def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: int,
+            repeats: int = 3) -> dict[tuple[str, int], dict[str, Any]]:
     """By (phase, length): each contender's median thread CPU and wall ms per step, and
     the median per-round ratio to the builder of its precision."""
     sessions, steps = {}, {}
@@ -86,10 +88,14 @@ def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: 
         for phase in ("prefill", "decode"):
             for length in lengths:
                 for name in order:
-                    started, started_wall = time.thread_time(), time.perf_counter()
-                    sessions[name].run(None, steps[phase, length, name])
-                    cpu[phase, length, name].append((time.thread_time() - started) * 1e3)
-                    wall[phase, length, name].append((time.perf_counter() - started_wall) * 1e3)
+                    times = []
+                    for _ in range(repeats):
+                        started, started_wall = time.thread_time(), time.perf_counter()
+                        sessions[name].run(None, steps[phase, length, name])
+                        times.append(((time.thread_time() - started) * 1e3, (time.perf_counter() - started_wall) * 1e3))
+                    # the least of the round's repeats: other jobs only ever add time
+                    cpu[phase, length, name].append(min(c for c, _ in times))
+                    wall[phase, length, name].append(min(w for _, w in times))
     results: dict[tuple[str, int], dict[str, Any]] = {}
     for phase in ("prefill", "decode"):
         for length in lengths:
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 1024])
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (medians)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of a step per contender and round (the least counts)")
     parser.add_argument("--work", type=Path, help="keep the source models and folders here (reused when present)")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
@@ -139,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 folders[name] = root / model / name
                 if not (folders[name] / "genai_config.json").exists():
                     export_contender(name, source, folders[name])
-            results[model] = measure(folders, args.lengths, args.rounds, args.threads)
+            results[model] = measure(folders, args.lengths, args.rounds, args.threads, args.repeats)
     table = markdown(results)
     print(table)
     if args.markdown:
