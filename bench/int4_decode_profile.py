@@ -38,25 +38,25 @@ def _decoder(folder: Path) -> tuple[Path, dict[str, Any]]:
     return folder / decoder["filename"], decoder
 
 
-def _feeds(session: Any, decoder: dict[str, Any], past: int) -> dict[str, np.ndarray]:
-    """One new token after ``past`` cached ones (random cache, all held)."""
+def step_feeds(session: Any, decoder: dict[str, Any], past: int, new: int = 1) -> dict[str, np.ndarray]:
+    """``new`` tokens after ``past`` cached ones (a random cache, every position held)."""
     names = {**decoder.get("inputs", {})}
     given = {
-        names.get("input_ids", "input_ids"): np.array([[5]], np.int64),
-        names.get("attention_mask", "attention_mask"): np.ones((1, past + 1), np.int64),
-        names.get("position_ids", "position_ids"): np.array([[past]], np.int64),
+        names.get("input_ids", "input_ids"): np.arange(5, 5 + new)[None] % 300,
+        names.get("attention_mask", "attention_mask"): np.ones((1, past + new)),
+        names.get("position_ids", "position_ids"): np.arange(past, past + new)[None],
     }
     types = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32, "tensor(float16)": np.float16}
     generator = np.random.default_rng(0)
-    feeds = {}
+    result = {}
     for arg in session.get_inputs():
         kind = types[arg.type]
         if arg.name in given:
-            feeds[arg.name] = given[arg.name].astype(kind)
+            result[arg.name] = given[arg.name].astype(kind)
         else:  # a past key or value: [1, kv heads, past, head size]
             shape = (1, decoder["num_key_value_heads"], past, decoder["head_size"])
-            feeds[arg.name] = generator.standard_normal(shape).astype(kind)
-    return feeds
+            result[arg.name] = generator.standard_normal(shape).astype(kind)
+    return result
 
 
 def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scratch: Path) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scrat
         options.enable_profiling = True
         options.profile_file_prefix = str(scratch / name)
         sessions[name] = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        feeds[name] = _feeds(sessions[name], decoder, past)
+        feeds[name] = step_feeds(sessions[name], decoder, past)
         sessions[name].run(None, feeds[name])  # warm up (its events are dropped below)
     # the calling thread's CPU time per step: onnxruntime runs on it with one intra-op thread,
     # so other jobs on a shared machine inflate it far less than the wall clock

@@ -27,35 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from int4_decode_profile import _decoder  # noqa: E402 - bench modules side by side
+from int4_decode_profile import _decoder, step_feeds  # noqa: E402 - bench modules side by side
 from precision_folders import export_contender  # noqa: E402
 from runtime_speed import _llm_config, write_llm_folder  # noqa: E402
 
 CONTENDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
-_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32, "tensor(float16)": np.float16}
-
-
-def feeds(session: Any, decoder: dict[str, Any], past: int, new: int) -> dict[str, np.ndarray]:
-    """``new`` tokens after ``past`` cached ones (a random cache, every position held)."""
-    names = decoder.get("inputs", {})
-    given = {
-        names.get("input_ids", "input_ids"): np.arange(5, 5 + new)[None] % 300,
-        names.get("attention_mask", "attention_mask"): np.ones((1, past + new)),
-        names.get("position_ids", "position_ids"): np.arange(past, past + new)[None],
-    }
-    generator = np.random.default_rng(0)
-    result = {}
-    for arg in session.get_inputs():
-        kind = _TYPES[arg.type]
-        if arg.name in given:
-            result[arg.name] = given[arg.name].astype(kind)
-        else:  # a past key or value: [1, kv heads, past, head size]
-            shape = (1, decoder["num_key_value_heads"], past, decoder["head_size"])
-            result[arg.name] = generator.standard_normal(shape).astype(kind)
-    return result
 
 
 def _session(path: Path, threads: int) -> Any:
@@ -76,8 +54,8 @@ def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: 
         path, decoder = _decoder(folder)
         sessions[name] = _session(path, threads)
         for length in lengths:
-            steps["prefill", length, name] = feeds(sessions[name], decoder, 0, length)
-            steps["decode", length, name] = feeds(sessions[name], decoder, length, 1)
+            steps["prefill", length, name] = step_feeds(sessions[name], decoder, 0, length)
+            steps["decode", length, name] = step_feeds(sessions[name], decoder, length, 1)
     for (_, _, name), feed in steps.items():  # warm-up
         sessions[name].run(None, feed)
     cpu: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
