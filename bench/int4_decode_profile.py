@@ -12,7 +12,7 @@ thread) is compared step by step with the builder's: a ratio a loaded machine mo
 than the wall clock.
 
     flock /tmp/fx2onnx-heavy.lock python bench/int4_decode_profile.py [--past 128] [--steps 20] [--threads 2] \\
-        [--markdown out.md] [--keep DIR]
+        [--markdown out.md] [--keep DIR] [--contenders fx2onnx-int4 fx2onnx-int4-packed builder-int4] [--node-medians]
 """
 
 from __future__ import annotations
@@ -59,7 +59,22 @@ def step_feeds(session: Any, decoder: dict[str, Any], past: int, new: int = 1) -
     return result
 
 
-def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scratch: Path) -> dict[str, Any]:
+def _summed_node_medians(nodes: list[dict[str, Any]], first: float, measured: int) -> dict[str, list[float]]:
+    """By operator type: the sum of its nodes' median times per step, times ``measured``
+    (the totals the profile divides by the steps), and its node count times ``measured``."""
+    durations: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    for event in nodes:
+        if event["ts"] >= first:
+            durations[event["args"]["op_name"], event["name"]].append(event["dur"])
+    by_type: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for (op, _), times in durations.items():
+        by_type[op][0] += float(np.median(times)) * measured
+        by_type[op][1] += measured
+    return by_type
+
+
+def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scratch: Path,
+            node_medians: bool = False) -> dict[str, Any]:
     import onnxruntime
 
     sessions, feeds = {}, {}
@@ -97,6 +112,8 @@ def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scrat
             entry[1] += 1
             by_node[event["name"].removesuffix("_kernel_time")] += event["dur"]
         measured = len(runs) - 1
+        if node_medians:  # each node's median over the steps, summed by type: robust to other jobs' preemptions
+            by_type = _summed_node_medians(nodes, first, measured)
         step_us = float(np.median([r["dur"] for r in runs[1:]]))
         slowest = sorted(by_node.items(), key=lambda item: -item[1])[:8]
         results[name] = {"step_us": step_us, "cpu_us": float(np.median(cpu[name])) * 1e6,
@@ -131,6 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime's intra-op threads")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--keep", type=Path, help="write the source model and the folders here")
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS),
+                        help="folders under --keep (written when missing: precision_folders.py's names); the last is the reference")
+    parser.add_argument("--node-medians", action="store_true",
+                        help="sum each node's median time per step (robust on a loaded machine) instead of its mean")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch_name:
         root = args.keep or Path(scratch_name)
@@ -138,11 +159,11 @@ def main(argv: list[str] | None = None) -> None:
         if not (source / "config.json").exists():
             _write_llm("llama", source)
         folders = {}
-        for name in CONTENDERS:
+        for name in args.contenders:
             folders[name] = root / name
             if not (folders[name] / "genai_config.json").exists():
                 export_contender(name, source, folders[name])
-        results = profile(folders, args.past, args.steps, args.threads, Path(scratch_name))
+        results = profile(folders, args.past, args.steps, args.threads, Path(scratch_name), args.node_medians)
     table = markdown(results)
     print(table)
     for name, result in results.items():
