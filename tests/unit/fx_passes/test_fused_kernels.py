@@ -353,9 +353,11 @@ class CachedDecoder(torch.nn.Module):
     heads repeated, and a boolean mask built from ``attention_mask``: causal, over the
     tokens it holds (within the last ``window`` of them, as a sliding layer's)."""
 
-    def __init__(self, additive_mask: bool = False, window: int | None = None, head_size: int = 8) -> None:
+    def __init__(self, additive_mask: bool = False, window: int | None = None, head_size: int = 8,
+                 switch: int | None = None) -> None:
         super().__init__()
         d = self.head_size = head_size
+        self.switch = switch  # positions from which the frequencies halve (a length-dependent scaling, as LongRoPE's)
         self.q, self.k, self.v, self.o = (torch.nn.Linear(32, 4 * d), torch.nn.Linear(32, 2 * d), torch.nn.Linear(32, 2 * d),
                                           torch.nn.Linear(4 * d, 32))
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d), persistent=False)
@@ -364,6 +366,8 @@ class CachedDecoder(torch.nn.Module):
     def forward(self, x, attention_mask, position_ids, past_key, past_value):
         b, s, _ = x.shape
         freqs = position_ids[..., None].float() * self.inv_freq
+        if self.switch is not None:
+            freqs = freqs * torch.where(position_ids.max() + 1 > self.switch, 0.5, 1.0)
         emb = torch.cat([freqs, freqs], dim=-1)
         cos, sin = emb.cos()[:, None], emb.sin()[:, None]
 
@@ -506,6 +510,20 @@ def test_the_kernel_rotates_itself_at_the_positions_it_assumes(tmp_path, module_
     assert [n.op_type for n in padded.node if n.op_type == "RotaryEmbedding"] == ["RotaryEmbedding"] * 2
     _check_steps(program, model)
     _check_steps(program, model, shift=2)
+
+
+def test_tables_that_depend_on_the_length_keep_the_rotations_outside(tmp_path):
+    """cos and sin that change with the longest position (a switch at 64, as LongRoPE's):
+    no table by position gives them, so the kernel does not rotate and the model's
+    rotations stay before it."""
+    torch.manual_seed(0)
+    model = CachedDecoder(head_size=16, switch=64).eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=False)
+    check_saved_model(program, tmp_path / "m.onnx")
+    kernels = [n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"]
+    assert len(kernels) == 2 and not any(a.name == "do_rotary" for n in kernels for a in n.attribute)
+    assert [n.op_type for n in program.model_proto.graph.node].count("RotaryEmbedding") == 2
+    _check_steps(program, model, shift=60)  # positions past the switch
 
 
 def test_a_sliding_window_over_a_cache_is_the_kernels_local_window(tmp_path, module_functions):
