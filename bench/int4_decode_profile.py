@@ -12,7 +12,7 @@ thread) is compared step by step with the builder's: a ratio a loaded machine mo
 than the wall clock.
 
     flock /tmp/fx2onnx-heavy.lock python bench/int4_decode_profile.py [--past 128] [--steps 20] [--threads 2] \\
-        [--markdown out.md] [--keep DIR]
+        [--markdown out.md] [--keep DIR] [--contenders fx2onnx-int4 fx2onnx-int4-packed builder-int4] [--node-medians]
 """
 
 from __future__ import annotations
@@ -38,28 +38,43 @@ def _decoder(folder: Path) -> tuple[Path, dict[str, Any]]:
     return folder / decoder["filename"], decoder
 
 
-def _feeds(session: Any, decoder: dict[str, Any], past: int) -> dict[str, np.ndarray]:
-    """One new token after ``past`` cached ones (random cache, all held)."""
+def step_feeds(session: Any, decoder: dict[str, Any], past: int, new: int = 1) -> dict[str, np.ndarray]:
+    """``new`` tokens after ``past`` cached ones (a random cache, every position held)."""
     names = {**decoder.get("inputs", {})}
     given = {
-        names.get("input_ids", "input_ids"): np.array([[5]], np.int64),
-        names.get("attention_mask", "attention_mask"): np.ones((1, past + 1), np.int64),
-        names.get("position_ids", "position_ids"): np.array([[past]], np.int64),
+        names.get("input_ids", "input_ids"): np.arange(5, 5 + new)[None] % 300,
+        names.get("attention_mask", "attention_mask"): np.ones((1, past + new)),
+        names.get("position_ids", "position_ids"): np.arange(past, past + new)[None],
     }
     types = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32, "tensor(float16)": np.float16}
     generator = np.random.default_rng(0)
-    feeds = {}
+    result = {}
     for arg in session.get_inputs():
         kind = types[arg.type]
         if arg.name in given:
-            feeds[arg.name] = given[arg.name].astype(kind)
+            result[arg.name] = given[arg.name].astype(kind)
         else:  # a past key or value: [1, kv heads, past, head size]
             shape = (1, decoder["num_key_value_heads"], past, decoder["head_size"])
-            feeds[arg.name] = generator.standard_normal(shape).astype(kind)
-    return feeds
+            result[arg.name] = generator.standard_normal(shape).astype(kind)
+    return result
 
 
-def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scratch: Path) -> dict[str, Any]:
+def _summed_node_medians(nodes: list[dict[str, Any]], first: float, measured: int) -> dict[str, list[float]]:
+    """By operator type: the sum of its nodes' median times per step, times ``measured``
+    (the totals the profile divides by the steps), and its node count times ``measured``."""
+    durations: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    for event in nodes:
+        if event["ts"] >= first:
+            durations[event["args"]["op_name"], event["name"]].append(event["dur"])
+    by_type: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for (op, _), times in durations.items():
+        by_type[op][0] += float(np.median(times)) * measured
+        by_type[op][1] += measured
+    return by_type
+
+
+def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scratch: Path,
+            node_medians: bool = False) -> dict[str, Any]:
     import onnxruntime
 
     sessions, feeds = {}, {}
@@ -70,7 +85,7 @@ def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scrat
         options.enable_profiling = True
         options.profile_file_prefix = str(scratch / name)
         sessions[name] = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        feeds[name] = _feeds(sessions[name], decoder, past)
+        feeds[name] = step_feeds(sessions[name], decoder, past)
         sessions[name].run(None, feeds[name])  # warm up (its events are dropped below)
     # the calling thread's CPU time per step: onnxruntime runs on it with one intra-op thread,
     # so other jobs on a shared machine inflate it far less than the wall clock
@@ -97,6 +112,8 @@ def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scrat
             entry[1] += 1
             by_node[event["name"].removesuffix("_kernel_time")] += event["dur"]
         measured = len(runs) - 1
+        if node_medians:  # each node's median over the steps, summed by type: robust to other jobs' preemptions
+            by_type = _summed_node_medians(nodes, first, measured)
         step_us = float(np.median([r["dur"] for r in runs[1:]]))
         slowest = sorted(by_node.items(), key=lambda item: -item[1])[:8]
         results[name] = {"step_us": step_us, "cpu_us": float(np.median(cpu[name])) * 1e6,
@@ -131,6 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime's intra-op threads")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--keep", type=Path, help="write the source model and the folders here")
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS),
+                        help="folders under --keep (written when missing: precision_folders.py's names); the last is the reference")
+    parser.add_argument("--node-medians", action="store_true",
+                        help="sum each node's median time per step (robust on a loaded machine) instead of its mean")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch_name:
         root = args.keep or Path(scratch_name)
@@ -138,11 +159,11 @@ def main(argv: list[str] | None = None) -> None:
         if not (source / "config.json").exists():
             _write_llm("llama", source)
         folders = {}
-        for name in CONTENDERS:
+        for name in args.contenders:
             folders[name] = root / name
             if not (folders[name] / "genai_config.json").exists():
                 export_contender(name, source, folders[name])
-        results = profile(folders, args.past, args.steps, args.threads, Path(scratch_name))
+        results = profile(folders, args.past, args.steps, args.threads, Path(scratch_name), args.node_medians)
     table = markdown(results)
     print(table)
     for name, result in results.items():

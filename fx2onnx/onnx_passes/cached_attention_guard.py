@@ -33,9 +33,13 @@ import onnx_ir as ir
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
 from fx2onnx.onnx_passes.model_graphs import model_graphs
+from fx2onnx.onnx_passes.rotary_in_attention import (
+    KernelRotary, kernel_rotary, positions_as_kernel_assumes, read_shapes_before,
+)
 
 _ATTENTION_OPSET = 23  # the standard Attention the exact form uses
 _BIAS = 10  # GroupQueryAttention's attention_bias input
+_COS_CACHE, _SIN_CACHE = 7, 8
 
 
 class _Nodes:
@@ -164,32 +168,75 @@ def _branch_outputs(node: ir.Node, kernel: ir.Node, suffix: str) -> list[ir.Valu
     return list(node.outputs)
 
 
-def _kernel_branch(kernel: ir.Node, name: str, bias: bool = True) -> ir.Graph:
+def _kernel_branch(kernel: ir.Node, name: str, bias: bool = True, rotary: KernelRotary | None = None) -> ir.Graph:
     """A graph of the kernel alone, reading the enclosing graph's values (without its
-    attention bias and the optional inputs after it when ``bias`` is False)."""
+    attention bias and the optional inputs after it when ``bias`` is False; rotating
+    the query and key itself with ``rotary``)."""
     inputs = list(kernel.inputs) if bias else list(kernel.inputs[:_BIAS])
+    attributes = dict(kernel.attributes)
+    if rotary is not None:
+        inputs = _rotating_inputs(inputs, rotary)
+        attributes["do_rotary"] = ir.AttrInt64("do_rotary", 1)
+        attributes["rotary_interleaved"] = ir.AttrInt64("rotary_interleaved", rotary.interleaved)
     while inputs and inputs[-1] is None:  # no empty optional inputs at the end
         inputs.pop()
     suffix = "kernel" if bias else "unpadded_kernel"
-    inner = ir.node(kernel.op_type, inputs, attributes=dict(kernel.attributes), domain=kernel.domain,
+    inner = ir.node(kernel.op_type, inputs, attributes=attributes, domain=kernel.domain,
                     num_outputs=len(kernel.outputs), name=f"{name}/{suffix}")
     return ir.Graph([], _branch_outputs(inner, kernel, suffix), nodes=[inner], name=f"{name}_{suffix}")
 
 
-def _padded_branch(kernel: ir.Node, name: str, runs: ir.Value) -> ir.Graph:
-    """``If(runs, kernel with its bias, exact form)`` as a graph."""
+def _rotating_inputs(inputs: list[ir.Value | None], rotary: KernelRotary) -> list[ir.Value | None]:
+    """The kernel's inputs with the query and key before their rotations and the tables."""
+    inputs = [rotary.query, rotary.key, *inputs[2:]]
+    inputs += [None] * (_SIN_CACHE + 1 - len(inputs))
+    inputs[_COS_CACHE], inputs[_SIN_CACHE] = rotary.cos_cache, rotary.sin_cache
+    return inputs
+
+
+def _moved_out(graph: ir.Graph | ir.Function, rotary: KernelRotary | None) -> list[ir.Node]:
+    """The nodes only the guard's second branch needs (the rotations of the query and
+    key, and what only they read: the layer's slices of the tables), taken out of
+    ``graph`` in its order."""
+    if rotary is None:
+        return []
+    for rotation in rotary.rotations:
+        read_shapes_before(rotation)
+    moved = set(rotary.rotations)
+    pending = [value for rotation in rotary.rotations for value in rotation.inputs[1:]]  # not the query or key
+    while pending:
+        value = pending.pop()
+        producer = None if value is None else value.producer()
+        if producer is None or producer in moved or producer.graph is not graph or any(
+                output.is_graph_output() or any(use.node not in moved for use in output.uses()) for output in producer.outputs):
+            continue
+        moved.add(producer)
+        pending.extend(producer.inputs)
+    ordered = [node for node in graph if node in moved]
+    for node in ordered:
+        graph.remove(node)
+    return ordered
+
+
+def _padded_branch(kernel: ir.Node, name: str, runs: ir.Value, moved: list[ir.Node]) -> ir.Graph:
+    """``If(runs, kernel with its bias, exact form)`` as a graph, after the ``moved`` nodes
+    (the query's and key's rotations, when the unpadded kernel rotates them itself)."""
     choice = ir.node("If", [runs], attributes={
         "then_branch": _kernel_branch(kernel, name), "else_branch": _exact_branch(kernel, name),
     }, num_outputs=len(kernel.outputs), name=f"{name}/runs_or_exact")
-    return ir.Graph([], _branch_outputs(choice, kernel, "padded"), nodes=[choice], name=f"{name}_padded")
+    return ir.Graph([], _branch_outputs(choice, kernel, "padded"), nodes=[*moved, choice], name=f"{name}_padded")
 
 
-def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, runs: ir.Value, fast: ir.Value, index: int) -> None:
+def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, runs: ir.Value, fast: ir.Value, index: int,
+           rotary: KernelRotary | None = None) -> None:
     """``kernel`` replaced by ``If(fast, kernel without bias, If(runs, kernel, exact form))``
-    with its output values."""
+    with its output values; with ``rotary``, the first kernel rotates the query and key
+    itself and the rotations move into the second branch."""
     name = kernel.name or f"GroupQueryAttention_{index}"
+    moved = _moved_out(graph, rotary)
     branch = ir.node("If", [fast], attributes={
-        "then_branch": _kernel_branch(kernel, name, bias=False), "else_branch": _padded_branch(kernel, name, runs),
+        "then_branch": _kernel_branch(kernel, name, bias=False, rotary=rotary),
+        "else_branch": _padded_branch(kernel, name, runs, moved),
     }, num_outputs=len(kernel.outputs), name=f"{name}/unpadded_or_not")
     graph.insert_before(kernel, branch)
     for old, replacing in zip(kernel.outputs, branch.outputs):
@@ -211,6 +258,24 @@ def _windowed_runs(nodes: _Nodes, kernels: list[ir.Node], runs: ir.Value) -> dic
     return windowed
 
 
+def _kernel_rotaries(model: ir.Model, graph: ir.Graph | ir.Function, kernels: list[ir.Node]) -> dict[int, KernelRotary]:
+    """By kernel, how it rotates its query and key itself (the kernels that can)."""
+    if not isinstance(graph, ir.Graph):
+        return {}
+    made: dict = {}
+    found = {id(kernel): kernel_rotary(model, graph, kernel, made) for kernel in kernels}
+    return {key: rotary for key, rotary in found.items() if rotary is not None}
+
+
+def _rotary_runs(nodes: _Nodes, rotaries: dict[int, KernelRotary], query: ir.Value, total: ir.Value) -> dict[int, ir.Value]:
+    """By positions input, whether the kernel's own positions are the model's."""
+    checks: dict[int, ir.Value] = {}
+    for rotary in rotaries.values():
+        if id(rotary.positions) not in checks:
+            checks[id(rotary.positions)] = positions_as_kernel_assumes(nodes, rotary.positions, query, total)
+    return checks
+
+
 def guard_group_query_attention(model: ir.Model) -> int:
     """Each `GroupQueryAttention` of ``model`` as an `If` that runs it where onnxruntime
     does and the exact form elsewhere; returns how many."""
@@ -222,17 +287,28 @@ def guard_group_query_attention(model: ir.Model) -> int:
         if not kernels:
             continue
         nodes = _Nodes(f"{kernels[0].name or 'GroupQueryAttention'}/kernel_runs")
-        runs = _kernel_runs(nodes, kernels[0].inputs[0], kernels[0].inputs[6])  # the same for every layer
-        fast: dict[int, ir.Value] = {}  # by bias: the layers share one, unless they mask differently
+        rotaries = _kernel_rotaries(model, graph, kernels)
+        # the query's shape before a rotation that moves into a branch
+        query = rotaries[id(kernels[0])].query if id(kernels[0]) in rotaries else kernels[0].inputs[0]
+        runs = _kernel_runs(nodes, query, kernels[0].inputs[6])  # the same for every layer
+        fast: dict[tuple[int, int], ir.Value] = {}  # by bias and positions: the layers share one, unless they differ
         windowed = _windowed_runs(nodes, kernels, runs)
+        rotary_runs = _rotary_runs(nodes, rotaries, query, kernels[0].inputs[6])
         for kernel in kernels:
             bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
-            if bias is not None and id(bias) not in fast:
-                fast[id(bias)] = nodes("And", [runs, _unpadded(nodes, bias)])
+            rotary = rotaries.get(id(kernel))
+            key = (id(bias), id(rotary.positions) if rotary is not None else 0)
+            if key not in fast:
+                condition = runs if bias is None else nodes("And", [runs, _unpadded(nodes, bias)])
+                if rotary is not None:
+                    condition = nodes("And", [condition, rotary_runs[id(rotary.positions)]])
+                fast[key] = condition
         graph.insert_before(kernels[0], nodes.nodes)
         for kernel in kernels:
             bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
+            rotary = rotaries.get(id(kernel))
             padded_runs = windowed.get(id(bias), runs) if _window(kernel) != -1 else runs
-            _guard(graph, kernel, padded_runs, runs if bias is None else fast[id(bias)], guarded)
+            key = (id(bias), id(rotary.positions) if rotary is not None else 0)
+            _guard(graph, kernel, padded_runs, fast[key], guarded, rotary)
             guarded += 1
     return guarded

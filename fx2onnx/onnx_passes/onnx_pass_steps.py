@@ -29,6 +29,7 @@ from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
 from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
+from fx2onnx.onnx_passes.packed_attention_inputs import pack_attention_inputs
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.skip_normalization import fuse_skip_normalizations
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
@@ -108,6 +109,9 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
          when=lambda state: (q := _quantization(state)) is not None and q.dynamic_activations),
     # after the quantization, on the MatMulNBits it wrote
     Step("pack_projections", lambda state: pack_projections(state.model_ir), stage="weight quantization",
+         when=lambda state: (q := _quantization(state)) is not None and q.packed_projections),
+    # after the packing: a guarded GroupQueryAttention reads the packed query, key and value
+    Step("pack_attention_inputs", lambda state: pack_attention_inputs(state.model_ir), stage="weight quantization",
          when=lambda state: (q := _quantization(state)) is not None and q.packed_projections),
     # the portable file keeps its constants as torch.onnx does: initializers, not nodes
     Step("constants_as_initializers", lambda state: constants_as_initializers(state.model_ir), stage="tool layout",

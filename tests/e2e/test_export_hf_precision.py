@@ -176,7 +176,17 @@ def test_packed_projections_on_request(folders, tmp_path):
     # Q, K and V, gate and up packed (their own codes concatenated, folded by onnxruntime): 4 per layer and the head
     packing = [n for n in graph.node if n.op_type == "Concat" and all(i in initializers for i in n.input)]
     kinds = _kinds(path)
-    assert (kinds["MatMulNBits"], kinds["Split"], len(packing)) == (9, 4, 8)
+    # the Splits of Q, K and V inside the guard's second branch: the kernel reads them packed where it runs
+    assert (kinds["MatMulNBits"], kinds["Split"], len(packing)) == (9, 2, 8)
+    guards = [n for n in graph.node if n.op_type == "If" and n.name.endswith("/unpadded_or_not")]
+    branches = [{a.name: a.g for a in guard.attribute} for guard in guards]
+    producers = {o: n.op_type for n in graph.node for o in n.output}
+    for branch in branches:
+        (kernel,) = branch["then_branch"].node
+        assert producers[kernel.input[0]] == "MatMulNBits" and list(kernel.input[1:3]) == ["", ""]
+        assert [n.op_type for n in branch["else_branch"].node if n.op_type in ("Split", "RotaryEmbedding")] == \
+            ["Split", "RotaryEmbedding", "RotaryEmbedding"]
+    assert len(branches) == 2
     nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
     packed_n = sorted(onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "N")
     assert packed_n == [64] * 4 + [128] * 2 + [256] * 2 + [len(initializers["model.embed_tokens.weight"])]
@@ -185,6 +195,7 @@ def test_packed_projections_on_request(folders, tmp_path):
     assert all(initializers[name].tobytes() == array.tobytes() for name, array in unpacked.items())
     prompt = [5, 9, 17, 33]
     assert greedy_in_onnxruntime(path, prompt, 8)[0] == greedy_in_onnxruntime(model_file(root / "int4"), prompt, 8)[0]
+    assert generate_with_genai(tmp_path / "out", prompt, 8)[0] == greedy_in_onnxruntime(path, prompt, 8)[0]
 
 
 def _embedding_gather(path) -> onnx.NodeProto:

@@ -172,3 +172,49 @@ def test_an_unpadded_batch_takes_the_kernel_without_the_bias(exported, tmp_path)
     if runtime == "onnxruntime":
         assert _kernels_run(folder, ids, mask[:, :4]) == {"unpadded_kernel"}
         assert _kernels_run(folder, *padded("right")) == {"kernel"}
+
+
+def _rotating_kernels(folder) -> list[str]:
+    """The unpadded kernels of the folder's model that rotate the query and key themselves."""
+    import onnx
+
+    proto = onnx.load(os.fspath(folder / "onnx" / "model.onnx"), load_external_data=False)
+    kernels = [n for node in proto.graph.node if node.op_type == "If" for attribute in node.attribute if attribute.g.node
+               for n in attribute.g.node if n.op_type == "GroupQueryAttention" and n.name.endswith("/unpadded_kernel")]
+    return [k.name for k in kernels if any(a.name == "do_rotary" and a.i == 1 for a in k.attribute) and k.input[7]]
+
+
+def test_the_kernel_rotates_only_at_its_own_positions(exported):
+    """The unpadded kernel rotates the query and key itself from tables of the positions
+    it assumes (the new tokens after the mask's earlier ones): an unpadded batch whose
+    position ids are shifted takes the branch that rotates as the model does, in a
+    prompt and in a decode step, and gives transformers' logits."""
+    model, folder, _, runtime = exported
+    if runtime != "onnxruntime":
+        pytest.skip("the standard runtime's folder has no GroupQueryAttention")
+    assert len(_rotating_kernels(folder)) == DECODER["num_hidden_layers"]
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = os.fspath(folder / "shifted")
+    session = ort.InferenceSession(os.fspath(folder / "onnx" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    ids, mask = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]), torch.ones(2, 4, dtype=torch.int64)
+    cache = {n: np.zeros((2, DECODER["num_key_value_heads"], 0, 16), np.float32) for n in names if n.startswith("past")}
+    torch_cache = None
+    for step, shift in ((ids, 3), (torch.tensor([[20], [21]]), 3), (torch.tensor([[22], [23]]), 0)):
+        mask = torch.ones(2, (mask.shape[1] if torch_cache is not None else 0) + step.shape[1], dtype=torch.int64)
+        at = torch.arange(mask.shape[1] - step.shape[1], mask.shape[1]).expand(2, -1) + shift
+        feed = {"input_ids": step.numpy(), "attention_mask": mask.numpy(), "position_ids": at.numpy(), **cache}
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in cache}
+        with torch.no_grad():
+            out = model(input_ids=step, attention_mask=mask, position_ids=at, use_cache=True,
+                        **({cache_argument(model): torch_cache} if torch_cache is not None else {}))
+        torch_cache = out.past_key_values
+        np.testing.assert_allclose(outputs["logits"], out.logits.numpy(), rtol=1e-4, atol=1e-4)
+    events = json.loads(open(session.end_profiling()).read())
+    ran = [e["name"].removesuffix("_kernel_time").rsplit("/", 1)[-1] for e in events
+           if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "GroupQueryAttention"]
+    layers = DECODER["num_hidden_layers"]
+    # shifted prompt and step: the kernel with its (zero) bias after the rotations; then its own positions
+    assert ran == ["kernel"] * 2 * layers + ["unpadded_kernel"] * layers

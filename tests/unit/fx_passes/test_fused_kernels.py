@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import os
 
+import numpy as np
 import onnx
 import onnx.inliner
 import onnxruntime
@@ -363,23 +364,31 @@ class CachedDecoder(torch.nn.Module):
     heads repeated, and a boolean mask built from ``attention_mask``: causal, over the
     tokens it holds (within the last ``window`` of them, as a sliding layer's)."""
 
-    def __init__(self, additive_mask: bool = False, window: int | None = None) -> None:
+    def __init__(self, additive_mask: bool = False, window: int | None = None, head_size: int = 8,
+                 switch: int | None = None) -> None:
         super().__init__()
-        self.q, self.k, self.v, self.o = torch.nn.Linear(32, 32), torch.nn.Linear(32, 16), torch.nn.Linear(32, 16), torch.nn.Linear(32, 32)
-        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8), persistent=False)
+        d = self.head_size = head_size
+        self.switch = switch  # positions from which the frequencies halve (a length-dependent scaling, as LongRoPE's)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(32, 4 * d), torch.nn.Linear(32, 2 * d), torch.nn.Linear(32, 2 * d),
+                                          torch.nn.Linear(4 * d, 32))
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d), persistent=False)
         self.additive_mask, self.window = additive_mask, window
 
     def forward(self, x, attention_mask, position_ids, past_key, past_value):
         b, s, _ = x.shape
         freqs = position_ids[..., None].float() * self.inv_freq
+        if self.switch is not None:
+            freqs = freqs * torch.where(position_ids.max() + 1 > self.switch, 0.5, 1.0)
         emb = torch.cat([freqs, freqs], dim=-1)
         cos, sin = emb.cos()[:, None], emb.sin()[:, None]
 
+        d = self.head_size
+
         def heads(t: torch.Tensor, count: int) -> torch.Tensor:
-            return t.view(b, s, count, 8).transpose(1, 2)
+            return t.view(b, s, count, d).transpose(1, 2)
 
         def rotate(t: torch.Tensor) -> torch.Tensor:
-            return t * cos + torch.cat([-t[..., 4:], t[..., :4]], dim=-1) * sin
+            return t * cos + torch.cat([-t[..., d // 2:], t[..., :d // 2]], dim=-1) * sin
 
         q, k, v = rotate(heads(self.q(x), 4)), rotate(heads(self.k(x), 2)), heads(self.v(x), 2)
         key, value = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
@@ -391,12 +400,12 @@ class CachedDecoder(torch.nn.Module):
             mask = mask & (counts[:, total - s:, None] - counts[:, None, :] < self.window)[:, None]
         if self.additive_mask:
             mask = torch.where(mask, 0.0, float("-inf"))
-        repeated = [t[:, :, None].expand(b, 2, 2, total, 8).reshape(b, 4, total, 8) for t in (key, value)]
+        repeated = [t[:, :, None].expand(b, 2, 2, total, d).reshape(b, 4, total, d) for t in (key, value)]
         out = F.scaled_dot_product_attention(q, *repeated, attn_mask=mask)
-        return self.o(out.transpose(1, 2).reshape(b, s, 32)), key, value
+        return self.o(out.transpose(1, 2).reshape(b, s, 4 * d)), key, value
 
 
-def _decoder_inputs(batch: int, past: int, new: int, padding: str = "none") -> tuple[torch.Tensor, ...]:
+def _decoder_inputs(batch: int, past: int, new: int, padding: str = "none", head_size: int = 8) -> tuple[torch.Tensor, ...]:
     """Inputs of a step of ``new`` tokens over ``past`` cached ones; ``padding`` "left" or
     "right": sequence b's mask holds ``2 * b`` fewer tokens (zeros at the start, or at the
     end of the cached part, where a right-padded prompt left them)."""
@@ -407,7 +416,7 @@ def _decoder_inputs(batch: int, past: int, new: int, padding: str = "none") -> t
         elif padding == "right" and 2 * b:
             mask[b, max(past, 1) - 2 * b:max(past, 1)] = 0
     return (torch.randn(batch, new, 32), mask, torch.arange(past, past + new).expand(batch, -1),
-            torch.randn(batch, 2, past, 8), torch.randn(batch, 2, past, 8))
+            torch.randn(batch, 2, past, head_size), torch.randn(batch, 2, past, head_size))
 
 
 def _export_decoder(tmp_path, model, **options):
@@ -415,7 +424,8 @@ def _export_decoder(tmp_path, model, **options):
     dynamic = {"x": {0: batch, 1: new}, "attention_mask": {0: batch, 1: torch.export.Dim.AUTO}, "position_ids": {0: batch, 1: new},
                "past_key": {0: batch, 2: past}, "past_value": {0: batch, 2: past}}
     options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, **options)
-    return export_program(model, _decoder_inputs(2, 5, 3), options=options, tmp_path=tmp_path)
+    return export_program(model, _decoder_inputs(2, 5, 3, head_size=getattr(model, "head_size", 8)), options=options,
+                          tmp_path=tmp_path)
 
 
 # (batch, past, new tokens, padding): prompts, decode steps, and several new tokens over a
@@ -424,11 +434,13 @@ STEPS = [(2, 0, 6, "none"), (3, 0, 6, "left"), (3, 0, 6, "right"), (3, 9, 1, "le
          (1, 5, 3, "none"), (3, 5, 3, "none"), (3, 5, 3, "left"), (3, 5, 3, "right")]
 
 
-def _check_steps(program, model) -> None:
+def _check_steps(program, model, shift: int = 0) -> None:
     """The program's attention and caches equal the model's at every step of STEPS (the
-    attention on the queries that see a token: PyTorch's rows that see none are NaN)."""
+    attention on the queries that see a token: PyTorch's rows that see none are NaN),
+    the position ids ``shift`` after the step's own."""
     for batch, past, new, padding in STEPS:
-        inputs = _decoder_inputs(batch, past, new, padding)
+        inputs = list(_decoder_inputs(batch, past, new, padding, model.head_size))
+        inputs[2] = inputs[2] + shift
         with torch.no_grad():
             expected = model(*inputs)
         actual = program(*inputs)
@@ -485,6 +497,44 @@ def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path, 
     torch.testing.assert_close(actual[0], expected[0], rtol=1e-4, atol=1e-5)
     for present, wanted, buffer in zip(actual[1:], expected[1:], (past_key, past_value)):
         torch.testing.assert_close(present, torch.cat([wanted, buffer[:, :, 8:]], 2), rtol=1e-5, atol=1e-6)
+
+
+def test_the_kernel_rotates_itself_at_the_positions_it_assumes(tmp_path, module_functions):
+    """Heads of 16: the kernel without the bias rotates the query and key itself (tables
+    of the model's cos and sin by position), where every sequence's positions follow the
+    mask's earlier tokens (checked at run time); the rotations run before the other
+    branch. Every step of STEPS equals the model, with its own positions and shifted."""
+    torch.manual_seed(0)
+    model = CachedDecoder(head_size=16).eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=module_functions)
+    check_saved_model(program, tmp_path / "m.onnx")
+    (branch,) = [n for n in program.model_proto.graph.node if n.op_type == "If"]
+    fast, padded = (onnx.helper.get_attribute_value(a) for a in sorted(branch.attribute, key=lambda a: a.name != "then_branch"))
+    (unpadded,) = fast.node
+    attributes = {a.name: a.i for a in unpadded.attribute if a.type == a.INT}
+    assert attributes["do_rotary"] == 1 and attributes["rotary_interleaved"] == 0
+    tables = {t.name: onnx.numpy_helper.to_array(t) for t in program.model_proto.graph.initializer}
+    cos_cache = tables[unpadded.input[7]]
+    angles = torch.arange(len(cos_cache)).float()[:, None] * model.inv_freq  # in float32, as the model computes them
+    np.testing.assert_allclose(cos_cache, angles.cos().numpy(), rtol=1e-6, atol=1e-6)
+    assert "RotaryEmbedding" not in {n.op_type for n in program.model_proto.graph.node}
+    assert [n.op_type for n in padded.node if n.op_type == "RotaryEmbedding"] == ["RotaryEmbedding"] * 2
+    _check_steps(program, model)
+    _check_steps(program, model, shift=2)
+
+
+def test_tables_that_depend_on_the_length_keep_the_rotations_outside(tmp_path):
+    """cos and sin that change with the longest position (a switch at 64, as LongRoPE's):
+    no table by position gives them, so the kernel does not rotate and the model's
+    rotations stay before it."""
+    torch.manual_seed(0)
+    model = CachedDecoder(head_size=16, switch=64).eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=False)
+    check_saved_model(program, tmp_path / "m.onnx")
+    kernels = [n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"]
+    assert len(kernels) == 2 and not any(a.name == "do_rotary" for n in kernels for a in n.attribute)
+    assert [n.op_type for n in program.model_proto.graph.node].count("RotaryEmbedding") == 2
+    _check_steps(program, model, shift=60)  # positions past the switch
 
 
 def test_a_sliding_window_over_a_cache_is_the_kernels_local_window(tmp_path, module_functions):
