@@ -381,8 +381,51 @@ class CachedDecoder(torch.nn.Module):
         if self.additive_mask:
             mask = torch.where(mask, 0.0, float("-inf"))
         repeated = [t[:, :, None].expand(b, 2, 2, total, 8).reshape(b, 4, total, 8) for t in (key, value)]
-        out = F.scaled_dot_product_attention(q, *repeated, attn_mask=mask)
+        out = self.attend(q, *repeated, mask)
         return self.o(out.transpose(1, 2).reshape(b, s, 32)), key, value
+
+    def attend(self, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, key, value, attn_mask=mask)
+
+
+class SinkDecoder(CachedDecoder):
+    """:class:`CachedDecoder` with gpt-oss's attention as transformers writes it: the
+    rotation of the halves by half tables, the boolean mask as a bias, and each head's sink
+    logit joined to the scores before the softmax and dropped after it."""
+
+    def __init__(self, window: int | None = None) -> None:
+        super().__init__(window=window)
+        # sinks of the scores' size: they take a visible share of the attention
+        self.sinks = torch.nn.Parameter(torch.randn(4) * 2)
+
+    def forward(self, x, attention_mask, position_ids, past_key, past_value):
+        b, s, _ = x.shape
+        freqs = position_ids[..., None].float() * self.inv_freq
+        cos, sin = freqs.cos()[:, None], freqs.sin()[:, None]
+
+        def heads(t: torch.Tensor, count: int) -> torch.Tensor:
+            return t.view(b, s, count, 8).transpose(1, 2)
+
+        def rotate(t: torch.Tensor) -> torch.Tensor:
+            first, second = torch.chunk(t, 2, dim=-1)
+            return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+        q, k, v = rotate(heads(self.q(x), 4)), rotate(heads(self.k(x), 2)), heads(self.v(x), 2)
+        key, value = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
+        total = key.shape[2]
+        causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
+        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        if self.window is not None:
+            counts = attention_mask.cumsum(-1)
+            mask = mask & (counts[:, total - s:, None] - counts[:, None, :] < self.window)[:, None]
+        bias = (~mask).to(x.dtype) * torch.finfo(x.dtype).min
+        repeated = [t[:, :, None].expand(b, 2, 2, total, 8).reshape(b, 4, total, 8) for t in (key, value)]
+        scores = torch.matmul(q, repeated[0].transpose(2, 3)) * 8 ** -0.5 + bias
+        logits = torch.cat([scores, self.sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)], dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        probabilities = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
+        out = torch.matmul(F.dropout(probabilities, p=0.0, training=self.training), repeated[1])
+        return self.o(out.transpose(1, 2).contiguous().reshape(b, s, 32)), key, value
 
 
 def _decoder_inputs(batch: int, past: int, new: int, padding: str = "none") -> tuple[torch.Tensor, ...]:
@@ -489,6 +532,30 @@ def test_a_sliding_window_over_a_cache_is_the_kernels_local_window(tmp_path, mod
                for a in n.attribute if a.name == "local_window_size"]
     assert windows == [3, 3]  # the kernel without the bias and with it
     _check_steps(program, model)
+
+
+@pytest.mark.parametrize("window", [None, 3], ids=["full", "sliding"])
+def test_attention_with_sinks_over_a_cache_is_the_kernel_with_head_sink(tmp_path, window, module_functions):
+    """gpt-oss's attention with sinks: the kernel with the sinks as `head_sink` (and the
+    window as `local_window_size`) in both of its forms, and the exact form keeps the
+    sinks; every step of STEPS (each branch: no padding, left, right, several new tokens
+    over a cache at batch 3) equals the model."""
+    torch.manual_seed(0)
+    model = SinkDecoder(window=window).eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=module_functions)
+    check_saved_model(program, tmp_path / "m.onnx")
+    counts = _counts(program)
+    assert counts["GroupQueryAttention"] == 2 and counts["RotaryEmbedding"] == 2 and "Softmax" not in counts
+    sinks_name = {n.name for n in program.model_proto.graph.initializer if n.dims == [4]} | {i.name for i in program.model_proto.graph.input}
+    for node in (n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"):
+        assert len(node.input) == 12 and node.input[11] in sinks_name, node.input
+        assert [a.i for a in node.attribute if a.name == "local_window_size"] == ([] if window is None else [window])
+    _check_steps(program, model)
+    # without its sinks the model computes other numbers at these steps
+    with torch.no_grad():
+        model.sinks.fill_(-1e4)
+    inputs = _decoder_inputs(3, 5, 1, "right")
+    assert not torch.allclose(program(*inputs)[0], model(*inputs)[0], rtol=1e-2, atol=1e-3)
 
 
 @pytest.mark.parametrize(("model", "options", "note"), [
