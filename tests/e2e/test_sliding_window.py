@@ -191,6 +191,18 @@ def test_attention_sinks_are_the_kernels_head_sink(folder):
     assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
 
 
+def test_onnxruntime_genai_generates_transformers_tokens_past_the_window(folder):
+    family, _, out, prompts, expected = folder
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["search"]["max_length"] >= 2 * WINDOWS[family] + 8 + NEW_TOKENS
+    check_in_genai(out, prompts, expected)
+
+
+def test_transformers_js_generates_transformers_tokens_past_the_window(folder, tmp_path, transformers_js):
+    _, _, out, prompts, expected = folder
+    check_in_transformers_js(transformers_js, tmp_path, out, prompts, expected)
+
+
 @pytest.mark.parametrize("family", ["gpt_oss"])
 def test_runtime_standard_folder_past_the_window(tmp_path, family, transformers_js):
     """Standard ONNX operators only (no onnxruntime kernels), in both clients."""
