@@ -203,6 +203,31 @@ def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path, shared_positions
     assert "Neg" not in counts  # rotate_half is gone
 
 
+class RotaryOfHalves(Rotary):
+    """The rotary embedding as transformers' gpt-oss writes it: the halves of x rotated by
+    half tables (B, S, D/2), scaled."""
+
+    def forward(self, q, k, positions):
+        freqs = positions[..., None].float() * self.inv_freq
+        cos, sin = (freqs.cos() * 1.3)[:, None], (freqs.sin() * 1.3)[:, None]
+
+        def rotate(x):
+            first, second = torch.chunk(x, 2, dim=-1)
+            return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+        return rotate(q), rotate(k)
+
+
+def test_the_rotation_of_halves_is_one_kernel(tmp_path, module_functions):
+    length, batch = torch.export.Dim("length"), torch.export.Dim("batch")
+    dynamic = {"q": {0: batch, 2: length}, "k": {0: batch, 2: length}, "positions": {0: batch, 1: length}}
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, module_functions=module_functions)
+    program = export_and_compare_impl(RotaryOfHalves(), _rotary_inputs(5), options=options, tmp_path=tmp_path,
+                                      second_inputs=(_rotary_inputs(9, 3), {}))
+    counts = _counts(program)
+    assert counts["RotaryEmbedding"] == 2 and not {"Split", "Slice", "Concat"} & set(counts)
+
+
 def test_rotary_tables_of_unknown_halves_stay_as_written(tmp_path):
     q = torch.randn(2, 4, 5, 16)
     cos, sin = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
