@@ -95,13 +95,18 @@ def match(node: torch.fx.Node, target: FusionTarget) -> RotaryMatch | Refusal | 
             for turned, sin in operand_orders(rotated, PRODUCTS):
                 cos_table, sin_table = _table(cos), _table(sin)
                 if _is_rotated_half(turned, x, half) and cos_table is not None and sin_table is not None:
-                    if not all(same_size(node_value(t).shape[0], x_value.shape[0]) or same_size(node_value(t).shape[0], 1)
-                               for t in (cos_table, sin_table)):
-                        return Refusal("tables for another batch size")
-                    if x_value.dtype not in FLOATS_ORT_RUNS:
-                        return Refusal(f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)")
-                    return RotaryMatch(node, x, cos_table, sin_table, half)
+                    return _kernel_match(node, x, cos_table, sin_table, half)
     return None
+
+
+def _kernel_match(node: torch.fx.Node, x: torch.fx.Node, cos: torch.fx.Node, sin: torch.fx.Node, half: int) -> RotaryMatch | Refusal:
+    """The rotation of ``x`` by the tables ``cos``/``sin`` at ``node``, or why the kernel cannot take it."""
+    x_value = node_value(x)
+    if not all(same_size(node_value(t).shape[0], x_value.shape[0]) or same_size(node_value(t).shape[0], 1) for t in (cos, sin)):
+        return Refusal("tables for another batch size")
+    if x_value.dtype not in FLOATS_ORT_RUNS:
+        return Refusal(f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)")
+    return RotaryMatch(node, x, cos, sin, half)
 
 
 def _half_of(node: Any, chunk: Any = None) -> tuple[torch.fx.Node, int] | None:
@@ -155,12 +160,7 @@ def match_halves(node: torch.fx.Node, target: FusionTarget) -> RotaryMatch | Ref
         half = x_value.shape[-1] // 2
         if any(node_value(t).shape[-1] != half for t in (cos_table, sin_table)):
             return None
-        if not all(same_size(node_value(t).shape[0], x_value.shape[0]) or same_size(node_value(t).shape[0], 1)
-                   for t in (cos_table, sin_table)):
-            return Refusal("tables for another batch size")
-        if x_value.dtype not in FLOATS_ORT_RUNS:
-            return Refusal(f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)")
-        return RotaryMatch(node, x, cos_table, sin_table, half)
+        return _kernel_match(node, x, cos_table, sin_table, half)
     return None
 
 

@@ -383,19 +383,22 @@ class CachedDecoder(torch.nn.Module):
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8), persistent=False)
         self.additive_mask, self.window = additive_mask, window
 
-    def forward(self, x, attention_mask, position_ids, past_key, past_value):
-        b, s, _ = x.shape
+    def tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = position_ids[..., None].float() * self.inv_freq
         emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+        return emb.cos()[:, None], emb.sin()[:, None]
+
+    def rotate(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return t * cos + torch.cat([-t[..., 4:], t[..., :4]], dim=-1) * sin
+
+    def forward(self, x, attention_mask, position_ids, past_key, past_value):
+        b, s, _ = x.shape
+        cos, sin = self.tables(position_ids)
 
         def heads(t: torch.Tensor, count: int) -> torch.Tensor:
             return t.view(b, s, count, 8).transpose(1, 2)
 
-        def rotate(t: torch.Tensor) -> torch.Tensor:
-            return t * cos + torch.cat([-t[..., 4:], t[..., :4]], dim=-1) * sin
-
-        q, k, v = rotate(heads(self.q(x), 4)), rotate(heads(self.k(x), 2)), heads(self.v(x), 2)
+        q, k, v = self.rotate(heads(self.q(x), 4), cos, sin), self.rotate(heads(self.k(x), 2), cos, sin), heads(self.v(x), 2)
         key, value = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
         total = key.shape[2]
         causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
@@ -423,34 +426,22 @@ class SinkDecoder(CachedDecoder):
         # sinks of the scores' size: they take a visible share of the attention
         self.sinks = torch.nn.Parameter(torch.randn(4) * 2)
 
-    def forward(self, x, attention_mask, position_ids, past_key, past_value):
-        b, s, _ = x.shape
+    def tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = position_ids[..., None].float() * self.inv_freq
-        cos, sin = freqs.cos()[:, None], freqs.sin()[:, None]
+        return freqs.cos()[:, None], freqs.sin()[:, None]
 
-        def heads(t: torch.Tensor, count: int) -> torch.Tensor:
-            return t.view(b, s, count, 8).transpose(1, 2)
+    def rotate(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        first, second = torch.chunk(t, 2, dim=-1)
+        return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
 
-        def rotate(t: torch.Tensor) -> torch.Tensor:
-            first, second = torch.chunk(t, 2, dim=-1)
-            return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-
-        q, k, v = rotate(heads(self.q(x), 4)), rotate(heads(self.k(x), 2)), heads(self.v(x), 2)
-        key, value = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
-        total = key.shape[2]
-        causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
-        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
-        if self.window is not None:
-            counts = attention_mask.cumsum(-1)
-            mask = mask & (counts[:, total - s:, None] - counts[:, None, :] < self.window)[:, None]
-        bias = (~mask).to(x.dtype) * torch.finfo(x.dtype).min
-        repeated = [t[:, :, None].expand(b, 2, 2, total, 8).reshape(b, 4, total, 8) for t in (key, value)]
-        scores = torch.matmul(q, repeated[0].transpose(2, 3)) * 8 ** -0.5 + bias
+    def attend(self, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, s = q.shape[0], q.shape[2]
+        bias = (~mask).to(q.dtype) * torch.finfo(q.dtype).min
+        scores = torch.matmul(q, key.transpose(2, 3)) * 8 ** -0.5 + bias
         logits = torch.cat([scores, self.sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)], dim=-1)
         logits = logits - logits.max(dim=-1, keepdim=True).values
         probabilities = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
-        out = torch.matmul(F.dropout(probabilities, p=0.0, training=self.training), repeated[1])
-        return self.o(out.transpose(1, 2).contiguous().reshape(b, s, 32)), key, value
+        return torch.matmul(F.dropout(probabilities, p=0.0, training=self.training), value)
 
 
 def _decoder_inputs(batch: int, past: int, new: int, padding: str = "none") -> tuple[torch.Tensor, ...]:
