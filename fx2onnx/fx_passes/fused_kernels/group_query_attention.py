@@ -9,6 +9,8 @@ padding (left, right or anywhere) becomes the kernel's attention bias
 kernel refuses). A sliding layer's mask (a window of held tokens, ``window_mask``) gives
 the kernel its window, ``local_window_size``. The rule comes before ``attention`` in the
 table: where it refuses, the standard ``Attention`` takes the node, with a note saying why.
+``attention_sinks`` reads attention with sinks into the same match (:func:`match_operands`)
+and adds the sinks, the kernel's ``head_sink``.
 """
 
 from __future__ import annotations
