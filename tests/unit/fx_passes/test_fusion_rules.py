@@ -329,24 +329,31 @@ def _decoder(additive: bool = False, window: int | None = None, window_compare=o
     (within a ``window`` of them: their counts' difference compared by ``window_compare``)."""
 
     def decode(q, k, v, attention_mask, past_key, past_value):
-        b, s, _ = q.shape
-
-        def heads(t: torch.Tensor, count: int) -> torch.Tensor:
-            return t.view(b, s, count, 8).transpose(1, 2)
-
-        key, value = torch.cat([past_key, heads(k, 2)], dim=2), torch.cat([past_value, heads(v, 2)], dim=2)
-        total = key.shape[2]
-        causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
-        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
-        if window is not None:
-            counts = attention_mask.cumsum(-1)
-            mask = mask & window_compare(counts[:, total - s:, None] - counts[:, None, :], window)[:, None]
+        query, key, value, mask = _heads_over_the_cache(q, k, v, attention_mask, past_key, past_value, window, window_compare)
         if additive:
             mask = torch.where(mask, 0.0, float("-inf"))
-        out = F.scaled_dot_product_attention(heads(q, 4), _repeat_kv(key), _repeat_kv(value), attn_mask=mask)
-        return out.transpose(1, 2).reshape(b, s, 32), key, value
+        out = F.scaled_dot_product_attention(query, _repeat_kv(key), _repeat_kv(value), attn_mask=mask)
+        return out.transpose(1, 2).reshape(*q.shape[:2], 32), key, value
 
     return decode
+
+
+def _heads_over_the_cache(q, k, v, attention_mask, past_key, past_value, window=None, window_compare=operator.lt):
+    """The query's heads, the caches with the new tokens' heads appended, and the boolean
+    mask (causal over ``attention_mask``'s tokens, within a ``window`` of them)."""
+    b, s, _ = q.shape
+
+    def heads(t: torch.Tensor, count: int) -> torch.Tensor:
+        return t.view(b, s, count, 8).transpose(1, 2)
+
+    key, value = torch.cat([past_key, heads(k, 2)], dim=2), torch.cat([past_value, heads(v, 2)], dim=2)
+    total = key.shape[2]
+    causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
+    mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+    if window is not None:
+        counts = attention_mask.cumsum(-1)
+        mask = mask & window_compare(counts[:, total - s:, None] - counts[:, None, :], window)[:, None]
+    return heads(q, 4), key, value, mask
 
 
 def _decoder_inputs() -> tuple[torch.Tensor, ...]:
@@ -434,18 +441,8 @@ def _sink_decoder(window: int | None = None, bias_of=lambda mask: (~mask).float(
 
     def decode(q, k, v, attention_mask, past_key, past_value, sinks):
         b, s, _ = q.shape
-
-        def heads(t: torch.Tensor, count: int) -> torch.Tensor:
-            return t.view(b, s, count, 8).transpose(1, 2)
-
-        key, value = torch.cat([past_key, heads(k, 2)], dim=2), torch.cat([past_value, heads(v, 2)], dim=2)
-        total = key.shape[2]
-        causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
-        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
-        if window is not None:
-            counts = attention_mask.cumsum(-1)
-            mask = mask & (counts[:, total - s:, None] - counts[:, None, :] < window)[:, None]
-        scores = torch.matmul(heads(q, 4), _repeat_kv(key).transpose(2, 3)) * 8 ** -0.5 + bias_of(mask)
+        query, key, value, mask = _heads_over_the_cache(q, k, v, attention_mask, past_key, past_value, window)
+        scores = torch.matmul(query, _repeat_kv(key).transpose(2, 3)) * 8 ** -0.5 + bias_of(mask)
         logits = torch.cat([scores, sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)], dim=-1)
         logits = logits - logits.max(dim=-1, keepdim=True).values
         weights = F.dropout(F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1], p=0.0, training=False)
