@@ -8,7 +8,10 @@ gpt-oss-shaped one (window 128, local and global layers interleaved, attention s
 and by `python -m onnxruntime_genai.models.builder -p fp32 -e cpu`, then run in the same
 ONNX Runtime GenAI loop: a prompt of CONTEXT - NEW_TOKENS tokens, then NEW_TOKENS greedy
 tokens, so that the last steps run at a context of CONTEXT tokens (decode ms/token,
-medians of interleaved rounds). The cache each folder holds at the end is measured from
+medians of interleaved rounds), by wall time and by the CPU time of the decoding thread
+(each session runs on that one thread, `intra_op_num_threads` 1 in both folders, so the
+CPU time counts the folder's own work whatever else runs on the machine). The cache each
+folder holds at the end is measured from
 the runtime's `present.*` tensors (`Generator.get_output`): the bytes of every layer's
 key and value buffers; the greedy tokens of both folders are compared too.
 
@@ -26,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +78,17 @@ def _export_gemma3_with_builder(source: Path, out: Path) -> None:
     subprocess.run(command, check=True, capture_output=True, text=True)
 
 
-def _run(model: Any, prompt: list[int]) -> tuple[float, list[int], int]:
-    """(decode ms/token, greedy tokens, bytes of the cache buffers at the end) of one generation."""
+def _on_one_thread(folder: Path) -> None:
+    """The folder's sessions run on the calling thread (the thread CPU time is their work)."""
+    path = folder / "genai_config.json"
+    config = json.loads(path.read_text())
+    config["model"]["decoder"].setdefault("session_options", {})["intra_op_num_threads"] = 1
+    path.write_text(json.dumps(config, indent=4))
+
+
+def _run(model: Any, prompt: list[int]) -> tuple[float, float, list[int], int]:
+    """(decode ms/token, decode thread-CPU ms/token, greedy tokens, bytes of the cache
+    buffers at the end) of one generation."""
     import onnxruntime_genai as og
 
     params = og.GeneratorParams(model)
@@ -83,12 +96,14 @@ def _run(model: Any, prompt: list[int]) -> tuple[float, list[int], int]:
     params.set_search_options(do_sample=False, max_length=length, min_length=length)
     generator = og.Generator(model, params)
     generator.append_tokens([prompt])
+    started = time.thread_time()
     decode, tokens = decode_greedily(generator)
+    cpu = (time.thread_time() - started) / max(len(tokens), 1) * 1e3
     cache = 0
     for layer in range(COMMON["num_hidden_layers"]):
         for kind in ("key", "value"):
             cache += generator.get_output(f"present.{layer}.{kind}").nbytes
-    return decode, tokens, cache
+    return decode, cpu, tokens, cache
 
 
 def time_folders(folders: dict[str, Path], rounds: int) -> dict[str, Any]:
@@ -99,25 +114,30 @@ def time_folders(folders: dict[str, Path], rounds: int) -> dict[str, Any]:
     for model in models.values():  # warm-up (the builder's windowed cache needs max_length >= the window)
         _run(model, prompt)
     samples: dict[str, list[float]] = collections.defaultdict(list)
+    cpu: dict[str, list[float]] = collections.defaultdict(list)
     tokens: dict[str, list[int]] = {}
     cache: dict[str, int] = {}
     for order in _rotations(list(models), rounds):
         for name in order:
-            decode, tokens[name], cache[name] = _run(models[name], prompt)
+            decode, decode_cpu, tokens[name], cache[name] = _run(models[name], prompt)
             samples[name].append(decode)
-    return {name: {"decode_ms_per_token": statistics.median(samples[name]), "cache_mb": cache[name] / 2**20,
-                   "tokens_equal_to_fx2onnx": tokens[name] == tokens["fx2onnx"]} for name in models}
+            cpu[name].append(decode_cpu)
+    return {name: {"decode_ms_per_token": statistics.median(samples[name]), "decode_cpu_ms_per_token": statistics.median(cpu[name]),
+                   "cache_mb": cache[name] / 2**20, "tokens_equal_to_fx2onnx": tokens[name] == tokens["fx2onnx"]}
+            for name in models}
 
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [f"## Decode at a {CONTEXT}-token context in ONNX Runtime GenAI (median ms/token; cache at the end)", "",
-             "| model | folder | decode ms/token | ratio to the builder | cache MB | tokens equal to fx2onnx's |",
-             "|---|---|---|---|---|---|"]
+             "| model | folder | decode ms/token | ratio to the builder | thread CPU ms/token | CPU ratio to the builder "
+             "| cache MB | tokens equal to fx2onnx's |",
+             "|---|---|---|---|---|---|---|---|"]
     for kind, timing in results.items():
-        builder = timing["builder"]["decode_ms_per_token"]
+        builder, builder_cpu = timing["builder"]["decode_ms_per_token"], timing["builder"]["decode_cpu_ms_per_token"]
         for name, entry in timing.items():
             lines.append(f"| {kind} | {name} | {entry['decode_ms_per_token']:.2f} | "
-                         f"{entry['decode_ms_per_token'] / builder:.2f}x | {entry['cache_mb']:.1f} | "
+                         f"{entry['decode_ms_per_token'] / builder:.2f}x | {entry['decode_cpu_ms_per_token']:.2f} | "
+                         f"{entry['decode_cpu_ms_per_token'] / builder_cpu:.2f}x | {entry['cache_mb']:.1f} | "
                          f"{entry['tokens_equal_to_fx2onnx']} |")
     return "\n".join(lines)
 
@@ -146,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
                         _export_gemma3_with_builder(source, out)
                     else:
                         _export_llm(exporter, source, out)
+                _on_one_thread(out)
                 folders[exporter] = out
             print(f"... timing {kind}", file=sys.stderr, flush=True)
             results[kind] = time_folders(folders, options.rounds)

@@ -95,17 +95,23 @@ def rotary_3d(x: Any, cos: Any, sin: Any, heads: int = 1) -> Any:
     return _rotary_embedding(x, cos, sin, num_heads=heads)
 
 
+def _head_sink(sinks: Any) -> tuple[Any, ...]:
+    """GroupQueryAttention's `head_sink` input, when the attention has sinks (no empty input otherwise)."""
+    return () if sinks is None else (sinks,)
+
+
 @_TABLE.op("fx2onnx::cached_attention")
 def cached_attention(
     query: Any, key: Any, value: Any, past_key: Any, past_value: Any, seqlens_k: Any, total_length: Any, bias: Any,
-    scale: float = 1.0, query_heads: int = 1, key_heads: int = 1, window: int = -1,
+    scale: float = 1.0, query_heads: int = 1, key_heads: int = 1, window: int = -1, sinks: Optional[Any] = None,
 ) -> Any:
     # past and present may be one buffer (the runtime's choice): the kernel then writes the
     # new tokens in place, at each sequence's length. No rotary tables or position ids
     # (the rotations are the graph's); the bias is the kernel's `attention_bias` input; a
-    # sliding layer's window (-1: none) is its `local_window_size`.
+    # sliding layer's window (-1: none) is its `local_window_size`; attention sinks its
+    # `head_sink` input.
     return _group_query_attention(
-        query, key, value, past_key, past_value, seqlens_k, total_length, None, None, None, bias,
+        query, key, value, past_key, past_value, seqlens_k, total_length, None, None, None, bias, *_head_sink(sinks),
         num_heads=query_heads, kv_num_heads=key_heads, scale=scale, _num_outputs=3,
         **({} if window == -1 else {"local_window_size": window}),
     )

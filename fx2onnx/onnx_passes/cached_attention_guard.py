@@ -24,6 +24,10 @@ held token (ONNX Runtime GenAI pads a batch on the right). Its padded branch run
 kernel only when no row has (checked at run time on the bias), and the exact form, with
 the window counted in held tokens, otherwise; unpadded and left-padded batches take the
 kernel.
+
+A kernel with attention sinks (`head_sink`, gpt-oss's) keeps them in every branch: the
+kernel without the bias still reads them, and the exact form gives each head's softmax
+its sink logit as the score of one more key, of zeros, whose value is zeros.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from fx2onnx.onnx_passes.rotary_in_attention import (
 _ATTENTION_OPSET = 23  # the standard Attention the exact form uses
 _BIAS = 10  # GroupQueryAttention's attention_bias input
 _COS_CACHE, _SIN_CACHE = 7, 8
+_HEAD_SINK = 11  # its head_sink input (attention sinks)
 
 
 class _Nodes:
@@ -120,6 +125,37 @@ def _held_window(nodes: _Nodes, bias: ir.Value, past: ir.Value, total: ir.Value,
     return nodes("Less", [nodes("Sub", [per_query, counts]), nodes.constant(window)])
 
 
+def _head_sink(kernel: ir.Node) -> ir.Value | None:
+    """The kernel's attention sinks (`head_sink`, one logit per query head), if it has them."""
+    return kernel.inputs[_HEAD_SINK] if len(kernel.inputs) > _HEAD_SINK else None
+
+
+def _zero_column(nodes: _Nodes, cache: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """``cache`` (B, heads, T, D) of ``dtype`` with one more token of zeros at the end."""
+    shape = nodes("Shape", [cache])
+    one_token = nodes("Concat", [nodes("Slice", [shape, nodes.constant([0]), nodes.constant([2])]), nodes.constant([1]),
+                                 nodes("Slice", [shape, nodes.constant([3]), nodes.constant([4])])], axis=0)
+    zeros = nodes("ConstantOfShape", [one_token], value=ir.tensor(np.zeros(1, dtype=dtype.numpy())))
+    return nodes("Concat", [cache, zeros], axis=2)
+
+
+def _with_sinks(nodes: _Nodes, keys: ir.Value, values: ir.Value, scores_bias: ir.Value, sinks: ir.Value,
+                num_heads: int, dtype: ir.DataType) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """Keys, values and bias (B, 1, S, T) for the standard Attention with each head's sink:
+    a key of zeros (its score is the bias alone) whose bias is the head's sink logit and
+    whose value is zeros, so that the sink takes its share of the softmax and weighs
+    nothing (B, heads, S, T + 1 bias)."""
+    shape = nodes("Shape", [scores_bias])
+    batch_queries = [nodes("Slice", [shape, nodes.constant([start]), nodes.constant([start + 1])]) for start in (0, 2)]
+    heads, one = nodes.constant([num_heads]), nodes.constant([1])
+    per_head = nodes("Expand", [scores_bias, nodes("Concat", [batch_queries[0], heads, batch_queries[1],
+                                                              nodes("Slice", [shape, nodes.constant([3]), nodes.constant([4])])],
+                                                   axis=0)])
+    column = nodes("Expand", [nodes("Reshape", [sinks, nodes.constant([1, num_heads, 1, 1])]),
+                              nodes("Concat", [batch_queries[0], heads, batch_queries[1], one], axis=0)])
+    return _zero_column(nodes, keys, dtype), _zero_column(nodes, values, dtype), nodes("Concat", [per_head, column], axis=3)
+
+
 def _heads(nodes: _Nodes, packed: ir.Value, heads: int) -> ir.Value:
     """(B, S, heads * D) as (B, heads, S, D)."""
     split = nodes("Reshape", [packed, nodes.constant([0, 0, heads, -1])])
@@ -151,6 +187,9 @@ def _exact_branch(kernel: ir.Node, name: str) -> ir.Graph:
     if _window(kernel) != -1:
         visible = nodes("And", [visible, _held_window(nodes, bias, past, total, _window(kernel))])
     scores_bias = nodes("Where", [visible, bias, lowest])
+    sinks = _head_sink(kernel)
+    if sinks is not None:
+        keys, values, scores_bias = _with_sinks(nodes, keys, values, scores_bias, sinks, num_heads, query.dtype)
     attributes = {} if scale is None else {"scale": scale.as_float()}
     attended = nodes("Attention", [_heads(nodes, query, num_heads), keys, values, scores_bias], **attributes)
     merged = nodes("Reshape", [nodes("Transpose", [attended], perm=[0, 2, 1, 3]), nodes.constant([0, 0, -1])])
@@ -170,9 +209,9 @@ def _branch_outputs(node: ir.Node, kernel: ir.Node, suffix: str) -> list[ir.Valu
 
 def _kernel_branch(kernel: ir.Node, name: str, bias: bool = True, rotary: KernelRotary | None = None) -> ir.Graph:
     """A graph of the kernel alone, reading the enclosing graph's values (without its
-    attention bias and the optional inputs after it when ``bias`` is False; rotating
-    the query and key itself with ``rotary``)."""
-    inputs = list(kernel.inputs) if bias else list(kernel.inputs[:_BIAS])
+    attention bias when ``bias`` is False; its sinks, if any, kept; rotating the query
+    and key itself with ``rotary``)."""
+    inputs = list(kernel.inputs) if bias else [*kernel.inputs[:_BIAS], None, _head_sink(kernel)]
     attributes = dict(kernel.attributes)
     if rotary is not None:
         inputs = _rotating_inputs(inputs, rotary)

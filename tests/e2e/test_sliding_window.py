@@ -93,9 +93,27 @@ def expected_tokens(model: torch.nn.Module, prompts: list[list[int]]) -> tuple[l
     return alone, greedy(model, *padded(prompts, "left"))
 
 
-def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None) -> tuple[torch.nn.Module, object]:
+def model_of(family: str, window: int) -> torch.nn.Module:
+    """A tiny random model of ``family``; gpt-oss's sinks of the size of its scores (at the
+    default scale they take about one part in the sequence's length of each query's
+    attention, too little to change a greedy token)."""
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config_of(family, window or WINDOWS[family])).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config_of(family, window)).eval()
+    for layer in model.model.layers if family == "gpt_oss" else ():
+        torch.nn.init.normal_(layer.self_attn.sinks, std=2.0)
+    return model
+
+
+def without_sinks(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of a gpt-oss ``model`` whose sinks take no attention."""
+    sinkless = copy.deepcopy(model)
+    for layer in sinkless.model.layers:
+        torch.nn.init.constant_(layer.self_attn.sinks, -1e4)
+    return sinkless
+
+
+def exported_folder(root, family: str, runtime: str = "onnxruntime", window: int | None = None) -> tuple[torch.nn.Module, object]:
+    model = model_of(family, window or WINDOWS[family])
     model.save_pretrained(root / "source")
     export_hf(root / "source", root / "out", runtime=runtime)
     onnx.checker.check_model(os.fspath(root / "out" / "onnx" / "model.onnx"), full_check=True)
@@ -151,6 +169,26 @@ def test_the_window_changes_the_tokens(folder):
     windowless = copy.deepcopy(model)
     windowless.config.sliding_window = 10_000
     assert greedy(windowless, [prompts[0]], [[1] * len(prompts[0])])[0] != alone[0], family
+    if family == "gpt_oss":  # nor without its sinks
+        assert greedy(without_sinks(model), [prompts[0]], [[1] * len(prompts[0])])[0] != alone[0]
+
+
+def test_attention_sinks_are_the_kernels_head_sink(folder):
+    """gpt-oss's every layer runs onnxruntime's GroupQueryAttention (with and without the
+    padding's bias) with its sinks as `head_sink`, so past and present are one buffer; no
+    other family's kernel has sinks."""
+    family, model, out, _, _ = folder
+    kernels = [n for n in all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False))
+               if n.op_type == "GroupQueryAttention"]
+    sinks = [n.input[11] for n in kernels if len(n.input) > 11 and n.input[11]]
+    if family != "gpt_oss":
+        assert sinks == []
+        return
+    layers = model.config.num_hidden_layers
+    assert sinks == [f"model.layers.{i}.self_attn.sinks" for i in range(layers) for _ in range(2)] and len(kernels) == 2 * layers
+    windows = [next((a.i for a in n.attribute if a.name == "local_window_size"), None) for n in kernels]
+    assert windows == [WINDOWS[family] if kind == "sliding_attention" else None for kind in model.config.layer_types for _ in range(2)]
+    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
 
 
 def test_onnxruntime_genai_generates_transformers_tokens_past_the_window(folder):

@@ -16,8 +16,11 @@ the one way they make nodes:
 - ``group_query_attention``: attention over a KV cache input, with a mask built from the
   model input ``FusionTarget.causal_mask`` names, as onnxruntime's ``GroupQueryAttention``
   (a sliding layer's window, read from its mask by ``window_mask``, as ``local_window_size``);
+- ``attention_sinks``: attention with sinks (gpt-oss's eager form) over such a cache, as the
+  same kernel with the sinks as its ``head_sink``;
 - ``attention``: scaled-dot-product attention as the standard ``Attention`` (opset 23);
-- ``rotary_embedding``: ``x * cos + rotate_half(x) * sin`` as ``RotaryEmbedding`` (23);
+- ``rotary_embedding``: ``x * cos + rotate_half(x) * sin``, or the halves rotated by half
+  tables, as ``RotaryEmbedding`` (23);
 - ``gelu``: ``aten.gelu`` as ``Gelu`` (opset 20);
 - ``rms_normalization``: RMS normalization as ``RMSNormalization`` (23).
 """

@@ -16,7 +16,9 @@ import collections
 import torch
 
 from diagnostics import DiagnosticContext, Level, rules
-from fx2onnx.fx_passes.fused_kernels import attention, gelu, group_query_attention, rms_normalization, rotary_embedding
+from fx2onnx.fx_passes.fused_kernels import (
+    attention, attention_sinks, gelu, group_query_attention, rms_normalization, rotary_embedding,
+)
 from fx2onnx.fx_passes.fused_kernels.editing import erase_unused_tree
 from fx2onnx.fx_passes.fused_kernels.matching import (
     FUSED_KERNELS_OPSET, PORTABLE_KERNELS, FusionRule, FusionTarget, Match, Refusal,
@@ -27,7 +29,9 @@ from fx2onnx.fx_passes.fused_kernels.matching import (
 RULES: tuple[FusionRule, ...] = (
     group_query_attention.RULE,
     attention.RULE,
+    attention_sinks.RULE,
     rotary_embedding.RULE,
+    rotary_embedding.HALVES_RULE,
     gelu.RULE,
     rms_normalization.RULE,
 )

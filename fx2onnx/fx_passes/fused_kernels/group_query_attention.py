@@ -9,6 +9,8 @@ padding (left, right or anywhere) becomes the kernel's attention bias
 kernel refuses). A sliding layer's mask (a window of held tokens, ``window_mask``) gives
 the kernel its window, ``local_window_size``. The rule comes before ``attention`` in the
 table: where it refuses, the standard ``Attention`` takes the node, with a note saying why.
+``attention_sinks`` reads attention with sinks into the same match (:func:`match_operands`)
+and adds the sinks, the kernel's ``head_sink``.
 """
 
 from __future__ import annotations
@@ -104,18 +106,32 @@ class GroupQueryAttentionMatch(Match):
     merged_exactly: bool  # into (B, S, heads * D) itself, not another shape of the same elements
     packed: tuple[_PackedHeads, _PackedHeads, _PackedHeads]  # query, new key, new value
     window: int | None = None  # a sliding layer's window, in held tokens (window_mask.py)
+    sinks: torch.fx.Node | None = None  # each query head's sink logit (attention_sinks.py)
+
+
+def causal_mask_tokens(node: torch.fx.Node, target: FusionTarget) -> torch.fx.Node | None:
+    """The placeholder of ``target.causal_mask`` in ``node``'s graph when the target
+    allows the kernel (onnxruntime, the masks built from that input), else None."""
+    tokens = next((n for n in node.graph.nodes if n.op == "placeholder" and n.name == target.causal_mask), None)
+    return tokens if target.runtime == ONNXRUNTIME else None
 
 
 def match(node: torch.fx.Node, target: FusionTarget) -> GroupQueryAttentionMatch | Refusal | None:
     """Attention over a cache the model appends the new tokens to, causal over the tokens
     of ``target.causal_mask``; None where the target does not allow the kernel or the
     node is no attention a kernel takes (the ``attention`` rule says why)."""
-    tokens = next((n for n in node.graph.nodes if n.op == "placeholder" and n.name == target.causal_mask), None)
-    if target.runtime != ONNXRUNTIME or tokens is None:
+    tokens = causal_mask_tokens(node, target)
+    if tokens is None:
         return None
     operands = attention_operands(node)
     if isinstance(operands, Refusal):
         return None
+    return match_operands(node, operands, tokens)
+
+
+def match_operands(node: torch.fx.Node, operands: AttentionOperands, tokens: torch.fx.Node) -> GroupQueryAttentionMatch | Refusal:
+    """The kernel's match of the attention ``node`` (its result, B, heads, S, D) of
+    ``operands``, with masks built from ``tokens``, or why the kernel cannot take it."""
     if operands.mask is not None and node_value(operands.mask).dtype != torch.bool:
         return Refusal("an additive mask (a bias beside the causal mask: the kernel has none)")
     window = held_token_window(operands.mask, tokens)
@@ -256,8 +272,9 @@ def replace(graph: torch.fx.Graph, found: GroupQueryAttentionMatch) -> Replaceme
     (past_key, _), (past_value, _) = found.caches
     inputs = (*packed, past_key, past_value, cache_inputs.seqlens, cache_inputs.total, bias, op.scale, op.query_heads,
               op.key_heads, *_window_argument(found))
+    sinks = {} if found.sinks is None else {"sinks": found.sinks}
     with graph.inserting_before(node):
-        fused = new_call(graph, torch.ops.fx2onnx.cached_attention.default, inputs, node)
+        fused = new_call(graph, torch.ops.fx2onnx.cached_attention.default, inputs, node, **sinks)
         parts = [new_call(graph, operator.getitem, (fused, index), node, like=result)
                  for index, result in enumerate(node_value(fused))]
     result = parts[0]

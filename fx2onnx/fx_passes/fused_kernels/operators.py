@@ -114,7 +114,7 @@ def _rotary_3d_fake(x, cos, sin, heads):
 def cached_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor,
     seqlens_k: torch.Tensor, total_length: torch.Tensor, bias: torch.Tensor, scale: float, query_heads: int, key_heads: int,
-    window: int = -1,
+    window: int = -1, sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Causal attention of new tokens over a cache (onnxruntime's ``GroupQueryAttention``).
 
@@ -125,7 +125,9 @@ def cached_attention(
     last: its query i sits at position ``seqlens_k[b] + 1 - S + i`` and sees the keys up
     to it, ``bias`` (B, 1, S, total) added to its scores (the padding's keys masked);
     with a ``window`` (not -1), only the keys of the last ``window`` positions up to it
-    (the kernel's ``local_window_size``, counted in cache slots).
+    (the kernel's ``local_window_size``, counted in cache slots). ``sinks`` (query_heads,):
+    each head's sink logit, a score beside the keys' in the softmax that weighs no value
+    (the kernel's ``head_sink``, gpt-oss's attention sinks).
     """
 
     def split(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -139,6 +141,9 @@ def cached_attention(
     if window != -1:
         visible = visible & (last_seen - torch.arange(total).view(1, 1, -1) < window)
     scores_added = torch.where(visible.unsqueeze(1), bias, float("-inf"))
+    if sinks is not None:
+        result = _attention_with_sinks(split(query, query_heads), present_key, present_value, scores_added, scale, sinks)
+        return result.transpose(1, 2).flatten(-2), present_key, present_value
     result = torch.nn.functional.scaled_dot_product_attention(
         split(query, query_heads), present_key, present_value, attn_mask=scores_added, scale=scale,
         enable_gqa=query_heads != key_heads,
@@ -146,9 +151,20 @@ def cached_attention(
     return result.transpose(1, 2).flatten(-2), present_key, present_value
 
 
+def _attention_with_sinks(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, scale: float,
+                          sinks: torch.Tensor) -> torch.Tensor:
+    """Attention whose softmax has one more logit per head, ``sinks``, that weighs no value."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scores = query @ key.transpose(-2, -1) * scale + bias
+    sink_column = sinks.view(1, -1, 1, 1).expand(*scores.shape[:-1], 1).to(scores.dtype)
+    weights = torch.softmax(torch.cat([scores, sink_column], -1), dim=-1)[..., :-1]
+    return weights @ value
+
+
 @cached_attention.register_fake
 def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, total_length, bias, scale, query_heads, key_heads,
-                           window=-1):
+                           window=-1, sinks=None):
     batch, new = query.shape[0], query.shape[1]
     head_size = past_key.shape[-1]
     present = past_key.new_empty((batch, key_heads, past_key.shape[2] + new, head_size))

@@ -2,11 +2,14 @@
 
 As models write it, ``x * cos + cat(-x2, x1) * sin`` with ``x1, x2`` the halves of the
 last dim and ``cos``/``sin`` tables whose two halves are equal by construction (computed
-from ``cat(freqs, freqs)``). Partial rotations and interleaved pairs are left as written.
+from ``cat(freqs, freqs)``), or as gpt-oss writes it, ``cat(x1 cos - x2 sin, x2 cos + x1 sin)``
+with half tables (``HALVES_RULE``). Partial rotations and interleaved pairs are left as
+written.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,12 +95,72 @@ def match(node: torch.fx.Node, target: FusionTarget) -> RotaryMatch | Refusal | 
             for turned, sin in operand_orders(rotated, PRODUCTS):
                 cos_table, sin_table = _table(cos), _table(sin)
                 if _is_rotated_half(turned, x, half) and cos_table is not None and sin_table is not None:
-                    if not all(same_size(node_value(t).shape[0], x_value.shape[0]) or same_size(node_value(t).shape[0], 1)
-                               for t in (cos_table, sin_table)):
-                        return Refusal("tables for another batch size")
-                    if x_value.dtype not in FLOATS_ORT_RUNS:
-                        return Refusal(f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)")
-                    return RotaryMatch(node, x, cos_table, sin_table, half)
+                    return _kernel_match(node, x, cos_table, sin_table, half)
+    return None
+
+
+def _kernel_match(node: torch.fx.Node, x: torch.fx.Node, cos: torch.fx.Node, sin: torch.fx.Node, half: int) -> RotaryMatch | Refusal:
+    """The rotation of ``x`` by the tables ``cos``/``sin`` at ``node``, or why the kernel cannot take it."""
+    x_value = node_value(x)
+    if not all(same_size(node_value(t).shape[0], x_value.shape[0]) or same_size(node_value(t).shape[0], 1) for t in (cos, sin)):
+        return Refusal("tables for another batch size")
+    if x_value.dtype not in FLOATS_ORT_RUNS:
+        return Refusal(f"{x_value.dtype} (onnxruntime's RotaryEmbedding runs float32 and float16)")
+    return RotaryMatch(node, x, cos, sin, half)
+
+
+def _half_of(node: Any, chunk: Any = None) -> tuple[torch.fx.Node, int] | None:
+    """``(chunk, i)`` when ``node`` is half ``i`` of ``chunk(x, 2, -1)`` (``chunk`` that one, if given)."""
+    if not isinstance(node, torch.fx.Node) or node.target != operator.getitem or node.args[1] not in (0, 1):
+        return None
+    source = node.args[0]
+    if not isinstance(source, torch.fx.Node) or source.target != _aten.chunk.default or (chunk is not None and source is not chunk):
+        return None
+    dim = source.args[2] if len(source.args) > 2 else 0
+    return (source, node.args[1]) if source.args[1] == 2 and dim in (-1, 3) else None
+
+
+def _half_products(node: Any, targets: Any) -> list[tuple[Any, Any, Any, Any]]:
+    """``(a, f, b, g)`` for each reading of ``node`` as ``a * f op b * g`` (``op`` among
+    ``targets``; ``a * f`` first for a difference)."""
+    if not isinstance(node, torch.fx.Node) or node.target not in targets or len(node.args) != 2 or node.kwargs:
+        return []
+    orders = [tuple(node.args)] if node.target == _aten.sub.Tensor else [tuple(node.args), tuple(node.args[::-1])]
+    return [(a, f, b, g) for left, right in orders for a, f in operand_orders(left, PRODUCTS)
+            for b, g in operand_orders(right, PRODUCTS)]
+
+
+def _half_table(node: Any) -> Any:
+    """The (B, S, D/2) table of ``unsqueeze(table, 1)``."""
+    if isinstance(node, torch.fx.Node) and node.target == _aten.unsqueeze.default and node.args[1] == 1:
+        table = node.args[0]
+        return table if node_value(table) is not None and node_value(table).dim() == 3 else None
+    return None
+
+
+def match_halves(node: torch.fx.Node, target: FusionTarget) -> RotaryMatch | Refusal | None:
+    """Anchored at ``cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)``, ``x1, x2`` the
+    halves of ``x``'s last dim (``chunk``), ``cos``/``sin`` half tables (B, 1, S, D/2)."""
+    if len(node.args) < 2 or node.args[1] not in (-1, 3) or len(node.args[0]) != 2:
+        return None
+    difference, total = node.args[0]
+    for first, cos, second, sin in _half_products(difference, (_aten.sub.Tensor,)):
+        halves = _half_of(first), _half_of(second)
+        if halves[0] is None or halves[1] is None or halves[0][0] is not halves[1][0] or [h[1] for h in halves] != [0, 1]:
+            continue
+        chunk = halves[0][0]
+        if not any(b_cos is cos and a_sin is sin and _half_of(b, chunk) == (chunk, 1) and _half_of(a, chunk) == (chunk, 0)
+                   for b, b_cos, a, a_sin in _half_products(total, (_aten.add.Tensor,))):
+            continue
+        x, cos_table, sin_table = chunk.args[0], _half_table(cos), _half_table(sin)
+        x_value = node_value(x)
+        if cos_table is None or sin_table is None or x_value is None or x_value.dim() != 4 \
+                or not isinstance(x_value.shape[-1], int) or x_value.shape[-1] % 2:
+            return None
+        half = x_value.shape[-1] // 2
+        if any(node_value(t).shape[-1] != half for t in (cos_table, sin_table)):
+            return None
+        return _kernel_match(node, x, cos_table, sin_table, half)
     return None
 
 
@@ -108,8 +171,10 @@ def replace(graph: torch.fx.Graph, found: RotaryMatch) -> Replacements:
     with graph.inserting_before(node):
         halves = []
         for table in (found.cos, found.sin):
-            first_half = new_call(graph, _aten.slice.Tensor, (table, -1, 0, found.half), node,
-                                  like=_aten.slice.Tensor(node_value(table), -1, 0, found.half))
+            first_half = table
+            if node_value(table).shape[-1] != found.half:  # a whole table (halves equal)
+                first_half = new_call(graph, _aten.slice.Tensor, (table, -1, 0, found.half), node,
+                                      like=_aten.slice.Tensor(node_value(table), -1, 0, found.half))
             if not same_size(node_value(table).shape[0], batch):
                 # one table for every sequence (positions shared): the kernel wants one per sequence
                 size = batch if isinstance(batch, int) else new_call(graph, _aten.sym_size.int, (x, 0), node, like=batch)
@@ -121,3 +186,4 @@ def replace(graph: torch.fx.Graph, found: RotaryMatch) -> Replacements:
 
 
 RULE = FusionRule("rotary", "RotaryEmbedding", _aten.add.Tensor, FUSED_KERNELS_OPSET, False, match, replace)
+HALVES_RULE = FusionRule("rotary_halves", "RotaryEmbedding", _aten.cat.default, FUSED_KERNELS_OPSET, False, match_halves, replace)

@@ -204,6 +204,31 @@ def test_rotary_embedding_is_one_kernel_from_opset_23(tmp_path, shared_positions
     assert "Neg" not in counts  # rotate_half is gone
 
 
+class RotaryOfHalves(Rotary):
+    """The rotary embedding as transformers' gpt-oss writes it: the halves of x rotated by
+    half tables (B, S, D/2), scaled."""
+
+    def forward(self, q, k, positions):
+        freqs = positions[..., None].float() * self.inv_freq
+        cos, sin = (freqs.cos() * 1.3)[:, None], (freqs.sin() * 1.3)[:, None]
+
+        def rotate(x):
+            first, second = torch.chunk(x, 2, dim=-1)
+            return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+        return rotate(q), rotate(k)
+
+
+def test_the_rotation_of_halves_is_one_kernel(tmp_path, module_functions):
+    length, batch = torch.export.Dim("length"), torch.export.Dim("batch")
+    dynamic = {"q": {0: batch, 2: length}, "k": {0: batch, 2: length}, "positions": {0: batch, 1: length}}
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic, module_functions=module_functions)
+    program = export_and_compare_impl(RotaryOfHalves(), _rotary_inputs(5), options=options, tmp_path=tmp_path,
+                                      second_inputs=(_rotary_inputs(9, 3), {}))
+    counts = _counts(program)
+    assert counts["RotaryEmbedding"] == 2 and not {"Split", "Slice", "Concat"} & set(counts)
+
+
 def test_rotary_tables_of_unknown_halves_stay_as_written(tmp_path):
     q = torch.randn(2, 4, 5, 16)
     cos, sin = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
@@ -374,23 +399,27 @@ class CachedDecoder(torch.nn.Module):
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d), persistent=False)
         self.additive_mask, self.window = additive_mask, window
 
-    def forward(self, x, attention_mask, position_ids, past_key, past_value):
-        b, s, _ = x.shape
+    def tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = position_ids[..., None].float() * self.inv_freq
         if self.switch is not None:
             freqs = freqs * torch.where(position_ids.max() + 1 > self.switch, 0.5, 1.0)
         emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+        return emb.cos()[:, None], emb.sin()[:, None]
+
+    def rotate(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = self.head_size // 2
+        return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+    def forward(self, x, attention_mask, position_ids, past_key, past_value):
+        b, s, _ = x.shape
+        cos, sin = self.tables(position_ids)
 
         d = self.head_size
 
         def heads(t: torch.Tensor, count: int) -> torch.Tensor:
             return t.view(b, s, count, d).transpose(1, 2)
 
-        def rotate(t: torch.Tensor) -> torch.Tensor:
-            return t * cos + torch.cat([-t[..., d // 2:], t[..., :d // 2]], dim=-1) * sin
-
-        q, k, v = rotate(heads(self.q(x), 4)), rotate(heads(self.k(x), 2)), heads(self.v(x), 2)
+        q, k, v = self.rotate(heads(self.q(x), 4), cos, sin), self.rotate(heads(self.k(x), 2), cos, sin), heads(self.v(x), 2)
         key, value = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
         total = key.shape[2]
         causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
@@ -401,8 +430,39 @@ class CachedDecoder(torch.nn.Module):
         if self.additive_mask:
             mask = torch.where(mask, 0.0, float("-inf"))
         repeated = [t[:, :, None].expand(b, 2, 2, total, d).reshape(b, 4, total, d) for t in (key, value)]
-        out = F.scaled_dot_product_attention(q, *repeated, attn_mask=mask)
+        out = self.attend(q, *repeated, mask)
         return self.o(out.transpose(1, 2).reshape(b, s, 4 * d)), key, value
+
+    def attend(self, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, key, value, attn_mask=mask)
+
+
+class SinkDecoder(CachedDecoder):
+    """:class:`CachedDecoder` with gpt-oss's attention as transformers writes it: the
+    rotation of the halves by half tables, the boolean mask as a bias, and each head's sink
+    logit joined to the scores before the softmax and dropped after it."""
+
+    def __init__(self, window: int | None = None) -> None:
+        super().__init__(window=window)
+        # sinks of the scores' size: they take a visible share of the attention
+        self.sinks = torch.nn.Parameter(torch.randn(4) * 2)
+
+    def tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq
+        return freqs.cos()[:, None], freqs.sin()[:, None]
+
+    def rotate(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        first, second = torch.chunk(t, 2, dim=-1)
+        return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+    def attend(self, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, s = q.shape[0], q.shape[2]
+        bias = (~mask).to(q.dtype) * torch.finfo(q.dtype).min
+        scores = torch.matmul(q, key.transpose(2, 3)) * self.head_size ** -0.5 + bias
+        logits = torch.cat([scores, self.sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)], dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        probabilities = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
+        return torch.matmul(F.dropout(probabilities, p=0.0, training=self.training), value)
 
 
 def _decoder_inputs(batch: int, past: int, new: int, padding: str = "none", head_size: int = 8) -> tuple[torch.Tensor, ...]:
@@ -550,6 +610,30 @@ def test_a_sliding_window_over_a_cache_is_the_kernels_local_window(tmp_path, mod
                for a in n.attribute if a.name == "local_window_size"]
     assert windows == [3, 3]  # the kernel without the bias and with it
     _check_steps(program, model)
+
+
+@pytest.mark.parametrize("window", [None, 3], ids=["full", "sliding"])
+def test_attention_with_sinks_over_a_cache_is_the_kernel_with_head_sink(tmp_path, window, module_functions):
+    """gpt-oss's attention with sinks: the kernel with the sinks as `head_sink` (and the
+    window as `local_window_size`) in both of its forms, and the exact form keeps the
+    sinks; every step of STEPS (each branch: no padding, left, right, several new tokens
+    over a cache at batch 3) equals the model."""
+    torch.manual_seed(0)
+    model = SinkDecoder(window=window).eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=module_functions)
+    check_saved_model(program, tmp_path / "m.onnx")
+    counts = _counts(program)
+    assert counts["GroupQueryAttention"] == 2 and counts["RotaryEmbedding"] == 2 and "Softmax" not in counts
+    sinks_name = {n.name for n in program.model_proto.graph.initializer if n.dims == [4]} | {i.name for i in program.model_proto.graph.input}
+    for node in (n for n in all_nodes(program.model_proto) if n.op_type == "GroupQueryAttention"):
+        assert len(node.input) == 12 and node.input[11] in sinks_name, node.input
+        assert [a.i for a in node.attribute if a.name == "local_window_size"] == ([] if window is None else [window])
+    _check_steps(program, model)
+    # without its sinks the model computes other numbers at these steps
+    with torch.no_grad():
+        model.sinks.fill_(-1e4)
+    inputs = _decoder_inputs(3, 5, 1, "right")
+    assert not torch.allclose(program(*inputs)[0], model(*inputs)[0], rtol=1e-2, atol=1e-3)
 
 
 @pytest.mark.parametrize(("model", "options", "note"), [

@@ -17,7 +17,9 @@ from diagnostics import DiagnosticContext, DiagnosticOptions, Level
 from dispatcher import OnnxRegistry
 from fx2onnx.fx_passes.decompose_unsupported import decompose_unsupported
 from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET, RULES, FusionTarget, fuse_kernels
-from fx2onnx.fx_passes.fused_kernels import attention, gelu, group_query_attention, rms_normalization, rotary_embedding
+from fx2onnx.fx_passes.fused_kernels import (
+    attention, attention_sinks, gelu, group_query_attention, rms_normalization, rotary_embedding,
+)
 from fx2onnx.fx_passes.fused_kernels.matching import Refusal
 from fx2onnx.fx_passes.remove_assertions import remove_assertions
 from fx2onnx.fx_passes.remove_identity_views import remove_identity_views
@@ -80,8 +82,10 @@ def _assert_unchanged(graph_module, **fuse_options) -> list[str]:
 
 
 def test_rules_are_one_table_with_attention_over_a_cache_first():
-    assert [rule.name for rule in RULES] == ["group_query_attention", "attention", "rotary", "gelu", "rms_norm"]
-    assert [rule.kernel for rule in RULES] == ["GroupQueryAttention", "Attention", "RotaryEmbedding", "Gelu", "RMSNormalization"]
+    assert [rule.name for rule in RULES] == ["group_query_attention", "attention", "group_query_attention_sinks", "rotary",
+                                             "rotary_halves", "gelu", "rms_norm"]
+    assert [rule.kernel for rule in RULES] == ["GroupQueryAttention", "Attention", "GroupQueryAttention", "RotaryEmbedding",
+                                               "RotaryEmbedding", "Gelu", "RMSNormalization"]
 
 
 # -- gelu -------------------------------------------------------------------------------------------
@@ -226,6 +230,39 @@ def test_tables_of_unknown_halves_are_not_matched():
     assert _assert_unchanged(graph_module) == []  # an add that is not a rotation says nothing
 
 
+def _rotate_halves(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """gpt-oss's form: the halves rotated by half tables (B, 1, S, D/2)."""
+    freqs = positions[..., None].float() * (1.0 / 10000 ** (torch.arange(0, 16, 2).float() / 16))
+    cos, sin = freqs.cos().unsqueeze(1), freqs.sin().unsqueeze(1)
+    first, second = torch.chunk(x, 2, dim=-1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+
+
+def test_the_rotation_of_halves_is_matched_and_replaced():
+    x, positions = torch.randn(2, 4, 5, 16), torch.arange(3, 8).expand(2, 5)
+    graph_module = _graph(_rotate_halves, x, positions)
+    found = _assert_untouched_by_match(rotary_embedding.match_halves, graph_module, _anchor(graph_module, _aten.cat.default))
+    assert isinstance(found, rotary_embedding.RotaryMatch) and found.x.name == "x" and found.half == 8
+    expected = graph_module(x, positions)
+    assert _fuse(graph_module) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.rotary.default)
+    assert call.args == (found.x, found.cos, found.sin)  # half tables: no slice
+    assert not _calls(graph_module, _aten.chunk.default) and not _calls(graph_module, _aten.cat.default)
+    torch.testing.assert_close(graph_module(x, positions), expected)
+
+
+def test_halves_rotated_the_wrong_way_are_not_matched():
+    def rotate(x, positions):  # x1 cos + x2 sin: another rotation's sign
+        freqs = positions[..., None].float() * 0.5
+        cos, sin = freqs.cos().expand(2, 5, 8).unsqueeze(1), freqs.sin().expand(2, 5, 8).unsqueeze(1)
+        first, second = torch.chunk(x, 2, dim=-1)
+        return torch.cat((first * cos + second * sin, second * cos - first * sin), dim=-1)
+
+    graph_module = _graph(rotate, torch.randn(2, 4, 5, 16), torch.arange(5).expand(2, 5))
+    assert rotary_embedding.match_halves(_anchor(graph_module, _aten.cat.default), FusionTarget()) is None
+    assert _assert_unchanged(graph_module) == []
+
+
 # -- attention ---------------------------------------------------------------------------------------
 def _repeat_kv(t: torch.Tensor) -> torch.Tensor:
     b, h, length, d = t.shape
@@ -318,24 +355,31 @@ def _decoder(additive: bool = False, window: int | None = None, window_compare=o
     (within a ``window`` of them: their counts' difference compared by ``window_compare``)."""
 
     def decode(q, k, v, attention_mask, past_key, past_value):
-        b, s, _ = q.shape
-
-        def heads(t: torch.Tensor, count: int) -> torch.Tensor:
-            return t.view(b, s, count, 8).transpose(1, 2)
-
-        key, value = torch.cat([past_key, heads(k, 2)], dim=2), torch.cat([past_value, heads(v, 2)], dim=2)
-        total = key.shape[2]
-        causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
-        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
-        if window is not None:
-            counts = attention_mask.cumsum(-1)
-            mask = mask & window_compare(counts[:, total - s:, None] - counts[:, None, :], window)[:, None]
+        query, key, value, mask = _heads_over_the_cache(q, k, v, attention_mask, past_key, past_value, window, window_compare)
         if additive:
             mask = torch.where(mask, 0.0, float("-inf"))
-        out = F.scaled_dot_product_attention(heads(q, 4), _repeat_kv(key), _repeat_kv(value), attn_mask=mask)
-        return out.transpose(1, 2).reshape(b, s, 32), key, value
+        out = F.scaled_dot_product_attention(query, _repeat_kv(key), _repeat_kv(value), attn_mask=mask)
+        return out.transpose(1, 2).reshape(*q.shape[:2], 32), key, value
 
     return decode
+
+
+def _heads_over_the_cache(q, k, v, attention_mask, past_key, past_value, window=None, window_compare=operator.lt):
+    """The query's heads, the caches with the new tokens' heads appended, and the boolean
+    mask (causal over ``attention_mask``'s tokens, within a ``window`` of them)."""
+    b, s, _ = q.shape
+
+    def heads(t: torch.Tensor, count: int) -> torch.Tensor:
+        return t.view(b, s, count, 8).transpose(1, 2)
+
+    key, value = torch.cat([past_key, heads(k, 2)], dim=2), torch.cat([past_value, heads(v, 2)], dim=2)
+    total = key.shape[2]
+    causal = torch.arange(total)[None, :] <= torch.arange(total - s, total)[:, None]
+    mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+    if window is not None:
+        counts = attention_mask.cumsum(-1)
+        mask = mask & window_compare(counts[:, total - s:, None] - counts[:, None, :], window)[:, None]
+    return heads(q, 4), key, value, mask
 
 
 def _decoder_inputs() -> tuple[torch.Tensor, ...]:
@@ -413,3 +457,58 @@ def test_attention_over_a_cache_is_not_matched_where_the_target_does_not_allow_t
     assert _assert_untouched_by_match(group_query_attention.match, graph_module, sdpa, target) is None
     fused, notes = _fuse(graph_module, target=target)
     assert fused == 1 and notes == [] and _calls(graph_module, _fx2onnx.attention.default)
+
+
+# -- attention with sinks over a cache (GroupQueryAttention with head_sink) -------------------------
+def _sink_decoder(window: int | None = None, bias_of=lambda mask: (~mask).float() * torch.finfo(torch.float32).min):
+    """:func:`_decoder`'s attention as transformers' gpt-oss writes it: scores, the mask as
+    a bias (``bias_of`` the boolean mask), each head's sink joined before the softmax and
+    dropped after it."""
+
+    def decode(q, k, v, attention_mask, past_key, past_value, sinks):
+        b, s, _ = q.shape
+        query, key, value, mask = _heads_over_the_cache(q, k, v, attention_mask, past_key, past_value, window)
+        scores = torch.matmul(query, _repeat_kv(key).transpose(2, 3)) * 8 ** -0.5 + bias_of(mask)
+        logits = torch.cat([scores, sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)], dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        weights = F.dropout(F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1], p=0.0, training=False)
+        return torch.matmul(weights, _repeat_kv(value)).transpose(1, 2).contiguous().reshape(b, s, 32), key, value
+
+    return decode
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_attention_with_sinks_over_a_cache_is_matched_and_replaced_by_group_query_attention(window):
+    args = (*_decoder_inputs(), torch.randn(4) * 2)
+    args[3][1, :3] = 0  # a row padded on the left
+    graph_module = _graph(_sink_decoder(window), *args)
+    graph_module.graph.eliminate_dead_code()  # max's unused indices, which the pipeline's graphs do not have
+    softmax = _anchor(graph_module, _aten.softmax.int)
+    found = _assert_untouched_by_match(attention_sinks.match, graph_module, softmax, CACHE_TARGET)
+    assert isinstance(found, group_query_attention.GroupQueryAttentionMatch)
+    assert found.sinks.name == "sinks" and found.window == window and found.anchor.target == _aten.dropout.default
+    assert [past.name for past, _ in found.caches] == ["past_key", "past_value"] and found.operands.key.name == "cat"
+    assert attention_sinks.match(softmax, FusionTarget("standard", "attention_mask")) is None
+    expected = graph_module(*args)
+    assert _fuse(graph_module, target=CACHE_TARGET) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.cached_attention.default)
+    assert call.kwargs["sinks"].name == "sinks" and call.args[8:] == (8 ** -0.5, 4, 2, *([] if window is None else [window]))
+    assert not {_aten.softmax.int, _aten.dropout.default, _aten.matmul.default} & {n.target for n in graph_module.graph.nodes}
+    sees = args[3].cumsum(1)[:, -3:] > 0
+    got = graph_module(*args)
+    torch.testing.assert_close(got[0][sees], expected[0][sees])
+    for present, want in zip(got[1:], expected[1:]):
+        torch.testing.assert_close(present, want)
+
+
+def test_attention_with_sinks_whose_mask_is_no_boolean_masks_bias_is_refused():
+    graph_module = _graph(_sink_decoder(bias_of=lambda mask: torch.where(mask, 0.0, -1e4)), *_decoder_inputs(), torch.randn(4))
+    softmax = _anchor(graph_module, _aten.softmax.int)
+    reason = "attention with sinks whose mask is no boolean mask's bias (0 held, the dtype's lowest elsewhere)"
+    assert _assert_untouched_by_match(attention_sinks.match, graph_module, softmax, CACHE_TARGET) == Refusal(reason)
+    assert _assert_unchanged(graph_module, target=CACHE_TARGET) == [f"`{softmax.name}` (group_query_attention_sinks) kept unfused: {reason}."]
+
+
+def test_a_softmax_without_sinks_is_not_matched():
+    graph_module = _graph(lambda x: F.softmax(x, dim=-1), torch.randn(2, 4, 3, 5))
+    assert attention_sinks.match(_anchor(graph_module, _aten.softmax.int), CACHE_TARGET) is None
