@@ -99,3 +99,18 @@ def test_models_without_the_folders_parts_are_refused_before_anything_is_written
         export_hf(tmp_path / "source", tmp_path / "out", task=task)
     assert hint in str(error.value) and "Nothing was written" in str(error.value)
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_a_sequence_length_the_models_own_code_fixes_is_refused_naming_that_code(tmp_path):
+    # Funnel builds its relative positions from a Python list of the sequence's length, so the
+    # export holds one length: the error cites that line of transformers, not fx2onnx
+    torch.manual_seed(0)
+    config = transformers.FunnelConfig(vocab_size=100, block_sizes=[1], num_decoder_layers=1, d_model=32, n_head=4, d_head=8,
+                                      d_inner=64)
+    transformers.FunnelForMaskedLM(config).eval().save_pretrained(tmp_path / "source")
+    with pytest.raises(ValueError, match=r"Dim 1 of input 'input_ids' \(sequence_length\) is static") as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task="fill-mask")
+    message = str(error.value)
+    assert "was fixed to 7 by the code at" in message and "modeling_funnel.py:" in message
+    assert "Report this" not in message and "Nothing was written" in message
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
