@@ -14,7 +14,8 @@ from the architecture's own config class (sizes shrunk: 2 layers, width 32, voca
 The pairs of text generation, text and token classification, question answering,
 fill-mask, image classification and sequence-to-sequence come first, in turn (each task's
 in a fixed shuffled order), then the other tasks'. A config that refuses the smallest
-sizes is shrunk less (`SHRINK_LEVELS`). Each pair runs in a child process forked from this
+sizes, or whose forward fails on them, has the widths that depend on them follow them, or
+is shrunk less (`SHRINK_LEVELS`). Each pair runs in a child process forked from this
 one (the libraries already imported) with a time limit, so that a crash or a hang stops
 only that pair; it records exported or the error's cause (its class and first line, the
 library that raised it, its class of failure: `CATEGORIES`), the largest difference, the
@@ -778,7 +779,11 @@ def report(results: Path, page: Path) -> str:
         "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
-        "the column that sets it aside. The sweep runs the pairs of text generation, text and token "
+        "the column that sets it aside. A pair export-hf refuses before writing anything, with an error naming "
+        "what serves it (a task or parts it does not serve), is counted as tried in the class *refused*, and "
+        "set aside in a second percentage. A config whose smallest sizes break its own constraints (a rotary "
+        "or latent head size, a validator) is built again with the widths that depend on them following the "
+        "shrunk ones (the *derived* level). The sweep runs the pairs of text generation, text and token "
         "classification, question answering, fill-mask, image classification and sequence-to-sequence first, "
         "in turn, each task's in a fixed shuffled order, so that a sweep stopped early has sampled each of them "
         "evenly. Time is export-hf's whole command (export, save, verification); memory is the peak resident "
