@@ -153,8 +153,21 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
     kinds = getattr(config, "layer_types", None)
     if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), "layer_types", None), property):
-        values["layer_types"] = kinds[:layers]
+        values["layer_types"] = _every_kind(kinds, layers)
+        if len(values["layer_types"]) > layers:
+            values["num_hidden_layers"] = len(values["layer_types"])
     return values
+
+
+def _every_kind(kinds: list[Any], layers: int) -> list[Any]:
+    """The first ``layers`` of a config's layer kinds, or, when they leave a kind out (a
+    hybrid whose attention comes after its first convolutions), the first layer of each
+    kind in their order: a tiny model keeps every kind of layer its cache and masks serve."""
+    if set(map(str, kinds[:layers])) == set(map(str, kinds)):
+        return kinds[:layers]
+    firsts = sorted({str(kind): index for index, kind in reversed(list(enumerate(kinds)))}.values())
+    chosen = [kinds[index] for index in firsts]
+    return chosen + kinds[: max(layers - len(chosen), 0)]
 
 
 def _first_int(config: Any, names: tuple[str, ...]) -> tuple[str, Any] | None:

@@ -155,3 +155,24 @@ def test_a_shrunk_config_that_breaks_the_forward_is_derived_again() -> None:
     with torch.no_grad():
         logits = model(**sweep.task_inputs("text-generation", config, model)[0](0)).logits
     assert logits.shape == (2, 7, sweep.VOCAB) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize(
+    ("kinds", "layers", "expected"),
+    [
+        (["conv", "conv", "full_attention", "conv"], 2, ["conv", "full_attention"]),  # attention after two convolutions
+        (["sliding", "sliding", "full"], 2, ["sliding", "full"]),
+        (["a", "b", "c"], 2, ["a", "b", "c"]),  # more kinds than layers: a layer of each
+        (["full", "full", "full"], 2, ["full", "full"]),
+    ],
+)
+def test_a_tiny_hybrid_keeps_every_kind_of_layer(kinds: list, layers: int, expected: list) -> None:
+    assert sweep._every_kind(kinds, layers) == expected
+
+
+def test_a_shrunk_hybrid_config_keeps_its_attention_layers() -> None:
+    import transformers
+
+    config = sweep.small_config("lfm3", "Lfm3ForCausalLM")
+    assert config.num_hidden_layers == len(config.layer_types) >= 2
+    assert set(config.layer_types) == set(transformers.AutoConfig.for_model("lfm3").layer_types)
