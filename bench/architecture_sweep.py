@@ -156,6 +156,14 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
         values["layer_types"] = _every_kind(kinds, layers)
         if len(values["layer_types"]) > layers:
             values["num_hidden_layers"] = len(values["layer_types"])
+    # a pattern of layer kinds repeated a number of times ([[["global", "local"], 12]]) repeated
+    # as often as the shrunk depth holds it, and the depth a whole number of patterns
+    depth = values.get("num_layers", getattr(config, "num_layers", None))
+    runs = vars(config).get("attention_types")
+    if isinstance(depth, int) and isinstance(runs, list) and len(runs) == 1 and isinstance(runs[0][0], list):
+        kinds = runs[0][0]
+        values["attention_types"] = [[kinds, max(1, depth // len(kinds))]]
+        values["num_layers"] = len(kinds) * max(1, depth // len(kinds))
     return values
 
 

@@ -176,3 +176,8 @@ def test_a_shrunk_hybrid_config_keeps_its_attention_layers() -> None:
     config = sweep.small_config("lfm3", "Lfm3ForCausalLM")
     assert config.num_hidden_layers == len(config.layer_types) >= 2
     assert set(config.layer_types) == set(transformers.AutoConfig.for_model("lfm3").layer_types)
+
+
+def test_a_repeated_pattern_of_layer_kinds_is_repeated_as_often_as_the_depth_holds() -> None:
+    config = sweep.small_config("gpt_neo", "GPTNeoForQuestionAnswering")  # its validator checks the two agree
+    assert (config.num_layers, config.attention_layers) == (2, ["global", "local"])
