@@ -114,3 +114,17 @@ def test_a_sequence_length_the_models_own_code_fixes_is_refused_naming_that_code
     assert "was fixed to 7 by the code at" in message and "modeling_funnel.py:" in message
     assert "Report this" not in message and "Nothing was written" in message
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_a_model_whose_own_forward_needs_more_than_the_tasks_inputs_is_refused(tmp_path):
+    # Bros reads its words' boxes (bbox), which a token-classification folder does not feed
+    torch.manual_seed(0)
+    config = transformers.BrosConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, num_labels=3)
+    transformers.BrosForTokenClassification(config).eval().save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match="transformers' own forward fails on them") as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task="token-classification")
+    message = str(error.value)
+    assert "(input_ids, attention_mask" in message and "You have to specify bbox." in message
+    assert "fx2onnx.dynamo_export" in message
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
