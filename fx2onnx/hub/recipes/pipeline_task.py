@@ -20,9 +20,8 @@ from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
-from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
+from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
-from fx2onnx.hub.tasks import UnsupportedTaskError
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:
@@ -45,27 +44,6 @@ def verify_task_outputs(
     return verdict_of(pairs, tolerance)
 
 
-def inputs_refusal(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> UnsupportedTaskError | None:
-    """After a failed capture: the refusal when transformers' own forward fails on the
-    inputs the task's folder feeds (a layout model without its boxes, a classifier built on
-    a vision-language model, patches its image processor cuts), None when it runs them (the
-    capture's failure is then the cause) or the model is fake (nothing to run)."""
-    if loaded.fake_context is not None:
-        return None
-    try:
-        with torch.no_grad():
-            loaded.model(**inputs)
-    except (ValueError, TypeError, RuntimeError) as own:
-        model = loaded.model
-        return UnsupportedTaskError(
-            f"{type(model).__name__} ({model.config.model_type}) does not run on the inputs a {loaded.task} folder "
-            f"feeds ({', '.join(inputs)}): transformers' own forward fails on them with {type(own).__name__}: "
-            f"{str(own).strip().splitlines()[0].rstrip('.')}. No folder was written. Export it with fx2onnx.dynamo_export and the "
-            "inputs its forward needs."
-        )
-    return None
-
-
 class PipelineTaskRecipe(RecipeDefaults):
     """The task of pipeline_tasks.PIPELINE_TASKS is the loaded model's (CTC speech
     recognition's is the same name)."""
@@ -80,13 +58,7 @@ class PipelineTaskRecipe(RecipeDefaults):
         if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
             loaded.model.config.use_cache = False
         inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
-        try:
-            program = exported(loaded.model, fake_inputs(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
-        except fx2onnx.OnnxExporterError as error:
-            refusal = inputs_refusal(loaded, inputs)
-            if refusal is None:
-                raise
-            raise refusal from error
+        program = exported_or_refused(loaded, inputs, options, pipeline_tasks.extra_dim_roles(task))
         pipeline_tasks.keep_task_outputs(program.model, task)
         pipeline_tasks.name_image_dims(program.model)
         return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)
