@@ -14,7 +14,8 @@ from the architecture's own config class (sizes shrunk: 2 layers, width 32, voca
 The pairs of text generation, text and token classification, question answering,
 fill-mask, image classification and sequence-to-sequence come first, in turn (each task's
 in a fixed shuffled order), then the other tasks'. A config that refuses the smallest
-sizes is shrunk less (`SHRINK_LEVELS`). Each pair runs in a child process forked from this
+sizes, or whose forward fails on them, has the widths that depend on them follow them, or
+is shrunk less (`SHRINK_LEVELS`). Each pair runs in a child process forked from this
 one (the libraries already imported) with a time limit, so that a crash or a hang stops
 only that pair; it records exported or the error's cause (its class and first line, the
 library that raised it, its class of failure: `CATEGORIES`), the largest difference, the
@@ -112,7 +113,24 @@ _HEADS = {"num_attention_heads", "num_key_value_heads", "head_dim", "num_heads",
 _DEPTH = {"num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "vocab_size",
           "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
           "num_local_experts", "num_experts", "num_experts_per_tok"}
-SHRINK_LEVELS = {"small": frozenset(SMALL), "heads kept": frozenset(SMALL) - _HEADS, "depth only": frozenset(_DEPTH)}
+SHRINK_LEVELS = {
+    "small": frozenset(SMALL), "derived": frozenset(SMALL), "heads kept": frozenset(SMALL) - _HEADS,
+    "depth only": frozenset(_DEPTH),
+}
+# the levels whose other widths follow the shrunk ones (`_derived_values`)
+DERIVED_LEVELS = frozenset({"derived"})
+# the config's width, its heads, and the widths sized per head (they shrink with the head's size)
+_WIDTHS = ("hidden_size", "n_embd", "d_model", "embed_dim")
+_HEAD_COUNTS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads")
+_PER_HEAD = re.compile(r"^(head_dim|.*_head_dim|rotary_dim|.*_rank)$")
+# sizes a config may leave None although its model reads them as numbers
+# (the head's size for head_dim)
+_NONE_FILLED = {
+    "head_dim": None, "num_local_experts": 4, "num_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+}
+# counts that divide the heads (key/value heads, state-space groups): they keep their ratio to them
+_HEAD_GROUPS = ("num_key_value_heads", "n_groups")
 # the most parameters a tiny model may have when only its depth is shrunk
 _MOST_PARAMETERS = 20_000_000
 
@@ -135,17 +153,94 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
     kinds = getattr(config, "layer_types", None)
     if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), "layer_types", None), property):
-        values["layer_types"] = kinds[:layers]
+        values["layer_types"] = _every_kind(kinds, layers)
+        if len(values["layer_types"]) > layers:
+            values["num_hidden_layers"] = len(values["layer_types"])
+    # a pattern of layer kinds repeated a number of times ([[["global", "local"], 12]]) repeated
+    # as often as the shrunk depth holds it, and the depth a whole number of patterns
+    depth = values.get("num_layers", getattr(config, "num_layers", None))
+    runs = vars(config).get("attention_types")
+    if isinstance(depth, int) and isinstance(runs, list) and len(runs) == 1 and isinstance(runs[0][0], list):
+        kinds = runs[0][0]
+        values["attention_types"] = [[kinds, max(1, depth // len(kinds))]]
+        values["num_layers"] = len(kinds) * max(1, depth // len(kinds))
     return values
 
 
-def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL)) -> Any:
+def _every_kind(kinds: list[Any], layers: int) -> list[Any]:
+    """The first ``layers`` of a config's layer kinds, or, when they leave a kind out (a
+    hybrid whose attention comes after its first convolutions), the first layer of each
+    kind in their order: a tiny model keeps every kind of layer its cache and masks serve."""
+    if set(map(str, kinds[:layers])) == set(map(str, kinds)):
+        return kinds[:layers]
+    firsts = sorted({str(kind): index for index, kind in reversed(list(enumerate(kinds)))}.values())
+    chosen = [kinds[index] for index in firsts]
+    return chosen + kinds[: max(layers - len(chosen), 0)]
+
+
+def _first_int(config: Any, names: tuple[str, ...]) -> tuple[str, Any] | None:
+    for name in names:
+        value = vars(config).get(name)
+        if isinstance(value, int) and not isinstance(value, bool) or (
+                isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value)):
+            return name, value
+    return None
+
+
+def _derived_values(config: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (shrunk) with the widths that depend on them following: the width a multiple
+    of the first stage's heads, the key/value heads in their ratio to the heads (equal when
+    equal: latent attentions and validators require it), every width sized per head (head,
+    rotary, latent ranks) scaled by the ratio of the head's size, and the sizes the config
+    leaves None filled; sub-configs likewise."""
+    # the architecture's own image size: its patches, windows and stages are sized for it
+    derived = {k: v for k, v in values.items() if k != "image_size"}
+    for key, value in values.items():
+        current = vars(config).get(key)
+        if isinstance(value, dict) and hasattr(current, "to_dict"):
+            derived[key] = {**value, **_derived_values(current, {k: v for k, v in value.items() if k in SMALL})}
+    width, heads = _first_int(config, _WIDTHS), _first_int(config, _HEAD_COUNTS)
+    if width is None or heads is None or isinstance(width[1], (list, tuple)):
+        return derived
+    (width_key, old_width), (heads_key, old_heads) = width, heads
+    first_heads = old_heads[0] if isinstance(old_heads, (list, tuple)) else derived.get(heads_key, old_heads)
+    for key in _WIDTHS:  # every width a multiple of the heads (hierarchical models name two)
+        if isinstance(derived.get(key), int):
+            derived[key] = -(-derived[key] // first_heads) * first_heads
+    new_width = derived.get(width_key, old_width)
+    new_heads = derived.get(heads_key, old_heads)
+    for key in _HEAD_GROUPS:
+        groups = vars(config).get(key)
+        if isinstance(new_heads, int) and isinstance(old_heads, int) and isinstance(groups, int) and groups > 0:
+            derived[key] = max(1, new_heads * groups // old_heads)
+    old_head_size = old_width / (old_heads[0] if isinstance(old_heads, (list, tuple)) else old_heads)
+    new_head_size = new_width / first_heads
+    for key, current in vars(config).items():
+        if _PER_HEAD.match(key) and isinstance(current, int) and not isinstance(current, bool) and current > 0:
+            derived[key] = max(2, 2 * round(current * new_head_size / old_head_size / 2))
+        elif key in _NONE_FILLED and current is None and not isinstance(getattr(type(config), key, None), property):
+            derived[key] = _NONE_FILLED[key] or max(2, int(new_head_size))
+    return derived
+
+
+def _forward_defaults(config: Any) -> None:
+    """Choices a model's forward needs and the config leaves unset: the default among the
+    languages the config lists (the model refuses input in no language)."""
+    languages = getattr(config, "languages", None)
+    if getattr(config, "default_language", "") is None and languages:
+        config.default_language = list(languages)[0]
+
+
+def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL), derive: bool = False) -> Any:
     """The architecture's config class, built again with shrunk sizes (so that what its
-    constructor derives from them, backbone stages or layer types, follows)."""
+    constructor derives from them, backbone stages or layer types, follows); with ``derive``,
+    the widths that depend on the shrunk ones follow them as well (`_derived_values`)."""
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
-    config = transformers.AutoConfig.for_model(model_type, **_shrunk_values(config, keys))
+    values = _shrunk_values(config, keys)
+    config = transformers.AutoConfig.for_model(model_type, **(_derived_values(config, values) if derive else values))
+    _forward_defaults(config)
     config.architectures = [class_name]
     if class_name.endswith("ForCausalLM") and getattr(config, "is_decoder", None) is False:
         config.is_decoder = True  # an encoder's causal-LM head (BERT-like) is a decoder only when told
@@ -163,7 +258,7 @@ def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any
     built: tuple[Any, torch.nn.Module, str] | None = None
     for level, keys in SHRINK_LEVELS.items():
         try:
-            config = small_config(model_type, class_name, keys)
+            config = small_config(model_type, class_name, keys, derive=level in DERIVED_LEVELS)
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
         except Exception as error:  # noqa: BLE001 - the next level is tried; the first error is the cause
@@ -237,7 +332,8 @@ def _failure(error: BaseException) -> dict[str, str]:
 CATEGORIES = {
     "not built": "the tiny model cannot be built (transformers refuses the shrunk config or needs a library)",
     "transformers fails": "transformers' own forward fails on the tiny model and its example inputs",
-    "export-hf": "export-hf (fx2onnx/hub) refuses the pair or fails before or after the export",
+    "refused": "export-hf refuses the pair before writing anything, with an error naming what serves it",
+    "export-hf": "export-hf (fx2onnx/hub) fails before or after the export",
     "capture": "torch.export cannot capture the model",
     "unsupported operator": "an operator without an ONNX function",
     "translation": "the translation or an ONNX pass fails",
@@ -247,6 +343,10 @@ CATEGORIES = {
     "crash": "the pair's process died",
     "other": "any other error",
 }
+
+
+# the errors export-hf refuses a pair with (a task or parts it does not serve), each naming what does
+REFUSALS = ("UnsupportedTaskError", "PartsLeftOutError")
 
 
 def classify(record: dict[str, Any]) -> str | None:
@@ -261,6 +361,8 @@ def classify(record: dict[str, Any]) -> str | None:
         return "time limit"
     if cause.startswith("child died"):
         return "crash"
+    if cause.split(":")[0] in REFUSALS:
+        return "refused"
     eager = record.get("eager_cause", "")
     # transformers' forward fails on the example inputs, and the export where it runs that forward
     if eager and (eager.split(":")[0] == cause.split(":")[0] or via == "exporter"):
@@ -572,6 +674,7 @@ def summary(records: list[dict[str, Any]]) -> dict[str, int]:
         "torch_onnx_compared": sum(r.get("torch_onnx") in ("exported", "failed") for r in built),
         "not_built": len(records) - len(built),
         "transformers_fails": sum(classify(r) == "transformers fails" for r in built),
+        "refused": sum(classify(r) == "refused" for r in built),
     }
 
 
@@ -599,14 +702,16 @@ def _percent(part: int, whole: int) -> str:
 def _task_rows(by_task: dict[str, list[dict[str, Any]]]) -> list[str]:
     rows = [
         "| task | pairs in transformers | pairs run | not built | tried | export-hf exported | export-hf exact | "
-        "exact of tried | exact of tried, transformers' own failures aside | torch.onnx exported | torch.onnx exact |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "export-hf refused | exact of tried | exact of tried, refusals aside | "
+        "exact of tried, transformers' own failures aside | torch.onnx exported | torch.onnx exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in [t for t in TASK_MAPPINGS if t in by_task]:
         s = summary(by_task[task])
         rows.append(
             f"| [{task}](#{task}) | {len(pairs_of(task))} | {len(by_task[task])} | {s['not_built']} | {s['tried']} | "
-            f"{s['exported']} | {s['exact']} | {_percent(s['exact'], s['tried'])} | "
+            f"{s['exported']} | {s['exact']} | {s['refused']} | {_percent(s['exact'], s['tried'])} | "
+            f"{_percent(s['exact'], s['tried'] - s['refused'])} | "
             f"{_percent(s['exact'], s['tried'] - s['transformers_fails'])} | {s['torch_onnx_exported']} | {s['torch_onnx_exact']} |"
         )
     return rows
@@ -629,6 +734,14 @@ def _cause_rows(records: list[dict[str, Any]]) -> list[str]:
         more = ", ..." if len(names) > 4 else ""
         rows.append(f"| {category} | {_escaped(cause)} | {len(names)} | {', '.join(names[:4])}{more} |")
     return rows
+
+
+def _refusal_rows(records: list[dict[str, Any]]) -> list[str]:
+    refused = sorted((r["task"], r["architecture"], r.get("cause", "")) for r in records if classify(r) == "refused")
+    rows = ["| task | architecture | error |", "|---|---|---|"]
+    if not refused:
+        return ["None."]
+    return rows + [f"| {task} | {name} | {_escaped(cause)} |" for task, name, cause in refused]
 
 
 def _pair_rows(task_records: list[dict[str, Any]]) -> list[str]:
@@ -659,7 +772,10 @@ def report(results: Path, page: Path) -> str:
             f"exact in onnxruntime {total['exact']}; torch.onnx.export(dynamo=True) exported {total['torch_onnx_exported']}, "
             f"exact {total['torch_onnx_exact']} (of {total['torch_onnx_compared']} compared)")
     priority_line = (f"{priority['exact']} of {priority['tried']} tried ({_percent(priority['exact'], priority['tried'])}) "
-                     f"exported and exact; {priority['transformers_fails']} of them fail in transformers' own forward")
+                     f"exported and exact; {priority['refused']} refused by export-hf with a clear error, and "
+                     f"{priority['exact']} of the {priority['tried'] - priority['refused']} not refused "
+                     f"({_percent(priority['exact'], priority['tried'] - priority['refused'])}) exact; "
+                     f"{priority['transformers_fails']} fail in transformers' own forward")
     commits = sorted({r.get("commit", "unknown") for r in records})
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     out = [
@@ -684,7 +800,11 @@ def report(results: Path, page: Path) -> str:
         "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
-        "the column that sets it aside. The sweep runs the pairs of text generation, text and token "
+        "the column that sets it aside. A pair export-hf refuses before writing anything, with an error naming "
+        "what serves it (a task or parts it does not serve), is counted as tried in the class *refused*, and "
+        "set aside in a second percentage. A config whose smallest sizes break its own constraints (a rotary "
+        "or latent head size, a validator) is built again with the widths that depend on them following the "
+        "shrunk ones (the *derived* level). The sweep runs the pairs of text generation, text and token "
         "classification, question answering, fill-mask, image classification and sequence-to-sequence first, "
         "in turn, each task's in a fixed shuffled order, so that a sweep stopped early has sampled each of them "
         "evenly. Time is export-hf's whole command (export, save, verification); memory is the peak resident "
@@ -696,7 +816,11 @@ def report(results: Path, page: Path) -> str:
         "", "## Failures by class", "",
         "Each failure is recorded with the class and first line of its error and the library whose code "
         "raised it; the class is read from them.", "",
-    ] + _category_rows(records) + ["", "## Failures by cause", ""] + _cause_rows(records)
+    ] + _category_rows(records) + ["", "## Failures by cause", ""] + _cause_rows(records) + [
+        "", "## Refused by export-hf", "",
+        "The pairs export-hf refuses before writing anything, each with the error it gives (counted as tried and "
+        "not exact, and shown apart in the column that sets refusals aside).", "",
+    ] + _refusal_rows(records)
     torch_causes = Counter(r.get("torch_onnx_cause", "") for r in records if r.get("torch_onnx") == "failed")
     if torch_causes:
         out += ["", "torch.onnx.export's failures by cause (the 15 most common):", "", "| cause | pairs |", "|---|---|"]

@@ -56,7 +56,10 @@ def test_an_export_failure_is_its_first_diagnostic() -> None:
           "eager_cause": "ValueError: input_features needed"}, "export-hf"),
         ({"status": "failed", "cause": "OnnxExporterError: [FXE0017] torch.export could not capture the model: E",
           "where": "exporter", "via": "exporter"}, "capture"),
-        ({"status": "failed", "cause": "UnsupportedTaskError: no", "where": "export-hf", "via": "export-hf"}, "export-hf"),
+        # a clear refusal is counted apart from export-hf's failures
+        ({"status": "failed", "cause": "UnsupportedTaskError: no", "where": "export-hf", "via": "export-hf"}, "refused"),
+        ({"status": "failed", "cause": "ValueError: Dim N of input 'input_ids' is static", "where": "export-hf",
+          "via": "export-hf"}, "export-hf"),
         ({"status": "failed", "cause": "Fail: [ONNXRuntimeError] bad", "where": "onnxruntime", "via": "export-hf"},
          "onnxruntime"),
     ],
@@ -93,17 +96,24 @@ def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> N
          "cause": "OnnxExporterError: [FXE0011] No ONNX function for aten::frobnicate.default",
          "torch_onnx": "failed", "torch_onnx_cause": "DispatchError: no"},
         {"task": "fill-mask", "architecture": "SqueezeBertForMaskedLM", "status": "not built", "cause": "ValueError: w"},
+        {"task": "fill-mask", "architecture": "XLMWithLMHeadModel", "status": "failed", "where": "export-hf",
+         "via": "export-hf", "cause": "UnsupportedTaskError: XLMWithLMHeadModel (xlm) is served by fill-mask"},
     ]
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert sweep._done(results, set()) == {("fill-mask", a) for a in ("BertForMaskedLM", "EsmForMaskedLM", "SqueezeBertForMaskedLM")}
-    assert sweep._done(results, {"unsupported operator"}) == {("fill-mask", "BertForMaskedLM"), ("fill-mask", "SqueezeBertForMaskedLM")}
+    every = ("BertForMaskedLM", "EsmForMaskedLM", "SqueezeBertForMaskedLM", "XLMWithLMHeadModel")
+    assert sweep._done(results, set()) == {("fill-mask", a) for a in every}
+    assert sweep._done(results, {"unsupported operator"}) == {("fill-mask", a) for a in every if a != "EsmForMaskedLM"}
     page = tmp_path / "scoreboard.md"
     line = sweep.report(results, page)
-    assert line.startswith("3 pairs run, 2 built and tried: export-hf exported 1, exact in onnxruntime 1; "
+    assert line.startswith("4 pairs run, 3 built and tried: export-hf exported 1, exact in onnxruntime 1; "
                            "torch.onnx.export(dynamo=True) exported 1, exact 1")
     text = page.read_text()
-    assert f"| [fill-mask](#fill-mask) | {len(sweep.pairs_of('fill-mask'))} | 3 | 1 | 2 | 1 | 1 | 50% | 50% | 1 | 1 |" in text
+    # the bar both ways: 1 exact of 3 tried, and of the 2 not refused
+    assert (f"| [fill-mask](#fill-mask) | {len(sweep.pairs_of('fill-mask'))} | 4 | 1 | 3 | 1 | 1 | 1 | 33% | 50% | 33% "
+            "| 1 | 1 |") in text
+    assert "| fill-mask | XLMWithLMHeadModel | UnsupportedTaskError: XLMWithLMHeadModel (xlm) is served by fill-mask |" in text
+    assert "| refused | export-hf refuses the pair" in text
     assert "| unsupported operator | [FXE0011] No ONNX function" not in text  # the cause keeps its class name
     assert ("| unsupported operator | OnnxExporterError: [FXE0011] No ONNX function for aten::frobnicate.default | 1 | "
             "EsmForMaskedLM |") in text
@@ -182,3 +192,65 @@ def test_transformers_js_model_tables_are_read_from_its_build(tmp_path: Path) ->
     (dist / "transformers.node.mjs").write_text(tables["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"])
     with pytest.raises(ValueError, match="MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES is not in Transformers.js"):
         sweep_clients.transformers_js_types(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "expected"),
+    [
+        # rotary dims no larger than the head (GPT-J's 64 of a head of 256)
+        ("gptj", {"n_embd": 32, "n_head": 4, "rotary_dim": 2}),
+        # a latent attention's head sizes and ranks shrink with the head; its key/value heads stay its heads
+        ("deepseek_v2", {"num_key_value_heads": 4, "head_dim": 4, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
+                         "v_head_dim": 8, "kv_lora_rank": 32}),
+        # the validator's hidden_size * expand == num_heads * head_dim, and groups dividing the heads
+        ("mamba2", {"hidden_size": 32, "num_heads": 4, "head_dim": 16, "n_groups": 1}),
+        # a width a multiple of the first stage's 3 heads; the image the windows are sized for
+        ("swin", {"embed_dim": 33, "image_size": 224}),
+        # sizes the config leaves None although its model reads them
+        ("dots1", {"n_routed_experts": 4, "n_shared_experts": 1}),
+    ],
+)
+def test_the_derived_level_keeps_the_architectures_constraints(model_type: str, expected: dict) -> None:
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type)
+    derived = sweep._derived_values(config, sweep._shrunk_values(config))
+    assert {key: derived.get(key, getattr(config, key)) for key in expected} == expected
+
+
+def test_a_shrunk_config_that_breaks_the_forward_is_derived_again() -> None:
+    import torch
+
+    config, model, level = sweep.tiny_model(
+        "deepseek_v2", "DeepseekV2ForCausalLM", lambda c, m: sweep._eager_failure("text-generation", c, m))
+    assert level == "derived"  # the first level's key/value heads break its latent attention
+    assert sweep._eager_failure("text-generation", config, model) is None
+    with torch.no_grad():
+        logits = model(**sweep.task_inputs("text-generation", config, model)[0](0)).logits
+    assert logits.shape == (2, 7, sweep.VOCAB) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize(
+    ("kinds", "layers", "expected"),
+    [
+        (["conv", "conv", "full_attention", "conv"], 2, ["conv", "full_attention"]),  # attention after two convolutions
+        (["sliding", "sliding", "full"], 2, ["sliding", "full"]),
+        (["a", "b", "c"], 2, ["a", "b", "c"]),  # more kinds than layers: a layer of each
+        (["full", "full", "full"], 2, ["full", "full"]),
+    ],
+)
+def test_a_tiny_hybrid_keeps_every_kind_of_layer(kinds: list, layers: int, expected: list) -> None:
+    assert sweep._every_kind(kinds, layers) == expected
+
+
+def test_a_shrunk_hybrid_config_keeps_its_attention_layers() -> None:
+    import transformers
+
+    config = sweep.small_config("lfm3", "Lfm3ForCausalLM")
+    assert config.num_hidden_layers == len(config.layer_types) >= 2
+    assert set(config.layer_types) == set(transformers.AutoConfig.for_model("lfm3").layer_types)
+
+
+def test_a_repeated_pattern_of_layer_kinds_is_repeated_as_often_as_the_depth_holds() -> None:
+    config = sweep.small_config("gpt_neo", "GPTNeoForQuestionAnswering")  # its validator checks the two agree
+    assert (config.num_layers, config.attention_layers) == (2, ["global", "local"])

@@ -9,7 +9,7 @@ torch.export under the capture's switches (`torch_export`), its attempts in orde
 (`fake_mode`), everything about dynamic dims (`dynamic_dims`: the spec, its check after
 capture, the names dims get in ONNX), what fx2onnx knows of third-party libraries
 (`libraries`, one module per library, reached through its one entry `library_adapters`:
-transformers' caches, hints and checkpoint names, torchvision's data-dependent helpers,
+transformers' caches, hints, checkpoint names and per-module experts, torchvision's data-dependent helpers,
 torchao's tensor subclasses) and the hints for failed captures (`hints`).
 """
 

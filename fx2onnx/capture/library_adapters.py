@@ -9,7 +9,8 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   (:mod:`fx2onnx.capture.libraries.transformers_caches`; also active while an exported
   program runs, which takes and returns caches);
 - **rewrites**: library functions whose Python code branches on a size that depends
-  on the data (``if boxes.numel() == 0: return empty``), which torch.export cannot
+  on the data (or loops over a data-dependent set: Switch Transformers' experts, run
+  densely, :mod:`fx2onnx.capture.libraries.transformers_experts`) (``if boxes.numel() == 0: return empty``), which torch.export cannot
   decide. Each is replaced by a function that computes the same result and decides
   such a branch with ``guard_or_false`` (torch's own way of saying "take the general
   path when the size is unknown"): eager calls (real sizes) take the original's branch,
@@ -51,6 +52,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
     uncounted_sliding_caches,
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
+from fx2onnx.capture.libraries.transformers_experts import every_expert_weighted
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
 
@@ -139,6 +141,11 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
     CaptureRewrite(
         "torch.nn.modules.module", "Module.to", module_to_unchanged_as_is,
         "`module.to(dtype)` in forward, whose parameters a capture cannot swap, even for themselves",
+    ),
+    CaptureRewrite(
+        "transformers.models.switch_transformers.modeling_switch_transformers", "SwitchTransformersExperts.forward",
+        every_expert_weighted,
+        "a loop over the experts some token was routed to (`nonzero()`), each gathering its tokens",
     ),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,

@@ -138,3 +138,32 @@ def test_decoders_whose_cache_differs_run_in_onnxruntime_genai(tmp_path, kind):
             expected = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
                                       pad_token_id=0)[0, len(prompt):].tolist()
         assert genai_greedy(genai, prompt, len(expected)) == expected
+
+
+def test_a_sequence_length_the_models_own_code_fixes_is_refused_naming_that_code(tmp_path):
+    # Funnel builds its relative positions from a Python list of the sequence's length, so the
+    # export holds one length: the error cites that line of transformers, not fx2onnx
+    torch.manual_seed(0)
+    config = transformers.FunnelConfig(vocab_size=100, block_sizes=[1], num_decoder_layers=1, d_model=32, n_head=4, d_head=8,
+                                      d_inner=64)
+    transformers.FunnelForMaskedLM(config).eval().save_pretrained(tmp_path / "source")
+    with pytest.raises(ValueError, match=r"Dim 1 of input 'input_ids' \(sequence_length\) is static") as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task="fill-mask")
+    message = str(error.value)
+    assert "was fixed to 7 by the code at" in message and "modeling_funnel.py:" in message
+    assert "Report this" not in message and "Nothing was written" in message
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_a_model_whose_own_forward_needs_more_than_the_tasks_inputs_is_refused(tmp_path):
+    # Bros reads its words' boxes (bbox), which a token-classification folder does not feed
+    torch.manual_seed(0)
+    config = transformers.BrosConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, num_labels=3)
+    transformers.BrosForTokenClassification(config).eval().save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match="transformers' own forward fails on them") as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task="token-classification")
+    message = str(error.value)
+    assert "(input_ids, attention_mask" in message and "You have to specify bbox." in message
+    assert "fx2onnx.dynamo_export" in message
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]

@@ -118,10 +118,48 @@ def fixing_location(program: torch.export.ExportedProgram, path: str, dim: int) 
         symbol for symbol, sources in shape_env.var_to_sources.items()
         if any(_source_name(source) == wanted for source in sources)
     ]
+    pinned = _pinning_place(shape_env, _equal_symbols(shape_env, set(symbols)))
+    if pinned is not None:
+        return pinned, True
     for place in _guard_places(shape_env, set(symbols)):
         if place.file is not None:
             return place, not is_torch_file(place.file)
     return None, True
+
+
+def _equal_symbols(shape_env: Any, symbols: set[Any]) -> set[Any]:
+    """``symbols`` and every symbol a guard made equal to one of them (an attention mask's
+    length to the tokens'), through any chain of such guards."""
+    import sympy
+
+    pairs = [
+        (guard.condition.lhs, guard.condition.rhs) for guard in _guards(shape_env)
+        if isinstance(guard.condition, sympy.Eq) and guard.condition.lhs.is_Symbol and guard.condition.rhs.is_Symbol
+    ]
+    found, grown = set(symbols), True
+    while grown:
+        grown = False
+        for left, right in pairs:
+            if (left in found) != (right in found):
+                found |= {left, right}
+                grown = True
+    return found
+
+
+def _pinning_place(shape_env: Any, symbols: set[Any]) -> SourcePlace | None:
+    """The first place in the model's code (not torch's) where a guard set one of
+    ``symbols`` to a number (``Eq(s0, 7)``): where the model fixed that size, even when
+    torch's shape rules took earlier guards on it."""
+    import sympy
+
+    for guard in _guards(shape_env):
+        condition = guard.condition
+        if not isinstance(condition, sympy.Eq) or guard.place.file is None or is_torch_file(guard.place.file):
+            continue
+        sides = (condition.lhs, condition.rhs)
+        if any(side.is_Integer for side in sides) and any(side in symbols for side in sides):
+            return guard.place
+    return None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 - transformers: its cache classes as pytrees (`transformers_caches`), what to change
   when one of its models cannot be captured (`transformers_hints`), the names its
   checkpoints give weights (`transformers_checkpoints`), its dynamic rotary embeddings
-  computed from each step's positions during a capture (`transformers_rope`);
+  computed from each step's positions during a capture (`transformers_rope`), the
+  experts of a mixture kept as one module per expert run densely during a capture
+  (`transformers_experts`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).

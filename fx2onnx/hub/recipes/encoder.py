@@ -16,7 +16,7 @@ from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_r
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
-from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
+from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_outputs, verify_quantized_outputs
 from fx2onnx.onnx_passes import WeightQuantization
 
@@ -48,7 +48,7 @@ class EncoderRecipe(RecipeDefaults):
         if request.quantization is not None:  # an encoder's int8: activations quantized at run time (MatMulInteger)
             precision = WeightQuantization(bits=8, dynamic_activations=True)  # a step of the export's ONNX passes
             options = dataclasses.replace(options, precision=precision)
-        program = exported(loaded.model, fake_inputs(example_inputs(loaded, 0), loaded), options)
+        program = exported_or_refused(loaded, example_inputs(loaded, 0), options)
         return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL, request.quantization), loaded)
 
     def verify(

@@ -20,7 +20,7 @@ from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
-from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
+from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
 
 
@@ -58,7 +58,7 @@ class PipelineTaskRecipe(RecipeDefaults):
         if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
             loaded.model.config.use_cache = False
         inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
-        program = exported(loaded.model, fake_inputs(inputs, loaded), options, pipeline_tasks.extra_dim_roles(task))
+        program = exported_or_refused(loaded, inputs, options, pipeline_tasks.extra_dim_roles(task))
         pipeline_tasks.keep_task_outputs(program.model, task)
         pipeline_tasks.name_image_dims(program.model)
         return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)

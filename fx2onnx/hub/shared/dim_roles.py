@@ -4,6 +4,8 @@ the cached ones) and put on every value of the exported model."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes import rename_dims
@@ -41,11 +43,29 @@ def _roles_of(name: str, has_past: bool) -> dict[int, str]:
     return next((dims for key, dims in _ROLES if name == key), {})
 
 
-def name_dims_by_role(model: ir.Model, extra_roles: dict[str, dict[int, str]] | None = None) -> dict[str, str]:
+def _static_dim_error(name: str, index: int, role: str, dim: object, export_notes: Sequence[str]) -> ValueError:
+    """The error for a role's dim the export left static: with the export's own note on the
+    code that fixed it, when it has one (then the model's code is the cause, not fx2onnx)."""
+    said = f"Dim {index} of input '{name}' ({role}) is static ({dim}) in the export"
+    why = next((note for note in export_notes if f"dim {index} of input '{name}' was fixed" in note), None)
+    if why is None:
+        return ValueError(f"{said}: the runtime needs it dynamic. Report this with the SARIF report of the export.")
+    why = why.split(": ", 1)[-1].split(". The exported model", 1)[0]
+    return ValueError(
+        f"{said}: {why}, so its model would accept only this {role}. The folder's runtime needs every "
+        f"{role}, so export-hf cannot serve this model as it is written; fx2onnx.dynamo_export exports it "
+        "for this one size. Nothing was written."
+    )
+
+
+def name_dims_by_role(
+    model: ir.Model, extra_roles: dict[str, dict[int, str]] | None = None, export_notes: Sequence[str] = (),
+) -> dict[str, str]:
     """Rename ``model``'s input dims (and every value's dims built from them) after their
     roles (``extra_roles``: input name -> {dim index: name}, before the common ones);
     returns the renaming. Two roles on one symbol are an error: the runtime would
-    be told two different lengths are one."""
+    be told two different lengths are one. A role's dim left static is an error, citing
+    the note of ``export_notes`` (the export's warnings) that says which code fixed it."""
     has_past = any(v.name.startswith("past_key_values.") for v in model.graph.inputs)
     symbols: dict[str, str] = {}
     for value in model.graph.inputs:
@@ -59,10 +79,7 @@ def name_dims_by_role(model: ir.Model, extra_roles: dict[str, dict[int, str]] | 
                 continue
             dim = value.shape[index]
             if not isinstance(dim, ir.SymbolicDim) or not dim.value:
-                raise ValueError(
-                    f"Dim {index} of input '{value.name}' ({role}) is static ({dim}) in the export: the runtime "
-                    "needs it dynamic. Report this with the SARIF report of the export."
-                )
+                raise _static_dim_error(value.name or "", index, role, dim, export_notes)
             if symbols.setdefault(dim.value, role) != role:
                 raise ValueError(
                     f"The export made {symbols[dim.value]} and {role} one dim ({dim.value}); they must stay apart."

@@ -13,6 +13,7 @@ import fx2onnx
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.onnx_passes import WeightQuantization
 
 
@@ -22,8 +23,45 @@ def exported(
 ) -> fx2onnx.ONNXProgram:
     """The export of ``model`` with its dims named after their roles."""
     program = fx2onnx.dynamo_export(model, **inputs, export_options=options)
-    name_dims_by_role(program.model, extra_roles)
+    name_dims_by_role(program.model, extra_roles, [warning.message for warning in program.warnings])
     return program
+
+
+def exported_or_refused(
+    loaded: LoadedModel, inputs: dict[str, torch.Tensor], options: fx2onnx.ExportOptions,
+    extra_roles: dict[str, dict[int, str]] | None = None,
+) -> fx2onnx.ONNXProgram:
+    """:func:`exported` of the loaded model on ``inputs`` (faked as the load is); when the
+    export fails and transformers' own forward fails on the same inputs, the refusal that
+    says so (`inputs_refusal`) instead."""
+    try:
+        return exported(loaded.model, fake_inputs(inputs, loaded), options, extra_roles)
+    except fx2onnx.OnnxExporterError as error:
+        refusal = inputs_refusal(loaded, inputs)
+        if refusal is None:
+            raise
+        raise refusal from error
+
+
+def inputs_refusal(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> UnsupportedTaskError | None:
+    """After a failed capture: the refusal when transformers' own forward fails on the
+    inputs the task's folder feeds (a layout model without its boxes, a classifier built on
+    a vision-language model, patches its image processor cuts), None when it runs them (the
+    capture's failure is then the cause) or the model is fake (nothing to run)."""
+    if loaded.fake_context is not None:
+        return None
+    try:
+        with torch.no_grad():
+            loaded.model(**inputs)
+    except (ValueError, TypeError, RuntimeError) as own:
+        model = loaded.model
+        return UnsupportedTaskError(
+            f"{type(model).__name__} ({model.config.model_type}) does not run on the inputs its {loaded.task} folder "
+            f"feeds ({', '.join(inputs)}): transformers' own forward fails on them with {type(own).__name__}: "
+            f"{str(own).strip().splitlines()[0].rstrip('.')}. No folder was written. Export it with fx2onnx.dynamo_export and the "
+            "inputs its forward needs."
+        )
+    return None
 
 
 def weights_dtype(loaded: LoadedModel) -> torch.dtype:

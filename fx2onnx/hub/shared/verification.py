@@ -161,15 +161,20 @@ def _is_past(name: str) -> bool:
 def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = _is_past) -> dict[str, np.ndarray]:
     """An empty cache for a decoder session: each cache input (``is_cache``: default the
     ``past_key_values.*`` ones) with the model's own heads and head size, (batch, heads, 0,
-    head size), in the cache's dtype. A heads or head-size dim the graph leaves symbolic (an
-    encoder-decoder's cross-attention cache, which the first step does not read) takes the
-    size the other cache inputs give it."""
+    head size), in the cache's dtype: each input's own where static (a latent attention's keys
+    and values have head sizes of their own). A heads or head-size dim the graph leaves
+    symbolic (an encoder-decoder's cross-attention cache, which the first step does not read)
+    takes the size the other cache inputs give it."""
     inputs = {i.name: i for i in session.get_inputs()}
     past_names = [n for n in inputs if is_cache(n)]
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
-    sizes = {axis: _static_size(inputs, past_names, axis) for axis in (1, 3)}
-    return {n: np.zeros((batch, sizes[1], 0, sizes[3]), dtype=dtype) for n in past_names}
+
+    def size(name: str, axis: int) -> int:
+        dim = inputs[name].shape[axis]
+        return int(dim) if isinstance(dim, int) else _static_size(inputs, past_names, axis)
+
+    return {n: np.zeros((batch, size(n, 1), 0, size(n, 3)), dtype=dtype) for n in past_names}
 
 
 def _static_size(inputs: dict[str, Any], past_names: list[str], axis: int) -> int:

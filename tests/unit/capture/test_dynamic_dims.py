@@ -60,6 +60,24 @@ def test_fixed_dim_with_dynamic_shapes_true_is_a_warning_naming_dim_and_line(tmp
     assert location["region"]["startLine"] == BranchOnBatch.forward.__code__.co_firstlineno + 2
 
 
+class LoopOverTheMasksLength(torch.nn.Module):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        masked = x * mask  # torch's broadcasting makes the two lengths one
+        total = masked.new_zeros(masked.shape[1:])
+        for index in range(mask.shape[0]):  # a Python loop: this line fixes the length
+            total = total + masked[index]
+        return total
+
+
+def test_a_dim_fixed_through_another_it_equals_names_the_line_that_fixed_it(tmp_path) -> None:
+    # x's first guard is torch's (its length equals the mask's); the model's loop then fixes the mask's
+    line = LoopOverTheMasksLength.forward.__code__.co_firstlineno + 3
+    with pytest.warns(UserWarning, match=rf"dim 0 of input 'x' was fixed to 5 by the code at .*test_dynamic_dims.py:{line}\b"):
+        program = export_program(LoopOverTheMasksLength(), (torch.randn(5, 3), torch.ones(5, 1)),
+                                 options=make_options(tmp_path, dynamic_shapes=True))
+    assert _dims(program)[0] == 5
+
+
 class GridCells(torch.nn.Module):
     """A grid of one cell per 8 positions (a feature map's size): 1 cell for lengths up to 8."""
 

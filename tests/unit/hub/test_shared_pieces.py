@@ -149,6 +149,15 @@ def test_an_empty_cache_takes_symbolic_heads_from_the_other_cache_inputs():
         empty_cache(_session_inputs({"past_key_values.0.key": ["batch", "heads", "past", 8]}))
 
 
+def test_an_empty_cache_keeps_each_inputs_own_static_head_size():
+    # a latent attention's keys (rotary and plain parts, 12) and values (8)
+    session = _session_inputs({"past_key_values.0.key": ["batch", 4, "past", 12],
+                               "past_key_values.0.value": ["batch", 4, "past", 8]})
+    assert {name: array.shape for name, array in empty_cache(session).items()} == {
+        "past_key_values.0.key": (1, 4, 0, 12), "past_key_values.0.value": (1, 4, 0, 8),
+    }
+
+
 def test_a_causal_lm_class_returning_no_cache_is_told_apart():
     from transformers import LlamaForCausalLM, MambaForCausalLM, XLMWithLMHeadModel
 

@@ -1,0 +1,48 @@
+"""Switch Transformers' experts, run densely during a capture
+(`fx2onnx/capture/libraries/transformers_experts.py`): the same outputs as transformers'
+loop over the routed experts, whether or not the experts' capacity drops tokens, and an
+export whose token count stays dynamic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.capture.library_adapters import rewritten_library_functions
+
+transformers = pytest.importorskip("transformers")
+
+
+def _sparse_mlp(capacity: int) -> torch.nn.Module:
+    from transformers.models.switch_transformers import modeling_switch_transformers as switch
+
+    torch.manual_seed(0)
+    config = transformers.SwitchTransformersConfig(d_model=16, d_ff=32, num_experts=4, expert_capacity=capacity,
+                                                   router_jitter_noise=0.0)
+    return switch.SwitchTransformersSparseMLP(config).eval()
+
+
+@pytest.mark.parametrize("capacity", [2, 64], ids=["tokens_dropped", "every_token_kept"])
+def test_every_expert_weighted_equals_the_loop_over_routed_experts(capacity: int) -> None:
+    mlp = _sparse_mlp(capacity)
+    hidden = torch.randn(3, 11, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = mlp(hidden)
+        original = type(mlp.experts).forward
+        with rewritten_library_functions():
+            assert type(mlp.experts).forward is not original
+            got = mlp(hidden)
+        assert type(mlp.experts).forward is original
+    dropped = (want == 0).all(-1).sum()
+    assert (dropped > 0) == (capacity == 2)  # the small capacity reaches the tokens it drops
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)  # float sums in another order
+
+
+def test_switch_experts_export_with_a_dynamic_token_count(export_and_compare) -> None:
+    mlp = _sparse_mlp(capacity=3)
+    first, second = torch.randn(2, 9, 16), torch.randn(3, 5, 16)
+    program = export_and_compare(mlp, (first,), options=fx2onnx.ExportOptions(dynamic_shapes=True),
+                                 second_inputs=((second,), {}))
+    assert isinstance(program.model.graph.outputs[0].shape[1].value, str)
+    assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]
