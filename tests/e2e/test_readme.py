@@ -33,7 +33,7 @@ from fx2onnx.cli.main import build_parser
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-LANGUAGES = {"python", "bash", "text", "json", "yaml", "toml"}
+LANGUAGES = {"python", "bash", "text", "json", "yaml", "toml", "javascript"}
 NOT_RUN = re.compile(r"^<!-- docs-test: not run, (?P<why>\S.*\S) -->$")
 VISION = "<!-- docs-test: vision -->"
 FENCE = re.compile(r"^```(?P<language>[^\n`]*)\n(?P<code>.*?)^```$", flags=re.S | re.M)
