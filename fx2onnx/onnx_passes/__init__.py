@@ -20,6 +20,7 @@ from fx2onnx.onnx_passes.block_scales import QUANTIZATION_ALGORITHMS
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
+from fx2onnx.onnx_passes.model_graphs import model_graphs
 from fx2onnx.onnx_passes.nbits_packing import PackedWeight, pack_codes
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
@@ -34,6 +35,7 @@ __all__ = [
     "QUANTIZATION_ALGORITHMS",
     "WeightQuantization",
     "check_opset_version",
+    "model_graphs",
     "newest_opset",
     "pack_codes",
     "pack_projections",

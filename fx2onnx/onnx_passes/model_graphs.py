@@ -28,4 +28,16 @@ def model_nodes(model: ir.Model) -> Iterator[ir.Node]:
         yield from container
 
 
-__all__ = ["model_graphs", "model_nodes"]
+def subgraph_nodes(node: ir.Node) -> set[ir.Node]:
+    """Every node of ``node``'s sub-graphs (an `If`'s branches), nested ones included."""
+    inside: set[ir.Node] = set()
+    for attribute in node.attributes.values():
+        if attribute.type == ir.AttributeType.GRAPH:
+            inside.update(ir.traversal.RecursiveGraphIterator(attribute.as_graph()))
+        elif attribute.type == ir.AttributeType.GRAPHS:
+            for graph in attribute.as_graphs():
+                inside.update(ir.traversal.RecursiveGraphIterator(graph))
+    return inside
+
+
+__all__ = ["model_graphs", "model_nodes", "subgraph_nodes"]

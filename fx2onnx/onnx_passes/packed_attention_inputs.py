@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.model_graphs import subgraph_nodes
+
 
 def packed_input(query: ir.Value, key: ir.Value | None, value: ir.Value | None) -> ir.Node | None:
     """The `Split` whose outputs are exactly ``query``, ``key`` and ``value`` along the last
@@ -35,15 +37,6 @@ def reads_leading_axes(node: ir.Node) -> bool:
     return 0 <= start and end is not None and 0 < end <= 2
 
 
-def _nodes_inside(branch_node: ir.Node) -> set[ir.Node]:
-    """Every node of ``branch_node``'s sub-graphs, nested ones included."""
-    inside: set[ir.Node] = set()
-    for attribute in branch_node.attributes.values():
-        if attribute.type == ir.AttributeType.GRAPH:
-            inside.update(ir.traversal.RecursiveGraphIterator(attribute.as_graph()))
-    return inside
-
-
 def _packing(guard: ir.Node) -> tuple[ir.Node, ir.Node] | None:
     """(the first branch's kernel, the `Split` it can read packed) of a guard `If`."""
     then_branch = guard.attributes["then_branch"].as_graph() if "then_branch" in guard.attributes else None
@@ -54,7 +47,7 @@ def _packing(guard: ir.Node) -> tuple[ir.Node, ir.Node] | None:
     split = packed_input(kernel.inputs[0], kernel.inputs[1], kernel.inputs[2])
     if split is None:
         return None
-    inside = _nodes_inside(guard)
+    inside = subgraph_nodes(guard)
     if any(use.node not in inside and not reads_leading_axes(use.node) for output in split.outputs for use in output.uses()):
         return None  # read elsewhere: the Split stays where it is
     return kernel, split

@@ -12,7 +12,6 @@ model after ``.float()``), and no second export is needed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import onnx_ir as ir
 import torch
 
 from fx2onnx.hub.shared import folder_layout
+from fx2onnx.onnx_passes import model_graphs
 
 _HALF, _FLOAT = ir.DataType.FLOAT16, ir.DataType.FLOAT
 _FP16_SUFFIX = "_fp16.onnx"
@@ -34,19 +34,6 @@ def refusal(weights: torch.dtype, quantized: bool) -> str | None:
                 f"{'quantized' if quantized else weights}: export with --precision fp16 (or --dtype float16), "
                 f"or drop --float32-twin (a float32 folder is already the file Transformers.js falls back to).")
     return None
-
-
-def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
-    """The main graph, every function body, and the sub-graphs of both."""
-    tops: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    for top in tops:
-        yield top
-        for node in ir.traversal.RecursiveGraphIterator(top):
-            for attribute in node.attributes.values():
-                if attribute.type == ir.AttributeType.GRAPH:
-                    yield attribute.value
-                elif attribute.type == ir.AttributeType.GRAPHS:
-                    yield from attribute.value
 
 
 def _widened(tensor: ir.TensorProtocol) -> ir.Tensor:
@@ -66,7 +53,7 @@ def _widen_node(node: ir.Node) -> None:
 
 def widen_to_float32(model: ir.Model) -> None:
     """``model`` with every float16 value, initializer, constant and cast target in float32, in place."""
-    for graph in _graphs(model):
+    for graph in model_graphs(model):
         for value in [*graph.inputs, *graph.outputs, *(graph.initializers.values() if isinstance(graph, ir.Graph) else ())]:
             if value.dtype == _HALF:
                 if value.const_value is not None:
