@@ -152,10 +152,10 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
             values[key] = value
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
     kinds = getattr(config, "layer_types", None)
-    if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), "layer_types", None), property):
-        # under the config's own name for it: a config that derives from its layer kinds
-        # (Zamba2's hybrid layer ids) reads that field, not the alias set after it
-        name = getattr(type(config), "attribute_map", {}).get("layer_types", "layer_types")
+    # under the config's own name for them: a config that derives from its layer kinds
+    # (Zamba2's hybrid layer ids) reads that field, not the alias set after it
+    name = getattr(type(config), "attribute_map", {}).get("layer_types", "layer_types")
+    if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), name, None), property):
         values[name] = _every_kind(kinds, layers)
         if len(values[name]) > layers:
             values["num_hidden_layers"] = len(values[name])
