@@ -152,10 +152,13 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
             values[key] = value
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
     kinds = getattr(config, "layer_types", None)
-    if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), "layer_types", None), property):
-        values["layer_types"] = _every_kind(kinds, layers)
-        if len(values["layer_types"]) > layers:
-            values["num_hidden_layers"] = len(values["layer_types"])
+    # under the config's own name for them: a config that derives from its layer kinds
+    # (Zamba2's hybrid layer ids) reads that field, not the alias set after it
+    name = getattr(type(config), "attribute_map", {}).get("layer_types", "layer_types")
+    if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), name, None), property):
+        values[name] = _every_kind(kinds, layers)
+        if len(values[name]) > layers:
+            values["num_hidden_layers"] = len(values[name])
     # a pattern of layer kinds repeated a number of times ([[["global", "local"], 12]]) repeated
     # as often as the shrunk depth holds it, and the depth a whole number of patterns
     depth = values.get("num_layers", getattr(config, "num_layers", None))

@@ -251,6 +251,13 @@ def test_a_shrunk_hybrid_config_keeps_its_attention_layers() -> None:
     assert set(config.layer_types) == set(transformers.AutoConfig.for_model("lfm3").layer_types)
 
 
+def test_a_config_deriving_from_its_layer_kinds_derives_from_the_shrunk_ones() -> None:
+    # Zamba2 names its layer kinds layers_block_type and derives the hybrid layers' ids from them
+    config = sweep.small_config("zamba2", "Zamba2ForCausalLM")
+    assert config.layers_block_type == ["linear_attention", "hybrid"]
+    assert config.hybrid_layer_ids == [1]
+
+
 def test_a_repeated_pattern_of_layer_kinds_is_repeated_as_often_as_the_depth_holds() -> None:
     config = sweep.small_config("gpt_neo", "GPTNeoForQuestionAnswering")  # its validator checks the two agree
     assert (config.num_layers, config.attention_layers) == (2, ["global", "local"])
