@@ -38,7 +38,7 @@ import onnx_ir as ir
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
 from fx2onnx.onnx_passes.model_graphs import model_graphs
 from fx2onnx.onnx_passes.rotary_in_attention import (
-    KernelRotary, kernel_rotary, positions_as_kernel_assumes, read_shapes_before,
+    KernelRotary, RotaryTables, kernel_rotary, positions_as_kernel_assumes, read_shapes_before,
 )
 
 _ATTENTION_OPSET = 23  # the standard Attention the exact form uses
@@ -301,8 +301,8 @@ def _kernel_rotaries(model: ir.Model, graph: ir.Graph | ir.Function, kernels: li
     """By kernel, how it rotates its query and key itself (the kernels that can)."""
     if not isinstance(graph, ir.Graph):
         return {}
-    made: dict = {}
-    found = {id(kernel): kernel_rotary(model, graph, kernel, made) for kernel in kernels}
+    tables = RotaryTables()
+    found = {id(kernel): kernel_rotary(model, graph, kernel, tables) for kernel in kernels}
     return {key: rotary for key, rotary in found.items() if rotary is not None}
 
 

@@ -20,20 +20,20 @@ other numbers there and keeps the rotations as they are.
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.runtime_folding import run_in_onnxruntime
+
 # positions the tables hold: a step whose total is larger rotates outside the kernel
 TABLE_POSITIONS = 4096
 # positions of two sequences, shuffled: what the tables must give row by row
 _PROBE = np.array([[3, 0, 7, 1, 5], [2, 6, 6, 4, 0]], np.int64)
 
-_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,15 @@ class KernelRotary:
     sin_cache: ir.Value
     positions: ir.Value  # the model input the tables are computed from
     interleaved: int
+
+
+@dataclass
+class RotaryTables:
+    """A graph's rotary tables, computed once per pair of cos and sin values and written
+    once per content, for all its kernels."""
+
+    computed: dict[tuple[int, int], Any] = field(default_factory=dict)  # by (id(cos), id(sin)): _tables
+    written: dict[tuple[bytes, bytes], tuple[ir.Value, ir.Value]] = field(default_factory=dict)  # by content
 
 
 def _rotation(value: ir.Value | None) -> ir.Node | None:
@@ -90,8 +99,6 @@ def _evaluate(model: ir.Model, graph: ir.Graph, outputs: list[ir.Value], positio
               feeds: list[np.ndarray]) -> list[list[np.ndarray]] | None:
     """``outputs`` computed by onnxruntime from each of ``feeds`` as ``positions``; None
     (logged) where it refuses."""
-    import onnxruntime as ort
-
     found = _subgraph(outputs)
     if found is None:
         return None
@@ -112,14 +119,8 @@ def _evaluate(model: ir.Model, graph: ir.Graph, outputs: list[ir.Value], positio
         functions=[ir.serde.serialize_function(function) for function in model.functions.values()],
     )
     proto.ir_version = model.ir_version
-    options = ort.SessionOptions()
-    options.log_severity_level = 4  # a refusal is logged below, not printed by the runtime
-    try:
-        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return [session.run(None, {positions.name: feed.astype(positions.dtype.numpy())}) for feed in feeds]
-    except Exception as error:  # noqa: BLE001 - any refusal of onnxruntime: the rotations stay where they are
-        _logger.debug("the rotary tables of %s are not computed: %s", positions.name, error)
-        return None
+    return run_in_onnxruntime(proto, [{positions.name: feed.astype(positions.dtype.numpy())} for feed in feeds],
+                              f"compute the rotary tables of {positions.name}")
 
 
 def _tables(model: ir.Model, graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> tuple[np.ndarray, np.ndarray, ir.Value] | None:
@@ -141,24 +142,25 @@ def _tables(model: ir.Model, graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> t
     return cos_table, sin_table, positions
 
 
-def kernel_rotary(model: ir.Model, graph: ir.Graph, kernel: ir.Node, made: dict[Any, Any]) -> KernelRotary | None:
+def kernel_rotary(model: ir.Model, graph: ir.Graph, kernel: ir.Node, tables_of_graph: RotaryTables) -> KernelRotary | None:
     """How ``kernel`` rotates its query and key itself, when both come from a
-    `RotaryEmbedding` of equal tables that depend on the position alone; the tables are
-    computed once per pair of cos and sin, and written once per content (``made``)."""
+    `RotaryEmbedding` of equal tables that depend on the position alone (the tables kept
+    in ``tables_of_graph``)."""
     rotations = _rotation(kernel.inputs[0]), _rotation(kernel.inputs[1])
     if rotations[0] is None or rotations[1] is None or kernel.attributes.get("do_rotary") is not None:
         return None
     interleaved = {r.attributes["interleaved"].as_int() if "interleaved" in r.attributes else 0 for r in rotations}
-    tables = [_tables_once(model, graph, rotation, made) for rotation in rotations]
+    tables = [_tables_once(model, graph, rotation, tables_of_graph) for rotation in rotations]
     if len(interleaved) != 1 or tables[0] is None or tables[1] is None or tables[0][2] is not tables[1][2] \
             or any(not np.array_equal(q, k) for q, k in zip(tables[0][:2], tables[1][:2])):
         return None  # the query and key rotate alike, or the rotations stay
     if not _kernel_rotates(kernel, tables[0][0]):
         return None
     content = (tables[0][0].tobytes(), tables[0][1].tobytes())
-    if content not in made:
-        made[content] = _as_initializers(graph, tables[0][:2], sum(isinstance(k[0], bytes) for k in made))
-    cos_cache, sin_cache = made[content]
+    written = tables_of_graph.written
+    if content not in written:
+        written[content] = _as_initializers(graph, tables[0][:2], len(written))
+    cos_cache, sin_cache = written[content]
     query, key = rotations[0].inputs[0], rotations[1].inputs[0]
     assert query is not None and key is not None
     return KernelRotary(query, key, (rotations[0], rotations[1]), cos_cache, sin_cache, tables[0][2], interleaved.pop())
@@ -175,15 +177,15 @@ def _kernel_rotates(kernel: ir.Node, cos_table: np.ndarray) -> bool:
     return head_size % 16 == 0 and cos_table.shape[-1] * 2 == head_size
 
 
-def _tables_once(model: ir.Model, graph: ir.Graph, rotation: ir.Node, made: dict[Any, Any]) -> Any:
+def _tables_once(model: ir.Model, graph: ir.Graph, rotation: ir.Node, tables_of_graph: RotaryTables) -> Any:
     """:func:`_tables` of ``rotation``'s cos and sin, computed once per pair."""
     cos, sin = rotation.inputs[1], rotation.inputs[2]
     if cos is None or sin is None:
         return None
-    key = (id(cos), id(sin))
-    if key not in made:
-        made[key] = _tables(model, graph, cos, sin)
-    return made[key]
+    key, computed = (id(cos), id(sin)), tables_of_graph.computed
+    if key not in computed:
+        computed[key] = _tables(model, graph, cos, sin)
+    return computed[key]
 
 
 def _as_initializers(graph: ir.Graph, tables: tuple[np.ndarray, np.ndarray], index: int) -> tuple[ir.Value, ir.Value]:

@@ -54,8 +54,6 @@ def _may_run(node: ir.Node) -> bool:
 
 def _run_alone(node: ir.Node, tensors: list[ir.TensorProtocol | None], opset: int) -> list[np.ndarray] | None:
     """The node's outputs computed by onnxruntime on CPU, or None (logged) where it refuses."""
-    import onnxruntime as ort
-
     proto = ir.serde.serialize_node(node)
     proto.ClearField("name")
     del proto.input[:], proto.output[:]
@@ -70,14 +68,25 @@ def _run_alone(node: ir.Node, tensors: list[ir.TensorProtocol | None], opset: in
     outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in proto.output]
     graph = onnx.helper.make_graph([proto], "fold", [], outputs, initializer=initializers)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    results = run_in_onnxruntime(model, [{}], f"fold {node.name} ({node.op_type})", optimize=False)
+    return None if results is None else results[0]
+
+
+def run_in_onnxruntime(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], what: str,
+                       optimize: bool = True) -> list[list[np.ndarray]] | None:
+    """``model``'s outputs for each of ``feeds``, computed by onnxruntime on CPU at export
+    time; None where onnxruntime refuses the model (logged with ``what`` it was for)."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # a refusal is logged below, not printed by the runtime
     try:
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return session.run(None, {})
-    except Exception as error:  # noqa: BLE001 - any refusal of onnxruntime: the node stays, computed at run time
-        _logger.debug("onnxruntime does not fold %s (%s): %s", node.name, node.op_type, error)
+        return [session.run(None, feed) for feed in feeds]
+    except Exception as error:  # noqa: BLE001 - any refusal of onnxruntime: the caller keeps the graph as it is
+        _logger.debug("onnxruntime does not %s: %s", what, error)
         return None
 
 
