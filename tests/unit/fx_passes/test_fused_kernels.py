@@ -583,6 +583,25 @@ def test_the_kernel_rotates_itself_at_the_positions_it_assumes(tmp_path, module_
     _check_steps(program, model, shift=2)
 
 
+def test_a_total_past_the_tables_rotates_outside_the_kernel(tmp_path):
+    """A decode step whose total (4101 tokens) is past the kernel's tables (TABLE_POSITIONS):
+    the guard takes the branch that rotates with the model's own cos and sin, and the step
+    equals the model (the kernel would read rows its tables do not have)."""
+    from fx2onnx.onnx_passes.rotary_in_attention import TABLE_POSITIONS
+
+    torch.manual_seed(0)
+    model = CachedDecoder(head_size=16).eval()
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=False)
+    check_saved_model(program, tmp_path / "m.onnx")
+    for past in (TABLE_POSITIONS - 1, TABLE_POSITIONS + 4):  # the last total the tables hold, and one past them
+        inputs = _decoder_inputs(1, past, 1, "none", head_size=16)
+        with torch.no_grad():
+            expected = model(*inputs)
+        session = onnxruntime.InferenceSession(os.fspath(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+        actual = session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)})
+        torch.testing.assert_close(torch.from_numpy(actual[0]), expected[0], rtol=1e-4, atol=1e-5)
+
+
 def test_tables_that_depend_on_the_length_keep_the_rotations_outside(tmp_path):
     """cos and sin that change with the longest position (a switch at 64, as LongRoPE's):
     no table by position gives them, so the kernel does not rotate and the model's
