@@ -24,6 +24,7 @@ import subprocess
 import warnings
 from pathlib import Path
 
+import filelock
 import numpy as np
 import onnx
 import pytest
@@ -46,13 +47,18 @@ def npm_installed(package: str, version: str, folder: str, minutes: int, env: di
     """The npm prefix ``folder`` of the test cache (FX2ONNX_TEST_CACHE, default
     ~/.cache/fx2onnx-tests) holding ``package`` at ``version``, installed there once from the
     registry; the test skipped, saying why, where the install fails or takes over ``minutes``."""
-    cache = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
-    prefix = cache / folder
+    prefix = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests")) / folder
+    prefix.mkdir(parents=True, exist_ok=True)
+    # the suite's workers (`pytest -n`) share the cache: one installs, the others wait for it
+    with filelock.FileLock(f"{prefix}.lock"):
+        return _install_once(prefix, package, version, minutes, env)
+
+
+def _install_once(prefix: Path, package: str, version: str, minutes: int, env: dict | None) -> Path:
     installed = prefix / "node_modules" / package / "package.json"
     if installed.is_file() and json.loads(installed.read_text())["version"] == version:
         return prefix
-    prefix.mkdir(parents=True, exist_ok=True)
-    (prefix / "package.json").write_text(json.dumps({"name": f"fx2onnx-tests-{folder}", "private": True}) + "\n")
+    (prefix / "package.json").write_text(json.dumps({"name": f"fx2onnx-tests-{prefix.name}", "private": True}) + "\n")
     command = ["npm", "install", "--no-audit", "--no-fund", "--fetch-retries=1", "--prefix", str(prefix), f"{package}@{version}"]
     try:
         done = subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=minutes * 60)
