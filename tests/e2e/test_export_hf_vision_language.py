@@ -219,7 +219,7 @@ def test_qwen2_5_vl_folder_layout(qwen2_5_vl):
     assert plant_error(out / files["decoder"], 1e-2) == ["logits"]
     image_processor = transformers.AutoImageProcessor.from_pretrained(qwen2_5_vl.source)
     paths = {part: out / name for part, name in files.items()}
-    planted = verify_image_text_to_text(paths, model, image_processor, 4, tolerance_for(torch.float32))
+    planted = verify_image_text_to_text(paths, model, image_processor, 4, tolerance_for(torch.float32), ARCHITECTURES["qwen2_5_vl"])
     assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
 
 

@@ -473,6 +473,73 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
         assert result["generated"] == transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
 
 
+def save_qwen2_vl(folder):
+    """A two-layer Qwen2-VL (two vision layers of full attention within each image) with
+    Qwen's tokenizer and an image processor of the Qwen2.5-VL tests' bounds."""
+    from test_export_hf_vision_language import QWEN_SPECIAL, QWEN_TEMPLATE, trained_tokenizer as qwen_tokenizer
+
+    tokenizer = qwen_tokenizer(QWEN_SPECIAL, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL}
+    roles = dict(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
+    config = transformers.Qwen2VLConfig(
+        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, vocab_size=len(tokenizer), **roles,
+                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=64, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"], **roles,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen2VLForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    transformers.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 64).save_pretrained(folder)
+    tokenizer.chat_template = QWEN_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+def test_qwen2_vl_folder_in_transformers_js(tmp_path, transformers_js):
+    """Qwen2-VL as `--runtime standard` writes it for Transformers.js (its vision_encoder's grid
+    input named `grid_thw`, as Transformers.js feeds Qwen2-VL's): 16 greedy tokens equal
+    transformers' through Transformers.js's AutoProcessor on an image it does not resize, and
+    on transformers' processed inputs for two images it resizes, in one prompt."""
+    from PIL import Image
+    from test_export_hf_vision_language import qwen_prompt, transformers_tokens
+
+    model = save_qwen2_vl(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    vision_inputs = [i.name for i in onnx.load(os.fspath(out / "onnx" / "vision_encoder.onnx"), load_external_data=False).graph.input]
+    assert vision_inputs == ["pixel_values", "grid_thw"]
+    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "Qwen2VLProcessor"
+    rng = np.random.default_rng(0)
+    paths = []
+    for height, width in ((56, 84), (45, 75), (130, 60)):  # the first: sides multiples of 28, not resized
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
+    images = image_processor(images=[Image.open(path) for path in paths[1:]], return_tensors="pt")
+    text = qwen_prompt(2)
+    for grid in images["image_grid_thw"]:  # each placeholder expanded to its image's tokens, in order
+        text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // 4), 1)
+    ids = tokenizer(text.replace("<|placeholder|>", "<|image_pad|>"), return_tensors="pt")["input_ids"]
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
+             "image_grid_thw": images["image_grid_thw"]}
+    prompts = [{"text": qwen_prompt(1), "images": [str(paths[0])]}, {"inputs": tensor_specs(given)}]
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
+    pixels = results[0]["pixel_values"]
+    np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
+    expected_tokens = [transformers_tokens(tmp_path / "source", model, chosen, NEW_TOKENS) for chosen in ([paths[0]], paths[1:])]
+    assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[1]
+
+
 def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
     """Mistral 3 as `--runtime standard` writes it for Transformers.js (its Llava path: the
     vision model on `pixel_values`, 1-D positions from the mask): 16 greedy tokens equal

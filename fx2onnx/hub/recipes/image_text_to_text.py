@@ -23,7 +23,7 @@ from fx2onnx.hub.vision_language import genai_files, parts
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
 from fx2onnx.hub.vision_language.transformers_js import (
-    transformers_js_note, transformers_js_refusal, write_processor_class,
+    transformers_js_architecture, transformers_js_note, transformers_js_refusal, write_processor_class,
 )
 
 
@@ -36,7 +36,7 @@ def export_folder(
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-    architecture = architecture_of(loaded.config)
+    architecture = (transformers_js_architecture if for_transformers_js else architecture_of)(loaded.config)
     programs = architecture.export(loaded, options, image_processor)
     if for_transformers_js:  # Transformers.js merges the image features itself: the token embedding alone
         programs["embedding"] = parts.export_token_embedding(loaded, options)  # in place of the architecture's
@@ -74,7 +74,9 @@ def verify_folder(
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
     files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
-    return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, embedding_merges=not for_transformers_js)
+    architecture = (transformers_js_architecture if for_transformers_js else architecture_of)(loaded.config)
+    return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, architecture,
+                                     embedding_merges=not for_transformers_js)
 
 
 class ImageTextToTextRecipe(RecipeDefaults):
@@ -84,12 +86,12 @@ class ImageTextToTextRecipe(RecipeDefaults):
         self.for_transformers_js = for_transformers_js
 
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        try:
-            architecture_of(loaded.config)
-        except NotImplementedError as error:  # an architecture without a runtime layout here
-            return Refusal(NotImplementedError, str(error))
         if self.for_transformers_js and (refusal := transformers_js_refusal(loaded.config)) is not None:
             return refusal
+        try:
+            (transformers_js_architecture if self.for_transformers_js else architecture_of)(loaded.config)
+        except NotImplementedError as error:  # an architecture without a runtime layout here
+            return Refusal(NotImplementedError, str(error))
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(

@@ -6,7 +6,9 @@ and decoder models are those of ONNX Runtime GenAI's folder (genai_files.py name
 Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding).
 
 Which architectures get this folder is one table: those whose inputs Transformers.js feeds
-as the folder's models take them, each run in Transformers.js in Node by the tests.
+as the folder's models take them, each run in Transformers.js in Node by the tests. A row
+names its own architecture (how its parts are exported and verified) where ONNX Runtime
+GenAI has no type for it (architectures.py holds those of the runtime's types).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.request import Refusal
+from fx2onnx.hub.vision_language import qwen2_vl
+from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
+from fx2onnx.hub.vision_language.architectures import architecture_of
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,13 @@ class TransformersJsRow:
         processor_class: the processor Transformers.js's `AutoProcessor` builds when
             `preprocessor_config.json` names it (`processor_class`), or None where that
             processor reads more than the folder holds.
+        architecture: how the parts are exported and verified, for an architecture ONNX
+            Runtime GenAI has no type for (None: its row in architectures.py).
     """
 
     note: str
     processor_class: str | None = None
+    architecture: VisionLanguageArchitecture | None = None
 
 
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
@@ -43,6 +51,13 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
         "processed otherwise (the vision model takes them all in one run).",
         processor_class="Qwen2_5_VLProcessor",
+    ),
+    # as Qwen2.5-VL's, its vision_encoder's grid input named `grid_thw` (Transformers.js's name for Qwen2-VL)
+    "qwen2_vl": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (Qwen2VLForConditionalGeneration); its Qwen2VLImageProcessor "
+        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
+        "processed otherwise (the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen2-VL type.",
+        processor_class="Qwen2VLProcessor", architecture=qwen2_vl.ARCHITECTURE,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
     # Its PixtralProcessor reads processor_config.json's image tokens, and a patch_size of the vision patch
@@ -81,6 +96,15 @@ def transformers_js_refusal(config: Any) -> Refusal | None:
         f"`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
         "ONNX Runtime GenAI."
     ))
+
+
+def transformers_js_architecture(config: Any) -> VisionLanguageArchitecture:
+    """The architecture of ``config``'s Transformers.js folder: the row's own, or the one
+    ONNX Runtime GenAI's folder has (architectures.py, with its checks)."""
+    row = TRANSFORMERS_JS_ARCHITECTURES.get(getattr(config, "model_type", None))
+    if row is not None and row.architecture is not None:
+        return row.architecture
+    return architecture_of(config)
 
 
 def transformers_js_note(config: Any) -> str:
