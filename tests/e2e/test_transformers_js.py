@@ -540,6 +540,57 @@ def test_qwen2_vl_folder_in_transformers_js(tmp_path, transformers_js):
     assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[1]
 
 
+def save_llava(folder):
+    """A two-layer LLaVA (a two-layer CLIP tower of 42-pixel images, 9 image tokens each, the
+    "default" strategy dropping the class token) with a tokenizer that has an `<image>` token."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.LlavaConfig(
+        text_config=transformers.LlamaConfig(**text),
+        vision_config=transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                    num_attention_heads=2, image_size=42, patch_size=14),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-2,
+        vision_feature_select_strategy="default", pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlavaForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    image_processor = transformers.CLIPImageProcessor(size={"shortest_edge": 42}, crop_size={"height": 42, "width": 42})
+    image_processor.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, image_processor
+
+
+def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
+    """LLaVA as `--runtime standard` writes it for Transformers.js (a vision_encoder of any
+    number of images, features merged by Transformers.js, 1-D positions): 16 greedy tokens
+    equal transformers' on transformers' processed inputs, one image alone and two in one prompt."""
+    from PIL import Image
+
+    model, image_processor = save_llava(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    rng = np.random.default_rng(0)
+    opened = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((50, 70, 3), (42, 42, 3))]
+    image_id = model.config.image_token_id
+    prompts, expected = [], []
+    for chosen in (opened[:1], opened):
+        pixels = image_processor(images=chosen, return_tensors="pt")["pixel_values"]
+        ids = torch.tensor([[1, 40, 41] + ([image_id] * 9 + [42]) * len(chosen) + [43, 44, 45]])
+        given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels}
+        prompts.append({"inputs": tensor_specs(given)})
+        with torch.no_grad():
+            generated = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected.append(generated[0, ids.shape[1]:].tolist())
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+
+
 def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
     """Mistral 3 as `--runtime standard` writes it for Transformers.js (its Llava path: the
     vision model on `pixel_values`, 1-D positions from the mask): 16 greedy tokens equal

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import qwen2_vl
+from fx2onnx.hub.vision_language import llava, qwen2_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -58,6 +58,15 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
         "processed otherwise (the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen2-VL type.",
         processor_class="Qwen2VLProcessor", architecture=qwen2_vl.ARCHITECTURE,
+    ),
+    # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
+    # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
+    # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
+    "llava": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
+        "transformers' LlavaProcessor gives; its own LlavaProcessor counts one image token more than the vision "
+        "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
+        architecture=llava.ARCHITECTURE,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
     # Its PixtralProcessor reads processor_config.json's image tokens, and a patch_size of the vision patch
