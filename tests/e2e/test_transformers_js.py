@@ -414,7 +414,8 @@ def test_whisper_folder_in_transformers_js(tmp_path, transformers_js):
 
 def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
     """Tensors as the runner's jobs give them (type, dims, data)."""
-    return {name: {"type": "float32" if value.is_floating_point() else "int64", "dims": list(value.shape),
+    kinds = {torch.float32: "float32", torch.bool: "bool"}
+    return {name: {"type": kinds.get(value.dtype, "int64"), "dims": list(value.shape),
                    "data": value.flatten().tolist()} for name, value in tensors.items()}
 
 
@@ -586,6 +587,58 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
         with torch.no_grad():
             generated = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
         expected.append(generated[0, ids.shape[1]:].tolist())
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+
+
+def save_smolvlm(folder):
+    """A two-layer SmolVLM (a two-layer vision tower of 56-pixel crops, 4 image tokens each
+    after the pixel shuffle) with a tokenizer that has Idefics3's image tokens, and an image
+    processor that cuts an image into up to 2 x 2 crops and the whole image."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>",
+                                                                "<global-img>"]})
+    text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.SmolVLMConfig(
+        text_config=text, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                             image_size=56, patch_size=14),
+        scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids("<image>"), pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.SmolVLMForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    image_processor = transformers.SmolVLMImageProcessorPil(size={"longest_edge": 112}, max_image_size={"longest_edge": 56})
+    image_processor.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4)
+
+
+def test_smolvlm_folder_in_transformers_js(tmp_path, transformers_js):
+    """SmolVLM as `--runtime standard` writes it for Transformers.js (Idefics3's path: a
+    vision_encoder over a prompt's crops and their bool pixel_attention_mask, 1-D positions):
+    16 greedy tokens equal transformers' on its processor's inputs, an image cut into 2 x 2
+    crops and the whole, and with another cut into 2 x 1 in one prompt."""
+    from PIL import Image
+
+    model, processor = save_smolvlm(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    rng = np.random.default_rng(0)
+    opened = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((50, 90, 3), (100, 40, 3))]
+    prompts, expected, crops = [], [], []
+    for text, chosen in (("<image>the quick brown fox", opened[:1]), ("<image>the lazy dog<image>jumps", opened)):
+        given = dict(processor(text=text, images=[chosen], return_tensors="pt"))
+        crops.append(given["pixel_values"].shape[1])
+        with torch.no_grad():
+            generated = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected.append(generated[0, given["input_ids"].shape[1]:].tolist())
+        given["pixel_attention_mask"] = given["pixel_attention_mask"].bool()  # as Transformers.js's processor gives it
+        prompts.append({"inputs": tensor_specs(given)})
+    assert crops == [4 + 1, 4 + 1 + 2 + 1]  # each image cut into 2 x 2 or 2 x 1 crops, beside the whole
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]

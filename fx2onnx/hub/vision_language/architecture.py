@@ -98,3 +98,14 @@ class VisionLanguageArchitecture:
         and the wide rows' extra columns."""
         extra = self.wide_rows.extra_width(config) if self.wide_rows is not None else 0
         return int(config.text_config.hidden_size) + extra
+
+
+def transformers_js_only(model_types: str, **fields: Any) -> VisionLanguageArchitecture:
+    """The row of an architecture ONNX Runtime GenAI has no type for (Transformers.js's
+    table holds it: transformers_js.py): its runtime configuration refused, saying so."""
+
+    def no_genai_folder(*args: Any) -> Any:
+        raise NotImplementedError(f"ONNX Runtime GenAI 0.18 has no {model_types} model type: only Transformers.js's folder is written.")
+
+    return VisionLanguageArchitecture(genai_type="", vision_section=no_genai_folder, processor_config=no_genai_folder,
+                                      image_sizes_note=no_genai_folder, **fields)

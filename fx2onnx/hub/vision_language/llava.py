@@ -19,7 +19,7 @@ import fx2onnx
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.verification import run_session
 from fx2onnx.hub.vision_language import parts
-from fx2onnx.hub.vision_language.architecture import Prompt, VisionLanguageArchitecture, prompt_text
+from fx2onnx.hub.vision_language.architecture import Prompt, VisionLanguageArchitecture, prompt_text, transformers_js_only
 from fx2onnx.hub.vision_language.parts import Holder
 
 
@@ -83,13 +83,7 @@ def image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
     return features.reshape(-1, features.shape[-1])
 
 
-def _no_genai_folder(*args: Any) -> Any:
-    raise NotImplementedError("ONNX Runtime GenAI 0.18 has no LLaVA model type: only Transformers.js's folder is written.")
-
-
-# genai_type names the model type only: the architecture is in Transformers.js's table alone (transformers_js.py)
-ARCHITECTURE = VisionLanguageArchitecture(
-    genai_type="llava", export_parts=export_parts, vision_section=_no_genai_folder, processor_config=_no_genai_folder,
-    image_sizes_note=_no_genai_folder, verification_sizes=verification_sizes, verification_prompt=verification_prompt,
+ARCHITECTURE = transformers_js_only(
+    "LLaVA", export_parts=export_parts, verification_sizes=verification_sizes, verification_prompt=verification_prompt,
     image_features=image_features, mrope=False,
 )

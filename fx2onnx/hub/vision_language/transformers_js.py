@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import llava, qwen2_vl
+from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -41,6 +41,12 @@ class TransformersJsRow:
     processor_class: str | None = None
     architecture: VisionLanguageArchitecture | None = None
 
+
+IDEFICS3_NOTE = (
+    "Transformers.js 4.3.1 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
+    "as transformers' processor cuts them; its own Idefics3ImageProcessor resizes with sharp's Lanczos filter, "
+    "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
+)
 
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
@@ -68,6 +74,11 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
         architecture=llava.ARCHITECTURE,
     ),
+    # Idefics3ForConditionalGeneration's path (SmolVLM's the same): its vision_encoder takes `pixel_values` and the
+    # bool `pixel_attention_mask` of a prompt's crops; 1-D positions from the mask. Its Idefics3ImageProcessor
+    # resizes with sharp's Lanczos, not PIL's: no processor named
+    "idefics3": TransformersJsRow(IDEFICS3_NOTE.format(name="Idefics3ForConditionalGeneration"), architecture=idefics3.ARCHITECTURE),
+    "smolvlm": TransformersJsRow(IDEFICS3_NOTE.format(name="SmolVLMForConditionalGeneration"), architecture=idefics3.ARCHITECTURE),
     # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
     # Its PixtralProcessor reads processor_config.json's image tokens, and a patch_size of the vision patch
     # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
