@@ -23,7 +23,7 @@ from fx2onnx.hub.vision_language import genai_files, parts
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
 from fx2onnx.hub.vision_language.transformers_js import (
-    transformers_js_architecture, transformers_js_note, transformers_js_refusal, write_processor_class,
+    transformers_js_architecture, transformers_js_hint, transformers_js_note, transformers_js_refusal, write_processor_class,
 )
 
 
@@ -91,7 +91,7 @@ class ImageTextToTextRecipe(RecipeDefaults):
         try:
             (transformers_js_architecture if self.for_transformers_js else architecture_of)(loaded.config)
         except NotImplementedError as error:  # an architecture without a runtime layout here
-            return Refusal(NotImplementedError, str(error))
+            return Refusal(NotImplementedError, f"{error}{'' if self.for_transformers_js else transformers_js_hint(loaded.config)}")
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(

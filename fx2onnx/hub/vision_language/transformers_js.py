@@ -127,6 +127,14 @@ def transformers_js_architecture(config: Any) -> VisionLanguageArchitecture:
     return architecture_of(config)
 
 
+def transformers_js_hint(config: Any) -> str:
+    """For a refusal of ONNX Runtime GenAI's folder: the command that writes Transformers.js's
+    folder for ``config``'s architecture, or nothing where there is none."""
+    if getattr(config, "model_type", None) not in TRANSFORMERS_JS_ARCHITECTURES:
+        return ""
+    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.1."
+
+
 def transformers_js_note(config: Any) -> str:
     """What export-hf says of the folder of ``config``'s architecture in Transformers.js."""
     return TRANSFORMERS_JS_ARCHITECTURES[config.model_type].note

@@ -84,3 +84,25 @@ def test_exaone_gets_its_layer_count_under_the_name_transformers_js_reads():
     assert transformers_js_entries(config) == {"num_layers": 3}
     assert transformers_js_entries({**config, "num_layers": 3}) == {}  # never replaced
     assert transformers_js_entries(transformers.LlamaConfig(num_hidden_layers=3).to_dict()) == {}
+
+
+def test_qwen2_vl_gets_its_text_sizes_at_the_top_where_transformers_js_reads_them():
+    from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
+    config = transformers.Qwen2VLConfig(text_config=dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                                                         num_key_value_heads=2)).to_dict()
+    entries = transformers_js_entries(config)
+    assert {key: entries[key] for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")} == {
+        "num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    assert transformers.Qwen2VLConfig.from_dict({**config, **entries}).text_config.num_hidden_layers == 3  # read back alike
+
+
+def test_the_image_text_to_text_rows_are_transformers_js_image_text_to_text_types():
+    from fx2onnx.hub.vision_language.transformers_js import TRANSFORMERS_JS_ARCHITECTURES
+
+    if not TRANSFORMERS_JS_DIST.is_file():
+        pytest.skip(f"Transformers.js 4.3.1 is not installed at {TRANSFORMERS_JS_DIST} (tests/e2e/test_transformers_js.py installs it)")
+    source = TRANSFORMERS_JS_DIST.read_text(encoding="utf-8")
+    table = re.search(r"var MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES = [^\n]*\n(.*?)\n\]\);", source, re.S)
+    assert table is not None, "Transformers.js's dist no longer defines MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES as expected"
+    assert set(TRANSFORMERS_JS_ARCHITECTURES) <= set(re.findall(r'^\s*\["([^"]+)"', table.group(1), re.M))
