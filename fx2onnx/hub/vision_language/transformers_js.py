@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
@@ -100,6 +101,14 @@ NOT_SERVED = {
         "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
         "which Transformers.js's merge into the embedding rows does not take."
     ),
+    "paligemma": (
+        "its language model attends both ways over the image and prompt tokens (transformers' mask from "
+        "token_type_ids), which Transformers.js, feeding the decoder embeddings and a padding mask alone, never tells it."
+    ),
+    "florence2": (
+        "it is an encoder-decoder (Transformers.js loads vision_encoder, embed_tokens, encoder_model and "
+        "decoder_model_merged), a layout export-hf does not write for image-text-to-text."
+    ),
 }
 
 
@@ -109,12 +118,16 @@ def transformers_js_refusal(config: Any) -> Refusal | None:
     if model_type in TRANSFORMERS_JS_ARCHITECTURES:
         return None
     reason = f" For {model_type}: {NOT_SERVED[model_type]}" if model_type in NOT_SERVED else ""
+    try:
+        architecture_of(config)
+        works = ("`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
+                 "ONNX Runtime GenAI.")
+    except NotImplementedError:  # no ONNX Runtime GenAI folder either: what works is said for the language model
+        works = text_only.command_hint(config)
     return Refusal(NotImplementedError, (
         f"--runtime standard writes image-text-to-text folders in Transformers.js's layout (vision_encoder, embed_tokens "
         f"and decoder_model_merged, the image features merged by Transformers.js) for model types "
-        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them.{reason} Nothing was written. "
-        f"`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
-        "ONNX Runtime GenAI."
+        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them.{reason} Nothing was written. {works}"
     ))
 
 

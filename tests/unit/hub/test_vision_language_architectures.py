@@ -257,3 +257,15 @@ def test_idefics3_refuses_crops_of_another_side_than_the_tower():
     idefics3.check_image_processor(transformers.Idefics3ImageProcessorPil(max_image_size={"longest_edge": 56}), config)
     with pytest.raises(ValueError, match="max_image_size.longest_edge is 364, the vision tower's image_size 56"):
         idefics3.check_image_processor(transformers.Idefics3ImageProcessorPil(max_image_size={"longest_edge": 364}), config)
+
+
+@pytest.mark.parametrize("make_config, works", [
+    (lambda: transformers.PaliGemmaConfig(), "export its modules with fx2onnx.dynamo_export"),
+    (lambda: transformers.Florence2Config(), "Give --text-only to export its language model alone"),
+    (lambda: transformers.Gemma3Config(), "(--runtime onnxruntime, the default) writes its folder for ONNX Runtime GenAI"),
+])
+def test_a_family_transformers_js_runs_but_export_hf_does_not_write_says_why_and_what_works(make_config, works):
+    config = make_config()
+    refusal = transformers_js.transformers_js_refusal(config)
+    assert f"For {config.model_type}: {transformers_js.NOT_SERVED[config.model_type]}" in refusal.message
+    assert works in refusal.message.split("Nothing was written. ")[1]
