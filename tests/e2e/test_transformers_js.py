@@ -592,38 +592,46 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
 
 
-def save_smolvlm(folder):
-    """A two-layer SmolVLM (a two-layer vision tower of 56-pixel crops, 4 image tokens each
-    after the pixel shuffle) with a tokenizer that has Idefics3's image tokens, and an image
-    processor that cuts an image into up to 2 x 2 crops and the whole image."""
+def save_idefics3(folder, family: str):
+    """A two-layer Idefics3 or SmolVLM (``family``; a two-layer vision tower of 56-pixel crops,
+    4 image tokens each after the pixel shuffle) with a tokenizer that has Idefics3's image
+    tokens, and an image processor that cuts an image into up to 2 x 2 crops and the whole image."""
     tokenizer = trained_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>",
                                                                 "<global-img>"]})
     text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    config = transformers.SmolVLMConfig(
+    config_class, model_class, processor_class = {
+        "idefics3": (transformers.Idefics3Config, transformers.Idefics3ForConditionalGeneration, transformers.Idefics3ImageProcessorPil),
+        "smolvlm": (transformers.SmolVLMConfig, transformers.SmolVLMForConditionalGeneration, transformers.SmolVLMImageProcessorPil),
+    }[family]
+    config = config_class(
         text_config=text, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                                              image_size=56, patch_size=14),
         scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids("<image>"), pad_token_id=0)
     torch.manual_seed(0)
-    model = transformers.SmolVLMForConditionalGeneration(config).eval()
+    model = model_class(config).eval()
     model.save_pretrained(folder)
-    image_processor = transformers.SmolVLMImageProcessorPil(size={"longest_edge": 112}, max_image_size={"longest_edge": 56})
+    image_processor = processor_class(size={"longest_edge": 112}, max_image_size={"longest_edge": 56})
     image_processor.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4)
 
 
-def test_smolvlm_folder_in_transformers_js(tmp_path, transformers_js):
-    """SmolVLM as `--runtime standard` writes it for Transformers.js (Idefics3's path: a
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+def test_idefics3_folder_in_transformers_js(tmp_path, transformers_js, family):
+    """Idefics3 and SmolVLM as `--runtime standard` writes them for Transformers.js (a
     vision_encoder over a prompt's crops and their bool pixel_attention_mask, 1-D positions):
     16 greedy tokens equal transformers' on its processor's inputs, an image cut into 2 x 2
-    crops and the whole, and with another cut into 2 x 1 in one prompt."""
+    crops and the whole, and with another cut into 2 x 1 in one prompt; Idefics3's folder
+    written in fake mode."""
     from PIL import Image
 
-    model, processor = save_smolvlm(tmp_path / "source")
+    model, processor = save_idefics3(tmp_path / "source", family)
     out = tmp_path / "out"
-    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
+    # Idefics3's in fake mode: each part reads its weights from the checkpoint by their names (`model.text_model.*`)
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4,
+                             fake=family == "idefics3").verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
     for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
         onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)

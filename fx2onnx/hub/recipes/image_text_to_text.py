@@ -5,6 +5,7 @@ beside the token embedding alone (vision_language/transformers_js.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
-from fx2onnx.hub.vision_language import genai_files, parts
+from fx2onnx.hub.vision_language import genai_files
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
 from fx2onnx.hub.vision_language.transformers_js import (
@@ -37,9 +38,10 @@ def export_folder(
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
     architecture = (transformers_js_architecture if for_transformers_js else architecture_of)(loaded.config)
-    programs = architecture.export(loaded, options, image_processor)
     if for_transformers_js:  # Transformers.js merges the image features itself: the token embedding alone
-        programs["embedding"] = parts.export_token_embedding(loaded, options)  # in place of the architecture's
+        architecture = dataclasses.replace(architecture, merges_images=False)
+    programs = architecture.export(loaded, options, image_processor)
+    if for_transformers_js:
         say(transformers_js_note(loaded.config))
     else:
         say(architecture.image_sizes_note(image_processor))

@@ -75,6 +75,8 @@ class VisionLanguageArchitecture:
         mrope: the decoder takes 3-D mRoPE `position_ids` (3, batch, tokens), else 1-D.
         wide_rows: features riding beside the embeddings (None: rows of the hidden size).
         check: raises a clear error for a configuration the runtime cannot run.
+        merges_images: the embedding takes the image features (ONNX Runtime GenAI's), else
+            it is the token embedding alone (Transformers.js merges the features itself).
     """
 
     genai_type: str
@@ -88,6 +90,7 @@ class VisionLanguageArchitecture:
     mrope: bool = True
     wide_rows: WideRows | None = None
     check: Callable[[Any], None] = _no_check
+    merges_images: bool = True
 
     def export(self, loaded: Any, options: Any, image_processor: Any) -> dict[str, Any]:
         """The "vision", "embedding" and "decoder" programs of ``loaded``'s model."""

@@ -238,13 +238,17 @@ def export_text_parts(
     loaded: LoadedModel, options: fx2onnx.ExportOptions, architecture: VisionLanguageArchitecture,
     programs: dict[str, fx2onnx.ONNXProgram],
 ) -> dict[str, fx2onnx.ONNXProgram]:
-    """``programs`` with the embedding and the decoder over `inputs_embeds` added."""
+    """``programs`` with the embedding (the token embedding alone where the architecture's
+    client merges the images) and the decoder over `inputs_embeds` added."""
     config, model = loaded.config, loaded.model
     width = architecture.row_width(config)
-    programs["embedding"] = fx2onnx.dynamo_export(
-        Embedding(model, int(config.image_token_id), width), **embedding_inputs(loaded, width),
-        export_options=without_causal_mask(options),
-    )
+    if architecture.merges_images:
+        programs["embedding"] = fx2onnx.dynamo_export(
+            Embedding(model, int(config.image_token_id), width), **embedding_inputs(loaded, width),
+            export_options=without_causal_mask(options),
+        )
+    else:
+        programs["embedding"] = export_token_embedding(loaded, options)
     inputs = decoder_inputs(loaded, architecture)
     causal = decode_step.attends_causally(config.text_config)
     decoder_options = dataclasses.replace(
