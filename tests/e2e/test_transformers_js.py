@@ -419,17 +419,38 @@ def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
                    "data": value.flatten().tolist()} for name, value in tensors.items()}
 
 
-def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
-    """Qwen2.5-VL as `--runtime standard` writes it for Transformers.js (`vision_encoder`,
-    `embed_tokens` taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal
-    transformers' with an image, through the processor Transformers.js's AutoProcessor builds
-    from the folder on an image it does not resize, and on transformers' processed inputs for
-    two images it resizes (no side a multiple of the merged patch, grids of other sizes),
-    alone and both in one prompt (one vision run for the two, as Transformers.js runs it)."""
-    from PIL import Image
-    from test_export_hf_vision_language import qwen_prompt, save_qwen2_5_vl, transformers_tokens
+def save_qwen2_vl(folder):
+    """A two-layer Qwen2-VL (two vision layers of full attention within each image) with
+    Qwen's tokenizer and the Qwen2.5-VL tests' image processor."""
+    from test_export_hf_vision_language import save_qwen
 
-    model = save_qwen2_5_vl(tmp_path / "source")
+    vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=64, patch_size=14, spatial_merge_size=2,
+                  temporal_patch_size=2)
+    return save_qwen(folder, transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration, vision)
+
+
+# Qwen's families: the vision model's inputs (Transformers.js's names), the processor Transformers.js's
+# AutoProcessor builds, and which of the resized images go in one prompt each
+QWEN_FAMILIES = {
+    "qwen2_5_vl": (["pixel_values", "image_grid_thw"], "Qwen2_5_VLProcessor", [[1], [2], [1, 2]]),
+    "qwen2_vl": (["pixel_values", "grid_thw"], "Qwen2VLProcessor", [[1, 2]]),
+}
+
+
+@pytest.mark.parametrize("family", sorted(QWEN_FAMILIES))
+def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
+    """Qwen2.5-VL and Qwen2-VL as `--runtime standard` writes them for Transformers.js
+    (`vision_encoder`, its grid input named as Transformers.js feeds the family's, `embed_tokens`
+    taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal transformers' with
+    an image, through the processor Transformers.js's AutoProcessor builds from the folder on
+    an image it does not resize, and on transformers' processed inputs for two images it resizes
+    (no side a multiple of the merged patch, grids of other sizes), both in one prompt (one
+    vision run for the two, as Transformers.js runs it) and, for Qwen2.5-VL, each alone."""
+    from PIL import Image
+    import test_export_hf_vision_language as qwen_tests
+
+    vision_inputs, processor_class, resized = QWEN_FAMILIES[family]
+    model = {"qwen2_5_vl": qwen_tests.save_qwen2_5_vl, "qwen2_vl": save_qwen2_vl}[family](tmp_path / "source")
     out = tmp_path / "out"
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=8).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens  # the features merged as Transformers.js does
@@ -438,11 +459,11 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
         path = os.fspath(out / "onnx" / f"{name}.onnx")
         onnx.checker.check_model(path, full_check=True)
         inputs[name] = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
-    assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == ["pixel_values", "image_grid_thw"]
+    assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == vision_inputs
     assert inputs["decoder_model_merged"][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
     assert not (out / "genai_config.json").exists()
     # Transformers.js's AutoProcessor builds the processor preprocessor_config.json names
-    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "Qwen2_5_VLProcessor"
+    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == processor_class
     rng = np.random.default_rng(0)
     paths = []
     for height, width in ((56, 84), (45, 75), (130, 60)):  # the first: sides multiples of 28, not resized
@@ -450,11 +471,11 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
         Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
     image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
-    prompts = [{"text": qwen_prompt(1), "images": [str(paths[0])]}]
-    chosen = [[paths[1]], [paths[2]], paths[1:]]  # the last: two images in one prompt
+    prompts = [{"text": qwen_tests.qwen_prompt(1), "images": [str(paths[0])]}]
+    chosen = [[paths[index] for index in indices] for indices in resized]
     for images_of_prompt in chosen:
         images = image_processor(images=[Image.open(path) for path in images_of_prompt], return_tensors="pt")
-        text = qwen_prompt(len(images_of_prompt))
+        text = qwen_tests.qwen_prompt(len(images_of_prompt))
         for grid in images["image_grid_thw"]:  # each placeholder expanded to its image's tokens, in order
             text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // 4), 1)
         ids = tokenizer(text.replace("<|placeholder|>", "<|image_pad|>"), return_tensors="pt")["input_ids"]
@@ -464,81 +485,16 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     job = {"folder": str(out), "task": "image-text-to-text",
            "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    # Transformers.js's Qwen2_5_VLProcessor: transformers' prompt tokens and patches (an image it does not resize)
+    # Transformers.js's processor: transformers' prompt tokens and patches (an image it does not resize)
     expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
     pixels = results[0]["pixel_values"]
     np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
     grid_tokens = expected.shape[0] // 4
-    assert results[0]["input_ids"] == tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
-    for images_of_prompt, result in zip([[paths[0]], *chosen], results):
-        assert result["generated"] == transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
-
-
-def save_qwen2_vl(folder):
-    """A two-layer Qwen2-VL (two vision layers of full attention within each image) with
-    Qwen's tokenizer and an image processor of the Qwen2.5-VL tests' bounds."""
-    from test_export_hf_vision_language import QWEN_SPECIAL, QWEN_TEMPLATE, trained_tokenizer as qwen_tokenizer
-
-    tokenizer = qwen_tokenizer(QWEN_SPECIAL, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL}
-    roles = dict(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
-    config = transformers.Qwen2VLConfig(
-        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, vocab_size=len(tokenizer), **roles,
-                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-        vision_config=dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=64, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], **roles,
-    )
-    torch.manual_seed(0)
-    model = transformers.Qwen2VLForConditionalGeneration(config).eval()
-    model.save_pretrained(folder)
-    transformers.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 64).save_pretrained(folder)
-    tokenizer.chat_template = QWEN_TEMPLATE
-    tokenizer.save_pretrained(folder)
-    return model
-
-
-def test_qwen2_vl_folder_in_transformers_js(tmp_path, transformers_js):
-    """Qwen2-VL as `--runtime standard` writes it for Transformers.js (its vision_encoder's grid
-    input named `grid_thw`, as Transformers.js feeds Qwen2-VL's): 16 greedy tokens equal
-    transformers' through Transformers.js's AutoProcessor on an image it does not resize, and
-    on transformers' processed inputs for two images it resizes, in one prompt."""
-    from PIL import Image
-    from test_export_hf_vision_language import qwen_prompt, transformers_tokens
-
-    model = save_qwen2_vl(tmp_path / "source")
-    out = tmp_path / "out"
-    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
-    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
-    vision_inputs = [i.name for i in onnx.load(os.fspath(out / "onnx" / "vision_encoder.onnx"), load_external_data=False).graph.input]
-    assert vision_inputs == ["pixel_values", "grid_thw"]
-    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "Qwen2VLProcessor"
-    rng = np.random.default_rng(0)
-    paths = []
-    for height, width in ((56, 84), (45, 75), (130, 60)):  # the first: sides multiples of 28, not resized
-        paths.append(tmp_path / f"{height}x{width}.png")
-        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
-    image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
-    images = image_processor(images=[Image.open(path) for path in paths[1:]], return_tensors="pt")
-    text = qwen_prompt(2)
-    for grid in images["image_grid_thw"]:  # each placeholder expanded to its image's tokens, in order
-        text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // 4), 1)
-    ids = tokenizer(text.replace("<|placeholder|>", "<|image_pad|>"), return_tensors="pt")["input_ids"]
-    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
-             "image_grid_thw": images["image_grid_thw"]}
-    prompts = [{"text": qwen_prompt(1), "images": [str(paths[0])]}, {"inputs": tensor_specs(given)}]
-    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
-    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
-    pixels = results[0]["pixel_values"]
-    np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
-    expected_tokens = [transformers_tokens(tmp_path / "source", model, chosen, NEW_TOKENS) for chosen in ([paths[0]], paths[1:])]
-    assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[1]
+    prompt_ids = tokenizer(qwen_tests.qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
+    assert results[0]["input_ids"] == prompt_ids
+    expected_tokens = [qwen_tests.transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
+                       for images_of_prompt in [[paths[0]], *chosen]]
+    assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[-1]
 
 
 def save_llava(folder):
