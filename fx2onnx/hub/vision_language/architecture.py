@@ -108,7 +108,9 @@ def transformers_js_only(model_types: str, **fields: Any) -> VisionLanguageArchi
     table holds it: transformers_js.py): its runtime configuration refused, saying so."""
 
     def no_genai_folder(*args: Any) -> Any:
-        raise NotImplementedError(f"ONNX Runtime GenAI 0.18 has no {model_types} model type: only Transformers.js's folder is written.")
+        raise NotImplementedError(
+            f"ONNX Runtime GenAI 0.18 has no {model_types} model type: only Transformers.js's folder is written."
+        )
 
     return VisionLanguageArchitecture(genai_type="", vision_section=no_genai_folder, processor_config=no_genai_folder,
                                       image_sizes_note=no_genai_folder, **fields)
