@@ -29,7 +29,8 @@ def swapped_initializers(model: ir.Model, tensors: Mapping[str, ir.TensorProtoco
         yield
     finally:
         for name, tensor in originals.items():
-            model.graph.initializers[name].const_value = tensor
+            if name in model.graph.initializers:  # a pass in the block may drop a weight the graph never reads
+                model.graph.initializers[name].const_value = tensor
 
 
 # Metadata keys of initializers that are not weights of the model: computed at export from

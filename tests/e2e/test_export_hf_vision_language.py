@@ -65,20 +65,27 @@ def trained_tokenizer(special: list[str], **roles: str):
 def save_qwen2_5_vl(folder):
     """A two-layer Qwen2.5-VL (two vision layers, windowed then full attention) with its
     tokenizer, chat template and image processor."""
+    vision = dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
+                  spatial_merge_size=2, window_size=56, fullatt_block_indexes=[1], temporal_patch_size=2)
+    return save_qwen(folder, transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration, vision)
+
+
+def save_qwen(folder, config_class, model_class, vision: dict):
+    """A Qwen vision-language model with a two-layer text model and the ``vision`` config,
+    Qwen's tokenizer, chat template and an image processor of patch 14 and merge 2."""
     tokenizer = trained_tokenizer(QWEN_SPECIAL, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL}
     roles = dict(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
-    config = transformers.Qwen2_5_VLConfig(
+    config = config_class(
         text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=512, vocab_size=len(tokenizer), **roles,
                          rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-        vision_config=dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
-                           spatial_merge_size=2, window_size=56, fullatt_block_indexes=[1], temporal_patch_size=2),
+        vision_config=vision,
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"], **roles,
     )
     torch.manual_seed(0)
-    model = transformers.Qwen2_5_VLForConditionalGeneration(config).eval()
+    model = model_class(config).eval()
     model.save_pretrained(folder)
     transformers.Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 64).save_pretrained(folder)
     tokenizer.chat_template = QWEN_TEMPLATE
@@ -219,7 +226,7 @@ def test_qwen2_5_vl_folder_layout(qwen2_5_vl):
     assert plant_error(out / files["decoder"], 1e-2) == ["logits"]
     image_processor = transformers.AutoImageProcessor.from_pretrained(qwen2_5_vl.source)
     paths = {part: out / name for part, name in files.items()}
-    planted = verify_image_text_to_text(paths, model, image_processor, 4, tolerance_for(torch.float32))
+    planted = verify_image_text_to_text(paths, model, image_processor, 4, tolerance_for(torch.float32), ARCHITECTURES["qwen2_5_vl"])
     assert not planted.passed and planted.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
 
 
@@ -507,6 +514,7 @@ def test_an_image_text_to_text_type_without_a_runtime_layout_is_an_error(tmp_pat
         image_token_id=99,
     )
     transformers.LlavaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
-    with pytest.raises(NotImplementedError, match=f"for model types {', '.join(ARCHITECTURES)}; llava is not one of them. Nothing was written. Give --text-only"):
+    with pytest.raises(NotImplementedError, match=f"for model types {', '.join(ARCHITECTURES)}; llava is not one of them. Nothing was written. Give --text-only") as error:
         export_hf(tmp_path / "source", tmp_path / "out", say=print)
+    assert str(error.value).endswith("`fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.1.")
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]

@@ -420,21 +420,43 @@ def test_whisper_folder_in_transformers_js(tmp_path, transformers_js):
 
 def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
     """Tensors as the runner's jobs give them (type, dims, data)."""
-    return {name: {"type": "float32" if value.is_floating_point() else "int64", "dims": list(value.shape),
+    kinds = {torch.float32: "float32", torch.bool: "bool"}
+    return {name: {"type": kinds.get(value.dtype, "int64"), "dims": list(value.shape),
                    "data": value.flatten().tolist()} for name, value in tensors.items()}
 
 
-def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
-    """Qwen2.5-VL as `--runtime standard` writes it for Transformers.js (`vision_encoder`,
-    `embed_tokens` taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal
-    transformers' with an image, through the processor Transformers.js's AutoProcessor builds
-    from the folder on an image it does not resize, and on transformers' processed inputs for
-    two images it resizes (no side a multiple of the merged patch, grids of other sizes),
-    alone and both in one prompt (one vision run for the two, as Transformers.js runs it)."""
-    from PIL import Image
-    from test_export_hf_vision_language import qwen_prompt, save_qwen2_5_vl, transformers_tokens
+def save_qwen2_vl(folder):
+    """A two-layer Qwen2-VL (two vision layers of full attention within each image) with
+    Qwen's tokenizer and the Qwen2.5-VL tests' image processor."""
+    from test_export_hf_vision_language import save_qwen
 
-    model = save_qwen2_5_vl(tmp_path / "source")
+    vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=64, patch_size=14, spatial_merge_size=2,
+                  temporal_patch_size=2)
+    return save_qwen(folder, transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration, vision)
+
+
+# Qwen's families: the vision model's inputs (Transformers.js's names), the processor Transformers.js's
+# AutoProcessor builds, and which of the resized images go in one prompt each
+QWEN_FAMILIES = {
+    "qwen2_5_vl": (["pixel_values", "image_grid_thw"], "Qwen2_5_VLProcessor", [[1], [2], [1, 2]]),
+    "qwen2_vl": (["pixel_values", "grid_thw"], "Qwen2VLProcessor", [[1, 2]]),
+}
+
+
+@pytest.mark.parametrize("family", sorted(QWEN_FAMILIES))
+def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
+    """Qwen2.5-VL and Qwen2-VL as `--runtime standard` writes them for Transformers.js
+    (`vision_encoder`, its grid input named as Transformers.js feeds the family's, `embed_tokens`
+    taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal transformers' with
+    an image, through the processor Transformers.js's AutoProcessor builds from the folder on
+    an image it does not resize, and on transformers' processed inputs for two images it resizes
+    (no side a multiple of the merged patch, grids of other sizes), both in one prompt (one
+    vision run for the two, as Transformers.js runs it) and, for Qwen2.5-VL, each alone."""
+    from PIL import Image
+    import test_export_hf_vision_language as qwen_tests
+
+    vision_inputs, processor_class, resized = QWEN_FAMILIES[family]
+    model = {"qwen2_5_vl": qwen_tests.save_qwen2_5_vl, "qwen2_vl": save_qwen2_vl}[family](tmp_path / "source")
     out = tmp_path / "out"
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=8).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens  # the features merged as Transformers.js does
@@ -443,11 +465,11 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
         path = os.fspath(out / "onnx" / f"{name}.onnx")
         onnx.checker.check_model(path, full_check=True)
         inputs[name] = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
-    assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == ["pixel_values", "image_grid_thw"]
+    assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == vision_inputs
     assert inputs["decoder_model_merged"][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
     assert not (out / "genai_config.json").exists()
     # Transformers.js's AutoProcessor builds the processor preprocessor_config.json names
-    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "Qwen2_5_VLProcessor"
+    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == processor_class
     rng = np.random.default_rng(0)
     paths = []
     for height, width in ((56, 84), (45, 75), (130, 60)):  # the first: sides multiples of 28, not resized
@@ -455,11 +477,11 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
         Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
     image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
-    prompts = [{"text": qwen_prompt(1), "images": [str(paths[0])]}]
-    chosen = [[paths[1]], [paths[2]], paths[1:]]  # the last: two images in one prompt
+    prompts = [{"text": qwen_tests.qwen_prompt(1), "images": [str(paths[0])]}]
+    chosen = [[paths[index] for index in indices] for indices in resized]
     for images_of_prompt in chosen:
         images = image_processor(images=[Image.open(path) for path in images_of_prompt], return_tensors="pt")
-        text = qwen_prompt(len(images_of_prompt))
+        text = qwen_tests.qwen_prompt(len(images_of_prompt))
         for grid in images["image_grid_thw"]:  # each placeholder expanded to its image's tokens, in order
             text = text.replace("<|image_pad|>", "<|placeholder|>" * (int(grid.prod()) // 4), 1)
         ids = tokenizer(text.replace("<|placeholder|>", "<|image_pad|>"), return_tensors="pt")["input_ids"]
@@ -469,14 +491,130 @@ def test_qwen2_5_vl_folder_in_transformers_js(tmp_path, transformers_js):
     job = {"folder": str(out), "task": "image-text-to-text",
            "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    # Transformers.js's Qwen2_5_VLProcessor: transformers' prompt tokens and patches (an image it does not resize)
+    # Transformers.js's processor: transformers' prompt tokens and patches (an image it does not resize)
     expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
     pixels = results[0]["pixel_values"]
     np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
     grid_tokens = expected.shape[0] // 4
-    assert results[0]["input_ids"] == tokenizer(qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
-    for images_of_prompt, result in zip([[paths[0]], *chosen], results):
-        assert result["generated"] == transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
+    prompt_ids = tokenizer(qwen_tests.qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
+    assert results[0]["input_ids"] == prompt_ids
+    expected_tokens = [qwen_tests.transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
+                       for images_of_prompt in [[paths[0]], *chosen]]
+    assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[-1]
+
+
+def save_llava(folder):
+    """A two-layer LLaVA (a two-layer CLIP tower of 42-pixel images, 9 image tokens each, the
+    "default" strategy dropping the class token) with a tokenizer that has an `<image>` token."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.LlavaConfig(
+        text_config=transformers.LlamaConfig(**text),
+        vision_config=transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                    num_attention_heads=2, image_size=42, patch_size=14),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-2,
+        vision_feature_select_strategy="default", pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlavaForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    image_processor = transformers.CLIPImageProcessor(size={"shortest_edge": 42}, crop_size={"height": 42, "width": 42})
+    image_processor.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, image_processor
+
+
+def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
+    """LLaVA as `--runtime standard` writes it for Transformers.js (a vision_encoder of any
+    number of images, features merged by Transformers.js, 1-D positions): 16 greedy tokens
+    equal transformers' on transformers' processed inputs, one image alone and two in one prompt;
+    the folder written in fake mode."""
+    from PIL import Image
+
+    model, image_processor = save_llava(tmp_path / "source")
+    out = tmp_path / "out"
+    # in fake mode: the vision tower's last layer, computed but never read (features of layer -2), is dropped with its
+    # weights by the optimizer while the weights are hidden
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4, fake=True).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    rng = np.random.default_rng(0)
+    opened = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((50, 70, 3), (42, 42, 3))]
+    image_id = model.config.image_token_id
+    prompts, expected = [], []
+    for chosen in (opened[:1], opened):
+        pixels = image_processor(images=chosen, return_tensors="pt")["pixel_values"]
+        ids = torch.tensor([[1, 40, 41] + ([image_id] * 9 + [42]) * len(chosen) + [43, 44, 45]])
+        given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels}
+        prompts.append({"inputs": tensor_specs(given)})
+        with torch.no_grad():
+            generated = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected.append(generated[0, ids.shape[1]:].tolist())
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+
+
+def save_idefics3(folder, family: str):
+    """A two-layer Idefics3 or SmolVLM (``family``; a two-layer vision tower of 56-pixel crops,
+    4 image tokens each after the pixel shuffle) with a tokenizer that has Idefics3's image
+    tokens, and an image processor that cuts an image into up to 2 x 2 crops and the whole image."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>",
+                                                                "<global-img>"]})
+    text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config_class, model_class, processor_class = {
+        "idefics3": (transformers.Idefics3Config, transformers.Idefics3ForConditionalGeneration, transformers.Idefics3ImageProcessorPil),
+        "smolvlm": (transformers.SmolVLMConfig, transformers.SmolVLMForConditionalGeneration, transformers.SmolVLMImageProcessorPil),
+    }[family]
+    config = config_class(
+        text_config=text, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                             image_size=56, patch_size=14),
+        scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids("<image>"), pad_token_id=0)
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    model.save_pretrained(folder)
+    image_processor = processor_class(size={"longest_edge": 112}, max_image_size={"longest_edge": 56})
+    image_processor.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4)
+
+
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+def test_idefics3_folder_in_transformers_js(tmp_path, transformers_js, family):
+    """Idefics3 and SmolVLM as `--runtime standard` writes them for Transformers.js (a
+    vision_encoder over a prompt's crops and their bool pixel_attention_mask, 1-D positions):
+    16 greedy tokens equal transformers' on its processor's inputs, an image cut into 2 x 2
+    crops and the whole, and with another cut into 2 x 1 in one prompt; Idefics3's folder
+    written in fake mode."""
+    from PIL import Image
+
+    model, processor = save_idefics3(tmp_path / "source", family)
+    out = tmp_path / "out"
+    # Idefics3's in fake mode: each part reads its weights from the checkpoint by their names (`model.text_model.*`)
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4,
+                             fake=family == "idefics3").verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    rng = np.random.default_rng(0)
+    opened = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((50, 90, 3), (100, 40, 3))]
+    prompts, expected, crops = [], [], []
+    for text, chosen in (("<image>the quick brown fox", opened[:1]), ("<image>the lazy dog<image>jumps", opened)):
+        given = dict(processor(text=text, images=[chosen], return_tensors="pt"))
+        crops.append(given["pixel_values"].shape[1])
+        with torch.no_grad():
+            generated = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected.append(generated[0, given["input_ids"].shape[1]:].tolist())
+        given["pixel_attention_mask"] = given["pixel_attention_mask"].bool()  # as Transformers.js's processor gives it
+        prompts.append({"inputs": tensor_specs(given)})
+    assert crops == [4 + 1, 4 + 1 + 2 + 1]  # each image cut into 2 x 2 or 2 x 1 crops, beside the whole
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
 
 
 def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):

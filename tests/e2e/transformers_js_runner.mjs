@@ -56,6 +56,7 @@ function tensors(specs) {
     const feed = {};
     for (const [name, { type, dims, data }] of Object.entries(specs)) {
         feed[name] = type === 'int64' ? new Tensor('int64', BigInt64Array.from(data.map(BigInt)), dims)
+            : type === 'bool' ? new Tensor('bool', Uint8Array.from(data.map(Number)), dims)
             : new Tensor('float32', Float32Array.from(data), dims);
     }
     return feed;

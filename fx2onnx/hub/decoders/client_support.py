@@ -13,8 +13,9 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 - it reads a model type's sizes under the names its own table gives: EXAONE's layer count
   as ``num_layers`` (the name of EXAONE's own remote code), which transformers 5 writes as
   ``num_hidden_layers``; without it Transformers.js feeds no cache at all (`Missing the
-  following inputs: past_key_values.0.key`). The folder's `config.json` gets the entry
-  under both names, with the same value (`transformers_js_entries`).
+  following inputs: past_key_values.0.key`). Likewise Qwen2-VL's text sizes at the top of
+  `config.json`, where transformers 5 writes them under `text_config`. The folder's
+  `config.json` gets the entry under both names, with the same value (`transformers_js_entries`).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, so a folder
   with ``past_key_values.<i>.key`` and ``.value`` (Falcon's and GPT-BigCode's default
@@ -41,8 +42,13 @@ TRANSFORMERS_JS_CAUSAL_LM_TYPES = frozenset({
     "vaultgemma", "youtu", "zaya",
 })
 
-# model type -> {the name Transformers.js 4.3.1 reads a config entry by: the name transformers writes it by}
-TRANSFORMERS_JS_ENTRY_NAMES = {"exaone": {"num_layers": "num_hidden_layers"}}
+# model type -> {the name Transformers.js 4.3.1 reads a config entry by: the name transformers writes it by
+# (a dotted name: an entry of a sub-config)}
+TRANSFORMERS_JS_ENTRY_NAMES = {
+    "exaone": {"num_layers": "num_hidden_layers"},
+    "qwen2_vl": {name: f"text_config.{name}" for name in (
+        "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim")},
+}
 
 MULTI_QUERY_REASON = (
     "its config.json says multi_query: true, for which Transformers.js feeds one combined past_key_values.<i>.key_value "
@@ -67,7 +73,14 @@ def transformers_js_entries(config: Mapping[str, Any]) -> dict[str, Any]:
     finds the sizes it reads under another name than transformers writes: the same values,
     under its names (none already there is replaced)."""
     names = TRANSFORMERS_JS_ENTRY_NAMES.get(config.get("model_type"), {})
-    return {theirs: config[ours] for theirs, ours in names.items() if theirs not in config and ours in config}
+    found = {}
+    for theirs, ours in names.items():
+        section, *path = [config, *ours.split(".")]
+        for key in path:
+            section = section.get(key) if isinstance(section, Mapping) else None
+        if theirs not in config and section is not None:
+            found[theirs] = section
+    return found
 
 
 def client_note(config: Mapping[str, Any]) -> str | None:

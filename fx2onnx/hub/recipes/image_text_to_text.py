@@ -5,8 +5,10 @@ beside the token embedding alone (vision_language/transformers_js.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,12 +21,18 @@ from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
-from fx2onnx.hub.vision_language import genai_files, parts
+from fx2onnx.hub.vision_language import genai_files
+from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
 from fx2onnx.hub.vision_language.transformers_js import (
-    transformers_js_note, transformers_js_refusal, write_processor_class,
+    transformers_js_architecture, transformers_js_hint, transformers_js_note, transformers_js_refusal, write_processor_class,
 )
+
+
+def architecture_for(config: Any, for_transformers_js: bool) -> VisionLanguageArchitecture:
+    """The architecture of the folder: Transformers.js's (its own rows included) or ONNX Runtime GenAI's."""
+    return transformers_js_architecture(config) if for_transformers_js else architecture_of(config)
 
 
 def export_folder(
@@ -36,10 +44,11 @@ def export_folder(
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-    architecture = architecture_of(loaded.config)
-    programs = architecture.export(loaded, options, image_processor)
+    architecture = architecture_for(loaded.config, for_transformers_js)
     if for_transformers_js:  # Transformers.js merges the image features itself: the token embedding alone
-        programs["embedding"] = parts.export_token_embedding(loaded, options)  # in place of the architecture's
+        architecture = dataclasses.replace(architecture, merges_images=False)
+    programs = architecture.export(loaded, options, image_processor)
+    if for_transformers_js:
         say(transformers_js_note(loaded.config))
     else:
         say(architecture.image_sizes_note(image_processor))
@@ -74,7 +83,9 @@ def verify_folder(
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
     files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
-    return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, embedding_merges=not for_transformers_js)
+    architecture = architecture_for(loaded.config, for_transformers_js)
+    return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, architecture,
+                                     embedding_merges=not for_transformers_js)
 
 
 class ImageTextToTextRecipe(RecipeDefaults):
@@ -84,12 +95,13 @@ class ImageTextToTextRecipe(RecipeDefaults):
         self.for_transformers_js = for_transformers_js
 
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        try:
-            architecture_of(loaded.config)
-        except NotImplementedError as error:  # an architecture without a runtime layout here
-            return Refusal(NotImplementedError, str(error))
         if self.for_transformers_js and (refusal := transformers_js_refusal(loaded.config)) is not None:
             return refusal
+        try:
+            architecture_for(loaded.config, self.for_transformers_js)
+        except NotImplementedError as error:  # an architecture without a runtime layout here
+            hint = "" if self.for_transformers_js else transformers_js_hint(loaded.config)
+            return Refusal(NotImplementedError, f"{error}{hint}")
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(

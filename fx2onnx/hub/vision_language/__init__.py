@@ -1,7 +1,8 @@
 """Image-text-to-text models as ONNX Runtime GenAI runs them: a vision model, an embedding
 model and a decoder cut from the checkpoint's modules, with the runtime's configuration
 and image processor configuration; and as Transformers.js runs them (transformers_js.py:
-which architectures, the embedding without the images).
+which architectures, the embedding without the images; the architectures Transformers.js
+alone runs, qwen2_vl.py, llava.py and idefics3.py, are named by its rows there).
 
 - architectures.py: the table, one row per model type (architecture.py says what a row holds);
 - one module per architecture, named after its model type (the Qwen ones share

@@ -75,6 +75,8 @@ class VisionLanguageArchitecture:
         mrope: the decoder takes 3-D mRoPE `position_ids` (3, batch, tokens), else 1-D.
         wide_rows: features riding beside the embeddings (None: rows of the hidden size).
         check: raises a clear error for a configuration the runtime cannot run.
+        merges_images: the embedding takes the image features (ONNX Runtime GenAI's), else
+            it is the token embedding alone (Transformers.js merges the features itself).
     """
 
     genai_type: str
@@ -88,6 +90,7 @@ class VisionLanguageArchitecture:
     mrope: bool = True
     wide_rows: WideRows | None = None
     check: Callable[[Any], None] = _no_check
+    merges_images: bool = True
 
     def export(self, loaded: Any, options: Any, image_processor: Any) -> dict[str, Any]:
         """The "vision", "embedding" and "decoder" programs of ``loaded``'s model."""
@@ -98,3 +101,16 @@ class VisionLanguageArchitecture:
         and the wide rows' extra columns."""
         extra = self.wide_rows.extra_width(config) if self.wide_rows is not None else 0
         return int(config.text_config.hidden_size) + extra
+
+
+def transformers_js_only(model_types: str, **fields: Any) -> VisionLanguageArchitecture:
+    """The row of an architecture ONNX Runtime GenAI has no type for (Transformers.js's
+    table holds it: transformers_js.py): its runtime configuration refused, saying so."""
+
+    def no_genai_folder(*args: Any) -> Any:
+        raise NotImplementedError(
+            f"ONNX Runtime GenAI 0.18 has no {model_types} model type: only Transformers.js's folder is written."
+        )
+
+    return VisionLanguageArchitecture(genai_type="", vision_section=no_genai_folder, processor_config=no_genai_folder,
+                                      image_sizes_note=no_genai_folder, **fields)

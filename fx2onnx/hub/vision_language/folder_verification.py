@@ -19,7 +19,7 @@ import torch
 from fx2onnx.hub.shared.verification import (
     Tolerance, Verification, cpu_session, empty_cache, greedy_decode, run_session, verdict_of,
 )
-from fx2onnx.hub.vision_language.architectures import architecture_of
+from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 
 
 def random_images(sizes: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
@@ -38,13 +38,12 @@ def merged_features(input_ids: np.ndarray, embeds: np.ndarray, features: np.ndar
 
 def verify_image_text_to_text(
     files: dict[str, Path], model: torch.nn.Module, image_processor: Any, new_tokens: int, tolerance: Tolerance,
-    embedding_merges: bool = True,
+    architecture: VisionLanguageArchitecture, embedding_merges: bool = True,
 ) -> Verification:
-    """Greedy generation with the folder's ``files`` (vision, embedding, decoder) against
-    ``model``; ``embedding_merges``: the embedding takes the image features (ONNX Runtime
+    """Greedy generation with the folder's ``files`` (vision, embedding, decoder) of
+    ``architecture`` against ``model``; ``embedding_merges``: the embedding takes the image features (ONNX Runtime
     GenAI's), else they are merged here as Transformers.js merges them."""
     config = model.config
-    architecture = architecture_of(config)
     images = image_processor(images=random_images(architecture.verification_sizes(model, image_processor)), return_tensors="pt")
     with torch.no_grad():
         prompt = architecture.verification_prompt(model, images)

@@ -11,8 +11,8 @@ modules (genai_files.py names their files and writes the configs):
   the same fused kernels (GroupQueryAttention where the runtime's kernel applies).
 
 The vision models are the architectures' own (their modules: architectures.py). The wrappers hold the checkpoint's submodules under the checkpoint's own
-paths (`model.language_model.*`, `lm_head.*`), so a fake-mode export finds each weight in
-the folder by its name.
+paths (`model.language_model.*`, or Idefics3's `model.text_model.*`, and `lm_head.*`), so a
+fake-mode export finds each weight in the folder by its name.
 """
 
 from __future__ import annotations
@@ -42,14 +42,26 @@ class Holder(torch.nn.Module):
             self.add_module(name, module)
 
 
+def language_model_name(model: torch.nn.Module) -> str:
+    """The checkpoint's name of the language model in ``model.model``: `language_model`, or
+    `text_model` (Idefics3's and SmolVLM's)."""
+    return "language_model" if hasattr(model.model, "language_model") else "text_model"
+
+
+def language_model_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The language model of an image-text-to-text ``model``."""
+    return getattr(model.model, language_model_name(model))
+
+
 class LanguageModelWithHead(torch.nn.Module):
     """An image-text-to-text model's language model and LM head under their checkpoint
     paths: the base of the decoders."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
-        language_model = model.model.language_model
-        self.model = Holder(language_model=language_model)
+        language_model = language_model_of(model)
+        self.language_model_name = language_model_name(model)
+        self.model = Holder(**{self.language_model_name: language_model})
         self.lm_head = model.lm_head
         self.cache_argument = decode_step.cache_argument(language_model)
 
@@ -78,12 +90,13 @@ class Embedding(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, image_token_id: int, width: int) -> None:
         super().__init__()
-        self.model = Holder(language_model=Holder(embed_tokens=model.model.language_model.embed_tokens))
+        self.name = language_model_name(model)
+        self.model = Holder(**{self.name: Holder(embed_tokens=language_model_of(model).embed_tokens)})
         self.image_token_id = image_token_id
         self.extra = width - int(model.config.text_config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
-        embeds = self.model.language_model.embed_tokens(input_ids)
+        embeds = getattr(self.model, self.name).embed_tokens(input_ids)
         if self.extra:
             embeds = torch.cat([embeds, embeds.new_zeros(*embeds.shape[:-1], self.extra)], dim=-1)
         is_image = input_ids == self.image_token_id
@@ -106,10 +119,11 @@ class TokenEmbedding(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
-        self.model = Holder(language_model=Holder(embed_tokens=model.model.language_model.embed_tokens))
+        self.name = language_model_name(model)
+        self.model = Holder(**{self.name: Holder(embed_tokens=language_model_of(model).embed_tokens)})
 
     def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"inputs_embeds": self.model.language_model.embed_tokens(input_ids)}
+        return {"inputs_embeds": getattr(self.model, self.name).embed_tokens(input_ids)}
 
 
 def export_token_embedding(loaded: LoadedModel, options: fx2onnx.ExportOptions) -> fx2onnx.ONNXProgram:
@@ -128,7 +142,7 @@ class Decoder(LanguageModelWithHead):
         self.hidden = int(model.config.text_config.hidden_size)
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
-        language_model, extra = self.model.language_model, {}
+        language_model, extra = getattr(self.model, self.language_model_name), {}
         if self.wide_rows is not None:
             inputs_embeds, extra = self.wide_rows.split(language_model, inputs_embeds, self.hidden)
         try:
@@ -170,7 +184,7 @@ def embedding_inputs(loaded: LoadedModel, width: int, per_image: bool = False) -
 def decoder_inputs(loaded: LoadedModel, architecture: VisionLanguageArchitecture) -> dict[str, Any]:
     """A decode step after a prefill (sizes as causal_lm's), with text positions on all 3
     mRoPE axes (1-D positions, [batch, tokens], for an architecture without mRoPE)."""
-    language_model = loaded.model.model.language_model
+    language_model = language_model_of(loaded.model)
     batch, cached, new = decode_step.BATCH, decode_step.CACHED_TOKENS, decode_step.NEW_TOKENS
     hidden = int(loaded.config.text_config.hidden_size)
     embeds = torch.randn(batch, cached + new, hidden, generator=torch.Generator().manual_seed(0))
@@ -224,13 +238,17 @@ def export_text_parts(
     loaded: LoadedModel, options: fx2onnx.ExportOptions, architecture: VisionLanguageArchitecture,
     programs: dict[str, fx2onnx.ONNXProgram],
 ) -> dict[str, fx2onnx.ONNXProgram]:
-    """``programs`` with the embedding and the decoder over `inputs_embeds` added."""
+    """``programs`` with the embedding (the token embedding alone where the architecture's
+    client merges the images) and the decoder over `inputs_embeds` added."""
     config, model = loaded.config, loaded.model
     width = architecture.row_width(config)
-    programs["embedding"] = fx2onnx.dynamo_export(
-        Embedding(model, int(config.image_token_id), width), **embedding_inputs(loaded, width),
-        export_options=without_causal_mask(options),
-    )
+    if architecture.merges_images:
+        programs["embedding"] = fx2onnx.dynamo_export(
+            Embedding(model, int(config.image_token_id), width), **embedding_inputs(loaded, width),
+            export_options=without_causal_mask(options),
+        )
+    else:
+        programs["embedding"] = export_token_embedding(loaded, options)
     inputs = decoder_inputs(loaded, architecture)
     causal = decode_step.attends_causally(config.text_config)
     decoder_options = dataclasses.replace(

@@ -31,6 +31,9 @@ from fx2onnx.hub.vision_language.architecture import Prompt, VisionLanguageArchi
 PACKED_ATTENTION = "fx2onnx_flash_packed_vision"
 # the (height, width) of the verification's two random images: neither a multiple of a merged patch (28 or 32 pixels)
 IMAGE_SIZES = ((50, 90), (100, 44))
+# the vision model's grid input: ONNX Runtime GenAI and Transformers.js feed Qwen2.5-VL's and Qwen3-VL's
+# as `image_grid_thw`; Transformers.js feeds Qwen2-VL's as `grid_thw`
+GRID_INPUT = "image_grid_thw"
 
 
 def _packed_attention(module, query, key, value, attention_mask=None, scaling=None, cu_seq_lens_q=None, **kwargs):
@@ -50,16 +53,19 @@ def example_grid(loaded: LoadedModel) -> torch.Tensor:
     return torch.tensor([[1, 3 * merge, 5 * merge], [1, 2 * merge, 2 * merge]], dtype=torch.int64)
 
 
-def vision_inputs(loaded: LoadedModel, grid: torch.Tensor) -> dict[str, torch.Tensor]:
+def vision_inputs(loaded: LoadedModel, grid: torch.Tensor, grid_input: str = GRID_INPUT) -> dict[str, torch.Tensor]:
     vision = loaded.config.vision_config
     patches = int(grid.prod())
     width = int(vision.in_channels) * int(vision.temporal_patch_size) * int(vision.patch_size) ** 2
     pixels = torch.randn(patches, width, generator=torch.Generator().manual_seed(0))
-    return parts.as_loaded({"pixel_values": pixels, "image_grid_thw": grid}, loaded)
+    return parts.as_loaded({"pixel_values": pixels, grid_input: grid}, loaded)
 
 
-def parts_exporter(vision_model: Callable[[torch.nn.Module], torch.nn.Module]) -> Callable[..., dict[str, Any]]:
-    """The export of the three parts with the vision tower ``vision_model`` wraps."""
+def parts_exporter(
+    vision_model: Callable[[torch.nn.Module], torch.nn.Module], grid_input: str = GRID_INPUT
+) -> Callable[..., dict[str, Any]]:
+    """The export of the three parts with the vision tower ``vision_model`` wraps (its grid
+    input named ``grid_input``)."""
 
     def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
                      architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
@@ -67,11 +73,11 @@ def parts_exporter(vision_model: Callable[[torch.nn.Module], torch.nn.Module]) -
         # any number of patches, of one image (the runtime runs the model per image) or of several
         # (Transformers.js runs it once for a prompt's images)
         vision_options = dataclasses.replace(
-            parts.without_causal_mask(options), dynamic_shapes={"pixel_values": {0: Dim.AUTO}, "image_grid_thw": {0: Dim.AUTO}}
+            parts.without_causal_mask(options), dynamic_shapes={"pixel_values": {0: Dim.AUTO}, grid_input: {0: Dim.AUTO}}
         )
         with parts.attention_implementation(model.model.visual.config, PACKED_ATTENTION, _packed_attention):
             vision = fx2onnx.dynamo_export(
-                vision_model(model), **vision_inputs(loaded, example_grid(loaded)), export_options=vision_options
+                vision_model(model), **vision_inputs(loaded, example_grid(loaded), grid_input), export_options=vision_options
             )
         return parts.export_text_parts(loaded, options, architecture, {"vision": vision})
 
@@ -165,21 +171,29 @@ def verification_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor])
                   lambda index: np.full((3, 1, 1), index + int(deltas[0]), dtype=np.int64))
 
 
-def image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
-    """The vision model's features of each image in turn (the runtime's loop), concatenated."""
-    features, start = [], 0
-    for grid in images["image_grid_thw"]:
-        patches = int(grid.prod())
-        feed = {"pixel_values": images["pixel_values"][start:start + patches].numpy(), "image_grid_thw": grid[None].numpy()}
-        features.append(run_session(vision, feed)["image_features"])
-        start += patches
-    return np.concatenate(features)
+def features_reader(grid_input: str = GRID_INPUT) -> Callable[[Any, dict[str, torch.Tensor]], np.ndarray]:
+    """The verification's vision loop for a vision model whose grid input is ``grid_input``."""
+
+    def image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
+        """The vision model's features of each image in turn (the runtime's loop), concatenated."""
+        features, start = [], 0
+        for grid in images["image_grid_thw"]:
+            patches = int(grid.prod())
+            feed = {"pixel_values": images["pixel_values"][start:start + patches].numpy(), grid_input: grid[None].numpy()}
+            features.append(run_session(vision, feed)["image_features"])
+            start += patches
+        return np.concatenate(features)
+
+    return image_features
 
 
-def qwen_architecture(genai_type: str, vision_model: Callable[[torch.nn.Module], torch.nn.Module], **fields: Any) -> VisionLanguageArchitecture:
-    """The row of a Qwen vision-language architecture with the vision tower ``vision_model`` wraps."""
+def qwen_architecture(
+    genai_type: str, vision_model: Callable[[torch.nn.Module], torch.nn.Module], grid_input: str = GRID_INPUT, **fields: Any
+) -> VisionLanguageArchitecture:
+    """The row of a Qwen vision-language architecture with the vision tower ``vision_model``
+    wraps, its grid input named ``grid_input``."""
     return VisionLanguageArchitecture(
-        genai_type=genai_type, export_parts=parts_exporter(vision_model), vision_section=vision_section,
+        genai_type=genai_type, export_parts=parts_exporter(vision_model, grid_input), vision_section=vision_section,
         processor_config=processor_config, image_sizes_note=image_sizes_note, verification_sizes=verification_sizes,
-        verification_prompt=verification_prompt, image_features=image_features, mrope=True, **fields,
+        verification_prompt=verification_prompt, image_features=features_reader(grid_input), mrope=True, **fields,
     )

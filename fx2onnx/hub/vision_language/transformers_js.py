@@ -6,7 +6,9 @@ and decoder models are those of ONNX Runtime GenAI's folder (genai_files.py name
 Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding).
 
 Which architectures get this folder is one table: those whose inputs Transformers.js feeds
-as the folder's models take them, each run in Transformers.js in Node by the tests.
+as the folder's models take them, each run in Transformers.js in Node by the tests. A row
+names its own architecture (how its parts are exported and verified) where ONNX Runtime
+GenAI has no type for it (architectures.py holds those of the runtime's types).
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
+from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl
+from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
+from fx2onnx.hub.vision_language.architectures import architecture_of
 
 
 @dataclass(frozen=True)
@@ -28,11 +34,20 @@ class TransformersJsRow:
         processor_class: the processor Transformers.js's `AutoProcessor` builds when
             `preprocessor_config.json` names it (`processor_class`), or None where that
             processor reads more than the folder holds.
+        architecture: how the parts are exported and verified, for an architecture ONNX
+            Runtime GenAI has no type for (None: its row in architectures.py).
     """
 
     note: str
     processor_class: str | None = None
+    architecture: VisionLanguageArchitecture | None = None
 
+
+IDEFICS3_NOTE = (
+    "Transformers.js 4.3.1 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
+    "as transformers' processor cuts them; its own Idefics3ImageProcessor resizes with sharp's Lanczos filter, "
+    "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
+)
 
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
@@ -44,6 +59,27 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "processed otherwise (the vision model takes them all in one run).",
         processor_class="Qwen2_5_VLProcessor",
     ),
+    # as Qwen2.5-VL's, its vision_encoder's grid input named `grid_thw` (Transformers.js's name for Qwen2-VL)
+    "qwen2_vl": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (Qwen2VLForConditionalGeneration); its Qwen2VLImageProcessor "
+        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
+        "processed otherwise (the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen2-VL type.",
+        processor_class="Qwen2VLProcessor", architecture=qwen2_vl.ARCHITECTURE,
+    ),
+    # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
+    # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
+    # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
+    "llava": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
+        "transformers' LlavaProcessor gives; its own LlavaProcessor counts one image token more than the vision "
+        "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
+        architecture=llava.ARCHITECTURE,
+    ),
+    # Idefics3ForConditionalGeneration's path (SmolVLM's the same): its vision_encoder takes `pixel_values` and the
+    # bool `pixel_attention_mask` of a prompt's crops; 1-D positions from the mask. Its Idefics3ImageProcessor
+    # resizes with sharp's Lanczos, not PIL's: no processor named
+    "idefics3": TransformersJsRow(IDEFICS3_NOTE.format(name="Idefics3ForConditionalGeneration"), architecture=idefics3.ARCHITECTURE),
+    "smolvlm": TransformersJsRow(IDEFICS3_NOTE.format(name="SmolVLMForConditionalGeneration"), architecture=idefics3.ARCHITECTURE),
     # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
     # Its PixtralProcessor reads processor_config.json's image tokens, and a patch_size of the vision patch
     # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
@@ -65,6 +101,14 @@ NOT_SERVED = {
         "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
         "which Transformers.js's merge into the embedding rows does not take."
     ),
+    "paligemma": (
+        "its language model attends both ways over the image and prompt tokens (transformers' mask from "
+        "token_type_ids), which Transformers.js, feeding the decoder embeddings and a padding mask alone, never tells it."
+    ),
+    "florence2": (
+        "it is an encoder-decoder (Transformers.js loads vision_encoder, embed_tokens, encoder_model and "
+        "decoder_model_merged), a layout export-hf does not write for image-text-to-text."
+    ),
 }
 
 
@@ -74,13 +118,34 @@ def transformers_js_refusal(config: Any) -> Refusal | None:
     if model_type in TRANSFORMERS_JS_ARCHITECTURES:
         return None
     reason = f" For {model_type}: {NOT_SERVED[model_type]}" if model_type in NOT_SERVED else ""
+    try:
+        architecture_of(config)
+        works = ("`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
+                 "ONNX Runtime GenAI.")
+    except NotImplementedError:  # no ONNX Runtime GenAI folder either: what works is said for the language model
+        works = text_only.command_hint(config)
     return Refusal(NotImplementedError, (
         f"--runtime standard writes image-text-to-text folders in Transformers.js's layout (vision_encoder, embed_tokens "
         f"and decoder_model_merged, the image features merged by Transformers.js) for model types "
-        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them.{reason} Nothing was written. "
-        f"`fx2onnx export-hf <model> --output <folder>` (--runtime onnxruntime, the default) writes its folder for "
-        "ONNX Runtime GenAI."
+        f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them.{reason} Nothing was written. {works}"
     ))
+
+
+def transformers_js_architecture(config: Any) -> VisionLanguageArchitecture:
+    """The architecture of ``config``'s Transformers.js folder: the row's own, or the one
+    ONNX Runtime GenAI's folder has (architectures.py, with its checks)."""
+    row = TRANSFORMERS_JS_ARCHITECTURES.get(getattr(config, "model_type", None))
+    if row is not None and row.architecture is not None:
+        return row.architecture
+    return architecture_of(config)
+
+
+def transformers_js_hint(config: Any) -> str:
+    """For a refusal of ONNX Runtime GenAI's folder: the command that writes Transformers.js's
+    folder for ``config``'s architecture, or nothing where there is none."""
+    if getattr(config, "model_type", None) not in TRANSFORMERS_JS_ARCHITECTURES:
+        return ""
+    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.1."
 
 
 def transformers_js_note(config: Any) -> str:

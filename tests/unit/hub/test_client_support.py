@@ -56,13 +56,20 @@ def test_types_transformers_js_runs_get_no_note(config):
     assert client_note(config.to_dict()) is None
 
 
-def test_the_table_is_transformers_js_causal_lm_mapping():
+def transformers_js_mapping(name: str) -> tuple[set[str], str]:
+    """The model types of Transformers.js's mapping ``name``, read from its dist, and the dist's
+    text; the test skipped where Transformers.js is not installed."""
     if not TRANSFORMERS_JS_DIST.is_file():
         pytest.skip(f"Transformers.js 4.3.1 is not installed at {TRANSFORMERS_JS_DIST} (tests/e2e/test_transformers_js.py installs it)")
     source = TRANSFORMERS_JS_DIST.read_text(encoding="utf-8")
-    table = re.search(r"var MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = [^\n]*\n(.*?)\n\]\);", source, re.S)
-    assert table is not None, "Transformers.js's dist no longer defines MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as expected"
-    assert set(re.findall(r'^\s*\["([^"]+)"', table.group(1), re.M)) == TRANSFORMERS_JS_CAUSAL_LM_TYPES
+    table = re.search(rf"var {name} = [^\n]*\n(.*?)\n\]\);", source, re.S)
+    assert table is not None, f"Transformers.js's dist no longer defines {name} as expected"
+    return set(re.findall(r'^\s*\["([^"]+)"', table.group(1), re.M)), source
+
+
+def test_the_table_is_transformers_js_causal_lm_mapping():
+    types, source = transformers_js_mapping("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
+    assert types == TRANSFORMERS_JS_CAUSAL_LM_TYPES
     # and its cache names read multi_query for every model type: one key_value input per layer
     assert re.search(r"normalized_config\.multi_query\) \{\s*for .*?\n\s*names\.add\(`\$\{prefix\}\.\$\{i\}\.key_value`\)", source)
 
@@ -84,3 +91,20 @@ def test_exaone_gets_its_layer_count_under_the_name_transformers_js_reads():
     assert transformers_js_entries(config) == {"num_layers": 3}
     assert transformers_js_entries({**config, "num_layers": 3}) == {}  # never replaced
     assert transformers_js_entries(transformers.LlamaConfig(num_hidden_layers=3).to_dict()) == {}
+
+
+def test_qwen2_vl_gets_its_text_sizes_at_the_top_where_transformers_js_reads_them():
+    from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
+    config = transformers.Qwen2VLConfig(text_config=dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                                                         num_key_value_heads=2)).to_dict()
+    entries = transformers_js_entries(config)
+    assert {key: entries[key] for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")} == {
+        "num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    assert transformers.Qwen2VLConfig.from_dict({**config, **entries}).text_config.num_hidden_layers == 3  # read back alike
+
+
+def test_the_image_text_to_text_rows_are_transformers_js_image_text_to_text_types():
+    from fx2onnx.hub.vision_language.transformers_js import TRANSFORMERS_JS_ARCHITECTURES
+
+    assert set(TRANSFORMERS_JS_ARCHITECTURES) <= transformers_js_mapping("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")[0]

@@ -17,7 +17,8 @@ from fx2onnx.hub.loading import IMAGE_TEXT_TO_TEXT
 from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import image_text_to_text
 from fx2onnx.hub.vision_language import (
-    architecture, folder_verification, gemma3, genai_files, mistral3, parts, qwen2_5_vl, qwen3_vl, qwen_images, transformers_js,
+    architecture, folder_verification, gemma3, genai_files, idefics3, llava, mistral3, parts, qwen2_5_vl, qwen2_vl, qwen3_vl,
+    qwen_images, transformers_js,
 )
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
 
@@ -212,3 +213,59 @@ def test_the_verification_merges_features_as_the_embedding_does():
     merged = folder_verification.merged_features(ids.numpy(), tokens, features.numpy(), 19)
     np.testing.assert_allclose(merged, merging, rtol=0, atol=0)
     assert not np.array_equal(tokens, merging)
+
+
+# the architectures only Transformers.js runs: a tiny config of each (transformers_js.py's own rows)
+TRANSFORMERS_JS_ONLY = {
+    "qwen2_vl": (lambda: transformers.Qwen2VLConfig(), qwen2_vl.ARCHITECTURE),
+    "llava": (lambda: transformers.LlavaConfig(), llava.ARCHITECTURE),
+    "idefics3": (lambda: transformers.Idefics3Config(), idefics3.ARCHITECTURE),
+    "smolvlm": (lambda: transformers.SmolVLMConfig(), idefics3.ARCHITECTURE),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(TRANSFORMERS_JS_ONLY))
+def test_an_architecture_only_transformers_js_runs_gets_its_folder_alone(model_type):
+    """`--runtime standard` writes its folder with the row's own architecture; the ONNX
+    Runtime GenAI folder is refused naming `--runtime standard`."""
+    make_config, expected = TRANSFORMERS_JS_ONLY[model_type]
+    config = make_config()
+    assert transformers_js.transformers_js_refusal(config) is None
+    assert transformers_js.transformers_js_architecture(config) is expected
+    assert transformers_js.TRANSFORMERS_JS_ARCHITECTURES[model_type].architecture is expected
+    with pytest.raises(NotImplementedError, match=f"{model_type} is not one of them"):
+        architecture_of(config)
+    assert "--runtime standard` writes its folder for Transformers.js" in transformers_js.transformers_js_hint(config)
+    if model_type != "qwen2_vl":  # Qwen2-VL's runtime processor is every Qwen's; the type is what GenAI lacks
+        with pytest.raises(NotImplementedError, match="ONNX Runtime GenAI 0.18 has no"):
+            expected.vision_section(config, "vision_encoder.onnx", genai_files.PROCESSOR_CONFIG)
+
+
+def test_qwen2_vl_vision_model_takes_the_grid_as_transformers_js_names_it():
+    assert qwen2_vl.GRID_INPUT == "grid_thw" and qwen_images.GRID_INPUT == "image_grid_thw"
+    images = {"image_grid_thw": torch.tensor([[1, 2, 2], [1, 2, 4]]), "pixel_values": torch.zeros(12, 4)}
+    fed = []
+    session = SimpleNamespace(run=lambda names, feed: fed.append(sorted(feed)) or [np.zeros((1, 2), np.float32)],
+                              get_inputs=lambda: [SimpleNamespace(name="pixel_values"), SimpleNamespace(name="grid_thw")],
+                              get_outputs=lambda: [SimpleNamespace(name="image_features")])
+    qwen2_vl.ARCHITECTURE.image_features(session, images)
+    assert fed == [["grid_thw", "pixel_values"]] * 2  # one image at a time, the grid as `grid_thw`
+
+
+def test_idefics3_refuses_crops_of_another_side_than_the_tower():
+    config = transformers.Idefics3Config(vision_config=dict(image_size=56, patch_size=14))
+    idefics3.check_image_processor(transformers.Idefics3ImageProcessorPil(max_image_size={"longest_edge": 56}), config)
+    with pytest.raises(ValueError, match="max_image_size.longest_edge is 364, the vision tower's image_size 56"):
+        idefics3.check_image_processor(transformers.Idefics3ImageProcessorPil(max_image_size={"longest_edge": 364}), config)
+
+
+@pytest.mark.parametrize("make_config, works", [
+    (lambda: transformers.PaliGemmaConfig(), "export its modules with fx2onnx.dynamo_export"),
+    (lambda: transformers.Florence2Config(), "Give --text-only to export its language model alone"),
+    (lambda: transformers.Gemma3Config(), "(--runtime onnxruntime, the default) writes its folder for ONNX Runtime GenAI"),
+])
+def test_a_family_transformers_js_runs_but_export_hf_does_not_write_says_why_and_what_works(make_config, works):
+    config = make_config()
+    refusal = transformers_js.transformers_js_refusal(config)
+    assert f"For {config.model_type}: {transformers_js.NOT_SERVED[config.model_type]}" in refusal.message
+    assert works in refusal.message.split("Nothing was written. ")[1]
