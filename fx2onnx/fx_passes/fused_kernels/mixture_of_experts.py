@@ -164,9 +164,14 @@ def _grouped_rows(node: Any, pairs: _Sorted, offsets: Any = None) -> tuple[Any, 
 def _counts_of(offsets: Any, pairs: _Sorted, experts: int) -> bool:
     """Whether ``offsets`` are ``cumsum(histc(sorted experts, experts bins))``: the row
     groups are the sorted pairs' experts."""
-    if not _is(offsets, _aten.cumsum.default) or not _is(offsets.args[0], _aten.histc.default):
+    if not _is(offsets, _aten.cumsum.default):
         return False
-    histc = arguments(offsets.args[0])
+    counts = offsets.args[0]
+    if _is(counts, *_CASTS):  # histc's float counts cast to the cumsum's integers
+        counts = counts.args[0]
+    if not _is(counts, _aten.histc.default):
+        return False
+    histc = arguments(counts)
     source = histc["self"]
     if _is(source, *_CASTS):
         source = source.args[0]
@@ -182,13 +187,17 @@ def _halves(gate: Any, up: Any) -> tuple[Any, bool] | None:
                 and u["start"] == 1:
             return gate.args[0], True
     first, second = _item(gate, 0), _item(up, 1)
-    if first is not None and first is second and _is(first, _aten.split.Tensor, _aten.split_with_sizes.default):
-        split = arguments(first)
-        width = node_value(first.args[0]).shape[-1]
-        sizes = split.get("split_size", split.get("split_sizes"))
-        if split["dim"] in _LAST_DIM and sizes in (width // 2, [width // 2, width // 2]):
-            return first.args[0], False
-    return None
+    if first is None or first is not second:
+        return None
+    split = arguments(first)
+    if _is(first, _aten.chunk.default):
+        halved = split["chunks"] == 2
+    elif _is(first, _aten.split.Tensor, _aten.split_with_sizes.default):
+        half = node_value(first.args[0]).shape[-1] // 2
+        halved = split.get("split_size", split.get("split_sizes")) in (half, [half, half])
+    else:
+        return None
+    return (first.args[0], False) if halved and split["dim"] in _LAST_DIM else None
 
 
 def _clamped(node: Any, low: float | None, high: float) -> Any:
