@@ -2,7 +2,8 @@
 
 transformers 5's experts (``grouped_mm`` implementation, the one a capture takes) sort
 the token-expert pairs by expert, run each expert's gate-up and down projections over its
-rows (``transformers::grouped_mm_fallback``, which gathers each row's matrices), weigh the
+rows (``transformers::grouped_mm_fallback``, which gathers each row's matrices, or
+torch's ``_grouped_mm`` in bfloat16), weigh the
 rows by their routing weights, put them back in token order and sum each token's ``k``
 rows. Anchored at that sum, the pattern is read back to what the kernel takes: the tokens,
 the router's logits (the kernel takes the softmax and the top k itself, renormalized
@@ -41,10 +42,11 @@ _SAME_VALUES = {_aten.clone.default, _aten.contiguous.default, _aten.alias.defau
 _CASTS = {_aten._to_copy.default, _aten.to.dtype}
 
 
-def _grouped_mm() -> Any:
-    """transformers' grouped matmul operator, when transformers has registered it."""
-    namespace = getattr(torch.ops, "transformers", None)
-    return getattr(getattr(namespace, "grouped_mm_fallback", None), "default", None)
+def _grouped_mm() -> tuple[Any, ...]:
+    """The grouped matmuls of transformers' experts: torch's (bfloat16 under a capture)
+    and transformers' own operator for the other types, when transformers registered it."""
+    fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
+    return (_aten._grouped_mm.default, *(() if fallback is None else (fallback.default,)))
 
 
 @dataclass(frozen=True)
@@ -152,10 +154,10 @@ def _grouped_rows(node: Any, pairs: _Sorted, offsets: Any = None) -> tuple[Any, 
     product, bias = node, None
     for term, other in operand_orders(node, SUMS):
         indexed = _indexed_by(other)
-        if _is(term, _grouped_mm()) and indexed is not None and indexed[1] is pairs.experts:
+        if _is(term, *_grouped_mm()) and indexed is not None and indexed[1] is pairs.experts:
             product, bias = term, indexed[0]
             break
-    if not _is(product, _grouped_mm()) or (offsets is not None and product.args[2] is not offsets):
+    if not _is(product, *_grouped_mm()) or (offsets is not None and product.args[2] is not offsets):
         return None
     rows, weight, offs = product.args[:3]
     return rows, weight, bias, offs
@@ -286,7 +288,7 @@ def _routing(indices: Any, weights: Any) -> tuple[Any, int, bool] | Refusal | No
 def match(node: torch.fx.Node, target: FusionTarget) -> MixtureOfExpertsMatch | Refusal | None:
     """The experts whose outputs ``node`` sums per token, if it is that sum; None where the
     target does not allow onnxruntime's kernels."""
-    if target.runtime != ONNXRUNTIME or _grouped_mm() is None:
+    if target.runtime != ONNXRUNTIME:
         return None
     found = _unsorted_sum(node)
     if found is None:
