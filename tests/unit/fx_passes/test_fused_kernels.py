@@ -749,4 +749,7 @@ def test_experts_routed_by_a_softmax_top_k_are_onnxruntimes_moe(tmp_path, family
     assert kernel.domain == "com.microsoft" and attributes["k"] == 2 and attributes["swiglu_fusion"] == 1
     assert attributes["normalize_routing_weights"] == (family != "qwen2_moe")
     assert ("swiglu_limit" in attributes) == (family == "gpt_oss")
+    # its weights are initializers of the file in its layout (onnxruntime prepacks no others)
+    weights = {i.name: list(i.dims) for i in program.model_proto.graph.initializer}
+    assert [weights.get(kernel.input[i]) for i in (2, 4)] == [[4, 32, 32], [4, 32, 16]]
 
