@@ -16,7 +16,7 @@ or not), the expert weights and biases, and the SwiGLU's constants:
   divided by their sum where the config says so, ``silu(gate) * up`` of the halves, no bias.
 
 The kernel's CPU form reads gate and up rows interleaved: halves side by side are
-interleaved by a reshape of the weight (folded by onnxruntime when it loads the model).
+interleaved by a reshape of the weight (written in that layout, ``onnx_passes/expert_weights``).
 Experts of another activation or routing stay as they are, with the reason.
 """
 
