@@ -4,8 +4,8 @@ The fused-kernel rule gives the kernel transformers' expert weights through the
 ``Transpose`` (and, for gate and up halves side by side, ``Reshape``) nodes that put
 them in its layout. onnxruntime folds those nodes when it loads the model, but its CPU
 kernel prepacks only the weights the file holds as initializers: fed the folded ones, it
-re-reads them at every step (ten times the kernel's time, measured on a gpt-oss-shaped
-4 x 512 decoder). So each such chain from an initializer is computed when the model is
+took 2.6 to 45 ms a decode step against 2.3 to 4.3 (a gpt-oss-shaped 4 x 512 decoder at a
+2048-token context, a loaded machine). So each such chain from an initializer is computed when the model is
 written (a derived initializer, ``derived_weights``), and the kernel reads its result.
 """
 
