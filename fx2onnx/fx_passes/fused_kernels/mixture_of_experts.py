@@ -142,9 +142,10 @@ def _unsorted_sum(anchor: torch.fx.Node) -> tuple[torch.fx.Node, _Sorted] | None
     if gathered is None or not _is(gathered[1], _aten.index_put.default):
         return None
     inverse = gathered[1]  # empty_like(perm) with perm's positions written at perm
-    empty, (order,), _ = inverse.args[:3]
-    if not _is(empty, _aten.empty_like.default) or empty.args[0] is not order:
+    empty, written = inverse.args[:2]
+    if len(written) != 1 or not _is(empty, _aten.empty_like.default) or empty.args[0] is not written[0]:
         return None
+    order = written[0]
     pairs = _sorted_pairs(order)
     return None if pairs is None else (gathered[0], pairs)
 
