@@ -330,8 +330,8 @@ def match(node: torch.fx.Node, target: FusionTarget) -> MixtureOfExpertsMatch | 
     if not _counts_of(offsets, pairs, experts) or values[1].shape[1] != experts:
         return None
     if values[0].dtype not in FLOATS_ORT_RUNS or any(v.dtype != values[0].dtype for v in values[1:]):
-        return Refusal(f"{values[0].dtype} tokens, {values[2].dtype} experts (onnxruntime's MoE runs float32 and float16, "
-                       "tokens and experts of one type)")
+        return Refusal(f"{values[0].dtype} tokens, {values[1].dtype} router logits, {values[2].dtype} experts (onnxruntime's "
+                       "MoE runs float32 and float16, all of one type)")
     return MixtureOfExpertsMatch(node, tokens, logits, gate_up_weight, gate_up_bias, down_weight, down_bias, k, normalize,
                                  activation[1])
 
