@@ -40,6 +40,7 @@ _attention, _rotary_embedding, _gelu = _standard("Attention"), _standard("Rotary
 _rms_normalization = _standard("RMSNormalization")
 _group_query_attention = osv.Op(osv.Opset(ONNXRUNTIME_DOMAIN, 1), "GroupQueryAttention")
 _multi_head_attention = osv.Op(osv.Opset(ONNXRUNTIME_DOMAIN, 1), "MultiHeadAttention")
+_mixture_of_experts = osv.Op(osv.Opset(ONNXRUNTIME_DOMAIN, 1), "MoE")
 
 _FLOAT = 1  # ONNX's FLOAT: the type RMSNormalization computes in
 
@@ -114,6 +115,21 @@ def cached_attention(
         query, key, value, past_key, past_value, seqlens_k, total_length, None, None, None, bias, *_head_sink(sinks),
         num_heads=query_heads, kv_num_heads=key_heads, scale=scale, _num_outputs=3,
         **({} if window == -1 else {"local_window_size": window}),
+    )
+
+
+@_TABLE.op("fx2onnx::mixture_of_experts")
+def mixture_of_experts(
+    x: Any, router_logits: Any, gate_up: Any, gate_up_bias: Optional[Any], down: Any, down_bias: Optional[Any], k: int = 1,
+    normalize: bool = True, alpha: float = 1.0, beta: float = 0.0, limit: Optional[float] = None,
+) -> Any:
+    # the kernel routes by the logits itself (softmax, top k, renormalized with
+    # normalize_routing_weights); its SwiGLU reads gate and up rows interleaved
+    # (swiglu_fusion 1, the one layout its CPU kernel takes); no limit: no clamp
+    return _mixture_of_experts(
+        x, router_logits, gate_up, gate_up_bias, down, down_bias,
+        k=k, normalize_routing_weights=int(normalize), activation_type="swiglu", swiglu_fusion=1,
+        activation_alpha=alpha, activation_beta=beta, **({} if limit is None else {"swiglu_limit": limit}),
     )
 
 

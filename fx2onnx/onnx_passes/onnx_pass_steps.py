@@ -25,6 +25,7 @@ from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attenti
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.float8 import legalize_float8
+from fx2onnx.onnx_passes.expert_weights import write_expert_weights
 from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
 from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
@@ -98,6 +99,9 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
          when=lambda state: state.options.runtime == "onnxruntime" and state.options.fused_kernels),
     # onnxruntime's kernel where it runs, the exact form elsewhere
     Step("guard_group_query_attention", lambda state: guard_group_query_attention(state.model_ir)),
+    # onnxruntime prepacks a MoE's experts only when they are initializers of the file
+    Step("write_expert_weights", lambda state: write_expert_weights(state.model_ir),
+         when=lambda state: state.options.runtime == "onnxruntime" and state.options.fused_kernels),
     # after the opset is final: float8 needs 19 or newer
     Step("legalize_float8", lambda state: StepResult(failed=not legalize_float8(state.model_ir, state.context))),
     Step("lay_out_for_tools", lambda state: lay_out_for_tools(state.model_ir), stage="tool layout"),

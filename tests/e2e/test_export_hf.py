@@ -131,6 +131,7 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     # batches, with it for padded ones; the standard Attention in the other branch of its
     # If, for the steps onnxruntime's kernel refuses)
     assert (kernels["GroupQueryAttention"], kernels["Attention"]) == (4, 2)
+    assert kernels["MoE"] == (2 if family == "mixtral" else 0)  # the experts, onnxruntime's kernel
     windows = [a.i for node in nodes if node.op_type == "GroupQueryAttention" for a in node.attribute if a.name == "local_window_size"]
     assert windows == ([4096] * 4 if family == "mistral" else [])
     assert kernels["RotaryEmbedding"] == (0 if family == "gpt2" else 4)

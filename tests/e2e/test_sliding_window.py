@@ -175,11 +175,13 @@ def test_the_window_changes_the_tokens(folder):
 
 def test_attention_sinks_are_the_kernels_head_sink(folder):
     """gpt-oss's every layer runs onnxruntime's GroupQueryAttention (with and without the
-    padding's bias) with its sinks as `head_sink`, so past and present are one buffer; no
-    other family's kernel has sinks."""
+    padding's bias) with its sinks as `head_sink`, so past and present are one buffer, and
+    its experts as onnxruntime's MoE; no other family's kernel has sinks."""
     family, model, out, _, _ = folder
-    kernels = [n for n in all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False))
-               if n.op_type == "GroupQueryAttention"]
+    nodes = list(all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False)))
+    kernels = [n for n in nodes if n.op_type == "GroupQueryAttention"]
+    experts = [n for n in nodes if n.op_type == "MoE"]
+    assert len(experts) == (model.config.num_hidden_layers if family == "gpt_oss" else 0)
     sinks = [n.input[11] for n in kernels if len(n.input) > 11 and n.input[11]]
     if family != "gpt_oss":
         assert sinks == []

@@ -22,7 +22,9 @@ the one way they make nodes:
 - ``rotary_embedding``: ``x * cos + rotate_half(x) * sin``, or the halves rotated by half
   tables, as ``RotaryEmbedding`` (23);
 - ``gelu``: ``aten.gelu`` as ``Gelu`` (opset 20);
-- ``rms_normalization``: RMS normalization as ``RMSNormalization`` (23).
+- ``rms_normalization``: RMS normalization as ``RMSNormalization`` (23);
+- ``mixture_of_experts``: experts routed by a softmax's top k (transformers' grouped
+  experts with a SwiGLU: gpt-oss, Mixtral, Qwen-MoE) as onnxruntime's ``MoE``.
 """
 
 from fx2onnx.fx_passes.fused_kernels.driver import RULES, fuse_kernels

@@ -17,7 +17,7 @@ import torch
 
 from diagnostics import DiagnosticContext, Level, rules
 from fx2onnx.fx_passes.fused_kernels import (
-    attention, attention_sinks, gelu, group_query_attention, rms_normalization, rotary_embedding,
+    attention, attention_sinks, gelu, group_query_attention, mixture_of_experts, rms_normalization, rotary_embedding,
 )
 from fx2onnx.fx_passes.fused_kernels.editing import erase_unused_tree
 from fx2onnx.fx_passes.fused_kernels.matching import (
@@ -34,6 +34,7 @@ RULES: tuple[FusionRule, ...] = (
     rotary_embedding.HALVES_RULE,
     gelu.RULE,
     rms_normalization.RULE,
+    mixture_of_experts.RULE,
 )
 
 

@@ -171,11 +171,48 @@ def _cached_attention_fake(query, key, value, past_key, past_value, seqlens_k, t
     return query.new_empty(query.shape), present, past_value.new_empty(present.shape)
 
 
+@torch.library.custom_op("fx2onnx::mixture_of_experts", mutates_args=())
+def mixture_of_experts(
+    x: torch.Tensor, router_logits: torch.Tensor, gate_up: torch.Tensor, gate_up_bias: torch.Tensor | None,
+    down: torch.Tensor, down_bias: torch.Tensor | None, k: int, normalize: bool, alpha: float = 1.0, beta: float = 0.0,
+    limit: float | None = None,
+) -> torch.Tensor:
+    """Each token's ``k`` experts of highest ``softmax(router_logits)`` (T, E), their
+    outputs summed by those probabilities (renormalized over the ``k`` with ``normalize``):
+    onnxruntime's ``MoE`` with a SwiGLU of interleaved gate and up rows.
+
+    ``x`` (T, H); ``gate_up`` (E, 2I, H) gives each expert's gate and up rows in turn
+    (``g0, u0, g1, u1, ...``), ``down`` (E, H, I); the biases (E, 2I) and (E, H) or None.
+    An expert computes ``down @ (g * sigmoid(alpha * g) * (u + beta))`` with ``g`` clamped
+    below ``limit`` and ``u`` within ``±limit`` (None: no clamp).
+    """
+    probabilities = torch.softmax(router_logits.float(), dim=-1)
+    weights, chosen = torch.topk(probabilities, k, dim=-1)  # (T, k)
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    hidden = torch.einsum("th,tknh->tkn", x, gate_up[chosen])
+    if gate_up_bias is not None:
+        hidden = hidden + gate_up_bias[chosen]
+    gate, up = hidden[..., ::2], hidden[..., 1::2]
+    if limit is not None:
+        gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+    out = torch.einsum("tki,tkhi->tkh", gate * torch.sigmoid(alpha * gate) * (up + beta), down[chosen])
+    if down_bias is not None:
+        out = out + down_bias[chosen]
+    return (out * weights.to(out.dtype)[..., None]).sum(dim=1).to(x.dtype)
+
+
+@mixture_of_experts.register_fake
+def _mixture_of_experts_fake(x, router_logits, gate_up, gate_up_bias, down, down_bias, k, normalize, alpha=1.0, beta=0.0,
+                             limit=None):
+    return torch.empty_like(x)
+
+
 # Operators whose ONNX kernel is onnxruntime's own: ONNX's shape inference has no schema of
 # it, so inside a model-local function the types of its outputs, and of all that reads them,
 # would be unknown to a checker. The module calls around them stay in the main graph,
 # where every value's type is declared.
-ONNXRUNTIME_KERNELS = frozenset({torch.ops.fx2onnx.cached_attention.default})
+ONNXRUNTIME_KERNELS = frozenset({torch.ops.fx2onnx.cached_attention.default, torch.ops.fx2onnx.mixture_of_experts.default})
 
 
 @torch.library.custom_op("fx2onnx::weight_only_linear", mutates_args=())

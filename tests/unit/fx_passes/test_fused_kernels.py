@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import fx2onnx
-from conftest import all_nodes, check_saved_model, export_and_compare_impl, export_program, inlined, make_options
+from conftest import ATOL, RTOL, all_nodes, check_saved_model, export_and_compare_impl, export_program, inlined, make_options
 from diagnostics import rules
 
 
@@ -699,3 +699,57 @@ def test_the_cached_attention_computes_causal_attention_over_the_appended_cache(
     cos, sin = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     torch.testing.assert_close(torch.ops.fx2onnx.rotary_3d(q, cos, sin, 4),
                                torch.ops.fx2onnx.rotary(heads(q), cos, sin).transpose(1, 2).flatten(-2))
+
+
+# -- mixtures of experts (onnxruntime's MoE) ----------------------------------------------------------
+class Experts(torch.nn.Module):
+    """A tiny random sparse-MoE block of one transformers family, its hidden states alone
+    (gpt-oss's also returns the router's scores, which the kernel does not give)."""
+
+    def __init__(self, family: str) -> None:
+        super().__init__()
+        transformers = pytest.importorskip("transformers")
+        sizes = dict(hidden_size=32, num_experts_per_tok=2)
+        if family == "gpt_oss":  # interleaved gate and up, clamped SwiGLU, biases, softmax of the top k
+            config = transformers.GptOssConfig(**sizes, intermediate_size=16, num_local_experts=4)
+            block = transformers.models.gpt_oss.modeling_gpt_oss.GptOssMLP(config)
+        elif family == "qwen2_moe":  # halves side by side, silu, top k of the softmax not renormalized
+            config = transformers.Qwen2MoeConfig(**sizes, moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                                                 num_experts=4, norm_topk_prob=False)
+            block = transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock(config)
+        else:  # mixtral: the same, renormalized
+            config = transformers.MixtralConfig(**sizes, intermediate_size=16, num_local_experts=4)
+            block = transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock(config)
+        block.experts.config._experts_implementation = "grouped_mm"  # what a model's from_pretrained chooses
+        for parameter in block.parameters():  # at the default scale the router's choice hardly matters
+            torch.nn.init.normal_(parameter, std=0.5)
+        self.block, self.family = block.eval(), family
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        out = self.block(hidden_states)
+        return out[0] if self.family == "gpt_oss" else out
+
+
+@pytest.mark.parametrize(("family", "functions"), [("gpt_oss", True), ("gpt_oss", False), ("qwen2_moe", True), ("mixtral", False)])
+def test_experts_routed_by_a_softmax_top_k_are_onnxruntimes_moe(tmp_path, family, functions):
+    """One MoE per block for a decode step, a prompt and a batch of 3 (the routing, the
+    sort and the grouped products all the kernel's), equal to transformers."""
+    torch.manual_seed(0)
+    model = Experts(family)
+    batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens")
+    options = make_options(tmp_path, opset_version=23, module_functions=functions,
+                           dynamic_shapes={"hidden_states": {0: batch, 1: tokens}})
+    program = export_and_compare_impl(model, (torch.randn(1, 7, 32),), options=options, tmp_path=tmp_path,
+                                      second_inputs=((torch.randn(3, 5, 32),), {}))
+    torch.testing.assert_close(program(x := torch.randn(1, 1, 32)), model(x).detach(), rtol=RTOL, atol=ATOL)
+    counts = _counts(program)
+    assert counts["MoE"] == 1 and not {"TopK", "Sort", "Softmax", "ScatterND"} & set(counts), counts
+    (kernel,) = [n for n in all_nodes(program.model_proto) if n.op_type == "MoE"]
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in kernel.attribute}
+    assert kernel.domain == "com.microsoft" and attributes["k"] == 2 and attributes["swiglu_fusion"] == 1
+    assert attributes["normalize_routing_weights"] == (family != "qwen2_moe")
+    assert ("swiglu_limit" in attributes) == (family == "gpt_oss")
+    # its weights are initializers of the file in its layout (onnxruntime prepacks no others)
+    weights = {i.name: list(i.dims) for i in program.model_proto.graph.initializer}
+    assert [weights.get(kernel.input[i]) for i in (2, 4)] == [[4, 32, 32], [4, 32, 16]]
+

@@ -18,7 +18,7 @@ from dispatcher import OnnxRegistry
 from fx2onnx.fx_passes.decompose_unsupported import decompose_unsupported
 from fx2onnx.fx_passes.fused_kernels import FUSED_KERNELS_OPSET, RULES, FusionTarget, fuse_kernels
 from fx2onnx.fx_passes.fused_kernels import (
-    attention, attention_sinks, gelu, group_query_attention, rms_normalization, rotary_embedding,
+    attention, attention_sinks, gelu, group_query_attention, mixture_of_experts, rms_normalization, rotary_embedding,
 )
 from fx2onnx.fx_passes.fused_kernels.matching import Refusal
 from fx2onnx.fx_passes.remove_assertions import remove_assertions
@@ -83,9 +83,9 @@ def _assert_unchanged(graph_module, **fuse_options) -> list[str]:
 
 def test_rules_are_one_table_with_attention_over_a_cache_first():
     assert [rule.name for rule in RULES] == ["group_query_attention", "attention", "group_query_attention_sinks", "rotary",
-                                             "rotary_halves", "gelu", "rms_norm"]
+                                             "rotary_halves", "gelu", "rms_norm", "mixture_of_experts"]
     assert [rule.kernel for rule in RULES] == ["GroupQueryAttention", "Attention", "GroupQueryAttention", "RotaryEmbedding",
-                                               "RotaryEmbedding", "Gelu", "RMSNormalization"]
+                                               "RotaryEmbedding", "Gelu", "RMSNormalization", "MoE"]
 
 
 # -- gelu -------------------------------------------------------------------------------------------
@@ -512,3 +512,62 @@ def test_attention_with_sinks_whose_mask_is_no_boolean_masks_bias_is_refused():
 def test_a_softmax_without_sinks_is_not_matched():
     graph_module = _graph(lambda x: F.softmax(x, dim=-1), torch.randn(2, 4, 3, 5))
     assert attention_sinks.match(_anchor(graph_module, _aten.softmax.int), CACHE_TARGET) is None
+
+
+# -- mixtures of experts (onnxruntime's MoE) ----------------------------------------------------------
+def _experts_graph(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    """:func:`_graph` of a module with parameters, and the arguments its placeholders take."""
+    program = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch"), 1: torch.export.Dim("tokens")},))
+    graph_module = decompose_unsupported(program, program.graph_module, _registry()).graph_module
+    remove_assertions(graph_module)
+    remove_identity_views(graph_module)
+    parameters = dict(model.named_parameters())
+    return graph_module, (*(parameters[spec.target] for spec in program.graph_signature.input_specs if spec.target in parameters), x)
+
+
+def _experts_sum(graph_module: torch.fx.GraphModule) -> torch.fx.Node:
+    """The per-token sum of the experts' rows (the last sum over dim 1)."""
+    return [n for n in graph_module.graph.nodes if n.target == _aten.sum.dim_IntList and n.args[1] == [1]][-1]
+
+
+def test_experts_routed_by_a_softmax_top_k_are_matched_and_replaced():
+    """gpt-oss's experts (the other families' routing and halves: test_fused_kernels.py's
+    MoE attributes)."""
+    from test_fused_kernels import Experts
+
+    torch.manual_seed(0)
+    graph_module, args = _experts_graph(Experts("gpt_oss"), torch.randn(3, 5, 32))
+    anchor = _experts_sum(graph_module)
+    found = _assert_untouched_by_match(mixture_of_experts.match, graph_module, anchor)
+    assert isinstance(found, mixture_of_experts.MixtureOfExpertsMatch) and found.k == 2 and found.normalize
+    assert found.activation == mixture_of_experts.Swiglu(True, 1.702, 1.0, 7.0)
+    assert found.gate_up_bias is not None and found.logits.target == _aten.linear.default
+    assert mixture_of_experts.match(anchor, FusionTarget("standard")) is None
+    expected = graph_module(*args)
+    assert _fuse(graph_module) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.mixture_of_experts.default)
+    # the routing, the sort and the grouped products went with the sum
+    gone = {_aten.topk.default, _aten.sort.default, _aten.histc.default, torch.ops.transformers.grouped_mm_fallback.default}
+    assert not gone & {n.target for n in graph_module.graph.nodes}
+    # float32 sums of products taken in another order: 3.1e-5 at outputs up to 60 (5e-7 relative)
+    torch.testing.assert_close(graph_module(*args), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_experts_of_another_activation_are_refused_with_the_reason():
+    from test_fused_kernels import Experts
+
+    model = Experts("mixtral")
+    model.block.experts.act_fn = torch.nn.Tanh()  # a gate no SwiGLU of the kernel computes
+    graph_module, _ = _experts_graph(model, torch.randn(2, 3, 32))
+    reason = "the experts' activation is no SwiGLU (silu(gate) * up, or gpt-oss's clamped one)"
+    anchor = _experts_sum(graph_module)
+    assert _assert_untouched_by_match(mixture_of_experts.match, graph_module, anchor) == Refusal(reason)
+    assert _assert_unchanged(graph_module) == [f"`{anchor.name}` (mixture_of_experts) kept unfused: {reason}."]
+
+
+def test_experts_in_bfloat16_are_refused_with_the_reason():
+    from test_fused_kernels import Experts
+
+    graph_module, _ = _experts_graph(Experts("gpt_oss").to(torch.bfloat16), torch.randn(2, 3, 32, dtype=torch.bfloat16))
+    found = mixture_of_experts.match(_experts_sum(graph_module), FusionTarget())
+    assert isinstance(found, Refusal) and found.reason.startswith("torch.bfloat16 tokens")
