@@ -15,10 +15,12 @@ import onnx.inliner
 import pytest
 import torch
 
+from conftest import decoder_stack_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision.resolution import resolve_precision
 from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
+from fx2onnx.onnx_passes.decoder_stack_guard import EXACT_SUFFIX
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
 from test_export_hf import PROMPT, causal_configs, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
 
@@ -27,7 +29,7 @@ ort = pytest.importorskip("onnxruntime")
 
 
 def _kinds(path) -> collections.Counter:
-    return collections.Counter(node.op_type for node in onnx.load(os.fspath(path), load_external_data=False).graph.node)
+    return collections.Counter(node.op_type for node in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph))
 
 
 def model_file(folder):
@@ -76,7 +78,7 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     assert sum(name.endswith(f"_Q{bits}") for name in initializers) == _linear_layers(model) == 15
     assert kinds["MatMul"] == 0 and kinds["Transpose"] == 0
     assert kinds["MatMulNBits"] == 15
-    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
+    nodes = [n for n in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph) if n.op_type == "MatMulNBits"]
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
     assert attributes["bits"] == bits and attributes["block_size"] == 32 and attributes["accuracy_level"] == 4
     assert all(len(n.input) == 3 for n in nodes)  # symmetric: no zero points
@@ -135,7 +137,7 @@ def test_a_module_function_folder_in_fake_mode_writes_the_flat_folders_codes(fol
     onnx.checker.check_model(os.fspath(path), full_check=True)
     saved = onnx.load(os.fspath(path))
     assert saved.functions
-    kinds = collections.Counter(n.op_type for n in onnx.inliner.inline_local_functions(saved).graph.node)
+    kinds = collections.Counter(n.op_type for n in decoder_stack_nodes(onnx.inliner.inline_local_functions(saved).graph))
     assert kinds["MatMulNBits"] == 15 and kinds["MatMul"] == 0
     flat, functions = _initializers(model_file(root / "int4")), _initializers(path)
     codes = [name for name in flat if name.endswith(("_Q4", "_scales"))]
@@ -161,7 +163,7 @@ def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
     path = model_file(tmp_path / "out")
     kinds = _kinds(path)
     assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14, 1)
-    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
+    nodes = [n for n in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph) if n.op_type == "MatMulNBits"]
     attributes = {(a.name, onnx.helper.get_attribute_value(a)) for n in nodes for a in n.attribute}
     assert {("block_size", 64), ("accuracy_level", 1)} <= attributes and ("block_size", 32) not in attributes
     assert "lm_head.weight" in _initializers(path)
@@ -178,16 +180,24 @@ def test_packed_projections_on_request(folders, tmp_path):
     kinds = _kinds(path)
     # the Splits of Q, K and V inside the guard's second branch: the kernel reads them packed where it runs
     assert (kinds["MatMulNBits"], kinds["Split"], len(packing)) == (9, 2, 8)
-    guards = [n for n in graph.node if n.op_type == "If" and n.name.endswith("/unpadded_or_not")]
+    layers = decoder_stack_nodes(graph)
+    guards = [n for n in layers if n.op_type == "If" and n.name.endswith("/unpadded_or_not")]
     branches = [{a.name: a.g for a in guard.attribute} for guard in guards]
-    producers = {o: n.op_type for n in graph.node for o in n.output}
+    producers = {o: n.op_type for n in [*graph.node, *layers] for o in n.output}
     for branch in branches:
         (kernel,) = branch["then_branch"].node
         assert producers[kernel.input[0]] == "MatMulNBits" and list(kernel.input[1:3]) == ["", ""]
         assert [n.op_type for n in branch["else_branch"].node if n.op_type in ("Split", "RotaryEmbedding")] == \
             ["Split", "RotaryEmbedding", "RotaryEmbedding"]
     assert len(branches) == 2
-    nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    # the stack's first branch: the same kernels, each reading its packed projection
+    (stack,) = [n for n in graph.node if n.op_type == "If"]
+    fast = next(a.g for a in stack.attribute if a.name == "then_branch").node
+    fast_producers = {o: n.op_type for n in [*graph.node, *fast] for o in n.output}
+    kernels = [n for n in fast if n.op_type == "GroupQueryAttention"]
+    assert len(kernels) == 2 and all(fast_producers[k.input[0]] == "MatMulNBits" and list(k.input[1:3]) == ["", ""]
+                                     for k in kernels)
+    nodes = [n for n in layers if n.op_type == "MatMulNBits"]
     packed_n = sorted(onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "N")
     assert packed_n == [64] * 4 + [128] * 2 + [256] * 2 + [len(initializers["model.embed_tokens.weight"])]
     # the same codes as the unpacked folder, and the same greedy tokens in onnxruntime
@@ -243,9 +253,10 @@ def test_tied_embedding_gathers_from_the_quantized_lm_head(tmp_path, tokenizer):
     path = model_file(tmp_path / "out")
     onnx.checker.check_model(os.fspath(path), full_check=True)
     graph = onnx.load(os.fspath(path), load_external_data=False).graph
-    producers = {output: node for node in graph.node for output in node.output}
+    layers = decoder_stack_nodes(graph)
+    producers = {output: node for node in layers for output in node.output}
     gather = _embedding_gather(path)
-    head = next(n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits")
+    head = next(n for n in layers if n.op_type == "MatMulNBits" and n.output[0] == f"logits{EXACT_SUFFIX}")
     # one quantization for both: the Gather reads the head's codes and scales, reshaped;
     # the float table is gone
     assert [producers[gather.input[i]].input[0] for i in (0, 2)] == [head.input[1], head.input[2]]
