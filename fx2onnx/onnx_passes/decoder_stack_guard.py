@@ -12,10 +12,20 @@ So the main graph becomes the condition's nodes and one `If`: its first branch i
 rest of the model with every layer's kernel in place of its `If` (what the layers'
 first branches compute when the condition holds, exactly), the second branch the same
 nodes with the layers' `If`s as they are (each layer still choosing its own exact
-branch). Both branches read the weights as outer initializers: the file holds them once.
-Measured on 4-layer int4 and float32 decoders (`bench/step_cpu_time.py`), one `If` for
-the stack is cheaper than layers reading a shared condition each (which the guard
-already does): what costs is the frames, not the condition.
+branch). Both branches read the weights as outer initializers: the file holds them once,
+and the nodes that read only weights (a packing's `Concat` of codes) stay in the main
+graph, folded once.
+
+Why one `If` rather than each layer's `If` reading the shared condition: the layers
+already share it (the guard computes it once a graph), so what a layer still costs is
+its frame; one `If` pays one. Measured on a 4 x 512 int4 LLaMA decode step
+(`bench/int4_decode_profile.py --node-medians`, `bench/step_cpu_time.py`, thread CPU
+time on a loaded machine), the one `If` gave 0.98-1.00x the model builder's step where
+the per-layer guards gave 1.10-1.17x, with a noise of several percent.
+
+Only for quantized weights (`ExportOptions.precision`): a float32 step is long enough
+that the frames are below 1% of it, and a float file is what tools quantize (onnxruntime's
+`MatMulNBitsQuantizer` skips an `If`'s branches), so it keeps its layers in the main graph.
 """
 
 from __future__ import annotations
@@ -66,16 +76,21 @@ def _weights_only(graph: ir.Graph) -> set[ir.Node]:
     return found
 
 
-def _stack_condition(graph: ir.Graph, guards: list[ir.Node]) -> ir.Value:
-    """The layers' conditions joined (one value when they share it, as they usually do)."""
+def _conditions(guards: list[ir.Node]) -> list[ir.Value]:
+    """The layers' conditions, each once (one when they share it, as they usually do)."""
     conditions: list[ir.Value] = []
     for guard in guards:
         if guard.inputs[0] is not None and guard.inputs[0] not in conditions:
             conditions.append(guard.inputs[0])
+    return conditions
+
+
+def _joined(graph: ir.Graph, conditions: list[ir.Value], before: ir.Node) -> ir.Value:
+    """Whether every one of ``conditions`` holds, computed before ``before``."""
     condition = conditions[0]
     for other in conditions[1:]:
         joined = ir.node("And", [condition, other], name=f"{other.name}/and_stack")
-        graph.insert_before(guards[0], joined)
+        graph.insert_before(before, joined)
         condition = joined.outputs[0]
         condition.name, condition.dtype, condition.shape = f"{other.name}_and_stack", ir.DataType.BOOL, ir.Shape([])
     return condition
@@ -132,11 +147,12 @@ def guard_decoder_stack(model: ir.Model) -> int:
     outputs = list(graph.outputs)
     if len(guards) < 2 or len({id(v) for v in outputs}) != len(outputs):
         return 0
-    condition = _stack_condition(graph, guards)
-    kept = _ancestors([condition], graph) | _weights_only(graph)
+    conditions = _conditions(guards)
+    kept = _ancestors(conditions, graph) | _weights_only(graph)
     stack = [node for node in graph if node not in kept]
-    if any(value.producer() not in stack for value in outputs):
+    if not conditions or any(value.producer() not in stack for value in outputs):
         return 0  # an output the condition's nodes compute, or an input: left as it is
+    condition = _joined(graph, conditions, guards[0])
     for node in stack:
         graph.remove(node)
     graph.outputs.clear()

@@ -114,8 +114,10 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     # after the packing: a guarded GroupQueryAttention reads the packed query, key and value
     Step("pack_attention_inputs", lambda state: pack_attention_inputs(state.model_ir), stage="weight quantization",
          when=lambda state: (q := _quantization(state)) is not None and q.packed_projections),
-    # after every pass that edits the layers' guards: one guard for the whole stack
-    Step("guard_decoder_stack", lambda state: guard_decoder_stack(state.model_ir)),
+    # after every pass that edits the layers' guards: one guard for the whole stack, where
+    # the weights are quantized (a float file stays as tools that quantize it read it)
+    Step("guard_decoder_stack", lambda state: guard_decoder_stack(state.model_ir), stage="weight quantization",
+         when=lambda state: _quantization(state) is not None),
     # the portable file keeps its constants as torch.onnx does: initializers, not nodes
     Step("constants_as_initializers", lambda state: constants_as_initializers(state.model_ir), stage="tool layout",
          when=lambda state: state.options.target == "portable"),

@@ -15,12 +15,12 @@ import onnx.inliner
 import pytest
 import torch
 
-from conftest import decoder_stack_nodes
+from conftest import ATOL, RTOL, decoder_stack_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision.resolution import resolve_precision
 from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
-from fx2onnx.onnx_passes.decoder_stack_guard import EXACT_SUFFIX
+from fx2onnx.onnx_passes.decoder_stack_guard import EXACT_SUFFIX, STACK_GUARD
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
 from test_export_hf import PROMPT, causal_configs, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
 
@@ -300,3 +300,58 @@ def test_precision_and_dtype_are_one_interface():
     dtype, quantization = resolve_precision("int8", None, block_size=128, accuracy_level=0, quantize_lm_head=False)
     assert dtype == "float32" and quantization == WeightQuantization(bits=8, block_size=128, accuracy_level=0, lm_head=False)
     assert resolve_precision("int4", "float16")[0] == "float16"
+
+
+def _run_profiled(path, feeds: dict, prefix) -> tuple[dict, set[str]]:
+    """One run's outputs by name and the names of the `If` nodes it ran."""
+    options = ort.SessionOptions()
+    options.enable_profiling, options.profile_file_prefix = True, os.fspath(prefix)
+    session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    batch = feeds["input_ids"].shape[0]
+    for name, value in inputs.items():  # an empty cache unless given
+        if name.startswith("past_key_values") and name not in feeds:
+            feeds[name] = np.zeros((batch, value.shape[1], 0, value.shape[3]), np.float32)
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    events = json.loads(open(session.end_profiling()).read())
+    ran = {e["name"].removesuffix("_kernel_time") for e in events
+           if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "If"}
+    return outputs, ran
+
+
+def test_one_guard_chooses_for_the_whole_int4_stack(folders, tmp_path):
+    """int4: the layers' guards are one `If` whose first branch is the layers with their
+    kernels alone and second the layers each guarded, the weights read from the main
+    graph. An unpadded prompt takes the first branch; a left-padded batch and several new
+    tokens over a cache at batch 2 take the second, and give the first's logits for the
+    same tokens."""
+    root, _, _ = folders
+    path = model_file(root / "int4")
+    graph = onnx.load(os.fspath(path), load_external_data=False).graph
+    (stack,) = [n for n in graph.node if n.op_type == "If"]
+    assert stack.name == STACK_GUARD and [o.name for o in graph.output] == list(stack.output)
+    branches = {a.name: a.g for a in stack.attribute}
+    fast, exact = (collections.Counter(n.op_type for n in branches[b].node) for b in ("then_branch", "else_branch"))
+    assert fast["GroupQueryAttention"] == 2 and not {"If", "RotaryEmbedding", "Where", "Cos"} & set(fast)
+    assert exact["If"] == 2 and not branches["then_branch"].initializer and not branches["else_branch"].initializer
+    tokens = np.array([[5, 9, 17, 33, 41, 57], [8, 12, 19, 23, 36, 44]], np.int64)
+    ones = np.ones_like(tokens)
+    unpadded, ran = _run_profiled(path, {"input_ids": tokens, "attention_mask": ones,
+                                         "position_ids": np.arange(6)[None].repeat(2, 0)}, tmp_path / "unpadded")
+    assert STACK_GUARD in ran and not [n for n in ran if n.endswith("/unpadded_or_not")]
+    # row 0 padded on the left (the kernel without the bias would attend to the padding)
+    ids = np.array([[0, *tokens[0]], [*tokens[1], 50]], np.int64)
+    mask = np.array([[0] + [1] * 6, [1] * 7], np.int64)
+    positions = np.where(mask == 1, mask.cumsum(-1) - 1, 1)
+    padded, ran = _run_profiled(path, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, tmp_path / "padded")
+    assert len([n for n in ran if n.endswith("/unpadded_or_not")]) == 2
+    np.testing.assert_allclose(padded["logits"][0, 1:], unpadded["logits"][0], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(padded["logits"][1, :6], unpadded["logits"][1], rtol=RTOL, atol=ATOL)
+    # two new tokens over a cache of four at batch 2: the kernel refuses them, the exact form runs
+    first, _ = _run_profiled(path, {"input_ids": tokens[:, :4], "attention_mask": ones[:, :4],
+                                    "position_ids": np.arange(4)[None].repeat(2, 0)}, tmp_path / "first")
+    cache = {n.replace("present.", "past_key_values."): v for n, v in first.items() if n.startswith("present.")}
+    after, ran = _run_profiled(path, {"input_ids": tokens[:, 4:], "attention_mask": ones, "position_ids": np.arange(4, 6)[None].repeat(2, 0),
+                                      **cache}, tmp_path / "after")
+    assert len([n for n in ran if n.endswith("/unpadded_or_not")]) == 2
+    np.testing.assert_allclose(after["logits"], unpadded["logits"][:, 4:], rtol=RTOL, atol=ATOL)
