@@ -13,7 +13,7 @@ the median over rounds of fx2onnx's time over the builder's of the same precisio
 round. The wall time per step is given beside it.
 
     OMP_NUM_THREADS=1 nice -n 10 python bench/step_cpu_time.py [--models llama qwen2] [--rounds 9] \\
-        [--repeats 3] [--lengths 128 1024] [--work DIR] [--markdown out.md]
+        [--repeats 3] [--phases prefill decode] [--lengths 128 1024] [--work DIR] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from precision_folders import export_contender  # noqa: E402
 from runtime_speed import _llm_config, write_llm_folder  # noqa: E402
 
 CONTENDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
+PHASES = ("prefill", "decode")
 
 
 def _session(path: Path, threads: int) -> Any:
@@ -46,7 +47,7 @@ def _session(path: Path, threads: int) -> Any:
 
 
 def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: int,
-            repeats: int = 3) -> dict[tuple[str, int], dict[str, Any]]:
+            repeats: int = 3, phases: tuple[str, ...] = PHASES) -> dict[tuple[str, int], dict[str, Any]]:
     """By (phase, length): each contender's median thread CPU and wall ms per step, and
     the median per-round ratio to the builder of its precision."""
     sessions, steps = {}, {}
@@ -63,7 +64,7 @@ def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: 
     names = list(folders)
     for round_index in range(rounds):
         order = names[round_index % len(names):] + names[:round_index % len(names)]
-        for phase in ("prefill", "decode"):
+        for phase in phases:
             for length in lengths:
                 for name in order:
                     times = []
@@ -75,7 +76,7 @@ def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: 
                     cpu[phase, length, name].append(min(c for c, _ in times))
                     wall[phase, length, name].append(min(w for _, w in times))
     results: dict[tuple[str, int], dict[str, Any]] = {}
-    for phase in ("prefill", "decode"):
+    for phase in phases:
         for length in lengths:
             entry = {}
             for name in names:
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["llama", "qwen2"], choices=["llama", "qwen2"])
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS))
+    parser.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES)
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 1024])
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (medians)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads")
@@ -124,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
                 folders[name] = root / model / name
                 if not (folders[name] / "genai_config.json").exists():
                     export_contender(name, source, folders[name])
-            results[model] = measure(folders, args.lengths, args.rounds, args.threads, args.repeats)
+            results[model] = measure(folders, args.lengths, args.rounds, args.threads, args.repeats,
+                                     tuple(args.phases))
     table = markdown(results)
     print(table)
     if args.markdown:

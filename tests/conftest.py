@@ -148,6 +148,21 @@ def all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
         yield from walk(function.node)
 
 
+def decoder_stack_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """A decoder's main graph as its layers are exported: the nodes of the one guard for
+    the whole stack's second branch (`onnx_passes.decoder_stack_guard`, each layer
+    guarded; its outputs named as the model's with ``EXACT_SUFFIX``) in place of that `If`."""
+    from fx2onnx.onnx_passes.decoder_stack_guard import STACK_GUARD
+
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        if node.op_type == "If" and node.name == STACK_GUARD:
+            nodes.extend(next(a.g for a in node.attribute if a.name == "else_branch").node)
+        else:
+            nodes.append(node)
+    return nodes
+
+
 def op_types(model: onnx.ModelProto) -> set[str]:
     return {node.op_type for node in all_nodes(model)}
 

@@ -22,6 +22,7 @@ import torch.fx
 from diagnostics import DiagnosticContext
 from fx2onnx.onnx_passes.batch_norm_folding import fold_batch_norms
 from fx2onnx.onnx_passes.cached_attention_guard import guard_group_query_attention
+from fx2onnx.onnx_passes.decoder_stack_guard import guard_decoder_stack
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.float8 import legalize_float8
@@ -117,6 +118,10 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     # after the packing: a guarded GroupQueryAttention reads the packed query, key and value
     Step("pack_attention_inputs", lambda state: pack_attention_inputs(state.model_ir), stage="weight quantization",
          when=lambda state: (q := _quantization(state)) is not None and q.packed_projections),
+    # after every pass that edits the layers' guards: one guard for the whole stack, where
+    # the weights are quantized (a float file stays as tools that quantize it read it)
+    Step("guard_decoder_stack", lambda state: guard_decoder_stack(state.model_ir), stage="weight quantization",
+         when=lambda state: _quantization(state) is not None),
     # the portable file keeps its constants as torch.onnx does: initializers, not nodes
     Step("constants_as_initializers", lambda state: constants_as_initializers(state.model_ir), stage="tool layout",
          when=lambda state: state.options.target == "portable"),

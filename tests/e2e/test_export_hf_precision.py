@@ -15,10 +15,12 @@ import onnx.inliner
 import pytest
 import torch
 
+from conftest import ATOL, RTOL, decoder_stack_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision.resolution import resolve_precision
 from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
+from fx2onnx.onnx_passes.decoder_stack_guard import EXACT_SUFFIX, STACK_GUARD
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
 from test_export_hf import PROMPT, causal_configs, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
 
@@ -27,7 +29,7 @@ ort = pytest.importorskip("onnxruntime")
 
 
 def _kinds(path) -> collections.Counter:
-    return collections.Counter(node.op_type for node in onnx.load(os.fspath(path), load_external_data=False).graph.node)
+    return collections.Counter(node.op_type for node in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph))
 
 
 def model_file(folder):
@@ -76,7 +78,7 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     assert sum(name.endswith(f"_Q{bits}") for name in initializers) == _linear_layers(model) == 15
     assert kinds["MatMul"] == 0 and kinds["Transpose"] == 0
     assert kinds["MatMulNBits"] == 15
-    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
+    nodes = [n for n in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph) if n.op_type == "MatMulNBits"]
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
     assert attributes["bits"] == bits and attributes["block_size"] == 32 and attributes["accuracy_level"] == 4
     assert all(len(n.input) == 3 for n in nodes)  # symmetric: no zero points
@@ -84,7 +86,8 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     assert initializers["model.embed_tokens.weight"].dtype == np.float32
     # float weights: 4 bytes per element; int4 0.5 + a float32 scale per 32 (0.125), int8 1 + 0.125
     linear_bytes = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) * 4
-    saved = _folder_bytes(root / "float") - _folder_bytes(root / precision)
+    # the weights' bytes (a quantized file's graph also holds the stack's two branches, a float one not)
+    saved = sum(a.nbytes for a in _initializers(model_file(root / "float")).values()) - sum(a.nbytes for a in initializers.values())
     expected = linear_bytes * (1 - (0.5 + 0.125 if bits == 4 else 1 + 0.125) / 4)
     assert abs(saved - expected) < 0.02 * linear_bytes
 
@@ -135,7 +138,7 @@ def test_a_module_function_folder_in_fake_mode_writes_the_flat_folders_codes(fol
     onnx.checker.check_model(os.fspath(path), full_check=True)
     saved = onnx.load(os.fspath(path))
     assert saved.functions
-    kinds = collections.Counter(n.op_type for n in onnx.inliner.inline_local_functions(saved).graph.node)
+    kinds = collections.Counter(n.op_type for n in decoder_stack_nodes(onnx.inliner.inline_local_functions(saved).graph))
     assert kinds["MatMulNBits"] == 15 and kinds["MatMul"] == 0
     flat, functions = _initializers(model_file(root / "int4")), _initializers(path)
     codes = [name for name in flat if name.endswith(("_Q4", "_scales"))]
@@ -161,7 +164,7 @@ def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
     path = model_file(tmp_path / "out")
     kinds = _kinds(path)
     assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14, 1)
-    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "MatMulNBits"]
+    nodes = [n for n in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph) if n.op_type == "MatMulNBits"]
     attributes = {(a.name, onnx.helper.get_attribute_value(a)) for n in nodes for a in n.attribute}
     assert {("block_size", 64), ("accuracy_level", 1)} <= attributes and ("block_size", 32) not in attributes
     assert "lm_head.weight" in _initializers(path)
@@ -178,16 +181,24 @@ def test_packed_projections_on_request(folders, tmp_path):
     kinds = _kinds(path)
     # the Splits of Q, K and V inside the guard's second branch: the kernel reads them packed where it runs
     assert (kinds["MatMulNBits"], kinds["Split"], len(packing)) == (9, 2, 8)
-    guards = [n for n in graph.node if n.op_type == "If" and n.name.endswith("/unpadded_or_not")]
+    layers = decoder_stack_nodes(graph)
+    guards = [n for n in layers if n.op_type == "If" and n.name.endswith("/unpadded_or_not")]
     branches = [{a.name: a.g for a in guard.attribute} for guard in guards]
-    producers = {o: n.op_type for n in graph.node for o in n.output}
+    producers = {o: n.op_type for n in [*graph.node, *layers] for o in n.output}
     for branch in branches:
         (kernel,) = branch["then_branch"].node
         assert producers[kernel.input[0]] == "MatMulNBits" and list(kernel.input[1:3]) == ["", ""]
         assert [n.op_type for n in branch["else_branch"].node if n.op_type in ("Split", "RotaryEmbedding")] == \
             ["Split", "RotaryEmbedding", "RotaryEmbedding"]
     assert len(branches) == 2
-    nodes = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    # the stack's first branch: the same kernels, each reading its packed projection
+    (stack,) = [n for n in graph.node if n.op_type == "If"]
+    fast = next(a.g for a in stack.attribute if a.name == "then_branch").node
+    fast_producers = {o: n.op_type for n in [*graph.node, *fast] for o in n.output}
+    kernels = [n for n in fast if n.op_type == "GroupQueryAttention"]
+    assert len(kernels) == 2 and all(fast_producers[k.input[0]] == "MatMulNBits" and list(k.input[1:3]) == ["", ""]
+                                     for k in kernels)
+    nodes = [n for n in layers if n.op_type == "MatMulNBits"]
     packed_n = sorted(onnx.helper.get_attribute_value(a) for n in nodes for a in n.attribute if a.name == "N")
     assert packed_n == [64] * 4 + [128] * 2 + [256] * 2 + [len(initializers["model.embed_tokens.weight"])]
     # the same codes as the unpacked folder, and the same greedy tokens in onnxruntime
@@ -243,9 +254,10 @@ def test_tied_embedding_gathers_from_the_quantized_lm_head(tmp_path, tokenizer):
     path = model_file(tmp_path / "out")
     onnx.checker.check_model(os.fspath(path), full_check=True)
     graph = onnx.load(os.fspath(path), load_external_data=False).graph
-    producers = {output: node for node in graph.node for output in node.output}
+    layers = decoder_stack_nodes(graph)
+    producers = {output: node for node in layers for output in node.output}
     gather = _embedding_gather(path)
-    head = next(n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits")
+    head = next(n for n in layers if n.op_type == "MatMulNBits" and n.output[0] == f"logits{EXACT_SUFFIX}")
     # one quantization for both: the Gather reads the head's codes and scales, reshaped;
     # the float table is gone
     assert [producers[gather.input[i]].input[0] for i in (0, 2)] == [head.input[1], head.input[2]]
@@ -289,3 +301,58 @@ def test_precision_and_dtype_are_one_interface():
     dtype, quantization = resolve_precision("int8", None, block_size=128, accuracy_level=0, quantize_lm_head=False)
     assert dtype == "float32" and quantization == WeightQuantization(bits=8, block_size=128, accuracy_level=0, lm_head=False)
     assert resolve_precision("int4", "float16")[0] == "float16"
+
+
+def _run_profiled(path, feeds: dict, prefix) -> tuple[dict, set[str]]:
+    """One run's outputs by name and the names of the `If` nodes it ran."""
+    options = ort.SessionOptions()
+    options.enable_profiling, options.profile_file_prefix = True, os.fspath(prefix)
+    session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    batch = feeds["input_ids"].shape[0]
+    for name, value in inputs.items():  # an empty cache unless given
+        if name.startswith("past_key_values") and name not in feeds:
+            feeds[name] = np.zeros((batch, value.shape[1], 0, value.shape[3]), np.float32)
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    events = json.loads(open(session.end_profiling()).read())
+    ran = {e["name"].removesuffix("_kernel_time") for e in events
+           if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "If"}
+    return outputs, ran
+
+
+def test_one_guard_chooses_for_the_whole_int4_stack(folders, tmp_path):
+    """int4: the layers' guards are one `If` whose first branch is the layers with their
+    kernels alone and second the layers each guarded, the weights read from the main
+    graph. An unpadded prompt takes the first branch; a left-padded batch and several new
+    tokens over a cache at batch 2 take the second, and give the first's logits for the
+    same tokens."""
+    root, _, _ = folders
+    path = model_file(root / "int4")
+    graph = onnx.load(os.fspath(path), load_external_data=False).graph
+    (stack,) = [n for n in graph.node if n.op_type == "If"]
+    assert stack.name == STACK_GUARD and [o.name for o in graph.output] == list(stack.output)
+    branches = {a.name: a.g for a in stack.attribute}
+    fast, exact = (collections.Counter(n.op_type for n in branches[b].node) for b in ("then_branch", "else_branch"))
+    assert fast["GroupQueryAttention"] == 2 and not {"If", "RotaryEmbedding", "Where", "Cos"} & set(fast)
+    assert exact["If"] == 2 and not branches["then_branch"].initializer and not branches["else_branch"].initializer
+    tokens = np.array([[5, 9, 17, 33, 41, 57], [8, 12, 19, 23, 36, 44]], np.int64)
+    ones = np.ones_like(tokens)
+    unpadded, ran = _run_profiled(path, {"input_ids": tokens, "attention_mask": ones,
+                                         "position_ids": np.arange(6)[None].repeat(2, 0)}, tmp_path / "unpadded")
+    assert STACK_GUARD in ran and not [n for n in ran if n.endswith("/unpadded_or_not")]
+    # row 0 padded on the left (the kernel without the bias would attend to the padding)
+    ids = np.array([[0, *tokens[0]], [*tokens[1], 50]], np.int64)
+    mask = np.array([[0] + [1] * 6, [1] * 7], np.int64)
+    positions = np.where(mask == 1, mask.cumsum(-1) - 1, 1)
+    padded, ran = _run_profiled(path, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, tmp_path / "padded")
+    assert len([n for n in ran if n.endswith("/unpadded_or_not")]) == 2
+    np.testing.assert_allclose(padded["logits"][0, 1:], unpadded["logits"][0], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(padded["logits"][1, :6], unpadded["logits"][1], rtol=RTOL, atol=ATOL)
+    # two new tokens over a cache of four at batch 2: the kernel refuses them, the exact form runs
+    first, _ = _run_profiled(path, {"input_ids": tokens[:, :4], "attention_mask": ones[:, :4],
+                                    "position_ids": np.arange(4)[None].repeat(2, 0)}, tmp_path / "first")
+    cache = {n.replace("present.", "past_key_values."): v for n, v in first.items() if n.startswith("present.")}
+    after, ran = _run_profiled(path, {"input_ids": tokens[:, 4:], "attention_mask": ones, "position_ids": np.arange(4, 6)[None].repeat(2, 0),
+                                      **cache}, tmp_path / "after")
+    assert len([n for n in ran if n.endswith("/unpadded_or_not")]) == 2
+    np.testing.assert_allclose(after["logits"], unpadded["logits"][:, 4:], rtol=RTOL, atol=ATOL)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from compressed_tensors_checkpoint import save_compressed_tensors
-from conftest import dequantize_matmul_nbits
+from conftest import decoder_stack_nodes, dequantize_matmul_nbits
 from fx2onnx.hub import export_hf
 from test_export_hf import COMMON, PROMPT, generate_with_genai, tokenizer  # noqa: F401 - the fixture is used by name
 from test_export_hf_precision import model_file
@@ -49,7 +49,7 @@ def test_matmul_nbits_weights_are_transformers_weights_exactly(checkpoint):
     model = onnx.load(os.fspath(path))
     initializers = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     state = {name: tensor.detach().numpy() for name, tensor in loaded.state_dict().items()}
-    nodes = [node for node in model.graph.node if node.op_type == "MatMulNBits"]
+    nodes = [node for node in decoder_stack_nodes(model.graph) if node.op_type == "MatMulNBits"]
     assert len(nodes) == 14  # 7 a layer; the LM head the checkpoint keeps float stays float
     assert initializers["lm_head.weight"].dtype == np.float32
     for node in nodes:

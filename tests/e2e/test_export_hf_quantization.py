@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fx2onnx
-from conftest import make_options
+from conftest import decoder_stack_nodes, make_options
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision.resolution import more_bits_layers
@@ -54,7 +54,7 @@ def _decoded_weights(path) -> dict[str, np.ndarray]:
     model = onnx.load(os.fspath(path))
     initializers = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     weights = {}
-    for node in model.graph.node:
+    for node in decoder_stack_nodes(model.graph):
         if node.op_type != "MatMulNBits":
             continue
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
