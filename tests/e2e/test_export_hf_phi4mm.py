@@ -143,3 +143,13 @@ def test_the_tiny_model_answers_each_image_otherwise(phi4mm):
     (model, image_processor, tokenizer), _, _, paths = phi4mm
     answers = {tuple(transformers_tokens(model, image_processor, tokenizer, path, 16)) for path in paths}
     assert len(answers) == 2
+
+
+def test_phi4mm_in_fake_mode_streams_the_weights(phi4mm, tmp_path):
+    # the vision layers after the one the image embedding reads are dropped from the graph
+    # while its fake weights are hidden (fake_weights.swapped_initializers)
+    _, out, _, _ = phi4mm
+    result = export_hf(out.parent / "source", tmp_path / "out", fake=True, verify=True)
+    assert result.verification.passed and result.verification.max_logit_difference < 1e-4
+    vision = onnx.load(str(tmp_path / "out" / "onnx" / "vision_encoder.onnx"), load_external_data=False)
+    assert not any(".encoder.layers.1." in weight.name for weight in vision.graph.initializer)
