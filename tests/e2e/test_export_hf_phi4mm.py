@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
 import pytest
 import torch
 
 from fx2onnx.hub import export_hf
+from fx2onnx.hub.vision_language.folder_verification import random_images
 
 pytest.importorskip("torchvision", reason="transformers' Phi-4 image processor needs torchvision", exc_type=ImportError)
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 Image = pytest.importorskip("PIL.Image")
+
+from test_export_hf_vision_language import genai_tokens  # noqa: E402
 
 pytestmark = pytest.mark.vision
 
@@ -86,31 +88,14 @@ def transformers_tokens(model, image_processor, tokenizer, path, new_tokens: int
     return generated[0, ids.shape[1]:].tolist()
 
 
-def genai_tokens(folder, path, new_tokens: int) -> list[int]:
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-    model = og.Model(str(folder))
-    inputs = model.create_multimodal_processor()(PROMPT, images=og.Images.open(str(path)))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=2048, do_sample=False)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done() and len(tokens) < new_tokens:
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens
-
-
 @pytest.fixture(scope="module")
 def phi4mm(tmp_path_factory):
     folder = tmp_path_factory.mktemp("phi4mm")
     saved = save_phi4mm(folder / "source")
     result = export_hf(folder / "source", folder / "out", verify=True)
-    rng = np.random.default_rng(0)
-    paths = []
-    for index, (height, width) in enumerate(IMAGE_SIZES):
-        paths.append(folder / f"image{index}.png")
-        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    paths = [folder / f"image{index}.png" for index in range(len(IMAGE_SIZES))]
+    for path, pixels in zip(paths, random_images(tuple(IMAGE_SIZES))):
+        Image.fromarray(pixels).save(path)
     return saved, folder / "out", result, paths
 
 
@@ -136,7 +121,7 @@ def test_phi4mm_folder_generates_as_transformers(phi4mm, image):
     (model, image_processor, tokenizer), out, _, paths = phi4mm
     expected = transformers_tokens(model, image_processor, tokenizer, paths[image], 16)
     assert len(expected) == 16 and len(set(expected)) > 3
-    assert genai_tokens(out, paths[image], 16) == expected
+    assert genai_tokens(out, [paths[image]], 16, PROMPT, max_length=2048) == expected
 
 
 def test_the_tiny_model_answers_each_image_otherwise(phi4mm):
