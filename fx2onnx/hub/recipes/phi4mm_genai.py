@@ -2,7 +2,8 @@
 and decoder models cut from the model's own modules (vision_language/phi4_multimodal.py),
 `genai_config.json` and the runtime's image processor configuration. The folder runs
 images and text; the audio encoder is not written yet (no `speech` section: the runtime
-then refuses audio inputs with its own message), and export-hf says so."""
+then refuses audio inputs with its own message): written only when asked
+(`without_audio`), and export-hf says so."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ class Phi4MMRecipe(RecipeDefaults):
                 f"export-hf writes Phi-4-multimodal only for ONNX Runtime GenAI (its phi4mm type); --runtime "
                 f"{request.runtime} has no layout for it here. Nothing was written. `fx2onnx export-hf <model> --output "
                 "<folder>` writes the GenAI folder; `--text-only` writes its language model alone."
+            ))
+        if not request.without_audio:
+            return Refusal(NotImplementedError, (
+                "export-hf does not write Phi-4-multimodal's audio encoder yet: its phi4mm folder takes images and text. "
+                "Nothing was written. Give --without-audio to write that folder (without_audio=True), or --text-only for "
+                "its language model alone."
             ))
         try:
             phi4_multimodal.check(loaded.config)

@@ -60,5 +60,13 @@ def test_an_image_processor_of_other_crops_is_refused():
 def test_runtime_standard_is_refused_with_the_command_that_works():
     class Loaded:
         config = tiny_model().config
-    refusal = RECIPE.accepts(Loaded(), ExportRequest.resolve(runtime="standard"))
+    refusal = RECIPE.accepts(Loaded(), ExportRequest.resolve(runtime="standard", without_audio=True))
     assert refusal is not None and "`fx2onnx export-hf <model> --output <folder>` writes the GenAI folder" in refusal.message
+
+
+def test_the_folder_without_its_audio_encoder_needs_the_option():
+    class Loaded:
+        config = tiny_model().config
+    refusal = RECIPE.accepts(Loaded(), ExportRequest.resolve())
+    assert refusal is not None and "Give --without-audio to write that folder" in refusal.message
+    assert "--text-only" in refusal.message
