@@ -117,6 +117,7 @@ def export_hf(
     mixed_precision: bool = False,
     pack_projections: bool = False,
     text_only: bool = False,
+    without_audio: bool = False,
     float32_twin: bool = False,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
@@ -192,6 +193,8 @@ def export_hf(
         text_only: export a multimodal model's language model alone as text-generation,
             its vision and audio encoders left out (`fx2onnx.hub.decoders.text_only`); without it a
             text-generation export of a model with encoders is refused.
+        without_audio: Phi-4-multimodal's `phi4mm` folder for images and text, its audio
+            encoder left out (export-hf does not write it yet); without it the folder is refused.
         float32_twin: a float16 folder also gets each `<file>_fp16.onnx` in float32, as
             `<file>.onnx` (`fx2onnx.hub.precision.float32_twin`): the file Transformers.js
             loads with dtype "fp32", for WebGPU adapters without `shader-f16`, where it
@@ -205,7 +208,7 @@ def export_hf(
         progress=progress, runtime=runtime, module_functions=module_functions, precision=precision,
         block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
         quantize_embedding=quantize_embedding, quantization_algorithm=quantization_algorithm,
-        mixed_precision=mixed_precision, pack_projections=pack_projections, text_only=text_only,
+        mixed_precision=mixed_precision, pack_projections=pack_projections, text_only=text_only, without_audio=without_audio,
         float32_twin=float32_twin,
     )
     folder = local_folder(model)

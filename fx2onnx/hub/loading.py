@@ -26,6 +26,8 @@ SPEECH_RECOGNITION = "automatic-speech-recognition"
 FEATURE_EXTRACTION = "feature-extraction"
 IMAGE_CLASSIFICATION = "image-classification"
 IMAGE_TEXT_TO_TEXT = "image-text-to-text"
+# image-text-to-text model types transformers files (and loads) as causal LMs, encoders included
+CAUSAL_LM_IMAGE_TEXT_TO_TEXT = ("phi4_multimodal",)
 TASKS = (
     TEXT_GENERATION, TEXT2TEXT, SPEECH_RECOGNITION, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT,
     *(task for task in PIPELINE_TASKS if task != SPEECH_RECOGNITION),
@@ -80,6 +82,8 @@ def default_task(config: Any) -> str:
         return served
     if getattr(config, "is_encoder_decoder", False):
         return SPEECH_RECOGNITION if getattr(config, "num_mel_bins", None) else TEXT2TEXT
+    if getattr(config, "model_type", None) in CAUSAL_LM_IMAGE_TEXT_TO_TEXT:
+        return IMAGE_TEXT_TO_TEXT
     # before causal LMs: transformers files some (Gemma 3) under both
     if any(tasks.is_filed_under(a, tasks.IMAGE_TEXT_TO_TEXT_MAPPING) for a in architectures):
         return IMAGE_TEXT_TO_TEXT
@@ -103,6 +107,8 @@ def _auto_class(task: str, config: Any) -> str:
     if is_ctc(task, config) or (task in PIPELINE_TASKS and task != SPEECH_RECOGNITION):
         check_head(task, config)
         return auto_class_for(task, config)
+    if task == IMAGE_TEXT_TO_TEXT and getattr(config, "model_type", None) in CAUSAL_LM_IMAGE_TEXT_TO_TEXT:
+        return _AUTO_CLASSES[TEXT_GENERATION]
     return _AUTO_CLASSES[task]
 
 

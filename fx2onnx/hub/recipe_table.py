@@ -10,16 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from fx2onnx.hub.loading import (
-    FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT, TEXT_GENERATION,
-    is_ctc,
+    CAUSAL_LM_IMAGE_TEXT_TO_TEXT, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT,
+    TEXT_GENERATION, is_ctc,
 )
 from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS
-from fx2onnx.hub.recipes import causal_lm, encoder, image_text_to_text, pipeline_task, seq2seq, whisper_genai
+from fx2onnx.hub.recipes import causal_lm, encoder, image_text_to_text, phi4mm_genai, pipeline_task, seq2seq, whisper_genai
 from fx2onnx.hub.recipes.folder_recipe import FolderRecipe
 
 ANY_RUNTIME = "*"
 CTC_SPEECH_RECOGNITION = "automatic-speech-recognition (CTC)"
 WHISPER_SPEECH_RECOGNITION = "automatic-speech-recognition (Whisper)"
+PHI4MM_IMAGE_TEXT_TO_TEXT = "image-text-to-text (Phi-4-multimodal)"
 # the speech models ONNX Runtime GenAI runs as encoder and decoder (config.model_type)
 GENAI_SPEECH_MODEL_TYPES = ("whisper",)
 
@@ -34,6 +35,7 @@ RECIPES: dict[tuple[str, str], FolderRecipe] = {
     (IMAGE_CLASSIFICATION, ANY_RUNTIME): encoder.RECIPE,
     (IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): image_text_to_text.RECIPE,
     (IMAGE_TEXT_TO_TEXT, "standard"): image_text_to_text.TRANSFORMERS_JS_RECIPE,
+    (PHI4MM_IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): phi4mm_genai.RECIPE,
     **{(task, ANY_RUNTIME): pipeline_task.RECIPE for task in PIPELINE_TASKS if task != SPEECH_RECOGNITION},
 }
 
@@ -44,6 +46,8 @@ def folder_task(task: str, config: Any) -> str:
         return CTC_SPEECH_RECOGNITION
     if task == SPEECH_RECOGNITION and getattr(config, "model_type", None) in GENAI_SPEECH_MODEL_TYPES:
         return WHISPER_SPEECH_RECOGNITION
+    if task == IMAGE_TEXT_TO_TEXT and getattr(config, "model_type", None) in CAUSAL_LM_IMAGE_TEXT_TO_TEXT:
+        return PHI4MM_IMAGE_TEXT_TO_TEXT
     return task
 
 

@@ -50,6 +50,7 @@ class ExportRequest:
     mixed_precision: bool = False
     pack_projections: bool = False
     text_only: bool = False
+    without_audio: bool = False
     float32_twin: bool = False
     quantization: WeightQuantization | None = None
 

@@ -21,7 +21,9 @@ from fx2onnx.translate.tensor_data import has_data
 
 @contextlib.contextmanager
 def swapped_initializers(model: ir.Model, tensors: Mapping[str, ir.TensorProtocol | None]) -> Iterator[None]:
-    """Give initializers other tensors while serializing; put the originals back after."""
+    """Give initializers other tensors while serializing; put the originals back after
+    (on those still in the graph: a pass run meanwhile may remove the unused ones, such
+    as the weights of layers after the one whose output a model reads)."""
     originals = {name: model.graph.initializers[name].const_value for name in tensors}
     try:
         for name, tensor in tensors.items():

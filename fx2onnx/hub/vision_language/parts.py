@@ -70,12 +70,17 @@ class LanguageModelWithHead(torch.nn.Module):
 
 
 @contextlib.contextmanager
-def attention_implementation(config: Any, name: str, function: Callable[..., Any]) -> Iterator[None]:
+def attention_implementation(config: Any, name: str, function: Callable[..., Any], masks_like: str | None = None) -> Iterator[None]:
     """transformers' attention of the models of ``config`` computed by ``function``
-    (registered as ``name``) while the context lasts."""
-    from transformers import AttentionInterface
+    (registered as ``name``) while the context lasts; ``masks_like``: fed the masks
+    transformers makes for that implementation (without it, none for a mask made from
+    padding)."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     AttentionInterface.register(name, function)
+    if masks_like is not None:
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[masks_like])
     kept = config._attn_implementation
     config._attn_implementation = name
     try:
@@ -99,19 +104,23 @@ class Embedding(torch.nn.Module):
         embeds = getattr(self.model, self.name).embed_tokens(input_ids)
         if self.extra:
             embeds = torch.cat([embeds, embeds.new_zeros(*embeds.shape[:-1], self.extra)], dim=-1)
-        is_image = input_ids == self.image_token_id
         if image_features.dim() == 3:  # [images, tokens per image, hidden] (Gemma 3's): the images' rows in order
             image_features = image_features.reshape(-1, image_features.shape[-1])
-        # the k-th image token (counted across the batch) takes feature row k; a decode
-        # step has no features and keeps the token's own embedding, as transformers does
-        # for an image token it generates; an appended zero row keeps the gather in bounds
-        count = image_features.shape[0]
-        rows = torch.cat([image_features.to(embeds.dtype), embeds.new_zeros(1, embeds.shape[-1])])
-        flat = is_image.reshape(-1)
-        index = (torch.cumsum(flat.to(torch.int64), dim=0) - 1).reshape(is_image.shape)
-        takes = is_image & (index < count)
-        index = torch.where(takes, index, count)
-        return {"inputs_embeds": torch.where(takes[..., None], rows[index], embeds)}
+        return {"inputs_embeds": with_feature_rows(embeds, input_ids == self.image_token_id, image_features)}
+
+
+def with_feature_rows(embeds: torch.Tensor, is_feature: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """``embeds`` whose rows at ``is_feature`` tokens are ``features``' rows in order: the
+    k-th such token (counted across the batch) takes row k. A decode step has no features
+    and keeps the token's own embedding, as transformers does for an image token it
+    generates; an appended zero row keeps the gather in bounds."""
+    count = features.shape[0]
+    rows = torch.cat([features.to(embeds.dtype), embeds.new_zeros(1, embeds.shape[-1])])
+    flat = is_feature.reshape(-1)
+    index = (torch.cumsum(flat.to(torch.int64), dim=0) - 1).reshape(is_feature.shape)
+    takes = is_feature & (index < count)
+    index = torch.where(takes, index, count)
+    return torch.where(takes[..., None], rows[index], embeds)
 
 
 class TokenEmbedding(torch.nn.Module):
@@ -184,13 +193,21 @@ def embedding_inputs(loaded: LoadedModel, width: int, per_image: bool = False) -
 def decoder_inputs(loaded: LoadedModel, architecture: VisionLanguageArchitecture) -> dict[str, Any]:
     """A decode step after a prefill (sizes as causal_lm's), with text positions on all 3
     mRoPE axes (1-D positions, [batch, tokens], for an architecture without mRoPE)."""
-    language_model = language_model_of(loaded.model)
-    batch, cached, new = decode_step.BATCH, decode_step.CACHED_TOKENS, decode_step.NEW_TOKENS
     hidden = int(loaded.config.text_config.hidden_size)
+    return decode_step_over_embeds(loaded, language_model_of(loaded.model), hidden, architecture.mrope,
+                                   architecture.row_width(loaded.config) - hidden)
+
+
+def decode_step_over_embeds(
+    loaded: LoadedModel, language_model: torch.nn.Module, hidden: int, mrope: bool, width: int = 0,
+) -> dict[str, Any]:
+    """``language_model``'s decode step after a prefill over `inputs_embeds` ``hidden``
+    wide, positions 3-D with ``mrope``, and ``width`` extra columns (wide rows)."""
+    batch, cached, new = decode_step.BATCH, decode_step.CACHED_TOKENS, decode_step.NEW_TOKENS
     embeds = torch.randn(batch, cached + new, hidden, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(batch, cached + new, dtype=torch.int64)
     positions = torch.arange(cached + new).view(1, 1, -1).expand(3, batch, -1).contiguous()
-    if not architecture.mrope:
+    if not mrope:
         positions = positions[0]
     embeds, mask, positions = as_loaded((embeds, mask, positions), loaded)
     mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
@@ -200,7 +217,6 @@ def decoder_inputs(loaded: LoadedModel, architecture: VisionLanguageArchitecture
         )
     cache = decode_step.output_cache(prefill)
     step = embeds[:, cached:]
-    width = architecture.row_width(loaded.config) - hidden
     if width:  # the wide rows' columns (Qwen3-VL's DeepStack)
         extra = torch.randn(batch, new, width, generator=torch.Generator().manual_seed(2))
         step = torch.cat([step, as_loaded(extra, loaded)], dim=-1)
