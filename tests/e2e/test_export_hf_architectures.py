@@ -167,3 +167,22 @@ def test_a_model_whose_own_forward_needs_more_than_the_tasks_inputs_is_refused(t
     assert "(input_ids, attention_mask" in message and "You have to specify bbox." in message
     assert "fx2onnx.dynamo_export" in message
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_a_hybrid_decoders_convolution_states_keep_their_size(tmp_path):
+    # LFM2's cache is a convolution state in its conv layer (the kernel's last inputs, 3, never
+    # grows) beside the keys and values of its attention layer: the folder's decoder takes the
+    # state at its own size, started as zeros, and the keys growing with the sequence
+    torch.manual_seed(0)
+    config = transformers.Lfm2Config(vocab_size=100, hidden_size=32, intermediate_size=64, block_ff_dim=64,
+                                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, conv_L_cache=3,
+                                     layer_types=["conv", "full_attention"], max_position_embeddings=64, **IDS)
+    transformers.Lfm2ForCausalLM(config).eval().save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", verify=True, tokens=6)
+    # a prompt and a left-padded batch, decoded past the kernel width
+    assert result.verification.passed and result.verification.tokens_equal
+    model = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(os.fspath(model), full_check=True)
+    assert _input_dims(model, "past_key_values.0.conv_states.0") == ["batch_size", 32, 3]
+    assert _input_dims(model, "past_key_values.1.key") == ["batch_size", 2, "past_sequence_length", 8]
+    assert not (tmp_path / "out" / "genai_config.json").exists()  # GenAI feeds such states only to its own builder's models
