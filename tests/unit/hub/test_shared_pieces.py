@@ -22,7 +22,7 @@ from diagnostics import Diagnostic, Level, rules
 from fx2onnx.capture import FIXED_DIM
 from fx2onnx.hub.decoders.decode_step import returns_no_cache
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
-from fx2onnx.hub.decoders.sliding_window import window_of
+from fx2onnx.hub.decoders.sliding_window import growing_cache, masks_for, window_of
 from fx2onnx.hub.precision.prequantized import checkpoint_codes, quant_method
 from fx2onnx.hub.shared.dim_roles import BATCH, PAST, SEQUENCE, TOTAL, fixed_size_states, name_dims_by_role
 from fx2onnx.hub.shared.folder_files import copy_folder_files
@@ -168,6 +168,27 @@ def test_float_checkpoints_have_no_codes_of_their_own(tmp_path):
 def test_a_sliding_window_is_read_from_the_config():
     assert window_of(LlamaConfig()) is None
     assert window_of(MistralConfig(sliding_window=16)) == 16
+
+
+def test_a_hybrids_sliding_masks_give_its_convolution_layers_their_held_tokens():
+    # LFM3: convolution layers beside sliding and full attention layers
+    from transformers import Lfm3Config
+    from transformers.cache_utils import DynamicLayer
+
+    config = Lfm3Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                        num_hidden_layers=3, sliding_window=4, layer_types=["conv", "sliding_attention", "full_attention"])
+    config._attn_implementation = "sdpa"
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    masks = masks_for(config, mask, 2, torch.float32)
+    assert set(masks) == {"conv", "sliding_attention", "full_attention"}
+    assert torch.equal(masks["conv"], mask[:, -2:])  # what transformers' recurrent mask gives these tokens
+    assert masks["sliding_attention"].shape == (2, 1, 2, 6)
+    # the capture's cache grows in the attention layers and keeps the convolution layer's own kind
+    kinds = [type(layer) for layer in growing_cache(config).layers]
+    assert kinds[1:] == [DynamicLayer, DynamicLayer] and kinds[0] is not DynamicLayer
+    config.layer_types = ["chunked_attention", "sliding_attention", "full_attention"]
+    with pytest.raises(NotImplementedError, match="layers of kind chunked_attention"):
+        masks_for(config, mask, 2, torch.float32)
 
 
 def test_whispers_suppress_lists_are_sorted_and_unique():
