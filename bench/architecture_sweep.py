@@ -88,6 +88,7 @@ SMALL = dict(
     word_embed_proj_dim=32, num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=0, n_inner=64, embed_dim=32,
     image_size=64, num_labels=3, projection_dim=16, num_queries=10, num_detection_tokens=5,
+    unpadded_vocab_size=VOCAB,  # the rows of a head padded to vocab_size (Inkling2): within it
 )
 # a pair's outputs are exact when every element is within |a - b| <= ATOL + RTOL * |b|
 RTOL, ATOL = fx2onnx.ExportOptions.verify_rtol, fx2onnx.ExportOptions.verify_atol
@@ -111,7 +112,7 @@ def pairs_of(task: str) -> list[tuple[str, str]]:
 _HEADS = {"num_attention_heads", "num_key_value_heads", "head_dim", "num_heads", "n_head", "d_kv",
           "encoder_attention_heads", "decoder_attention_heads"}
 _DEPTH = {"num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "vocab_size",
-          "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+          "unpadded_vocab_size", "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
           "num_local_experts", "num_experts", "num_experts_per_tok"}
 SHRINK_LEVELS = {
     "small": frozenset(SMALL), "derived": frozenset(SMALL), "heads kept": frozenset(SMALL) - _HEADS,
@@ -155,7 +156,8 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
     # under the config's own name for them: a config that derives from its layer kinds
     # (Zamba2's hybrid layer ids) reads that field, not the alias set after it
     name = getattr(type(config), "attribute_map", {}).get("layer_types", "layer_types")
-    if isinstance(kinds, list) and isinstance(layers, int) and not isinstance(getattr(type(config), name, None), property):
+    read_only = isinstance(getattr(type(config), name, None), property)
+    if isinstance(kinds, list) and isinstance(layers, int) and not read_only:
         values[name] = _every_kind(kinds, layers)
         if len(values[name]) > layers:
             values["num_hidden_layers"] = len(values[name])

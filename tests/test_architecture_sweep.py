@@ -258,6 +258,11 @@ def test_a_config_deriving_from_its_layer_kinds_derives_from_the_shrunk_ones() -
     assert config.hybrid_layer_ids == [1]
 
 
+def test_a_head_padded_to_the_vocabulary_keeps_within_the_shrunk_one() -> None:
+    config = sweep.small_config("inkling2_loop_text", "Inkling2LoopForCausalLM")
+    assert config.unpadded_vocab_size <= config.vocab_size == sweep.VOCAB
+
+
 def test_a_repeated_pattern_of_layer_kinds_is_repeated_as_often_as_the_depth_holds() -> None:
     config = sweep.small_config("gpt_neo", "GPTNeoForQuestionAnswering")  # its validator checks the two agree
     assert (config.num_layers, config.attention_layers) == (2, ["global", "local"])
