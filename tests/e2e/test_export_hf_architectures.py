@@ -82,6 +82,7 @@ def test_a_decoder_with_nested_sizes_and_a_forced_end_of_text(tmp_path):
 @pytest.mark.parametrize(("task", "config", "words"), [
     ("text2text-generation", "audio", "is not an encoder-decoder"),
     ("text-generation", "xlm", "returns no key/value cache"),
+    ("image-classification", "pp_lcnet", "returns no `logits`"),  # its class scores come as last_hidden_state
 ])
 def test_models_without_the_folders_parts_are_refused_before_anything_is_written(tmp_path, task, config, words):
     torch.manual_seed(0)
@@ -91,6 +92,10 @@ def test_models_without_the_folders_parts_are_refused_before_anything_is_written
             text_config=dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=4, num_key_value_heads=4),
         ))
+        hint = "fx2onnx.dynamo_export"
+    elif config == "pp_lcnet":
+        model = transformers.PPLCNetForImageClassification(transformers.PPLCNetConfig(num_labels=3, scale=0.25,
+                                                                                       class_expand=32))
         hint = "fx2onnx.dynamo_export"
     else:
         model = transformers.XLMWithLMHeadModel(transformers.XLMConfig(vocab_size=100, emb_dim=32, n_layers=1, n_heads=4))
