@@ -149,6 +149,8 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
         # lists stay (hierarchical widths); numbers only ever shrink; token ids within the vocabulary
         if (key.endswith("_id") or key == "vocab_size") and (current is None or isinstance(current, int)):
             values[key] = value
+        elif key.endswith("_id") and isinstance(current, list):  # several end-of-text ids (GLM, CWM): one, within
+            values[key] = [value]
         elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
             values[key] = value
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))

@@ -258,6 +258,11 @@ def test_a_config_deriving_from_its_layer_kinds_derives_from_the_shrunk_ones() -
     assert config.hybrid_layer_ids == [1]
 
 
+def test_a_list_of_end_of_text_ids_keeps_within_the_shrunk_vocabulary() -> None:
+    config = sweep.small_config("glm", "GlmForCausalLM")  # three end-of-text ids past 150000
+    assert config.eos_token_id == [sweep.SMALL["eos_token_id"]] and config.vocab_size == sweep.VOCAB
+
+
 def test_a_head_padded_to_the_vocabulary_keeps_within_the_shrunk_one() -> None:
     config = sweep.small_config("inkling2_loop_text", "Inkling2LoopForCausalLM")
     assert config.unpadded_vocab_size <= config.vocab_size == sweep.VOCAB
