@@ -636,6 +636,7 @@ def sweep(
     ``retry``), appending each pair's record as soon as it is known; with ``architectures``,
     only the pairs of those classes, run again whether recorded or not."""
     done = _done(results, set(retry)) if architectures is None else set()
+    earlier = {(r["task"], r["architecture"]): r for r in read_results(results)}
     started = time.perf_counter()
     commit = _commit()
     for task, model_type, class_name in sweep_order(task_names, per_task):
@@ -645,10 +646,21 @@ def sweep(
             print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
             return
         record = {**run_in_child(task, model_type, class_name, compare, limit), "commit": commit}
+        if not compare:
+            record.update(_torch_onnx_kept(earlier.get((task, class_name)), record))
         with results.open("a") as file:
             file.write(json.dumps(record) + "\n")
         print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
               f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
+
+
+def _torch_onnx_kept(earlier: dict[str, Any] | None, record: dict[str, Any]) -> dict[str, Any]:
+    """A pair run again without torch.onnx.export's comparison keeps its earlier one: that
+    result depends on torch and the tiny model, not on fx2onnx, so it stands while the tiny
+    model is built at the same shrink level."""
+    if earlier is None or earlier.get("shrunk") != record.get("shrunk"):
+        return {}
+    return {key: value for key, value in earlier.items() if key.startswith("torch_onnx")}
 
 
 # ---- the scoreboard ----------------------------------------------------------------------------------------------
@@ -866,7 +878,7 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=120.0, help="seconds per pair (default 120)")
     parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
     parser.add_argument("--per-task", type=int, default=None, help="at most this many architectures per task, spread evenly")
-    parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison")
+    parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison (a pair run again keeps its earlier one)")
     parser.add_argument("--retry", action="append", default=[], choices=list(CATEGORIES),
                         help="run again the pairs whose failure is of this class (repeatable)")
     parser.add_argument("--architectures", default=None,

@@ -271,3 +271,10 @@ def test_a_head_padded_to_the_vocabulary_keeps_within_the_shrunk_one() -> None:
 def test_a_repeated_pattern_of_layer_kinds_is_repeated_as_often_as_the_depth_holds() -> None:
     config = sweep.small_config("gpt_neo", "GPTNeoForQuestionAnswering")  # its validator checks the two agree
     assert (config.num_layers, config.attention_layers) == (2, ["global", "local"])
+
+
+def test_a_pair_run_again_without_torch_onnx_keeps_its_earlier_comparison() -> None:
+    earlier = {"shrunk": "small", "status": "failed", "torch_onnx": "exported", "torch_onnx_exact": True}
+    assert sweep._torch_onnx_kept(earlier, {"shrunk": "small"}) == {"torch_onnx": "exported", "torch_onnx_exact": True}
+    assert sweep._torch_onnx_kept(earlier, {"shrunk": "derived"}) == {}  # another tiny model: not its result
+    assert sweep._torch_onnx_kept(None, {"shrunk": "small"}) == {}
