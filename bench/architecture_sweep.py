@@ -249,8 +249,9 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     config = transformers.AutoConfig.for_model(model_type, **(_derived_values(config, values) if derive else values))
     _forward_defaults(config)
     config.architectures = [class_name]
-    if class_name.endswith("ForCausalLM") and getattr(config, "is_decoder", None) is False:
-        config.is_decoder = True  # an encoder's causal-LM head (BERT-like) is a decoder only when told
+    if class_name.endswith(("ForCausalLM", "Decoder")) and getattr(config, "is_decoder", None) is False:
+        # an encoder's causal-LM head (BERT-like, BertGenerationDecoder) is a decoder only when told
+        config.is_decoder = True
     return config
 
 

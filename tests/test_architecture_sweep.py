@@ -278,3 +278,12 @@ def test_a_pair_run_again_without_torch_onnx_keeps_its_earlier_comparison() -> N
     assert sweep._torch_onnx_kept(earlier, {"shrunk": "small"}) == {"torch_onnx": "exported", "torch_onnx_exact": True}
     assert sweep._torch_onnx_kept(earlier, {"shrunk": "derived"}) == {}  # another tiny model: not its result
     assert sweep._torch_onnx_kept(None, {"shrunk": "small"}) == {}
+
+
+@pytest.mark.parametrize(("model_type", "class_name", "encoder"), [
+    ("bert", "BertForCausalLM", "BertForMaskedLM"), ("bert-generation", "BertGenerationDecoder", "BertGenerationEncoder"),
+])
+def test_an_encoders_causal_lm_head_is_built_as_a_decoder(model_type: str, class_name: str, encoder: str) -> None:
+    # as transformers' docs build them for generation; otherwise their attention sees later tokens
+    assert sweep.small_config(model_type, class_name).is_decoder
+    assert not sweep.small_config(model_type, encoder).is_decoder
