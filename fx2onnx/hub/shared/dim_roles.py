@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from diagnostics import Diagnostic
 from fx2onnx.capture import FIXED_DIM
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.onnx_passes import rename_dims
 
 BATCH = "batch_size"
@@ -88,12 +89,13 @@ def _static_dim_error(
     name: str, index: int, role: str, dim: object, export_warnings: Sequence[Diagnostic]
 ) -> ValueError:
     """The error for a role's dim the export left static: with the export's own word on the
-    code that fixed it, when it has one (then the model's code is the cause, not fx2onnx)."""
+    code that fixed it, when it has one (then the model's code is the cause, not fx2onnx,
+    and the folder is refused as for a task it does not serve)."""
     said = f"Dim {index} of input '{name}' ({role}) is static ({dim}) in the export"
     why = _fixed_dim_reason(name, index, export_warnings)
     if why is None:
         return ValueError(f"{said}: the runtime needs it dynamic. Report this with the SARIF report of the export.")
-    return ValueError(
+    return UnsupportedTaskError(
         f"{said}: {why}, so its model would accept only this {role}. The folder's runtime needs every "
         f"{role}, so export-hf cannot serve this model as it is written; fx2onnx.dynamo_export exports it "
         "for this one size. Nothing was written."

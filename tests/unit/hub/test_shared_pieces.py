@@ -30,6 +30,7 @@ from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
 from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint, part_checkpoint
 from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
 from fx2onnx.hub.shared.verification import empty_cache
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.whisper.whisper_suppress import suppress_lists
 
 
@@ -84,7 +85,7 @@ def test_a_static_dim_cites_the_code_the_exports_structured_warning_names():
     def model() -> ir.Model:
         return ir.Model(ir.Graph([_value("input_ids", ["s0", 7])], [], nodes=[]), ir_version=10)
 
-    with pytest.raises(ValueError, match=re.escape(reason + ", so its model would accept only")) as error:
+    with pytest.raises(UnsupportedTaskError, match=re.escape(reason + ", so its model would accept only")) as error:
         name_dims_by_role(model(), export_warnings=[other, warning])
     assert "Nothing was written" in str(error.value) and "Report this" not in str(error.value)
     with pytest.raises(ValueError, match="Report this with the SARIF report"):
