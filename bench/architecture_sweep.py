@@ -637,7 +637,7 @@ def sweep(
     ``retry``), appending each pair's record as soon as it is known; with ``architectures``,
     only the pairs of those classes, run again whether recorded or not."""
     done = _done(results, set(retry)) if architectures is None else set()
-    earlier = {(r["task"], r["architecture"]): r for r in read_results(results)}
+    earlier = _last_torch_onnx_records(results)
     started = time.perf_counter()
     commit = _commit()
     for task, model_type, class_name in sweep_order(task_names, per_task):
@@ -653,6 +653,15 @@ def sweep(
             file.write(json.dumps(record) + "\n")
         print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
               f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
+
+
+def _last_torch_onnx_records(results: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each pair's last record that holds a torch.onnx.export comparison (a later run
+    without one, or stopped by the time limit, does not replace it here)."""
+    if not results.is_file():
+        return {}
+    records = (json.loads(line) for line in results.read_text().splitlines() if line.strip())
+    return {(r["task"], r["architecture"]): r for r in records if "torch_onnx" in r}
 
 
 def _torch_onnx_kept(earlier: dict[str, Any] | None, record: dict[str, Any]) -> dict[str, Any]:

@@ -280,6 +280,14 @@ def test_a_pair_run_again_without_torch_onnx_keeps_its_earlier_comparison() -> N
     assert sweep._torch_onnx_kept(None, {"shrunk": "small"}) == {}
 
 
+def test_the_kept_comparison_is_the_pairs_last_one(tmp_path) -> None:
+    results = tmp_path / "results.jsonl"
+    pair = {"task": "text-generation", "architecture": "Mamba2ForCausalLM"}
+    lines = [{**pair, "torch_onnx": "failed"}, {**pair, "torch_onnx": "exported"}, {**pair, "cause": "time limit (300 s)"}]
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert sweep._last_torch_onnx_records(results)[("text-generation", "Mamba2ForCausalLM")]["torch_onnx"] == "exported"
+
+
 @pytest.mark.parametrize(("model_type", "class_name", "encoder"), [
     ("bert", "BertForCausalLM", "BertForMaskedLM"), ("bert-generation", "BertGenerationDecoder", "BertGenerationEncoder"),
 ])
