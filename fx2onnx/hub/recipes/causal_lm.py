@@ -1,6 +1,7 @@
 """The causal-LM recipe: one `onnx/model.onnx` serving prefill and decode (the decode step
 captured after a prefill, decoders/decode_step.py) with ONNX Runtime GenAI's
-`genai_config.json`; int4/int8 as weight-only `MatMulNBits`, pre-quantized checkpoints
+`genai_config.json` (none for a hybrid decoder, whose convolution or recurrent states GenAI
+feeds only to its own builder's models); int4/int8 as weight-only `MatMulNBits`, pre-quantized checkpoints
 and mixed precision."""
 
 from __future__ import annotations
