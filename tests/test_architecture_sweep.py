@@ -258,6 +258,40 @@ def test_a_config_deriving_from_its_layer_kinds_derives_from_the_shrunk_ones() -
     assert config.hybrid_layer_ids == [1]
 
 
+def test_a_list_of_end_of_text_ids_keeps_within_the_shrunk_vocabulary() -> None:
+    config = sweep.small_config("glm", "GlmForCausalLM")  # three end-of-text ids past 150000
+    assert config.eos_token_id == [sweep.SMALL["eos_token_id"]] and config.vocab_size == sweep.VOCAB
+
+
+def test_a_head_padded_to_the_vocabulary_keeps_within_the_shrunk_one() -> None:
+    config = sweep.small_config("inkling2_loop_text", "Inkling2LoopForCausalLM")
+    assert config.unpadded_vocab_size <= config.vocab_size == sweep.VOCAB
+
+
 def test_a_repeated_pattern_of_layer_kinds_is_repeated_as_often_as_the_depth_holds() -> None:
     config = sweep.small_config("gpt_neo", "GPTNeoForQuestionAnswering")  # its validator checks the two agree
     assert (config.num_layers, config.attention_layers) == (2, ["global", "local"])
+
+
+def test_a_pair_run_again_without_torch_onnx_keeps_its_earlier_comparison() -> None:
+    earlier = {"shrunk": "small", "status": "failed", "torch_onnx": "exported", "torch_onnx_exact": True}
+    assert sweep._torch_onnx_kept(earlier, {"shrunk": "small"}) == {"torch_onnx": "exported", "torch_onnx_exact": True}
+    assert sweep._torch_onnx_kept(earlier, {"shrunk": "derived"}) == {}  # another tiny model: not its result
+    assert sweep._torch_onnx_kept(None, {"shrunk": "small"}) == {}
+
+
+def test_the_kept_comparison_is_the_pairs_last_one(tmp_path) -> None:
+    results = tmp_path / "results.jsonl"
+    pair = {"task": "text-generation", "architecture": "Mamba2ForCausalLM"}
+    lines = [{**pair, "torch_onnx": "failed"}, {**pair, "torch_onnx": "exported"}, {**pair, "cause": "time limit (300 s)"}]
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert sweep._last_torch_onnx_records(results)[("text-generation", "Mamba2ForCausalLM")]["torch_onnx"] == "exported"
+
+
+@pytest.mark.parametrize(("model_type", "class_name", "encoder"), [
+    ("bert", "BertForCausalLM", "BertForMaskedLM"), ("bert-generation", "BertGenerationDecoder", "BertGenerationEncoder"),
+])
+def test_an_encoders_causal_lm_head_is_built_as_a_decoder(model_type: str, class_name: str, encoder: str) -> None:
+    # as transformers' docs build them for generation; otherwise their attention sees later tokens
+    assert sweep.small_config(model_type, class_name).is_decoder
+    assert not sweep.small_config(model_type, encoder).is_decoder

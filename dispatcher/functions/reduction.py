@@ -211,3 +211,29 @@ def segment_reduce(
         zero = op.Expand(op.Constant(value_ints=[0]), op.Concat(op.Slice(op.Shape(ends), op.Constant(value_ints=[0]), last), op.Constant(value_ints=[1]), axis=0))
         offsets = op.Concat(zero, ends, axis=-1)
     return _segment_reduce(data, reduce, op.Cast(offsets, to=ir.DataType.INT64), axis, initial)
+
+
+@_reduction_op("aten::histc")
+def histc(self: TFloat, bins: int = 100, min: float = 0.0, max: float = 0.0) -> TFloat:
+    """PyTorch's histogram of ``bins`` equal bins over [min, max]: with min == max (the
+    default) over the input's own range, widened by 1 each side when every element is
+    one value (a mixture of one expert counting its tokens). An element's bin is
+    ``(x - min) * bins / (max - min)`` rounded down, the maximum in the last bin, as
+    PyTorch's CPU kernel computes it; NaN and elements outside the range count nowhere."""
+    flat = op.Reshape(self, op.Constant(value_ints=[-1]))
+    if min == max:
+        low, high = op.ReduceMin(flat, keepdims=0), op.ReduceMax(flat, keepdims=0)
+        one = op.CastLike(op.Constant(value_float=1.0), flat)
+        same = op.Equal(low, high)
+        low, high = op.Where(same, op.Sub(low, one), low), op.Where(same, op.Add(high, one), high)
+    else:
+        low, high = op.CastLike(op.Constant(value_float=min), flat), op.CastLike(op.Constant(value_float=max), flat)
+    inside = op.And(op.GreaterOrEqual(flat, low), op.LessOrEqual(flat, high))
+    scaled = op.Div(op.Mul(op.Sub(flat, low), op.CastLike(op.Constant(value_float=float(bins)), flat)), op.Sub(high, low))
+    last = op.Constant(value_int=bins - 1)
+    position = op.Min(op.Cast(op.Floor(op.Where(inside, scaled, op.CastLike(op.Constant(value_float=-1.0), flat))),
+                              to=ir.DataType.INT64), last)
+    each_bin = op.Range(op.Constant(value_int=0), op.Constant(value_int=bins), op.Constant(value_int=1))
+    hits = op.Equal(op.Unsqueeze(position, op.Constant(value_ints=[1])), op.Unsqueeze(each_bin, op.Constant(value_ints=[0])))
+    counts = op.ReduceSum(op.Cast(hits, to=ir.DataType.FLOAT.value), op.Constant(value_ints=[0]), keepdims=0)
+    return op.CastLike(counts, self)

@@ -13,9 +13,10 @@ transformers' caches, hints, checkpoint names and per-module experts, torchvisio
 torchao's tensor subclasses) and the hints for failed captures (`hints`).
 """
 
+from fx2onnx.capture.dynamic_dims.check import FIXED_DIM
 from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.hints import signature_text
 from fx2onnx.capture.library_adapters import checkpoint_renaming, registered_containers
 from fx2onnx.capture.torch_export import model_name
 
-__all__ = ["bound_arguments", "checkpoint_renaming", "model_name", "registered_containers", "signature_text"]
+__all__ = ["FIXED_DIM", "bound_arguments", "checkpoint_renaming", "model_name", "registered_containers", "signature_text"]

@@ -82,6 +82,7 @@ def test_a_decoder_with_nested_sizes_and_a_forced_end_of_text(tmp_path):
 @pytest.mark.parametrize(("task", "config", "words"), [
     ("text2text-generation", "audio", "is not an encoder-decoder"),
     ("text-generation", "xlm", "returns no key/value cache"),
+    ("image-classification", "pp_lcnet", "returns no `logits`"),  # its class scores come as last_hidden_state
 ])
 def test_models_without_the_folders_parts_are_refused_before_anything_is_written(tmp_path, task, config, words):
     torch.manual_seed(0)
@@ -91,6 +92,10 @@ def test_models_without_the_folders_parts_are_refused_before_anything_is_written
             text_config=dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=4, num_key_value_heads=4),
         ))
+        hint = "fx2onnx.dynamo_export"
+    elif config == "pp_lcnet":
+        model = transformers.PPLCNetForImageClassification(transformers.PPLCNetConfig(num_labels=3, scale=0.25,
+                                                                                       class_expand=32))
         hint = "fx2onnx.dynamo_export"
     else:
         model = transformers.XLMWithLMHeadModel(transformers.XLMConfig(vocab_size=100, emb_dim=32, n_layers=1, n_heads=4))
@@ -147,7 +152,7 @@ def test_a_sequence_length_the_models_own_code_fixes_is_refused_naming_that_code
     config = transformers.FunnelConfig(vocab_size=100, block_sizes=[1], num_decoder_layers=1, d_model=32, n_head=4, d_head=8,
                                       d_inner=64)
     transformers.FunnelForMaskedLM(config).eval().save_pretrained(tmp_path / "source")
-    with pytest.raises(ValueError, match=r"Dim 1 of input 'input_ids' \(sequence_length\) is static") as error:
+    with pytest.raises(UnsupportedTaskError, match=r"Dim 1 of input 'input_ids' \(sequence_length\) is static") as error:
         export_hf(tmp_path / "source", tmp_path / "out", task="fill-mask")
     message = str(error.value)
     assert "was fixed to 7 by the code at" in message and "modeling_funnel.py:" in message
@@ -167,3 +172,22 @@ def test_a_model_whose_own_forward_needs_more_than_the_tasks_inputs_is_refused(t
     assert "(input_ids, attention_mask" in message and "You have to specify bbox." in message
     assert "fx2onnx.dynamo_export" in message
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_a_hybrid_decoders_convolution_states_keep_their_size(tmp_path):
+    # LFM2's cache is a convolution state in its conv layer (the kernel's last inputs, 3, never
+    # grows) beside the keys and values of its attention layer: the folder's decoder takes the
+    # state at its own size, started as zeros, and the keys growing with the sequence
+    torch.manual_seed(0)
+    config = transformers.Lfm2Config(vocab_size=100, hidden_size=32, intermediate_size=64, block_ff_dim=64,
+                                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, conv_L_cache=3,
+                                     layer_types=["conv", "full_attention"], max_position_embeddings=64, **IDS)
+    transformers.Lfm2ForCausalLM(config).eval().save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", verify=True, tokens=6)
+    # a prompt and a left-padded batch, decoded past the kernel width
+    assert result.verification.passed and result.verification.tokens_equal
+    model = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(os.fspath(model), full_check=True)
+    assert _input_dims(model, "past_key_values.0.conv_states.0") == ["batch_size", 32, 3]
+    assert _input_dims(model, "past_key_values.1.key") == ["batch_size", 2, "past_sequence_length", 8]
+    assert not (tmp_path / "out" / "genai_config.json").exists()  # GenAI feeds such states only to its own builder's models

@@ -100,18 +100,31 @@ def _report(context: DiagnosticContext, fixed: list[SpecializedDim]) -> list[str
         else:
             message += " The exported model accepts only this size there."
             warnings.append(message)
-        record_at(context, Level.ERROR if dim.explicit else Level.WARNING, message, dim.location)
+        record_at(context, Level.ERROR if dim.explicit else Level.WARNING, message, dim.location, fixed_dim_properties(dim))
     named = [dim for dim in fixed if dim.explicit]
     if named:
         raise FixedDynamicDimError("; ".join(dim.describe() for dim in named))
     return warnings
 
 
-def record_at(context: DiagnosticContext, level: Level, message: str, location: SourcePlace | None) -> None:
+# the key of a diagnostic's properties that names the dim it reports fixed
+FIXED_DIM = "fixedDim"
+
+
+def fixed_dim_properties(dim: SpecializedDim) -> dict[str, Any]:
+    """The diagnostic's properties that say which input's dim was fixed, to what and why:
+    read by code that acts on it (export-hf's dim roles) without parsing the message."""
+    return {FIXED_DIM: {"input": dim.input_name, "dim": dim.dim, "value": dim.value, "reason": dim.describe()}}
+
+
+def record_at(
+    context: DiagnosticContext, level: Level, message: str, location: SourcePlace | None,
+    properties: dict[str, Any] | None = None,
+) -> None:
     stack = None
     if location is not None:
         stack = Stack.from_frame_summaries([traceback.FrameSummary(location.file or "", location.line, "forward")])
     context.record(
         rules.CAPTURE_FAILURE, level, message=message,
-        location=stack_location(stack) if stack is not None else None, stack=stack,
+        location=stack_location(stack) if stack is not None else None, stack=stack, properties=properties,
     )

@@ -39,17 +39,23 @@ def output_cache(outputs: Any) -> Any:
 _STATE_FIELDS = ("cache", "past", "state")
 
 
-def returns_no_cache(model: torch.nn.Module) -> bool:
-    """Whether forward's declared output holds no state for the next step (XLM's
-    `MaskedLMOutput`: a masked LM filed under causal LMs); False when forward declares none."""
+def declared_output_fields(model: torch.nn.Module) -> list[str] | None:
+    """The fields of the output dataclasses forward declares it returns; None when it
+    declares none (or an annotation that cannot be resolved)."""
     try:
         declared = typing.get_type_hints(model.forward).get("return")
     except (NameError, TypeError):  # an annotation that cannot be resolved says nothing
-        return False
+        return None
     outputs = [kind for kind in (typing.get_args(declared) or (declared,)) if dataclasses.is_dataclass(kind)]
-    return bool(outputs) and not any(
-        any(part in field.name.split("_") for part in _STATE_FIELDS) or "cache" in field.name
-        for kind in outputs for field in dataclasses.fields(kind)
+    return [field.name for kind in outputs for field in dataclasses.fields(kind)] if outputs else None
+
+
+def returns_no_cache(model: torch.nn.Module) -> bool:
+    """Whether forward's declared output holds no state for the next step (XLM's
+    `MaskedLMOutput`: a masked LM filed under causal LMs); False when forward declares none."""
+    fields = declared_output_fields(model)
+    return fields is not None and not any(
+        any(part in name.split("_") for part in _STATE_FIELDS) or "cache" in name for name in fields
     )
 
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 import fx2onnx
-from fx2onnx.hub.shared.dim_roles import TOTAL
+from fx2onnx.hub.shared.dim_roles import TOTAL, fixed_size_states, present_name
 
 
 def check_growing_cache(program: fx2onnx.ONNXProgram, config: Any) -> None:
     """A cache captured at a fixed length (a layer that keeps a bounded number of tokens,
     other than the sliding windows sliding_window.py puts in the mask) would be exact at
-    one fill only, and ONNX Runtime GenAI feeds back caches that grow with the sequence."""
+    one fill only, and ONNX Runtime GenAI feeds back caches that grow with the sequence.
+    A hybrid's convolution and recurrent states keep their size at every step, as the model does."""
+    states = {present_name(name) for name in fixed_size_states(program.model)}
     fixed = [
         f"{value.name} ({value.shape[2]})" for value in program.model.graph.outputs
-        if value.name.startswith("present.") and value.shape is not None and str(value.shape[2]) != TOTAL
+        if value.name.startswith("present.") and value.name not in states and value.shape is not None
+        and str(value.shape[2]) != TOTAL
     ]
     if fixed:
         raise NotImplementedError(

@@ -32,6 +32,8 @@ from typing import Any
 import torch
 
 SLIDING, FULL = "sliding_attention", "full_attention"
+# the layer kinds that read a 2-D mask of their own tokens (a hybrid's convolution and linear attention)
+RECURRENT = ("conv", "linear_attention")
 
 
 def window_of(config: Any) -> int | None:
@@ -63,8 +65,11 @@ def growing_cache(config: Any) -> Any:
     if window_of(config) is None:
         return None
     from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-    return DynamicCache()
+    cache = DynamicCache(config=config)  # a hybrid's convolution layers keep their own kind
+    cache.layers = [DynamicLayer() if isinstance(layer, DynamicSlidingWindowLayer) else layer for layer in cache.layers]
+    return cache
 
 
 def _visible(attention_mask: torch.Tensor, queries: int, window: int | None) -> torch.Tensor:
@@ -96,13 +101,23 @@ def _in_format(visible: torch.Tensor, implementation: str, dtype: torch.dtype) -
 
 def masks_for(config: Any, attention_mask: torch.Tensor, queries: int, dtype: torch.dtype) -> Any:
     """The masks a model of ``config`` reads for its last ``queries`` tokens: a dict by
-    layer type where the config has `layer_types`, else the one mask of its (sliding) layers."""
+    layer type where the config has `layer_types`, else the one mask of its (sliding) layers.
+    A hybrid's convolution or linear-attention layer reads which of its tokens are held
+    (transformers' `create_recurrent_attention_mask`), which zeroes the padding it reads."""
     implementation = config._attn_implementation or "eager"
     window = window_of(config)
     sliding = _in_format(_visible(attention_mask, queries, window), implementation, dtype)
-    if getattr(config, "layer_types", None) is None:
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is None:
         return sliding
-    return {SLIDING: sliding, FULL: _in_format(_visible(attention_mask, queries, None), implementation, dtype)}
+    masks = {SLIDING: sliding, FULL: _in_format(_visible(attention_mask, queries, None), implementation, dtype)}
+    unknown = sorted(set(layer_types) - set(masks) - set(RECURRENT))
+    if unknown:
+        raise NotImplementedError(
+            f"{config.model_type} has layers of kind {', '.join(unknown)} beside its sliding-window ones, whose masks "
+            "export-hf does not build; export the decode step with fx2onnx.dynamo_export instead. Nothing was written."
+        )
+    return masks | dict.fromkeys(set(layer_types) & set(RECURRENT), attention_mask[:, attention_mask.shape[1] - queries:])
 
 
 def _decoder(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,6 +1,7 @@
 """The causal-LM recipe: one `onnx/model.onnx` serving prefill and decode (the decode step
 captured after a prefill, decoders/decode_step.py) with ONNX Runtime GenAI's
-`genai_config.json`; int4/int8 as weight-only `MatMulNBits`, pre-quantized checkpoints
+`genai_config.json` (none for a hybrid decoder, whose convolution or recurrent states GenAI
+feeds only to its own builder's models); int4/int8 as weight-only `MatMulNBits`, pre-quantized checkpoints
 and mixed precision."""
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.tasks import UnsupportedTaskError, is_filed_under
-from fx2onnx.hub.shared.genai_config import genai_config
+from fx2onnx.hub.shared.dim_roles import fixed_size_states
+from fx2onnx.hub.shared.genai_config import genai_config, genai_state_note
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
 
@@ -67,6 +69,10 @@ class CausalLMRecipe(RecipeDefaults):
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
+        states = fixed_size_states(program.model)
+        if states:
+            say(genai_state_note(loaded.config, states))
+            return files
         generation = getattr(loaded.model, "generation_config", None)
         config = genai_config(loaded.config, generation, name, program.model)
         return [*files, write_json_file(staging, "genai_config.json", config)]

@@ -11,11 +11,13 @@ import torch
 
 import fx2onnx
 from fx2onnx.hub import pipeline_tasks
+from fx2onnx.hub.decoders.decode_step import declared_output_fields
 from fx2onnx.hub.loading import FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, LoadedModel
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_outputs, verify_quantized_outputs
 from fx2onnx.onnx_passes import WeightQuantization
@@ -34,9 +36,22 @@ def example_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
     return inputs
 
 
+def _missing_output_refusal(loaded: LoadedModel) -> Refusal | None:
+    """A model whose forward declares no output of the name the task's clients read (PPLCNet's
+    image classifier returns its class scores as `last_hidden_state`, not `logits`)."""
+    output, fields = OUTPUTS[loaded.task], declared_output_fields(loaded.model)
+    if fields is None or output in fields:
+        return None
+    return Refusal(UnsupportedTaskError, (
+        f"{type(loaded.model).__name__} ({loaded.config.model_type}) returns no `{output}` (its forward returns "
+        f"{', '.join(fields)}), which the clients of its {loaded.task} folder read. Nothing was written. Export it with "
+        "fx2onnx.dynamo_export, which names the outputs as the model returns them."
+    ))
+
+
 class EncoderRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        refusal = precision_refusal(loaded, request, PRECISION)
+        refusal = _missing_output_refusal(loaded) or precision_refusal(loaded, request, PRECISION)
         if refusal is None and request.quantization is not None and request.module_functions:
             return Refusal(ValueError, "precision int8 of an encoder rewrites the linear layers of one flat graph "
                                        "(MatMulInteger of activations quantized at run time): drop module_functions.")

@@ -8,6 +8,9 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
+from diagnostics import Diagnostic
+from fx2onnx.capture import FIXED_DIM
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.onnx_passes import rename_dims
 
 BATCH = "batch_size"
@@ -43,15 +46,56 @@ def _roles_of(name: str, has_past: bool) -> dict[int, str]:
     return next((dims for key, dims in _ROLES if name == key), {})
 
 
-def _static_dim_error(name: str, index: int, role: str, dim: object, export_notes: Sequence[str]) -> ValueError:
-    """The error for a role's dim the export left static: with the export's own note on the
-    code that fixed it, when it has one (then the model's code is the cause, not fx2onnx)."""
+def present_name(past: str) -> str:
+    """The output that gives the next step's cache input ``past`` (`past_key_values.*` ->
+    `present.*`, ONNX Runtime GenAI Whisper's `past_*` -> `present_*`)."""
+    if past.startswith("past_key_values."):
+        return past.replace("past_key_values.", "present.", 1)
+    return past.replace("past_", "present_", 1)
+
+
+def _same_dim(model: ir.Model, past: ir.Value, index: int) -> bool:
+    """Whether the next step's value of the cache input ``past`` has the same dim ``index``
+    (a state of fixed size there, as a convolution's last inputs), rather than one grown by
+    the step's tokens; False when the model has no such output."""
+    present = next((v for v in model.graph.outputs if v.name == present_name(past.name or "")), None)
+    if present is None or present.shape is None or past.shape is None or index >= len(present.shape):
+        return False
+    return str(present.shape[index]) == str(past.shape[index])
+
+
+def fixed_size_states(model: ir.Model) -> list[str]:
+    """The cache inputs that do not grow with the sequence (a hybrid's convolution and
+    recurrent states): each dim of their next step's value but the batch is theirs.
+    Their dims take no past length; an empty cache gives them zeros of their own size."""
+    return [
+        value.name for value in model.graph.inputs
+        if value.name and value.name.startswith("past_key_values.") and value.shape is not None
+        and len(value.shape) > 1 and all(_same_dim(model, value, index) for index in range(1, len(value.shape)))
+    ]
+
+
+def _fixed_dim_reason(name: str, index: int, export_warnings: Sequence[Diagnostic]) -> str | None:
+    """What the export's warnings say fixed dim ``index`` of input ``name`` (their
+    structured `FIXED_DIM` property), None when none does."""
+    for warning in export_warnings:
+        fixed = warning.properties.get(FIXED_DIM)
+        if fixed and fixed.get("input") == name and fixed.get("dim") == index:
+            return str(fixed["reason"])
+    return None
+
+
+def _static_dim_error(
+    name: str, index: int, role: str, dim: object, export_warnings: Sequence[Diagnostic]
+) -> ValueError:
+    """The error for a role's dim the export left static: with the export's own word on the
+    code that fixed it, when it has one (then the model's code is the cause, not fx2onnx,
+    and the folder is refused as for a task it does not serve)."""
     said = f"Dim {index} of input '{name}' ({role}) is static ({dim}) in the export"
-    why = next((note for note in export_notes if f"dim {index} of input '{name}' was fixed" in note), None)
+    why = _fixed_dim_reason(name, index, export_warnings)
     if why is None:
         return ValueError(f"{said}: the runtime needs it dynamic. Report this with the SARIF report of the export.")
-    why = why.split(": ", 1)[-1].split(". The exported model", 1)[0]
-    return ValueError(
+    return UnsupportedTaskError(
         f"{said}: {why}, so its model would accept only this {role}. The folder's runtime needs every "
         f"{role}, so export-hf cannot serve this model as it is written; fx2onnx.dynamo_export exports it "
         "for this one size. Nothing was written."
@@ -59,13 +103,16 @@ def _static_dim_error(name: str, index: int, role: str, dim: object, export_note
 
 
 def name_dims_by_role(
-    model: ir.Model, extra_roles: dict[str, dict[int, str]] | None = None, export_notes: Sequence[str] = (),
+    model: ir.Model, extra_roles: dict[str, dict[int, str]] | None = None,
+    export_warnings: Sequence[Diagnostic] = (),
 ) -> dict[str, str]:
     """Rename ``model``'s input dims (and every value's dims built from them) after their
     roles (``extra_roles``: input name -> {dim index: name}, before the common ones);
     returns the renaming. Two roles on one symbol are an error: the runtime would
     be told two different lengths are one. A role's dim left static is an error, citing
-    the note of ``export_notes`` (the export's warnings) that says which code fixed it."""
+    the one of ``export_warnings`` (the export's) that says which code fixed it. A cache
+    input's dim that its next step's value keeps (a convolution state's kernel width) is
+    no past length: only the dims that grow with the sequence take that role."""
     has_past = any(v.name.startswith("past_key_values.") for v in model.graph.inputs)
     symbols: dict[str, str] = {}
     for value in model.graph.inputs:
@@ -75,11 +122,11 @@ def name_dims_by_role(
         if value.name == "position_ids" and len(value.shape) == 3:  # mRoPE's: [3 axes, batch, tokens]
             roles = {index + 1: role for index, role in roles.items()}
         for index, role in roles.items():
-            if index >= len(value.shape):
+            if index >= len(value.shape) or (role == PAST and _same_dim(model, value, index)):
                 continue
             dim = value.shape[index]
             if not isinstance(dim, ir.SymbolicDim) or not dim.value:
-                raise _static_dim_error(value.name or "", index, role, dim, export_notes)
+                raise _static_dim_error(value.name or "", index, role, dim, export_warnings)
             if symbols.setdefault(dim.value, role) != role:
                 raise ValueError(
                     f"The export made {symbols[dim.value]} and {role} one dim ({dim.value}); they must stay apart."

@@ -133,3 +133,14 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
         # shared buffer (the whole context long) does not give
         "search": search_options(context, updates_cache_in_place(model) and "position_ids" in input_names),
     }
+
+
+def genai_state_note(config: Any, states: list[str]) -> str:
+    """Why a decoder with states of fixed size (a hybrid's convolution and recurrent states,
+    ``states``) gets no `genai_config.json`: ONNX Runtime GenAI feeds such states only to
+    the models its own builder writes (their state groups, for its paged attention)."""
+    return (
+        f"no genai_config.json: {config.model_type}'s decoder carries {len(states)} state(s) of fixed size beside its "
+        f"cache ({states[0]}, ...), which ONNX Runtime GenAI feeds only to the models its own builder writes; the "
+        "folder's model runs in onnxruntime (fed zeros as the first states) and in Transformers.js where it has the class"
+    )

@@ -23,7 +23,7 @@ def exported(
 ) -> fx2onnx.ONNXProgram:
     """The export of ``model`` with its dims named after their roles."""
     program = fx2onnx.dynamo_export(model, **inputs, export_options=options)
-    name_dims_by_role(program.model, extra_roles, [warning.message for warning in program.warnings])
+    name_dims_by_role(program.model, extra_roles, program.warnings)
     return program
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
+from fx2onnx.hub.shared.dim_roles import present_name
 from fx2onnx import ExportOptions
 from fx2onnx.program import session_on_cpu
 
@@ -162,10 +163,12 @@ def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = 
     """An empty cache for a decoder session: each cache input (``is_cache``: default the
     ``past_key_values.*`` ones) with the model's own heads and head size, (batch, heads, 0,
     head size), in the cache's dtype: each input's own where static (a latent attention's keys
-    and values have head sizes of their own). A heads or head-size dim the graph leaves
+    and values have head sizes of their own); a state of fixed size (a hybrid's convolution
+    or recurrent state) is zeros of its own size, as a model starts it. A heads or head-size dim the graph leaves
     symbolic (an encoder-decoder's cross-attention cache, which the first step does not read)
     takes the size the other cache inputs give it."""
     inputs = {i.name: i for i in session.get_inputs()}
+    outputs = {o.name: o for o in session.get_outputs()}
     past_names = [n for n in inputs if is_cache(n)]
     cache_type = inputs[past_names[0]].type if past_names else "tensor(float)"
     dtype = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(cache_type, np.float32)
@@ -174,7 +177,20 @@ def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = 
         dim = inputs[name].shape[axis]
         return int(dim) if isinstance(dim, int) else _static_size(inputs, past_names, axis)
 
-    return {n: np.zeros((batch, size(n, 1), 0, size(n, 3)), dtype=dtype) for n in past_names}
+    def empty(name: str) -> np.ndarray:
+        shape = inputs[name].shape
+        if _fixed_size(shape, outputs.get(present_name(name))):  # a hybrid's convolution or recurrent state
+            return np.zeros((batch, *shape[1:]), dtype=dtype)
+        return np.zeros((batch, size(name, 1), 0, size(name, 3)), dtype=dtype)
+
+    return {n: empty(n) for n in past_names}
+
+
+def _fixed_size(shape: list[Any], present: Any) -> bool:
+    """Whether a cache input of ``shape`` is a state of fixed size: every dim but the batch
+    static and the same in its next step's value (``present``), as dim_roles.fixed_size_states
+    finds them in the graph."""
+    return present is not None and all(isinstance(d, int) for d in shape[1:]) and list(present.shape[1:]) == list(shape[1:])
 
 
 def _static_size(inputs: dict[str, Any], past_names: list[str], axis: int) -> int:
@@ -251,14 +267,6 @@ StepFeed = Callable[[np.ndarray, np.ndarray, int], dict[str, np.ndarray]]
 def causal_lm_feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
     """A causal LM's step: its ids, the mask and the positions of its tokens."""
     return {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, mask.shape[1] - step.shape[1]:]}
-
-
-def present_name(past: str) -> str:
-    """The output that gives the next step's cache input ``past`` (`past_key_values.*` ->
-    `present.*`, ONNX Runtime GenAI Whisper's `past_*` -> `present_*`)."""
-    if past.startswith("past_key_values."):
-        return past.replace("past_key_values.", "present.", 1)
-    return past.replace("past_", "present_", 1)
 
 
 def greedy_decode(

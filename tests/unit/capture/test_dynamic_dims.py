@@ -12,6 +12,7 @@ from torch.export import Dim
 
 import fx2onnx
 from conftest import MLP, export_program, make_options
+from fx2onnx.capture import FIXED_DIM
 from fx2onnx.capture.dynamic_dims.switches import keep_size_one_dims_dynamic
 from sarif_checks import validate_sarif
 
@@ -50,6 +51,9 @@ def test_fixed_dim_with_dynamic_shapes_true_is_a_warning_naming_dim_and_line(tmp
     assert _dims(program) == [4, "x_dim_1"]
     warnings = [d for d in program.diagnostic_context.warnings() if "fixed to 4" in str(d.message)]
     assert warnings, "the SARIF report must hold the warning"
+    # the same in structured form, for code that acts on it (export-hf's dim roles)
+    fixed = warnings[0].properties[FIXED_DIM]
+    assert (fixed["input"], fixed["dim"], fixed["value"]) == ("x", 0, 4) and "test_dynamic_dims.py:" in fixed["reason"]
     program.save_diagnostics(tmp_path / "export.sarif")
     validate_sarif(tmp_path / "export.sarif")
     report = json.loads((tmp_path / "export.sarif").read_text())

@@ -136,3 +136,19 @@ def test_reductions_with_dims(fn, export_and_compare) -> None:
 def test_argmax_of_integers_along_a_dim(export_and_compare) -> None:
     x = torch.tensor([[3, -7, 5], [9, 0, 9]])
     export_and_compare(Apply(lambda t: (t.argmax(1), t.argmin(0, keepdim=True), t.argmax())), (x,))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.histc(x, bins=5),  # over the input's own range
+        lambda x: torch.histc(x, bins=4, min=-2.0, max=3.0),  # 4.0 and -3.0 outside, 3.0 in the last bin
+        lambda x: torch.histc(torch.zeros_like(x), bins=3),  # one value: the range widened to [-1, 1]
+        lambda x: torch.histc(torch.sort(torch.tensor([2.0, 0.0, 3.0, 1.0, 3.0, 0.0]) + 0 * x[0, 0]).values, bins=4, min=0,
+                              max=3),  # expert ids counted as transformers' grouped experts count them
+    ],
+    ids=["own_range", "given_range", "one_value", "expert_ids"],
+)
+def test_histc_counts_as_pytorch(fn, export_and_compare) -> None:
+    # torchlib's function refuses min == max (the first and third cases)
+    export_and_compare(Apply(fn), (X,), second_inputs=((X * 2 - 1,), {}))

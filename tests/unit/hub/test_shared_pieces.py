@@ -5,6 +5,7 @@ Whisper or vision-language module reads from a config."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,16 +18,19 @@ from onnx import TensorProto, helper
 from safetensors.torch import save_file
 from transformers import LlamaConfig, MistralConfig
 
+from diagnostics import Diagnostic, Level, rules
+from fx2onnx.capture import FIXED_DIM
 from fx2onnx.hub.decoders.decode_step import returns_no_cache
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
-from fx2onnx.hub.decoders.sliding_window import window_of
+from fx2onnx.hub.decoders.sliding_window import growing_cache, masks_for, window_of
 from fx2onnx.hub.precision.prequantized import checkpoint_codes, quant_method
-from fx2onnx.hub.shared.dim_roles import BATCH, PAST, SEQUENCE, TOTAL, name_dims_by_role
+from fx2onnx.hub.shared.dim_roles import BATCH, PAST, SEQUENCE, TOTAL, fixed_size_states, name_dims_by_role
 from fx2onnx.hub.shared.folder_files import copy_folder_files
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
 from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint, part_checkpoint
 from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
 from fx2onnx.hub.shared.verification import empty_cache
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.whisper.whisper_suppress import suppress_lists
 
 
@@ -43,6 +47,49 @@ def test_dims_are_named_by_their_roles():
     clash = ir.Model(ir.Graph([_value("input_ids", ["s0", "s0"])], [], nodes=[]), ir_version=10)
     with pytest.raises(ValueError, match="one dim"):
         name_dims_by_role(clash)
+
+
+def test_a_hybrids_fixed_size_states_take_no_past_length():
+    # a convolution state keeps its kernel width (4) and a recurrent state its sizes at every
+    # step: only the keys' dim 2, which grows by the step's tokens, is the past length
+    conv, recurrent = "past_key_values.0.conv_states.0", "past_key_values.0.recurrent_states.0"
+    inputs = [_value("input_ids", ["s0", "s1"]), _value("attention_mask", ["s0", "s2"]),
+              _value("past_key_values.1.key", ["s0", 2, "s3", 4]), _value(conv, ["s0", 12, 4]),
+              _value(recurrent, ["s0", 2, 4, 4])]
+    outputs = [_value("logits", ["s0", "s1", 8]), _value("present.1.key", ["s0", 2, "s3 + s1", 4]),
+               _value("present.0.conv_states.0", ["s0", 12, 4]), _value("present.0.recurrent_states.0", ["s0", 2, 4, 4])]
+    model = ir.Model(ir.Graph(inputs, outputs, nodes=[]), ir_version=10)
+    assert fixed_size_states(model) == [conv, recurrent]
+    assert name_dims_by_role(model) == {"s0": BATCH, "s1": SEQUENCE, "s2": TOTAL, "s3": PAST}
+    assert [str(d) for d in model.graph.inputs[3].shape] == [BATCH, "12", "4"]
+    outputs[1].shape = ir.Shape([BATCH, 2, TOTAL, 4])
+    check_growing_cache(SimpleNamespace(model=model), SimpleNamespace(model_type="mamba2"))  # the states keep their size
+    # an empty cache starts the states as zeros of their own size, the keys with no token
+    session = _session_inputs({v.name: [str(d) if isinstance(d, ir.SymbolicDim) else d for d in v.shape] for v in inputs},
+                              {v.name: [str(d) if isinstance(d, ir.SymbolicDim) else d for d in v.shape] for v in outputs})
+    assert {name: array.shape for name, array in empty_cache(session, batch=3).items()} == {
+        "past_key_values.1.key": (3, 2, 0, 4), conv: (3, 12, 4), recurrent: (3, 2, 4, 4)}
+    # a cache whose length the export fixed still is an error: its next step's value is longer
+    fixed = ir.Model(ir.Graph([_value("past_key_values.0.key", ["s0", 2, 5, 4])],
+                              [_value("present.0.key", ["s0", 2, 8, 4])], nodes=[]), ir_version=10)
+    with pytest.raises(ValueError, match=r"Dim 2 of input 'past_key_values.0.key' \(past_sequence_length\) is static"):
+        name_dims_by_role(fixed)
+
+
+def test_a_static_dim_cites_the_code_the_exports_structured_warning_names():
+    reason = "dim 1 of input 'input_ids' was fixed to 7 by the code at modeling_x.py:12"
+    warning = Diagnostic(rules.CAPTURE_FAILURE, Level.WARNING, "any wording",
+                         properties={FIXED_DIM: {"input": "input_ids", "dim": 1, "value": 7, "reason": reason}})
+    other = Diagnostic(rules.CAPTURE_FAILURE, Level.WARNING, reason)  # the same words without the data: not read
+
+    def model() -> ir.Model:
+        return ir.Model(ir.Graph([_value("input_ids", ["s0", 7])], [], nodes=[]), ir_version=10)
+
+    with pytest.raises(UnsupportedTaskError, match=re.escape(reason + ", so its model would accept only")) as error:
+        name_dims_by_role(model(), export_warnings=[other, warning])
+    assert "Nothing was written" in str(error.value) and "Report this" not in str(error.value)
+    with pytest.raises(ValueError, match="Report this with the SARIF report"):
+        name_dims_by_role(model(), export_warnings=[other])
 
 
 def test_the_source_files_the_runtime_needs_are_copied(tmp_path):
@@ -124,14 +171,37 @@ def test_a_sliding_window_is_read_from_the_config():
     assert window_of(MistralConfig(sliding_window=16)) == 16
 
 
+def test_a_hybrids_sliding_masks_give_its_convolution_layers_their_held_tokens():
+    # LFM3: convolution layers beside sliding and full attention layers
+    from transformers import Lfm3Config
+    from transformers.cache_utils import DynamicLayer
+
+    config = Lfm3Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                        num_hidden_layers=3, sliding_window=4, layer_types=["conv", "sliding_attention", "full_attention"])
+    config._attn_implementation = "sdpa"
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    masks = masks_for(config, mask, 2, torch.float32)
+    assert set(masks) == {"conv", "sliding_attention", "full_attention"}
+    assert torch.equal(masks["conv"], mask[:, -2:])  # what transformers' recurrent mask gives these tokens
+    assert masks["sliding_attention"].shape == (2, 1, 2, 6)
+    # the capture's cache grows in the attention layers and keeps the convolution layer's own kind
+    kinds = [type(layer) for layer in growing_cache(config).layers]
+    assert kinds[1:] == [DynamicLayer, DynamicLayer] and kinds[0] is not DynamicLayer
+    config.layer_types = ["chunked_attention", "sliding_attention", "full_attention"]
+    with pytest.raises(NotImplementedError, match="layers of kind chunked_attention"):
+        masks_for(config, mask, 2, torch.float32)
+
+
 def test_whispers_suppress_lists_are_sorted_and_unique():
     generation = SimpleNamespace(suppress_tokens=[7, 3, 7], begin_suppress_tokens=None)
     assert suppress_lists(generation) == ([3, 7], []) and suppress_lists(None) == ([], [])
 
 
-def _session_inputs(shapes: dict[str, list]) -> SimpleNamespace:
-    inputs = [SimpleNamespace(name=name, shape=shape, type="tensor(float)") for name, shape in shapes.items()]
-    return SimpleNamespace(get_inputs=lambda: inputs)
+def _session_inputs(shapes: dict[str, list], output_shapes: dict[str, list] | None = None) -> SimpleNamespace:
+    def values(of: dict[str, list]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(name=name, shape=shape, type="tensor(float)") for name, shape in of.items()]
+
+    return SimpleNamespace(get_inputs=lambda: values(shapes), get_outputs=lambda: values(output_shapes or {}))
 
 
 def test_an_empty_cache_takes_symbolic_heads_from_the_other_cache_inputs():
