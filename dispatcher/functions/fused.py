@@ -85,15 +85,15 @@ def multi_head_attention(query: Any, key: Any, value: Any, mask: Optional[Any] =
 
 
 @_TABLE.op("fx2onnx::rotary")
-def rotary(x: Any, cos: Any, sin: Any) -> Any:
-    # 4-D x (B, heads, S, D) with (B, S, D/2) tables: no position ids, halves not interleaved
-    return _rotary_embedding(x, cos, sin)
+def rotary(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Any:
+    # 4-D x (B, heads, S, D) with (B, S, D/2) tables: no position ids; halves, or pairs when interleaved
+    return _rotary_embedding(x, cos, sin, interleaved=int(interleaved))
 
 
 @_TABLE.op("fx2onnx::rotary_3d")
-def rotary_3d(x: Any, cos: Any, sin: Any, heads: int = 1) -> Any:
+def rotary_3d(x: Any, cos: Any, sin: Any, heads: int = 1, interleaved: bool = False) -> Any:
     # x (B, S, heads * D): the kernel needs the head count to split the last dim
-    return _rotary_embedding(x, cos, sin, num_heads=heads)
+    return _rotary_embedding(x, cos, sin, num_heads=heads, interleaved=int(interleaved))
 
 
 def _head_sink(sinks: Any) -> tuple[Any, ...]:

@@ -19,8 +19,8 @@ the one way they make nodes:
 - ``attention_sinks``: attention with sinks (gpt-oss's eager form) over such a cache, as the
   same kernel with the sinks as its ``head_sink``;
 - ``attention``: scaled-dot-product attention as the standard ``Attention`` (opset 23);
-- ``rotary_embedding``: ``x * cos + rotate_half(x) * sin``, or the halves rotated by half
-  tables, as ``RotaryEmbedding`` (23);
+- ``rotary_embedding``: ``x * cos + rotate_half(x) * sin``, the halves rotated by half
+  tables, or pairs rotated (Cohere's interleaved form), as ``RotaryEmbedding`` (23);
 - ``gelu``: ``aten.gelu`` as ``Gelu`` (opset 20);
 - ``rms_normalization``: RMS normalization as ``RMSNormalization`` (23);
 - ``mixture_of_experts``: experts routed by a softmax's top k (transformers' grouped

@@ -32,6 +32,7 @@ RULES: tuple[FusionRule, ...] = (
     attention_sinks.RULE,
     rotary_embedding.RULE,
     rotary_embedding.HALVES_RULE,
+    rotary_embedding.INTERLEAVED_RULE,
     gelu.RULE,
     rms_normalization.RULE,
     mixture_of_experts.RULE,

@@ -170,8 +170,9 @@ def _make_packed(graph: torch.fx.Graph, packed: _PackedHeads, heads: int) -> tor
                           like=value.flatten(2))
     if packed.rotary is None:
         return result
-    return new_call(graph, torch.ops.fx2onnx.rotary_3d.default, (result, *packed.rotary.args[1:3], heads), packed.rotary,
-                    like=node_value(result))
+    interleaved = packed.rotary.args[3] if len(packed.rotary.args) > 3 else False
+    return new_call(graph, torch.ops.fx2onnx.rotary_3d.default, (result, *packed.rotary.args[1:3], heads, interleaved),
+                    packed.rotary, like=node_value(result))
 
 
 @dataclass(frozen=True)

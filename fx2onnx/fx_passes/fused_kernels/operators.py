@@ -59,17 +59,21 @@ def _multi_head_attention_fake(query, key, value, mask, scale, heads):
 
 
 @torch.library.custom_op("fx2onnx::rotary", mutates_args=())
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
     """Rotary embedding of ``x`` (B, heads, S, D) by the half tables ``cos``/``sin``
     (B, S, D/2): the halves ``x1, x2`` become ``x1 cos - x2 sin, x2 cos + x1 sin``
-    (ONNX ``RotaryEmbedding``'s semantics, not interleaved)."""
-    first, second = x.chunk(2, dim=-1)
+    (ONNX ``RotaryEmbedding``'s semantics); ``interleaved``: the pairs ``(x[2i], x[2i+1])``
+    rotate instead, by entry ``i`` of the tables (its ``interleaved=1``)."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    if interleaved:
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1).flatten(-2)
+    first, second = x.chunk(2, dim=-1)
     return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
 
 @rotary.register_fake
-def _rotary_fake(x, cos, sin):
+def _rotary_fake(x, cos, sin, interleaved=False):
     return torch.empty_like(x)
 
 
@@ -99,14 +103,14 @@ def _rms_norm_fake(x, scale, eps, trailing_dims):
 
 
 @torch.library.custom_op("fx2onnx::rotary_3d", mutates_args=())
-def rotary_3d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int) -> torch.Tensor:
+def rotary_3d(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, interleaved: bool = False) -> torch.Tensor:
     """:func:`rotary` of ``x`` (B, S, heads * D), the heads side by side in the last dim."""
     split = x.unflatten(-1, (heads, -1)).transpose(1, 2)
-    return rotary(split, cos, sin).transpose(1, 2).flatten(-2)
+    return rotary(split, cos, sin, interleaved).transpose(1, 2).flatten(-2)
 
 
 @rotary_3d.register_fake
-def _rotary_3d_fake(x, cos, sin, heads):
+def _rotary_3d_fake(x, cos, sin, heads, interleaved=False):
     return torch.empty_like(x)
 
 

@@ -83,9 +83,9 @@ def _assert_unchanged(graph_module, **fuse_options) -> list[str]:
 
 def test_rules_are_one_table_with_attention_over_a_cache_first():
     assert [rule.name for rule in RULES] == ["group_query_attention", "attention", "group_query_attention_sinks", "rotary",
-                                             "rotary_halves", "gelu", "rms_norm", "mixture_of_experts"]
+                                             "rotary_halves", "rotary_interleaved", "gelu", "rms_norm", "mixture_of_experts"]
     assert [rule.kernel for rule in RULES] == ["GroupQueryAttention", "Attention", "GroupQueryAttention", "RotaryEmbedding",
-                                               "RotaryEmbedding", "Gelu", "RMSNormalization", "MoE"]
+                                               "RotaryEmbedding", "RotaryEmbedding", "Gelu", "RMSNormalization", "MoE"]
 
 
 # -- gelu -------------------------------------------------------------------------------------------
@@ -261,6 +261,44 @@ def test_halves_rotated_the_wrong_way_are_not_matched():
     graph_module = _graph(rotate, torch.randn(2, 4, 5, 16), torch.arange(5).expand(2, 5))
     assert rotary_embedding.match_halves(_anchor(graph_module, _aten.cat.default), FusionTarget()) is None
     assert _assert_unchanged(graph_module) == []
+
+
+def _rotate_pairs(x: torch.Tensor, positions: torch.Tensor, negated: bool = True) -> torch.Tensor:
+    """Cohere's form: the pairs (x[2i], x[2i+1]) rotated by tables whose pairs are equal
+    (not ``negated``: another rotation's sign)."""
+    freqs = positions[..., None].float() * (1.0 / 10000 ** (torch.arange(0, 16, 2).float() / 16))
+    emb = torch.repeat_interleave(freqs, 2, dim=-1)
+    cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+    odd = x[..., 1::2]
+    turned = torch.stack([-odd if negated else odd, x[..., ::2]], dim=-1).flatten(-2)
+    return x * cos + turned * sin
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_rotation_of_pairs_is_matched_and_replaced_as_interleaved(batch):
+    x, positions = torch.randn(batch, 4, 5, 16), torch.arange(3, 8).expand(batch, 5)
+    graph_module = _graph(_rotate_pairs, x, positions)
+    anchor = _anchor(graph_module, _aten.add.Tensor)
+    assert rotary_embedding.match(anchor, FusionTarget()) is None  # not the halves' rule
+    found = _assert_untouched_by_match(rotary_embedding.match_interleaved, graph_module, anchor)
+    assert isinstance(found, rotary_embedding.RotaryMatch) and found.x.name == "x" and found.interleaved
+    expected = graph_module(x, positions)
+    torch.testing.assert_close(expected[0], _rotate_pairs(x, positions))  # the graph is the rotation
+    assert _fuse(graph_module) == (1, [])
+    (call,) = _calls(graph_module, _fx2onnx.rotary.default)
+    assert call.args[0] is found.x and call.args[3] is True
+    assert [(a.target, a.args[1:]) for a in call.args[1:3]] == [(_aten.slice.Tensor, (-1, 0, 2**63 - 1, 2))] * 2
+    assert not _calls(graph_module, _aten.stack.default) and not _calls(graph_module, _aten.neg.default)
+    torch.testing.assert_close(graph_module(x, positions), expected)
+
+
+def test_pairs_rotated_with_the_wrong_sign_or_tables_are_not_matched():
+    graph_module = _graph(functools.partial(_rotate_pairs, negated=False), torch.randn(2, 4, 5, 16), torch.arange(5).expand(2, 5))
+    assert graph_module.graph.find_nodes(op="call_function", target=_aten.neg.default) == []
+    assert rotary_embedding.match_interleaved(_anchor(graph_module, _aten.add.Tensor), FusionTarget()) is None
+    assert _assert_unchanged(graph_module) == []
+    halves = _graph(_rotate, torch.randn(2, 4, 5, 16), torch.arange(5).expand(2, 5))  # equal halves, not pairs
+    assert rotary_embedding.match_interleaved(_anchor(halves, _aten.add.Tensor), FusionTarget()) is None
 
 
 # -- attention ---------------------------------------------------------------------------------------
