@@ -193,6 +193,26 @@ def test_attention_sinks_are_the_kernels_head_sink(folder):
     assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
 
 
+def test_every_layer_runs_group_query_attention(folder):
+    """Every layer's attention is onnxruntime's GroupQueryAttention (with and without the
+    padding's bias), so ONNX Runtime GenAI shares one buffer for past and present; Cohere 2's
+    sliding layers rotate their interleaved pairs inside the kernel (`rotary_interleaved`).
+    Gemma 2's soft-capped logits keep the standard form (the export-hf guide)."""
+    family, model, out, _, _ = folder
+    if family == "gemma2":
+        return
+    nodes = list(all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False)))
+    kernels = [n for n in nodes if n.op_type == "GroupQueryAttention"]
+    layers = [int(n.name.split(".")[2]) for n in kernels]
+    assert sorted(layers) == [i for i in range(model.config.num_hidden_layers) for _ in range(2)], family
+    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
+    if family == "cohere2":  # rotated by its sliding layers only, pairs interleaved
+        rotating = [n for n in kernels if any(a.name == "do_rotary" and a.i for a in n.attribute)]
+        interleaved = [n for n in nodes if n.op_type == "RotaryEmbedding"] + rotating
+        assert rotating and all(any(a.name in ("interleaved", "rotary_interleaved") and a.i == 1 for a in n.attribute)
+                                for n in interleaved)
+
+
 def test_onnxruntime_genai_generates_transformers_tokens_past_the_window(folder):
     family, _, out, prompts, expected = folder
     config = json.loads((out / "genai_config.json").read_text())
