@@ -197,20 +197,42 @@ def test_every_layer_runs_group_query_attention(folder):
     """Every layer's attention is onnxruntime's GroupQueryAttention (with and without the
     padding's bias), so ONNX Runtime GenAI shares one buffer for past and present; Cohere 2's
     sliding layers rotate their interleaved pairs inside the kernel (`rotary_interleaved`).
-    Gemma 2's soft-capped logits keep the standard form (the export-hf guide)."""
+    Gemma 2's soft-capped logits keep the standard form, its cache returned anew (the
+    export-hf guide)."""
     family, model, out, _, _ = folder
-    if family == "gemma2":
-        return
     nodes = list(all_nodes(onnx.load(os.fspath(out / "onnx" / "model.onnx"), load_external_data=False)))
     kernels = [n for n in nodes if n.op_type == "GroupQueryAttention"]
     layers = [int(n.name.split(".")[2]) for n in kernels]
-    assert sorted(layers) == [i for i in range(model.config.num_hidden_layers) for _ in range(2)], family
-    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
+    fused = family != "gemma2"
+    assert sorted(layers) == [i for i in range(model.config.num_hidden_layers) for _ in range(2 * fused)], family
+    assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is fused
     if family == "cohere2":  # rotated by its sliding layers only, pairs interleaved
         rotating = [n for n in kernels if any(a.name == "do_rotary" and a.i for a in n.attribute)]
         interleaved = [n for n in nodes if n.op_type == "RotaryEmbedding"] + rotating
         assert rotating and all(any(a.name in ("interleaved", "rotary_interleaved") and a.i == 1 for a in n.attribute)
                                 for n in interleaved)
+        check_rotating_kernel_logits(model, out, folder[3][0])
+
+
+def check_rotating_kernel_logits(model, out, prompt: list[int]) -> None:
+    """An unpadded batch of a prompt past the window and 2 decode steps: the kernels that
+    rotate the pairs themselves run (seen in the profiler), and the logits equal transformers'."""
+    options = ort.SessionOptions()
+    options.enable_profiling, options.profile_file_prefix = True, os.fspath(out / "rotating")
+    session = ort.InferenceSession(os.fspath(out / "onnx" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    ids = torch.tensor([prompt, prompt[::-1]])
+    mask, cache, torch_cache = torch.ones_like(ids), None, None
+    for _ in range(3):
+        logits, cache = onnx_step(session, ids, mask, cache)
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask, use_cache=True,
+                             **({cache_argument(model): torch_cache} if torch_cache is not None else {}))
+        np.testing.assert_allclose(logits, expected.logits.numpy(), rtol=RTOL, atol=ATOL)
+        torch_cache, ids = expected.past_key_values, expected.logits[:, -1:].argmax(-1)
+        mask = torch.cat([mask, torch.ones_like(ids)], 1)
+    events = json.loads(open(session.end_profiling()).read())
+    assert {e["name"].rsplit("/", 1)[-1].removesuffix("_kernel_time") for e in events if e.get("cat") == "Node"
+            and e.get("args", {}).get("op_name") == "GroupQueryAttention"} == {"unpadded_kernel"}
 
 
 def test_onnxruntime_genai_generates_transformers_tokens_past_the_window(folder):
