@@ -28,7 +28,9 @@ PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15], [16, 17]]
 NEW_TOKENS = 8
 DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                max_position_embeddings=256, vocab_size=300, bos_token_id=1, eos_token_id=2, pad_token_id=PAD)
-CONFIGS = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "phi3": transformers.Phi3Config}
+# Cohere: its pairs rotated interleaved, inside the kernel and out
+CONFIGS = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "phi3": transformers.Phi3Config,
+           "cohere": transformers.CohereConfig}
 
 
 def padded(side: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +80,7 @@ def generate_with_genai(folder, rows: torch.Tensor) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module", params=[("llama", "onnxruntime"), ("llama", "standard"), ("qwen2", "onnxruntime"),
-                                        ("phi3", "onnxruntime")], ids=lambda p: "-".join(p))
+                                        ("phi3", "onnxruntime"), ("cohere", "onnxruntime")], ids=lambda p: "-".join(p))
 def exported(request, tmp_path_factory):
     family, runtime = request.param
     root = tmp_path_factory.mktemp(f"{family}-{runtime}")
