@@ -57,7 +57,7 @@ def save_phi4mm(folder):
         bos_token_id=199999, eos_token_id=199999, pad_token_id=199999,
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2),
         audio_config=dict(hidden_size=32, intermediate_size=64, num_blocks=1, num_attention_heads=2, nemo_conv_channels=32,
-                          depthwise_seperable_out_channel=32, ext_pw_out_channel=32, kernel_size=3, num_lang=1),
+                          depthwise_separable_out_channel=32, ext_pw_out_channel=32, kernel_size=3, num_lang=1),
     )
     torch.manual_seed(0)
     model = transformers.Phi4MultimodalForCausalLM(config).eval()
@@ -92,7 +92,7 @@ def transformers_tokens(model, image_processor, tokenizer, path, new_tokens: int
 def phi4mm(tmp_path_factory):
     folder = tmp_path_factory.mktemp("phi4mm")
     saved = save_phi4mm(folder / "source")
-    result = export_hf(folder / "source", folder / "out", verify=True, without_audio=True)
+    result = export_hf(folder / "source", folder / "out", verify=True)
     paths = [folder / f"image{index}.png" for index in range(len(IMAGE_SIZES))]
     for path, pixels in zip(paths, random_images(tuple(IMAGE_SIZES))):
         Image.fromarray(pixels).save(path)
@@ -134,7 +134,7 @@ def test_phi4mm_in_fake_mode_streams_the_weights(phi4mm, tmp_path):
     # the vision layers after the one the image embedding reads are dropped from the graph
     # while its fake weights are hidden (fake_weights.swapped_initializers)
     _, out, _, _ = phi4mm
-    result = export_hf(out.parent / "source", tmp_path / "out", fake=True, verify=True, without_audio=True)
+    result = export_hf(out.parent / "source", tmp_path / "out", fake=True, verify=True)
     assert result.verification.passed and result.verification.max_logit_difference < 1e-4
     vision = onnx.load(str(tmp_path / "out" / "onnx" / "vision_encoder.onnx"), load_external_data=False)
     assert not any(".encoder.layers.1." in weight.name for weight in vision.graph.initializer)
