@@ -106,13 +106,15 @@ _EXTRACTOR_DEFAULTS = {"feature_size": 80, "sampling_rate": 16000, "hop_length":
 
 
 def feature_extractor_settings(folder: Path) -> dict[str, Any]:
-    """The source's audio feature extractor settings (preprocessor_config.json, or the
-    feature extractor's part of processor_config.json) over the extractor's defaults."""
-    for name in ("preprocessor_config.json", "processor_config.json"):
+    """The source's audio feature extractor settings over the extractor's defaults: those
+    of its part of processor_config.json, or of preprocessor_config.json (which the image
+    processor's settings share)."""
+    for name in ("processor_config.json", "preprocessor_config.json"):
         path = folder / name
         if path.is_file():
             settings = json.loads(path.read_text())
-            return {**_EXTRACTOR_DEFAULTS, **settings.get("feature_extractor", settings)}
+            part = settings.get("audio_processor") or settings.get("feature_extractor") or settings
+            return {key: part.get(key, default) for key, default in _EXTRACTOR_DEFAULTS.items()}
     return dict(_EXTRACTOR_DEFAULTS)
 
 
