@@ -12,6 +12,7 @@ import wave
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 import torch
 
@@ -197,6 +198,21 @@ def test_phi4mm_folder_generates_as_transformers_on_audio(phi4mm, clips):
         assert genai_audio_tokens(out, path, 16) == expected
         answers.append(tuple(expected))
     assert answers[0] != answers[1]  # the tokens depend on the clip
+
+
+def test_the_speech_model_stops_past_the_encoders_span(phi4mm):
+    # 4000 frames: 500 subsampled, the model's unchunked side; 4008: 501, which the model
+    # would cut into chunks: the runtime stops instead of giving other features
+    _, out, _, _ = phi4mm
+    session = onnxruntime.InferenceSession(str(out / "onnx" / "speech_encoder.onnx"), providers=["CPUExecutionProvider"])
+    for frames, fits in ((4000, True), (4008, False)):
+        feed = {"audio_embeds": np.zeros((1, frames, 80), np.float32), "audio_attention_mask": np.ones((1, frames), bool),
+                "audio_sizes": np.array([-(-frames // 8)]), "audio_projection_mode": np.array([2])}
+        if fits:
+            assert session.run(None, feed)[0].shape == (500, 32)
+        else:
+            with pytest.raises(Exception, match="GatherND"):
+                session.run(None, feed)
 
 
 def test_phi4mm_in_fake_mode_streams_the_weights(phi4mm, tmp_path):

@@ -26,8 +26,8 @@ from fx2onnx.hub.vision_language.parts import Holder
 
 # audio_projection_mode values of the runtime's processor that have images: the vision-speech projection
 MODES_WITH_IMAGES = (1, 3)
-# the encoder's absolute positions: longer audio is cut into chunks of this many frames
-# in a Python branch, which the exported graph does not follow
+# the encoder's span of subsampled frames: the model cuts longer audio into chunks of this
+# many in a Python branch, which the exported graph does not follow
 MAX_ENCODER_FRAMES = 500
 
 
@@ -54,6 +54,16 @@ def tensor_streaming_mask(encoder: nn.Module) -> Iterator[None]:
         del encoder._streaming_mask
 
 
+def _too_long_fails(hidden: torch.Tensor) -> torch.Tensor:
+    """Zero, read from a one-element tensor at index 1 when ``hidden`` has more than
+    `MAX_ENCODER_FRAMES` frames, so that the runtime stops with an out-of-bounds Gather
+    instead of giving features the model would not (the graph follows the model's
+    unchunked side only). The length is counted by a reduction: a comparison of sizes
+    would be decided at export time."""
+    frames = torch.ones_like(hidden[0, :, 0], dtype=torch.int64).sum()
+    return hidden.new_zeros(1)[(frames > MAX_ENCODER_FRAMES).to(torch.int64).reshape(1)]
+
+
 class Phi4Speech(nn.Module):
     """The audio embedding's encoder and projections for every clip of a call."""
 
@@ -65,6 +75,7 @@ class Phi4Speech(nn.Module):
                 audio_projection_mode: torch.Tensor) -> dict[str, torch.Tensor]:
         embed = self.model.embed_tokens_extend.audio_embed
         hidden = embed.encoder(audio_embeds.to(embed.up_proj_for_speech.weight.dtype), audio_attention_mask.to(torch.bool))
+        hidden = hidden + _too_long_fails(hidden)
         speech = embed.down_proj_for_speech(nn.functional.gelu(embed.up_proj_for_speech(hidden)))
         vision = embed.down_proj_for_vision_speech(nn.functional.gelu(embed.up_proj_for_vision_speech(hidden)))
         mode = audio_projection_mode.reshape(-1)[:1]
