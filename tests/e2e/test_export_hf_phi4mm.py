@@ -98,29 +98,38 @@ def transformers_tokens(model, image_processor, tokenizer, path, new_tokens: int
     return generated[0, ids.shape[1]:].tolist()
 
 
-def transformers_audio_tokens(model, tokenizer, path, new_tokens: int) -> list[int]:
+def transformers_audio_tokens(model, tokenizer, path, new_tokens: int, image_processor=None, image=None) -> list[int]:
     """`model.generate` on transformers' feature extractor's inputs for the clip at
-    ``path``, its placeholder expanded to its audio tokens as Phi4MultimodalProcessor does."""
+    ``path`` (and its image processor's for the ``image`` file, the image first in the
+    prompt), each placeholder expanded to its tokens as Phi4MultimodalProcessor does."""
     with wave.open(str(path)) as clip:
         samples = np.frombuffer(clip.readframes(clip.getnframes()), dtype="<i2").astype(np.float32) / 32768
     audio = transformers.Phi4MultimodalFeatureExtractor()(samples, sampling_rate=16000, return_tensors="pt")
     text = AUDIO_PROMPT.replace("<|audio_1|>", "<|endoftext11|>" * int(audio["audio_embed_sizes"][0]))
+    inputs = {"audio_input_features": audio["audio_input_features"], "audio_embed_sizes": audio["audio_embed_sizes"]}
+    if image is not None:
+        images = image_processor(images=[Image.open(image)], return_tensors="pt")
+        text = text.replace("<|user|>", "<|user|>" + "<|endoftext10|>" * int(images["num_img_tokens"][0]))
+        inputs.update(image_pixel_values=images["image_pixel_values"], image_sizes=images["image_sizes"],
+                      image_attention_mask=images["image_attention_mask"])
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         generated = model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), audio_input_features=audio["audio_input_features"],
-            audio_embed_sizes=audio["audio_embed_sizes"], max_new_tokens=new_tokens, do_sample=False,
+            input_ids=ids, attention_mask=torch.ones_like(ids), **inputs, max_new_tokens=new_tokens, do_sample=False,
         )
     return generated[0, ids.shape[1]:].tolist()
 
 
-def genai_audio_tokens(folder, path, new_tokens: int) -> list[int]:
-    """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the clip at ``path``."""
+def genai_audio_tokens(folder, path, new_tokens: int, image=None) -> list[int]:
+    """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the clip at
+    ``path`` (and the ``image`` file, first in the prompt)."""
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(str(folder))
-    inputs = model.create_multimodal_processor()(AUDIO_PROMPT, audios=og.Audios.open(str(path)))
+    prompt = AUDIO_PROMPT if image is None else AUDIO_PROMPT.replace("<|user|>", "<|user|><|image_1|>")
+    images = og.Images.open(str(image)) if image is not None else None
+    inputs = model.create_multimodal_processor()(prompt, images=images, audios=og.Audios.open(str(path)))
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=512, do_sample=False)
+    params.set_search_options(max_length=2048, do_sample=False)
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
     tokens = []
@@ -198,6 +207,14 @@ def test_phi4mm_folder_generates_as_transformers_on_audio(phi4mm, clips):
         assert genai_audio_tokens(out, path, 16) == expected
         answers.append(tuple(expected))
     assert answers[0] != answers[1]  # the tokens depend on the clip
+
+
+def test_phi4mm_folder_generates_as_transformers_on_an_image_and_audio(phi4mm, clips):
+    # the runtime's mode 3 (images and audio): the vision-speech projection, as transformers picks it
+    (model, image_processor, tokenizer), out, _, paths = phi4mm
+    expected = transformers_audio_tokens(model, tokenizer, clips[0], 16, image_processor, paths[0])
+    assert len(expected) == 16 and expected != transformers_audio_tokens(model, tokenizer, clips[0], 16)
+    assert genai_audio_tokens(out, clips[0], 16, paths[0]) == expected
 
 
 def test_the_speech_model_stops_past_the_encoders_span(phi4mm):
