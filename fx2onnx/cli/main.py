@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hub.add_argument(
         "--without-audio", action="store_true",
-        help="Phi-4-multimodal: write its phi4mm folder for images and text, the audio encoder left out",
+        help="Phi-4-multimodal: write its phi4mm folder for images and text, the speech model left out",
     )
     hub.add_argument(
         "--float32-twin", action="store_true",

@@ -193,8 +193,8 @@ def export_hf(
         text_only: export a multimodal model's language model alone as text-generation,
             its vision and audio encoders left out (`fx2onnx.hub.decoders.text_only`); without it a
             text-generation export of a model with encoders is refused.
-        without_audio: Phi-4-multimodal's `phi4mm` folder for images and text, its audio
-            encoder left out (export-hf does not write it yet); without it the folder is refused.
+        without_audio: Phi-4-multimodal's `phi4mm` folder for images and text, its speech
+            model left out; without it the folder also runs audio.
         float32_twin: a float16 folder also gets each `<file>_fp16.onnx` in float32, as
             `<file>.onnx` (`fx2onnx.hub.precision.float32_twin`): the file Transformers.js
             loads with dtype "fp32", for WebGPU adapters without `shader-f16`, where it

@@ -1,9 +1,9 @@
-"""Phi-4-multimodal as ONNX Runtime GenAI's `phi4mm` type runs it: the vision, embedding
-and decoder models cut from the model's own modules (vision_language/phi4_multimodal.py),
-`genai_config.json` and the runtime's image processor configuration. The folder runs
-images and text; the audio encoder is not written yet (no `speech` section: the runtime
-then refuses audio inputs with its own message): written only when asked
-(`without_audio`), and export-hf says so."""
+"""Phi-4-multimodal as ONNX Runtime GenAI's `phi4mm` type runs it: the vision, speech,
+embedding and decoder models cut from the model's own modules
+(vision_language/phi4_multimodal.py, phi4_speech.py), `genai_config.json` and the
+runtime's image and audio processor configurations. With `without_audio` the speech model
+is left out (no `speech` section: the runtime then refuses audio inputs with its own
+message), and export-hf says so."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
-from fx2onnx.hub.vision_language import genai_files, phi4_multimodal
+from fx2onnx.hub.vision_language import genai_files, phi4_multimodal, phi4_speech
 from fx2onnx.hub.vision_language.phi4_multimodal_verify import verify_phi4mm
 
 AUDIO_NOTE = (
-    "phi4mm folder for images and text: the audio encoder is left out (export-hf does not write Phi-4-multimodal's "
-    "speech model yet), so ONNX Runtime GenAI refuses audio inputs for this folder"
+    "phi4mm folder for images and text: the speech model is left out (--without-audio), so ONNX Runtime GenAI refuses "
+    "audio inputs for this folder"
 )
 
 
@@ -39,35 +39,42 @@ class Phi4MMRecipe(RecipeDefaults):
                 f"{request.runtime} has no layout for it here. Nothing was written. `fx2onnx export-hf <model> --output "
                 "<folder>` writes the GenAI folder; `--text-only` writes its language model alone."
             ))
-        if not request.without_audio:
-            return Refusal(NotImplementedError, (
-                "export-hf does not write Phi-4-multimodal's audio encoder yet: its phi4mm folder takes images and text. "
-                "Nothing was written. Give --without-audio to write that folder (without_audio=True), or --text-only for "
-                "its language model alone."
-            ))
         try:
             phi4_multimodal.check(loaded.config)
         except NotImplementedError as error:
             return Refusal(NotImplementedError, f"{error} `--text-only` exports its language model alone.")
+        if not request.without_audio:
+            wrong = phi4_speech.check(loaded.config, phi4_speech.feature_extractor_settings(Path(loaded.folder)))
+            if wrong:
+                return Refusal(NotImplementedError, (
+                    f"ONNX Runtime GenAI's phi4mm audio processor cannot feed this Phi-4-multimodal: {'; '.join(wrong)}. "
+                    "Nothing was written. --without-audio writes the folder for images and text (without_audio=True); "
+                    "--text-only its language model alone."
+                ))
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
-        processor = phi4_multimodal.vision_processor_config(phi4_multimodal.image_processor_settings(Path(loaded.folder)))
-        programs = phi4_multimodal.export_parts(loaded, options)
-        say(AUDIO_NOTE)
+        processors = {phi4_multimodal.VISION_PROCESSOR_CONFIG: phi4_multimodal.vision_processor_config(
+            phi4_multimodal.image_processor_settings(Path(loaded.folder)))}
+        if not request.without_audio:
+            processors[phi4_speech.SPEECH_PROCESSOR_CONFIG] = phi4_speech.speech_processor_config(
+                phi4_speech.feature_extractor_settings(Path(loaded.folder)))
+        programs = phi4_multimodal.export_parts(loaded, options, speech=not request.without_audio)
+        if request.without_audio:
+            say(AUDIO_NOTE)
         files, paths = [], {}
         state = part_checkpoint(loaded.folder, loaded.model, loaded.model) if loaded.fake_context is not None else None
-        for part, base in genai_files.PARTS.items():
-            if part != "vision":  # its dims are the images', no role the runtime names
+        for part, base in part_files(request).items():
+            if part not in ("vision", "speech"):  # their dims are the images' and clips', no role the runtime names
                 name_dims_by_role(programs[part].model)
             paths[part] = onnx_file(loaded, base)
             needed = set(programs[part].model.graph.initializers)
             files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
         generation = getattr(loaded.model, "generation_config", None)
         config = phi4_multimodal.phi4mm_genai_config(loaded.config, generation, paths, programs["decoder"].model)
-        for name, content in (("genai_config.json", config), (phi4_multimodal.VISION_PROCESSOR_CONFIG, processor)):
+        for name, content in (("genai_config.json", config), *processors.items()):
             files.append(write_json_file(staging, name, content))
         return files
 
@@ -75,8 +82,13 @@ class Phi4MMRecipe(RecipeDefaults):
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
         say: Say,
     ) -> Verification:
-        files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
+        files = {part: folder / onnx_file(loaded, base) for part, base in part_files(request).items()}
         return verify_phi4mm(files, model, request.tokens, tolerance)
+
+
+def part_files(request: ExportRequest) -> dict[str, str]:
+    """The folder's models by part: the speech model unless `without_audio`."""
+    return genai_files.PARTS if request.without_audio else {**genai_files.PARTS, "speech": phi4_speech.SPEECH}
 
 
 RECIPE = Phi4MMRecipe()

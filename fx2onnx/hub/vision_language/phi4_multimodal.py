@@ -9,6 +9,8 @@ it, each part cut from the model's own modules:
 - embedding (`input_ids`, `image_features`, `audio_features` -> `inputs_embeds`): the token
   embedding with the image tokens' rows and the audio tokens' rows taken from the features
   in order, as the model's feature embedding puts them;
+- speech (`audio_embeds`, `audio_attention_mask`, `audio_sizes`, `audio_projection_mode`
+  -> `audio_features`): the conformer encoder and the projection (vision_language/phi4_speech.py);
 - decoder (`inputs_embeds`, `attention_mask`, `position_ids`, the cache -> `logits`,
   `present.*`): the language model and its head (vision_language/parts.py's decode step).
 
@@ -33,7 +35,7 @@ import fx2onnx
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.genai_config import genai_config, session_options
-from fx2onnx.hub.vision_language import genai_files, parts
+from fx2onnx.hub.vision_language import genai_files, parts, phi4_speech
 from fx2onnx.hub.vision_language.parts import Holder
 
 GENAI_TYPE = "phi4mm"
@@ -208,10 +210,12 @@ def embedding_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     return parts.as_loaded({"input_ids": ids, "image_features": image, "audio_features": audio}, loaded)
 
 
-def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions) -> dict[str, fx2onnx.ONNXProgram]:
-    """The "vision", "embedding" and "decoder" programs."""
+def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, speech: bool = True) -> dict[str, fx2onnx.ONNXProgram]:
+    """The "vision", "embedding" and "decoder" programs, and the "speech" one unless told not to."""
     check(loaded.config)
     programs = {"vision": export_vision(loaded, options)}
+    if speech:
+        programs["speech"] = phi4_speech.export_speech(loaded, options)
     programs["embedding"] = fx2onnx.dynamo_export(
         Phi4Embedding(loaded.model), **embedding_inputs(loaded), export_options=parts.without_causal_mask(options),
     )
@@ -226,8 +230,8 @@ def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions) -> dict[st
 
 def phi4mm_genai_config(config: Any, generation_config: Any, files: dict[str, str], decoder: Any) -> dict[str, Any]:
     """genai_config.json: the decoder fed `inputs_embeds`, the embedding taking both
-    features, the vision model with its processor's configuration (no speech section:
-    the runtime then runs images and text)."""
+    features, the vision model and the speech model (when ``files`` has one; without it
+    the runtime runs images and text) with their processors' configurations."""
     written = genai_config(config, generation_config, files["decoder"], decoder)
     model = written["model"]
     inputs = {key: value for key, value in model["decoder"]["inputs"].items() if key != "input_ids"}
@@ -243,8 +247,10 @@ def phi4mm_genai_config(config: Any, generation_config: Any, files: dict[str, st
         "inputs": {"pixel_values": "pixel_values", "attention_mask": "image_attention_mask", "image_sizes": "image_sizes"},
         "outputs": {"image_features": "image_features"},
     }
-    # cleared explicitly: the runtime's defaults name a speech processor file
-    model["speech"] = {"filename": "", "config_filename": ""}
+    if "speech" in files:
+        model["speech"] = phi4_speech.genai_speech_section(files["speech"], session_options())
+    else:  # cleared explicitly: the runtime's defaults name a speech processor file
+        model["speech"] = {"filename": "", "config_filename": ""}
     return written
 
 
