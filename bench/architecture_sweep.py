@@ -581,6 +581,7 @@ def run_in_child(task: str, model_type: str, class_name: str, compare: bool, lim
         cause = why.replace("time limit", f"time limit ({limit:.0f} s)")
         record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed", "cause": cause}
     record["category"] = classify(record)
+    record["limit"] = limit  # the scoreboard states the limits its pairs ran under
     return record
 
 
