@@ -85,13 +85,14 @@ def test_a_pair_that_hangs_or_dies_stops_only_itself(monkeypatch, pair, cause: s
     record = sweep.run_in_child("fill-mask", "bert", "BertForMaskedLM", compare=False, limit=2)
     assert time.perf_counter() - started < 15
     assert (record["status"], record["cause"], record["category"]) == ("failed", cause, category)
+    assert record["limit"] == 2  # kept for the scoreboard's header
 
 
 def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> None:
     records = [
         {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "failed", "cause": "time limit (120 s)"},
         {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "exported", "exact": True, "difference": 1e-7,
-         "torch_onnx": "exported", "torch_onnx_exact": True},
+         "torch_onnx": "exported", "torch_onnx_exact": True, "limit": 300.0},
         {"task": "fill-mask", "architecture": "EsmForMaskedLM", "status": "failed", "where": "exporter", "via": "exporter",
          "cause": "OnnxExporterError: [FXE0011] No ONNX function for aten::frobnicate.default",
          "torch_onnx": "failed", "torch_onnx_cause": "DispatchError: no"},
@@ -119,6 +120,8 @@ def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> N
             "EsmForMaskedLM |") in text
     assert "| BertForMaskedLM | exact | 1e-07 |" in text
     assert "Traceback" not in text
+    # the limits the pairs ran under: the one recorded, and the range of the runs before records held it
+    assert "time limit (300 s for 1 pair; 120 to 600 s for the 3 pairs run before the results recorded it)" in text
 
 
 def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:

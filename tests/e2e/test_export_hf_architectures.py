@@ -191,3 +191,45 @@ def test_a_hybrid_decoders_convolution_states_keep_their_size(tmp_path):
     assert _input_dims(model, "past_key_values.0.conv_states.0") == ["batch_size", 32, 3]
     assert _input_dims(model, "past_key_values.1.key") == ["batch_size", 2, "past_sequence_length", 8]
     assert not (tmp_path / "out" / "genai_config.json").exists()  # GenAI feeds such states only to its own builder's models
+
+
+def _siglip2_patches(patches: int, grids: list[list[int]], seed: int) -> dict[str, torch.Tensor]:
+    # a batch as Siglip2's image processor cuts it: each image's patches of 4 x 4 pixels, flattened, then padding
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(len(grids), patches, dtype=torch.long)
+    for row, (height, width) in enumerate(grids):
+        mask[row, :height * width] = 1
+    return dict(pixel_values=torch.randn(len(grids), patches, 3 * 4 * 4, generator=generator),
+                pixel_attention_mask=mask, spatial_shapes=torch.tensor(grids))
+
+
+def test_a_patch_input_image_classifier_is_refused_naming_the_inputs_that_export_it(tmp_path):
+    """Siglip2's classifier takes patches, their mask and grid shapes, not the images an
+    image-classification folder's clients feed: export-hf refuses it before writing
+    anything, and the export its refusal names runs in onnxruntime on other grids too."""
+    import onnxruntime
+
+    import fx2onnx
+
+    torch.manual_seed(0)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, patch_size=4,
+                  num_patches=16)
+    config = transformers.Siglip2Config(text_config=dict(BERT, num_hidden_layers=1), vision_config=vision, num_labels=3)
+    model = transformers.Siglip2ForImageClassification(config).eval()
+    model.save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match="takes its image as patches") as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task="image-classification")
+    assert "pixel_attention_mask" in str(error.value) and "spatial_shapes" in str(error.value)
+    assert "Nothing was written" in str(error.value) and not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+    options = fx2onnx.ExportOptions(dynamic_shapes=True)
+    program = fx2onnx.dynamo_export(model, **_siglip2_patches(16, [[4, 4], [3, 4]], 0), export_options=options)
+    program.save(tmp_path / "siglip2.onnx")
+    onnx.checker.check_model(os.fspath(tmp_path / "siglip2.onnx"), full_check=True)
+    session = onnxruntime.InferenceSession(os.fspath(tmp_path / "siglip2.onnx"), providers=["CPUExecutionProvider"])
+    for inputs in (_siglip2_patches(16, [[2, 8], [4, 2]], 1), _siglip2_patches(12, [[3, 4], [2, 5], [1, 6]], 2)):
+        with torch.no_grad():
+            expected = model(**inputs).logits.numpy()
+        got = session.run(["logits"], {name: value.numpy() for name, value in inputs.items()})[0]
+        torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(expected), rtol=1e-3, atol=1e-4)

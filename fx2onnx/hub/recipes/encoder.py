@@ -5,6 +5,7 @@ quantized at run time (`fx2onnx.onnx_passes.dynamic_quantization`)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 
 import torch
@@ -49,9 +50,32 @@ def _missing_output_refusal(loaded: LoadedModel) -> Refusal | None:
     ))
 
 
+# inputs of a classifier that takes its image as patches its image processor cuts (Siglip2's
+# NaFlex processor: as many patches as fit a budget, at the image's own aspect ratio)
+PATCH_INPUTS = ("pixel_attention_mask", "spatial_shapes")
+
+
+def _patch_inputs_refusal(loaded: LoadedModel) -> Refusal | None:
+    """An image classifier whose forward takes patches (flattened, with their mask and grid
+    shapes) where the folder's clients feed whole images as `pixel_values`."""
+    parameters = inspect.signature(loaded.model.forward).parameters
+    if loaded.task != IMAGE_CLASSIFICATION or not all(name in parameters for name in PATCH_INPUTS):
+        return None
+    return Refusal(UnsupportedTaskError, (
+        f"{type(loaded.model).__name__} ({loaded.config.model_type}) takes its image as patches: pixel_values of "
+        "shape (batch, patches, channels * patch_size * patch_size) with pixel_attention_mask (batch, patches) and "
+        "spatial_shapes (batch, 2), as its image processor cuts them, where the clients of an image-classification "
+        "folder feed whole images (pixel_values of shape (batch, channels, height, width)). Nothing was written. "
+        "Export it with fx2onnx.dynamo_export(model, pixel_values=..., pixel_attention_mask=..., spatial_shapes=..., "
+        "export_options=fx2onnx.ExportOptions(dynamic_shapes=True)) on its image processor's output: the ONNX model "
+        "then takes those three inputs, any batch, patch count and grid."
+    ))
+
+
 class EncoderRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        refusal = _missing_output_refusal(loaded) or precision_refusal(loaded, request, PRECISION)
+        refusal = (_missing_output_refusal(loaded) or _patch_inputs_refusal(loaded)
+                   or precision_refusal(loaded, request, PRECISION))
         if refusal is None and request.quantization is not None and request.module_functions:
             return Refusal(ValueError, "precision int8 of an encoder rewrites the linear layers of one flat graph "
                                        "(MatMulInteger of activations quantized at run time): drop module_functions.")
