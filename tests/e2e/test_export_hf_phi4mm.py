@@ -123,20 +123,8 @@ def transformers_audio_tokens(model, tokenizer, path, new_tokens: int, image_pro
 def genai_audio_tokens(folder, path, new_tokens: int, image=None) -> list[int]:
     """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the clip at
     ``path`` (and the ``image`` file, first in the prompt)."""
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-    model = og.Model(str(folder))
     prompt = AUDIO_PROMPT if image is None else AUDIO_PROMPT.replace("<|user|>", "<|user|><|image_1|>")
-    images = og.Images.open(str(image)) if image is not None else None
-    inputs = model.create_multimodal_processor()(prompt, images=images, audios=og.Audios.open(str(path)))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=2048, do_sample=False)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done() and len(tokens) < new_tokens:
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens
+    return genai_tokens(folder, [image] if image is not None else [], new_tokens, prompt, max_length=2048, audio_paths=[path])
 
 
 @pytest.fixture(scope="module")

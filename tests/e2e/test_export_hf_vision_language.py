@@ -114,12 +114,15 @@ def transformers_tokens(folder, model, image_paths, new_tokens: int) -> list[int
     return generated[0, ids.shape[1]:].tolist()
 
 
-def genai_tokens(folder, image_paths, new_tokens: int, prompt: str | None = None, max_length: int = 512) -> list[int]:
-    """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the image files."""
+def genai_tokens(folder, image_paths, new_tokens: int, prompt: str | None = None, max_length: int = 512,
+                 audio_paths=()) -> list[int]:
+    """Greedy tokens of ONNX Runtime GenAI with its multimodal processor on the image files
+    (and audio files)."""
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(str(folder))
-    images = og.Images.open(*[str(path) for path in image_paths])
-    inputs = model.create_multimodal_processor()(prompt or qwen_prompt(len(image_paths)), images=images)
+    images = og.Images.open(*[str(path) for path in image_paths]) if image_paths else None
+    audios = og.Audios.open(*[str(path) for path in audio_paths]) if audio_paths else None
+    inputs = model.create_multimodal_processor()(prompt or qwen_prompt(len(image_paths)), images=images, audios=audios)
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=max_length, do_sample=False)
     generator = og.Generator(model, params)
