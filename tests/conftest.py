@@ -47,6 +47,29 @@ _NOISY_WARNINGS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in _NOISY_WARNINGS:
         config.addinivalue_line("filterwarnings", line)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _share_the_cores(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def _share_the_cores(workers: int) -> None:
+    """Under `pytest -n`, each worker's torch and onnxruntime take their share of the cores,
+    without spinning: every worker's thread pools sized to the whole machine and waiting by
+    spinning would fight each other for the same cores (subprocesses read OMP_NUM_THREADS)."""
+    import onnxruntime
+
+    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+    class SharedCoresSession(onnxruntime.InferenceSession):
+        def __init__(self, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:
+            sess_options = sess_options if sess_options is not None else onnxruntime.SessionOptions()
+            if sess_options.intra_op_num_threads == 0:  # onnxruntime's default: every core
+                sess_options.intra_op_num_threads = threads
+                sess_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            super().__init__(path_or_bytes, sess_options, *args, **kwargs)
+
+    onnxruntime.InferenceSession = SharedCoresSession
 
 
 def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
