@@ -52,7 +52,7 @@ def _keeps_size(size: Any, reference: Any) -> bool:
     return size == -1 if isinstance(size, int) and size < 0 else same_size(size, reference)
 
 
-def _unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
+def unrepeated_heads(node: torch.fx.Node) -> tuple[torch.fx.Node, int] | None:
     """``(x, groups)`` when ``node`` is ``x`` (B, H, L, D) with each head repeated
     ``groups`` times in a row: reshape(expand(unsqueeze(x, 2), [B, H, groups, L, D]))."""
     if node.target not in RESHAPES:
@@ -98,7 +98,7 @@ def attention_operands(node: torch.fx.Node) -> AttentionOperands | Refusal:
     if scale is None and not isinstance(head_size, int):
         return Refusal("a symbolic head size")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_size)
-    unrepeated = [_unrepeated_heads(x) for x in (key, value)]
+    unrepeated = [unrepeated_heads(x) for x in (key, value)]
     if unrepeated[0] is not None and unrepeated[1] is not None and unrepeated[0][1] == unrepeated[1][1]:
         key, value = unrepeated[0][0], unrepeated[1][0]
     query_heads, key_heads = values[0].shape[1], node_value(key).shape[1]

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from fx2onnx.fx_passes.fused_kernels import group_query_attention
-from fx2onnx.fx_passes.fused_kernels.attention import AttentionOperands, _unrepeated_heads
+from fx2onnx.fx_passes.fused_kernels.attention import AttentionOperands, unrepeated_heads
 from fx2onnx.fx_passes.fused_kernels.matching import (
     FLOATS_ORT_RUNS, FUSED_KERNELS_OPSET, PRODUCTS, SUMS, FusionRule, FusionTarget, Refusal, arguments, node_value,
     only_user, operand_orders,
@@ -159,7 +159,7 @@ def _scaled_product(scores: Any) -> tuple[torch.fx.Node, torch.fx.Node, float, A
 
 def _unrepeated(key: torch.fx.Node, value: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node]:
     """Key and value with transformers' ``repeat_kv`` of both undone (the kernel repeats)."""
-    unrepeated = [_unrepeated_heads(x) for x in (key, value)]
+    unrepeated = [unrepeated_heads(x) for x in (key, value)]
     if unrepeated[0] is not None and unrepeated[1] is not None and unrepeated[0][1] == unrepeated[1][1]:
         return unrepeated[0][0], unrepeated[1][0]
     return key, value
