@@ -31,14 +31,8 @@ def genai_vlm_config(
 ) -> dict[str, Any]:
     """`genai_config.json` of a folder whose models are ``files`` (vision, embedding and
     decoder paths in the folder); the decoder section as a causal LM's, fed `inputs_embeds`."""
-    text = config.text_config
-    written = genai_config(text, generation_config, files["decoder"], decoder)
+    written = embeds_fed_config(config.text_config, generation_config, files, decoder, ["image_features"])
     model = written["model"]
-    inputs = model["decoder"]["inputs"]
-    # a decoder declaring `input_ids` (Gemma 3's, for its image mask) is fed them beside the embeddings
-    model["decoder"]["inputs"] = {"inputs_embeds": "inputs_embeds", **inputs}
-    if "input_ids" not in {value.name for value in decoder.graph.inputs}:
-        model["decoder"]["inputs"].pop("input_ids", None)
     model["type"] = architecture.genai_type
     # wide rows carry features beside the embeddings (Qwen3-VL's DeepStack); the runtime
     # sizes `image_features` and `inputs_embeds` by this
@@ -46,11 +40,25 @@ def genai_vlm_config(
     for key in ("image_token_id", "video_token_id", "vision_start_token_id"):
         if getattr(config, key, None) is not None:
             model[key] = int(getattr(config, key))
+    model["vision"] = architecture.vision_section(config, files["vision"], PROCESSOR_CONFIG)
+    return written
+
+
+def embeds_fed_config(
+    text_config: Any, generation_config: Any, files: dict[str, str], decoder: ir.Model, features: list[str]
+) -> dict[str, Any]:
+    """`genai_config.json` of a decoder fed `inputs_embeds` (its section as a causal LM's)
+    and of the embedding model that makes them from `input_ids` and the ``features``."""
+    written = genai_config(text_config, generation_config, files["decoder"], decoder)
+    model = written["model"]
+    # a decoder declaring `input_ids` (Gemma 3's, for its image mask) is fed them beside the embeddings
+    model["decoder"]["inputs"] = {"inputs_embeds": "inputs_embeds", **model["decoder"]["inputs"]}
+    if "input_ids" not in {value.name for value in decoder.graph.inputs}:
+        model["decoder"]["inputs"].pop("input_ids", None)
     model["embedding"] = {
         "filename": files["embedding"], "session_options": session_options(),
-        "inputs": {"input_ids": "input_ids", "image_features": "image_features"}, "outputs": {"inputs_embeds": "inputs_embeds"},
+        "inputs": {"input_ids": "input_ids", **{name: name for name in features}}, "outputs": {"inputs_embeds": "inputs_embeds"},
     }
-    model["vision"] = architecture.vision_section(config, files["vision"], PROCESSOR_CONFIG)
     return written
 
 

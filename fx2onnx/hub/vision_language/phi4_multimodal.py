@@ -34,7 +34,7 @@ from torch.export import Dim
 import fx2onnx
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.shared.genai_config import genai_config, session_options
+from fx2onnx.hub.shared.genai_config import session_options
 from fx2onnx.hub.vision_language import genai_files, parts, phi4_speech
 from fx2onnx.hub.vision_language.parts import Holder
 
@@ -232,16 +232,9 @@ def phi4mm_genai_config(config: Any, generation_config: Any, files: dict[str, st
     """genai_config.json: the decoder fed `inputs_embeds`, the embedding taking both
     features, the vision model and the speech model (when ``files`` has one; without it
     the runtime runs images and text) with their processors' configurations."""
-    written = genai_config(config, generation_config, files["decoder"], decoder)
+    written = genai_files.embeds_fed_config(config, generation_config, files, decoder, ["image_features", "audio_features"])
     model = written["model"]
-    inputs = {key: value for key, value in model["decoder"]["inputs"].items() if key != "input_ids"}
-    model["decoder"]["inputs"] = {"inputs_embeds": "inputs_embeds", **inputs}
     model["type"] = GENAI_TYPE
-    model["embedding"] = {
-        "filename": files["embedding"], "session_options": session_options(),
-        "inputs": {"input_ids": "input_ids", "image_features": "image_features", "audio_features": "audio_features"},
-        "outputs": {"inputs_embeds": "inputs_embeds"},
-    }
     model["vision"] = {
         "filename": files["vision"], "config_filename": VISION_PROCESSOR_CONFIG, "session_options": session_options(),
         "inputs": {"pixel_values": "pixel_values", "attention_mask": "image_attention_mask", "image_sizes": "image_sizes"},
