@@ -242,6 +242,71 @@ def test_onnxruntime_genai_generates_transformers_tokens_past_the_window(folder)
     check_in_genai(out, prompts, expected)
 
 
+def test_genai_decoder_holds_a_window_and_its_exact_form_writes_the_kernels_layout(folder, tmp_path):
+    """ONNX Runtime GenAI's decoder (`genai_config.json`'s file) gives its sliding layers a
+    window-sized cache, listed in the config's `sliding_window` section. Fed as the runtime
+    feeds it (a buffer of the window plus 16 slots a sliding layer, of the whole length a
+    full one, the present fed back), each row's logits equal transformers' for the row
+    alone through a left-padded prompt and a step of 2 tokens with a gap before a held one
+    (the exact form, which the kernel cannot take) and decode steps between and after
+    (the kernel, reading what the exact form wrote), past the buffer's length (both seen
+    in the profiler). Gemma 2 (no kernel) keeps the folder's decoder."""
+    family, model, out, prompts, _ = folder
+    config = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
+    window = WINDOWS[family]
+    sliding = [i for i, kind in enumerate(getattr(model.config, "layer_types", None) or ["sliding_attention"] * 2)
+               if kind == "sliding_attention"]
+    if family == "qwen2":  # layers from max_window_layers on slide
+        sliding = [1]
+    if family == "gemma2":
+        assert config["filename"] == "onnx/model.onnx" and "sliding_window" not in config
+        return
+    assert config["filename"] == "onnx/model_windowed_cache.onnx"
+    assert config["sliding_window"] == {"window_size": window, "slide_key_value_cache": False, "slide_inputs": False,
+                                        "layers": sliding, "cache_slack": 0}
+    path = os.fspath(out / config["filename"])
+    onnx.checker.check_model(path, full_check=True)
+    graph = onnx.load(path, load_external_data=False).graph
+    lengths = {i.name: i.type.tensor_type.shape.dim[2].dim_param for i in graph.input if i.name.startswith("past_key_values.")}
+    assert {name for name, dim in lengths.items() if dim == "window_cache_length"} == {
+        f"past_key_values.{i}.{kind}" for i in sliding for kind in ("key", "value")}
+    options = ort.SessionOptions()
+    options.enable_profiling, options.profile_file_prefix = True, os.fspath(tmp_path / "windowed")
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    longest = len(prompts[0]) + 8
+    cache = {i.name: np.zeros((3, i.shape[1], window + 16 if int(i.name.split(".")[1]) in sliding else longest, i.shape[3]),
+                              np.float32) for i in session.get_inputs() if i.name.startswith("past_key_values.")}
+    rows, masks = padded(prompts, "left")
+    alone = [None] * 3  # each row's transformers cache
+    steps = [(torch.tensor(rows), torch.tensor(masks))]
+    steps += [None] * 3 + [("gap", None)] + [None] * 3
+    mask, last = None, None
+    for step in steps:
+        if step is None:
+            ids, new_mask = last, torch.ones(3, 1, dtype=torch.int64)
+        elif step[0] == "gap":  # rows 0 and 2: two tokens; row 1: padding, then a token
+            ids = torch.cat([last + 1, last], 1) % VOCAB
+            ids[1, 0] = PAD
+            new_mask = torch.tensor([[1, 1], [0, 1], [1, 1]])
+        else:
+            ids, new_mask = step
+        mask = new_mask if mask is None else torch.cat([mask, new_mask], 1)
+        logits, cache = onnx_step(session, ids, mask, cache)
+        tokens = []
+        for b in range(3):
+            held = new_mask[b].bool()
+            with torch.no_grad():
+                expected = model(input_ids=ids[b][held][None], past_key_values=alone[b], use_cache=True)
+            np.testing.assert_allclose(logits[b][held.numpy()], expected.logits[0].numpy(), rtol=RTOL, atol=ATOL)
+            alone[b] = expected.past_key_values
+            tokens.append(expected.logits[0, -1].argmax())
+        last = torch.stack(tokens)[:, None]
+    assert mask.sum(1).max() > window + 16  # past the buffer's length
+    events = json.loads(open(session.end_profiling()).read())
+    ran = {e["name"] for e in events if e.get("cat") == "Node"}
+    assert any("/windowed_kernel" in name for name in ran) and any("/held_exact/Attention" in name for name in ran)
+
+
 def test_transformers_js_generates_transformers_tokens_past_the_window(folder, tmp_path, transformers_js):
     _, _, out, prompts, expected = folder
     check_in_transformers_js(transformers_js, tmp_path, out, prompts, expected)

@@ -19,6 +19,7 @@ from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
+from fx2onnx.hub.decoders.windowed_cache import WINDOWED_MODEL, write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
@@ -75,6 +76,9 @@ class CausalLMRecipe(RecipeDefaults):
             return files
         generation = getattr(loaded.model, "generation_config", None)
         config = genai_config(loaded.config, generation, name, program.model)
+        windowed = write_windowed_decoder(staging, name, config)  # ONNX Runtime GenAI's own, where layers slide
+        if windowed is not None:
+            config, files = windowed, [*files, WINDOWED_MODEL]
         return [*files, write_json_file(staging, "genai_config.json", config)]
 
     def verify(
