@@ -15,11 +15,10 @@ folder holds at the end is measured from
 the runtime's `present.*` tensors (`Generator.get_output`): the bytes of every layer's
 key and value buffers; the greedy tokens of both folders are compared too.
 
-With `--windowed-prototype`, a third folder runs in the same rounds: export-hf's with
-its sliding layers' kernels on a window-sized cache (`windowed_cache_prototype.py`), a
-measuring copy exact for one prompt at a time only, to show what that cache would save.
+Both folders give their sliding layers a window-sized cache in ONNX Runtime GenAI
+(export-hf's decoder for the runtime, `onnx/model_windowed_cache.onnx`).
 
-    OMP_NUM_THREADS=1 nice -n 10 python bench/sliding_window_speed.py [--rounds 3] [--windowed-prototype] \\
+    OMP_NUM_THREADS=1 nice -n 10 python bench/sliding_window_speed.py [--rounds 3] \\
         [--markdown bench/sliding_window_speed.md] [--json bench/sliding_window_speed.json]
 
 (a few minutes: two exports a model, then 3 rounds of a 2016-token prompt and 32 tokens
@@ -45,7 +44,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from report_files import write_report  # noqa: E402
 from runtime_speed import _export_llm, _rotations, decode_greedily, write_llm_folder  # noqa: E402 - bench modules side by side
-from windowed_cache_prototype import write_windowed_copy  # noqa: E402
 
 # The builder (0.18) reads a Gemma 3 config as transformers 4 wrote it: one flat
 # `rope_parameters` and `rope_local_base_freq`; transformers 5 nests both by layer type.
@@ -154,8 +152,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=["gemma3-text", "gpt-oss"], choices=["gemma3-text", "gpt-oss"])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
-    parser.add_argument("--windowed-prototype", action="store_true",
-                        help="also time export-hf's folder on a window-sized cache (exact for one prompt only)")
     parser.add_argument("--work", help="folder for the models (default: a temporary one)")
     parser.add_argument("--json", help="write the raw results here")
     parser.add_argument("--markdown", help="write the Markdown table here")
@@ -178,8 +174,6 @@ def main(argv: list[str] | None = None) -> None:
                         _export_llm(exporter, source, out)
                 _on_one_thread(out)
                 folders[exporter] = out
-            if options.windowed_prototype:
-                folders["fx2onnx-windowed"] = write_windowed_copy(folders["fx2onnx"], work / kind / "fx2onnx-windowed")
             print(f"... timing {kind}", file=sys.stderr, flush=True)
             results[kind] = time_folders(folders, options.rounds)
     write_report(markdown(results), results, options.markdown, options.json)

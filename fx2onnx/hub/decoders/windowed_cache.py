@@ -89,6 +89,9 @@ class _Rows:
 
 
 def _rows(nodes: _Nodes, mask: str, ids: str, position_ids: str) -> _Rows:
+    """:class:`_Rows` from the graph's inputs (the new tokens' count from ``ids``); the
+    kernel's condition checks that each held new token's position is the row's count of
+    held tokens before it, which the kernel's own rotation assumes."""
     mask = nodes("Cast", [mask], to=_INT64)
     total, new = nodes.item(mask, 1), nodes.item(ids, 1)
     split, axis = nodes.unsqueeze(nodes("Sub", [total, new]), 0), nodes.const([1])
