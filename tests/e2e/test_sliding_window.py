@@ -242,49 +242,15 @@ def test_onnxruntime_genai_generates_transformers_tokens_past_the_window(folder)
     check_in_genai(out, prompts, expected)
 
 
-def test_genai_decoder_holds_a_window_and_its_exact_form_writes_the_kernels_layout(folder, tmp_path):
-    """ONNX Runtime GenAI's decoder (`genai_config.json`'s file) gives its sliding layers a
-    window-sized cache, listed in the config's `sliding_window` section. Fed as the runtime
-    feeds it (a buffer of the window plus 16 slots a sliding layer, of the whole length a
-    full one, the present fed back), each row's logits equal transformers' for the row
-    alone through a left-padded prompt and a step of 2 tokens with a gap before a held one
-    (the exact form, which the kernel cannot take) and decode steps between and after
-    (the kernel, reading what the exact form wrote), past the buffer's length (both seen
-    in the profiler). Gemma 2 (no kernel) keeps the folder's decoder."""
-    family, model, out, prompts, _ = folder
-    config = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
-    window = WINDOWS[family]
-    sliding = [i for i, kind in enumerate(getattr(model.config, "layer_types", None) or ["sliding_attention"] * 2)
-               if kind == "sliding_attention"]
-    if family == "qwen2":  # layers from max_window_layers on slide
-        sliding = [1]
-    if family == "gemma2":
-        assert config["filename"] == "onnx/model.onnx" and "sliding_window" not in config
-        return
-    assert config["filename"] == "onnx/model_windowed_cache.onnx"
-    assert config["sliding_window"] == {"window_size": window, "slide_key_value_cache": False, "slide_inputs": False,
-                                        "layers": sliding, "cache_slack": 0}
-    path = os.fspath(out / config["filename"])
-    onnx.checker.check_model(path, full_check=True)
-    graph = onnx.load(path, load_external_data=False).graph
-    lengths = {i.name: i.type.tensor_type.shape.dim[2].dim_param for i in graph.input if i.name.startswith("past_key_values.")}
-    assert {name for name, dim in lengths.items() if dim == "window_cache_length"} == {
-        f"past_key_values.{i}.{kind}" for i in sliding for kind in ("key", "value")}
-    options = ort.SessionOptions()
-    options.enable_profiling, options.profile_file_prefix = True, os.fspath(tmp_path / "windowed")
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    longest = len(prompts[0]) + 8
-    cache = {i.name: np.zeros((3, i.shape[1], window + 16 if int(i.name.split(".")[1]) in sliding else longest, i.shape[3]),
-                              np.float32) for i in session.get_inputs() if i.name.startswith("past_key_values.")}
-    rows, masks = padded(prompts, "left")
-    alone = [None] * 3  # each row's transformers cache
-    steps = [(torch.tensor(rows), torch.tensor(masks))]
-    steps += [None] * 3 + [("gap", None)] + [None] * 3
-    mask, last = None, None
+def steps_equal_transformers(session, model, cache: dict, steps: list) -> torch.Tensor:
+    """Run ``steps`` (new ids and their mask for a batch of 3, or None for each row's next
+    greedy token, or "gap" for 2 tokens a row, row 1's first one padding) from ``cache``:
+    each row's logits at its held tokens equal transformers' for the row alone. Returns the mask."""
+    alone, mask, last = [None] * 3, None, None
     for step in steps:
         if step is None:
             ids, new_mask = last, torch.ones(3, 1, dtype=torch.int64)
-        elif step[0] == "gap":  # rows 0 and 2: two tokens; row 1: padding, then a token
+        elif step == "gap":
             ids = torch.cat([last + 1, last], 1) % VOCAB
             ids[1, 0] = PAD
             new_mask = torch.tensor([[1, 1], [0, 1], [1, 1]])
@@ -301,10 +267,73 @@ def test_genai_decoder_holds_a_window_and_its_exact_form_writes_the_kernels_layo
             alone[b] = expected.past_key_values
             tokens.append(expected.logits[0, -1].argmax())
         last = torch.stack(tokens)[:, None]
+    return mask
+
+
+def genai_buffer_lengths(out, rows: list[list[int]], max_length: int) -> list[int]:
+    """The length of each layer's key buffer ONNX Runtime GenAI gives the folder's decoder."""
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    model = og.Model(os.fspath(out))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=max_length, batch_size=len(rows))
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array(rows, dtype=np.int32))
+    generator.generate_next_token()
+    layers = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["num_hidden_layers"]
+    return [generator.get_output(f"present.{i}.key").shape[2] for i in range(layers)]
+
+
+def test_genai_decoder_holds_a_window_and_its_exact_form_writes_the_kernels_layout(folder, tmp_path):
+    """ONNX Runtime GenAI's decoder (`genai_config.json`'s file) gives its sliding layers a
+    window-sized cache, listed in the config's `sliding_window` section: the runtime gives
+    them a buffer of the window plus 16 slots, the full layers one of the whole length.
+    Fed as the runtime feeds it (those buffers, the present fed back), each row's logits
+    equal transformers' for the row alone through a left-padded prompt and a step of 2
+    tokens with a gap before a held one (the exact form, which the kernel cannot take)
+    and decode steps between and after (the kernel, reading what the exact form wrote),
+    past the buffer's length; and on a buffer shorter than the window (the kernel without
+    the windowed cache). All three seen in the profiler. Gemma 2 (no kernel) keeps the
+    folder's decoder."""
+    family, model, out, prompts, _ = folder
+    config = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
+    window = WINDOWS[family]
+    layer_types = getattr(model.config, "layer_types", None) or ["sliding_attention"] * 2
+    sliding = [1] if family == "qwen2" else [i for i, kind in enumerate(layer_types) if kind == "sliding_attention"]
+    if family == "gemma2":
+        assert config["filename"] == "onnx/model.onnx" and "sliding_window" not in config
+        return
+    assert config["filename"] == "onnx/model_windowed_cache.onnx"
+    assert config["sliding_window"] == {"window_size": window, "slide_key_value_cache": False, "slide_inputs": False,
+                                        "layers": sliding, "cache_slack": 0}
+    path = os.fspath(out / config["filename"])
+    onnx.checker.check_model(path, full_check=True)
+    graph = onnx.load(path, load_external_data=False).graph
+    lengths = {i.name: i.type.tensor_type.shape.dim[2].dim_param for i in graph.input if i.name.startswith("past_key_values.")}
+    assert {name for name, dim in lengths.items() if dim == "window_cache_length"} == {
+        f"past_key_values.{i}.{kind}" for i in sliding for kind in ("key", "value")}
+    longest = len(prompts[0]) + 8
+    buffers = [window + 16 if i in sliding else longest for i in range(model.config.num_hidden_layers)]
+    assert genai_buffer_lengths(out, padded(prompts, "right")[0], longest) == buffers
+    options = ort.SessionOptions()
+    options.enable_profiling, options.profile_file_prefix = True, os.fspath(tmp_path / "windowed")
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+    def buffers_of(lengths: list[int]) -> dict[str, np.ndarray]:
+        return {i.name: np.zeros((3, i.shape[1], lengths[int(i.name.split(".")[1])], i.shape[3]), np.float32)
+                for i in session.get_inputs() if i.name.startswith("past_key_values.")}
+
+    rows, masks = padded(prompts, "left")
+    mask = steps_equal_transformers(session, model, buffers_of(buffers),
+                                    [(torch.tensor(rows), torch.tensor(masks)), None, None, None, "gap", None, None, None])
     assert mask.sum(1).max() > window + 16  # past the buffer's length
+    size = window - 8  # 3 rows of that many tokens on buffers of window - 4 slots: 4 steps fit
+    short = [prompts[0][i * size:(i + 1) * size] for i in range(3)]
+    ids = torch.tensor(short)
+    steps_equal_transformers(session, model, buffers_of([window - 4] * len(buffers)), [(ids, torch.ones_like(ids)), None, None])
     events = json.loads(open(session.end_profiling()).read())
     ran = {e["name"] for e in events if e.get("cat") == "Node"}
-    assert any("/windowed_kernel" in name for name in ran) and any("/held_exact/Attention" in name for name in ran)
+    assert {kind for kind in ("/windowed_kernel", "/held_kernel", "/held_exact/Attention") if any(kind in n for n in ran)} == {
+        "/windowed_kernel", "/held_kernel", "/held_exact/Attention"}
 
 
 def test_transformers_js_generates_transformers_tokens_past_the_window(folder, tmp_path, transformers_js):

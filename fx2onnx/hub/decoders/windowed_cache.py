@@ -259,17 +259,31 @@ def _layers(graph: onnx.GraphProto) -> dict[int, _Layer]:
     return found
 
 
-def _kernel_branch(layer: _Layer, rows: _Rows, name: str) -> onnx.GraphProto:
-    """The layer's kernel counting its slots in held tokens (a sliding one on a window-sized buffer)."""
+def _kernel_graph(layer: _Layer, rows: _Rows, name: str, windowed: bool) -> onnx.GraphProto:
+    """The layer's kernel counting its slots in held tokens, on a window-sized buffer
+    (`sliding_window_cache`) when ``windowed``."""
     inputs = list(layer.kernel.input) + [""] * (_QUERY_SEQLENS + 1 - len(layer.kernel.input))
     inputs[5], inputs[6], inputs[10], inputs[_QUERY_SEQLENS] = rows.seqlens, rows.total, "", rows.query_seqlens
     attributes = {a.name: helper.get_attribute_value(a) for a in layer.kernel.attribute}
-    if layer.window > 0:
+    suffix = "windowed_kernel" if windowed else "held_kernel"
+    if windowed:
         attributes["sliding_window_cache"] = 1
-    outputs = [f"{name}/windowed_kernel_{i}" for i in range(3)]
-    node = helper.make_node("GroupQueryAttention", inputs, outputs, name=f"{name}/windowed_kernel", domain=_KERNEL[0],
-                            **attributes)
-    return helper.make_graph([node], f"{name}_windowed_kernel", [], _typed(outputs, layer.outputs))
+    outputs = [f"{name}/{suffix}_{i}" for i in range(3)]
+    node = helper.make_node("GroupQueryAttention", inputs, outputs, name=f"{name}/{suffix}", domain=_KERNEL[0], **attributes)
+    return helper.make_graph([node], f"{name}_{suffix}", [], _typed(outputs, layer.outputs))
+
+
+def _kernel_branch(layer: _Layer, rows: _Rows, name: str, holds_window: str | None) -> onnx.GraphProto:
+    """The kernel a layer runs: a sliding layer's on its window-sized buffer where the
+    buffer holds the window (``holds_window``), else (a buffer shorter than the window:
+    nothing is evicted while the sequence fits it) without `sliding_window_cache`."""
+    if layer.window <= 0:
+        return _kernel_graph(layer, rows, name, windowed=False)
+    outputs = [f"{name}/window_or_not_{i}" for i in range(3)]
+    choice = helper.make_node("If", [holds_window], outputs, name=f"{name}/window_or_not",
+                              then_branch=_kernel_graph(layer, rows, name, windowed=True),
+                              else_branch=_kernel_graph(layer, rows, name, windowed=False))
+    return helper.make_graph([choice], f"{name}_kernel", [], _typed(outputs, layer.outputs))
 
 
 def _typed(names: list[str], like: list[onnx.ValueInfoProto]) -> list[onnx.ValueInfoProto]:
@@ -282,13 +296,15 @@ def _exact_branch(layer: _Layer, rows: _Rows, name: str) -> onnx.GraphProto:
     return helper.make_graph([*layer.rotations, *nodes.nodes], f"{name}_held_exact", [], _typed(results, layer.outputs))
 
 
-def _buffer_fits(nodes: _Nodes, layer: _Layer, rows: _Rows) -> str:
-    """Whether the kernel takes the layer's buffer: a sliding layer's holds the window,
-    a full layer's the past and the new tokens of every row."""
+def _buffer_fits(nodes: _Nodes, layer: _Layer, rows: _Rows) -> tuple[str, str | None]:
+    """Whether the kernel takes the layer's buffer (it holds the window, or the past and
+    the new tokens of every row), and for a sliding layer whether it holds the window."""
     capacity = nodes.item(layer.kernel.input[3], 2)
-    if layer.window > 0:
-        return nodes("GreaterOrEqual", [capacity, nodes.const(layer.window)])
-    return nodes("GreaterOrEqual", [capacity, nodes("Add", [nodes("ReduceMax", [rows.past], keepdims=0), rows.new])])
+    room = nodes("GreaterOrEqual", [capacity, nodes("Add", [nodes("ReduceMax", [rows.past], keepdims=0), rows.new])])
+    if layer.window <= 0:
+        return room, None
+    holds_window = nodes("GreaterOrEqual", [capacity, nodes.const(layer.window)])
+    return nodes("Or", [holds_window, room]), holds_window
 
 
 def windowed_model(model: onnx.ModelProto, names: dict[str, str]) -> tuple[onnx.ModelProto, list[int], int] | None:
@@ -315,11 +331,12 @@ def windowed_model(model: onnx.ModelProto, names: dict[str, str]) -> tuple[onnx.
         if layer is None:
             rewritten.append(node)
             continue
-        condition = shared("And", [rows.right_padded, _buffer_fits(shared, layer, rows)])
+        fits, holds_window = _buffer_fits(shared, layer, rows)
+        condition = shared("And", [rows.right_padded, fits])
         name = node.name or f"windowed_cache_{index}"
         rewritten.append(helper.make_node(
             "If", [condition], list(node.output), name=f"{name}/held_kernel_or_exact",
-            then_branch=_kernel_branch(layer, rows, name), else_branch=_exact_branch(layer, rows, name)))
+            then_branch=_kernel_branch(layer, rows, name, holds_window), else_branch=_exact_branch(layer, rows, name)))
     rewritten[:0] = shared.nodes
     del graph.node[:]
     graph.node.extend(rewritten)
@@ -356,6 +373,8 @@ def write_windowed_decoder(staging: Path, filename: str, genai: dict[str, Any]) 
     if made is None:
         return None
     derived, layers, window = made
+    if window >= genai["model"]["context_length"]:  # nothing is ever evicted: the folder's decoder serves
+        return None
     target = staging / WINDOWED_MODEL
     if target.parent != (staging / filename).parent:
         raise ValueError(f"{WINDOWED_MODEL} must sit beside {filename}: it reads the same data file")
