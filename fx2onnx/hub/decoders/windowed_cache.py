@@ -17,11 +17,13 @@ stays. ONNX Runtime GenAI gets a decoder of its own, `onnx/model_windowed_cache.
 
 The kernel takes a step where it is exact: each row's new tokens are held ones then
 padding, every row holds a token, the positions are the held tokens' counts, and the
-layer's buffer is long enough (a sliding layer's at least the window, a full layer's the
-past and the new tokens). Otherwise (a left-padded batch, a row with a gap among its new
-tokens, a short buffer) the layer computes the same attention in standard operators and
-writes the buffer in the layout the kernel would have left, so that the next steps run
-the kernel.
+layer's buffer is long enough (a sliding layer's at least the window, or else the past
+and the new tokens of every row: then nothing is evicted and the kernel runs without the
+windowed cache; a full layer's the past and the new tokens). Otherwise (a left-padded
+batch, a row with a gap among its new tokens, a buffer too short for the step) the layer
+computes the same attention in standard operators and writes the buffer in the layout
+the kernel would have left, so that the next steps run the kernel. Nothing is written
+where the window reaches the context length (nothing would be evicted).
 """
 
 from __future__ import annotations
