@@ -7,9 +7,10 @@ layout (``clone``, ``contiguous``). In ONNX, which has no strides, each is a nod
 nothing; inside module functions the optimizer cannot see the shapes to remove them,
 so they are removed here, where every shape is known from the FakeTensor metadata.
 A concatenation whose other parts are empty is its one filled part.
-A reshape of a reshape is a reshape of the first input (row-major order is kept), which
-also holds across a module boundary (an attention block's output reshape followed by the
-projection's flattening view), where the ONNX optimizer sees two functions.
+A reshape of a reshape (or of a flatten or unflatten) is a reshape of the first input
+(row-major order is kept), which also holds across a module boundary (an attention
+block's output reshape followed by the projection's flattening view), where the ONNX
+optimizer sees two functions.
 """
 
 from __future__ import annotations
@@ -37,8 +38,18 @@ _IDENTITY_WHEN_SAME_SHAPE = frozenset(
 )
 
 
+def _known_int(size: Any) -> Any:
+    """``size`` as an int when it is one or a symbol the capture fixed to one (a dim marked
+    dynamic that the model's weights made static), else as it is."""
+    if isinstance(size, torch.SymInt):
+        fixed = size.node.maybe_as_int()
+        return fixed if fixed is not None else size
+    return size
+
+
 def same_size(a: Any, b: Any) -> bool:
     """Sizes known equal without a guard: equal ints, or the same symbolic expression."""
+    a, b = _known_int(a), _known_int(b)
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
@@ -47,6 +58,9 @@ def same_size(a: Any, b: Any) -> bool:
 
 
 RESHAPES = frozenset({_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default})
+# what only regroups its input's dims in row-major order, its shape given otherwise: a
+# reshape may read through it
+_REGROUPINGS = RESHAPES | {_aten.flatten.using_ints, _aten.unflatten.int}
 
 
 def _reshaped_source(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -54,7 +68,7 @@ def _reshaped_source(node: torch.fx.Node) -> torch.fx.Node | None:
     if node.op != "call_function" or node.target not in RESHAPES or not node.args:
         return None
     source = node.args[0]
-    if isinstance(source, torch.fx.Node) and source.op == "call_function" and source.target in RESHAPES:
+    if isinstance(source, torch.fx.Node) and source.op == "call_function" and source.target in _REGROUPINGS:
         return source
     return None
 

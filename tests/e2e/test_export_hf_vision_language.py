@@ -408,6 +408,14 @@ def test_gemma3_folder_generates_as_transformers(tmp_path, capsys, window):
     step = next(node for node in decoder.node if node.op_type == "If")
     branches = {a.name: op_types(a.g) for a in step.attribute}
     assert "GroupQueryAttention" in branches["then_branch"] and "GroupQueryAttention" not in branches["else_branch"]
+    # the text step as fused as a decoder the kernel's rule makes: every norm (six a layer,
+    # the last) one node, no transposes of heads, the kernels rotating query and key themselves
+    text_step = next(a.g for a in step.attribute if a.name == "then_branch")
+    top = [node.op_type for node in text_step.node]
+    norms = top.count("RMSNormalization") + top.count("SkipSimplifiedLayerNormalization")
+    assert norms == 6 * model.config.text_config.num_hidden_layers + 1
+    assert not {"Transpose", "ReduceMean", "Pow", "Sqrt", "RotaryEmbedding"} & set(top)
+    assert kernels_rotating(text_step) == [True] * model.config.text_config.num_hidden_layers
     # both branches update the runtime's one buffer for past and present (the runs above used it)
     assert json.loads((out / "genai_config.json").read_text())["search"]["past_present_share_buffer"] is True
     text_steps_match_transformers(out / files["decoder"], model, window)
@@ -443,6 +451,19 @@ def text_steps_match_transformers(path, model, window: int) -> None:
         torch.testing.assert_close(torch.from_numpy(outputs["logits"])[held], expected[held], rtol=1e-3, atol=1e-4)
         cache = {name: outputs[name.replace("past_key_values.", "present.")] for name in cache}
         start = end
+
+
+def kernels_rotating(graph) -> list[bool]:
+    """For each attention kernel of ``graph`` and of its guards' first branches (the kernel
+    run as it is), whether it rotates its query and key itself (``do_rotary``)."""
+    found = []
+    for node in graph.node:
+        if node.op_type == "GroupQueryAttention":
+            found.append(any(a.name == "do_rotary" and a.i == 1 for a in node.attribute))
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH and attribute.name == "then_branch":
+                found += kernels_rotating(attribute.g)
+    return found
 
 
 def op_types(graph) -> set[str]:
@@ -484,7 +505,10 @@ def test_gemma3_in_fake_mode_streams_the_weights(tmp_path):
     assert result.verification.passed and result.verification.max_logit_difference < 1e-4, result.verification.summary()
     weights = sum(p.numel() for p in model.parameters()) * 4
     written = sum((tmp_path / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
-    assert weights <= written < weights * 1.05
+    # the text steps' kernels rotate from tables computed at export, written beside the weights
+    decoder = onnx.load(str(tmp_path / "out" / "onnx" / "decoder_model_merged.onnx"), load_external_data=False).graph
+    tables = sum(int(np.prod(t.dims)) * 4 for t in decoder.initializer if t.name.startswith(("rotary_cos_cache", "rotary_sin_cache")))
+    assert tables > 0 and weights <= written - tables < weights * 1.05
     expected = gemma_transformers_tokens(tmp_path / "source", model, [image_path], 16)
     assert genai_tokens(tmp_path / "out", [image_path], 16, gemma_prompt(1)) == expected
     config = json.loads((tmp_path / "source" / "config.json").read_text())

@@ -28,6 +28,7 @@ from fx2onnx.fx_passes.fused_kernels.matching import (
 # GroupQueryAttention where it can, the standard Attention otherwise.
 RULES: tuple[FusionRule, ...] = (
     group_query_attention.RULE,
+    group_query_attention.PACKED_OPERANDS_RULE,
     attention.RULE,
     attention_sinks.RULE,
     rotary_embedding.RULE,

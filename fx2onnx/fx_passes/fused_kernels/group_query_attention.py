@@ -11,6 +11,11 @@ the kernel its window, ``local_window_size``. The rule comes before ``attention`
 table: where it refuses, the standard ``Attention`` takes the node, with a note saying why.
 ``attention_sinks`` reads attention with sinks into the same match (:func:`match_operands`)
 and adds the sinks, the kernel's ``head_sink``.
+
+``PACKED_OPERANDS_RULE`` takes a kernel a model calls itself (``torch.ops.fx2onnx.cached_attention``
+given its heads put side by side, ``x.transpose(1, 2).flatten(2)``, after a per-head norm
+and rotation) and gives it the packed forms this rule makes: the rotation on the packed
+tensor, the norm on (B, S, heads, D), no transposes.
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ from fx2onnx.fx_passes.fused_kernels import operators  # noqa: F401 - registers 
 from fx2onnx.fx_passes.fused_kernels.attention import AttentionOperands, attention_operands
 from fx2onnx.fx_passes.fused_kernels.editing import new_call
 from fx2onnx.fx_passes.fused_kernels.matching import (
-    FUSED_KERNELS_OPSET, ONNXRUNTIME, FusionRule, FusionTarget, Match, Refusal, Replacements, heads_merge,
+    COPIES, FUSED_KERNELS_OPSET, ONNXRUNTIME, FusionRule, FusionTarget, Match, Refusal, Replacements, heads_merge,
     is_heads_transpose, merged_heads, node_value, split_heads,
 )
 from fx2onnx.fx_passes.fused_kernels.window_mask import held_token_window
-from fx2onnx.fx_passes.remove_identity_views import same_size
+from fx2onnx.fx_passes.remove_identity_views import RESHAPES, same_size
 
 _aten = torch.ops.aten
 
@@ -152,6 +157,21 @@ def match_operands(node: torch.fx.Node, operands: AttentionOperands, tokens: tor
                                     (packed[0], packed[1], packed[2]), window)
 
 
+def _split_sizes(per_head: torch.fx.Node) -> list[Any] | None:
+    """The (B, S) sizes of the reshape that split ``per_head``'s (B, S, heads, D) from a
+    projection (a norm over each head between), as that reshape was given them: every
+    layer's merge then reads the same sizes (one shape computation in the ONNX graph)."""
+    split = per_head
+    while split.target == torch.ops.fx2onnx.rms_norm.default:
+        split = split.args[0]
+    target = split.args[1] if split.target in RESHAPES and len(split.args) > 1 else None
+    if not isinstance(target, (list, tuple)) or len(target) != 4:
+        return None
+    sizes = list(target[:2])
+    known = [node_value(size) if isinstance(size, torch.fx.Node) else size for size in sizes]
+    return sizes if all(map(same_size, known, node_value(per_head).shape[:2])) else None
+
+
 def _make_packed(graph: torch.fx.Graph, packed: _PackedHeads, heads: int) -> torch.fx.Node:
     """The (B, S, heads * D) tensor :class:`_PackedHeads` describes, made at the insertion point."""
     result = packed.projection
@@ -161,11 +181,13 @@ def _make_packed(graph: torch.fx.Graph, packed: _PackedHeads, heads: int) -> tor
             per_head = new_call(graph, torch.ops.fx2onnx.rms_norm.default, (per_head, *packed.norm.args[1:]), packed.norm,
                                 like=node_value(per_head))
         value = node_value(per_head)
-        sizes: list[Any] = []
-        for dim, size in enumerate(value.shape[:2]):
-            if not isinstance(size, int):  # a symbolic size, read from the tensor at run time
-                size = new_call(graph, _aten.sym_size.int, (per_head, dim), None, like=value.shape[dim])
-            sizes.append(size)
+        sizes = _split_sizes(per_head)
+        if sizes is None:
+            sizes = []
+            for dim, size in enumerate(value.shape[:2]):
+                if not isinstance(size, int):  # a symbolic size, read from the tensor at run time
+                    size = new_call(graph, _aten.sym_size.int, (per_head, dim), None, like=value.shape[dim])
+                sizes.append(size)
         result = new_call(graph, _aten.view.default, (per_head, [*sizes, value.shape[2] * value.shape[3]]), per_head,
                           like=value.flatten(2))
     if packed.rotary is None:
@@ -289,3 +311,57 @@ def replace(graph: torch.fx.Graph, found: GroupQueryAttentionMatch) -> Replaceme
 
 RULE = FusionRule("group_query_attention", "GroupQueryAttention", _aten.scaled_dot_product_attention.default,
                   FUSED_KERNELS_OPSET, False, match, replace)
+
+
+def _heads_put_side_by_side(node: Any) -> torch.fx.Node | None:
+    """``x`` (B, heads, S, D) when ``node`` is ``transpose(x, 1, 2)`` (copies between)
+    flattened or reshaped into (B, S, heads * D)."""
+    value = node_value(node) if isinstance(node, torch.fx.Node) else None
+    if value is None or value.dim() != 3:
+        return None
+    if node.target == _aten.flatten.using_ints:
+        if node.args[1:] not in ((2,), (2, -1), (2, 3)):
+            return None
+    elif node.target not in RESHAPES:
+        return None
+    source = node.args[0]
+    while isinstance(source, torch.fx.Node) and source.target in COPIES:
+        source = source.args[0]
+    if not is_heads_transpose(source) or node_value(source.args[0]) is None:
+        return None
+    split = node_value(source.args[0])
+    if split.dim() != 4 or not isinstance(split.shape[1], int) or not isinstance(split.shape[3], int):
+        return None
+    same = same_size(value.shape[0], split.shape[0]) and same_size(value.shape[1], split.shape[2])
+    return source.args[0] if same and same_size(value.shape[2], split.shape[1] * split.shape[3]) else None
+
+
+@dataclass(frozen=True)
+class PackedOperandsMatch(Match):
+    operands: tuple[tuple[int, torch.fx.Node, _PackedHeads, int], ...]  # (argument index, its node, packed form, heads)
+
+
+def match_packed_operands(node: torch.fx.Node, target: FusionTarget) -> PackedOperandsMatch | None:
+    """The query, key and value of the kernel ``node`` that are (B, heads, S, D) tensors
+    of a packed form (:func:`_packed_heads`) put side by side again."""
+    found = []
+    for index in range(3):
+        merged = node.args[index]
+        split = _heads_put_side_by_side(merged)
+        packed = _packed_heads(split) if split is not None else None
+        if packed is not None:
+            found.append((index, merged, packed, int(node_value(split).shape[1])))
+    return PackedOperandsMatch(node, tuple(found)) if found else None
+
+
+def replace_packed_operands(graph: torch.fx.Graph, found: PackedOperandsMatch) -> Replacements:
+    """The packed forms in place of the merged operands (the same values)."""
+    replacements = []
+    for _, merged, packed, heads in found.operands:
+        with graph.inserting_before(found.anchor):
+            replacements.append((merged, _make_packed(graph, packed, heads)))
+    return replacements
+
+
+PACKED_OPERANDS_RULE = FusionRule("packed_attention_operands", "GroupQueryAttention", torch.ops.fx2onnx.cached_attention.default,
+                                  FUSED_KERNELS_OPSET, False, match_packed_operands, replace_packed_operands)

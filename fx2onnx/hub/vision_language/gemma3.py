@@ -19,9 +19,12 @@
 - two decoders in one `If` (`decoder_with_fused_text_steps`): a step with image tokens
   takes the model's own masks above (`GemmaDecoder`); a step of text only, every decode
   step, takes onnxruntime's fused `GroupQueryAttention` (`GemmaTextStep`), its mask the
-  kernel's causal one with the padding and, in sliding-window layers, the window as the
-  kernel's attention bias. Both update a cache buffer the runtime shares between past
-  and present in place.
+  kernel's causal one with the padding as the kernel's attention bias and, in
+  sliding-window layers, the window as the kernel's own (`local_window_size`), so that an
+  unpadded step past the window runs the kernel without a bias, rotating query and key
+  itself (`onnx_passes/cached_attention_guard`; a row with padding after held tokens
+  counts the window in held tokens there, as export-hf's text decoders). Both update a
+  cache buffer the runtime shares between past and present in place.
 """
 
 from __future__ import annotations
@@ -170,36 +173,27 @@ def _cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       attention_mask: torch.Tensor, scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """A layer's attention as onnxruntime's GroupQueryAttention: the new tokens' query, key
     and value (B, heads, S, D) over the layer's past; ``attention_mask`` is the kernel's
-    attention bias (B, 1, S, total)."""
+    attention bias (B, 1, S, total), a sliding layer's window the kernel's own."""
     step = _STEPS[-1]
     past_key, past_value = step.pasts[module.layer_idx]
     heads, key_heads = query.shape[1], key.shape[1]
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    window = getattr(module, "sliding_window", None)
     output, present_key, present_value = torch.ops.fx2onnx.cached_attention(
         *(x.transpose(1, 2).flatten(2) for x in (query, key, value)), past_key, past_value, step.seqlens, step.total,
-        attention_mask, scale, heads, key_heads,
+        attention_mask, scale, heads, key_heads, -1 if window is None else int(window),
     )
     step.presents[module.layer_idx] = (present_key, present_value)
     return output.unflatten(-1, (heads, -1)), None
 
 
-def step_biases(attention_mask: torch.Tensor, new: int, window: int | None, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The kernel's attention bias (B, 1, S, total) of each layer type for ``new`` tokens
-    last in ``attention_mask`` (B, total): 0 where a key is seen, the dtype's lowest
-    where it is padding or, in a sliding-window layer, ``window`` or more tokens before the
-    query (transformers' window: key index > query index - window). The kernel adds its
-    causal mask."""
+def step_bias(attention_mask: torch.Tensor, new: int, dtype: torch.dtype) -> torch.Tensor:
+    """The kernel's attention bias (B, 1, S, total) for ``new`` tokens last in
+    ``attention_mask`` (B, total): 0 where a key is held, the dtype's lowest where it is
+    padding. The kernel adds its causal mask and a sliding layer's window."""
     held = attention_mask.bool()[:, None, None, :]
-    total = attention_mask.shape[1]
     zero, lowest = torch.zeros((), dtype=dtype), torch.full((), torch.finfo(dtype).min, dtype=dtype)
-    full = torch.where(held, zero, lowest).expand(-1, -1, new, -1)
-    biases = {"full_attention": full}
-    if window is not None:
-        queries = torch.arange(new, device=attention_mask.device) + (total - new)
-        keys = torch.arange(total, device=attention_mask.device)
-        in_window = (queries[:, None] - keys[None, :]) < window
-        biases["sliding_attention"] = torch.where(held & in_window, zero, lowest)
-    return biases
+    return torch.where(held, zero, lowest).expand(-1, -1, new, -1)
 
 
 class GemmaTextStep(LanguageModelWithHead):
@@ -208,8 +202,7 @@ class GemmaTextStep(LanguageModelWithHead):
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model)
-        text_config = model.config.get_text_config()
-        self.window = int(text_config.sliding_window) if "sliding_attention" in set(text_config.layer_types) else None
+        self.layer_types = set(model.config.get_text_config().layer_types)
 
     def forward(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
         from transformers import DynamicCache
@@ -224,7 +217,7 @@ class GemmaTextStep(LanguageModelWithHead):
             with attention_implementation(language_model.config, CACHED_ATTENTION, _cached_attention):
                 output = language_model(
                     inputs_embeds=inputs_embeds, position_ids=position_ids, use_cache=False,
-                    attention_mask=step_biases(attention_mask, new, self.window, inputs_embeds.dtype),
+                    attention_mask=dict.fromkeys(self.layer_types, step_bias(attention_mask, new, inputs_embeds.dtype)),
                 )
         finally:
             _STEPS.pop()

@@ -82,10 +82,12 @@ def _assert_unchanged(graph_module, **fuse_options) -> list[str]:
 
 
 def test_rules_are_one_table_with_attention_over_a_cache_first():
-    assert [rule.name for rule in RULES] == ["group_query_attention", "attention", "group_query_attention_sinks", "rotary",
-                                             "rotary_halves", "rotary_interleaved", "gelu", "rms_norm", "mixture_of_experts"]
-    assert [rule.kernel for rule in RULES] == ["GroupQueryAttention", "Attention", "GroupQueryAttention", "RotaryEmbedding",
-                                               "RotaryEmbedding", "RotaryEmbedding", "Gelu", "RMSNormalization", "MoE"]
+    assert [rule.name for rule in RULES] == ["group_query_attention", "packed_attention_operands", "attention",
+                                             "group_query_attention_sinks", "rotary", "rotary_halves", "rotary_interleaved",
+                                             "gelu", "rms_norm", "mixture_of_experts"]
+    assert [rule.kernel for rule in RULES] == ["GroupQueryAttention", "GroupQueryAttention", "Attention", "GroupQueryAttention",
+                                               "RotaryEmbedding", "RotaryEmbedding", "RotaryEmbedding", "Gelu", "RMSNormalization",
+                                               "MoE"]
 
 
 # -- gelu -------------------------------------------------------------------------------------------
@@ -445,6 +447,59 @@ def test_attention_over_a_cache_is_matched_and_replaced_by_group_query_attention
     assert not _calls(graph_module, _aten.scaled_dot_product_attention.default) and not _calls(graph_module, _aten.cat.default)
     for got, want in zip(graph_module(*args), expected):
         torch.testing.assert_close(got, want)
+
+
+def _kernel_given_merged_heads(q, k, v, q_weight, k_weight, positions, past_key, past_value, bias):
+    """A model calling the kernel itself (Gemma 3's text steps): query and key split into
+    heads (of 16), normalized per head after the split (as Gemma 3) or before it, rotated and put
+    side by side again; the value split and merged back."""
+    b, s, _ = q.shape
+
+    def heads(t: torch.Tensor, count: int) -> torch.Tensor:
+        return t.view(b, s, count, 16).transpose(1, 2)
+
+    def merged(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2).flatten(2)
+
+    query = _rotate(_transformers_norm(heads(q, 4), q_weight), positions)
+    key = _rotate(_transformers_norm(k.view(b, s, 2, 16), k_weight).transpose(1, 2), positions)
+    total = torch.scalar_tensor(past_key.shape[2] + s, dtype=torch.int32)
+    return _fx2onnx.cached_attention(merged(query), merged(key), merged(heads(v, 2)), past_key, past_value,
+                                     (total - 1).expand(b), total, bias, 16 ** -0.5, 4, 2)
+
+
+def test_a_kernel_given_merged_heads_reads_the_packed_forms():
+    args = (torch.randn(2, 3, 64), torch.randn(2, 3, 32), torch.randn(2, 3, 32), torch.randn(16), torch.randn(16),
+            torch.arange(5, 8).expand(2, 3), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16),
+            torch.zeros(2, 1, 3, 8).index_fill_(-1, torch.tensor([0, 1]), torch.finfo(torch.float32).min))
+    graph_module = _graph(_kernel_given_merged_heads, *args)
+    expected = graph_module(*args)
+    fused, notes = _fuse(graph_module, target=CACHE_TARGET)
+    assert fused == 5 and notes == []  # two norms, two rotations, the kernel's operands
+    (call,) = _calls(graph_module, _fx2onnx.cached_attention.default)
+    query, key, value = call.args[:3]
+    # the rotations on the packed (B, S, heads * D) tensors, each norm on (B, S, heads, D): no transpose left
+    assert query.target == key.target == _fx2onnx.rotary_3d.default and value.name == "v"
+    assert [(x.args[0].target, x.args[0].args[0].target, x.args[0].args[0].args[0].args[0].name)
+            for x in (query, key)] == [(_aten.view.default, _fx2onnx.rms_norm.default, "q"),
+                                       (_aten.view.default, _fx2onnx.rms_norm.default, "k")]
+    assert not _calls(graph_module, _aten.transpose.int) and not _calls(graph_module, _fx2onnx.rotary.default)
+    for got, want in zip(graph_module(*args), expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_kernel_given_its_operands_packed_is_left_as_it_is():
+    args = (torch.randn(2, 3, 32), torch.randn(2, 3, 16), torch.randn(2, 3, 16), torch.randn(2, 2, 5, 8),
+            torch.randn(2, 2, 5, 8), torch.zeros(2, 1, 3, 8))
+
+    def packed(q, k, v, past_key, past_value, bias):
+        total = torch.scalar_tensor(8, dtype=torch.int32)
+        return _fx2onnx.cached_attention(q, k, v, past_key, past_value, (total - 1).expand(2), total, bias, 8 ** -0.5, 4, 2)
+
+    graph_module = _graph(packed, *args)
+    kernel = _anchor(graph_module, _fx2onnx.cached_attention.default)
+    assert _assert_untouched_by_match(group_query_attention.match_packed_operands, graph_module, kernel) is None
+    _assert_unchanged(graph_module, target=CACHE_TARGET)
 
 
 @pytest.mark.parametrize("padding", [0, 3])
