@@ -15,6 +15,7 @@ import torch
 import fx2onnx
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.client_support import client_note
+from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, separate_cache_file, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
@@ -73,6 +74,11 @@ class CausalLMRecipe(RecipeDefaults):
         if states:
             say(genai_state_note(loaded.config, states))
             return files
+        if reads_combined_cache(loaded.config.to_dict()):
+            # Transformers.js feeds this config one key_value input per layer; ONNX Runtime
+            # GenAI feeds a key and a value: a graph for each, over the same weights
+            name = write_combined_cache_graph(staging, name)
+            files.append(name)
         generation = getattr(loaded.model, "generation_config", None)
         config = genai_config(loaded.config, generation, name, program.model)
         return [*files, write_json_file(staging, "genai_config.json", config)]
@@ -83,12 +89,20 @@ class CausalLMRecipe(RecipeDefaults):
     ) -> Verification:
         lengths = verification_lengths(loaded.config, request.tokens)
         say(f"verification lengths: {lengths.describe()}")
-        path = folder / onnx_file(loaded, folder_layout.MODEL, request.quantization)
-        if request.quantization is not None:
-            vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
-            prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
-            return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), request.tokens, request.atol)
-        return verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)
+        relative = onnx_file(loaded, folder_layout.MODEL, request.quantization)
+        paths = [folder / relative]
+        if reads_combined_cache(loaded.config.to_dict()):
+            paths.append(folder / separate_cache_file(relative))
+        verdicts = []
+        for path in paths:  # each graph of the folder, the worst verdict stands
+            if request.quantization is not None:
+                vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
+                prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
+                verdicts.append(verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), request.tokens,
+                                                           request.atol))
+            else:
+                verdicts.append(verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance))
+        return verdicts[0] if len(verdicts) == 1 else Verification.merged(verdicts)
 
     def client_note(self, config: dict[str, Any]) -> str | None:
         return client_note(config)
