@@ -834,7 +834,7 @@ def report(results: Path, page: Path) -> str:
         "```", "",
         "Each pair is a task of `fx2onnx export-hf` and a class that transformers' auto mappings file under it, "
         "built from the architecture's own config class with its sizes shrunk (2 layers, width 32, vocabulary 100, "
-        "images of 64 pixels; random weights, nothing downloaded). **export-hf** is `export_hf(..., verify=True)`: "
+        "images of 64 pixels; random weights, zero-initialised ones made random too; nothing downloaded). **export-hf** is `export_hf(..., verify=True)`: "
         "the folder's model in onnxruntime against transformers on two input sizes (the second with a padded row), "
         f"every element within `|onnx - torch| <= {ATOL:g} + {RTOL:g} * |torch|` (a decoder's 16 greedy tokens "
         "equal as well). **torch.onnx** is `torch.onnx.export(..., dynamo=True)` on the same module and example "
