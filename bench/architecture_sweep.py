@@ -2,7 +2,8 @@
 
 For each task and each class of transformers' auto mapping for it, a tiny model is built
 from the architecture's own config class (sizes shrunk: 2 layers, width 32, vocabulary
-100, images of 64 pixels; random weights, nothing downloaded), saved, and
+100, images of 64 pixels; random weights, those a model initialises to zeros
+made random too, so that no tie decides a router; nothing downloaded), saved, and
 
 - exported with `export_hf(..., verify=True)`: the folder's model in onnxruntime against
   transformers (`--verify`'s tolerance: rtol 1e-3, atol 1e-4; a decoder's 16 greedy
@@ -269,6 +270,7 @@ def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any
             config = small_config(model_type, class_name, keys, derive=level in DERIVED_LEVELS)
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
+            _random_where_zero(model)
         except Exception as error:  # noqa: BLE001 - the next level is tried; the first error is the cause
             first = first or error
             continue
@@ -281,6 +283,17 @@ def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any
         return built
     assert first is not None
     raise first
+
+
+def _random_where_zero(model: torch.nn.Module) -> None:
+    """Give the weights a model initialises to zeros (a router's gate, a bias) small random
+    values: a zero router scores every expert alike, and each runtime breaks that tie its
+    own way, which no trained checkpoint asks of it."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.is_floating_point() and parameter.numel() > 1 and not parameter.any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
 
 
 def _node_count(folder: Path) -> int:
@@ -821,7 +834,7 @@ def report(results: Path, page: Path) -> str:
         "```", "",
         "Each pair is a task of `fx2onnx export-hf` and a class that transformers' auto mappings file under it, "
         "built from the architecture's own config class with its sizes shrunk (2 layers, width 32, vocabulary 100, "
-        "images of 64 pixels; random weights, nothing downloaded). **export-hf** is `export_hf(..., verify=True)`: "
+        "images of 64 pixels; random weights, zero-initialised ones made random too; nothing downloaded). **export-hf** is `export_hf(..., verify=True)`: "
         "the folder's model in onnxruntime against transformers on two input sizes (the second with a padded row), "
         f"every element within `|onnx - torch| <= {ATOL:g} + {RTOL:g} * |torch|` (a decoder's 16 greedy tokens "
         "equal as well). **torch.onnx** is `torch.onnx.export(..., dynamo=True)` on the same module and example "

@@ -21,7 +21,10 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   change nothing (returned as it is: the capture's parameters cannot be swapped);
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
-  (:mod:`fx2onnx.capture.libraries.transformers_rope`).
+  (:mod:`fx2onnx.capture.libraries.transformers_rope`);
+- **model choices**: a transformers model that asks for its experts' "eager" routing loop
+  runs transformers' grouped implementation during a capture
+  (:func:`fx2onnx.capture.libraries.transformers_experts.experts_without_routing_loops`).
 
 A rewrite applies only when its module is already imported (a model that uses
 torchvision has imported it): fx2onnx never imports a library for it.
@@ -52,7 +55,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
     uncounted_sliding_caches,
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
-from fx2onnx.capture.libraries.transformers_experts import every_expert_weighted
+from fx2onnx.capture.libraries.transformers_experts import every_expert_weighted, experts_without_routing_loops
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
 
@@ -212,7 +215,8 @@ def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_R
 @contextlib.contextmanager
 def library_adapters_at_capture(model: Any = None) -> Iterator[None]:
     """Every library adapter, for the duration of one capture of ``model``."""
-    with registered_containers(), rewritten_library_functions(), rope_of_the_sequence_length(model):
+    with registered_containers(), rewritten_library_functions(), rope_of_the_sequence_length(model), \
+            experts_without_routing_loops(model):
         yield
 
 

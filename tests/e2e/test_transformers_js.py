@@ -307,39 +307,79 @@ TINY_FALCON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, n
                    bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
-@pytest.mark.parametrize(("family", "error"), [
-    ("mixtral", "Unsupported model type: mixtral"),
-    ("falcon-multi-query", "Missing the following inputs: past_key_values.0.key"),
-    ("falcon", None),
-])
-def test_transformers_js_fails_where_export_hf_says_it_cannot_load(tmp_path, family, error, tokenizer, transformers_js):
-    """The note export-hf says for a folder Transformers.js cannot load is Transformers.js's
-    own failure; Falcon without multi_query, the same layout, generates transformers' tokens."""
-    source = tmp_path / "source"
-    if family == "mixtral":
-        model = save_causal_lm(source, family, tokenizer)
-    else:
-        torch.manual_seed(0)
-        config = transformers.FalconConfig(**TINY_FALCON, vocab_size=len(tokenizer), multi_query=family != "falcon")
-        model = transformers.AutoModelForCausalLM.from_config(config).eval()
-        model.save_pretrained(source)
-        tokenizer.save_pretrained(source)
+def test_transformers_js_fails_where_export_hf_says_it_cannot_load(tmp_path, tokenizer, transformers_js):
+    """The note export-hf says for a folder Transformers.js cannot load (Mixtral: no class for
+    its model type) is Transformers.js's own failure."""
+    save_causal_lm(tmp_path / "source", "mixtral", tokenizer)
     said = []
-    export_hf(source, tmp_path / "out", say=said.append)
+    export_hf(tmp_path / "source", tmp_path / "out", say=said.append)
     notes = [line for line in said if "Transformers.js 4.3.1 cannot load this folder" in line]
-    graph = onnx.load(os.fspath(tmp_path / "out" / "onnx" / "model.onnx"), load_external_data=False)
-    assert {"past_key_values.0.key", "past_key_values.0.value"} <= {i.name for i in graph.graph.input}
-    prompts = [list(transformers.AutoTokenizer.from_pretrained(source)(PROMPTS[0])["input_ids"])]
+    error = "Unsupported model type: mixtral"
+    assert len(notes) == 1 and error in notes[0]  # the client's own words
+    prompts = [list(tokenizer(PROMPTS[0])["input_ids"])]
     done = node_run(transformers_js, tmp_path, {"folder": str(tmp_path / "out"), "task": "text-generation",
                                                 "prompts": prompts, "new_tokens": NEW_TOKENS})
-    if error is None:
-        assert notes == []
-        assert done.returncode == 0, done.stderr[-3000:]
-        expected = greedy(model, torch.tensor(prompts), torch.ones(1, len(prompts[0]), dtype=torch.int64))
-        assert json.loads((tmp_path / "result.json").read_text())["generated"] == expected
-    else:
-        assert len(notes) == 1 and error in notes[0]  # the client's own words
-        assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]
+    assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]
+
+
+MULTI_QUERY_CONFIGS = {
+    "falcon": lambda vocab: transformers.FalconConfig(**TINY_FALCON, vocab_size=vocab, multi_query=False),
+    "falcon-multi-query": lambda vocab: transformers.FalconConfig(**TINY_FALCON, vocab_size=vocab, multi_query=True),
+    # Falcon-40B's kind: new decoder architecture with 2 key/value heads, multi_query still true
+    "falcon-new-decoder": lambda vocab: transformers.FalconConfig(
+        **{**TINY_FALCON, "new_decoder_architecture": True}, num_kv_heads=2, vocab_size=vocab, multi_query=True),
+    "gpt-bigcode": lambda vocab: transformers.GPTBigCodeConfig(
+        n_embd=64, n_layer=2, n_head=4, n_positions=256, multi_query=True, vocab_size=vocab, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0),
+}
+
+
+@pytest.mark.parametrize("family", list(MULTI_QUERY_CONFIGS))
+def test_multi_query_folders_in_transformers_js_and_genai(tmp_path, family, tokenizer, transformers_js):
+    """A config with multi_query: true (Falcon's and GPT-BigCode's defaults): Transformers.js feeds
+    one combined key_value cache input per layer, which `onnx/model.onnx` takes; ONNX Runtime
+    GenAI reads the separate-cache graph its config names, over the same weights file. Both
+    generate transformers' tokens, each prompt alone and (Transformers.js) as a left-padded batch."""
+    torch.manual_seed(0)
+    config = MULTI_QUERY_CONFIGS[family](len(tokenizer))
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    said = []
+    out = tmp_path / "out"
+    result = export_hf(tmp_path / "source", out, say=said.append, verify=True)
+    assert result.verification.passed
+    assert not [line for line in said if "cannot load this folder" in line]
+    combined = config.multi_query
+    graphs = sorted(path.name for path in (out / "onnx").iterdir())
+    assert graphs == (["model.onnx", "model.onnx_data", "model_separate_cache.onnx"] if combined
+                      else ["model.onnx", "model.onnx_data"])
+    genai_file = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["filename"]
+    assert genai_file == ("onnx/model_separate_cache.onnx" if combined else "onnx/model.onnx")
+    inputs = {}
+    for name in graphs[::2] if combined else graphs[:1]:
+        graph = onnx.load(os.fspath(out / "onnx" / name), load_external_data=False)
+        onnx.checker.check_model(onnx.load(os.fspath(out / "onnx" / name)), full_check=True)
+        # every graph reads the one weights file
+        assert {entry.value for tensor in graph.graph.initializer for entry in tensor.external_data
+                if entry.key == "location"} == {"model.onnx_data"}
+        inputs[name] = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.graph.input}
+    separate = inputs["model_separate_cache.onnx" if combined else "model.onnx"]
+    batch, heads, past, head_size = separate["past_key_values.1.value"]
+    assert (batch, past, head_size) == ("batch_size", "past_sequence_length", 16)
+    if combined:  # key and value side by side on the last dim
+        assert inputs["model.onnx"]["past_key_values.1.key_value"] == [batch, heads, past, 2 * head_size]
+        assert not {"past_key_values.0.key", "past_key_values.0.value"} & set(inputs["model.onnx"])
+    prompts = [list(tokenizer(text)["input_ids"]) for text in PROMPTS]
+    expected = [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
+    ids, mask = left_padded(prompts)
+    job = {"folder": str(out), "task": "text-generation", "strings": [], "prompts": prompts, "new_tokens": NEW_TOKENS,
+           "batch": {"input_ids": ids, "attention_mask": mask}}
+    in_js = run_in_transformers_js(transformers_js, tmp_path, job)
+    assert in_js["generated"] == expected
+    assert in_js["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    assert [generate_with_genai(out, prompt, NEW_TOKENS)[0] for prompt in prompts] == expected
 
 
 def test_float16_folder_with_its_float32_twin_in_transformers_js(tmp_path, tokenizer, transformers_js):

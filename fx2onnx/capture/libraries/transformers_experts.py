@@ -1,4 +1,6 @@
-"""transformers' mixtures of experts kept as one module per expert, captured densely.
+"""transformers' mixtures of experts whose routing loop torch.export cannot capture.
+
+**Experts kept as one module per expert, captured densely.**
 
 Switch Transformers' experts (`SwitchTransformersExperts`, an `nn.ModuleDict` with one
 feed-forward module per expert) loop over the experts that some token was routed to
@@ -9,14 +11,50 @@ for it, which is zero for an expert the router did not pick (or a token dropped 
 expert's capacity): the sum is the original's for every routing. It costs every expert on
 every token.
 
-Knows transformers only by name (library_adapters.CAPTURE_REWRITES): never imports it.
+**Experts whose model asks for transformers' "eager" experts implementation** (the OpenAI
+Privacy Filter does by default): transformers' experts classes (`@use_experts_implementation`)
+then loop over the experts the routing picked, the same loop. During a capture such a model
+runs transformers' grouped implementation instead (every expert's tokens in one grouped
+matrix product; its batched one where the grouped one cannot run), which torch.export
+captures; the model's own choice is restored afterwards. The sums are the same, added in
+another order.
+
+Knows transformers only by name (library_adapters.CAPTURE_REWRITES, the model's own
+methods): never imports it.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+# transformers' experts implementations torch.export captures, in the order tried
+_CAPTURED_IMPLEMENTATIONS = ("grouped_mm", "batched_mm")
+
+
+@contextlib.contextmanager
+def experts_without_routing_loops(model: Any) -> Iterator[None]:
+    """While inside, ``model`` (a transformers model that asks for the "eager" experts
+    implementation) runs a captured one instead; anything else is left as it is."""
+    config = getattr(model, "config", None)
+    can_set = getattr(type(model), "_can_set_experts_implementation", None)
+    if getattr(config, "_experts_implementation", None) != "eager" or can_set is None or not can_set():
+        yield
+        return
+    kept = model.get_experts_implementation()
+    for implementation in _CAPTURED_IMPLEMENTATIONS:
+        try:
+            model.set_experts_implementation(implementation)
+            break
+        except (ValueError, ImportError, RuntimeError):  # not available here: the next one is tried
+            continue
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(kept)
 
 
 def every_expert_weighted(original: Any) -> Any:

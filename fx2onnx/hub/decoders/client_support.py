@@ -3,7 +3,8 @@
 The one place that knows a client's limits per architecture: `export_hf` says the note
 when it writes such a folder, and docs/guides/export-hf.md ("Clients per architecture")
 lists the same model types. The folder itself is the same for every client (one key and
-one value input per layer, as ONNX Runtime GenAI and onnxruntime take it).
+one value input per layer, as ONNX Runtime GenAI and onnxruntime take it), except for a
+config with ``multi_query: true`` (combined_cache.py).
 
 Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 
@@ -17,9 +18,8 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   `config.json`, where transformers 5 writes them under `text_config`. The folder's
   `config.json` gets the entry under both names, with the same value (`transformers_js_entries`).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
-  when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, so a folder
-  with ``past_key_values.<i>.key`` and ``.value`` (Falcon's and GPT-BigCode's default
-  configs) fails with ``Missing the following inputs: past_key_values.0.key``.
+  when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, which such a
+  folder's `onnx/model.onnx` takes (combined_cache.py).
 """
 
 from __future__ import annotations
@@ -50,21 +50,12 @@ TRANSFORMERS_JS_ENTRY_NAMES = {
         "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim")},
 }
 
-MULTI_QUERY_REASON = (
-    "its config.json says multi_query: true, for which Transformers.js feeds one combined past_key_values.<i>.key_value "
-    "input per layer; the folder has past_key_values.<i>.key and .value, as ONNX Runtime GenAI needs (Missing the "
-    "following inputs: past_key_values.0.key, ...)"
-)
-
-
 def transformers_js_reason(config: Mapping[str, Any]) -> str | None:
     """Why Transformers.js 4.3.1 cannot load a text-generation folder whose `config.json` is
     ``config`` (a dict), or None when nothing known stops it."""
     model_type = config.get("model_type")
     if model_type not in TRANSFORMERS_JS_CAUSAL_LM_TYPES:
         return f"it has no text-generation class for model type {model_type} (Unsupported model type: {model_type})"
-    if config.get("multi_query"):
-        return MULTI_QUERY_REASON
     return None
 
 

@@ -15,6 +15,7 @@ import torch
 import fx2onnx
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.client_support import client_note
+from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, separate_cache_file, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
@@ -74,6 +75,11 @@ class CausalLMRecipe(RecipeDefaults):
         if states:
             say(genai_state_note(loaded.config, states))
             return files
+        if reads_combined_cache(loaded.config.to_dict()):
+            # Transformers.js feeds this config one key_value input per layer; ONNX Runtime
+            # GenAI feeds a key and a value: a graph for each, over the same weights
+            name = write_combined_cache_graph(staging, name)
+            files.append(name)
         generation = getattr(loaded.model, "generation_config", None)
         config = genai_config(loaded.config, generation, name, program.model)
         windowed = write_windowed_decoder(staging, name, config)  # ONNX Runtime GenAI's own, where layers slide
@@ -87,22 +93,30 @@ class CausalLMRecipe(RecipeDefaults):
     ) -> Verification:
         lengths = verification_lengths(loaded.config, request.tokens)
         say(f"verification lengths: {lengths.describe()}")
-        path = folder / onnx_file(loaded, folder_layout.MODEL, request.quantization)
-        if request.quantization is not None:
-            vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
-            prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
-            return verify_quantized_causal_lm(path, model, loaded.config, prompt.tolist(), request.tokens, request.atol)
-        result = verify_causal_lm_at_lengths(path, model, loaded.config, lengths, tolerance)
-        windowed = folder / WINDOWED_MODEL
-        if not result.passed or not windowed.is_file():
-            return result
-        # ONNX Runtime GenAI's own decoder, fed as onnxruntime's other clients feed a cache (its
-        # exact form first, then its kernels once a sliding layer's buffer holds the window)
-        say(f"verifying {WINDOWED_MODEL} (ONNX Runtime GenAI's decoder) too")
-        checked = verify_causal_lm_at_lengths(windowed, model, loaded.config, lengths, tolerance)
-        if checked.passed:
-            return result
-        return dataclasses.replace(checked, failure=f"{WINDOWED_MODEL}: {checked.failure or 'logits beyond the tolerance'}")
+        relative = onnx_file(loaded, folder_layout.MODEL, request.quantization)
+        paths = [relative]  # the folder's model, then the graphs ONNX Runtime GenAI reads instead
+        if reads_combined_cache(loaded.config.to_dict()):
+            paths.append(separate_cache_file(relative))
+        if (folder / WINDOWED_MODEL).is_file():
+            # fed as onnxruntime's other clients feed a cache (its exact form first, then its
+            # kernels once a sliding layer's buffer holds the window)
+            paths.append(WINDOWED_MODEL)
+        verdicts = []
+        for path in paths:
+            if path != relative:
+                say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
+            if request.quantization is not None:
+                vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
+                prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
+                verdict = verify_quantized_causal_lm(folder / path, model, loaded.config, prompt.tolist(), request.tokens,
+                                                     request.atol)
+            else:
+                verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance)
+            if not verdict.passed:
+                return verdict if path == relative else dataclasses.replace(
+                    verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
+            verdicts.append(verdict)
+        return Verification.merged(verdicts) if len(verdicts) > 1 else verdicts[0]
 
     def client_note(self, config: dict[str, Any]) -> str | None:
         return client_note(config)

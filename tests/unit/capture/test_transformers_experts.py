@@ -46,3 +46,26 @@ def test_switch_experts_export_with_a_dynamic_token_count(export_and_compare) ->
                                  second_inputs=((second,), {}))
     assert isinstance(program.model.graph.outputs[0].shape[1].value, str)
     assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]
+
+
+def test_a_model_asking_for_the_eager_experts_loop_is_captured_with_the_grouped_one(export_and_compare) -> None:
+    """The OpenAI Privacy Filter asks for transformers' "eager" experts implementation (a loop
+    over the routed experts) by default: exported with the grouped one, equal to PyTorch's
+    eager loop at two token counts (its router given random weights: a zero router ties every
+    expert), with the model's own choice restored after the export."""
+    config = transformers.OpenAIPrivacyFilterConfig(
+        hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        num_local_experts=4, num_experts_per_tok=2, vocab_size=64, num_labels=3, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    torch.manual_seed(0)
+    model = transformers.OpenAIPrivacyFilterForTokenClassification(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "router" in name:
+                parameter.copy_(torch.randn(parameter.shape))
+    assert model.config._experts_implementation == "eager"
+    first = torch.randint(0, 64, (2, 9))
+    second = torch.randint(0, 64, (3, 5))
+    program = export_and_compare(model, (first,), options=fx2onnx.ExportOptions(dynamic_shapes=True),
+                                 second_inputs=((second,), {}))
+    assert model.config._experts_implementation == "eager"
+    assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]

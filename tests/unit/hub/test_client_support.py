@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fx2onnx.hub.decoders.combined_cache import reads_combined_cache
 from fx2onnx.hub.decoders.client_support import (
-    MULTI_QUERY_REASON, TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason, transformers_js_unsupported,
+    TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason, transformers_js_unsupported,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -39,10 +40,12 @@ def test_mixtral_has_no_transformers_js_class():
     (transformers.FalconConfig(num_hidden_layers=1, multi_query=False), False),
     (transformers.GPTBigCodeConfig(n_layer=1), True),  # GPT-BigCode's default
 ])
-def test_a_multi_query_config_is_read_as_one_combined_cache_input(config, multi_query):
-    reason = transformers_js_reason(config.to_dict())
-    assert reason == (MULTI_QUERY_REASON if multi_query else None)
-    assert (client_note(config.to_dict()) is not None) is multi_query
+def test_a_multi_query_config_gets_the_combined_cache_and_no_note(config, multi_query):
+    """Transformers.js reads multi_query as one combined cache input per layer, which the
+    folder's model.onnx then takes (combined_cache.py): nothing stops it."""
+    assert reads_combined_cache(config.to_dict()) is multi_query
+    assert transformers_js_reason(config.to_dict()) is None
+    assert client_note(config.to_dict()) is None
 
 
 @pytest.mark.parametrize("config", [
