@@ -14,6 +14,7 @@ import json
 import os
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -86,10 +87,29 @@ def exported(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"{family}-{runtime}")
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(CONFIGS[family](**DECODER)).eval()
+    if family == "qwen2":  # biases of Q and K through every branch; V's stays zeros (left out of the folder)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                    projection.bias.normal_(std=0.5)
     model.save_pretrained(root / "source")
     export_hf(root / "source", root / "out", runtime=runtime)
     session = ort.InferenceSession(os.fspath(root / "out" / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
     return model, root / "out", session, runtime
+
+
+def test_the_folder_adds_the_biases_that_are_not_zeros(exported):
+    """A bias of zeros (Qwen2's V here) changes no number: the folder leaves it out and
+    keeps every other."""
+    model, folder, _, _ = exported
+    graph = onnx.load(os.fspath(folder / "onnx" / "model.onnx"), load_external_data=False).graph
+    read = {name for node in graph.node for name in node.input}
+    in_file = {t.name for t in graph.initializer if t.name.endswith(".bias") and t.name in read}
+    held = {name for name, p in model.named_parameters() if name.endswith(".bias") and bool(p.abs().max() > 0)}
+    zeros = {name for name, p in model.named_parameters() if name.endswith(".bias") and not bool(p.abs().max() > 0)}
+    assert in_file == held and not in_file & zeros
+    if isinstance(model.config, transformers.Qwen2Config):
+        assert len(held) == 4 and len(zeros) == 2  # two layers
 
 
 def test_a_left_padded_batch_generates_transformers_tokens(exported):
