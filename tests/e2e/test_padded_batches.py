@@ -140,6 +140,31 @@ def test_a_right_padded_prompt_and_the_step_after_it(exported):
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_padding_with_positions_in_the_kernels_order(exported):
+    """Every row's positions ``total - S .. total - 1`` (what the kernel assumes), but a mask
+    with padding: the mask, not the positions, says the kernel without the bias may not
+    run (a left-padded prompt, then a step over its cache)."""
+    model, _, session, _ = exported
+    ids, mask = padded("left")
+    cache_names = [i.name for i in session.get_inputs() if i.name.startswith("past")]
+    shapes = {i.name: i.shape for i in session.get_inputs()}
+    cache = {n: np.zeros((3, shapes[n][1], 0, shapes[n][3]), np.float32) for n in cache_names}
+    torch_cache = None
+    for step in (ids, torch.tensor([[20], [21], [22]])):
+        if torch_cache is not None:
+            mask = torch.cat([mask, torch.ones(3, 1, dtype=mask.dtype)], 1)
+        order = torch.arange(mask.shape[1] - step.shape[1], mask.shape[1])[None].repeat(3, 1)
+        feed = {"input_ids": step.numpy(), "attention_mask": mask.numpy(), "position_ids": order.numpy(), **cache}
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in cache_names}
+        with torch.no_grad():
+            out = model(input_ids=step, attention_mask=mask, position_ids=order, use_cache=True,
+                        **({cache_argument(model): torch_cache} if torch_cache is not None else {}))
+        torch_cache = out.past_key_values
+        held = mask[:, -step.shape[1]:].bool().numpy()  # the padding's logits are no token's
+        np.testing.assert_allclose(outputs["logits"][held], out.logits.numpy()[held], rtol=1e-4, atol=1e-4)
+
+
 def test_several_new_tokens_over_a_cache_at_batch_3(exported):
     """onnxruntime's kernel refuses this step: the folder takes the standard form for it."""
     model, _, session, _ = exported
