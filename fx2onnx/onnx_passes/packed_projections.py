@@ -90,11 +90,12 @@ def _attention_inputs(model: ir.Model) -> list[tuple[ir.Value, ir.Value, ir.Valu
     return found  # type: ignore[return-value]
 
 
-def _in_attention_order(nodes: list[ir.Node], attention: list[tuple[ir.Value, ir.Value, ir.Value]]) -> list[ir.Node] | None:
-    """``nodes`` ordered as the query, key and value a kernel reads, if they are exactly those."""
+def _attention_group(nodes: list[ir.Node], attention: list[tuple[ir.Value, ir.Value, ir.Value]]) -> list[ir.Node] | None:
+    """The three of ``nodes`` whose outputs a kernel reads as its query, key and value, in
+    that order (other layers on the same input, a parallel block's MLP, left out)."""
     by_output = {node.outputs[0]: node for node in nodes}
     for inputs in attention:
-        if len(nodes) == 3 and set(inputs) == set(by_output):
+        if all(value in by_output for value in inputs):
             return [by_output[value] for value in inputs]
     return None
 
@@ -111,10 +112,12 @@ def pack_projections(model: ir.Model, attention_only: bool = False) -> int:
     attention = _attention_inputs(model)
     packed = 0
     for nodes in groups.values():
-        ordered = _in_attention_order(nodes, attention)
-        if attention_only and ordered is None:
-            continue
+        query_key_value = _attention_group(nodes, attention)
+        if attention_only:
+            nodes = query_key_value or []
+        elif query_key_value is not None and len(nodes) == 3:
+            nodes = query_key_value  # in the kernel's order, for it to read them packed
         if len(nodes) > 1:
-            _pack(model.graph, ordered or nodes)
+            _pack(model.graph, nodes)
             packed += 1
     return packed
