@@ -63,7 +63,9 @@ class WeightQuantization:
             (default): every linear weight quantized by ``algorithm``.
         packed_projections: the ``MatMulNBits`` of the main graph that read one input (Q, K
             and V; gate and up) packed into one and a ``Split``
-            (`onnx_passes.packed_projections`; a flat graph's layers only).
+            (`onnx_passes.packed_projections`; a flat graph's layers only). False
+            (default): only the Q, K and V of a ``GroupQueryAttention``, which reads them
+            packed (no ``Split`` where it runs).
         dynamic_activations: 8 bits only: instead of ``MatMulNBits``, every float32 linear
             layer of the main graph as ``MatMulInteger`` of its input quantized at run time
             (`onnx_passes.dynamic_quantization`; an encoder's int8). The other fields but

@@ -200,6 +200,24 @@ def translated_fx_targets(model: onnx.ModelProto) -> set[str]:
     return targets
 
 
+def matmul_nbits_weights(graph: onnx.GraphProto) -> list[tuple[dict, str, str, str | None]]:
+    """Each quantized weight of a decoder's MatMulNBits (`decoder_stack_nodes`): the node's
+    attributes and the names of its codes, scales and zero points (None without), a packed
+    node's (inputs that `Concat` initializers, `onnx_passes.packed_projections`) one entry
+    per packed weight."""
+    concats = {n.output[0]: list(n.input) for n in graph.node if n.op_type == "Concat"}
+    weights = []
+    for node in decoder_stack_nodes(graph):
+        if node.op_type != "MatMulNBits":
+            continue
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        zero = node.input[3] if len(node.input) > 3 and node.input[3] else None
+        parts = [concats.get(name, [name]) for name in (node.input[1], node.input[2])]
+        zeros = concats.get(zero, [zero]) if zero is not None else [None] * len(parts[0])
+        weights += [(attributes, codes, scales, z) for codes, scales, z in zip(parts[0], parts[1], zeros)]
+    return weights
+
+
 def dequantize_matmul_nbits(
     codes: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, bits: int, k: int
 ) -> np.ndarray:

@@ -186,10 +186,11 @@ def export_hf(
         mixed_precision: int4 of a causal LM: 8 bits for the value and down projections
             of the first and last eighth of the layers and every third layer between
             (llama.cpp's Q4_K_M rule, `fx2onnx.hub.precision.resolution.more_bits_layers`).
-        pack_projections: int4/int8 run the layers that read one input (Q, K and V; gate
-            and up) as one MatMulNBits and a Split; GroupQueryAttention reads the packed
-            Q, K and V itself where it runs. Off by default (bench/int4_decode_profile.py:
-            about 3% off the int4 decode step's nodes, within the machine's spread).
+        pack_projections: int4/int8 run every group of layers that read one input (Q, K
+            and V; gate and up) as one MatMulNBits and a Split. Without it, Q, K and V
+            alone are packed where GroupQueryAttention reads them (it reads the packed
+            tensor itself where it runs, so no Split runs there); gate and up, which
+            would need a Split every step, stay apart.
         text_only: export a multimodal model's language model alone as text-generation,
             its vision and audio encoders left out (`fx2onnx.hub.decoders.text_only`); without it a
             text-generation export of a model with encoders is refused.

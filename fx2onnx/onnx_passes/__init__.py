@@ -2,7 +2,8 @@
 
 Takes the `ir.Model`; gives it with types onnxruntime's kernels accept (`legalize_types`,
 `cpu_kernel_types`), optimized (`optimization`, `layout_rules`) and validated by ONNX's
-checker and strict inference (`validate_model`). Weights without data (fake mode) are
+checker and strict inference (`validate_model`); a linear layer's bias of zeros is left
+out (`zero_biases`). Weights without data (fake mode) are
 hidden from the passes and the checker (`fake_weights`). The opset the user asks for is
 reached last, before validation (`opset_conversion`); then the fused kernels, written
 in a domain of their own until the opset is final, join the standard domain

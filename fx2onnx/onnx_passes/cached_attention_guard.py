@@ -18,6 +18,13 @@ kernel runs without it, which computes the same scores exactly; otherwise a seco
 chooses between the kernel with the bias and the exact form. An unpadded batch still
 takes one `If` a layer, a padded one two.
 
+The condition is computed once a step, in a few small nodes, from the model's inputs:
+the batch and new tokens from the shape of an input of the query's first two dims
+(``input_ids``: none of the layers' nodes is needed for it, so a guard of the whole stack,
+`decoder_stack_guard`, holds them all), the kernel's refusal as ``(B - 1)(S - 1)(total -
+S) != 0``, the bias as the mask's ``Where(held, 0, lowest)`` where it is one (every token
+held implies a bias of zeros), and the positions as one reduction of their comparison.
+
 A sliding layer's kernel (`local_window_size`) counts its window in cache slots, the
 model in the tokens the mask holds: the two counts differ where a row has padding after a
 held token (ONNX Runtime GenAI pads a batch on the right). Its padded branch runs the
@@ -31,6 +38,8 @@ its sink logit as the score of one more key, of zeros, whose value is zeros.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
@@ -66,21 +75,54 @@ class _Nodes:
         return self("Constant", [], value=ir.tensor(np.asarray(value, dtype=dtype)))
 
 
-def _kernel_runs(nodes: _Nodes, query: ir.Value, total: ir.Value) -> ir.Value:
-    """Whether the kernel takes this step: one sequence, one new token, or no past."""
-    shape = nodes("Shape", [query], start=0, end=2)
-    batch, new = (nodes("Gather", [shape, nodes.constant(i)], axis=0) for i in (0, 1))
+@dataclass(frozen=True)
+class _StepSizes:
+    """A step's sizes as int64 scalars: the mask's total, the tokens before the new ones."""
+
+    total: ir.Value
+    past: ir.Value
+
+
+def _step_sizes(nodes: _Nodes, sized: ir.Value, total: ir.Value) -> tuple[ir.Value, _StepSizes]:
+    """``sized``'s (batch, new tokens) and the step's sizes (``total``, the kernel's)."""
+    shape = nodes("Shape", [sized], start=0, end=2)
+    new = nodes("Gather", [shape, nodes.constant(1)], axis=0)
     total = nodes("Cast", [total], to=ir.DataType.INT64)
-    one = nodes.constant(1)
-    return nodes("Or", [nodes("Or", [nodes("Equal", [batch, one]), nodes("Equal", [new, one])]), nodes("Equal", [new, total])])
+    return shape, _StepSizes(total, nodes("Sub", [total, new]))
+
+
+def _kernel_runs(nodes: _Nodes, batch_and_new: ir.Value, sizes: _StepSizes) -> ir.Value:
+    """Whether the kernel takes this step: one sequence, one new token, or no past, that
+    is ``(B - 1)(S - 1)(total - S) == 0`` (each factor at least 0)."""
+    refused = nodes("ReduceProd", [nodes("Sub", [batch_and_new, nodes.constant(1)])], keepdims=0)
+    return nodes("Equal", [nodes("Mul", [refused, sizes.past]), nodes.constant(0)])
+
+
+def _where_zero(rows: ir.Value) -> ir.Value | None:
+    """The booleans ``c`` of ``rows = Where(c, 0, x)`` (through `Unsqueeze`s): where all
+    hold, every row is zero."""
+    producer = rows.producer()
+    while producer is not None and producer.op_type == "Unsqueeze" and producer.inputs[0] is not None:
+        producer = producer.inputs[0].producer()
+    if producer is None or producer.op_type != "Where" or len(producer.inputs) != 3:
+        return None
+    condition, zero = producer.inputs[0], producer.inputs[1]
+    tensor = None if zero is None else ir.convenience.get_const_tensor(zero)
+    if condition is None or condition.dtype != ir.DataType.BOOL or tensor is None or np.any(tensor.numpy()):
+        return None
+    return condition
 
 
 def _unpadded(nodes: _Nodes, bias: ir.Value) -> ir.Value:
     """Whether ``bias`` is zero everywhere (no padding: padding has the dtype's lowest
-    number), read on its row per sequence when it is an expanded one."""
+    number), read on its row per sequence when it is an expanded one; where the rows are
+    the mask's ``Where(held, 0, lowest)``, whether every token is held (which implies it)."""
     producer = bias.producer()
     rows = producer.inputs[0] if producer is not None and producer.op_type == "Expand" else bias
     assert rows is not None and rows.dtype is not None
+    held = _where_zero(rows)
+    if held is not None:
+        return nodes("ReduceMin", [held], keepdims=0)
     least = nodes("ReduceMin", [rows], keepdims=0)
     return nodes("Equal", [least, nodes.constant(0, rows.dtype.numpy())])
 
@@ -306,13 +348,26 @@ def _kernel_rotaries(model: ir.Model, graph: ir.Graph | ir.Function, kernels: li
     return {key: rotary for key, rotary in found.items() if rotary is not None}
 
 
-def _rotary_runs(nodes: _Nodes, rotaries: dict[int, KernelRotary], query: ir.Value, total: ir.Value) -> dict[int, ir.Value]:
+def _rotary_runs(nodes: _Nodes, rotaries: dict[int, KernelRotary], sizes: _StepSizes) -> dict[int, ir.Value]:
     """By positions input, whether the kernel's own positions are the model's."""
     checks: dict[int, ir.Value] = {}
     for rotary in rotaries.values():
         if id(rotary.positions) not in checks:
-            checks[id(rotary.positions)] = positions_as_kernel_assumes(nodes, rotary.positions, query, total)
+            checks[id(rotary.positions)] = positions_as_kernel_assumes(nodes, rotary.positions, sizes.past, sizes.total)
     return checks
+
+
+def _sized_like(graph: ir.Graph | ir.Function, query: ir.Value) -> ir.Value:
+    """A graph input whose first two dims are ``query``'s (batch and new tokens, the same
+    symbols: ``input_ids``), else ``query``: reading an input's shape, the guards'
+    condition needs none of the layers' nodes."""
+    shape = query.shape
+    if shape is None or len(shape) < 2 or any(isinstance(dim, ir.SymbolicDim) and dim.value is None for dim in shape[:2]):
+        return query
+    for value in graph.inputs:
+        if value.shape is not None and len(value.shape) >= 2 and list(value.shape[:2]) == list(shape[:2]):
+            return value
+    return query
 
 
 def guard_group_query_attention(model: ir.Model) -> int:
@@ -329,10 +384,11 @@ def guard_group_query_attention(model: ir.Model) -> int:
         rotaries = _kernel_rotaries(model, graph, kernels)
         # the query's shape before a rotation that moves into a branch
         query = rotaries[id(kernels[0])].query if id(kernels[0]) in rotaries else kernels[0].inputs[0]
-        runs = _kernel_runs(nodes, query, kernels[0].inputs[6])  # the same for every layer
+        batch_and_new, sizes = _step_sizes(nodes, _sized_like(graph, query), kernels[0].inputs[6])
+        runs = _kernel_runs(nodes, batch_and_new, sizes)  # the same for every layer
         fast: dict[tuple[int, int], ir.Value] = {}  # by bias and positions: the layers share one, unless they differ
         windowed = _windowed_runs(nodes, kernels, runs)
-        rotary_runs = _rotary_runs(nodes, rotaries, query, kernels[0].inputs[6])
+        rotary_runs = _rotary_runs(nodes, rotaries, sizes)
         for kernel in kernels:
             bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
             rotary = rotaries.get(id(kernel))

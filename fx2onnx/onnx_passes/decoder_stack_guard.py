@@ -8,9 +8,10 @@ core, several percent of a small int4 decode step), and the nodes only the other
 read (the attention bias, the rotations' cos and sin) run in the main graph whether a
 branch reads them or not.
 
-So the main graph becomes the condition's nodes and one `If`: its first branch is the
-rest of the model with every layer's kernel in place of its `If` (what the layers'
-first branches compute when the condition holds, exactly), the second branch the same
+So the main graph becomes the condition's nodes and one `If`: the condition reads the
+model's inputs and their shapes only, so its first branch is the rest of the model (the
+embedding and the head too) with every layer's kernel in place of its `If` (what the
+layers' first branches compute when the condition holds, exactly), the second branch the same
 nodes with the layers' `If`s as they are (each layer still choosing its own exact
 branch). Both branches read the weights as outer initializers: the file holds them once,
 and the nodes that read only weights (a packing's `Concat` of codes) stay in the main

@@ -3,7 +3,7 @@
 
 Types first (onnxruntime's kernels), then the optimizer (and, for the portable target,
 batch normalization folded into the layer before it and the nodes that read only
-weights folded), the opset asked for, the fused
+weights folded; otherwise the additions of biases of zeros left out), the opset asked for, the fused
 kernels joining the standard domain once the opset is final, residual additions and RMS
 norms as onnxruntime's one kernel, onnxruntime's cached attention guarded, float8 (which
 needs opset 19 or newer), the layout the tools look for (`TOOL_LAYOUT_STEPS`), the weight
@@ -39,6 +39,7 @@ from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
 from fx2onnx.onnx_passes.validate_model import validate_model
 from fx2onnx.onnx_passes.weight_folding import constants_as_initializers, fold_weight_reads
 from fx2onnx.onnx_passes.weight_quantization import quantize_linear_weights
+from fx2onnx.onnx_passes.zero_biases import drop_zero_biases
 from fx2onnx.options import ExportOptions, WeightQuantization
 from fx2onnx.stage_timer import StageTimer
 from fx2onnx.steps import Step, StepRecord, StepResult, run_steps
@@ -77,6 +78,12 @@ def _quantization(state: OnnxPassState) -> WeightQuantization | None:
     return WeightQuantization.of(state.options.precision)
 
 
+def _pack_projections(state: OnnxPassState) -> int:
+    config = _quantization(state)
+    assert config is not None
+    return pack_projections(state.model_ir, attention_only=not config.packed_projections)
+
+
 def _quantize_activations(state: OnnxPassState) -> StepResult:
     report = quantize_linears_dynamically(state.model_ir)
     return StepResult(changed=bool(report.quantized), count=len(report.quantized))
@@ -92,6 +99,10 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
          when=lambda state: state.options.target == "portable"),
     Step("fold_weight_reads", lambda state: fold_weight_reads(state.model_ir), stage="optimization",
          when=lambda state: state.options.target == "portable" and state.options.optimize),
+    # a linear layer's bias of zeros changes no number: one kernel call less a step (the
+    # portable file keeps every weight the model has)
+    Step("drop_zero_biases", lambda state: drop_zero_biases(state.model_ir), stage="optimization",
+         when=lambda state: state.options.target != "portable" and state.options.optimize),
     Step("convert_to_opset", _convert_to_opset, stage="opset conversion"),
     # the opset is final: the kernels join the standard domain
     Step("lower_fused_kernels", lambda state: lower_fused_kernels(state.model_ir)),
@@ -113,11 +124,13 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("quantize_activations_dynamically", _quantize_activations, stage="weight quantization",
          when=lambda state: (q := _quantization(state)) is not None and q.dynamic_activations),
     # after the quantization, on the MatMulNBits it wrote
-    Step("pack_projections", lambda state: pack_projections(state.model_ir), stage="weight quantization",
-         when=lambda state: (q := _quantization(state)) is not None and q.packed_projections),
+    # every group on request; otherwise the query, key and value of a GroupQueryAttention,
+    # which reads them packed (one kernel call a layer instead of three, and no Split where it runs)
+    Step("pack_projections", lambda state: _pack_projections(state), stage="weight quantization",
+         when=lambda state: _quantization(state) is not None),
     # after the packing: a guarded GroupQueryAttention reads the packed query, key and value
     Step("pack_attention_inputs", lambda state: pack_attention_inputs(state.model_ir), stage="weight quantization",
-         when=lambda state: (q := _quantization(state)) is not None and q.packed_projections),
+         when=lambda state: _quantization(state) is not None),
     # after every pass that edits the layers' guards: one guard for the whole stack, where
     # the weights are quantized (a float file stays as tools that quantize it read it)
     Step("guard_decoder_stack", lambda state: guard_decoder_stack(state.model_ir), stage="weight quantization",

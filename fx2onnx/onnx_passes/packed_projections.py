@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.model_graphs import model_graphs
 from fx2onnx.onnx_passes.weight_quantization import MS_DOMAIN
 
 # inputs of MatMulNBits: A, B, scales, zero_points, g_idx, bias
@@ -78,15 +79,44 @@ def _pack(graph: ir.Graph, nodes: list[ir.Node]) -> None:
         graph.remove(node, safe=True)
 
 
-def pack_projections(model: ir.Model) -> int:
+def _attention_inputs(model: ir.Model) -> list[tuple[ir.Value, ir.Value, ir.Value]]:
+    """The (query, key, value) each `GroupQueryAttention` of ``model`` reads apart, in
+    any of its graphs (a guard's branches read the main graph's projections)."""
+    found = []
+    for graph in model_graphs(model):
+        for node in graph:
+            if node.op_type == "GroupQueryAttention" and len(node.inputs) >= 3 and all(node.inputs[:3]):
+                found.append((node.inputs[0], node.inputs[1], node.inputs[2]))
+    return found  # type: ignore[return-value]
+
+
+def _attention_group(nodes: list[ir.Node], attention: list[tuple[ir.Value, ir.Value, ir.Value]]) -> list[ir.Node] | None:
+    """The three of ``nodes`` whose outputs a kernel reads as its query, key and value, in
+    that order (other layers on the same input, a parallel block's MLP, left out)."""
+    by_output = {node.outputs[0]: node for node in nodes}
+    for inputs in attention:
+        if all(value in by_output for value in inputs):
+            return [by_output[value] for value in inputs]
+    return None
+
+
+def pack_projections(model: ir.Model, attention_only: bool = False) -> int:
     """Pack the MatMulNBits of ``model``'s main graph that read the same input (with the
-    same attributes but N, and the same optional inputs); the number of packed groups."""
+    same attributes but N, and the same optional inputs); the number of packed groups.
+    With ``attention_only``, only the query, key and value of a `GroupQueryAttention`
+    (which reads them packed, `packed_attention_inputs`, with no `Split` where it runs)."""
     groups: dict[tuple, list[ir.Node]] = defaultdict(list)
     for node in model.graph:
         if _packable(node):
             groups[(id(node.inputs[0]), _signature(node))].append(node)
+    attention = _attention_inputs(model)
     packed = 0
     for nodes in groups.values():
+        query_key_value = _attention_group(nodes, attention)
+        if attention_only:
+            nodes = query_key_value or []
+        elif query_key_value is not None and len(nodes) == 3:
+            nodes = query_key_value  # in the kernel's order, for it to read them packed
         if len(nodes) > 1:
             _pack(model.graph, nodes)
             packed += 1

@@ -207,14 +207,11 @@ def read_shapes_before(rotation: ir.Node) -> None:
             use.node.replace_input_with(use.idx, rotated)
 
 
-def positions_as_kernel_assumes(nodes: Any, positions: ir.Value, query: ir.Value, total: ir.Value) -> ir.Value:
-    """Whether every sequence's positions are ``total - S .. total - 1`` (the kernel's,
-    with the new tokens last in the mask) and within the tables; ``nodes`` makes the
-    nodes (`cached_attention_guard`'s)."""
-    new = nodes("Gather", [nodes("Shape", [query], start=0, end=2), nodes.constant(1)], axis=0)
-    total = nodes("Cast", [total], to=ir.DataType.INT64)
-    expected = nodes("Range", [nodes("Sub", [total, new]), total, nodes.constant(1)])
+def positions_as_kernel_assumes(nodes: Any, positions: ir.Value, past: ir.Value, total: ir.Value) -> ir.Value:
+    """Whether every sequence's positions are ``past .. total - 1`` (the kernel's, with the
+    new tokens last in the mask; ``past`` and ``total`` int64 scalars) and within the
+    tables; ``nodes`` makes the nodes (`cached_attention_guard`'s)."""
+    expected = nodes("Range", [past, total, nodes.constant(1)])
     given = nodes("Cast", [positions], to=ir.DataType.INT64)
-    same = nodes("Cast", [nodes("Equal", [given, expected])], to=ir.DataType.INT64)  # (B, S)
-    all_same = nodes("Equal", [nodes("ReduceMin", [same], keepdims=0), nodes.constant(1)])
+    all_same = nodes("ReduceMin", [nodes("Equal", [given, expected])], keepdims=0)  # of (B, S) booleans
     return nodes("And", [all_same, nodes("LessOrEqual", [total, nodes.constant(TABLE_POSITIONS)])])

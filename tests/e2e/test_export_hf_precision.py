@@ -77,7 +77,8 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     initializers = _initializers(path)
     assert sum(name.endswith(f"_Q{bits}") for name in initializers) == _linear_layers(model) == 15
     assert kinds["MatMul"] == 0 and kinds["Transpose"] == 0
-    assert kinds["MatMulNBits"] == 15
+    # Q, K and V one kernel a layer (their codes concatenated), which the attention reads packed
+    assert kinds["MatMulNBits"] == 15 - 2 * 2 and kinds["Split"] == 0  # the Split only in the guards' exact branches
     nodes = [n for n in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph) if n.op_type == "MatMulNBits"]
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
     assert attributes["bits"] == bits and attributes["block_size"] == 32 and attributes["accuracy_level"] == 4
@@ -163,7 +164,7 @@ def test_command_line_options_float_lm_head_block_size(folders, tmp_path):
                  "--float-lm-head", "--block-size", "64", "--accuracy-level", "1", "--quiet"]) == 0
     path = model_file(tmp_path / "out")
     kinds = _kinds(path)
-    assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14, 1)
+    assert (kinds["MatMulNBits"], kinds["MatMul"]) == (14 - 2 * 2, 1)  # Q, K and V packed
     nodes = [n for n in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph) if n.op_type == "MatMulNBits"]
     attributes = {(a.name, onnx.helper.get_attribute_value(a)) for n in nodes for a in n.attribute}
     assert {("block_size", 64), ("accuracy_level", 1)} <= attributes and ("block_size", 32) not in attributes
@@ -210,7 +211,8 @@ def test_packed_projections_on_request(folders, tmp_path):
 
 
 def _embedding_gather(path) -> onnx.NodeProto:
-    nodes = [n for n in onnx.load(os.fspath(path), load_external_data=False).graph.node if n.op_type == "GatherBlockQuantized"]
+    graph = onnx.load(os.fspath(path), load_external_data=False).graph
+    nodes = [n for n in decoder_stack_nodes(graph) if n.op_type == "GatherBlockQuantized"]
     assert len(nodes) == 1 and nodes[0].domain == "com.microsoft"
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
     assert attributes == {"bits": 4, "block_size": 32, "gather_axis": 0, "quantize_axis": 1}
@@ -335,6 +337,18 @@ def test_one_guard_chooses_for_the_whole_int4_stack(folders, tmp_path):
     fast, exact = (collections.Counter(n.op_type for n in branches[b].node) for b in ("then_branch", "else_branch"))
     assert fast["GroupQueryAttention"] == 2 and not {"If", "RotaryEmbedding", "Where", "Cos"} & set(fast)
     assert exact["If"] == 2 and not branches["then_branch"].initializer and not branches["else_branch"].initializer
+    # the main graph is the condition, read from the inputs and their shapes (and the packings of
+    # codes, folded at load): the embedding, every layer and the head are in the branches
+    initializers = {t.name for t in graph.initializer}
+    condition = [n for n in graph.node if n is not stack and n.op_type != "Constant"
+                 and not (n.op_type == "Concat" and set(n.input) <= initializers)]
+    assert {n.op_type for n in condition} <= {"Shape", "Gather", "Squeeze", "Cast", "Sub", "ReduceProd", "Mul", "Equal",
+                                              "ReduceMin", "Range", "LessOrEqual", "And"}
+    assert len(condition) <= 21 and "Gather" in fast and fast["MatMulNBits"] == 2 * 5 + 1
+    # each kernel where it runs reads its layer's Q, K and V from one MatMulNBits, packed
+    producers = {o: n.op_type for n in branches["then_branch"].node for o in n.output}
+    assert all(producers[n.input[0]] == "MatMulNBits" and list(n.input[1:3]) == ["", ""]
+               for n in branches["then_branch"].node if n.op_type == "GroupQueryAttention")
     tokens = np.array([[5, 9, 17, 33, 41, 57], [8, 12, 19, 23, 36, 44]], np.int64)
     ones = np.ones_like(tokens)
     unpadded, ran = _run_profiled(path, {"input_ids": tokens, "attention_mask": ones,

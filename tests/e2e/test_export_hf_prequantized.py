@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from compressed_tensors_checkpoint import save_compressed_tensors
-from conftest import decoder_stack_nodes, dequantize_matmul_nbits
+from conftest import decoder_stack_nodes, dequantize_matmul_nbits, matmul_nbits_weights
 from fx2onnx.hub import export_hf
 from test_export_hf import COMMON, PROMPT, generate_with_genai, tokenizer  # noqa: F401 - the fixture is used by name
 from test_export_hf_precision import model_file
@@ -50,15 +50,16 @@ def test_matmul_nbits_weights_are_transformers_weights_exactly(checkpoint):
     initializers = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     state = {name: tensor.detach().numpy() for name, tensor in loaded.state_dict().items()}
     nodes = [node for node in decoder_stack_nodes(model.graph) if node.op_type == "MatMulNBits"]
-    assert len(nodes) == 14  # 7 a layer; the LM head the checkpoint keeps float stays float
+    assert len(nodes) == 14 - 2 * 2  # 7 a layer, Q, K and V packed; the LM head the checkpoint keeps float stays float
     assert initializers["lm_head.weight"].dtype == np.float32
-    for node in nodes:
-        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    weights = matmul_nbits_weights(model.graph)
+    assert len(weights) == 14
+    for attributes, codes, scales, zero in weights:
         assert (attributes["bits"], attributes["block_size"]) == (4, 32)
-        assert (len(node.input) > 3 and bool(node.input[3])) == (not symmetric)
-        zero = initializers[node.input[3]] if not symmetric else None
-        decoded = dequantize_matmul_nbits(initializers[node.input[1]], initializers[node.input[2]], zero, 4, attributes["K"])
-        name = node.input[1].removesuffix("_Q4")
+        assert (zero is not None) == (not symmetric)
+        decoded = dequantize_matmul_nbits(initializers[codes], initializers[scales], None if zero is None else initializers[zero],
+                                          4, attributes["K"])
+        name = codes.removesuffix("_Q4")
         np.testing.assert_array_equal(decoded.T, state[name], err_msg=name)
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fx2onnx
-from conftest import decoder_stack_nodes, make_options
+from conftest import make_options, matmul_nbits_weights
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision.resolution import more_bits_layers
@@ -54,14 +54,10 @@ def _decoded_weights(path) -> dict[str, np.ndarray]:
     model = onnx.load(os.fspath(path))
     initializers = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     weights = {}
-    for node in decoder_stack_nodes(model.graph):
-        if node.op_type != "MatMulNBits":
-            continue
-        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        zero = initializers[node.input[3]] if len(node.input) > 3 and node.input[3] else None
-        name = node.input[1].rsplit("_Q", 1)[0]
-        weights[name] = _dequantize(initializers[node.input[1]], initializers[node.input[2]], zero, attributes["bits"],
-                                    attributes["K"]).T
+    for attributes, codes, scales, zero in matmul_nbits_weights(model.graph):
+        name = codes.rsplit("_Q", 1)[0]
+        weights[name] = _dequantize(initializers[codes], initializers[scales], None if zero is None else initializers[zero],
+                                    attributes["bits"], attributes["K"]).T
     return weights
 
 

@@ -14,6 +14,7 @@ import json
 import os
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -65,6 +66,24 @@ def torch_step(model, ids: torch.Tensor, mask: torch.Tensor, cache) -> tuple[np.
     return out.logits.numpy(), out.past_key_values
 
 
+def steps_with_positions(model, session, steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each (ids, mask, position ids) over the cache of the steps before it, in the
+    folder's model and in transformers: (onnxruntime's logits, transformers')."""
+    shapes = {i.name: i.shape for i in session.get_inputs() if i.name.startswith("past")}
+    cache = {n: np.zeros((steps[0][0].shape[0], shape[1], 0, shape[3]), np.float32) for n, shape in shapes.items()}
+    torch_cache, results = None, []
+    for ids, mask, at in steps:
+        feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "position_ids": at.numpy(), **cache}
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in cache}
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, position_ids=at, use_cache=True,
+                        **({cache_argument(model): torch_cache} if torch_cache is not None else {}))
+        torch_cache = out.past_key_values
+        results.append((outputs["logits"], out.logits.numpy()))
+    return results
+
+
 def generate_with_genai(folder, rows: torch.Tensor) -> list[list[int]]:
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     model = og.Model(os.fspath(folder))
@@ -86,10 +105,29 @@ def exported(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"{family}-{runtime}")
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(CONFIGS[family](**DECODER)).eval()
+    if family == "qwen2":  # biases of Q and K through every branch; V's stays zeros (left out of the folder)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                    projection.bias.normal_(std=0.5)
     model.save_pretrained(root / "source")
     export_hf(root / "source", root / "out", runtime=runtime)
     session = ort.InferenceSession(os.fspath(root / "out" / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
     return model, root / "out", session, runtime
+
+
+def test_the_folder_adds_the_biases_that_are_not_zeros(exported):
+    """A bias of zeros (Qwen2's V here) changes no number: the folder leaves it out and
+    keeps every other."""
+    model, folder, _, _ = exported
+    graph = onnx.load(os.fspath(folder / "onnx" / "model.onnx"), load_external_data=False).graph
+    read = {name for node in graph.node for name in node.input}
+    in_file = {t.name for t in graph.initializer if t.name.endswith(".bias") and t.name in read}
+    held = {name for name, p in model.named_parameters() if name.endswith(".bias") and bool(p.abs().max() > 0)}
+    zeros = {name for name, p in model.named_parameters() if name.endswith(".bias") and not bool(p.abs().max() > 0)}
+    assert in_file == held and not in_file & zeros
+    if isinstance(model.config, transformers.Qwen2Config):
+        assert len(held) == 4 and len(zeros) == 2  # two layers
 
 
 def test_a_left_padded_batch_generates_transformers_tokens(exported):
@@ -118,6 +156,20 @@ def test_a_right_padded_prompt_and_the_step_after_it(exported):
     logits, _ = onnx_step(session, step, mask, cache)
     expected, _ = torch_step(model, step, mask, torch_cache)
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_padding_with_positions_in_the_kernels_order(exported):
+    """Every row's positions ``total - S .. total - 1`` (what the kernel assumes), but a mask
+    with padding: the mask, not the positions, says the kernel without the bias may not
+    run (a left-padded prompt, then a step over its cache)."""
+    model, _, session, _ = exported
+    ids, mask = padded("left")
+    longer = torch.cat([mask, torch.ones(3, 1, dtype=mask.dtype)], 1)
+    in_order = [torch.arange(m.shape[1] - n, m.shape[1])[None].repeat(3, 1) for m, n in ((mask, ids.shape[1]), (longer, 1))]
+    steps = [(ids, mask, in_order[0]), (torch.tensor([[20], [21], [22]]), longer, in_order[1])]
+    for (actual, expected), (_, step_mask, at) in zip(steps_with_positions(model, session, steps), steps):
+        held = step_mask[:, -at.shape[1]:].bool().numpy()  # the padding's logits are no token's
+        np.testing.assert_allclose(actual[held], expected[held], rtol=1e-4, atol=1e-4)
 
 
 def test_several_new_tokens_over_a_cache_at_batch_3(exported):
@@ -204,21 +256,13 @@ def test_the_kernel_rotates_only_at_its_own_positions(exported):
     options.enable_profiling = True
     options.profile_file_prefix = os.fspath(folder / "shifted")
     session = ort.InferenceSession(os.fspath(folder / "onnx" / "model.onnx"), options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    ids, mask = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]), torch.ones(2, 4, dtype=torch.int64)
-    cache = {n: np.zeros((2, DECODER["num_key_value_heads"], 0, 16), np.float32) for n in names if n.startswith("past")}
-    torch_cache = None
-    for step, shift in ((ids, 3), (torch.tensor([[20], [21]]), 3), (torch.tensor([[22], [23]]), 0)):
-        mask = torch.ones(2, (mask.shape[1] if torch_cache is not None else 0) + step.shape[1], dtype=torch.int64)
-        at = torch.arange(mask.shape[1] - step.shape[1], mask.shape[1]).expand(2, -1) + shift
-        feed = {"input_ids": step.numpy(), "attention_mask": mask.numpy(), "position_ids": at.numpy(), **cache}
-        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
-        cache = {n: outputs[n.replace("past_key_values.", "present.")] for n in cache}
-        with torch.no_grad():
-            out = model(input_ids=step, attention_mask=mask, position_ids=at, use_cache=True,
-                        **({cache_argument(model): torch_cache} if torch_cache is not None else {}))
-        torch_cache = out.past_key_values
-        np.testing.assert_allclose(outputs["logits"], out.logits.numpy(), rtol=1e-4, atol=1e-4)
+    steps, total = [], 0
+    for ids, shift in ((torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]), 3), (torch.tensor([[20], [21]]), 3),
+                       (torch.tensor([[22], [23]]), 0)):
+        total += ids.shape[1]
+        steps.append((ids, torch.ones(2, total, dtype=torch.int64), torch.arange(total - ids.shape[1], total).expand(2, -1) + shift))
+    for actual, expected in steps_with_positions(model, session, steps):
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
     events = json.loads(open(session.end_profiling()).read())
     ran = [e["name"].removesuffix("_kernel_time").rsplit("/", 1)[-1] for e in events
            if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == "GroupQueryAttention"]

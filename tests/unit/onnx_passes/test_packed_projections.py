@@ -57,3 +57,29 @@ def test_layers_on_one_input_packed_into_one() -> None:
     x = rng.standard_normal((2, 3, K)).astype(np.float32)
     for expected, actual in zip(_run(unpacked, x), _run(packed, x)):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_only_the_query_key_and_value_an_attention_reads_by_default() -> None:
+    """``attention_only``: the layers a `GroupQueryAttention` reads as its query, key and
+    value are packed in that order (whatever the graph's order); other layers on the same
+    input (a parallel block's MLP) stay apart."""
+    rng = np.random.default_rng(0)
+    info = oh.make_tensor_value_info
+    nodes = [oh.make_node("MatMul", ["x", f"w_{name}"], [name]) for name in ("v", "k", "q", "gate", "up")]  # V first
+    nodes.append(oh.make_node("GroupQueryAttention", ["q", "k", "v"], ["attended"], domain="com.microsoft",
+                              num_heads=2, kv_num_heads=1))
+    sizes = {"q": 64, "k": 32, "v": 32, "gate": 16, "up": 16}
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal((K, n)).astype(np.float32), f"w_{name}") for name, n in sizes.items()]
+    graph = oh.make_graph(nodes, "g", [info("x", onnx.TensorProto.FLOAT, ["b", "s", K])],
+                          [info("attended", onnx.TensorProto.FLOAT, ["b", "s", 64]), info("gate", onnx.TensorProto.FLOAT, ["b", "s", 16]),
+                           info("up", onnx.TensorProto.FLOAT, ["b", "s", 16])], weights)
+    model = ir.serde.deserialize_model(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21), oh.make_opsetid("com.microsoft", 1)]))
+    quantize_linear_weights(model, WeightQuantization(accuracy_level=0))
+    assert pack_projections(model, attention_only=True) == 1
+    (split,) = [n for n in model.graph if n.op_type == "Split"]
+    kernel = next(n for n in model.graph if n.op_type == "GroupQueryAttention")
+    assert list(kernel.inputs[:3]) == list(split.outputs)  # the kernel's order: Q, K, V
+    packed = split.inputs[0].producer()
+    assert packed.attributes["N"].as_int() == 128 and packed.inputs[1].producer().op_type == "Concat"
+    assert [v.name for v in packed.inputs[1].producer().inputs] == ["w_q_Q4", "w_k_Q4", "w_v_Q4"]
+    assert sum(n.op_type == "MatMulNBits" for n in model.graph) == 3  # gate and up apart
