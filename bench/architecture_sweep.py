@@ -90,6 +90,9 @@ SMALL = dict(
     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=0, n_inner=64, embed_dim=32,
     image_size=64, num_labels=3, projection_dim=16, num_queries=10, num_detection_tokens=5,
     unpadded_vocab_size=VOCAB,  # the rows of a head padded to vocab_size (Inkling2): within it
+    # a latent array's width, length and depth (Perceiver); one cross-attention head, as released,
+    # since its query/key width is the input's channels (261 for Fourier features), odd
+    d_latents=32, num_latents=16, num_self_attends_per_block=2, num_cross_attention_heads=1,
 )
 # a pair's outputs are exact when every element is within |a - b| <= ATOL + RTOL * |b|
 RTOL, ATOL = fx2onnx.ExportOptions.verify_rtol, fx2onnx.ExportOptions.verify_atol
@@ -111,7 +114,7 @@ def pairs_of(task: str) -> list[tuple[str, str]]:
 # (a width it derives from another, heads that must divide a width): the widths kept, then
 # the depth, the vocabulary and the labels alone
 _HEADS = {"num_attention_heads", "num_key_value_heads", "head_dim", "num_heads", "n_head", "d_kv",
-          "encoder_attention_heads", "decoder_attention_heads"}
+          "encoder_attention_heads", "decoder_attention_heads", "num_cross_attention_heads"}
 _DEPTH = {"num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "vocab_size",
           "unpadded_vocab_size", "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
           "num_local_experts", "num_experts", "num_experts_per_tok"}

@@ -347,6 +347,37 @@ def _adaptive_average(node: torch.fx.Node) -> Any:
     return (kernel, (source, list(output_size)), {}, None)
 
 
+# torch.fft's `norm` of a forward transform -> the normalization mode of `_fft_r2c`
+_FORWARD_FFT_NORMS = {None: 0, "backward": 0, "ortho": 1, "forward": 2}
+
+
+def _forward_fft_of_real(node: torch.fx.Node) -> Any:
+    """`fft_fft` / `fft_fft2` / `fft_fftn` of a real tensor at its own sizes: the two-sided
+    real-to-complex kernel over the same dims, with the node's own metadata (its result
+    has the input's sizes). The composite kernel's trace, and even the fake kernel of
+    `_fft_r2c`, read the input's sizes as plain numbers, which fixes every dynamic dim
+    to its example size."""
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    source, value = node.args[0], node_value(node.args[0])
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return None
+    names = [argument.name for argument in node.target._schema.arguments]
+    given = {**dict(zip(names, node.args)), **node.kwargs}
+    size_name = "n" if node.target == _aten.fft_fft.default else "s"
+    if given.get(size_name) is not None or given.get("norm") not in _FORWARD_FFT_NORMS:
+        return None  # a signal size pads or trims the input: the composite kernel's trace
+    default_dims = {_aten.fft_fft.default: -1, _aten.fft_fft2.default: [-2, -1]}.get(node.target)
+    dims = given.get("dim", default_dims)
+    dims = list(range(value.dim())) if dims is None else [dims] if isinstance(dims, int) else list(dims)
+    dims = sorted(dim % value.dim() for dim in dims)
+    arguments = (source, dims, _FORWARD_FFT_NORMS[given.get("norm")], False)
+    with node.graph.inserting_before(node):
+        transform = node.graph.call_function(_aten._fft_r2c.default, arguments)
+    transform.meta.update(node.meta)
+    return transform
+
+
 # operator -> its rewrite: a node (the result), (target, args, kwargs, output index) or None
 # (no rewrite: trace the decomposition). Each is what PyTorch's composite kernel calls.
 _DIRECT_REWRITES: dict[Any, Callable[[torch.fx.Node], Any]] = {
@@ -357,6 +388,9 @@ _DIRECT_REWRITES: dict[Any, Callable[[torch.fx.Node], Any]] = {
     _aten.detach_.default: _detach_in_place,
     _aten.adaptive_avg_pool2d.default: _adaptive_average,
     _aten.adaptive_avg_pool3d.default: _adaptive_average,
+    _aten.fft_fft.default: _forward_fft_of_real,
+    _aten.fft_fft2.default: _forward_fft_of_real,
+    _aten.fft_fftn.default: _forward_fft_of_real,
 }
 
 

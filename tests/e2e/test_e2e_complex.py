@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
+
+from conftest import make_options
 
 
 class ComplexArithmetic(nn.Module):
@@ -41,6 +44,54 @@ class Spectrum(nn.Module):
 def test_rfft_returns_complex(export_and_compare):
     program = export_and_compare(Spectrum(), (torch.randn(2, 16),))
     assert program(torch.randn(2, 16)).dtype == torch.complex64
+
+
+class ForwardTransforms(nn.Module):
+    """The forward FFTs of a real tensor at its own sizes (FNet's token mixing), each norm,
+    of features whose width the weights fix."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.projection = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.projection(x)
+        mixed = torch.fft.fftn(x, dim=(1, 2)).real
+        both = torch.fft.fft2(x, norm="ortho").imag
+        last = torch.fft.fft(x, dim=1, norm="forward").real
+        return mixed + both + last
+
+
+def _input_dims(program) -> list[list]:
+    return [[d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+            for value in program.model_proto.graph.input]
+
+
+def test_forward_ffts_of_real_tensors_keep_their_dims_dynamic(export_and_compare, tmp_path):
+    # the composite kernels (and the fake kernel of _fft_r2c) read sizes as numbers and
+    # would fix every dim to its example size: checked at another batch and length
+    program = export_and_compare(
+        ForwardTransforms(), (torch.randn(2, 7, 8),), options=make_options(tmp_path, dynamic_shapes=True),
+        second_inputs=((torch.randn(3, 11, 8),), {}),
+    )
+    assert [isinstance(dim, str) for dim in _input_dims(program)[0]] == [True, True, False]  # batch, length; width 8
+
+
+def test_fnet_mixes_tokens_at_any_batch_and_length(export_and_compare, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.FNetConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, intermediate_size=64,
+                                     max_position_embeddings=64, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.FNetForMaskedLM(config).eval()
+
+    def inputs(batch: int, length: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(3, 100, (batch, length))
+        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids)}
+
+    program = export_and_compare(
+        model, (), inputs(2, 7), options=make_options(tmp_path, dynamic_shapes=True), second_inputs=((), inputs(3, 12)),
+    )
+    assert all(isinstance(dim, str) for dims in _input_dims(program) for dim in dims)
 
 
 class Rotary(nn.Module):
