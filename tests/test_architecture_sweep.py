@@ -298,3 +298,31 @@ def test_an_encoders_causal_lm_head_is_built_as_a_decoder(model_type: str, class
     # as transformers' docs build them for generation; otherwise their attention sees later tokens
     assert sweep.small_config(model_type, class_name).is_decoder
     assert not sweep.small_config(model_type, encoder).is_decoder
+
+
+def test_a_text_model_of_a_multimodal_type_reads_its_own_config_class() -> None:
+    import transformers
+
+    # qwen3_5's type is the image-text model's config; its causal LM reads the text config
+    config = sweep.small_config("qwen3_5", "Qwen3_5ForCausalLM")
+    assert isinstance(config, transformers.Qwen3_5ForCausalLM.config_class)
+    assert config.vocab_size == sweep.VOCAB and config.num_hidden_layers == len(config.layer_types)
+
+
+def test_values_given_per_layer_shrink_with_the_depth() -> None:
+    # Gemma 3n's text config gives a width per layer, and its validator wants one per layer
+    config = sweep.small_config("gemma3n", "Gemma3nForConditionalGeneration")
+    text = config.text_config
+    assert len(text.intermediate_size) == text.num_hidden_layers == 2
+    assert max(text.intermediate_size) <= sweep.SMALL["intermediate_size"]
+
+
+def test_a_model_type_whose_checkpoints_name_its_layer_kinds_gets_them() -> None:
+    # LFM2-MoE's config leaves its layer kinds None; a dense layer first, then an expert layer
+    config = sweep.small_config("lfm2_moe", "Lfm2MoeForCausalLM")
+    assert config.layer_types == ["conv", "full_attention"] and config.num_dense_layers == 1
+
+
+def test_an_encoder_decoder_names_its_decoders_first_token() -> None:
+    # T5ForQuestionAnswering shifts the input right with it; T5's config defines none
+    assert sweep.small_config("t5", "T5ForQuestionAnswering").decoder_start_token_id == sweep.SMALL["pad_token_id"]
