@@ -90,6 +90,8 @@ SMALL = dict(
     image_size=64, num_labels=3, projection_dim=16, num_queries=10, num_detection_tokens=5,
     unpadded_vocab_size=VOCAB,  # the rows of a head padded to vocab_size (Inkling2): within it
     num_dense_layers=1,  # a mixture of experts' leading dense layers: one, so that a shrunk depth keeps an expert layer
+    # LongCat-Flash's names for its widths and experts (its zero experts return their input)
+    ffn_hidden_size=64, expert_ffn_hidden_size=32, n_routed_experts=4, moe_topk=2, zero_expert_num=2,
 )
 # a pair's outputs are exact when every element is within |a - b| <= ATOL + RTOL * |b|
 RTOL, ATOL = fx2onnx.ExportOptions.verify_rtol, fx2onnx.ExportOptions.verify_atol

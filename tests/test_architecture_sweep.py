@@ -211,6 +211,9 @@ def test_transformers_js_model_tables_are_read_from_its_build(tmp_path: Path) ->
         ("swin", {"embed_dim": 33, "image_size": 224}),
         # sizes the config leaves None although its model reads them
         ("dots1", {"n_routed_experts": 4, "n_shared_experts": 1}),
+        # LongCat-Flash's own names for its widths and experts, and its rotary dims equal to its head's
+        ("longcat_flash", {"ffn_hidden_size": 64, "n_routed_experts": 4, "zero_expert_num": 2, "moe_topk": 2,
+                           "head_dim": 6, "qk_rope_head_dim": 6}),
     ],
 )
 def test_the_derived_level_keeps_the_architectures_constraints(model_type: str, expected: dict) -> None:
