@@ -9,7 +9,7 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   (:mod:`fx2onnx.capture.libraries.transformers_caches`; also active while an exported
   program runs, which takes and returns caches);
 - **rewrites**: library functions whose Python code branches on a size that depends
-  on the data (or loops over a data-dependent set: Switch Transformers' experts, run
+  on the data (or loops over a data-dependent set: Switch Transformers' and LongCat-Flash's experts, run
   densely, :mod:`fx2onnx.capture.libraries.transformers_experts`) (``if boxes.numel() == 0: return empty``), which torch.export cannot
   decide. Each is replaced by a function that computes the same result and decides
   such a branch with ``guard_or_false`` (torch's own way of saying "take the general
@@ -55,7 +55,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
     uncounted_sliding_caches,
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
-from fx2onnx.capture.libraries.transformers_experts import every_expert_weighted
+from fx2onnx.capture.libraries.transformers_experts import every_expert_and_identity_weighted, every_expert_weighted
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
 from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_new_tokens
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
@@ -150,6 +150,11 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "transformers.models.switch_transformers.modeling_switch_transformers", "SwitchTransformersExperts.forward",
         every_expert_weighted,
         "a loop over the experts some token was routed to (`nonzero()`), each gathering its tokens",
+    ),
+    CaptureRewrite(
+        "transformers.models.longcat_flash.modeling_longcat_flash", "LongcatFlashExperts.forward",
+        every_expert_and_identity_weighted,
+        "a loop over the experts some token was routed to (`nonzero()`), identity experts among them",
     ),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,
