@@ -165,6 +165,10 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
             values[key] = [value]
         elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
             values[key] = value
+    if "kv_lora_rank" in vars(config) and vars(config).get("num_key_value_heads") == vars(config).get("num_attention_heads"):
+        # a latent attention's key/value heads are its heads (its checkpoints say so; the
+        # expansion of its latent keys gives one per head): they shrink together
+        values["num_key_value_heads"] = values.get("num_attention_heads", config.num_attention_heads)
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
     old_layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and isinstance(old_layers, int) and layers < old_layers:

@@ -329,3 +329,11 @@ def test_a_model_type_whose_checkpoints_name_its_layer_kinds_gets_them() -> None
 def test_an_encoder_decoder_names_its_decoders_first_token() -> None:
     # T5ForQuestionAnswering shifts the input right with it; T5's config defines none
     assert sweep.small_config("t5", "T5ForQuestionAnswering").decoder_start_token_id == sweep.SMALL["pad_token_id"]
+
+
+def test_a_latent_attentions_key_value_heads_shrink_with_its_heads() -> None:
+    # GLM-4-MoE-Lite expands its latent keys to one per head: fewer key/value heads break its cache
+    config = sweep.small_config("glm4_moe_lite", "Glm4MoeLiteForCausalLM")
+    assert config.num_key_value_heads == config.num_attention_heads == sweep.SMALL["num_attention_heads"]
+    # other models keep the shrunk grouped-query ratio
+    assert sweep.small_config("llama", "LlamaForCausalLM").num_key_value_heads == sweep.SMALL["num_key_value_heads"]
