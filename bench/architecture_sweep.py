@@ -93,6 +93,9 @@ SMALL = dict(
     # a latent array's width, length and depth (Perceiver); one cross-attention head, as released,
     # since its query/key width is the input's channels (261 for Fourier features), odd
     d_latents=32, num_latents=16, num_self_attends_per_block=2, num_cross_attention_heads=1,
+    num_dense_layers=1,  # a mixture of experts' leading dense layers: one, so that a shrunk depth keeps an expert layer
+    # LongCat-Flash's names for its widths and experts (its zero experts return their input)
+    ffn_hidden_size=64, expert_ffn_hidden_size=32, n_routed_experts=4, moe_topk=2, zero_expert_num=2,
 )
 # a pair's outputs are exact when every element is within |a - b| <= ATOL + RTOL * |b|
 RTOL, ATOL = fx2onnx.ExportOptions.verify_rtol, fx2onnx.ExportOptions.verify_atol
@@ -117,7 +120,7 @@ _HEADS = {"num_attention_heads", "num_key_value_heads", "head_dim", "num_heads",
           "encoder_attention_heads", "decoder_attention_heads", "num_cross_attention_heads"}
 _DEPTH = {"num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "vocab_size",
           "unpadded_vocab_size", "num_labels", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
-          "num_local_experts", "num_experts", "num_experts_per_tok"}
+          "num_local_experts", "num_experts", "num_experts_per_tok", "num_dense_layers"}
 SHRINK_LEVELS = {
     "small": frozenset(SMALL), "derived": frozenset(SMALL), "heads kept": frozenset(SMALL) - _HEADS,
     "depth only": frozenset(_DEPTH),
@@ -138,6 +141,11 @@ _NONE_FILLED = {
 _HEAD_GROUPS = ("num_key_value_heads", "n_groups")
 # the most parameters a tiny model may have when only its depth is shrunk
 _MOST_PARAMETERS = 20_000_000
+# values every checkpoint of a model type sets and its config class leaves None although
+# its model reads them (LFM2-MoE's layer kinds: its checkpoints list convolutions and attention)
+_CHECKPOINT_VALUES = {"lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]}}
+# a value of `_shrunk_values` that the constructor is left to derive (not given at all)
+_LEFT_OUT = object()
 
 
 def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict[str, Any]:
@@ -145,7 +153,11 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
     values: dict[str, Any] = {}
     for key, current in vars(config).items():
         if hasattr(current, "to_dict") and hasattr(current, "model_type"):
-            values[key] = {**current.to_dict(), **_shrunk_values(current, keys)}
+            merged = {**current.to_dict(), **_shrunk_values(current, keys)}
+            layers = merged.get("num_hidden_layers")
+            # its to_dict also holds what it derives per layer (Gemma 4's overrides), not in vars
+            values[key] = {k: v for k, v in merged.items() if v is not _LEFT_OUT
+                           and not (isinstance(layers, int) and _beyond_layers(v, layers))}
             continue
         if key not in keys or isinstance(getattr(type(config), key, None), property):
             continue
@@ -157,7 +169,14 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
             values[key] = [value]
         elif isinstance(current, (int, float)) and not isinstance(current, bool) and current > value:
             values[key] = value
+    if "kv_lora_rank" in vars(config) and vars(config).get("num_key_value_heads") == vars(config).get("num_attention_heads"):
+        # a latent attention's key/value heads are its heads (its checkpoints say so; the
+        # expansion of its latent keys gives one per head): they shrink together
+        values["num_key_value_heads"] = values.get("num_attention_heads", config.num_attention_heads)
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
+    old_layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, int) and isinstance(old_layers, int) and layers < old_layers:
+        values.update(_per_layer_values(config, old_layers, layers, keys))
     kinds = getattr(config, "layer_types", None)
     # under the config's own name for them: a config that derives from its layer kinds
     # (Zamba2's hybrid layer ids) reads that field, not the alias set after it
@@ -176,6 +195,30 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
         values["attention_types"] = [[kinds, max(1, depth // len(kinds))]]
         values["num_layers"] = len(kinds) * max(1, depth // len(kinds))
     return values
+
+
+def _per_layer_values(config: Any, old_layers: int, layers: int, keys: frozenset[str]) -> dict[str, Any]:
+    """The config's values given per layer, for a depth shrunk from ``old_layers`` to ``layers``:
+    a list with one entry per layer (Gemma 3n's widths) keeps its first ``layers`` entries,
+    shrunk like the value they stand for; a dict keyed by layer index (Gemma 4's overrides of
+    its global layers) is left out, for the constructor to derive again from the layer kinds."""
+    values: dict[str, Any] = {}
+    for key, current in vars(config).items():
+        if key == "layer_types" or isinstance(getattr(type(config), key, None), property):
+            continue
+        if isinstance(current, list) and len(current) == old_layers:
+            small = SMALL.get(key) if key in keys else None
+            values[key] = [min(v, small) if isinstance(v, int) and isinstance(small, int) else v
+                           for v in current[:layers]]
+        elif _beyond_layers(current, layers):
+            values[key] = _LEFT_OUT
+    return values
+
+
+def _beyond_layers(value: Any, layers: int) -> bool:
+    """Whether ``value`` is a dict keyed by layer index naming a layer past ``layers``."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, int) or (isinstance(k, str) and k.isdigit()) for k in value) and max(map(int, value)) >= layers
 
 
 def _every_kind(kinds: list[Any], layers: int) -> list[Any]:
@@ -248,11 +291,21 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     the widths that depend on the shrunk ones follow them as well (`_derived_values`)."""
     import transformers
 
-    config = transformers.AutoConfig.for_model(model_type)
+    # the class's own config class where the model type's is another (a text model of a
+    # multimodal type: Qwen3.5's causal LM reads a text config)
+    config_class = getattr(getattr(transformers, class_name, None), "config_class", None)
+    default = transformers.AutoConfig.for_model(model_type)
+    make = config_class if config_class is not None and not isinstance(default, config_class) else type(default)
+    config = make(**_CHECKPOINT_VALUES.get(model_type, {}))
     values = _shrunk_values(config, keys)
-    config = transformers.AutoConfig.for_model(model_type, **(_derived_values(config, values) if derive else values))
+    values = {k: v for k, v in values.items() if v is not _LEFT_OUT}
+    config = make(**{**_CHECKPOINT_VALUES.get(model_type, {}), **(_derived_values(config, values) if derive else values)})
     _forward_defaults(config)
     config.architectures = [class_name]
+    if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
+        # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
+        # its heads that shift the labels right (T5ForQuestionAnswering) read it from the config
+        config.decoder_start_token_id = config.pad_token_id
     if class_name.endswith(("ForCausalLM", "Decoder")) and getattr(config, "is_decoder", None) is False:
         # an encoder's causal-LM head (BERT-like, BertGenerationDecoder) is a decoder only when told
         config.is_decoder = True

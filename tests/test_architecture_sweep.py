@@ -211,6 +211,9 @@ def test_transformers_js_model_tables_are_read_from_its_build(tmp_path: Path) ->
         ("swin", {"embed_dim": 33, "image_size": 224}),
         # sizes the config leaves None although its model reads them
         ("dots1", {"n_routed_experts": 4, "n_shared_experts": 1}),
+        # LongCat-Flash's own names for its widths and experts, and its rotary dims equal to its head's
+        ("longcat_flash", {"ffn_hidden_size": 64, "n_routed_experts": 4, "zero_expert_num": 2, "moe_topk": 2,
+                           "head_dim": 6, "qk_rope_head_dim": 6}),
     ],
 )
 def test_the_derived_level_keeps_the_architectures_constraints(model_type: str, expected: dict) -> None:
@@ -298,3 +301,39 @@ def test_an_encoders_causal_lm_head_is_built_as_a_decoder(model_type: str, class
     # as transformers' docs build them for generation; otherwise their attention sees later tokens
     assert sweep.small_config(model_type, class_name).is_decoder
     assert not sweep.small_config(model_type, encoder).is_decoder
+
+
+def test_a_text_model_of_a_multimodal_type_reads_its_own_config_class() -> None:
+    import transformers
+
+    # qwen3_5's type is the image-text model's config; its causal LM reads the text config
+    config = sweep.small_config("qwen3_5", "Qwen3_5ForCausalLM")
+    assert isinstance(config, transformers.Qwen3_5ForCausalLM.config_class)
+    assert config.vocab_size == sweep.VOCAB and config.num_hidden_layers == len(config.layer_types)
+
+
+def test_values_given_per_layer_shrink_with_the_depth() -> None:
+    # Gemma 3n's text config gives a width per layer, and its validator wants one per layer
+    config = sweep.small_config("gemma3n", "Gemma3nForConditionalGeneration")
+    text = config.text_config
+    assert len(text.intermediate_size) == text.num_hidden_layers == 2
+    assert max(text.intermediate_size) <= sweep.SMALL["intermediate_size"]
+
+
+def test_a_model_type_whose_checkpoints_name_its_layer_kinds_gets_them() -> None:
+    # LFM2-MoE's config leaves its layer kinds None; a dense layer first, then an expert layer
+    config = sweep.small_config("lfm2_moe", "Lfm2MoeForCausalLM")
+    assert config.layer_types == ["conv", "full_attention"] and config.num_dense_layers == 1
+
+
+def test_an_encoder_decoder_names_its_decoders_first_token() -> None:
+    # T5ForQuestionAnswering shifts the input right with it; T5's config defines none
+    assert sweep.small_config("t5", "T5ForQuestionAnswering").decoder_start_token_id == sweep.SMALL["pad_token_id"]
+
+
+def test_a_latent_attentions_key_value_heads_shrink_with_its_heads() -> None:
+    # GLM-4-MoE-Lite expands its latent keys to one per head: fewer key/value heads break its cache
+    config = sweep.small_config("glm4_moe_lite", "Glm4MoeLiteForCausalLM")
+    assert config.num_key_value_heads == config.num_attention_heads == sweep.SMALL["num_attention_heads"]
+    # other models keep the shrunk grouped-query ratio
+    assert sweep.small_config("llama", "LlamaForCausalLM").num_key_value_heads == sweep.SMALL["num_key_value_heads"]

@@ -9,7 +9,7 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   (:mod:`fx2onnx.capture.libraries.transformers_caches`; also active while an exported
   program runs, which takes and returns caches);
 - **rewrites**: library functions whose Python code branches on a size that depends
-  on the data (or loops over a data-dependent set: Switch Transformers' experts, run
+  on the data (or loops over a data-dependent set: Switch Transformers' and LongCat-Flash's experts, run
   densely, :mod:`fx2onnx.capture.libraries.transformers_experts`) (``if boxes.numel() == 0: return empty``), which torch.export cannot
   decide. Each is replaced by a function that computes the same result and decides
   such a branch with ``guard_or_false`` (torch's own way of saying "take the general
@@ -18,7 +18,10 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   size. :data:`CAPTURE_REWRITES` lists them; tests check each against the original
   on empty and non-empty inputs. Two rewrite torch.nn's own code: a mask's check by value
   in its Transformer layers, and ``module.to(...)`` called in forward when it would
-  change nothing (returned as it is: the capture's parameters cannot be swapped);
+  change nothing (returned as it is: the capture's parameters cannot be swapped). Mamba's
+  and Falcon-Mamba's mixers take the padding mask's positions of their own tokens
+  (:mod:`fx2onnx.capture.libraries.transformers_recurrent_masks`), since a decoder with a
+  cache is given the mask of the past tokens too;
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
   (:mod:`fx2onnx.capture.libraries.transformers_rope`);
@@ -55,8 +58,13 @@ from fx2onnx.capture.libraries.transformers_caches import (
     uncounted_sliding_caches,
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
-from fx2onnx.capture.libraries.transformers_experts import every_expert_weighted, experts_without_routing_loops
+from fx2onnx.capture.libraries.transformers_experts import (
+    every_expert_and_identity_weighted,
+    every_expert_weighted,
+    experts_without_routing_loops,
+)
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
+from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_new_tokens
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
 
 __all__ = [
@@ -150,6 +158,15 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         every_expert_weighted,
         "a loop over the experts some token was routed to (`nonzero()`), each gathering its tokens",
     ),
+    CaptureRewrite(
+        "transformers.models.longcat_flash.modeling_longcat_flash", "LongcatFlashExperts.forward",
+        every_expert_and_identity_weighted,
+        "a loop over the experts some token was routed to (`nonzero()`), identity experts among them",
+    ),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,
+        "a padding mask multiplied with the hidden states of this forward's tokens, as long as they are only",
+    ) for name in ("mamba", "falcon_mamba")),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",

@@ -233,3 +233,34 @@ def test_a_patch_input_image_classifier_is_refused_naming_the_inputs_that_export
             expected = model(**inputs).logits.numpy()
         got = session.run(["logits"], {name: value.numpy() for name, value in inputs.items()})[0]
         torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(expected), rtol=1e-3, atol=1e-4)
+
+
+def test_an_indexers_cache_of_keys_without_heads_grows_with_the_sequence(tmp_path):
+    # AXK2's sparse attention keeps, beside its latent keys and values, its indexer's keys
+    # ([batch, length, size]: no heads, so the length is dim 1): the folder's decoder takes
+    # them growing, an empty one first
+    torch.manual_seed(0)
+    config = transformers.AXK2Config(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=48, qk_rope_head_dim=4, v_head_dim=8, qk_nope_head_dim=8,
+        index_head_dim=16, index_n_heads=4, max_position_embeddings=64, **IDS)
+    transformers.AXK2ForCausalLM(config).eval().save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", verify=True, tokens=4)
+    assert result.verification.passed and result.verification.tokens_equal
+    model = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(os.fspath(model), full_check=True)
+    assert _input_dims(model, "past_key_values.0.indexer_keys") == ["batch_size", "past_sequence_length", 16]
+
+
+def test_a_mamba_whose_scan_loops_over_the_tokens_is_refused_naming_that_loop(tmp_path):
+    # Falcon-Mamba's mixer takes the mask of its own tokens (the capture gives it those of the
+    # past and new tokens' mask); its selective scan then loops in Python over the prompt's tokens,
+    # which fixes the length: refused citing that loop, before anything is written
+    torch.manual_seed(0)
+    config = transformers.FalconMambaConfig(vocab_size=100, hidden_size=32, state_size=4, num_hidden_layers=1, expand=2,
+                                            conv_kernel=3, time_step_rank=4, **IDS)
+    transformers.FalconMambaForCausalLM(config).eval().save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=r"Dim 1 of input 'input_ids' \(sequence_length\) is static") as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert "modeling_falcon_mamba.py:" in str(error.value) and "Nothing was written" in str(error.value)
+    assert not (tmp_path / "out").exists()

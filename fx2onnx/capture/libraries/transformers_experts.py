@@ -1,6 +1,6 @@
 """transformers' mixtures of experts whose routing loop torch.export cannot capture.
 
-**Experts kept as one module per expert, captured densely.**
+**Experts that loop over the routed experts, captured densely.**
 
 Switch Transformers' experts (`SwitchTransformersExperts`, an `nn.ModuleDict` with one
 feed-forward module per expert) loop over the experts that some token was routed to
@@ -9,7 +9,8 @@ sizes that depend on the routing, which torch.export cannot capture. During a ca
 every expert runs on every token and its output is weighted by the token's routing weight
 for it, which is zero for an expert the router did not pick (or a token dropped by the
 expert's capacity): the sum is the original's for every routing. It costs every expert on
-every token.
+every token. LongCat-Flash's experts (`LongcatFlashExperts`: weights stacked per expert,
+then identity experts that return their tokens) loop the same way and are run the same way.
 
 **Experts whose model asks for transformers' "eager" experts implementation** (the OpenAI
 Privacy Filter does by default): transformers' experts classes (`@use_experts_implementation`)
@@ -70,6 +71,31 @@ def every_expert_weighted(original: Any) -> Any:
         for index in range(self.num_experts):
             output = self[f"expert_{index}"](hidden_states) * weights[:, index, None]
             result = result + output.to(hidden_states.dtype)
+        return result
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
+
+
+def every_expert_and_identity_weighted(original: Any) -> Any:
+    """A forward for LongCat-Flash's experts (``gate_up_proj`` and ``down_proj`` stacked per
+    expert, then ``zero_expert_num`` identity experts) given each token's top-k expert
+    indices and weights: every expert on every token at once, weighted by the token's weight
+    for it (zero where not picked); the identity experts return the token times theirs.
+    transformers loops over the experts some token picked (`nonzero()`), as above."""
+
+    def forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        # (tokens, experts): a token's weight for each expert, zero where not picked
+        weights = torch.zeros(hidden_states.shape[0], self.total_experts, dtype=top_k_weights.dtype,
+                              device=top_k_weights.device).scatter_add(1, top_k_index, top_k_weights)
+        routed = self.num_routed_experts if self.gate_up_proj is not None else 0
+        # the identity experts: the token times its weights for them
+        result = hidden_states * weights[:, routed:].sum(dim=1, keepdim=True).to(hidden_states.dtype)
+        if routed:
+            gate, up = torch.einsum("td,eid->eti", hidden_states, self.gate_up_proj[:routed]).chunk(2, dim=-1)
+            outputs = torch.einsum("eti,edi->etd", self.act_fn(gate) * up, self.down_proj)
+            result = result + torch.einsum("etd,te->td", outputs, weights[:, :routed].to(outputs.dtype)).to(hidden_states.dtype)
         return result
 
     forward.__wrapped__ = original  # type: ignore[attr-defined]

@@ -13,6 +13,10 @@ import traceback
 from typing import Any
 
 _ATTENTION_FILES = ("flash_attention", "flex_attention", "paged_attention", "sdpa_attention")
+# Longformer's sliding-window attention and LED's copy of it: the files and the functions
+# that size its chunks
+_SLIDING_CHUNK_FILES = ("modeling_longformer.py", "modeling_led.py")
+_SLIDING_CHUNK_FUNCTIONS = ("_chunk", "_sliding_chunks_query_key_matmul", "_sliding_chunks_matmul_attn_probs_value")
 
 
 def _is_transformers_model(model: Any) -> bool:
@@ -52,6 +56,12 @@ def transformers_hint(model: Any, error: BaseException) -> str | None:
         return (
             f"this attention implementation cannot be captured{where}: load or configure the model with "
             "attn_implementation=\"sdpa\" (or \"eager\"), e.g. model.set_attn_implementation(\"sdpa\")."
+        )
+    if frame is not None and frame.name in _SLIDING_CHUNK_FUNCTIONS and frame.filename.endswith(_SLIDING_CHUNK_FILES):
+        return (
+            f"Longformer's sliding-window attention cannot be captured{where}: it counts its chunks with "
+            "torch.div on sizes, which makes them tensors that the capture reads back as sizes of unknown value, "
+            "and branches on whether any token attends globally (.item()); no input or config flag avoids it."
         )
     if any(needle in text for needle in ("data-dependent", "DataDependent", "unbacked", ".item()")):
         advice = "pass attention_mask (and position_ids) explicitly instead of letting the model derive them from token values"

@@ -15,10 +15,13 @@ def check_growing_cache(program: fx2onnx.ONNXProgram, config: Any) -> None:
     one fill only, and ONNX Runtime GenAI feeds back caches that grow with the sequence.
     A hybrid's convolution and recurrent states keep their size at every step, as the model does."""
     states = {present_name(name) for name in fixed_size_states(program.model)}
+    # the length is dim 2 of keys and values ([batch, heads, length, head size]), dim 1 of a
+    # cache without heads (an indexer's keys, [batch, length, size]): a cache grows when one
+    # of its dims is the total length
     fixed = [
-        f"{value.name} ({value.shape[2]})" for value in program.model.graph.outputs
+        f"{value.name} ({', '.join(map(str, value.shape))})" for value in program.model.graph.outputs
         if value.name.startswith("present.") and value.name not in states and value.shape is not None
-        and str(value.shape[2]) != TOTAL
+        and TOTAL not in map(str, value.shape)
     ]
     if fixed:
         raise NotImplementedError(

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
-from fx2onnx.hub.shared.dim_roles import present_name
+from fx2onnx.hub.shared.dim_roles import PAST, present_name
 from fx2onnx import ExportOptions
 from fx2onnx.program import session_on_cpu
 
@@ -181,7 +181,11 @@ def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = 
         shape = inputs[name].shape
         if _fixed_size(shape, outputs.get(present_name(name))):  # a hybrid's convolution or recurrent state
             return np.zeros((batch, *shape[1:]), dtype=dtype)
-        return np.zeros((batch, size(name, 1), 0, size(name, 3)), dtype=dtype)
+        # no tokens along the past length: dim 2 of keys and values, dim 1 of a cache
+        # without heads (an indexer's keys, [batch, length, size])
+        length = shape.index(PAST) if PAST in shape else 2
+        return np.zeros((batch, *(0 if axis == length else size(name, axis) for axis in range(1, len(shape)))),
+                        dtype=dtype)
 
     return {n: empty(n) for n in past_names}
 

@@ -69,3 +69,35 @@ def test_a_model_asking_for_the_eager_experts_loop_is_captured_with_the_grouped_
                                  second_inputs=((second,), {}))
     assert model.config._experts_implementation == "eager"
     assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]
+
+
+def _longcat_moe() -> torch.nn.Module:
+    from transformers.models.longcat_flash import modeling_longcat_flash as longcat
+
+    torch.manual_seed(0)
+    config = transformers.LongcatFlashConfig(hidden_size=16, expert_ffn_hidden_size=8, n_routed_experts=4,
+                                             zero_expert_num=2, moe_topk=2)
+    moe = longcat.LongcatFlashMoE(config).eval()
+    for parameter in moe.parameters():  # the experts' weights start uninitialized (torch.empty)
+        torch.nn.init.normal_(parameter, std=0.5)
+    return moe
+
+
+def test_longcat_experts_and_identity_experts_weighted_equal_the_loop() -> None:
+    # LongCat-Flash's experts: four with weights and two identity ("zero") experts, top 2 of 6
+    moe = _longcat_moe()
+    hidden = torch.randn(3, 11, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        _, _, chosen = moe.router(hidden)
+        want = moe(hidden)
+        with rewritten_library_functions():
+            got = moe(hidden)
+    assert (chosen >= 4).any() and (chosen < 4).any()  # both kinds of expert are picked
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)  # float sums in another order
+
+
+def test_longcat_experts_export_with_a_dynamic_token_count(export_and_compare) -> None:
+    moe = _longcat_moe()
+    program = export_and_compare(moe, (torch.randn(2, 9, 16),), options=fx2onnx.ExportOptions(dynamic_shapes=True),
+                                 second_inputs=((torch.randn(3, 5, 16),), {}))
+    assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]

@@ -65,3 +65,16 @@ def test_library_hint_asks_each_library_and_names_the_version() -> None:
     assert library_hint(torch.nn.Linear(2, 2), error) is None
     assert transformers_version(model) == transformers.__version__
     assert transformers_version(torch.nn.Linear(2, 2)) is None
+
+
+@pytest.mark.parametrize("file", ["longformer/modeling_longformer.py", "led/modeling_led.py"])
+def test_a_longformer_chunk_failure_names_its_sliding_window_attention(file: str) -> None:
+    # the innermost transformers frame is the attention's chunking, where torch.div made a size a tensor
+    namespace: dict = {}
+    source = "def _chunk():\n    raise RuntimeError('Could not guard on data-dependent expression Eq(u1, 1)')\n"
+    exec(compile(source, f"/site-packages/transformers/models/{file}", "exec"), namespace)  # noqa: S102
+    with pytest.raises(RuntimeError) as raised:
+        namespace["_chunk"]()
+    hint = transformers_hint(transformers.GPT2LMHeadModel(_gpt2_config()), raised.value)
+    assert hint.startswith("Longformer's sliding-window attention cannot be captured") and file.split("/")[1] in hint
+    assert "attention_mask" not in hint  # not the advice for a branch on token values
