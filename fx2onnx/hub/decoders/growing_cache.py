@@ -18,14 +18,16 @@ def check_growing_cache(program: fx2onnx.ONNXProgram, config: Any) -> None:
     # the length is dim 2 of keys and values ([batch, heads, length, head size]), dim 1 of a
     # cache without heads (an indexer's keys, [batch, length, size]): a cache grows when one
     # of its dims is the total length
-    fixed = [
-        f"{value.name} ({', '.join(map(str, value.shape))})" for value in program.model.graph.outputs
+    fixed_values = [
+        value for value in program.model.graph.outputs
         if value.name.startswith("present.") and value.name not in states and value.shape is not None
         and TOTAL not in map(str, value.shape)
     ]
+    fixed = [f"{value.name} ({', '.join(map(str, value.shape))})" for value in fixed_values]
+    layers = {value.name.split(".")[1] for value in fixed_values}
     if fixed:
         raise NotImplementedError(
-            f"{config.model_type}'s cache keeps a fixed number of tokens in {len(fixed) // 2} layer(s): its length "
+            f"{config.model_type}'s cache keeps a fixed number of tokens in {len(layers)} layer(s): its length "
             f"is fixed in the captured graph ({', '.join(fixed[:2])}{', ...' if len(fixed) > 2 else ''}) instead of "
             "growing with the sequence, which export-hf's decoders need. Export the decode step with "
             "fx2onnx.dynamo_export instead; nothing was written."
