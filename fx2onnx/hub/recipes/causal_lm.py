@@ -28,7 +28,7 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.tasks import UnsupportedTaskError, is_filed_under
 from fx2onnx.hub.shared.dim_roles import fixed_size_states
-from fx2onnx.hub.shared.genai_config import genai_config, genai_state_note
+from fx2onnx.hub.shared.genai_config import genai_config, genai_state_note, unequal_head_sizes_note
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
 
@@ -74,6 +74,10 @@ class CausalLMRecipe(RecipeDefaults):
         states = fixed_size_states(program.model)
         if states:
             say(genai_state_note(loaded.config, states))
+            return files
+        unequal = unequal_head_sizes_note(loaded.config, program.model)
+        if unequal is not None:
+            say(unequal)
             return files
         if reads_combined_cache(loaded.config.to_dict()):
             # Transformers.js feeds this config one key_value input per layer; ONNX Runtime

@@ -144,3 +144,23 @@ def genai_state_note(config: Any, states: list[str]) -> str:
         f"cache ({states[0]}, ...), which ONNX Runtime GenAI feeds only to the models its own builder writes; the "
         "folder's model runs in onnxruntime (fed zeros as the first states) and in Transformers.js where it has the class"
     )
+
+
+def unequal_head_sizes_note(config: Any, model: ir.Model) -> str | None:
+    """Why a decoder whose cached keys and values have different head sizes (a latent
+    attention's, as Youtu's) gets no `genai_config.json`: ONNX Runtime GenAI 0.18 allocates
+    every key and value buffer with the one `head_size` its config gives. None when they match."""
+    inputs = {value.name: value for value in model.graph.inputs}
+    for name, key in inputs.items():
+        if not (name.startswith("past_key_values.") and name.endswith(".key")):
+            continue
+        value = inputs.get(name[: -len("key")] + "value")
+        if value is None or key.shape is None or value.shape is None or len(key.shape) != 4 or len(value.shape) != 4:
+            continue
+        if key.shape[3] != value.shape[3]:
+            return (
+                f"no genai_config.json: {config.model_type}'s cached keys and values have different head sizes "
+                f"({name} {key.shape[3]}, its value {value.shape[3]}), and ONNX Runtime GenAI gives every cache buffer "
+                "one head size; the folder's model runs in onnxruntime and in Transformers.js where it has the class"
+            )
+    return None

@@ -26,6 +26,7 @@ from fx2onnx.hub.decoders.sliding_window import growing_cache, masks_for, window
 from fx2onnx.hub.precision.prequantized import checkpoint_codes, quant_method
 from fx2onnx.hub.shared.dim_roles import BATCH, PAST, SEQUENCE, TOTAL, fixed_size_states, name_dims_by_role
 from fx2onnx.hub.shared.folder_files import copy_folder_files
+from fx2onnx.hub.shared.genai_config import unequal_head_sizes_note
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
 from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint, part_checkpoint
 from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
@@ -113,6 +114,18 @@ def test_a_cache_of_fixed_length_is_refused():
     check_growing_cache(program(TOTAL), SimpleNamespace(model_type="llama"))
     with pytest.raises(NotImplementedError, match=r"llama's cache keeps a fixed number of tokens in 1 layer\(s\).*present.0.key \(b, 2, 16, 4\)"):
         check_growing_cache(program(16), SimpleNamespace(model_type="llama"))
+
+
+def test_keys_and_values_of_unequal_head_sizes_get_no_genai_config():
+    """ONNX Runtime GenAI gives every cache buffer one head size: a latent attention's cache
+    (keys of 32, values of 4) gets the reason instead of a genai_config.json."""
+    def model(value_size):
+        inputs = [_value("past_key_values.0.key", ["b", 2, "p", 32]), _value("past_key_values.0.value", ["b", 2, "p", value_size])]
+        return ir.Model(ir.Graph(inputs, [], nodes=[]), ir_version=10)
+
+    assert unequal_head_sizes_note(SimpleNamespace(model_type="llama"), model(32)) is None
+    note = unequal_head_sizes_note(SimpleNamespace(model_type="youtu"), model(4))
+    assert note is not None and "youtu's cached keys and values have different head sizes (past_key_values.0.key 32, its value 4)" in note
 
 
 def test_onnxruntime_only_operators_are_found_in_branches_too(tmp_path):
