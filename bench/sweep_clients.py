@@ -190,8 +190,13 @@ def genai_greedy(folder: Path, prompt: list[int]) -> list[int]:
 
 
 def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> dict[str, Any]:
-    """A causal-LM folder in ONNX Runtime GenAI against transformers."""
-    kind = json.loads((folder / "genai_config.json").read_text())["model"]["type"]
+    """A causal-LM folder in ONNX Runtime GenAI against transformers; a folder export-hf
+    writes without `genai_config.json` (a hybrid decoder's states, which the runtime feeds
+    only to its own builder's models) is recorded as such."""
+    config = folder / "genai_config.json"
+    if not config.is_file():
+        return {"genai": "no genai_config.json"}
+    kind = json.loads(config.read_text())["model"]["type"]
     try:
         generated = [genai_greedy(folder, prompt) for prompt in prompts]
     except Exception as error:  # noqa: BLE001 - the client's error is the record
@@ -296,6 +301,8 @@ def _genai_cell(record: dict[str, Any] | None) -> str:
         return "-"
     if record["genai"] == "failed":
         return f"fails ({record['genai_type']}): {sweep._escaped(record.get('genai_cause', ''))}"
+    if "genai_type" not in record:  # no genai_config.json: a hybrid's states
+        return f"not written ({record['genai']})"
     return f"{'exact' if record.get('genai_exact') else 'differs'} ({record['genai_type']})"
 
 
