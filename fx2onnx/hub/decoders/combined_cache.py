@@ -57,8 +57,8 @@ def combine_cache(graph: onnx.GraphProto) -> None:
     for layer in layers:
         past_key, past_value = f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"
         present_key, present_value = f"present.{layer}.key", f"present.{layer}.value"
-        missing = [name for name in (past_value,) if name not in inputs] + [
-            name for name in (present_key, present_value) if name not in outputs]
+        missing = [] if past_value in inputs else [past_value]
+        missing += [name for name in (present_key, present_value) if name not in outputs]
         if missing:
             raise ValueError(f"layer {layer} of the graph has no {', '.join(missing)}: its cache cannot be combined")
         head_size = _static_last_dim(inputs[past_key])

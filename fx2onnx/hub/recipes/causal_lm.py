@@ -105,13 +105,15 @@ class CausalLMRecipe(RecipeDefaults):
             # fed as onnxruntime's other clients feed a cache (its exact form first, then its
             # kernels once a sliding layer's buffer holds the window)
             paths.append(WINDOWED_MODEL)
-        verdicts = []  # each graph's, while every one passes
+        prompt = None
+        if request.quantization is not None:
+            vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
+            prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
+        first = None
         for path in paths:
             if path != relative:
                 say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
-            if request.quantization is not None:
-                vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
-                prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
+            if prompt is not None:
                 verdict = verify_quantized_causal_lm(folder / path, model, loaded.config, prompt.tolist(), request.tokens,
                                                      request.atol)
             else:
@@ -119,8 +121,8 @@ class CausalLMRecipe(RecipeDefaults):
             if not verdict.passed:
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
-            verdicts.append(verdict)
-        return verdicts[0]  # every graph passed: the folder's model's verdict, with its lengths
+            first = first or verdict
+        return first  # every graph passed: the folder's model's verdict, with its lengths
 
     def client_note(self, config: dict[str, Any]) -> str | None:
         return client_note(config)
