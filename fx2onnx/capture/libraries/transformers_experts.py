@@ -27,10 +27,13 @@ methods): never imports it.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from fx2onnx.user_warnings import ExportWarning, user_stacklevel
 
 # transformers' experts implementations torch.export captures, in the order tried
 _CAPTURED_IMPLEMENTATIONS = ("grouped_mm", "batched_mm")
@@ -46,12 +49,20 @@ def experts_without_routing_loops(model: Any) -> Iterator[None]:
         yield
         return
     kept = model.get_experts_implementation()
+    refusals = []
     for implementation in _CAPTURED_IMPLEMENTATIONS:
         try:
             model.set_experts_implementation(implementation)
             break
-        except (ValueError, ImportError, RuntimeError):  # not available here: the next one is tried
-            continue
+        except (ValueError, ImportError, RuntimeError) as error:  # not available here: the next one is tried
+            refusals.append(f"{implementation!r}: {error}")
+    else:  # the capture goes on with the loop, and says why if it fails on it
+        warnings.warn(
+            f"{type(model).__name__} asks for transformers' 'eager' experts loop, which torch.export cannot capture, "
+            f"and none of the implementations it can capture could be set ({'; '.join(refusals)}). Set "
+            "model.set_experts_implementation('grouped_mm') yourself if your transformers version offers it.",
+            ExportWarning, stacklevel=user_stacklevel(),
+        )
     try:
         yield
     finally:

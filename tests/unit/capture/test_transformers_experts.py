@@ -71,6 +71,36 @@ def test_a_model_asking_for_the_eager_experts_loop_is_captured_with_the_grouped_
     assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]
 
 
+class _OnlyEagerExperts:
+    """A model that asks for the "eager" experts loop where no captured implementation can be set."""
+
+    def __init__(self) -> None:
+        self.config = type("Config", (), {"_experts_implementation": "eager"})()
+        self.implementation = "eager"
+
+    @classmethod
+    def _can_set_experts_implementation(cls) -> bool:
+        return True
+
+    def get_experts_implementation(self) -> str:
+        return self.implementation
+
+    def set_experts_implementation(self, implementation: str) -> None:
+        if implementation != "eager":
+            raise ValueError(f"{implementation} needs a newer torch")
+        self.implementation = implementation
+
+
+def test_experts_loop_kept_with_a_warning_when_no_captured_implementation_can_be_set() -> None:
+    from fx2onnx.capture.libraries.transformers_experts import experts_without_routing_loops
+
+    model = _OnlyEagerExperts()
+    with pytest.warns(fx2onnx.ExportWarning, match="grouped_mm.*needs a newer torch.*batched_mm") as caught:
+        with experts_without_routing_loops(model):
+            assert model.implementation == "eager"
+    assert len(caught) == 1 and model.implementation == "eager"
+
+
 def _longcat_moe() -> torch.nn.Module:
     from transformers.models.longcat_flash import modeling_longcat_flash as longcat
 
