@@ -266,33 +266,56 @@ def test_verify_fails_on_a_windowed_folder_that_attends_past_its_window(windowed
     assert (out / "genai_config.json").is_file() and not [p for p in out.parent.iterdir() if ".partial-" in p.name]
 
 
+def crash_past_the_window(path) -> None:
+    """Make the graph at ``path`` read a table of ``WINDOW + 1`` rows at each position."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    rows = onnx.helper.make_tensor("planted.rows", onnx.TensorProto.FLOAT, [WINDOW + 1], [0.0] * (WINDOW + 1))
+    model.graph.initializer.append(rows)
+    logits = next(o for o in model.graph.output if o.name == "logits")
+    for node in model.graph.node:
+        node.output[:] = ["logits.clean" if n == "logits" else n for n in node.output]
+    model.graph.node.extend([
+        onnx.helper.make_node("Gather", ["planted.rows", "position_ids"], ["planted.gathered"]),
+        onnx.helper.make_node("ReduceSum", ["planted.gathered"], ["planted.zero"], keepdims=0),
+        onnx.helper.make_node("Add", ["logits.clean", "planted.zero"], [logits.name]),
+    ])
+    onnx.save(model, str(path))
+
+
 def test_verify_fails_on_a_windowed_folder_that_crashes_past_its_window(windowed_sources, monkeypatch, capsys):
     """The folder's graph reads a table of ``WINDOW + 1`` rows at each position, as the
     folders that crashed past their window did: the runtime's error is stated with its length."""
-    import onnx
-
-    def crash_past_the_window(folder):
-        path = folder / "onnx" / "model.onnx"
-        model = onnx.load(str(path), load_external_data=False)
-        rows = onnx.helper.make_tensor("planted.rows", onnx.TensorProto.FLOAT, [WINDOW + 1], [0.0] * (WINDOW + 1))
-        model.graph.initializer.append(rows)
-        logits = next(o for o in model.graph.output if o.name == "logits")
-        for node in model.graph.node:
-            node.output[:] = ["logits.clean" if n == "logits" else n for n in node.output]
-        model.graph.node.extend([
-            onnx.helper.make_node("Gather", ["planted.rows", "position_ids"], ["planted.gathered"]),
-            onnx.helper.make_node("ReduceSum", ["planted.gathered"], ["planted.zero"], keepdims=0),
-            onnx.helper.make_node("Add", ["logits.clean", "planted.zero"], [logits.name]),
-        ])
-        onnx.save(model, str(path))
-
-    plant(monkeypatch, crash_past_the_window)
+    plant(monkeypatch, lambda folder: crash_past_the_window(folder / "onnx" / "model.onnx"))
     out = windowed_sources / "out-crash"
     assert main(["export-hf", str(windowed_sources / "windowed"), "--output", str(out), "--verify", "--tokens", "8"]) == 1
     err = capsys.readouterr().err
     found = re.search(r"verification failed: onnxruntime failed at sequence length (\d+) \((the prefill|decode step \d+)\)", err)
     assert found and int(found[1]) > WINDOW, err
     assert "Traceback" not in err and (out / "onnx" / "model.onnx").is_file()
+
+
+def test_verify_names_genai_windowed_decoder_when_it_crashes(windowed_sources, monkeypatch, capsys):
+    """The folder's model is sound and ONNX Runtime GenAI's own decoder (the windowed cache's,
+    named by genai_config.json) crashes past the window: --verify runs it too and says which
+    file failed."""
+    from fx2onnx.hub.shared.genai_config import genai_decoder_file
+
+    planted = []
+
+    def crash_genai_decoder(folder):
+        planted.append(genai_decoder_file(folder))
+        crash_past_the_window(folder / planted[0])
+
+    plant(monkeypatch, crash_genai_decoder)
+    out = windowed_sources / "out-genai-crash"
+    assert main(["export-hf", str(windowed_sources / "windowed"), "--output", str(out), "--verify", "--tokens", "8"]) == 1
+    err = capsys.readouterr().err
+    assert planted == ["onnx/model_windowed_cache.onnx"]
+    found = re.search(r"verification failed: onnx/model_windowed_cache.onnx: onnxruntime failed at sequence length (\d+)", err)
+    assert found and int(found[1]) > WINDOW, err
+    assert "Traceback" not in err
 
 
 def test_verify_passes_on_the_windowed_folder_as_written(windowed_sources, capsys):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.decoders.windowed_cache import WINDOWED_MODEL
+from fx2onnx.hub.decoders.windowed_cache import windowed_decoder_file
 from test_sliding_window import WINDOWS, check_in_genai, expected_tokens, model_of, prompts_for
 from test_transformers_js import MULTI_QUERY_CONFIGS, NEW_TOKENS, PROMPTS, greedy, left_padded, run_in_transformers_js
 from test_transformers_js import tokenizer, transformers_js  # noqa: F401 - the fixtures
@@ -40,8 +40,8 @@ def test_windowed_decoder_with_module_functions_in_genai(tmp_path):
     result = export_hf(tmp_path / "source", out, module_functions=True, verify=True)
     assert result.verification.passed
     decoder = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
-    assert decoder["filename"] == WINDOWED_MODEL
-    saved, windowed = checked_functions(out / "onnx" / "model.onnx"), checked_functions(out / WINDOWED_MODEL)
+    assert decoder["filename"] == windowed_decoder_file("onnx/model.onnx")
+    saved, windowed = checked_functions(out / "onnx" / "model.onnx"), checked_functions(out / decoder["filename"])
     assert saved and saved == windowed
     assert any("self_attn" in name for name in windowed)
     prompts = prompts_for(WINDOWS[family])

@@ -25,7 +25,7 @@ import torch
 import fx2onnx
 from conftest import ATOL, RTOL, all_nodes, check_saved_model
 from fx2onnx.hub.decoders.decode_step import cache_argument
-from fx2onnx.hub.decoders.windowed_cache import WINDOWED_MODEL
+from fx2onnx.hub.decoders.windowed_cache import windowed_decoder_file
 from fx2onnx.hub import export_hf
 from test_padded_batches import onnx_step
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the fixture
@@ -303,7 +303,7 @@ def test_genai_decoder_holds_a_window_and_its_exact_form_writes_the_kernels_layo
     if family == "gemma2":
         assert config["filename"] == "onnx/model.onnx" and "sliding_window" not in config
         return
-    assert config["filename"] == WINDOWED_MODEL == "onnx/model_windowed_cache.onnx"
+    assert config["filename"] == windowed_decoder_file("onnx/model.onnx") == "onnx/model_windowed_cache.onnx"
     assert config["sliding_window"] == {"window_size": window, "slide_key_value_cache": False, "slide_inputs": False,
                                         "layers": sliding, "cache_slack": 0}
     path = os.fspath(out / config["filename"])

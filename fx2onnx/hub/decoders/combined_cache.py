@@ -26,8 +26,10 @@ from typing import Any
 
 import onnx
 
+from fx2onnx.hub.shared.folder_layout import client_graph_file
+
 _PAST = re.compile(r"past_key_values\.(\d+)\.key")
-SEPARATE_CACHE_SUFFIX = "_separate_cache"
+SEPARATE_CACHE_ROLE = "separate_cache"
 
 
 def reads_combined_cache(config: Mapping[str, Any]) -> bool:
@@ -39,8 +41,7 @@ def reads_combined_cache(config: Mapping[str, Any]) -> bool:
 def separate_cache_file(relative: str) -> str:
     """The folder path of the graph with a separate key and value per layer, beside the
     combined one at ``relative`` (`onnx/model.onnx` -> `onnx/model_separate_cache.onnx`)."""
-    path = Path(relative)
-    return path.with_name(f"{path.stem}{SEPARATE_CACHE_SUFFIX}{path.suffix}").as_posix()
+    return client_graph_file(relative, SEPARATE_CACHE_ROLE)
 
 
 def combine_cache(graph: onnx.GraphProto) -> None:

@@ -3,7 +3,8 @@
 The folder's `onnx/model.onnx` keeps every token in every layer and counts its slots in
 `attention_mask` columns: Transformers.js and onnxruntime read it too, so its contract
 stays. ONNX Runtime GenAI gets a decoder of its own, `onnx/model_windowed_cache.onnx`
-(the same weights, the same data file), written from the saved model:
+beside it (`windowed_decoder_file`: the same weights, the same data file), written from
+the saved model:
 
 - every layer's `GroupQueryAttention` counts its slots in held tokens: each row's
   `seqlens_k` is its own count of held tokens minus one and `query_seqlens` its count
@@ -37,7 +38,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-WINDOWED_MODEL = "onnx/model_windowed_cache.onnx"
+from fx2onnx.hub.shared.folder_layout import client_graph_file
+
+WINDOWED_CACHE_ROLE = "windowed_cache"
 _KERNEL = ("com.microsoft", "GroupQueryAttention")
 _SINKS, _QUERY_SEQLENS = 11, 16  # the kernel's head_sink and query_seqlens inputs
 # the kernel attributes the exact form computes (others, such as a soft cap, leave the folder as it is)
@@ -377,11 +380,14 @@ def write_windowed_decoder(staging: Path, filename: str, genai: dict[str, Any]) 
     derived, layers, window = made
     if window >= genai["model"]["context_length"]:  # nothing is ever evicted: the folder's decoder serves
         return None
-    target = staging / WINDOWED_MODEL
-    if target.parent != (staging / filename).parent:
-        raise ValueError(f"{WINDOWED_MODEL} must sit beside {filename}: it reads the same data file")
-    onnx.save(derived, os.fspath(target))
+    relative = windowed_decoder_file(filename)
+    onnx.save(derived, os.fspath(staging / relative))
     sliding = {"window_size": window, "slide_key_value_cache": False, "slide_inputs": False, "layers": layers,
                "cache_slack": 0}  # 0: the runtime's default slack (16 slots on CPU)
-    return {**genai, "model": {**genai["model"], "decoder": {**decoder, "filename": WINDOWED_MODEL,
+    return {**genai, "model": {**genai["model"], "decoder": {**decoder, "filename": relative,
                                                              "sliding_window": sliding}}}
+
+
+def windowed_decoder_file(relative: str) -> str:
+    """The folder path of GenAI's windowed decoder written from the graph at ``relative``."""
+    return client_graph_file(relative, WINDOWED_CACHE_ROLE)

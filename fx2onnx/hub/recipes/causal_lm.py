@@ -15,12 +15,12 @@ import torch
 import fx2onnx
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.client_support import client_note
-from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, separate_cache_file, write_combined_cache_graph
+from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
-from fx2onnx.hub.decoders.windowed_cache import WINDOWED_MODEL, write_windowed_decoder
+from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
@@ -28,7 +28,9 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.tasks import UnsupportedTaskError, is_filed_under
 from fx2onnx.hub.shared.dim_roles import fixed_size_states
-from fx2onnx.hub.shared.genai_config import genai_config, genai_state_note, unequal_head_sizes_note
+from fx2onnx.hub.shared.genai_config import (
+    GENAI_CONFIG, genai_config, genai_decoder_file, genai_state_note, unequal_head_sizes_note,
+)
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
 
@@ -88,8 +90,8 @@ class CausalLMRecipe(RecipeDefaults):
         config = genai_config(loaded.config, generation, name, program.model)
         windowed = write_windowed_decoder(staging, name, config)  # ONNX Runtime GenAI's own, where layers slide
         if windowed is not None:
-            config, files = windowed, [*files, WINDOWED_MODEL]
-        return [*files, write_json_file(staging, "genai_config.json", config)]
+            config, files = windowed, [*files, windowed["model"]["decoder"]["filename"]]
+        return [*files, write_json_file(staging, GENAI_CONFIG, config)]
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
@@ -98,13 +100,10 @@ class CausalLMRecipe(RecipeDefaults):
         lengths = verification_lengths(loaded.config, request.tokens)
         say(f"verification lengths: {lengths.describe()}")
         relative = onnx_file(loaded, folder_layout.MODEL, request.quantization)
-        paths = [relative]  # the folder's model, then the graphs ONNX Runtime GenAI reads instead
-        if reads_combined_cache(loaded.config.to_dict()):
-            paths.append(separate_cache_file(relative))
-        if (folder / WINDOWED_MODEL).is_file():
-            # fed as onnxruntime's other clients feed a cache (its exact form first, then its
-            # kernels once a sliding layer's buffer holds the window)
-            paths.append(WINDOWED_MODEL)
+        # the folder's model, then the one ONNX Runtime GenAI reads where it has its own (a
+        # separate cache, a windowed one: fed as onnxruntime's other clients feed a cache, its
+        # exact form first, then its kernels once a sliding layer's buffer holds the window)
+        paths = [relative, *[path for path in [genai_decoder_file(folder)] if path not in (None, relative)]]
         prompt = None
         if request.quantization is not None:
             vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)

@@ -53,6 +53,14 @@ def onnx_file(base: str, dtype: torch.dtype, bits: int | None = None) -> str:
     return f"{ONNX_FOLDER}/{base}{_transformers_js_name(dtype, bits)[1]}.onnx"
 
 
+def client_graph_file(relative: str, role: str) -> str:
+    """The folder path of a client's own graph derived from the folder's graph at
+    ``relative``, beside it so that both read the same data file:
+    `onnx/model.onnx` -> `onnx/model_<role>.onnx`."""
+    path = Path(relative)
+    return path.with_name(f"{path.stem}_{role}{path.suffix}").as_posix()
+
+
 def data_file(onnx_path: str) -> str:
     """The name of an ONNX file's external data, beside it (as written in the graph)."""
     return Path(onnx_path).name + "_data"

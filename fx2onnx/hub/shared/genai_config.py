@@ -16,6 +16,8 @@ ids, the greedy search) are written here once, for every folder kind's configura
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
@@ -90,6 +92,18 @@ def search_options(max_length: int, share_buffer: bool) -> dict[str, Any]:
         "num_return_sequences": 1, "past_present_share_buffer": share_buffer, "repetition_penalty": 1.0,
         "temperature": 1.0, "top_k": 50, "top_p": 1.0,
     }
+
+
+GENAI_CONFIG = "genai_config.json"
+
+
+def genai_decoder_file(folder: Path) -> str | None:
+    """The folder path of the decoder ONNX Runtime GenAI reads in ``folder`` (its
+    `genai_config.json`'s), None for a folder without one."""
+    path = folder / GENAI_CONFIG
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))["model"]["decoder"]["filename"]
 
 
 def genai_config(config: Any, generation_config: Any, filename: str, model: ir.Model) -> dict[str, Any]:
