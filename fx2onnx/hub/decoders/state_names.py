@@ -6,7 +6,8 @@ The export names a hybrid layer's states after transformers' cache layer
 `present.*` outputs; translate/io_names.py). Transformers.js 4.3.1 names them by model type
 (`getCacheNames` in its `dist/transformers.node.mjs`): `past_conv.<i>` with `past_ssm.<i>` or
 `past_recurrent.<i>`, OLMo-hybrid's convolution of queries, keys and values as three inputs,
-and reads each output `present_*` back as the next step's `past_*`. It feeds every cache input
+ZAYA's beside its keys and values (`past_key_values.<i>.conv_state`, `.shift_state`), and
+reads each output `present*` back as the next step's `past*`. It feeds every cache input
 zeros of the input's own shape on the first step (its dims other than `batch_size` static), as
 the export's verification starts a state.
 
@@ -66,6 +67,8 @@ TRANSFORMERS_JS_STATE_NAMES = {
     "qwen3_next": _GATED_DELTA,
     "qwen3_5_text": _GATED_DELTA,
     "qwen3_5_moe_text": _GATED_DELTA,
+    # a ZAYA layer's convolution of queries and keys, and its previous token's delayed values
+    "zaya": StateNames(("past_key_values.{layer}.conv_state",), "past_key_values.{layer}.shift_state"),
     "olmo_hybrid": StateNames(
         ("past_conv.{layer}.query", "past_conv.{layer}.key", "past_conv.{layer}.value"), "past_recurrent.{layer}",
         _queries_keys_values),
