@@ -710,3 +710,53 @@ def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_pat
         "batch": {"input_ids": ids, "attention_mask": mask}})
     assert result["generated"] == [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
     assert result["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))
+
+
+HYBRID_IDS = dict(vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2, max_position_embeddings=64)
+# model type -> (its config, past 16 tokens of the prompts below; the inputs its states take in the folder)
+HYBRID_CONFIGS = {
+    # a short convolution's state alone: past_conv.<i>
+    "lfm2": (lambda: transformers.Lfm2Config(
+        **HYBRID_IDS, hidden_size=32, intermediate_size=64, block_ff_dim=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, conv_L_cache=3, layer_types=["conv", "full_attention"]), ["past_conv.0"]),
+    # a mamba mixer's convolution and scan states, its layer kinds in config.json by their older names: past_conv, past_ssm
+    "nemotron_h": (lambda: transformers.NemotronHConfig(
+        **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        layers_block_type=["linear_attention", "full_attention", "mlp"], mamba_num_heads=4, mamba_head_dim=8,
+        ssm_state_size=8, n_groups=1, chunk_size=16), ["past_conv.0", "past_ssm.0"]),
+    # a gated delta rule's convolution of queries, keys and values fed as three, and its recurrent state
+    "olmo_hybrid": (lambda: transformers.AutoConfig.for_model(
+        "olmo_hybrid", **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+        linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8),
+        ["past_conv.0.query", "past_conv.0.key", "past_conv.0.value", "past_recurrent.0"]),
+}
+
+
+@pytest.mark.parametrize("family", list(HYBRID_CONFIGS))
+def test_hybrid_decoder_folders_in_transformers_js(tmp_path, family, transformers_js):
+    """A hybrid decoder's states take the names Transformers.js feeds its model type (started as
+    zeros of each input's own shape, each `present*` fed back as the next `past*`): 16 greedy
+    tokens equal transformers', each prompt alone and as a left-padded batch; the folder passes
+    its own verification in onnxruntime under the same names."""
+    make_config, state_inputs = HYBRID_CONFIGS[family]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(make_config()).eval()
+    model.save_pretrained(tmp_path / "source")
+    said = []
+    result = export_hf(tmp_path / "source", tmp_path / "out", say=said.append, verify=True, tokens=NEW_TOKENS)
+    assert result.verification.passed and result.verification.tokens_equal
+    assert not [line for line in said if "cannot load" in line]
+    path = os.fspath(tmp_path / "out" / "onnx" / "model.onnx")
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    inputs = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
+    assert inputs[3:3 + len(state_inputs)] == state_inputs and "past_key_values.1.key" in inputs
+    assert not [name for name in inputs if "_states." in name]
+    prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]]
+    ids, mask = left_padded(prompts)
+    in_js = run_in_transformers_js(transformers_js, tmp_path, {
+        "folder": str(tmp_path / "out"), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
+        "batch": {"input_ids": ids, "attention_mask": mask}})
+    assert in_js["generated"] == [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0]
+                                  for p in prompts]
+    assert in_js["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))
