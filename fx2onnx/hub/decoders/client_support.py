@@ -24,7 +24,8 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   `config.json` lists them by the older names.
 - it sizes some model types' caches in ways no folder of transformers' model meets
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
-  at all, ZAYA's in every ``cca_time1``-th layer only.
+  at all, ZAYA's in every ``cca_time1``-th layer only; and it runs Qwen3.5's text model through
+  its vision-language class (3-row positions read from a vision config).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, which such a
   folder's `onnx/model.onnx` takes (combined_cache.py).
@@ -75,6 +76,13 @@ _NO_DECODER_ONLY_CACHE = (
 TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
     "mbart": (lambda config: True, _NO_DECODER_ONLY_CACHE),
     "trocr": (lambda config: True, _NO_DECODER_ONLY_CACHE),
+    "qwen3_5_text": (
+        lambda config: True,
+        "it runs a qwen3_5_text causal LM through its vision-language class, which reads the vision config's "
+        "spatial_merge_size (a text model's config has none: Cannot read properties of undefined (reading "
+        "'spatial_merge_size')) and feeds position_ids of 3 rows, those after the prompt offset by the prompt's "
+        "length from transformers'",
+    ),
     "zaya": (
         lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
         "it feeds a zaya cache only to every cca_time1-th layer (the layers of the original checkpoint's "

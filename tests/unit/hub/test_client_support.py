@@ -135,3 +135,8 @@ def test_causal_lms_whose_cache_transformers_js_cannot_feed_get_the_note(config,
 
 def test_zaya_with_every_layer_fed_gets_no_note():
     assert client_note(transformers.ZayaConfig(num_hidden_layers=2, cca_time1=1).to_dict()) is None
+
+
+def test_qwen3_5_text_gets_the_note_of_transformers_js_vision_language_class():
+    config = transformers.AutoConfig.for_model("qwen3_5_text", num_hidden_layers=2).to_dict()
+    assert "reading 'spatial_merge_size'" in client_note(config)
