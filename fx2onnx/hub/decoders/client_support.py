@@ -80,8 +80,8 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
         lambda config: True,
         "it runs a qwen3_5_text causal LM through its vision-language class, which reads the vision config's "
         "spatial_merge_size (a text model's config has none: Cannot read properties of undefined (reading "
-        "'spatial_merge_size')) and feeds position_ids of 3 rows, those after the prompt offset by the prompt's "
-        "length from transformers'",
+        "'spatial_merge_size')) and gives the tokens after the prompt positions twice the prompt's length past "
+        "transformers' (its text-only rope deltas add the prompt's length where transformers subtracts it)",
     ),
     "zaya": (
         lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
