@@ -703,10 +703,16 @@ def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_pat
     assert written["model_type"] == "exaone" and written["num_layers"] == written["num_hidden_layers"] == 2
     assert transformers.AutoConfig.from_pretrained(tmp_path / "out").num_hidden_layers == 2
     assert not [line for line in said if "cannot load" in line]
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
+
+
+def assert_generates_as_transformers(prefix: Path, scratch: Path, folder: Path, model: torch.nn.Module) -> None:
+    """Transformers.js's 16 greedy tokens from ``folder`` equal transformers' from ``model``
+    (a vocabulary of 100 at least), for two prompts alone and as one left-padded batch."""
     prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]]
     ids, mask = left_padded(prompts)
-    result = run_in_transformers_js(transformers_js, tmp_path, {
-        "folder": str(tmp_path / "out"), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
+    result = run_in_transformers_js(prefix, scratch, {
+        "folder": str(folder), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
         "batch": {"input_ids": ids, "attention_mask": mask}})
     assert result["generated"] == [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
     assert result["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))
@@ -752,11 +758,4 @@ def test_hybrid_decoder_folders_in_transformers_js(tmp_path, family, transformer
     inputs = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
     assert inputs[3:3 + len(state_inputs)] == state_inputs and "past_key_values.1.key" in inputs
     assert not [name for name in inputs if "_states." in name]
-    prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]]
-    ids, mask = left_padded(prompts)
-    in_js = run_in_transformers_js(transformers_js, tmp_path, {
-        "folder": str(tmp_path / "out"), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
-        "batch": {"input_ids": ids, "attention_mask": mask}})
-    assert in_js["generated"] == [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0]
-                                  for p in prompts]
-    assert in_js["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
