@@ -104,6 +104,10 @@ def rename_states(graph: onnx.GraphProto, names: StateNames, config: Mapping[str
         sizes = names.conv_parts(config) if len(new) > 1 and names.conv_parts is not None else None
         if len(new) > 1 and (sizes is None or len(sizes) != len(new)):
             raise ValueError(f"{name} is fed as {len(new)} inputs but their sizes are not known")
+        channels = inputs[name].type.tensor_type.shape.dim[_CHANNELS].dim_value
+        if sizes is not None and sum(sizes) != channels:
+            raise ValueError(f"{name} has {channels} channels, not the {' + '.join(map(str, sizes))} its config gives "
+                             f"the parts {', '.join(new)}")
         head.append(_joined(new, name, sizes))
         tail += _split(present, [present_name(part) for part in new], sizes)
         new_inputs[name] = [_resized(inputs[name], part, sizes, i) for i, part in enumerate(new)]

@@ -132,3 +132,9 @@ def test_the_table_is_transformers_js_cache_names():
                                                     "i": "{layer}"}[m.group(1)], name)
                  for name in re.findall(r"names\.add\(`([^`]+)`\)", branch)}
         assert {*names.conv, names.recurrent} - {None} <= added, model_type
+
+
+def test_parts_that_do_not_add_up_to_the_states_channels_are_refused():
+    model = hybrid_graph(channels=13)
+    with pytest.raises(ValueError, match="has 13 channels, not the 4 \\+ 4 \\+ 6 its config gives"):
+        rename_states(model.graph, state_names(OLMO_HYBRID), OLMO_HYBRID)
