@@ -140,7 +140,7 @@ def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarr
     try:
         results = session.run(None, given)
     except Exception as error:  # the runtime's own error, stated by the verification
-        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in given.items() if not k.startswith(("past_key_values.", "past.")))
+        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in given.items() if not (_is_past(k) or k.startswith("past.")))
         raise FolderRunError(f"on inputs {shapes}", error) from error
     return dict(zip([o.name for o in session.get_outputs()], results))
 
