@@ -26,6 +26,9 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
   at all, ZAYA's in every ``cca_time1``-th layer only; and it runs Qwen3.5's text model through
   its vision-language class (3-row positions read from a vision config).
+- it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
+  what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
+  every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, which such a
   folder's `onnx/model.onnx` takes (combined_cache.py).
@@ -66,6 +69,11 @@ TRANSFORMERS_JS_ENTRY_VALUES = {
     for model_type, entry in (("nemotron_h", "layers_block_type"), ("granitemoehybrid", "layer_types"))
 }
 
+# model type Transformers.js 4.3.1 has no class for -> the one whose class feeds what the folder's graph takes,
+# and that transformers reads the config back as with every entry kept (Qwen3-Next's for Qwen3.5-MoE's text model:
+# 2-row positions, the same state names)
+TRANSFORMERS_JS_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_next"}
+
 _NO_DECODER_ONLY_CACHE = (
     "it feeds a {model_type} causal LM no cache (its sizes table for the model type names an encoder-decoder's "
     "layers only, and a folder saying is_encoder_decoder would be run as one): Missing the following inputs: "
@@ -104,10 +112,11 @@ def transformers_js_reason(config: Mapping[str, Any]) -> str | None:
 def transformers_js_entries(config: Mapping[str, Any]) -> dict[str, Any]:
     """The entries to set in a folder's `config.json` (a dict) so that Transformers.js 4.3.1
     finds the sizes it reads under another name than transformers writes: the same values,
-    under its names (none already there is replaced); and the entries it reads in
-    transformers' older vocabulary, in that vocabulary (which transformers reads back)."""
+    under its names (none already there is replaced); the entries it reads in
+    transformers' older vocabulary, in that vocabulary (which transformers reads back); and,
+    for a model type it has no class for, the one whose class runs the folder."""
     model_type = config.get("model_type")
-    found = {}
+    found = {"model_type": TRANSFORMERS_JS_MODEL_TYPES[model_type]} if model_type in TRANSFORMERS_JS_MODEL_TYPES else {}
     for entry, older in TRANSFORMERS_JS_ENTRY_VALUES.get(model_type, {}).items():
         if isinstance(config.get(entry), list):
             found[entry] = [older.get(value, value) for value in config[entry]]

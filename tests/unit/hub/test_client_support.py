@@ -140,3 +140,16 @@ def test_zaya_with_every_layer_fed_gets_no_note():
 def test_qwen3_5_text_gets_the_note_of_transformers_js_vision_language_class():
     config = transformers.AutoConfig.for_model("qwen3_5_text", num_hidden_layers=2).to_dict()
     assert "reading 'spatial_merge_size'" in client_note(config)
+
+
+def test_qwen3_5_moe_text_is_written_as_the_model_type_whose_transformers_js_class_runs_it():
+    """Transformers.js has no class for qwen3_5_moe_text; its qwen3_next class feeds what the graph
+    takes, and transformers reads the config back with every entry kept."""
+    from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
+    config = transformers.AutoConfig.for_model("qwen3_5_moe_text", num_hidden_layers=2).to_dict()
+    written = {**config, **transformers_js_entries(config)}
+    assert written["model_type"] == "qwen3_next" and client_note(written) is None
+    read_back = transformers.AutoConfig.for_model(**written).to_dict()
+    assert {key: read_back[key] for key in config if key != "model_type"} == {
+        key: value for key, value in config.items() if key != "model_type"}
