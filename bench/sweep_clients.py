@@ -382,7 +382,9 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
         "The counts take the sweep's exported pairs and the pairs run beyond them (listed last) together; a pair "
         "whose folder could not be built again is left out of them.", "",
     ] + rows
-    out += ["", f"Model types by client (Transformers.js {TRANSFORMERS_JS_VERSION}):", ""] + _families(records, "js")
+    out += ["", f"Model types by client (Transformers.js {TRANSFORMERS_JS_VERSION}; why one does not load, whatever "
+            "the folder, and what export-hf writes for it instead: "
+            "[Clients per architecture](guides/export-hf.md#clients-per-architecture)):", ""] + _families(records, "js")
     out += ["", "ONNX Runtime GenAI:", ""] + _families(records, "genai")
     beyond = sorted((r for r in clients.values() if (r["task"], r["architecture"]) not in swept),
                     key=lambda r: (r["task"], r["architecture"]))

@@ -188,7 +188,7 @@ def test_a_hybrid_decoders_convolution_states_keep_their_size(tmp_path):
     assert result.verification.passed and result.verification.tokens_equal
     model = tmp_path / "out" / "onnx" / "model.onnx"
     onnx.checker.check_model(os.fspath(model), full_check=True)
-    assert _input_dims(model, "past_key_values.0.conv_states.0") == ["batch_size", 32, 3]
+    assert _input_dims(model, "past_conv.0") == ["batch_size", 32, 3]  # named as Transformers.js feeds it
     assert _input_dims(model, "past_key_values.1.key") == ["batch_size", 2, "past_sequence_length", 8]
     assert not (tmp_path / "out" / "genai_config.json").exists()  # GenAI feeds such states only to its own builder's models
 

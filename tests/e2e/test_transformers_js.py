@@ -4,7 +4,7 @@ Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretraine
 {local_files_only: true})` for causal LMs (greedy tokens equal transformers', prompt by
 prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
 T5 (greedy tokens equal); EXAONE, whose layer count the folder also names as Transformers.js
-reads it; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
+reads it; hybrid decoders (LFM2, Nemotron-H), whose states take the names Transformers.js feeds; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
 there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
@@ -703,10 +703,57 @@ def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_pat
     assert written["model_type"] == "exaone" and written["num_layers"] == written["num_hidden_layers"] == 2
     assert transformers.AutoConfig.from_pretrained(tmp_path / "out").num_hidden_layers == 2
     assert not [line for line in said if "cannot load" in line]
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
+
+
+def assert_generates_as_transformers(prefix: Path, scratch: Path, folder: Path, model: torch.nn.Module) -> None:
+    """Transformers.js's 16 greedy tokens from ``folder`` equal transformers' from ``model``
+    (a vocabulary of 100 at least), for two prompts alone and as one left-padded batch."""
     prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]]
     ids, mask = left_padded(prompts)
-    result = run_in_transformers_js(transformers_js, tmp_path, {
-        "folder": str(tmp_path / "out"), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
+    result = run_in_transformers_js(prefix, scratch, {
+        "folder": str(folder), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
         "batch": {"input_ids": ids, "attention_mask": mask}})
     assert result["generated"] == [greedy(model, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64))[0] for p in prompts]
     assert result["batch_generated"] == greedy(model, torch.tensor(ids), torch.tensor(mask))
+
+
+HYBRID_IDS = dict(vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2, max_position_embeddings=64)
+# model type -> (its config; the inputs its states take in the folder). OLMo-hybrid's convolution fed as
+# three inputs is checked against the exported graph in tests/unit/hub/test_state_names.py: a gated delta
+# rule's export takes a minute.
+HYBRID_CONFIGS = {
+    # a short convolution's state alone: past_conv.<i>
+    "lfm2": (lambda: transformers.Lfm2Config(
+        **HYBRID_IDS, hidden_size=32, intermediate_size=64, block_ff_dim=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, conv_L_cache=3, layer_types=["conv", "full_attention"]), ["past_conv.0"]),
+    # a mamba mixer's convolution and scan states, its layer kinds in config.json by their older names: past_conv, past_ssm
+    "nemotron_h": (lambda: transformers.NemotronHConfig(
+        **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        layers_block_type=["linear_attention", "full_attention", "mlp"], mamba_num_heads=4, mamba_head_dim=8,
+        ssm_state_size=8, n_groups=1, chunk_size=16), ["past_conv.0", "past_ssm.0"]),  # each prompt in one chunk
+}
+
+
+@pytest.mark.parametrize("family", list(HYBRID_CONFIGS))
+def test_hybrid_decoder_folders_in_transformers_js(tmp_path, family, transformers_js):
+    """A hybrid decoder's states take the names Transformers.js feeds its model type (started as
+    zeros of each input's own shape, each `present*` fed back as the next `past*`): 16 greedy
+    tokens equal transformers', each prompt alone and as a left-padded batch; the folder passes
+    its own verification in onnxruntime under the same names."""
+    make_config, state_inputs = HYBRID_CONFIGS[family]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(make_config()).eval()
+    model.save_pretrained(tmp_path / "source")
+    said = []
+    result = export_hf(tmp_path / "source", tmp_path / "out", say=said.append, verify=True, tokens=NEW_TOKENS)
+    assert result.verification.passed and result.verification.tokens_equal
+    assert not [line for line in said if "cannot load" in line]
+    path = os.fspath(tmp_path / "out" / "onnx" / "model.onnx")
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    inputs = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
+    assert inputs[3:3 + len(state_inputs)] == state_inputs and "past_key_values.1.key" in inputs
+    assert not [name for name in inputs if "_states." in name]
+    # config.json as written (Nemotron-H's layer kinds by their older names) reads back as the model's config
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "out").layer_types == model.config.layer_types
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)

@@ -4,7 +4,8 @@ The one place that knows a client's limits per architecture: `export_hf` says th
 when it writes such a folder, and docs/guides/export-hf.md ("Clients per architecture")
 lists the same model types. The folder itself is the same for every client (one key and
 one value input per layer, as ONNX Runtime GenAI and onnxruntime take it), except for a
-config with ``multi_query: true`` (combined_cache.py).
+config with ``multi_query: true`` (combined_cache.py) and a hybrid decoder's convolution and
+recurrent states, which take Transformers.js's names (state_names.py).
 
 Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 
@@ -17,6 +18,17 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   following inputs: past_key_values.0.key`). Likewise Qwen2-VL's text sizes at the top of
   `config.json`, where transformers 5 writes them under `text_config`. The folder's
   `config.json` gets the entry under both names, with the same value (`transformers_js_entries`).
+- it tells a hybrid's layers apart by transformers' older names (Nemotron-H's and
+  Granite-MoE-hybrid's ``mamba`` and ``attention``), which transformers 5 writes as
+  ``linear_attention`` and ``full_attention`` and reads back from either: the folder's
+  `config.json` lists them by the older names.
+- it sizes some model types' caches in ways no folder of transformers' model meets
+  (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
+  at all, ZAYA's in every ``cca_time1``-th layer only; and it runs Qwen3.5's text model through
+  its vision-language class (3-row positions read from a vision config).
+- it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
+  what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
+  every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, which such a
   folder's `onnx/model.onnx` takes (combined_cache.py).
@@ -24,7 +36,7 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 TRANSFORMERS_JS = "Transformers.js 4.3.1"
@@ -50,21 +62,65 @@ TRANSFORMERS_JS_ENTRY_NAMES = {
         "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim")},
 }
 
+# model type -> {an entry Transformers.js 4.3.1 reads in transformers' older vocabulary, which transformers
+# also reads back: {transformers 5's value: the older one}}
+TRANSFORMERS_JS_ENTRY_VALUES = {
+    model_type: {entry: {"linear_attention": "mamba", "full_attention": "attention"}}
+    for model_type, entry in (("nemotron_h", "layers_block_type"), ("granitemoehybrid", "layer_types"))
+}
+
+# model type Transformers.js 4.3.1 has no class for -> the one whose class feeds what the folder's graph takes,
+# and that transformers reads the config back as with every entry kept (Qwen3-Next's for Qwen3.5-MoE's text model:
+# 2-row positions, the same state names)
+TRANSFORMERS_JS_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_next"}
+
+_NO_DECODER_ONLY_CACHE = (
+    "it feeds a {model_type} causal LM no cache (its sizes table for the model type names an encoder-decoder's "
+    "layers only, and a folder saying is_encoder_decoder would be run as one): Missing the following inputs: "
+    "past_key_values.0.key"
+)
+
+# model type -> (whether Transformers.js 4.3.1 cannot feed the cache of a folder of this config, why)
+TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
+    "mbart": (lambda config: True, _NO_DECODER_ONLY_CACHE),
+    "trocr": (lambda config: True, _NO_DECODER_ONLY_CACHE),
+    "qwen3_5_text": (
+        lambda config: True,
+        "it runs a qwen3_5_text causal LM through its vision-language class, which reads the vision config's "
+        "spatial_merge_size (a text model's config has none: Cannot read properties of undefined (reading "
+        "'spatial_merge_size')) and gives the tokens after the prompt positions twice the prompt's length past "
+        "transformers' (its text-only rope deltas add the prompt's length where transformers subtracts it)",
+    ),
+    "zaya": (
+        lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
+        "it feeds a zaya cache only to every cca_time1-th layer (the layers of the original checkpoint's "
+        "numbering, where attention and experts alternate), while transformers' ZAYA attends in every layer",
+    ),
+}
+
+
 def transformers_js_reason(config: Mapping[str, Any]) -> str | None:
     """Why Transformers.js 4.3.1 cannot load a text-generation folder whose `config.json` is
     ``config`` (a dict), or None when nothing known stops it."""
     model_type = config.get("model_type")
     if model_type not in TRANSFORMERS_JS_CAUSAL_LM_TYPES:
         return f"it has no text-generation class for model type {model_type} (Unsupported model type: {model_type})"
-    return None
+    applies, reason = TRANSFORMERS_JS_CAUSAL_LM_LIMITS.get(model_type, (lambda config: False, ""))
+    return reason.format(model_type=model_type) if applies(config) else None
 
 
 def transformers_js_entries(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries to add to a folder's `config.json` (a dict) so that Transformers.js 4.3.1
+    """The entries to set in a folder's `config.json` (a dict) so that Transformers.js 4.3.1
     finds the sizes it reads under another name than transformers writes: the same values,
-    under its names (none already there is replaced)."""
-    names = TRANSFORMERS_JS_ENTRY_NAMES.get(config.get("model_type"), {})
-    found = {}
+    under its names (none already there is replaced); the entries it reads in
+    transformers' older vocabulary, in that vocabulary (which transformers reads back); and,
+    for a model type it has no class for, the one whose class runs the folder."""
+    model_type = config.get("model_type")
+    found = {"model_type": TRANSFORMERS_JS_MODEL_TYPES[model_type]} if model_type in TRANSFORMERS_JS_MODEL_TYPES else {}
+    for entry, older in TRANSFORMERS_JS_ENTRY_VALUES.get(model_type, {}).items():
+        if isinstance(config.get(entry), list):
+            found[entry] = [older.get(value, value) for value in config[entry]]
+    names = TRANSFORMERS_JS_ENTRY_NAMES.get(model_type, {})
     for theirs, ours in names.items():
         section, *path = [config, *ours.split(".")]
         for key in path:

@@ -19,6 +19,7 @@ from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_comb
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
+from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
@@ -76,6 +77,8 @@ class CausalLMRecipe(RecipeDefaults):
         states = fixed_size_states(program.model)
         if states:
             say(genai_state_note(loaded.config, states))
+            # no GenAI graph to keep: the one graph takes the states as Transformers.js feeds them
+            write_transformers_js_states(staging, name, loaded.config.to_dict())
             return files
         unequal = unequal_head_sizes_note(loaded.config, program.model)
         if unequal is not None:

@@ -140,7 +140,7 @@ def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarr
     try:
         results = session.run(None, given)
     except Exception as error:  # the runtime's own error, stated by the verification
-        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in given.items() if not k.startswith(("past_key_values.", "past.")))
+        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in given.items() if not (_is_past(k) or k.startswith("past.")))
         raise FolderRunError(f"on inputs {shapes}", error) from error
     return dict(zip([o.name for o in session.get_outputs()], results))
 
@@ -156,12 +156,14 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
 
 
 def _is_past(name: str) -> bool:
-    return name.startswith("past_key_values.")
+    """A cache input: keys and values (`past_key_values.*`) and a hybrid's states as
+    Transformers.js names them (`past_conv.*`, `past_ssm.*`, `past_recurrent.*`)."""
+    return name.startswith(("past_key_values.", "past_conv.", "past_ssm.", "past_recurrent."))
 
 
 def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = _is_past) -> dict[str, np.ndarray]:
     """An empty cache for a decoder session: each cache input (``is_cache``: default the
-    ``past_key_values.*`` ones) with the model's own heads and head size, (batch, heads, 0,
+    ``past_key_values.*`` ones and a hybrid's states) with the model's own heads and head size, (batch, heads, 0,
     head size), in the cache's dtype: each input's own where static (a latent attention's keys
     and values have head sizes of their own); a state of fixed size (a hybrid's convolution
     or recurrent state) is zeros of its own size, as a model starts it. A heads or head-size dim the graph leaves

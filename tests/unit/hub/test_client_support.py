@@ -111,3 +111,45 @@ def test_the_image_text_to_text_rows_are_transformers_js_image_text_to_text_type
     from fx2onnx.hub.vision_language.transformers_js import TRANSFORMERS_JS_ARCHITECTURES
 
     assert set(TRANSFORMERS_JS_ARCHITECTURES) <= transformers_js_mapping("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")[0]
+
+
+def test_nemotron_h_lists_its_layer_kinds_by_the_names_transformers_js_reads():
+    """Transformers.js tells Nemotron-H's layers apart by `mamba` and `attention`; transformers
+    writes `linear_attention` and `full_attention` and reads the older names back alike."""
+    from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
+    config = transformers.NemotronHConfig(layers_block_type=["linear_attention", "moe", "full_attention", "mlp"])
+    entries = transformers_js_entries(config.to_dict())
+    assert entries == {"layers_block_type": ["mamba", "moe", "attention", "mlp"]}
+    assert transformers.NemotronHConfig.from_dict({**config.to_dict(), **entries}).layers_block_type == config.layers_block_type
+
+
+@pytest.mark.parametrize(("config", "error"), [
+    (transformers.MBartConfig(decoder_layers=1, is_encoder_decoder=False), "feeds a mbart causal LM no cache"),
+    (transformers.TrOCRConfig(decoder_layers=1), "feeds a trocr causal LM no cache"),
+    (transformers.ZayaConfig(num_hidden_layers=2, cca_time1=2), "feeds a zaya cache only to every cca_time1-th layer"),
+])
+def test_causal_lms_whose_cache_transformers_js_cannot_feed_get_the_note(config, error):
+    assert error in client_note(config.to_dict())
+
+
+def test_zaya_with_every_layer_fed_gets_no_note():
+    assert client_note(transformers.ZayaConfig(num_hidden_layers=2, cca_time1=1).to_dict()) is None
+
+
+def test_qwen3_5_text_gets_the_note_of_transformers_js_vision_language_class():
+    config = transformers.AutoConfig.for_model("qwen3_5_text", num_hidden_layers=2).to_dict()
+    assert "reading 'spatial_merge_size'" in client_note(config)
+
+
+def test_qwen3_5_moe_text_is_written_as_the_model_type_whose_transformers_js_class_runs_it():
+    """Transformers.js has no class for qwen3_5_moe_text; its qwen3_next class feeds what the graph
+    takes, and transformers reads the config back with every entry kept."""
+    from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
+    config = transformers.AutoConfig.for_model("qwen3_5_moe_text", num_hidden_layers=2).to_dict()
+    written = {**config, **transformers_js_entries(config)}
+    assert written["model_type"] == "qwen3_next" and client_note(written) is None
+    read_back = transformers.AutoConfig.for_model(**written).to_dict()
+    assert {key: read_back[key] for key in config if key != "model_type"} == {
+        key: value for key, value in config.items() if key != "model_type"}
