@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fx2onnx.hub.audio_language.hooks import AudioHooks
+from fx2onnx.hub.audio_language.hooks import PROMPT, AudioHooks, audio_token_ids
 
 _BIN_KEYS = ("num_mel_bins", "input_dim", "feature_size", "n_mels", "num_mel_filters")
 _FRAMES = (3000, 200)  # Whisper's 30 s of frames, then a short clip
@@ -80,6 +80,8 @@ def audio_inputs(model: torch.nn.Module, hooks: AudioHooks, folder: Path, batch:
     tried = []
     for audio in candidates(model.config, hooks, folder, batch, seed):
         try:
+            if PROMPT in hooks.inputs:
+                audio[PROMPT] = audio_token_ids(model, hooks, audio)
             with torch.no_grad():
                 rows = hooks.features(model, audio).shape[0]
         except Exception as error:  # noqa: BLE001 - the next size is tried; every failure is reported

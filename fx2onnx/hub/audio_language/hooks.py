@@ -18,6 +18,10 @@ from fx2onnx.hub.audio_language.architectures import OWN_FEATURES
 
 # the tensors a `get_audio_features` may take, as the audio encoder's inputs (the processors' names)
 AUDIO_INPUTS = ("input_features", "input_features_mask", "feature_attention_mask", "input_values", "padding_mask")
+# the prompt's token ids, which a `get_audio_features` may read to find each clip's run of audio tokens
+# (MusicFlamingo's rotary time embedding): the encoder takes as many audio tokens as its tower's output
+# lengths (`audio_tower._get_feat_extract_output_lengths`) count
+PROMPT = "input_ids"
 # arguments the encoder is captured with where the model's default is a training-time choice:
 # `sample` adds random noise to the latents (a sigma-VAE's), off for a deterministic encoder
 DETERMINISTIC_ARGUMENTS = {"sample": False}
@@ -49,6 +53,14 @@ class AudioHooks:
         else:
             embeds = model.model.get_audio_features(**given, **self.fixed, return_dict=True).pooler_output
         return embeds.reshape(-1, embeds.shape[-1])
+
+
+def audio_token_ids(model: torch.nn.Module, hooks: AudioHooks, audio: dict[str, torch.Tensor]) -> torch.Tensor:
+    """For an encoder that reads the prompt: each clip's run of audio tokens [clips, tokens],
+    as many as its tower's output lengths of the frames its mask keeps."""
+    mask = next(audio[name] for name in ("input_features_mask", "feature_attention_mask") if name in audio)
+    lengths = model.model.audio_tower._get_feat_extract_output_lengths(mask.sum(-1).to(torch.long))[-1]
+    return torch.full((mask.shape[0], int(lengths.max())), hooks.audio_token_id, dtype=torch.long)
 
 
 def _refusal(model: torch.nn.Module, cause: str) -> NotImplementedError:
@@ -88,6 +100,8 @@ def audio_hooks(model: torch.nn.Module) -> AudioHooks:
             inputs.append(name)
         elif name in DETERMINISTIC_ARGUMENTS:
             fixed[name] = DETERMINISTIC_ARGUMENTS[name]
+        elif name == PROMPT and hasattr(getattr(inner, "audio_tower", None), "_get_feat_extract_output_lengths"):
+            inputs.append(name)  # the audio tokens' runs, as many tokens as the tower's output lengths
         elif parameter.default is inspect.Parameter.empty:
             raise _refusal(model, f"its get_audio_features takes `{name}`, which is no audio input "
                                   f"({', '.join(AUDIO_INPUTS)}): its features depend on more than the audio.")

@@ -17,7 +17,7 @@ from fx2onnx.hub.audio_language.hooks import AudioHooks
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vision_language import parts as shared
 
-EXPORT_BATCH = 2  # clips in the capture's example: a batch dim that is not 1
+EXPORT_BATCH = 3  # clips in the capture's example: a batch dim that is not 1 (nor 2: a slice [:-1] of 2 clips is 1, which torch.export fixes)
 
 
 class AudioEncoder(torch.nn.Module):
@@ -31,10 +31,10 @@ class AudioEncoder(torch.nn.Module):
 
     def forward(self, input_features: torch.Tensor | None = None, input_features_mask: torch.Tensor | None = None,
                 feature_attention_mask: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
-                padding_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                padding_mask: torch.Tensor | None = None, input_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         given = {"input_features": input_features, "input_features_mask": input_features_mask,
                  "feature_attention_mask": feature_attention_mask, "input_values": input_values,
-                 "padding_mask": padding_mask}
+                 "padding_mask": padding_mask, "input_ids": input_ids}
         return {"audio_features": self.hooks.features(self.model, given)}
 
 

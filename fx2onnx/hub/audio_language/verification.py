@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.audio_language.audio_inputs import audio_inputs
-from fx2onnx.hub.audio_language.hooks import AudioHooks
+from fx2onnx.hub.audio_language.hooks import PROMPT, AudioHooks
 from fx2onnx.hub.shared.verification import (
     Tolerance, Verification, cpu_session, empty_cache, greedy_decode, plain_greedy, run_session, verdict_of,
 )
@@ -50,7 +50,7 @@ def verify_audio_text_to_text(
         ids = verification_prompt(model, hooks, expected_features.shape[0])
         with plain_greedy(model):
             generated = model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), **{k: v for k, v in audio.items() if k in forward},
+                input_ids=ids, attention_mask=torch.ones_like(ids), **{k: v for k, v in audio.items() if k in forward and k != PROMPT},
                 **{k: v for k, v in hooks.fixed.items() if k in forward}, max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True,
                 pad_token_id=getattr(config, "pad_token_id", None) or 0,
