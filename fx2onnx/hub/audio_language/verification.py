@@ -14,6 +14,7 @@ import torch
 
 from fx2onnx.hub.audio_language.audio_inputs import audio_inputs
 from fx2onnx.hub.audio_language.hooks import PROMPT, AudioHooks
+from fx2onnx.hub.audio_language.transformers_js import encoder_input_names
 from fx2onnx.hub.shared.verification import (
     Tolerance, Verification, cpu_session, empty_cache, greedy_decode, plain_greedy, run_session, verdict_of,
 )
@@ -57,7 +58,8 @@ def verify_audio_text_to_text(
             )
     with cpu_session(files["audio"]) as encoder, cpu_session(files["embedding"]) as embedding, \
             cpu_session(files["decoder"]) as decoder:
-        features = run_session(encoder, {name: value.numpy() for name, value in audio.items()})["audio_features"]
+        names = encoder_input_names(config.model_type)
+        features = run_session(encoder, {names.get(k, k): v.numpy() for k, v in audio.items()})["audio_features"]
 
         def step_feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
             embeds = run_session(embedding, {"input_ids": step})["inputs_embeds"]

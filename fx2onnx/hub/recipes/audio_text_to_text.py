@@ -14,6 +14,7 @@ import torch
 import fx2onnx
 from fx2onnx.hub.audio_language import parts
 from fx2onnx.hub.audio_language.hooks import audio_hooks
+from fx2onnx.hub.audio_language.transformers_js import client_note, name_encoder_inputs
 from fx2onnx.hub.audio_language.verification import verify_audio_text_to_text
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
@@ -54,6 +55,8 @@ class AudioTextToTextRecipe(RecipeDefaults):
         for part, path in _files(loaded).items():
             if part != "audio":  # the audio's dims are the clip's, no role a runtime names
                 name_dims_by_role(programs[part].model)
+            else:
+                name_encoder_inputs(programs[part].model, loaded.config.model_type)
             files += save_program(programs[part], staging, path, loaded)
         return files
 
@@ -65,7 +68,7 @@ class AudioTextToTextRecipe(RecipeDefaults):
         return verify_audio_text_to_text(files, model, audio_hooks(model), Path(loaded.folder), request.tokens, tolerance)
 
     def client_note(self, config: dict[str, Any]) -> str | None:
-        return None
+        return client_note(config)
 
 
 RECIPE = AudioTextToTextRecipe()
