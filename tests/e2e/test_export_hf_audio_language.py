@@ -18,7 +18,14 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
+from fx2onnx.hub.audio_language import qwen2_audio
+from fx2onnx.hub.audio_language.audio_parts import EXPORT_BATCH
+from fx2onnx.hub.audio_language.audio_verification import end_tokens
 from fx2onnx.hub.audio_language.hooks import audio_hooks
+from fx2onnx.hub.audio_language.own_features import OWN_FEATURES
+from fx2onnx.hub.audio_language.transformers_js_audio import client_note
+from fx2onnx.hub.recipe_table import recipe_for
+from fx2onnx.hub.recipes import audio_text_to_text
 
 transformers = pytest.importorskip("transformers")
 
@@ -75,8 +82,8 @@ def test_audio_folder_generates_as_transformers(tmp_path, family, functions):
     capture's example has 3)."""
     model = {"voxtral": save_voxtral, "qwen2_audio": save_qwen2_audio}[family](tmp_path / "source")
     out = tmp_path / "out"
-    verification = export_hf(tmp_path / "source", out, task="text2text-generation", verify=True, tokens=16,
-                             module_functions=functions).verification
+    # text2text-generation: the default task of a class transformers files under sequence-to-sequence alone
+    verification = export_hf(tmp_path / "source", out, verify=True, tokens=16, module_functions=functions).verification
     assert verification.passed and verification.tokens_equal and len(verification.onnx_tokens) == 16
     assert len(set(verification.torch_tokens)) > 1  # the greedy tokens are not one token repeated
     for name in PARTS:
@@ -86,6 +93,7 @@ def test_audio_folder_generates_as_transformers(tmp_path, family, functions):
     encoder = onnx.load(os.fspath(out / "onnx" / "audio_encoder.onnx"), load_external_data=False)
     expected_inputs = {"voxtral": ["audio_values"], "qwen2_audio": ["input_features", "feature_attention_mask"]}[family]
     assert [i.name for i in encoder.graph.input] == expected_inputs and encoder.graph.output[0].name == "audio_features"
+    assert EXPORT_BATCH not in (1, 2)
     for clips in (1, 2):
         got, expected = encoder_features(out / "onnx" / "audio_encoder.onnx", model, clips)
         assert got.shape == tuple(expected.shape) and got.shape[-1] == TEXT["hidden_size"]
@@ -109,3 +117,16 @@ def test_an_audio_model_whose_hooks_differ_is_refused(tmp_path):
     model.model.get_audio_features = get_audio_features
     with pytest.raises(NotImplementedError, match="takes `speaker_embedding`, which is no audio input"):
         audio_hooks(model)
+
+
+def test_the_folder_kind_and_its_clients_per_model_type():
+    """A decoder-only audio model under text2text-generation gets this folder; Qwen2-Audio's
+    features are its own module's; the clients said are Transformers.js's classes."""
+    voxtral = transformers.VoxtralConfig(audio_token_id=AUDIO_TOKEN)
+    assert recipe_for("text2text-generation", voxtral, "onnxruntime") is audio_text_to_text.RECIPE
+    assert recipe_for("text2text-generation", transformers.T5Config(), "onnxruntime") is not audio_text_to_text.RECIPE
+    assert OWN_FEATURES["qwen2_audio"].compute is qwen2_audio.audio_features
+    assert "AutoModelForAudioTextToText, voxtral" in client_note({"model_type": "voxtral"})
+    assert "no audio-text-to-text class for glmasr" in client_note({"model_type": "glmasr"})
+    generation = transformers.GenerationConfig(eos_token_id=[2, 7])
+    assert end_tokens(type("Model", (), {"generation_config": generation})()) == [2, 7]

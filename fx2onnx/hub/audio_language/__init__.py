@@ -6,8 +6,10 @@ holds them: `onnx/audio_encoder.onnx` (the model's own `get_audio_features`: aud
 and its head over `inputs_embeds` and the cache, vision_language/parts.py's decoder).
 
 - hooks.py: what transformers' model offers (`get_audio_features`, the audio token, the
-  language model and its head), or a refusal naming what differs;
+  language model and its head), or a refusal naming what differs; own_features.py: the
+  architectures whose model computes the features inline (one module each, qwen2_audio.py);
 - audio_inputs.py: the audio encoder's example inputs, of the sizes the encoder takes;
-- parts.py: the three programs;
-- verification.py: the greedy loop over the three models against `model.generate`.
+- audio_parts.py: the three programs;
+- transformers_js_audio.py: the model types Transformers.js runs, the encoder's input names it feeds;
+- audio_verification.py: the greedy loop over the three models against `model.generate`.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fx2onnx.hub.audio_language.architectures import OWN_FEATURES
+from fx2onnx.hub.audio_language.own_features import OWN_FEATURES
 
 # the tensors a `get_audio_features` may take, as the audio encoder's inputs (the processors' names)
 AUDIO_INPUTS = ("input_features", "input_features_mask", "feature_attention_mask", "input_values", "padding_mask")
@@ -36,7 +36,7 @@ class AudioHooks:
         inputs: the tensors `get_audio_features` takes (of AUDIO_INPUTS), in its order.
         fixed: the other arguments it is called with (DETERMINISTIC_ARGUMENTS it takes).
         compute: (model, audio inputs) -> the projected embeddings, for an architecture
-            whose model has no `get_audio_features` (architectures.py), else None.
+            whose model has no `get_audio_features` (own_features.py), else None.
     """
 
     audio_token_id: int

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.hub.audio_language import parts
+from fx2onnx.hub.audio_language import audio_parts as parts
 from fx2onnx.hub.audio_language.hooks import audio_hooks
-from fx2onnx.hub.audio_language.transformers_js import client_note, name_encoder_inputs
-from fx2onnx.hub.audio_language.verification import verify_audio_text_to_text
+from fx2onnx.hub.audio_language.transformers_js_audio import client_note, name_encoder_inputs
+from fx2onnx.hub.audio_language.audio_verification import verify_audio_text_to_text
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say

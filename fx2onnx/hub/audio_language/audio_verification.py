@@ -14,7 +14,7 @@ import torch
 
 from fx2onnx.hub.audio_language.audio_inputs import audio_inputs
 from fx2onnx.hub.audio_language.hooks import PROMPT, AudioHooks
-from fx2onnx.hub.audio_language.transformers_js import encoder_input_names
+from fx2onnx.hub.audio_language.transformers_js_audio import encoder_input_names
 from fx2onnx.hub.shared.verification import (
     Tolerance, Verification, cpu_session, empty_cache, greedy_decode, plain_greedy, run_session, verdict_of,
 )

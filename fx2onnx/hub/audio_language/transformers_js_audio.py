@@ -1,7 +1,7 @@
 """The audio-text-to-text folder in Transformers.js 4.3.1: its `AudioTextToText` classes load
 `audio_encoder`, `embed_tokens` and `decoder_model_merged`, run the audio encoder on the
 inputs it picks by the encoder's input names, and put `audio_features` into the audio tokens'
-rows (`config.audio_token_id`) in JavaScript, as verification.py does.
+rows (`config.audio_token_id`) in JavaScript, as audio_verification.py does.
 
 Which model types it runs so is one table, each with the names its class feeds the encoder
 under where they are not transformers' (Voxtral's `UltravoxModel` forwards the processor's
