@@ -147,8 +147,13 @@ _MOST_PARAMETERS = 20_000_000
 # its model reads them (LFM2-MoE's layer kinds: its checkpoints list convolutions and attention)
 # Granite Speech's default config sizes its projector for another encoder width (1408, the encoder's 1024)
 _GRANITE_SPEECH = {"encoder_config": {"hidden_dim": 32, "dim_head": 8}, "projector_config": {"encoder_hidden_size": 32}}
+# VibeVoice's speech tokenizers (convolutions doubling 32 filters over 6 stages, 3 to 8 blocks each: 0.7B
+# parameters the generic shrink does not reach): one block a stage, 4 filters
+_VIBEVOICE_TOKENIZER = {"depths": [1] * 7, "num_filters": 4}
 _CHECKPOINT_VALUES = {"lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]},
-                      "granite_speech": _GRANITE_SPEECH, "granite_speech_plus": _GRANITE_SPEECH}
+                      "granite_speech": _GRANITE_SPEECH, "granite_speech_plus": _GRANITE_SPEECH,
+                      "vibevoice_asr": {"acoustic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER,
+                                        "semantic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER}}
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()
 
