@@ -153,7 +153,9 @@ _VIBEVOICE_TOKENIZER = {"depths": [1] * 7, "num_filters": 4}
 _CHECKPOINT_VALUES = {"lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]},
                       "granite_speech": _GRANITE_SPEECH, "granite_speech_plus": _GRANITE_SPEECH,
                       "vibevoice_asr": {"acoustic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER,
-                                        "semantic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER}}
+                                        "semantic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER},
+                      # its projector's output is the language model's width, which the shrink makes 32
+                      "qwen3_asr": {"audio_config": {"output_dim": SMALL["hidden_size"]}}}
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()
 

@@ -130,3 +130,39 @@ def test_the_folder_kind_and_its_clients_per_model_type():
     assert "no audio-text-to-text class for glmasr" in client_note({"model_type": "glmasr"})
     generation = transformers.GenerationConfig(eos_token_id=[2, 7])
     assert end_tokens(type("Model", (), {"generation_config": generation})()) == [2, 7]
+
+
+def test_qwen3_asr_windows_in_one_graph_equal_transformers_on_padded_clips(tmp_path):
+    """Qwen3-ASR's encoder attends within windows whose boundaries transformers finds in Python
+    from the mask's values; its audio encoder (qwen3_asr.py: the boundaries as tensors, one masked
+    attention) exported alone gives transformers' features for clips padded to several lengths,
+    windows of 26 frames cut at each clip's start."""
+    import fx2onnx
+    from fx2onnx.hub.audio_language import qwen3_asr
+    from fx2onnx.hub.audio_language.audio_parts import AudioEncoder
+
+    audio = dict(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                 output_dim=32, n_window=50, n_window_infer=200, downsample_hidden_size=8)
+    config = transformers.Qwen3ASRConfig(audio_config=audio, text_config={**TEXT, "num_hidden_layers": 1},
+                                         audio_token_id=AUDIO_TOKEN)
+    torch.manual_seed(0)
+    model = transformers.Qwen3ASRForConditionalGeneration(config).eval()
+    hooks = audio_hooks(model)
+
+    def clips(lengths: list[int]) -> dict[str, torch.Tensor]:
+        mask = (torch.arange(400)[None, :] < torch.tensor(lengths)[:, None]).to(torch.long)
+        return {"input_features": torch.randn(len(lengths), 16, 400, generator=torch.Generator().manual_seed(len(lengths))),
+                "input_features_mask": mask}
+
+    example = clips([400, 270, 400])
+    assert qwen3_asr.window_boundaries(example["input_features_mask"][:2], 50, 200).tolist() == [0, 26, 52, 78, 87]
+    dynamic = {name: {0: torch.export.Dim.AUTO, 2 if name == "input_features" else 1: torch.export.Dim.AUTO}
+               for name in example}
+    program = fx2onnx.dynamo_export(AudioEncoder(model, hooks).eval(), **example,
+                                    export_options=fx2onnx.ExportOptions(dynamic_shapes=dynamic))
+    for lengths in ([400, 270], [130], [400, 400, 199]):
+        given = clips(lengths)
+        with torch.no_grad():
+            expected = model.model.get_audio_features(**given).pooler_output
+        got = torch.as_tensor(program(**given)["audio_features"])
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4)

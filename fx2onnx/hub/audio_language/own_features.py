@@ -1,4 +1,5 @@
-"""The audio language models whose model has no `get_audio_features`: one row per model type,
+"""The audio language models whose model has no `get_audio_features` (Qwen2-Audio), or one
+torch.export cannot capture (Qwen3-ASR: windows from the mask's values in Python): one row per model type,
 its audio inputs and the module computing the features as its forward does (a new one is a
 module and a row here). Every other architecture is read through transformers' hooks
 (hooks.py)."""
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fx2onnx.hub.audio_language import qwen2_audio
+from fx2onnx.hub.audio_language import qwen2_audio, qwen3_asr
 
 
 @dataclass(frozen=True)
@@ -24,4 +25,5 @@ class OwnFeatures:
 
 OWN_FEATURES: dict[str, OwnFeatures] = {
     "qwen2_audio": OwnFeatures(("input_features", "feature_attention_mask"), qwen2_audio.audio_features),
+    "qwen3_asr": OwnFeatures(("input_features", "input_features_mask"), qwen3_asr.audio_features),
 }
