@@ -36,7 +36,8 @@ class AudioHooks:
         inputs: the tensors `get_audio_features` takes (of AUDIO_INPUTS), in its order.
         fixed: the other arguments it is called with (DETERMINISTIC_ARGUMENTS it takes).
         compute: (model, audio inputs) -> the projected embeddings, for an architecture
-            whose model has no `get_audio_features` (own_features.py), else None.
+            whose model has no `get_audio_features` or one torch.export cannot capture
+            (own_features.py), else None.
     """
 
     audio_token_id: int
