@@ -96,6 +96,8 @@ SMALL = dict(
     num_dense_layers=1,  # a mixture of experts' leading dense layers: one, so that a shrunk depth keeps an expert layer
     # LongCat-Flash's names for its widths and experts (its zero experts return their input)
     ffn_hidden_size=64, expert_ffn_hidden_size=32, n_routed_experts=4, moe_topk=2, zero_expert_num=2,
+    # an audio language model's placeholder token, within the vocabulary (Voxtral's config sets none)
+    audio_token_id=VOCAB - 1, audio_token_index=VOCAB - 1,
 )
 # a pair's outputs are exact when every element is within |a - b| <= ATOL + RTOL * |b|
 RTOL, ATOL = fx2onnx.ExportOptions.verify_rtol, fx2onnx.ExportOptions.verify_atol
@@ -143,7 +145,17 @@ _HEAD_GROUPS = ("num_key_value_heads", "n_groups")
 _MOST_PARAMETERS = 20_000_000
 # values every checkpoint of a model type sets and its config class leaves None although
 # its model reads them (LFM2-MoE's layer kinds: its checkpoints list convolutions and attention)
-_CHECKPOINT_VALUES = {"lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]}}
+# Granite Speech's default config sizes its projector for another encoder width (1408, the encoder's 1024)
+_GRANITE_SPEECH = {"encoder_config": {"hidden_dim": 32, "dim_head": 8}, "projector_config": {"encoder_hidden_size": 32}}
+# VibeVoice's speech tokenizers (convolutions doubling 32 filters over 6 stages, 3 to 8 blocks each: 0.7B
+# parameters the generic shrink does not reach): one block a stage, 4 filters
+_VIBEVOICE_TOKENIZER = {"depths": [1] * 7, "num_filters": 4}
+_CHECKPOINT_VALUES = {"lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]},
+                      "granite_speech": _GRANITE_SPEECH, "granite_speech_plus": _GRANITE_SPEECH,
+                      "vibevoice_asr": {"acoustic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER,
+                                        "semantic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER},
+                      # its projector's output is the language model's width, which the shrink makes 32
+                      "qwen3_asr": {"audio_config": {"output_dim": SMALL["hidden_size"]}}}
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()
 

@@ -324,6 +324,25 @@ def _promote_reduction(inserter: _Inserter, node: torch.fx.Node) -> None:
         _replace_argument(node, where, inserter.cast(node, value, out.dtype, why))
 
 
+_CONCATENATIONS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
+
+
+def _promote_concatenation(inserter: _Inserter, node: torch.fx.Node) -> None:
+    """``torch.cat`` of tensors of several dtypes gives their promoted dtype (float zeros
+    beside int64 lengths: float); ONNX's Concat takes one type, so each other tensor is
+    cast to the result's dtype."""
+    tensors, where = _argument(node, 0)
+    out = node.meta.get("val")
+    if not isinstance(tensors, (list, tuple)) or not isinstance(out, torch.Tensor):
+        return
+    why = f"PyTorch concatenates tensors of several dtypes in {out.dtype}."
+    cast = [inserter.cast(node, t, out.dtype, why)
+            if isinstance(t, torch.fx.Node) and isinstance(t.meta.get("val"), torch.Tensor) and t.meta["val"].dtype != out.dtype
+            else t for t in tensors]
+    if any(a is not b for a, b in zip(cast, tensors)):
+        _replace_argument(node, where, cast)
+
+
 # (op, dtype) pairs that PyTorch computes but ONNX (or ONNX Runtime's CPU kernels) has no
 # type for: computed in a wider type, the result cast back. Wrapping integer arithmetic
 # agrees modulo 2**8, so uint8/int8 results are the same.
@@ -399,6 +418,9 @@ def insert_type_promotion(graph_module: torch.fx.GraphModule, context: Diagnosti
         packet = node.target.overloadpacket.__name__
         if packet in _WIDENING_REDUCTIONS:
             _promote_reduction(inserter, node)
+            continue
+        if packet in _CONCATENATIONS:
+            _promote_concatenation(inserter, node)
             continue
         rule = _rule_for_node(node)
         if rule is not None:

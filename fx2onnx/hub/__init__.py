@@ -19,7 +19,11 @@ accepts, its export, its verification), looked up by task and runtime in one tab
 - `recipes/whisper_genai.py`: Whisper for ONNX Runtime GenAI (`whisper/`);
 - `recipes/image_text_to_text.py`: for image-text-to-text models (Qwen2.5-VL, Qwen3-VL,
   Gemma 3, Mistral 3) ONNX Runtime GenAI's vision, embedding and decoder models and image
-  processor configuration (`vision_language/`, one module per architecture).
+  processor configuration (`vision_language/`, one module per architecture);
+- `recipes/audio_text_to_text.py`: for audio language models (an audio encoder whose features
+  replace the prompt's audio tokens of a decoder-only LM, filed under text2text-generation)
+  Transformers.js's `audio_encoder`, `embed_tokens` and `decoder_model_merged`
+  (`audio_language/`, from transformers' `get_audio_features`).
 
 `export_hf.py` resolves the request (`request.py`: the options as one value, the
 combinations refused for every folder), loads the model (`loading.py`, `tasks.py`), asks

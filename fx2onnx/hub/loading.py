@@ -84,6 +84,10 @@ def default_task(config: Any) -> str:
         return SPEECH_RECOGNITION if getattr(config, "num_mel_bins", None) else TEXT2TEXT
     if getattr(config, "model_type", None) in CAUSAL_LM_IMAGE_TEXT_TO_TEXT:
         return IMAGE_TEXT_TO_TEXT
+    # an audio language model transformers files under sequence-to-sequence alone (not under causal LMs too)
+    if any(tasks.is_filed_under(a, tasks.SEQ2SEQ_MAPPING) and not tasks.is_filed_under(a, tasks.CAUSAL_LM_MAPPING)
+           for a in architectures):
+        return TEXT2TEXT
     # before causal LMs: transformers files some (Gemma 3) under both
     if any(tasks.is_filed_under(a, tasks.IMAGE_TEXT_TO_TEXT_MAPPING) for a in architectures):
         return IMAGE_TEXT_TO_TEXT

@@ -80,20 +80,12 @@ def test_a_decoder_with_nested_sizes_and_a_forced_end_of_text(tmp_path):
 
 
 @pytest.mark.parametrize(("task", "config", "words"), [
-    ("text2text-generation", "audio", "is not an encoder-decoder"),
     ("text-generation", "xlm", "returns no key/value cache"),
     ("image-classification", "pp_lcnet", "returns no `logits`"),  # its class scores come as last_hidden_state
 ])
 def test_models_without_the_folders_parts_are_refused_before_anything_is_written(tmp_path, task, config, words):
     torch.manual_seed(0)
-    if config == "audio":
-        model = transformers.GlmAsrForConditionalGeneration(transformers.GlmAsrConfig(
-            audio_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4),
-            text_config=dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                             num_attention_heads=4, num_key_value_heads=4),
-        ))
-        hint = "fx2onnx.dynamo_export"
-    elif config == "pp_lcnet":
+    if config == "pp_lcnet":
         model = transformers.PPLCNetForImageClassification(transformers.PPLCNetConfig(num_labels=3, scale=0.25,
                                                                                        class_expand=32))
         hint = "fx2onnx.dynamo_export"

@@ -757,3 +757,29 @@ def test_hybrid_decoder_folders_in_transformers_js(tmp_path, family, transformer
     # config.json as written (Nemotron-H's layer kinds by their older names) reads back as the model's config
     assert transformers.AutoConfig.from_pretrained(tmp_path / "out").layer_types == model.config.layer_types
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
+
+
+def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
+    """Voxtral's audio-text-to-text folder in Transformers.js (AutoModelForAudioTextToText: its
+    audio_encoder fed `audio_values`, the features merged into the audio tokens' rows in
+    JavaScript): 16 greedy tokens equal transformers' for one clip's prompt."""
+    from fx2onnx.hub.audio_language.audio_inputs import audio_inputs
+    from fx2onnx.hub.audio_language.hooks import audio_hooks
+    from test_export_hf_audio_language import AUDIO_TOKEN, save_voxtral
+
+    model = save_voxtral(tmp_path / "source")
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, task="text2text-generation")
+    hooks = audio_hooks(model)
+    audio = audio_inputs(model, hooks, tmp_path / "source", batch=1, seed=3)
+    with torch.no_grad():
+        rows = hooks.features(model, audio).shape[0]
+        ids = torch.tensor([[1, 40, 41] + [AUDIO_TOKEN] * rows + [42, 43]])
+        generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **audio, max_new_tokens=NEW_TOKENS,
+                                   min_new_tokens=NEW_TOKENS, do_sample=False)
+    expected = generated[0, ids.shape[1]:].tolist()
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "audio_values": audio["input_features"]}
+    job = {"folder": str(out), "task": "text2text-generation", "audio_text": {"prompts": [tensor_specs(given)],
+                                                                            "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["audio_text"]
+    assert results == [expected] and len(set(expected)) > 1

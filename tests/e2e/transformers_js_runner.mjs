@@ -5,7 +5,8 @@
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
 // `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
 // folder's processor and `generate`), or "image_text" (prompts with image files through the folder's
-// processor, or processed inputs as given, and an image-text-to-text model's `generate`). The folder is loaded as written:
+// processor, or processed inputs as given, and an image-text-to-text model's `generate`), or "audio_text" (processed
+// inputs as given to an audio-text-to-text model's `generate`). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
 // (the file suffix Transformers.js loads, in place of the config's).
 import { createRequire } from 'node:module';
@@ -18,7 +19,7 @@ const {
     AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification,
     AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering, AutoModelForMaskedLM,
     AutoModelForObjectDetection, AutoModelForSemanticSegmentation, AutoModelForDepthEstimation, AutoModelForCTC,
-    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoModelForImageTextToText, AutoProcessor, RawImage, Tensor, pipeline,
+    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoModelForImageTextToText, AutoModelForAudioTextToText, AutoProcessor, RawImage, Tensor, pipeline,
 } = transformers;
 
 const job = JSON.parse(readFileSync(jobPath, 'utf8'));
@@ -135,6 +136,19 @@ if (job.image_text) {
             input_ids: plain(inputs.input_ids).data, pixel_values: plain(inputs.pixel_values),
             generated: output.data.slice(promptLength),
         });
+    }
+}
+if (job.audio_text) {
+    // each prompt's processed inputs (ids and audio) as given; the tokens after the prompt
+    const { prompts, new_tokens: newTokens } = job.audio_text;
+    const model = await AutoModelForAudioTextToText.from_pretrained(job.folder, options);
+    result.audio_text = [];
+    for (const given of prompts) {
+        const inputs = tensors(given);
+        const output = plain(await model.generate({
+            ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
+        }));
+        result.audio_text.push(output.data.slice(inputs.input_ids.dims[1]));
     }
 }
 writeFileSync(resultPath, JSON.stringify(result));

@@ -85,6 +85,8 @@ def attention_operands(node: torch.fx.Node) -> AttentionOperands | Refusal:
     values = [node_value(x) for x in (query, key, value)]
     if any(v is None or v.dim() != 4 for v in values):
         return Refusal("query, key and value are not all 4-D")
+    if not all(same_size(v.shape[0], values[0].shape[0]) for v in values[1:]):
+        return Refusal("a batch broadcast between query, key and value (the kernels take one batch size)")
     if values[0].dtype not in FLOATS_ORT_RUNS:
         return Refusal(f"{values[0].dtype} (onnxruntime's Attention runs float32 and float16)")
     mask_value = node_value(mask)

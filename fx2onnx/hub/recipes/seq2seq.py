@@ -32,7 +32,6 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
-from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
@@ -73,24 +72,6 @@ class DecoderHalf(nn.Module):
 
 def _speech(loaded: LoadedModel) -> bool:
     return bool(getattr(loaded.config, "num_mel_bins", None))
-
-
-def encoder_decoder_refusal(loaded: LoadedModel) -> Refusal | None:
-    """Why the folder cannot hold ``loaded``: a model whose decoder does not read the encoder
-    by cross-attention (an audio encoder whose output joins a decoder-only language model's
-    prompt) has no encoder and decoder halves."""
-    if getattr(loaded.config, "is_encoder_decoder", False):
-        return None
-    config = loaded.config
-    text = decoder_sizes(config)
-    language_model = f" ({text.model_type})" if text is not config else ""
-    return Refusal(UnsupportedTaskError, (
-        f"{type(loaded.model).__name__} ({config.model_type}) is not an encoder-decoder: its encoders' outputs join the "
-        f"prompt of a decoder-only language model{language_model}, which reads them without cross-attention, so it has no "
-        "encoder_model.onnx and decoder_model_merged.onnx to write. Nothing was written. This folder kind serves "
-        "encoder-decoders (T5, BART, Marian, Whisper, EncoderDecoderModel); export-hf has none for audio-language "
-        "models: export their modules with fx2onnx.dynamo_export."
-    ))
 
 
 def encoder_inputs(loaded: LoadedModel, size: int = 0) -> dict[str, torch.Tensor]:
@@ -135,7 +116,7 @@ def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
 
 class Seq2SeqRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return encoder_decoder_refusal(loaded) or precision_refusal(loaded, request, FLOAT_ONLY)
+        return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,

@@ -137,7 +137,8 @@ class TokenEmbedding(torch.nn.Module):
 
 def export_token_embedding(loaded: LoadedModel, options: fx2onnx.ExportOptions) -> fx2onnx.ONNXProgram:
     """The program of Transformers.js's `embed_tokens` (`input_ids` -> `inputs_embeds`)."""
-    ids = embedding_inputs(loaded, int(loaded.config.text_config.hidden_size))["input_ids"]
+    vocab = int(loaded.config.text_config.vocab_size)
+    ids = as_loaded(torch.randint(0, vocab, (2, 9), generator=torch.Generator().manual_seed(0)), loaded)
     return fx2onnx.dynamo_export(TokenEmbedding(loaded.model), input_ids=ids, export_options=without_causal_mask(options))
 
 
@@ -265,10 +266,18 @@ def export_text_parts(
         )
     else:
         programs["embedding"] = export_token_embedding(loaded, options)
-    inputs = decoder_inputs(loaded, architecture)
-    causal = decode_step.attends_causally(config.text_config)
+    programs["decoder"] = export_decoder(loaded, options, decoder_inputs(loaded, architecture), architecture.wide_rows)
+    return programs
+
+
+def export_decoder(
+    loaded: LoadedModel, options: fx2onnx.ExportOptions, inputs: dict[str, Any], wide_rows: WideRows | None = None,
+) -> fx2onnx.ONNXProgram:
+    """The program of the decoder over `inputs_embeds` (``inputs``: a decode step's), its
+    batch, lengths and cache dynamic, the causal mask from `attention_mask` where the text
+    model attends causally."""
+    causal = decode_step.attends_causally(loaded.config.text_config)
     decoder_options = dataclasses.replace(
         options, dynamic_shapes=decoder_dynamic_shapes(inputs), causal_mask_input="attention_mask" if causal else None
     )
-    programs["decoder"] = fx2onnx.dynamo_export(Decoder(model, architecture.wide_rows), **inputs, export_options=decoder_options)
-    return programs
+    return fx2onnx.dynamo_export(Decoder(loaded.model, wide_rows), **inputs, export_options=decoder_options)

@@ -313,6 +313,31 @@ def test_a_mask_shared_by_every_query_stays_unfused_with_the_reason(tmp_path):
     assert "one row per query" in _notes(program)[0]
 
 
+class SharedQueries(torch.nn.Module):
+    """Learned queries of batch 1 attending to every window's keys (a Q-Former over windows,
+    Granite Speech's projector): scaled_dot_product_attention broadcasts the query's batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries = torch.nn.Parameter(torch.randn(1, 4, 3, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keys = x.view(x.shape[0], x.shape[1], 4, 8).transpose(1, 2)
+        return F.scaled_dot_product_attention(self.queries, keys, keys)
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "standard"])
+def test_a_batch_broadcast_between_query_and_keys_stays_unfused_with_the_reason(tmp_path, runtime):
+    """The attention kernels take one batch size for query, key and value: a query of batch 1
+    over keys of several windows stays as written, equal to PyTorch at other window counts."""
+    batch = torch.export.Dim("batch")
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes={"x": {0: batch}}, runtime=runtime)
+    program = export_and_compare_impl(SharedQueries(), (torch.randn(5, 6, 32),), options=options, tmp_path=tmp_path,
+                                      second_inputs=((torch.randn(2, 6, 32),), {}))
+    assert not {"Attention", "MultiHeadAttention"} & set(_counts(program))
+    assert "batch broadcast" in _notes(program)[0]
+
+
 def test_the_fused_operators_compute_what_the_patterns_they_replace_compute():
     q, k, v, mask = _inputs("repeat_kv")
     repeated = [t.repeat_interleave(2, dim=1) for t in (k, v)]

@@ -186,3 +186,21 @@ def test_sizes_known_at_run_time_as_scalar_arguments(n: int, export_and_compare)
     assert not [d for d in diagnostics if d.rule == rules.FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION and d.level.name == "WARNING"]
     for got, want in zip(program(x, f, torch.tensor(n)), _ByReadSize()(x, f, torch.tensor(n))):
         assert got.dtype == want.dtype
+
+
+class _MixedConcatenation(torch.nn.Module):
+    """Float zeros before int64 running totals (MusicFlamingo's audio offsets), and int32
+    beside int64 lengths: PyTorch concatenates in the promoted dtype."""
+
+    def forward(self, lengths: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        offsets = torch.cat([torch.zeros(1), torch.cumsum(lengths, dim=0)[:-1]])
+        return offsets, torch.cat([counts, lengths]), torch.stack([lengths.float(), lengths.double()])
+
+
+def test_concatenation_of_mixed_dtypes_computes_in_pytorchs_dtype(export_and_compare) -> None:
+    lengths, counts = torch.tensor([3, 5, 2, 7]), torch.tensor([1, 2], dtype=torch.int32)
+    options = fx2onnx.ExportOptions(failure_report_path=None, dynamic_shapes=True)
+    program = export_and_compare(_MixedConcatenation(), (lengths, counts), options=options,
+                                 second_inputs=((torch.tensor([4, 1, 6]), torch.tensor([9, 8, 7], dtype=torch.int32)), {}))
+    for got, want in zip(program(lengths, counts), _MixedConcatenation()(lengths, counts)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
