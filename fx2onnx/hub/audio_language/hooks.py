@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fx2onnx.hub.audio_language.own_features import OWN_FEATURES
+from fx2onnx.hub.audio_language.tower_lengths import counts_output_lengths, tower_output_lengths
 
 # the tensors a `get_audio_features` may take, as the audio encoder's inputs (the processors' names)
 AUDIO_INPUTS = ("input_features", "input_features_mask", "feature_attention_mask", "input_values", "padding_mask")
@@ -60,7 +61,7 @@ def audio_token_ids(model: torch.nn.Module, hooks: AudioHooks, audio: dict[str, 
     """For an encoder that reads the prompt: each clip's run of audio tokens [clips, tokens],
     as many as its tower's output lengths of the frames its mask keeps."""
     mask = next(audio[name] for name in ("input_features_mask", "feature_attention_mask") if name in audio)
-    lengths = model.model.audio_tower._get_feat_extract_output_lengths(mask.sum(-1).to(torch.long))[-1]
+    lengths = tower_output_lengths(model.model.audio_tower, mask.sum(-1).to(torch.long))[-1]
     return torch.full((mask.shape[0], int(lengths.max())), hooks.audio_token_id, dtype=torch.long)
 
 
@@ -101,7 +102,7 @@ def audio_hooks(model: torch.nn.Module) -> AudioHooks:
             inputs.append(name)
         elif name in DETERMINISTIC_ARGUMENTS:
             fixed[name] = DETERMINISTIC_ARGUMENTS[name]
-        elif name == PROMPT and hasattr(getattr(inner, "audio_tower", None), "_get_feat_extract_output_lengths"):
+        elif name == PROMPT and counts_output_lengths(getattr(inner, "audio_tower", None)):
             inputs.append(name)  # the audio tokens' runs, as many tokens as the tower's output lengths
         elif parameter.default is inspect.Parameter.empty:
             raise _refusal(model, f"its get_audio_features takes `{name}`, which is no audio input "

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from fx2onnx.hub.audio_language.tower_lengths import tower_output_lengths
+
 
 def audio_features(model: torch.nn.Module, audio: dict[str, torch.Tensor]) -> torch.Tensor:
     """The projected embeddings of ``audio`` (`input_features`, `feature_attention_mask`) as rows."""
@@ -14,7 +16,7 @@ def audio_features(model: torch.nn.Module, audio: dict[str, torch.Tensor]) -> to
 
     inner = model.model
     features, mask = audio["input_features"], audio["feature_attention_mask"]
-    conv_lengths, output_lengths = inner.audio_tower._get_feat_extract_output_lengths(mask.sum(-1))
+    conv_lengths, output_lengths = tower_output_lengths(inner.audio_tower, mask.sum(-1))
     frames = (features.shape[-1] - 2) // 2 + 1  # after the tower's stride-2 convolution
     kept = (torch.arange(frames, device=features.device)[None, :] < conv_lengths[:, None]).to(torch.long)
     placeholder = torch.zeros(features.shape[0], frames, 1, dtype=features.dtype, device=features.device)
