@@ -41,8 +41,8 @@ WINDOW = 128
 # builder-int4-kquant: the builder's algo_config=k_quant
 FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4-rtn", "fx2onnx-int4-search", "fx2onnx-int4-search-mixed",
            "builder-int4", "builder-int4-kquant")
-# on request (--folders): export_hf(..., quantize_embedding=True)
-OTHER_FOLDERS = ("fx2onnx-int4", "fx2onnx-int4-embedding")
+# on request (--folders): export_hf(..., quantize_embedding=True); block_size=32 (the LM head's too)
+OTHER_FOLDERS = ("fx2onnx-int4", "fx2onnx-int4-embedding", "fx2onnx-int4-block32")
 
 
 def stdlib_texts() -> tuple[str, str]:

@@ -110,7 +110,8 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("fuse_skip_normalizations", lambda state: fuse_skip_normalizations(state.model_ir),
          when=lambda state: state.options.runtime == "onnxruntime" and state.options.fused_kernels),
     # onnxruntime's kernel where it runs, the exact form elsewhere
-    Step("guard_group_query_attention", lambda state: guard_group_query_attention(state.model_ir)),
+    Step("guard_group_query_attention", lambda state: guard_group_query_attention(
+        state.model_ir, **({"table_positions": state.options.context_length} if state.options.context_length else {}))),
     # onnxruntime prepacks a MoE's experts only when they are initializers of the file
     Step("write_expert_weights", lambda state: write_expert_weights(state.model_ir),
          when=lambda state: state.options.runtime == "onnxruntime" and state.options.fused_kernels),
