@@ -52,6 +52,9 @@ class WeightQuantization:
             largest multiply of a decode step, and its kernel runs faster with bigger blocks.
         lm_head_algorithm: the language-model head's ``algorithm``; None (default):
             ``algorithm``.
+        lm_head_symmetric: the language-model head's ``symmetric``; None (default):
+            ``symmetric``. A tied embedding gathers from the head's codes only when they
+            are symmetric.
         embedding: quantize the token embedding too, as ``GatherBlockQuantized`` with the
             same bits and blocks (`embedding_quantization`; the builder's ``int4`` does
             not by default).
@@ -85,6 +88,7 @@ class WeightQuantization:
     lm_head: bool = True
     lm_head_block_size: int | None = None
     lm_head_algorithm: str | None = None
+    lm_head_symmetric: bool | None = None
     embedding: bool = False
     algorithm: str = "rtn"
     int8_layers: tuple[str, ...] = ()
@@ -122,13 +126,15 @@ class WeightQuantization:
 
     def of_lm_head(self, k: int) -> "WeightQuantization":
         """The quantization of a language-model head of ``k`` input features: its own
-        algorithm, and its own block size halved down to one that divides ``k`` (a padded
+        algorithm and zero points, and its own block size halved down to one that divides ``k`` (a padded
         block would add work), but never below `block_size`."""
         block_size = self.lm_head_block_size or self.block_size
         while block_size > self.block_size and k % block_size:
             block_size //= 2
+        symmetric = self.symmetric if self.lm_head_symmetric is None else self.lm_head_symmetric
         return dataclasses.replace(self, block_size=block_size, algorithm=self.lm_head_algorithm or self.algorithm,
-                                   lm_head_block_size=None, lm_head_algorithm=None)
+                                   symmetric=symmetric, lm_head_block_size=None, lm_head_algorithm=None,
+                                   lm_head_symmetric=None)
 
     def bits_of(self, weight_name: str) -> int:
         """The bits of the weight named ``weight_name``: 8 where `int8_layers` matches it."""

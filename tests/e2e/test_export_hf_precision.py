@@ -86,7 +86,8 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     heads = [a for n, a in zip(nodes, attributes) if n.output[0].startswith("logits")]
     assert heads and all(a["block_size"] == 64 for a in heads)
     assert all(a["block_size"] == 32 for a in attributes if a not in heads)
-    assert all(len(n.input) == 3 for n in nodes)  # symmetric: no zero points
+    # the layers symmetric (no zero points), the head with them
+    assert all(len(n.input) == (4 if n.output[0].startswith("logits") else 3) for n in nodes)
     # the embedding stays float
     assert initializers["model.embed_tokens.weight"].dtype == np.float32
     # the kernel's rotary tables: one pair for every layer, the model's context of 256 positions
@@ -121,25 +122,37 @@ def test_quantized_folder_runs_and_stays_close_to_the_float_model(folders, preci
 @pytest.mark.parametrize(("precision", "bits"), [("int4", 4), ("int8", 8)])
 def test_codes_and_scales_are_onnxruntime_quantizers_own(folders, precision, bits):
     """onnxruntime's MatMulNBitsQuantizer run on the float folder with the same settings
-    (block 32 for the layers, 64 for the LM head) writes the same codes and scales, byte for byte."""
+    (symmetric blocks of 32 for the layers; blocks of 64 with zero points for the LM head)
+    writes the same codes, scales and zero points, byte for byte."""
     nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")
     root, _, _ = folders
     theirs = {}
-    for block_size in (32, 64):
+    for block_size, symmetric in ((32, True), (64, False)):
         quantizer = nbits.MatMulNBitsQuantizer(
-            onnx.load(os.fspath(model_file(root / "float"))), bits=bits, block_size=block_size, is_symmetric=True,
+            onnx.load(os.fspath(model_file(root / "float"))), bits=bits, block_size=block_size, is_symmetric=symmetric,
             accuracy_level=4
         )
         quantizer.process()
-        theirs[block_size] = {t.name: onnx.numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
+        theirs[symmetric] = {t.name: onnx.numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
     ours = _initializers(model_file(root / precision))
     codes = [name for name in ours if name.endswith(f"_Q{bits}")]
     assert len(codes) == 15
+    assert [name for name in ours if name.endswith("_zero_points")] == ["lm_head.weight_zero_points"]
     for name in codes:
         weight = name.removesuffix(f"_Q{bits}")
-        block = theirs[64 if weight == "lm_head.weight" else 32]
-        assert ours[name].tobytes() == block[name].tobytes(), name
-        assert ours[weight + "_scales"].tobytes() == block[weight + "_scales"].tobytes(), name
+        head = weight == "lm_head.weight"
+        for suffix in (f"_Q{bits}", "_scales"):
+            assert ours[weight + suffix].tobytes() == theirs[not head][weight + suffix].tobytes(), weight + suffix
+    # the head's zero points (a row's unused half byte is padding: onnxruntime's quantizer writes 8 there)
+    n, blocks, _ = ours["lm_head.weight_Q%d" % bits].shape
+    assert np.array_equal(_zero_points(ours["lm_head.weight_zero_points"], n, blocks, bits),
+                          _zero_points(theirs[False]["lm_head.weight_zero_points"], n, blocks, bits))
+
+
+def _zero_points(packed: np.ndarray, n: int, blocks: int, bits: int) -> np.ndarray:
+    """MatMulNBits' zero points as [N, blocks] (4-bit ones two to a byte, low nibble first)."""
+    rows = packed.reshape(n, -1)
+    return np.stack([rows & 0x0F, rows >> 4], axis=-1).reshape(n, -1)[:, :blocks] if bits == 4 else rows[:, :blocks]
 
 
 def test_a_module_function_folder_in_fake_mode_writes_the_flat_folders_codes(folders, tmp_path, tokenizer):  # noqa: F811
