@@ -329,8 +329,11 @@ def test_precision_and_dtype_are_one_interface():
     dtype, quantization = resolve_precision("int8", None, block_size=128, accuracy_level=0, quantize_lm_head=False)
     assert dtype == "float32" and quantization == WeightQuantization(bits=8, block_size=128, accuracy_level=0, lm_head=False)
     # no block size given: the layers' 32 and the LM head's 128; a given one is the head's too
-    assert resolve_precision("int4", None)[1] == WeightQuantization(bits=4, block_size=32, lm_head_block_size=128)
+    assert resolve_precision("int4", None)[1] == WeightQuantization(bits=4, block_size=32, lm_head_block_size=128,
+                                                                   lm_head_symmetric=False)
     assert resolve_precision("int4", None, block_size=32)[1] == WeightQuantization(bits=4, block_size=32)
+    # a quantized embedding gathers from the head's codes: symmetric ones
+    assert resolve_precision("int4", None, quantize_embedding=True)[1].lm_head_symmetric is None
     assert resolve_precision("int4", "float16")[0] == "float16"
 
 
