@@ -7,8 +7,9 @@ a block-quantized table and dequantizes only them: ``data`` is uint8 ``[V, K_pad
 bits / 8]`` (4-bit codes two to a byte, low nibble first, K padded to whole blocks),
 ``scales`` ``[V, k_blocks]`` in the activations' type, no zero points (the implicit
 ``2 ** (bits - 1)``, as symmetric MatMulNBits), ``gather_axis`` 0, ``quantize_axis`` 1,
-``bits`` and ``block_size`` those of the linear layers (of the LM head when tied to it). These are MatMulNBits' codes and
-scales of the same ``[V, K]`` matrix (`nbits_packing`), laid out in two dims:
+``bits`` and ``block_size`` those of the linear layers (of the LM head when tied to it).
+These are MatMulNBits' codes and scales of the same ``[V, K]`` matrix (`nbits_packing`),
+laid out in two dims:
 
 - an embedding tied to an LM head that is MatMulNBits (the same weight) gathers from the
   head's own codes and scales, reshaped (onnxruntime folds the Reshapes at load), so the
