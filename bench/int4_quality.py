@@ -9,7 +9,9 @@ trained here) for ``--minutes`` on CPU, on the Python standard library's ``.py``
 in onnxruntime with an empty cache on the same held-out windows (teacher forced): its
 perplexity, and the share of positions where its argmax equals the PyTorch float model's.
 The runner reads each folder's file and input/output names from its genai_config.json.
-The int4 folders: fx2onnx's round-to-nearest (``-rtn``), searched block scales
+The int4 folders: fx2onnx's round-to-nearest (``-rtn``, the default: the LM head in blocks
+of 128 with zero points; ``-block32`` on request: every layer in symmetric blocks of 32, the
+builder's layout), searched block scales
 (``-search``, the same size) and with mixed precision (``-search-mixed``, 8 bits for the
 value and down projections of llama.cpp's Q4_K_M layers), the builder's default and its
 ``algo_config=k_quant``. The builder's float folder (``-p fp32``) is the control: how far two float graphs of the
@@ -41,8 +43,8 @@ WINDOW = 128
 # builder-int4-kquant: the builder's algo_config=k_quant
 FOLDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4-rtn", "fx2onnx-int4-search", "fx2onnx-int4-search-mixed",
            "builder-int4", "builder-int4-kquant")
-# on request (--folders): export_hf(..., quantize_embedding=True)
-OTHER_FOLDERS = ("fx2onnx-int4", "fx2onnx-int4-embedding")
+# on request (--folders): export_hf(..., quantize_embedding=True); block_size=32 (the LM head's too)
+OTHER_FOLDERS = ("fx2onnx-int4", "fx2onnx-int4-embedding", "fx2onnx-int4-block32")
 
 
 def stdlib_texts() -> tuple[str, str]:

@@ -47,9 +47,11 @@ def export_contender(contender: str, source: Path, out: Path) -> float:
     else:
         from fx2onnx.hub import DEFAULT_ALGORITHM, QUANTIZATION_ALGORITHMS, export_hf
         algorithm = next((a for a in QUANTIZATION_ALGORITHMS if a in extras), DEFAULT_ALGORITHM)
+        # blockN: --block-size N (every layer's and the LM head's block)
+        block_size = next((int(e.removeprefix("block")) for e in extras if e.startswith("block")), None)
         export_hf(source, out, precision=precision, pack_projections="packed" in extras,
                   quantize_embedding="embedding" in extras, quantization_algorithm=algorithm,
-                  mixed_precision="mixed" in extras)
+                  mixed_precision="mixed" in extras, block_size=block_size)
     return time.perf_counter() - started
 
 

@@ -46,6 +46,15 @@ class WeightQuantization:
             activations, the fast CPU path), 0 or 1 (float activations).
         symmetric: no zero points (the implicit 2 ** (bits - 1)); False stores one per block.
         lm_head: quantize the language-model head too (the builder's default for int4).
+        lm_head_block_size: the language-model head's block size (same rules as
+            ``block_size``; halved while it does not divide the head's input features,
+            down to ``block_size``); None (default): ``block_size``. The head is the
+            largest multiply of a decode step, and its kernel runs faster with bigger blocks.
+        lm_head_algorithm: the language-model head's ``algorithm``; None (default):
+            ``algorithm``.
+        lm_head_symmetric: the language-model head's ``symmetric``; None (default):
+            ``symmetric``. A tied embedding gathers from the head's codes only when they
+            are symmetric.
         embedding: quantize the token embedding too, as ``GatherBlockQuantized`` with the
             same bits and blocks (`embedding_quantization`; the builder's ``int4`` does
             not by default).
@@ -77,6 +86,9 @@ class WeightQuantization:
     accuracy_level: int = 4
     symmetric: bool = True
     lm_head: bool = True
+    lm_head_block_size: int | None = None
+    lm_head_algorithm: str | None = None
+    lm_head_symmetric: bool | None = None
     embedding: bool = False
     algorithm: str = "rtn"
     int8_layers: tuple[str, ...] = ()
@@ -98,17 +110,31 @@ class WeightQuantization:
     def __post_init__(self) -> None:
         if self.bits not in (4, 8):
             raise ValueError(f"weight quantization has 4 or 8 bits, not {self.bits}.")
-        if self.block_size < 16 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"the block size must be a power of two of at least 16 (MatMulNBits); got {self.block_size}.")
+        for block_size in (self.block_size, self.lm_head_block_size):
+            if block_size is not None and (block_size < 16 or block_size & (block_size - 1)):
+                raise ValueError(f"the block size must be a power of two of at least 16 (MatMulNBits); got {block_size}.")
         if self.accuracy_level not in (0, 1, 2, 3, 4):
             raise ValueError(f"the accuracy level is 0 to 4 (MatMulNBits); got {self.accuracy_level}.")
-        if self.algorithm not in QUANTIZATION_ALGORITHMS:
-            raise ValueError(f"the quantization algorithm is one of {', '.join(QUANTIZATION_ALGORITHMS)}; got {self.algorithm!r}.")
+        for algorithm in (self.algorithm, self.lm_head_algorithm):
+            if algorithm is not None and algorithm not in QUANTIZATION_ALGORITHMS:
+                raise ValueError(f"the quantization algorithm is one of {', '.join(QUANTIZATION_ALGORITHMS)}; got {algorithm!r}.")
         if isinstance(self.int8_layers, str):
             raise TypeError("int8_layers is a tuple of name patterns, not one string: give (pattern,).")
         if self.dynamic_activations and (self.bits != 8 or self.packed_projections):
             raise ValueError("dynamic_activations quantizes to 8 bits with MatMulInteger (no MatMulNBits to pack): "
                              "give bits=8 and packed_projections=False.")
+
+    def of_lm_head(self, k: int) -> "WeightQuantization":
+        """The quantization of a language-model head of ``k`` input features: its own
+        algorithm and zero points, and its own block size halved down to one that divides ``k`` (a padded
+        block would add work), but never below `block_size`."""
+        block_size = self.lm_head_block_size or self.block_size
+        while block_size > self.block_size and k % block_size:
+            block_size //= 2
+        symmetric = self.symmetric if self.lm_head_symmetric is None else self.lm_head_symmetric
+        return dataclasses.replace(self, block_size=block_size, algorithm=self.lm_head_algorithm or self.algorithm,
+                                   symmetric=symmetric, lm_head_block_size=None, lm_head_algorithm=None,
+                                   lm_head_symmetric=None)
 
     def bits_of(self, weight_name: str) -> int:
         """The bits of the weight named ``weight_name``: 8 where `int8_layers` matches it."""
@@ -219,6 +245,10 @@ class ExportOptions(CheckedFields):
             tokens to the cache in place when the runtime gives past and present one
             buffer (exact for every mask: the padding is its attention bias; the standard
             form runs the steps it refuses). None (default): masks are the model's own.
+        context_length: the longest sequence (cached and new tokens) the model is made
+            for (export-hf: its config's). A `GroupQueryAttention` that rotates its query
+            and key itself reads tables of that many positions; a longer step rotates
+            outside the kernel, as exactly. None (default): 4096 positions.
         precision: "int4" or "int8": every linear layer whose weight is stored (graph and
             module functions) becomes onnxruntime's weight-only `MatMulNBits`, symmetric
             blocks of 32 weights along K, int8 activations inside the kernel (accuracy
@@ -264,6 +294,7 @@ class ExportOptions(CheckedFields):
     fused_kernels: bool = True
     runtime: str = field(default="onnxruntime", metadata=one_of(*RUNTIMES))
     causal_mask_input: str | None = None
+    context_length: int | None = field(default=None, metadata=at_least(1))
     precision: str | WeightQuantization | None = field(
         default=None, metadata=described("'int4', 'int8', a WeightQuantization or None"))
     target: str = field(default="default", metadata=one_of(*TARGETS))

@@ -149,7 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         "float32 activations unless --dtype float16); int8 of an encoder (feature-extraction): its linear layers as "
         "MatMulInteger of activations quantized at run time; fp32/fp16/bf16: the same as --dtype",
     )
-    hub.add_argument("--block-size", type=int, default=32, help="int4/int8: weights per scale along K (default 32)")
+    hub.add_argument(
+        "--block-size", type=int,
+        help="int4/int8: weights per scale along K, every layer's and the LM head's (default: 32, the LM head 128)",
+    )
     hub.add_argument(
         "--accuracy-level", type=int, choices=range(5), default=4,
         help="int4/int8: MatMulNBits' accuracy_level (default 4: int8 activations, onnxruntime's fast CPU path)",

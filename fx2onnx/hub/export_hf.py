@@ -109,7 +109,7 @@ def export_hf(
     runtime: str = "onnxruntime",
     module_functions: bool = False,
     precision: str | None = None,
-    block_size: int = 32,
+    block_size: int | None = None,
     accuracy_level: int = 4,
     quantize_lm_head: bool = True,
     quantize_embedding: bool = False,
@@ -173,7 +173,10 @@ def export_hf(
             of activations quantized at run time (`fx2onnx.onnx_passes.dynamic_quantization`),
             in float32; ``verify`` reports the output error.
         block_size, accuracy_level: of int4/int8 (defaults 32 and 4, the runtime's CPU
-            defaults: int8 activations in the kernel).
+            defaults: int8 activations in the kernel). Without ``block_size`` the LM head
+            gets blocks of 128 with zero points (the largest multiply of a decode step
+            runs faster; `fx2onnx.hub.precision.resolution.DEFAULT_LM_HEAD_BLOCK_SIZE`);
+            a given one is every layer's, the head's too.
         quantize_lm_head: int4/int8 quantize the language-model head too (default, as
             ONNX Runtime GenAI's model builder does); False keeps it float.
         quantize_embedding: int4/int8 of a causal LM quantize the token embedding too, as

@@ -42,7 +42,7 @@ class ExportRequest:
     runtime: str = "onnxruntime"
     module_functions: bool = False
     precision: str | None = None
-    block_size: int = 32
+    block_size: int | None = None
     accuracy_level: int = 4
     quantize_lm_head: bool = True
     quantize_embedding: bool = False

@@ -47,7 +47,7 @@ import onnx_ir as ir
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
 from fx2onnx.onnx_passes.model_graphs import model_graphs
 from fx2onnx.onnx_passes.rotary_in_attention import (
-    KernelRotary, RotaryTables, kernel_rotary, positions_as_kernel_assumes, read_shapes_before,
+    TABLE_POSITIONS, KernelRotary, RotaryTables, kernel_rotary, positions_as_kernel_assumes, read_shapes_before,
 )
 
 _ATTENTION_OPSET = 23  # the standard Attention the exact form uses
@@ -339,21 +339,22 @@ def _windowed_runs(nodes: _Nodes, kernels: list[ir.Node], runs: ir.Value) -> dic
     return windowed
 
 
-def _kernel_rotaries(model: ir.Model, graph: ir.Graph | ir.Function, kernels: list[ir.Node]) -> dict[int, KernelRotary]:
+def _kernel_rotaries(model: ir.Model, graph: ir.Graph | ir.Function, kernels: list[ir.Node],
+                     tables: RotaryTables) -> dict[int, KernelRotary]:
     """By kernel, how it rotates its query and key itself (the kernels that can)."""
     if not isinstance(graph, ir.Graph):
         return {}
-    tables = RotaryTables()
     found = {id(kernel): kernel_rotary(model, graph, kernel, tables) for kernel in kernels}
     return {key: rotary for key, rotary in found.items() if rotary is not None}
 
 
-def _rotary_runs(nodes: _Nodes, rotaries: dict[int, KernelRotary], sizes: _StepSizes) -> dict[int, ir.Value]:
+def _rotary_runs(nodes: _Nodes, rotaries: dict[int, KernelRotary], sizes: _StepSizes, rows: int) -> dict[int, ir.Value]:
     """By positions input, whether the kernel's own positions are the model's."""
     checks: dict[int, ir.Value] = {}
     for rotary in rotaries.values():
         if id(rotary.positions) not in checks:
-            checks[id(rotary.positions)] = positions_as_kernel_assumes(nodes, rotary.positions, sizes.past, sizes.total)
+            checks[id(rotary.positions)] = positions_as_kernel_assumes(nodes, rotary.positions, sizes.past, sizes.total,
+                                                                       rows)
     return checks
 
 
@@ -370,9 +371,10 @@ def _sized_like(graph: ir.Graph | ir.Function, query: ir.Value) -> ir.Value:
     return query
 
 
-def guard_group_query_attention(model: ir.Model) -> int:
+def guard_group_query_attention(model: ir.Model, table_positions: int = TABLE_POSITIONS) -> int:
     """Each `GroupQueryAttention` of ``model`` as an `If` that runs it where onnxruntime
-    does and the exact form elsewhere; returns how many."""
+    does and the exact form elsewhere; returns how many. A kernel that rotates itself
+    reads tables of ``table_positions`` positions (longer steps take the exact form)."""
     if model.opset_imports.get("", 0) < _ATTENTION_OPSET:
         return 0
     guarded = 0
@@ -381,14 +383,14 @@ def guard_group_query_attention(model: ir.Model) -> int:
         if not kernels:
             continue
         nodes = _Nodes(f"{kernels[0].name or 'GroupQueryAttention'}/kernel_runs")
-        rotaries = _kernel_rotaries(model, graph, kernels)
+        rotaries = _kernel_rotaries(model, graph, kernels, RotaryTables(positions=table_positions))
         # the query's shape before a rotation that moves into a branch
         query = rotaries[id(kernels[0])].query if id(kernels[0]) in rotaries else kernels[0].inputs[0]
         batch_and_new, sizes = _step_sizes(nodes, _sized_like(graph, query), kernels[0].inputs[6])
         runs = _kernel_runs(nodes, batch_and_new, sizes)  # the same for every layer
         fast: dict[tuple[int, int], ir.Value] = {}  # by bias and positions: the layers share one, unless they differ
         windowed = _windowed_runs(nodes, kernels, runs)
-        rotary_runs = _rotary_runs(nodes, rotaries, sizes)
+        rotary_runs = _rotary_runs(nodes, rotaries, sizes, table_positions)
         for kernel in kernels:
             bias = kernel.inputs[_BIAS] if len(kernel.inputs) > _BIAS else None
             rotary = rotaries.get(id(kernel))

@@ -7,8 +7,9 @@ a block-quantized table and dequantizes only them: ``data`` is uint8 ``[V, K_pad
 bits / 8]`` (4-bit codes two to a byte, low nibble first, K padded to whole blocks),
 ``scales`` ``[V, k_blocks]`` in the activations' type, no zero points (the implicit
 ``2 ** (bits - 1)``, as symmetric MatMulNBits), ``gather_axis`` 0, ``quantize_axis`` 1,
-``bits`` and ``block_size`` those of the linear layers. These are MatMulNBits' codes and
-scales of the same ``[V, K]`` matrix (`nbits_packing`), laid out in two dims:
+``bits`` and ``block_size`` those of the linear layers (of the LM head when tied to it).
+These are MatMulNBits' codes and scales of the same ``[V, K]`` matrix (`nbits_packing`),
+laid out in two dims:
 
 - an embedding tied to an LM head that is MatMulNBits (the same weight) gathers from the
   head's own codes and scales, reshaped (onnxruntime folds the Reshapes at load), so the
@@ -46,7 +47,8 @@ def _token_embedding(node: ir.Node, indices_name: str) -> ir.Value | None:
 
 
 def _tied_head(graph: ir.Graph, table: ir.Value, config: WeightQuantization) -> ir.Node | None:
-    """The MatMulNBits whose codes are computed from ``table`` read as ``[N, K]`` = ``[V, K]``."""
+    """The MatMulNBits whose codes are computed from ``table`` read as ``[N, K]`` = ``[V, K]``
+    (with its own block size: the LM head's)."""
     assert table.shape is not None
     for node in graph:
         if node.op_type != "MatMulNBits" or node.domain != MS_DOMAIN:
@@ -56,7 +58,7 @@ def _tied_head(graph: ir.Graph, table: ir.Value, config: WeightQuantization) -> 
         if (
             isinstance(codes, DerivedTensor) and codes.group.source is table
             and (attributes.get_int("N", 0), attributes.get_int("K", 0)) == tuple(table.shape)
-            and (attributes.get_int("bits", 0), attributes.get_int("block_size", 0)) == (config.bits, config.block_size)
+            and attributes.get_int("bits", 0) == config.bits
             and (len(node.inputs) < 4 or node.inputs[3] is None)
         ):
             return node
@@ -103,19 +105,20 @@ def quantize_embeddings(model: ir.Model, config: WeightQuantization, indices_nam
             continue
         assert table.shape is not None and table.name is not None
         vocabulary, k = (int(d) for d in table.shape)
-        blocks = block_count(k, config.block_size)
         head = _tied_head(graph, table, config)
+        block_size = head.attributes.get_int("block_size", 0) if head is not None else config.block_size
+        blocks = block_count(k, block_size)
         if head is not None:
-            width = blocks * config.block_size * config.bits // 8
+            width = blocks * block_size * config.bits // 8
             data = _reshaped(graph, node, head.inputs[1], (vocabulary, width))  # type: ignore[arg-type]
             scales = _reshaped(graph, node, head.inputs[2], (vocabulary, blocks))  # type: ignore[arg-type]
         else:
             data, scales = _own_tables(graph, table, config, (vocabulary, blocks))
-        attributes = {"bits": config.bits, "block_size": config.block_size, "gather_axis": 0, "quantize_axis": 1}
+        attributes = {"bits": config.bits, "block_size": block_size, "gather_axis": 0, "quantize_axis": 1}
         gather = ir.node("GatherBlockQuantized", [data, node.inputs[1], scales], attributes, domain=MS_DOMAIN, name=node.name)
         graph.insert_before(node, gather)
         output = gather.outputs[0]
-        if blocks * config.block_size != k:  # padded columns off
+        if blocks * block_size != k:  # padded columns off
             bounds = [ir.tensor([0], dtype=ir.DataType.INT64), ir.tensor([k], dtype=ir.DataType.INT64),
                       ir.tensor([-1], dtype=ir.DataType.INT64)]
             constants = [ir.node("Constant", [], {"value": t}) for t in bounds]

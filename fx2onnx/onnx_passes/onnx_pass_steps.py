@@ -33,6 +33,7 @@ from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.packed_attention_inputs import pack_attention_inputs
 from fx2onnx.onnx_passes.packed_projections import pack_projections
+from fx2onnx.onnx_passes.rotary_in_attention import TABLE_POSITIONS
 from fx2onnx.onnx_passes.skip_normalization import fuse_skip_normalizations
 from fx2onnx.onnx_passes.tool_layout import lay_out_for_tools
 from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
@@ -110,7 +111,8 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     Step("fuse_skip_normalizations", lambda state: fuse_skip_normalizations(state.model_ir),
          when=lambda state: state.options.runtime == "onnxruntime" and state.options.fused_kernels),
     # onnxruntime's kernel where it runs, the exact form elsewhere
-    Step("guard_group_query_attention", lambda state: guard_group_query_attention(state.model_ir)),
+    Step("guard_group_query_attention", lambda state: guard_group_query_attention(
+        state.model_ir, state.options.context_length or TABLE_POSITIONS)),
     # onnxruntime prepacks a MoE's experts only when they are initializers of the file
     Step("write_expert_weights", lambda state: write_expert_weights(state.model_ir),
          when=lambda state: state.options.runtime == "onnxruntime" and state.options.fused_kernels),

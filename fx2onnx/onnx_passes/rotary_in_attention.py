@@ -11,7 +11,9 @@ rotates as before elsewhere (left-padded batches, shifted positions, totals past
 tables).
 
 The tables are the model's own: the nodes that compute the rotations' cos and sin from
-``position_ids`` run once in onnxruntime on the positions ``0 .. TABLE_POSITIONS - 1``.
+``position_ids`` run once in onnxruntime on the positions ``0 .. TABLE_POSITIONS - 1``
+(or as many as the model is made for, `ExportOptions.context_length`: the tables are a
+folder's largest float weights after the embedding in int4).
 They are used only when the cos and sin depend on the position alone (default, linear,
 Llama 3, YaRN scalings), which is checked on a second, shuffled batch of positions: a
 scaling that depends on the length (LongRoPE's switch, dynamic NTK past the table) gives
@@ -54,6 +56,7 @@ class RotaryTables:
     """A graph's rotary tables, computed once per pair of cos and sin values and written
     once per content, for all its kernels."""
 
+    positions: int = TABLE_POSITIONS  # the tables' rows
     computed: dict[tuple[int, int], Any] = field(default_factory=dict)  # by (id(cos), id(sin)): _tables
     written: dict[tuple[bytes, bytes], tuple[ir.Value, ir.Value]] = field(default_factory=dict)  # by content
 
@@ -123,8 +126,9 @@ def _evaluate(model: ir.Model, graph: ir.Graph, outputs: list[ir.Value], positio
                               f"compute the rotary tables of {positions.name}")
 
 
-def _tables(model: ir.Model, graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> tuple[np.ndarray, np.ndarray, ir.Value] | None:
-    """The (TABLE_POSITIONS, D / 2) tables of ``cos`` and ``sin`` (B, S, D / 2) and the
+def _tables(model: ir.Model, graph: ir.Graph, cos: ir.Value, sin: ir.Value,
+            rows: int) -> tuple[np.ndarray, np.ndarray, ir.Value] | None:
+    """The (rows, D / 2) tables of ``cos`` and ``sin`` (B, S, D / 2) and the
     input they are computed from, when they depend on each position alone."""
     found = _subgraph([cos, sin])
     if found is None or len(found[1]) != 1:
@@ -132,14 +136,14 @@ def _tables(model: ir.Model, graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> t
     positions = found[1][0]
     if positions.dtype not in (ir.DataType.INT64, ir.DataType.INT32):
         return None
-    results = _evaluate(model, graph, [cos, sin], positions, [np.arange(TABLE_POSITIONS)[None], _PROBE])
+    results = _evaluate(model, graph, [cos, sin], positions, [np.arange(max(rows, _PROBE.max() + 1))[None], _PROBE])
     if results is None:
         return None
     (cos_table, sin_table), probed = (table[0] for table in results[0]), results[1]
     if any(table[_PROBE].shape != probe.shape or not np.array_equal(table[_PROBE], probe)
            for table, probe in zip((cos_table, sin_table), probed)):
         return None  # another length gives other numbers: the tables are not the position's alone
-    return cos_table, sin_table, positions
+    return cos_table[:rows], sin_table[:rows], positions
 
 
 def kernel_rotary(model: ir.Model, graph: ir.Graph, kernel: ir.Node, tables_of_graph: RotaryTables) -> KernelRotary | None:
@@ -184,7 +188,7 @@ def _tables_once(model: ir.Model, graph: ir.Graph, rotation: ir.Node, tables_of_
         return None
     key, computed = (id(cos), id(sin)), tables_of_graph.computed
     if key not in computed:
-        computed[key] = _tables(model, graph, cos, sin)
+        computed[key] = _tables(model, graph, cos, sin, tables_of_graph.positions)
     return computed[key]
 
 
@@ -207,11 +211,12 @@ def read_shapes_before(rotation: ir.Node) -> None:
             use.node.replace_input_with(use.idx, rotated)
 
 
-def positions_as_kernel_assumes(nodes: Any, positions: ir.Value, past: ir.Value, total: ir.Value) -> ir.Value:
+def positions_as_kernel_assumes(nodes: Any, positions: ir.Value, past: ir.Value, total: ir.Value,
+                                rows: int = TABLE_POSITIONS) -> ir.Value:
     """Whether every sequence's positions are ``past .. total - 1`` (the kernel's, with the
     new tokens last in the mask; ``past`` and ``total`` int64 scalars) and within the
-    tables; ``nodes`` makes the nodes (`cached_attention_guard`'s)."""
+    tables of ``rows`` positions; ``nodes`` makes the nodes (`cached_attention_guard`'s)."""
     expected = nodes("Range", [past, total, nodes.constant(1)])
     given = nodes("Cast", [positions], to=ir.DataType.INT64)
     all_same = nodes("ReduceMin", [nodes("Equal", [given, expected])], keepdims=0)  # of (B, S) booleans
-    return nodes("And", [all_same, nodes("LessOrEqual", [total, nodes.constant(TABLE_POSITIONS)])])
+    return nodes("And", [all_same, nodes("LessOrEqual", [total, nodes.constant(rows)])])

@@ -10,7 +10,8 @@ Each linear layer (`linear_layers`) becomes one MatMulNBits, its bias the kernel
 input, in the main graph and in module functions (their weights are parameters: the
 codes and scales reach them as parameters too, `derived_arguments`). Its codes and scales are `DerivedTensor`s: computed from the weight when the model is written, one weight at
 a time, from the program's weight or the checkpoint's (fake mode). The float weight goes
-when nothing else reads it; an embedding's Gather keeps reading a shared one.
+when nothing else reads it; an embedding's Gather keeps reading a shared one. The LM head
+may have its own block size and algorithm (`WeightQuantization.of_lm_head`).
 """
 
 from __future__ import annotations
@@ -123,21 +124,27 @@ def _kept_float_by_checkpoint(config: WeightQuantization, linear: LinearLayer) -
     return config.codes_of(linear.weight.name) is None
 
 
+def _head_config(config: WeightQuantization, head: LinearLayer) -> WeightQuantization:
+    assert head.weight.shape is not None
+    rows, cols = (int(d) for d in head.weight.shape)
+    return config.of_lm_head(cols if head.stored_nk else rows)
+
+
 def quantize_linear_weights(model: ir.Model, config: WeightQuantization, lm_head_output: str = "logits") -> QuantizedLinears:
     """Make every linear layer of ``model`` whose weight is stored (in the main graph, or
     given to a module function by every call) a ``MatMulNBits`` (weights computed when
     written; see the module docstring)."""
     calls = FunctionCalls(model)
-    head = None if config.lm_head else lm_head(model.graph, lm_head_output, calls)
+    head = lm_head(model.graph, lm_head_output, calls)
     arguments = DerivedArguments(model, calls)
     report = QuantizedLinears()
     for container in model_graphs(model):
         for linear in linear_layers(container, calls.is_initializer_behind):
             assert linear.weight.name is not None
-            if linear.node is head or _kept_float_by_checkpoint(config, linear):
+            if (linear.node is head and not config.lm_head) or _kept_float_by_checkpoint(config, linear):
                 report.kept_float.append(linear.weight.name)
                 continue
-            _rewrite(container, linear, config, arguments)
+            _rewrite(container, linear, _head_config(config, linear) if linear.node is head else config, arguments)
             report.quantized.append(linear.weight.name)
     if report.quantized and MS_DOMAIN not in model.opset_imports:
         model.opset_imports[MS_DOMAIN] = 1

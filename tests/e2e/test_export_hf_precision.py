@@ -80,17 +80,27 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     # Q, K and V one kernel a layer (their codes concatenated), which the attention reads packed
     assert kinds["MatMulNBits"] == 15 - 2 * 2 and kinds["Split"] == 0  # the Split only in the guards' exact branches
     nodes = [n for n in decoder_stack_nodes(onnx.load(os.fspath(path), load_external_data=False).graph) if n.op_type == "MatMulNBits"]
-    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
-    assert attributes["bits"] == bits and attributes["block_size"] == 32 and attributes["accuracy_level"] == 4
-    assert all(len(n.input) == 3 for n in nodes)  # symmetric: no zero points
+    attributes = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in nodes]
+    assert all(a["bits"] == bits and a["accuracy_level"] == 4 for a in attributes)
+    # the layers' blocks of 32; the LM head's 128 halved to one dividing its K (hidden size 64)
+    heads = [a for n, a in zip(nodes, attributes) if n.output[0].startswith("logits")]
+    assert heads and all(a["block_size"] == 64 for a in heads)
+    assert all(a["block_size"] == 32 for a in attributes if a not in heads)
+    # the layers symmetric (no zero points), the head with them
+    assert all(len(n.input) == (4 if n.output[0].startswith("logits") else 3) for n in nodes)
     # the embedding stays float
     assert initializers["model.embed_tokens.weight"].dtype == np.float32
-    # float weights: 4 bytes per element; int4 0.5 + a float32 scale per 32 (0.125), int8 1 + 0.125
-    linear_bytes = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) * 4
+    # the kernel's rotary tables: one pair for every layer, the model's context of 256 positions
+    tables = {name: array.shape for name, array in initializers.items() if name.startswith("rotary_")}
+    assert tables == {"rotary_cos_cache_0": (256, 8), "rotary_sin_cache_0": (256, 8)}
+    # float weights: 4 bytes per element; int4 0.5 + a float32 scale per block, int8 1 + that
+    head = model.get_output_embeddings().weight.numel()
+    layers = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) - head
+    code_bytes = 0.5 if bits == 4 else 1
     # the weights' bytes (a quantized file's graph also holds the stack's two branches, a float one not)
     saved = sum(a.nbytes for a in _initializers(model_file(root / "float")).values()) - sum(a.nbytes for a in initializers.values())
-    expected = linear_bytes * (1 - (0.5 + 0.125 if bits == 4 else 1 + 0.125) / 4)
-    assert abs(saved - expected) < 0.02 * linear_bytes
+    expected = layers * (4 - code_bytes - 4 / 32) + head * (4 - code_bytes - 4 / 64)
+    assert abs(saved - expected) < 0.02 * (layers + head) * 4
 
 
 @pytest.mark.parametrize("precision", ["int4", "int8"])
@@ -112,21 +122,37 @@ def test_quantized_folder_runs_and_stays_close_to_the_float_model(folders, preci
 @pytest.mark.parametrize(("precision", "bits"), [("int4", 4), ("int8", 8)])
 def test_codes_and_scales_are_onnxruntime_quantizers_own(folders, precision, bits):
     """onnxruntime's MatMulNBitsQuantizer run on the float folder with the same settings
-    writes the same codes and scales, byte for byte."""
+    (symmetric blocks of 32 for the layers; blocks of 64 with zero points for the LM head)
+    writes the same codes, scales and zero points, byte for byte."""
     nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")
     root, _, _ = folders
-    quantizer = nbits.MatMulNBitsQuantizer(
-        onnx.load(os.fspath(model_file(root / "float"))), bits=bits, block_size=32, is_symmetric=True, accuracy_level=4
-    )
-    quantizer.process()
-    theirs = {t.name: onnx.numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
+    theirs = {}
+    for block_size, symmetric in ((32, True), (64, False)):
+        quantizer = nbits.MatMulNBitsQuantizer(
+            onnx.load(os.fspath(model_file(root / "float"))), bits=bits, block_size=block_size, is_symmetric=symmetric,
+            accuracy_level=4
+        )
+        quantizer.process()
+        theirs[symmetric] = {t.name: onnx.numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
     ours = _initializers(model_file(root / precision))
     codes = [name for name in ours if name.endswith(f"_Q{bits}")]
     assert len(codes) == 15
+    assert [name for name in ours if name.endswith("_zero_points")] == ["lm_head.weight_zero_points"]
     for name in codes:
         weight = name.removesuffix(f"_Q{bits}")
-        assert ours[name].tobytes() == theirs[name].tobytes(), name
-        assert ours[weight + "_scales"].tobytes() == theirs[weight + "_scales"].tobytes(), name
+        head = weight == "lm_head.weight"
+        for suffix in (f"_Q{bits}", "_scales"):
+            assert ours[weight + suffix].tobytes() == theirs[not head][weight + suffix].tobytes(), weight + suffix
+    # the head's zero points (a row's unused half byte is padding: onnxruntime's quantizer writes 8 there)
+    n, blocks, _ = ours["lm_head.weight_Q%d" % bits].shape
+    assert np.array_equal(_zero_points(ours["lm_head.weight_zero_points"], n, blocks, bits),
+                          _zero_points(theirs[False]["lm_head.weight_zero_points"], n, blocks, bits))
+
+
+def _zero_points(packed: np.ndarray, n: int, blocks: int, bits: int) -> np.ndarray:
+    """MatMulNBits' zero points as [N, blocks] (4-bit ones two to a byte, low nibble first)."""
+    rows = packed.reshape(n, -1)
+    return np.stack([rows & 0x0F, rows >> 4], axis=-1).reshape(n, -1)[:, :blocks] if bits == 4 else rows[:, :blocks]
 
 
 def test_a_module_function_folder_in_fake_mode_writes_the_flat_folders_codes(folders, tmp_path, tokenizer):  # noqa: F811
@@ -210,12 +236,12 @@ def test_packed_projections_on_request(folders, tmp_path):
     assert generate_with_genai(tmp_path / "out", prompt, 8)[0] == greedy_in_onnxruntime(path, prompt, 8)[0]
 
 
-def _embedding_gather(path) -> onnx.NodeProto:
+def _embedding_gather(path, block_size: int = 32) -> onnx.NodeProto:
     graph = onnx.load(os.fspath(path), load_external_data=False).graph
     nodes = [n for n in decoder_stack_nodes(graph) if n.op_type == "GatherBlockQuantized"]
     assert len(nodes) == 1 and nodes[0].domain == "com.microsoft"
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
-    assert attributes == {"bits": 4, "block_size": 32, "gather_axis": 0, "quantize_axis": 1}
+    assert attributes == {"bits": 4, "block_size": block_size, "gather_axis": 0, "quantize_axis": 1}
     return nodes[0]
 
 
@@ -258,7 +284,7 @@ def test_tied_embedding_gathers_from_the_quantized_lm_head(tmp_path, tokenizer):
     graph = onnx.load(os.fspath(path), load_external_data=False).graph
     layers = decoder_stack_nodes(graph)
     producers = {output: node for node in layers for output in node.output}
-    gather = _embedding_gather(path)
+    gather = _embedding_gather(path, block_size=64)  # the LM head's block
     head = next(n for n in layers if n.op_type == "MatMulNBits" and n.output[0] == f"logits{EXACT_SUFFIX}")
     # one quantization for both: the Gather reads the head's codes and scales, reshaped;
     # the float table is gone
@@ -302,6 +328,12 @@ def test_precision_and_dtype_are_one_interface():
     assert resolve_precision("bf16", "bfloat16") == ("bfloat16", None)
     dtype, quantization = resolve_precision("int8", None, block_size=128, accuracy_level=0, quantize_lm_head=False)
     assert dtype == "float32" and quantization == WeightQuantization(bits=8, block_size=128, accuracy_level=0, lm_head=False)
+    # no block size given: the layers' 32 and the LM head's 128; a given one is the head's too
+    assert resolve_precision("int4", None)[1] == WeightQuantization(bits=4, block_size=32, lm_head_block_size=128,
+                                                                   lm_head_symmetric=False)
+    assert resolve_precision("int4", None, block_size=32)[1] == WeightQuantization(bits=4, block_size=32)
+    # a quantized embedding gathers from the head's codes: symmetric ones
+    assert resolve_precision("int4", None, quantize_embedding=True)[1].lm_head_symmetric is None
     assert resolve_precision("int4", "float16")[0] == "float16"
 
 

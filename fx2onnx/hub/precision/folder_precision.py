@@ -12,7 +12,7 @@ import torch
 
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.prequantized import checkpoint_codes
-from fx2onnx.hub.precision.resolution import DEFAULT_ALGORITHM, with_mixed_precision
+from fx2onnx.hub.precision.resolution import DEFAULT_ALGORITHM, resolve_precision, with_mixed_precision
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared.program_files import weights_dtype
 from fx2onnx.onnx_passes import WeightQuantization
@@ -57,7 +57,7 @@ def _quantization_refusal(loaded: LoadedModel, request: ExportRequest, support: 
             "quantize_embedding is for causal LMs (GatherBlockQuantized beside MatMulNBits); an encoder's int8 keeps "
             "its embeddings float: drop quantize_embedding."
         )
-    plain = WeightQuantization(bits=quantization.bits, embedding=quantization.embedding, algorithm=quantization.algorithm)
+    _, plain = resolve_precision(precision, None, quantize_embedding=quantization.embedding, algorithm=quantization.algorithm)
     if quantization != plain:
         return Refusal(ValueError,
             "block_size, accuracy_level and quantize_lm_head are MatMulNBits' (causal LMs); an encoder's int8 takes "

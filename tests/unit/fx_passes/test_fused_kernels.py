@@ -608,17 +608,23 @@ def test_the_kernel_rotates_itself_at_the_positions_it_assumes(tmp_path, module_
     _check_steps(program, model, shift=2)
 
 
-def test_a_total_past_the_tables_rotates_outside_the_kernel(tmp_path):
-    """A decode step whose total (4101 tokens) is past the kernel's tables (TABLE_POSITIONS):
-    the guard takes the branch that rotates with the model's own cos and sin, and the step
-    equals the model (the kernel would read rows its tables do not have)."""
+@pytest.mark.parametrize("context_length", [None, 64])
+def test_a_total_past_the_tables_rotates_outside_the_kernel(tmp_path, context_length):
+    """A decode step whose total is past the kernel's tables (TABLE_POSITIONS rows, 4101
+    tokens; or the model's `context_length`, 69): the guard takes the branch that rotates
+    with the model's own cos and sin, and the step equals the model (the kernel would read
+    rows its tables do not have)."""
     from fx2onnx.onnx_passes.rotary_in_attention import TABLE_POSITIONS
 
     torch.manual_seed(0)
     model = CachedDecoder(head_size=16).eval()
-    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=False)
+    program = _export_decoder(tmp_path, model, causal_mask_input="attention_mask", module_functions=False,
+                              context_length=context_length)
     check_saved_model(program, tmp_path / "m.onnx")
-    for past in (TABLE_POSITIONS - 1, TABLE_POSITIONS + 4):  # the last total the tables hold, and one past them
+    rows = context_length or TABLE_POSITIONS
+    tables = {t.name: tuple(t.dims) for t in program.model_proto.graph.initializer if t.name.startswith("rotary_")}
+    assert tables == {"rotary_cos_cache_0": (rows, 8), "rotary_sin_cache_0": (rows, 8)}
+    for past in (rows - 1, rows + 4):  # the last total the tables hold, and one past them
         inputs = _decoder_inputs(1, past, 1, "none", head_size=16)
         with torch.no_grad():
             expected = model(*inputs)

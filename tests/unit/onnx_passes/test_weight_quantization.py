@@ -94,8 +94,35 @@ def test_lm_head_kept_float_on_request() -> None:
     assert report.kept_float == ["embedding"] and sorted(report.quantized) == ["w_kn", "w_nk"]
 
 
+@pytest.mark.parametrize(("head_block", "written_block"), [(64, 64), (128, 64), (16, 16)])
+def test_the_lm_head_has_its_own_block_size(head_block: int, written_block: int) -> None:
+    """The head's block (halved from 128 to one dividing K = 64; 16 as given); the
+    other layers keep the layers' block, and the head's output is its dequantized product."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(1)
+    proto, weights = _model(rng)
+    model = ir.serde.deserialize_model(proto)
+    quantize_linear_weights(model, WeightQuantization(lm_head_block_size=head_block, lm_head_algorithm="search",
+                                                      accuracy_level=0))
+    written = ir.serde.serialize_model(model)
+    onnx.checker.check_model(written, full_check=True)
+    nbits = {node.output[0]: node for node in written.graph.node if node.op_type == "MatMulNBits"}
+    blocks = {name: {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}["block_size"]
+              for name, node in nbits.items()}
+    assert blocks == {"linear": 32, "gemm": 32, "logits": written_block}
+    tensors = {t.name: onnx.numpy_helper.to_array(t) for t in written.graph.initializer}
+    assert tensors["embedding_scales"].size == V * K // written_block
+    ids = rng.integers(0, V, (2, 3))
+    session = ort.InferenceSession(written.SerializeToString(), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(["logits"], {"x": np.zeros((2, 3, K), np.float32), "x2": np.zeros((5, K), np.float32),
+                                         "ids": ids})
+    np.testing.assert_allclose(logits, weights["embedding"][ids] @ _weight_of(written, nbits["logits"]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(("options", "message"), [
     (dict(bits=3), "4 or 8 bits"), (dict(block_size=24), "power of two"), (dict(accuracy_level=5), "accuracy level"),
+    (dict(lm_head_block_size=48), "power of two"), (dict(lm_head_algorithm="gptq"), "algorithm is one of"),
 ])
 def test_options_are_checked(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
