@@ -7,9 +7,12 @@ by ``(chunk_size - length % chunk_size) % chunk_size`` and lets ``reshape(..., -
 ...)`` infer the number of chunks. torch.export cannot simplify that count, and a capture
 from a prompt shorter than a chunk fixes it at the example's one chunk: the exported model
 fails (or differs) on every prompt longer than ``chunk_size``. During a capture the scan is
-computed here with the count written as ``ceil(length / chunk_size)`` and the padding as
-``count * chunk_size - length``, the same sums in the same order as transformers' reference
-code, exact for every length.
+computed here with the count written as one floor division of the length,
+``ceil(length / chunk_size) + 1`` (a chunk of zeros past the tokens, which adds nothing to
+any state or output, keeps the count from being 1 in an example), the padding as
+``count * chunk_size - length`` and the tokens' outputs taken by index: the same sums as
+transformers' reference code, exact for every length. The price: the prefill scans one
+chunk more than the prompt needs.
 
 Knows transformers only by name (library_adapters.CAPTURE_REWRITES): never imports it.
 """
