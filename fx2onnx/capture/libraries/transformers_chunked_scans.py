@@ -8,11 +8,13 @@ by ``(chunk_size - length % chunk_size) % chunk_size`` and lets ``reshape(..., -
 from a prompt shorter than a chunk fixes it at the example's one chunk: the exported model
 fails (or differs) on every prompt longer than ``chunk_size``. During a capture the scan is
 computed here with the count written as one floor division of the length,
-``ceil(length / chunk_size) + 1`` (a chunk of zeros past the tokens, which adds nothing to
-any state or output, keeps the count from being 1 in an example), the padding as
-``count * chunk_size - length`` and the tokens' outputs taken by index: the same sums as
-transformers' reference code, exact for every length. The price: the prefill scans one
-chunk more than the prompt needs.
+``ceil(length / chunk) + 1`` (a chunk of zeros past the tokens, which adds nothing to any
+state or output, keeps the count from being 1 in an example), the padding as
+``count * chunk - length`` and the tokens' outputs taken by index: exact for every length.
+The chunks are half of ``chunk_size`` long: a scan in chunks is the same sum for any chunk
+length (it differs from transformers' by float rounding, about 1e-7 relative), and a
+single-token decode step then scans two half chunks, half the work of one whole chunk,
+rather than two whole ones (bench/chunked_scan_cost.py).
 
 Knows transformers only by name (library_adapters.CAPTURE_REWRITES): never imports it.
 """
@@ -99,7 +101,7 @@ def chunked_scan(
 
 
 def scan_with_symbolic_chunks(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``mamba2_chunk_scan`` computed by :func:`chunked_scan`; packed sequences
+    """``mamba2_chunk_scan`` computed by :func:`chunked_scan` in half chunks; packed sequences
     (``seq_idx``, ``cu_seqlens``), which only the kernels keep apart, go to the original."""
 
     def mamba2_chunk_scan(hidden_states: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
@@ -110,7 +112,8 @@ def scan_with_symbolic_chunks(original: Callable[..., Any]) -> Callable[..., Any
         if kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
             return original(hidden_states, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=initial_states,
                             dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=return_final_states, **kwargs)
-        return chunked_scan(hidden_states, dt, A, B, C, chunk_size, D, dt_bias, initial_states, dt_softplus, dt_limit,
+        half_chunk = max(1, chunk_size // 2)  # the chunk of zeros costs a half chunk (see the module's notes)
+        return chunked_scan(hidden_states, dt, A, B, C, half_chunk, D, dt_bias, initial_states, dt_softplus, dt_limit,
                             return_final_states)
 
     mamba2_chunk_scan.__wrapped__ = original  # type: ignore[attr-defined]
