@@ -58,6 +58,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
     uncounted_sliding_caches,
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
+from fx2onnx.capture.libraries.transformers_chunked_scans import MAMBA2_SCAN_FAMILIES, scan_with_symbolic_chunks
 from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
     every_expert_weighted,
@@ -167,6 +168,10 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,
         "a padding mask multiplied with the hidden states of this forward's tokens, as long as they are only",
     ) for name in ("mamba", "falcon_mamba")),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", "mamba2_chunk_scan", scan_with_symbolic_chunks,
+        "a prompt padded to whole chunks and reshaped with an inferred number of chunks, fixed at the example's",
+    ) for name in MAMBA2_SCAN_FAMILIES),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",

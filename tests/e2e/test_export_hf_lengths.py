@@ -7,8 +7,8 @@ equal transformers' after a prompt of 72 (the whole prompt past the switch) and 
 of 56 (the decode steps cross it), in ONNX Runtime GenAI and Transformers.js (the
 default folder and `--runtime standard`'s; Transformers.js also as one left-padded
 batch), and through `dynamo_export` of the decode step (Phi-3's generation loop aside:
-see `reference`). `--verify` reaches past every window and switch
-point, says the lengths, and fails on a windowed folder that differs or crashes past
+see `reference`). `--verify` reaches past every window, switch
+point and scan chunk, says the lengths, and fails on a windowed folder that differs or crashes past
 its window with the length where it happened.
 """
 
@@ -201,6 +201,11 @@ def test_change_points_of_each_family():
     assert change_points(qwen2) == []
     assert [p.length for p in change_points(transformers.Qwen2Config(sliding_window=32, use_sliding_window=True))] == [32]
     assert [p.what for p in change_points(transformers.Llama4TextConfig(attention_chunk_size=128))] == ["attention chunk"]
+    # a Mamba2-style mixer scans one chunk, then several: chunk_size or mamba_chunk_size
+    assert [(p.length, p.what) for p in change_points(transformers.NemotronHConfig(chunk_size=128))] == [(128, "scan chunk")]
+    assert [p.length for p in change_points(transformers.FalconH1Config(mamba_chunk_size=64))] == [64]
+    assert verification_lengths(transformers.Mamba2Config(chunk_size=256), 16).prompt == 256 + 8
+    assert change_points(transformers.LlamaConfig()) == []  # chunk_size_feed_forward is not a scan's chunk
     both = transformers.Phi3Config(sliding_window=24, **DECODER, max_position_embeddings=256,
                                    original_max_position_embeddings=ORIGINAL, rope_parameters=rope_config("longrope").rope_parameters)
     assert [p.length for p in change_points(both)] == [24, ORIGINAL]

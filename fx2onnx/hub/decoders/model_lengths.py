@@ -1,7 +1,8 @@
 """The sequence lengths where a causal LM starts computing otherwise, read from its config.
 
 A sliding window (`sliding_window`, its layers in `layer_types`), chunked attention
-(`attention_chunk_size`) and the rotary embeddings that switch at a length (LongRoPE's
+(`attention_chunk_size`), the chunks a Mamba2-style mixer scans a prompt in (`chunk_size`,
+`mamba_chunk_size`: one chunk, then several) and the rotary embeddings that switch at a length (LongRoPE's
 short and long factors at `original_max_position_embeddings`, dynamic NTK past
 `max_position_embeddings`; YaRN and Llama 3 keep the original context as a reference)
 each name such a length. `--verify` reads a prompt longer than all of them
@@ -68,10 +69,17 @@ def _attention_points(config: Any) -> list[ChangePoint]:
     return points
 
 
+def _scan_points(config: Any) -> list[ChangePoint]:
+    # Mamba2, Nemotron-H, Zamba2: chunk_size; Bamba, Falcon-H1, Granite-MoE-hybrid: mamba_chunk_size
+    chunk = getattr(config, "chunk_size", None) or getattr(config, "mamba_chunk_size", None)
+    return [ChangePoint(int(chunk), "scan chunk")] if isinstance(chunk, int) and chunk > 0 else []
+
+
 def change_points(config: Any) -> list[ChangePoint]:
     """Every length where the model changes, shortest first, each length once."""
     seen: dict[int, ChangePoint] = {}
-    for point in sorted(_attention_points(config) + _rope_points(config), key=lambda p: p.length):
+    found = _attention_points(config) + _scan_points(config) + _rope_points(config)
+    for point in sorted(found, key=lambda p: p.length):
         seen.setdefault(point.length, point)
     return list(seen.values())
 
