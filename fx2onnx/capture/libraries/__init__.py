@@ -5,7 +5,8 @@
   checkpoints give weights (`transformers_checkpoints`), its dynamic rotary embeddings
   computed from each step's positions during a capture (`transformers_rope`), the
   experts of a mixture kept as one module per expert run densely during a capture
-  (`transformers_experts`);
+  (`transformers_experts`), the images' height and width kept static for its
+  shifted-window models (`transformers_windows`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).
