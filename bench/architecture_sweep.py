@@ -143,7 +143,11 @@ _HEAD_GROUPS = ("num_key_value_heads", "n_groups")
 _MOST_PARAMETERS = 20_000_000
 # values every checkpoint of a model type sets and its config class leaves None although
 # its model reads them (LFM2-MoE's layer kinds: its checkpoints list convolutions and attention)
-_CHECKPOINT_VALUES = {"lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]}}
+_CHECKPOINT_VALUES = {
+    "lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]},
+    # Nemotron's config leaves its key/value heads None, which its attention divides by (Minitron's: 8)
+    "nemotron": {"num_key_value_heads": 8},
+}
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()
 
