@@ -1,6 +1,7 @@
-"""Shifted-window image models (Swin, Swin V2) in `export-hf`: the capture keeps the images'
-height and width static at the example's size (fx2onnx/capture/libraries/transformers_windows.py),
-says so, and the folder matches transformers at several batch sizes.
+"""Shifted-window image models (Swin, Swin V2): asked for every dim dynamic, the capture
+keeps the images' height and width static at the example's size
+(fx2onnx/capture/libraries/transformers_windows.py) and says so; the `export-hf` folder and
+the `dynamo_export` model match transformers at several batch sizes.
 
 The images are 56 pixels: a 14 x 14 patch grid that the first stage pads to whole windows
 of 4 and the patch merging to an even size, so every padding branch runs."""
@@ -26,17 +27,16 @@ MODELS = {
 }
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_window_model_folder_has_static_image_sizes_and_matches_transformers(name, tmp_path):
+def test_window_model_folder_has_static_image_sizes_and_matches_transformers(tmp_path):
     torch.manual_seed(0)
-    model = MODELS[name]().eval()
+    model = MODELS["swin"]().eval()
     model.save_pretrained(tmp_path / "source")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
     assert result.verification.passed, result.verification.summary()  # batches 2 and 3
     said = [str(w.message) for w in caught if "keeps its height and width static (56 x 56" in str(w.message)]
-    assert said and "Layer.maybe_pad" in said[0]
+    assert said and "SwinLayer.maybe_pad" in said[0]
     path = tmp_path / "out" / "onnx" / "model.onnx"
     onnx.checker.check_model(str(path), full_check=True)
     pixels = onnx.load(str(path), load_external_data=False).graph.input[0]
@@ -64,3 +64,23 @@ def test_only_window_models_keep_their_image_sizes_static():
     vit = transformers.ViTForImageClassification(transformers.ViTConfig(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=56, patch_size=8))
     assert static_window_image_sizes(spec, vit, {"pixel_values": images}) == (spec, [])
+
+
+def test_dynamo_export_of_a_window_model_records_its_static_image_sizes():
+    import fx2onnx
+    from diagnostics import Level
+
+    torch.manual_seed(0)
+    model = MODELS["swinv2"]().eval()
+    images = torch.randn(2, 3, 56, 56)
+    with pytest.warns(UserWarning, match="keeps its height and width static"):
+        program = fx2onnx.dynamo_export(model, pixel_values=images, export_options=fx2onnx.ExportOptions(dynamic_shapes=True))
+    notes = [d for d in program.diagnostics if d.level == Level.NOTE and "keeps its height and width static" in d.message]
+    assert len(notes) == 1 and notes[0].rule.id == "FXE0017" and "Swinv2Layer.maybe_pad" in notes[0].message
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    dims = [d.dim_param or d.dim_value for d in program.model_proto.graph.input[0].type.tensor_type.shape.dim]
+    assert isinstance(dims[0], str) and dims[1:] == [3, 56, 56]  # the batch stays dynamic
+    more = torch.randn(4, 3, 56, 56)
+    with torch.no_grad():
+        expected = model(pixel_values=more).logits
+    torch.testing.assert_close(program(pixel_values=more).logits, expected, rtol=1e-3, atol=1e-4)
