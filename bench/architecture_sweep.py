@@ -150,12 +150,16 @@ _GRANITE_SPEECH = {"encoder_config": {"hidden_dim": 32, "dim_head": 8}, "project
 # VibeVoice's speech tokenizers (convolutions doubling 32 filters over 6 stages, 3 to 8 blocks each: 0.7B
 # parameters the generic shrink does not reach): one block a stage, 4 filters
 _VIBEVOICE_TOKENIZER = {"depths": [1] * 7, "num_filters": 4}
-_CHECKPOINT_VALUES = {"lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]},
-                      "granite_speech": _GRANITE_SPEECH, "granite_speech_plus": _GRANITE_SPEECH,
-                      "vibevoice_asr": {"acoustic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER,
-                                        "semantic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER},
-                      # its projector's output is the language model's width, which the shrink makes 32
-                      "qwen3_asr": {"audio_config": {"output_dim": SMALL["hidden_size"]}}}
+_CHECKPOINT_VALUES = {
+    "lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]},
+    # Nemotron's config leaves its key/value heads None, which its attention divides by (Minitron's: 8)
+    "nemotron": {"num_key_value_heads": 8},
+    "granite_speech": _GRANITE_SPEECH, "granite_speech_plus": _GRANITE_SPEECH,
+    "vibevoice_asr": {"acoustic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER,
+                      "semantic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER},
+    # its projector's output is the language model's width, which the shrink makes 32
+    "qwen3_asr": {"audio_config": {"output_dim": SMALL["hidden_size"]}},
+}
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()
 

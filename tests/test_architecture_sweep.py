@@ -326,6 +326,13 @@ def test_a_model_type_whose_checkpoints_name_its_layer_kinds_gets_them() -> None
     assert config.layer_types == ["conv", "full_attention"] and config.num_dense_layers == 1
 
 
+def test_a_model_type_whose_checkpoints_name_its_key_value_heads_gets_them_shrunk() -> None:
+    # Nemotron's config leaves its key/value heads None, which its attention divides by
+    config = sweep.small_config("nemotron", "NemotronForQuestionAnswering")
+    assert config.num_key_value_heads == sweep.SMALL["num_key_value_heads"]
+    assert config.num_attention_heads == sweep.SMALL["num_attention_heads"]
+
+
 def test_an_encoder_decoder_names_its_decoders_first_token() -> None:
     # T5ForQuestionAnswering shifts the input right with it; T5's config defines none
     assert sweep.small_config("t5", "T5ForQuestionAnswering").decoder_start_token_id == sweep.SMALL["pad_token_id"]

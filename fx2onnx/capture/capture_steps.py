@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from diagnostics import DiagnosticContext, exception_summary
+from diagnostics import DiagnosticContext, Level, exception_summary, rules
 from fx2onnx.capture.aliased_inputs import IndependentExample, independent_example
 from fx2onnx.capture.capture_reports import (
     record_capture_failure,
@@ -37,11 +37,12 @@ from fx2onnx.capture.dynamic_dims.check import (
     fixed_dims_text,
     is_fixed_dim_error,
 )
+from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.dynamic_dims.size_one import Example
 from fx2onnx.capture.dynamic_dims.spec import DynamicDimError, requested_dynamic_dims, torch_export_spec
 from fx2onnx.capture.fake_mode import check_fake_mode_use
 from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
-from fx2onnx.capture.library_adapters import library_input_notes
+from fx2onnx.capture.library_adapters import library_input_notes, static_window_image_sizes
 from fx2onnx.capture.torch_export import (
     CapturedModel,
     CaptureError,
@@ -75,6 +76,7 @@ class CaptureState:
     independent: IndependentExample | None = None  # the example torch.export gets
     job: CaptureJob | None = None
     kept: Captured | None = None
+    spec_notes: list[str] = field(default_factory=list)  # dims the spec keeps static, and why
 
     @property
     def result(self) -> CapturedModel:
@@ -156,6 +158,10 @@ def _dynamic_shapes(state: CaptureState) -> None:
     state.independent = independent = independent_example(module, state.args, state.kwargs)
     args, kwargs = independent.args, independent.kwargs
     spec = torch_export_spec(option, module, args, kwargs)
+    if option is True:  # every dim asked dynamic: a library's model may keep some static
+        spec, state.spec_notes = static_window_image_sizes(spec, module, bound_arguments(module, args, kwargs))
+        for note in state.spec_notes:
+            state.context.record(rules.CAPTURE_FAILURE, Level.NOTE, message=note)
     try:
         requested = requested_dynamic_dims(spec, module, args, kwargs, explicit=option is not True)
     except DynamicDimError as error:
@@ -210,6 +216,7 @@ def _check_kept_capture(state: CaptureState) -> StepResult:
     captured.notes += report_sizes_taken_as_one(context, program)
     captured.notes += report_branch_conditions(context, program, used)
     captured.notes += library_input_notes(used.args, used.kwargs)
+    captured.notes += state.spec_notes
     state.captured = captured
     return StepResult(notes=list(captured.notes))
 

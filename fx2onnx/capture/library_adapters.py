@@ -25,6 +25,9 @@ afterwards, so that the user's libraries behave as they always do outside an exp
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
   (:mod:`fx2onnx.capture.libraries.transformers_rope`);
+- **dims kept static**: a transformers shifted-window model (Swin) asked to keep every dim
+  dynamic keeps its images' height and width static
+  (:func:`fx2onnx.capture.libraries.transformers_windows.static_window_image_sizes`);
 - **model choices**: a transformers model that asks for its experts' "eager" routing loop
   runs transformers' grouped implementation during a capture
   (:func:`fx2onnx.capture.libraries.transformers_experts.experts_without_routing_loops`).
@@ -67,11 +70,13 @@ from fx2onnx.capture.libraries.transformers_experts import (
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
 from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_new_tokens
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
+from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
     "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming", "is_cache_type",
     "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
-    "rewrite_site", "rewritten_library_functions", "transformers_version", "without_tensor_subclasses",
+    "rewrite_site", "rewritten_library_functions", "static_window_image_sizes", "transformers_version",
+    "without_tensor_subclasses",
 ]
 
 # each library's hint for a capture that failed in its code: (model, error) -> a sentence or None

@@ -116,6 +116,17 @@ def _auto_class(task: str, config: Any) -> str:
     return _AUTO_CLASSES[task]
 
 
+def _model_class(transformers: Any, task: str, config: Any) -> Any:
+    """The task's auto class; the checkpoint's own class where the auto class does not know
+    its config class (Emu3's or Mllama's text model: a sub-config of a multimodal type, whose
+    model type the auto class maps to the multimodal config)."""
+    auto = getattr(transformers, _auto_class(task, config))
+    if type(config) in auto._model_mapping:  # transformers' own table of the config classes it maps
+        return auto
+    named = (getattr(transformers, name, None) for name in getattr(config, "architectures", None) or [])
+    return next((cls for cls in named if getattr(cls, "config_class", None) is type(config)), auto)
+
+
 def check_head(task: str, config: Any) -> None:
     """A checkpoint whose architecture has no head for ``task`` is refused: transformers
     would give the head random weights."""
@@ -188,7 +199,7 @@ def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -
 
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"Unknown dtype '{dtype}': one of {', '.join(DTYPES)}.")
-    auto = getattr(transformers, _auto_class(task, config))
+    auto = _model_class(transformers, task, config)
     torch_dtype = DTYPES[dtype] if dtype else None
     if fake and quant_method(config) is not None:
         raise NotImplementedError(

@@ -256,3 +256,18 @@ def test_a_mamba_whose_scan_loops_over_the_tokens_is_refused_naming_that_loop(tm
         export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
     assert "modeling_falcon_mamba.py:" in str(error.value) and "Nothing was written" in str(error.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_text_model_of_a_multimodal_type_loads_as_its_own_class(tmp_path):
+    # Emu3's text model has a config class of its own (Emu3TextConfig), which
+    # AutoModelForCausalLM does not map: the folder is exported from the checkpoint's class
+    from transformers.models.emu3.configuration_emu3 import Emu3TextConfig
+
+    torch.manual_seed(0)
+    config = Emu3TextConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    assert Emu3TextConfig not in transformers.AutoModelForCausalLM._model_mapping  # the case: no auto class for it
+    transformers.Emu3ForCausalLM(config).eval().save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    assert result.task == "text-generation" and result.verification.passed, result.verification.summary()
+    onnx.checker.check_model(str(tmp_path / "out" / "onnx" / "model.onnx"), full_check=True)

@@ -7,7 +7,8 @@
   experts of a mixture kept as one module per expert run densely during a capture
   (`transformers_experts`), Mamba's padding mask of the new tokens
   (`transformers_recurrent_masks`), Mamba2-style chunked scans with a symbolic number of
-  chunks (`transformers_chunked_scans`);
+  chunks (`transformers_chunked_scans`), the images' height and width kept static for its
+  shifted-window models (`transformers_windows`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).

@@ -70,8 +70,22 @@ def _subclasses(cls: type) -> Iterator[type]:
 
 
 # -- caches: children are layers (or, for an encoder-decoder cache, two caches) ---------
+class CacheOutsideLayersError(TypeError):
+    """A cache keeps tensors of its own besides its layers' (MiniMax's linear-attention
+    states, `linear_cache`): carried in the spec's context, they would be frozen into the
+    exported model as constants instead of being its inputs and outputs."""
+
+
 def _flatten_cache(cache: Any) -> tuple[list[Any], CacheState]:
     state = {key: value for key, value in vars(cache).items() if key != "layers"}
+    held = sorted(key for key, value in state.items() if any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)))
+    if held:
+        raise CacheOutsideLayersError(
+            f"{type(cache).__name__} keeps tensors outside its layers ({', '.join(held)}): fx2onnx takes a cache's "
+            "layers as the model's inputs and outputs, and those tensors would be frozen into the exported model. "
+            "Export the model without its cache (use_cache=False), or give it a cache that keeps every state in its "
+            "layers (transformers' DynamicCache layers)."
+        )
     return list(cache.layers), CacheState(state)
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from fx2onnx.capture.libraries.transformers_caches import CacheState, _pytree_api, registered_containers
+from fx2onnx.capture.libraries.transformers_caches import CacheOutsideLayersError, CacheState, _pytree_api, registered_containers
 from fx2onnx.translate.io_names import input_leaf_names, output_leaf_names
 
 transformers = pytest.importorskip("transformers")
@@ -157,3 +157,17 @@ def test_linear_attention_state_updated_in_place_exports(export_and_compare) -> 
     names = [value.name for value in program.model_proto.graph.input]
     assert "past_key_values.0.conv_states.0" in names
     assert not [i for i in program.model_proto.graph.initializer if list(i.dims) == [2, 6, 4]]
+
+
+def test_a_cache_with_tensors_outside_its_layers_is_refused_naming_them() -> None:
+    # MiniMax keeps its linear-attention states in the cache's own list, beside its layers:
+    # carried in the spec's context, they would be frozen into the exported model
+    from transformers.models.minimax.modeling_minimax import MiniMaxCache
+
+    cache = MiniMaxCache()
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), 0)
+    cache.set_linear_cache(1, torch.randn(1, 2, 4, 4))
+    with registered_containers():
+        with pytest.raises(CacheOutsideLayersError, match=r"MiniMaxCache keeps tensors outside its layers \(linear_cache\)"):
+            pytree.tree_flatten(cache)
+        assert len(pytree.tree_leaves(_cache())) == 4  # a cache whose tensors are all in its layers
