@@ -59,6 +59,9 @@ from fx2onnx.capture.libraries.transformers_caches import (
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
 from fx2onnx.capture.libraries.transformers_chunked_scans import MAMBA2_SCAN_FAMILIES, scan_with_symbolic_chunks
+from fx2onnx.capture.libraries.transformers_delta_rule_scans import (
+    GATED_DELTA_RULE_FAMILIES, GATED_DELTA_RULE_FUNCTION, delta_rule_with_symbolic_chunks,
+)
 from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
     every_expert_weighted,
@@ -172,6 +175,10 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         f"transformers.models.{name}.modeling_{name}", "mamba2_chunk_scan", scan_with_symbolic_chunks,
         "a prompt padded to whole chunks and reshaped with an inferred number of chunks, fixed at the example's",
     ) for name in MAMBA2_SCAN_FAMILIES),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", GATED_DELTA_RULE_FUNCTION, delta_rule_with_symbolic_chunks,
+        "a prompt padded to chunks of a default argument, and a Python loop over them unrolled for the example's",
+    ) for name in GATED_DELTA_RULE_FAMILIES),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",
