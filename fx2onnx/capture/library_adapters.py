@@ -60,7 +60,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
 from fx2onnx.capture.libraries.transformers_chunked_scans import MAMBA2_SCAN_FAMILIES, scan_with_symbolic_chunks
 from fx2onnx.capture.libraries.transformers_delta_rule_scans import (
-    GATED_DELTA_RULE_FAMILIES, GATED_DELTA_RULE_FUNCTION, delta_rule_with_symbolic_chunks,
+    GATED_DELTA_RULE_FAMILIES, GATED_DELTA_RULE_FUNCTION, default_chunk, delta_rule_with_symbolic_chunks,
 )
 from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
@@ -72,8 +72,8 @@ from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_n
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
 
 __all__ = [
-    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming", "is_cache_type",
-    "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
+    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming",
+    "default_scan_chunks", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
     "rewrite_site", "rewritten_library_functions", "transformers_version", "without_tensor_subclasses",
 ]
 
@@ -216,6 +216,22 @@ def rewrite_site(module: Any, dotted: str) -> tuple[Any, str]:
     for part in path:
         owner = getattr(owner, part, None)
     return owner, attribute
+
+
+def default_scan_chunks(module_name: str) -> list[int]:
+    """The chunk lengths (a ``chunk_size`` argument's default, which no config names) of the
+    chunked scans :data:`CAPTURE_REWRITES` rewrites in module ``module_name``; none when
+    the module cannot be imported or rewrites nothing."""
+    rewritten = [rewrite.attribute for rewrite in CAPTURE_REWRITES if module_name in rewrite.modules]
+    if not rewritten:
+        return []
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return []
+    sites = [rewrite_site(module, name) for name in rewritten]
+    chunks = [default_chunk(function) for owner, name in sites if (function := getattr(owner, name, None)) is not None]
+    return sorted({chunk for chunk in chunks if chunk is not None})
 
 
 @contextlib.contextmanager
