@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fx2onnx.capture.library_adapters import default_scan_chunks
+from fx2onnx.capture import default_scan_chunks
 
 # rope types whose frequencies are measured against the model's original context, by name
 _ORIGINAL_CONTEXT_ROPES = {"longrope": "LongRoPE", "llama3": "Llama 3 rope", "yarn": "YaRN"}
