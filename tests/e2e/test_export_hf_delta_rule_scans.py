@@ -6,15 +6,11 @@ decoding after each prompt. `--verify` reads a prompt past the chunk."""
 
 from __future__ import annotations
 
-import os
 
-import onnx
 import pytest
 import torch
 
-from fx2onnx.hub import export_hf
-from fx2onnx.hub.decoders.verify_lengths import greedy_in_transformers
-from fx2onnx.hub.shared.verification import greedy_in_folder
+from greedy_against_transformers import assert_greedy_equal, assert_verified_past, verified_folder
 
 transformers = pytest.importorskip("transformers")
 
@@ -35,25 +31,16 @@ def delta_rule_folder(tmp_path_factory):
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(root / "source")
-    said: list[str] = []
-    result = export_hf(root / "source", root / "out", task="text-generation", verify=True, tokens=NEW_TOKENS, say=said.append)
+    result, said = verified_folder(root / "source", root / "out", NEW_TOKENS)
     return model, root / "out", result, said
 
 
 def test_verify_reads_a_prompt_past_the_chunk(delta_rule_folder):
     _, folder, result, said = delta_rule_folder
-    assert result.verification.passed and result.verification.tokens_equal, result.verification.summary()
-    lengths = next(line for line in said if line.startswith("verification lengths:"))
-    assert f"a prompt of {CHUNK + 8} tokens (past linear attention chunk {CHUNK})" in lengths, lengths
-    onnx.checker.check_model(os.fspath(folder / "onnx" / "model.onnx"), full_check=True)
+    assert_verified_past(result, said, folder, f"a prompt of {CHUNK + 8} tokens (past linear attention chunk {CHUNK})")
 
 
 @pytest.mark.parametrize("length", [CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 2])
 def test_equal_to_transformers_around_the_chunk(delta_rule_folder, length):
     model, folder, _, _ = delta_rule_folder
-    prompt = torch.randint(3, IDS["vocab_size"], (length,), generator=torch.Generator().manual_seed(length)).tolist()
-    ours = greedy_in_folder(folder / "onnx" / "model.onnx", [prompt], NEW_TOKENS, pad=0, banned=[IDS["eos_token_id"]])
-    theirs = greedy_in_transformers(model, [prompt], NEW_TOKENS, pad=0)
-    assert ours.tokens == theirs.tokens
-    for a, b in zip(ours.logits, theirs.logits):  # the prompt's logits, then the decode step's
-        torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), rtol=1e-4, atol=1e-5)
+    assert_greedy_equal(model, folder, length, NEW_TOKENS, IDS)

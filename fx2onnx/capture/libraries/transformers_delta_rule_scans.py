@@ -46,14 +46,16 @@ def default_chunk(function: Callable[..., Any]) -> int | None:
 def _unit_lower_inverse(matrix: torch.Tensor) -> torch.Tensor:
     """The inverse of unit lower triangular ``matrix`` (..., n, n), from the inverses of its
     diagonal blocks, doubling the block each step: ``[[A, 0], [C, D]]`` has the inverse
-    ``[[A⁻¹, 0], [-D⁻¹ C A⁻¹, D⁻¹]]``; ``n`` is padded with identity to a power of two."""
+    ``[[A⁻¹, 0], [-D⁻¹ C A⁻¹, D⁻¹]]``; ``n`` is padded with identity to a power of two.
+    ONNX has no triangular solve, and a substitution row by row is ``n`` in-place updates;
+    this is ``log2(n)`` batched products."""
     size = matrix.shape[-1]
     full = 1 << max(0, (size - 1).bit_length())
     if full != size:
-        identity_tail = torch.diag(F.pad(torch.zeros(size, dtype=matrix.dtype), (0, full - size), value=1.0))
+        identity_tail = torch.diag(F.pad(torch.zeros(size, dtype=matrix.dtype, device=matrix.device), (0, full - size), value=1.0))
         matrix = F.pad(matrix, (0, full - size, 0, full - size)) + identity_tail
     lead = matrix.shape[:-2]
-    inverse = torch.ones(*lead, full, 1, 1, dtype=matrix.dtype)  # the inverses of the 1x1 diagonal blocks
+    inverse = torch.ones(*lead, full, 1, 1, dtype=matrix.dtype, device=matrix.device)  # the inverses of the 1x1 diagonal blocks
     block = 1
     while block < full:
         pairs = full // (2 * block)
@@ -106,9 +108,9 @@ def gated_delta_rule(
     weighted_values, weighted_keys = value * beta[..., None], key * beta[..., None]
     decay_sums = g.cumsum(dim=-1)
     # exp of the decay from position j to i of a chunk, for j <= i
-    upper = torch.ones(chunk_size, chunk_size, dtype=torch.bool).triu(1)
+    upper = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=query.device).triu(1)
     pairwise = (decay_sums[..., :, None] - decay_sums[..., None, :]).masked_fill(upper, float("-inf")).exp()
-    system = torch.eye(chunk_size) + ((weighted_keys @ key.transpose(-1, -2)) * pairwise).tril(-1)
+    system = torch.eye(chunk_size, device=query.device) + ((weighted_keys @ key.transpose(-1, -2)) * pairwise).tril(-1)
     solved = _unit_lower_inverse(system)
     new_values = solved @ weighted_values
     read_keys = solved @ (weighted_keys * decay_sums.exp()[..., None])
@@ -116,7 +118,7 @@ def gated_delta_rule(
     query = query * decay_sums.exp()[..., None]
     key = key * (decay_sums[..., -1:] - decay_sums).exp()[..., None]
     chunk_decay = decay_sums[..., -1].exp()[..., None, None]
-    state = (torch.zeros(batch, value_heads, key_dim, value_dim) if initial_state is None
+    state = (torch.zeros(batch, value_heads, key_dim, value_dim, device=query.device) if initial_state is None
              else initial_state.to(torch.float32))
     # the chunks' dim first, as scan reads it
     steps = [x.movedim(2, 0) for x in (query, key, new_values, read_keys, within, chunk_decay)]
