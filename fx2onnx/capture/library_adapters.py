@@ -60,7 +60,8 @@ from fx2onnx.capture.libraries.transformers_caches import (
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
 from fx2onnx.capture.libraries.transformers_chunked_scans import MAMBA2_SCAN_FAMILIES, scan_with_symbolic_chunks
 from fx2onnx.capture.libraries.transformers_delta_rule_scans import (
-    GATED_DELTA_RULE_FAMILIES, GATED_DELTA_RULE_FUNCTION, default_chunk, delta_rule_with_symbolic_chunks,
+    GATED_DELTA_RULE_FAMILIES, GATED_DELTA_RULE_FUNCTION, KIMI_DELTA_RULE_FAMILIES, KIMI_DELTA_RULE_FUNCTION, default_chunk,
+    delta_rule_with_symbolic_chunks, kimi_rule_with_symbolic_chunks,
 )
 from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
@@ -179,6 +180,10 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         f"transformers.models.{name}.modeling_{name}", GATED_DELTA_RULE_FUNCTION, delta_rule_with_symbolic_chunks,
         "a prompt padded to chunks of a default argument, and a Python loop over them unrolled for the example's",
     ) for name in GATED_DELTA_RULE_FAMILIES),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", KIMI_DELTA_RULE_FUNCTION, kimi_rule_with_symbolic_chunks,
+        "a prompt padded to chunks of a default argument, and a Python loop over them unrolled for the example's",
+    ) for name in KIMI_DELTA_RULE_FAMILIES),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",

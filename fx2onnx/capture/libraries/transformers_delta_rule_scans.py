@@ -31,6 +31,9 @@ from fx2onnx.private_ops import scan_function
 # the families whose module defines transformers' `torch_chunk_gated_delta_rule`
 GATED_DELTA_RULE_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid", "qwen4_exp", "lara_mini")
 GATED_DELTA_RULE_FUNCTION = "torch_chunk_gated_delta_rule"
+# the families whose module defines transformers' `chunk_kimi_delta_attention` (a decay per key channel)
+KIMI_DELTA_RULE_FAMILIES = ("kimi_linear", "bailing_hybrid", "glm5_next")
+KIMI_DELTA_RULE_FUNCTION = "chunk_kimi_delta_attention"
 
 
 def default_chunk(function: Callable[..., Any]) -> int | None:
@@ -83,28 +86,52 @@ def _chunk_step(state: torch.Tensor, chunk: list[torch.Tensor]) -> tuple[torch.T
     return state * decay + key.transpose(-1, -2) @ corrected, output
 
 
+def _in_chunks(tensors: tuple[torch.Tensor, ...], length: Any, chunk_size: int) -> tuple[Any, list[torch.Tensor]]:
+    """The number of chunks (those the tokens need and one of zeros, see the module's notes:
+    one floor division) and ``tensors`` (batch, heads, length, ...) padded with zeros and
+    split into (batch, heads, chunks, chunk_size, ...)."""
+    chunks = (length + 2 * chunk_size - 1) // chunk_size
+    padding = chunks * chunk_size - length
+    padded = [F.pad(t, [0, 0] * (t.dim() - 3) + [0, padding]) for t in tensors]
+    return chunks, [t.reshape(*t.shape[:2], chunks, chunk_size, *t.shape[3:]) for t in padded]
+
+
+def _scan_chunks(state: torch.Tensor, steps: list[torch.Tensor], length: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunks' outputs (batch, length, heads, value_dim) and the final state, from each
+    chunk's decayed queries and keys, corrected values, keys that read the state, attention
+    within and decay (batch, heads, chunks, ...): a scan over the chunks' dim."""
+    final_state, outputs = scan_function()(_chunk_step, state, [x.movedim(2, 0) for x in steps])
+    output = outputs.movedim(0, 2).flatten(2, 3)
+    return output.index_select(2, torch.arange(length, device=output.device)).transpose(1, 2), final_state
+
+
+def _start_state(initial_state: torch.Tensor | None, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    if initial_state is not None:
+        return initial_state.to(torch.float32)
+    return torch.zeros(*key.shape[:2], key.shape[-1], value.shape[-1], device=key.device)
+
+
+def _prepared(query: torch.Tensor, key: torch.Tensor, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if normalize:
+        query, key = _l2_normalized(query), _l2_normalized(key)
+    return query * query.shape[-1] ** -0.5, key
+
+
 def gated_delta_rule(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, chunk_size: int,
     initial_state: torch.Tensor | None = None, output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The gated delta rule over (batch, length, heads, dim) inputs read in chunks of
-    ``chunk_size``: within each chunk in closed form, across chunks as a scan of the state."""
-    dtype = query.dtype
-    batch, length, key_heads, key_dim = key.shape
-    value_heads, value_dim = value.shape[-2:]
+    """The gated delta rule (a decay per head and token) over (batch, length, heads, dim)
+    inputs read in chunks of ``chunk_size``: within each chunk in closed form, across chunks
+    as a scan of the state."""
+    dtype, length = query.dtype, key.shape[1]
+    key_heads, value_heads = key.shape[2], value.shape[2]
     if key_heads != value_heads:
         query = query.repeat_interleave(value_heads // key_heads, dim=2)
         key = key.repeat_interleave(value_heads // key_heads, dim=2)
     query, key, value, beta, g = (x.transpose(1, 2).float() for x in (query, key, value, beta, g))
-    if use_qk_l2norm_in_kernel:
-        query, key = _l2_normalized(query), _l2_normalized(key)
-    query = query * key_dim ** -0.5
-    # the chunks the tokens need and one of zeros (see the module's notes): one floor division
-    chunks = (length + 2 * chunk_size - 1) // chunk_size
-    padding = chunks * chunk_size - length
-    query, key, value = (F.pad(x, (0, 0, 0, padding)).reshape(batch, value_heads, chunks, chunk_size, -1)
-                         for x in (query, key, value))
-    beta, g = (F.pad(x, (0, padding)).reshape(batch, value_heads, chunks, chunk_size) for x in (beta, g))
+    query, key = _prepared(query, key, use_qk_l2norm_in_kernel)
+    _, (query, key, value, beta, g) = _in_chunks((query, key, value, beta, g), length, chunk_size)
     weighted_values, weighted_keys = value * beta[..., None], key * beta[..., None]
     decay_sums = g.cumsum(dim=-1)
     # exp of the decay from position j to i of a chunk, for j <= i
@@ -112,38 +139,62 @@ def gated_delta_rule(
     pairwise = (decay_sums[..., :, None] - decay_sums[..., None, :]).masked_fill(upper, float("-inf")).exp()
     system = torch.eye(chunk_size, device=query.device) + ((weighted_keys @ key.transpose(-1, -2)) * pairwise).tril(-1)
     solved = _unit_lower_inverse(system)
-    new_values = solved @ weighted_values
-    read_keys = solved @ (weighted_keys * decay_sums.exp()[..., None])
-    within = (query @ key.transpose(-1, -2)) * pairwise
-    query = query * decay_sums.exp()[..., None]
-    key = key * (decay_sums[..., -1:] - decay_sums).exp()[..., None]
-    chunk_decay = decay_sums[..., -1].exp()[..., None, None]
-    state = (torch.zeros(batch, value_heads, key_dim, value_dim, device=query.device) if initial_state is None
-             else initial_state.to(torch.float32))
-    # the chunks' dim first, as scan reads it
-    steps = [x.movedim(2, 0) for x in (query, key, new_values, read_keys, within, chunk_decay)]
-    final_state, outputs = scan_function()(_chunk_step, state, steps)
-    output = outputs.movedim(0, 2).reshape(batch, value_heads, chunks * chunk_size, value_dim)
-    output = output.index_select(2, torch.arange(length, device=output.device))
-    output = output.transpose(1, 2).to(dtype).contiguous()
-    return output, (final_state if output_final_state else None)
+    steps = [query * decay_sums.exp()[..., None], key * (decay_sums[..., -1:] - decay_sums).exp()[..., None],
+             solved @ weighted_values, solved @ (weighted_keys * decay_sums.exp()[..., None]),
+             (query @ key.transpose(-1, -2)) * pairwise, decay_sums[..., -1].exp()[..., None, None]]
+    output, final_state = _scan_chunks(_start_state(initial_state, key, value), steps, length)
+    return output.to(dtype).contiguous(), (final_state if output_final_state else None)
 
 
-def delta_rule_with_symbolic_chunks(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch_chunk_gated_delta_rule`` computed by :func:`gated_delta_rule` in half chunks;
-    packed sequences (``cu_seqlens``), which only the kernels keep apart, go to the original."""
+def kimi_delta_rule(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, chunk_size: int,
+    initial_state: torch.Tensor | None = None, output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Kimi's delta rule (a decay per head, token and key channel) over (batch, length,
+    heads, dim) inputs, read in chunks as :func:`gated_delta_rule`."""
+    dtype, length = query.dtype, key.shape[1]
+    query, key, value, beta, g = (x.transpose(1, 2).float() for x in (query, key, value, beta, g))
+    query, key = _prepared(query, key, use_qk_l2norm_in_kernel)
+    _, (query, key, value, beta, g) = _in_chunks((query, key, value, beta, g), length, chunk_size)
+    weighted_values, weighted_keys = value * beta[..., None], key * beta[..., None]
+    decay_sums = g.cumsum(dim=-2)
+    # exp of each channel's decay from position j to i of a chunk, for j <= i: (..., i, j, channel)
+    upper = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=query.device).triu(1)
+    pairwise = (decay_sums[..., :, None, :] - decay_sums[..., None, :, :]).masked_fill(upper[..., None], float("-inf")).exp()
+    products = (weighted_keys[..., :, None, :] * key[..., None, :, :] * pairwise).sum(-1)
+    solved = _unit_lower_inverse(torch.eye(chunk_size, device=query.device) + products.tril(-1))
+    within = (query[..., :, None, :] * key[..., None, :, :] * pairwise).sum(-1).masked_fill(upper, 0.0)
+    steps = [query * decay_sums.exp(), key * (decay_sums[..., -1:, :] - decay_sums).exp(), solved @ weighted_values,
+             solved @ (weighted_keys * decay_sums.exp()), within, decay_sums[..., -1, :].exp()[..., None]]
+    output, final_state = _scan_chunks(_start_state(initial_state, key, value), steps, length)
+    return output.to(dtype).contiguous(), (final_state if output_final_state else None)
 
-    def torch_chunk_gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
-                                     beta: torch.Tensor, chunk_size: int = default_chunk(original) or 64,
-                                     initial_state: torch.Tensor | None = None, output_final_state: bool = False,
-                                     use_qk_l2norm_in_kernel: bool = False, **kwargs: Any) -> Any:
+
+def _with_symbolic_chunks(rule: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` computed by ``rule`` in half chunks; packed sequences (``cu_seqlens``),
+    which only the kernels keep apart, go to the original."""
+    default = default_chunk(original) or 64
+
+    def chunked_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     chunk_size: int = default, initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+                     use_qk_l2norm_in_kernel: bool = False, **kwargs: Any) -> Any:
         if kwargs.get("cu_seqlens") is not None:
             return original(query, key, value, g=g, beta=beta, chunk_size=chunk_size, initial_state=initial_state,
                             output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                             **kwargs)
         half_chunk = max(1, chunk_size // 2)  # the chunk of zeros costs a half chunk (see the module's notes)
-        return gated_delta_rule(query, key, value, g, beta, half_chunk, initial_state, output_final_state,
-                                use_qk_l2norm_in_kernel)
+        return rule(query, key, value, g, beta, half_chunk, initial_state, output_final_state, use_qk_l2norm_in_kernel)
 
-    torch_chunk_gated_delta_rule.__wrapped__ = original  # type: ignore[attr-defined]
-    return torch_chunk_gated_delta_rule
+    chunked_rule.__name__ = getattr(original, "__name__", chunked_rule.__name__)
+    chunked_rule.__wrapped__ = original  # type: ignore[attr-defined]
+    return chunked_rule
+
+
+def delta_rule_with_symbolic_chunks(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch_chunk_gated_delta_rule`` computed by :func:`gated_delta_rule`."""
+    return _with_symbolic_chunks(gated_delta_rule, original)
+
+
+def kimi_rule_with_symbolic_chunks(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``chunk_kimi_delta_attention`` computed by :func:`kimi_delta_rule`."""
+    return _with_symbolic_chunks(kimi_delta_rule, original)
