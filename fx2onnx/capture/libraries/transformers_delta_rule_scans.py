@@ -1,18 +1,19 @@
-"""transformers' chunked gated delta rule with the number of chunks kept symbolic.
+"""transformers' chunked delta rules (gated, and Kimi's) with the number of chunks kept symbolic.
 
 The gated-delta-rule layers of Qwen3-Next, Qwen3.5 (dense and MoE), OLMo-hybrid and the
 decoders that copy them read a prompt in chunks (``torch_chunk_gated_delta_rule``, the same
-function in each family's module): the prompt is padded to whole chunks of a ``chunk_size``
-that is the function's default argument (64), not in the config, and a Python loop runs
-over the chunks. torch.export unrolls that loop for the example's one chunk: the exported
-model reads only the first chunk of any longer prompt. During a capture the rule is
-computed here: within a chunk as transformers does (the unit triangular system solved by
-blocks of doubling size, a fixed number of matrix products), across chunks as a ``scan``
-over a count written as one floor division of the length, ``ceil(length / chunk) + 1``
-(a chunk of zeros past the tokens has no key, value or gate: it changes no state and its
-outputs are dropped by index). The chunks are half of ``chunk_size`` long, as the
-Mamba2-style scans' (transformers_chunked_scans.py): the same sum for any chunk, and a decode
-step then scans two half chunks.
+function in each family's module), as do Kimi-Linear, Bailing-hybrid and GLM-5-next with a
+decay per key channel (``chunk_kimi_delta_attention``): the prompt is padded to whole chunks
+of a ``chunk_size`` that is the function's default argument (64), not in the config, and a
+Python loop runs over the chunks. torch.export unrolls that loop for the example's one
+chunk: the exported model reads only the first chunk of a longer prompt, or fails on it.
+During a capture the rule is computed here: within a chunk as transformers does (the unit
+triangular system solved by blocks of doubling size, a fixed number of matrix products),
+across chunks as a ``scan`` over a count written as one floor division of the length,
+``ceil(length / chunk) + 1`` (a chunk of zeros past the tokens has no key or value: it
+changes no state, and its outputs are dropped by index). The chunks are half of
+``chunk_size`` long, as the Mamba2-style scans' (transformers_chunked_scans.py): the same
+sum for any chunk, and a decode step then scans two half chunks.
 
 Knows transformers only by name (library_adapters.CAPTURE_REWRITES): never imports it.
 """

@@ -67,17 +67,18 @@ def test_the_rule_is_the_originals_at_every_length(length: int, kimi: bool) -> N
     torch.testing.assert_close(got_state, want_state, rtol=1e-5, atol=1e-5)
 
 
-def test_a_capture_from_less_than_a_chunk_is_exact_past_it() -> None:
+@pytest.mark.parametrize("kimi", [False, True], ids=["gated", "kimi"])
+def test_a_capture_from_less_than_a_chunk_is_exact_past_it(kimi: bool) -> None:
     """torch.export of the rewritten rule from 3 tokens keeps the number of chunks symbolic
     (the original's loop is unrolled for the example's one chunk) and runs at 1 to 3 chunks."""
-    model = _Rule(delta_rule_with_symbolic_chunks(modeling.torch_chunk_gated_delta_rule))
+    original = kimi_modeling.chunk_kimi_delta_attention if kimi else modeling.torch_chunk_gated_delta_rule
+    rewrite = kimi_rule_with_symbolic_chunks if kimi else delta_rule_with_symbolic_chunks
     length = torch.export.Dim("length", min=1, max=1024)
-    program = torch.export.export(model, _inputs(3, seed=0), strict=False,
+    program = torch.export.export(_Rule(rewrite(original)), _inputs(3, seed=0, kimi=kimi), strict=False,
                                   dynamic_shapes=({1: length},) * 5 + (None,))
-    reference = _Rule(modeling.torch_chunk_gated_delta_rule)
     for size in (1, CHUNK, CHUNK + 1, 2 * CHUNK + 2):
-        inputs = _inputs(size, seed=size + 100)
-        for got, want in zip(program.module()(*inputs), reference(*inputs)):
+        inputs = _inputs(size, seed=size + 100, kimi=kimi)
+        for got, want in zip(program.module()(*inputs), _Rule(original)(*inputs)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
