@@ -112,10 +112,21 @@ def _start_state(initial_state: torch.Tensor | None, key: torch.Tensor, value: t
     return torch.zeros(*key.shape[:2], key.shape[-1], value.shape[-1], device=key.device)
 
 
-def _prepared(query: torch.Tensor, key: torch.Tensor, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunked_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                    chunk_size: int, normalize: bool) -> list[torch.Tensor]:
+    """The query (scaled), key, values and keys weighted by ``beta``, and decay, in float32,
+    heads first and in chunks: (batch, heads, chunks, chunk_size, ...)."""
+    query, key, value, beta, g = (x.transpose(1, 2).float() for x in (query, key, value, beta, g))
     if normalize:
         query, key = _l2_normalized(query), _l2_normalized(key)
-    return query * query.shape[-1] ** -0.5, key
+    query = query * query.shape[-1] ** -0.5
+    _, (query, key, value, beta, g) = _in_chunks((query, key, value, beta, g), key.shape[2], chunk_size)
+    return [query, key, value * beta[..., None], key * beta[..., None], g]
+
+
+def _final(output: torch.Tensor, final_state: torch.Tensor, dtype: torch.dtype,
+           output_final_state: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return output.to(dtype).contiguous(), (final_state if output_final_state else None)
 
 
 def gated_delta_rule(
@@ -130,10 +141,8 @@ def gated_delta_rule(
     if key_heads != value_heads:
         query = query.repeat_interleave(value_heads // key_heads, dim=2)
         key = key.repeat_interleave(value_heads // key_heads, dim=2)
-    query, key, value, beta, g = (x.transpose(1, 2).float() for x in (query, key, value, beta, g))
-    query, key = _prepared(query, key, use_qk_l2norm_in_kernel)
-    _, (query, key, value, beta, g) = _in_chunks((query, key, value, beta, g), length, chunk_size)
-    weighted_values, weighted_keys = value * beta[..., None], key * beta[..., None]
+    query, key, weighted_values, weighted_keys, g = _chunked_inputs(query, key, value, g, beta, chunk_size,
+                                                                     use_qk_l2norm_in_kernel)
     decay_sums = g.cumsum(dim=-1)
     # exp of the decay from position j to i of a chunk, for j <= i
     upper = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=query.device).triu(1)
@@ -143,8 +152,8 @@ def gated_delta_rule(
     steps = [query * decay_sums.exp()[..., None], key * (decay_sums[..., -1:] - decay_sums).exp()[..., None],
              solved @ weighted_values, solved @ (weighted_keys * decay_sums.exp()[..., None]),
              (query @ key.transpose(-1, -2)) * pairwise, decay_sums[..., -1].exp()[..., None, None]]
-    output, final_state = _scan_chunks(_start_state(initial_state, key, value), steps, length)
-    return output.to(dtype).contiguous(), (final_state if output_final_state else None)
+    output, final_state = _scan_chunks(_start_state(initial_state, key, weighted_values), steps, length)
+    return _final(output, final_state, dtype, output_final_state)
 
 
 def kimi_delta_rule(
@@ -154,10 +163,8 @@ def kimi_delta_rule(
     """Kimi's delta rule (a decay per head, token and key channel) over (batch, length,
     heads, dim) inputs, read in chunks as :func:`gated_delta_rule`."""
     dtype, length = query.dtype, key.shape[1]
-    query, key, value, beta, g = (x.transpose(1, 2).float() for x in (query, key, value, beta, g))
-    query, key = _prepared(query, key, use_qk_l2norm_in_kernel)
-    _, (query, key, value, beta, g) = _in_chunks((query, key, value, beta, g), length, chunk_size)
-    weighted_values, weighted_keys = value * beta[..., None], key * beta[..., None]
+    query, key, weighted_values, weighted_keys, g = _chunked_inputs(query, key, value, g, beta, chunk_size,
+                                                                     use_qk_l2norm_in_kernel)
     decay_sums = g.cumsum(dim=-2)
     # exp of each channel's decay from position j to i of a chunk, for j <= i: (..., i, j, channel)
     upper = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=query.device).triu(1)
@@ -167,8 +174,8 @@ def kimi_delta_rule(
     within = (query[..., :, None, :] * key[..., None, :, :] * pairwise).sum(-1).masked_fill(upper, 0.0)
     steps = [query * decay_sums.exp(), key * (decay_sums[..., -1:, :] - decay_sums).exp(), solved @ weighted_values,
              solved @ (weighted_keys * decay_sums.exp()), within, decay_sums[..., -1, :].exp()[..., None]]
-    output, final_state = _scan_chunks(_start_state(initial_state, key, value), steps, length)
-    return output.to(dtype).contiguous(), (final_state if output_final_state else None)
+    output, final_state = _scan_chunks(_start_state(initial_state, key, weighted_values), steps, length)
+    return _final(output, final_state, dtype, output_final_state)
 
 
 def _with_symbolic_chunks(rule: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
