@@ -51,6 +51,8 @@ SUBCLASS_INNER_TENSOR_NAME = "export.access_subclass_inner_tensor.default"
 # torch's map operator: a function applied along the leading dim (an ONNX Scan), which
 # capture rewrites use for loops over a count known at run time.
 MAP_FUNCTION_NAME = "torch._higher_order_ops.map.map"
+# torch's scan operator: a recurrence along a dim whose length is known at run time (an ONNX Scan).
+SCAN_FUNCTION_NAME = "torch._higher_order_ops.scan.scan"
 
 
 def torch_function(name: str) -> Any:
@@ -65,6 +67,11 @@ def torch_function(name: str) -> Any:
 @functools.cache
 def map_function() -> Any:
     return torch_function(MAP_FUNCTION_NAME)
+
+
+@functools.cache
+def scan_function() -> Any:
+    return torch_function(SCAN_FUNCTION_NAME)
 
 
 def torch_op(name: str) -> Any:
@@ -103,4 +110,5 @@ def missing_private_ops() -> list[str]:
     """Names above that this PyTorch no longer resolves."""
     names = [*ASSERTION_OP_NAMES, *TRAINING_BATCH_NORM_NAMES, WITH_EFFECTS_NAME, SUBCLASS_INNER_TENSOR_NAME]
     missing = [name for name in names if torch_op(name) is None]
-    return missing + ([MAP_FUNCTION_NAME] if map_function() is None else [])
+    missing += [MAP_FUNCTION_NAME] if map_function() is None else []
+    return missing + ([SCAN_FUNCTION_NAME] if scan_function() is None else [])

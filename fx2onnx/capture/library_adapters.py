@@ -62,6 +62,10 @@ from fx2onnx.capture.libraries.transformers_caches import (
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
 from fx2onnx.capture.libraries.transformers_chunked_scans import MAMBA2_SCAN_FAMILIES, scan_with_symbolic_chunks
+from fx2onnx.capture.libraries.transformers_delta_rule_scans import (
+    GATED_DELTA_RULE_FAMILIES, GATED_DELTA_RULE_FUNCTION, KIMI_DELTA_RULE_FAMILIES, KIMI_DELTA_RULE_FUNCTION, default_chunk,
+    delta_rule_with_symbolic_chunks, kimi_rule_with_symbolic_chunks,
+)
 from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
     every_expert_weighted,
@@ -73,10 +77,10 @@ from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_len
 from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
-    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming", "is_cache_type",
-    "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
-    "rewrite_site", "rewritten_library_functions", "static_window_image_sizes", "transformers_version",
-    "without_tensor_subclasses",
+    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming",
+    "default_scan_chunks", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture",
+    "library_hint", "registered_containers", "rewrite_site", "rewritten_library_functions", "static_window_image_sizes",
+    "transformers_version", "without_tensor_subclasses",
 ]
 
 # each library's hint for a capture that failed in its code: (model, error) -> a sentence or None
@@ -177,6 +181,14 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         f"transformers.models.{name}.modeling_{name}", "mamba2_chunk_scan", scan_with_symbolic_chunks,
         "a prompt padded to whole chunks and reshaped with an inferred number of chunks, fixed at the example's",
     ) for name in MAMBA2_SCAN_FAMILIES),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", GATED_DELTA_RULE_FUNCTION, delta_rule_with_symbolic_chunks,
+        "a prompt padded to chunks of a default argument, and a Python loop over them unrolled for the example's",
+    ) for name in GATED_DELTA_RULE_FAMILIES),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", KIMI_DELTA_RULE_FUNCTION, kimi_rule_with_symbolic_chunks,
+        "a prompt padded to chunks of a default argument, and a Python loop over them unrolled for the example's",
+    ) for name in KIMI_DELTA_RULE_FAMILIES),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",
@@ -214,6 +226,22 @@ def rewrite_site(module: Any, dotted: str) -> tuple[Any, str]:
     for part in path:
         owner = getattr(owner, part, None)
     return owner, attribute
+
+
+def default_scan_chunks(module_name: str) -> list[int]:
+    """The chunk lengths (a ``chunk_size`` argument's default, which no config names) of the
+    chunked scans :data:`CAPTURE_REWRITES` rewrites in module ``module_name``; none when
+    the module cannot be imported or rewrites nothing."""
+    rewritten = [rewrite.attribute for rewrite in CAPTURE_REWRITES if module_name in rewrite.modules]
+    if not rewritten:
+        return []
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return []
+    sites = [rewrite_site(module, name) for name in rewritten]
+    chunks = [default_chunk(function) for owner, name in sites if (function := getattr(owner, name, None)) is not None]
+    return sorted({chunk for chunk in chunks if chunk is not None})
 
 
 @contextlib.contextmanager

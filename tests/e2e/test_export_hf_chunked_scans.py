@@ -7,18 +7,14 @@ chunk, as it was before its capture rewrite)."""
 
 from __future__ import annotations
 
-import os
 import re
 
-import onnx
 import pytest
 import torch
 
 from fx2onnx.capture import library_adapters
 from fx2onnx.cli.main import main
-from fx2onnx.hub import export_hf
-from fx2onnx.hub.decoders.verify_lengths import greedy_in_transformers
-from fx2onnx.hub.shared.verification import greedy_in_folder
+from greedy_against_transformers import assert_greedy_equal, assert_verified_past, verified_folder
 
 transformers = pytest.importorskip("transformers")
 
@@ -51,28 +47,19 @@ def chunked_folder(request, tmp_path_factory):
     """A folder written with --verify, which reads a prompt past the chunk."""
     root = tmp_path_factory.mktemp(request.param)
     model = source(root, request.param)
-    said: list[str] = []
-    result = export_hf(root / "source", root / "out", task="text-generation", verify=True, tokens=NEW_TOKENS, say=said.append)
+    result, said = verified_folder(root / "source", root / "out", NEW_TOKENS)
     return model, root / "out", result, said
 
 
 def test_verify_reads_a_prompt_past_the_chunk(chunked_folder):
     _, folder, result, said = chunked_folder
-    assert result.verification.passed and result.verification.tokens_equal, result.verification.summary()
-    lengths = next(line for line in said if line.startswith("verification lengths:"))
-    assert f"a prompt of {CHUNK + 8} tokens (past scan chunk {CHUNK})" in lengths, lengths
-    onnx.checker.check_model(os.fspath(folder / "onnx" / "model.onnx"), full_check=True)
+    assert_verified_past(result, said, folder, f"a prompt of {CHUNK + 8} tokens (past scan chunk {CHUNK})")
 
 
 @pytest.mark.parametrize("length", PROMPTS)
 def test_equal_to_transformers_around_the_chunk(chunked_folder, length):
     model, folder, _, _ = chunked_folder
-    prompt = torch.randint(3, IDS["vocab_size"], (length,), generator=torch.Generator().manual_seed(length)).tolist()
-    ours = greedy_in_folder(folder / "onnx" / "model.onnx", [prompt], NEW_TOKENS, pad=0, banned=[IDS["eos_token_id"]])
-    theirs = greedy_in_transformers(model, [prompt], NEW_TOKENS, pad=0)
-    assert ours.tokens == theirs.tokens
-    for a, b in zip(ours.logits, theirs.logits):  # the prompt's logits, then each decode step's
-        torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), rtol=1e-4, atol=1e-5)
+    assert_greedy_equal(model, folder, length, NEW_TOKENS, IDS)
 
 
 def test_verify_fails_on_a_folder_whose_scan_has_the_examples_one_chunk(tmp_path, monkeypatch, capsys):

@@ -6,8 +6,9 @@
   computed from each step's positions during a capture (`transformers_rope`), the
   experts of a mixture kept as one module per expert run densely during a capture
   (`transformers_experts`), Mamba's padding mask of the new tokens
-  (`transformers_recurrent_masks`), Mamba2-style chunked scans with a symbolic number of
-  chunks (`transformers_chunked_scans`), the images' height and width kept static for its
+  (`transformers_recurrent_masks`), Mamba2-style chunked scans and the chunked gated delta
+  rule with a symbolic number of chunks (`transformers_chunked_scans`,
+  `transformers_delta_rule_scans`), the images' height and width kept static for its
   shifted-window models (`transformers_windows`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);

@@ -2,7 +2,9 @@
 
 A sliding window (`sliding_window`, its layers in `layer_types`), chunked attention
 (`attention_chunk_size`), the chunks a Mamba2-style mixer scans a prompt in (`chunk_size`,
-`mamba_chunk_size`: one chunk, then several) and the rotary embeddings that switch at a length (LongRoPE's
+`mamba_chunk_size`: one chunk, then several), the chunks of a gated-delta-rule layer (Qwen3-Next,
+Qwen3.5, OLMo-hybrid: the default of its scan function's `chunk_size`, read through the capture
+rewrite of that function) and the rotary embeddings that switch at a length (LongRoPE's
 short and long factors at `original_max_position_embeddings`, dynamic NTK past
 `max_position_embeddings`; YaRN and Llama 3 keep the original context as a reference)
 each name such a length. `--verify` reads a prompt longer than all of them
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from fx2onnx.capture import default_scan_chunks
 
 # rope types whose frequencies are measured against the model's original context, by name
 _ORIGINAL_CONTEXT_ROPES = {"longrope": "LongRoPE", "llama3": "Llama 3 rope", "yarn": "YaRN"}
@@ -72,7 +76,10 @@ def _attention_points(config: Any) -> list[ChangePoint]:
 def _scan_points(config: Any) -> list[ChangePoint]:
     # Mamba2, Nemotron-H, Zamba2: chunk_size; Bamba, Falcon-H1, Granite-MoE-hybrid: mamba_chunk_size
     chunk = getattr(config, "chunk_size", None) or getattr(config, "mamba_chunk_size", None)
-    return [ChangePoint(int(chunk), "scan chunk")] if isinstance(chunk, int) and chunk > 0 else []
+    points = [ChangePoint(int(chunk), "scan chunk")] if isinstance(chunk, int) and chunk > 0 else []
+    # the gated-delta-rule layers' chunk is their scan function's default, not in the config
+    modeling = type(config).__module__.replace(".configuration_", ".modeling_")
+    return points + [ChangePoint(chunk, "linear attention chunk") for chunk in default_scan_chunks(modeling)]
 
 
 def change_points(config: Any) -> list[ChangePoint]:

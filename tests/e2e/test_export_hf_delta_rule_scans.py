@@ -1,0 +1,46 @@
+"""A decoder whose gated-delta-rule layer reads a prompt in chunks of 64 tokens, a default
+argument of transformers' scan function that no config names (Qwen3-Next, a hybrid with a
+full-attention layer), exported by `export-hf` from its short example: equal to
+transformers in onnxruntime below, at, just past and at more than twice the chunk, and
+decoding after each prompt. `--verify` reads a prompt past the chunk."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from greedy_against_transformers import assert_greedy_equal, assert_verified_past, verified_folder
+
+transformers = pytest.importorskip("transformers")
+
+CHUNK = 64  # torch_chunk_gated_delta_rule's default chunk_size
+IDS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0, vocab_size=100)
+NEW_TOKENS = 2
+
+
+@pytest.fixture(scope="module")
+def delta_rule_folder(tmp_path_factory):
+    """A folder written with --verify, which reads a prompt past the chunk."""
+    root = tmp_path_factory.mktemp("qwen3_next")
+    config = transformers.Qwen3NextConfig(
+        hidden_size=32, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, intermediate_size=32, linear_num_value_heads=4, linear_num_key_heads=2,
+        linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, mlp_only_layers=[0, 1],
+        max_position_embeddings=256, **IDS)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(root / "source")
+    result, said = verified_folder(root / "source", root / "out", NEW_TOKENS)
+    return model, root / "out", result, said
+
+
+def test_verify_reads_a_prompt_past_the_chunk(delta_rule_folder):
+    _, folder, result, said = delta_rule_folder
+    assert_verified_past(result, said, folder, f"a prompt of {CHUNK + 8} tokens (past linear attention chunk {CHUNK})")
+
+
+@pytest.mark.parametrize("length", [CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 2])
+def test_equal_to_transformers_around_the_chunk(delta_rule_folder, length):
+    model, folder, _, _ = delta_rule_folder
+    assert_greedy_equal(model, folder, length, NEW_TOKENS, IDS)
