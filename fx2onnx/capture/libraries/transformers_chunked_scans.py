@@ -42,13 +42,20 @@ def _segment_sums(values: torch.Tensor) -> torch.Tensor:
     return torch.where(on_or_below, summed, torch.full((), float("-inf"), dtype=values.dtype))
 
 
-def _into_chunks(tensor: torch.Tensor, chunks: Any, chunk_size: int) -> torch.Tensor:
-    """``tensor`` (batch, length, ...) padded with zeros to ``chunks * chunk_size`` tokens and
-    split into (batch, chunks, chunk_size, ...)."""
-    padding = chunks * chunk_size - tensor.shape[1]
-    widths = [0, 0] * (tensor.dim() - 2) + [0, padding]
-    padded = F.pad(tensor, widths)
-    return padded.reshape(tensor.shape[0], chunks, chunk_size, *tensor.shape[2:])
+def chunk_count(length: Any, chunk_size: int) -> Any:
+    """The chunks ``length`` tokens need and one of zeros, which changes no state and no
+    output: a count never 1, which torch would otherwise fix to an example's single chunk (a
+    view's strides ask whether a size is 1, in the capture and again when its program is
+    re-traced); one floor division, whose multiples torch knows divisible by it."""
+    return (length + 2 * chunk_size - 1) // chunk_size
+
+
+def into_chunks(tensor: torch.Tensor, chunks: Any, chunk_size: int, axis: int = 1) -> torch.Tensor:
+    """``tensor`` padded with zeros along its token ``axis`` to ``chunks * chunk_size`` tokens
+    and split there into (..., chunks, chunk_size, ...)."""
+    padding = chunks * chunk_size - tensor.shape[axis]
+    padded = F.pad(tensor, [0, 0] * (tensor.dim() - 1 - axis) + [0, padding])
+    return padded.reshape(*tensor.shape[:axis], chunks, chunk_size, *tensor.shape[axis + 1:])
 
 
 def chunked_scan(
@@ -68,14 +75,10 @@ def chunked_scan(
     x = hidden_states.float()
     B = B.float().repeat_interleave(heads // groups, dim=2, output_size=heads)
     C = C.float().repeat_interleave(heads // groups, dim=2, output_size=heads)
-    # the chunks the tokens need and one of zeros, which changes no state and no output: a count
-    # never 1, which torch would otherwise fix to an example's single chunk (a view's strides
-    # ask whether a size is 1, in the capture and again when its program is re-traced); one
-    # floor division, whose multiples torch knows divisible by it
-    chunks = (length + 2 * chunk_size - 1) // chunk_size
+    chunks = chunk_count(length, chunk_size)
     x_dt = x * dt[..., None].float()
     decay = A.to(x.dtype) * dt.float()
-    x_dt, decay, B, C = (_into_chunks(t, chunks, chunk_size) for t in (x_dt, decay, B, C))
+    x_dt, decay, B, C = (into_chunks(t, chunks, chunk_size) for t in (x_dt, decay, B, C))
     decay = decay.permute(0, 3, 1, 2)  # (batch, heads, chunks, chunk_size)
     decay_sums = torch.cumsum(decay, dim=-1)
     # within a chunk: scores of C against B, decayed between the two positions

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from fx2onnx.capture.libraries.transformers_chunked_scans import chunk_count, into_chunks
 from fx2onnx.private_ops import scan_function
 
 # the families whose module defines transformers' `torch_chunk_gated_delta_rule`
@@ -91,10 +92,8 @@ def _in_chunks(tensors: tuple[torch.Tensor, ...], length: Any, chunk_size: int) 
     """The number of chunks (those the tokens need and one of zeros, see the module's notes:
     one floor division) and ``tensors`` (batch, heads, length, ...) padded with zeros and
     split into (batch, heads, chunks, chunk_size, ...)."""
-    chunks = (length + 2 * chunk_size - 1) // chunk_size
-    padding = chunks * chunk_size - length
-    padded = [F.pad(t, [0, 0] * (t.dim() - 3) + [0, padding]) for t in tensors]
-    return chunks, [t.reshape(*t.shape[:2], chunks, chunk_size, *t.shape[3:]) for t in padded]
+    chunks = chunk_count(length, chunk_size)
+    return chunks, [into_chunks(t, chunks, chunk_size, axis=2) for t in tensors]
 
 
 def _scan_chunks(state: torch.Tensor, steps: list[torch.Tensor], length: Any) -> tuple[torch.Tensor, torch.Tensor]:
