@@ -20,6 +20,7 @@ from pathlib import Path
 
 import fx2onnx
 from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
+from fx2onnx.hub.decoders.model_lengths import context_length
 from fx2onnx.hub.loading import LoadedModel, load_model, local_folder
 from fx2onnx.hub.precision import float32_twin as twins
 from fx2onnx.hub.precision.folder_precision import folder_quantization
@@ -77,6 +78,8 @@ def _options(request: ExportRequest, loaded: LoadedModel, report: Path) -> fx2on
         dynamic_shapes=True, fake_context=loaded.fake_context, opset_version=opset,
         progress=request.progress, failure_report_path=report, runtime=request.runtime,
         module_functions=request.module_functions, target="portable" if portable else "default",
+        # the kernel's rotary tables: as many positions as the folder's text model is made for, no more
+        context_length=context_length(loaded.config.get_text_config()),
     )
 
 

@@ -507,8 +507,10 @@ def test_gemma3_in_fake_mode_streams_the_weights(tmp_path):
     written = sum((tmp_path / "out" / f).stat().st_size for f in result.files if f.endswith("_data"))
     # the text steps' kernels rotate from tables computed at export, written beside the weights
     decoder = onnx.load(str(tmp_path / "out" / "onnx" / "decoder_model_merged.onnx"), load_external_data=False).graph
-    tables = sum(int(np.prod(t.dims)) * 4 for t in decoder.initializer if t.name.startswith(("rotary_cos_cache", "rotary_sin_cache")))
-    assert tables > 0 and weights <= written - tables < weights * 1.05
+    tables = [t for t in decoder.initializer if t.name.startswith(("rotary_cos_cache", "rotary_sin_cache"))]
+    assert {t.dims[0] for t in tables} == {1024}  # as many rows as the text model's context, no more
+    tables_bytes = sum(int(np.prod(t.dims)) * 4 for t in tables)
+    assert tables_bytes > 0 and weights <= written - tables_bytes < weights * 1.05
     expected = gemma_transformers_tokens(tmp_path / "source", model, [image_path], 16)
     assert genai_tokens(tmp_path / "out", [image_path], 16, gemma_prompt(1)) == expected
     config = json.loads((tmp_path / "source" / "config.json").read_text())

@@ -17,7 +17,7 @@ from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
-from fx2onnx.hub.decoders.model_lengths import context_length, verification_lengths
+from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
@@ -64,8 +64,6 @@ class CausalLMRecipe(RecipeDefaults):
             # its attention is causal over `attention_mask`'s tokens (within each layer's window):
             # its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
-        # the kernel's rotary tables: as many positions as the folder's context_length, no more
-        options = dataclasses.replace(options, context_length=context_length(loaded.config))
         if quantization is not None:
             # steps of the export's ONNX passes (with the packing of the projections that read
             # one input, when asked); codes and scales are computed as the weights are written
