@@ -152,6 +152,9 @@ _GRANITE_SPEECH = {"encoder_config": {"hidden_dim": 32, "dim_head": 8}, "project
 _VIBEVOICE_TOKENIZER = {"depths": [1] * 7, "num_filters": 4}
 _CHECKPOINT_VALUES = {
     "lfm2_moe": {"num_hidden_layers": 2, "layer_types": ["conv", "full_attention"]},
+    # Jamba's checkpoints put an attention layer in every period of Mamba layers (1 in 8, at 4),
+    # which two layers would not reach: a period of 2, its attention layer second
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
     # Nemotron's config leaves its key/value heads None, which its attention divides by (Minitron's: 8)
     "nemotron": {"num_key_value_heads": 8},
     "granite_speech": _GRANITE_SPEECH, "granite_speech_plus": _GRANITE_SPEECH,

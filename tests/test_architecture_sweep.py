@@ -326,6 +326,12 @@ def test_a_model_type_whose_checkpoints_name_its_layer_kinds_gets_them() -> None
     assert config.layer_types == ["conv", "full_attention"] and config.num_dense_layers == 1
 
 
+def test_a_tiny_jamba_keeps_an_attention_layer_as_its_checkpoints() -> None:
+    # its default period (one attention layer in 8, at 4) would leave two Mamba layers only
+    config = sweep.small_config("jamba", "JambaForCausalLM")
+    assert config.num_hidden_layers == 2 and config.layer_types == ["linear_attention", "full_attention"]
+
+
 def test_a_model_type_whose_checkpoints_name_its_key_value_heads_gets_them_shrunk() -> None:
     # Nemotron's config leaves its key/value heads None, which its attention divides by
     config = sweep.small_config("nemotron", "NemotronForQuestionAnswering")

@@ -74,6 +74,9 @@ from fx2onnx.capture.libraries.transformers_experts import (
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
 from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_new_tokens
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
+from fx2onnx.capture.libraries.transformers_selective_scans import (
+    SELECTIVE_SCAN_FUNCTION, SELECTIVE_SCAN_MIXERS, mixer_handing_its_state, scan_over_symbolic_length,
+)
 from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
@@ -176,11 +179,19 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,
         "a padding mask multiplied with the hidden states of this forward's tokens, as long as they are only",
-    ) for name in ("mamba", "falcon_mamba")),
+    ) for name in ("mamba", "falcon_mamba", "jamba")),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "mamba2_chunk_scan", scan_with_symbolic_chunks,
         "a prompt padded to whole chunks and reshaped with an inferred number of chunks, fixed at the example's",
     ) for name in MAMBA2_SCAN_FAMILIES),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", SELECTIVE_SCAN_FUNCTION, scan_over_symbolic_length,
+        "a Python loop over the tokens, unrolled for the example's length, from zeros rather than the cache's state",
+    ) for name in SELECTIVE_SCAN_MIXERS),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", f"{mixer}.forward", mixer_handing_its_state,
+        "a scan that starts from zeros whatever the cache holds, and reads the state only on one-token steps",
+    ) for name, mixer in SELECTIVE_SCAN_MIXERS.items()),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", GATED_DELTA_RULE_FUNCTION, delta_rule_with_symbolic_chunks,
         "a prompt padded to chunks of a default argument, and a Python loop over them unrolled for the example's",

@@ -241,7 +241,8 @@ def export_hf(
         bits = request.quantization.bits if request.quantization is not None else None
         folder_layout.mark_for_transformers_js(staging / "config.json", weights_dtype(loaded), bits)
         # told from config.json as written: what the clients read
-        note = recipe.client_note(json.loads((staging / "config.json").read_text(encoding="utf-8")))
+        note = recipe.client_note(json.loads((staging / "config.json").read_text(encoding="utf-8")),
+                                  (staging / "genai_config.json").is_file())
         if note is not None:
             say(note)
         files += tokenizer_files.write_folder_tokenizer(

@@ -8,7 +8,8 @@
   (`transformers_experts`), Mamba's padding mask of the new tokens
   (`transformers_recurrent_masks`), Mamba2-style chunked scans and the chunked gated delta
   rule with a symbolic number of chunks (`transformers_chunked_scans`,
-  `transformers_delta_rule_scans`), the images' height and width kept static for its
+  `transformers_delta_rule_scans`), Mamba's selective scan over a symbolic length from the
+  cache's state (`transformers_selective_scans`), the images' height and width kept static for its
   shifted-window models (`transformers_windows`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);

@@ -1,6 +1,6 @@
 """transformers' Mamba mixers that read a padding mask of the new tokens only.
 
-Mamba and Falcon-Mamba zero the hidden states of padding tokens with the 2D mask they are
+Mamba, Falcon-Mamba and Jamba's Mamba layers zero the hidden states of padding tokens with the 2D mask they are
 given (`apply_mask_to_padding_states`), which must then be as long as this forward's tokens:
 their `generate` passes the prompt's mask once and none on later steps. A decoder exported
 with a cache takes the usual mask of the past and the new tokens, and multiplying by it fails

@@ -130,13 +130,15 @@ def transformers_js_entries(config: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def client_note(config: Mapping[str, Any]) -> str | None:
+def client_note(config: Mapping[str, Any], genai_config: bool = True) -> str | None:
     """The line `export_hf` says for a text-generation folder that a client cannot load,
-    or None when every client loads it."""
+    or None when every client loads it; ``genai_config``: the folder has a
+    `genai_config.json`, without which ONNX Runtime GenAI cannot load it either."""
     reason = transformers_js_reason(config)
     if reason is None:
         return None
-    return f"{TRANSFORMERS_JS} cannot load this folder: {reason}. It is for onnxruntime and ONNX Runtime GenAI."
+    runtimes = "onnxruntime and ONNX Runtime GenAI" if genai_config else "onnxruntime only"
+    return f"{TRANSFORMERS_JS} cannot load this folder: {reason}. It is for {runtimes}."
 
 
 def transformers_js_unsupported(model_types: Iterable[str]) -> list[str]:

@@ -67,8 +67,8 @@ class AudioTextToTextRecipe(RecipeDefaults):
         files = {part: folder / path for part, path in _files(loaded).items()}
         return verify_audio_text_to_text(files, model, audio_hooks(model), Path(loaded.folder), request.tokens, tolerance)
 
-    def client_note(self, config: dict[str, Any]) -> str | None:
-        return client_note(config)
+    def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
+        return client_note(config)  # ONNX Runtime GenAI has no audio-text-to-text type: the note says so
 
 
 RECIPE = AudioTextToTextRecipe()

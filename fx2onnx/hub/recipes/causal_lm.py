@@ -126,8 +126,8 @@ class CausalLMRecipe(RecipeDefaults):
             first = first or verdict
         return first  # every graph passed: the folder's model's verdict, with its lengths
 
-    def client_note(self, config: dict[str, Any]) -> str | None:
-        return client_note(config)
+    def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
+        return client_note(config, genai_config)
 
 
 RECIPE = CausalLMRecipe()

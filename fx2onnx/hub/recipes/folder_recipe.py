@@ -48,8 +48,9 @@ class FolderRecipe(Protocol):
     ) -> Verification:
         """Run ``folder`` as its runtime will and compare with ``model`` (real weights)."""
 
-    def client_note(self, config: dict[str, Any]) -> str | None:
-        """What to tell of the clients that cannot load the folder, whose config.json is ``config``."""
+    def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
+        """What to tell of the clients that cannot load the folder, whose config.json is ``config``
+        (``genai_config``: the folder has a `genai_config.json`)."""
 
 
 class RecipeDefaults:
@@ -57,5 +58,5 @@ class RecipeDefaults:
 
     special_tokens = True
 
-    def client_note(self, config: dict[str, Any]) -> str | None:
+    def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
         return None

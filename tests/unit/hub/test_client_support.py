@@ -35,6 +35,15 @@ def test_mixtral_has_no_transformers_js_class():
     )
 
 
+def test_a_folder_without_genai_config_is_for_onnxruntime_only():
+    # Mamba's convolution and recurrent states: no genai_config.json, and no Transformers.js class
+    config = transformers.MambaConfig(num_hidden_layers=1).to_dict()
+    assert client_note(config, genai_config=False) == (
+        "Transformers.js 4.3.1 cannot load this folder: it has no text-generation class for model type mamba "
+        "(Unsupported model type: mamba). It is for onnxruntime only."
+    )
+
+
 @pytest.mark.parametrize(("config", "multi_query"), [
     (transformers.FalconConfig(num_hidden_layers=1), True),  # Falcon's default
     (transformers.FalconConfig(num_hidden_layers=1, multi_query=False), False),
