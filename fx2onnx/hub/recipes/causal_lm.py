@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import decode_step
+from fx2onnx.hub.decoders import decode_step, recomputed
 from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
@@ -40,15 +40,20 @@ MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
 
 
 def _stateless_refusal(loaded: LoadedModel) -> Refusal | None:
-    """A model filed under causal LMs whose forward returns no cache (XLM's masked LM head)
-    has no decode step to write."""
+    """A model filed under causal LMs whose forward returns no cache gets a folder that
+    recomputes the sequence (decoders/recomputed.py), unless its generation feeds forward
+    more than the sequence (XLM's appended mask token): that one has no text-generation folder."""
     if not decode_step.returns_no_cache(loaded.model):
+        return None
+    fed = recomputed.generation_inputs_refusal(loaded.model)
+    if fed is None:
         return None
     name = type(loaded.model).__name__
     fill_mask = "--task fill-mask (its logits at every position), or " if is_filed_under(name, MASKED_LM_MAPPING) else ""
     return Refusal(UnsupportedTaskError, (
-        f"{name} ({loaded.config.model_type}) returns no key/value cache, so it has no decode step for a text-generation "
-        f"folder. Nothing was written. Export it with {fill_mask}fx2onnx.dynamo_export."
+        f"{name} ({loaded.config.model_type}) returns no key/value cache, and transformers' generation feeds its forward "
+        f"{fed} (its prepare_inputs_for_generation), which no loader that feeds the sequence reproduces: it has no "
+        f"text-generation folder. Nothing was written. Export it with {fill_mask}fx2onnx.dynamo_export."
     ))
 
 
@@ -60,6 +65,8 @@ class CausalLMRecipe(RecipeDefaults):
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
         quantization = request.quantization
+        if decode_step.returns_no_cache(loaded.model):
+            return self._export_recomputed(loaded, staging, options, request, say)
         if decode_step.attends_causally(loaded.config) or causal_within_windows(loaded.config):
             # its attention is causal over `attention_mask`'s tokens (within each layer's window):
             # its cache may be updated in place
@@ -97,6 +104,21 @@ class CausalLMRecipe(RecipeDefaults):
         if windowed is not None:
             config, files = windowed, [*files, windowed["model"]["decoder"]["filename"]]
         return [*files, write_json_file(staging, GENAI_CONFIG, config)]
+
+    def _export_recomputed(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        """The decoder of a model without a cache: the whole sequence in, every position's logits
+        out, and no genai_config.json (ONNX Runtime GenAI needs a cache)."""
+        options = dataclasses.replace(options, context_length=context_length(loaded.config))
+        if request.quantization is not None:
+            precision = dataclasses.replace(request.quantization, packed_projections=request.pack_projections)
+            options = dataclasses.replace(options, precision=precision)
+        program = exported(loaded.model, recomputed.recomputing_inputs(loaded), options)
+        name = onnx_file(loaded, folder_layout.MODEL, request.quantization)
+        files = save_program(program, staging, name, loaded)
+        say(recomputed.NOTE.format(name=type(loaded.model).__name__))
+        return [*files, *recomputed.write_without_cache_configs(staging, loaded)]
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
