@@ -33,7 +33,7 @@ def linear_recurrence_scan(original: Callable[..., Any]) -> Callable[..., Any]:
         gate = (recurrent_gate * ~reset).type(acc_dtype)
         if recurrent_states is None:
             recurrent_states = torch.zeros(hidden_states[:, 0].shape, dtype=acc_dtype, device=hidden_states.device)
-        start = recurrent_states.type(acc_dtype)
+        start = recurrent_states.type(acc_dtype).contiguous()
 
         def step(state: torch.Tensor, token: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
             token_gate, token_input = token
@@ -56,8 +56,8 @@ def wkv_scan(original: Callable[..., Any]) -> Callable[..., Any]:
         if state is None:
             numerator = torch.zeros_like(key[:, 0], dtype=torch.float32)
             start = [numerator, torch.zeros_like(numerator), torch.zeros_like(numerator) + _NO_MAXIMUM]
-        else:
-            start = list(state)
+        else:  # a layer's slices of the model's state: the scan carries them contiguous
+            start = [part.contiguous() for part in state]
         decay = -torch.exp(time_decay)
 
         def step(carried: list[torch.Tensor], token: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:

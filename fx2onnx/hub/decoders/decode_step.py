@@ -23,16 +23,26 @@ from fx2onnx.hub.decoders.sliding_window import growing_cache
 BATCH, NEW_TOKENS, CACHED_TOKENS = 2, 3, 5
 
 
+# forward's name for a recurrent state it takes and returns as a list of tensors (RWKV's)
+STATE_LIST = "state"
+
+
 def cache_argument(model: torch.nn.Module) -> str:
-    """forward's name for the cache: `cache` from transformers 5.24 on, `past_key_values` before."""
+    """forward's name for the cache: `cache` from transformers 5.24 on, `past_key_values` before;
+    `state` for a model that takes its recurrent state as a list of tensors (RWKV)."""
     parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    if "cache" in parameters:
+        return "cache"
+    return STATE_LIST if STATE_LIST in parameters and "past_key_values" not in parameters else "past_key_values"
 
 
 def output_cache(outputs: Any) -> Any:
     """A model output's cache: `cache` from transformers 5.24 on (`past_key_values` is kept
-    there only as a deprecated alias), `past_key_values` before."""
-    return outputs.cache if "cache" in outputs else outputs.past_key_values
+    there only as a deprecated alias), `past_key_values` before, RWKV's `state`."""
+    for name in ("cache", STATE_LIST):
+        if name in outputs:
+            return outputs[name]
+    return outputs.past_key_values
 
 
 # an output field that carries a decoder's state from one step to the next

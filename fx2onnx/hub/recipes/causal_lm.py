@@ -19,6 +19,7 @@ from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_comb
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import context_length, verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
+from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, name_state_list, state_list_dynamic_shapes
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
@@ -78,8 +79,14 @@ class CausalLMRecipe(RecipeDefaults):
             # one input, when asked); codes and scales are computed as the weights are written
             precision = dataclasses.replace(quantization, packed_projections=request.pack_projections)
             options = dataclasses.replace(options, precision=precision)
+        inputs = decode_step.decode_step_inputs(loaded)
+        state_list = decode_step.cache_argument(loaded.model) == decode_step.STATE_LIST
+        if state_list:
+            options = dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, decode_step.STATE_LIST))
         with masks_by_held_tokens(loaded.model):
-            program = exported(loaded.model, decode_step.decode_step_inputs(loaded), options)
+            program = exported(loaded.model, inputs, options)
+        if state_list:
+            name_state_list(program.model)  # RWKV's list: past_state.<i> in, present_state.<i> out
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
@@ -136,6 +143,9 @@ class CausalLMRecipe(RecipeDefaults):
             vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
             prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
         first = None
+        rows_alone = decode_step.cache_argument(model) == decode_step.STATE_LIST
+        if rows_alone:
+            say(BATCH_ROWS_ALONE)
         for path in paths:
             if path != relative:
                 say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
@@ -143,7 +153,8 @@ class CausalLMRecipe(RecipeDefaults):
                 verdict = verify_quantized_causal_lm(folder / path, model, loaded.config, prompt.tolist(), request.tokens,
                                                      request.atol)
             else:
-                verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance)
+                verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
+                                                      rows_alone=rows_alone)
             if not verdict.passed:
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")

@@ -157,8 +157,8 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
 
 def _is_past(name: str) -> bool:
     """A cache input: keys and values (`past_key_values.*`) and a hybrid's states as
-    Transformers.js names them (`past_conv.*`, `past_ssm.*`, `past_recurrent.*`)."""
-    return name.startswith(("past_key_values.", "past_conv.", "past_ssm.", "past_recurrent."))
+    Transformers.js names them (`past_conv.*`, `past_ssm.*`, `past_recurrent.*`), RWKV's (`past_state.*`)."""
+    return name.startswith(("past_key_values.", "past_conv.", "past_ssm.", "past_recurrent.", "past_state."))
 
 
 def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = _is_past) -> dict[str, np.ndarray]:
