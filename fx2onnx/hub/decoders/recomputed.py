@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,19 @@ def recomputing_inputs(loaded: LoadedModel) -> dict[str, Any]:
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if "position_ids" in inspect.signature(loaded.model.forward).parameters:
             inputs["position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
-    return {**inputs, "use_cache": False}
+    return inputs
+
+
+@contextlib.contextmanager
+def without_cache(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` with its config's ``use_cache`` false while inside: forward then builds no
+    cache (RecurrentGemma's in its layers), as for a loader that recomputes the sequence."""
+    kept = getattr(model.config, "use_cache", None)
+    model.config.use_cache = False
+    try:
+        yield
+    finally:
+        model.config.use_cache = kept
 
 
 def write_without_cache_configs(staging: Path, loaded: LoadedModel) -> list[str]:

@@ -121,7 +121,8 @@ class CausalLMRecipe(RecipeDefaults):
         if request.quantization is not None:
             precision = dataclasses.replace(request.quantization, packed_projections=request.pack_projections)
             options = dataclasses.replace(options, precision=precision)
-        program = exported(loaded.model, recomputed.recomputing_inputs(loaded), options)
+        with recomputed.without_cache(loaded.model):
+            program = exported(loaded.model, recomputed.recomputing_inputs(loaded), options)
         name = onnx_file(loaded, folder_layout.MODEL, request.quantization)
         files = save_program(program, staging, name, loaded)
         say(recomputed.NOTE.format(name=type(loaded.model).__name__))
