@@ -67,7 +67,7 @@ def test_rwkv_carries_its_state_through_prefill_and_decode_steps(tmp_path):
         tmp_path / "source")
     said: list[str] = []
     result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", verify=True, tokens=NEW_TOKENS,
-                       say=said.append)
+                       module_functions=True, say=said.append)
     assert result.verification.passed and result.verification.tokens_equal, result.verification.summary()
     assert any("each row alone" in line for line in said), said
     folder = tmp_path / "out"
