@@ -58,6 +58,19 @@ def _stateless_refusal(loaded: LoadedModel) -> Refusal | None:
     ))
 
 
+def _context_and_precision(
+    options: fx2onnx.ExportOptions, loaded: LoadedModel, request: ExportRequest
+) -> fx2onnx.ExportOptions:
+    # the kernel's rotary tables: as many positions as the folder's context_length, no more
+    options = dataclasses.replace(options, context_length=context_length(loaded.config))
+    if request.quantization is None:
+        return options
+    # steps of the export's ONNX passes (with the packing of the projections that read
+    # one input, when asked); codes and scales are computed as the weights are written
+    precision = dataclasses.replace(request.quantization, packed_projections=request.pack_projections)
+    return dataclasses.replace(options, precision=precision)
+
+
 class CausalLMRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         return _stateless_refusal(loaded) or precision_refusal(loaded, request, PRECISION)
@@ -72,13 +85,7 @@ class CausalLMRecipe(RecipeDefaults):
             # its attention is causal over `attention_mask`'s tokens (within each layer's window):
             # its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
-        # the kernel's rotary tables: as many positions as the folder's context_length, no more
-        options = dataclasses.replace(options, context_length=context_length(loaded.config))
-        if quantization is not None:
-            # steps of the export's ONNX passes (with the packing of the projections that read
-            # one input, when asked); codes and scales are computed as the weights are written
-            precision = dataclasses.replace(quantization, packed_projections=request.pack_projections)
-            options = dataclasses.replace(options, precision=precision)
+        options = _context_and_precision(options, loaded, request)
         inputs = decode_step.decode_step_inputs(loaded)
         state_list = decode_step.cache_argument(loaded.model) == decode_step.STATE_LIST
         if state_list:
@@ -117,10 +124,7 @@ class CausalLMRecipe(RecipeDefaults):
     ) -> list[str]:
         """The decoder of a model without a cache: the whole sequence in, every position's logits
         out, and no genai_config.json (ONNX Runtime GenAI needs a cache)."""
-        options = dataclasses.replace(options, context_length=context_length(loaded.config))
-        if request.quantization is not None:
-            precision = dataclasses.replace(request.quantization, packed_projections=request.pack_projections)
-            options = dataclasses.replace(options, precision=precision)
+        options = _context_and_precision(options, loaded, request)
         with recomputed.without_cache(loaded.model):
             program = exported(loaded.model, recomputed.recomputing_inputs(loaded), options)
         name = onnx_file(loaded, folder_layout.MODEL, request.quantization)
