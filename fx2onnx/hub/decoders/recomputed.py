@@ -4,13 +4,14 @@ inside its layers): a decoder that reads the whole sequence at every step.
 The folder's `onnx/model.onnx` takes `input_ids` and `attention_mask` of the sequence so far
 and returns `logits` for every position; a loader recomputes the whole sequence to pick each
 next token, as transformers does for such a model. The folder's `config.json` and
-`generation_config.json` say ``use_cache: false``, which Optimum's `ORTModelForCausalLM` reads
-to feed the whole sequence, with `position_ids` where forward takes them (counted over the
-mask's tokens, as transformers' generation and Optimum give them).
+`generation_config.json` say ``use_cache: false``. The graph takes `position_ids` where forward
+takes them, counted over the mask's tokens as transformers' generation gives them.
 
 Which clients run it:
 
-- onnxruntime and Optimum-style loaders with ``use_cache=False``;
+- onnxruntime, and Optimum-style loaders told ``use_cache=False`` (Optimum's
+  `ORTModelForCausalLM(..., use_cache=False)` runs a decoder without `past_key_values` inputs
+  on the whole sequence; Optimum is not installed here, so that is read, not run);
 - not ONNX Runtime GenAI 0.18: its decoders feed a key/value cache and one new token per step,
   so the folder has no `genai_config.json`;
 - not Transformers.js 4.3.1: its generation feeds only the last token after the first step
