@@ -162,6 +162,12 @@ _CHECKPOINT_VALUES = {
                       "semantic_tokenizer_encoder_config": _VIBEVOICE_TOKENIZER},
     # its projector's output is the language model's width, which the shrink makes 32
     "qwen3_asr": {"audio_config": {"output_dim": SMALL["hidden_size"]}},
+    # xLSTMCache sizes its states with the query/key and value widths rounded up to 64, the layers with the
+    # width times the factor: equal for the checkpoints (4096 x 0.5), not for a width of 32 unless its factor is 2
+    "xlstm": {"qk_dim_factor": 2.0, "v_dim_factor": 2.0},
+    # its checkpoints repeat two recurrent blocks and an attention one: two layers keep one of each (with
+    # only recurrent ones, transformers' own generation fails on a cache without an attention layer)
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
 }
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()

@@ -77,6 +77,7 @@ from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_len
 from fx2onnx.capture.libraries.transformers_selective_scans import (
     SELECTIVE_SCAN_FUNCTION, SELECTIVE_SCAN_MIXERS, mixer_handing_its_state, scan_over_symbolic_length,
 )
+from fx2onnx.capture.libraries.transformers_token_scans import linear_recurrence_scan, wkv_scan
 from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
@@ -200,6 +201,14 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         f"transformers.models.{name}.modeling_{name}", KIMI_DELTA_RULE_FUNCTION, kimi_rule_with_symbolic_chunks,
         "a prompt padded to chunks of a default argument, and a Python loop over them unrolled for the example's",
     ) for name in KIMI_DELTA_RULE_FAMILIES),
+    CaptureRewrite(
+        "transformers.models.recurrent_gemma.modeling_recurrent_gemma", "RecurrentGemmaRglru._rnn_scan",
+        linear_recurrence_scan, "a Python loop over the tokens, unrolled for the example's",
+    ),
+    CaptureRewrite(
+        "transformers.models.rwkv.modeling_rwkv", "rwkv_linear_attention_cpu", wkv_scan,
+        "a Python loop over the tokens, unrolled for the example's",
+    ),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",

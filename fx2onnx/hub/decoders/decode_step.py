@@ -17,22 +17,34 @@ from typing import Any
 
 import torch
 
+from fx2onnx.capture import is_cache_type
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.decoders.sliding_window import growing_cache
 
 BATCH, NEW_TOKENS, CACHED_TOKENS = 2, 3, 5
 
 
+# forward's name for a recurrent state it takes and returns as a list of tensors (RWKV's)
+STATE_LIST = "state"
+
+
 def cache_argument(model: torch.nn.Module) -> str:
-    """forward's name for the cache: `cache` from transformers 5.24 on, `past_key_values` before."""
+    """forward's name for the cache: `cache` from transformers 5.24 on, `past_key_values` before;
+    `state` for a model that takes its recurrent state as a list of tensors (RWKV)."""
     parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    if "cache" in parameters:
+        return "cache"
+    return STATE_LIST if STATE_LIST in parameters and "past_key_values" not in parameters else "past_key_values"
 
 
 def output_cache(outputs: Any) -> Any:
     """A model output's cache: `cache` from transformers 5.24 on (`past_key_values` is kept
-    there only as a deprecated alias), `past_key_values` before."""
-    return outputs.cache if "cache" in outputs else outputs.past_key_values
+    there only as a deprecated alias), `past_key_values` before, RWKV's `state`."""
+    for name in ("cache", STATE_LIST):
+        if name in outputs:
+            return outputs[name]
+    return outputs.past_key_values
 
 
 # an output field that carries a decoder's state from one step to the next
@@ -72,14 +84,39 @@ def decode_step_inputs(loaded: LoadedModel) -> dict[str, Any]:
         mask = torch.ones(BATCH, CACHED_TOKENS + NEW_TOKENS, dtype=torch.int64)
         # a sliding layer's cache grows too: the window is in the mask (sliding_window.py)
         cache = growing_cache(config)
-        prefill = model(input_ids=ids[:, :CACHED_TOKENS], attention_mask=mask[:, :CACHED_TOKENS], use_cache=True,
-                        **({cache_argument(model): cache} if cache is not None else {}))
+        try:
+            prefill = model(input_ids=ids[:, :CACHED_TOKENS], attention_mask=mask[:, :CACHED_TOKENS], use_cache=True,
+                            **({cache_argument(model): cache} if cache is not None else {}))
+        except (ValueError, RuntimeError, TypeError) as own:
+            raise UnsupportedTaskError(
+                f"{type(model).__name__} ({config.model_type}) does not run the prefill its decode step is captured "
+                f"after ({CACHED_TOKENS} tokens with use_cache=True): transformers' own forward fails with "
+                f"{type(own).__name__}: {str(own).strip().splitlines()[0].rstrip('.')}. No folder was written. Check "
+                "that the config's sizes are those its cache is built for, or export it with fx2onnx.dynamo_export."
+            ) from own
         inputs: dict[str, Any] = {"input_ids": ids[:, CACHED_TOKENS:], "attention_mask": mask}
         if "position_ids" in inspect.signature(model.forward).parameters:
             positions = torch.arange(CACHED_TOKENS, CACHED_TOKENS + NEW_TOKENS, dtype=torch.int64)
             inputs["position_ids"] = positions.unsqueeze(0).expand(BATCH, -1).contiguous()
-        inputs[cache_argument(model)] = output_cache(prefill)
+        state = output_cache(prefill)
+        if not _feedable(state):
+            raise UnsupportedTaskError(
+                f"{type(model).__name__} ({config.model_type}) keeps its decoding state in a {type(state).__name__}, "
+                "which is neither a transformers Cache nor a list of tensors: export-hf cannot make it the inputs and "
+                "outputs of a decode step. No folder was written. Export it with fx2onnx.dynamo_export."
+            )
+        inputs[cache_argument(model)] = state
     return inputs
+
+
+def _feedable(state: Any) -> bool:
+    """Whether a decode step can take ``state`` as inputs: a transformers Cache, or a list of tensors (RWKV's);
+    None (no state at all) is left to the export to say."""
+    if state is None:
+        return True
+    if isinstance(state, (list, tuple)):
+        return all(isinstance(part, torch.Tensor) for part in state)
+    return is_cache_type(type(state))
 
 
 def decoder_sizes(config: Any) -> Any:

@@ -13,12 +13,13 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import decode_step
+from fx2onnx.hub.decoders import decode_step, recomputed
 from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
+from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, name_state_list, state_list_dynamic_shapes
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
@@ -40,16 +41,30 @@ MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
 
 
 def _stateless_refusal(loaded: LoadedModel) -> Refusal | None:
-    """A model filed under causal LMs whose forward returns no cache (XLM's masked LM head)
-    has no decode step to write."""
+    """A model filed under causal LMs whose forward returns no cache gets a folder that
+    recomputes the sequence (decoders/recomputed.py), unless its generation feeds forward
+    more than the sequence (XLM's appended mask token): that one has no text-generation folder."""
     if not decode_step.returns_no_cache(loaded.model):
+        return None
+    fed = recomputed.generation_inputs_refusal(loaded.model)
+    if fed is None:
         return None
     name = type(loaded.model).__name__
     fill_mask = "--task fill-mask (its logits at every position), or " if is_filed_under(name, MASKED_LM_MAPPING) else ""
     return Refusal(UnsupportedTaskError, (
-        f"{name} ({loaded.config.model_type}) returns no key/value cache, so it has no decode step for a text-generation "
-        f"folder. Nothing was written. Export it with {fill_mask}fx2onnx.dynamo_export."
+        f"{name} ({loaded.config.model_type}) returns no key/value cache, and transformers' generation feeds its forward "
+        f"{fed} (its prepare_inputs_for_generation), which no loader that feeds the sequence reproduces: it has no "
+        f"text-generation folder. Nothing was written. Export it with {fill_mask}fx2onnx.dynamo_export."
     ))
+
+
+def _with_precision(options: fx2onnx.ExportOptions, request: ExportRequest) -> fx2onnx.ExportOptions:
+    if request.quantization is None:
+        return options
+    # steps of the export's ONNX passes (with the packing of the projections that read
+    # one input, when asked); codes and scales are computed as the weights are written
+    precision = dataclasses.replace(request.quantization, packed_projections=request.pack_projections)
+    return dataclasses.replace(options, precision=precision)
 
 
 class CausalLMRecipe(RecipeDefaults):
@@ -60,17 +75,21 @@ class CausalLMRecipe(RecipeDefaults):
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
         quantization = request.quantization
+        if decode_step.returns_no_cache(loaded.model):
+            return self._export_recomputed(loaded, staging, options, request, say)
         if decode_step.attends_causally(loaded.config) or causal_within_windows(loaded.config):
             # its attention is causal over `attention_mask`'s tokens (within each layer's window):
             # its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
-        if quantization is not None:
-            # steps of the export's ONNX passes (with the packing of the projections that read
-            # one input, when asked); codes and scales are computed as the weights are written
-            precision = dataclasses.replace(quantization, packed_projections=request.pack_projections)
-            options = dataclasses.replace(options, precision=precision)
+        options = _with_precision(options, request)
+        inputs = decode_step.decode_step_inputs(loaded)
+        state_list = decode_step.cache_argument(loaded.model) == decode_step.STATE_LIST
+        if state_list:
+            options = dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, decode_step.STATE_LIST))
         with masks_by_held_tokens(loaded.model):
-            program = exported(loaded.model, decode_step.decode_step_inputs(loaded), options)
+            program = exported(loaded.model, inputs, options)
+        if state_list:
+            name_state_list(program.model)  # RWKV's list: past_state.<i> in, present_state.<i> out
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
@@ -96,6 +115,19 @@ class CausalLMRecipe(RecipeDefaults):
             config, files = windowed, [*files, windowed["model"]["decoder"]["filename"]]
         return [*files, write_json_file(staging, GENAI_CONFIG, config)]
 
+    def _export_recomputed(
+        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
+    ) -> list[str]:
+        """The decoder of a model without a cache: the whole sequence in, every position's logits
+        out, and no genai_config.json (ONNX Runtime GenAI needs a cache)."""
+        options = _with_precision(options, request)
+        with recomputed.without_cache(loaded.model):
+            program = exported(loaded.model, recomputed.recomputing_inputs(loaded), options)
+        name = onnx_file(loaded, folder_layout.MODEL, request.quantization)
+        files = save_program(program, staging, name, loaded)
+        say(recomputed.NOTE.format(name=type(loaded.model).__name__))
+        return [*files, *recomputed.write_without_cache_configs(staging, loaded)]
+
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
         say: Say,
@@ -112,6 +144,9 @@ class CausalLMRecipe(RecipeDefaults):
             vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
             prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
         first = None
+        rows_alone = decode_step.cache_argument(model) == decode_step.STATE_LIST
+        if rows_alone:
+            say(BATCH_ROWS_ALONE)
         for path in paths:
             if path != relative:
                 say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
@@ -119,7 +154,8 @@ class CausalLMRecipe(RecipeDefaults):
                 verdict = verify_quantized_causal_lm(folder / path, model, loaded.config, prompt.tolist(), request.tokens,
                                                      request.atol)
             else:
-                verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance)
+                verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
+                                                      rows_alone=rows_alone)
             if not verdict.passed:
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")

@@ -66,11 +66,11 @@ def _same_dim(model: ir.Model, past: ir.Value, index: int) -> bool:
 
 def fixed_size_states(model: ir.Model) -> list[str]:
     """The cache inputs that do not grow with the sequence (a hybrid's convolution and
-    recurrent states): each dim of their next step's value but the batch is theirs.
+    recurrent states, RWKV's `past_state.*`): each dim of their next step's value but the batch is theirs.
     Their dims take no past length; an empty cache gives them zeros of their own size."""
     return [
         value.name for value in model.graph.inputs
-        if value.name and value.name.startswith("past_key_values.") and value.shape is not None
+        if value.name and value.name.startswith(("past_key_values.", "past_state.")) and value.shape is not None
         and len(value.shape) > 1 and all(_same_dim(model, value, index) for index in range(1, len(value.shape)))
     ]
 

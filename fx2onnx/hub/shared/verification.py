@@ -157,8 +157,8 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
 
 def _is_past(name: str) -> bool:
     """A cache input: keys and values (`past_key_values.*`) and a hybrid's states as
-    Transformers.js names them (`past_conv.*`, `past_ssm.*`, `past_recurrent.*`)."""
-    return name.startswith(("past_key_values.", "past_conv.", "past_ssm.", "past_recurrent."))
+    Transformers.js names them (`past_conv.*`, `past_ssm.*`, `past_recurrent.*`), RWKV's (`past_state.*`)."""
+    return name.startswith(("past_key_values.", "past_conv.", "past_ssm.", "past_recurrent.", "past_state."))
 
 
 def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = _is_past) -> dict[str, np.ndarray]:
@@ -285,11 +285,13 @@ def greedy_decode(
     (default: a causal LM's ids, mask and positions), never choosing the ``banned``
     tokens (the end of text while the generation must go on, as transformers'
     ``min_new_tokens`` keeps it); a run that fails with a :class:`FolderRunError` is said
-    again with the length it failed at. The one greedy loop of every verification."""
+    again with the length it failed at. A decoder without a cache (``cache`` empty) is fed
+    the whole sequence at every step. The one greedy loop of every verification."""
     ids, mask = left_padded(prompts, pad)
     new: list[list[int]] = [[] for _ in prompts]
     logits, lengths = [], []
     past_names, step = list(cache), ids
+    recompute = not past_names
     for index in range(new_tokens):
         length = mask.shape[1]
         try:
@@ -303,7 +305,8 @@ def greedy_decode(
         for row, token in zip(new, chosen):
             row.append(int(token))
         cache = {n: outputs[present_name(n)] for n in past_names}
-        step = chosen[:, None].astype(np.int64)
+        chosen = chosen[:, None].astype(np.int64)
+        step = np.concatenate([step, chosen], axis=1) if recompute else chosen
         mask = np.concatenate([mask, np.ones((len(prompts), 1), dtype=np.int64)], axis=1)
     return Greedy(new, logits, lengths)
 
