@@ -178,6 +178,15 @@ _CHECKPOINT_VALUES = {
 # block is one module shared by its hybrid layers (tied to the first one's), so it needs two of them
 _TINY_VALUES = {
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["mamba", "hybrid", "hybrid"]},
+    # Dory's layers are input, recurrent (looped over) and output layers, 8 + 20 + 8 released: one of
+    # each (the shrunk depth alone leaves the input and output at 8 and the recurrent at -14)
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1,
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+    # Qwen4-Exp's config leaves its token indexer unset, which each of its attention layers builds: a
+    # small one (one key head, as required; its head as wide as the shrunk rotary part; 8 tokens kept in
+    # blocks of 4, fewer than a prompt and its decode steps)
+    "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": SMALL["head_dim"],
+                  "indexer_budget": 8, "indexer_compress_ratio": 4},
 }
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()
@@ -186,6 +195,8 @@ _LEFT_OUT = object()
 def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict[str, Any]:
     """The config's values of ``keys`` to give its constructor again, shrunk (sub-configs as dicts)."""
     values: dict[str, Any] = {}
+    aliases = {stored: name for name, stored in getattr(type(config), "attribute_map", {}).items()
+               if name in keys and stored not in keys}
     for key, current in vars(config).items():
         if hasattr(current, "to_dict") and hasattr(current, "model_type"):
             merged = {**current.to_dict(), **_shrunk_values(current, keys)}
@@ -194,6 +205,9 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
             values[key] = {k: v for k, v in merged.items() if v is not _LEFT_OUT
                            and not (isinstance(layers, int) and _beyond_layers(v, layers))}
             continue
+        # a value stored under another name than the one the shrink knows (Kimi-Linear stores
+        # num_experts_per_tok as num_experts_per_token): given under the known name
+        key = key if key in keys else aliases.get(key, key)
         if key not in keys or isinstance(getattr(type(config), key, None), property):
             continue
         value = SMALL[key]
@@ -354,10 +368,23 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
         # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
         # its heads that shift the labels right (T5ForQuestionAnswering) read it from the config
         config.decoder_start_token_id = config.pad_token_id
-    if class_name.endswith(("ForCausalLM", "Decoder", "WithLMHead")) and getattr(config, "is_decoder", None) is False:
+    if (class_name.endswith(("ForCausalLM", "Decoder")) or _wants_a_decoder(class_name)) and getattr(
+            config, "is_decoder", None) is False:
         # an encoder's causal-LM head (BERT-like, BertGenerationDecoder, Reformer's) is a decoder only when told
         config.is_decoder = True
     return config
+
+
+def _wants_a_decoder(class_name: str) -> bool:
+    """Whether the class's constructor warns or asserts unless its config says ``is_decoder``
+    (BertLMHeadModel, ReformerModelWithLMHead: an encoder's language-model head)."""
+    import transformers
+
+    try:
+        source = inspect.getsource(getattr(transformers, class_name).__init__)
+    except (AttributeError, OSError, TypeError):
+        return False
+    return re.search(r"(not|assert) (self\.)?config\.is_decoder", source) is not None
 
 
 def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any, torch.nn.Module, str]:

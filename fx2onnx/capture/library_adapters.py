@@ -9,7 +9,7 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   (:mod:`fx2onnx.capture.libraries.transformers_caches`; also active while an exported
   program runs, which takes and returns caches);
 - **rewrites**: library functions whose Python code branches on a size that depends
-  on the data (or loops over a data-dependent set: Switch Transformers' and LongCat-Flash's experts, run
+  on the data (or loops over a data-dependent set: Switch Transformers', LongCat-Flash's and DBRX's experts, run
   densely, :mod:`fx2onnx.capture.libraries.transformers_experts`) (``if boxes.numel() == 0: return empty``), which torch.export cannot
   decide. Each is replaced by a function that computes the same result and decides
   such a branch with ``guard_or_false`` (torch's own way of saying "take the general
@@ -69,6 +69,7 @@ from fx2onnx.capture.libraries.transformers_delta_rule_scans import (
 from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
     every_expert_weighted,
+    every_stacked_glu_expert_weighted,
     experts_without_routing_loops,
 )
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
@@ -172,6 +173,10 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "transformers.models.longcat_flash.modeling_longcat_flash", "LongcatFlashExperts.forward",
         every_expert_and_identity_weighted,
         "a loop over the experts some token was routed to (`nonzero()`), identity experts among them",
+    ),
+    CaptureRewrite(
+        "transformers.models.dbrx.modeling_dbrx", "DbrxExperts.forward", every_stacked_glu_expert_weighted,
+        "a loop over the experts some token was routed to (`nonzero()`), each gathering its tokens",
     ),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,
