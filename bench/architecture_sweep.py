@@ -160,9 +160,9 @@ _CHECKPOINT_VALUES = {
     # its projector's output is the language model's width, which the shrink makes 32
     "qwen3_asr": {"audio_config": {"output_dim": SMALL["hidden_size"]}},
     # the state-space heads must divide the state-space width (2 x the width): 8 divide the shrunk 64
-    # as 128 divide the released 8192; Granite 4's hybrids list attention among their Mamba layers
-    # (the config's default lists Mamba layers only)
-    "bamba": {"mamba_n_heads": 8},
+    # as 128 divide the released 8192; Bamba's and Granite 4's hybrids have attention among their Mamba
+    # layers (the configs' defaults have Mamba layers only)
+    "bamba": {"mamba_n_heads": 8, "num_hidden_layers": 2, "attn_layer_indices": [1]},
     "granitemoehybrid": {"mamba_n_heads": 8, "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]},
     # DBRX's checkpoints give the rotary base in the attention's sub-config, which its attention reads
     # and clips its queries, keys and values at 8
