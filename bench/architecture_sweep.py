@@ -505,6 +505,10 @@ TEXT_ONLY = "--text-only"
 REFUSALS = ("UnsupportedTaskError", "PartsLeftOutError")
 
 
+# the errors export-hf gives when the model's own forward fails on the step it exports
+OWN_FAILURES = ("DecodeStepError",)
+
+
 def classify(record: dict[str, Any]) -> str | None:
     """The class of a pair's failure (None for a pair exported and exact)."""
     status, cause = record["status"], record.get("cause", "")
@@ -519,6 +523,8 @@ def classify(record: dict[str, Any]) -> str | None:
         return "crash"
     if cause.split(":")[0] in REFUSALS:
         return "refused"
+    if cause.split(":")[0] in OWN_FAILURES:
+        return "transformers fails"
     eager = record.get("eager_cause", "")
     # transformers' forward fails on the example inputs, and the export where it runs that forward
     if eager and (eager.split(":")[0] == cause.split(":")[0] or via == "exporter"):

@@ -18,6 +18,7 @@ from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import context_length, verification_lengths
+from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
@@ -72,7 +73,14 @@ class CausalLMRecipe(RecipeDefaults):
             precision = dataclasses.replace(quantization, packed_projections=request.pack_projections)
             options = dataclasses.replace(options, precision=precision)
         with masks_by_held_tokens(loaded.model):
-            program = exported(loaded.model, decode_step.decode_step_inputs(loaded), options)
+            try:
+                program = exported(loaded.model, decode_step.decode_step_inputs(loaded), options)
+            except fx2onnx.OnnxExporterError as error:
+                # the model's own forward failing on the step too is the cause to name
+                failure = own_decode_step_failure(loaded)
+                if failure is None:
+                    raise
+                raise failure from error
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
