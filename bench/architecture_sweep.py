@@ -384,7 +384,7 @@ def _wants_a_decoder(class_name: str) -> bool:
         source = inspect.getsource(getattr(transformers, class_name).__init__)
     except (AttributeError, OSError, TypeError):
         return False
-    return re.search(r"(not|assert) (self\.)?config\.is_decoder", source) is not None
+    return re.search(r"(if not|assert) (self\.)?config\.is_decoder\b", source) is not None
 
 
 def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any, torch.nn.Module, str]:
