@@ -101,16 +101,19 @@ def test_experts_loop_kept_with_a_warning_when_no_captured_implementation_can_be
     assert len(caught) == 1 and model.implementation == "eager"
 
 
+def _with_random_weights(module: torch.nn.Module) -> torch.nn.Module:
+    for parameter in module.parameters():  # the experts' weights start uninitialized (torch.empty)
+        torch.nn.init.normal_(parameter, std=0.5)
+    return module.eval()
+
+
 def _longcat_moe() -> torch.nn.Module:
     from transformers.models.longcat_flash import modeling_longcat_flash as longcat
 
     torch.manual_seed(0)
     config = transformers.LongcatFlashConfig(hidden_size=16, expert_ffn_hidden_size=8, n_routed_experts=4,
                                              zero_expert_num=2, moe_topk=2)
-    moe = longcat.LongcatFlashMoE(config).eval()
-    for parameter in moe.parameters():  # the experts' weights start uninitialized (torch.empty)
-        torch.nn.init.normal_(parameter, std=0.5)
-    return moe
+    return _with_random_weights(longcat.LongcatFlashMoE(config))
 
 
 def test_longcat_experts_and_identity_experts_weighted_equal_the_loop() -> None:
@@ -139,10 +142,7 @@ def _dbrx_ffn() -> torch.nn.Module:
     torch.manual_seed(0)
     config = transformers.DbrxConfig(d_model=16, n_heads=2, ffn_config={"ffn_hidden_size": 8, "moe_num_experts": 4,
                                                                         "moe_top_k": 2})
-    ffn = dbrx.DbrxFFN(config).eval()
-    for parameter in ffn.parameters():  # the experts' weights start uninitialized (torch.empty)
-        torch.nn.init.normal_(parameter, std=0.5)
-    return ffn
+    return _with_random_weights(dbrx.DbrxFFN(config))
 
 
 def test_dbrx_experts_weighted_equal_the_loop() -> None:
