@@ -7,7 +7,8 @@ made random too, so that no tie decides a router; nothing downloaded), saved, an
 
 - exported with `export_hf(..., verify=True)`: the folder's model in onnxruntime against
   transformers (`--verify`'s tolerance: rtol 1e-3, atol 1e-4; a decoder's 16 greedy
-  tokens equal as well);
+  tokens equal as well); a multimodal class export-hf refuses for text generation for the
+  encoders the folder leaves out is exported with `--text-only` (the record's "option");
 - exported with `torch.onnx.export(..., dynamo=True)` on the same module and the same
   example inputs (every dim `Dim.AUTO`), its outputs compared in onnxruntime the same way
   on both input sizes (decoders: the logits of the prompt without a cache).
