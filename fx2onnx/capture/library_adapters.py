@@ -76,6 +76,7 @@ from fx2onnx.capture.libraries.transformers_experts import (
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
 from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_new_tokens
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
+from fx2onnx.capture.libraries.transformers_sparsity import quantile_as_a_constant
 from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
@@ -178,6 +179,10 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
     CaptureRewrite(
         "transformers.models.dbrx.modeling_dbrx", "DbrxExperts.forward", every_stacked_glu_expert_weighted,
         "a loop over the experts some token was routed to (`nonzero()`), each gathering its tokens",
+    ),
+    CaptureRewrite(
+        "transformers.models.gemma3n.modeling_gemma3n", "Gemma3nTextMLP._gaussian_topk", quantile_as_a_constant,
+        "a constant normal quantile computed by torch.distributions, whose argument checks do not decompose",
     ),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,
