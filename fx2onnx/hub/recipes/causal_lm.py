@@ -53,9 +53,27 @@ def _stateless_refusal(loaded: LoadedModel) -> Refusal | None:
     ))
 
 
+def _assistant_refusal(loaded: LoadedModel) -> Refusal | None:
+    """A model whose every layer reuses another model's keys and values (Gemma 4's assistants,
+    drafters for speculative decoding, given their target's `shared_kv_states` and embeddings)
+    has no cache of its own, so no decode step to write alone."""
+    text = decode_step.decoder_sizes(loaded.config)
+    shared, layers = getattr(text, "num_kv_shared_layers", None), getattr(text, "num_hidden_layers", None)
+    if not isinstance(shared, int) or not shared or shared != layers:
+        return None
+    name = type(loaded.model).__name__
+    return Refusal(UnsupportedTaskError, (
+        f"{name} ({loaded.config.model_type}) reuses another model's keys and values in each of its {layers} layers "
+        "(an assistant for speculative decoding, given its target model's shared_kv_states and embeddings), so it has "
+        "no cache and no decode step of its own for a text-generation folder. Nothing was written. Export its target "
+        "model, or export it with fx2onnx.dynamo_export on the inputs its target gives it."
+    ))
+
+
 class CausalLMRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return _stateless_refusal(loaded) or precision_refusal(loaded, request, PRECISION)
+        return (_stateless_refusal(loaded) or _assistant_refusal(loaded)
+                or precision_refusal(loaded, request, PRECISION))
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,

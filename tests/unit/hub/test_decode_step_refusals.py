@@ -1,5 +1,7 @@
-"""A decode step whose capture fails is run in eager PyTorch: the model's own failure on it
-is the error export-hf gives, naming the model's code, and nothing is written."""
+"""Causal LMs without a decode step export-hf can write: a decode step whose capture fails is
+run in eager PyTorch, and the model's own failure on it is the error export-hf gives, naming
+the model's code; an assistant that reuses its target's keys and values is refused. Nothing
+is written."""
 
 from __future__ import annotations
 
@@ -43,5 +45,20 @@ def test_the_models_own_failure_on_a_decode_step_is_named_and_none_when_it_runs(
 def test_export_hf_gives_the_models_own_failure_and_writes_nothing(tmp_path: Path) -> None:
     _cpmant().save_pretrained(tmp_path / "source")
     with pytest.raises(DecodeStepError, match="own forward fails in eager PyTorch on a decode step"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_assistant_reusing_its_targets_keys_and_values_is_refused(tmp_path: Path) -> None:
+    # every layer of Gemma 4's assistant reads its target model's keys and values: no decode step of its own
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    text = {"vocab_size": 100, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "hidden_size_per_layer_input": 0,
+            "vocab_size_per_layer_input": 0, "enable_moe_block": False, "use_double_wide_mlp": False,
+            "layer_types": ["sliding_attention", "full_attention"]}
+    config = transformers.Gemma4AssistantConfig(text_config=text, backbone_hidden_size=16)
+    transformers.Gemma4AssistantForCausalLM(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=r"reuses another model's keys and values in each of its 2 layers"):
         export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
     assert not (tmp_path / "out").exists()
