@@ -7,7 +7,8 @@ made random too, so that no tie decides a router; nothing downloaded), saved, an
 
 - exported with `export_hf(..., verify=True)`: the folder's model in onnxruntime against
   transformers (`--verify`'s tolerance: rtol 1e-3, atol 1e-4; a decoder's 16 greedy
-  tokens equal as well);
+  tokens equal as well); a multimodal class export-hf refuses for text generation for the
+  encoders the folder leaves out is exported with `--text-only` (the record's "option");
 - exported with `torch.onnx.export(..., dynamo=True)` on the same module and the same
   example inputs (every dim `Dim.AUTO`), its outputs compared in onnxruntime the same way
   on both input sizes (decoders: the logits of the prompt without a cache).
@@ -168,6 +169,34 @@ _CHECKPOINT_VALUES = {
     # its checkpoints repeat two recurrent blocks and an attention one: two layers keep one of each (with
     # only recurrent ones, transformers' own generation fails on a cache without an attention layer)
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # the state-space heads must divide the state-space width (2 x the width): 8 divide the shrunk 64
+    # as 128 divide the released 8192; Bamba's and Granite 4's hybrids have attention among their Mamba
+    # layers (the configs' defaults have Mamba layers only)
+    "bamba": {"mamba_n_heads": 8, "num_hidden_layers": 2, "attn_layer_indices": [1]},
+    "granitemoehybrid": {"mamba_n_heads": 8, "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]},
+    # DBRX's checkpoints give the rotary base in the attention's sub-config, which its attention reads
+    # and clips its queries, keys and values at 8
+    "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
+    # a Gemma 4 assistant's text model has no per-layer inputs, experts or double-wide MLP (its validator)
+    "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0,
+                                         "enable_moe_block": False, "use_double_wide_mlp": False}},
+    # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
+    "cohere_compass_text": {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": 50000.0}
+                                                for kind in ("full_attention", "sliding_attention")}},
+}
+# values a tiny model of a type needs that the shrink would undo, given after it: Zamba's attention
+# block is one module shared by its hybrid layers (tied to the first one's), so it needs two of them
+_TINY_VALUES = {
+    "zamba": {"num_hidden_layers": 3, "layers_block_type": ["mamba", "hybrid", "hybrid"]},
+    # Dory's layers are input, recurrent (looped over) and output layers, 8 + 20 + 8 released: one of
+    # each (the shrunk depth alone leaves the input and output at 8 and the recurrent at -14)
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1,
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+    # Qwen4-Exp's config leaves its token indexer unset, which each of its attention layers builds: a
+    # small one (one key head, as required; its head as wide as the shrunk rotary part; 8 tokens kept in
+    # blocks of 4, fewer than a prompt and its decode steps)
+    "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": SMALL["head_dim"],
+                  "indexer_budget": 8, "indexer_compress_ratio": 4},
 }
 # a value of `_shrunk_values` that the constructor is left to derive (not given at all)
 _LEFT_OUT = object()
@@ -176,6 +205,8 @@ _LEFT_OUT = object()
 def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict[str, Any]:
     """The config's values of ``keys`` to give its constructor again, shrunk (sub-configs as dicts)."""
     values: dict[str, Any] = {}
+    aliases = {stored: name for name, stored in getattr(type(config), "attribute_map", {}).items()
+               if name in keys and stored not in keys}
     for key, current in vars(config).items():
         if hasattr(current, "to_dict") and hasattr(current, "model_type"):
             merged = {**current.to_dict(), **_shrunk_values(current, keys)}
@@ -184,6 +215,9 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
             values[key] = {k: v for k, v in merged.items() if v is not _LEFT_OUT
                            and not (isinstance(layers, int) and _beyond_layers(v, layers))}
             continue
+        # a value stored under another name than the one the shrink knows (Kimi-Linear stores
+        # num_experts_per_tok as num_experts_per_token): given under the known name
+        key = key if key in keys else aliases.get(key, key)
         if key not in keys or isinstance(getattr(type(config), key, None), property):
             continue
         value = SMALL[key]
@@ -197,7 +231,7 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
     if "kv_lora_rank" in vars(config) and vars(config).get("num_key_value_heads") == vars(config).get("num_attention_heads"):
         # a latent attention's key/value heads are its heads (its checkpoints say so; the
         # expansion of its latent keys gives one per head): they shrink together
-        values["num_key_value_heads"] = values.get("num_attention_heads", config.num_attention_heads)
+        values["num_key_value_heads"] = values.get("num_attention_heads", vars(config).get("num_attention_heads"))
     layers = values.get("num_hidden_layers", getattr(config, "num_hidden_layers", None))
     old_layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and isinstance(old_layers, int) and layers < old_layers:
@@ -209,8 +243,17 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
     read_only = isinstance(getattr(type(config), name, None), property)
     if isinstance(kinds, list) and isinstance(layers, int) and not read_only:
         values[name] = _every_kind(kinds, layers)
+        shared = vars(config).get("num_kv_shared_layers")
+        if isinstance(shared, int) and shared >= len(kinds):  # every layer reuses another model's (an assistant's)
+            values["num_kv_shared_layers"] = len(values[name])
+        elif isinstance(shared, int) and shared > 0:
+            # the last layers reuse the cache of the last earlier layer of their kind (Gemma 3n):
+            # each kind once to produce it, then each kind once to reuse it, as in the checkpoints
+            values[name] = values[name] + values[name]
+            values["num_kv_shared_layers"] = len(values[name]) // 2
         if len(values[name]) > layers:
             values["num_hidden_layers"] = len(values[name])
+            values.update(_per_layer_values(config, len(kinds), len(values[name]), keys))
     # a pattern of layer kinds repeated a number of times ([[["global", "local"], 12]]) repeated
     # as often as the shrunk depth holds it, and the depth a whole number of patterns
     depth = values.get("num_layers", getattr(config, "num_layers", None))
@@ -319,22 +362,39 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     # the class's own config class where the model type's is another (a text model of a
     # multimodal type: Qwen3.5's causal LM reads a text config)
     config_class = getattr(getattr(transformers, class_name, None), "config_class", None)
-    default = transformers.AutoConfig.for_model(model_type)
-    make = config_class if config_class is not None and not isinstance(default, config_class) else type(default)
+    if config_class is not None and getattr(config_class, "model_type", None) == model_type:
+        make = config_class  # its default may fail its own validator (Gemma 4's assistant): not built
+    else:
+        default = transformers.AutoConfig.for_model(model_type)
+        make = config_class if config_class is not None and not isinstance(default, config_class) else type(default)
     config = make(**_CHECKPOINT_VALUES.get(model_type, {}))
     values = _shrunk_values(config, keys)
     values = {k: v for k, v in values.items() if v is not _LEFT_OUT}
-    config = make(**{**_CHECKPOINT_VALUES.get(model_type, {}), **(_derived_values(config, values) if derive else values)})
+    config = make(**{**_CHECKPOINT_VALUES.get(model_type, {}), **(_derived_values(config, values) if derive else values),
+                     **_TINY_VALUES.get(model_type, {})})
     _forward_defaults(config)
     config.architectures = [class_name]
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
         # its heads that shift the labels right (T5ForQuestionAnswering) read it from the config
         config.decoder_start_token_id = config.pad_token_id
-    if class_name.endswith(("ForCausalLM", "Decoder")) and getattr(config, "is_decoder", None) is False:
-        # an encoder's causal-LM head (BERT-like, BertGenerationDecoder) is a decoder only when told
+    if (class_name.endswith(("ForCausalLM", "Decoder")) or _wants_a_decoder(class_name)) and getattr(
+            config, "is_decoder", None) is False:
+        # an encoder's causal-LM head (BERT-like, BertGenerationDecoder, Reformer's) is a decoder only when told
         config.is_decoder = True
     return config
+
+
+def _wants_a_decoder(class_name: str) -> bool:
+    """Whether the class's constructor warns or asserts unless its config says ``is_decoder``
+    (BertLMHeadModel, ReformerModelWithLMHead: an encoder's language-model head)."""
+    import transformers
+
+    try:
+        source = inspect.getsource(getattr(transformers, class_name).__init__)
+    except (AttributeError, OSError, TypeError):
+        return False
+    return re.search(r"(if not|assert) (self\.)?config\.is_decoder\b", source) is not None
 
 
 def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any, torch.nn.Module, str]:
@@ -447,8 +507,16 @@ CATEGORIES = {
 }
 
 
+# a text-generation pair exported with --text-only, export-hf having refused it without (the
+# record's "option"; its "via" names the part of fx2onnx a failure came from): the scoreboard marks its cell
+TEXT_ONLY = "--text-only"
+
 # the errors export-hf refuses a pair with (a task or parts it does not serve), each naming what does
 REFUSALS = ("UnsupportedTaskError", "PartsLeftOutError")
+
+
+# the errors export-hf gives when the model's own forward fails on the step it exports
+OWN_FAILURES = ("DecodeStepError",)
 
 
 def classify(record: dict[str, Any]) -> str | None:
@@ -465,6 +533,8 @@ def classify(record: dict[str, Any]) -> str | None:
         return "crash"
     if cause.split(":")[0] in REFUSALS:
         return "refused"
+    if cause.split(":")[0] in OWN_FAILURES:
+        return "transformers fails"
     eager = record.get("eager_cause", "")
     # transformers' forward fails on the example inputs, and the export where it runs that forward
     if eager and (eager.split(":")[0] == cause.split(":")[0] or via == "exporter"):
@@ -590,7 +660,7 @@ def run_pair(
         eager_cause = _eager_failure(task, config, model)
         started = time.perf_counter()
         try:
-            result = export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16)
+            result = _export_for_task(scratch, task, record)
         except Exception as error:  # noqa: BLE001
             record.update(status="failed", **_failure(error), seconds=time.perf_counter() - started)
             if eager_cause:  # transformers' forward fails as well: its cause is the pair's
@@ -612,6 +682,22 @@ def run_pair(
             except Exception as error:  # noqa: BLE001
                 record.update(torch_onnx="failed", torch_onnx_cause=_cause(error))
     return record
+
+
+def _export_for_task(scratch: Path, task: str, record: dict[str, Any]) -> Any:
+    """export-hf's folder for ``task``: for text generation, a multimodal class export-hf
+    refuses for the parts the folder leaves out (PartsLeftOutError) is exported again with
+    ``--text-only``, whose folder is the one a text-generation pipeline runs; the record
+    says so (``option``)."""
+    from fx2onnx.hub.decoders.text_only import PartsLeftOutError
+
+    try:
+        return export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16)
+    except PartsLeftOutError:
+        if task != "text-generation":
+            raise
+    record["option"] = TEXT_ONLY
+    return export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16, text_only=True)
 
 
 def _eager_failure(task: str, config: Any, model: torch.nn.Module) -> str | None:
@@ -803,9 +889,18 @@ def summary(records: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _cell(record: dict[str, Any]) -> str:
+    mark = TEXT_ONLY_MARK if record.get("option") == TEXT_ONLY else ""
     if record["status"] != "exported":
-        return f"fails: {classify(record)}"
-    return "exact" if record.get("exact") else "differs"
+        return f"fails: {classify(record)}{mark}"
+    return ("exact" if record.get("exact") else "differs") + mark
+
+
+# the mark of a pair exported with --text-only, and the legend's line for it
+TEXT_ONLY_MARK = " (text only)"
+TEXT_ONLY_LEGEND = (
+    "*(text only)*: a multimodal class that export-hf refuses for text generation without `--text-only` "
+    "(its other encoders left out of the folder, PartsLeftOutError), exported with `--text-only`, whose "
+    "folder is the one a text-generation pipeline runs.")
 
 
 def _torch_cell(record: dict[str, Any]) -> str:
@@ -926,7 +1021,7 @@ def report(results: Path, page: Path) -> str:
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
         "the column that sets it aside. A pair export-hf refuses before writing anything, with an error naming "
         "what serves it (a task or parts it does not serve), is counted as tried in the class *refused*, and "
-        "set aside in a second percentage. A config whose smallest sizes break its own constraints (a rotary "
+        f"set aside in a second percentage. {TEXT_ONLY_LEGEND} A config whose smallest sizes break its own constraints (a rotary "
         "or latent head size, a validator) is built again with the widths that depend on them following the "
         "shrunk ones (the *derived* level). The sweep runs the pairs of text generation, text and token "
         "classification, question answering, fill-mask, image classification and sequence-to-sequence first, "

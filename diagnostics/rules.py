@@ -392,6 +392,27 @@ OPTION_WITHOUT_EFFECT = Rule(
     default_level=Level.WARNING,
 )
 
+CACHE_OUTSIDE_LAYERS = Rule(
+    id="FXE0028",
+    name="cache-outside-layers",
+    short_description="A cache among the inputs keeps tensors outside its layers.",
+    full_description=(
+        "A transformers cache given as an input (past_key_values) is taken apart into its "
+        "layers' tensors, which become the model's inputs and outputs. A cache class that "
+        "keeps tensors of its own besides its layers (MiniMax's linear-attention states) "
+        "cannot be taken apart so: those tensors would be frozen into the model as "
+        "constants. The export stops instead."
+    ),
+    message_template="{cache} keeps tensors outside its layers: {reason}",
+    help_text=(
+        "Export the model without its cache (use_cache=False, no past_key_values), or "
+        "give it a cache whose every state is in its layers (transformers' DynamicCache "
+        "layers); for a transformers model, report the cache class to fx2onnx with this "
+        "SARIF file."
+    ),
+    default_level=Level.ERROR,
+)
+
 ALL: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -412,6 +433,7 @@ ALL: tuple[Rule, ...] = (
     ALIASED_EXAMPLE_INPUTS,
     TRAINING_MODE,
     OPTION_WITHOUT_EFFECT,
+    CACHE_OUTSIDE_LAYERS,
 )
 
 _BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL}

@@ -19,7 +19,7 @@ from diagnostics import DiagnosticContext, Level, rules
 from diagnostics.checked_fields import check_argument
 from dispatcher import OnnxRegistry
 from fx2onnx.capture.capture_steps import CaptureState, capture
-from fx2onnx.capture.library_adapters import registered_containers
+from fx2onnx.capture.library_adapters import CacheOutsideLayersError, registered_containers
 from fx2onnx.capture.fake_mode import outside_fake_mode
 from fx2onnx.capture.torch_export import model_name
 from fx2onnx.collection_scope import collect_new_objects_only
@@ -72,11 +72,10 @@ def dynamo_export(
             return _export(model, model_args, model_kwargs, options, context, timer)
     except Exception as error:
         if not isinstance(error, StepFailed) and not context.has_errors():
-            context.record(
-                rules.GRAPH_BUILDING,
-                Level.ERROR,
-                message=f"Export failed: {type(error).__name__}: {error}",
-            ).log_source_exception(error)
+            # a cache input that cannot be taken apart has a rule of its own; anything else the generic one
+            rule, text = ((rules.CACHE_OUTSIDE_LAYERS, f"{error}") if isinstance(error, CacheOutsideLayersError)
+                          else (rules.GRAPH_BUILDING, f"Export failed: {type(error).__name__}: {error}"))
+            context.record(rule, Level.ERROR, message=text).log_source_exception(error)
         _record_failure_summary(context, model, timer)
         program = ONNXProgram(None, None, None, context, export_exception=error, stage_seconds=timer.seconds)
         raise OnnxExporterError(program, _failure_message(context, options)) from error

@@ -296,6 +296,7 @@ def test_the_kept_comparison_is_the_pairs_last_one(tmp_path) -> None:
 
 @pytest.mark.parametrize(("model_type", "class_name", "encoder"), [
     ("bert", "BertForCausalLM", "BertForMaskedLM"), ("bert-generation", "BertGenerationDecoder", "BertGenerationEncoder"),
+    ("bert", "BertLMHeadModel", "BertModel"), ("reformer", "ReformerModelWithLMHead", "ReformerForMaskedLM"),
 ])
 def test_an_encoders_causal_lm_head_is_built_as_a_decoder(model_type: str, class_name: str, encoder: str) -> None:
     # as transformers' docs build them for generation; otherwise their attention sees later tokens
@@ -316,8 +317,47 @@ def test_values_given_per_layer_shrink_with_the_depth() -> None:
     # Gemma 3n's text config gives a width per layer, and its validator wants one per layer
     config = sweep.small_config("gemma3n", "Gemma3nForConditionalGeneration")
     text = config.text_config
-    assert len(text.intermediate_size) == text.num_hidden_layers == 2
+    assert len(text.intermediate_size) == text.num_hidden_layers == 4
     assert max(text.intermediate_size) <= sweep.SMALL["intermediate_size"]
+
+
+def test_layers_reusing_an_earlier_layers_cache_keep_a_producer_of_each_kind() -> None:
+    # Gemma 3n's last layers reuse the cache of the last earlier layer of their kind: each kind
+    # once to produce it, then once to reuse it (the validator refuses a kind without a producer)
+    text = sweep.small_config("gemma3n", "Gemma3nForConditionalGeneration").text_config
+    assert text.layer_types == ["sliding_attention", "full_attention"] * 2 and text.num_kv_shared_layers == 2
+    assert text.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
+    # an assistant reuses another model's cache in every layer: all of its shrunk layers do
+    assistant = sweep.small_config("gemma4_assistant", "Gemma4AssistantForCausalLM").text_config
+    assert assistant.num_kv_shared_layers == assistant.num_hidden_layers == 2
+
+
+def test_a_value_stored_under_another_name_shrinks_under_the_known_one() -> None:
+    # Kimi-Linear stores num_experts_per_tok as num_experts_per_token: 8 of 4 experts would fail its top-k
+    config = sweep.small_config("kimi_linear", "KimiLinearForCausalLM")
+    assert config.num_experts_per_tok == sweep.SMALL["num_experts_per_tok"] <= config.num_local_experts
+
+
+@pytest.mark.parametrize(("model_type", "class_name", "check"), [
+    ("zamba", "ZambaForCausalLM", lambda c: c.layers_block_type.count("hybrid") == 2),  # its shared block tied
+    ("bamba", "BambaForCausalLM", lambda c: "full_attention" in c.layers_block_type),
+    ("granitemoehybrid", "GraniteMoeHybridForCausalLM", lambda c: "full_attention" in c.layer_types),
+    ("dory", "DoryForCausalLM", lambda c: c.n_input_layers == c.n_recurrent_layers == c.n_output_layers == 1),
+    ("qwen4_exp", "Qwen4ExpForCausalLM", lambda c: c.indexer_budget % c.indexer_compress_ratio == 0),
+    ("cohere_compass_text", "CohereCompassForCausalLM", lambda c: "full_attention" in c.rope_parameters),
+    ("dbrx", "DbrxForCausalLM", lambda c: c.attn_config.rope_theta > 0 and c.attn_config.clip_qkv),
+])
+def test_a_tiny_model_is_shaped_as_the_checkpoints_are(model_type: str, class_name: str, check) -> None:
+    # values the checkpoints set that the config's defaults or the shrink leave inconsistent
+    config = sweep.small_config(model_type, class_name)
+    assert check(config)
+
+
+def test_a_pair_exported_with_text_only_is_marked_on_the_scoreboard() -> None:
+    record = {"task": "text-generation", "architecture": "GitForCausalLM", "status": "exported", "exact": True,
+              "option": sweep.TEXT_ONLY}
+    assert sweep._cell(record) == "exact" + sweep.TEXT_ONLY_MARK
+    assert sweep._cell({**record, "option": None}) == "exact"
 
 
 def test_a_model_type_whose_checkpoints_name_its_layer_kinds_gets_them() -> None:

@@ -9,7 +9,7 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   (:mod:`fx2onnx.capture.libraries.transformers_caches`; also active while an exported
   program runs, which takes and returns caches);
 - **rewrites**: library functions whose Python code branches on a size that depends
-  on the data (or loops over a data-dependent set: Switch Transformers' and LongCat-Flash's experts, run
+  on the data (or loops over a data-dependent set: Switch Transformers', LongCat-Flash's and DBRX's experts, run
   densely, :mod:`fx2onnx.capture.libraries.transformers_experts`) (``if boxes.numel() == 0: return empty``), which torch.export cannot
   decide. Each is replaced by a function that computes the same result and decides
   such a branch with ``guard_or_false`` (torch's own way of saying "take the general
@@ -55,6 +55,7 @@ import torch
 from fx2onnx.capture.libraries import torchvision_rewrites
 from fx2onnx.capture.libraries.torchao_tensors import TensorSubclassError, without_tensor_subclasses
 from fx2onnx.capture.libraries.transformers_caches import (
+    CacheOutsideLayersError,
     is_cache_type,
     is_encoder_decoder_cache_type,
     registered_containers,
@@ -69,6 +70,7 @@ from fx2onnx.capture.libraries.transformers_delta_rule_scans import (
 from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
     every_expert_weighted,
+    every_stacked_glu_expert_weighted,
     experts_without_routing_loops,
 )
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
@@ -78,10 +80,11 @@ from fx2onnx.capture.libraries.transformers_selective_scans import (
     SELECTIVE_SCAN_FUNCTION, SELECTIVE_SCAN_MIXERS, mixer_handing_its_state, scan_over_symbolic_length,
 )
 from fx2onnx.capture.libraries.transformers_token_scans import linear_recurrence_scan, wkv_scan
+from fx2onnx.capture.libraries.transformers_sparsity import quantile_as_a_constant
 from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
-    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming",
+    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CacheOutsideLayersError", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming",
     "default_scan_chunks", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture",
     "library_hint", "registered_containers", "rewrite_site", "rewritten_library_functions", "static_window_image_sizes",
     "transformers_version", "without_tensor_subclasses",
@@ -176,6 +179,14 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "transformers.models.longcat_flash.modeling_longcat_flash", "LongcatFlashExperts.forward",
         every_expert_and_identity_weighted,
         "a loop over the experts some token was routed to (`nonzero()`), identity experts among them",
+    ),
+    CaptureRewrite(
+        "transformers.models.dbrx.modeling_dbrx", "DbrxExperts.forward", every_stacked_glu_expert_weighted,
+        "a loop over the experts some token was routed to (`nonzero()`), each gathering its tokens",
+    ),
+    CaptureRewrite(
+        "transformers.models.gemma3n.modeling_gemma3n", "Gemma3nTextMLP._gaussian_topk", quantile_as_a_constant,
+        "a constant normal quantile computed by torch.distributions, whose argument checks do not decompose",
     ),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,

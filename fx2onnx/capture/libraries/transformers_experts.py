@@ -10,7 +10,8 @@ every expert runs on every token and its output is weighted by the token's routi
 for it, which is zero for an expert the router did not pick (or a token dropped by the
 expert's capacity): the sum is the original's for every routing. It costs every expert on
 every token. LongCat-Flash's experts (`LongcatFlashExperts`: weights stacked per expert,
-then identity experts that return their tokens) loop the same way and are run the same way.
+then identity experts that return their tokens) loop the same way and are run the same way, and
+so are DBRX's (`DbrxExperts`: a gated MLP whose weights hold every expert's rows one after another).
 
 **Experts whose model asks for transformers' "eager" experts implementation** (the OpenAI
 Privacy Filter does by default): transformers' experts classes (`@use_experts_implementation`)
@@ -108,6 +109,32 @@ def every_expert_and_identity_weighted(original: Any) -> Any:
             outputs = torch.einsum("eti,edi->etd", self.act_fn(gate) * up, self.down_proj)
             result = result + torch.einsum("etd,te->td", outputs, weights[:, :routed].to(outputs.dtype)).to(hidden_states.dtype)
         return result
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
+
+
+def every_stacked_glu_expert_weighted(original: Any) -> Any:
+    """A forward for DBRX's experts (``mlp.w1``, ``mlp.v1`` and ``mlp.w2``: each expert's
+    ``ffn_hidden_size`` rows one after another) given each token's top-k expert indices and
+    weights: every expert's gated MLP on every token at once, weighted by the token's weight
+    for it (zero where not picked). transformers loops over the experts some token picked
+    (`nonzero()`), as above."""
+
+    def forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        batch = hidden_states.shape[0]
+        tokens = hidden_states.reshape(-1, self.hidden_size)
+        # (tokens, experts): a token's weight for each expert, zero where not picked
+        weights = torch.zeros(tokens.shape[0], self.num_experts, dtype=top_k_weights.dtype,
+                              device=top_k_weights.device).scatter_add(1, top_k_index, top_k_weights)
+        shape = (self.num_experts, self.ffn_hidden_size, self.hidden_size)
+        mlp = self.mlp
+        gate = torch.einsum("td,eid->eti", tokens, mlp.w1.view(shape))
+        up = torch.einsum("td,eid->eti", tokens, mlp.v1.view(shape))
+        outputs = torch.einsum("eti,eid->etd", mlp.activation_fn(gate) * up, mlp.w2.view(shape))
+        result = torch.einsum("etd,te->td", outputs, weights.to(outputs.dtype)).to(tokens.dtype)
+        return result.view(batch, -1, self.hidden_size)
 
     forward.__wrapped__ = original  # type: ignore[attr-defined]
     return forward

@@ -18,6 +18,7 @@ from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
+from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, name_state_list, state_list_dynamic_shapes
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
@@ -67,9 +68,27 @@ def _with_precision(options: fx2onnx.ExportOptions, request: ExportRequest) -> f
     return dataclasses.replace(options, precision=precision)
 
 
+def _assistant_refusal(loaded: LoadedModel) -> Refusal | None:
+    """A model whose every layer reuses another model's keys and values (Gemma 4's assistants,
+    drafters for speculative decoding, given their target's `shared_kv_states` and embeddings)
+    has no cache of its own, so no decode step to write alone."""
+    text = decode_step.decoder_sizes(loaded.config)
+    shared, layers = getattr(text, "num_kv_shared_layers", None), getattr(text, "num_hidden_layers", None)
+    if not isinstance(shared, int) or not shared or shared != layers:
+        return None
+    name = type(loaded.model).__name__
+    return Refusal(UnsupportedTaskError, (
+        f"{name} ({loaded.config.model_type}) reuses another model's keys and values in each of its {layers} layers "
+        "(an assistant for speculative decoding, given its target model's shared_kv_states and embeddings), so it has "
+        "no cache and no decode step of its own for a text-generation folder. Nothing was written. Export its target "
+        "model, or export it with fx2onnx.dynamo_export on the inputs its target gives it."
+    ))
+
+
 class CausalLMRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return _stateless_refusal(loaded) or precision_refusal(loaded, request, PRECISION)
+        return (_stateless_refusal(loaded) or _assistant_refusal(loaded)
+                or precision_refusal(loaded, request, PRECISION))
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
@@ -87,7 +106,14 @@ class CausalLMRecipe(RecipeDefaults):
         if state_list:
             options = dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, decode_step.STATE_LIST))
         with masks_by_held_tokens(loaded.model):
-            program = exported(loaded.model, inputs, options)
+            try:
+                program = exported(loaded.model, inputs, options)
+            except fx2onnx.OnnxExporterError as error:
+                # the model's own forward failing on the step too is the cause to name
+                failure = own_decode_step_failure(loaded)
+                if failure is None:
+                    raise
+                raise failure from error
         if state_list:
             name_state_list(program.model)  # RWKV's list: past_state.<i> in, present_state.<i> out
         check_growing_cache(program, loaded.config)

@@ -171,3 +171,22 @@ def test_a_cache_with_tensors_outside_its_layers_is_refused_naming_them() -> Non
         with pytest.raises(CacheOutsideLayersError, match=r"MiniMaxCache keeps tensors outside its layers \(linear_cache\)"):
             pytree.tree_flatten(cache)
         assert len(pytree.tree_leaves(_cache())) == 4  # a cache whose tensors are all in its layers
+
+
+def test_an_export_given_a_cache_with_tensors_outside_its_layers_fails_under_its_own_rule() -> None:
+    # the export's error names the rule of such a cache and what to do, not the generic graph-building one
+    import fx2onnx
+    from transformers.models.minimax.modeling_minimax import MiniMaxCache
+
+    class ReadsTheCache(torch.nn.Module):
+        def forward(self, x: torch.Tensor, cache: object) -> torch.Tensor:
+            return x + cache.layers[0].keys.sum()
+
+    cache = MiniMaxCache()
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), 0)
+    cache.set_linear_cache(1, torch.randn(1, 2, 4, 4))
+    with pytest.raises(fx2onnx.OnnxExporterError) as caught:
+        fx2onnx.dynamo_export(ReadsTheCache(), torch.randn(2), cache)
+    message = str(caught.value)
+    assert "[FXE0028] MiniMaxCache keeps tensors outside its layers (linear_cache)" in message
+    assert "FXE0019" not in message and "use_cache=False" in message

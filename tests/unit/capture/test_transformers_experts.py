@@ -101,16 +101,19 @@ def test_experts_loop_kept_with_a_warning_when_no_captured_implementation_can_be
     assert len(caught) == 1 and model.implementation == "eager"
 
 
+def _with_random_weights(module: torch.nn.Module) -> torch.nn.Module:
+    for parameter in module.parameters():  # the experts' weights start uninitialized (torch.empty)
+        torch.nn.init.normal_(parameter, std=0.5)
+    return module.eval()
+
+
 def _longcat_moe() -> torch.nn.Module:
     from transformers.models.longcat_flash import modeling_longcat_flash as longcat
 
     torch.manual_seed(0)
     config = transformers.LongcatFlashConfig(hidden_size=16, expert_ffn_hidden_size=8, n_routed_experts=4,
                                              zero_expert_num=2, moe_topk=2)
-    moe = longcat.LongcatFlashMoE(config).eval()
-    for parameter in moe.parameters():  # the experts' weights start uninitialized (torch.empty)
-        torch.nn.init.normal_(parameter, std=0.5)
-    return moe
+    return _with_random_weights(longcat.LongcatFlashMoE(config))
 
 
 def test_longcat_experts_and_identity_experts_weighted_equal_the_loop() -> None:
@@ -129,5 +132,37 @@ def test_longcat_experts_and_identity_experts_weighted_equal_the_loop() -> None:
 def test_longcat_experts_export_with_a_dynamic_token_count(export_and_compare) -> None:
     moe = _longcat_moe()
     program = export_and_compare(moe, (torch.randn(2, 9, 16),), options=fx2onnx.ExportOptions(dynamic_shapes=True),
+                                 second_inputs=((torch.randn(3, 5, 16),), {}))
+    assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]
+
+
+def _dbrx_ffn() -> torch.nn.Module:
+    from transformers.models.dbrx import modeling_dbrx as dbrx
+
+    torch.manual_seed(0)
+    config = transformers.DbrxConfig(d_model=16, n_heads=2, ffn_config={"ffn_hidden_size": 8, "moe_num_experts": 4,
+                                                                        "moe_top_k": 2})
+    return _with_random_weights(dbrx.DbrxFFN(config))
+
+
+def test_dbrx_experts_weighted_equal_the_loop() -> None:
+    # DBRX's experts: four gated MLPs stacked in one weight each, top 2 of 4; some expert left unpicked
+    ffn = _dbrx_ffn()
+    hidden = torch.randn(3, 11, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = ffn(hidden)
+        with rewritten_library_functions():
+            got = ffn(hidden)
+        few = hidden[:1, :1]  # one token: two experts of four picked
+        want_few = ffn(few)
+        with rewritten_library_functions():
+            got_few = ffn(few)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)  # float sums in another order
+    torch.testing.assert_close(got_few, want_few, rtol=0, atol=1e-5)
+
+
+def test_dbrx_experts_export_with_a_dynamic_token_count(export_and_compare) -> None:
+    ffn = _dbrx_ffn()
+    program = export_and_compare(ffn, (torch.randn(2, 9, 16),), options=fx2onnx.ExportOptions(dynamic_shapes=True),
                                  second_inputs=((torch.randn(3, 5, 16),), {}))
     assert not [n for n in program.model.graph.all_nodes() if n.op_type in ("NonZero", "Loop")]

@@ -1,0 +1,64 @@
+"""Causal LMs without a decode step export-hf can write: a decode step whose capture fails is
+run in eager PyTorch, and the model's own failure on it is the error export-hf gives, naming
+the model's code; an assistant that reuses its target's keys and values is refused. Nothing
+is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fx2onnx.hub import export_hf
+from fx2onnx.hub.decoders.own_decode_step import DecodeStepError, own_decode_step_failure
+from fx2onnx.hub.loading import LoadedModel
+
+transformers = pytest.importorskip("transformers")
+
+
+def _cpmant() -> torch.nn.Module:
+    # CPM-Ant builds its masks and position bias from this call's tokens only: its forward
+    # fails on new tokens after cached ones (transformers 5.24)
+    config = transformers.CpmAntConfig(vocab_size=100, hidden_size=16, dim_ff=32, num_attention_heads=2, dim_head=8,
+                                       num_hidden_layers=1, prompt_length=4, prompt_types=4, segment_types=4)
+    torch.manual_seed(0)
+    return transformers.CpmAntForCausalLM(config).eval()
+
+
+def _llama() -> torch.nn.Module:
+    config = transformers.LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def test_the_models_own_failure_on_a_decode_step_is_named_and_none_when_it_runs() -> None:
+    model = _cpmant()
+    failure = own_decode_step_failure(LoadedModel(model, model.config, Path("."), "text-generation", None))
+    assert isinstance(failure, DecodeStepError)
+    assert str(failure).startswith("CpmAntForCausalLM's own forward fails in eager PyTorch on a decode step")
+    assert "must match the size of tensor" in str(failure)  # the model's own error, quoted
+    llama = _llama()
+    assert own_decode_step_failure(LoadedModel(llama, llama.config, Path("."), "text-generation", None)) is None
+
+
+def test_export_hf_gives_the_models_own_failure_and_writes_nothing(tmp_path: Path) -> None:
+    _cpmant().save_pretrained(tmp_path / "source")
+    with pytest.raises(DecodeStepError, match="own forward fails in eager PyTorch on a decode step"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_assistant_reusing_its_targets_keys_and_values_is_refused(tmp_path: Path) -> None:
+    # every layer of Gemma 4's assistant reads its target model's keys and values: no decode step of its own
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    text = {"vocab_size": 100, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "hidden_size_per_layer_input": 0,
+            "vocab_size_per_layer_input": 0, "enable_moe_block": False, "use_double_wide_mlp": False,
+            "layer_types": ["sliding_attention", "full_attention"]}
+    config = transformers.Gemma4AssistantConfig(text_config=text, backbone_hidden_size=16)
+    transformers.Gemma4AssistantForCausalLM(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=r"reuses another model's keys and values in each of its 2 layers"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()
