@@ -136,6 +136,14 @@ def encoder_output(hidden_states: torch.Tensor) -> Any:
     return MoEModelOutput(last_hidden_state=hidden_states)
 
 
+def codebooks(config: Any) -> int | None:
+    """The number of audio codebooks whose tokens each of the decoder's sequences stacks
+    (Musicgen's `num_codebooks`: `input_ids` rows are batch x codebooks, its mask's and
+    cache's rows the batch); None for a decoder of one token stream."""
+    count = getattr(decoder_sizes(config), "num_codebooks", None)
+    return int(count) if isinstance(count, int) and count > 1 else None
+
+
 def head_size(config: Any) -> int:
     explicit = getattr(config, "head_dim", None)
     return int(explicit) if explicit else int(config.hidden_size) // int(config.num_attention_heads)

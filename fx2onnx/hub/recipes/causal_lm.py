@@ -85,9 +85,27 @@ def _assistant_refusal(loaded: LoadedModel) -> Refusal | None:
     ))
 
 
+def _codebooks_refusal(loaded: LoadedModel) -> Refusal | None:
+    """A decoder of audio codebooks (Musicgen's) reads `input_ids` of batch x codebooks rows
+    against a mask and cache of batch rows, and transformers' generation delays each codebook
+    by one more step: no causal-LM loader feeds it, and greedy tokens from its logits are not
+    transformers' tokens."""
+    count = decode_step.codebooks(loaded.config)
+    if count is None:
+        return None
+    name = type(loaded.model).__name__
+    return Refusal(UnsupportedTaskError, (
+        f"{name} ({loaded.config.model_type}) decodes {count} audio codebooks: its input_ids rows must be a multiple of "
+        f"num_codebooks={count} (batch x codebooks, against an attention mask and cache of batch rows) and transformers' "
+        "generation applies a codebook delay pattern mask to every step, which no text-generation loader (ONNX Runtime "
+        "GenAI, Transformers.js) reproduces: it has no text-generation folder. Nothing was written. Export it with "
+        "fx2onnx.dynamo_export on input_ids of (batch x num_codebooks, sequence) rows."
+    ))
+
+
 class CausalLMRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return (_stateless_refusal(loaded) or _assistant_refusal(loaded)
+        return (_codebooks_refusal(loaded) or _stateless_refusal(loaded) or _assistant_refusal(loaded)
                 or precision_refusal(loaded, request, PRECISION))
 
     def export(

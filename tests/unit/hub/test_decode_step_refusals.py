@@ -1,7 +1,7 @@
 """Causal LMs without a decode step export-hf can write: a decode step whose capture fails is
 run in eager PyTorch, and the model's own failure on it is the error export-hf gives, naming
-the model's code; an assistant that reuses its target's keys and values is refused. Nothing
-is written."""
+the model's code; an assistant that reuses its target's keys and values and a decoder of audio
+codebooks (Musicgen) are refused. Nothing is written."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
+from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.own_decode_step import DecodeStepError, own_decode_step_failure
 from fx2onnx.hub.loading import LoadedModel
 
@@ -62,3 +63,18 @@ def test_an_assistant_reusing_its_targets_keys_and_values_is_refused(tmp_path: P
     with pytest.raises(UnsupportedTaskError, match=r"reuses another model's keys and values in each of its 2 layers"):
         export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["Musicgen", "MusicgenMelody"])
+def test_a_decoder_of_audio_codebooks_is_refused_naming_rows_and_delay_pattern(tmp_path: Path, kind: str) -> None:
+    # input_ids of batch x codebooks rows against a mask of batch rows, and a delay pattern in generation
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    config = getattr(transformers, f"{kind}DecoderConfig")(vocab_size=64, hidden_size=16, num_hidden_layers=1,
+                                                           num_attention_heads=2, ffn_dim=32, num_codebooks=3)
+    getattr(transformers, f"{kind}ForCausalLM")(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=r"rows must be a multiple of num_codebooks=3 .*delay pattern"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()
+    llama = _llama()
+    assert decode_step.codebooks(llama.config) is None
