@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -94,3 +95,39 @@ def test_text_only_of_a_text_model_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="for text-generation: drop --task image-text-to-text"):
         export_hf(tmp_path / "source", tmp_path / "out", text_only=True, task="image-text-to-text")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_text_only_git_folder_reads_a_left_padded_batch_as_its_rows_alone(tmp_path):
+    """Git widens a 2-D mask by its image's tokens once its cache is not empty; a text-only
+    folder's cache holds none: each padded row generates what the row alone generates, which
+    transformers' own padded batch does not."""
+    from conftest import ATOL, RTOL
+    from fx2onnx.hub import export_hf
+    from fx2onnx.hub.decoders.verify_lengths import greedy_in_transformers
+    from fx2onnx.hub.shared.verification import greedy_in_folder
+
+    torch.manual_seed(0)
+    model = transformers.GitForCausalLM(transformers.GitConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                           patch_size=14),
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=100,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)).eval()
+    with torch.no_grad():  # weights large enough that greedy decoding does not settle on one token (0.3 does here)
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 1.0)
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", text_only=True, verify=True, tokens=4)
+    assert result.verification.passed
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    prompts = [torch.randint(3, 100, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 3)]
+    ours = greedy_in_folder(path, prompts, 8, pad=0, banned=[2])
+    alone = [greedy_in_transformers(model, [prompt], 8, pad=0) for prompt in prompts]
+    batch = greedy_in_transformers(model, prompts, 8, pad=0)
+    for row, theirs in enumerate(alone):
+        assert ours.tokens[row] == theirs.tokens[0] and len(set(ours.tokens[row])) > 2
+        for step, logits in enumerate(theirs.logits):
+            torch.testing.assert_close(torch.from_numpy(ours.logits[step][row]), torch.from_numpy(logits[0]), rtol=RTOL, atol=ATOL)
+    # transformers' padded row after its prefill: the mask's padding shifted by the image tokens
+    assert not np.allclose(batch.logits[1][1], alone[1].logits[1][0], rtol=RTOL, atol=ATOL)

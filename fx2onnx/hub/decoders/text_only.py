@@ -12,10 +12,17 @@ the export says which parts were left out. The language model is the checkpoint'
   class; its decoder takes 2-D positions as Qwen2's does (the three mRoPE axes equal), so
   it runs under Qwen2's. PaliGemma's language model attends both ways over the prompt:
   it has no text-only folder.
+
+Git's language model widens its 2-D mask by the image tokens it expects at the start of
+a non-empty cache (`cached_image_tokens`); a text-only folder's cache holds none, so its
+decoder is captured widening by none (`no_cached_image_tokens`), and `--verify` compares
+a padded batch with transformers' rows alone (`BATCH_ROWS_UNPADDED`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -120,3 +127,36 @@ def language_model(model: torch.nn.Module, config: Any) -> torch.nn.Module:
             f"{type(model).__name__}'s language model cannot be exported alone; export it with fx2onnx.dynamo_export."
         )
     return causal.eval()
+
+
+# the attribute with which a language model widens a 2-D mask over the image tokens it
+# expects at the start of a non-empty cache (Git's attention: its image's patches and class token)
+_CACHED_IMAGE_TOKENS = "image_patch_tokens"
+BATCH_ROWS_UNPADDED = (
+    "the batch's rows are compared with transformers' generation of each row alone, unpadded: {name}'s decode step "
+    "widens a 2-D attention mask by the {tokens} image tokens it expects at the start of its cache, which holds none "
+    "without an image, so transformers shifts a left-padded row's padding onto its real tokens (a padded row then "
+    "differs from the same row alone); the folder's decoder, captured with no image tokens, sees each row's own tokens"
+)
+
+
+def cached_image_tokens(model: torch.nn.Module) -> int:
+    """How many image tokens ``model`` widens a 2-D mask by once its cache is not empty
+    (0 for a language model that does not)."""
+    return max((int(getattr(m, _CACHED_IMAGE_TOKENS)) for m in model.modules() if hasattr(m, _CACHED_IMAGE_TOKENS)),
+               default=0)
+
+
+@contextlib.contextmanager
+def no_cached_image_tokens(model: torch.nn.Module) -> Iterator[None]:
+    """Within this context, ``model``'s decode step widens its mask by no image tokens:
+    a text-only folder's cache holds the text's tokens only."""
+    modules = [m for m in model.modules() if hasattr(m, _CACHED_IMAGE_TOKENS)]
+    kept = [getattr(m, _CACHED_IMAGE_TOKENS) for m in modules]
+    for module in modules:
+        setattr(module, _CACHED_IMAGE_TOKENS, 0)
+    try:
+        yield
+    finally:
+        for module, value in zip(modules, kept):
+            setattr(module, _CACHED_IMAGE_TOKENS, value)

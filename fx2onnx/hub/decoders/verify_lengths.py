@@ -42,11 +42,20 @@ def fresh_rope_state(model: torch.nn.Module) -> None:
 
 
 def greedy_in_transformers(
-    model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad: int, rows_alone: bool = False
+    model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad: int, rows_alone: bool = False,
+    rows_unpadded: bool = False,
 ) -> Greedy:
     """``model.generate``'s greedy tokens and logits on the left-padded batch of ``prompts``;
     with ``rows_alone``, each padded row generated as a batch of its own (for a model whose
-    decode step transformers computes wrongly for a batch: RWKV's, see `state_list`)."""
+    decode step transformers computes wrongly for a batch: RWKV's, see `state_list`); with
+    ``rows_unpadded``, each row generated alone without its padding (for a model whose
+    decode step transformers computes wrongly for a padded row: Git's without an image, see
+    `text_only`)."""
+    if rows_unpadded and len(prompts) > 1:
+        width = max(len(p) for p in prompts)
+        rows = [greedy_in_transformers(model, [p], new_tokens, pad) for p in prompts]
+        return Greedy([row.tokens[0] for row in rows], [np.concatenate([row.logits[i] for row in rows]) for i in
+                                                        range(new_tokens)], [width + i for i in range(new_tokens)])
     if rows_alone and len(prompts) > 1:
         width = max(len(p) for p in prompts)
         rows = [greedy_in_transformers(model, [[pad] * (width - len(p)) + p], new_tokens, pad) for p in prompts]
@@ -97,10 +106,11 @@ def _first_difference(ours: Greedy, theirs: Greedy, what: str) -> str | None:
 
 def verify_causal_lm_at_lengths(
     path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1,
-    rows_alone: bool = False,
+    rows_alone: bool = False, rows_unpadded: bool = False,
 ) -> LengthsVerification:
     """The folder's decoder against ``model.generate`` on one prompt and one batch (each of
-    its rows generated alone by transformers with ``rows_alone``)."""
+    its rows generated alone by transformers with ``rows_alone``, alone and unpadded with
+    ``rows_unpadded``: `greedy_in_transformers`)."""
     vocab = int(decoder_sizes(config).vocab_size)
     pad = int(getattr(config, "pad_token_id", None) or 0)
     eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
@@ -118,7 +128,7 @@ def verify_causal_lm_at_lengths(
         except FolderRunError as error:
             return LengthsVerification(float("inf"), False, [], [], tolerance, float("inf"), f"{error} while running {what}",
                                        lengths.describe(), error.length or 0)
-        theirs = greedy_in_transformers(model, prompts, lengths.new_tokens, pad, rows_alone)
+        theirs = greedy_in_transformers(model, prompts, lengths.new_tokens, pad, rows_alone, rows_unpadded)
         first = first or (ours, theirs)
         for a, b, length in zip(ours.logits, theirs.logits, ours.lengths):
             ratio = tolerance.worst_ratio(a.astype(np.float64), b.astype(np.float64))

@@ -6,6 +6,7 @@ and mixed precision."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import fx2onnx
 from fx2onnx.hub.decoders import decode_step, recomputed
 from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
+from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
@@ -123,7 +125,9 @@ class CausalLMRecipe(RecipeDefaults):
         state_list = decode_step.cache_argument(loaded.model) == decode_step.STATE_LIST
         if state_list:
             options = dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, decode_step.STATE_LIST))
-        with masks_by_held_tokens(loaded.model):
+        # a text-only folder's cache holds no image tokens for the mask to be widened by
+        no_image = text_only.no_cached_image_tokens(loaded.model) if loaded.text_only else contextlib.nullcontext()
+        with masks_by_held_tokens(loaded.model), no_image:
             try:
                 program = exported(loaded.model, inputs, options)
             except fx2onnx.OnnxExporterError as error:
@@ -191,6 +195,9 @@ class CausalLMRecipe(RecipeDefaults):
         rows_alone = decode_step.cache_argument(model) == decode_step.STATE_LIST
         if rows_alone:
             say(BATCH_ROWS_ALONE)
+        image_tokens = text_only.cached_image_tokens(model) if loaded.text_only else 0
+        if image_tokens:
+            say(text_only.BATCH_ROWS_UNPADDED.format(name=type(model).__name__, tokens=image_tokens))
         for path in paths:
             if path != relative:
                 say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
@@ -199,7 +206,7 @@ class CausalLMRecipe(RecipeDefaults):
                                                      request.atol)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
-                                                      rows_alone=rows_alone)
+                                                      rows_alone=rows_alone, rows_unpadded=bool(image_tokens))
             if not verdict.passed:
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
