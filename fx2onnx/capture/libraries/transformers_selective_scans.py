@@ -1,6 +1,6 @@
 """transformers' Mamba (v1) selective scan over a sequence of symbolic length, from the cache's state.
 
-Mamba, Falcon-Mamba and Jamba's Mamba layers scan a prompt in ``mamba_selective_scan`` (the
+Mamba, Falcon-Mamba, Jamba's and Zamba's Mamba layers scan a prompt in ``mamba_selective_scan`` (the
 same function in each family's module) with a Python loop over its tokens, which
 torch.export unrolls for the example's length: the exported model accepts only that
 length. Their mixer also starts that scan from zeros, never from the cache's recurrent
@@ -10,7 +10,9 @@ a branch a capture of a symbolic length cannot take. During a capture the scan i
 cache holds: zeros on the prompt, as transformers', and the previous step's state after,
 where one step of the recurrence is transformers' single-token update. The mixer's
 ``forward`` is wrapped to hand its layer's state to the scan, which transformers does not
-pass it.
+pass it. Zamba's mixer splits its channels into heads, each with its own state (the cache's
+state is batch, heads, channels, state) and scanned by its own call, in the heads' order:
+each call takes the next head's state.
 
 Knows transformers only by name (library_adapters.CAPTURE_REWRITES): never imports it.
 """
@@ -28,20 +30,30 @@ from torch.nn import functional as F
 from fx2onnx.private_ops import scan_function
 
 # the families whose module defines transformers' `mamba_selective_scan`, with their mixer's class
-SELECTIVE_SCAN_MIXERS = {"mamba": "MambaMixer", "falcon_mamba": "FalconMambaMixer", "jamba": "JambaMambaMixer"}
+SELECTIVE_SCAN_MIXERS = {"mamba": "MambaMixer", "falcon_mamba": "FalconMambaMixer", "jamba": "JambaMambaMixer",
+                         "zamba": "ZambaMambaMixer"}
 SELECTIVE_SCAN_FUNCTION = "mamba_selective_scan"
 
-# the recurrent state of the layer whose mixer is running (None: it starts from zeros)
-_layer_state: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("mamba_layer_state", default=None)
+# the recurrent states of the running mixer's scans, the next call's first (none: each starts from zeros)
+_layer_states: contextvars.ContextVar[Iterator[torch.Tensor] | None] = contextvars.ContextVar(
+    "mamba_layer_states", default=None)
+
+
+def _next_state() -> torch.Tensor | None:
+    states = _layer_states.get()
+    return None if states is None else next(states, None)
 
 
 @contextlib.contextmanager
 def _starting_from(state: torch.Tensor | None) -> Iterator[None]:
-    token = _layer_state.set(state)
+    """The scans in the block start from ``state``: batch, channels, state for one scan;
+    batch, heads, channels, state for one scan a head (Zamba's), called in the heads' order."""
+    states = None if state is None else iter(state.unbind(1) if state.dim() == 4 else (state,))
+    token = _layer_states.set(states)
     try:
         yield
     finally:
-        _layer_state.reset(token)
+        _layer_states.reset(token)
 
 
 def _token_step(state: torch.Tensor, token: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,7 +84,7 @@ def selective_scan(
     if initial_state is None:
         state = torch.zeros(batch, channels, A.shape[-1], dtype=torch.float32, device=hidden_states.device)
     else:
-        state = initial_state.float()
+        state = initial_state.float().contiguous()  # a head's state is a strided view; the scan's carry is contiguous
     final_state, outputs = scan_function()(_token_step, state, [decay, update, read])
     output = outputs.permute(1, 2, 0).to(input_dtype)
     if D is not None:
@@ -90,7 +102,7 @@ def scan_over_symbolic_length(original: Callable[..., Any]) -> Callable[..., Any
                              delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
                              return_last_state: bool = False, **kwargs: Any) -> Any:
         return selective_scan(hidden_states, dt, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
-                              _layer_state.get())
+                              _next_state())
 
     mamba_selective_scan.__wrapped__ = original  # type: ignore[attr-defined]
     return mamba_selective_scan

@@ -20,7 +20,9 @@ Which clients run it:
 
 A model whose generation feeds forward other inputs than the sequence (XLM appends a mask
 token, XLNet a dummy token with a permutation mask: their `prepare_inputs_for_generation`)
-has no such folder: a loader that feeds the sequence would not reproduce its tokens.
+has no such folder: a loader that feeds the sequence would not reproduce its tokens. Nor has
+one whose generation drops the mask its forward takes (Reformer's: a padded row's tokens would
+differ from a folder's that is given the mask).
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ NOTE = (
 def generation_inputs_refusal(model: torch.nn.Module) -> str | None:
     """Why a loader that feeds the sequence (and its mask) cannot reproduce ``model``'s
     generation: the inputs its `prepare_inputs_for_generation` gives forward, when they are
-    more than the sequence (a token appended, tensors of their own); None when they are not."""
+    more than the sequence (a token appended, tensors of their own), or when it drops the mask
+    forward takes (Reformer's: its padded rows then differ from a masked folder's); None when
+    they are not."""
     ids = torch.full((1, 4), 3, dtype=torch.int64)
     prepared = model.prepare_inputs_for_generation(ids, attention_mask=torch.ones_like(ids), use_cache=False)
     given = prepared.get("input_ids")
@@ -62,6 +66,8 @@ def generation_inputs_refusal(model: torch.nn.Module) -> str | None:
                    if isinstance(value, torch.Tensor) and name not in (*FED, "input_ids", "position_ids"))
     if extra:
         reasons.append(f"input(s) of its own ({', '.join(extra)})")
+    if "attention_mask" in inspect.signature(model.forward).parameters and prepared.get("attention_mask") is None:
+        reasons.append("no attention mask (it drops the one it is given)")
     return " and ".join(reasons) or None
 
 

@@ -1,4 +1,4 @@
-"""Mamba (v1) selective scans computed, during a capture, as a scan over a symbolic length
+"""Mamba (v1) selective scans (Zamba's one a head) computed, during a capture, as a scan over a symbolic length
 from the cache's state (library_adapters.CAPTURE_REWRITES): transformers' one-token update
 when started from a state, several tokens after a cache equal to as many one-token steps,
 and an ONNX model (one flat graph) exported from 3 tokens with the same outputs and final
@@ -75,26 +75,49 @@ def test_from_a_state_each_token_is_the_one_token_update() -> None:
     torch.testing.assert_close(got_state, state, rtol=1e-5, atol=1e-6)
 
 
-def test_tokens_after_a_cache_are_as_many_one_token_steps() -> None:
-    """The mixer hands its cache's recurrent state to the scan: 3 tokens read at once after
-    a prompt give transformers' logits and states of 3 one-token steps."""
-    config = transformers.MambaConfig(hidden_size=16, num_hidden_layers=2, state_size=STATE, expand=2, conv_kernel=4,
-                                      time_step_rank=4, vocab_size=50)
+# tiny causal LMs whose Mamba layers scan with one state (Mamba) or one state a head (Zamba: two heads,
+# after a Mamba layer two hybrid ones, which share their attention block)
+_CACHED_LMS = {
+    "mamba": lambda: transformers.MambaForCausalLM(transformers.MambaConfig(
+        hidden_size=16, num_hidden_layers=2, state_size=STATE, expand=2, conv_kernel=4, time_step_rank=4,
+        vocab_size=50)),
+    "zamba": lambda: transformers.ZambaForCausalLM(transformers.ZambaConfig(
+        hidden_size=16, num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "hybrid"], num_attention_heads=2,
+        num_key_value_heads=2, attention_hidden_size=32, attention_head_dim=16, intermediate_size=32,
+        mamba_d_state=STATE, mamba_dt_rank=4, n_mamba_heads=2, mamba_expand=2, vocab_size=50)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(_CACHED_LMS))
+def test_tokens_after_a_cache_are_as_many_one_token_steps(family: str) -> None:
+    """The mixer hands its cache's recurrent state to the scan (each head its own, Zamba's):
+    3 tokens read at once after a prompt give transformers' logits and states of 3 one-token
+    steps, where its own scan, starting from zeros, leaves other states."""
     torch.manual_seed(0)
-    model = transformers.MambaForCausalLM(config).eval()
+    model = _CACHED_LMS[family]().eval()
+    with torch.no_grad():  # short time steps: the state decays slowly, so the prompt's state still counts
+        for name, parameter in model.named_parameters():
+            if "dt_proj" in name and name.endswith("bias"):
+                parameter.fill_(-2.0)
+    mixer = getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"),
+                    SELECTIVE_SCAN_MIXERS[family])
     prompt, more = torch.randint(0, 50, (2, 5)), torch.randint(0, 50, (2, 3))
-    own_forward = modeling_mamba.MambaMixer.forward
+    own_forward = mixer.forward
     with torch.no_grad():
         cache = model(prompt, use_cache=True).cache
-        stepped = copy.deepcopy(cache)
+        stepped, unrewritten = copy.deepcopy(cache), copy.deepcopy(cache)
         want = torch.cat([model(more[:, i:i + 1], cache=stepped, use_cache=True).logits for i in range(3)], dim=1)
         with rewritten_library_functions():
             got = model(more, cache=cache, use_cache=True).logits
+        model(more, cache=unrewritten, use_cache=True)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    for layer in range(2):
-        torch.testing.assert_close(cache.get_recurrent_state(layer), stepped.get_recurrent_state(layer),
-                                   rtol=1e-5, atol=1e-6)
-    assert modeling_mamba.MambaMixer.forward is own_forward  # transformers' own again after the block
+    # the states are small (Zamba's about 1e-8): compared relative to their size
+    assert not torch.allclose(unrewritten.get_recurrent_state(0), stepped.get_recurrent_state(0), rtol=1e-2, atol=0)
+    for layer in range(model.config.num_hidden_layers):
+        want_state = stepped.get_recurrent_state(layer)
+        torch.testing.assert_close(cache.get_recurrent_state(layer), want_state, rtol=1e-5,
+                                   atol=1e-5 * float(want_state.abs().max()))
+    assert mixer.forward is own_forward  # transformers' own again after the block
 
 
 def test_a_flat_onnx_model_from_3_tokens_is_the_originals_at_every_length(tmp_path) -> None:

@@ -42,4 +42,9 @@ def test_only_a_model_fed_the_sequence_alone_is_recomputed():
     assert generation_inputs_refusal(gpt) is None
     xlm = transformers.XLMWithLMHeadModel(transformers.XLMConfig(vocab_size=20, emb_dim=8, n_layers=1, n_heads=2,
                                                                  lang_id=0))
-    assert generation_inputs_refusal(xlm) == "the sequence with 1 token(s) appended and input(s) of its own (langs)"
+    assert generation_inputs_refusal(xlm) == ("the sequence with 1 token(s) appended and input(s) of its own (langs) "
+                                              "and no attention mask (it drops the one it is given)")
+    reformer = transformers.ReformerModelWithLMHead(transformers.ReformerConfig(
+        vocab_size=20, hidden_size=8, attention_head_size=4, num_attention_heads=2, attn_layers=["local"],
+        feed_forward_size=8, axial_pos_embds=False, max_position_embeddings=16, is_decoder=True))
+    assert generation_inputs_refusal(reformer) == "no attention mask (it drops the one it is given)"
