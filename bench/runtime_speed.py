@@ -145,10 +145,15 @@ def _rotations(names: list[str], rounds: int) -> list[list[str]]:
     return [names[r % len(names):] + names[:r % len(names)] for r in range(rounds)]
 
 
-def time_llm(folders: dict[str, Path], rounds: int) -> dict[str, Any]:
+def time_llm(folders: dict[str, Path], rounds: int, load_reversed: bool = False) -> dict[str, Any]:
+    """Greedy prefill and decode times per contender. The models are loaded in the
+    contenders' order, or in the reverse one with ``load_reversed`` (where a model's
+    weights land in memory moves its steps by as much as the folders differ)."""
     import onnxruntime_genai as og
 
-    models = {name: og.Model(str(folder)) for name, folder in folders.items()}
+    loading = list(reversed(list(folders))) if load_reversed else list(folders)
+    loaded = {name: og.Model(str(folders[name])) for name in loading}
+    models = {name: loaded[name] for name in folders}
     prompts = {n: np.random.default_rng(n).integers(3, LLM_COMMON["vocab_size"], n).tolist() for n in PROMPTS}
     samples: dict[tuple[str, int], list[tuple[float, float]]] = collections.defaultdict(list)
     tokens: dict[tuple[str, int], list[int]] = {}
@@ -304,6 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians)")
     parser.add_argument("--runs", type=int, default=20, help="encoder runs per contender and round")
     parser.add_argument("--work", help="folder for the models (default: a temporary one)")
+    parser.add_argument("--llm-load-order", default="given", choices=["given", "reversed"],
+                        help="load the LLM folders in --llm-exporters' order or the reverse")
     parser.add_argument("--json", help="write the raw results here")
     parser.add_argument("--markdown", help="write the Markdown tables here")
     options = parser.parse_args(argv)
@@ -325,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"... timing {kind}", file=sys.stderr, flush=True)
             results["llms"][kind] = {
                 "export_seconds": seconds,
-                "timing": time_llm(folders, options.rounds),
+                "timing": time_llm(folders, options.rounds, options.llm_load_order == "reversed"),
                 "op_counts": {name: op_counts(folder / _genai_model_file(folder), work) for name, folder in folders.items()},
             }
         for kind in options.encoders:

@@ -13,7 +13,8 @@ the median over rounds of fx2onnx's time over the builder's of the same precisio
 round. The wall time per step is given beside it.
 
     OMP_NUM_THREADS=1 nice -n 10 python bench/step_cpu_time.py [--models llama qwen2] [--rounds 9] \\
-        [--repeats 3] [--phases prefill decode] [--lengths 128 1024] [--work DIR] [--markdown out.md]
+        [--repeats 3] [--phases prefill decode] [--lengths 128 1024] [--load-orders given reversed] \\
+        [--work DIR] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -47,11 +48,17 @@ def _session(path: Path, threads: int) -> Any:
 
 
 def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: int,
-            repeats: int = 3, phases: tuple[str, ...] = PHASES) -> dict[tuple[str, int], dict[str, Any]]:
+            repeats: int = 3, phases: tuple[str, ...] = PHASES,
+            load_reversed: bool = False) -> dict[tuple[str, int], dict[str, Any]]:
     """By (phase, length): each contender's median thread CPU and wall ms per step, and
-    the median per-round ratio to the builder of its precision."""
+    the median per-round ratio to the builder of its precision. The sessions are created
+    in the contenders' order, or in the reverse order with ``load_reversed``: where a
+    session's weights land in memory moves its one-row products by as much as the
+    folders differ (two sessions of one folder in one process), so a fair comparison
+    reads both orders."""
     sessions, steps = {}, {}
-    for name, folder in folders.items():
+    for name in (reversed(list(folders)) if load_reversed else list(folders)):
+        folder = folders[name]
         path, decoder = _decoder(folder)
         sessions[name] = _session(path, threads)
         for length in lengths:
@@ -93,7 +100,7 @@ def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: 
 def markdown(all_results: dict[str, dict[tuple[str, int], dict[str, Any]]]) -> str:
     lines = ["| model | step | contender | thread CPU ms | ratio to the builder (CPU) | wall ms | ratio (wall) |",
              "|---|---|---|---:|---:|---:|---:|"]
-    for model, results in all_results.items():
+    for model, results in all_results.items():  # model: a model kind, with its load order when several
         for (phase, length), entry in results.items():
             for name, value in entry.items():
                 step = f"{phase} {'of' if phase == 'prefill' else 'after'} {length}"
@@ -112,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads")
     parser.add_argument("--repeats", type=int, default=3, help="runs of a step per contender and round (the least counts)")
     parser.add_argument("--work", type=Path, help="keep the source models and folders here (reused when present)")
+    parser.add_argument("--load-orders", nargs="+", default=["given"], choices=["given", "reversed"],
+                        help="create the sessions in the contenders' order, the reverse, or one pass each")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
     results = {}
@@ -126,8 +135,10 @@ def main(argv: list[str] | None = None) -> None:
                 folders[name] = root / model / name
                 if not (folders[name] / "genai_config.json").exists():
                     export_contender(name, source, folders[name])
-            results[model] = measure(folders, args.lengths, args.rounds, args.threads, args.repeats,
-                                     tuple(args.phases))
+            for order in args.load_orders:
+                label = model if len(args.load_orders) == 1 else f"{model} (loaded {order})"
+                results[label] = measure(folders, args.lengths, args.rounds, args.threads, args.repeats,
+                                         tuple(args.phases), load_reversed=order == "reversed")
     table = markdown(results)
     print(table)
     if args.markdown:
