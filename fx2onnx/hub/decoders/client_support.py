@@ -29,6 +29,10 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 - it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
   what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
   every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
+- it runs onnxruntime-node 1.30, whose ``MoE`` kernel sums the experts in another order than
+  onnxruntime 1.32: a folder with the kernel loads, but its greedy tokens can part from
+  transformers' at near ties (`TRANSFORMERS_JS_KERNEL_ORDERS`; export-hf says so; the
+  `standard` runtime's experts are exact in every runtime).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, which such a
   folder's `onnx/model.onnx` takes (combined_cache.py).
@@ -38,6 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 
 TRANSFORMERS_JS = "Transformers.js 4.3.1"
 
@@ -137,6 +143,29 @@ def client_note(config: Mapping[str, Any]) -> str | None:
     if reason is None:
         return None
     return f"{TRANSFORMERS_JS} cannot load this folder: {reason}. It is for onnxruntime and ONNX Runtime GenAI."
+
+
+# onnxruntime kernels that onnxruntime-node 1.30 (the one Transformers.js 4.3.1 runs) computes in another
+# summation order than onnxruntime 1.32, which export-hf verifies with: (domain, op type) -> what it sums
+TRANSFORMERS_JS_KERNEL_ORDERS = {(ONNXRUNTIME_DOMAIN, "MoE"): "the experts"}
+
+
+def transformers_js_kernel_note(config: Mapping[str, Any], op_types: Iterable[tuple[str, str]]) -> str | None:
+    """The line `export_hf` says for a text-generation folder that Transformers.js loads
+    (``config``, its `config.json` as a dict) whose graph has a kernel of
+    ``TRANSFORMERS_JS_KERNEL_ORDERS`` among ``op_types`` ((domain, op type) pairs), or None.
+    ``config`` may be transformers' (the entries the folder's `config.json` gets are added)."""
+    if transformers_js_reason({**config, **transformers_js_entries(config)}) is not None:
+        return None
+    found = set(op_types)
+    summed = [what for kernel, what in TRANSFORMERS_JS_KERNEL_ORDERS.items() if kernel in found]
+    if not summed:
+        return None
+    kernels = ", ".join(sorted(op for domain, op in TRANSFORMERS_JS_KERNEL_ORDERS if (domain, op) in found))
+    return (f"{TRANSFORMERS_JS} runs onnxruntime-node 1.30, whose {kernels} kernel sums {' and '.join(summed)} in "
+            "another order than onnxruntime: where two logits are closer than that difference (about 1e-3 in a "
+            "float32 model), its greedy tokens can part from transformers'. `--runtime standard` writes them in "
+            "standard operators, exact in every runtime.")
 
 
 def transformers_js_unsupported(model_types: Iterable[str]) -> list[str]:

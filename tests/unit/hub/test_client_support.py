@@ -12,7 +12,8 @@ import pytest
 
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache
 from fx2onnx.hub.decoders.client_support import (
-    TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason, transformers_js_unsupported,
+    TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_kernel_note, transformers_js_reason,
+    transformers_js_unsupported,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -33,6 +34,22 @@ def test_mixtral_has_no_transformers_js_class():
         "Transformers.js 4.3.1 cannot load this folder: it has no text-generation class for model type mixtral "
         "(Unsupported model type: mixtral). It is for onnxruntime and ONNX Runtime GenAI."
     )
+
+
+def test_a_moe_kernel_in_a_folder_transformers_js_runs_is_said():
+    """onnxruntime-node 1.30's MoE kernel sums the experts in another order: said for a model type
+    Transformers.js runs (Qwen2-MoE), not for one it has no class for (Mixtral), nor without the kernel."""
+    moe = {("com.microsoft", "MoE"), ("", "MatMul")}
+    qwen2_moe = transformers.Qwen2MoeConfig(num_hidden_layers=1).to_dict()
+    note = transformers_js_kernel_note(qwen2_moe, moe)
+    assert note is not None and note.startswith(
+        "Transformers.js 4.3.1 runs onnxruntime-node 1.30, whose MoE kernel sums the experts in another order")
+    assert "`--runtime standard`" in note
+    assert transformers_js_kernel_note(qwen2_moe, {("", "MatMul")}) is None
+    assert transformers_js_kernel_note(transformers.MixtralConfig(num_hidden_layers=1).to_dict(), moe) is None
+    # a model type whose folder says another one Transformers.js runs (Qwen3.5-MoE's text model)
+    qwen3_5_moe = transformers.AutoConfig.for_model("qwen3_5_moe_text", num_hidden_layers=2).to_dict()
+    assert transformers_js_kernel_note(qwen3_5_moe, moe) is not None
 
 
 @pytest.mark.parametrize(("config", "multi_query"), [
