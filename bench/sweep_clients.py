@@ -352,9 +352,12 @@ def with_client_columns(rows: list[str], task_records: list[dict[str, Any]],
 
 def _count_row(task: str, mine: list[dict[str, Any]]) -> str:
     classed = [r for r in mine if r.get("js") not in (None, "not supported") and r.get("rebuilt") != "failed"]
-    genai = [r for r in mine if "genai" in r]
-    in_genai = (f"{sum(r['genai'] == 'loaded' for r in genai)} of {len(genai)} | {sum(bool(r.get('genai_exact')) for r in genai)} |"
-                if genai else "- | - |")
+    # a folder without genai_config.json (export-hf says why: a hybrid's states, unequal head sizes) has no GenAI type
+    genai = [r for r in mine if "genai_type" in r]
+    untyped = sum("genai" in r and "genai_type" not in r for r in mine)
+    without = f" ({untyped} more without `genai_config.json`)" if untyped else ""
+    in_genai = (f"{sum(r['genai'] == 'loaded' for r in genai)} of {len(genai)}{without} | "
+                f"{sum(bool(r.get('genai_exact')) for r in genai)} |" if genai or untyped else "- | - |")
     limited = sum(bool(r.get("js_limit")) and not r.get("js_exact") for r in classed)
     return (f"| {task} | {len(mine)} | {len(classed)} | {sum(r['js'] == 'loaded' for r in classed)} | "
             f"{sum(bool(r.get('js_exact')) for r in classed)} | {limited} | {in_genai}")

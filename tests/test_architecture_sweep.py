@@ -134,6 +134,7 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
         {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "status": "exported", "exact": True},
         {"task": "text-generation", "architecture": "FalconForCausalLM", "status": "exported", "exact": True},
         {"task": "text-generation", "architecture": "CTRLLMHeadModel", "status": "exported", "exact": True},
+        {"task": "text-generation", "architecture": "Mamba2ForCausalLM", "status": "exported", "exact": True},
         {"task": "text-generation", "architecture": "MBartForCausalLM", "status": "exported", "exact": True},
         {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "exported", "exact": True},
         {"task": "fill-mask", "architecture": "EsmForMaskedLM", "status": "failed", "cause": "time limit (120 s)"},
@@ -146,6 +147,8 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
          "genai_exact": True},
         {"task": "text-generation", "architecture": "CTRLLMHeadModel", "model_type": "ctrl", "js": "not supported", "genai": "loaded",
          "genai_type": "decoder", "genai_exact": False},
+        {"task": "text-generation", "architecture": "Mamba2ForCausalLM", "model_type": "mamba2", "js": "not supported",
+         "genai": "no genai_config.json"},
         # a failure export-hf says is Transformers.js's own (client_support.py): shown as its limit
         {"task": "text-generation", "architecture": "MBartForCausalLM", "model_type": "mbart", "js": "failed",
          "js_cause": "Error: Missing the following inputs: past_key_values.0.key",
@@ -174,7 +177,8 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     assert rows["BertForMaskedLM"].endswith("| differs |")
     assert rows["EsmForMaskedLM"].endswith("| - |")  # not run in the clients
     assert rows["MBartForCausalLM"].endswith("| Transformers.js's limit: it feeds a mbart causal LM no cache | exact (decoder) |")
-    assert "| text-generation | 4 | 3 | 1 | 1 | 1 | 4 of 4 | 3 |" in text
+    # GenAI's count: the folders with a genai_config.json, those without told apart
+    assert "| text-generation | 5 | 3 | 1 | 1 | 1 | 4 of 4 (1 more without `genai_config.json`) | 3 |" in text
     assert "| fill-mask | 2 | 2 | 2 | 1 | 0 | - | - |" in text
     # the model types each client runs, and a pair the clients ran beyond the sweep's results
     assert ("- text-generation: exact `qwen2`; not: falcon (Error: Missing the following inputs: past_key_values.0.key); "
