@@ -24,8 +24,10 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   `config.json` lists them by the older names.
 - it sizes some model types' caches in ways no folder of transformers' model meets
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
-  at all, ZAYA's in every ``cca_time1``-th layer only; and it runs Qwen3.5's text model through
-  its vision-language class (3-row positions read from a vision config).
+  at all, ZAYA's in every ``cca_time1``-th layer only, GLM-MoE-DSA's without its indexer's keys;
+  it runs Qwen3.5's text model through its vision-language class (3-row positions read from a
+  vision config), and Gemma 4 through its image-audio-text-to-text class, whose files a
+  text-generation folder does not hold.
 - it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
   what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
   every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
@@ -96,6 +98,18 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
         "spatial_merge_size (a text model's config has none: Cannot read properties of undefined (reading "
         "'spatial_merge_size')) and gives the tokens after the prompt positions twice the prompt's length past "
         "transformers' (its text-only rope deltas add the prompt's length where transformers subtracts it)",
+    ),
+    "glm_moe_dsa": (
+        lambda config: True,
+        "it feeds a glm_moe_dsa cache of keys and values only, while transformers' model also keeps its indexer's "
+        "keys per layer, by which its sparse attention picks the tokens it attends to (Missing the following inputs: "
+        "past_key_values.0.indexer_keys)",
+    ),
+    "gemma4": (
+        lambda config: True,
+        "it runs a gemma4 causal LM through its image-audio-text-to-text class, which loads onnx/embed_tokens.onnx "
+        "(the embeddings and per-layer inputs) and onnx/decoder_model_merged.onnx, not a text-generation folder's "
+        "onnx/model.onnx (ModelFileNotFoundError)",
     ),
     "zaya": (
         lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,

@@ -145,6 +145,8 @@ def test_nemotron_h_lists_its_layer_kinds_by_the_names_transformers_js_reads():
     (transformers.MBartConfig(decoder_layers=1, is_encoder_decoder=False), "feeds a mbart causal LM no cache"),
     (transformers.TrOCRConfig(decoder_layers=1), "feeds a trocr causal LM no cache"),
     (transformers.ZayaConfig(num_hidden_layers=2, cca_time1=2), "feeds a zaya cache only to every cca_time1-th layer"),
+    (transformers.AutoConfig.for_model("glm_moe_dsa", num_hidden_layers=2), "past_key_values.0.indexer_keys"),
+    (transformers.AutoConfig.for_model("gemma4"), "loads onnx/embed_tokens.onnx"),
 ])
 def test_causal_lms_whose_cache_transformers_js_cannot_feed_get_the_note(config, error):
     assert error in client_note(config.to_dict())
