@@ -34,7 +34,7 @@ from fx2onnx.hub.shared.genai_config import (
 )
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
-from fx2onnx.onnx_passes.model_graphs import model_nodes
+from fx2onnx.onnx_passes import model_graphs
 
 PRECISION = PrecisionSupport(weight_only=True)
 MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
@@ -77,8 +77,8 @@ class CausalLMRecipe(RecipeDefaults):
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
-        kernel_note = transformers_js_kernel_note(
-            loaded.config.to_dict(), {(node.domain, node.op_type) for node in model_nodes(program.model)})
+        op_types = {(node.domain, node.op_type) for graph in model_graphs(program.model) for node in graph}
+        kernel_note = transformers_js_kernel_note(loaded.config.to_dict(), op_types)
         if kernel_note is not None:
             say(kernel_note)
         states = fixed_size_states(program.model)
