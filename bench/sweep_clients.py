@@ -206,8 +206,9 @@ def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> 
 
 
 def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
-                limit: float, keep: Path | None = None) -> dict[str, Any]:
-    """One exported pair, in the current process: its folder built again, run in each client that serves it."""
+                limit: float, keep: Path | None = None, verify: bool = True) -> dict[str, Any]:
+    """One exported pair, in the current process: its folder built again, run in each client
+    that serves it (and in onnxruntime by export-hf's verification when ``verify``)."""
     import transformers
 
     from fx2onnx.hub import export_hf
@@ -228,9 +229,10 @@ def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str,
 
             shutil.rmtree(folder)
         # export-hf's own verification (onnxruntime against transformers) tells a client's
-        # difference from the folder's, for pairs the sweep has not run
-        verification = export_hf(scratch / "source", folder, task=task, verify=True, tokens=NEW_TOKENS).verification
-        record["onnxruntime_exact"] = verification.passed
+        # difference from the folder's, for pairs the sweep has not found exact
+        verification = export_hf(scratch / "source", folder, task=task, verify=verify, tokens=NEW_TOKENS).verification
+        if verification is not None:
+            record["onnxruntime_exact"] = verification.passed
         if runs_js and task == "text-generation":
             # what export-hf says Transformers.js cannot run in this folder, whatever the folder
             limit_reason = transformers_js_reason(json.loads((folder / "config.json").read_text(encoding="utf-8")))
@@ -253,13 +255,13 @@ def _child(queue: Any, *args: Any) -> None:
 
 
 def run_in_child(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
-                 limit: float, keep: Path | None) -> dict[str, Any]:
+                 limit: float, keep: Path | None, verify: bool = True) -> dict[str, Any]:
     """One pair's clients in a forked child, killed after ``limit`` seconds."""
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_child, args=(queue, task, model_type, class_name, js_types, prefix, limit, keep))
+    child = context.Process(target=_child, args=(queue, task, model_type, class_name, js_types, prefix, limit, keep, verify))
     child.start()
     record, why = sweep._next_record(queue, child, time.perf_counter() + limit)
     child.join(0 if why else 5)
@@ -431,6 +433,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
     parser.add_argument("--keep", type=Path, default=None, help="keep each pair's folder under this folder")
     parser.add_argument("--rerun", action="store_true", help="run pairs already in --results again")
+    parser.add_argument("--verify-all", action="store_true",
+                        help="verify every folder in onnxruntime, also those the sweep found exact")
     args = parser.parse_args()
     tasks = {t for t in args.tasks.split(",") if t}
     unknown = tasks - set(TRANSFORMERS_JS_TABLES)
@@ -445,6 +449,9 @@ def main() -> None:
     done = set() if args.rerun or architectures else set(read_clients(args.results))
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
+    # a pair the sweep found exact in onnxruntime is not verified again (--verify-all does)
+    exact = set() if args.verify_all else {(r["task"], r["architecture"]) for r in sweep.read_results(args.sweep_results)
+                                            if r.get("exact")}
     started = time.perf_counter()
     for task, model_type, class_name in exported_pairs(args.sweep_results, tasks, architectures):
         if (task, class_name) in done:
@@ -452,7 +459,8 @@ def main() -> None:
         if args.budget is not None and time.perf_counter() - started > args.budget:
             print(f"budget of {args.budget:.0f} s spent: stopping (rerun to continue)", flush=True)
             break
-        record = {**run_in_child(task, model_type, class_name, js_types, TRANSFORMERS_JS_PREFIX, args.limit, args.keep),
+        record = {**run_in_child(task, model_type, class_name, js_types, TRANSFORMERS_JS_PREFIX, args.limit, args.keep,
+                                 verify=(task, class_name) not in exact),
                   "commit": sweep._commit()}
         with args.results.open("a") as file:
             file.write(json.dumps(record) + "\n")
