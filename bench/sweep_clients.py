@@ -47,6 +47,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import architecture_sweep as sweep  # noqa: E402
+from fx2onnx.hub.decoders.client_support import transformers_js_reason  # noqa: E402
 
 TRANSFORMERS_JS_VERSION = "4.3.1"
 TRANSFORMERS_JS_PREFIX = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests")) / (
@@ -205,8 +206,9 @@ def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> 
 
 
 def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
-                limit: float, keep: Path | None = None) -> dict[str, Any]:
-    """One exported pair, in the current process: its folder built again, run in each client that serves it."""
+                limit: float, keep: Path | None = None, verify: bool = True) -> dict[str, Any]:
+    """One exported pair, in the current process: its folder built again, run in each client
+    that serves it (and in onnxruntime by export-hf's verification when ``verify``)."""
     import transformers
 
     from fx2onnx.hub import export_hf
@@ -227,9 +229,15 @@ def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str,
 
             shutil.rmtree(folder)
         # export-hf's own verification (onnxruntime against transformers) tells a client's
-        # difference from the folder's, for pairs the sweep has not run
-        verification = export_hf(scratch / "source", folder, task=task, verify=True, tokens=NEW_TOKENS).verification
-        record["onnxruntime_exact"] = verification.passed
+        # difference from the folder's, for pairs the sweep has not found exact
+        verification = export_hf(scratch / "source", folder, task=task, verify=verify, tokens=NEW_TOKENS).verification
+        if verification is not None:
+            record["onnxruntime_exact"] = verification.passed
+        if runs_js and task == "text-generation":
+            # what export-hf says Transformers.js cannot run in this folder, whatever the folder
+            limit_reason = transformers_js_reason(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+            if limit_reason is not None:
+                record["js_limit"] = limit_reason
         prompts = _prompts(model_type)
         record.update(in_transformers_js(task, model, config, folder, prompts, prefix, limit) if runs_js
                       else {"js": "not supported"})
@@ -247,13 +255,13 @@ def _child(queue: Any, *args: Any) -> None:
 
 
 def run_in_child(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
-                 limit: float, keep: Path | None) -> dict[str, Any]:
+                 limit: float, keep: Path | None, verify: bool = True) -> dict[str, Any]:
     """One pair's clients in a forked child, killed after ``limit`` seconds."""
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_child, args=(queue, task, model_type, class_name, js_types, prefix, limit, keep))
+    child = context.Process(target=_child, args=(queue, task, model_type, class_name, js_types, prefix, limit, keep, verify))
     child.start()
     record, why = sweep._next_record(queue, child, time.perf_counter() + limit)
     child.join(0 if why else 5)
@@ -291,9 +299,16 @@ def _js_cell(record: dict[str, Any] | None) -> str:
         return "not run"
     if record.get("js") == "not supported":
         return "no class"
+    if record.get("js_limit") and not record.get("js_exact"):
+        return f"Transformers.js's limit: {sweep._escaped(_first_clause(record['js_limit']))}"
     if record.get("js") == "failed":
         return f"fails: {sweep._escaped(record.get('js_cause', ''))}"
     return "exact" if record.get("js_exact") else "differs"
+
+
+def _first_clause(reason: str) -> str:
+    """A limit's reason up to its first bracket or colon: what the cell has room for."""
+    return re.split(r" \(|: ", reason, maxsplit=1)[0]
 
 
 def _genai_cell(record: dict[str, Any] | None) -> str:
@@ -339,11 +354,21 @@ def with_client_columns(rows: list[str], task_records: list[dict[str, Any]],
 
 def _count_row(task: str, mine: list[dict[str, Any]]) -> str:
     classed = [r for r in mine if r.get("js") not in (None, "not supported") and r.get("rebuilt") != "failed"]
-    genai = [r for r in mine if "genai" in r]
-    in_genai = (f"{sum(r['genai'] == 'loaded' for r in genai)} of {len(genai)} | {sum(bool(r.get('genai_exact')) for r in genai)} |"
-                if genai else "- | - |")
+    # a folder without genai_config.json (export-hf says why: a hybrid's states, unequal head sizes) has no GenAI type
+    genai = [r for r in mine if "genai_type" in r]
+    untyped = sum("genai" in r and "genai_type" not in r for r in mine)
+    without = f" ({untyped} more without `genai_config.json`)" if untyped else ""
+    in_genai = (f"{sum(r['genai'] == 'loaded' for r in genai)} of {len(genai)}{without} | "
+                f"{sum(bool(r.get('genai_exact')) for r in genai)} |" if genai or untyped else "- | - |")
+    limited = sum(bool(r.get("js_limit")) and not r.get("js_exact") for r in classed)
     return (f"| {task} | {len(mine)} | {len(classed)} | {sum(r['js'] == 'loaded' for r in classed)} | "
-            f"{sum(bool(r.get('js_exact')) for r in classed)} | {in_genai}")
+            f"{sum(bool(r.get('js_exact')) for r in classed)} | {limited} | {in_genai}")
+
+
+def _why_not(record: dict[str, Any], client: str) -> str:
+    if client == "js" and record.get("js_limit"):
+        return f"Transformers.js's limit: {_first_clause(record['js_limit'])}"[:110]
+    return "differs" if record[client] == "loaded" else record.get(f"{client}_cause", "")[:110]
 
 
 def _families(records: list[dict[str, Any]], client: str) -> list[str]:
@@ -354,8 +379,7 @@ def _families(records: list[dict[str, Any]], client: str) -> list[str]:
         if not mine:
             continue
         exact = sorted({r["model_type"] for r in mine if r.get(f"{client}_exact")})
-        other = sorted({f"{r['model_type']} ({'differs' if r[client] == 'loaded' else r.get(f'{client}_cause', '')[:110]})"
-                        for r in mine if not r.get(f"{client}_exact")})
+        other = sorted({f"{r['model_type']} ({_why_not(r, client)})" for r in mine if not r.get(f"{client}_exact")})
         line = f"- {task}: exact {', '.join(f'`{t}`' for t in exact) or 'none'}"
         lines.append(line + (f"; not: {sweep._escaped('; '.join(other))}" if other else ""))
     return lines
@@ -367,7 +391,8 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
     (the sweep's pairs), which the task tables below do not list."""
     records = [r for r in clients.values() if r.get("rebuilt") != "failed"]
     rows = ["| task | pairs run | Transformers.js has a class | loaded in Transformers.js | exact in Transformers.js | "
-            "loaded in ONNX Runtime GenAI | exact in ONNX Runtime GenAI |", "|---|---|---|---|---|---|---|"]
+            "not exact by Transformers.js's own limit | loaded in ONNX Runtime GenAI | exact in ONNX Runtime GenAI |",
+            "|---|---|---|---|---|---|---|---|"]
     rows += [_count_row(task, mine) for task in TRANSFORMERS_JS_TABLES if (mine := [r for r in records if r["task"] == task])]
     out = [
         "## Clients", "",
@@ -377,7 +402,8 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
         "of two prompts equal transformers' `generate` (Transformers.js: with the generation config it reads from the "
         "folder; ONNX Runtime GenAI: plain greedy search, as `genai_config.json` asks; no early end on either), or, "
         f"for one pass, every output within {CLIENT_ATOL:g}. *no class*: Transformers.js has no class for the model "
-        "type and task. Run with `OMP_NUM_THREADS=1 nice -n 10 python bench/sweep_clients.py` (results in "
+        "type and task. *Transformers.js's limit*: export-hf says Transformers.js cannot run the architecture, "
+        "whatever the folder (`fx2onnx/hub/decoders/client_support.py`). Run with `OMP_NUM_THREADS=1 nice -n 10 python bench/sweep_clients.py` (results in "
         "`bench/sweep_clients.jsonl`; `--architectures` runs named classes, whether the sweep ran them or not). "
         "The counts take the sweep's exported pairs and the pairs run beyond them (listed last) together; a pair "
         "whose folder could not be built again is left out of them.", "",
@@ -407,6 +433,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
     parser.add_argument("--keep", type=Path, default=None, help="keep each pair's folder under this folder")
     parser.add_argument("--rerun", action="store_true", help="run pairs already in --results again")
+    parser.add_argument("--verify-all", action="store_true",
+                        help="verify every folder in onnxruntime, also those the sweep found exact")
     args = parser.parse_args()
     tasks = {t for t in args.tasks.split(",") if t}
     unknown = tasks - set(TRANSFORMERS_JS_TABLES)
@@ -421,6 +449,9 @@ def main() -> None:
     done = set() if args.rerun or architectures else set(read_clients(args.results))
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
+    # a pair the sweep found exact in onnxruntime is not verified again (--verify-all does)
+    exact = set() if args.verify_all else {(r["task"], r["architecture"]) for r in sweep.read_results(args.sweep_results)
+                                            if r.get("exact")}
     started = time.perf_counter()
     for task, model_type, class_name in exported_pairs(args.sweep_results, tasks, architectures):
         if (task, class_name) in done:
@@ -428,7 +459,8 @@ def main() -> None:
         if args.budget is not None and time.perf_counter() - started > args.budget:
             print(f"budget of {args.budget:.0f} s spent: stopping (rerun to continue)", flush=True)
             break
-        record = {**run_in_child(task, model_type, class_name, js_types, TRANSFORMERS_JS_PREFIX, args.limit, args.keep),
+        record = {**run_in_child(task, model_type, class_name, js_types, TRANSFORMERS_JS_PREFIX, args.limit, args.keep,
+                                 verify=(task, class_name) not in exact),
                   "commit": sweep._commit()}
         with args.results.open("a") as file:
             file.write(json.dumps(record) + "\n")

@@ -134,6 +134,8 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
         {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "status": "exported", "exact": True},
         {"task": "text-generation", "architecture": "FalconForCausalLM", "status": "exported", "exact": True},
         {"task": "text-generation", "architecture": "CTRLLMHeadModel", "status": "exported", "exact": True},
+        {"task": "text-generation", "architecture": "Mamba2ForCausalLM", "status": "exported", "exact": True},
+        {"task": "text-generation", "architecture": "MBartForCausalLM", "status": "exported", "exact": True},
         {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "exported", "exact": True},
         {"task": "fill-mask", "architecture": "EsmForMaskedLM", "status": "failed", "cause": "time limit (120 s)"},
     ]
@@ -145,6 +147,13 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
          "genai_exact": True},
         {"task": "text-generation", "architecture": "CTRLLMHeadModel", "model_type": "ctrl", "js": "not supported", "genai": "loaded",
          "genai_type": "decoder", "genai_exact": False},
+        {"task": "text-generation", "architecture": "Mamba2ForCausalLM", "model_type": "mamba2", "js": "not supported",
+         "genai": "no genai_config.json"},
+        # a failure export-hf says is Transformers.js's own (client_support.py): shown as its limit
+        {"task": "text-generation", "architecture": "MBartForCausalLM", "model_type": "mbart", "js": "failed",
+         "js_cause": "Error: Missing the following inputs: past_key_values.0.key",
+         "js_limit": "it feeds a mbart causal LM no cache (its sizes table names an encoder-decoder's layers only): Missing",
+         "genai": "loaded", "genai_type": "decoder", "genai_exact": True},
         {"task": "fill-mask", "architecture": "BertForMaskedLM", "model_type": "bert", "js": "loaded", "js_exact": False,
          "js_difference": 0.01},
         {"task": "fill-mask", "architecture": "RobertaForMaskedLM", "model_type": "roberta", "js": "loaded", "js_exact": True,
@@ -167,11 +176,14 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     assert rows["CTRLLMHeadModel"].endswith("| no class | differs (decoder) |")
     assert rows["BertForMaskedLM"].endswith("| differs |")
     assert rows["EsmForMaskedLM"].endswith("| - |")  # not run in the clients
-    assert "| text-generation | 3 | 2 | 1 | 1 | 3 of 3 | 2 |" in text
-    assert "| fill-mask | 2 | 2 | 2 | 1 | - | - |" in text
+    assert rows["MBartForCausalLM"].endswith("| Transformers.js's limit: it feeds a mbart causal LM no cache | exact (decoder) |")
+    # GenAI's count: the folders with a genai_config.json, those without told apart
+    assert "| text-generation | 5 | 3 | 1 | 1 | 1 | 4 of 4 (1 more without `genai_config.json`) | 3 |" in text
+    assert "| fill-mask | 2 | 2 | 2 | 1 | 0 | - | - |" in text
     # the model types each client runs, and a pair the clients ran beyond the sweep's results
-    assert "- text-generation: exact `qwen2`; not: falcon (Error: Missing the following inputs: past_key_values.0.key)" in text
-    assert "- text-generation: exact `falcon`, `qwen2`; not: ctrl (differs)" in text
+    assert ("- text-generation: exact `qwen2`; not: falcon (Error: Missing the following inputs: past_key_values.0.key); "
+            "mbart (Transformers.js's limit: it feeds a mbart causal LM no cache)") in text
+    assert "- text-generation: exact `falcon`, `mbart`, `qwen2`; not: ctrl (differs)" in text
     assert "| fill-mask | RobertaForMaskedLM (roberta) | exact | exact |  |" in text
     assert "| fill-mask | XmodForMaskedLM (xmod) | fails: RuntimeError: no | not run |  |" in text
     # without client records, the page is as before

@@ -24,11 +24,17 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   `config.json` lists them by the older names.
 - it sizes some model types' caches in ways no folder of transformers' model meets
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
-  at all, ZAYA's in every ``cca_time1``-th layer only; and it runs Qwen3.5's text model through
-  its vision-language class (3-row positions read from a vision config).
+  at all, ZAYA's in every ``cca_time1``-th layer only, GLM-MoE-DSA's without its indexer's keys;
+  it runs Qwen3.5's text model through its vision-language class (3-row positions read from a
+  vision config), and Gemma 4 through its image-audio-text-to-text class, whose files a
+  text-generation folder does not hold.
 - it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
   what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
   every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
+- it runs onnxruntime-node 1.30, whose ``MoE`` kernel sums the experts in another order than
+  onnxruntime 1.32: a folder with the kernel loads, but its greedy tokens can part from
+  transformers' at near ties (`TRANSFORMERS_JS_KERNEL_ORDERS`; export-hf says so; the
+  `standard` runtime's experts are exact in every runtime).
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, which such a
   folder's `onnx/model.onnx` takes (combined_cache.py).
@@ -38,6 +44,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 
 TRANSFORMERS_JS = "Transformers.js 4.3.1"
 
@@ -91,6 +99,18 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
         "'spatial_merge_size')) and gives the tokens after the prompt positions twice the prompt's length past "
         "transformers' (its text-only rope deltas add the prompt's length where transformers subtracts it)",
     ),
+    "glm_moe_dsa": (
+        lambda config: True,
+        "it feeds a glm_moe_dsa cache of keys and values only, while transformers' model also keeps its indexer's "
+        "keys per layer, by which its sparse attention picks the tokens it attends to (Missing the following inputs: "
+        "past_key_values.0.indexer_keys)",
+    ),
+    "gemma4": (
+        lambda config: True,
+        "it runs a gemma4 causal LM through its image-audio-text-to-text class, which loads onnx/embed_tokens.onnx "
+        "(the embeddings and per-layer inputs) and onnx/decoder_model_merged.onnx, not a text-generation folder's "
+        "onnx/model.onnx (ModelFileNotFoundError)",
+    ),
     "zaya": (
         lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
         "it feeds a zaya cache only to every cca_time1-th layer (the layers of the original checkpoint's "
@@ -139,6 +159,29 @@ def client_note(config: Mapping[str, Any], genai_config: bool = True) -> str | N
         return None
     runtimes = "onnxruntime and ONNX Runtime GenAI" if genai_config else "onnxruntime only"
     return f"{TRANSFORMERS_JS} cannot load this folder: {reason}. It is for {runtimes}."
+
+
+# onnxruntime kernels that onnxruntime-node 1.30 (the one Transformers.js 4.3.1 runs) computes in another
+# summation order than onnxruntime 1.32, which export-hf verifies with: (domain, op type) -> what it sums
+TRANSFORMERS_JS_KERNEL_ORDERS = {(ONNXRUNTIME_DOMAIN, "MoE"): "the experts"}
+
+
+def transformers_js_kernel_note(config: Mapping[str, Any], op_types: Iterable[tuple[str, str]]) -> str | None:
+    """The line `export_hf` says for a text-generation folder that Transformers.js loads
+    (``config``, its `config.json` as a dict) whose graph has a kernel of
+    ``TRANSFORMERS_JS_KERNEL_ORDERS`` among ``op_types`` ((domain, op type) pairs), or None.
+    ``config`` may be transformers' (the entries the folder's `config.json` gets are added)."""
+    if transformers_js_reason({**config, **transformers_js_entries(config)}) is not None:
+        return None
+    found = set(op_types)
+    summed = [what for kernel, what in TRANSFORMERS_JS_KERNEL_ORDERS.items() if kernel in found]
+    if not summed:
+        return None
+    kernels = ", ".join(sorted(op for domain, op in TRANSFORMERS_JS_KERNEL_ORDERS if (domain, op) in found))
+    return (f"{TRANSFORMERS_JS} runs onnxruntime-node 1.30, whose {kernels} kernel sums {' and '.join(summed)} in "
+            "another order than onnxruntime: where two logits are closer than that difference (about 1e-3 in a "
+            "float32 model), its greedy tokens can part from transformers'. `--runtime standard` writes them in "
+            "standard operators, exact in every runtime.")
 
 
 def transformers_js_unsupported(model_types: Iterable[str]) -> list[str]:

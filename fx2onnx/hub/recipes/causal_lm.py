@@ -15,7 +15,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.hub.decoders import decode_step, recomputed
-from fx2onnx.hub.decoders.client_support import client_note
+from fx2onnx.hub.decoders.client_support import client_note, transformers_js_kernel_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
@@ -38,6 +38,7 @@ from fx2onnx.hub.shared.genai_config import (
 )
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
+from fx2onnx.onnx_passes import model_graphs
 
 PRECISION = PrecisionSupport(weight_only=True)
 MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
@@ -141,6 +142,10 @@ class CausalLMRecipe(RecipeDefaults):
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
+        op_types = {(node.domain, node.op_type) for graph in model_graphs(program.model) for node in graph}
+        kernel_note = transformers_js_kernel_note(loaded.config.to_dict(), op_types)
+        if kernel_note is not None:
+            say(kernel_note)
         states = fixed_size_states(program.model)
         if states:
             say(genai_state_note(loaded.config, states))

@@ -71,7 +71,9 @@ def session_options() -> dict[str, Any]:
 
 def token_ids(config: Any, generation_config: Any) -> dict[str, Any]:
     """bos, eos and pad token ids: `generation_config.json`'s, else the config's; pad
-    defaults to (the first) eos."""
+    defaults to (the first) eos. A model without a bos token (Pegasus, RoCBERT) gets its
+    decoder's start token, else pad: ONNX Runtime GenAI refuses a config without a number
+    there, and it feeds the prompt's ids as given."""
     ids = {
         key: _token_id(getattr(generation_config, key, None) if generation_config is not None else None)
         for key in ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -81,6 +83,9 @@ def token_ids(config: Any, generation_config: Any) -> dict[str, Any]:
             ids[key] = _token_id(getattr(config, key, None))
     if ids["pad_token_id"] is None:
         ids["pad_token_id"] = ids["eos_token_id"][0] if isinstance(ids["eos_token_id"], list) else ids["eos_token_id"]
+    if ids["bos_token_id"] is None:
+        start = _token_id(getattr(config, "decoder_start_token_id", None))
+        ids["bos_token_id"] = start if start is not None else ids["pad_token_id"]
     return ids
 
 

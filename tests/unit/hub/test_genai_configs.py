@@ -45,6 +45,14 @@ def test_a_causal_lms_config_has_the_shared_sections():
     assert written["search"] == search_options(64, False) and written["search"]["max_length"] == 64
 
 
+def test_a_model_without_a_bos_token_gets_its_decoder_start_or_pad():
+    """ONNX Runtime GenAI refuses a genai_config.json whose bos_token_id is null."""
+    pegasus = SimpleNamespace(bos_token_id=None, pad_token_id=0, eos_token_id=1, decoder_start_token_id=5)
+    assert token_ids(pegasus, None) == {"bos_token_id": 5, "eos_token_id": 1, "pad_token_id": 0}
+    roc_bert = SimpleNamespace(pad_token_id=3, eos_token_id=2)  # no bos, no decoder start
+    assert token_ids(roc_bert, None) == {"bos_token_id": 3, "eos_token_id": 2, "pad_token_id": 3}
+
+
 def test_token_ids_prefer_the_generation_config_and_pad_with_eos():
     config = SimpleNamespace(bos_token_id=1, eos_token_id=2, pad_token_id=None)
     assert token_ids(config, None) == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
