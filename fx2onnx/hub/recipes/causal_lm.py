@@ -14,10 +14,9 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import decode_step, recomputed
+from fx2onnx.hub.decoders import decode_step, recomputed, text_only
 from fx2onnx.hub.decoders.client_support import client_note, transformers_js_kernel_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
-from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
