@@ -244,18 +244,22 @@ def test_an_indexers_cache_of_keys_without_heads_grows_with_the_sequence(tmp_pat
     assert _input_dims(model, "past_key_values.0.indexer_keys") == ["batch_size", "past_sequence_length", 16]
 
 
-def test_a_mamba_whose_scan_loops_over_the_tokens_is_refused_naming_that_loop(tmp_path):
-    # Falcon-Mamba's mixer takes the mask of its own tokens (the capture gives it those of the
-    # past and new tokens' mask); its selective scan then loops in Python over the prompt's tokens,
-    # which fixes the length: refused citing that loop, before anything is written
+def test_a_falcon_mamba_flat_folder_scans_its_prompt_at_any_length(tmp_path):
+    # Falcon-Mamba's selective scan loops in Python over the prompt's tokens; captured as a scan
+    # from the cache's state, the flat folder (module functions off) equals transformers at
+    # --verify's lengths and its left-padded batch, and the scan is an ONNX Scan
     torch.manual_seed(0)
     config = transformers.FalconMambaConfig(vocab_size=100, hidden_size=32, state_size=4, num_hidden_layers=1, expand=2,
                                             conv_kernel=3, time_step_rank=4, **IDS)
     transformers.FalconMambaForCausalLM(config).eval().save_pretrained(tmp_path / "source")
-    with pytest.raises(UnsupportedTaskError, match=r"Dim 1 of input 'input_ids' \(sequence_length\) is static") as error:
-        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
-    assert "modeling_falcon_mamba.py:" in str(error.value) and "Nothing was written" in str(error.value)
-    assert not (tmp_path / "out").exists()
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", verify=True, tokens=4,
+                       module_functions=False)
+    assert result.verification.passed and result.verification.max_logit_difference < 1e-4, result.verification.summary()
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    model = onnx.load(str(path), load_external_data=False)
+    assert not model.functions and "Scan" in {node.op_type for node in model.graph.node}
+    assert not (tmp_path / "out" / "genai_config.json").exists()
 
 
 def test_a_text_model_of_a_multimodal_type_loads_as_its_own_class(tmp_path):
