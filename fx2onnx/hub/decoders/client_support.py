@@ -109,7 +109,8 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
         lambda config: True,
         "it runs a gemma4 causal LM through its image-audio-text-to-text class, which loads onnx/embed_tokens.onnx "
         "(the embeddings and per-layer inputs) and onnx/decoder_model_merged.onnx, not a text-generation folder's "
-        "onnx/model.onnx (ModelFileNotFoundError)",
+        "onnx/model.onnx (ModelFileNotFoundError); export-hf does not write that layout for a text-generation "
+        "folder yet",
     ),
     "zaya": (
         lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
