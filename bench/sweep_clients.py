@@ -206,9 +206,10 @@ def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> 
 
 
 def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
-                limit: float, keep: Path | None = None, verify: bool = True) -> dict[str, Any]:
-    """One exported pair, in the current process: its folder built again, run in each client
-    that serves it (and in onnxruntime by export-hf's verification when ``verify``)."""
+                limit: float, keep: Path | None = None, verify: bool = True, text_only: bool = False) -> dict[str, Any]:
+    """One exported pair, in the current process: its folder built again (with `--text-only`
+    where the sweep exported it so), run in each client that serves it (and in onnxruntime by
+    export-hf's verification when ``verify``)."""
     import transformers
 
     from fx2onnx.hub import export_hf
@@ -216,6 +217,8 @@ def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str,
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     record: dict[str, Any] = {"task": task, "model_type": model_type, "architecture": class_name}
+    if text_only:
+        record["option"] = sweep.TEXT_ONLY
     runs_js = model_type in js_types.get(task, ())
     if not runs_js and task != "text-generation":
         return {**record, "js": "not supported"}
@@ -230,7 +233,8 @@ def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str,
             shutil.rmtree(folder)
         # export-hf's own verification (onnxruntime against transformers) tells a client's
         # difference from the folder's, for pairs the sweep has not found exact
-        verification = export_hf(scratch / "source", folder, task=task, verify=verify, tokens=NEW_TOKENS).verification
+        verification = export_hf(scratch / "source", folder, task=task, verify=verify, tokens=NEW_TOKENS,
+                                 text_only=text_only).verification
         if verification is not None:
             record["onnxruntime_exact"] = verification.passed
         if runs_js and task == "text-generation":
@@ -255,13 +259,14 @@ def _child(queue: Any, *args: Any) -> None:
 
 
 def run_in_child(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
-                 limit: float, keep: Path | None, verify: bool = True) -> dict[str, Any]:
+                 limit: float, keep: Path | None, verify: bool = True, text_only: bool = False) -> dict[str, Any]:
     """One pair's clients in a forked child, killed after ``limit`` seconds."""
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_child, args=(queue, task, model_type, class_name, js_types, prefix, limit, keep, verify))
+    arguments = (queue, task, model_type, class_name, js_types, prefix, limit, keep, verify, text_only)
+    child = context.Process(target=_child, args=arguments)
     child.start()
     record, why = sweep._next_record(queue, child, time.perf_counter() + limit)
     child.join(0 if why else 5)
@@ -452,6 +457,8 @@ def main() -> None:
     # a pair the sweep found exact in onnxruntime is not verified again (--verify-all does)
     exact = set() if args.verify_all else {(r["task"], r["architecture"]) for r in sweep.read_results(args.sweep_results)
                                             if r.get("exact")}
+    text_only = {(r["task"], r["architecture"]) for r in sweep.read_results(args.sweep_results)
+                 if r.get("option") == sweep.TEXT_ONLY}
     started = time.perf_counter()
     for task, model_type, class_name in exported_pairs(args.sweep_results, tasks, architectures):
         if (task, class_name) in done:
@@ -460,7 +467,7 @@ def main() -> None:
             print(f"budget of {args.budget:.0f} s spent: stopping (rerun to continue)", flush=True)
             break
         record = {**run_in_child(task, model_type, class_name, js_types, TRANSFORMERS_JS_PREFIX, args.limit, args.keep,
-                                 verify=(task, class_name) not in exact),
+                                 verify=(task, class_name) not in exact, text_only=(task, class_name) in text_only),
                   "commit": sweep._commit()}
         with args.results.open("a") as file:
             file.write(json.dumps(record) + "\n")

@@ -72,6 +72,7 @@ EXPECTED_CATALOG = {
     "ALIASED_EXAMPLE_INPUTS": ("FXE0025", "aliased-example-inputs"),
     "TRAINING_MODE": ("FXE0026", "training-mode-export"),
     "OPTION_WITHOUT_EFFECT": ("FXE0027", "option-without-effect"),
+    "CACHE_OUTSIDE_LAYERS": ("FXE0028", "cache-outside-layers"),
 }
 
 
