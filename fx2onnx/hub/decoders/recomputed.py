@@ -38,7 +38,7 @@ import torch
 
 from fx2onnx.hub.decoders.decode_step import BATCH, CACHED_TOKENS, NEW_TOKENS
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.shared.program_files import write_json_file
+from fx2onnx.hub.shared.program_files import fake_inputs, write_json_file
 
 # the inputs a recomputing loader feeds
 FED = ("input_ids", "attention_mask")
@@ -72,16 +72,14 @@ def generation_inputs_refusal(model: torch.nn.Module) -> str | None:
 
 
 def recomputing_inputs(loaded: LoadedModel) -> dict[str, Any]:
-    """Example inputs of the whole sequence, fake when the model is: lengths no other dim shares."""
+    """Example inputs of the whole sequence (fake when the model is: `fake_inputs`), of
+    lengths no other dim shares."""
     vocab = int(getattr(loaded.config, "vocab_size", 100) or 100)
     ids = torch.randint(min(3, vocab - 1), vocab, (BATCH, CACHED_TOKENS + NEW_TOKENS), generator=torch.Generator().manual_seed(0))
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
-    with mode:
-        ids = ids.clone()  # fake when the model is
-        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if "position_ids" in inspect.signature(loaded.model.forward).parameters:
-            inputs["position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
-    return inputs
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if "position_ids" in inspect.signature(loaded.model.forward).parameters:
+        inputs["position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
+    return fake_inputs(inputs, loaded)
 
 
 @contextlib.contextmanager

@@ -51,17 +51,14 @@ def greedy_in_transformers(
     ``rows_unpadded``, each row generated alone without its padding (for a model whose
     decode step transformers computes wrongly for a padded row: Git's without an image, see
     `text_only`)."""
-    if rows_unpadded and len(prompts) > 1:
+    if (rows_alone or rows_unpadded) and len(prompts) > 1:
+        # each row as a batch of its own: padded to the batch's width (to a model that reads no
+        # mask, RWKV, the same row as in the batch) or without its padding
         width = max(len(p) for p in prompts)
-        rows = [greedy_in_transformers(model, [p], new_tokens, pad) for p in prompts]
+        alone = [p if rows_unpadded else [pad] * (width - len(p)) + p for p in prompts]
+        rows = [greedy_in_transformers(model, [row], new_tokens, pad) for row in alone]
         return Greedy([row.tokens[0] for row in rows], [np.concatenate([row.logits[i] for row in rows]) for i in
                                                         range(new_tokens)], [width + i for i in range(new_tokens)])
-    if rows_alone and len(prompts) > 1:
-        width = max(len(p) for p in prompts)
-        rows = [greedy_in_transformers(model, [[pad] * (width - len(p)) + p], new_tokens, pad) for p in prompts]
-        # a padded row alone is all tokens to its mask: the same row to a model that reads no mask (RWKV)
-        return Greedy([row.tokens[0] for row in rows], [np.concatenate([row.logits[i] for row in rows]) for i in
-                                                        range(new_tokens)], rows[0].lengths)
     ids, mask = left_padded(prompts, pad)
     fresh_rope_state(model)
     with torch.no_grad(), plain_greedy(model):
