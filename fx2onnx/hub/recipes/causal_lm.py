@@ -21,9 +21,9 @@ from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
-from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, name_state_list, state_list_dynamic_shapes
+from fx2onnx.hub.decoders.state_list import name_state_list, state_list_dynamic_shapes
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
-from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
+from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
@@ -196,12 +196,9 @@ class CausalLMRecipe(RecipeDefaults):
             vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
             prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
         first = None
-        rows_alone = decode_step.cache_argument(model) == decode_step.STATE_LIST
-        if rows_alone:
-            say(BATCH_ROWS_ALONE)
-        image_tokens = text_only.cached_image_tokens(model) if loaded.text_only else 0
-        if image_tokens:
-            say(text_only.BATCH_ROWS_UNPADDED.format(name=type(model).__name__, tokens=image_tokens))
+        reference, why = batch_reference(model, loaded.text_only)
+        if why is not None:
+            say(why)
         for path in paths:
             if path != relative:
                 say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
@@ -210,7 +207,7 @@ class CausalLMRecipe(RecipeDefaults):
                                                      request.atol)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
-                                                      rows_alone=rows_alone, rows_unpadded=bool(image_tokens))
+                                                      reference=reference)
             if not verdict.passed:
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
