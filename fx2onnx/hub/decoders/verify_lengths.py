@@ -21,8 +21,8 @@ import torch
 
 from fx2onnx.hub.shared.genai_config import token_ids
 from fx2onnx.hub.decoders import text_only
-from fx2onnx.hub.decoders.decode_step import STATE_LIST, cache_argument, decoder_sizes
-from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE
+from fx2onnx.hub.decoders.decode_step import decoder_sizes
+from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, takes_state_list
 from fx2onnx.hub.decoders.model_lengths import VerificationLengths
 from fx2onnx.hub.shared.verification import (
     FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded, plain_greedy,
@@ -63,7 +63,7 @@ def batch_reference(model: torch.nn.Module, text_only_folder: bool) -> tuple[Bat
     if image_tokens:
         return BatchReference.UNPADDED_ROWS, text_only.BATCH_ROWS_UNPADDED.format(name=type(model).__name__,
                                                                                   tokens=image_tokens)
-    if cache_argument(model) == STATE_LIST:
+    if takes_state_list(model):
         return BatchReference.PADDED_ROWS_ALONE, BATCH_ROWS_ALONE
     return BatchReference.BATCH, None
 

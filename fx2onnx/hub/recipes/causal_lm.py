@@ -21,7 +21,7 @@ from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
-from fx2onnx.hub.decoders.state_list import name_state_list, state_list_dynamic_shapes
+from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
@@ -115,16 +115,14 @@ class CausalLMRecipe(RecipeDefaults):
     ) -> list[str]:
         quantization = request.quantization
         if decode_step.returns_no_cache(loaded.model):
-            return self._export_recomputed(loaded, staging, options, request, say)
+            return recomputed.export_recomputed(loaded, staging, _with_precision(options, request), quantization, say)
         if decode_step.attends_causally(loaded.config) or causal_within_windows(loaded.config):
             # its attention is causal over `attention_mask`'s tokens (within each layer's window):
             # its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
         options = _with_precision(options, request)
         inputs = decode_step.decode_step_inputs(loaded)
-        state_list = decode_step.cache_argument(loaded.model) == decode_step.STATE_LIST
-        if state_list:
-            options = dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, decode_step.STATE_LIST))
+        options = state_list_options(loaded.model, inputs, options)
         # a text-only folder's cache holds no image tokens for the mask to be widened by
         no_image = text_only.no_cached_image_tokens(loaded.model) if loaded.text_only else contextlib.nullcontext()
         with masks_by_held_tokens(loaded.model), no_image:
@@ -136,8 +134,7 @@ class CausalLMRecipe(RecipeDefaults):
                 if failure is None:
                     raise
                 raise failure from error
-        if state_list:
-            name_state_list(program.model)  # RWKV's list: past_state.<i> in, present_state.<i> out
+        name_states(loaded.model, program.model)  # RWKV's list: past_state.<i> in, present_state.<i> out
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
@@ -166,19 +163,6 @@ class CausalLMRecipe(RecipeDefaults):
         if windowed is not None:
             config, files = windowed, [*files, windowed["model"]["decoder"]["filename"]]
         return [*files, write_json_file(staging, GENAI_CONFIG, config)]
-
-    def _export_recomputed(
-        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
-    ) -> list[str]:
-        """The decoder of a model without a cache: the whole sequence in, every position's logits
-        out, and no genai_config.json (ONNX Runtime GenAI needs a cache)."""
-        options = _with_precision(options, request)
-        with recomputed.without_cache(loaded.model):
-            program = exported(loaded.model, recomputed.recomputing_inputs(loaded), options)
-        name = onnx_file(loaded, folder_layout.MODEL, request.quantization)
-        files = save_program(program, staging, name, loaded)
-        say(recomputed.NOTE.format(name=type(loaded.model).__name__))
-        return [*files, *recomputed.write_without_cache_configs(staging, loaded)]
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
