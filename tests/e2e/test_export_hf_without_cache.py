@@ -1,8 +1,9 @@
-"""Causal LMs without a key/value cache as text-generation folders: OpenAI GPT (no cache:
-the folder's decoder reads the whole sequence at every step, as RecurrentGemma's does, whose
-states stay inside its layers: bench/architecture_sweep.py runs it), RWKV (its recurrent state as `past_state.<i>` inputs and
-`present_state.<i>` outputs), each equal to transformers' greedy generation in onnxruntime;
-and the models export-hf refuses with their cause (XLNet's generation inputs, xLSTM's cache)."""
+"""Causal LMs without a key/value cache as text-generation folders: OpenAI GPT and
+RecurrentGemma (no cache: the folder's decoder reads the whole sequence at every step;
+RecurrentGemma's recurrent states and windowed attention cache stay inside its layers), RWKV
+(its recurrent state as `past_state.<i>` inputs and `present_state.<i>` outputs), each equal
+to transformers' greedy generation in onnxruntime; and the models export-hf refuses with
+their cause (XLNet's generation inputs, xLSTM's cache)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from fx2onnx.hub import export_hf
 from fx2onnx.hub.decoders.verify_lengths import greedy_in_transformers
 from fx2onnx.hub.shared.verification import greedy_in_folder
 from fx2onnx.hub.tasks import UnsupportedTaskError
-from greedy_against_transformers import assert_greedy_equal
+from greedy_against_transformers import assert_greedy_equal, assert_verified_past
 
 transformers = pytest.importorskip("transformers")
 IDS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0, vocab_size=100)
@@ -58,6 +59,28 @@ def test_openai_gpt_recomputes_the_sequence_as_transformers_generates(tmp_path):
     assert ours.tokens == theirs.tokens
     for a, b in zip(ours.logits, theirs.logits):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_recurrent_gemma_recomputes_past_its_attention_window(tmp_path):
+    """A recurrent block, then a local-attention block whose window (4) the prompts and the
+    decode steps pass: --verify reads a prompt of 12 tokens and a left-padded batch, 8 steps
+    each; then a prompt of 1 token whose steps cross the window."""
+    torch.manual_seed(0)
+    model = _saved(transformers.RecurrentGemmaForCausalLM(transformers.RecurrentGemmaConfig(
+        hidden_size=16, intermediate_size=32, lru_width=16, num_hidden_layers=2, block_types=["recurrent", "attention"],
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, attention_window_size=4, conv1d_width=2, **IDS)),
+        tmp_path / "source")
+    said: list[str] = []
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", verify=True, tokens=NEW_TOKENS,
+                       say=said.append)
+    folder = tmp_path / "out"
+    assert_verified_past(result, said, folder, "a prompt of 12 tokens (past sliding window 4), 8 decode steps to length "
+                                               "20, a left-padded batch of 12, 8, 3 tokens")
+    assert any("reads the whole sequence at every step" in line for line in said), said
+    assert _inputs(folder) == ["input_ids", "attention_mask", "position_ids"]  # no cache, no states
+    graph = onnx.load(os.fspath(folder / "onnx" / "model.onnx"), load_external_data=False).graph
+    assert "Scan" in {node.op_type for node in graph.node}  # the recurrence over the sequence
+    assert_greedy_equal(model, folder, 1, NEW_TOKENS, IDS)
 
 
 def test_rwkv_carries_its_state_through_prefill_and_decode_steps(tmp_path):
