@@ -1,8 +1,10 @@
-"""A decoder whose gated-delta-rule layer reads a prompt in chunks of 64 tokens, a default
-argument of transformers' scan function that no config names (Qwen3-Next, a hybrid with a
-full-attention layer), exported by `export-hf` from its short example: equal to
-transformers in onnxruntime below, at, just past and at more than twice the chunk, and
-decoding after each prompt. `--verify` reads a prompt past the chunk."""
+"""Decoders whose delta-rule layer reads a prompt in chunks of 64 tokens, a default argument
+of transformers' scan function that no config names (Qwen3-Next's gated rule, a hybrid with a
+full-attention layer; Kimi-Linear's rule, a decay per key channel, beside a latent-attention
+layer), exported by `export-hf` from its short example: equal to transformers in onnxruntime
+below, at, just past and at more than twice the chunk (Qwen3-Next), from one token and past
+the chunk (Kimi-Linear), decoding after each prompt. `--verify` reads a prompt past the chunk
+and a left-padded batch."""
 
 from __future__ import annotations
 
@@ -44,3 +46,21 @@ def test_verify_reads_a_prompt_past_the_chunk(delta_rule_folder):
 def test_equal_to_transformers_around_the_chunk(delta_rule_folder, length):
     model, folder, _, _ = delta_rule_folder
     assert_greedy_equal(model, folder, length, NEW_TOKENS, IDS)
+
+
+def test_kimi_linear_past_the_chunk(tmp_path):
+    """One token (below the 3-token example), then --verify's prompt of 72 and left-padded batch:
+    the chunked rule's state and the latent attention's cache carried through decode steps."""
+    config = transformers.KimiLinearConfig(
+        hidden_size=32, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+        mlp_layer_types=["dense", "dense"], intermediate_size=32, num_attention_heads=2, num_key_value_heads=2,
+        head_dim=8, kv_lora_rank=8, q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8, qk_head_dim=16,
+        v_head_dim=8, linear_num_heads=2, linear_head_dim=8, linear_conv_kernel_dim=4, max_position_embeddings=256, **IDS)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(tmp_path / "source")
+    result, said = verified_folder(tmp_path / "source", tmp_path / "out", NEW_TOKENS)
+    assert_verified_past(result, said, tmp_path / "out", f"a prompt of {CHUNK + 8} tokens (past linear attention chunk "
+                                                         f"{CHUNK}), {NEW_TOKENS} decode steps")
+    assert "left-padded batch" in next(line for line in said if line.startswith("verification lengths:"))
+    assert_greedy_equal(model, tmp_path / "out", 1, NEW_TOKENS, IDS)
