@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import decode_step, recomputed, text_only
+from fx2onnx.hub.decoders import cache_counters, decode_step, recomputed, text_only
 from fx2onnx.hub.decoders.client_support import client_note, transformers_js_kernel_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
@@ -122,6 +122,9 @@ class CausalLMRecipe(RecipeDefaults):
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
         options = _with_precision(options, request)
         inputs = decode_step.decode_step_inputs(loaded)
+        counted = cache_counters.counter_refusal(loaded, inputs)
+        if counted is not None:
+            raise counted
         state_list = decode_step.cache_argument(loaded.model) == decode_step.STATE_LIST
         if state_list:
             options = dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, decode_step.STATE_LIST))
