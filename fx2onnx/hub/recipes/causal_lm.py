@@ -23,6 +23,7 @@ from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, name_state_list, state_list_dynamic_shapes
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
+from fx2onnx.hub.decoders.value_branches import value_branch_failure
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
@@ -135,7 +136,8 @@ class CausalLMRecipe(RecipeDefaults):
                 program = exported(loaded.model, inputs, options)
             except fx2onnx.OnnxExporterError as error:
                 # the model's own forward failing on the step too is the cause to name
-                failure = own_decode_step_failure(loaded)
+                failure = own_decode_step_failure(loaded) or value_branch_failure(
+                    loaded, error, options.failure_report_path)
                 if failure is None:
                     raise
                 raise failure from error

@@ -108,3 +108,35 @@ def test_a_cache_counting_its_tokens_in_python_numbers_is_refused(tmp_path: Path
     mistral = transformers.MistralForCausalLM(config).eval()
     loaded = LoadedModel(mistral, mistral.config, Path("."), "text-generation", None)
     assert counted_numbers(loaded, decode_step.decode_step_inputs(loaded)) == []
+
+
+class _BranchesOnACount(torch.nn.Module):
+    """A Python branch on how many values are positive (Qwen4-Exp's indexer, in small)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        count = torch.nonzero(x > 0).shape[0]
+        if count > 2:
+            return x * 2
+        return x
+
+
+def test_a_branch_on_tensor_values_is_named_by_the_models_line(tmp_path: Path) -> None:
+    import types
+
+    import fx2onnx
+    from fx2onnx.hub.decoders.value_branches import ValueBranchError, value_branch_failure
+
+    model = _BranchesOnACount()
+    report = tmp_path / "failure.sarif"
+    with pytest.raises(fx2onnx.OnnxExporterError) as failed:
+        fx2onnx.dynamo_export(model, torch.randn(2, 8), export_options=fx2onnx.ExportOptions(failure_report_path=report))
+    loaded = LoadedModel(model, types.SimpleNamespace(model_type="tiny"), Path("."), "text-generation", None)
+    error = value_branch_failure(loaded, failed.value, report)
+    assert isinstance(error, ValueBranchError)
+    message = str(error)
+    assert "_BranchesOnACount (tiny) decides a Python branch or size on values computed from tensors at " in message
+    assert "test_decode_step_refusals.py:" in message and "in forward (`if count > 2:`)" in message
+    assert "GuardOnDataDependentSymNode" in message and "Nothing was written" in message
+    assert f"SARIF report is at '{report}'" in message and report.is_file()
+    # another failure is not named so
+    assert value_branch_failure(loaded, RuntimeError("shapes do not match"), report) is None
