@@ -180,6 +180,10 @@ _CHECKPOINT_VALUES = {
     # a Gemma 4 assistant's text model has no per-layer inputs, experts or double-wide MLP (its validator)
     "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0,
                                          "enable_moe_block": False, "use_double_wide_mlp": False}},
+    # Blt's local encoder and decoder read the global transformer's width (hidden_size_global), which the
+    # shrink makes 32 in the global config alone
+    "blt": {"encoder_config": {"hidden_size_global": SMALL["hidden_size"]},
+            "decoder_config": {"hidden_size_global": SMALL["hidden_size"]}},
     # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
     "cohere_compass_text": {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": 50000.0}
                                                 for kind in ("full_attention", "sliding_attention")}},

@@ -140,3 +140,20 @@ def test_a_branch_on_tensor_values_is_named_by_the_models_line(tmp_path: Path) -
     assert f"SARIF report is at '{report}'" in message and report.is_file()
     # another failure is not named so
     assert value_branch_failure(loaded, RuntimeError("shapes do not match"), report) is None
+
+
+def test_a_prefill_that_fails_in_transformers_is_refused_whatever_its_error(tmp_path: Path) -> None:
+    # Blt builds its cache from its own config, which has no layer count (transformers 5.24): an AttributeError
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    width = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32}
+    config = transformers.BltConfig(
+        vocab_size=100, encoder_hash_byte_group_vocab=64, patcher_config={**width, "num_hidden_layers": 1},
+        encoder_config={**width, "hidden_size_global": 16}, global_config={**width, "num_hidden_layers": 1},
+        decoder_config={**width, "hidden_size_global": 16, "num_hidden_layers": 1})
+    transformers.BltForCausalLM(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=(
+            r"BltForCausalLM \(blt\) does not run the prefill its decode step is captured after \(5 tokens with "
+            r"use_cache=True\): transformers' own forward fails with AttributeError: .*No folder was written")):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()
