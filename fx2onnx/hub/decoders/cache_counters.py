@@ -30,7 +30,11 @@ def counted_numbers(loaded: LoadedModel, inputs: dict[str, Any]) -> list[str]:
     example = frozen_numbers(inputs.get(name))
     if not example:
         return []
-    longer = frozen_numbers(decode_step_inputs(loaded, cached=LONGER_PREFILL).get(name))
+    try:
+        longer_inputs = decode_step_inputs(loaded, cached=LONGER_PREFILL)
+    except UnsupportedTaskError:  # the longer prefill does not run (a short context): nothing to compare, the
+        return []  # capture goes on from the example's, as for any other cache
+    longer = frozen_numbers(longer_inputs.get(name))
     changed = [key for key, value in example.items() if longer.get(key) != value]
     return list(dict.fromkeys(key.split(":", 1)[1] for key in changed))
 
