@@ -180,6 +180,10 @@ _CHECKPOINT_VALUES = {
     # a Gemma 4 assistant's text model has no per-layer inputs, experts or double-wide MLP (its validator)
     "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0,
                                          "enable_moe_block": False, "use_double_wide_mlp": False}},
+    # Blt's local encoder and decoder read the global transformer's width (hidden_size_global), which the
+    # shrink makes 32 in the global config alone
+    "blt": {"encoder_config": {"hidden_size_global": SMALL["hidden_size"]},
+            "decoder_config": {"hidden_size_global": SMALL["hidden_size"]}},
     # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
     "cohere_compass_text": {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": 50000.0}
                                                 for kind in ("full_attention", "sliding_attention")}},
@@ -195,6 +199,9 @@ _TINY_VALUES = {
     # Qwen4-Exp's config leaves its token indexer unset, which each of its attention layers builds: a
     # small one (one key head, as required; its head as wide as the shrunk rotary part; 8 tokens kept in
     # blocks of 4, fewer than a prompt and its decode steps)
+    # Blt's hashed byte n-gram embeddings: 500002 rows for each of 6 group sizes (96M parameters at width
+    # 32) that no shrunk size reaches; 512 rows keep every group's hash spread over its own rows
+    "blt": {"encoder_hash_byte_group_vocab": 512},
     "qwen4_exp": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": SMALL["head_dim"],
                   "indexer_budget": 8, "indexer_compress_ratio": 4},
 }
@@ -511,8 +518,9 @@ CATEGORIES = {
 # record's "option"; its "via" names the part of fx2onnx a failure came from): the scoreboard marks its cell
 TEXT_ONLY = "--text-only"
 
-# the errors export-hf refuses a pair with (a task or parts it does not serve), each naming what does
-REFUSALS = ("UnsupportedTaskError", "PartsLeftOutError")
+# the errors export-hf refuses a pair with (a task or parts it does not serve, a Python branch on tensor
+# values in the model's code), each naming what does or the line that stops it
+REFUSALS = ("UnsupportedTaskError", "PartsLeftOutError", "ValueBranchError")
 
 
 # the errors export-hf gives when the model's own forward fails on the step it exports

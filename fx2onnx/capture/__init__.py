@@ -16,10 +16,13 @@ torchao's tensor subclasses) and the hints for failed captures (`hints`).
 from fx2onnx.capture.dynamic_dims.check import FIXED_DIM
 from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.hints import signature_text
-from fx2onnx.capture.library_adapters import checkpoint_renaming, default_scan_chunks, is_cache_type, registered_containers
+from fx2onnx.capture.library_adapters import (
+    checkpoint_renaming, default_scan_chunks, frozen_numbers, is_cache_type, registered_containers,
+)
 from fx2onnx.capture.torch_export import model_name
 
 __all__ = [
-    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "is_cache_type", "model_name",
+    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "frozen_numbers", "is_cache_type",
+    "model_name",
     "registered_containers", "signature_text",
 ]

@@ -56,6 +56,7 @@ from fx2onnx.capture.libraries import torchvision_rewrites
 from fx2onnx.capture.libraries.torchao_tensors import TensorSubclassError, without_tensor_subclasses
 from fx2onnx.capture.libraries.transformers_caches import (
     CacheOutsideLayersError,
+    frozen_numbers,
     is_cache_type,
     is_encoder_decoder_cache_type,
     registered_containers,
@@ -85,7 +86,7 @@ from fx2onnx.capture.libraries.transformers_windows import static_window_image_s
 
 __all__ = [
     "CAPTURE_REWRITES", "LIBRARY_HINTS", "CacheOutsideLayersError", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming",
-    "default_scan_chunks", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture",
+    "default_scan_chunks", "frozen_numbers", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture",
     "library_hint", "registered_containers", "rewrite_site", "rewritten_library_functions", "static_window_image_sizes",
     "transformers_version", "without_tensor_subclasses",
 ]

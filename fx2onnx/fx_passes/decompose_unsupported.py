@@ -27,6 +27,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from dispatcher import OnnxRegistry
 from dispatcher.fx_nodes import node_value, walk_graph_modules
+from fx2onnx.fx_passes.aliasing_prims import rewrite_aliasing_prims
 from fx2onnx.fx_passes.fresh_mutations import functionalize_fresh_mutations
 from fx2onnx.fx_passes.node_meta import SOURCE_META, call_in_place_of
 from fx2onnx.private_ops import assertion_ops
@@ -539,6 +540,8 @@ def decompose_unsupported(
     reasons = _decompose_in_place(graph_module, table, registry)
     if not reasons:
         return Decomposed(program, graph_module)
+    if graph_module is program.graph_module:  # its view primitives would fail the re-trace's functionalization
+        rewrite_aliasing_prims(graph_module, DecompositionTracer(table).replace)
     return _decompose_whole_program(program, table, registry, reasons)
 
 

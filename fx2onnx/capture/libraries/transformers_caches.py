@@ -20,6 +20,7 @@ The private pytree functions this needs are reached here only (`_pytree_api`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -184,6 +185,29 @@ def layer_tensor_names(layer: Any) -> list[str]:
         if _holds_tensors(value) and key not in _CACHE_TENSORS and key not in derived
     )
     return [name for name in _CACHE_TENSORS if name in vars(layer)] + others
+
+
+def _is_numbers(value: Any) -> bool:
+    """An int or float (not a bool), or a non-empty dict, list or tuple of them."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return len(value) > 0 and all(_is_numbers(item) for item in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def frozen_numbers(cache: Any) -> dict[str, Any]:
+    """The Python numbers each layer of ``cache`` carries in its pytree context (ints and
+    floats, alone or in a dict or list), by "<layer index>:<layer class>.<attribute>": a
+    captured program holds them as constants. A sliding layer's token count is not among
+    them: it is rebuilt from the layer's tensors."""
+    found: dict[str, Any] = {}
+    for index, layer in enumerate(getattr(cache, "layers", None) or []):
+        skipped = set(layer_tensor_names(layer)) | set(_derived_attributes(layer))
+        for key, value in vars(layer).items():
+            if key not in skipped and _is_numbers(value):
+                found[f"{index}:{type(layer).__name__}.{key}"] = copy.deepcopy(value)
+    return found
 
 
 def _flatten_layer(layer: Any) -> tuple[list[Any], tuple[tuple[str, ...], CacheState]]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import decode_step, recomputed, text_only
+from fx2onnx.hub.decoders import cache_counters, decode_step, recomputed, text_only
 from fx2onnx.hub.decoders.client_support import client_note, transformers_js_kernel_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
@@ -23,6 +23,7 @@ from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
+from fx2onnx.hub.decoders.value_branches import value_branch_failure
 from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
@@ -122,6 +123,9 @@ class CausalLMRecipe(RecipeDefaults):
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
         options = _with_precision(options, request)
         inputs = decode_step.decode_step_inputs(loaded)
+        counted = cache_counters.counter_refusal(loaded, inputs)
+        if counted is not None:
+            raise counted
         options = state_list_options(loaded.model, inputs, options)
         # a text-only folder's cache holds no image tokens for the mask to be widened by
         no_image = text_only.no_cached_image_tokens(loaded.model) if loaded.text_only else contextlib.nullcontext()
@@ -130,7 +134,8 @@ class CausalLMRecipe(RecipeDefaults):
                 program = exported(loaded.model, inputs, options)
             except fx2onnx.OnnxExporterError as error:
                 # the model's own forward failing on the step too is the cause to name
-                failure = own_decode_step_failure(loaded)
+                failure = own_decode_step_failure(loaded) or value_branch_failure(
+                    loaded, error, options.failure_report_path)
                 if failure is None:
                     raise
                 raise failure from error

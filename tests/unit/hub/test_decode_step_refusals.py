@@ -78,3 +78,82 @@ def test_a_decoder_of_audio_codebooks_is_refused_naming_rows_and_delay_pattern(t
     assert not (tmp_path / "out").exists()
     llama = _llama()
     assert decode_step.codebooks(llama.config) is None
+
+
+def _deepseek_v4() -> torch.nn.Module:
+    # one compressed-sparse-attention layer: its cache counts the windows it has compressed (entry_count)
+    config = transformers.DeepseekV4Config(
+        vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+        q_lora_rank=16, o_lora_rank=16, o_groups=2, index_n_heads=2, index_head_dim=8, index_topk=4,
+        moe_intermediate_size=16, n_routed_experts=2, num_experts_per_tok=1, layer_types=["compressed_sparse_attention"],
+        mlp_layer_types=["hash_moe"], max_position_embeddings=64, sliding_window=64, qk_rope_head_dim=2,
+        partial_rotary_factor=0.25)
+    torch.manual_seed(0)
+    return transformers.DeepseekV4ForCausalLM(config).eval()
+
+
+def test_a_cache_counting_its_tokens_in_python_numbers_is_refused(tmp_path: Path) -> None:
+    from fx2onnx.hub.decoders.cache_counters import counted_numbers
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    _deepseek_v4().save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=(
+            r"keeps Python numbers in its cache layers that change with the tokens seen \(DeepseekV4CSACache"
+            r"\.entry_count: they differ after prefills of 5 and 23 tokens\).*Nothing was written")):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()
+    # a cache of keys and values alone counts nothing in Python numbers (a sliding layer's count is rebuilt)
+    config = transformers.MistralConfig(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, sliding_window=4)
+    mistral = transformers.MistralForCausalLM(config).eval()
+    loaded = LoadedModel(mistral, mistral.config, Path("."), "text-generation", None)
+    assert counted_numbers(loaded, decode_step.decode_step_inputs(loaded)) == []
+
+
+class _BranchesOnACount(torch.nn.Module):
+    """A Python branch on how many values are positive (Qwen4-Exp's indexer, in small)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        count = torch.nonzero(x > 0).shape[0]
+        if count > 2:
+            return x * 2
+        return x
+
+
+def test_a_branch_on_tensor_values_is_named_by_the_models_line(tmp_path: Path) -> None:
+    import types
+
+    import fx2onnx
+    from fx2onnx.hub.decoders.value_branches import ValueBranchError, value_branch_failure
+
+    model = _BranchesOnACount()
+    report = tmp_path / "failure.sarif"
+    with pytest.raises(fx2onnx.OnnxExporterError) as failed:
+        fx2onnx.dynamo_export(model, torch.randn(2, 8), export_options=fx2onnx.ExportOptions(failure_report_path=report))
+    loaded = LoadedModel(model, types.SimpleNamespace(model_type="tiny"), Path("."), "text-generation", None)
+    error = value_branch_failure(loaded, failed.value, report)
+    assert isinstance(error, ValueBranchError)
+    message = str(error)
+    assert "_BranchesOnACount (tiny) decides a Python branch or size on values computed from tensors at " in message
+    assert "test_decode_step_refusals.py:" in message and "in forward (`if count > 2:`)" in message
+    assert "GuardOnDataDependentSymNode" in message and "Nothing was written" in message
+    assert f"SARIF report is at '{report}'" in message and report.is_file()
+    # another failure is not named so
+    assert value_branch_failure(loaded, RuntimeError("shapes do not match"), report) is None
+
+
+def test_a_prefill_that_fails_in_transformers_is_refused_whatever_its_error(tmp_path: Path) -> None:
+    # Blt builds its cache from its own config, which has no layer count (transformers 5.24): an AttributeError
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    width = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32}
+    config = transformers.BltConfig(
+        vocab_size=100, encoder_hash_byte_group_vocab=64, patcher_config={**width, "num_hidden_layers": 1},
+        encoder_config={**width, "hidden_size_global": 16}, global_config={**width, "num_hidden_layers": 1},
+        decoder_config={**width, "hidden_size_global": 16, "num_hidden_layers": 1})
+    transformers.BltForCausalLM(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=(
+            r"BltForCausalLM \(blt\) does not run the prefill its decode step is captured after \(5 tokens with "
+            r"use_cache=True\): transformers' own forward fails with AttributeError: .*No folder was written")):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
+    assert not (tmp_path / "out").exists()
