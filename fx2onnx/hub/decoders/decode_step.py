@@ -151,7 +151,9 @@ def head_size(config: Any) -> int:
 
 def attends_causally(config: Any) -> bool:
     """Whether every layer's attention is causal over all the tokens `attention_mask`
-    holds: no sliding window, chunked attention or ALiBi bias in the mask."""
+    holds: no sliding window, chunked attention or ALiBi bias in the mask (read from the
+    decoder's own config: a multimodal model's text config)."""
+    config = decoder_sizes(config)
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
         return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "alibi", False)
