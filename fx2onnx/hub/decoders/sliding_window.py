@@ -37,11 +37,11 @@ RECURRENT = ("conv", "linear_attention")
 
 
 def layers_config(config: Any) -> Any:
-    """The config of the decoder's layers: a multimodal model's text config (Gemma 4's, whose
-    windows only it gives), else ``config`` itself."""
-    from fx2onnx.hub.decoders.decode_step import decoder_sizes  # that module builds on this one
-
-    return decoder_sizes(config)
+    """The config of the decoder's layers: the model's own, or the one the model nests its
+    decoder's in (a multimodal model's `text_config`, Gemma 4's, which alone gives its windows;
+    `EncoderDecoderModel`'s `decoder`)."""
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config(decoder=True) if get_text_config is not None else config
 
 
 def window_of(config: Any) -> int | None:
