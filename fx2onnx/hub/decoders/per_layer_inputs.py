@@ -36,6 +36,7 @@ from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program
+from fx2onnx.hub.vision_language.parts import Holder
 
 # model types whose Transformers.js 4.3.1 causal-LM class loads embed_tokens and decoder_model_merged
 EMBEDDED_DECODER_TYPES = frozenset({"gemma4"})
@@ -50,23 +51,19 @@ def writes_embedded_decoder(config: Any) -> bool:
     return getattr(config, "model_type", None) in EMBEDDED_DECODER_TYPES
 
 
-class _Holder(torch.nn.Module):
-    def __init__(self, **modules: torch.nn.Module) -> None:
-        super().__init__()
-        for name, module in modules.items():
-            self.add_module(name, module)
-
-
 def _text_model(model: torch.nn.Module) -> torch.nn.Module:
     """The text model of a multimodal model (`model.language_model`) or of a causal LM (`model`)."""
     return getattr(model.model, "language_model", model.model)
 
 
-def _under_checkpoint_path(model: torch.nn.Module, **modules: torch.nn.Module) -> torch.nn.Module:
-    """``modules`` held where the checkpoint has them in the text model (`model.language_model.*`
-    or `model.*`), so that a fake-mode export finds each weight by its name."""
-    held = _Holder(**modules)
-    return _Holder(language_model=held) if hasattr(model.model, "language_model") else held
+def _at_text_model_path(model: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` held where the checkpoint has ``model``'s text model (`model.language_model`
+    or `model`, as the wrapper's `model`), so that a fake-mode export finds each weight by its name."""
+    return Holder(language_model=module) if hasattr(model.model, "language_model") else module
+
+
+def _held_text_model(held: torch.nn.Module) -> torch.nn.Module:
+    return getattr(held, "language_model", held)
 
 
 class PerLayerEmbedding(torch.nn.Module):
@@ -79,19 +76,18 @@ class PerLayerEmbedding(torch.nn.Module):
         parts = {"embed_tokens": text.embed_tokens}
         if self.size:
             parts["embed_tokens_per_layer"] = text.embed_tokens_per_layer
-        self.model = _under_checkpoint_path(model, **parts)
-        self.multimodal = hasattr(model.model, "language_model")
-        self.placeholders = [int(i) for i in (getattr(model.config, n, None) for n in _PLACEHOLDER_IDS) if i is not None]
+        self.model = _at_text_model_path(model, Holder(**parts))
+        # a causal LM's forward embeds every id; a multimodal model's, its image, video and audio tokens as padding
+        multimodal = hasattr(model.model, "language_model")
+        self.placeholders = [int(i) for i in (getattr(model.config, n, None) for n in _PLACEHOLDER_IDS) if i is not None
+                             and multimodal]
         self.pad = int(text.config.pad_token_id or 0)
-
-    def _parts(self) -> torch.nn.Module:
-        return self.model.language_model if self.multimodal else self.model
 
     def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         ids = input_ids
-        for token in self.placeholders if self.multimodal else ():
+        for token in self.placeholders:
             ids = torch.where(ids == token, self.pad, ids)
-        parts = self._parts()
+        parts = _held_text_model(self.model)
         found = {"inputs_embeds": parts.embed_tokens(ids)}
         if self.size:
             found[PER_LAYER] = parts.embed_tokens_per_layer(ids).reshape(*ids.shape, self.layers, self.size)
@@ -104,15 +100,14 @@ class PerLayerDecoder(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
-        self.multimodal = hasattr(model.model, "language_model")
-        self.model = _Holder(language_model=model.model.language_model) if self.multimodal else model.model
+        self.model = _at_text_model_path(model, _text_model(model))
         self.lm_head = model.lm_head
         text = self.text_model()
         self.cap = getattr(text.config, "final_logit_softcapping", None)
         self.cache_argument = decode_step.cache_argument(text)
 
     def text_model(self) -> torch.nn.Module:
-        return self.model.language_model if self.multimodal else self.model
+        return _held_text_model(self.model)
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values, per_layer_inputs=None) -> dict[str, Any]:
         output = self.text_model()(
