@@ -4,7 +4,9 @@ Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretraine
 {local_files_only: true})` for causal LMs (greedy tokens equal transformers', prompt by
 prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
 T5 (greedy tokens equal); EXAONE, whose layer count the folder also names as Transformers.js
-reads it; hybrid decoders (LFM2, Nemotron-H), whose states take the names Transformers.js feeds; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
+reads it; hybrid decoders (LFM2, Nemotron-H), whose states take the names Transformers.js feeds; Gemma 4, whose
+embedding and decoder Transformers.js loads beside the model; Qwen2-MoE's experts in onnxruntime-node 1.30's
+`MoE` kernel; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
 there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
