@@ -48,6 +48,7 @@ sys.path.insert(0, str(BENCH))
 
 import architecture_sweep as sweep  # noqa: E402
 from fx2onnx.hub.decoders.client_support import transformers_js_reason  # noqa: E402
+from fx2onnx.hub.shared.verification import greedy_in_genai  # noqa: E402
 
 TRANSFORMERS_JS_VERSION = "4.3.1"
 TRANSFORMERS_JS_PREFIX = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests")) / (
@@ -173,23 +174,6 @@ def in_transformers_js(task: str, model: torch.nn.Module, config: Any, folder: P
     return {"js": "loaded", "js_exact": worst <= CLIENT_ATOL, "js_difference": worst}
 
 
-def genai_greedy(folder: Path, prompt: list[int]) -> list[int]:
-    """ONNX Runtime GenAI's 16 greedy tokens after ``prompt`` (no early end)."""
-    import onnxruntime_genai as og
-
-    model = og.Model(str(folder))
-    params = og.GeneratorParams(model)
-    length = len(prompt) + NEW_TOKENS
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.append_tokens([prompt])
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens
-
-
 def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> dict[str, Any]:
     """A causal-LM folder in ONNX Runtime GenAI against transformers; a folder export-hf
     writes without `genai_config.json` (a hybrid decoder's states, which the runtime feeds
@@ -199,7 +183,7 @@ def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> 
         return {"genai": "no genai_config.json"}
     kind = json.loads(config.read_text())["model"]["type"]
     try:
-        generated = [genai_greedy(folder, prompt) for prompt in prompts]
+        generated = [greedy_in_genai(folder, [prompt], NEW_TOKENS).tokens[0] for prompt in prompts]
     except Exception as error:  # noqa: BLE001 - the client's error is the record
         return {"genai": "failed", "genai_type": kind, "genai_cause": f"{type(error).__name__}: {_error_line(str(error))}"}
     return {"genai": "loaded", "genai_type": kind, "genai_exact": generated == expected_tokens("text-generation", model, prompts, plain=True)}

@@ -12,11 +12,13 @@ become its one kernel (`skip_normalization`). On request (`ExportOptions.precisi
 `MatMulNBits` (`weight_quantization`), whose codes are computed from each weight when the
 model is written (`derived_weights`; given to module functions as parameters,
 `derived_arguments`). Every pass walks the model with `model_graphs` and sees through
-module-function calls with `function_calls`. The passes run in the order of `ONNX_PASS_STEPS`,
+module-function calls with `function_calls`; a computation of many small nodes is written
+with `AppendedNodes` (`appended_nodes`). The passes run in the order of `ONNX_PASS_STEPS`,
 the stage's entry `run_onnx_passes` (`onnx_pass_steps`).
 """
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes.appended_nodes import AppendedNodes
 from fx2onnx.onnx_passes.block_scales import QUANTIZATION_ALGORITHMS
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY
@@ -29,6 +31,7 @@ from fx2onnx.onnx_passes.rename_dims import rename_dims
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization, quantize_linear_weights
 
 __all__ = [
+    "AppendedNodes",
     "CONSTANT_KEY",
     "FOLDED_KEY",
     "ONNXRUNTIME_DOMAIN",

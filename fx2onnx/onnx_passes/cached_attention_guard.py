@@ -45,6 +45,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
+from fx2onnx.onnx_passes.appended_nodes import AppendedNodes
 from fx2onnx.onnx_passes.model_graphs import model_graphs
 from fx2onnx.onnx_passes.rotary_in_attention import (
     TABLE_POSITIONS, KernelRotary, RotaryTables, kernel_rotary, positions_as_kernel_assumes, read_shapes_before,
@@ -56,25 +57,6 @@ _COS_CACHE, _SIN_CACHE = 7, 8
 _HEAD_SINK = 11  # its head_sink input (attention sinks)
 
 
-class _Nodes:
-    """Nodes appended to a list, each made with one call."""
-
-    def __init__(self, prefix: str) -> None:
-        self.nodes: list[ir.Node] = []
-        self.prefix = prefix
-
-    def __call__(self, op_type: str, inputs: list[ir.Value | None], outputs: int = 1, **attributes: object) -> ir.Value:
-        node = ir.node(op_type, inputs, attributes=attributes, num_outputs=outputs,
-                       name=f"{self.prefix}/{op_type}_{len(self.nodes)}")
-        for index, value in enumerate(node.outputs):
-            value.name = f"{self.prefix}/{op_type}_{len(self.nodes)}_{index}"
-        self.nodes.append(node)
-        return node.outputs[0] if outputs == 1 else node.outputs
-
-    def constant(self, value: object, dtype: np.dtype = np.int64) -> ir.Value:
-        return self("Constant", [], value=ir.tensor(np.asarray(value, dtype=dtype)))
-
-
 @dataclass(frozen=True)
 class _StepSizes:
     """A step's sizes as int64 scalars: the mask's total, the tokens before the new ones."""
@@ -83,7 +65,7 @@ class _StepSizes:
     past: ir.Value
 
 
-def _step_sizes(nodes: _Nodes, sized: ir.Value, total: ir.Value) -> tuple[ir.Value, _StepSizes]:
+def _step_sizes(nodes: AppendedNodes, sized: ir.Value, total: ir.Value) -> tuple[ir.Value, _StepSizes]:
     """``sized``'s (batch, new tokens) and the step's sizes (``total``, the kernel's)."""
     shape = nodes("Shape", [sized], start=0, end=2)
     new = nodes("Gather", [shape, nodes.constant(1)], axis=0)
@@ -91,7 +73,7 @@ def _step_sizes(nodes: _Nodes, sized: ir.Value, total: ir.Value) -> tuple[ir.Val
     return shape, _StepSizes(total, nodes("Sub", [total, new]))
 
 
-def _kernel_runs(nodes: _Nodes, batch_and_new: ir.Value, sizes: _StepSizes) -> ir.Value:
+def _kernel_runs(nodes: AppendedNodes, batch_and_new: ir.Value, sizes: _StepSizes) -> ir.Value:
     """Whether the kernel takes this step: one sequence, one new token, or no past, that
     is ``(B - 1)(S - 1)(total - S) == 0`` (each factor at least 0)."""
     refused = nodes("ReduceProd", [nodes("Sub", [batch_and_new, nodes.constant(1)])], keepdims=0)
@@ -113,7 +95,7 @@ def _where_zero(rows: ir.Value) -> ir.Value | None:
     return condition
 
 
-def _unpadded(nodes: _Nodes, bias: ir.Value) -> ir.Value:
+def _unpadded(nodes: AppendedNodes, bias: ir.Value) -> ir.Value:
     """Whether ``bias`` is zero everywhere (no padding: padding has the dtype's lowest
     number), read on its row per sequence when it is an expanded one; where the rows are
     the mask's ``Where(held, 0, lowest)``, whether every token is held (which implies it)."""
@@ -133,7 +115,7 @@ def _window(kernel: ir.Node) -> int:
     return -1 if attribute is None else attribute.as_int()
 
 
-def _bias_rows(nodes: _Nodes, bias: ir.Value) -> ir.Value:
+def _bias_rows(nodes: AppendedNodes, bias: ir.Value) -> ir.Value:
     """The bias's row per sequence (B, 1, 1, total): what it expands, or its rows' largest
     (the rows of a sequence are equal: the mask's)."""
     producer = bias.producer()
@@ -142,7 +124,7 @@ def _bias_rows(nodes: _Nodes, bias: ir.Value) -> ir.Value:
     return nodes("ReduceMax", [bias, nodes.constant([2])], keepdims=1)
 
 
-def _no_padding_after_held(nodes: _Nodes, bias: ir.Value) -> ir.Value:
+def _no_padding_after_held(nodes: AppendedNodes, bias: ir.Value) -> ir.Value:
     """Whether no sequence has padding after a held token: its bias never decreases along
     the tokens (padding is the dtype's lowest number, a held token 0). A window counted
     in cache slots is then the window counted in held tokens."""
@@ -154,7 +136,7 @@ def _no_padding_after_held(nodes: _Nodes, bias: ir.Value) -> ir.Value:
     return nodes("GreaterOrEqual", [nodes("ReduceMin", [rises], keepdims=0), nodes.constant(1)])
 
 
-def _held_window(nodes: _Nodes, bias: ir.Value, past: ir.Value, total: ir.Value, window: int) -> ir.Value:
+def _held_window(nodes: AppendedNodes, bias: ir.Value, past: ir.Value, total: ir.Value, window: int) -> ir.Value:
     """(B, 1, S, total) booleans: the keys among the last ``window`` tokens the mask holds
     up to each new token (the model's window, whatever the padding)."""
     rows = _bias_rows(nodes, bias)
@@ -172,7 +154,7 @@ def _head_sink(kernel: ir.Node) -> ir.Value | None:
     return kernel.inputs[_HEAD_SINK] if len(kernel.inputs) > _HEAD_SINK else None
 
 
-def _zero_column(nodes: _Nodes, cache: ir.Value, dtype: ir.DataType) -> ir.Value:
+def _zero_column(nodes: AppendedNodes, cache: ir.Value, dtype: ir.DataType) -> ir.Value:
     """``cache`` (B, heads, T, D) of ``dtype`` with one more token of zeros at the end."""
     shape = nodes("Shape", [cache])
     one_token = nodes("Concat", [nodes("Slice", [shape, nodes.constant([0]), nodes.constant([2])]), nodes.constant([1]),
@@ -181,7 +163,7 @@ def _zero_column(nodes: _Nodes, cache: ir.Value, dtype: ir.DataType) -> ir.Value
     return nodes("Concat", [cache, zeros], axis=2)
 
 
-def _with_sinks(nodes: _Nodes, keys: ir.Value, values: ir.Value, scores_bias: ir.Value, sinks: ir.Value,
+def _with_sinks(nodes: AppendedNodes, keys: ir.Value, values: ir.Value, scores_bias: ir.Value, sinks: ir.Value,
                 num_heads: int, dtype: ir.DataType) -> tuple[ir.Value, ir.Value, ir.Value]:
     """Keys, values and bias (B, 1, S, T) for the standard Attention with each head's sink:
     a key of zeros (its score is the bias alone) whose bias is the head's sink logit and
@@ -198,7 +180,7 @@ def _with_sinks(nodes: _Nodes, keys: ir.Value, values: ir.Value, scores_bias: ir
     return _zero_column(nodes, keys, dtype), _zero_column(nodes, values, dtype), nodes("Concat", [per_head, column], axis=3)
 
 
-def _heads(nodes: _Nodes, packed: ir.Value, heads: int) -> ir.Value:
+def _heads(nodes: AppendedNodes, packed: ir.Value, heads: int) -> ir.Value:
     """(B, S, heads * D) as (B, heads, S, D)."""
     split = nodes("Reshape", [packed, nodes.constant([0, 0, heads, -1])])
     return nodes("Transpose", [split], perm=[0, 2, 1, 3])
@@ -210,7 +192,7 @@ def _exact_branch(kernel: ir.Node, name: str) -> ir.Graph:
     bias = kernel.inputs[_BIAS]
     num_heads, kv_heads = kernel.attributes["num_heads"].as_int(), kernel.attributes["kv_num_heads"].as_int()
     scale = kernel.attributes.get("scale")
-    nodes = _Nodes(f"{name}/exact")
+    nodes = AppendedNodes(f"{name}/exact")
     new = nodes("Gather", [nodes("Shape", [query]), nodes.constant(1)], axis=0)
     total = nodes("Cast", [total_length], to=ir.DataType.INT64)
     past = nodes("Sub", [total, new])  # the tokens before the new ones, as the mask has them
@@ -328,7 +310,7 @@ def _guard(graph: ir.Graph | ir.Function, kernel: ir.Node, runs: ir.Value, fast:
     graph.remove(kernel, safe=True)
 
 
-def _windowed_runs(nodes: _Nodes, kernels: list[ir.Node], runs: ir.Value) -> dict[int, ir.Value]:
+def _windowed_runs(nodes: AppendedNodes, kernels: list[ir.Node], runs: ir.Value) -> dict[int, ir.Value]:
     """By bias, when the sliding layers' kernel computes the model's window with that bias:
     it runs and no sequence has padding after a held token."""
     windowed: dict[int, ir.Value] = {}
@@ -348,7 +330,7 @@ def _kernel_rotaries(model: ir.Model, graph: ir.Graph | ir.Function, kernels: li
     return {key: rotary for key, rotary in found.items() if rotary is not None}
 
 
-def _rotary_runs(nodes: _Nodes, rotaries: dict[int, KernelRotary], sizes: _StepSizes, rows: int) -> dict[int, ir.Value]:
+def _rotary_runs(nodes: AppendedNodes, rotaries: dict[int, KernelRotary], sizes: _StepSizes, rows: int) -> dict[int, ir.Value]:
     """By positions input, whether the kernel's own positions are the model's."""
     checks: dict[int, ir.Value] = {}
     for rotary in rotaries.values():
@@ -382,7 +364,7 @@ def guard_group_query_attention(model: ir.Model, table_positions: int = TABLE_PO
         kernels = [n for n in graph if (n.domain, n.op_type) == (ONNXRUNTIME_DOMAIN, "GroupQueryAttention")]
         if not kernels:
             continue
-        nodes = _Nodes(f"{kernels[0].name or 'GroupQueryAttention'}/kernel_runs")
+        nodes = AppendedNodes(f"{kernels[0].name or 'GroupQueryAttention'}/kernel_runs")
         rotaries = _kernel_rotaries(model, graph, kernels, RotaryTables(positions=table_positions))
         # the query's shape before a rotation that moves into a branch
         query = rotaries[id(kernels[0])].query if id(kernels[0]) in rotaries else kernels[0].inputs[0]

@@ -19,7 +19,7 @@ import torch
 from conftest import all_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
-from fx2onnx.hub.shared.verification import tolerance_for
+from fx2onnx.hub.shared.verification import greedy_in_genai, tolerance_for
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -68,16 +68,8 @@ def save_causal_lm(folder, family: str, tokenizer) -> torch.nn.Module:
 
 def genai_greedy(model, prompt_ids: list[int], new_tokens: int) -> list[int]:
     """Greedy tokens of ONNX Runtime GenAI's `model` (an `og.Model`) after the prompt's ids."""
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=len(prompt_ids) + new_tokens)
-    generator = og.Generator(model, params)
-    generator.append_tokens([prompt_ids])
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    return greedy_in_genai(model, [prompt_ids], new_tokens, ends_early=True).tokens[0]
 
 
 def generate_with_genai(folder, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[int]]:

@@ -19,14 +19,13 @@ import re
 import shutil
 from unittest import mock
 
-import numpy as np
 import pytest
 import torch
 
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.decoders.model_lengths import change_points, context_length, verification_lengths
-from fx2onnx.hub.shared.verification import greedy_in_folder
+from fx2onnx.hub.shared.verification import greedy_in_folder, greedy_in_genai
 from fx2onnx.hub.decoders.verify_lengths import fresh_rope_state, greedy_in_transformers
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the session fixture
 
@@ -78,24 +77,6 @@ def prompts() -> list[list[int]]:
     return [torch.randint(3, COMMON["vocab_size"], (n,), generator=generator).tolist() for n in BATCH]
 
 
-def greedy_in_genai(folder, prompt: list[int]) -> tuple[list[int], list[np.ndarray]]:
-    """``NEW_TOKENS`` greedy tokens of ONNX Runtime GenAI after ``prompt``, and the logits
-    each was chosen from (the end of text's column set aside by ``min_length``)."""
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-    model = og.Model(str(folder))
-    params = og.GeneratorParams(model)
-    # min_length: the end of text is not chosen before, as transformers' min_new_tokens keeps it
-    params.set_search_options(do_sample=False, max_length=len(prompt) + NEW_TOKENS, min_length=len(prompt) + NEW_TOKENS)
-    generator = og.Generator(model, params)
-    generator.append_tokens([prompt])
-    tokens, logits = [], []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-        logits.append(np.array(generator.get_output("logits")).reshape(-1, COMMON["vocab_size"])[-1])
-    return tokens, logits
-
-
 ROPES = ["linear", "dynamic", "yarn", "longrope", "llama3"]
 
 
@@ -137,12 +118,14 @@ def test_rope_scaling_in_genai_and_transformers_js(rope_folder, transformers_js,
     result = run_in_transformers_js(transformers_js, tmp_path, job)
     assert result["generated"] == expected
     assert result["batch_generated"] == batch.tokens
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     for prompt, tokens in zip(single, expected):
-        genai_tokens, genai_logits = greedy_in_genai(root / "out", prompt)
-        assert genai_tokens == tokens
+        genai = greedy_in_genai(root / "out", [prompt], NEW_TOKENS, logits=True)
+        assert genai.tokens[0] == tokens
+        # the end of text's column set aside: GenAI's min_length keeps it from being chosen
         kept = [i for i in range(COMMON["vocab_size"]) if i != COMMON["eos_token_id"]]
-        for ours, theirs in zip(genai_logits, reference(model, [prompt]).logits):
-            torch.testing.assert_close(torch.from_numpy(ours[kept]), torch.from_numpy(theirs[0, kept]), rtol=1e-3, atol=1e-4)
+        for ours, theirs in zip(genai.logits, reference(model, [prompt]).logits):
+            torch.testing.assert_close(torch.from_numpy(ours[0, kept]), torch.from_numpy(theirs[0, kept]), rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize(("kind", "module_functions"), [("dynamic", False), ("dynamic", True), ("longrope", False)])

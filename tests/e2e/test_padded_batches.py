@@ -20,6 +20,7 @@ import torch
 
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.decoders.decode_step import cache_argument
+from fx2onnx.hub.shared.verification import greedy_in_genai
 
 transformers = pytest.importorskip("transformers")
 ort = pytest.importorskip("onnxruntime")
@@ -85,17 +86,8 @@ def steps_with_positions(model, session, steps: list[tuple[torch.Tensor, torch.T
 
 
 def generate_with_genai(folder, rows: torch.Tensor) -> list[list[int]]:
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-    model = og.Model(os.fspath(folder))
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=rows.shape[1] + NEW_TOKENS, batch_size=rows.shape[0])
-    generator = og.Generator(model, params)
-    generator.append_tokens(rows.numpy().astype(np.int32))
-    steps = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        steps.append(generator.get_next_tokens().tolist())
-    return np.array(steps).T.tolist()
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    return greedy_in_genai(folder, rows.tolist(), NEW_TOKENS, ends_early=True).tokens
 
 
 @pytest.fixture(scope="module", params=[("llama", "onnxruntime"), ("llama", "standard"), ("qwen2", "onnxruntime"),

@@ -26,6 +26,7 @@ import fx2onnx
 from conftest import ATOL, RTOL, all_nodes, check_saved_model
 from fx2onnx.hub.decoders.decode_step import cache_argument
 from fx2onnx.hub.decoders.windowed_cache import windowed_decoder_file
+from fx2onnx.hub.shared.verification import greedy_in_genai
 from fx2onnx.hub import export_hf
 from test_padded_batches import onnx_step
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 - the fixture
@@ -131,18 +132,8 @@ def folder(request, tmp_path_factory):
 
 def generate_with_genai(folder, rows: list[list[int]]) -> list[list[int]]:
     """NEW_TOKENS greedy tokens for each row of one batch (ONNX Runtime GenAI reads PAD as padding)."""
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-    model = og.Model(os.fspath(folder))
-    params = og.GeneratorParams(model)
-    length = len(rows[0]) + NEW_TOKENS  # min_length: no end of sequence before, as min_new_tokens in transformers
-    params.set_search_options(do_sample=False, max_length=length, min_length=length, batch_size=len(rows))
-    generator = og.Generator(model, params)
-    generator.append_tokens(np.array(rows, dtype=np.int32))
-    steps = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        steps.append(generator.get_next_tokens().tolist())
-    return np.array(steps).T.tolist()
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    return greedy_in_genai(folder, rows, NEW_TOKENS).tokens
 
 
 def check_in_genai(out, prompts, expected) -> None:

@@ -30,15 +30,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+import fx2onnx
 from fx2onnx.hub.decoders.decode_step import BATCH, CACHED_TOKENS, NEW_TOKENS
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.shared.program_files import fake_inputs, write_json_file
+from fx2onnx.hub.shared import folder_layout
+from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program, write_json_file
+from fx2onnx.onnx_passes import WeightQuantization
 
 # the inputs a recomputing loader feeds
 FED = ("input_ids", "attention_mask")
@@ -103,3 +106,17 @@ def write_without_cache_configs(staging: Path, loaded: LoadedModel) -> list[str]
     if generation is not None:
         files.append(write_json_file(staging, "generation_config.json", {**generation.to_diff_dict(), "use_cache": False}))
     return files
+
+
+def export_recomputed(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None,
+    say: Callable[[str], None],
+) -> list[str]:
+    """The decoder of a model without a cache: the whole sequence in, every position's logits
+    out, and no genai_config.json (ONNX Runtime GenAI needs a cache); the folder's files."""
+    with without_cache(loaded.model):
+        program = exported(loaded.model, recomputing_inputs(loaded), options)
+    name = onnx_file(loaded, folder_layout.MODEL, quantization)
+    files = save_program(program, staging, name, loaded)
+    say(NOTE.format(name=type(loaded.model).__name__))
+    return [*files, *write_without_cache_configs(staging, loaded)]

@@ -18,12 +18,16 @@ transformers' generation of that row alone.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 import onnx_ir as ir
 import torch
 from torch.export import Dim
+
+import fx2onnx
+from fx2onnx.hub.decoders.decode_step import STATE_LIST, cache_argument
 
 PAST_STATE, PRESENT_STATE = "past_state", "present_state"
 BATCH_ROWS_ALONE = (
@@ -36,6 +40,28 @@ _INPUT = re.compile(r"state\.(\d+)")
 # the list forward returns (`state.<i>`, `_<n>` when the name was taken) and its inputs as written (`.mutated`)
 _RETURNED = re.compile(r"state\.(\d+)(?:_\d+)?")
 _WRITTEN = re.compile(r"state\.(\d+)\.mutated")
+
+
+def takes_state_list(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes its recurrent state as a list (RWKV's ``state``)."""
+    return cache_argument(model) == STATE_LIST
+
+
+def state_list_options(
+    model: torch.nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions,
+) -> fx2onnx.ExportOptions:
+    """``options`` for the decode step of ``model`` on ``inputs``: a state list's dims dynamic
+    along the batch only (`state_list_dynamic_shapes`); as they are for a model with a cache."""
+    if not takes_state_list(model):
+        return options
+    return dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, STATE_LIST))
+
+
+def name_states(model: torch.nn.Module, graph_model: ir.Model) -> None:
+    """The exported decode step's state list named as the folder's (`name_state_list`:
+    ``past_state.<i>`` in, ``present_state.<i>`` out) when ``model`` takes one."""
+    if takes_state_list(model):
+        name_state_list(graph_model)
 
 
 def state_list_dynamic_shapes(inputs: dict[str, Any], argument: str) -> dict[str, Any]:

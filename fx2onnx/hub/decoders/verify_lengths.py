@@ -11,6 +11,7 @@ equal. A difference or a failed run is reported with the sequence length it happ
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.shared.genai_config import token_ids
+from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.decode_step import decoder_sizes
+from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, takes_state_list
 from fx2onnx.hub.decoders.model_lengths import VerificationLengths
 from fx2onnx.hub.shared.verification import (
     FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded, plain_greedy,
@@ -41,21 +44,42 @@ def fresh_rope_state(model: torch.nn.Module) -> None:
             setattr(module, name, original)
 
 
+class BatchReference(enum.Enum):
+    """How transformers' reference for a left-padded batch of prompts is built."""
+
+    BATCH = "the batch"
+    # each row padded to the batch's width, as a batch of its own: for a model whose decode step
+    # transformers computes wrongly for a batch (RWKV's, see `state_list`)
+    PADDED_ROWS_ALONE = "padded rows alone"
+    # each row alone without its padding: for a model whose decode step transformers computes
+    # wrongly for a padded row (Git's without an image, see `text_only`)
+    UNPADDED_ROWS = "rows unpadded"
+
+
+def batch_reference(model: torch.nn.Module, text_only_folder: bool) -> tuple[BatchReference, str | None]:
+    """The reference `--verify` compares the folder's batch with, for ``model`` (its folder
+    text-only or not), and the note that says why when it is not the batch itself."""
+    image_tokens = text_only.cached_image_tokens(model) if text_only_folder else 0
+    if image_tokens:
+        return BatchReference.UNPADDED_ROWS, text_only.BATCH_ROWS_UNPADDED.format(name=type(model).__name__,
+                                                                                  tokens=image_tokens)
+    if takes_state_list(model):
+        return BatchReference.PADDED_ROWS_ALONE, BATCH_ROWS_ALONE
+    return BatchReference.BATCH, None
+
+
 def greedy_in_transformers(
-    model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad: int, rows_alone: bool = False,
-    rows_unpadded: bool = False,
+    model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, pad: int,
+    reference: BatchReference = BatchReference.BATCH,
 ) -> Greedy:
-    """``model.generate``'s greedy tokens and logits on the left-padded batch of ``prompts``;
-    with ``rows_alone``, each padded row generated as a batch of its own (for a model whose
-    decode step transformers computes wrongly for a batch: RWKV's, see `state_list`); with
-    ``rows_unpadded``, each row generated alone without its padding (for a model whose
-    decode step transformers computes wrongly for a padded row: Git's without an image, see
-    `text_only`)."""
-    if (rows_alone or rows_unpadded) and len(prompts) > 1:
+    """``model.generate``'s greedy tokens and logits on the left-padded batch of ``prompts``,
+    or on its rows alone as ``reference`` says."""
+    if reference is not BatchReference.BATCH and len(prompts) > 1:
         # each row as a batch of its own: padded to the batch's width (to a model that reads no
         # mask, RWKV, the same row as in the batch) or without its padding
         width = max(len(p) for p in prompts)
-        alone = [p if rows_unpadded else [pad] * (width - len(p)) + p for p in prompts]
+        unpadded = reference is BatchReference.UNPADDED_ROWS
+        alone = [p if unpadded else [pad] * (width - len(p)) + p for p in prompts]
         rows = [greedy_in_transformers(model, [row], new_tokens, pad) for row in alone]
         return Greedy([row.tokens[0] for row in rows], [np.concatenate([row.logits[i] for row in rows]) for i in
                                                         range(new_tokens)], [width + i for i in range(new_tokens)])
@@ -103,12 +127,11 @@ def _first_difference(ours: Greedy, theirs: Greedy, what: str) -> str | None:
 
 def verify_causal_lm_at_lengths(
     path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1,
-    rows_alone: bool = False, rows_unpadded: bool = False, embedding: Path | None = None,
+    reference: BatchReference = BatchReference.BATCH, embedding: Path | None = None,
 ) -> LengthsVerification:
-    """The folder's decoder against ``model.generate`` on one prompt and one batch (each of
-    its rows generated alone by transformers with ``rows_alone``, alone and unpadded with
-    ``rows_unpadded``: `greedy_in_transformers`); ``embedding``: the model that embeds each
-    step's ids for the decoder (`greedy_in_folder`)."""
+    """The folder's decoder against ``model.generate`` on one prompt and one batch (or the
+    batch's rows alone, as ``reference`` says: `greedy_in_transformers`); ``embedding``: the
+    model that embeds each step's ids for the decoder (`greedy_in_folder`)."""
     vocab = int(decoder_sizes(config).vocab_size)
     pad = int(getattr(config, "pad_token_id", None) or 0)
     eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
@@ -126,7 +149,7 @@ def verify_causal_lm_at_lengths(
         except FolderRunError as error:
             return LengthsVerification(float("inf"), False, [], [], tolerance, float("inf"), f"{error} while running {what}",
                                        lengths.describe(), error.length or 0)
-        theirs = greedy_in_transformers(model, prompts, lengths.new_tokens, pad, rows_alone, rows_unpadded)
+        theirs = greedy_in_transformers(model, prompts, lengths.new_tokens, pad, reference)
         first = first or (ours, theirs)
         for a, b, length in zip(ours.logits, theirs.logits, ours.lengths):
             ratio = tolerance.worst_ratio(a.astype(np.float64), b.astype(np.float64))

@@ -30,45 +30,34 @@ where the window reaches the context length (nothing would be evicted).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+import onnx_ir as ir
+from onnx_ir import convenience
 
 from fx2onnx.hub.shared.folder_layout import client_graph_file
+from fx2onnx.onnx_passes import AppendedNodes
 
 WINDOWED_CACHE_ROLE = "windowed_cache"
 _KERNEL = ("com.microsoft", "GroupQueryAttention")
 _SINKS, _QUERY_SEQLENS = 11, 16  # the kernel's head_sink and query_seqlens inputs
 # the kernel attributes the exact form computes (others, such as a soft cap, leave the folder as it is)
 _COMPUTED = {"num_heads", "kv_num_heads", "scale", "local_window_size", "do_rotary", "rotary_interleaved"}
-_INT64, _INT32, _BOOL = TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
+_INT64, _INT32, _BOOL = ir.DataType.INT64, ir.DataType.INT32, ir.DataType.BOOL
 
 
-class _Nodes:
-    """Nodes appended to a list, each made with one call, named under ``prefix``."""
+def _item(nodes: AppendedNodes, shape_of: ir.Value, index: int) -> ir.Value:
+    """A dim of ``shape_of`` as a scalar."""
+    return nodes("Gather", [nodes("Shape", [shape_of]), nodes.constant(index)], axis=0)
 
-    def __init__(self, prefix: str) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self.prefix = prefix
 
-    def __call__(self, op_type: str, inputs: list[str], domain: str = "", **attributes: Any) -> str:
-        name = f"{self.prefix}/{op_type}_{len(self.nodes)}"
-        self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, domain=domain, **attributes))
-        return name
-
-    def const(self, value: Any, dtype: type = np.int64) -> str:
-        return self("Constant", [], value=numpy_helper.from_array(np.asarray(value, dtype=dtype)))
-
-    def item(self, shape_of: str, index: int) -> str:
-        """A dim of ``shape_of`` as a scalar."""
-        return self("Gather", [self("Shape", [shape_of]), self.const(index)], axis=0)
-
-    def unsqueeze(self, value: str, *axes: int) -> str:
-        return self("Unsqueeze", [value, self.const(list(axes))])
+def _unsqueeze(nodes: AppendedNodes, value: ir.Value, *axes: int) -> ir.Value:
+    return nodes("Unsqueeze", [value, nodes.constant(list(axes))])
 
 
 @dataclass
@@ -79,37 +68,37 @@ class _Rows:
     tokens' count (scalar), the largest count after the step (scalar), and the
     kernel's inputs (int32 `seqlens_k`, `total_sequence_length`, `query_seqlens`)."""
 
-    past: str
-    new_held: str
-    after: str
-    held: str
-    positions: str
-    held_index: str
-    new: str
-    most: str
-    seqlens: str
-    total: str
-    query_seqlens: str
-    right_padded: str  # every row's new tokens are held ones then padding, and every row holds one
+    past: ir.Value
+    new_held: ir.Value
+    after: ir.Value
+    held: ir.Value
+    positions: ir.Value
+    held_index: ir.Value
+    new: ir.Value
+    most: ir.Value
+    seqlens: ir.Value
+    total: ir.Value
+    query_seqlens: ir.Value
+    right_padded: ir.Value  # every row's new tokens are held ones then padding, and every row holds one
 
 
-def _rows(nodes: _Nodes, mask: str, ids: str, position_ids: str) -> _Rows:
+def _rows(nodes: AppendedNodes, mask: ir.Value, ids: ir.Value, position_ids: ir.Value) -> _Rows:
     """:class:`_Rows` from the graph's inputs (the new tokens' count from ``ids``); the
     kernel's condition checks that each held new token's position is the row's count of
     held tokens before it, which the kernel's own rotation assumes."""
     mask = nodes("Cast", [mask], to=_INT64)
-    total, new = nodes.item(mask, 1), nodes.item(ids, 1)
-    split, axis = nodes.unsqueeze(nodes("Sub", [total, new]), 0), nodes.const([1])
-    held = nodes("Slice", [mask, split, nodes.unsqueeze(total, 0), axis])
-    past = nodes("ReduceSum", [nodes("Slice", [mask, nodes.const([0]), split, axis]), axis], keepdims=0)
+    total, new = _item(nodes, mask, 1), _item(nodes, ids, 1)
+    split, axis = _unsqueeze(nodes, nodes("Sub", [total, new]), 0), nodes.constant([1])
+    held = nodes("Slice", [mask, split, _unsqueeze(nodes, total, 0), axis])
+    past = nodes("ReduceSum", [nodes("Slice", [mask, nodes.constant([0]), split, axis]), axis], keepdims=0)
     new_held = nodes("ReduceSum", [held, axis], keepdims=0)
     after = nodes("Add", [past, new_held])
-    counts = nodes("CumSum", [held, nodes.const(1)])
-    one = nodes.const(1)
-    positions = nodes("Sub", [nodes("Add", [nodes.unsqueeze(past, 1), counts]), one])
+    counts = nodes("CumSum", [held, nodes.constant(1)])
+    one = nodes.constant(1)
+    positions = nodes("Sub", [nodes("Add", [_unsqueeze(nodes, past, 1), counts]), one])
     is_held = nodes("Cast", [held], to=_BOOL)
-    steps = nodes("Range", [nodes.const(0), new, one])
-    leading = nodes("Less", [nodes.unsqueeze(steps, 0), nodes.unsqueeze(new_held, 1)])
+    steps = nodes("Range", [nodes.constant(0), new, one])
+    leading = nodes("Less", [_unsqueeze(nodes, steps, 0), _unsqueeze(nodes, new_held, 1)])
     ordered = nodes("Equal", [nodes("Cast", [leading], to=_INT64), held])
     given = nodes("Cast", [position_ids], to=_INT64)
     placed = nodes("Or", [nodes("Not", [is_held]), nodes("Equal", [given, positions])])
@@ -119,8 +108,8 @@ def _rows(nodes: _Nodes, mask: str, ids: str, position_ids: str) -> _Rows:
         nodes("GreaterOrEqual", [nodes("ReduceMin", [after], keepdims=0), one]),
     ])
     # the j-th held new token's index among the new tokens (0 where a row holds fewer)
-    wanted = nodes("Reshape", [nodes("Add", [steps, one]), nodes.const([1, -1, 1])])
-    match = nodes("And", [nodes("Equal", [nodes.unsqueeze(counts, 1), wanted]), nodes.unsqueeze(is_held, 1)])
+    wanted = nodes("Reshape", [nodes("Add", [steps, one]), nodes.constant([1, -1, 1])])
+    match = nodes("And", [nodes("Equal", [_unsqueeze(nodes, counts, 1), wanted]), _unsqueeze(nodes, is_held, 1)])
     held_index = nodes("ArgMax", [nodes("Cast", [match], to=_INT32)], axis=2, keepdims=0)
     most = nodes("ReduceMax", [after], keepdims=0)
     return _Rows(
@@ -131,11 +120,11 @@ def _rows(nodes: _Nodes, mask: str, ids: str, position_ids: str) -> _Rows:
     )
 
 
-def _resident(nodes: _Nodes, tokens: str, capacity: str, window: int) -> str:
+def _resident(nodes: AppendedNodes, tokens: ir.Value, capacity: ir.Value, window: int) -> ir.Value:
     """onnxruntime's L(T): how many of a row's last ``tokens`` a windowed buffer of
     ``capacity`` slots holds."""
-    one = nodes.const(1)
-    reclaimed = nodes("Max", [nodes("Add", [nodes("Sub", [capacity, nodes.const(window)]), one]), one])
+    one = nodes.constant(1)
+    reclaimed = nodes("Max", [nodes("Add", [nodes("Sub", [capacity, nodes.constant(window)]), one]), one])
     over = nodes("Sub", [tokens, capacity])
     evictions = nodes("Div", [nodes("Add", [over, nodes("Sub", [reclaimed, one])]), reclaimed])
     return nodes("Where", [nodes("LessOrEqual", [tokens, capacity]), tokens,
@@ -144,171 +133,182 @@ def _resident(nodes: _Nodes, tokens: str, capacity: str, window: int) -> str:
 
 @dataclass
 class _Layer:
-    kernel: onnx.NodeProto  # the folder's kernel without the bias, rotating its query and key itself
-    query: str  # the query and key after their rotations (computed by ``rotations``)
-    key: str
-    rotations: list[onnx.NodeProto]
+    kernel: ir.Node  # the folder's kernel without the bias, rotating its query and key itself
+    query: ir.Value  # the query and key after their rotations (computed by ``rotations``)
+    key: ir.Value
+    rotations: list[ir.Node]
     window: int
-    outputs: list[onnx.ValueInfoProto]
+    outputs: list[ir.Value]
 
 
-def _heads(nodes: _Nodes, packed: str, heads: int) -> str:
+def _heads(nodes: AppendedNodes, packed: ir.Value, heads: int) -> ir.Value:
     """(B, S, heads * D) as (B, heads, S, D)."""
-    return nodes("Transpose", [nodes("Reshape", [packed, nodes.const([0, 0, heads, -1])])], perm=[0, 2, 1, 3])
+    return nodes("Transpose", [nodes("Reshape", [packed, nodes.constant([0, 0, heads, -1])])], perm=[0, 2, 1, 3])
 
 
-def _attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    found = next((a for a in node.attribute if a.name == name), None)
-    return default if found is None else helper.get_attribute_value(found)
+def _attribute(node: ir.Node, name: str, default: Any) -> Any:
+    found = node.attributes.get(name)
+    return default if found is None else found.value
 
 
-def _exact(nodes: _Nodes, layer: _Layer, rows: _Rows, dtype: int) -> list[str]:
+def _exact(nodes: AppendedNodes, layer: _Layer, rows: _Rows, dtype: ir.DataType) -> list[ir.Value]:
     """The layer's output and buffers in standard operators, the buffers in the kernel's
     layout (held tokens only; a sliding layer's last L(T) of them)."""
     kernel = layer.kernel
     heads, kv_heads = _attribute(kernel, "num_heads", 0), _attribute(kernel, "kv_num_heads", 0)
-    value, past_key, past_value = kernel.input[2], kernel.input[3], kernel.input[4]
-    sinks = kernel.input[_SINKS] if len(kernel.input) > _SINKS and kernel.input[_SINKS] else None
-    capacity, window = nodes.item(past_key, 2), layer.window
-    numpy_type = helper.tensor_dtype_to_np_dtype(dtype)
+    value, past_key, past_value = kernel.inputs[2], kernel.inputs[3], kernel.inputs[4]
+    sinks = kernel.inputs[_SINKS] if len(kernel.inputs) > _SINKS else None
+    capacity, window = _item(nodes, past_key, 2), layer.window
+    numpy_type = dtype.numpy()
     resident = _resident(nodes, rows.past, capacity, window) if window > 0 else rows.past
     first = nodes("Sub", [rows.past, resident])  # the position of the buffer's row 0
-    one, zero = nodes.const(1), nodes.const(0)
+    one, zero = nodes.constant(1), nodes.constant(0)
     slots = nodes("Range", [zero, capacity, one])
-    key_positions = nodes("Concat", [nodes("Add", [nodes.unsqueeze(first, 1), nodes.unsqueeze(slots, 0)]), rows.positions],
-                          axis=1)
-    key_held = nodes("Concat", [nodes("Less", [nodes.unsqueeze(slots, 0), nodes.unsqueeze(resident, 1)]), rows.held], axis=1)
-    queries, keys_at = nodes.unsqueeze(rows.positions, 2), nodes.unsqueeze(key_positions, 1)
-    visible = nodes("And", [nodes.unsqueeze(key_held, 1), nodes("LessOrEqual", [keys_at, queries])])
+    key_positions = nodes("Concat", [nodes("Add", [_unsqueeze(nodes, first, 1), _unsqueeze(nodes, slots, 0)]),
+                                     rows.positions], axis=1)
+    key_held = nodes("Concat", [nodes("Less", [_unsqueeze(nodes, slots, 0), _unsqueeze(nodes, resident, 1)]), rows.held],
+                     axis=1)
+    queries, keys_at = _unsqueeze(nodes, rows.positions, 2), _unsqueeze(nodes, key_positions, 1)
+    visible = nodes("And", [_unsqueeze(nodes, key_held, 1), nodes("LessOrEqual", [keys_at, queries])])
     if window > 0:
-        visible = nodes("And", [visible, nodes("Less", [nodes("Sub", [queries, keys_at]), nodes.const(window)])])
+        visible = nodes("And", [visible, nodes("Less", [nodes("Sub", [queries, keys_at]), nodes.constant(window)])])
     # a padding token sees itself only (its result is read by no held token)
     every_slot = nodes("Range", [zero, nodes("Add", [capacity, rows.new]), one])
-    own = nodes("Equal", [nodes.unsqueeze(every_slot, 0, 1),
-                          nodes.unsqueeze(nodes("Add", [capacity, nodes("Range", [zero, rows.new, one])]), 0, 2)])
-    visible = nodes("Or", [visible, nodes("And", [nodes("Not", [nodes.unsqueeze(rows.held, 2)]), own])])
-    lowest = nodes.const(np.finfo(numpy_type).min, numpy_type)
-    bias = nodes("Where", [nodes.unsqueeze(visible, 1), nodes.const(0, numpy_type), lowest])  # (B, 1, S, C + S)
+    own = nodes("Equal", [_unsqueeze(nodes, every_slot, 0, 1),
+                          _unsqueeze(nodes, nodes("Add", [capacity, nodes("Range", [zero, rows.new, one])]), 0, 2)])
+    visible = nodes("Or", [visible, nodes("And", [nodes("Not", [_unsqueeze(nodes, rows.held, 2)]), own])])
+    lowest = nodes.constant(np.finfo(numpy_type).min, numpy_type)
+    bias = nodes("Where", [_unsqueeze(nodes, visible, 1), nodes.constant(0, numpy_type), lowest])  # (B, 1, S, C + S)
     # the slots of no held token zeroed: a buffer's rows past its resident ones are unspecified, and so are
     # a padding token's key and value after a layer that ran the kernel (a weight of 0 times NaN is NaN)
-    kept_slots = nodes.unsqueeze(key_held, 1, 3)
+    kept_slots = _unsqueeze(nodes, key_held, 1, 3)
     keys, values = (nodes("Where", [kept_slots, nodes("Concat", [past, _heads(nodes, fresh, kv_heads)], axis=2),
-                                    nodes.const(0, numpy_type)])
+                                    nodes.constant(0, numpy_type)])
                     for past, fresh in ((past_key, layer.key), (past_value, value)))
     attended_keys, attended_values = keys, values
     if sinks is not None:  # each head's sink: one more key, of zeros, whose score is the sink and whose value is zeros
         shape = nodes("Shape", [keys])
-        column = nodes("Concat", [nodes("Slice", [shape, nodes.const([0]), nodes.const([2])]), nodes.const([1]),
-                                  nodes("Slice", [shape, nodes.const([3]), nodes.const([4])])], axis=0)
-        zeros = nodes("ConstantOfShape", [column], value=numpy_helper.from_array(np.zeros(1, numpy_type)))
+        column = nodes("Concat", [nodes("Slice", [shape, nodes.constant([0]), nodes.constant([2])]), nodes.constant([1]),
+                                  nodes("Slice", [shape, nodes.constant([3]), nodes.constant([4])])], axis=0)
+        zeros = nodes("ConstantOfShape", [column], value=ir.tensor(np.zeros(1, numpy_type)))
         attended_keys, attended_values = (nodes("Concat", [x, zeros], axis=2) for x in (keys, values))
         bias_shape = nodes("Shape", [bias])
-        batch_queries = [nodes("Slice", [bias_shape, nodes.const([s]), nodes.const([s + 1])]) for s in (0, 2)]
-        per_head = nodes("Concat", [batch_queries[0], nodes.const([heads]), batch_queries[1]], axis=0)
+        batch_queries = [nodes("Slice", [bias_shape, nodes.constant([s]), nodes.constant([s + 1])]) for s in (0, 2)]
+        per_head = nodes("Concat", [batch_queries[0], nodes.constant([heads]), batch_queries[1]], axis=0)
         bias = nodes("Concat", [
-            nodes("Expand", [bias, nodes("Concat", [per_head, nodes("Slice", [bias_shape, nodes.const([3]), nodes.const([4])])],
-                                                    axis=0)]),
-            nodes("Expand", [nodes("Reshape", [sinks, nodes.const([1, heads, 1, 1])]), nodes("Concat", [per_head, nodes.const([1])],
-                                                                                                  axis=0)]),
+            nodes("Expand", [bias, nodes("Concat", [per_head, nodes("Slice", [bias_shape, nodes.constant([3]),
+                                                                              nodes.constant([4])])], axis=0)]),
+            nodes("Expand", [nodes("Reshape", [sinks, nodes.constant([1, heads, 1, 1])]),
+                             nodes("Concat", [per_head, nodes.constant([1])], axis=0)]),
         ], axis=3)
     scale = _attribute(kernel, "scale", 0.0)
     attended = nodes("Attention", [_heads(nodes, layer.query, heads), attended_keys, attended_values, bias],
                      **({"scale": scale} if scale else {}))
-    output = nodes("Reshape", [nodes("Transpose", [attended], perm=[0, 2, 1, 3]), nodes.const([0, 0, -1])])
+    output = nodes("Reshape", [nodes("Transpose", [attended], perm=[0, 2, 1, 3]), nodes.constant([0, 0, -1])])
     # the buffers after the step: row i holds the row's held token T - L + i
     if window > 0:
-        kept = nodes("Max", [capacity, nodes("Min", [nodes.const(window), rows.most])])
+        kept = nodes("Max", [capacity, nodes("Min", [nodes.constant(window), rows.most])])
         remaining = _resident(nodes, rows.after, kept, window)
     else:
         kept, remaining = nodes("Max", [capacity, rows.most]), rows.after
-    rows_out = nodes.unsqueeze(nodes("Range", [zero, kept, one]), 0)
-    token = nodes("Add", [nodes.unsqueeze(nodes("Sub", [rows.after, remaining]), 1), rows_out])
-    before = nodes.unsqueeze(rows.past, 1)
+    rows_out = _unsqueeze(nodes, nodes("Range", [zero, kept, one]), 0)
+    token = nodes("Add", [_unsqueeze(nodes, nodes("Sub", [rows.after, remaining]), 1), rows_out])
+    before = _unsqueeze(nodes, rows.past, 1)
     last_new = nodes("Sub", [rows.new, one])
     nth_new = nodes("Min", [nodes("Max", [nodes("Sub", [token, before]), zero]), last_new])
     from_new = nodes("Add", [capacity, nodes("GatherElements", [rows.held_index, nth_new], axis=1)])
-    slot = nodes("Where", [nodes("Less", [token, before]), nodes("Sub", [token, nodes.unsqueeze(first, 1)]), from_new])
-    slot = nodes("Where", [nodes("Less", [rows_out, nodes.unsqueeze(remaining, 1)]), slot, zero])  # the rest: any row
+    slot = nodes("Where", [nodes("Less", [token, before]), nodes("Sub", [token, _unsqueeze(nodes, first, 1)]), from_new])
+    slot = nodes("Where", [nodes("Less", [rows_out, _unsqueeze(nodes, remaining, 1)]), slot, zero])  # the rest: any row
     slot = nodes("Min", [nodes("Max", [slot, zero]), nodes("Sub", [nodes("Add", [capacity, rows.new]), one])])
     # the index's shape: (B, kv heads, kept, D)
     shape = nodes("Shape", [past_key])
-    target = nodes("Concat", [nodes("Slice", [shape, nodes.const([0]), nodes.const([2])]), nodes.unsqueeze(kept, 0),
-                              nodes("Slice", [shape, nodes.const([3]), nodes.const([4])])], axis=0)
-    index = nodes("Expand", [nodes.unsqueeze(slot, 1, 3), target])
+    target = nodes("Concat", [nodes("Slice", [shape, nodes.constant([0]), nodes.constant([2])]), _unsqueeze(nodes, kept, 0),
+                              nodes("Slice", [shape, nodes.constant([3]), nodes.constant([4])])], axis=0)
+    index = nodes("Expand", [_unsqueeze(nodes, slot, 1, 3), target])
     presents = [nodes("GatherElements", [cache, index], axis=2) for cache in (keys, values)]
     return [output, *presents]
 
 
-def _layers(graph: onnx.GraphProto) -> dict[int, _Layer]:
+def _layers(graph: ir.Graph) -> dict[int, _Layer]:
     """By node index, the layers whose guard this rewrites: an `If` whose first branch is
     the kernel alone (without the bias) and whose second computes the rotations then
     chooses between the kernel with the bias and the exact form."""
     found = {}
-    for index, node in enumerate(graph.node):
+    for index, node in enumerate(graph):
         if node.op_type != "If":
             continue
-        branches = {a.name: a.g for a in node.attribute}
-        fast, padded = branches.get("then_branch"), branches.get("else_branch")
-        if fast is None or padded is None or len(fast.node) != 1 or (fast.node[0].domain, fast.node[0].op_type) != _KERNEL:
+        fast, padded = (_branch(node, name) for name in ("then_branch", "else_branch"))
+        if fast is None or padded is None or len(fast) != 1 or (fast[0].domain, fast[0].op_type) != _KERNEL:
             continue
-        if not padded.node or padded.node[-1].op_type != "If":
+        if not len(padded) or padded[-1].op_type != "If":
             continue
-        inner = {a.name: a.g for a in padded.node[-1].attribute}["then_branch"]
-        with_bias = next((n for n in inner.node if (n.domain, n.op_type) == _KERNEL), None)
-        kernel = fast.node[0]
-        if with_bias is None or {a.name for a in kernel.attribute} - _COMPUTED:
+        inner = _branch(padded[-1], "then_branch")
+        with_bias = next((n for n in inner if (n.domain, n.op_type) == _KERNEL), None)
+        kernel = fast[0]
+        if with_bias is None or set(kernel.attributes) - _COMPUTED:
             continue
-        found[index] = _Layer(kernel=kernel, query=with_bias.input[0], key=with_bias.input[1],
-                              rotations=list(padded.node[:-1]), window=_attribute(kernel, "local_window_size", -1),
-                              outputs=list(fast.output))
+        found[index] = _Layer(kernel=kernel, query=with_bias.inputs[0], key=with_bias.inputs[1],
+                              rotations=list(padded)[:-1], window=_attribute(kernel, "local_window_size", -1),
+                              outputs=list(fast.outputs))
     return found
 
 
-def _kernel_graph(layer: _Layer, rows: _Rows, name: str, windowed: bool) -> onnx.GraphProto:
+def _branch(node: ir.Node, name: str) -> ir.Graph | None:
+    attribute = node.attributes.get(name)
+    return None if attribute is None else attribute.as_graph()
+
+
+def _kernel_graph(layer: _Layer, rows: _Rows, name: str, windowed: bool) -> ir.Graph:
     """The layer's kernel counting its slots in held tokens, on a window-sized buffer
     (`sliding_window_cache`) when ``windowed``."""
-    inputs = list(layer.kernel.input) + [""] * (_QUERY_SEQLENS + 1 - len(layer.kernel.input))
-    inputs[5], inputs[6], inputs[10], inputs[_QUERY_SEQLENS] = rows.seqlens, rows.total, "", rows.query_seqlens
-    attributes = {a.name: helper.get_attribute_value(a) for a in layer.kernel.attribute}
+    inputs = list(layer.kernel.inputs) + [None] * (_QUERY_SEQLENS + 1 - len(layer.kernel.inputs))
+    inputs[5], inputs[6], inputs[10], inputs[_QUERY_SEQLENS] = rows.seqlens, rows.total, None, rows.query_seqlens
+    attributes = {attribute.name: attribute.value for attribute in layer.kernel.attributes.values()}
     suffix = "windowed_kernel" if windowed else "held_kernel"
     if windowed:
         attributes["sliding_window_cache"] = 1
-    outputs = [f"{name}/{suffix}_{i}" for i in range(3)]
-    node = helper.make_node("GroupQueryAttention", inputs, outputs, name=f"{name}/{suffix}", domain=_KERNEL[0], **attributes)
-    return helper.make_graph([node], f"{name}_{suffix}", [], _typed(outputs, layer.outputs))
+    node = ir.node("GroupQueryAttention", inputs, attributes, domain=_KERNEL[0], num_outputs=3, name=f"{name}/{suffix}")
+    outputs = _typed(node.outputs, [f"{name}/{suffix}_{i}" for i in range(3)], layer.outputs)
+    return ir.Graph([], outputs, nodes=[node], name=f"{name}_{suffix}")
 
 
-def _kernel_branch(layer: _Layer, rows: _Rows, name: str, holds_window: str | None) -> onnx.GraphProto:
+def _kernel_branch(layer: _Layer, rows: _Rows, name: str, holds_window: ir.Value | None) -> ir.Graph:
     """The kernel a layer runs: a sliding layer's on its window-sized buffer where the
     buffer holds the window (``holds_window``), else (a buffer shorter than the window:
     nothing is evicted while the sequence fits it) without `sliding_window_cache`."""
     if layer.window <= 0:
         return _kernel_graph(layer, rows, name, windowed=False)
-    outputs = [f"{name}/window_or_not_{i}" for i in range(3)]
-    choice = helper.make_node("If", [holds_window], outputs, name=f"{name}/window_or_not",
-                              then_branch=_kernel_graph(layer, rows, name, windowed=True),
-                              else_branch=_kernel_graph(layer, rows, name, windowed=False))
-    return helper.make_graph([choice], f"{name}_kernel", [], _typed(outputs, layer.outputs))
+    choice = ir.node("If", [holds_window], {"then_branch": _kernel_graph(layer, rows, name, windowed=True),
+                                            "else_branch": _kernel_graph(layer, rows, name, windowed=False)},
+                     num_outputs=3, name=f"{name}/window_or_not")
+    outputs = _typed(choice.outputs, [f"{name}/window_or_not_{i}" for i in range(3)], layer.outputs)
+    return ir.Graph([], outputs, nodes=[choice], name=f"{name}_kernel")
 
 
-def _typed(names: list[str], like: list[onnx.ValueInfoProto]) -> list[onnx.ValueInfoProto]:
-    return [helper.make_tensor_value_info(n, v.type.tensor_type.elem_type, None) for n, v in zip(names, like)]
+def _typed(values: Sequence[ir.Value], names: list[str], like: list[ir.Value]) -> list[ir.Value]:
+    """``values`` named ``names``, of ``like``'s element types and no shape."""
+    for value, name, model_value in zip(values, names, like):
+        value.name, value.type, value.shape = name, ir.TensorType(model_value.dtype), None
+    return list(values)
 
 
-def _exact_branch(layer: _Layer, rows: _Rows, name: str) -> onnx.GraphProto:
-    nodes = _Nodes(f"{name}/held_exact")
-    results = _exact(nodes, layer, rows, layer.outputs[0].type.tensor_type.elem_type)
-    return helper.make_graph([*layer.rotations, *nodes.nodes], f"{name}_held_exact", [], _typed(results, layer.outputs))
+def _exact_branch(layer: _Layer, rows: _Rows, name: str) -> ir.Graph:
+    nodes = AppendedNodes(f"{name}/held_exact")
+    results = _exact(nodes, layer, rows, layer.outputs[0].dtype)
+    results = _typed(results, [result.name for result in results], layer.outputs)
+    for rotation in layer.rotations:  # moved from the folder's branch into this one
+        rotation.graph.remove(rotation)
+    return ir.Graph([], results, nodes=[*layer.rotations, *nodes.nodes], name=f"{name}_held_exact")
 
 
-def _buffer_fits(nodes: _Nodes, layer: _Layer, rows: _Rows) -> tuple[str, str | None]:
+def _buffer_fits(nodes: AppendedNodes, layer: _Layer, rows: _Rows) -> tuple[ir.Value, ir.Value | None]:
     """Whether the kernel takes the layer's buffer (it holds the window, or the past and
     the new tokens of every row), and for a sliding layer whether it holds the window."""
-    capacity = nodes.item(layer.kernel.input[3], 2)
+    capacity = _item(nodes, layer.kernel.inputs[3], 2)
     room = nodes("GreaterOrEqual", [capacity, nodes("Add", [nodes("ReduceMax", [rows.past], keepdims=0), rows.new])])
     if layer.window <= 0:
         return room, None
-    holds_window = nodes("GreaterOrEqual", [capacity, nodes.const(layer.window)])
+    holds_window = nodes("GreaterOrEqual", [capacity, nodes.constant(layer.window)])
     return nodes("Or", [holds_window, room]), holds_window
 
 
@@ -317,54 +317,53 @@ def windowed_model(model: onnx.ModelProto, names: dict[str, str]) -> tuple[onnx.
     kernel counting held tokens and its sliding layers on a window-sized buffer; the
     sliding layers' indices and the window. None when it has no sliding kernel to
     rewrite (then ONNX Runtime GenAI reads the folder's decoder as it is)."""
-    graph = model.graph
+    derived = ir.serde.deserialize_model(model)
+    graph = derived.graph
     layers = _layers(graph)
     windows = {layer.window for layer in layers.values() if layer.window > 0}
-    inputs = {value.name for value in graph.input}
+    inputs = {value.name: value for value in graph.inputs}
     needed = (names.get("attention_mask"), names.get("position_ids"), names.get("input_ids"))
     if not windows or len(windows) > 1 or not all(name in inputs for name in needed):
         return None
-    derived = onnx.ModelProto()
-    derived.CopyFrom(model)
-    graph = derived.graph
-    layers = _layers(graph)
-    shared = _Nodes("held_tokens")  # they read only the graph's inputs: they go first
-    rows = _rows(shared, needed[0], needed[2], needed[1])
-    rewritten = []
-    for index, node in enumerate(graph.node):
-        layer = layers.get(index)
-        if layer is None:
-            rewritten.append(node)
-            continue
+    shared = AppendedNodes("held_tokens")  # they read only the graph's inputs: they go first
+    rows = _rows(shared, inputs[needed[0]], inputs[needed[2]], inputs[needed[1]])
+    guarded = list(graph)
+    for index, layer in layers.items():
+        node = guarded[index]
         fits, holds_window = _buffer_fits(shared, layer, rows)
         condition = shared("And", [rows.right_padded, fits])
         name = node.name or f"windowed_cache_{index}"
-        rewritten.append(helper.make_node(
-            "If", [condition], list(node.output), name=f"{name}/held_kernel_or_exact",
-            then_branch=_kernel_branch(layer, rows, name, holds_window), else_branch=_exact_branch(layer, rows, name)))
-    rewritten[:0] = shared.nodes
-    del graph.node[:]
-    graph.node.extend(rewritten)
+        choice = ir.node("If", [condition], {"then_branch": _kernel_branch(layer, rows, name, holds_window),
+                                             "else_branch": _exact_branch(layer, rows, name)},
+                         num_outputs=len(node.outputs), name=f"{name}/held_kernel_or_exact")
+        convenience.replace_nodes_and_values(graph, node, [node], [choice], list(node.outputs), list(choice.outputs))
+    graph.insert_before(graph[0], shared.nodes)
     sliding = _name_window_dims(graph, layers)
-    return derived, sliding, windows.pop()
+    return ir.serde.serialize_model(derived), sliding, windows.pop()
 
 
-def _name_window_dims(graph: onnx.GraphProto, layers: dict[int, _Layer]) -> list[int]:
+def _name_window_dims(graph: ir.Graph, layers: dict[int, _Layer]) -> list[int]:
     """The sliding layers' indices; their cache inputs and outputs get a dim name of their
     own (their length is the buffer's, not the sequence's)."""
-    sliding_inputs = {layer.kernel.input[i] for layer in layers.values() if layer.window > 0 for i in (3, 4)}
+    sliding_inputs = {layer.kernel.inputs[i].name for layer in layers.values() if layer.window > 0 for i in (3, 4)}
     indices = []
-    for value in graph.input:
+    for value in graph.inputs:
         if value.name in sliding_inputs:
-            value.type.tensor_type.shape.dim[2].dim_param = "window_cache_length"
+            value.shape = _with_window_dim(value.shape)
             parts = value.name.split(".")
             if len(parts) > 1 and parts[1].isdigit() and value.name.endswith(".key"):
                 indices.append(int(parts[1]))
     outputs = {f"present.{i}.{kind}" for i in indices for kind in ("key", "value")}
-    for value in graph.output:
+    for value in graph.outputs:
         if value.name in outputs:
-            value.type.tensor_type.shape.dim[2].dim_param = "window_cache_length"
+            value.shape = _with_window_dim(value.shape)
     return sorted(indices)
+
+
+def _with_window_dim(shape: ir.Shape) -> ir.Shape:
+    dims = list(shape)
+    dims[2] = ir.SymbolicDim("window_cache_length")
+    return ir.Shape(dims)
 
 
 def write_windowed_decoder(staging: Path, filename: str, genai: dict[str, Any]) -> dict[str, Any] | None:

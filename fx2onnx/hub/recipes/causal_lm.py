@@ -22,9 +22,9 @@ from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.per_layer_inputs import EMBEDDING, write_embedded_decoder, writes_embedded_decoder
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
-from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, name_state_list, state_list_dynamic_shapes
+from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
-from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
+from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
@@ -115,16 +115,14 @@ class CausalLMRecipe(RecipeDefaults):
     ) -> list[str]:
         quantization = request.quantization
         if decode_step.returns_no_cache(loaded.model):
-            return self._export_recomputed(loaded, staging, options, request, say)
+            return recomputed.export_recomputed(loaded, staging, _with_precision(options, request), quantization, say)
         if decode_step.attends_causally(loaded.config) or causal_within_windows(loaded.config):
             # its attention is causal over `attention_mask`'s tokens (within each layer's window):
             # its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
         options = _with_precision(options, request)
         inputs = decode_step.decode_step_inputs(loaded)
-        state_list = decode_step.cache_argument(loaded.model) == decode_step.STATE_LIST
-        if state_list:
-            options = dataclasses.replace(options, dynamic_shapes=state_list_dynamic_shapes(inputs, decode_step.STATE_LIST))
+        options = state_list_options(loaded.model, inputs, options)
         # a text-only folder's cache holds no image tokens for the mask to be widened by
         no_image = text_only.no_cached_image_tokens(loaded.model) if loaded.text_only else contextlib.nullcontext()
         with masks_by_held_tokens(loaded.model), no_image:
@@ -136,8 +134,7 @@ class CausalLMRecipe(RecipeDefaults):
                 if failure is None:
                     raise
                 raise failure from error
-        if state_list:
-            name_state_list(program.model)  # RWKV's list: past_state.<i> in, present_state.<i> out
+        name_states(loaded.model, program.model)  # RWKV's list: past_state.<i> in, present_state.<i> out
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
@@ -166,19 +163,6 @@ class CausalLMRecipe(RecipeDefaults):
             config, files = windowed, [*files, windowed["model"]["decoder"]["filename"]]
         return [*files, write_json_file(staging, GENAI_CONFIG, config)]
 
-    def _export_recomputed(
-        self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
-    ) -> list[str]:
-        """The decoder of a model without a cache: the whole sequence in, every position's logits
-        out, and no genai_config.json (ONNX Runtime GenAI needs a cache)."""
-        options = _with_precision(options, request)
-        with recomputed.without_cache(loaded.model):
-            program = exported(loaded.model, recomputed.recomputing_inputs(loaded), options)
-        name = onnx_file(loaded, folder_layout.MODEL, request.quantization)
-        files = save_program(program, staging, name, loaded)
-        say(recomputed.NOTE.format(name=type(loaded.model).__name__))
-        return [*files, *recomputed.write_without_cache_configs(staging, loaded)]
-
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
         say: Say,
@@ -195,12 +179,9 @@ class CausalLMRecipe(RecipeDefaults):
             vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
             prompt = torch.randint(min(3, vocab - 1), vocab, (lengths.prompt,), generator=torch.Generator().manual_seed(1))
         first = None
-        rows_alone = decode_step.cache_argument(model) == decode_step.STATE_LIST
-        if rows_alone:
-            say(BATCH_ROWS_ALONE)
-        image_tokens = text_only.cached_image_tokens(model) if loaded.text_only else 0
-        if image_tokens:
-            say(text_only.BATCH_ROWS_UNPADDED.format(name=type(model).__name__, tokens=image_tokens))
+        reference, why = batch_reference(model, loaded.text_only)
+        if why is not None:
+            say(why)
         for path in paths:
             if path != relative:
                 say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
@@ -209,7 +190,7 @@ class CausalLMRecipe(RecipeDefaults):
                                                      request.atol)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
-                                                      rows_alone=rows_alone, rows_unpadded=bool(image_tokens))
+                                                      reference=reference)
             if not verdict.passed:
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
@@ -219,7 +200,7 @@ class CausalLMRecipe(RecipeDefaults):
             embedding, decoder = (onnx_file(loaded, base) for base in (EMBEDDING, folder_layout.MERGED_DECODER))
             say(f"verifying {embedding} and {decoder} (Transformers.js's models) too")
             verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
-                                                  embedding=folder / embedding)
+                                                  reference=reference, embedding=folder / embedding)
             if not verdict.passed:
                 return dataclasses.replace(verdict, failure=f"{decoder}: {verdict.failure or 'logits beyond the tolerance'}")
         return first  # every graph passed: the folder's model's verdict, with its lengths

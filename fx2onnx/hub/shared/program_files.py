@@ -3,9 +3,11 @@ the file names its clients look for, from example inputs in the load's fake mode
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -15,6 +17,8 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.onnx_passes import WeightQuantization
+
+_Failure = TypeVar("_Failure", bound=Exception)
 
 
 def exported(
@@ -43,25 +47,41 @@ def exported_or_refused(
         raise refusal from error
 
 
+def own_forward_failure(
+    loaded: LoadedModel, inputs: dict[str, Any], failure: Callable[[Exception], _Failure],
+    caught: tuple[type[Exception], ...] = (Exception,), run_fake: bool = False,
+) -> _Failure | None:
+    """After a failed capture: ``failure`` of the error (one of ``caught``) that the loaded
+    model's own forward raises in eager PyTorch on ``inputs``, the cause to name instead of the
+    capture's; None when it runs them (the capture's failure is then the cause). A fake model
+    runs in its fake mode with ``run_fake``, and is not run (None) without."""
+    if loaded.fake_context is not None and not run_fake:
+        return None
+    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    try:
+        with mode, torch.no_grad():
+            loaded.model(**inputs)
+    except caught as own:  # noqa: BLE001 - the model's own failure is the cause the error names
+        return failure(own)
+    return None
+
+
 def inputs_refusal(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> UnsupportedTaskError | None:
     """After a failed capture: the refusal when transformers' own forward fails on the
     inputs the task's folder feeds (a layout model without its boxes, a classifier built on
     a vision-language model, patches its image processor cuts), None when it runs them (the
     capture's failure is then the cause) or the model is fake (nothing to run)."""
-    if loaded.fake_context is not None:
-        return None
-    try:
-        with torch.no_grad():
-            loaded.model(**inputs)
-    except (ValueError, TypeError, RuntimeError) as own:
-        model = loaded.model
+    model = loaded.model
+
+    def refusal(own: Exception) -> UnsupportedTaskError:
         return UnsupportedTaskError(
             f"{type(model).__name__} ({model.config.model_type}) does not run on the inputs its {loaded.task} folder "
             f"feeds ({', '.join(inputs)}): transformers' own forward fails on them with {type(own).__name__}: "
             f"{str(own).strip().splitlines()[0].rstrip('.')}. No folder was written. Export it with fx2onnx.dynamo_export and the "
             "inputs its forward needs."
         )
-    return None
+
+    return own_forward_failure(loaded, inputs, refusal, caught=(ValueError, TypeError, RuntimeError))
 
 
 def weights_dtype(loaded: LoadedModel) -> torch.dtype:

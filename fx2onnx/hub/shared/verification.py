@@ -12,6 +12,7 @@ the verification (:class:`FolderRunError`, said in one sentence), never with a t
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -315,6 +316,34 @@ def greedy_decode(
         step = np.concatenate([step, chosen], axis=1) if recompute else chosen
         mask = np.concatenate([mask, np.ones((len(prompts), 1), dtype=np.int64)], axis=1)
     return Greedy(new, logits, lengths)
+
+
+def greedy_in_genai(
+    folder: Any, rows: Sequence[Sequence[int]], new_tokens: int, ends_early: bool = False, logits: bool = False,
+) -> Greedy:
+    """ONNX Runtime GenAI's greedy generation of ``new_tokens`` after the batch ``rows`` (of
+    one length: the runtime reads its pad token as padding), with the folder at ``folder`` or
+    an ``onnxruntime_genai.Model`` already loaded from it: each row's new tokens and, with
+    ``logits``, each step's last logits (batch, vocab). The end of text is not chosen before
+    ``new_tokens`` (as transformers' ``min_new_tokens`` keeps it) unless ``ends_early``."""
+    import onnxruntime_genai as og
+
+    model = og.Model(os.fspath(folder)) if isinstance(folder, (str, os.PathLike)) else folder
+    params = og.GeneratorParams(model)
+    length = len(rows[0]) + new_tokens
+    ends = {} if ends_early else {"min_length": length}
+    params.set_search_options(do_sample=False, max_length=length, batch_size=len(rows), **ends)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array(rows, dtype=np.int32))
+    steps, step_logits = [], []
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps.append(generator.get_next_tokens().tolist())
+        if logits:
+            last = np.array(generator.get_output("logits"))
+            step_logits.append(last.reshape(len(rows), -1, last.shape[-1])[:, -1])
+    tokens = [[int(step[row]) for step in steps] for row in range(len(rows))]
+    return Greedy(tokens, step_logits, [len(rows[0]) + index for index in range(len(steps))])
 
 
 def greedy_in_onnxruntime(path: Path, prompt: list[int], new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
