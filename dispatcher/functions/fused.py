@@ -126,11 +126,20 @@ def mixture_of_experts(
     # the kernel routes by the logits itself (softmax, top k, renormalized with
     # normalize_routing_weights); its SwiGLU reads gate and up rows interleaved
     # (swiglu_fusion 1, the one layout its CPU kernel takes); no limit: no clamp
-    return _mixture_of_experts(
+    routed = _mixture_of_experts(
         x, router_logits, gate_up, gate_up_bias, down, down_bias,
-        k=k, normalize_routing_weights=int(normalize), activation_type="swiglu", swiglu_fusion=1,
+        k=k, normalize_routing_weights=1, activation_type="swiglu", swiglu_fusion=1,
         activation_alpha=alpha, activation_beta=beta, **({} if limit is None else {"swiglu_limit": limit}),
     )
+    if normalize:
+        return routed
+    # weights not renormalized: the renormalized sum times the top k's share of the softmax
+    # (onnxruntime 1.30's CPU kernel, Transformers.js's, returns zeros for
+    # normalize_routing_weights=0 between two nodes of a graph; the renormalized one is
+    # right in every version). The softmax in float32, as the kernel's and transformers'.
+    probs = op.Softmax(op.Cast(router_logits, to=_FLOAT), axis=-1)
+    top, _ = op.TopK(probs, op.Constant(value_ints=[k]), axis=-1)
+    return op.Mul(routed, op.CastLike(op.ReduceSum(top, op.Constant(value_ints=[-1]), keepdims=1), routed))
 
 
 @_TABLE.op("fx2onnx::gelu")

@@ -4,7 +4,9 @@ Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretraine
 {local_files_only: true})` for causal LMs (greedy tokens equal transformers', prompt by
 prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
 T5 (greedy tokens equal); EXAONE, whose layer count the folder also names as Transformers.js
-reads it; hybrid decoders (LFM2, Nemotron-H), whose states take the names Transformers.js feeds; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
+reads it; hybrid decoders (LFM2, Nemotron-H), whose states take the names Transformers.js feeds; Gemma 4, whose
+embedding and decoder Transformers.js loads beside the model; Qwen2-MoE's experts in onnxruntime-node 1.30's
+`MoE` kernel; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
 there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
@@ -783,3 +785,91 @@ def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
                                                                             "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["audio_text"]
     assert results == [expected] and len(set(expected)) > 1
+
+
+def save_gemma4(folder: Path) -> torch.nn.Module:
+    """A tiny Gemma 4 without encoders: per-layer inputs, two sliding layers of 8 tokens, then a
+    full one (the last layer always is) with wider heads."""
+    torch.manual_seed(0)
+    text = transformers.Gemma4TextConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, global_head_dim=16, hidden_size_per_layer_input=8, vocab_size_per_layer_input=100,
+        sliding_window=8, layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.Gemma4Config(text_config=text.to_dict(), vision_config=None, audio_config=None)
+    model = transformers.Gemma4ForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+def shapes(values) -> dict[str, list]:
+    return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
+
+
+def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
+    """Gemma 4's folder holds Transformers.js's `embed_tokens` (ids -> embeddings and per-layer
+    inputs) and `decoder_model_merged` beside its model, each verified in onnxruntime as its client
+    feeds it: 16 greedy tokens equal transformers' in Transformers.js (alone and left-padded) and
+    in ONNX Runtime GenAI, past the sliding window of 8."""
+    from fx2onnx.hub.shared.verification import plain_greedy
+    from test_export_hf import genai_greedy
+
+    model = save_gemma4(tmp_path / "source")
+    said = []
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", say=said.append, verify=True,
+                       tokens=NEW_TOKENS)
+    assert result.verification.passed and result.verification.tokens_equal
+    assert [line for line in said if "(Transformers.js's models) too" in line]
+    assert not [line for line in said if "cannot load" in line]
+    folder = tmp_path / "out" / "onnx"
+    for name in ("model", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(onnx.load(folder / f"{name}.onnx"), full_check=True)
+    embedding = onnx.load(folder / "embed_tokens.onnx", load_external_data=False).graph
+    assert list(shapes(embedding.input)) == ["input_ids"]
+    assert shapes(embedding.output) == {"inputs_embeds": ["batch_size", "sequence_length", 32],
+                                        "per_layer_inputs": ["batch_size", "sequence_length", 3, 8]}
+    decoder = shapes(onnx.load(folder / "decoder_model_merged.onnx", load_external_data=False).graph.input)
+    assert set(decoder) == {"inputs_embeds", "per_layer_inputs", "attention_mask", "position_ids",
+                            *(f"past_key_values.{i}.{kind}" for i in range(3) for kind in ("key", "value"))}
+    assert decoder["past_key_values.0.key"][3] == 8 and decoder["past_key_values.2.key"][3] == 16
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)  # up to 25 tokens
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    genai = og.Model(str(tmp_path / "out"))
+    for prompt in ([5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]):
+        with plain_greedy(model):
+            expected = greedy(model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.int64))[0]
+        assert genai_greedy(genai, prompt, NEW_TOKENS) == expected
+
+
+def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):
+    """Qwen2-MoE's experts, weighed by the top k of the softmax without renormalizing, are
+    onnxruntime's MoE renormalized times the top k's share (onnxruntime-node 1.30's kernel,
+    Transformers.js's, gives zeros for normalize_routing_weights=0 inside a graph): its logits
+    in Transformers.js within 1e-4 of transformers', 16 greedy tokens equal."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.Qwen2MoeConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, shared_expert_intermediate_size=32,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)).eval()
+    for name, parameter in model.named_parameters():  # the experts' share of the output well above float noise
+        if ".mlp.experts." in name:
+            torch.nn.init.normal_(parameter, std=0.5)
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, tokens=NEW_TOKENS)
+    assert result.verification.passed and result.verification.tokens_equal
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    kernels = [n for n in onnx.load(path, load_external_data=False).graph.node if n.op_type == "MoE"]
+    assert len(kernels) == 2
+    assert all(onnx.helper.get_attribute_value(a) == 1 for n in kernels for a in n.attribute
+               if a.name == "normalize_routing_weights")
+    ids = torch.tensor([[9, 3, 77, 31, 60, 12, 4, 50, 21]])
+    result = run_in_transformers_js(transformers_js, tmp_path, {
+        "folder": str(tmp_path / "out"), "task": "text-generation", "outputs": ["logits"],
+        "inputs": tensor_specs({"input_ids": ids, "attention_mask": torch.ones_like(ids)})})
+    logits = result["outputs"]["logits"]
+    with torch.no_grad():
+        expected = model(ids, attention_mask=torch.ones_like(ids)).logits
+    assert logits["dims"] == list(expected.shape)
+    np.testing.assert_allclose(np.array(logits["data"]).reshape(logits["dims"]), expected.numpy(), rtol=0, atol=1e-4)
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)

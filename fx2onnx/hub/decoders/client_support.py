@@ -4,8 +4,9 @@ The one place that knows a client's limits per architecture: `export_hf` says th
 when it writes such a folder, and docs/guides/export-hf.md ("Clients per architecture")
 lists the same model types. The folder itself is the same for every client (one key and
 one value input per layer, as ONNX Runtime GenAI and onnxruntime take it), except for a
-config with ``multi_query: true`` (combined_cache.py) and a hybrid decoder's convolution and
-recurrent states, which take Transformers.js's names (state_names.py).
+config with ``multi_query: true`` (combined_cache.py), a hybrid decoder's convolution and
+recurrent states, which take Transformers.js's names (state_names.py), and Gemma 4's folder,
+which also holds the embedding and decoder Transformers.js loads (per_layer_inputs.py).
 
 Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 
@@ -26,15 +27,18 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
   at all, ZAYA's in every ``cca_time1``-th layer only, GLM-MoE-DSA's without its indexer's keys;
   it runs Qwen3.5's text model through its vision-language class (3-row positions read from a
-  vision config), and Gemma 4 through its image-audio-text-to-text class, whose files a
-  text-generation folder does not hold.
+  vision config).
+- it runs Gemma 4 through its image-audio-text-to-text class, which loads
+  `onnx/embed_tokens.onnx` and `onnx/decoder_model_merged.onnx`: the folder holds them beside
+  its model (per_layer_inputs.py).
 - it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
   what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
   every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
-- it runs onnxruntime-node 1.30, whose ``MoE`` kernel sums the experts in another order than
-  onnxruntime 1.32: a folder with the kernel loads, but its greedy tokens can part from
-  transformers' at near ties (`TRANSFORMERS_JS_KERNEL_ORDERS`; export-hf says so; the
-  `standard` runtime's experts are exact in every runtime).
+- it runs onnxruntime-node 1.30, whose CPU ``MoE`` kernel returns zeros with
+  ``normalize_routing_weights=0`` when its input and output are values inside a graph (as in
+  every decoder; the same node between a graph's input and output is right): the folder writes
+  such experts as the renormalized kernel times the top k's share of the softmax
+  (`dispatcher/functions/fused.py`), the same in every onnxruntime version.
 - its cache input names read `config.json`'s ``multi_query`` whatever the model type:
   when true it feeds one combined ``past_key_values.<i>.key_value`` per layer, which such a
   folder's `onnx/model.onnx` takes (combined_cache.py).
@@ -45,7 +49,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 
 TRANSFORMERS_JS = "Transformers.js 4.3.1"
 
@@ -105,13 +108,6 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
         "keys per layer, by which its sparse attention picks the tokens it attends to (Missing the following inputs: "
         "past_key_values.0.indexer_keys)",
     ),
-    "gemma4": (
-        lambda config: True,
-        "it runs a gemma4 causal LM through its image-audio-text-to-text class, which loads onnx/embed_tokens.onnx "
-        "(the embeddings and per-layer inputs) and onnx/decoder_model_merged.onnx, not a text-generation folder's "
-        "onnx/model.onnx (ModelFileNotFoundError); export-hf does not write that layout for a text-generation "
-        "folder yet",
-    ),
     "zaya": (
         lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
         "it feeds a zaya cache only to every cca_time1-th layer (the layers of the original checkpoint's "
@@ -160,29 +156,6 @@ def client_note(config: Mapping[str, Any], genai_config: bool = True) -> str | N
         return None
     runtimes = "onnxruntime and ONNX Runtime GenAI" if genai_config else "onnxruntime only"
     return f"{TRANSFORMERS_JS} cannot load this folder: {reason}. It is for {runtimes}."
-
-
-# onnxruntime kernels that onnxruntime-node 1.30 (the one Transformers.js 4.3.1 runs) computes in another
-# summation order than onnxruntime 1.32, which export-hf verifies with: (domain, op type) -> what it sums
-TRANSFORMERS_JS_KERNEL_ORDERS = {(ONNXRUNTIME_DOMAIN, "MoE"): "the experts"}
-
-
-def transformers_js_kernel_note(config: Mapping[str, Any], op_types: Iterable[tuple[str, str]]) -> str | None:
-    """The line `export_hf` says for a text-generation folder that Transformers.js loads
-    (``config``, its `config.json` as a dict) whose graph has a kernel of
-    ``TRANSFORMERS_JS_KERNEL_ORDERS`` among ``op_types`` ((domain, op type) pairs), or None.
-    ``config`` may be transformers' (the entries the folder's `config.json` gets are added)."""
-    if transformers_js_reason({**config, **transformers_js_entries(config)}) is not None:
-        return None
-    found = set(op_types)
-    summed = [what for kernel, what in TRANSFORMERS_JS_KERNEL_ORDERS.items() if kernel in found]
-    if not summed:
-        return None
-    kernels = ", ".join(sorted(op for domain, op in TRANSFORMERS_JS_KERNEL_ORDERS if (domain, op) in found))
-    return (f"{TRANSFORMERS_JS} runs onnxruntime-node 1.30, whose {kernels} kernel sums {' and '.join(summed)} in "
-            "another order than onnxruntime: where two logits are closer than that difference (about 1e-3 in a "
-            "float32 model), its greedy tokens can part from transformers'. `--runtime standard` writes them in "
-            "standard operators, exact in every runtime.")
 
 
 def transformers_js_unsupported(model_types: Iterable[str]) -> list[str]:

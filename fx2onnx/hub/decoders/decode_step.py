@@ -20,7 +20,7 @@ import torch
 from fx2onnx.capture import is_cache_type
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.tasks import UnsupportedTaskError
-from fx2onnx.hub.decoders.sliding_window import growing_cache
+from fx2onnx.hub.decoders.sliding_window import growing_cache, layers_config
 
 BATCH, NEW_TOKENS, CACHED_TOKENS = 2, 3, 5
 
@@ -125,8 +125,7 @@ def decoder_sizes(config: Any) -> Any:
     """The config that gives the decoder's sizes (vocabulary, width, heads): the model's
     own, or the one the model nests its decoder's in (Fuyu's `text_config`,
     `EncoderDecoderModel`'s `decoder`)."""
-    get_text_config = getattr(config, "get_text_config", None)
-    return get_text_config(decoder=True) if get_text_config is not None else config
+    return layers_config(config)
 
 
 def encoder_output(hidden_states: torch.Tensor) -> Any:
@@ -153,7 +152,9 @@ def head_size(config: Any) -> int:
 
 def attends_causally(config: Any) -> bool:
     """Whether every layer's attention is causal over all the tokens `attention_mask`
-    holds: no sliding window, chunked attention or ALiBi bias in the mask."""
+    holds: no sliding window, chunked attention or ALiBi bias in the mask (read from the
+    decoder's own config: a multimodal model's text config)."""
+    config = decoder_sizes(config)
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
         return all(kind == "full_attention" for kind in layer_types) and not getattr(config, "alibi", False)

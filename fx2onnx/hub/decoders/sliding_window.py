@@ -36,8 +36,17 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 RECURRENT = ("conv", "linear_attention")
 
 
+def layers_config(config: Any) -> Any:
+    """The config of the decoder's layers: the model's own, or the one the model nests its
+    decoder's in (a multimodal model's `text_config`, Gemma 4's, which alone gives its windows;
+    `EncoderDecoderModel`'s `decoder`)."""
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config(decoder=True) if get_text_config is not None else config
+
+
 def window_of(config: Any) -> int | None:
     """The sliding window of ``config``'s sliding layers, None when no layer has one."""
+    config = layers_config(config)
     window = getattr(config, "sliding_window", None)
     if window is None:
         return None
@@ -52,6 +61,7 @@ def causal_within_windows(config: Any) -> bool:
     is causal over the held tokens, a sliding layer's within its window of held tokens
     (the form `ExportOptions.causal_mask_input` promises): a window, and no chunked
     attention, ALiBi or other kind of layer."""
+    config = layers_config(config)
     layer_types = getattr(config, "layer_types", None)
     return (
         window_of(config) is not None and (layer_types is None or set(layer_types) <= {SLIDING, FULL})
@@ -67,7 +77,7 @@ def growing_cache(config: Any) -> Any:
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-    cache = DynamicCache(config=config)  # a hybrid's convolution layers keep their own kind
+    cache = DynamicCache(config=layers_config(config))  # a hybrid's convolution layers keep their own kind
     cache.layers = [DynamicLayer() if isinstance(layer, DynamicSlidingWindowLayer) else layer for layer in cache.layers]
     return cache
 
@@ -104,6 +114,7 @@ def masks_for(config: Any, attention_mask: torch.Tensor, queries: int, dtype: to
     layer type where the config has `layer_types`, else the one mask of its (sliding) layers.
     A hybrid's convolution or linear-attention layer reads which of its tokens are held
     (transformers' `create_recurrent_attention_mask`), which zeroes the padding it reads."""
+    config = layers_config(config)
     implementation = config._attn_implementation or "eager"
     window = window_of(config)
     sliding = _in_format(_visible(attention_mask, queries, window), implementation, dtype)

@@ -127,10 +127,11 @@ def _first_difference(ours: Greedy, theirs: Greedy, what: str) -> str | None:
 
 def verify_causal_lm_at_lengths(
     path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1,
-    reference: BatchReference = BatchReference.BATCH,
+    reference: BatchReference = BatchReference.BATCH, embedding: Path | None = None,
 ) -> LengthsVerification:
     """The folder's decoder against ``model.generate`` on one prompt and one batch (or the
-    batch's rows alone, as ``reference`` says: `greedy_in_transformers`)."""
+    batch's rows alone, as ``reference`` says: `greedy_in_transformers`); ``embedding``: the
+    model that embeds each step's ids for the decoder (`greedy_in_folder`)."""
     vocab = int(decoder_sizes(config).vocab_size)
     pad = int(getattr(config, "pad_token_id", None) or 0)
     eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
@@ -144,7 +145,7 @@ def verify_causal_lm_at_lengths(
     for what, sizes in runs.items():
         prompts = [torch.randint(min(3, vocab - 1), vocab, (size,), generator=generator).tolist() for size in sizes]
         try:
-            ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad, banned)
+            ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad, banned, embedding)
         except FolderRunError as error:
             return LengthsVerification(float("inf"), False, [], [], tolerance, float("inf"), f"{error} while running {what}",
                                        lengths.describe(), error.length or 0)

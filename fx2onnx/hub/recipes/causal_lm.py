@@ -15,11 +15,12 @@ import torch
 
 import fx2onnx
 from fx2onnx.hub.decoders import cache_counters, decode_step, recomputed, text_only
-from fx2onnx.hub.decoders.client_support import client_note, transformers_js_kernel_note
+from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
+from fx2onnx.hub.decoders.per_layer_inputs import EMBEDDING, write_embedded_decoder, writes_embedded_decoder
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
@@ -38,7 +39,6 @@ from fx2onnx.hub.shared.genai_config import (
 )
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
-from fx2onnx.onnx_passes import model_graphs
 
 PRECISION = PrecisionSupport(weight_only=True)
 MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
@@ -143,10 +143,9 @@ class CausalLMRecipe(RecipeDefaults):
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
-        op_types = {(node.domain, node.op_type) for graph in model_graphs(program.model) for node in graph}
-        kernel_note = transformers_js_kernel_note(loaded.config.to_dict(), op_types)
-        if kernel_note is not None:
-            say(kernel_note)
+        if writes_embedded_decoder(loaded.config):
+            # Transformers.js's class for the model type loads an embedding and a decoder, not this model
+            files += write_embedded_decoder(loaded, staging, options, quantization)
         states = fixed_size_states(program.model)
         if states:
             say(genai_state_note(loaded.config, states))
@@ -201,6 +200,14 @@ class CausalLMRecipe(RecipeDefaults):
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
             first = first or verdict
+        if writes_embedded_decoder(loaded.config) and prompt is None:
+            # Transformers.js's embedding and decoder, fed as it feeds them: each step's ids embedded first
+            embedding, decoder = (onnx_file(loaded, base) for base in (EMBEDDING, folder_layout.MERGED_DECODER))
+            say(f"verifying {embedding} and {decoder} (Transformers.js's models) too")
+            verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
+                                                  reference=reference, embedding=folder / embedding)
+            if not verdict.passed:
+                return dataclasses.replace(verdict, failure=f"{decoder}: {verdict.failure or 'logits beyond the tolerance'}")
         return first  # every graph passed: the folder's model's verdict, with its lengths
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:

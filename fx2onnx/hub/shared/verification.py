@@ -258,12 +258,18 @@ def positions_of(mask: np.ndarray) -> np.ndarray:
     return np.where(mask == 1, np.cumsum(mask, axis=-1) - 1, 0)
 
 
-def greedy_in_folder(path: Path, prompts: list[list[int]], new_tokens: int, pad: int, banned: Sequence[int] = ()) -> Greedy:
-    """Greedy generation with the folder's decoder in onnxruntime (`greedy_decode`)."""
-    with cpu_session(path) as session:
-        return greedy_decode(
-            lambda feed: run_session(session, feed), empty_cache(session, len(prompts)), prompts, new_tokens, pad, banned
-        )
+def greedy_in_folder(
+    path: Path, prompts: list[list[int]], new_tokens: int, pad: int, banned: Sequence[int] = (), embedding: Path | None = None,
+) -> Greedy:
+    """Greedy generation with the folder's decoder in onnxruntime (`greedy_decode`); with
+    ``embedding``, each step's ids go through that model first and the decoder takes its
+    outputs (Transformers.js's `embed_tokens` before `decoder_model_merged`)."""
+    with cpu_session(path) as session, (cpu_session(embedding) if embedding else contextlib.nullcontext()) as embed:
+
+        def run(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return run_session(session, feed if embed is None else {**feed, **run_session(embed, feed)})
+
+        return greedy_decode(run, empty_cache(session, len(prompts)), prompts, new_tokens, pad, banned)
 
 
 # what a decoder is fed beside its cache at a step: from the step's ids, the attention mask

@@ -12,7 +12,7 @@ import pytest
 
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache
 from fx2onnx.hub.decoders.client_support import (
-    TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_kernel_note, transformers_js_reason,
+    TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason,
     transformers_js_unsupported,
 )
 
@@ -45,22 +45,6 @@ def test_a_folder_without_genai_config_is_for_onnxruntime_only():
     )
 
 
-def test_a_moe_kernel_in_a_folder_transformers_js_runs_is_said():
-    """onnxruntime-node 1.30's MoE kernel sums the experts in another order: said for a model type
-    Transformers.js runs (Qwen2-MoE), not for one it has no class for (Mixtral), nor without the kernel."""
-    moe = {("com.microsoft", "MoE"), ("", "MatMul")}
-    qwen2_moe = transformers.Qwen2MoeConfig(num_hidden_layers=1).to_dict()
-    note = transformers_js_kernel_note(qwen2_moe, moe)
-    assert note is not None and note.startswith(
-        "Transformers.js 4.3.1 runs onnxruntime-node 1.30, whose MoE kernel sums the experts in another order")
-    assert "`--runtime standard`" in note
-    assert transformers_js_kernel_note(qwen2_moe, {("", "MatMul")}) is None
-    assert transformers_js_kernel_note(transformers.MixtralConfig(num_hidden_layers=1).to_dict(), moe) is None
-    # a model type whose folder says another one Transformers.js runs (Qwen3.5-MoE's text model)
-    qwen3_5_moe = transformers.AutoConfig.for_model("qwen3_5_moe_text", num_hidden_layers=2).to_dict()
-    assert transformers_js_kernel_note(qwen3_5_moe, moe) is not None
-
-
 @pytest.mark.parametrize(("config", "multi_query"), [
     (transformers.FalconConfig(num_hidden_layers=1), True),  # Falcon's default
     (transformers.FalconConfig(num_hidden_layers=1, multi_query=False), False),
@@ -79,6 +63,7 @@ def test_a_multi_query_config_gets_the_combined_cache_and_no_note(config, multi_
     transformers.Qwen2Config(num_hidden_layers=1),
     transformers.Phi3Config(num_hidden_layers=1),
     transformers.GPT2Config(n_layer=1),
+    transformers.AutoConfig.for_model("gemma4"),  # its folder holds the embedding and decoder Transformers.js loads
 ])
 def test_types_transformers_js_runs_get_no_note(config):
     assert transformers_js_reason(config.to_dict()) is None
@@ -155,7 +140,6 @@ def test_nemotron_h_lists_its_layer_kinds_by_the_names_transformers_js_reads():
     (transformers.TrOCRConfig(decoder_layers=1), "feeds a trocr causal LM no cache"),
     (transformers.ZayaConfig(num_hidden_layers=2, cca_time1=2), "feeds a zaya cache only to every cca_time1-th layer"),
     (transformers.AutoConfig.for_model("glm_moe_dsa", num_hidden_layers=2), "past_key_values.0.indexer_keys"),
-    (transformers.AutoConfig.for_model("gemma4"), "loads onnx/embed_tokens.onnx"),
 ])
 def test_causal_lms_whose_cache_transformers_js_cannot_feed_get_the_note(config, error):
     assert error in client_note(config.to_dict())

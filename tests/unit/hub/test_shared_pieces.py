@@ -184,6 +184,20 @@ def test_a_sliding_window_is_read_from_the_config():
     assert window_of(MistralConfig(sliding_window=16)) == 16
 
 
+def test_a_multimodal_models_window_is_read_from_its_text_config():
+    """Gemma 4's windows are in its text config alone: without them its decoder was captured as
+    causal over every token, wrong past the window."""
+    from transformers import Gemma4Config
+
+    from fx2onnx.hub.decoders.decode_step import attends_causally
+    from fx2onnx.hub.decoders.sliding_window import causal_within_windows
+
+    config = Gemma4Config(text_config={"sliding_window": 8, "num_hidden_layers": 2,
+                                       "layer_types": ["sliding_attention", "full_attention"]}, vision_config=None)
+    assert getattr(config, "sliding_window", None) is None
+    assert window_of(config) == 8 and causal_within_windows(config) and not attends_causally(config)
+
+
 def test_a_hybrids_sliding_masks_give_its_convolution_layers_their_held_tokens():
     # LFM3: convolution layers beside sliding and full attention layers
     from transformers import Lfm3Config
