@@ -24,10 +24,14 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   `config.json` lists them by the older names.
 - it sizes some model types' caches in ways no folder of transformers' model meets
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
-  at all, ZAYA's in every ``cca_time1``-th layer only, GLM-MoE-DSA's without its indexer's keys;
-  it runs Qwen3.5's text model through its vision-language class (3-row positions read from a
-  vision config), and Gemma 4 through its image-audio-text-to-text class, whose files a
+  at all, ZAYA's in every ``cca_time1``-th layer only (a field transformers reads as a kernel
+  size); it runs Gemma 4 through its image-audio-text-to-text class, whose files a
   text-generation folder does not hold.
+- it feeds GLM-MoE-DSA a key and a value per layer, not its indexer's keys: the folder's key
+  cache carries them as one more head (indexer_cache.py).
+- it runs Qwen3.5's text model through its vision-language class, which computes positions of
+  its own (from a vision config a text config lacks) when the graph takes `position_ids`: the
+  folder's graph counts them from the mask instead (mask_positions.py).
 - it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
   what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
   every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
@@ -83,8 +87,11 @@ TRANSFORMERS_JS_ENTRY_VALUES = {
 TRANSFORMERS_JS_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_next"}
 
 _NO_DECODER_ONLY_CACHE = (
-    "it feeds a {model_type} causal LM no cache (its sizes table for the model type names an encoder-decoder's "
-    "layers only, and a folder saying is_encoder_decoder would be run as one): Missing the following inputs: "
+    "it feeds a {model_type} causal LM no cache (src/configs.js: getKeyValueNames counts this model type's cache "
+    "layers only under is_encoder_decoder, its sizes table naming an encoder-decoder's decoder_layers alone, and "
+    "generate() runs a folder saying is_encoder_decoder as an encoder-decoder, an encoder session first; the one "
+    "folder form it runs names another decoder's model type, opt with OPT's size entries, which transformers and "
+    "Optimum would read back as an OPT config, so the folder keeps {model_type}): Missing the following inputs: "
     "past_key_values.0.key"
 )
 
@@ -92,19 +99,6 @@ _NO_DECODER_ONLY_CACHE = (
 TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
     "mbart": (lambda config: True, _NO_DECODER_ONLY_CACHE),
     "trocr": (lambda config: True, _NO_DECODER_ONLY_CACHE),
-    "qwen3_5_text": (
-        lambda config: True,
-        "it runs a qwen3_5_text causal LM through its vision-language class, which reads the vision config's "
-        "spatial_merge_size (a text model's config has none: Cannot read properties of undefined (reading "
-        "'spatial_merge_size')) and gives the tokens after the prompt positions twice the prompt's length past "
-        "transformers' (its text-only rope deltas add the prompt's length where transformers subtracts it)",
-    ),
-    "glm_moe_dsa": (
-        lambda config: True,
-        "it feeds a glm_moe_dsa cache of keys and values only, while transformers' model also keeps its indexer's "
-        "keys per layer, by which its sparse attention picks the tokens it attends to (Missing the following inputs: "
-        "past_key_values.0.indexer_keys)",
-    ),
     "gemma4": (
         lambda config: True,
         "it runs a gemma4 causal LM through its image-audio-text-to-text class, which loads onnx/embed_tokens.onnx "
@@ -114,8 +108,11 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
     ),
     "zaya": (
         lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
-        "it feeds a zaya cache only to every cca_time1-th layer (the layers of the original checkpoint's "
-        "numbering, where attention and experts alternate), while transformers' ZAYA attends in every layer",
+        "it feeds a zaya cache only to every cca_time1-th layer (src/configs.js, getCacheNames: its layers i = 0, "
+        "cca_time1, 2 * cca_time1, ... below num_hidden_layers, the original checkpoint's numbering where attention and "
+        "experts layers alternate), while transformers' ZAYA attends in every layer and reads cca_time1 as its "
+        "grouped convolution's kernel size (ZayaCCA.grouped_kernel_size), which a folder's config.json cannot say "
+        "otherwise without describing another model: Missing the following inputs: past_key_values.1.key",
     ),
 }
 

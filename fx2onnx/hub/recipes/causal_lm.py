@@ -18,6 +18,8 @@ from fx2onnx.hub.decoders import decode_step, recomputed, text_only
 from fx2onnx.hub.decoders.client_support import client_note, transformers_js_kernel_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
+from fx2onnx.hub.decoders.indexer_cache import write_joined_indexer_keys
+from fx2onnx.hub.decoders.mask_positions import write_positions_from_mask
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
@@ -141,6 +143,12 @@ class CausalLMRecipe(RecipeDefaults):
         check_growing_cache(program, loaded.config)
         name = onnx_file(loaded, folder_layout.MODEL, quantization)
         files = save_program(program, staging, name, loaded)
+        # indexer keys carried in the key cache, which Transformers.js feeds with the values
+        write_joined_indexer_keys(staging, name, loaded.config.to_dict())
+        if write_positions_from_mask(staging, name, loaded.config.to_dict()):
+            # positions the graph counts from the mask, where Transformers.js would feed others:
+            # the GenAI config below is written for the graph's inputs as saved
+            program.model.graph.inputs.remove(next(v for v in program.model.graph.inputs if v.name == "position_ids"))
         op_types = {(node.domain, node.op_type) for graph in model_graphs(program.model) for node in graph}
         kernel_note = transformers_js_kernel_note(loaded.config.to_dict(), op_types)
         if kernel_note is not None:

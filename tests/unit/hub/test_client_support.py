@@ -154,7 +154,6 @@ def test_nemotron_h_lists_its_layer_kinds_by_the_names_transformers_js_reads():
     (transformers.MBartConfig(decoder_layers=1, is_encoder_decoder=False), "feeds a mbart causal LM no cache"),
     (transformers.TrOCRConfig(decoder_layers=1), "feeds a trocr causal LM no cache"),
     (transformers.ZayaConfig(num_hidden_layers=2, cca_time1=2), "feeds a zaya cache only to every cca_time1-th layer"),
-    (transformers.AutoConfig.for_model("glm_moe_dsa", num_hidden_layers=2), "past_key_values.0.indexer_keys"),
     (transformers.AutoConfig.for_model("gemma4"), "loads onnx/embed_tokens.onnx"),
 ])
 def test_causal_lms_whose_cache_transformers_js_cannot_feed_get_the_note(config, error):
@@ -165,9 +164,11 @@ def test_zaya_with_every_layer_fed_gets_no_note():
     assert client_note(transformers.ZayaConfig(num_hidden_layers=2, cca_time1=1).to_dict()) is None
 
 
-def test_qwen3_5_text_gets_the_note_of_transformers_js_vision_language_class():
-    config = transformers.AutoConfig.for_model("qwen3_5_text", num_hidden_layers=2).to_dict()
-    assert "reading 'spatial_merge_size'" in client_note(config)
+def test_qwen3_5_text_and_glm_moe_dsa_folders_are_for_transformers_js_too():
+    """Their graphs take what Transformers.js feeds (positions counted from the mask, the indexer
+    keys carried in the key cache): no note."""
+    for model_type in ("qwen3_5_text", "glm_moe_dsa"):
+        assert client_note(transformers.AutoConfig.for_model(model_type, num_hidden_layers=2).to_dict()) is None
 
 
 def test_qwen3_5_moe_text_is_written_as_the_model_type_whose_transformers_js_class_runs_it():
