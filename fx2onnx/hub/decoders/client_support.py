@@ -90,8 +90,8 @@ _NO_DECODER_ONLY_CACHE = (
     "it feeds a {model_type} causal LM no cache (src/configs.js: getKeyValueNames counts this model type's cache "
     "layers only under is_encoder_decoder, its sizes table naming an encoder-decoder's decoder_layers alone, and "
     "generate() runs a folder saying is_encoder_decoder as an encoder-decoder, an encoder session first; the one "
-    "folder form it runs names another decoder's model type, opt with OPT's size entries, which transformers and "
-    "Optimum would read back as an OPT config, so the folder keeps {model_type}): Missing the following inputs: "
+    "folder form it runs names another decoder's model type, opt with OPT's size entries, which transformers' "
+    "AutoConfig reads back as an OPT config, so the folder keeps {model_type}): Missing the following inputs: "
     "past_key_values.0.key"
 )
 
