@@ -5,7 +5,7 @@ Transformers.js (`@huggingface/transformers` from npm, in Node): `from_pretraine
 prompt), BERT feature extraction and ViT image classification (outputs within 1e-5) and
 T5 (greedy tokens equal); EXAONE, whose layer count the folder also names as Transformers.js
 reads it; hybrid decoders (LFM2, Nemotron-H), whose states take the names Transformers.js feeds; Qwen3.5's
-text model and GLM-MoE-DSA, whose graphs take its positions and cache as Transformers.js feeds them; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
+text model, GLM-MoE-DSA and ZAYA, whose graphs take positions and caches as Transformers.js feeds them; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
 there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
@@ -779,13 +779,21 @@ FED_AS_TRANSFORMERS_JS_FEEDS = {
         num_experts_per_tok=2, n_group=1, topk_group=1),
         lambda inputs: inputs["past_key_values.0.key"][1] == inputs["past_key_values.0.value"][1] + 1
         and not [name for name in inputs if "indexer" in name]),
+    # two layers' caches in the inputs of the first (cca_time1 2, transformers' default: Transformers.js
+    # feeds layers 0, 2, 4, ...), joined along their heads and channels
+    "zaya": (lambda: transformers.ZayaConfig(
+        **HYBRID_IDS, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, head_dim=8, moe_intermediate_size=32,
+        num_experts=4, layer_types=["hybrid", "hybrid"], cca_time1=2),
+        lambda inputs: not [name for name in inputs if name.startswith("past_key_values.1.")]
+        and inputs["past_key_values.0.key"][1] == 2 * 2),
 }
 
 
 @pytest.mark.parametrize("family", list(FED_AS_TRANSFORMERS_JS_FEEDS))
 def test_folders_taking_what_transformers_js_feeds_their_model_type(tmp_path, family, transformers_js):
     """Qwen3.5's text model (whose Transformers.js class computes positions of its own when the
-    graph takes them) and GLM-MoE-DSA (whose indexer keys Transformers.js feeds no input for):
+    graph takes them), GLM-MoE-DSA (whose indexer keys Transformers.js feeds no input for) and
+    ZAYA (whose cache Transformers.js feeds every cca_time1-th layer only):
     16 greedy tokens equal transformers' in Transformers.js's onnxruntime-node, each prompt alone
     and as a left-padded batch (the graph rewrites themselves against the exported graphs in
     onnxruntime: tests/unit/hub/test_transformers_js_inputs.py)."""

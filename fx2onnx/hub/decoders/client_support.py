@@ -24,9 +24,11 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   `config.json` lists them by the older names.
 - it sizes some model types' caches in ways no folder of transformers' model meets
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
-  at all, ZAYA's in every ``cca_time1``-th layer only (a field transformers reads as a kernel
-  size); it runs Gemma 4 through its image-audio-text-to-text class, whose files a
+  at all; it runs Gemma 4 through its image-audio-text-to-text class, whose files a
   text-generation folder does not hold.
+- it feeds ZAYA's cache in every ``cca_time1``-th layer only (a field transformers reads as a
+  kernel size): the folder's graph takes each group of ``cca_time1`` layers' caches in the
+  inputs of its first layer (strided_cache.py).
 - it feeds GLM-MoE-DSA a key and a value per layer, not its indexer's keys: the folder's key
   cache carries them as one more head (indexer_cache.py).
 - it runs Qwen3.5's text model through its vision-language class, which computes positions of
@@ -105,14 +107,6 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
         "(the embeddings and per-layer inputs) and onnx/decoder_model_merged.onnx, not a text-generation folder's "
         "onnx/model.onnx (ModelFileNotFoundError); export-hf does not write that layout for a text-generation "
         "folder yet",
-    ),
-    "zaya": (
-        lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
-        "it feeds a zaya cache only to every cca_time1-th layer (src/configs.js, getCacheNames: its layers i = 0, "
-        "cca_time1, 2 * cca_time1, ... below num_hidden_layers, the original checkpoint's numbering where attention and "
-        "experts layers alternate), while transformers' ZAYA attends in every layer and reads cca_time1 as its "
-        "grouped convolution's kernel size (ZayaCCA.grouped_kernel_size), which a folder's config.json cannot say "
-        "otherwise without describing another model: Missing the following inputs: past_key_values.1.key",
     ),
 }
 

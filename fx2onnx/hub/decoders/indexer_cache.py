@@ -35,7 +35,7 @@ _INDEXER = re.compile(r"past_key_values\.(\d+)\.indexer_keys")
 _HEADS, _WIDTH = 1, 3
 
 
-def _rename(graph: onnx.GraphProto, old: str, new: str, nested: bool = False) -> None:
+def rename_value(graph: onnx.GraphProto, old: str, new: str, nested: bool = False) -> None:
     """Rename value ``old`` to ``new`` in every node of ``graph`` and of its sub-graphs (an
     `If`'s branches read the outer graph's values by name), in its value infos, and in a
     sub-graph's inputs and outputs (the main graph's keep their public names)."""
@@ -44,7 +44,7 @@ def _rename(graph: onnx.GraphProto, old: str, new: str, nested: bool = False) ->
         node.output[:] = [new if name == old else name for name in node.output]
         for attribute in node.attribute:
             for sub in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs):
-                _rename(sub, old, new, nested=True)
+                rename_value(sub, old, new, nested=True)
     for info in [*graph.value_info, *(list(graph.input) + list(graph.output) if nested else [])]:
         if info.name == old:
             info.name = new
@@ -103,8 +103,8 @@ def _constant(name: str, values: list[int]) -> onnx.NodeProto:
 def _split_past(graph: onnx.GraphProto, layer: int, heads: int, key_width: int, index_width: int) -> list[onnx.NodeProto]:
     """Nodes giving the exported nodes their layer's past keys and indexer keys from the joined input."""
     key, index = f"past_key_values.{layer}.key", f"past_key_values.{layer}.indexer_keys"
-    _rename(graph, key, f"{key}/split")
-    _rename(graph, index, f"{index}/split")
+    rename_value(graph, key, f"{key}/split")
+    rename_value(graph, index, f"{index}/split")
     at = f"past_key_values.{layer}.joined"
     return [
         _constant(f"{at}/key_starts", [0, 0]), _constant(f"{at}/key_ends", [heads, key_width]),
@@ -122,8 +122,8 @@ def _split_past(graph: onnx.GraphProto, layer: int, heads: int, key_width: int, 
 def _join_present(graph: onnx.GraphProto, layer: int, key_width: int, index_width: int, width: int) -> list[onnx.NodeProto]:
     """Nodes joining the exported nodes' present keys and indexer keys into the layer's output."""
     key, index = f"present.{layer}.key", f"present.{layer}.indexer_keys"
-    _rename(graph, key, f"{key}/joined")
-    _rename(graph, index, f"{index}/joined")
+    rename_value(graph, key, f"{key}/joined")
+    rename_value(graph, index, f"{index}/joined")
     at = f"present.{layer}.joined"
     return [
         _constant(f"{at}/head_axis", [_HEADS]),

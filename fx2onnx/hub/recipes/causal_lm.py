@@ -25,6 +25,7 @@ from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, name_state_list, state_list_dynamic_shapes
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
+from fx2onnx.hub.decoders.strided_cache import UNJOINED_NOTE, cache_stride, write_strided_cache
 from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
@@ -158,6 +159,10 @@ class CausalLMRecipe(RecipeDefaults):
             say(genai_state_note(loaded.config, states))
             # no GenAI graph to keep: the one graph takes the states as Transformers.js feeds them
             write_transformers_js_states(staging, name, loaded.config.to_dict())
+            # layers fed in groups, where Transformers.js names a cache only every few layers
+            config = loaded.config.to_dict()
+            if cache_stride(config) > 1 and not write_strided_cache(staging, name, config):
+                say(UNJOINED_NOTE.format(model_type=config.get("model_type"), stride=cache_stride(config)))
             return files
         unequal = unequal_head_sizes_note(loaded.config, program.model)
         if unequal is not None:

@@ -153,15 +153,17 @@ def test_nemotron_h_lists_its_layer_kinds_by_the_names_transformers_js_reads():
 @pytest.mark.parametrize(("config", "error"), [
     (transformers.MBartConfig(decoder_layers=1, is_encoder_decoder=False), "feeds a mbart causal LM no cache"),
     (transformers.TrOCRConfig(decoder_layers=1), "feeds a trocr causal LM no cache"),
-    (transformers.ZayaConfig(num_hidden_layers=2, cca_time1=2), "feeds a zaya cache only to every cca_time1-th layer"),
     (transformers.AutoConfig.for_model("gemma4"), "loads onnx/embed_tokens.onnx"),
 ])
 def test_causal_lms_whose_cache_transformers_js_cannot_feed_get_the_note(config, error):
     assert error in client_note(config.to_dict())
 
 
-def test_zaya_with_every_layer_fed_gets_no_note():
-    assert client_note(transformers.ZayaConfig(num_hidden_layers=2, cca_time1=1).to_dict()) is None
+def test_zaya_gets_no_note_whatever_its_stride():
+    """Its graph takes each group of cca_time1 layers' caches in the inputs Transformers.js feeds
+    (strided_cache.py)."""
+    for stride in (1, 2, 3):
+        assert client_note(transformers.ZayaConfig(num_hidden_layers=4, cca_time1=stride).to_dict()) is None
 
 
 def test_qwen3_5_text_and_glm_moe_dsa_folders_are_for_transformers_js_too():

@@ -93,3 +93,43 @@ def test_indexer_keys_ride_in_the_key_cache_as_one_more_head():
         np.testing.assert_array_equal(present[:, :2, :, :key_width], want["present.0.key"])
         np.testing.assert_array_equal(present[:, 2, :, :index_width], want["present.0.indexer_keys"])
         assert not present[:, :2, :, key_width:].any() and not present[:, 2, :, index_width:].any()
+
+
+def _layered_decoder(layers: int) -> onnx.ModelProto:
+    """Each layer's cache step: its key, value and states (ZAYA's names) scaled by the layer's
+    own number plus one, so that a layer fed another's cache would show."""
+    shapes = {"key": ["batch", 2, "past", 4], "value": ["batch", 2, "past", 4], "conv_state": ["batch", 6, 2],
+              "shift_state": ["batch", 4]}
+    nodes, inputs, outputs = [], [], []
+    for layer in range(layers):
+        nodes.append(helper.make_node("Constant", [], [f"scale.{layer}"],
+                                      value=helper.make_tensor(f"scale.{layer}", TensorProto.FLOAT, [], [layer + 1.0])))
+        for kind, shape in shapes.items():
+            past, present = f"past_key_values.{layer}.{kind}", f"present.{layer}.{kind}"
+            nodes.append(helper.make_node("Mul", [past, f"scale.{layer}"], [present]))
+            inputs.append(helper.make_tensor_value_info(past, TensorProto.FLOAT, shape))
+            outputs.append(helper.make_tensor_value_info(present, TensorProto.FLOAT, shape))
+    return helper.make_model(helper.make_graph(nodes, "decoder", inputs, outputs), opset_imports=OPSET)
+
+
+def test_layers_fed_in_groups_take_their_own_caches_again():
+    """Three layers in groups of two (the last alone): the joined graph takes the inputs of
+    layers 0 and 2 only, and gives each layer its own cache back, joined the same way."""
+    from fx2onnx.hub.decoders.strided_cache import cache_stride, join_strided_layers
+
+    original, joined = _layered_decoder(3), _layered_decoder(3)
+    assert join_strided_layers(joined.graph, 3, 2) == [0]
+    assert sorted({v.name.split(".")[1] for v in joined.graph.input}) == ["0", "2"]
+    rng = np.random.default_rng(0)
+    feed = {v.name: rng.standard_normal([2 if isinstance(d, str) else d for d in
+                                         [x.dim_param or x.dim_value for x in v.type.tensor_type.shape.dim]]).astype(np.float32)
+            for v in original.graph.input}
+    want = _run(original, feed)
+    kinds = ("key", "value", "conv_state", "shift_state")
+    packed = {f"past_key_values.0.{k}": np.concatenate([feed[f"past_key_values.{i}.{k}"] for i in (0, 1)], axis=1)
+              for k in kinds} | {f"past_key_values.2.{k}": feed[f"past_key_values.2.{k}"] for k in kinds}
+    got = _run(joined, packed)
+    for k in kinds:
+        np.testing.assert_array_equal(got[f"present.0.{k}"], np.concatenate([want[f"present.{i}.{k}"] for i in (0, 1)], axis=1))
+        np.testing.assert_array_equal(got[f"present.2.{k}"], want[f"present.2.{k}"])
+    assert cache_stride({"model_type": "zaya", "cca_time1": 2}) == 2 and cache_stride({"model_type": "llama"}) == 1
