@@ -4,8 +4,10 @@ The one place that knows a client's limits per architecture: `export_hf` says th
 when it writes such a folder, and docs/guides/export-hf.md ("Clients per architecture")
 lists the same model types. The folder itself is the same for every client (one key and
 one value input per layer, as ONNX Runtime GenAI and onnxruntime take it), except for a
-config with ``multi_query: true`` (combined_cache.py) and a hybrid decoder's convolution and
-recurrent states, which take Transformers.js's names (state_names.py).
+config with ``multi_query: true`` (combined_cache.py), a hybrid decoder's convolution and
+recurrent states, which take Transformers.js's names (state_names.py), and the graphs of
+Qwen3.5's text model, GLM-MoE-DSA and ZAYA, which take their positions and caches as
+Transformers.js feeds them (mask_positions.py, indexer_cache.py, strided_cache.py).
 
 Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 
