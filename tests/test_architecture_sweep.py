@@ -226,6 +226,8 @@ def test_transformers_js_model_tables_are_read_from_its_build(tmp_path: Path) ->
         # LongCat-Flash's own names for its widths and experts, and its rotary dims equal to its head's
         ("longcat_flash", {"ffn_hidden_size": 64, "n_routed_experts": 4, "zero_expert_num": 2, "moe_topk": 2,
                            "head_dim": 6, "qk_rope_head_dim": 6}),
+        # a group-limited router's 8 groups of the shrunk 4 experts: 2 groups of 2, one kept
+        ("axk1", {"n_routed_experts": 4, "n_group": 2, "topk_group": 1}),
     ],
 )
 def test_the_derived_level_keeps_the_architectures_constraints(model_type: str, expected: dict) -> None:
@@ -234,6 +236,18 @@ def test_the_derived_level_keeps_the_architectures_constraints(model_type: str, 
     config = transformers.AutoConfig.for_model(model_type)
     derived = sweep._derived_values(config, sweep._shrunk_values(config))
     assert {key: derived.get(key, getattr(config, key)) for key in expected} == expected
+
+
+def test_a_level_over_the_parameter_bound_is_counted_without_being_built() -> None:
+    import resource
+
+    # AXK1's widths kept (the depth alone shrunk): 820M parameters, counted on the meta device
+    config = sweep.small_config("axk1", "AXK1ForCausalLM", sweep.SHRINK_LEVELS["depth only"])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert sweep._meta_parameters("AXK1ForCausalLM", config) > 40 * sweep._MOST_PARAMETERS
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: not 3.3 GB of weights
+    _, _, level = sweep.tiny_model("axk1", "AXK1ForCausalLM", lambda c, m: sweep._eager_failure("text-generation", c, m))
+    assert level == "derived"
 
 
 def test_a_shrunk_config_that_breaks_the_forward_is_derived_again() -> None:

@@ -6,7 +6,8 @@ prompt), BERT feature extraction and ViT image classification (outputs within 1e
 T5 (greedy tokens equal); EXAONE, whose layer count the folder also names as Transformers.js
 reads it; hybrid decoders (LFM2, Nemotron-H), whose states take the names Transformers.js feeds; Gemma 4, whose
 embedding and decoder Transformers.js loads beside the model; Qwen2-MoE's experts in onnxruntime-node 1.30's
-`MoE` kernel; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
+`MoE` kernel; Qwen3.5's text model, GLM-MoE-DSA and ZAYA, whose graphs take positions and caches as
+Transformers.js feeds them; the folders export-hf says it cannot load (Mixtral, multi-query Falcon) failing
 there as said; ONNX Runtime GenAI on the same causal-LM folders; and each
 folder's tokenizer, in Transformers.js and in `og.Tokenizer`, encoding as
 `AutoTokenizer.from_pretrained(source)`.
@@ -758,6 +759,57 @@ def test_hybrid_decoder_folders_in_transformers_js(tmp_path, family, transformer
     assert not [name for name in inputs if "_states." in name]
     # config.json as written (Nemotron-H's layer kinds by their older names) reads back as the model's config
     assert transformers.AutoConfig.from_pretrained(tmp_path / "out").layer_types == model.config.layer_types
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
+
+
+# model type -> (its config; what its folder's graph takes in Transformers.js's form)
+FED_AS_TRANSFORMERS_JS_FEEDS = {
+    # positions counted from the mask in the graph: no position_ids input, which its Qwen-VL class
+    # would fill with positions of its own (the layers' kind is beside the point: full attention, fast)
+    "qwen3_5_text": (lambda: transformers.AutoConfig.for_model(
+        "qwen3_5_text", **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, layer_types=["full_attention", "full_attention"]),
+        lambda inputs: "position_ids" not in inputs),
+    # the indexer keys as a last head of the key cache (latent keys 16 + 4 wide, indexer keys 8): an
+    # indexer keeping 4 tokens, fewer than every prompt with its new tokens, so the kept keys matter;
+    # 8 indexer heads, as 2 give several keys the same score (a ReLU's zeros) at the 4th place, where
+    # torch's and onnxruntime's top-k pick different keys
+    "glm_moe_dsa": (lambda: transformers.AutoConfig.for_model(
+        "glm_moe_dsa", **HYBRID_IDS, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=4,
+        qk_nope_head_dim=8, v_head_dim=8, index_head_dim=8, index_n_heads=8, index_topk=4, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1),
+        lambda inputs: inputs["past_key_values.0.key"][1] == inputs["past_key_values.0.value"][1] + 1
+        and not [name for name in inputs if "indexer" in name]),
+    # two layers' caches in the inputs of the first (cca_time1 2, transformers' default: Transformers.js
+    # feeds layers 0, 2, 4, ...), joined along their heads and channels
+    "zaya": (lambda: transformers.ZayaConfig(
+        **HYBRID_IDS, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, head_dim=8, moe_intermediate_size=32,
+        num_experts=4, layer_types=["hybrid", "hybrid"], cca_time1=2),
+        lambda inputs: not [name for name in inputs if name.startswith("past_key_values.1.")]
+        and inputs["past_key_values.0.key"][1] == 2 * 2),
+}
+
+
+@pytest.mark.parametrize("family", list(FED_AS_TRANSFORMERS_JS_FEEDS))
+def test_folders_taking_what_transformers_js_feeds_their_model_type(tmp_path, family, transformers_js):
+    """Qwen3.5's text model (whose Transformers.js class computes positions of its own when the
+    graph takes them), GLM-MoE-DSA (whose indexer keys Transformers.js feeds no input for) and
+    ZAYA (whose cache Transformers.js feeds every cca_time1-th layer only):
+    16 greedy tokens equal transformers' in Transformers.js's onnxruntime-node, each prompt alone
+    and as a left-padded batch (the graph rewrites themselves against the exported graphs in
+    onnxruntime: tests/unit/hub/test_transformers_js_inputs.py)."""
+    make_config, takes = FED_AS_TRANSFORMERS_JS_FEEDS[family]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(make_config()).eval()
+    model.save_pretrained(tmp_path / "source")
+    said = []
+    export_hf(tmp_path / "source", tmp_path / "out", say=said.append)
+    assert not [line for line in said if "cannot load" in line]
+    path = os.fspath(tmp_path / "out" / "onnx" / "model.onnx")
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    graph = onnx.load(path, load_external_data=False).graph
+    assert takes({i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input})
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
 
 

@@ -5,8 +5,10 @@ when it writes such a folder, and docs/guides/export-hf.md ("Clients per archite
 lists the same model types. The folder itself is the same for every client (one key and
 one value input per layer, as ONNX Runtime GenAI and onnxruntime take it), except for a
 config with ``multi_query: true`` (combined_cache.py), a hybrid decoder's convolution and
-recurrent states, which take Transformers.js's names (state_names.py), and Gemma 4's folder,
-which also holds the embedding and decoder Transformers.js loads (per_layer_inputs.py).
+recurrent states, which take Transformers.js's names (state_names.py), Gemma 4's folder,
+which also holds the embedding and decoder Transformers.js loads (per_layer_inputs.py), and the
+graphs of Qwen3.5's text model, GLM-MoE-DSA and ZAYA, which take their positions and caches as
+Transformers.js feeds them (mask_positions.py, indexer_cache.py, strided_cache.py).
 
 Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
 
@@ -25,12 +27,18 @@ Transformers.js 4.3.1 (read from its `dist/transformers.node.mjs`):
   `config.json` lists them by the older names.
 - it sizes some model types' caches in ways no folder of transformers' model meets
   (`TRANSFORMERS_JS_CAUSAL_LM_LIMITS`): MBart's and TrOCR's decoder-only cache by no layer count
-  at all, ZAYA's in every ``cca_time1``-th layer only, GLM-MoE-DSA's without its indexer's keys;
-  it runs Qwen3.5's text model through its vision-language class (3-row positions read from a
-  vision config).
+  at all.
 - it runs Gemma 4 through its image-audio-text-to-text class, which loads
   `onnx/embed_tokens.onnx` and `onnx/decoder_model_merged.onnx`: the folder holds them beside
   its model (per_layer_inputs.py).
+- it feeds ZAYA's cache in every ``cca_time1``-th layer only (a field transformers reads as a
+  kernel size): the folder's graph takes each group of ``cca_time1`` layers' caches in the
+  inputs of its first layer (strided_cache.py).
+- it feeds GLM-MoE-DSA a key and a value per layer, not its indexer's keys: the folder's key
+  cache carries them as one more head (indexer_cache.py).
+- it runs Qwen3.5's text model through its vision-language class, which computes positions of
+  its own (from a vision config a text config lacks) when the graph takes `position_ids`: the
+  folder's graph counts them from the mask instead (mask_positions.py).
 - it has no class for Qwen3.5-MoE's text model (`qwen3_5_moe_text`); its `qwen3_next` class feeds
   what that folder's graph takes, and transformers reads such a config back as Qwen3-Next's with
   every entry kept: the folder's `config.json` says `qwen3_next` (`TRANSFORMERS_JS_MODEL_TYPES`).
@@ -86,8 +94,11 @@ TRANSFORMERS_JS_ENTRY_VALUES = {
 TRANSFORMERS_JS_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_next"}
 
 _NO_DECODER_ONLY_CACHE = (
-    "it feeds a {model_type} causal LM no cache (its sizes table for the model type names an encoder-decoder's "
-    "layers only, and a folder saying is_encoder_decoder would be run as one): Missing the following inputs: "
+    "it feeds a {model_type} causal LM no cache (src/configs.js: getKeyValueNames counts this model type's cache "
+    "layers only under is_encoder_decoder, its sizes table naming an encoder-decoder's decoder_layers alone, and "
+    "generate() runs a folder saying is_encoder_decoder as an encoder-decoder, an encoder session first; the one "
+    "folder form it runs names another decoder's model type, opt with OPT's size entries, which transformers' "
+    "AutoConfig reads back as an OPT config, so the folder keeps {model_type}): Missing the following inputs: "
     "past_key_values.0.key"
 )
 
@@ -95,24 +106,6 @@ _NO_DECODER_ONLY_CACHE = (
 TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
     "mbart": (lambda config: True, _NO_DECODER_ONLY_CACHE),
     "trocr": (lambda config: True, _NO_DECODER_ONLY_CACHE),
-    "qwen3_5_text": (
-        lambda config: True,
-        "it runs a qwen3_5_text causal LM through its vision-language class, which reads the vision config's "
-        "spatial_merge_size (a text model's config has none: Cannot read properties of undefined (reading "
-        "'spatial_merge_size')) and gives the tokens after the prompt positions twice the prompt's length past "
-        "transformers' (its text-only rope deltas add the prompt's length where transformers subtracts it)",
-    ),
-    "glm_moe_dsa": (
-        lambda config: True,
-        "it feeds a glm_moe_dsa cache of keys and values only, while transformers' model also keeps its indexer's "
-        "keys per layer, by which its sparse attention picks the tokens it attends to (Missing the following inputs: "
-        "past_key_values.0.indexer_keys)",
-    ),
-    "zaya": (
-        lambda config: config.get("cca_time1", 1) != 1 and config.get("num_hidden_layers", 1) > 1,
-        "it feeds a zaya cache only to every cca_time1-th layer (the layers of the original checkpoint's "
-        "numbering, where attention and experts alternate), while transformers' ZAYA attends in every layer",
-    ),
 }
 
 

@@ -18,12 +18,15 @@ from fx2onnx.hub.decoders import cache_counters, decode_step, recomputed, text_o
 from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
+from fx2onnx.hub.decoders.indexer_cache import write_joined_indexer_keys
+from fx2onnx.hub.decoders.mask_positions import write_positions_from_mask
 from fx2onnx.hub.decoders.model_lengths import verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.per_layer_inputs import EMBEDDING, write_embedded_decoder, writes_embedded_decoder
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
 from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
+from fx2onnx.hub.decoders.strided_cache import UNJOINED_NOTE, cache_stride, write_strided_cache
 from fx2onnx.hub.decoders.value_branches import value_branch_failure
 from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
@@ -146,11 +149,21 @@ class CausalLMRecipe(RecipeDefaults):
         if writes_embedded_decoder(loaded.config):
             # Transformers.js's class for the model type loads an embedding and a decoder, not this model
             files += write_embedded_decoder(loaded, staging, options, quantization)
+        # indexer keys carried in the key cache, which Transformers.js feeds with the values
+        write_joined_indexer_keys(staging, name, loaded.config.to_dict())
+        if write_positions_from_mask(staging, name, loaded.config.to_dict()):
+            # positions the graph counts from the mask, where Transformers.js would feed others:
+            # the GenAI config below is written for the graph's inputs as saved
+            program.model.graph.inputs.remove(next(v for v in program.model.graph.inputs if v.name == "position_ids"))
         states = fixed_size_states(program.model)
         if states:
             say(genai_state_note(loaded.config, states))
             # no GenAI graph to keep: the one graph takes the states as Transformers.js feeds them
             write_transformers_js_states(staging, name, loaded.config.to_dict())
+            # layers fed in groups, where Transformers.js names a cache only every few layers
+            config = loaded.config.to_dict()
+            if cache_stride(config) > 1 and not write_strided_cache(staging, name, config):
+                say(UNJOINED_NOTE.format(model_type=config.get("model_type"), stride=cache_stride(config)))
             return files
         unequal = unequal_head_sizes_note(loaded.config, program.model)
         if unequal is not None:

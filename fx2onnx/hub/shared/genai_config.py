@@ -73,7 +73,9 @@ def token_ids(config: Any, generation_config: Any) -> dict[str, Any]:
     """bos, eos and pad token ids: `generation_config.json`'s, else the config's; pad
     defaults to (the first) eos. A model without a bos token (Pegasus, RoCBERT) gets its
     decoder's start token, else pad: ONNX Runtime GenAI refuses a config without a number
-    there, and it feeds the prompt's ids as given."""
+    there, and it feeds the prompt's ids as given. A model without an eos token (RoCBERT)
+    gets an empty list of them: GenAI refuses null there but takes a list, and an empty one
+    ends no sequence early, as transformers' generation without an eos token."""
     ids = {
         key: _token_id(getattr(generation_config, key, None) if generation_config is not None else None)
         for key in ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -86,6 +88,8 @@ def token_ids(config: Any, generation_config: Any) -> dict[str, Any]:
     if ids["bos_token_id"] is None:
         start = _token_id(getattr(config, "decoder_start_token_id", None))
         ids["bos_token_id"] = start if start is not None else ids["pad_token_id"]
+    if ids["eos_token_id"] is None:
+        ids["eos_token_id"] = []
     return ids
 
 

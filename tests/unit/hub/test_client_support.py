@@ -138,20 +138,23 @@ def test_nemotron_h_lists_its_layer_kinds_by_the_names_transformers_js_reads():
 @pytest.mark.parametrize(("config", "error"), [
     (transformers.MBartConfig(decoder_layers=1, is_encoder_decoder=False), "feeds a mbart causal LM no cache"),
     (transformers.TrOCRConfig(decoder_layers=1), "feeds a trocr causal LM no cache"),
-    (transformers.ZayaConfig(num_hidden_layers=2, cca_time1=2), "feeds a zaya cache only to every cca_time1-th layer"),
-    (transformers.AutoConfig.for_model("glm_moe_dsa", num_hidden_layers=2), "past_key_values.0.indexer_keys"),
 ])
 def test_causal_lms_whose_cache_transformers_js_cannot_feed_get_the_note(config, error):
     assert error in client_note(config.to_dict())
 
 
-def test_zaya_with_every_layer_fed_gets_no_note():
-    assert client_note(transformers.ZayaConfig(num_hidden_layers=2, cca_time1=1).to_dict()) is None
+def test_zaya_gets_no_note_whatever_its_stride():
+    """Its graph takes each group of cca_time1 layers' caches in the inputs Transformers.js feeds
+    (strided_cache.py)."""
+    for stride in (1, 2, 3):
+        assert client_note(transformers.ZayaConfig(num_hidden_layers=4, cca_time1=stride).to_dict()) is None
 
 
-def test_qwen3_5_text_gets_the_note_of_transformers_js_vision_language_class():
-    config = transformers.AutoConfig.for_model("qwen3_5_text", num_hidden_layers=2).to_dict()
-    assert "reading 'spatial_merge_size'" in client_note(config)
+def test_qwen3_5_text_and_glm_moe_dsa_folders_are_for_transformers_js_too():
+    """Their graphs take what Transformers.js feeds (positions counted from the mask, the indexer
+    keys carried in the key cache): no note."""
+    for model_type in ("qwen3_5_text", "glm_moe_dsa"):
+        assert client_note(transformers.AutoConfig.for_model(model_type, num_hidden_layers=2).to_dict()) is None
 
 
 def test_qwen3_5_moe_text_is_written_as_the_model_type_whose_transformers_js_class_runs_it():

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import onnx_ir as ir
 import pytest
 import torch
-from transformers import LlamaConfig, WhisperConfig
+from transformers import GenerationConfig, LlamaConfig, RoCBertConfig, WhisperConfig
 
 from fx2onnx.hub.decoders.decoder_types import GENERIC_DECODER, genai_decoder_type
 from fx2onnx.hub.shared import folder_layout
@@ -51,6 +51,15 @@ def test_a_model_without_a_bos_token_gets_its_decoder_start_or_pad():
     assert token_ids(pegasus, None) == {"bos_token_id": 5, "eos_token_id": 1, "pad_token_id": 0}
     roc_bert = SimpleNamespace(pad_token_id=3, eos_token_id=2)  # no bos, no decoder start
     assert token_ids(roc_bert, None) == {"bos_token_id": 3, "eos_token_id": 2, "pad_token_id": 3}
+
+
+def test_a_model_without_an_eos_token_gets_an_empty_list_of_them():
+    """ONNX Runtime GenAI refuses a genai_config.json whose eos_token_id is null; an empty
+    list ends no sequence early, as transformers' generation without an eos token."""
+    roc_bert = RoCBertConfig(pad_token_id=3)  # RoCBERT's config has no bos or eos token
+    assert getattr(roc_bert, "eos_token_id", None) is None
+    generation = GenerationConfig.from_model_config(roc_bert)
+    assert token_ids(roc_bert, generation) == {"bos_token_id": 3, "eos_token_id": [], "pad_token_id": 3}
 
 
 def test_token_ids_prefer_the_generation_config_and_pad_with_eos():
