@@ -24,9 +24,7 @@ windowed cache; a full layer's the past and the new tokens). Otherwise (a left-p
 batch, a row with a gap among its new tokens, a buffer too short for the step) the layer
 computes the same attention in standard operators and writes the buffer in the layout
 the kernel would have left, so that the next steps run the kernel. Nothing is written
-where the window reaches the context length (nothing would be evicted), nor where a later
-layer attends to a layer's keys and values (Gemma 4's KV-shared layers): ONNX Runtime
-GenAI reads the folder's decoder, which keeps every token in every layer.
+where the window reaches the context length (nothing would be evicted).
 """
 
 from __future__ import annotations
@@ -141,7 +139,6 @@ class _Layer:
     rotations: list[ir.Node]
     window: int
     outputs: list[ir.Value]
-    kernel_caches: list[ir.Value]  # the guard's outputs of the layer's updated key and value
 
 
 def _heads(nodes: AppendedNodes, packed: ir.Value, heads: int) -> ir.Value:
@@ -252,7 +249,7 @@ def _layers(graph: ir.Graph) -> dict[int, _Layer]:
             continue
         found[index] = _Layer(kernel=kernel, query=with_bias.inputs[0], key=with_bias.inputs[1],
                               rotations=list(padded)[:-1], window=_attribute(kernel, "local_window_size", -1),
-                              outputs=list(fast.outputs), kernel_caches=list(node.outputs)[1:])
+                              outputs=list(fast.outputs))
     return found
 
 
@@ -315,14 +312,6 @@ def _buffer_fits(nodes: AppendedNodes, layer: _Layer, rows: _Rows) -> tuple[ir.V
     return nodes("Or", [holds_window, room]), holds_window
 
 
-def _cache_read_elsewhere(layers: dict[int, _Layer]) -> bool:
-    """Whether a later layer attends to a layer's keys and values (Gemma 4's KV-shared
-    layers read the last unshared layer of their type's): the rewrite gives that layer a
-    buffer in the kernel's layout (a sliding layer's last L(T) held tokens), which the
-    reader, masked by `attention_mask` columns, cannot attend to."""
-    return any(value.uses() for layer in layers.values() for value in layer.kernel_caches)
-
-
 def windowed_model(model: onnx.ModelProto, names: dict[str, str]) -> tuple[onnx.ModelProto, list[int], int] | None:
     """``model`` (a folder's decoder, its weights left where they are) with every guarded
     kernel counting held tokens and its sliding layers on a window-sized buffer; the
@@ -334,7 +323,7 @@ def windowed_model(model: onnx.ModelProto, names: dict[str, str]) -> tuple[onnx.
     windows = {layer.window for layer in layers.values() if layer.window > 0}
     inputs = {value.name: value for value in graph.inputs}
     needed = (names.get("attention_mask"), names.get("position_ids"), names.get("input_ids"))
-    if not windows or len(windows) > 1 or not all(name in inputs for name in needed) or _cache_read_elsewhere(layers):
+    if not windows or len(windows) > 1 or not all(name in inputs for name in needed):
         return None
     shared = AppendedNodes("held_tokens")  # they read only the graph's inputs: they go first
     rows = _rows(shared, inputs[needed[0]], inputs[needed[2]], inputs[needed[1]])
