@@ -199,5 +199,5 @@ def shared_cache_note(config: Any, model: ir.Model) -> str | None:
         f"layers ({', '.join(read)}), which ONNX Runtime GenAI 0.18 does not run as transformers does: with its "
         "shared buffer (past_present_share_buffer) those are the context long, longer than the attention_mask the "
         "shared layers are masked by (invalid expand shape), and without it its decode steps' logits differ from "
-        "transformers'; the folder's models run in onnxruntime and in Transformers.js"
+        "transformers'; the folder's models run in onnxruntime and in Transformers.js where it has the class"
     )
