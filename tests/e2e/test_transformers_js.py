@@ -839,15 +839,15 @@ def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
     assert results == [expected] and len(set(expected)) > 1
 
 
-def save_gemma4(folder: Path) -> torch.nn.Module:
+def save_gemma4(folder: Path, **layers) -> torch.nn.Module:
     """A tiny Gemma 4 without encoders: per-layer inputs, two sliding layers of 8 tokens, then a
-    full one (the last layer always is) with wider heads."""
+    full one (the last layer always is) with wider heads; ``layers`` overrides those."""
     torch.manual_seed(0)
+    layers = {"num_hidden_layers": 3, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]} | layers
     text = transformers.Gemma4TextConfig(
-        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, global_head_dim=16, hidden_size_per_layer_input=8, vocab_size_per_layer_input=100,
-        sliding_window=8, layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        global_head_dim=16, hidden_size_per_layer_input=8, vocab_size_per_layer_input=100, sliding_window=8,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, **layers)
     config = transformers.Gemma4Config(text_config=text.to_dict(), vision_config=None, audio_config=None)
     model = transformers.Gemma4ForConditionalGeneration(config).eval()
     model.save_pretrained(folder)
@@ -891,6 +891,31 @@ def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
         with plain_greedy(model):
             expected = greedy(model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.int64))[0]
         assert genai_greedy(genai, prompt, NEW_TOKENS) == expected
+
+
+def test_gemma4_kv_shared_layers_in_transformers_js(tmp_path, transformers_js):
+    """Gemma 4 as its E2B/E4B checkpoints are: its last layers (a sliding one, a full one)
+    attend to the keys and values of the last earlier layer of their type. Its folder's cache
+    holds the other layers' only, as transformers' and Transformers.js's do: 16 greedy tokens
+    equal transformers' in onnxruntime (a left-padded batch too) and in Transformers.js, past
+    the sliding window of 8. ONNX Runtime GenAI gets no config, with the note saying why."""
+    kinds = ["sliding_attention", "full_attention"] * 2
+    model = save_gemma4(tmp_path / "source", num_hidden_layers=4, layer_types=kinds, num_kv_shared_layers=2)
+    assert model.config.text_config.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
+    said = []
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", say=said.append, verify=True,
+                       tokens=NEW_TOKENS)
+    assert result.verification.passed and result.verification.tokens_equal
+    assert [line for line in said if "(Transformers.js's models) too" in line]
+    assert [line for line in said if line.startswith("no genai_config.json: gemma4's last 2 layers attend")]
+    assert not (tmp_path / "out" / "genai_config.json").exists()
+    folder = tmp_path / "out" / "onnx"
+    cache = {f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")}
+    for name in ("model", "embed_tokens", "decoder_model_merged"):
+        graph = onnx.load(folder / f"{name}.onnx")
+        onnx.checker.check_model(graph, full_check=True)
+        assert {v.name for v in graph.graph.input if v.name.startswith("past_")} == (set() if name == "embed_tokens" else cache)
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)  # up to 25 tokens
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):

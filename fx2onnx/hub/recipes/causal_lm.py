@@ -38,7 +38,7 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.tasks import UnsupportedTaskError, is_filed_under
 from fx2onnx.hub.shared.dim_roles import fixed_size_states
 from fx2onnx.hub.shared.genai_config import (
-    GENAI_CONFIG, genai_config, genai_decoder_file, genai_state_note, unequal_head_sizes_note,
+    GENAI_CONFIG, genai_config, genai_decoder_file, genai_state_note, shared_cache_note, unequal_head_sizes_note,
 )
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
@@ -165,9 +165,9 @@ class CausalLMRecipe(RecipeDefaults):
             if cache_stride(config) > 1 and not write_strided_cache(staging, name, config):
                 say(UNJOINED_NOTE.format(model_type=config.get("model_type"), stride=cache_stride(config)))
             return files
-        unequal = unequal_head_sizes_note(loaded.config, program.model)
-        if unequal is not None:
-            say(unequal)
+        no_genai = unequal_head_sizes_note(loaded.config, program.model) or shared_cache_note(loaded.config, program.model)
+        if no_genai is not None:
+            say(no_genai)
             return files
         if reads_combined_cache(loaded.config.to_dict()):
             # Transformers.js feeds this config one key_value input per layer; ONNX Runtime

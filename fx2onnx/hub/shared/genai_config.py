@@ -187,3 +187,21 @@ def unequal_head_sizes_note(config: Any, model: ir.Model) -> str | None:
                 "one head size; the folder's model runs in onnxruntime and in Transformers.js where it has the class"
             )
     return None
+
+
+def shared_cache_note(config: Any, model: ir.Model) -> str | None:
+    """Why a decoder whose later layers attend to an earlier layer's updated keys and values
+    (Gemma 4's KV-shared layers, `num_kv_shared_layers`) gets no `genai_config.json`: ONNX
+    Runtime GenAI 0.18 does not run it as transformers does. None when no layer reads
+    another's `present.*`."""
+    read = sorted(value.name for value in model.graph.outputs if value.name.startswith("present.") and value.uses())
+    if not read:
+        return None
+    shared = getattr(decoder_sizes(config), "num_kv_shared_layers", None)
+    return (
+        f"no genai_config.json: {config.model_type}'s last {shared} layers attend to the keys and values of earlier "
+        f"layers ({', '.join(read)}), which ONNX Runtime GenAI 0.18 does not run as transformers does: with its "
+        "shared buffer (past_present_share_buffer) those are the context long, longer than the attention_mask the "
+        "shared layers are masked by (invalid expand shape), and without it its decode steps' logits differ from "
+        "transformers'; the folder's models run in onnxruntime and in Transformers.js where it has the class"
+    )

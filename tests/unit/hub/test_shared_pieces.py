@@ -26,7 +26,7 @@ from fx2onnx.hub.decoders.sliding_window import growing_cache, masks_for, window
 from fx2onnx.hub.precision.prequantized import checkpoint_codes, quant_method
 from fx2onnx.hub.shared.dim_roles import BATCH, PAST, SEQUENCE, TOTAL, fixed_size_states, name_dims_by_role
 from fx2onnx.hub.shared.folder_files import copy_folder_files
-from fx2onnx.hub.shared.genai_config import unequal_head_sizes_note
+from fx2onnx.hub.shared.genai_config import shared_cache_note, unequal_head_sizes_note
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
 from fx2onnx.hub.shared.renamed_weights import RenamedCheckpoint, part_checkpoint
 from fx2onnx.hub.shared.runtime_check import onnxruntime_only_operators
@@ -126,6 +126,26 @@ def test_keys_and_values_of_unequal_head_sizes_get_no_genai_config():
     assert unequal_head_sizes_note(SimpleNamespace(model_type="llama"), model(32)) is None
     note = unequal_head_sizes_note(SimpleNamespace(model_type="youtu"), model(4))
     assert note is not None and "youtu's cached keys and values have different head sizes (past_key_values.0.key 32, its value 4)" in note
+
+
+def test_a_cache_read_by_a_later_layer_gets_no_genai_config():
+    def model(read: bool) -> ir.Model:
+        past = _value("past_key_values.0.key", ["b", 2, "p", 8])
+        present = ir.node("Identity", [past], name="layer_0").outputs[0]
+        present.name = "present.0.key"
+        nodes = [present.producer()]
+        outputs = [present]
+        if read:  # a KV-shared layer attends to it
+            nodes.append(ir.node("Relu", [present], name="layer_1"))
+            outputs.append(nodes[-1].outputs[0])
+            outputs[-1].name = "logits"
+        return ir.Model(ir.Graph([past], outputs, nodes=nodes), ir_version=10)
+
+    config = SimpleNamespace(model_type="gemma4_text", num_kv_shared_layers=1)
+    assert shared_cache_note(config, model(read=False)) is None
+    note = shared_cache_note(config, model(read=True))
+    assert note is not None and note.startswith("no genai_config.json: gemma4_text's last 1 layers attend to")
+    assert "(present.0.key)" in note
 
 
 def test_onnxruntime_only_operators_are_found_in_branches_too(tmp_path):
