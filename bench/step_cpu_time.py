@@ -25,7 +25,7 @@ the same precision, or for an A/A copy its original).
     OMP_NUM_THREADS=1 nice -n 10 flock /tmp/fx2onnx-heavy.lock python bench/step_cpu_time.py \\
         [--models llama qwen2] [--contenders fx2onnx-fp32 builder-fp32 ...] [--rounds 9] [--repeats 3] \\
         [--warmup 3] [--phases prefill decode] [--lengths 128 1024] [--load-orders given reversed] \\
-        [--self-check] [--work DIR] [--markdown out.md] [--json out.json]
+        [--self-check] [--profile DIR] [--work DIR] [--markdown out.md] [--json out.json]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any
 
 
 sys.path.insert(0, str(Path(__file__).parent))
-from int4_decode_profile import _decoder, step_feeds  # noqa: E402 - bench modules side by side
+from int4_decode_profile import _decoder, step_feeds, summarize_profile  # noqa: E402 - bench modules side by side
 
 CONTENDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
 PHASES = ("prefill", "decode")
@@ -53,9 +53,11 @@ COPY_SUFFIX = "-copy"  # an A/A contender: a copy of another contender's folder
 Step = tuple[str, int]  # (phase, length)
 
 
-def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup: int) -> None:
+def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup: int,
+           profile_prefix: str | None = None) -> None:
     """A worker: one session of ``folder``'s decoder; runs the steps it is asked for and
-    answers each with its (thread CPU ms, wall ms) per run."""
+    answers each with its (thread CPU ms, wall ms) per run; at the end, with
+    ``profile_prefix``, the path of onnxruntime's profile of the session."""
     import onnxruntime
 
     path, decoder = _decoder(Path(folder))
@@ -63,6 +65,9 @@ def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feeds = {}
     for phase, length in steps:
@@ -81,6 +86,7 @@ def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup
             session.run(None, feeds[phase, length])
             times.append(((time.thread_time() - started) * 1e3, (time.perf_counter() - started_wall) * 1e3))
         connection.send(times)
+    connection.send(session.end_profiling() if profile_prefix is not None else None)
     connection.close()
 
 
@@ -88,10 +94,12 @@ class Worker:
     """One contender's session in its own process (spawned: nothing of this process's
     onnxruntime or allocations carries over)."""
 
-    def __init__(self, folder: Path, threads: int, steps: list[Step], warmup: int) -> None:
+    def __init__(self, folder: Path, threads: int, steps: list[Step], warmup: int,
+                 profile_prefix: str | None = None) -> None:
         context = multiprocessing.get_context("spawn")
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, str(folder), threads, steps, warmup), daemon=True)
+        self._process = context.Process(target=_serve, args=(child, str(folder), threads, steps, warmup, profile_prefix),
+                                        daemon=True)
         self._process.start()
         child.close()
         self.pid: int | None = None
@@ -107,11 +115,14 @@ class Worker:
         self._connection.send((phase, length, repeats))
         return self._connection.recv()
 
-    def stop(self) -> None:
+    def stop(self) -> str | None:
+        """Ends the worker; the path of its profile, if it made one."""
         self._connection.send(None)
+        profile = self._connection.recv()
         self._process.join(timeout=30)
         if self._process.is_alive():
             self._process.kill()
+        return profile
 
 
 def round_orders(names: list[str], rounds: int) -> list[list[str]]:
@@ -131,13 +142,18 @@ def reference_of(name: str, names: list[str]) -> str:
 
 
 def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: int = 1, repeats: int = 3,
-            warmup: int = 3, start_reversed: bool = False) -> dict[str, Any]:
+            warmup: int = 3, start_reversed: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
     """By step: each contender's median thread CPU and wall ms and its median per-round
     ratios to its reference; also the worker pids and the order the runs took (``runs``:
-    (round, phase, length, contender))."""
+    (round, phase, length, contender)). With ``profile_dir`` (one step only), each
+    contender's onnxruntime profile summed by operator type (``profiles``)."""
     names = list(folders)
+    if profile_dir is not None and len(steps) != 1:
+        raise ValueError(f"profiling sums one step's nodes: give one phase and one length, not {steps}")
     starting = list(reversed(names)) if start_reversed else names
-    workers = {name: Worker(folders[name], threads, steps, warmup) for name in starting}
+    workers = {name: Worker(folders[name], threads, steps, warmup,
+                            None if profile_dir is None else str(profile_dir / name)) for name in starting}
+    profiles = {}
     try:
         pids = {name: workers[name].wait_ready() for name in starting}
         cpu: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
@@ -151,8 +167,8 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
                     cpu[phase, length, name].append(min(c for c, _ in times))
                     wall[phase, length, name].append(min(w for _, w in times))
     finally:
-        for worker in workers.values():
-            worker.stop()
+        for name, worker in workers.items():
+            profiles[name] = worker.stop()
     by_step = {}
     for phase, length in steps:
         entry = {}
@@ -164,7 +180,25 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
                            "wall_ms": statistics.median(wall[phase, length, name]),
                            "cpu_ratio": statistics.median(ratios), "wall_ratio": statistics.median(wall_ratios)}
         by_step[f"{phase} {length}"] = entry
-    return {"steps": by_step, "pids": pids, "runs": runs}
+    summaries = {name: summarize_profile(json.loads(Path(path).read_text()), warmup_runs=warmup, node_medians=True)
+                 for name, path in profiles.items() if path is not None}
+    return {"steps": by_step, "pids": pids, "runs": runs, **({"profiles": summaries} if summaries else {})}
+
+
+def profile_markdown(model: str, profiles: dict[str, Any]) -> str:
+    """Per operator type, each contender's µs per step (the sum of its nodes' medians) and
+    node count."""
+    names = list(profiles)
+    ops = sorted({op for p in profiles.values() for op in p["ops"]},
+                 key=lambda op: -max(p["ops"].get(op, (0, 0))[0] for p in profiles.values()))
+    lines = [f"| {model}: operator | " + " | ".join(f"{n} µs (nodes)" for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for op in ops:
+        cells = [f"{profiles[n]['ops'][op][0]:.0f} ({profiles[n]['ops'][op][1]})" if op in profiles[n]["ops"] else "-"
+                 for n in names]
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    lines.append("| step (median model_run) | " + " | ".join(f"{profiles[n]['step_us']:.0f}" for n in names) + " |")
+    return "\n".join(lines)
 
 
 def markdown(all_results: dict[str, dict[str, Any]]) -> str:
@@ -223,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="start the workers in the contenders' order, the reverse, or one pass each")
     parser.add_argument("--self-check", action="store_true",
                         help="also time a copy of each fx2onnx folder against it (A/A: should read 1.00x)")
+    parser.add_argument("--profile", type=Path,
+                        help="profile each worker's session with onnxruntime's profiler into this folder (one step)")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -235,9 +271,12 @@ def main(argv: list[str] | None = None) -> None:
             for order in args.load_orders:
                 label = model if len(args.load_orders) == 1 else f"{model} (started {order})"
                 results[label] = measure(folders, steps, args.rounds, args.threads, args.repeats, args.warmup,
-                                         start_reversed=order == "reversed")
+                                         start_reversed=order == "reversed", profile_dir=args.profile)
                 print(markdown({label: results[label]}), flush=True)
     table = markdown(results)
+    for label, result in results.items():
+        if "profiles" in result:
+            table += "\n\n" + profile_markdown(label, result["profiles"])
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n")

@@ -65,3 +65,16 @@ def test_each_contender_runs_in_its_own_process_in_alternation(tmp_path, start_r
     assert entry["builder-fp32"]["cpu_ratio"] == 1.0
     table = bench.markdown({"tiny": result})
     assert "| tiny | decode after 2 | fx2onnx-fp32-copy | fx2onnx-fp32 |" in table
+
+
+def test_each_worker_profiles_its_own_session(tmp_path) -> None:
+    folder = _tiny_folder(tmp_path / "fx2onnx-fp32")
+    folders = {"fx2onnx-fp32": folder, "builder-fp32": folder}
+    with pytest.raises(ValueError, match="one phase and one length"):
+        bench.measure(folders, [("decode", 2), ("decode", 3)], rounds=1, profile_dir=tmp_path)
+    result = bench.measure(folders, [("decode", 2)], rounds=2, repeats=2, warmup=1, profile_dir=tmp_path)
+    assert sorted(result["profiles"]) == sorted(folders)
+    for name, summary in result["profiles"].items():
+        assert summary["ops"]["Cast"][1] == 1  # the one node, once a step
+        assert any(path.name.startswith(name) for path in tmp_path.glob("*.json"))
+    assert "| Cast |" in bench.profile_markdown("tiny", result["profiles"])
