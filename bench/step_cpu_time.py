@@ -3,28 +3,34 @@ ONNX Runtime GenAI's model builder's (`runtime_speed.py`'s LLaMA- and Qwen2-styl
 vocab 32000), float32 and int4. This is the acceptance benchmark for step speed.
 
 Each contender's decoder runs in its OWN worker process (one onnxruntime session there,
-one intra-op thread), started once and driven in alternation from this one. In one
-process, the session created first runs its one-row products 10-30% slower than a later
-session of the same folder, more than the folders differ; a process per contender gives
-every session the same standing, so the reading does not depend on which is created
-first (``--load-orders given reversed`` starts the workers in both orders to show it, and
-``--self-check`` times a copy of each fx2onnx folder against the folder: an A/A reading
-that should be 1.00x).
+one intra-op thread), driven in alternation from this one; by default every round starts
+new workers. In one process, the session created first runs its one-row products 10-30%
+slower than a later session of the same folder, more than the folders differ; a process
+per contender gives every session the same standing, so the reading does not depend on
+which is created first (``--load-orders given reversed`` starts the workers in both
+orders to show it). Where a process's weights land in memory still moves its steps by a
+few percent (the int4 decoder's 80 MB are read from the cache every step): new workers
+each round make the median over rounds one over many placements (``--same-workers``
+keeps one worker per contender for all rounds). ``--self-check`` times a copy of each
+fx2onnx folder against the folder, an A/A reading that should be 1.00x: how far it is
+from 1.00x is the run's resolution.
 
 Each worker warms every step up (``--warmup`` runs) before timing. Per length
 (``--lengths``), a prefill is a prompt of that many tokens over an empty cache, a decode
 step one token over a cache of that many positions (random, all held). Rounds alternate
-the contenders' order (A B, B A, A B, ...); in a round every contender runs a step
-``--repeats`` times in a row, the least counting (other jobs only ever add time). The step's
-CPU time on the worker's calling thread (``time.thread_time``: onnxruntime runs there with
-one intra-op thread) is the main reading, as other jobs on a shared machine inflate it far
-less than the wall clock; the wall time is given beside it. A ratio is the median over
-rounds of the contender's time over its reference's in that round (the builder's folder of
-the same precision, or for an A/A copy its original).
+the contenders' order (A B, B A, A B, ...); in its turn a contender runs a step
+``--turn-warmup`` times untimed (so that none profits from having run just before, at
+the turn of a round), then ``--repeats`` times, the least counting (other jobs only ever
+add time). The step's CPU time on the worker's calling thread (``time.thread_time``:
+onnxruntime runs there with one intra-op thread) is the main reading, as other jobs on a
+shared machine inflate it far less than the wall clock; the wall time is given beside it.
+A ratio is the median over rounds of the contender's time over its reference's in that
+round (the builder's folder of the same precision, or for an A/A copy its original).
 
     OMP_NUM_THREADS=1 nice -n 10 flock /tmp/fx2onnx-heavy.lock python bench/step_cpu_time.py \\
         [--models llama qwen2] [--contenders fx2onnx-fp32 builder-fp32 ...] [--rounds 9] [--repeats 3] \\
-        [--warmup 3] [--phases prefill decode] [--lengths 128 1024] [--load-orders given reversed] \\
+        [--warmup 3] [--turn-warmup 1] [--same-workers] [--phases prefill decode] [--lengths 128 1024] \\
+        [--load-orders given reversed] \\
         [--self-check] [--profile DIR] [--work DIR] [--markdown out.md] [--json out.json]
 """
 
@@ -117,8 +123,13 @@ class Worker:
 
     def stop(self) -> str | None:
         """Ends the worker; the path of its profile, if it made one."""
-        self._connection.send(None)
-        profile = self._connection.recv()
+        profile = None
+        if self._process.is_alive():
+            try:
+                self._connection.send(None)
+                profile = self._connection.recv()
+            except (BrokenPipeError, EOFError):  # it ended on its own: its error is in the output
+                pass
         self._process.join(timeout=30)
         if self._process.is_alive():
             self._process.kill()
@@ -141,31 +152,63 @@ def reference_of(name: str, names: list[str]) -> str:
     return reference if reference in names else name
 
 
+def _start(folders: dict[str, Path], order: list[str], threads: int, steps: list[Step], warmup: int,
+           profile_dir: Path | None) -> dict[str, Worker]:
+    """A worker per contender, started in ``order``, each ready (loaded and warmed up)."""
+    workers: dict[str, Worker] = {}
+    try:
+        for name in order:
+            workers[name] = Worker(folders[name], threads, steps, warmup,
+                                   None if profile_dir is None else str(profile_dir / name))
+        for worker in workers.values():
+            worker.wait_ready()
+    except BaseException:
+        for worker in workers.values():
+            worker.stop()
+        raise
+    return workers
+
+
 def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: int = 1, repeats: int = 3,
-            warmup: int = 3, start_reversed: bool = False, profile_dir: Path | None = None) -> dict[str, Any]:
+            warmup: int = 3, start_reversed: bool = False, profile_dir: Path | None = None,
+            fresh_workers: bool = True, turn_warmup: int = 1) -> dict[str, Any]:
     """By step: each contender's median thread CPU and wall ms and its median per-round
-    ratios to its reference; also the worker pids and the order the runs took (``runs``:
-    (round, phase, length, contender)). With ``profile_dir`` (one step only), each
-    contender's onnxruntime profile summed by operator type (``profiles``)."""
+    ratios to its reference; also each contender's worker pids and the order the runs took
+    (``runs``: (round, phase, length, contender)).
+
+    With ``fresh_workers`` every round starts its own workers (new processes, so new
+    places in memory for the weights: a median over rounds is not one placement's
+    reading); otherwise one worker per contender serves every round. In its turn a
+    contender runs ``turn_warmup`` untimed steps first, so that none profits from having
+    run just before (the end of one round and the start of the next). With
+    ``profile_dir`` (one step only, one worker per contender), each contender's
+    onnxruntime profile summed by operator type (``profiles``)."""
     names = list(folders)
     if profile_dir is not None and len(steps) != 1:
         raise ValueError(f"profiling sums one step's nodes: give one phase and one length, not {steps}")
+    fresh_workers = fresh_workers and profile_dir is None
     starting = list(reversed(names)) if start_reversed else names
-    workers = {name: Worker(folders[name], threads, steps, warmup,
-                            None if profile_dir is None else str(profile_dir / name)) for name in starting}
-    profiles = {}
+    pids: dict[str, list[int]] = collections.defaultdict(list)
+    cpu: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
+    wall: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
+    runs, profiles = [], {}
+    workers: dict[str, Worker] = {}
     try:
-        pids = {name: workers[name].wait_ready() for name in starting}
-        cpu: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
-        wall: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
-        runs = []
         for index, order in enumerate(round_orders(names, rounds)):
+            if not workers:
+                workers = _start(folders, starting, threads, steps, warmup, profile_dir)
+                for name in starting:
+                    pids[name].append(workers[name].pid)
             for phase, length in steps:
                 for name in order:
-                    times = workers[name].run(phase, length, repeats)
+                    times = workers[name].run(phase, length, turn_warmup + repeats)[turn_warmup:]
                     runs.append((index, phase, length, name))
                     cpu[phase, length, name].append(min(c for c, _ in times))
                     wall[phase, length, name].append(min(w for _, w in times))
+            if fresh_workers:
+                for worker in workers.values():
+                    worker.stop()
+                workers = {}
     finally:
         for name, worker in workers.items():
             profiles[name] = worker.stop()
@@ -182,7 +225,7 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
         by_step[f"{phase} {length}"] = entry
     summaries = {name: summarize_profile(json.loads(Path(path).read_text()), warmup_runs=warmup, node_medians=True)
                  for name, path in profiles.items() if path is not None}
-    return {"steps": by_step, "pids": pids, "runs": runs, **({"profiles": summaries} if summaries else {})}
+    return {"steps": by_step, "pids": dict(pids), "runs": runs, **({"profiles": summaries} if summaries else {})}
 
 
 def profile_markdown(model: str, profiles: dict[str, Any]) -> str:
@@ -252,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads")
     parser.add_argument("--repeats", type=int, default=3, help="runs of a step per contender and round (the least counts)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs of each step in each worker first")
+    parser.add_argument("--turn-warmup", type=int, default=1, help="untimed runs of a step before a contender's timed ones")
+    parser.add_argument("--same-workers", action="store_true",
+                        help="one worker per contender for every round (default: new workers each round)")
     parser.add_argument("--work", type=Path, help="keep the source models and folders here (reused when present)")
     parser.add_argument("--load-orders", nargs="+", default=["given"], choices=["given", "reversed"],
                         help="start the workers in the contenders' order, the reverse, or one pass each")
@@ -271,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
             for order in args.load_orders:
                 label = model if len(args.load_orders) == 1 else f"{model} (started {order})"
                 results[label] = measure(folders, steps, args.rounds, args.threads, args.repeats, args.warmup,
-                                         start_reversed=order == "reversed", profile_dir=args.profile)
+                                         start_reversed=order == "reversed", profile_dir=args.profile,
+                                         fresh_workers=not args.same_workers, turn_warmup=args.turn_warmup)
                 print(markdown({label: results[label]}), flush=True)
     table = markdown(results)
     for label, result in results.items():

@@ -50,12 +50,13 @@ def test_each_contender_runs_in_its_own_process_in_alternation(tmp_path, start_r
     folder = _tiny_folder(tmp_path / "fx2onnx-fp32")
     folders = {"fx2onnx-fp32": folder, "builder-fp32": folder, "fx2onnx-fp32-copy": folder}
     steps = [("prefill", 3), ("decode", 2)]
-    result = bench.measure(folders, steps, rounds=3, repeats=2, warmup=1, start_reversed=start_reversed)
-    pids = result["pids"]
-    assert sorted(pids) == sorted(folders)
-    assert len(set(pids.values())) == 3 and os.getpid() not in pids.values()
+    result = bench.measure(folders, steps, rounds=2, repeats=2, warmup=1, start_reversed=start_reversed)
+    pids = result["pids"]  # a new process per contender and round
+    assert sorted(pids) == sorted(folders) and all(len(rounds) == 2 for rounds in pids.values())
+    every = [pid for rounds in pids.values() for pid in rounds]
+    assert len(set(every)) == 6 and os.getpid() not in every
     order, backwards = list(folders), list(reversed(folders))
-    expected = [(index, phase, length, name) for index, names in enumerate([order, backwards, order])
+    expected = [(index, phase, length, name) for index, names in enumerate([order, backwards])
                 for phase, length in steps for name in names]
     assert result["runs"] == expected
     entry = result["steps"]["decode 2"]
@@ -65,6 +66,16 @@ def test_each_contender_runs_in_its_own_process_in_alternation(tmp_path, start_r
     assert entry["builder-fp32"]["cpu_ratio"] == 1.0
     table = bench.markdown({"tiny": result})
     assert "| tiny | decode after 2 | fx2onnx-fp32-copy | fx2onnx-fp32 |" in table
+
+
+def test_the_same_workers_serve_every_round(tmp_path) -> None:
+    folder = _tiny_folder(tmp_path / "fx2onnx-fp32")
+    folders = {"fx2onnx-fp32": folder, "builder-fp32": folder}
+    result = bench.measure(folders, [("decode", 2)], rounds=3, repeats=1, warmup=1, fresh_workers=False)
+    assert all(len(rounds) == 1 for rounds in result["pids"].values())
+    assert len({rounds[0] for rounds in result["pids"].values()}) == 2
+    assert [name for _, _, _, name in result["runs"]] == ["fx2onnx-fp32", "builder-fp32", "builder-fp32",
+                                                          "fx2onnx-fp32", "fx2onnx-fp32", "builder-fp32"]
 
 
 def test_each_worker_profiles_its_own_session(tmp_path) -> None:
