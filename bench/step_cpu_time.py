@@ -221,7 +221,8 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
             wall_ratios = [a / b for a, b in zip(wall[phase, length, name], wall[phase, length, reference])]
             entry[name] = {"reference": reference, "cpu_ms": statistics.median(cpu[phase, length, name]),
                            "wall_ms": statistics.median(wall[phase, length, name]),
-                           "cpu_ratio": statistics.median(ratios), "wall_ratio": statistics.median(wall_ratios)}
+                           "cpu_ratio": statistics.median(ratios), "wall_ratio": statistics.median(wall_ratios),
+                           "cpu_ratios": ratios}  # by round
         by_step[f"{phase} {length}"] = entry
     summaries = {name: summarize_profile(json.loads(Path(path).read_text()), warmup_runs=warmup, node_medians=True)
                  for name, path in profiles.items() if path is not None}
