@@ -99,28 +99,36 @@ def profile(folders: dict[str, Path], past: int, steps: int, threads: int, scrat
     results = {}
     for name, session in sessions.items():
         events = json.loads(Path(session.end_profiling()).read_text())
-        runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
-        nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-        first = runs[1]["ts"] if len(runs) > 1 else 0  # after the warm-up run
-        by_type: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
-        by_node: dict[str, float] = collections.defaultdict(float)
-        for event in nodes:
-            if event["ts"] < first:
-                continue
-            entry = by_type[event["args"]["op_name"]]
-            entry[0] += event["dur"]
-            entry[1] += 1
-            by_node[event["name"].removesuffix("_kernel_time")] += event["dur"]
-        measured = len(runs) - 1
-        if node_medians:  # each node's median over the steps, summed by type: robust to other jobs' preemptions
-            by_type = _summed_node_medians(nodes, first, measured)
-        step_us = float(np.median([r["dur"] for r in runs[1:]]))
-        slowest = sorted(by_node.items(), key=lambda item: -item[1])[:8]
-        results[name] = {"step_us": step_us, "cpu_us": float(np.median(cpu[name])) * 1e6,
-                         "cpu_ratio": float(np.median(np.array(cpu[name]) / np.array(cpu[reference]))), "ops": {op: (total / measured, count // measured)
-                                                     for op, (total, count) in by_type.items()},
-                         "slowest_nodes": [(node, total / measured) for node, total in slowest]}
+        results[name] = {**summarize_profile(events, warmup_runs=1, node_medians=node_medians),
+                         "cpu_us": float(np.median(cpu[name])) * 1e6,
+                         "cpu_ratio": float(np.median(np.array(cpu[name]) / np.array(cpu[reference])))}
     return results
+
+
+def summarize_profile(events: list[dict[str, Any]], warmup_runs: int, node_medians: bool = False) -> dict[str, Any]:
+    """onnxruntime profiler ``events`` of one session after its first ``warmup_runs`` runs:
+    the median step (µs), per operator type its µs per step and nodes, the slowest nodes.
+    With ``node_medians``, each node's median over the steps summed by type (robust to
+    other jobs' preemptions) instead of its mean."""
+    runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    first = runs[warmup_runs]["ts"] if len(runs) > warmup_runs else 0
+    by_type: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    by_node: dict[str, float] = collections.defaultdict(float)
+    for event in nodes:
+        if event["ts"] < first:
+            continue
+        entry = by_type[event["args"]["op_name"]]
+        entry[0] += event["dur"]
+        entry[1] += 1
+        by_node[event["name"].removesuffix("_kernel_time")] += event["dur"]
+    measured = max(len(runs) - warmup_runs, 1)
+    if node_medians:
+        by_type = _summed_node_medians(nodes, first, measured)
+    slowest = sorted(by_node.items(), key=lambda item: -item[1])[:8]
+    return {"step_us": float(np.median([r["dur"] for r in runs[warmup_runs:]])),
+            "ops": {op: (total / measured, count // measured) for op, (total, count) in by_type.items()},
+            "slowest_nodes": [(node, total / measured) for node, total in slowest]}
 
 
 def markdown(results: dict[str, Any]) -> str:

@@ -21,6 +21,10 @@ and run in the same ONNX Runtime GenAI loop: a prompt of 128 and of 1024 tokens
 (prefill time), then 64 greedy tokens (decode ms/token). Rounds are interleaved
 (every contender once per round, in a rotated order) and medians reported; the greedy
 tokens of every contender are compared with the first contender's of the same precision.
+All LLM folders load into this one process, where the model loaded first runs its one-row
+products slower than later ones by as much as the folders differ: these timings show the
+client's loop end to end, and `step_cpu_time.py` (each folder in its own process) is the
+benchmark whose step ratios do not depend on the order.
 
 Encoders (a BERT-style model at sequence 128 and 512, a ViT at 224x224; batch 1) are
 exported by fx2onnx (`dynamo_export` at opset 18, its default, and at 23, export-hf's) and

@@ -1,26 +1,47 @@
 """Thread CPU time of one prefill and one decode step: fx2onnx's causal-LM folders against
 ONNX Runtime GenAI's model builder's (`runtime_speed.py`'s LLaMA- and Qwen2-style 4 x 512,
-vocab 32000), float32 and int4.
+vocab 32000), float32 and int4. This is the acceptance benchmark for step speed.
 
-Each folder's decoder runs in an onnxruntime session with one intra-op thread, so that the
-step runs on the calling thread and its CPU time (``time.thread_time``) is the step's work:
-other jobs on a shared machine inflate it far less than the wall clock. Per length
+Each contender's decoder runs in its OWN worker process (one onnxruntime session there,
+one intra-op thread), driven in alternation from this one; by default every round starts
+new workers. In one process, the session created first runs its one-row products 10-30%
+slower than a later session of the same folder, more than the folders differ; a process
+per contender gives every session the same standing, so the reading does not depend on
+which is created first (``--load-orders given reversed`` starts the workers in both
+orders to show it). Where a process's weights land in memory still moves its steps by a
+few percent (the int4 decoder's 80 MB are read from the cache every step): new workers
+each round make the median over rounds one over many placements (``--same-workers``
+keeps one worker per contender for all rounds). ``--self-check`` times a copy of each
+fx2onnx folder against the folder, an A/A reading that should be 1.00x: how far it is
+from 1.00x is the run's resolution.
+
+Each worker warms every step up (``--warmup`` runs) before timing. Per length
 (``--lengths``), a prefill is a prompt of that many tokens over an empty cache, a decode
-step one token over a cache of that many positions (random, all held). Rounds are
-interleaved (every contender ``--repeats`` times in a row per round and phase, in a
-rotated order, the least of those counting: other jobs only ever add time); the ratio is
-the median over rounds of fx2onnx's time over the builder's of the same precision in that
-round. The wall time per step is given beside it.
+step one token over a cache of that many positions (random, all held). Rounds alternate
+the contenders' order (A B, B A, A B, ...); in its turn a contender runs a step
+``--turn-warmup`` times untimed (so that none profits from having run just before, at
+the turn of a round), then ``--repeats`` times, the least counting (other jobs only ever
+add time). The step's CPU time on the worker's calling thread (``time.thread_time``:
+onnxruntime runs there with one intra-op thread) is the main reading, as other jobs on a
+shared machine inflate it far less than the wall clock; the wall time is given beside it.
+A ratio is the median over rounds of the contender's time over its reference's in that
+round (the builder's folder of the same precision, or for an A/A copy its original).
 
-    OMP_NUM_THREADS=1 nice -n 10 python bench/step_cpu_time.py [--models llama qwen2] [--rounds 9] \\
-        [--repeats 3] [--phases prefill decode] [--lengths 128 1024] [--load-orders given reversed] \\
-        [--work DIR] [--markdown out.md]
+    OMP_NUM_THREADS=1 nice -n 10 flock /tmp/fx2onnx-heavy.lock python bench/step_cpu_time.py \\
+        [--models llama qwen2] [--contenders fx2onnx-fp32 builder-fp32 ...] [--rounds 9] [--repeats 3] \\
+        [--warmup 3] [--turn-warmup 1] [--same-workers] [--phases prefill decode] [--lengths 128 1024] \\
+        [--load-orders given reversed] \\
+        [--self-check] [--profile DIR] [--work DIR] [--markdown out.md] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
+import multiprocessing
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -30,83 +51,239 @@ from typing import Any
 
 
 sys.path.insert(0, str(Path(__file__).parent))
-from int4_decode_profile import _decoder, step_feeds  # noqa: E402 - bench modules side by side
-from precision_folders import export_contender  # noqa: E402
-from runtime_speed import _llm_config, write_llm_folder  # noqa: E402
+from int4_decode_profile import _decoder, step_feeds, summarize_profile  # noqa: E402 - bench modules side by side
 
 CONTENDERS = ("fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4")
 PHASES = ("prefill", "decode")
+COPY_SUFFIX = "-copy"  # an A/A contender: a copy of another contender's folder
+Step = tuple[str, int]  # (phase, length)
 
 
-def _session(path: Path, threads: int) -> Any:
+def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup: int,
+           profile_prefix: str | None = None) -> None:
+    """A worker: one session of ``folder``'s decoder; runs the steps it is asked for and
+    answers each with its (thread CPU ms, wall ms) per run; at the end, with
+    ``profile_prefix``, the path of onnxruntime's profile of the session."""
     import onnxruntime
 
+    path, decoder = _decoder(Path(folder))
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for phase, length in steps:
+        feeds[phase, length] = step_feeds(session, decoder, 0, length) if phase == "prefill" else step_feeds(session, decoder, length, 1)
+        for _ in range(warmup):
+            session.run(None, feeds[phase, length])
+    connection.send(("ready", os.getpid()))
+    while True:
+        request = connection.recv()
+        if request is None:
+            break
+        phase, length, repeats = request
+        times = []
+        for _ in range(repeats):
+            started, started_wall = time.thread_time(), time.perf_counter()
+            session.run(None, feeds[phase, length])
+            times.append(((time.thread_time() - started) * 1e3, (time.perf_counter() - started_wall) * 1e3))
+        connection.send(times)
+    connection.send(session.end_profiling() if profile_prefix is not None else None)
+    connection.close()
 
 
-def measure(folders: dict[str, Path], lengths: list[int], rounds: int, threads: int,
-            repeats: int = 3, phases: tuple[str, ...] = PHASES,
-            load_reversed: bool = False) -> dict[tuple[str, int], dict[str, Any]]:
-    """By (phase, length): each contender's median thread CPU and wall ms per step, and
-    the median per-round ratio to the builder of its precision. The sessions are created
-    in the contenders' order, or in the reverse order with ``load_reversed``: where a
-    session's weights land in memory moves its one-row products by as much as the
-    folders differ (two sessions of one folder in one process), so a fair comparison
-    reads both orders."""
-    sessions, steps = {}, {}
-    for name in (reversed(list(folders)) if load_reversed else list(folders)):
-        folder = folders[name]
-        path, decoder = _decoder(folder)
-        sessions[name] = _session(path, threads)
-        for length in lengths:
-            steps["prefill", length, name] = step_feeds(sessions[name], decoder, 0, length)
-            steps["decode", length, name] = step_feeds(sessions[name], decoder, length, 1)
-    for (_, _, name), feed in steps.items():  # warm-up
-        sessions[name].run(None, feed)
+class Worker:
+    """One contender's session in its own process (spawned: nothing of this process's
+    onnxruntime or allocations carries over)."""
+
+    def __init__(self, folder: Path, threads: int, steps: list[Step], warmup: int,
+                 profile_prefix: str | None = None) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._connection, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, str(folder), threads, steps, warmup, profile_prefix),
+                                        daemon=True)
+        self._process.start()
+        child.close()
+        self.pid: int | None = None
+
+    def wait_ready(self) -> int:
+        message = self._connection.recv()
+        if message[0] != "ready":
+            raise RuntimeError(f"the worker for a contender answered {message!r} instead of 'ready'")
+        self.pid = message[1]
+        return self.pid
+
+    def run(self, phase: str, length: int, repeats: int) -> list[tuple[float, float]]:
+        self._connection.send((phase, length, repeats))
+        return self._connection.recv()
+
+    def stop(self) -> str | None:
+        """Ends the worker; the path of its profile, if it made one."""
+        profile = None
+        if self._process.is_alive():
+            try:
+                self._connection.send(None)
+                profile = self._connection.recv()
+            except (BrokenPipeError, EOFError):  # it ended on its own: its error is in the output
+                pass
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.kill()
+        return profile
+
+
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """The contenders' order in each round: as given, reversed, as given, ... (A B, B A,
+    ...), so that each is as often before as after every other."""
+    return [list(names) if index % 2 == 0 else list(reversed(names)) for index in range(rounds)]
+
+
+def reference_of(name: str, names: list[str]) -> str:
+    """What ``name`` is compared with: for an A/A copy its original, otherwise the builder's
+    folder of the same precision (``fx2onnx-int4`` -> ``builder-int4``)."""
+    if name.endswith(COPY_SUFFIX):
+        return name.removesuffix(COPY_SUFFIX)
+    precision = name.split("-")[1]
+    reference = f"builder-{precision}"
+    return reference if reference in names else name
+
+
+def _start(folders: dict[str, Path], order: list[str], threads: int, steps: list[Step], warmup: int,
+           profile_dir: Path | None) -> dict[str, Worker]:
+    """A worker per contender, started in ``order``, each ready (loaded and warmed up)."""
+    workers: dict[str, Worker] = {}
+    try:
+        for name in order:
+            workers[name] = Worker(folders[name], threads, steps, warmup,
+                                   None if profile_dir is None else str(profile_dir / name))
+        for worker in workers.values():
+            worker.wait_ready()
+    except BaseException:
+        for worker in workers.values():
+            worker.stop()
+        raise
+    return workers
+
+
+def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: int = 1, repeats: int = 3,
+            warmup: int = 3, start_reversed: bool = False, profile_dir: Path | None = None,
+            fresh_workers: bool = True, turn_warmup: int = 1) -> dict[str, Any]:
+    """By step: each contender's median thread CPU and wall ms and its median per-round
+    ratios to its reference; also each contender's worker pids and the order the runs took
+    (``runs``: (round, phase, length, contender)).
+
+    With ``fresh_workers`` every round starts its own workers (new processes, so new
+    places in memory for the weights: a median over rounds is not one placement's
+    reading); otherwise one worker per contender serves every round. In its turn a
+    contender runs ``turn_warmup`` untimed steps first, so that none profits from having
+    run just before (the end of one round and the start of the next). With
+    ``profile_dir`` (one step only, one worker per contender), each contender's
+    onnxruntime profile summed by operator type (``profiles``)."""
+    names = list(folders)
+    if profile_dir is not None and len(steps) != 1:
+        raise ValueError(f"profiling sums one step's nodes: give one phase and one length, not {steps}")
+    fresh_workers = fresh_workers and profile_dir is None
+    starting = list(reversed(names)) if start_reversed else names
+    pids: dict[str, list[int]] = collections.defaultdict(list)
     cpu: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
     wall: dict[tuple[str, int, str], list[float]] = collections.defaultdict(list)
-    names = list(folders)
-    for round_index in range(rounds):
-        order = names[round_index % len(names):] + names[:round_index % len(names)]
-        for phase in phases:
-            for length in lengths:
+    runs, profiles = [], {}
+    workers: dict[str, Worker] = {}
+    try:
+        for index, order in enumerate(round_orders(names, rounds)):
+            if not workers:
+                workers = _start(folders, starting, threads, steps, warmup, profile_dir)
+                for name in starting:
+                    pids[name].append(workers[name].pid)
+            for phase, length in steps:
                 for name in order:
-                    times = []
-                    for _ in range(repeats):
-                        started, started_wall = time.thread_time(), time.perf_counter()
-                        sessions[name].run(None, steps[phase, length, name])
-                        times.append(((time.thread_time() - started) * 1e3, (time.perf_counter() - started_wall) * 1e3))
-                    # the least of the round's repeats: other jobs only ever add time
+                    times = workers[name].run(phase, length, turn_warmup + repeats)[turn_warmup:]
+                    runs.append((index, phase, length, name))
                     cpu[phase, length, name].append(min(c for c, _ in times))
                     wall[phase, length, name].append(min(w for _, w in times))
-    results: dict[tuple[str, int], dict[str, Any]] = {}
-    for phase in phases:
-        for length in lengths:
-            entry = {}
-            for name in names:
-                builder = f"builder-{name.split('-')[1]}"
-                ratios = [a / b for a, b in zip(cpu[phase, length, name], cpu[phase, length, builder])]
-                wall_ratios = [a / b for a, b in zip(wall[phase, length, name], wall[phase, length, builder])]
-                entry[name] = {"cpu_ms": statistics.median(cpu[phase, length, name]),
-                               "wall_ms": statistics.median(wall[phase, length, name]),
-                               "cpu_ratio": statistics.median(ratios), "wall_ratio": statistics.median(wall_ratios)}
-            results[phase, length] = entry
-    return results
+            if fresh_workers:
+                for worker in workers.values():
+                    worker.stop()
+                workers = {}
+    finally:
+        for name, worker in workers.items():
+            profiles[name] = worker.stop()
+    by_step = {}
+    for phase, length in steps:
+        entry = {}
+        for name in names:
+            reference = reference_of(name, names)
+            ratios = [a / b for a, b in zip(cpu[phase, length, name], cpu[phase, length, reference])]
+            wall_ratios = [a / b for a, b in zip(wall[phase, length, name], wall[phase, length, reference])]
+            entry[name] = {"reference": reference, "cpu_ms": statistics.median(cpu[phase, length, name]),
+                           "wall_ms": statistics.median(wall[phase, length, name]),
+                           "cpu_ratio": statistics.median(ratios), "wall_ratio": statistics.median(wall_ratios),
+                           "cpu_ratios": ratios}  # by round
+        by_step[f"{phase} {length}"] = entry
+    summaries = {name: summarize_profile(json.loads(Path(path).read_text()), warmup_runs=warmup, node_medians=True)
+                 for name, path in profiles.items() if path is not None}
+    return {"steps": by_step, "pids": dict(pids), "runs": runs, **({"profiles": summaries} if summaries else {})}
 
 
-def markdown(all_results: dict[str, dict[tuple[str, int], dict[str, Any]]]) -> str:
-    lines = ["| model | step | contender | thread CPU ms | ratio to the builder (CPU) | wall ms | ratio (wall) |",
-             "|---|---|---|---:|---:|---:|---:|"]
-    for model, results in all_results.items():  # model: a model kind, with its load order when several
-        for (phase, length), entry in results.items():
-            for name, value in entry.items():
-                step = f"{phase} {'of' if phase == 'prefill' else 'after'} {length}"
-                lines.append(f"| {model} | {step} | {name} | {value['cpu_ms']:.2f} | {value['cpu_ratio']:.3f}x "
-                             f"| {value['wall_ms']:.2f} | {value['wall_ratio']:.3f}x |")
+def profile_markdown(model: str, profiles: dict[str, Any]) -> str:
+    """Per operator type, each contender's µs per step (the sum of its nodes' medians) and
+    node count."""
+    names = list(profiles)
+    ops = sorted({op for p in profiles.values() for op in p["ops"]},
+                 key=lambda op: -max(p["ops"].get(op, (0, 0))[0] for p in profiles.values()))
+    lines = [f"| {model}: operator | " + " | ".join(f"{n} µs (nodes)" for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for op in ops:
+        cells = [f"{profiles[n]['ops'][op][0]:.0f} ({profiles[n]['ops'][op][1]})" if op in profiles[n]["ops"] else "-"
+                 for n in names]
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    lines.append("| step (median model_run) | " + " | ".join(f"{profiles[n]['step_us']:.0f}" for n in names) + " |")
     return "\n".join(lines)
+
+
+def markdown(all_results: dict[str, dict[str, Any]]) -> str:
+    lines = ["| model | step | contender | against | thread CPU ms | ratio (CPU) | wall ms | ratio (wall) |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    for model, results in all_results.items():  # model: a model kind, with its start order when several
+        for step, entry in results["steps"].items():
+            phase, length = step.split()
+            label = f"{phase} {'of' if phase == 'prefill' else 'after'} {length}"
+            for name, value in entry.items():
+                if value["reference"] == name:
+                    ratio, wall_ratio = "", ""
+                else:
+                    ratio, wall_ratio = f"{value['cpu_ratio']:.3f}x", f"{value['wall_ratio']:.3f}x"
+                lines.append(f"| {model} | {label} | {name} | {value['reference'] if ratio else ''} | {value['cpu_ms']:.2f} "
+                             f"| {ratio} | {value['wall_ms']:.2f} | {wall_ratio} |")
+    return "\n".join(lines)
+
+
+def contender_folders(root: Path, model: str, contenders: list[str], self_check: bool) -> dict[str, Path]:
+    """Each contender's folder under ``root/model`` (written when missing), and with
+    ``self_check`` a copy of each fx2onnx folder beside it."""
+    from precision_folders import export_contender
+    from runtime_speed import _llm_config, write_llm_folder
+
+    source = root / model / "source"
+    if not (source / "config.json").exists():
+        write_llm_folder(_llm_config(model), source)
+    folders = {}
+    for name in contenders:
+        folders[name] = root / model / name
+        if not (folders[name] / "genai_config.json").exists():
+            export_contender(name, source, folders[name])
+    if self_check:
+        for name in [n for n in contenders if n.startswith("fx2onnx")]:
+            copy = root / model / f"{name}{COPY_SUFFIX}"
+            if copy.exists():
+                shutil.rmtree(copy)
+            shutil.copytree(folders[name], copy)
+            folders[f"{name}{COPY_SUFFIX}"] = copy
+    return folders
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,34 +292,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS))
     parser.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES)
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 1024])
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (medians)")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds, the contenders' order alternating (medians)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads")
     parser.add_argument("--repeats", type=int, default=3, help="runs of a step per contender and round (the least counts)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed runs of each step in each worker first")
+    parser.add_argument("--turn-warmup", type=int, default=1, help="untimed runs of a step before a contender's timed ones")
+    parser.add_argument("--same-workers", action="store_true",
+                        help="one worker per contender for every round (default: new workers each round)")
     parser.add_argument("--work", type=Path, help="keep the source models and folders here (reused when present)")
     parser.add_argument("--load-orders", nargs="+", default=["given"], choices=["given", "reversed"],
-                        help="create the sessions in the contenders' order, the reverse, or one pass each")
+                        help="start the workers in the contenders' order, the reverse, or one pass each")
+    parser.add_argument("--self-check", action="store_true",
+                        help="also time a copy of each fx2onnx folder against it (A/A: should read 1.00x)")
+    parser.add_argument("--profile", type=Path,
+                        help="profile each worker's session with onnxruntime's profiler into this folder (one step)")
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    steps = [(phase, length) for phase in args.phases for length in args.lengths]
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         root = args.work or Path(scratch)
         for model in args.models:
-            source = root / model / "source"
-            if not (source / "config.json").exists():
-                write_llm_folder(_llm_config(model), source)
-            folders = {}
-            for name in args.contenders:
-                folders[name] = root / model / name
-                if not (folders[name] / "genai_config.json").exists():
-                    export_contender(name, source, folders[name])
+            folders = contender_folders(root, model, args.contenders, args.self_check)
             for order in args.load_orders:
-                label = model if len(args.load_orders) == 1 else f"{model} (loaded {order})"
-                results[label] = measure(folders, args.lengths, args.rounds, args.threads, args.repeats,
-                                         tuple(args.phases), load_reversed=order == "reversed")
+                label = model if len(args.load_orders) == 1 else f"{model} (started {order})"
+                results[label] = measure(folders, steps, args.rounds, args.threads, args.repeats, args.warmup,
+                                         start_reversed=order == "reversed", profile_dir=args.profile,
+                                         fresh_workers=not args.same_workers, turn_warmup=args.turn_warmup)
+                print(markdown({label: results[label]}), flush=True)
     table = markdown(results)
+    for label, result in results.items():
+        if "profiles" in result:
+            table += "\n\n" + profile_markdown(label, result["profiles"])
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""The step benchmark's order-independence machinery (`bench/step_cpu_time.py`): each
+contender's session runs in its own worker process, the rounds alternate the contenders'
+order, and every contender is compared with its reference. A one-node decoder stands in
+for a folder; nothing is timed against a bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import step_cpu_time as bench  # noqa: E402
+
+
+def _tiny_folder(folder: Path) -> Path:
+    """A folder a worker loads: genai_config.json naming a decoder whose logits are its ids."""
+    folder.mkdir(parents=True)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Cast", ["input_ids"], ["logits"], to=onnx.TensorProto.FLOAT)], "decoder",
+        [onnx.helper.make_tensor_value_info("input_ids", onnx.TensorProto.INT64, [1, "sequence"])],
+        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, "sequence"])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, folder / "model.onnx")
+    decoder = {"filename": "model.onnx", "num_key_value_heads": 1, "head_size": 1, "inputs": {}}
+    (folder / "genai_config.json").write_text(json.dumps({"model": {"decoder": decoder}}))
+    return folder
+
+
+def test_rounds_alternate_the_order() -> None:
+    assert bench.round_orders(["a", "b"], 4) == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+    assert bench.round_orders(["a", "b", "c"], 2) == [["a", "b", "c"], ["c", "b", "a"]]
+
+
+def test_each_contender_has_its_reference() -> None:
+    names = ["fx2onnx-fp32", "builder-fp32", "fx2onnx-int4", "builder-int4", "fx2onnx-int4-copy"]
+    assert [bench.reference_of(n, names) for n in names] == [
+        "builder-fp32", "builder-fp32", "builder-int4", "builder-int4", "fx2onnx-int4"]
+
+
+@pytest.mark.parametrize("start_reversed", [False, True])
+def test_each_contender_runs_in_its_own_process_in_alternation(tmp_path, start_reversed) -> None:
+    folder = _tiny_folder(tmp_path / "fx2onnx-fp32")
+    folders = {"fx2onnx-fp32": folder, "builder-fp32": folder, "fx2onnx-fp32-copy": folder}
+    steps = [("prefill", 3), ("decode", 2)]
+    result = bench.measure(folders, steps, rounds=2, repeats=2, warmup=1, start_reversed=start_reversed)
+    pids = result["pids"]  # a new process per contender and round
+    assert sorted(pids) == sorted(folders) and all(len(rounds) == 2 for rounds in pids.values())
+    every = [pid for rounds in pids.values() for pid in rounds]
+    assert len(set(every)) == 6 and os.getpid() not in every
+    order, backwards = list(folders), list(reversed(folders))
+    expected = [(index, phase, length, name) for index, names in enumerate([order, backwards])
+                for phase, length in steps for name in names]
+    assert result["runs"] == expected
+    entry = result["steps"]["decode 2"]
+    assert {name: value["reference"] for name, value in entry.items()} == {
+        "fx2onnx-fp32": "builder-fp32", "builder-fp32": "builder-fp32", "fx2onnx-fp32-copy": "fx2onnx-fp32"}
+    assert all(value["cpu_ms"] >= 0 and value["cpu_ratio"] > 0 for value in entry.values())
+    assert entry["builder-fp32"]["cpu_ratio"] == 1.0
+    table = bench.markdown({"tiny": result})
+    assert "| tiny | decode after 2 | fx2onnx-fp32-copy | fx2onnx-fp32 |" in table
+
+
+def test_the_same_workers_serve_every_round(tmp_path) -> None:
+    folder = _tiny_folder(tmp_path / "fx2onnx-fp32")
+    folders = {"fx2onnx-fp32": folder, "builder-fp32": folder}
+    result = bench.measure(folders, [("decode", 2)], rounds=3, repeats=1, warmup=1, fresh_workers=False)
+    assert all(len(rounds) == 1 for rounds in result["pids"].values())
+    assert len({rounds[0] for rounds in result["pids"].values()}) == 2
+    assert [name for _, _, _, name in result["runs"]] == ["fx2onnx-fp32", "builder-fp32", "builder-fp32",
+                                                          "fx2onnx-fp32", "fx2onnx-fp32", "builder-fp32"]
+
+
+def test_each_worker_profiles_its_own_session(tmp_path) -> None:
+    folder = _tiny_folder(tmp_path / "fx2onnx-fp32")
+    folders = {"fx2onnx-fp32": folder, "builder-fp32": folder}
+    with pytest.raises(ValueError, match="one phase and one length"):
+        bench.measure(folders, [("decode", 2), ("decode", 3)], rounds=1, profile_dir=tmp_path)
+    result = bench.measure(folders, [("decode", 2)], rounds=2, repeats=2, warmup=1, profile_dir=tmp_path)
+    assert sorted(result["profiles"]) == sorted(folders)
+    for name, summary in result["profiles"].items():
+        assert summary["ops"]["Cast"][1] == 1  # the one node, once a step
+        assert any(path.name.startswith(name) for path in tmp_path.glob("*.json"))
+    assert "| Cast |" in bench.profile_markdown("tiny", result["profiles"])
