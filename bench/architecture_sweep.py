@@ -180,6 +180,11 @@ _CHECKPOINT_VALUES = {
     # a Gemma 4 assistant's text model has no per-layer inputs, experts or double-wide MLP (its validator)
     "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0,
                                          "enable_moe_block": False, "use_double_wide_mlp": False}},
+    # DETR's checkpoints' ResNet backbone as transformers builds it (as timm's, which the sweep does not install)
+    **{detr: {"use_timm_backbone": False} for detr in ("detr", "conditional_detr", "dab-detr", "deformable_detr",
+                                                       "table-transformer")},
+    # BEiT's segmentation checkpoints hand four of their layers to the segmentation head
+    "beit": {"out_indices": [3, 5, 7, 11]},
     # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
     "cohere_compass_text": {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": 50000.0}
                                                 for kind in ("full_attention", "sliding_attention")}},
@@ -262,7 +267,49 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
         kinds = runs[0][0]
         values["attention_types"] = [[kinds, max(1, depth // len(kinds))]]
         values["num_layers"] = len(kinds) * max(1, depth // len(kinds))
+    values.update(_width_followers(config, values))
+    values.update(_backbone_outputs(config, values))
     return values
+
+
+# the names of a width a config derives from its own width when left unset (SigLIP's text
+# projection_size is its hidden_size): equal to the width, it shrinks with it
+_WIDTH_FOLLOWER = re.compile(r"^.*_(size|dim)$")
+
+
+def _width_followers(config: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The config's widths equal to its width (``_WIDTH_FOLLOWER``), shrunk with it."""
+    found = _first_int(config, _WIDTHS)
+    if found is None or not isinstance(found[1], int) or not isinstance(values.get(found[0]), int):
+        return {}
+    (key, old), new = found, values[found[0]]
+    return {name: new for name, current in vars(config).items()
+            if name not in values and name != key and _WIDTH_FOLLOWER.match(name) and current == old
+            and not isinstance(current, bool) and not isinstance(getattr(type(config), name, None), property)}
+
+
+# the layers a backbone, or a head reading a backbone's layers, hands on (DPT's, BEiT's
+# segmentation head's: four layers of 12 or 24), under its constructor's names, with the index
+# of the first layer (a stage's, from 1; DPT's hidden states past the embeddings', from 0)
+_OUT_INDICES = {"_out_indices": ("out_indices", 1), "out_indices": ("out_indices", 1),
+                "backbone_out_indices": ("backbone_out_indices", 0)}
+
+
+def _backbone_outputs(config: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The layers a backbone hands on, when its shrunk depth no longer holds them: as many,
+    its last ones (the depth kept at least that many), the stage names left for its
+    constructor to derive from the depth."""
+    depth = values.get("num_hidden_layers")
+    if not isinstance(depth, int):
+        return {}
+    given = {(name, first): list(v) for key, (name, first) in _OUT_INDICES.items()
+             if isinstance(v := vars(config).get(key), (list, tuple)) and v and all(isinstance(i, int) for i in v)}
+    if not any(max(indices) > depth - 1 + first for (_, first), indices in given.items()):
+        return {}
+    depth = max([depth, *map(len, given.values())])
+    shrunk: dict[str, Any] = {name: list(range(depth - len(indices) + first, depth + first))
+                              for (name, first), indices in given.items()}
+    return {**shrunk, "num_hidden_layers": depth, "out_features": _LEFT_OUT, "stage_names": _LEFT_OUT}
 
 
 def _per_layer_values(config: Any, old_layers: int, layers: int, keys: frozenset[str]) -> dict[str, Any]:
@@ -377,7 +424,7 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
         # its heads that shift the labels right (T5ForQuestionAnswering) read it from the config
-        config.decoder_start_token_id = config.pad_token_id
+        config.decoder_start_token_id = getattr(config, "pad_token_id", None)  # None for a detector (DETR)
     if (class_name.endswith(("ForCausalLM", "Decoder")) or _wants_a_decoder(class_name)) and getattr(
             config, "is_decoder", None) is False:
         # an encoder's causal-LM head (BERT-like, BertGenerationDecoder, Reformer's) is a decoder only when told

@@ -222,3 +222,44 @@ def test_fake_mode_float16_folder(tmp_path):
     proto = onnx.load(str(tmp_path / "out" / "onnx" / "model_fp16.onnx"), load_external_data=False)
     assert [(i.name, i.type.tensor_type.elem_type) for i in proto.graph.input] == [("input_values", onnx.TensorProto.FLOAT16)]
     assert [o.name for o in proto.graph.output] == ["logits"]
+
+
+# speech models whose spectrogram is given time first, (batch, frames, width): the width is
+# what the first layer reads (W2V-BERT's layer norm over 2 stacked frames of 12 mel bins;
+# Parakeet's convolutions over the spectrogram as a one-channel image of 16 mel bins)
+TIME_FIRST = {
+    "wav2vec2-bert": (lambda: transformers.Wav2Vec2BertForCTC(transformers.Wav2Vec2BertConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, feature_projection_input_dim=24,
+        output_hidden_size=32, conv_depthwise_kernel_size=3, vocab_size=20)), 24),
+    "parakeet": (lambda: transformers.ParakeetForCTC(transformers.ParakeetCTCConfig(vocab_size=20, encoder_config=dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_mel_bins=16,
+        subsampling_conv_channels=8, conv_kernel_size=3))), 16),
+}
+
+
+@pytest.mark.parametrize("name", list(TIME_FIRST))
+def test_spectrogram_given_time_first(name, tmp_path):
+    """A CTC model that reads its spectrogram time first is fed (batch, frames, width) and
+    its folder takes any number of frames: transformers' outputs on a third length."""
+    import onnxruntime as ort
+
+    make, width = TIME_FIRST[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    with torch.no_grad():  # Parakeet's initial weights give logits of 1e-4: weights that do not
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.1, generator=torch.Generator().manual_seed(parameter.numel()))
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    assert result.task == "automatic-speech-recognition"
+    assert result.verification.passed, result.verification.summary()
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    proto = onnx.load(str(path), load_external_data=False)
+    assert _dims(proto.graph.input[0])[:2] == ["batch_size", "sequence_length"]
+    features = torch.randn(2, 173, width, generator=torch.Generator().manual_seed(2))
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input_features": features.numpy()})
+    with torch.no_grad():
+        want = model(input_features=features).logits.numpy()
+    np.testing.assert_allclose(got[0], want, rtol=1e-3, atol=1e-4)
+    assert np.abs(want).max() > 1e-3
