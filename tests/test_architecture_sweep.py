@@ -402,3 +402,30 @@ def test_a_latent_attentions_key_value_heads_shrink_with_its_heads() -> None:
     assert config.num_key_value_heads == config.num_attention_heads == sweep.SMALL["num_attention_heads"]
     # other models keep the shrunk grouped-query ratio
     assert sweep.small_config("llama", "LlamaForCausalLM").num_key_value_heads == sweep.SMALL["num_key_value_heads"]
+
+
+@pytest.mark.parametrize("model_type, class_name, check", [
+    # a backbone's stages handed on (Depth Anything's DINOv2: 9 to 12 of 12): its last ones, as many
+    ("depth_anything", "DepthAnythingForDepthEstimation",
+     lambda c: c.backbone_config.out_indices == [1, 2, 3, 4] and c.backbone_config.num_hidden_layers == 4),
+    # DPT's hidden states past the embeddings, counted from 0
+    ("dpt", "DPTForDepthEstimation", lambda c: list(c.backbone_out_indices) == [0, 1, 2, 3] and c.num_hidden_layers == 4),
+    # BEiT's segmentation checkpoints hand four layers to its head
+    ("beit", "BeitForSemanticSegmentation", lambda c: c.out_indices == [1, 2, 3, 4] and c.num_hidden_layers == 4),
+    # a stage within the shrunk depth stays (DepthPro's last stage of 2)
+    ("depth_pro", "DepthProForDepthEstimation", lambda c: c.image_model_config.out_indices == [2]),
+])
+def test_a_backbones_handed_on_layers_are_within_its_shrunk_depth(model_type: str, class_name: str, check) -> None:
+    assert check(sweep.small_config(model_type, class_name))
+
+
+def test_a_width_the_config_derives_from_its_width_shrinks_with_it() -> None:
+    # SigLIP's text projection_size is its hidden_size, which its image features are multiplied with
+    config = sweep.small_config("siglip", "SiglipModel")
+    assert config.text_config.projection_size == config.text_config.hidden_size == sweep.SMALL["hidden_size"]
+
+
+def test_a_detector_without_a_padding_token_is_built() -> None:
+    # DETR is an encoder-decoder without token ids; its ResNet backbone is transformers' own
+    config = sweep.small_config("detr", "DetrForObjectDetection")
+    assert config.decoder_start_token_id is None and config.backbone_config.model_type == "resnet"
