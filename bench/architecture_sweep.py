@@ -181,8 +181,11 @@ _CHECKPOINT_VALUES = {
     "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0,
                                          "enable_moe_block": False, "use_double_wide_mlp": False}},
     # DETR's checkpoints' ResNet backbone as transformers builds it (as timm's, which the sweep does not install)
-    **{detr: {"use_timm_backbone": False} for detr in ("detr", "conditional_detr", "dab-detr", "deformable_detr",
+    **{detr: {"use_timm_backbone": False} for detr in ("conditional_detr", "dab-detr", "deformable_detr",
                                                        "table-transformer")},
+    # DETR's hands on every stage (its mask head reads them), as timm's backbone does
+    "detr": {"use_timm_backbone": False, "backbone_config": {
+        "model_type": "resnet", "out_features": ["stage1", "stage2", "stage3", "stage4"]}},
     # BEiT's segmentation checkpoints hand four of their layers to the segmentation head
     "beit": {"out_indices": [3, 5, 7, 11]},
     # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
@@ -197,6 +200,10 @@ _TINY_VALUES = {
     # each (the shrunk depth alone leaves the input and output at 8 and the recurrent at -14)
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1,
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+    # EoMT's queries join the last num_blocks of its layers (4 of 24 released): the last of two
+    "eomt": {"num_blocks": 1}, "eomt_dinov3": {"num_blocks": 1},
+    # DETR's mask head normalises its width plus its heads in groups of 8 (256 + 8 released)
+    "detr": {"encoder_attention_heads": 8, "decoder_attention_heads": 8},
     # Qwen4-Exp's config leaves its token indexer unset, which each of its attention layers builds: a
     # small one (one key head, as required; its head as wide as the shrunk rotary part; 8 tokens kept in
     # blocks of 4, fewer than a prompt and its decode steps)

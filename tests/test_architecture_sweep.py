@@ -427,5 +427,13 @@ def test_a_width_the_config_derives_from_its_width_shrinks_with_it() -> None:
 
 def test_a_detector_without_a_padding_token_is_built() -> None:
     # DETR is an encoder-decoder without token ids; its ResNet backbone is transformers' own
-    config = sweep.small_config("detr", "DetrForObjectDetection")
+    config = sweep.small_config("detr", "DetrForSegmentation")
     assert config.decoder_start_token_id is None and config.backbone_config.model_type == "resnet"
+    # its mask head reads every stage, and normalises its width plus its heads in groups of 8
+    assert config.backbone_config.out_features == ["stage1", "stage2", "stage3", "stage4"]
+    assert (config.d_model + config.encoder_attention_heads) % 8 == 0
+
+
+def test_a_segmenters_queries_join_layers_of_its_shrunk_depth() -> None:
+    config = sweep.small_config("eomt", "EomtForUniversalSegmentation")
+    assert config.num_blocks <= config.num_hidden_layers
