@@ -171,9 +171,11 @@ def image_inputs(config: Any, batch: int, seed: int) -> dict[str, torch.Tensor]:
 
 
 def _first_layer(model: torch.nn.Module) -> torch.nn.Module | None:
-    """The model's first layer with weights (a leaf module: a model's own parameters, a
-    masking embedding, are no layer): the one that reads its input."""
-    return next((m for m in model.modules()
+    """The first layer with weights (a leaf module: a model's own parameters, a masking
+    embedding, are no layer) of the model's base model (a head may be built before it):
+    the one that reads its input."""
+    base = getattr(model, "base_model", None) or model
+    return next((m for m in base.modules()
                  if next(m.children(), None) is None and next(m.parameters(recurse=False), None) is not None), None)
 
 
