@@ -186,6 +186,8 @@ _CHECKPOINT_VALUES = {
     # DETR's hands on every stage (its mask head reads them), as timm's backbone does
     "detr": {"use_timm_backbone": False, "backbone_config": {
         "model_type": "resnet", "out_features": ["stage1", "stage2", "stage3", "stage4"]}},
+    # ALIGN's EfficientNet (its widths and depths scaled by coefficients, which the shrink leaves): a quarter
+    "align": {"vision_config": {"width_coefficient": 0.25, "depth_coefficient": 0.25, "hidden_dim": 64}},
     # BEiT's segmentation checkpoints hand four of their layers to the segmentation head
     "beit": {"out_indices": [3, 5, 7, 11]},
     # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
@@ -200,6 +202,9 @@ _TINY_VALUES = {
     # each (the shrunk depth alone leaves the input and output at 8 and the recurrent at -14)
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1,
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+    # ALIGN's image embeddings are its EfficientNet's pooled features, unprojected: the texts' projection
+    # has their width (8 for the EfficientNet below, its stages cut to the shrunk depth of 2)
+    "align": {"projection_dim": 8},
     # EoMT's queries join the last num_blocks of its layers (4 of 24 released): the last of two
     "eomt": {"num_blocks": 1}, "eomt_dinov3": {"num_blocks": 1},
     # DETR's mask head normalises its width plus its heads in groups of 8 (256 + 8 released)

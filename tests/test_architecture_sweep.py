@@ -437,3 +437,12 @@ def test_a_detector_without_a_padding_token_is_built() -> None:
 def test_a_segmenters_queries_join_layers_of_its_shrunk_depth() -> None:
     config = sweep.small_config("eomt", "EomtForUniversalSegmentation")
     assert config.num_blocks <= config.num_hidden_layers
+
+
+def test_alignments_text_projection_has_its_image_features_width() -> None:
+    # ALIGN compares its projected texts with its EfficientNet's unprojected pooled features
+    config = sweep.small_config("align", "AlignModel")
+    # its last stage's 24 channels by a quarter, rounded up to its divisor of 8
+    vision = config.vision_config
+    assert (vision.out_channels[-1], vision.width_coefficient, vision.depth_divisor) == (24, 0.25, 8)
+    assert config.projection_dim == 8
