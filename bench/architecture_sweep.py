@@ -285,19 +285,28 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
 
 
 # the names of a width a config derives from its own width when left unset (SigLIP's text
-# projection_size is its hidden_size): equal to the width, it shrinks with it
-_WIDTH_FOLLOWER = re.compile(r"^.*_(size|dim)$")
+# projection_size is its hidden_size), or that its checkpoints set to it (RT-DETR's decoder reads
+# its encoder's levels, decoder_in_channels, at its width): equal to the width, they shrink with it
+_WIDTH_FOLLOWER = re.compile(r"^.*_(size|dim|channels)$")
 
 
 def _width_followers(config: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """The config's widths equal to its width (``_WIDTH_FOLLOWER``), shrunk with it."""
+    """The config's widths equal to its width (``_WIDTH_FOLLOWER``; a list of them, each),
+    shrunk with it."""
     found = _first_int(config, _WIDTHS)
     if found is None or not isinstance(found[1], int) or not isinstance(values.get(found[0]), int):
         return {}
     (key, old), new = found, values[found[0]]
-    return {name: new for name, current in vars(config).items()
-            if name not in values and name != key and _WIDTH_FOLLOWER.match(name) and current == old
-            and not isinstance(current, bool) and not isinstance(getattr(type(config), name, None), property)}
+    followers: dict[str, Any] = {}
+    for name, current in vars(config).items():
+        if name in values or name == key or not _WIDTH_FOLLOWER.match(name) or isinstance(current, bool) \
+                or isinstance(getattr(type(config), name, None), property):
+            continue
+        if current == old:
+            followers[name] = new
+        elif isinstance(current, (list, tuple)) and current and all(v == old and not isinstance(v, bool) for v in current):
+            followers[name] = [new] * len(current)
+    return followers
 
 
 # the layers a backbone, or a head reading a backbone's layers, hands on (DPT's, BEiT's

@@ -446,3 +446,10 @@ def test_alignments_text_projection_has_its_image_features_width() -> None:
     vision = config.vision_config
     assert (vision.out_channels[-1], vision.width_coefficient, vision.depth_divisor) == (24, 0.25, 8)
     assert config.projection_dim == 8
+
+
+def test_a_list_of_widths_equal_to_the_width_shrinks_with_it() -> None:
+    # RT-DETR's decoder reads its encoder's three levels at the model's width
+    config = sweep.small_config("rt_detr", "RTDetrForObjectDetection")
+    assert list(config.decoder_in_channels) == [config.d_model] * 3 == [sweep.SMALL["d_model"]] * 3
+    assert config.encoder_hidden_dim == config.d_model
