@@ -271,11 +271,13 @@ def name_image_dims(model: ir.Model) -> None:
 def keep_task_outputs(model: ir.Model, task: str) -> list[str]:
     """Keep only ``task``'s outputs in ``model`` (and the nodes they need); returns their
     names. A model that gives none of them is refused, naming what it gives."""
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
     wanted = PIPELINE_TASKS[task].outputs
     kept = [value for value in model.graph.outputs if value.name in wanted]
     if not kept:
         given = ", ".join(str(value.name) for value in model.graph.outputs)
-        raise NotImplementedError(
+        raise UnsupportedTaskError(
             f"{task}: the model's outputs ({given}) include none of those {task} pipelines read ({', '.join(wanted)}). "
             "Export it with --task feature-extraction or with fx2onnx.dynamo_export."
         )
