@@ -263,3 +263,27 @@ def test_spectrogram_given_time_first(name, tmp_path):
         want = model(input_features=features).logits.numpy()
     np.testing.assert_allclose(got[0], want, rtol=1e-3, atol=1e-4)
     assert np.abs(want).max() > 1e-3
+
+
+def test_a_text_encoder_alone_is_exported_as_its_own_class(tmp_path):
+    """A T5 encoder checkpoint (T5EncoderModel, no decoder weights) for feature extraction is
+    loaded as itself, not as AutoModel's whole encoder-decoder: last_hidden_state as
+    transformers gives it."""
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+    model = transformers.T5EncoderModel(transformers.T5Config(
+        vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)).eval()
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    assert result.task == "feature-extraction"
+    assert result.verification.passed, result.verification.summary()
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    ids = torch.randint(3, 100, (2, 11), generator=torch.Generator().manual_seed(3))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {i.name: (ids if i.name == "input_ids" else torch.ones_like(ids)).numpy() for i in session.get_inputs()}
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state.numpy()
+    np.testing.assert_allclose(got["last_hidden_state"], want, rtol=1e-3, atol=1e-4)
