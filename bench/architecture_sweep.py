@@ -674,7 +674,6 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
         return {"torch_onnx": "failed", "torch_onnx_cause": _cause(error)}
     seconds = time.perf_counter() - started
     session = ort.InferenceSession(str(folder / "torch_onnx.onnx"), providers=["CPUExecutionProvider"])
-    outputs = [o.name for o in session.get_outputs()]
     worst, ratio = 0.0, 0.0
     try:
         for size in (0, 1):
@@ -683,12 +682,11 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
             got = session.run(None, feed)
             with torch.no_grad():
                 expected = model(**inputs, **extra)
-            for name in names:
-                # a segmenter gives one of two sets of the task's outputs
-                want = expected.get(name) if isinstance(expected, dict) else getattr(expected, name, None)
-                if want is None or name not in outputs:
-                    continue
-                value, want = got[outputs.index(name)].astype(np.float64), want.double().numpy()
+            compared = compared_outputs(expected, names, got)
+            if not compared:
+                raise ValueError(f"none of the outputs {', '.join(names)} among the {len(got)} given")
+            for value, want in compared:
+                value, want = value.astype(np.float64), want.double().numpy()
                 worst = max(worst, float(np.abs(value - want).max()))
                 ratio = max(ratio, float((np.abs(value - want) / (ATOL + RTOL * np.abs(want))).max()))
     except Exception as error:  # noqa: BLE001
@@ -696,6 +694,22 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
                 "torch_onnx_cause": "run: " + _cause(error)}
     return {"torch_onnx": "exported", "torch_onnx_seconds": seconds, "torch_onnx_exact": ratio <= 1.0,
             "torch_onnx_difference": worst, "torch_onnx_nodes": _torch_onnx_nodes(folder / "torch_onnx.onnx")}
+
+
+def compared_outputs(expected: Any, names: tuple[str, ...], got: list[np.ndarray]) -> list[tuple[np.ndarray, torch.Tensor]]:
+    """(onnxruntime's, transformers') of each of ``names`` the model gives (a segmenter gives
+    one of two sets), by position: torch.onnx.export names its outputs after the nodes that
+    compute them (``linear_13``), in the order of the output's flattened tensors."""
+    leaves = [leaf for leaf in torch.utils._pytree.tree_leaves(expected) if isinstance(leaf, torch.Tensor)]
+    if len(leaves) != len(got):
+        raise ValueError(f"{len(got)} outputs, transformers gives {len(leaves)}")
+    pairs = []
+    for name in names:
+        want = expected.get(name) if isinstance(expected, dict) else getattr(expected, name, None)
+        index = next((i for i, leaf in enumerate(leaves) if leaf is want), None)
+        if index is not None:
+            pairs.append((got[index], want))
+    return pairs
 
 
 def _torch_onnx_nodes(path: Path) -> int:

@@ -453,3 +453,17 @@ def test_a_list_of_widths_equal_to_the_width_shrinks_with_it() -> None:
     config = sweep.small_config("rt_detr", "RTDetrForObjectDetection")
     assert list(config.decoder_in_channels) == [config.d_model] * 3 == [sweep.SMALL["d_model"]] * 3
     assert config.encoder_hidden_dim == config.d_model
+
+
+def test_torch_onnx_outputs_are_compared_by_position() -> None:
+    # torch.onnx.export names them after their nodes (linear_13), not after the output's keys
+    import numpy as np
+    import torch
+    from transformers.modeling_outputs import SemanticSegmenterOutput
+
+    logits = torch.ones(1, 2)
+    expected = SemanticSegmenterOutput(logits=logits)
+    pairs = sweep.compared_outputs(expected, ("logits", "pred_boxes"), [np.zeros((1, 2))])
+    assert len(pairs) == 1 and pairs[0][1] is logits and pairs[0][0].shape == (1, 2)
+    with pytest.raises(ValueError, match="2 outputs, transformers gives 1"):
+        sweep.compared_outputs(expected, ("logits",), [np.zeros((1, 2)), np.zeros(1)])
