@@ -224,6 +224,18 @@ def test_fake_mode_float16_folder(tmp_path):
     assert [o.name for o in proto.graph.output] == ["logits"]
 
 
+def _verified_folder(model, tmp_path: Path, task: str) -> Path:
+    """The folder's model.onnx of ``model`` exported with --verify (which passes) for the
+    task its class is made for, after the full checker."""
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    assert result.task == task
+    assert result.verification.passed, result.verification.summary()
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    return path
+
+
 # speech models whose spectrogram is given time first, (batch, frames, width): the width is
 # what the first layer reads (W2V-BERT's layer norm over 2 stacked frames of 12 mel bins;
 # Parakeet's convolutions over the spectrogram as a one-channel image of 16 mel bins)
@@ -249,12 +261,7 @@ def test_spectrogram_given_time_first(name, tmp_path):
     with torch.no_grad():  # Parakeet's initial weights give logits of 1e-4: weights that do not
         for parameter in model.parameters():
             parameter.normal_(0, 0.1, generator=torch.Generator().manual_seed(parameter.numel()))
-    model.save_pretrained(tmp_path / "source")
-    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
-    assert result.task == "automatic-speech-recognition"
-    assert result.verification.passed, result.verification.summary()
-    path = tmp_path / "out" / "onnx" / "model.onnx"
-    onnx.checker.check_model(str(path), full_check=True)
+    path = _verified_folder(model, tmp_path, "automatic-speech-recognition")
     proto = onnx.load(str(path), load_external_data=False)
     assert _dims(proto.graph.input[0])[:2] == ["batch_size", "sequence_length"]
     features = torch.randn(2, 173, width, generator=torch.Generator().manual_seed(2))
@@ -274,12 +281,7 @@ def test_a_text_encoder_alone_is_exported_as_its_own_class(tmp_path):
     torch.manual_seed(0)
     model = transformers.T5EncoderModel(transformers.T5Config(
         vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)).eval()
-    model.save_pretrained(tmp_path / "source")
-    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
-    assert result.task == "feature-extraction"
-    assert result.verification.passed, result.verification.summary()
-    path = tmp_path / "out" / "onnx" / "model.onnx"
-    onnx.checker.check_model(str(path), full_check=True)
+    path = _verified_folder(model, tmp_path, "feature-extraction")
     ids = torch.randint(3, 100, (2, 11), generator=torch.Generator().manual_seed(3))
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feed = {i.name: (ids if i.name == "input_ids" else torch.ones_like(ids)).numpy() for i in session.get_inputs()}
