@@ -184,6 +184,16 @@ _CHECKPOINT_VALUES = {
     # shrink makes 32 in the global config alone
     "blt": {"encoder_config": {"hidden_size_global": SMALL["hidden_size"]},
             "decoder_config": {"hidden_size_global": SMALL["hidden_size"]}},
+    # DETR's checkpoints' ResNet backbone as transformers builds it (as timm's, which the sweep does not install)
+    **{detr: {"use_timm_backbone": False} for detr in ("conditional_detr", "dab-detr", "deformable_detr",
+                                                       "table-transformer")},
+    # DETR's hands on every stage (its mask head reads them), as timm's backbone does
+    "detr": {"use_timm_backbone": False, "backbone_config": {
+        "model_type": "resnet", "out_features": ["stage1", "stage2", "stage3", "stage4"]}},
+    # ALIGN's EfficientNet (its widths and depths scaled by coefficients, which the shrink leaves): a quarter
+    "align": {"vision_config": {"width_coefficient": 0.25, "depth_coefficient": 0.25, "hidden_dim": 64}},
+    # BEiT's segmentation checkpoints hand four of their layers to the segmentation head
+    "beit": {"out_indices": [3, 5, 7, 11]},
     # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
     "cohere_compass_text": {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": 50000.0}
                                                 for kind in ("full_attention", "sliding_attention")}},
@@ -196,6 +206,13 @@ _TINY_VALUES = {
     # each (the shrunk depth alone leaves the input and output at 8 and the recurrent at -14)
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1,
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+    # ALIGN's image embeddings are its EfficientNet's pooled features, unprojected: the texts' projection
+    # has their width (8 for the EfficientNet below, its stages cut to the shrunk depth of 2)
+    "align": {"projection_dim": 8},
+    # EoMT's queries join the last num_blocks of its layers (4 of 24 released): the last of two
+    "eomt": {"num_blocks": 1}, "eomt_dinov3": {"num_blocks": 1},
+    # DETR's mask head normalises its width plus its heads in groups of 8 (256 + 8 released)
+    "detr": {"encoder_attention_heads": 8, "decoder_attention_heads": 8},
     # Qwen4-Exp's config leaves its token indexer unset, which each of its attention layers builds: a
     # small one (one key head, as required; its head as wide as the shrunk rotary part; 8 tokens kept in
     # blocks of 4, fewer than a prompt and its decode steps)
@@ -270,6 +287,8 @@ def _shrunk_values(config: Any, keys: frozenset[str] = frozenset(SMALL)) -> dict
         kinds = runs[0][0]
         values["attention_types"] = [[kinds, max(1, depth // len(kinds))]]
         values["num_layers"] = len(kinds) * max(1, depth // len(kinds))
+    values.update(_width_followers(config, values))
+    values.update(_backbone_outputs(config, values))
     return values
 
 
@@ -287,6 +306,55 @@ def _expert_groups(config: Any, values: dict[str, Any]) -> dict[str, Any]:
         return {}
     fitting = max([g for g in range(1, experts // 2 + 1) if experts % g == 0 and g <= groups] or [1])
     return {"n_group": fitting, "topk_group": max(1, min(kept if isinstance(kept, int) else 1, fitting // 2))}
+
+
+# the names of a width a config derives from its own width when left unset (SigLIP's text
+# projection_size is its hidden_size), or that its checkpoints set to it (RT-DETR's decoder reads
+# its encoder's levels, decoder_in_channels, at its width): equal to the width, they shrink with it
+_WIDTH_FOLLOWER = re.compile(r"^.*_(size|dim|channels)$")
+
+
+def _width_followers(config: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The config's widths equal to its width (``_WIDTH_FOLLOWER``; a list of them, each),
+    shrunk with it."""
+    found = _first_int(config, _WIDTHS)
+    if found is None or not isinstance(found[1], int) or not isinstance(values.get(found[0]), int):
+        return {}
+    (key, old), new = found, values[found[0]]
+    followers: dict[str, Any] = {}
+    for name, current in vars(config).items():
+        if name in values or name == key or not _WIDTH_FOLLOWER.match(name) or isinstance(current, bool) \
+                or isinstance(getattr(type(config), name, None), property):
+            continue
+        if current == old:
+            followers[name] = new
+        elif isinstance(current, (list, tuple)) and current and all(v == old and not isinstance(v, bool) for v in current):
+            followers[name] = [new] * len(current)
+    return followers
+
+
+# the layers a backbone, or a head reading a backbone's layers, hands on (DPT's, BEiT's
+# segmentation head's: four layers of 12 or 24), under its constructor's names, with the index
+# of the first layer (a stage's, from 1; DPT's hidden states past the embeddings', from 0)
+_OUT_INDICES = {"_out_indices": ("out_indices", 1), "out_indices": ("out_indices", 1),
+                "backbone_out_indices": ("backbone_out_indices", 0)}
+
+
+def _backbone_outputs(config: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The layers a backbone hands on, when its shrunk depth no longer holds them: as many,
+    its last ones (the depth kept at least that many), the stage names left for its
+    constructor to derive from the depth."""
+    depth = values.get("num_hidden_layers")
+    if not isinstance(depth, int):
+        return {}
+    given = {(name, first): list(v) for key, (name, first) in _OUT_INDICES.items()
+             if isinstance(v := vars(config).get(key), (list, tuple)) and v and all(isinstance(i, int) for i in v)}
+    if not any(max(indices) > depth - 1 + first for (_, first), indices in given.items()):
+        return {}
+    depth = max([depth, *map(len, given.values())])
+    shrunk: dict[str, Any] = {name: list(range(depth - len(indices) + first, depth + first))
+                              for (name, first), indices in given.items()}
+    return {**shrunk, "num_hidden_layers": depth, "out_features": _LEFT_OUT, "stage_names": _LEFT_OUT}
 
 
 def _per_layer_values(config: Any, old_layers: int, layers: int, keys: frozenset[str]) -> dict[str, Any]:
@@ -401,7 +469,7 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
         # its heads that shift the labels right (T5ForQuestionAnswering) read it from the config
-        config.decoder_start_token_id = config.pad_token_id
+        config.decoder_start_token_id = getattr(config, "pad_token_id", None)  # None for a detector (DETR)
     if (class_name.endswith(("ForCausalLM", "Decoder")) or _wants_a_decoder(class_name)) and getattr(
             config, "is_decoder", None) is False:
         # an encoder's causal-LM head (BERT-like, BertGenerationDecoder, Reformer's) is a decoder only when told
@@ -646,8 +714,7 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
         return {"torch_onnx": "failed", "torch_onnx_cause": _cause(error)}
     seconds = time.perf_counter() - started
     session = ort.InferenceSession(str(folder / "torch_onnx.onnx"), providers=["CPUExecutionProvider"])
-    outputs = [o.name for o in session.get_outputs()]
-    worst, ratio = 0.0, 0.0
+    worst, ratio, count = 0.0, 0.0, 0
     try:
         for size in (0, 1):
             inputs = make(size)
@@ -655,18 +722,47 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
             got = session.run(None, feed)
             with torch.no_grad():
                 expected = model(**inputs, **extra)
-            for name in names:
-                want = expected[name] if isinstance(expected, dict) else getattr(expected, name, None)
-                if want is None or name not in outputs:
-                    continue
-                value, want = got[outputs.index(name)].astype(np.float64), want.double().numpy()
+            compared = compared_outputs(expected, names, got)
+            count = max(count, len(compared))
+            if not compared:
+                raise ValueError(f"none of the outputs {', '.join(names)} among the {len(got)} given")
+            for value, want in compared:
+                value, want = value.astype(np.float64), want.double().numpy()
                 worst = max(worst, float(np.abs(value - want).max()))
                 ratio = max(ratio, float((np.abs(value - want) / (ATOL + RTOL * np.abs(want))).max()))
     except Exception as error:  # noqa: BLE001
         return {"torch_onnx": "exported", "torch_onnx_seconds": seconds, "torch_onnx_exact": False,
                 "torch_onnx_cause": "run: " + _cause(error)}
     return {"torch_onnx": "exported", "torch_onnx_seconds": seconds, "torch_onnx_exact": ratio <= 1.0,
-            "torch_onnx_difference": worst, "torch_onnx_nodes": _torch_onnx_nodes(folder / "torch_onnx.onnx")}
+            "torch_onnx_difference": worst, "torch_onnx_nodes": _torch_onnx_nodes(folder / "torch_onnx.onnx"),
+            MEASURED: count}
+
+
+# the field of a record whose torch.onnx outputs were compared (by position, how many): records
+# written before it matched the outputs by name, which torch.onnx does not give, and compared none
+MEASURED = "torch_onnx_outputs_compared"
+
+
+def torch_onnx_measured(record: dict[str, Any]) -> bool:
+    """Whether the record's torch.onnx exactness was measured (an exported pair whose outputs
+    were compared, or one whose run failed) rather than written with nothing compared."""
+    return record.get("torch_onnx") == "exported" and (bool(record.get(MEASURED)) or "torch_onnx_cause" in record)
+
+
+def compared_outputs(expected: Any, names: tuple[str, ...], got: list[np.ndarray]) -> list[tuple[np.ndarray, torch.Tensor]]:
+    """(onnxruntime's, transformers') of each of ``names`` the model gives (a segmenter gives
+    one of two sets), by position: torch.onnx.export names its outputs after the nodes that
+    compute them (``linear_13``), in the order of the output's flattened tensors."""
+    leaves = [leaf for leaf in torch.utils._pytree.tree_leaves(expected) if isinstance(leaf, torch.Tensor)]
+    if len(leaves) != len(got):
+        raise ValueError(f"{len(got)} outputs, transformers gives {len(leaves)}")
+    pairs = []
+    for name in names:
+        want = expected.get(name) if isinstance(expected, dict) else getattr(expected, name, None)
+        index = next((i for i, leaf in enumerate(leaves) if leaf is want), None)
+        if index is not None:
+            pairs.append((got[index], want))
+    return pairs
 
 
 def _torch_onnx_nodes(path: Path) -> int:
@@ -920,8 +1016,9 @@ def summary(records: list[dict[str, Any]]) -> dict[str, int]:
         "exported": sum(r["status"] == "exported" for r in built),
         "exact": sum(r["status"] == "exported" and bool(r.get("exact")) for r in built),
         "torch_onnx_exported": sum(r.get("torch_onnx") == "exported" for r in built),
-        "torch_onnx_exact": sum(bool(r.get("torch_onnx_exact")) for r in built),
+        "torch_onnx_exact": sum(torch_onnx_measured(r) and bool(r.get("torch_onnx_exact")) for r in built),
         "torch_onnx_compared": sum(r.get("torch_onnx") in ("exported", "failed") for r in built),
+        "torch_onnx_measured": sum(torch_onnx_measured(r) for r in built),
         "not_built": len(records) - len(built),
         "transformers_fails": sum(classify(r) == "transformers fails" for r in built),
         "refused": sum(classify(r) == "refused" for r in built),
@@ -947,6 +1044,8 @@ def _torch_cell(record: dict[str, Any]) -> str:
     state = record.get("torch_onnx", "")
     if state != "exported":
         return {"failed": "fails", "not compared": "-"}.get(state, "-")
+    if not torch_onnx_measured(record):
+        return "exported, not compared"
     return "exact" if record.get("torch_onnx_exact") else "differs"
 
 
@@ -962,8 +1061,9 @@ def _task_rows(by_task: dict[str, list[dict[str, Any]]]) -> list[str]:
     rows = [
         "| task | pairs in transformers | pairs run | not built | tried | export-hf exported | export-hf exact | "
         "export-hf refused | exact of tried | exact of tried, refusals aside | "
-        "exact of tried, transformers' own failures aside | torch.onnx exported | torch.onnx exact |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "exact of tried, transformers' own failures aside | torch.onnx exported | torch.onnx outputs compared | "
+        "torch.onnx exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in [t for t in TASK_MAPPINGS if t in by_task]:
         s = summary(by_task[task])
@@ -971,7 +1071,7 @@ def _task_rows(by_task: dict[str, list[dict[str, Any]]]) -> list[str]:
             f"| [{task}](#{task}) | {len(pairs_of(task))} | {len(by_task[task])} | {s['not_built']} | {s['tried']} | "
             f"{s['exported']} | {s['exact']} | {s['refused']} | {_percent(s['exact'], s['tried'])} | "
             f"{_percent(s['exact'], s['tried'] - s['refused'])} | "
-            f"{_percent(s['exact'], s['tried'] - s['transformers_fails'])} | {s['torch_onnx_exported']} | {s['torch_onnx_exact']} |"
+            f"{_percent(s['exact'], s['tried'] - s['transformers_fails'])} | {s['torch_onnx_exported']} | {s['torch_onnx_measured']} | {s['torch_onnx_exact']} |"
         )
     return rows
 
@@ -1011,7 +1111,8 @@ def _pair_rows(task_records: list[dict[str, Any]]) -> list[str]:
             rows.append(f"| {r['architecture']} | not built | | | | | | | |")
             continue
         difference = f"{r['difference']:.2g}" if r.get("difference") is not None else ""
-        theirs = f"{r['torch_onnx_difference']:.2g}" if r.get("torch_onnx_difference") is not None else ""
+        measured = r.get("torch_onnx_difference") is not None and torch_onnx_measured(r)
+        theirs = f"{r['torch_onnx_difference']:.2g}" if measured else ""
         rows.append(
             f"| {r['architecture']} | {_cell(r)} | {difference} | {r.get('seconds', 0):.1f} | {r.get('peak_mb', 0):.0f} | "
             f"{r.get('nodes', '')} | {_torch_cell(r)} | {theirs} | {r.get('torch_onnx_nodes', '')} |"
@@ -1029,7 +1130,8 @@ def report(results: Path, page: Path) -> str:
     priority = summary([r for r in records if r["task"] in PRIORITY_TASKS])
     line = (f"{len(records)} pairs run, {total['tried']} built and tried: export-hf exported {total['exported']}, "
             f"exact in onnxruntime {total['exact']}; torch.onnx.export(dynamo=True) exported {total['torch_onnx_exported']}, "
-            f"exact {total['torch_onnx_exact']} (of {total['torch_onnx_compared']} compared)")
+            f"exact {total['torch_onnx_exact']} of the {total['torch_onnx_measured']} whose outputs were compared "
+            f"({total['torch_onnx_compared']} pairs given to it)")
     priority_line = (f"{priority['exact']} of {priority['tried']} tried ({_percent(priority['exact'], priority['tried'])}) "
                      f"exported and exact; {priority['refused']} refused by export-hf with a clear error, and "
                      f"{priority['exact']} of the {priority['tried'] - priority['refused']} not refused "
@@ -1055,7 +1157,9 @@ def report(results: Path, page: Path) -> str:
         f"every element within `|onnx - torch| <= {ATOL:g} + {RTOL:g} * |torch|` (a decoder's 16 greedy tokens "
         "equal as well). **torch.onnx** is `torch.onnx.export(..., dynamo=True)` on the same module and example "
         "inputs (every dim `Dim.AUTO`; decoders without their cache; sequence-to-sequence models in one pass with "
-        "four decoder tokens), compared the same way. *exact*: within the tolerance; *differs*: exported but "
+        "four decoder tokens), compared the same way, its outputs taken by position (it names them after their "
+        "nodes); *exported, not compared*: a record written when the sweep matched its outputs by name and so "
+        "compared none (run the pair again to measure it). *exact*: within the tolerance; *differs*: exported but "
         "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "

@@ -68,6 +68,16 @@ TRANSFORMERS_JS_TABLES = {
     "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",),
     "fill-mask": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES",),
     "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+    # AutoModel (the runner's class for both) finds the encoders' classes in its encoder-only table
+    "feature-extraction": ("MODEL_MAPPING_NAMES_ENCODER_ONLY",),
+    "zero-shot-image-classification": ("MODEL_MAPPING_NAMES_ENCODER_ONLY",),
+    "object-detection": ("MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",),
+    # the runner's class for segmentation is AutoModelForSemanticSegmentation
+    "image-segmentation": ("MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",),
+    "depth-estimation": ("MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",),
+    "automatic-speech-recognition": ("MODEL_FOR_CTC_MAPPING_NAMES",),
+    "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",),
+    # Transformers.js has no multiple-choice models
 }
 
 

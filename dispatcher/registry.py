@@ -124,7 +124,7 @@ OWN_FUNCTION_TABLES: tuple[tuple[str, str, bool], ...] = (
     ("dispatcher.functions.indexing", "INDEXING_FUNCTIONS", False),  # masked_select, searchsorted, index_reduce
     ("dispatcher.functions.conjugate", "CONJUGATE_FUNCTIONS", False),  # real _conj_physical
     ("dispatcher.functions.distance", "DISTANCE_FUNCTIONS", False),  # cdist
-    ("dispatcher.functions.pooling", "POOLING_FUNCTIONS", False),  # adaptive max pooling
+    ("dispatcher.functions.pooling", "POOLING_FUNCTIONS", False),  # adaptive max and average pooling
     ("dispatcher.functions.polynomial", "POLYNOMIAL_FUNCTIONS", False),  # orthogonal polynomials
     ("dispatcher.functions.elementwise", "ELEMENTWISE_FUNCTIONS", False),  # prims fmax, hypot, frexp...
     ("dispatcher.functions.order", "ORDER_FUNCTIONS", False),  # cummax/cummin, kthvalue, mode

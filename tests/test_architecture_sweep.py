@@ -92,7 +92,7 @@ def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> N
     records = [
         {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "failed", "cause": "time limit (120 s)"},
         {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "exported", "exact": True, "difference": 1e-7,
-         "torch_onnx": "exported", "torch_onnx_exact": True, "limit": 300.0},
+         "torch_onnx": "exported", "torch_onnx_exact": True, sweep.MEASURED: 1, "limit": 300.0},
         {"task": "fill-mask", "architecture": "EsmForMaskedLM", "status": "failed", "where": "exporter", "via": "exporter",
          "cause": "OnnxExporterError: [FXE0011] No ONNX function for aten::frobnicate.default",
          "torch_onnx": "failed", "torch_onnx_cause": "DispatchError: no"},
@@ -108,11 +108,11 @@ def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> N
     page = tmp_path / "scoreboard.md"
     line = sweep.report(results, page)
     assert line.startswith("4 pairs run, 3 built and tried: export-hf exported 1, exact in onnxruntime 1; "
-                           "torch.onnx.export(dynamo=True) exported 1, exact 1")
+                           "torch.onnx.export(dynamo=True) exported 1, exact 1 of the 1 whose outputs were compared")
     text = page.read_text()
     # the bar both ways: 1 exact of 3 tried, and of the 2 not refused
     assert (f"| [fill-mask](#fill-mask) | {len(sweep.pairs_of('fill-mask'))} | 4 | 1 | 3 | 1 | 1 | 1 | 33% | 50% | 33% "
-            "| 1 | 1 |") in text
+            "| 1 | 1 | 1 |") in text
     assert "| fill-mask | XLMWithLMHeadModel | UnsupportedTaskError: XLMWithLMHeadModel (xlm) is served by fill-mask |" in text
     assert "| refused | export-hf refuses the pair" in text
     assert "| unsupported operator | [FXE0011] No ONNX function" not in text  # the cause keeps its class name
@@ -416,3 +416,80 @@ def test_a_latent_attentions_key_value_heads_shrink_with_its_heads() -> None:
     assert config.num_key_value_heads == config.num_attention_heads == sweep.SMALL["num_attention_heads"]
     # other models keep the shrunk grouped-query ratio
     assert sweep.small_config("llama", "LlamaForCausalLM").num_key_value_heads == sweep.SMALL["num_key_value_heads"]
+
+
+@pytest.mark.parametrize("model_type, class_name, check", [
+    # a backbone's stages handed on (Depth Anything's DINOv2: 9 to 12 of 12): its last ones, as many
+    ("depth_anything", "DepthAnythingForDepthEstimation",
+     lambda c: c.backbone_config.out_indices == [1, 2, 3, 4] and c.backbone_config.num_hidden_layers == 4),
+    # DPT's hidden states past the embeddings, counted from 0
+    ("dpt", "DPTForDepthEstimation", lambda c: list(c.backbone_out_indices) == [0, 1, 2, 3] and c.num_hidden_layers == 4),
+    # BEiT's segmentation checkpoints hand four layers to its head
+    ("beit", "BeitForSemanticSegmentation", lambda c: c.out_indices == [1, 2, 3, 4] and c.num_hidden_layers == 4),
+    # a stage within the shrunk depth stays (DepthPro's last stage of 2)
+    ("depth_pro", "DepthProForDepthEstimation", lambda c: c.image_model_config.out_indices == [2]),
+])
+def test_a_backbones_handed_on_layers_are_within_its_shrunk_depth(model_type: str, class_name: str, check) -> None:
+    assert check(sweep.small_config(model_type, class_name))
+
+
+def test_a_width_the_config_derives_from_its_width_shrinks_with_it() -> None:
+    # SigLIP's text projection_size is its hidden_size, which its image features are multiplied with
+    config = sweep.small_config("siglip", "SiglipModel")
+    assert config.text_config.projection_size == config.text_config.hidden_size == sweep.SMALL["hidden_size"]
+
+
+def test_a_detector_without_a_padding_token_is_built() -> None:
+    # DETR is an encoder-decoder without token ids; its ResNet backbone is transformers' own
+    config = sweep.small_config("detr", "DetrForSegmentation")
+    assert config.decoder_start_token_id is None and config.backbone_config.model_type == "resnet"
+    # its mask head reads every stage, and normalises its width plus its heads in groups of 8
+    assert config.backbone_config.out_features == ["stage1", "stage2", "stage3", "stage4"]
+    assert (config.d_model + config.encoder_attention_heads) % 8 == 0
+
+
+def test_a_segmenters_queries_join_layers_of_its_shrunk_depth() -> None:
+    config = sweep.small_config("eomt", "EomtForUniversalSegmentation")
+    assert config.num_blocks <= config.num_hidden_layers
+
+
+def test_alignments_text_projection_has_its_image_features_width() -> None:
+    # ALIGN compares its projected texts with its EfficientNet's unprojected pooled features
+    config = sweep.small_config("align", "AlignModel")
+    # its last stage's 24 channels by a quarter, rounded up to its divisor of 8
+    vision = config.vision_config
+    assert (vision.out_channels[-1], vision.width_coefficient, vision.depth_divisor) == (24, 0.25, 8)
+    assert config.projection_dim == 8
+
+
+def test_a_list_of_widths_equal_to_the_width_shrinks_with_it() -> None:
+    # RT-DETR's decoder reads its encoder's three levels at the model's width
+    config = sweep.small_config("rt_detr", "RTDetrForObjectDetection")
+    assert list(config.decoder_in_channels) == [config.d_model] * 3 == [sweep.SMALL["d_model"]] * 3
+    assert config.encoder_hidden_dim == config.d_model
+
+
+def test_torch_onnx_outputs_are_compared_by_position() -> None:
+    # torch.onnx.export names them after their nodes (linear_13), not after the output's keys
+    import numpy as np
+    import torch
+    from transformers.modeling_outputs import SemanticSegmenterOutput
+
+    logits = torch.ones(1, 2)
+    expected = SemanticSegmenterOutput(logits=logits)
+    pairs = sweep.compared_outputs(expected, ("logits", "pred_boxes"), [np.zeros((1, 2))])
+    assert len(pairs) == 1 and pairs[0][1] is logits and pairs[0][0].shape == (1, 2)
+    with pytest.raises(ValueError, match="2 outputs, transformers gives 1"):
+        sweep.compared_outputs(expected, ("logits",), [np.zeros((1, 2)), np.zeros(1)])
+
+
+def test_a_torch_onnx_record_without_compared_outputs_is_not_counted_exact() -> None:
+    # records written when the outputs were matched by name compared none: exported, not measured
+    written_unmeasured = {"status": "exported", "exact": True, "torch_onnx": "exported", "torch_onnx_exact": True,
+                          "torch_onnx_difference": 0.0}
+    measured = {**written_unmeasured, sweep.MEASURED: 1}
+    failed_run = {**written_unmeasured, "torch_onnx_exact": False, "torch_onnx_cause": "run: ValueError"}
+    counts = sweep.summary([written_unmeasured, measured, failed_run])
+    assert (counts["torch_onnx_exported"], counts["torch_onnx_measured"], counts["torch_onnx_exact"]) == (3, 2, 1)
+    assert sweep._torch_cell(written_unmeasured) == "exported, not compared"
+    assert sweep._torch_cell(measured) == "exact" and sweep._torch_cell(failed_run) == "differs"

@@ -1,4 +1,4 @@
-"""Adaptive pooling: ``aten::adaptive_max_pool1d/2d/3d`` and ``_adaptive_avg_pool3d`` for any output size.
+"""Adaptive pooling: ``aten::adaptive_max_pool1d/2d/3d`` and ``_adaptive_avg_pool2d/3d`` for any output size.
 
 Output position ``i`` of a spatial dim of input size ``L`` and output size ``O`` covers
 the input window ``[floor(i*L/O), ceil((i+1)*L/O))``, as in PyTorch; windows may overlap
@@ -105,9 +105,10 @@ def adaptive_max_pool(self: TReal, output_size: Sequence[int]) -> tuple[TReal, I
     return _adaptive_max_pool(self, output_size)
 
 
-@_TABLE.op("aten::_adaptive_avg_pool3d")
-def adaptive_avg_pool3d(self: TReal, output_size: Sequence[int]) -> TReal:
-    """The mean of each window: its own positions only (repeats weigh zero)."""
+@_TABLE.op("aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d")
+def adaptive_avg_pool(self: TReal, output_size: Sequence[int]) -> TReal:
+    """The mean of each window: its own positions only (repeats weigh zero). (PyTorch's
+    decomposition of the 2-d kernel picks its window length by the example's sizes.)"""
     sizes, outs, plane = _spatial_sizes(self, output_size)
     positions, own = _window_positions(sizes, outs)
     windows = op.Gather(plane, positions, axis=-1)  # (..., O1, O2, O3, K)

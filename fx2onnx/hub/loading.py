@@ -119,11 +119,18 @@ def _auto_class(task: str, config: Any) -> str:
 def _model_class(transformers: Any, task: str, config: Any) -> Any:
     """The task's auto class; the checkpoint's own class where the auto class does not know
     its config class (Emu3's or Mllama's text model: a sub-config of a multimodal type, whose
-    model type the auto class maps to the multimodal config)."""
+    model type the auto class maps to the multimodal config), or, for feature extraction,
+    where the checkpoint is a text encoder alone (T5EncoderModel: AutoModel would load the
+    whole encoder-decoder, its decoder random)."""
     auto = getattr(transformers, _auto_class(task, config))
+    architectures = getattr(config, "architectures", None) or []
+    encoders = [name for name in architectures if tasks.is_filed_under(name, tasks.TEXT_ENCODING_MAPPING)
+                and not tasks.is_filed_under(name, tasks.BASE_MAPPING)]
+    if task == FEATURE_EXTRACTION and encoders and getattr(transformers, encoders[0], None) is not None:
+        return getattr(transformers, encoders[0])
     if type(config) in auto._model_mapping:  # transformers' own table of the config classes it maps
         return auto
-    named = (getattr(transformers, name, None) for name in getattr(config, "architectures", None) or [])
+    named = (getattr(transformers, name, None) for name in architectures)
     return next((cls for cls in named if getattr(cls, "config_class", None) is type(config)), auto)
 
 

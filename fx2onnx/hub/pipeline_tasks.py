@@ -170,12 +170,43 @@ def image_inputs(config: Any, batch: int, seed: int) -> dict[str, torch.Tensor]:
     return {"pixel_values": torch.randn(batch, channels, height, width, generator=generator)}
 
 
+def _first_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The first layer with weights (a leaf module: a model's own parameters, a masking
+    embedding, are no layer) of the model's base model (a head may be built before it):
+    the one that reads its input."""
+    base = getattr(model, "base_model", None) or model
+    return next((m for m in base.modules()
+                 if next(m.children(), None) is None and next(m.parameters(recurse=False), None) is not None), None)
+
+
+def _frame_width(config: Any, model: torch.nn.Module) -> int | None:
+    """The width of each frame of a spectrogram given time first, (batch, frames, width):
+    what the model's first layer reads (mel bins, or frames stacked by the feature
+    extractor: W2V-BERT's 2 x 80, Granite Speech 5's 4 x 80), or, when that layer reads the
+    spectrogram as a one-channel image (Parakeet's convolutions), the mel bins of the
+    config or of its encoder's; None for a spectrogram given mel bins first (Whisper's
+    first convolution reads them as its channels)."""
+    first = _first_layer(model)
+    if isinstance(first, torch.nn.Linear):
+        return first.in_features
+    if isinstance(first, torch.nn.LayerNorm):
+        return int(first.normalized_shape[-1])
+    if isinstance(first, torch.nn.Conv2d) and first.in_channels == 1:
+        mel_bins = getattr(config, "num_mel_bins", None) or getattr(_sub(config, "encoder_config"), "num_mel_bins", None)
+        return int(mel_bins or 80)
+    return None
+
+
 def _audio_inputs(config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(size)
     batch = 2 + size
     name = getattr(model, "main_input_name", "input_values")
     mel_bins = getattr(config, "num_mel_bins", None)
-    if name == "input_features":  # a spectrogram of the length the encoder's positions fix
+    if name == "input_features":
+        width = _frame_width(config, model)
+        if width is not None:  # frames first: 3 s and more of 10 ms frames, past block-wise attention's blocks
+            return {name: torch.randn(batch, 300 + 60 * size, width, generator=generator)}
+        # mel bins first, of the length the encoder's positions fix
         frames = 2 * int(getattr(config, "max_source_positions", 1500))
         return {name: torch.randn(batch, int(mel_bins or 80), frames, generator=generator)}
     if mel_bins and getattr(config, "max_length", None):  # AST: (frames, mel bins) of a fixed length
@@ -205,8 +236,9 @@ def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dic
     return {**text_inputs(config, model, size, (3 + size, 7 + 4 * size)), **image_inputs(config, 2 - size, size)}
 
 
-def extra_dim_roles(task: str) -> dict[str, dict[int, str]]:
-    """The dim names of ``task``'s inputs that differ from the other tasks' (dim_roles)."""
+def extra_dim_roles(task: str, config: Any = None, model: torch.nn.Module | None = None) -> dict[str, dict[int, str]]:
+    """The dim names of ``task``'s inputs that differ from the other tasks' (dim_roles);
+    with the model, a spectrogram given time first has its frames named as well."""
     from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 
     if PIPELINE_TASKS[task].inputs is InputKind.CHOICES:
@@ -215,7 +247,8 @@ def extra_dim_roles(task: str) -> dict[str, dict[int, str]]:
     if PIPELINE_TASKS[task].inputs is InputKind.TEXT_AND_IMAGE:
         return {"pixel_values": {0: IMAGE_BATCH}}
     if PIPELINE_TASKS[task].inputs is InputKind.AUDIO:
-        return {"input_values": {0: BATCH}, "input_features": {0: BATCH}}
+        time_first = model is not None and _frame_width(config, model) is not None
+        return {"input_values": {0: BATCH}, "input_features": {0: BATCH, 1: SEQUENCE} if time_first else {0: BATCH}}
     return {}
 
 
@@ -238,11 +271,13 @@ def name_image_dims(model: ir.Model) -> None:
 def keep_task_outputs(model: ir.Model, task: str) -> list[str]:
     """Keep only ``task``'s outputs in ``model`` (and the nodes they need); returns their
     names. A model that gives none of them is refused, naming what it gives."""
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
     wanted = PIPELINE_TASKS[task].outputs
     kept = [value for value in model.graph.outputs if value.name in wanted]
     if not kept:
         given = ", ".join(str(value.name) for value in model.graph.outputs)
-        raise NotImplementedError(
+        raise UnsupportedTaskError(
             f"{task}: the model's outputs ({given}) include none of those {task} pipelines read ({', '.join(wanted)}). "
             "Export it with --task feature-extraction or with fx2onnx.dynamo_export."
         )

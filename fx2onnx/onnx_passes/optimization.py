@@ -47,7 +47,9 @@ Three things of the exported model must survive:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 
 import onnx_ir as ir
 
@@ -65,6 +67,25 @@ def _reads_a_weight(weights: set[str], node: ir.Node) -> bool | None:
     if any(value is not None and value.is_initializer() and value.name in weights for value in node.inputs):
         return False
     return None  # the folder's own rules decide
+
+
+@contextlib.contextmanager
+def _dynamic_split_sizes_unshaped(model: ir.Model) -> Iterator[None]:
+    """Hide, while the folder runs, the shape of every size ``SplitToSequence`` splits by
+    that is one number computed in the graph (``torch.split`` by a size read from a dynamic
+    dim): onnxscript's folder, told that it is a scalar, reads its value, which it does not
+    have, and fails; without a shape it leaves the node as it is."""
+    hidden = [(node.inputs[1], node.inputs[1].shape) for container in model_graphs(model) for node in container
+              if node.op_type == "SplitToSequence" and node.domain == "" and len(node.inputs) > 1
+              and node.inputs[1] is not None and node.inputs[1].const_value is None
+              and node.inputs[1].shape is not None and node.inputs[1].shape.rank() == 0]
+    for value, _ in hidden:
+        value.shape = None
+    try:
+        yield
+    finally:
+        for value, shape in hidden:
+            value.shape = shape
 
 
 def _fold_what_the_folder_left(model: ir.Model, weights: set[str]) -> int:
@@ -143,7 +164,8 @@ def optimize_keeping_functions(model: ir.Model) -> None:
     with fake_weights_hidden(model):  # fake-mode weights have no data to fold
         # No ONNX shape inference: translation already gave every value its type and shape
         # (FakeTensor metadata, node inference), and re-inferring doubled the folding time.
-        fold_constants_ir(model, onnx_shape_inference=False, should_fold=functools.partial(_reads_a_weight, weights))
+        with _dynamic_split_sizes_unshaped(model):
+            fold_constants_ir(model, onnx_shape_inference=False, should_fold=functools.partial(_reads_a_weight, weights))
         _fold_what_the_folder_left(model, weights)
         RewritePass(_rewrite_rules())(model)
         _remove_inner_identities(model)  # the rules' no-ops are Identity nodes

@@ -198,6 +198,7 @@ def test_change_points_of_each_family():
         "a prompt of 72 tokens (past sliding window 24, LongRoPE's original context 64), 16 decode steps to length 88, "
         "a left-padded batch of 72, 48, 18 tokens")
     assert context_length(rope_config("dynamic")) == 4 * ORIGINAL
+    assert context_length(transformers.XLNetConfig()) == 2048  # its -1 says no longest sequence
     # past the context: the prompt is cut so that the decode steps fit, and the points it misses are said
     crossed_by_decoding = verification_lengths(transformers.MistralConfig(**DECODER, sliding_window=250, max_position_embeddings=256), 16)
     assert crossed_by_decoding.prompt == 240 and "the decode steps pass sliding window 250" in crossed_by_decoding.describe()

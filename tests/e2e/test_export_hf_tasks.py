@@ -222,3 +222,70 @@ def test_fake_mode_float16_folder(tmp_path):
     proto = onnx.load(str(tmp_path / "out" / "onnx" / "model_fp16.onnx"), load_external_data=False)
     assert [(i.name, i.type.tensor_type.elem_type) for i in proto.graph.input] == [("input_values", onnx.TensorProto.FLOAT16)]
     assert [o.name for o in proto.graph.output] == ["logits"]
+
+
+def _verified_folder(model, tmp_path: Path, task: str) -> Path:
+    """The folder's model.onnx of ``model`` exported with --verify (which passes) for the
+    task its class is made for, after the full checker."""
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    assert result.task == task
+    assert result.verification.passed, result.verification.summary()
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    return path
+
+
+# speech models whose spectrogram is given time first, (batch, frames, width): the width is
+# what the first layer reads (W2V-BERT's layer norm over 2 stacked frames of 12 mel bins;
+# Parakeet's convolutions over the spectrogram as a one-channel image of 16 mel bins)
+TIME_FIRST = {
+    "wav2vec2-bert": (lambda: transformers.Wav2Vec2BertForCTC(transformers.Wav2Vec2BertConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, feature_projection_input_dim=24,
+        output_hidden_size=32, conv_depthwise_kernel_size=3, vocab_size=20)), 24),
+    "parakeet": (lambda: transformers.ParakeetForCTC(transformers.ParakeetCTCConfig(vocab_size=20, encoder_config=dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_mel_bins=16,
+        subsampling_conv_channels=8, conv_kernel_size=3))), 16),
+}
+
+
+@pytest.mark.parametrize("name", list(TIME_FIRST))
+def test_spectrogram_given_time_first(name, tmp_path):
+    """A CTC model that reads its spectrogram time first is fed (batch, frames, width) and
+    its folder takes any number of frames: transformers' outputs on a third length."""
+    import onnxruntime as ort
+
+    make, width = TIME_FIRST[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    with torch.no_grad():  # Parakeet's initial weights give logits of 1e-4: weights that do not
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.1, generator=torch.Generator().manual_seed(parameter.numel()))
+    path = _verified_folder(model, tmp_path, "automatic-speech-recognition")
+    proto = onnx.load(str(path), load_external_data=False)
+    assert _dims(proto.graph.input[0])[:2] == ["batch_size", "sequence_length"]
+    features = torch.randn(2, 173, width, generator=torch.Generator().manual_seed(2))
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input_features": features.numpy()})
+    with torch.no_grad():
+        want = model(input_features=features).logits.numpy()
+    np.testing.assert_allclose(got[0], want, rtol=1e-3, atol=1e-4)
+    assert np.abs(want).max() > 1e-3
+
+
+def test_a_text_encoder_alone_is_exported_as_its_own_class(tmp_path):
+    """A T5 encoder checkpoint (T5EncoderModel, no decoder weights) for feature extraction is
+    loaded as itself, not as AutoModel's whole encoder-decoder: last_hidden_state as
+    transformers gives it."""
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+    model = transformers.T5EncoderModel(transformers.T5Config(
+        vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)).eval()
+    path = _verified_folder(model, tmp_path, "feature-extraction")
+    ids = torch.randint(3, 100, (2, 11), generator=torch.Generator().manual_seed(3))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {i.name: (ids if i.name == "input_ids" else torch.ones_like(ids)).numpy() for i in session.get_inputs()}
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state.numpy()
+    np.testing.assert_allclose(got["last_hidden_state"], want, rtol=1e-3, atol=1e-4)

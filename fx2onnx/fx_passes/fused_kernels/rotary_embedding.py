@@ -43,7 +43,7 @@ def _before_elementwise_steps(node: Any) -> Any:
 
 
 def _along_last_dim(node: torch.fx.Node, dim: Any) -> bool:
-    return dim == -1 or (node_value(node) is not None and dim == node_value(node).dim() - 1)
+    return dim == -1 or (isinstance(node_value(node), torch.Tensor) and dim == node_value(node).dim() - 1)
 
 
 def _has_equal_halves(node: Any) -> bool:
@@ -105,7 +105,7 @@ def _table(node: Any, equal_parts: Any = _has_equal_halves) -> Any:
     """The (B, S, D) table of ``unsqueeze(table, 1)``, when ``equal_parts`` holds of it."""
     if isinstance(node, torch.fx.Node) and node.target == _aten.unsqueeze.default and node.args[1] == 1:
         table = node.args[0]
-        if node_value(table) is not None and node_value(table).dim() == 3 and equal_parts(table):
+        if isinstance(node_value(table), torch.Tensor) and node_value(table).dim() == 3 and equal_parts(table):
             return table
     return None
 
@@ -124,8 +124,8 @@ def _match_sum(node: torch.fx.Node, is_rotated: Any, equal_parts: Any, interleav
     of ``x`` as ``is_rotated`` says, tables whose parts are equal as ``equal_parts`` says."""
     for direct, rotated in operand_orders(node, (_aten.add.Tensor,)):
         for x, cos in operand_orders(direct, PRODUCTS):
-            x_value = node_value(x)
-            if x_value is None or x_value.dim() != 4 or not isinstance(x_value.shape[-1], int) or x_value.shape[-1] % 2:
+            x_value = node_value(x)  # a size's SymInt among products of sizes (pooling bounds) is no tensor
+            if not isinstance(x_value, torch.Tensor) or x_value.dim() != 4 or not isinstance(x_value.shape[-1], int) or x_value.shape[-1] % 2:
                 continue
             half = x_value.shape[-1] // 2
             for turned, sin in operand_orders(rotated, PRODUCTS):

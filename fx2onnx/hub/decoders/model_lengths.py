@@ -47,7 +47,8 @@ def _rope_parameter_sets(config: Any) -> list[dict[str, Any]]:
 
 def _positions(config: Any) -> int | None:
     value = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return int(value) if value else None
+    # XLNet's -1: relative positions, no longest sequence
+    return int(value) if value and int(value) > 0 else None
 
 
 def _rope_points(config: Any) -> list[ChangePoint]:

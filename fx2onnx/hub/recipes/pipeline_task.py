@@ -58,7 +58,7 @@ class PipelineTaskRecipe(RecipeDefaults):
         if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
             loaded.model.config.use_cache = False
         inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
-        program = exported_or_refused(loaded, inputs, options, pipeline_tasks.extra_dim_roles(task))
+        program = exported_or_refused(loaded, inputs, options, pipeline_tasks.extra_dim_roles(task, loaded.config, loaded.model))
         pipeline_tasks.keep_task_outputs(program.model, task)
         pipeline_tasks.name_image_dims(program.model)
         return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)

@@ -1,4 +1,4 @@
-"""Adaptive max pooling of any output size (windows overlapping or of unequal length)
+"""Adaptive max and average pooling of any output size (windows overlapping or of unequal length)
 matches PyTorch's values and indices."""
 
 from __future__ import annotations
@@ -62,3 +62,13 @@ def test_adaptive_max_pool_with_dynamic_sizes(export_and_compare, tmp_path) -> N
 )
 def test_adaptive_avg_pool3d(shape, output_size, export_and_compare) -> None:
     export_and_compare(torch.nn.AdaptiveAvgPool3d(output_size), (torch.randn(*shape),))
+
+
+def test_adaptive_avg_pool2d_with_dynamic_sizes(export_and_compare, tmp_path) -> None:
+    """Sizes whose remainders by the output size differ from the example's (8 and 16 by 3,
+    then 10 and 7): windows of other lengths, read from the input's shape in the graph."""
+    from conftest import make_options
+
+    options = make_options(tmp_path, dynamic_shapes=True)
+    export_and_compare(torch.nn.AdaptiveAvgPool2d(3), (torch.randn(2, 4, 8, 16),), options=options,
+                       second_inputs=((torch.randn(1, 4, 10, 7),), {}))

@@ -238,6 +238,21 @@ def test_rotary_tables_of_unknown_halves_stay_as_written(tmp_path):
     assert not _notes(program)  # an add that is not a rotation says nothing
 
 
+class PooledToAGrid(torch.nn.Module):
+    # pooling any image size to a 3 x 3 grid (BEiT's and UPerNet's pyramid pooling) computes each
+    # cell's bounds as sums of products of sizes, SymInts that the rotary rules read as operands too
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, 3)
+
+
+def test_a_sum_of_products_of_sizes_is_no_rotation(tmp_path):
+    dynamic = {"x": {2: torch.export.Dim("height"), 3: torch.export.Dim("width")}}
+    options = make_options(tmp_path, opset_version=23, dynamic_shapes=dynamic)
+    program = export_and_compare_impl(PooledToAGrid(), (torch.randn(2, 4, 8, 16),), options=options, tmp_path=tmp_path,
+                                      second_inputs=((torch.randn(2, 4, 10, 7),), {}))
+    assert "RotaryEmbedding" not in _counts(program)
+
+
 class Gelus(torch.nn.Module):
     def forward(self, x):
         return F.gelu(x), F.gelu(x, approximate="tanh")

@@ -84,3 +84,20 @@ def test_the_runtime_gemma3_processor_does_what_the_image_processor_does():
     assert operations["Resize"] == {"height": 64, "width": 64, "keep_aspect_ratio": 0, "interpolation": "LINEAR"}
     assert operations["Normalize"] == {"mean": [0.5, 0.4, 0.3], "std": [0.5, 0.5, 0.5]}
     assert operations["Permute3D"] == {"dims": [2, 0, 1]}
+
+
+def test_a_model_without_the_tasks_outputs_is_refused_naming_them():
+    """A detector whose outputs no detection pipeline reads (PP-OCR's text detector returns
+    its probability map as last_hidden_state): refused, naming what it gives and what serves it."""
+    import onnx_ir as ir
+
+    from fx2onnx.hub.pipeline_tasks import keep_task_outputs
+
+    given = ir.Value(name="last_hidden_state", shape=ir.Shape([1, 4]), type=ir.TensorType(ir.DataType.FLOAT))
+    pixels = ir.Value(name="pixel_values", shape=ir.Shape([1, 4]), type=ir.TensorType(ir.DataType.FLOAT))
+    node = ir.node("Relu", [pixels], outputs=[given])
+    model = ir.Model(ir.Graph([pixels], [given], nodes=[node], opset_imports={"": 18}), ir_version=10)
+    with pytest.raises(UnsupportedTaskError, match=re.escape(
+            "outputs (last_hidden_state) include none of those object-detection pipelines read (logits, pred_boxes)")):
+        keep_task_outputs(model, "object-detection")
+    assert [v.name for v in model.graph.outputs] == ["last_hidden_state"]  # nothing removed

@@ -162,3 +162,17 @@ def test_transformer_layer_attention_has_no_five_dimensional_transpose(export_an
     assert 5 in transpose_ranks(plain.model_proto)
     assert 5 not in transpose_ranks(optimized.model_proto)
     assert len(transpose_ranks(optimized.model_proto)) == len(transpose_ranks(plain.model_proto)) - 1
+
+
+class SplitByADynamicSize(nn.Module):
+    # ZoeDepth's neck splits by a size read from the input's dims: a number computed in the graph
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(x, x.shape[1] // 3, dim=1)
+        return torch.cat([part * (index + 1) for index, part in enumerate(parts)], 1)
+
+
+def test_a_split_by_a_size_computed_in_the_graph_is_kept(export_and_compare, tmp_path) -> None:
+    program = export_and_compare(SplitByADynamicSize(), (torch.randn(2, 6),), options=make_options(tmp_path, dynamic_shapes=True),
+                                 second_inputs=((torch.randn(3, 9),), {}))
+    split = next(n for n in all_nodes(program.model_proto) if n.op_type == "SplitToSequence")
+    assert split.input[1] not in {i.name for i in program.model_proto.graph.initializer}  # the size stays computed
