@@ -193,11 +193,14 @@ def shared_cache_note(config: Any, model: ir.Model) -> str | None:
     """Why a decoder whose later layers attend to an earlier layer's updated keys and values
     (Gemma 4's KV-shared layers, `num_kv_shared_layers`) gets no `genai_config.json`: ONNX
     Runtime GenAI 0.18 does not run it as transformers does. None when no layer reads
-    another's `present.*`."""
+    another's `present.*` (a layer's own attention reading its `present.*`, as standard
+    operators' attention does, is not sharing: the config says which layers share)."""
+    shared = getattr(decoder_sizes(config), "num_kv_shared_layers", None)
+    if not isinstance(shared, int) or shared <= 0:
+        return None
     read = sorted(value.name for value in model.graph.outputs if value.name.startswith("present.") and value.uses())
     if not read:
         return None
-    shared = getattr(decoder_sizes(config), "num_kv_shared_layers", None)
     return (
         f"no genai_config.json: {config.model_type}'s last {shared} layers attend to the keys and values of earlier "
         f"layers ({', '.join(read)}), which ONNX Runtime GenAI 0.18 does not run as transformers does: with its "

@@ -146,6 +146,9 @@ def test_a_cache_read_by_a_later_layer_gets_no_genai_config():
     note = shared_cache_note(config, model(read=True))
     assert note is not None and note.startswith("no genai_config.json: gemma4_text's last 1 layers attend to")
     assert "(present.0.key)" in note
+    # a layer's own attention reads its present.* in standard operators: no sharing without the config's
+    assert shared_cache_note(SimpleNamespace(model_type="llama"), model(read=True)) is None
+    assert shared_cache_note(SimpleNamespace(model_type="gemma4_text", num_kv_shared_layers=0), model(read=True)) is None
 
 
 def test_onnxruntime_only_operators_are_found_in_branches_too(tmp_path):
