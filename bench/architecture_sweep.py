@@ -79,6 +79,21 @@ TASK_MAPPINGS = {
     "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",),
     "zero-shot-image-classification": ("MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
     "feature-extraction": ("MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",),
+    # the generative multimodal tasks: vision-language models (vision encoder-decoders too: transformers
+    # files them here) and speech recognition by an encoder-decoder (Whisper-style)
+    "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",),
+    "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
+}
+# a sweep task that export-hf names otherwise: speech recognition by an encoder-decoder is export-hf's
+# automatic-speech-recognition as well, swept apart from the CTC encoders the sweep files under that name
+EXPORT_TASKS = {"speech-seq2seq": "automatic-speech-recognition"}
+# the tasks whose folder is several models (encoders, embedding, decoder with its cache), checked by
+# export-hf's own verification of the folder: torch.onnx.export has no one module to compare, and why
+UNCOMPARED = {
+    "image-text-to-text": "a folder of several models (vision encoder, token embedding, decoder with its cache), "
+                          "verified as a whole by export-hf: no single module to compare",
+    "speech-seq2seq": "a folder of several models (audio encoder, decoder with its cache), verified as a whole "
+                      "by export-hf: no single module to compare",
 }
 
 VOCAB = 100
@@ -353,7 +368,8 @@ def _forward_defaults(config: Any) -> None:
         config.default_language = list(languages)[0]
 
 
-def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL), derive: bool = False) -> Any:
+def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL), derive: bool = False,
+                 multimodal: bool = False) -> Any:
     """The architecture's config class, built again with shrunk sizes (so that what its
     constructor derives from them, backbone stages or layer types, follows); with ``derive``,
     the widths that depend on the shrunk ones follow them as well (`_derived_values`)."""
@@ -373,6 +389,8 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     config = make(**{**_CHECKPOINT_VALUES.get(model_type, {}), **(_derived_values(config, values) if derive else values),
                      **_TINY_VALUES.get(model_type, {})})
     _forward_defaults(config)
+    if multimodal:
+        _fit_towers(config)
     config.architectures = [class_name]
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
@@ -383,6 +401,41 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
         # an encoder's causal-LM head (BERT-like, BertGenerationDecoder, Reformer's) is a decoder only when told
         config.is_decoder = True
     return config
+
+
+# a tiny vision tower's patches per side of its (shrunk) image: 16, the 256 image tokens a runtime's
+# processor may put per image (Gemma 3's), pooled to fewer where the projector pools
+PATCHES_PER_SIDE = 16
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    return [config] + [value for value in vars(config).values() if hasattr(value, "to_dict") and hasattr(value, "model_type")]
+
+
+def _fit_towers(config: Any) -> None:
+    """A generative multimodal model's parts made to fit the shrunk sizes, in place: each
+    vision tower's patch a sixteenth of its shrunk image (`PATCHES_PER_SIDE`), and a
+    multimodal rotary embedding's sections (time, height, width) within the shrunk head
+    (half its size, the first section the largest, as in the checkpoints)."""
+    # the placeholder tokens (image, video, their start and end) within the shrunk vocabulary, each its
+    # own id from its top down (the shrink keeps the padding, start and end of text at 0 to 2)
+    names = sorted({name for part in _sub_configs(config) for name, value in vars(part).items()
+                    if re.search(r"_token_(id|index)$", name) and isinstance(value, int) and value >= VOCAB})
+    for part in _sub_configs(config):
+        for name in names:
+            if isinstance(vars(part).get(name), int) and vars(part)[name] >= VOCAB:
+                setattr(part, name, VOCAB - 1 - names.index(name))
+    for part in _sub_configs(config):
+        image, patch = getattr(part, "image_size", None), getattr(part, "patch_size", None)
+        if isinstance(image, int) and isinstance(patch, int) and image // patch < PATCHES_PER_SIDE:
+            part.patch_size = max(1, image // PATCHES_PER_SIDE)
+        rope = getattr(part, "rope_parameters", None)
+        heads = getattr(part, "num_attention_heads", None)
+        head = getattr(part, "head_dim", None) or (part.hidden_size // heads if isinstance(heads, int) and heads else None)
+        if isinstance(rope, dict) and isinstance(head, int) and head >= 8:
+            sections = rope.get("mrope_section") or [16, 24, 24]
+            half = head // 2
+            rope["mrope_section"] = [half - len(sections) + 1] + [1] * (len(sections) - 1)
 
 
 def _wants_a_decoder(class_name: str) -> bool:
@@ -397,7 +450,7 @@ def _wants_a_decoder(class_name: str) -> bool:
     return re.search(r"(if not|assert) (self\.)?config\.is_decoder\b", source) is not None
 
 
-def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any, torch.nn.Module, str]:
+def tiny_model(model_type: str, class_name: str, check: Any = None, multimodal: bool = False) -> tuple[Any, torch.nn.Module, str]:
     """The config, the model (random weights, in eval mode) and the shrink level of the first
     of ``SHRINK_LEVELS`` that builds and passes ``check(config, model)`` (None when its
     forward runs; widths shrunk apart can disagree: a latent attention's head sizes); the
@@ -408,7 +461,7 @@ def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any
     built: tuple[Any, torch.nn.Module, str] | None = None
     for level, keys in SHRINK_LEVELS.items():
         try:
-            config = small_config(model_type, class_name, keys, derive=level in DERIVED_LEVELS)
+            config = small_config(model_type, class_name, keys, derive=level in DERIVED_LEVELS, multimodal=multimodal)
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
             _random_where_zero(model)
@@ -590,6 +643,8 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
     """torch.onnx.export(..., dynamo=True) of the same module on the same example inputs."""
     import onnxruntime as ort
 
+    if task in UNCOMPARED:
+        return {"torch_onnx": "not compared", "torch_onnx_cause": UNCOMPARED[task]}
     found = task_inputs(task, config, model)
     if found is None:
         return {"torch_onnx": "not compared"}
@@ -651,8 +706,13 @@ def run_pair(
         scratch = Path(scratch)
         try:
             config, model, record["shrunk"] = tiny_model(
-                model_type, class_name, lambda config, model: _eager_failure(task, config, model))
+                model_type, class_name, lambda config, model: _eager_failure(task, config, model),
+                multimodal=task in UNCOMPARED)
+            if task in UNCOMPARED:
+                _generation_within_vocabulary(model)
             model.save_pretrained(scratch / "source")
+            if task in UNCOMPARED:
+                save_processors(model_type, config, scratch / "source")
         except Exception as error:  # noqa: BLE001
             record.update(status="not built", **_failure(error))
             record["category"] = classify(record)
@@ -676,12 +736,77 @@ def run_pair(
         record["category"] = classify(record)
         if on_export is not None:  # export-hf's result, kept should torch.onnx.export reach the time limit
             on_export(dict(record))
-        if compare:
+        if compare or task in UNCOMPARED:  # the reason it is not compared, recorded either way
             try:
                 record.update(_torch_onnx(model, task, config, scratch))
             except Exception as error:  # noqa: BLE001
                 record.update(torch_onnx="failed", torch_onnx_cause=_cause(error))
     return record
+
+
+def _mel_bins(config: Any) -> int | None:
+    """The mel bins of a speech model's features, from its config or its encoder's."""
+    for part in (config, *(getattr(config, name, None) for name in ("encoder_config", "audio_config", "encoder"))):
+        bins = getattr(part, "num_mel_bins", None)
+        if isinstance(bins, int):
+            return bins
+    return None
+
+
+def _generation_within_vocabulary(model: torch.nn.Module) -> None:
+    """The token ids the generation config suppresses kept within the shrunk vocabulary (a
+    checkpoint's are within its own; Whisper's defaults name ids of its 51865 tokens)."""
+    generation = getattr(model, "generation_config", None)
+    for name in ("suppress_tokens", "begin_suppress_tokens"):
+        ids = getattr(generation, name, None)
+        if isinstance(ids, list):
+            setattr(generation, name, [i for i in ids if isinstance(i, int) and i < VOCAB])
+
+
+def _processor_sizes(processor: Any, config: Any) -> dict[str, Any]:
+    """An image processor's sizes for the tiny vision tower: its patch, its images the tower's
+    shrunk size, or (a processor that sizes images by their pixels, Qwen's) from 2 x 2 to
+    8 x 8 of its merged patches."""
+    vision = next((p for p in _sub_configs(config) if isinstance(getattr(p, "patch_size", None), int)), None)
+    if vision is None:
+        return {}
+    default = vars(processor())  # its settings (its constructor may take them as keywords only)
+    patch, image = vision.patch_size, getattr(vision, "image_size", None)
+    values: dict[str, Any] = {"patch_size": patch} if isinstance(default.get("patch_size"), int) else {}
+    if isinstance(default.get("patch_size"), dict):
+        values["patch_size"] = {k: patch for k in default["patch_size"]}
+    if "min_pixels" in default or "max_pixels" in default:
+        unit = patch * getattr(vision, "spatial_merge_size", 1)
+        values.update(min_pixels=(2 * unit) ** 2, max_pixels=(8 * unit) ** 2)
+        if isinstance(default.get("size"), dict) and "shortest_edge" in default["size"]:  # the pixels' other spelling
+            values["size"] = {"shortest_edge": (2 * unit) ** 2, "longest_edge": (8 * unit) ** 2}
+    elif isinstance(image, int) and isinstance(default.get("size"), dict):
+        keys = [k for k in ("height", "width", "longest_edge", "shortest_edge") if k in default["size"]]
+        values["size"] = {k: image for k in keys} if keys else {"height": image, "width": image}
+    return values
+
+
+def save_processors(model_type: str, config: Any, folder: Path) -> list[str]:
+    """Save beside the tiny model the feature extractor and image processor its model type's
+    checkpoints ship (transformers' defaults; the mel bins the config's), which export-hf
+    reads for a multimodal folder (a Whisper folder's log-mel parameters); the class names saved."""
+    import transformers
+    from transformers.models.auto import feature_extraction_auto, image_processing_auto
+
+    saved = []
+    extractor = getattr(transformers, feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type) or "", None)
+    if extractor is not None:
+        bins = _mel_bins(config)
+        takes_size = "feature_size" in inspect.signature(extractor.__init__).parameters
+        extractor(**({"feature_size": bins} if bins and takes_size else {})).save_pretrained(folder)
+        saved.append(extractor.__name__)
+    names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
+    names = {"pil": names} if isinstance(names, str) else names
+    processor = next((getattr(transformers, n, None) for n in (names.get("pil"), names.get("torchvision")) if n), None)
+    if processor is not None:
+        processor(**_processor_sizes(processor, config)).save_pretrained(folder)
+        saved.append(processor.__name__)
+    return saved
 
 
 def _export_for_task(scratch: Path, task: str, record: dict[str, Any]) -> Any:
@@ -692,7 +817,7 @@ def _export_for_task(scratch: Path, task: str, record: dict[str, Any]) -> Any:
     from fx2onnx.hub.decoders.text_only import PartsLeftOutError
 
     try:
-        return export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16)
+        return export_hf(scratch / "source", scratch / "out", task=EXPORT_TASKS.get(task, task), verify=True, tokens=16)
     except PartsLeftOutError:
         if task != "text-generation":
             raise
