@@ -565,7 +565,7 @@ CATEGORIES = {
 TEXT_ONLY = "--text-only"
 
 # the errors export-hf refuses a pair with (a task or parts it does not serve), each naming what does
-REFUSALS = ("UnsupportedTaskError", "PartsLeftOutError")
+REFUSALS = ("UnsupportedTaskError", "UnsupportedArchitectureError", "PartsLeftOutError")
 
 
 # the errors export-hf gives when the model's own forward fails on the step it exports
