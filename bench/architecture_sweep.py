@@ -413,8 +413,10 @@ def _sub_configs(config: Any) -> list[Any]:
 
 
 def _fit_towers(config: Any) -> None:
-    """A generative multimodal model's parts made to fit the shrunk sizes, in place: each
-    vision tower's patch a sixteenth of its shrunk image (`PATCHES_PER_SIDE`), and a
+    """A generative multimodal model's parts made to fit the shrunk sizes, in place: its
+    placeholder tokens within the vocabulary, its towers 2 layers deep and projecting to the
+    text model's width, each vision tower's patch a sixteenth of its shrunk image
+    (`PATCHES_PER_SIDE`), and a
     multimodal rotary embedding's sections (time, height, width) within the shrunk head
     (half its size, the first section the largest, as in the checkpoints)."""
     # the placeholder tokens (image, video, their start and end) within the shrunk vocabulary, each its
@@ -425,7 +427,18 @@ def _fit_towers(config: Any) -> None:
         for name in names:
             if isinstance(vars(part).get(name), int) and vars(part)[name] >= VOCAB:
                 setattr(part, name, VOCAB - 1 - names.index(name))
+    text_width = getattr(getattr(config, "text_config", None), "hidden_size", None)
     for part in _sub_configs(config):
+        if isinstance(vars(part).get("out_hidden_size"), int) and isinstance(text_width, int):
+            part.out_hidden_size = text_width  # a tower that projects its features to the text model's width (Qwen's)
+        depth = vars(part).get("depth")
+        if isinstance(depth, int) and depth > 2:  # a tower's depth under its own name (Qwen's): 2 as the text's
+            part.depth = depth = 2
+        layers = depth if isinstance(depth, int) else vars(part).get("num_hidden_layers")
+        for name, value in list(vars(part).items()):  # its layers named by index (DeepStack's, full attention's)
+            if (isinstance(layers, int) and name.endswith(("_indexes", "_indices")) and isinstance(value, (list, tuple))
+                    and any(isinstance(i, int) and i >= layers for i in value)):
+                setattr(part, name, [layers - 1])  # the last, as the checkpoints' last group ends with one
         image, patch = getattr(part, "image_size", None), getattr(part, "patch_size", None)
         if isinstance(image, int) and isinstance(patch, int) and image // patch < PATCHES_PER_SIDE:
             part.patch_size = max(1, image // PATCHES_PER_SIDE)
@@ -732,6 +745,8 @@ def run_pair(
                 difference=verification.max_logit_difference, tokens_equal=verification.tokens_equal,
                 nodes=_node_count(scratch / "out"),
             )
+            if task in UNCOMPARED and verification.failure:  # a run of the folder failed: what failed
+                record["cause"] = f"FolderRunError: {_first_line(verification.failure)[:200]}"
         record["peak_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
         record["category"] = classify(record)
         if on_export is not None:  # export-hf's result, kept should torch.onnx.export reach the time limit
