@@ -725,7 +725,7 @@ def run_pair(
                 _generation_within_vocabulary(model)
             model.save_pretrained(scratch / "source")
             if task in UNCOMPARED:
-                save_processors(model_type, config, scratch / "source")
+                record["processors"] = save_processors(model_type, config, scratch / "source")
         except Exception as error:  # noqa: BLE001
             record.update(status="not built", **_failure(error))
             record["category"] = classify(record)
@@ -795,8 +795,10 @@ def _processor_sizes(processor: Any, config: Any) -> dict[str, Any]:
         values.update(min_pixels=(2 * unit) ** 2, max_pixels=(8 * unit) ** 2)
         if isinstance(default.get("size"), dict) and "shortest_edge" in default["size"]:  # the pixels' other spelling
             values["size"] = {"shortest_edge": (2 * unit) ** 2, "longest_edge": (8 * unit) ** 2}
-    elif isinstance(image, int) and isinstance(default.get("size"), dict):
-        keys = [k for k in ("height", "width", "longest_edge", "shortest_edge") if k in default["size"]]
+    elif isinstance(image, int) and default.get("size") is not None:
+        size = default["size"]  # a dict, or transformers' SizeDict (its unset sizes None)
+        size = {k: v for k, v in (size.items() if isinstance(size, dict) else vars(size).items()) if v is not None}
+        keys = [k for k in ("height", "width", "longest_edge", "shortest_edge") if k in size]
         values["size"] = {k: image for k in keys} if keys else {"height": image, "width": image}
     return values
 
@@ -817,10 +819,14 @@ def save_processors(model_type: str, config: Any, folder: Path) -> list[str]:
         saved.append(extractor.__name__)
     names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
     names = {"pil": names} if isinstance(names, str) else names
-    processor = next((getattr(transformers, n, None) for n in (names.get("pil"), names.get("torchvision")) if n), None)
-    if processor is not None:
-        processor(**_processor_sizes(processor, config)).save_pretrained(folder)
-        saved.append(processor.__name__)
+    for name in (names.get("pil"), names.get("torchvision")):
+        try:
+            processor = getattr(transformers, name or "", None)
+            if processor is not None:
+                processor(**_processor_sizes(processor, config)).save_pretrained(folder)
+                return [*saved, processor.__name__]
+        except ImportError:  # a processor of a library not installed (torchvision): the next, or none
+            continue
     return saved
 
 
