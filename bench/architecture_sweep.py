@@ -13,6 +13,12 @@ made random too, so that no tie decides a router; nothing downloaded), saved, an
   example inputs (every dim `Dim.AUTO`), its outputs compared in onnxruntime the same way
   on both input sizes (decoders: the logits of the prompt without a cache).
 
+The generative multimodal tasks (image-text-to-text; speech-seq2seq, export-hf's speech
+recognition by an encoder-decoder) are exported with export-hf's recipe and checked by its
+`--verify` of the whole folder; their tiny models get their model type's feature extractor
+and image processor, and towers fitted to the shrunk sizes (`_fit_towers`); torch.onnx is
+not compared on them (several models, no single module: `UNCOMPARED`).
+
 The pairs of text generation, text and token classification, question answering,
 fill-mask, image classification and sequence-to-sequence come first, in turn (each task's
 in a fixed shuffled order), then the other tasks'. A config that refuses the smallest
@@ -1041,6 +1047,17 @@ def _cell(record: dict[str, Any]) -> str:
     return ("exact" if record.get("exact") else "differs") + mark
 
 
+# what the scoreboard says of the generative multimodal tasks' pairs
+MULTIMODAL_NOTE = (
+    "**image-text-to-text** (vision-language models, and the vision encoder-decoders transformers files there) and "
+    "**speech-seq2seq** (speech recognition by an encoder-decoder, export-hf's `automatic-speech-recognition` for "
+    "Whisper-style models; the CTC encoders are the `automatic-speech-recognition` row) are exported with export-hf's "
+    "recipe for the task and checked by its own `--verify` of the folder (its encoders, token embedding and "
+    "decoder run as the runtime runs them, greedy tokens against transformers'). Their tiny models also get the "
+    "model type's feature extractor and image processor (transformers' defaults at the tiny tower's sizes), their "
+    "placeholder tokens within the vocabulary, vision towers of 16 patches a side and 2 layers projecting to the "
+    "text width. torch.onnx is not compared on them: the folder is several models, with no single module to compare.")
+
 # the mark of a pair exported with --text-only, and the legend's line for it
 TEXT_ONLY_MARK = " (text only)"
 TEXT_ONLY_LEGEND = (
@@ -1174,6 +1191,7 @@ def report(results: Path, page: Path) -> str:
         "in turn, each task's in a fixed shuffled order, so that a sweep stopped early has sampled each of them "
         "evenly. Time is export-hf's whole command (export, save, verification); memory is the peak resident "
         "memory the pair's process added.", "",
+        f"{MULTIMODAL_NOTE}", "",
         f"**Summary:** {line}.", "",
         f"**Text generation, classification, token classification, question answering, fill-mask, image "
         f"classification and sequence-to-sequence:** {priority_line}.", "",
