@@ -451,7 +451,7 @@ def _fit_towers(config: Any) -> None:
         rope = getattr(part, "rope_parameters", None)
         heads = getattr(part, "num_attention_heads", None)
         head = getattr(part, "head_dim", None) or (part.hidden_size // heads if isinstance(heads, int) and heads else None)
-        if isinstance(rope, dict) and isinstance(head, int) and head >= 8:
+        if isinstance(rope, dict) and "rope_type" in rope and isinstance(head, int) and head >= 8:  # one rotary, not one per layer kind
             sections = rope.get("mrope_section") or [16, 24, 24]
             half = head // 2
             rope["mrope_section"] = [half - len(sections) + 1] + [1] * (len(sections) - 1)
