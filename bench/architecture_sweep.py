@@ -812,7 +812,8 @@ def _processor_sizes(processor: Any, config: Any) -> dict[str, Any]:
 def save_processors(model_type: str, config: Any, folder: Path) -> list[str]:
     """Save beside the tiny model the feature extractor and image processor its model type's
     checkpoints ship (transformers' defaults; the mel bins the config's), which export-hf
-    reads for a multimodal folder (a Whisper folder's log-mel parameters); the class names saved."""
+    reads for a multimodal folder (a Whisper folder's log-mel parameters); the class names saved
+    (and those left out, a library they need missing)."""
     import transformers
     from transformers.models.auto import feature_extraction_auto, image_processing_auto
 
@@ -821,8 +822,11 @@ def save_processors(model_type: str, config: Any, folder: Path) -> list[str]:
     if extractor is not None:
         bins = _mel_bins(config)
         takes_size = "feature_size" in inspect.signature(extractor.__init__).parameters
-        extractor(**({"feature_size": bins} if bins and takes_size else {})).save_pretrained(folder)
-        saved.append(extractor.__name__)
+        try:
+            extractor(**({"feature_size": bins} if bins and takes_size else {})).save_pretrained(folder)
+            saved.append(extractor.__name__)
+        except ImportError:  # it needs a library not installed (torchaudio, librosa): left out, and the record says so
+            saved.append(f"{extractor.__name__} not saved: a library is missing")
     names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
     names = {"pil": names} if isinstance(names, str) else names
     for name in (names.get("pil"), names.get("torchvision")):
@@ -831,8 +835,8 @@ def save_processors(model_type: str, config: Any, folder: Path) -> list[str]:
             if processor is not None:
                 processor(**_processor_sizes(processor, config)).save_pretrained(folder)
                 return [*saved, processor.__name__]
-        except ImportError:  # a processor of a library not installed (torchvision): the next, or none
-            continue
+        except ImportError:  # a processor of a library not installed (torchvision): the next, or none (said)
+            saved.append(f"{name} not saved: a library is missing")
     return saved
 
 
