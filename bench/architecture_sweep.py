@@ -13,6 +13,12 @@ made random too, so that no tie decides a router; nothing downloaded), saved, an
   example inputs (every dim `Dim.AUTO`), its outputs compared in onnxruntime the same way
   on both input sizes (decoders: the logits of the prompt without a cache).
 
+The generative multimodal tasks (image-text-to-text; speech-seq2seq, export-hf's speech
+recognition by an encoder-decoder) are exported with export-hf's recipe and checked by its
+`--verify` of the whole folder; their tiny models get their model type's feature extractor
+and image processor, and towers fitted to the shrunk sizes (`_fit_towers`); torch.onnx is
+not compared on them (several models, no single module: `UNCOMPARED`).
+
 The pairs of text generation, text and token classification, question answering,
 fill-mask, image classification and sequence-to-sequence come first, in turn (each task's
 in a fixed shuffled order), then the other tasks'. A config that refuses the smallest
@@ -79,6 +85,21 @@ TASK_MAPPINGS = {
     "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",),
     "zero-shot-image-classification": ("MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
     "feature-extraction": ("MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",),
+    # the generative multimodal tasks: vision-language models (vision encoder-decoders too: transformers
+    # files them here) and speech recognition by an encoder-decoder (Whisper-style)
+    "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",),
+    "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
+}
+# a sweep task that export-hf names otherwise: speech recognition by an encoder-decoder is export-hf's
+# automatic-speech-recognition as well, swept apart from the CTC encoders the sweep files under that name
+EXPORT_TASKS = {"speech-seq2seq": "automatic-speech-recognition"}
+# the tasks whose folder is several models (encoders, embedding, decoder with its cache), checked by
+# export-hf's own verification of the folder: torch.onnx.export has no one module to compare, and why
+UNCOMPARED = {
+    "image-text-to-text": "a folder of several models (vision encoder, token embedding, decoder with its cache), "
+                          "verified as a whole by export-hf: no single module to compare",
+    "speech-seq2seq": "a folder of several models (audio encoder, decoder with its cache), verified as a whole "
+                      "by export-hf: no single module to compare",
 }
 
 VOCAB = 100
@@ -445,7 +466,8 @@ def _forward_defaults(config: Any) -> None:
         config.default_language = list(languages)[0]
 
 
-def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL), derive: bool = False) -> Any:
+def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozenset(SMALL), derive: bool = False,
+                 multimodal: bool = False) -> Any:
     """The architecture's config class, built again with shrunk sizes (so that what its
     constructor derives from them, backbone stages or layer types, follows); with ``derive``,
     the widths that depend on the shrunk ones follow them as well (`_derived_values`)."""
@@ -465,6 +487,8 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     config = make(**{**_CHECKPOINT_VALUES.get(model_type, {}), **(_derived_values(config, values) if derive else values),
                      **_TINY_VALUES.get(model_type, {})})
     _forward_defaults(config)
+    if multimodal:
+        _fit_towers(config)
     config.architectures = [class_name]
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
@@ -475,6 +499,54 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
         # an encoder's causal-LM head (BERT-like, BertGenerationDecoder, Reformer's) is a decoder only when told
         config.is_decoder = True
     return config
+
+
+# a tiny vision tower's patches per side of its (shrunk) image: 16, the 256 image tokens a runtime's
+# processor may put per image (Gemma 3's), pooled to fewer where the projector pools
+PATCHES_PER_SIDE = 16
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    return [config] + [value for value in vars(config).values() if hasattr(value, "to_dict") and hasattr(value, "model_type")]
+
+
+def _fit_towers(config: Any) -> None:
+    """A generative multimodal model's parts made to fit the shrunk sizes, in place: its
+    placeholder tokens within the vocabulary, its towers 2 layers deep and projecting to the
+    text model's width, each vision tower's patch a sixteenth of its shrunk image
+    (`PATCHES_PER_SIDE`), and a
+    multimodal rotary embedding's sections (time, height, width) within the shrunk head
+    (half its size, the first section the largest, as in the checkpoints)."""
+    # the placeholder tokens (image, video, their start and end) within the shrunk vocabulary, each its
+    # own id from its top down (the shrink keeps the padding, start and end of text at 0 to 2)
+    names = sorted({name for part in _sub_configs(config) for name, value in vars(part).items()
+                    if re.search(r"_token_(id|index)$", name) and isinstance(value, int) and value >= VOCAB})
+    for part in _sub_configs(config):
+        for name in names:
+            if isinstance(vars(part).get(name), int) and vars(part)[name] >= VOCAB:
+                setattr(part, name, VOCAB - 1 - names.index(name))
+    text_width = getattr(getattr(config, "text_config", None), "hidden_size", None)
+    for part in _sub_configs(config):
+        if isinstance(vars(part).get("out_hidden_size"), int) and isinstance(text_width, int):
+            part.out_hidden_size = text_width  # a tower that projects its features to the text model's width (Qwen's)
+        depth = vars(part).get("depth")
+        if isinstance(depth, int) and depth > 2:  # a tower's depth under its own name (Qwen's): 2 as the text's
+            part.depth = depth = 2
+        layers = depth if isinstance(depth, int) else vars(part).get("num_hidden_layers")
+        for name, value in list(vars(part).items()):  # its layers named by index (DeepStack's, full attention's)
+            if (isinstance(layers, int) and name.endswith(("_indexes", "_indices")) and isinstance(value, (list, tuple))
+                    and any(isinstance(i, int) and i >= layers for i in value)):
+                setattr(part, name, [layers - 1])  # the last, as the checkpoints' last group ends with one
+        image, patch = getattr(part, "image_size", None), getattr(part, "patch_size", None)
+        if isinstance(image, int) and isinstance(patch, int) and image // patch < PATCHES_PER_SIDE:
+            part.patch_size = max(1, image // PATCHES_PER_SIDE)
+        rope = getattr(part, "rope_parameters", None)
+        heads = getattr(part, "num_attention_heads", None)
+        head = getattr(part, "head_dim", None) or (part.hidden_size // heads if isinstance(heads, int) and heads else None)
+        if isinstance(rope, dict) and "rope_type" in rope and isinstance(head, int) and head >= 8:  # one rotary, not one per layer kind
+            sections = rope.get("mrope_section") or [16, 24, 24]
+            half = head // 2
+            rope["mrope_section"] = [half - len(sections) + 1] + [1] * (len(sections) - 1)
 
 
 def _wants_a_decoder(class_name: str) -> bool:
@@ -489,7 +561,7 @@ def _wants_a_decoder(class_name: str) -> bool:
     return re.search(r"(if not|assert) (self\.)?config\.is_decoder\b", source) is not None
 
 
-def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any, torch.nn.Module, str]:
+def tiny_model(model_type: str, class_name: str, check: Any = None, multimodal: bool = False) -> tuple[Any, torch.nn.Module, str]:
     """The config, the model (random weights, in eval mode) and the shrink level of the first
     of ``SHRINK_LEVELS`` that builds and passes ``check(config, model)`` (None when its
     forward runs; widths shrunk apart can disagree: a latent attention's head sizes); the
@@ -500,7 +572,7 @@ def tiny_model(model_type: str, class_name: str, check: Any = None) -> tuple[Any
     built: tuple[Any, torch.nn.Module, str] | None = None
     for level, keys in SHRINK_LEVELS.items():
         try:
-            config = small_config(model_type, class_name, keys, derive=level in DERIVED_LEVELS)
+            config = small_config(model_type, class_name, keys, derive=level in DERIVED_LEVELS, multimodal=multimodal)
             if level != "small" and _meta_parameters(class_name, config) > _MOST_PARAMETERS:
                 continue
             torch.manual_seed(0)
@@ -618,9 +690,9 @@ CATEGORIES = {
 # record's "option"; its "via" names the part of fx2onnx a failure came from): the scoreboard marks its cell
 TEXT_ONLY = "--text-only"
 
-# the errors export-hf refuses a pair with (a task or parts it does not serve, a Python branch on tensor
-# values in the model's code), each naming what does or the line that stops it
-REFUSALS = ("UnsupportedTaskError", "PartsLeftOutError", "ValueBranchError")
+# the errors export-hf refuses a pair with (a task, an architecture or parts it does not serve, a
+# Python branch on tensor values in the model's code), each naming what does or the line that stops it
+REFUSALS = ("UnsupportedTaskError", "UnsupportedArchitectureError", "PartsLeftOutError", "ValueBranchError")
 
 
 # the errors export-hf gives when the model's own forward fails on the step it exports
@@ -698,6 +770,8 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
     """torch.onnx.export(..., dynamo=True) of the same module on the same example inputs."""
     import onnxruntime as ort
 
+    if task in UNCOMPARED:
+        return {"torch_onnx": "not compared", "torch_onnx_cause": UNCOMPARED[task]}
     found = task_inputs(task, config, model)
     if found is None:
         return {"torch_onnx": "not compared"}
@@ -787,8 +861,13 @@ def run_pair(
         scratch = Path(scratch)
         try:
             config, model, record["shrunk"] = tiny_model(
-                model_type, class_name, lambda config, model: _eager_failure(task, config, model))
+                model_type, class_name, lambda config, model: _eager_failure(task, config, model),
+                multimodal=task in UNCOMPARED)
+            if task in UNCOMPARED:
+                _generation_within_vocabulary(model)
             model.save_pretrained(scratch / "source")
+            if task in UNCOMPARED:
+                record["processors"] = save_processors(model_type, config, scratch / "source")
         except Exception as error:  # noqa: BLE001
             record.update(status="not built", **_failure(error))
             record["category"] = classify(record)
@@ -808,16 +887,93 @@ def run_pair(
                 difference=verification.max_logit_difference, tokens_equal=verification.tokens_equal,
                 nodes=_node_count(scratch / "out"),
             )
+            if task in UNCOMPARED and verification.failure:  # a run of the folder failed: what failed
+                record["cause"] = f"FolderRunError: {_first_line(verification.failure)[:200]}"
         record["peak_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
         record["category"] = classify(record)
         if on_export is not None:  # export-hf's result, kept should torch.onnx.export reach the time limit
             on_export(dict(record))
-        if compare:
+        if compare or task in UNCOMPARED:  # the reason it is not compared, recorded either way
             try:
                 record.update(_torch_onnx(model, task, config, scratch))
             except Exception as error:  # noqa: BLE001
                 record.update(torch_onnx="failed", torch_onnx_cause=_cause(error))
     return record
+
+
+def _mel_bins(config: Any) -> int | None:
+    """The mel bins of a speech model's features, from its config or its encoder's."""
+    for part in (config, *(getattr(config, name, None) for name in ("encoder_config", "audio_config", "encoder"))):
+        bins = getattr(part, "num_mel_bins", None)
+        if isinstance(bins, int):
+            return bins
+    return None
+
+
+def _generation_within_vocabulary(model: torch.nn.Module) -> None:
+    """The token ids the generation config suppresses kept within the shrunk vocabulary (a
+    checkpoint's are within its own; Whisper's defaults name ids of its 51865 tokens)."""
+    generation = getattr(model, "generation_config", None)
+    for name in ("suppress_tokens", "begin_suppress_tokens"):
+        ids = getattr(generation, name, None)
+        if isinstance(ids, list):
+            setattr(generation, name, [i for i in ids if isinstance(i, int) and i < VOCAB])
+
+
+def _processor_sizes(processor: Any, config: Any) -> dict[str, Any]:
+    """An image processor's sizes for the tiny vision tower: its patch, its images the tower's
+    shrunk size, or (a processor that sizes images by their pixels, Qwen's) from 2 x 2 to
+    8 x 8 of its merged patches."""
+    vision = next((p for p in _sub_configs(config) if isinstance(getattr(p, "patch_size", None), int)), None)
+    if vision is None:
+        return {}
+    default = vars(processor())  # its settings (its constructor may take them as keywords only)
+    patch, image = vision.patch_size, getattr(vision, "image_size", None)
+    values: dict[str, Any] = {"patch_size": patch} if isinstance(default.get("patch_size"), int) else {}
+    if isinstance(default.get("patch_size"), dict):
+        values["patch_size"] = {k: patch for k in default["patch_size"]}
+    if "min_pixels" in default or "max_pixels" in default:
+        unit = patch * getattr(vision, "spatial_merge_size", 1)
+        values.update(min_pixels=(2 * unit) ** 2, max_pixels=(8 * unit) ** 2)
+        if isinstance(default.get("size"), dict) and "shortest_edge" in default["size"]:  # the pixels' other spelling
+            values["size"] = {"shortest_edge": (2 * unit) ** 2, "longest_edge": (8 * unit) ** 2}
+    elif isinstance(image, int) and default.get("size") is not None:
+        size = default["size"]  # a dict, or transformers' SizeDict (its unset sizes None)
+        size = {k: v for k, v in (size.items() if isinstance(size, dict) else vars(size).items()) if v is not None}
+        keys = [k for k in ("height", "width", "longest_edge", "shortest_edge") if k in size]
+        values["size"] = {k: image for k in keys} if keys else {"height": image, "width": image}
+    return values
+
+
+def save_processors(model_type: str, config: Any, folder: Path) -> list[str]:
+    """Save beside the tiny model the feature extractor and image processor its model type's
+    checkpoints ship (transformers' defaults; the mel bins the config's), which export-hf
+    reads for a multimodal folder (a Whisper folder's log-mel parameters); the class names saved
+    (and those left out, a library they need missing)."""
+    import transformers
+    from transformers.models.auto import feature_extraction_auto, image_processing_auto
+
+    saved = []
+    extractor = getattr(transformers, feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type) or "", None)
+    if extractor is not None:
+        bins = _mel_bins(config)
+        takes_size = "feature_size" in inspect.signature(extractor.__init__).parameters
+        try:
+            extractor(**({"feature_size": bins} if bins and takes_size else {})).save_pretrained(folder)
+            saved.append(extractor.__name__)
+        except ImportError:  # it needs a library not installed (torchaudio, librosa): left out, and the record says so
+            saved.append(f"{extractor.__name__} not saved: a library is missing")
+    names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
+    names = {"pil": names} if isinstance(names, str) else names
+    for name in (names.get("pil"), names.get("torchvision")):
+        try:
+            processor = getattr(transformers, name or "", None)
+            if processor is not None:
+                processor(**_processor_sizes(processor, config)).save_pretrained(folder)
+                return [*saved, processor.__name__]
+        except ImportError:  # a processor of a library not installed (torchvision): the next, or none (said)
+            saved.append(f"{name} not saved: a library is missing")
+    return saved
 
 
 def _export_for_task(scratch: Path, task: str, record: dict[str, Any]) -> Any:
@@ -828,7 +984,7 @@ def _export_for_task(scratch: Path, task: str, record: dict[str, Any]) -> Any:
     from fx2onnx.hub.decoders.text_only import PartsLeftOutError
 
     try:
-        return export_hf(scratch / "source", scratch / "out", task=task, verify=True, tokens=16)
+        return export_hf(scratch / "source", scratch / "out", task=EXPORT_TASKS.get(task, task), verify=True, tokens=16)
     except PartsLeftOutError:
         if task != "text-generation":
             raise
@@ -1032,6 +1188,17 @@ def _cell(record: dict[str, Any]) -> str:
     return ("exact" if record.get("exact") else "differs") + mark
 
 
+# what the scoreboard says of the generative multimodal tasks' pairs
+MULTIMODAL_NOTE = (
+    "**image-text-to-text** (vision-language models, and the vision encoder-decoders transformers files there) and "
+    "**speech-seq2seq** (speech recognition by an encoder-decoder, export-hf's `automatic-speech-recognition` for "
+    "Whisper-style models; the CTC encoders are the `automatic-speech-recognition` row) are exported with export-hf's "
+    "recipe for the task and checked by its own `--verify` of the folder (its encoders, token embedding and "
+    "decoder run as the runtime runs them, greedy tokens against transformers'). Their tiny models also get the "
+    "model type's feature extractor and image processor (transformers' defaults at the tiny tower's sizes), their "
+    "placeholder tokens within the vocabulary, vision towers of 16 patches a side and 2 layers projecting to the "
+    "text width. torch.onnx is not compared on them: the folder is several models, with no single module to compare.")
+
 # the mark of a pair exported with --text-only, and the legend's line for it
 TEXT_ONLY_MARK = " (text only)"
 TEXT_ONLY_LEGEND = (
@@ -1172,6 +1339,7 @@ def report(results: Path, page: Path) -> str:
         "in turn, each task's in a fixed shuffled order, so that a sweep stopped early has sampled each of them "
         "evenly. Time is export-hf's whole command (export, save, verification); memory is the peak resident "
         "memory the pair's process added.", "",
+        f"{MULTIMODAL_NOTE}", "",
         f"**Summary:** {line}.", "",
         f"**Text generation, classification, token classification, question answering, fill-mask, image "
         f"classification and sequence-to-sequence:** {priority_line}.", "",

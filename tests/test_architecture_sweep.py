@@ -493,3 +493,60 @@ def test_a_torch_onnx_record_without_compared_outputs_is_not_counted_exact() -> 
     assert (counts["torch_onnx_exported"], counts["torch_onnx_measured"], counts["torch_onnx_exact"]) == (3, 2, 1)
     assert sweep._torch_cell(written_unmeasured) == "exported, not compared"
     assert sweep._torch_cell(measured) == "exact" and sweep._torch_cell(failed_run) == "differs"
+
+
+def test_the_generative_multimodal_tasks_are_enumerated_from_their_auto_mappings() -> None:
+    from fx2onnx.hub.loading import TASKS
+
+    vision_language = sweep.pairs_of("image-text-to-text")
+    assert ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration") in vision_language
+    assert ("vision-encoder-decoder", "VisionEncoderDecoderModel") in vision_language  # image-to-text is filed here
+    assert ("whisper", "WhisperForConditionalGeneration") in sweep.pairs_of("speech-seq2seq")
+    # the CTC encoders keep their own task; the encoder-decoders are export-hf's speech recognition too
+    assert not set(sweep.pairs_of("speech-seq2seq")) & set(sweep.pairs_of("automatic-speech-recognition"))
+    assert sweep.EXPORT_TASKS["speech-seq2seq"] in TASKS and "image-text-to-text" in TASKS
+    assert set(sweep.UNCOMPARED) == {"image-text-to-text", "speech-seq2seq"}
+
+
+def test_a_tiny_vision_language_model_fits_its_towers_to_the_shrunk_sizes() -> None:
+    config = sweep.small_config("qwen3_vl", "Qwen3VLForConditionalGeneration", multimodal=True)
+    vision, text = config.vision_config, config.text_config
+    assert vision.depth == 2 and list(vision.deepstack_visual_indexes) == [1]  # within the shrunk tower
+    assert vision.out_hidden_size == text.hidden_size == sweep.SMALL["hidden_size"]
+    assert sum(text.rope_parameters["mrope_section"]) == text.head_dim // 2
+    assert all(getattr(config, name) < sweep.VOCAB for name in ("image_token_id", "video_token_id", "vision_start_token_id"))
+    assert len({config.image_token_id, config.video_token_id, config.vision_start_token_id, config.vision_end_token_id}) == 4
+    # without it (the other tasks), the generic shrink alone
+    assert list(sweep.small_config("qwen3_vl", "Qwen3VLForConditionalGeneration").vision_config.deepstack_visual_indexes) == [8, 16, 24]
+
+
+def test_a_tiny_vision_tower_has_sixteen_patches_a_side_and_its_processor_feeds_them(tmp_path: Path) -> None:
+    config = sweep.small_config("gemma3", "Gemma3ForConditionalGeneration", multimodal=True)
+    vision = config.vision_config
+    assert vision.image_size // vision.patch_size == sweep.PATCHES_PER_SIDE
+    assert sweep.save_processors("gemma3", config, tmp_path) == ["Gemma3ImageProcessorPil"]
+    size = json.loads((tmp_path / "preprocessor_config.json").read_text())["size"]
+    assert size == {"height": vision.image_size, "width": vision.image_size}
+
+
+def test_a_multimodal_pair_is_recorded_with_the_reason_it_is_not_compared(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    record = sweep.run_pair("image-text-to-text", "mistral3", "Mistral3ForConditionalGeneration", compare=False)
+    assert record["status"] == "exported" and record["exact"] is True and record["tokens_equal"] is True
+    assert record["difference"] <= sweep.ATOL and record["nodes"] > 0 and record["seconds"] > 0 and "peak_mb" in record
+    assert record["category"] is None and record["processors"] == ["PixtralImageProcessorPil"]
+    assert record["torch_onnx"] == "not compared" and "no single module" in record["torch_onnx_cause"]
+    # a vision-language model export-hf writes no folder for: its refusal, counted apart
+    refused = sweep.run_pair("image-text-to-text", "llava", "LlavaForConditionalGeneration", compare=False)
+    assert refused["cause"].startswith("UnsupportedArchitectureError") and "llava is not one of them" in refused["cause"]
+    assert refused["category"] == "refused"
+
+
+def test_a_tiny_whisper_suppresses_only_tokens_of_its_vocabulary() -> None:
+    import transformers
+
+    config = sweep.small_config("whisper", "WhisperForConditionalGeneration", multimodal=True)
+    model = transformers.WhisperForConditionalGeneration(config)
+    assert any(i >= sweep.VOCAB for i in model.generation_config.begin_suppress_tokens)
+    sweep._generation_within_vocabulary(model)
+    assert all(i < sweep.VOCAB for i in model.generation_config.begin_suppress_tokens or [])

@@ -40,6 +40,11 @@ class UnsupportedTaskError(ValueError):
     """The checkpoint's architecture is made for a task `export-hf` does not serve."""
 
 
+class UnsupportedArchitectureError(NotImplementedError):
+    """`export-hf` serves the task, but writes no folder of it for the checkpoint's
+    architecture (the error names those it does, and what works for this one)."""
+
+
 def _classes(mapping_name: str) -> set[str]:
     from transformers.models.auto import modeling_auto
 

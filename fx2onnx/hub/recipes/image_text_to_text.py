@@ -101,7 +101,7 @@ class ImageTextToTextRecipe(RecipeDefaults):
             architecture_for(loaded.config, self.for_transformers_js)
         except NotImplementedError as error:  # an architecture without a runtime layout here
             hint = "" if self.for_transformers_js else transformers_js_hint(loaded.config)
-            return Refusal(NotImplementedError, f"{error}{hint}")
+            return Refusal(type(error), f"{error}{hint}")  # its class: an architecture without a row is refused as such
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(

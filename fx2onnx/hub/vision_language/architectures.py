@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fx2onnx.hub import tasks
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.vision_language import gemma3, mistral3, qwen2_5_vl, qwen3_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
@@ -24,7 +25,7 @@ def architecture_of(config: Any) -> VisionLanguageArchitecture:
     model_type = getattr(config, "model_type", None)
     architecture = ARCHITECTURES.get(model_type)
     if architecture is None:
-        raise NotImplementedError(
+        raise tasks.UnsupportedArchitectureError(
             f"export-hf writes image-text-to-text folders (ONNX Runtime GenAI's vision, embedding and decoder models) "
             f"for model types {', '.join(ARCHITECTURES)}; {model_type} is not one of them. Nothing was written. "
             f"{text_only.command_hint(config)}"
