@@ -819,8 +819,8 @@ MEASURED = "torch_onnx_outputs_compared"
 
 def torch_onnx_measured(record: dict[str, Any]) -> bool:
     """Whether the record's torch.onnx exactness was measured (an exported pair whose outputs
-    were compared, or one whose run failed) rather than written with nothing compared."""
-    return record.get("torch_onnx") == "exported" and (bool(record.get(MEASURED)) or "torch_onnx_cause" in record)
+    were compared) rather than written with nothing compared or its run failed."""
+    return record.get("torch_onnx") == "exported" and bool(record.get(MEASURED))
 
 
 def compared_outputs(expected: Any, names: tuple[str, ...], got: list[np.ndarray]) -> list[tuple[np.ndarray, torch.Tensor]]:
@@ -1211,6 +1211,8 @@ def _torch_cell(record: dict[str, Any]) -> str:
     state = record.get("torch_onnx", "")
     if state != "exported":
         return {"failed": "fails", "not compared": "-"}.get(state, "-")
+    if "torch_onnx_cause" in record:
+        return "exported, its run fails"
     if not torch_onnx_measured(record):
         return "exported, not compared"
     return "exact" if record.get("torch_onnx_exact") else "differs"
@@ -1325,7 +1327,8 @@ def report(results: Path, page: Path) -> str:
         "equal as well). **torch.onnx** is `torch.onnx.export(..., dynamo=True)` on the same module and example "
         "inputs (every dim `Dim.AUTO`; decoders without their cache; sequence-to-sequence models in one pass with "
         "four decoder tokens), compared the same way, its outputs taken by position (it names them after their "
-        "nodes); *exported, not compared*: a record written when the sweep matched its outputs by name and so "
+        "nodes); *exported, its run fails*: onnxruntime could not run its model on the example inputs; "
+        "*exported, not compared*: a record written when the sweep matched its outputs by name and so "
         "compared none (run the pair again to measure it). *exact*: within the tolerance; *differs*: exported but "
         "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
