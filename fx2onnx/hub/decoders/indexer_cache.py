@@ -28,26 +28,13 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
+from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
+
 # model types whose layers keep indexer keys that Transformers.js 4.3.1 feeds no input for
 INDEXER_KEY_TYPES = frozenset({"glm_moe_dsa"})
 
 _INDEXER = re.compile(r"past_key_values\.(\d+)\.indexer_keys")
 _HEADS, _WIDTH = 1, 3
-
-
-def rename_value(graph: onnx.GraphProto, old: str, new: str, nested: bool = False) -> None:
-    """Rename value ``old`` to ``new`` in every node of ``graph`` and of its sub-graphs (an
-    `If`'s branches read the outer graph's values by name), in its value infos, and in a
-    sub-graph's inputs and outputs (the main graph's keep their public names)."""
-    for node in graph.node:
-        node.input[:] = [new if name == old else name for name in node.input]
-        node.output[:] = [new if name == old else name for name in node.output]
-        for attribute in node.attribute:
-            for sub in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs):
-                rename_value(sub, old, new, nested=True)
-    for info in [*graph.value_info, *(list(graph.input) + list(graph.output) if nested else [])]:
-        if info.name == old:
-            info.name = new
 
 
 def _static(value: onnx.ValueInfoProto, axis: int) -> int:
@@ -145,9 +132,4 @@ def write_joined_indexer_keys(folder: Path, relative: str, config: Mapping[str, 
     (nothing written) otherwise."""
     if config.get("model_type") not in INDEXER_KEY_TYPES:
         return False
-    path = folder / relative
-    model = onnx.load(str(path), load_external_data=False)
-    if not join_indexer_keys(model.graph):
-        return False
-    onnx.save(model, str(path))
-    return True
+    return rewrite_graph_file(folder / relative, join_indexer_keys)

@@ -26,6 +26,8 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
+from fx2onnx.hub.decoders.graph_files import rewrite_graph_file
+
 # model types whose Transformers.js 4.3.1 class feeds positions other than transformers' generation
 # when the graph takes them, and none when it does not
 POSITIONS_FROM_MASK_TYPES = frozenset({"qwen3_5_text"})
@@ -84,9 +86,4 @@ def write_positions_from_mask(folder: Path, relative: str, config: Mapping[str, 
     (nothing written) otherwise."""
     if not counts_positions_from_mask(config):
         return False
-    path = folder / relative
-    model = onnx.load(str(path), load_external_data=False)
-    if not positions_from_mask(model.graph):
-        return False
-    onnx.save(model, str(path))
-    return True
+    return rewrite_graph_file(folder / relative, positions_from_mask)

@@ -28,7 +28,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
-from fx2onnx.hub.decoders.indexer_cache import rename_value
+from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
 
 # model type -> the config entry giving the stride at which Transformers.js 4.3.1 names its cache inputs
 STRIDED_CACHE_TYPES = {"zaya": "cca_time1"}
@@ -119,9 +119,4 @@ def write_strided_cache(folder: Path, relative: str, config: Mapping[str, Any]) 
     stride, layers = cache_stride(config), config.get("num_hidden_layers")
     if stride == 1 or not isinstance(layers, int):
         return False
-    path = folder / relative
-    model = onnx.load(str(path), load_external_data=False)
-    if not join_strided_layers(model.graph, layers, stride):
-        return False
-    onnx.save(model, str(path))
-    return True
+    return rewrite_graph_file(folder / relative, lambda graph: join_strided_layers(graph, layers, stride))

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from fx2onnx.hub.decoders.graph_files import rewrite_graph_file
 from fx2onnx.hub.decoders.indexer_cache import join_indexer_keys
 from fx2onnx.hub.decoders.mask_positions import POSITIONS, counts_positions_from_mask, positions_from_mask
 from fx2onnx.hub.shared.verification import positions_of
@@ -133,3 +134,22 @@ def test_layers_fed_in_groups_take_their_own_caches_again():
         np.testing.assert_array_equal(got[f"present.0.{k}"], np.concatenate([want[f"present.{i}.{k}"] for i in (0, 1)], axis=1))
         np.testing.assert_array_equal(got[f"present.2.{k}"], want[f"present.2.{k}"])
     assert cache_stride({"model_type": "zaya", "cca_time1": 2}) == 2 and cache_stride({"model_type": "llama"}) == 1
+
+
+def test_a_graph_file_is_written_back_only_when_its_rewrite_changed_it(tmp_path) -> None:
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    before = path.read_bytes()
+
+    def rename(changed: bool):
+        def rewrite(g: onnx.GraphProto) -> bool:
+            g.node[0].name = "renamed"
+            return changed
+        return rewrite
+
+    assert not rewrite_graph_file(path, rename(False)) and path.read_bytes() == before
+    assert rewrite_graph_file(path, rename(True))
+    assert onnx.load(str(path)).graph.node[0].name == "renamed"

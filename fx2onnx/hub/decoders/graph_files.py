@@ -1,0 +1,36 @@
+"""Rewrites of a saved graph file in place, as the decoder steps for Transformers.js's
+feeds make them (its inputs renamed, split or joined): the graph read without its weights,
+rewritten, and written back only when the rewrite changed it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+
+
+def rewrite_graph_file(path: Path, rewrite: Callable[[onnx.GraphProto], object]) -> bool:
+    """Apply ``rewrite`` to the graph of the model file at ``path`` (its external weights
+    left where they are) and save it when ``rewrite`` returns a true value; returns whether
+    the file was written."""
+    model = onnx.load(str(path), load_external_data=False)
+    if not rewrite(model.graph):
+        return False
+    onnx.save(model, str(path))
+    return True
+
+
+def rename_value(graph: onnx.GraphProto, old: str, new: str, nested: bool = False) -> None:
+    """Rename value ``old`` to ``new`` in every node of ``graph`` and of its sub-graphs (an
+    `If`'s branches read the outer graph's values by name), in its value infos, and in a
+    sub-graph's inputs and outputs (the main graph's keep their public names)."""
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+        node.output[:] = [new if name == old else name for name in node.output]
+        for attribute in node.attribute:
+            for sub in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs):
+                rename_value(sub, old, new, nested=True)
+    for info in [*graph.value_info, *(list(graph.input) + list(graph.output) if nested else [])]:
+        if info.name == old:
+            info.name = new
