@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import onnx
+from onnx import TensorProto, helper
 
 
 def rewrite_graph_file(path: Path, rewrite: Callable[[onnx.GraphProto], object]) -> bool:
@@ -19,6 +20,13 @@ def rewrite_graph_file(path: Path, rewrite: Callable[[onnx.GraphProto], object])
         return False
     onnx.save(model, str(path))
     return True
+
+
+def int64_constant(name: str, values: list[int], shape: tuple[int, ...] | None = None) -> onnx.NodeProto:
+    """A `Constant` node named ``name`` giving the int64 tensor ``values`` (a list of them;
+    ``shape`` () for a scalar)."""
+    dims = [len(values)] if shape is None else list(shape)
+    return helper.make_node("Constant", [], [name], name=name, value=helper.make_tensor(name, TensorProto.INT64, dims, values))
 
 
 def rename_value(graph: onnx.GraphProto, old: str, new: str, nested: bool = False) -> None:

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
-from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
+from fx2onnx.hub.decoders.graph_files import int64_constant, rename_value, rewrite_graph_file
 
 # model types whose layers keep indexer keys that Transformers.js 4.3.1 feeds no input for
 INDEXER_KEY_TYPES = frozenset({"glm_moe_dsa"})
@@ -82,11 +82,6 @@ def join_indexer_keys(graph: onnx.GraphProto) -> list[int]:
     return changed
 
 
-def _constant(name: str, values: list[int]) -> onnx.NodeProto:
-    return helper.make_node("Constant", [], [name], name=name,
-                            value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
-
-
 def _split_past(graph: onnx.GraphProto, layer: int, heads: int, key_width: int, index_width: int) -> list[onnx.NodeProto]:
     """Nodes giving the exported nodes their layer's past keys and indexer keys from the joined input."""
     key, index = f"past_key_values.{layer}.key", f"past_key_values.{layer}.indexer_keys"
@@ -94,9 +89,9 @@ def _split_past(graph: onnx.GraphProto, layer: int, heads: int, key_width: int, 
     rename_value(graph, index, f"{index}/split")
     at = f"past_key_values.{layer}.joined"
     return [
-        _constant(f"{at}/key_starts", [0, 0]), _constant(f"{at}/key_ends", [heads, key_width]),
-        _constant(f"{at}/index_starts", [heads, 0]), _constant(f"{at}/index_ends", [heads + 1, index_width]),
-        _constant(f"{at}/axes", [_HEADS, _WIDTH]), _constant(f"{at}/head_axis", [_HEADS]),
+        int64_constant(f"{at}/key_starts", [0, 0]), int64_constant(f"{at}/key_ends", [heads, key_width]),
+        int64_constant(f"{at}/index_starts", [heads, 0]), int64_constant(f"{at}/index_ends", [heads + 1, index_width]),
+        int64_constant(f"{at}/axes", [_HEADS, _WIDTH]), int64_constant(f"{at}/head_axis", [_HEADS]),
         helper.make_node("Slice", [key, f"{at}/key_starts", f"{at}/key_ends", f"{at}/axes"], [f"{key}/split"],
                          name=f"{at}/key"),
         helper.make_node("Slice", [key, f"{at}/index_starts", f"{at}/index_ends", f"{at}/axes"],
@@ -113,9 +108,9 @@ def _join_present(graph: onnx.GraphProto, layer: int, key_width: int, index_widt
     rename_value(graph, index, f"{index}/joined")
     at = f"present.{layer}.joined"
     return [
-        _constant(f"{at}/head_axis", [_HEADS]),
-        _constant(f"{at}/key_pads", [0, 0, 0, 0, 0, 0, 0, width - key_width]),
-        _constant(f"{at}/index_pads", [0, 0, 0, 0, 0, 0, 0, width - index_width]),
+        int64_constant(f"{at}/head_axis", [_HEADS]),
+        int64_constant(f"{at}/key_pads", [0, 0, 0, 0, 0, 0, 0, width - key_width]),
+        int64_constant(f"{at}/index_pads", [0, 0, 0, 0, 0, 0, 0, width - index_width]),
         helper.make_node("Unsqueeze", [f"{index}/joined", f"{at}/head_axis"], [f"{at}/index_head"],
                          name=f"{at}/unsqueeze"),
         helper.make_node("Pad", [f"{key}/joined", f"{at}/key_pads"], [f"{at}/key_padded"], name=f"{at}/key_pad"),

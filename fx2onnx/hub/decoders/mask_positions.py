@@ -26,7 +26,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
-from fx2onnx.hub.decoders.graph_files import rewrite_graph_file
+from fx2onnx.hub.decoders.graph_files import int64_constant, rewrite_graph_file
 
 # model types whose Transformers.js 4.3.1 class feeds positions other than transformers' generation
 # when the graph takes them, and none when it does not
@@ -56,8 +56,7 @@ def positions_from_mask(graph: onnx.GraphProto, mask: str = "attention_mask", id
         return f"{POSITIONS}_from_mask/{part}"
 
     def constant(part: str, value: int, shape: tuple[int, ...] = ()) -> onnx.NodeProto:
-        tensor = helper.make_tensor(name(part), TensorProto.INT64, shape, [value] * max(1, len(shape)))
-        return helper.make_node("Constant", [], [name(part)], name=name(part), value=tensor)
+        return int64_constant(name(part), [value] * max(1, len(shape)), shape)
 
     nodes = [
         constant("zero", 0), constant("one", 1), constant("axis", 1), constant("last", _INT64_MAX, (1,)),

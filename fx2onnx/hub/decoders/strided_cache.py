@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
-from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
+from fx2onnx.hub.decoders.graph_files import int64_constant, rename_value, rewrite_graph_file
 
 # model type -> the config entry giving the stride at which Transformers.js 4.3.1 names its cache inputs
 STRIDED_CACHE_TYPES = {"zaya": "cca_time1"}
@@ -91,8 +91,7 @@ def join_strided_layers(graph: onnx.GraphProto, layers: int, stride: int) -> lis
             rename_value(graph, name, f"{name}/joined")
         at = f"past_key_values.{group[0]}.{kind}.joined"
         first += [
-            helper.make_node("Constant", [], [f"{at}/widths"], name=f"{at}/widths",
-                             value=helper.make_tensor(f"{at}/widths", TensorProto.INT64, [len(widths)], widths)),
+            int64_constant(f"{at}/widths", widths),
             helper.make_node("Split", [past[0], f"{at}/widths"], [f"{name}/split" for name in past], name=f"{at}/split",
                              axis=_AXIS),
         ]
