@@ -893,12 +893,16 @@ def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
         assert genai_greedy(genai, prompt, NEW_TOKENS) == expected
 
 
-def test_gemma4_kv_shared_layers_in_transformers_js(tmp_path, transformers_js):
+def test_gemma4_kv_shared_layers_in_transformers_js_and_genai(tmp_path, transformers_js):
     """Gemma 4 as its E2B/E4B checkpoints are: its last layers (a sliding one, a full one)
     attend to the keys and values of the last earlier layer of their type. Its folder's cache
     holds the other layers' only, as transformers' and Transformers.js's do: 16 greedy tokens
     equal transformers' in onnxruntime (a left-padded batch too) and in Transformers.js, past
-    the sliding window of 8. ONNX Runtime GenAI gets no config, with the note saying why."""
+    the sliding window of 8; ONNX Runtime GenAI runs the folder's model with past and present
+    apart (its shared buffer, the context long, is not the cache those layers read): the same
+    tokens, a batch too (padded on the right, as GenAI pads), with logits within 1e-4."""
+    from fx2onnx.hub.shared.verification import greedy_in_folder, greedy_in_genai, plain_greedy
+
     kinds = ["sliding_attention", "full_attention"] * 2
     model = save_gemma4(tmp_path / "source", num_hidden_layers=4, layer_types=kinds, num_kv_shared_layers=2)
     assert model.config.text_config.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
@@ -907,8 +911,7 @@ def test_gemma4_kv_shared_layers_in_transformers_js(tmp_path, transformers_js):
                        tokens=NEW_TOKENS)
     assert result.verification.passed and result.verification.tokens_equal
     assert [line for line in said if "(Transformers.js's models) too" in line]
-    assert [line for line in said if line.startswith("no genai_config.json: gemma4's last 2 layers attend")]
-    assert not (tmp_path / "out" / "genai_config.json").exists()
+    assert [line for line in said if line.startswith("genai_config.json with past and present apart")]
     folder = tmp_path / "out" / "onnx"
     cache = {f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")}
     for name in ("model", "embed_tokens", "decoder_model_merged"):
@@ -916,6 +919,23 @@ def test_gemma4_kv_shared_layers_in_transformers_js(tmp_path, transformers_js):
         onnx.checker.check_model(graph, full_check=True)
         assert {v.name for v in graph.graph.input if v.name.startswith("past_")} == (set() if name == "embed_tokens" else cache)
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)  # up to 25 tokens
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    assert genai["model"]["decoder"]["filename"] == "onnx/model.onnx" and "sliding_window" not in genai["model"]["decoder"]
+    assert genai["search"]["past_present_share_buffer"] is False
+    prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21, 33, 6]]
+    ids, mask = left_padded(prompts)
+    with plain_greedy(model):
+        expected = greedy(model, torch.tensor(ids), torch.tensor(mask))
+    right = [prompt + [0] * (len(ids[0]) - len(prompt)) for prompt in prompts]
+    generated = greedy_in_genai(og.Model(str(tmp_path / "out")), right, NEW_TOKENS, logits=True)
+    assert generated.tokens == expected  # to 27 tokens, past the window of 8
+    # the decode steps' logits against onnxruntime's on the folder's model (the prefill's last column
+    # is a padding token's in GenAI's right-padded row; its end token is held back by min_length)
+    reference = greedy_in_folder(folder / "model.onnx", prompts, NEW_TOKENS, pad=0, banned=[2])
+    assert reference.tokens == expected
+    for got, want in zip(generated.logits[1:], reference.logits[1:]):
+        np.testing.assert_allclose(np.delete(got, 2, -1), np.delete(want, 2, -1), rtol=0, atol=1e-4)
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):

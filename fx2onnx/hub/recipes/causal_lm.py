@@ -165,10 +165,14 @@ class CausalLMRecipe(RecipeDefaults):
             if cache_stride(config) > 1 and not write_strided_cache(staging, name, config):
                 say(UNJOINED_NOTE.format(model_type=config.get("model_type"), stride=cache_stride(config)))
             return files
-        no_genai = unequal_head_sizes_note(loaded.config, program.model) or shared_cache_note(loaded.config, program.model)
+        no_genai = unequal_head_sizes_note(loaded.config, program.model)
         if no_genai is not None:
             say(no_genai)
             return files
+        # layers reading an earlier layer's present: GenAI feeds past and present apart
+        apart = shared_cache_note(loaded.config, program.model)
+        if apart is not None:
+            say(apart)
         if reads_combined_cache(loaded.config.to_dict()):
             # Transformers.js feeds this config one key_value input per layer; ONNX Runtime
             # GenAI feeds a key and a value: a graph for each, over the same weights
@@ -176,6 +180,10 @@ class CausalLMRecipe(RecipeDefaults):
             files.append(name)
         generation = getattr(loaded.model, "generation_config", None)
         config = genai_config(loaded.config, generation, name, program.model)
+        if apart is not None:
+            # the folder's model as it is, its cache growing: no window-sized buffer either
+            config["search"]["past_present_share_buffer"] = False
+            return [*files, write_json_file(staging, GENAI_CONFIG, config)]
         windowed = write_windowed_decoder(staging, name, config)  # ONNX Runtime GenAI's own, where layers slide
         if windowed is not None:
             config, files = windowed, [*files, windowed["model"]["decoder"]["filename"]]
