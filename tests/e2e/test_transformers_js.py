@@ -813,6 +813,60 @@ def test_folders_taking_what_transformers_js_feeds_their_model_type(tmp_path, fa
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
 
 
+def assert_generates_as_onnxruntime(prefix: Path, scratch: Path, folder: Path, decoder: str, embedding: str | None = None):
+    """Transformers.js's 16 greedy tokens from ``folder`` (a quantized one: not transformers'
+    tokens) equal onnxruntime's greedy loop on the folder's ``decoder`` file (its ids embedded by
+    ``embedding`` first, where given), two prompts alone and as one left-padded batch."""
+    from fx2onnx.hub.shared.verification import greedy_in_folder
+
+    prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]]
+    ids, mask = left_padded(prompts)
+    result = run_in_transformers_js(prefix, scratch, {
+        "folder": str(folder), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
+        "batch": {"input_ids": ids, "attention_mask": mask}})
+    files = {"path": folder / "onnx" / decoder, "embedding": folder / "onnx" / embedding if embedding else None}
+    # min_new_tokens: the end token (2) never chosen, in both
+    alone = [greedy_in_folder(**files, prompts=[p], new_tokens=NEW_TOKENS, pad=0, banned=[2]).tokens[0] for p in prompts]
+    assert result["generated"] == alone
+    assert result["batch_generated"] == greedy_in_folder(**files, prompts=prompts, new_tokens=NEW_TOKENS, pad=0, banned=[2]).tokens
+    assert len({t for tokens in alone for t in tokens}) > 1  # the prompts' tokens differ (ZAYA's repeat one each)
+
+
+# model type -> the other modes its feed rewrite is run in: module functions (exact against transformers), and
+# int4 with module functions (`model_q4.onnx`, against onnxruntime on that file); GLM-MoE-DSA's export with
+# module functions and int4 together takes 40 s, its rewrite reads the same graph inputs either way
+FED_IN_OTHER_MODES = {"qwen3_5_text": {"precision": "int4"}, "glm_moe_dsa": {}, "zaya": {"precision": "int4"}}
+
+
+@pytest.mark.parametrize("family", list(FED_IN_OTHER_MODES))
+def test_feed_rewrites_with_module_functions_and_int4_in_transformers_js(tmp_path, family, transformers_js):
+    """The graph rewrites for Transformers.js's feeds (positions from the mask, indexer keys in
+    the key cache, caches in groups) on a graph of module functions, and on an int4 one
+    (`model_q4.onnx`): the graph takes what Transformers.js feeds, and Transformers.js's 16
+    greedy tokens (alone and as a left-padded batch, past the indexer's 4 kept keys) are
+    transformers' (float) or onnxruntime's on the same file (int4)."""
+    make_config, takes = FED_AS_TRANSFORMERS_JS_FEEDS[family]
+    precision = FED_IN_OTHER_MODES[family]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(make_config()).eval()
+    model.save_pretrained(tmp_path / "source")
+    said = []
+    export_hf(tmp_path / "source", tmp_path / "out", module_functions=True, say=said.append, **precision)
+    assert not [line for line in said if "cannot load" in line]
+    name = "model_q4.onnx" if precision else "model.onnx"
+    assert sorted(p.name for p in (tmp_path / "out" / "onnx").glob("*.onnx")) == [name]
+    path = os.fspath(tmp_path / "out" / "onnx" / name)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    graph = onnx.load(path, load_external_data=False)
+    assert graph.functions and (not precision or [n for n in graph.graph.node if n.op_type == "MatMulNBits"]
+                                or [n for f in graph.functions for n in f.node if n.op_type == "MatMulNBits"])
+    assert takes(shapes(graph.graph.input))
+    if precision:
+        assert_generates_as_onnxruntime(transformers_js, tmp_path, tmp_path / "out", name)
+    else:
+        assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
+
+
 def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
     """Voxtral's audio-text-to-text folder in Transformers.js (AutoModelForAudioTextToText: its
     audio_encoder fed `audio_values`, the features merged into the audio tokens' rows in
@@ -936,6 +990,64 @@ def test_gemma4_kv_shared_layers_in_transformers_js_and_genai(tmp_path, transfor
     assert reference.tokens == expected
     for got, want in zip(generated.logits[1:], reference.logits[1:]):
         np.testing.assert_allclose(np.delete(got, 2, -1), np.delete(want, 2, -1), rtol=0, atol=1e-4)
+
+
+GEMMA4_LAYERS = {"sliding-and-full": {},
+                 "kv-shared": {"num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2,
+                               "num_kv_shared_layers": 2}}
+
+
+@pytest.mark.parametrize("layers", list(GEMMA4_LAYERS))
+def test_gemma4_int4_folder_with_module_functions_in_transformers_js(tmp_path, layers, transformers_js, monkeypatch):
+    """A Gemma 4 `--precision int4 --module-functions` folder: `--verify` checks Transformers.js's
+    `embed_tokens_q4` and `decoder_model_merged_q4` beside `model_q4` (a pair giving other
+    logits fails it, naming its file), and Transformers.js's 16 greedy tokens (alone and as a
+    left-padded batch, past the window of 8) are onnxruntime's on that pair; with KV-shared
+    layers, GenAI's config keeps past and present apart and GenAI generates what onnxruntime
+    generates on `model_q4.onnx`."""
+    from fx2onnx.hub.recipes import causal_lm
+    from fx2onnx.hub.shared.verification import greedy_in_folder, greedy_in_genai, verify_quantized_causal_lm
+
+    model = save_gemma4(tmp_path / "source", **GEMMA4_LAYERS[layers])
+    checked = []
+
+    def spied(path, *args, embedding=None, **kwargs):
+        checked.append((path.name, embedding.name if embedding else None))
+        return verify_quantized_causal_lm(path, *args, embedding=embedding, **kwargs)
+
+    monkeypatch.setattr(causal_lm, "verify_quantized_causal_lm", spied)
+    said = []
+    # int4 of a 32-wide model moves its logits by up to 0.3 (of 0.4): the bound set above that
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4", module_functions=True,
+                       verify=True, tokens=NEW_TOKENS, atol=0.5, say=said.append)
+    assert result.verification.passed
+    assert checked == [("model_q4.onnx", None), ("decoder_model_merged_q4.onnx", "embed_tokens_q4.onnx")]
+    folder = tmp_path / "out" / "onnx"
+    for name in ("model_q4", "embed_tokens_q4", "decoder_model_merged_q4"):
+        graph = onnx.load(folder / f"{name}.onnx")
+        onnx.checker.check_model(graph, full_check=True)
+        assert graph.functions or name == "embed_tokens_q4"
+    assert_generates_as_onnxruntime(transformers_js, tmp_path, tmp_path / "out", "decoder_model_merged_q4.onnx",
+                                    "embed_tokens_q4.onnx")
+    # the pair's logits tripled: its verification fails where model_q4's passes
+    tripled = onnx.load(folder / "decoder_model_merged_q4.onnx", load_external_data=False)
+    logits = next(n for n in tripled.graph.node if "logits" in n.output)
+    logits.output[list(logits.output).index("logits")] = "logits/raw"
+    tripled.graph.node.extend([
+        onnx.helper.make_node("Constant", [], ["logits/three"], value=onnx.helper.make_tensor("three", 1, [], [3.0])),
+        onnx.helper.make_node("Mul", ["logits/raw", "logits/three"], ["logits"])])
+    onnx.save(tripled, folder / "decoder_model_merged_q4.onnx")
+    prompt = [5, 17, 42, 8, 9, 3]
+    assert verify_quantized_causal_lm(folder / "model_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5).passed
+    assert not verify_quantized_causal_lm(folder / "decoder_model_merged_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5,
+                                          embedding=folder / "embed_tokens_q4.onnx").passed
+    if layers == "kv-shared":
+        og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+        genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+        assert genai["search"]["past_present_share_buffer"] is False
+        prompt = [9, 3, 77, 31, 60, 12, 4, 50, 21]
+        expected = greedy_in_folder(folder / "model_q4.onnx", [prompt], NEW_TOKENS, pad=0, banned=[2]).tokens
+        assert greedy_in_genai(og.Model(str(tmp_path / "out")), [prompt], NEW_TOKENS).tokens == expected
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):

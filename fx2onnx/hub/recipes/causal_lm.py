@@ -221,12 +221,17 @@ class CausalLMRecipe(RecipeDefaults):
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
             first = first or verdict
-        if writes_embedded_decoder(loaded.config) and prompt is None:
+        if writes_embedded_decoder(loaded.config):
             # Transformers.js's embedding and decoder, fed as it feeds them: each step's ids embedded first
-            embedding, decoder = (onnx_file(loaded, base) for base in (EMBEDDING, folder_layout.MERGED_DECODER))
+            embedding, decoder = (onnx_file(loaded, base, request.quantization)
+                                  for base in (EMBEDDING, folder_layout.MERGED_DECODER))
             say(f"verifying {embedding} and {decoder} (Transformers.js's models) too")
-            verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
-                                                  reference=reference, embedding=folder / embedding)
+            if prompt is not None:
+                verdict = verify_quantized_causal_lm(folder / decoder, model, loaded.config, prompt.tolist(), request.tokens,
+                                                     request.atol, embedding=folder / embedding)
+            else:
+                verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
+                                                      reference=reference, embedding=folder / embedding)
             if not verdict.passed:
                 return dataclasses.replace(verdict, failure=f"{decoder}: {verdict.failure or 'logits beyond the tolerance'}")
         return first  # every graph passed: the folder's model's verdict, with its lengths
