@@ -992,23 +992,19 @@ def test_gemma4_kv_shared_layers_in_transformers_js_and_genai(tmp_path, transfor
         np.testing.assert_allclose(np.delete(got, 2, -1), np.delete(want, 2, -1), rtol=0, atol=1e-4)
 
 
-GEMMA4_LAYERS = {"sliding-and-full": {},
-                 "kv-shared": {"num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2,
-                               "num_kv_shared_layers": 2}}
-
-
-@pytest.mark.parametrize("layers", list(GEMMA4_LAYERS))
-def test_gemma4_int4_folder_with_module_functions_in_transformers_js(tmp_path, layers, transformers_js, monkeypatch):
-    """A Gemma 4 `--precision int4 --module-functions` folder: `--verify` checks Transformers.js's
-    `embed_tokens_q4` and `decoder_model_merged_q4` beside `model_q4` (a pair giving other
-    logits fails it, naming its file), and Transformers.js's 16 greedy tokens (alone and as a
-    left-padded batch, past the window of 8) are onnxruntime's on that pair; with KV-shared
-    layers, GenAI's config keeps past and present apart and GenAI generates what onnxruntime
-    generates on `model_q4.onnx`."""
+def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(tmp_path, transformers_js, monkeypatch):
+    """A Gemma 4 `--precision int4 --module-functions` folder with KV-shared layers (a sliding
+    and a full one reusing the earlier layers' keys and values): `--verify` checks
+    Transformers.js's `embed_tokens_q4` and `decoder_model_merged_q4` beside `model_q4` (a
+    pair giving other logits fails it), Transformers.js's 16 greedy tokens (alone and as a
+    left-padded batch, past the window of 8) are onnxruntime's on that pair, and GenAI's
+    config keeps past and present apart (the shared layers' reads are inside the int4 graph's
+    branches): GenAI generates what onnxruntime generates on `model_q4.onnx`."""
     from fx2onnx.hub.recipes import causal_lm
     from fx2onnx.hub.shared.verification import greedy_in_folder, greedy_in_genai, verify_quantized_causal_lm
 
-    model = save_gemma4(tmp_path / "source", **GEMMA4_LAYERS[layers])
+    kinds = ["sliding_attention", "full_attention"] * 2
+    model = save_gemma4(tmp_path / "source", num_hidden_layers=4, layer_types=kinds, num_kv_shared_layers=2)
     checked = []
 
     def spied(path, *args, embedding=None, **kwargs):
@@ -1022,6 +1018,7 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js(tmp_path, l
                        verify=True, tokens=NEW_TOKENS, atol=0.5, say=said.append)
     assert result.verification.passed
     assert checked == [("model_q4.onnx", None), ("decoder_model_merged_q4.onnx", "embed_tokens_q4.onnx")]
+    assert [line for line in said if line.startswith("genai_config.json with past and present apart")]
     folder = tmp_path / "out" / "onnx"
     for name in ("model_q4", "embed_tokens_q4", "decoder_model_merged_q4"):
         graph = onnx.load(folder / f"{name}.onnx")
@@ -1041,13 +1038,12 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js(tmp_path, l
     assert verify_quantized_causal_lm(folder / "model_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5).passed
     assert not verify_quantized_causal_lm(folder / "decoder_model_merged_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5,
                                           embedding=folder / "embed_tokens_q4.onnx").passed
-    if layers == "kv-shared":
-        og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
-        genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
-        assert genai["search"]["past_present_share_buffer"] is False
-        prompt = [9, 3, 77, 31, 60, 12, 4, 50, 21]
-        expected = greedy_in_folder(folder / "model_q4.onnx", [prompt], NEW_TOKENS, pad=0, banned=[2]).tokens
-        assert greedy_in_genai(og.Model(str(tmp_path / "out")), [prompt], NEW_TOKENS).tokens == expected
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    assert genai["search"]["past_present_share_buffer"] is False
+    prompt = [9, 3, 77, 31, 60, 12, 4, 50, 21]
+    expected = greedy_in_folder(folder / "model_q4.onnx", [prompt], NEW_TOKENS, pad=0, banned=[2]).tokens
+    assert greedy_in_genai(og.Model(str(tmp_path / "out")), [prompt], NEW_TOKENS).tokens == expected
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):
