@@ -35,12 +35,12 @@ import torch
 
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, TokenizerMismatchWarning, check_encodings, file_encoder
+from client_versions import TRANSFORMERS_JS_VERSION, npm_cache, transformers_js_folder
 from test_export_hf import generate_with_genai, save_causal_lm
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-TRANSFORMERS_JS_VERSION = "4.3.1"
 RUNNER = Path(__file__).with_name("transformers_js_runner.mjs")
 PROMPTS = ("the quick brown fox", "hello world of onnx models 42", "the lazy dog jumps over")
 NEW_TOKENS = 16
@@ -50,7 +50,7 @@ def npm_installed(package: str, version: str, folder: str, minutes: int, env: di
     """The npm prefix ``folder`` of the test cache (FX2ONNX_TEST_CACHE, default
     ~/.cache/fx2onnx-tests) holding ``package`` at ``version``, installed there once from the
     registry; the test skipped, saying why, where the install fails or takes over ``minutes``."""
-    prefix = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests")) / folder
+    prefix = npm_cache() / folder
     prefix.mkdir(parents=True, exist_ok=True)
     # the suite's workers (`pytest -n`) share the cache: one installs, the others wait for it
     with filelock.FileLock(f"{prefix}.lock"):
@@ -78,7 +78,7 @@ def transformers_js() -> Path:
     """The npm prefix holding @huggingface/transformers, installed there once."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("Transformers.js tests need Node.js: `node` and `npm` are not on PATH")
-    return npm_installed("@huggingface/transformers", TRANSFORMERS_JS_VERSION, f"transformers-js-{TRANSFORMERS_JS_VERSION}",
+    return npm_installed("@huggingface/transformers", TRANSFORMERS_JS_VERSION, transformers_js_folder().name,
                          minutes=10, env={"ONNXRUNTIME_NODE_INSTALL": "skip"})
 
 
