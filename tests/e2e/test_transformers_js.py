@@ -688,6 +688,84 @@ def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
 
 
+def save_lighton_ocr(folder):
+    """A two-layer LightOnOCR (two Pixtral vision layers, a Qwen3 text model) with Mistral 3's
+    tokenizer and image processor (28-pixel merged patches)."""
+    from test_export_hf_mistral3 import LONGEST_EDGE, SPECIAL, trained_tokenizer as special_tokenizer
+
+    tokenizer = special_tokenizer(SPECIAL, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL}
+    roles = dict(bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<unk>"])
+    config = transformers.LightOnOcrConfig(
+        vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, head_dim=16, image_size=LONGEST_EDGE, patch_size=14),
+        text_config=dict(model_type="qwen3", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer), **roles),
+        image_token_id=ids["[IMG]"], spatial_merge_size=2, **roles)
+    torch.manual_seed(0)
+    model = transformers.LightOnOcrForConditionalGeneration(config).eval()
+    with torch.no_grad():  # weights large enough that the tokens depend on the image (at the default init they do not)
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3)
+    model.save_pretrained(folder)
+    image_processor = transformers.PixtralImageProcessorPil(patch_size={"height": 28, "width": 28},
+                                                            size={"longest_edge": LONGEST_EDGE})
+    image_processor.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, image_processor, tokenizer
+
+
+def lighton_ocr_prompts(source, folder, model, image_processor, tokenizer):
+    """One image per prompt, two sizes and aspect ratios, each image's tokens as LightOnOcrProcessor
+    writes them (one per merged patch, no breaks); transformers' greedy tokens for each."""
+    from PIL import Image
+    from test_export_hf_mistral3 import IMAGE_SIZES
+
+    rng = np.random.default_rng(0)
+    prompts, expected = [], []
+    for height, width in IMAGE_SIZES[:2]:
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        images = image_processor(images=[image], return_tensors="pt")
+        ids = tokenizer("[INST]" + "[IMG]" * ((height // 28) * (width // 28)) + "describe this image[/INST]",
+                        return_tensors="pt")["input_ids"]
+        given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"]}
+        prompts.append({"inputs": tensor_specs(given)})
+        with torch.no_grad():
+            generated = model.generate(**given, image_sizes=images["image_sizes"], max_new_tokens=NEW_TOKENS,
+                                       min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected.append(generated[0, ids.shape[1]:].tolist())
+    return prompts, expected
+
+
+# the LLaVA-kind architectures Transformers.js runs through its LlavaForConditionalGeneration: the tiny model's
+# maker and its prompts with transformers' greedy tokens
+LLAVA_KIND = {
+    "lighton_ocr": (save_lighton_ocr, lighton_ocr_prompts),
+}
+
+
+@pytest.mark.parametrize("family", list(LLAVA_KIND))
+def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family):
+    """LLaVA-kind architectures as `--runtime standard` writes them for Transformers.js (the vision
+    model on what Transformers.js's LlavaForConditionalGeneration feeds it, features merged by
+    Transformers.js, 1-D positions from the mask): export-hf's verification (the three models in
+    onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on transformers'
+    processed inputs, for images of two sizes and aspect ratios."""
+    save, make_prompts = LLAVA_KIND[family]
+    model, image_processor, tokenizer = save(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    assert json.loads((out / "config.json").read_text())["model_type"] == family
+    prompts, expected = make_prompts(tmp_path / "source", out, model, image_processor, tokenizer)
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+
+
 def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_path, transformers_js):
     """Transformers.js reads EXAONE's layer count as `num_layers` (transformers 5 writes
     `num_hidden_layers`; without it Transformers.js feeds no cache): the folder's config.json

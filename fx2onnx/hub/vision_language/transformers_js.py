@@ -20,7 +20,7 @@ from typing import Any
 
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl
+from fx2onnx.hub.vision_language import idefics3, lighton_ocr, llava, qwen2_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -87,6 +87,13 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     "mistral3": TransformersJsRow(
         "Transformers.js 4.3.1 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time."
+    ),
+    # Mistral 3's path under LightOnOCR's module names (lighton_ocr.py): LlavaForConditionalGeneration's
+    # `pixel_values` of one image, 1-D positions from the mask; no processor named (Mistral 3's reasons)
+    "lighton_ocr": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (LightOnOcrForConditionalGeneration) with one image per prompt: the "
+        "vision model takes one image ([1, 3, height, width]) at a time. ONNX Runtime GenAI has no LightOnOCR type.",
+        architecture=lighton_ocr.ARCHITECTURE,
     ),
 }
 
