@@ -709,39 +709,76 @@ def save_lighton_ocr(folder):
             if parameter.dim() > 1:
                 parameter.normal_(0, 0.3)
     model.save_pretrained(folder)
-    image_processor = transformers.PixtralImageProcessorPil(patch_size={"height": 28, "width": 28},
-                                                            size={"longest_edge": LONGEST_EDGE})
-    image_processor.save_pretrained(folder)
+    transformers.PixtralImageProcessorPil(patch_size={"height": 28, "width": 28},
+                                          size={"longest_edge": LONGEST_EDGE}).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return model, image_processor, tokenizer
+    return model
 
 
-def lighton_ocr_prompts(source, folder, model, image_processor, tokenizer):
-    """One image per prompt, two sizes and aspect ratios, each image's tokens as LightOnOcrProcessor
-    writes them (one per merged patch, no breaks); transformers' greedy tokens for each."""
+def random_image(height: int, width: int, seed: int):
     from PIL import Image
+
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def generated_by_transformers(model, given: dict) -> list:
+    """transformers' greedy tokens after the prompt: a list, or a list per row of a batch."""
+    with torch.no_grad():
+        out = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    rows = out[:, given["input_ids"].shape[1]:].tolist()
+    return rows[0] if len(rows) == 1 else rows
+
+
+def lighton_ocr_prompts(source, model):
+    """One image per prompt, two sizes and aspect ratios, each image's tokens as LightOnOcrProcessor
+    writes them (one per merged patch, no breaks): Transformers.js's inputs and transformers' tokens."""
     from test_export_hf_mistral3 import IMAGE_SIZES
 
-    rng = np.random.default_rng(0)
+    image_processor = transformers.AutoImageProcessor.from_pretrained(source)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
     prompts, expected = [], []
-    for height, width in IMAGE_SIZES[:2]:
-        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
-        images = image_processor(images=[image], return_tensors="pt")
+    for seed, (height, width) in enumerate(IMAGE_SIZES[:2]):
+        images = image_processor(images=[random_image(height, width, seed)], return_tensors="pt")
         ids = tokenizer("[INST]" + "[IMG]" * ((height // 28) * (width // 28)) + "describe this image[/INST]",
                         return_tensors="pt")["input_ids"]
         given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"]}
         prompts.append({"inputs": tensor_specs(given)})
-        with torch.no_grad():
-            generated = model.generate(**given, image_sizes=images["image_sizes"], max_new_tokens=NEW_TOKENS,
-                                       min_new_tokens=NEW_TOKENS, do_sample=False)
-        expected.append(generated[0, ids.shape[1]:].tolist())
+        expected.append(generated_by_transformers(model, {**given, "image_sizes": images["image_sizes"]}))
     return prompts, expected
 
 
+def gemma3_prompts(source, model):
+    """transformers' Gemma 3 processor's inputs: one image, two images in one prompt (two blocks
+    of two-way attention), and a left-padded batch of two prompts of one image each. transformers
+    is given the processor's `token_type_ids`, Transformers.js the ids, mask and pixels alone."""
+    from test_export_hf_vision_language import gemma_prompt
+
+    processor = transformers.AutoProcessor.from_pretrained(source)
+    text = [gemma_prompt(1), gemma_prompt(2), [gemma_prompt(1), gemma_prompt(1).replace("describe this image", "dog")]]
+    images = [[random_image(64, 64, 0)], [random_image(64, 64, 1), random_image(64, 64, 2)],
+              [[random_image(64, 64, 3)], [random_image(64, 64, 4)]]]
+    prompts, expected = [], []
+    for prompt_text, prompt_images in zip(text, images):
+        given = dict(processor(text=prompt_text, images=prompt_images, padding=True, padding_side="left", return_tensors="pt"))
+        expected.append(generated_by_transformers(model, given))
+        prompts.append({"inputs": tensor_specs({k: given[k] for k in ("input_ids", "attention_mask", "pixel_values")})})
+    assert given["attention_mask"][1, 0] == 0  # the batch is padded
+    del given["token_type_ids"]  # the image tokens' two-way attention changes the tokens: the folder's flags count
+    assert generated_by_transformers(model, given) != expected[-1]
+    return prompts, expected
+
+
+def save_gemma3(folder):
+    from test_export_hf_vision_language import save_gemma3 as save
+
+    return save(folder)
+
+
 # the LLaVA-kind architectures Transformers.js runs through its LlavaForConditionalGeneration: the tiny model's
-# maker and its prompts with transformers' greedy tokens
+# maker, and the prompts as Transformers.js is given them with transformers' greedy tokens for each
 LLAVA_KIND = {
     "lighton_ocr": (save_lighton_ocr, lighton_ocr_prompts),
+    "gemma3": (save_gemma3, gemma3_prompts),
 }
 
 
@@ -751,16 +788,18 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     model on what Transformers.js's LlavaForConditionalGeneration feeds it, features merged by
     Transformers.js, 1-D positions from the mask): export-hf's verification (the three models in
     onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on transformers'
-    processed inputs, for images of two sizes and aspect ratios."""
+    processed inputs: LightOnOCR's images of two sizes and aspect ratios; Gemma 3's one image, two
+    in a prompt and a left-padded batch, its image tokens attending each other both ways."""
     save, make_prompts = LLAVA_KIND[family]
-    model, image_processor, tokenizer = save(tmp_path / "source")
+    model = save(tmp_path / "source")
     out = tmp_path / "out"
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
     for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
         onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
-    assert json.loads((out / "config.json").read_text())["model_type"] == family
-    prompts, expected = make_prompts(tmp_path / "source", out, model, image_processor, tokenizer)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == family and config["architectures"] == [type(model).__name__]
+    prompts, expected = make_prompts(tmp_path / "source", model)
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]

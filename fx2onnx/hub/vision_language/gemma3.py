@@ -84,11 +84,16 @@ class GemmaDecoder(LanguageModelWithHead):
         self.text_config = model.config.get_text_config()
 
     def forward(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
+        return self.step(input_ids == self.image_token_id, inputs_embeds, attention_mask, position_ids, past_key_values)
+
+    def step(self, is_image: torch.Tensor, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
+             position_ids: torch.Tensor, past_key_values: Any) -> dict[str, Any]:
+        """The step whose ``is_image`` tokens (batch, tokens) attend each other both ways within each run of them."""
         from transformers.models.gemma3.modeling_gemma3 import create_masks_for_vision_model, get_block_sequence_ids_for_mask
 
-        blocks = get_block_sequence_ids_for_mask((input_ids == self.image_token_id).long(), device=input_ids.device)
+        blocks = get_block_sequence_ids_for_mask(is_image.long(), device=is_image.device)
         # transformers reads the blocks by absolute position: the cached tokens are text here (-1)
-        cached = attention_mask.shape[1] - input_ids.shape[1]
+        cached = attention_mask.shape[1] - is_image.shape[1]
         blocks = torch.cat([blocks.new_full((blocks.shape[0], cached), -1), blocks], dim=1)
         masks = create_masks_for_vision_model(
             config=self.text_config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=past_key_values,
@@ -122,10 +127,12 @@ def vision_dynamic_shapes() -> dict[str, Any]:
     return {"pixel_values": {0: Dim.AUTO}}
 
 
-def decoder_inputs(loaded: LoadedModel, fake: Any) -> dict[str, Any]:
+def decoder_inputs(loaded: LoadedModel, fake: Any, flagged: bool = False) -> dict[str, Any]:
     """A decode step after a prefill (sizes as causal_lm's) whose new tokens hold two
     image tokens, so the capture sees the image blocks; ``fake`` makes tensors fake when
-    the model is. The prefill's cache grows in every layer (no sliding layers)."""
+    the model is. The prefill's cache grows in every layer (no sliding layers). ``flagged``:
+    no `input_ids`, the step's embeddings one column wider, 1 at the image tokens
+    (gemma3_transformers_js.py)."""
     from transformers import DynamicCache
 
     language_model = loaded.model.model.language_model
@@ -147,8 +154,13 @@ def decoder_inputs(loaded: LoadedModel, fake: Any) -> dict[str, Any]:
             use_cache=True, **{decode_step.cache_argument(language_model): DynamicCache()},
         )
     cache = decode_step.output_cache(prefill)
-    return {"input_ids": ids[:, cached:], "inputs_embeds": embeds[:, cached:], "attention_mask": mask,
+    step = {"input_ids": ids[:, cached:], "inputs_embeds": embeds[:, cached:], "attention_mask": mask,
             "position_ids": positions[:, cached:].contiguous(), "past_key_values": cache}
+    if flagged:
+        with mode:
+            flags = (step.pop("input_ids") == config.image_token_id).to(embeds.dtype)[..., None]
+            step["inputs_embeds"] = torch.cat([step["inputs_embeds"], flags], dim=-1)
+    return step
 
 
 # the name the text step's attention is registered under with transformers

@@ -20,7 +20,7 @@ from typing import Any
 
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import idefics3, lighton_ocr, llava, qwen2_vl
+from fx2onnx.hub.vision_language import gemma3_transformers_js, idefics3, lighton_ocr, llava, qwen2_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -95,15 +95,21 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "vision model takes one image ([1, 3, height, width]) at a time. ONNX Runtime GenAI has no LightOnOCR type.",
         architecture=lighton_ocr.ARCHITECTURE,
     ),
+    # LlavaForConditionalGeneration's path: `pixel_values` of the processor's one size; rows one column wider, a
+    # flag the decoder reads for the image tokens' two-way attention (gemma3_transformers_js.py)
+    "gemma3": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
+        "rows are one column wider than the hidden size, the last column 1 at image rows and 0 at text rows, which "
+        "the decoder reads to let an image's tokens attend each other both ways, as transformers does with "
+        "token_type_ids. Its vision model takes images of the image processor's one size; pan and scan crops are "
+        "fed as transformers' processor gives them.",
+        architecture=gemma3_transformers_js.ARCHITECTURE,
+    ),
 }
 
 
 # model type -> why Transformers.js 4.3.1 cannot give transformers' answer with this folder's models
 NOT_SERVED = {
-    "gemma3": (
-        "Transformers.js feeds the decoder no token ids, and Gemma 3 attends both ways among an image's tokens "
-        "(transformers' mask from the token ids), which a decoder fed embeddings alone cannot tell."
-    ),
     "qwen3_vl": (
         "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
         "which Transformers.js's merge into the embedding rows does not take."
