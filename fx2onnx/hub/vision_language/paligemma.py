@@ -52,6 +52,14 @@ class PrefixDecoder(LanguageModelWithHead):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model)
         self.text_config = model.config.get_text_config()
+        # PaliGemma 2's (Gemma 2's) final soft cap, which PaliGemmaForConditionalGeneration applies to the head's logits
+        self.cap = getattr(self.text_config, "final_logit_softcapping", None)
+
+    def logits_and_cache(self, output: Any) -> dict[str, Any]:
+        result = super().logits_and_cache(output)
+        if self.cap is not None:
+            result["logits"] = torch.tanh(result["logits"] / self.cap) * self.cap
+        return result
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values) -> dict[str, Any]:
         from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
