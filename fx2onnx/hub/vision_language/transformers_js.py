@@ -119,6 +119,13 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
 
 # model type -> why Transformers.js 4.3.1 cannot give transformers' answer with this folder's models
 NOT_SERVED = {
+    "llava_onevision": (
+        "Transformers.js runs it as its LlavaForConditionalGeneration (models.js exports LlavaOnevisionForConditionalGeneration "
+        "as that class), whose forward_params (input_ids, attention_mask, pixel_values, position_ids, past_key_values) drop "
+        "image_sizes before the vision model runs; transformers' LLaVA-OneVision needs each image's size to choose the grid "
+        "of its crops and to unpad their features (pack_image_features, with image_newline rows), which a vision model fed "
+        "pixel_values alone cannot tell."
+    ),
     "qwen3_vl": (
         "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
         "which Transformers.js's merge into the embedding rows does not take."

@@ -17,8 +17,8 @@ from fx2onnx.hub.loading import IMAGE_TEXT_TO_TEXT
 from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import image_text_to_text
 from fx2onnx.hub.vision_language import (
-    architecture, folder_verification, gemma3, genai_files, idefics3, llava, mistral3, parts, qwen2_5_vl, qwen2_vl, qwen3_vl,
-    qwen_images, transformers_js,
+    architecture, folder_verification, gemma3, gemma3_transformers_js, genai_files, idefics3, lighton_ocr, llava, mistral3,
+    paligemma, parts, qwen2_5_vl, qwen2_vl, qwen3_vl, qwen_images, transformers_js,
 )
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
 
@@ -221,6 +221,8 @@ TRANSFORMERS_JS_ONLY = {
     "llava": (lambda: transformers.LlavaConfig(), llava.ARCHITECTURE),
     "idefics3": (lambda: transformers.Idefics3Config(), idefics3.ARCHITECTURE),
     "smolvlm": (lambda: transformers.SmolVLMConfig(), idefics3.ARCHITECTURE),
+    "lighton_ocr": (lambda: transformers.LightOnOcrConfig(), lighton_ocr.ARCHITECTURE),
+    "paligemma": (lambda: transformers.PaliGemmaConfig(), paligemma.ARCHITECTURE),
 }
 
 
@@ -259,10 +261,20 @@ def test_idefics3_refuses_crops_of_another_side_than_the_tower():
         idefics3.check_image_processor(transformers.Idefics3ImageProcessorPil(max_image_size={"longest_edge": 364}), config)
 
 
+def test_gemma3_transformers_js_folder_has_flagged_rows_and_the_genai_folder_its_own():
+    """Gemma 3's Transformers.js folder is written by its own row (rows one column wider, the
+    image flag), ONNX Runtime GenAI's by architectures.py's (the decoder reads `input_ids`)."""
+    config = transformers.Gemma3Config()
+    assert transformers_js.transformers_js_refusal(config) is None
+    assert transformers_js.transformers_js_architecture(config) is gemma3_transformers_js.ARCHITECTURE
+    assert architecture_of(config) is gemma3.ARCHITECTURE
+    rows = torch.zeros(2, 3, 4)
+    assert gemma3_transformers_js.flagged(rows, 1.0)[..., -1].eq(1).all() and gemma3_transformers_js.flagged(rows, 0.0).shape == (2, 3, 5)
+
+
 @pytest.mark.parametrize("make_config, works", [
-    (lambda: transformers.PaliGemmaConfig(), "export its modules with fx2onnx.dynamo_export"),
+    (lambda: transformers.LlavaOnevisionConfig(), "Give --text-only to export its language model alone"),
     (lambda: transformers.Florence2Config(), "Give --text-only to export its language model alone"),
-    (lambda: transformers.Gemma3Config(), "(--runtime onnxruntime, the default) writes its folder for ONNX Runtime GenAI"),
 ])
 def test_a_family_transformers_js_runs_but_export_hf_does_not_write_says_why_and_what_works(make_config, works):
     config = make_config()
