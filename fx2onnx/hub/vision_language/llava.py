@@ -44,15 +44,19 @@ def image_side(config: Any) -> int:
     return int(config.vision_config.image_size)
 
 
-def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
-                 architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
-    """The vision model for any number of images of the tower's size, then the shared parts."""
+def export_vision(vision: torch.nn.Module, loaded: LoadedModel, options: fx2onnx.ExportOptions) -> fx2onnx.ONNXProgram:
+    """The program of ``vision`` over any number of images of the tower's size (PaliGemma's too)."""
     config = loaded.config
     side = image_side(config)
     pixels = torch.randn(2, int(config.vision_config.num_channels), side, side, generator=torch.Generator().manual_seed(0))
     vision_options = dataclasses.replace(parts.without_causal_mask(options), dynamic_shapes={"pixel_values": {0: Dim.AUTO}})
-    vision = fx2onnx.dynamo_export(LlavaVision(loaded.model), pixel_values=parts.as_loaded(pixels, loaded),
-                                   export_options=vision_options)
+    return fx2onnx.dynamo_export(vision, pixel_values=parts.as_loaded(pixels, loaded), export_options=vision_options)
+
+
+def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
+                 architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
+    """The vision model for any number of images of the tower's size, then the shared parts."""
+    vision = export_vision(LlavaVision(loaded.model), loaded, options)
     return parts.export_text_parts(loaded, options, architecture, {"vision": vision})
 
 

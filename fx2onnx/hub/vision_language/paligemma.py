@@ -11,7 +11,7 @@ Positions from 1, as both transformers and Transformers.js (`create_position_ids
 index for paligemma) give them.
 
 - vision (`pixel_values` [images, 3, size, size] -> `image_features` [images, tokens,
-  hidden]): the SigLIP tower and the projector, for the processor's one size;
+  hidden]): the SigLIP tower and the projector, for the tower's one size (exported as LLaVA's);
 - embed_tokens: the token embedding alone (parts.TokenEmbedding);
 - decoder (`PrefixDecoder`): the language model and its head with the masks above.
 """
@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.verification import run_session
-from fx2onnx.hub.vision_language import parts
+from fx2onnx.hub.vision_language import llava, parts
 from fx2onnx.hub.vision_language.architecture import Prompt, VisionLanguageArchitecture, prompt_text, transformers_js_only
 from fx2onnx.hub.vision_language.parts import Holder, LanguageModelWithHead
 
@@ -83,34 +82,17 @@ class PrefixDecoder(LanguageModelWithHead):
         return self.logits_and_cache(output)
 
 
-def image_side(config: Any) -> int:
-    return int(config.vision_config.image_size)
-
-
 def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
                  architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
-    """The vision model for any number of images of the tower's size, the token embedding, the decoder."""
-    config = loaded.config
-    side = image_side(config)
-    plain = parts.without_causal_mask(options)
-    pixels = torch.randn(2, int(config.vision_config.num_channels), side, side, generator=torch.Generator().manual_seed(0))
-    vision_options = dataclasses.replace(plain, dynamic_shapes={"pixel_values": {0: Dim.AUTO}})
-    vision = fx2onnx.dynamo_export(PaliGemmaVision(loaded.model), pixel_values=parts.as_loaded(pixels, loaded, static=True),
-                                   export_options=vision_options)
+    """The vision model for any number of images of the tower's size (LLaVA's), the token embedding, the decoder."""
     inputs = parts.decoder_inputs(loaded, architecture)
     # the prefix attends both ways: the model's own masks, not the causal kernel's
-    decoder_options = dataclasses.replace(plain, dynamic_shapes=parts.decoder_dynamic_shapes(inputs))
+    decoder_options = dataclasses.replace(parts.without_causal_mask(options), dynamic_shapes=parts.decoder_dynamic_shapes(inputs))
     return {
-        "vision": vision,
+        "vision": llava.export_vision(PaliGemmaVision(loaded.model), loaded, options),
         "embedding": parts.export_token_embedding(loaded, options),
         "decoder": fx2onnx.dynamo_export(PrefixDecoder(loaded.model), **inputs, export_options=decoder_options),
     }
-
-
-def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tuple[int, int], ...]:
-    """Two images of other sizes than the tower's (the image processor resizes both to it)."""
-    side = image_side(model.config)
-    return (side + 10, side + 3), (side // 2 + 1, side + 7)
 
 
 def verification_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> Prompt:
@@ -131,7 +113,8 @@ def image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
     return features.reshape(-1, features.shape[-1])
 
 
+# two images of other sizes than the tower's, as LLaVA's verification
 ARCHITECTURE = transformers_js_only(
-    "PaliGemma", export_parts=export_parts, verification_sizes=verification_sizes, verification_prompt=verification_prompt,
+    "PaliGemma", export_parts=export_parts, verification_sizes=llava.verification_sizes, verification_prompt=verification_prompt,
     image_features=image_features, mrope=False,
 )
