@@ -74,13 +74,19 @@ class FlaggedGemmaDecoder(gemma3.GemmaDecoder):
         return self.step(inputs_embeds[..., -1] > 0.5, inputs_embeds[..., :-1], attention_mask, position_ids, past_key_values)
 
 
+def processor_size(image_processor: Any) -> tuple[int, int]:
+    """The (height, width) the image processor resizes every image to (its pan-and-scan crops
+    too: Transformers.js feeds the vision model what it is given)."""
+    return int(image_processor.size["height"]), int(image_processor.size["width"])
+
+
 def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
                  architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
     """The three flagged parts: vision for the processor's one size, embedding, decoder with the
     model's own masks (every step: the fused text steps of ONNX Runtime GenAI's folder read `input_ids`)."""
     model = loaded.model
     plain = parts.without_causal_mask(options)
-    vision = parts.as_loaded(gemma3.vision_inputs(loaded, gemma3.image_size(image_processor)), loaded, static=True)
+    vision = parts.as_loaded(gemma3.vision_inputs(loaded, processor_size(image_processor)), loaded, static=True)
     vision_options = dataclasses.replace(plain, dynamic_shapes=gemma3.vision_dynamic_shapes())
     inputs = gemma3.decoder_inputs(loaded, lambda value: parts.as_loaded(value, loaded), flagged=True)
     decoder_options = dataclasses.replace(plain, dynamic_shapes=parts.decoder_dynamic_shapes(inputs))
@@ -91,6 +97,11 @@ def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_proc
         "embedding": fx2onnx.dynamo_export(FlaggedTokenEmbedding(model), input_ids=ids, export_options=plain),
         "decoder": fx2onnx.dynamo_export(FlaggedGemmaDecoder(model), **inputs, export_options=decoder_options),
     }
+
+
+def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tuple[int, int], ...]:
+    """One image of the processor's size (the prompt holds one image's tokens)."""
+    return (processor_size(image_processor),)
 
 
 def verification_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> Prompt:
@@ -106,6 +117,6 @@ def image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
 
 
 ARCHITECTURE = transformers_js_only(
-    "Gemma 3 (Transformers.js's flagged rows)", export_parts=export_parts, verification_sizes=gemma3.verification_sizes,
+    "Gemma 3 (Transformers.js's flagged rows)", export_parts=export_parts, verification_sizes=verification_sizes,
     verification_prompt=verification_prompt, image_features=image_features, mrope=False,
 )

@@ -101,8 +101,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "Transformers.js 4.3.1 runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
         "rows are one column wider than the hidden size, the last column 1 at image rows and 0 at text rows, which "
         "the decoder reads to let an image's tokens attend each other both ways, as transformers does with "
-        "token_type_ids. Its vision model takes images of the image processor's one size; pan and scan crops are "
-        "fed as transformers' processor gives them.",
+        "token_type_ids. Its vision model takes any number of images of the image processor's one size.",
         architecture=gemma3_transformers_js.ARCHITECTURE,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of the tower's size, positions from 1; the decoder
