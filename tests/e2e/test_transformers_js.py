@@ -752,25 +752,34 @@ def lighton_ocr_prompts(source, model):
     return prompts, expected
 
 
+def two_way_prompts(source, model, text: list, images: list, causal_type: int) -> tuple[list, list]:
+    """The folder's processor's inputs for each prompt (a list of texts: a left-padded batch),
+    transformers given its `token_type_ids`, Transformers.js the ids, mask and pixels alone;
+    the last prompt a padded batch, and the first two's tokens changed with `token_type_ids` all
+    ``causal_type`` (causal attention throughout): the folder's two-way attention counts."""
+    processor = transformers.AutoProcessor.from_pretrained(source)
+    prompts, expected, processed = [], [], []
+    for prompt_text, prompt_images in zip(text, images):
+        given = processor(text=prompt_text, images=prompt_images, padding=True, padding_side="left", return_tensors="pt")
+        given = {k: given[k] for k in ("input_ids", "attention_mask", "pixel_values", "token_type_ids")}
+        expected.append(generated_by_transformers(model, given))
+        prompts.append({"inputs": tensor_specs({k: given[k] for k in ("input_ids", "attention_mask", "pixel_values")})})
+        processed.append(given)
+    assert processed[-1]["attention_mask"][1, 0] == 0  # the batch is padded
+    causal = [{**given, "token_type_ids": torch.full_like(given["token_type_ids"], causal_type)} for given in processed[:2]]
+    assert [generated_by_transformers(model, given) for given in causal] != expected[:2]
+    return prompts, expected
+
+
 def gemma3_prompts(source, model):
-    """transformers' Gemma 3 processor's inputs: one image, two images in one prompt (two blocks
-    of two-way attention), and a left-padded batch of two prompts of one image each. transformers
-    is given the processor's `token_type_ids`, Transformers.js the ids, mask and pixels alone."""
+    """One image, two images in one prompt (two blocks of two-way attention), and a left-padded
+    batch of two prompts of one image each, of the processor's size."""
     from test_export_hf_vision_language import gemma_prompt
 
-    processor = transformers.AutoProcessor.from_pretrained(source)
     text = [gemma_prompt(1), gemma_prompt(2), [gemma_prompt(1), gemma_prompt(1).replace("describe this image", "dog")]]
     images = [[random_image(64, 64, 0)], [random_image(64, 64, 1), random_image(64, 64, 2)],
               [[random_image(64, 64, 3)], [random_image(64, 64, 4)]]]
-    prompts, expected = [], []
-    for prompt_text, prompt_images in zip(text, images):
-        given = dict(processor(text=prompt_text, images=prompt_images, padding=True, padding_side="left", return_tensors="pt"))
-        expected.append(generated_by_transformers(model, given))
-        prompts.append({"inputs": tensor_specs({k: given[k] for k in ("input_ids", "attention_mask", "pixel_values")})})
-    assert given["attention_mask"][1, 0] == 0  # the batch is padded
-    del given["token_type_ids"]  # the image tokens' two-way attention changes the tokens: the folder's flags count
-    assert generated_by_transformers(model, given) != expected[-1]
-    return prompts, expected
+    return two_way_prompts(source, model, text, images, causal_type=0)  # 0: text, attending causally
 
 
 def save_gemma3(folder):
@@ -802,23 +811,14 @@ def save_paligemma(folder):
 
 
 def paligemma_prompts(source, model):
-    """transformers' PaliGemma processor's inputs (images resized to the tower's size): one image,
-    two in one prompt, and a left-padded batch of two prompts of one image each. transformers is
-    given the processor's `token_type_ids` (the prefix, 0), Transformers.js the ids, mask and pixels."""
-    processor = transformers.AutoProcessor.from_pretrained(source)
+    """One image, two in one prompt, and a left-padded batch of two prompts of one image each, of
+    other sizes than the tower's; no suffix: every token of a prompt is the prefix (token_type_ids 0)."""
     text = ["<image>the quick brown fox", "<image><image>hello world", ["<image>the lazy dog jumps over", "<image>onnx"]]
     images = [[random_image(50, 70, 0)], [[random_image(32, 32, 1), random_image(40, 20, 2)]],
               [[random_image(32, 32, 3)], [random_image(60, 30, 4)]]]
-    prompts, expected = [], []
-    for prompt_text, prompt_images in zip(text, images):
-        given = dict(processor(text=prompt_text, images=prompt_images, padding=True, padding_side="left", return_tensors="pt"))
-        assert not given["token_type_ids"].any()  # no suffix: every token of the prompt is the prefix
-        expected.append(generated_by_transformers(model, given))
-        prompts.append({"inputs": tensor_specs({k: given[k] for k in ("input_ids", "attention_mask", "pixel_values")})})
-    assert given["attention_mask"][1, 0] == 0  # the batch is padded
-    del given["token_type_ids"]  # the prefix's two-way attention changes the tokens: the folder's decoder counts
-    assert generated_by_transformers(model, given) != expected[-1]
-    return prompts, expected
+    # 1: the suffix, attending causally (without token_type_ids transformers' Gemma attends both ways over an unpadded
+    # prompt: PaliGemma's text config sets use_bidirectional_attention, and its mask is then skipped for sdpa's)
+    return two_way_prompts(source, model, text, images, causal_type=1)
 
 
 # the LLaVA-kind architectures Transformers.js runs through its LlavaForConditionalGeneration: the tiny model's
