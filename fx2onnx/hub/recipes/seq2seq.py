@@ -1,9 +1,11 @@
-"""The sequence-to-sequence recipe: encoder-decoders (T5, BART, Whisper) as Optimum lays them out: `encoder_model.onnx`
-(`input_ids`/`attention_mask`, or `input_features`, -> `last_hidden_state`) and two
+"""The sequence-to-sequence recipe: encoder-decoders (T5, BART, Whisper, Moonshine...) as Optimum lays them out:
+`encoder_model.onnx` (`input_ids`/`attention_mask`, or a speech model's audio input, `input_features`
+or `input_values`, as speech/audio_input.py finds it -> `last_hidden_state`) and two
 decoders, merged into one file afterwards (merged_decoder.py): the first step
 (`input_ids`, `encoder_attention_mask` for text models, `encoder_hidden_states` ->
 `logits`, `present.{i}.decoder/encoder.key/.value`), and the next steps (the same inputs and
-`past_key_values.{i}.decoder/encoder.key/.value`). Two decoders, because the first step
+`past_key_values.{i}.decoder/encoder.key/.value`). A speech model's folder is verified against
+transformers' greedy generate (speech/speech_verify.py). Two decoders, because the first step
 computes the cross-attention cache from the encoder's output and the next ones read it:
 a choice the model's code makes in Python, fixed in each captured graph.
 
@@ -32,10 +34,10 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
-from fx2onnx.hub.tasks import UnsupportedArchitectureError
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speech_examples
 from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
+from fx2onnx.hub.tasks import UnsupportedArchitectureError
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
 

@@ -95,8 +95,11 @@ def speech_examples(folder: Path, config: Any, model: torch.nn.Module, size: int
     if extractor is None:
         from fx2onnx.hub.pipeline_tasks import audio_inputs
 
-        return audio_inputs(config, model, size)
-    return {name: _extracted(extractor, name, BATCH + size, CLIP_SECONDS[size], size)}
+        inputs = audio_inputs(config, model, size)
+    else:
+        inputs = {name: _extracted(extractor, name, BATCH + size, CLIP_SECONDS[size], size)}
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return {key: value.to(dtype) for key, value in inputs.items()}
 
 
 def audio_layout(folder: Path, config: Any, model: torch.nn.Module) -> AudioLayout:
