@@ -6,13 +6,15 @@ frames first (Speech2Text: `input_features` (batch, frames, mel)) or the wavefor
 `--verify` compares the folder's greedy tokens with transformers' greedy `generate` on
 batches of clips of two lengths; here the folder is also run on a clip of a third length,
 longer than both, against `generate`; its models pass the full ONNX checker, and
-Transformers.js (Node) transcribes with the Moonshine folder as transformers does. A model
+Transformers.js (Node) transcribes with the Moonshine folder as transformers does; an error
+planted in the decoder fails the verification. A model
 transformers files under speech sequence-to-sequence whose encoder reads text (Dia, a
 text-to-speech model) is refused before anything is written."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,11 @@ import pytest
 import torch
 
 from fx2onnx.hub import export_hf
+from fx2onnx.hub.shared.verification import tolerance_for
+from fx2onnx.hub.speech.audio_input import speech_examples
+from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
+from test_export_hf import plant_error
 from test_transformers_js import run_in_transformers_js, trained_tokenizer, transformers_js  # noqa: F401 (fixture)
 
 transformers = pytest.importorskip("transformers")
@@ -162,3 +168,17 @@ def test_text_to_speech_is_refused_before_writing(tmp_path):
     with pytest.raises(UnsupportedArchitectureError, match="its encoder reads input_ids, not audio.*text-to-speech.*Nothing was written"):
         export_hf(tmp_path / "source", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_sees_an_error_in_the_decoder(folders, tmp_path):
+    """1e-2 added to the merged decoder's logits: the verification fails on the logits alone
+    (a constant added to every logit keeps the greedy tokens)."""
+    root, model, _ = folders["speech_to_text"]
+    shutil.copytree(root / "out", tmp_path / "out")
+    onnx_folder = tmp_path / "out" / "onnx"
+    assert plant_error(onnx_folder / "decoder_model_merged.onnx", 1e-2) == ["logits"]
+    inputs = speech_examples(root / "source", model.config, model, 1)
+    verification = verify_speech_seq2seq(onnx_folder / "encoder_model.onnx", onnx_folder / "decoder_model_merged.onnx", model,
+                                         inputs, NEW_TOKENS, tolerance_for(torch.float32))
+    assert not verification.passed and verification.tokens_equal
+    assert verification.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
