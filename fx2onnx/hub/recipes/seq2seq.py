@@ -54,10 +54,13 @@ class EncoderHalf(nn.Module):
                 input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None) -> Any:
         encoder = self.model.get_encoder()
         if input_features is not None:
-            return encoder(input_features=input_features)
-        if input_values is not None:
-            return encoder(input_values=input_values)
-        return encoder(input_ids=input_ids, attention_mask=attention_mask)
+            outputs = encoder(input_features=input_features)
+        elif input_values is not None:
+            outputs = encoder(input_values=input_values)
+        else:
+            outputs = encoder(input_ids=input_ids, attention_mask=attention_mask)
+        # the decoder reads this alone (a Wav2Vec2 encoder also returns its convolutions' features)
+        return {"last_hidden_state": outputs[0]}
 
 
 class DecoderHalf(nn.Module):
@@ -105,7 +108,7 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
     with mode, torch.no_grad():
         encoder = {k: v.clone() for k, v in encoder.items()}
         ids = ids.clone()
-        hidden = EncoderHalf(model)(**encoder).last_hidden_state
+        hidden = EncoderHalf(model)(**encoder)["last_hidden_state"]
         mask = encoder.get("attention_mask") if decoder.with_mask else None
         inputs: dict[str, Any] = {"input_ids": ids[:, DECODED:] if with_past else ids, "encoder_hidden_states": hidden}
         if with_past:
