@@ -13,6 +13,10 @@ Rows (`--envs`, in this order by default):
   registry's torch is its CUDA build, several GB; it runs on the CPU);
 - torch==X.Y.Z (asked for by name): that torch with the newest transformers.
 
+Every row but `pinned` also runs the Transformers.js tests on the newest
+`@huggingface/transformers` the npm registry serves (FX2ONNX_TRANSFORMERS_JS_VERSION,
+tests/client_versions.py); `pinned` runs them on the release the suite pins.
+
     flock /tmp/fx2onnx-heavy.lock python bench/compat.py --markdown compat.md --json compat.json
     python bench/compat.py --envs pinned --skip-configs      # the suite alone, pinned
     python bench/compat.py --envs torch==2.14.1               # one more torch release
@@ -33,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints.txt"
+TRANSFORMERS_JS = "@huggingface/transformers"  # an npm package: the tests install it themselves
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class Environment:
         if name in ENVIRONMENTS:
             return ENVIRONMENTS[name]
         if re.fullmatch(r"torch==[\w.+]+", name):
-            return cls(name, unpinned=("torch", "transformers"), newest=("transformers",), torch=name)
+            return cls(name, unpinned=("torch", "transformers"), newest=("transformers", TRANSFORMERS_JS), torch=name)
         raise ValueError(f"unknown environment {name!r}; choose from {', '.join(ENVIRONMENTS)} or torch==VERSION")
 
 
@@ -58,8 +63,8 @@ ENVIRONMENTS = {
     env.name: env
     for env in (
         Environment("pinned"),
-        Environment("newest-transformers", unpinned=("transformers",), newest=("transformers",)),
-        Environment("newest-torch", unpinned=("torch", "transformers"), newest=("torch", "transformers")),
+        Environment("newest-transformers", unpinned=("transformers",), newest=("transformers", TRANSFORMERS_JS)),
+        Environment("newest-torch", unpinned=("torch", "transformers"), newest=("torch", "transformers", TRANSFORMERS_JS)),
     )
 }
 
@@ -77,18 +82,39 @@ class Row:
     seconds: float = 0.0
 
 
-def _clean_environment() -> dict[str, str]:
-    """This process's environment without what would make a child use another Python's packages."""
-    return {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+def _clean_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without what would make a child use another Python's
+    packages, with `extra` set."""
+    kept = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return {**kept, **(extra or {})}
 
 
-def _run(command: list[str], log: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+def _run(command: list[str], log: Path, timeout: float, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run a command in the repository, its output appended to `log`; a failing exit code
     is returned, not raised."""
     with log.open("a", encoding="utf-8") as out:
         out.write(f"\n$ {' '.join(command)}\n")
         out.flush()
-        return subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=_clean_environment())
+        return subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                              env=_clean_environment(extra_env))
+
+
+def newest_npm_version(package: str) -> str | None:
+    """The newest release of an npm package the registry serves, or None where npm cannot say."""
+    try:
+        done = subprocess.run(["npm", "view", package, "version"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        print(f"npm view {package}: {error}; its tests run on the pinned release", flush=True)
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def client_environment(env: Environment) -> dict[str, str]:
+    """The variables that make the suite's client tests run the releases of `env`."""
+    if TRANSFORMERS_JS not in env.newest:
+        return {}
+    version = newest_npm_version(TRANSFORMERS_JS)
+    return {"FX2ONNX_TRANSFORMERS_JS_VERSION": version} if version else {}
 
 
 def _constraints_without(names: tuple[str, ...], folder: Path) -> Path:
@@ -123,7 +149,7 @@ def install(env: Environment, folder: Path, log: Path, fresh: bool) -> tuple[Pat
         pip + (["--upgrade"] if "torch" in env.newest else []) + [torch_spec],
         pip + ["-e", f"{ROOT}[test]", "-c", str(constraints)],
     ]
-    others = [name for name in env.newest if name != "torch"]
+    others = [name for name in env.newest if name not in ("torch", TRANSFORMERS_JS)]
     if others:
         steps.append(pip + ["--upgrade", *others, "-c", str(constraints)])
     for step in steps:
@@ -145,11 +171,11 @@ def versions(python: Path) -> dict[str, str]:
 _SUMMARY_COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)")
 
 
-def run_tests(python: Path, log: Path, timeout: float) -> tuple[dict[str, int], str]:
-    """pytest's counts and its closing line."""
+def run_tests(python: Path, log: Path, timeout: float, clients: dict[str, str]) -> tuple[dict[str, int], str]:
+    """pytest's counts and its closing line, the client tests on the releases `clients` names."""
     start = log.stat().st_size
     try:
-        _run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], log, timeout)
+        _run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], log, timeout, extra_env=clients)
     except subprocess.TimeoutExpired:
         return {}, f"timed out after {timeout:.0f} s"
     with log.open(encoding="utf-8") as out:
@@ -181,20 +207,20 @@ def run_configs(python: Path, log: Path, folder: Path, timeout: float) -> tuple[
 
 def markdown(rows: list[Row]) -> str:
     lines = [
-        "| environment | torch | transformers | onnxscript | onnxruntime | tests passed | failed | skipped "
+        "| environment | torch | transformers | onnxscript | onnxruntime | Transformers.js | tests passed | failed | skipped "
         "| architectures (cache=) | architectures (past_key_values=) | minutes |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         v = row.versions
         if row.install != "ok":
-            lines.append(f"| {row.environment} | {v.get('torch', '?')} | {v.get('transformers', '?')} | | | {row.install} | | | | | |")
+            lines.append(f"| {row.environment} | {v.get('torch', '?')} | {v.get('transformers', '?')} | | | | {row.install} | | | | | |")
             continue
         t = row.tests
         arch = (lambda key: f"{row.architectures[key]}/{row.architectures_total}" if key in row.architectures else "-")
         lines.append(
             f"| {row.environment} | {v.get('torch', '?')} | {v.get('transformers', '?')} | {v.get('onnxscript', '?')} "
-            f"| {v.get('onnxruntime', '?')} | {t.get('passed', 0)} | {t.get('failed', 0) + t.get('error', 0)} "
+            f"| {v.get('onnxruntime', '?')} | {v.get('transformers.js', '-')} | {t.get('passed', 0)} | {t.get('failed', 0) + t.get('error', 0)} "
             f"| {t.get('skipped', 0)} | {arch('cache')} | {arch('past_key_values')} | {row.seconds / 60:.0f} |"
         )
     for row in rows:
@@ -235,7 +261,9 @@ def main() -> None:
         print(f"{name}: {row.install}; {row.versions}", flush=True)
         if row.install == "ok":
             if not options.skip_tests:
-                row.tests, row.tests_summary = run_tests(python, log, options.timeout)
+                clients = client_environment(env)
+                row.versions["transformers.js"] = clients.get("FX2ONNX_TRANSFORMERS_JS_VERSION", "pinned")
+                row.tests, row.tests_summary = run_tests(python, log, options.timeout, clients)
                 print(f"{name}: tests: {row.tests_summary}", flush=True)
             if not options.skip_configs:
                 row.architectures, row.architectures_total, row.failing_architectures = run_configs(python, log, folder, options.timeout)

@@ -4,7 +4,7 @@ For each pair `bench/architecture_sweep.py` exported (its JSON lines), the folde
 again as the sweep built it (the same tiny model, seed 0, the same shrink level; the sweep
 does not keep folders: `--keep DIR` keeps them here) and run
 
-- in Transformers.js 4.3.1 (Node, `tests/e2e/transformers_js_runner.mjs`, the folder loaded
+- in Transformers.js (the release the tests pin, `tests/client_versions.py`; Node, `tests/e2e/transformers_js_runner.mjs`, the folder loaded
   as written) when its model type is in Transformers.js's model table for the task (read
   from the installed package's `dist/transformers.node.mjs`): 16 greedy tokens of two
   prompts equal transformers' `generate` with the model's generation config, which
@@ -27,9 +27,9 @@ file (`bench/sweep_clients.jsonl`); the scoreboard reads them (`client_columns`)
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -46,13 +46,16 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
+sys.path.insert(0, str(ROOT / "tests"))
+
 import architecture_sweep as sweep  # noqa: E402
+from client_versions import TRANSFORMERS_JS_VERSION, transformers_js_folder  # noqa: E402
 from fx2onnx.hub.decoders.client_support import transformers_js_reason  # noqa: E402
 from fx2onnx.hub.shared.verification import greedy_in_genai  # noqa: E402
 
-TRANSFORMERS_JS_VERSION = "4.3.1"
-TRANSFORMERS_JS_PREFIX = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests")) / (
-    f"transformers-js-{TRANSFORMERS_JS_VERSION}")
+TRANSFORMERS_JS_PREFIX = transformers_js_folder()
+# the release a record written before records named theirs was run on
+EARLIEST_TRANSFORMERS_JS = "4.3.1"
 RUNNER = ROOT / "tests" / "e2e" / "transformers_js_runner.mjs"
 RESULTS = BENCH / "sweep_clients.jsonl"
 NEW_TOKENS = 16
@@ -384,6 +387,15 @@ def _families(records: list[dict[str, Any]], client: str) -> list[str]:
     return lines
 
 
+def _js_releases(records: list[dict[str, Any]]) -> str:
+    """The Transformers.js releases the records ran on, the most used first, with their counts
+    where there are several."""
+    counts = collections.Counter(r.get("transformers_js", EARLIEST_TRANSFORMERS_JS) for r in records if "js" in r)
+    if len(counts) <= 1:
+        return f"Transformers.js {next(iter(counts), TRANSFORMERS_JS_VERSION)}"
+    return "Transformers.js " + " and ".join(f"{release} ({n} pair{'s' * (n != 1)})" for release, n in counts.most_common())
+
+
 def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tuple[str, str]]) -> list[str]:
     """The scoreboard's section on the clients: per task, pairs run, loaded and exact in
     each; the model types each client runs; the pairs run in the clients beyond ``swept``
@@ -395,7 +407,7 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
     rows += [_count_row(task, mine) for task in TRANSFORMERS_JS_TABLES if (mine := [r for r in records if r["task"] == task])]
     out = [
         "## Clients", "",
-        f"Each exported pair's folder, built again, loaded as written in Transformers.js {TRANSFORMERS_JS_VERSION} "
+        f"Each exported pair's folder, built again, loaded as written in {_js_releases(records)} "
         "(Node) where its model table for the task has the model type, and, for text generation, in ONNX Runtime "
         f"GenAI (its type in brackets: the generic `decoder` where it has none of its own): {NEW_TOKENS} greedy tokens "
         "of two prompts equal transformers' `generate` (Transformers.js: with the generation config it reads from the "
@@ -407,7 +419,7 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
         "The counts take the sweep's exported pairs and the pairs run beyond them (listed last) together; a pair "
         "whose folder could not be built again is left out of them.", "",
     ] + rows
-    out += ["", f"Model types by client (Transformers.js {TRANSFORMERS_JS_VERSION}; why one does not load, whatever "
+    out += ["", f"Model types by client ({_js_releases(records)}; why one does not load, whatever "
             "the folder, and what export-hf writes for it instead: "
             "[Clients per architecture](guides/export-hf.md#clients-per-architecture)):", ""] + _families(records, "js")
     out += ["", "ONNX Runtime GenAI:", ""] + _families(records, "genai")
@@ -462,7 +474,7 @@ def main() -> None:
             break
         record = {**run_in_child(task, model_type, class_name, js_types, TRANSFORMERS_JS_PREFIX, args.limit, args.keep,
                                  verify=(task, class_name) not in exact, text_only=(task, class_name) in text_only),
-                  "commit": sweep._commit()}
+                  "transformers_js": TRANSFORMERS_JS_VERSION, "commit": sweep._commit()}
         with args.results.open("a") as file:
             file.write(json.dumps(record) + "\n")
         print(f"{task:24} {class_name:40} js={_js_cell(record)[:70]:40} genai={_genai_cell(record)[:60]}", flush=True)

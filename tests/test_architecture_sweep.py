@@ -192,6 +192,21 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     assert "Transformers.js" not in page.read_text()
 
 
+def test_the_scoreboard_names_the_transformers_js_release_each_record_ran_on() -> None:
+    """A client record names the Transformers.js release it ran on; the older ones, which do
+    not, ran on 4.3.1. The page names one release, or each with its count."""
+    import sweep_clients
+
+    older = {"task": "fill-mask", "architecture": "BertForMaskedLM", "js": "loaded"}
+    newer = {**older, "architecture": "RobertaForMaskedLM", "transformers_js": "4.3.2"}
+    no_class = {"task": "text-generation", "architecture": "Mamba2ForCausalLM", "transformers_js": "4.3.2",
+                "js": "not supported"}
+    rebuilt_failed = {"task": "fill-mask", "architecture": "XmodForMaskedLM", "rebuilt": "failed"}
+    assert sweep_clients._js_releases([older, rebuilt_failed]) == "Transformers.js 4.3.1"
+    assert sweep_clients._js_releases([newer, no_class]) == "Transformers.js 4.3.2"
+    assert sweep_clients._js_releases([older, newer, no_class]) == "Transformers.js 4.3.2 (2 pairs) and 4.3.1 (1 pair)"
+
+
 def test_transformers_js_model_tables_are_read_from_its_build(tmp_path: Path) -> None:
     import sweep_clients
 

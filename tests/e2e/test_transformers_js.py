@@ -35,12 +35,12 @@ import torch
 
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, TokenizerMismatchWarning, check_encodings, file_encoder
+from client_versions import TRANSFORMERS_JS_VERSION, npm_cache, transformers_js_folder
 from test_export_hf import generate_with_genai, save_causal_lm
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-TRANSFORMERS_JS_VERSION = "4.3.1"
 RUNNER = Path(__file__).with_name("transformers_js_runner.mjs")
 PROMPTS = ("the quick brown fox", "hello world of onnx models 42", "the lazy dog jumps over")
 NEW_TOKENS = 16
@@ -50,7 +50,7 @@ def npm_installed(package: str, version: str, folder: str, minutes: int, env: di
     """The npm prefix ``folder`` of the test cache (FX2ONNX_TEST_CACHE, default
     ~/.cache/fx2onnx-tests) holding ``package`` at ``version``, installed there once from the
     registry; the test skipped, saying why, where the install fails or takes over ``minutes``."""
-    prefix = Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests")) / folder
+    prefix = npm_cache() / folder
     prefix.mkdir(parents=True, exist_ok=True)
     # the suite's workers (`pytest -n`) share the cache: one installs, the others wait for it
     with filelock.FileLock(f"{prefix}.lock"):
@@ -78,7 +78,7 @@ def transformers_js() -> Path:
     """The npm prefix holding @huggingface/transformers, installed there once."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("Transformers.js tests need Node.js: `node` and `npm` are not on PATH")
-    return npm_installed("@huggingface/transformers", TRANSFORMERS_JS_VERSION, f"transformers-js-{TRANSFORMERS_JS_VERSION}",
+    return npm_installed("@huggingface/transformers", TRANSFORMERS_JS_VERSION, transformers_js_folder().name,
                          minutes=10, env={"ONNXRUNTIME_NODE_INSTALL": "skip"})
 
 
@@ -813,6 +813,60 @@ def test_folders_taking_what_transformers_js_feeds_their_model_type(tmp_path, fa
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
 
 
+def assert_generates_as_onnxruntime(prefix: Path, scratch: Path, folder: Path, decoder: str, embedding: str | None = None):
+    """Transformers.js's 16 greedy tokens from ``folder`` (a quantized one: not transformers'
+    tokens) equal onnxruntime's greedy loop on the folder's ``decoder`` file (its ids embedded by
+    ``embedding`` first, where given), two prompts alone and as one left-padded batch."""
+    from fx2onnx.hub.shared.verification import greedy_in_folder
+
+    prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21]]
+    ids, mask = left_padded(prompts)
+    result = run_in_transformers_js(prefix, scratch, {
+        "folder": str(folder), "task": "text-generation", "prompts": prompts, "new_tokens": NEW_TOKENS,
+        "batch": {"input_ids": ids, "attention_mask": mask}})
+    files = {"path": folder / "onnx" / decoder, "embedding": folder / "onnx" / embedding if embedding else None}
+    # min_new_tokens: the end token (2) never chosen, in both
+    alone = [greedy_in_folder(**files, prompts=[p], new_tokens=NEW_TOKENS, pad=0, banned=[2]).tokens[0] for p in prompts]
+    assert result["generated"] == alone
+    assert result["batch_generated"] == greedy_in_folder(**files, prompts=prompts, new_tokens=NEW_TOKENS, pad=0, banned=[2]).tokens
+    assert len({t for tokens in alone for t in tokens}) > 1  # the prompts' tokens differ (ZAYA's repeat one each)
+
+
+# model type -> the other modes its feed rewrite is run in: module functions (exact against transformers), and
+# int4 with module functions (`model_q4.onnx`, against onnxruntime on that file); GLM-MoE-DSA's export with
+# module functions and int4 together takes 40 s, its rewrite reads the same graph inputs either way
+FED_IN_OTHER_MODES = {"qwen3_5_text": {"precision": "int4"}, "glm_moe_dsa": {}, "zaya": {"precision": "int4"}}
+
+
+@pytest.mark.parametrize("family", list(FED_IN_OTHER_MODES))
+def test_feed_rewrites_with_module_functions_and_int4_in_transformers_js(tmp_path, family, transformers_js):
+    """The graph rewrites for Transformers.js's feeds (positions from the mask, indexer keys in
+    the key cache, caches in groups) on a graph of module functions, and on an int4 one
+    (`model_q4.onnx`): the graph takes what Transformers.js feeds, and Transformers.js's 16
+    greedy tokens (alone and as a left-padded batch, past the indexer's 4 kept keys) are
+    transformers' (float) or onnxruntime's on the same file (int4)."""
+    make_config, takes = FED_AS_TRANSFORMERS_JS_FEEDS[family]
+    precision = FED_IN_OTHER_MODES[family]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(make_config()).eval()
+    model.save_pretrained(tmp_path / "source")
+    said = []
+    export_hf(tmp_path / "source", tmp_path / "out", module_functions=True, say=said.append, **precision)
+    assert not [line for line in said if "cannot load" in line]
+    name = "model_q4.onnx" if precision else "model.onnx"
+    assert sorted(p.name for p in (tmp_path / "out" / "onnx").glob("*.onnx")) == [name]
+    path = os.fspath(tmp_path / "out" / "onnx" / name)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    graph = onnx.load(path, load_external_data=False)
+    assert graph.functions and (not precision or [n for n in graph.graph.node if n.op_type == "MatMulNBits"]
+                                or [n for f in graph.functions for n in f.node if n.op_type == "MatMulNBits"])
+    assert takes(shapes(graph.graph.input))
+    if precision:
+        assert_generates_as_onnxruntime(transformers_js, tmp_path, tmp_path / "out", name)
+    else:
+        assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
+
+
 def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
     """Voxtral's audio-text-to-text folder in Transformers.js (AutoModelForAudioTextToText: its
     audio_encoder fed `audio_values`, the features merged into the audio tokens' rows in
@@ -893,12 +947,16 @@ def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
         assert genai_greedy(genai, prompt, NEW_TOKENS) == expected
 
 
-def test_gemma4_kv_shared_layers_in_transformers_js(tmp_path, transformers_js):
+def test_gemma4_kv_shared_layers_in_transformers_js_and_genai(tmp_path, transformers_js):
     """Gemma 4 as its E2B/E4B checkpoints are: its last layers (a sliding one, a full one)
     attend to the keys and values of the last earlier layer of their type. Its folder's cache
     holds the other layers' only, as transformers' and Transformers.js's do: 16 greedy tokens
     equal transformers' in onnxruntime (a left-padded batch too) and in Transformers.js, past
-    the sliding window of 8. ONNX Runtime GenAI gets no config, with the note saying why."""
+    the sliding window of 8; ONNX Runtime GenAI runs the folder's model with past and present
+    apart (its shared buffer, the context long, is not the cache those layers read): the same
+    tokens, a batch too (padded on the right, as GenAI pads), with logits within 1e-4."""
+    from fx2onnx.hub.shared.verification import greedy_in_folder, greedy_in_genai, plain_greedy
+
     kinds = ["sliding_attention", "full_attention"] * 2
     model = save_gemma4(tmp_path / "source", num_hidden_layers=4, layer_types=kinds, num_kv_shared_layers=2)
     assert model.config.text_config.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
@@ -907,8 +965,7 @@ def test_gemma4_kv_shared_layers_in_transformers_js(tmp_path, transformers_js):
                        tokens=NEW_TOKENS)
     assert result.verification.passed and result.verification.tokens_equal
     assert [line for line in said if "(Transformers.js's models) too" in line]
-    assert [line for line in said if line.startswith("no genai_config.json: gemma4's last 2 layers attend")]
-    assert not (tmp_path / "out" / "genai_config.json").exists()
+    assert [line for line in said if line.startswith("genai_config.json with past and present apart")]
     folder = tmp_path / "out" / "onnx"
     cache = {f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")}
     for name in ("model", "embed_tokens", "decoder_model_merged"):
@@ -916,6 +973,77 @@ def test_gemma4_kv_shared_layers_in_transformers_js(tmp_path, transformers_js):
         onnx.checker.check_model(graph, full_check=True)
         assert {v.name for v in graph.graph.input if v.name.startswith("past_")} == (set() if name == "embed_tokens" else cache)
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)  # up to 25 tokens
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    assert genai["model"]["decoder"]["filename"] == "onnx/model.onnx" and "sliding_window" not in genai["model"]["decoder"]
+    assert genai["search"]["past_present_share_buffer"] is False
+    prompts = [[5, 17, 42, 8], [9, 3, 77, 31, 60, 12, 4, 50, 21, 33, 6]]
+    ids, mask = left_padded(prompts)
+    with plain_greedy(model):
+        expected = greedy(model, torch.tensor(ids), torch.tensor(mask))
+    right = [prompt + [0] * (len(ids[0]) - len(prompt)) for prompt in prompts]
+    generated = greedy_in_genai(og.Model(str(tmp_path / "out")), right, NEW_TOKENS, logits=True)
+    assert generated.tokens == expected  # to 27 tokens, past the window of 8
+    # the decode steps' logits against onnxruntime's on the folder's model (the prefill's last column
+    # is a padding token's in GenAI's right-padded row; its end token is held back by min_length)
+    reference = greedy_in_folder(folder / "model.onnx", prompts, NEW_TOKENS, pad=0, banned=[2])
+    assert reference.tokens == expected
+    for got, want in zip(generated.logits[1:], reference.logits[1:]):
+        np.testing.assert_allclose(np.delete(got, 2, -1), np.delete(want, 2, -1), rtol=0, atol=1e-4)
+
+
+def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(tmp_path, transformers_js, monkeypatch):
+    """A Gemma 4 `--precision int4 --module-functions` folder with KV-shared layers (a sliding
+    and a full one reusing the earlier layers' keys and values): `--verify` checks
+    Transformers.js's `embed_tokens_q4` and `decoder_model_merged_q4` beside `model_q4` (a
+    pair giving other logits fails it), Transformers.js's 16 greedy tokens (alone and as a
+    left-padded batch, past the window of 8) are onnxruntime's on that pair, and GenAI's
+    config keeps past and present apart (the shared layers' reads are inside the int4 graph's
+    branches): GenAI generates what onnxruntime generates on `model_q4.onnx`."""
+    from fx2onnx.hub.recipes import causal_lm
+    from fx2onnx.hub.shared.verification import greedy_in_folder, greedy_in_genai, verify_quantized_causal_lm
+
+    kinds = ["sliding_attention", "full_attention"] * 2
+    model = save_gemma4(tmp_path / "source", num_hidden_layers=4, layer_types=kinds, num_kv_shared_layers=2)
+    checked = []
+
+    def spied(path, *args, embedding=None, **kwargs):
+        checked.append((path.name, embedding.name if embedding else None))
+        return verify_quantized_causal_lm(path, *args, embedding=embedding, **kwargs)
+
+    monkeypatch.setattr(causal_lm, "verify_quantized_causal_lm", spied)
+    said = []
+    # int4 of a 32-wide model moves its logits by up to 0.3 (of 0.4): the bound set above that
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4", module_functions=True,
+                       verify=True, tokens=NEW_TOKENS, atol=0.5, say=said.append)
+    assert result.verification.passed
+    assert checked == [("model_q4.onnx", None), ("decoder_model_merged_q4.onnx", "embed_tokens_q4.onnx")]
+    assert [line for line in said if line.startswith("genai_config.json with past and present apart")]
+    folder = tmp_path / "out" / "onnx"
+    for name in ("model_q4", "embed_tokens_q4", "decoder_model_merged_q4"):
+        graph = onnx.load(folder / f"{name}.onnx")
+        onnx.checker.check_model(graph, full_check=True)
+        assert graph.functions or name == "embed_tokens_q4"
+    assert_generates_as_onnxruntime(transformers_js, tmp_path, tmp_path / "out", "decoder_model_merged_q4.onnx",
+                                    "embed_tokens_q4.onnx")
+    # the pair's logits tripled: its verification fails where model_q4's passes
+    tripled = onnx.load(folder / "decoder_model_merged_q4.onnx", load_external_data=False)
+    logits = next(n for n in tripled.graph.node if "logits" in n.output)
+    logits.output[list(logits.output).index("logits")] = "logits/raw"
+    tripled.graph.node.extend([
+        onnx.helper.make_node("Constant", [], ["logits/three"], value=onnx.helper.make_tensor("three", 1, [], [3.0])),
+        onnx.helper.make_node("Mul", ["logits/raw", "logits/three"], ["logits"])])
+    onnx.save(tripled, folder / "decoder_model_merged_q4.onnx")
+    prompt = [5, 17, 42, 8, 9, 3]
+    assert verify_quantized_causal_lm(folder / "model_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5).passed
+    assert not verify_quantized_causal_lm(folder / "decoder_model_merged_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5,
+                                          embedding=folder / "embed_tokens_q4.onnx").passed
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    assert genai["search"]["past_present_share_buffer"] is False
+    prompt = [9, 3, 77, 31, 60, 12, 4, 50, 21]
+    expected = greedy_in_folder(folder / "model_q4.onnx", [prompt], NEW_TOKENS, pad=0, banned=[2]).tokens
+    assert greedy_in_genai(og.Model(str(tmp_path / "out")), [prompt], NEW_TOKENS).tokens == expected
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):

@@ -165,10 +165,14 @@ class CausalLMRecipe(RecipeDefaults):
             if cache_stride(config) > 1 and not write_strided_cache(staging, name, config):
                 say(UNJOINED_NOTE.format(model_type=config.get("model_type"), stride=cache_stride(config)))
             return files
-        no_genai = unequal_head_sizes_note(loaded.config, program.model) or shared_cache_note(loaded.config, program.model)
+        no_genai = unequal_head_sizes_note(loaded.config, program.model)
         if no_genai is not None:
             say(no_genai)
             return files
+        # layers reading an earlier layer's present: GenAI feeds past and present apart
+        apart = shared_cache_note(loaded.config, program.model)
+        if apart is not None:
+            say(apart)
         if reads_combined_cache(loaded.config.to_dict()):
             # Transformers.js feeds this config one key_value input per layer; ONNX Runtime
             # GenAI feeds a key and a value: a graph for each, over the same weights
@@ -176,6 +180,10 @@ class CausalLMRecipe(RecipeDefaults):
             files.append(name)
         generation = getattr(loaded.model, "generation_config", None)
         config = genai_config(loaded.config, generation, name, program.model)
+        if apart is not None:
+            # the folder's model as it is, its cache growing: no window-sized buffer either
+            config["search"]["past_present_share_buffer"] = False
+            return [*files, write_json_file(staging, GENAI_CONFIG, config)]
         windowed = write_windowed_decoder(staging, name, config)  # ONNX Runtime GenAI's own, where layers slide
         if windowed is not None:
             config, files = windowed, [*files, windowed["model"]["decoder"]["filename"]]
@@ -213,12 +221,17 @@ class CausalLMRecipe(RecipeDefaults):
                 return verdict if path == relative else dataclasses.replace(
                     verdict, failure=f"{path}: {verdict.failure or 'logits beyond the tolerance'}")
             first = first or verdict
-        if writes_embedded_decoder(loaded.config) and prompt is None:
+        if writes_embedded_decoder(loaded.config):
             # Transformers.js's embedding and decoder, fed as it feeds them: each step's ids embedded first
-            embedding, decoder = (onnx_file(loaded, base) for base in (EMBEDDING, folder_layout.MERGED_DECODER))
+            embedding, decoder = (onnx_file(loaded, base, request.quantization)
+                                  for base in (EMBEDDING, folder_layout.MERGED_DECODER))
             say(f"verifying {embedding} and {decoder} (Transformers.js's models) too")
-            verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
-                                                  reference=reference, embedding=folder / embedding)
+            if prompt is not None:
+                verdict = verify_quantized_causal_lm(folder / decoder, model, loaded.config, prompt.tolist(), request.tokens,
+                                                     request.atol, embedding=folder / embedding)
+            else:
+                verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
+                                                      reference=reference, embedding=folder / embedding)
             if not verdict.passed:
                 return dataclasses.replace(verdict, failure=f"{decoder}: {verdict.failure or 'logits beyond the tolerance'}")
         return first  # every graph passed: the folder's model's verdict, with its lengths

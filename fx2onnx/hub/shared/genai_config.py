@@ -189,22 +189,41 @@ def unequal_head_sizes_note(config: Any, model: ir.Model) -> str | None:
     return None
 
 
+def _read_by_nodes(value: ir.Value, model: ir.Model) -> bool:
+    """Whether a node reads ``value``, or the value standing for it in the model-local
+    function or in either branch of the `If` that makes it (a decoder whose layers run in
+    a kernel branch and a guarded one: `fx2onnx/onnx_passes/cached_attention_guard.py`)."""
+    if value.uses():
+        return True
+    node = value.producer()
+    if node is None:
+        return False
+    if node.op_type == "If":
+        return any(_read_by_nodes(node.attributes[branch].as_graph().outputs[value.index()], model)
+                   for branch in ("then_branch", "else_branch"))
+    if node.op_identifier() in model.functions:
+        return _read_by_nodes(model.functions[node.op_identifier()].outputs[value.index()], model)
+    return False
+
+
 def shared_cache_note(config: Any, model: ir.Model) -> str | None:
     """Why a decoder whose later layers attend to an earlier layer's updated keys and values
-    (Gemma 4's KV-shared layers, `num_kv_shared_layers`) gets no `genai_config.json`: ONNX
-    Runtime GenAI 0.18 does not run it as transformers does. None when no layer reads
+    (Gemma 4's KV-shared layers, `num_kv_shared_layers`) gets a `genai_config.json` with
+    past and present apart (`past_present_share_buffer: false`). None when no layer reads
     another's `present.*` (a layer's own attention reading its `present.*`, as standard
     operators' attention does, is not sharing: the config says which layers share)."""
     shared = getattr(decoder_sizes(config), "num_kv_shared_layers", None)
     if not isinstance(shared, int) or shared <= 0:
         return None
-    read = sorted(value.name for value in model.graph.outputs if value.name.startswith("present.") and value.uses())
+    read = sorted(value.name for value in model.graph.outputs
+                  if value.name.startswith("present.") and _read_by_nodes(value, model))
     if not read:
         return None
     return (
-        f"no genai_config.json: {config.model_type}'s last {shared} layers attend to the keys and values of earlier "
-        f"layers ({', '.join(read)}), which ONNX Runtime GenAI 0.18 does not run as transformers does: with its "
-        "shared buffer (past_present_share_buffer) those are the context long, longer than the attention_mask the "
-        "shared layers are masked by (invalid expand shape), and without it its decode steps' logits differ from "
-        "transformers'; the folder's models run in onnxruntime and in Transformers.js where it has the class"
+        f"genai_config.json with past and present apart (past_present_share_buffer false): {config.model_type}'s last "
+        f"{shared} layers attend to the keys and values of earlier layers ({', '.join(read)}), which the graph reads "
+        "from those layers' present outputs; ONNX Runtime GenAI's shared buffer holds the whole context (max_length, "
+        "kv_cache.cpp: the buffer's sequence dim set to max_length when past_present_share_buffer is on), longer than "
+        "the attention_mask those layers are masked by (onnxruntime stops: invalid expand shape). Past and present apart, "
+        "each present is the past and the step's tokens, as the graph's layers read it"
     )

@@ -440,14 +440,17 @@ def _bounded(verification: Verification, what: str, scale: float) -> str:
     return f"{what} up to {scale:.3g}; {verdict} the bound {verification.tolerance.atol:.3g}"
 
 
-def _prefill_logits(path: Path, tokens: list[int]) -> np.ndarray:
-    """The logits of every position of ``tokens`` read at once, with an empty cache."""
-    with cpu_session(path) as session:
+def _prefill_logits(path: Path, tokens: list[int], embedding: Path | None = None) -> np.ndarray:
+    """The logits of every position of ``tokens`` read at once, with an empty cache; with
+    ``embedding``, the ids go through that model first (as in `greedy_in_folder`)."""
+    with cpu_session(path) as session, (cpu_session(embedding) if embedding else contextlib.nullcontext()) as embed:
         cache = empty_cache(session)
         feed = {
             "input_ids": np.array([tokens], dtype=np.int64), "attention_mask": np.ones((1, len(tokens)), dtype=np.int64),
             "position_ids": np.arange(len(tokens), dtype=np.int64)[None, :], **cache,
         }
+        if embed is not None:
+            feed |= run_session(embed, feed)
         return run_session(session, feed)["logits"][0]
 
 
@@ -457,16 +460,18 @@ QUANTIZED_LOGIT_ERROR = 0.25
 
 
 def verify_quantized_causal_lm(
-    path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, atol: float | None = None
+    path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, atol: float | None = None,
+    embedding: Path | None = None,
 ) -> QuantizedVerification:
-    """The quantized decoder at ``path`` against the float ``model``'s greedy generation."""
+    """The quantized decoder at ``path`` against the float ``model``'s greedy generation
+    (with ``embedding``, each position's ids embedded by that model first)."""
     with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
             output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,
         )
     torch_tokens = generated.sequences[0, len(prompt):].tolist()
-    logits = _prefill_logits(path, prompt + torch_tokens[:-1])[len(prompt) - 1:]
+    logits = _prefill_logits(path, prompt + torch_tokens[:-1], embedding)[len(prompt) - 1:]
     onnx_tokens = [int(t) for t in logits.argmax(-1)]
     torch_logits = torch.cat([step[:1] for step in generated.logits]).float()
     agreement = sum(a == b for a, b in zip(onnx_tokens, torch_tokens)) / len(torch_tokens)

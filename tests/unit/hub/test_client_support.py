@@ -4,11 +4,11 @@ own sources where they are installed, and the docs' list against the table."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
+from client_versions import TRANSFORMERS_JS_VERSION, transformers_js_folder
 
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache
 from fx2onnx.hub.decoders.client_support import (
@@ -19,10 +19,7 @@ from fx2onnx.hub.decoders.client_support import (
 transformers = pytest.importorskip("transformers")
 
 DOCS = Path(__file__).parents[3] / "docs" / "guides" / "export-hf.md"
-TRANSFORMERS_JS_DIST = (
-    Path(os.environ.get("FX2ONNX_TEST_CACHE", Path.home() / ".cache" / "fx2onnx-tests"))
-    / "transformers-js-4.3.1" / "node_modules" / "@huggingface" / "transformers" / "dist" / "transformers.node.mjs"
-)
+TRANSFORMERS_JS_DIST = transformers_js_folder() / "node_modules" / "@huggingface" / "transformers" / "dist" / "transformers.node.mjs"
 
 
 def test_mixtral_has_no_transformers_js_class():
@@ -74,7 +71,7 @@ def transformers_js_mapping(name: str) -> tuple[set[str], str]:
     """The model types of Transformers.js's mapping ``name``, read from its dist, and the dist's
     text; the test skipped where Transformers.js is not installed."""
     if not TRANSFORMERS_JS_DIST.is_file():
-        pytest.skip(f"Transformers.js 4.3.1 is not installed at {TRANSFORMERS_JS_DIST} (tests/e2e/test_transformers_js.py installs it)")
+        pytest.skip(f"Transformers.js {TRANSFORMERS_JS_VERSION} is not installed at {TRANSFORMERS_JS_DIST} (tests/e2e/test_transformers_js.py installs it)")
     source = TRANSFORMERS_JS_DIST.read_text(encoding="utf-8")
     table = re.search(rf"var {name} = [^\n]*\n(.*?)\n\]\);", source, re.S)
     assert table is not None, f"Transformers.js's dist no longer defines {name} as expected"

@@ -128,7 +128,7 @@ def test_keys_and_values_of_unequal_head_sizes_get_no_genai_config():
     assert note is not None and "youtu's cached keys and values have different head sizes (past_key_values.0.key 32, its value 4)" in note
 
 
-def test_a_cache_read_by_a_later_layer_gets_no_genai_config():
+def test_a_cache_read_by_a_later_layer_gets_past_and_present_apart():
     def model(read: bool) -> ir.Model:
         past = _value("past_key_values.0.key", ["b", 2, "p", 8])
         present = ir.node("Identity", [past], name="layer_0").outputs[0]
@@ -144,8 +144,30 @@ def test_a_cache_read_by_a_later_layer_gets_no_genai_config():
     config = SimpleNamespace(model_type="gemma4_text", num_kv_shared_layers=1)
     assert shared_cache_note(config, model(read=False)) is None
     note = shared_cache_note(config, model(read=True))
-    assert note is not None and note.startswith("no genai_config.json: gemma4_text's last 1 layers attend to")
+    assert note is not None and note.startswith("genai_config.json with past and present apart (past_present_share_buffer "
+                                                "false): gemma4_text's last 1 layers attend to")
     assert "(present.0.key)" in note
+    # the layers in the branches of an If (a kernel branch and a guarded one), their values named there
+    for read in (False, True):
+        past = _value("past_key_values.0.key", ["b", 2, "p", 8])
+
+        def branch(kind: str) -> ir.Graph:
+            present = ir.node("Identity", [past], name=f"layer_0_{kind}").outputs[0]
+            present.name = f"present.0.key_{kind}"
+            nodes, outputs = [present.producer()], [present]
+            if read:
+                nodes.append(ir.node("Relu", [present], name=f"layer_1_{kind}"))
+                outputs.append(nodes[-1].outputs[0])
+                outputs[-1].name = f"logits_{kind}"
+            return ir.Graph([], outputs, nodes=nodes, name=kind)
+
+        condition = ir.Value(name="run_kernels", type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([]))
+        stack = ir.node("If", [condition], attributes={"then_branch": branch("fast"), "else_branch": branch("guarded")},
+                        num_outputs=1 + read, name="decoder_stack")
+        for value, name in zip(stack.outputs, ["present.0.key", "logits"]):
+            value.name = name
+        wrapped = ir.Model(ir.Graph([past, condition], list(stack.outputs), nodes=[stack]), ir_version=10)
+        assert (shared_cache_note(config, wrapped) is not None) is read
     # a layer's own attention reads its present.* in standard operators: no sharing without the config's
     assert shared_cache_note(SimpleNamespace(model_type="llama"), model(read=True)) is None
     assert shared_cache_note(SimpleNamespace(model_type="gemma4_text", num_kv_shared_layers=0), model(read=True)) is None
