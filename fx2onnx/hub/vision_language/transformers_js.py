@@ -1,4 +1,4 @@
-"""The image-text-to-text folder as Transformers.js 4.3.1 loads it (`--runtime standard`):
+"""The image-text-to-text folder as Transformers.js 4.3.2 loads it (`--runtime standard`):
 its `ImageTextToText` model type reads `onnx/vision_encoder.onnx` (`image_features`),
 `onnx/embed_tokens.onnx` (`input_ids` -> `inputs_embeds`) and `onnx/decoder_model_merged.onnx`,
 and puts the image features into the image tokens' rows itself, in JavaScript. The vision
@@ -44,7 +44,7 @@ class TransformersJsRow:
 
 
 IDEFICS3_NOTE = (
-    "Transformers.js 4.3.1 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
+    "Transformers.js 4.3.2 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
     "as transformers' processor cuts them; its own Idefics3ImageProcessor resizes with sharp's Lanczos filter, "
     "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
 )
@@ -54,14 +54,14 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # Qwen2VLForConditionalGeneration feeds them; its decoder the 3-D mRoPE positions Transformers.js
     # computes (get_rope_index)
     "qwen2_5_vl": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration); its Qwen2VLImageProcessor "
+        "Transformers.js 4.3.2 runs this folder (Qwen2_5_VLForConditionalGeneration); its Qwen2VLImageProcessor "
         "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
         "processed otherwise (the vision model takes them all in one run).",
         processor_class="Qwen2_5_VLProcessor",
     ),
     # as Qwen2.5-VL's, its vision_encoder's grid input named `grid_thw` (Transformers.js's name for Qwen2-VL)
     "qwen2_vl": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Qwen2VLForConditionalGeneration); its Qwen2VLImageProcessor "
+        "Transformers.js 4.3.2 runs this folder (Qwen2VLForConditionalGeneration); its Qwen2VLImageProcessor "
         "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
         "processed otherwise (the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen2-VL type.",
         processor_class="Qwen2VLProcessor", architecture=qwen2_vl.ARCHITECTURE,
@@ -70,7 +70,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
     # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
     "llava": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
+        "Transformers.js 4.3.2 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
         "transformers' LlavaProcessor gives; its own LlavaProcessor counts one image token more than the vision "
         "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
         architecture=llava.ARCHITECTURE,
@@ -85,20 +85,20 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
     # the merged patch as patch_size: no processor named
     "mistral3": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
+        "Transformers.js 4.3.2 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time."
     ),
     # Mistral 3's path under LightOnOCR's module names (lighton_ocr.py): LlavaForConditionalGeneration's
     # `pixel_values` of one image, 1-D positions from the mask; no processor named (Mistral 3's reasons)
     "lighton_ocr": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (LightOnOcrForConditionalGeneration) with one image per prompt: the "
+        "Transformers.js 4.3.2 runs this folder (LightOnOcrForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time. ONNX Runtime GenAI has no LightOnOCR type.",
         architecture=lighton_ocr.ARCHITECTURE,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of the processor's one size; rows one column wider, a
     # flag the decoder reads for the image tokens' two-way attention (gemma3_transformers_js.py)
     "gemma3": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
+        "Transformers.js 4.3.2 runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
         "rows are one column wider than the hidden size, the last column 1 at image rows and 0 at text rows, which "
         "the decoder reads to let an image's tokens attend each other both ways, as transformers does with "
         "token_type_ids. Its vision model takes any number of images of the image processor's one size.",
@@ -107,7 +107,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # LlavaForConditionalGeneration's path: `pixel_values` of the tower's size, positions from 1; the decoder
     # attends both ways over a step without a past (the prompt, transformers' prefix: paligemma.py)
     "paligemma": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (PaliGemmaForConditionalGeneration): its decoder lets a step without a "
+        "Transformers.js 4.3.2 runs this folder (PaliGemmaForConditionalGeneration): its decoder lets a step without a "
         "past (the whole prompt, as Transformers.js runs it) attend both ways, as transformers does over the prefix "
         "its processor marks with token_type_ids 0, and any later step causally; a prompt with a suffix of "
         "token_type_ids 1 is not what the folder runs. ONNX Runtime GenAI has no PaliGemma type.",
@@ -116,7 +116,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
 }
 
 
-# model type -> why Transformers.js 4.3.1 cannot give transformers' answer with this folder's models
+# model type -> why Transformers.js 4.3.2 cannot give transformers' answer with this folder's models
 NOT_SERVED = {
     "llava_onevision": (
         "Transformers.js runs it as its LlavaForConditionalGeneration (models.js exports LlavaOnevisionForConditionalGeneration "
@@ -169,7 +169,7 @@ def transformers_js_hint(config: Any) -> str:
     folder for ``config``'s architecture, or nothing where there is none."""
     if getattr(config, "model_type", None) not in TRANSFORMERS_JS_ARCHITECTURES:
         return ""
-    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.1."
+    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.2."
 
 
 def transformers_js_note(config: Any) -> str:
