@@ -546,6 +546,70 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
     assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[-1]
 
 
+# (height, width) of the images of the Qwen3-VL kind's prompts: neither side a multiple of the merged patch (32
+# pixels), a wide and a tall one, other grids than the export's example (3 x 5 and 2 x 2 merged tokens)
+QWEN3_KIND_IMAGES = ((45, 75), (130, 60))
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe"])
+def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family):
+    """Qwen3-VL and its kin as `--runtime standard` writes them for Transformers.js: rows
+    wider than the embeddings where DeepStack features ride beside them (embed_tokens' zeros
+    at text tokens, which Transformers.js's merge overwrites whole at image tokens). 16 greedy
+    tokens equal transformers' on an image of another grid than the export's, on a
+    left-padded batch of a tall and a wide image (mRoPE positions past the padding), and on
+    a prompt without an image; the folder checked in onnxruntime by export-hf's verification."""
+    from PIL import Image
+    import qwen3_kind_models
+
+    model = qwen3_kind_models.SAVERS[family](tmp_path / "source")
+    config = model.config
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=8).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    hidden = config.text_config.hidden_size
+    deepstack = len(getattr(config.vision_config, "deepstack_visual_indexes", None) or [])
+    widths = {}
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        path = os.fspath(out / "onnx" / f"{name}.onnx")
+        onnx.checker.check_model(path, full_check=True)
+        graph = onnx.load(path, load_external_data=False).graph
+        widths[name] = {value.name: value.type.tensor_type.shape.dim[-1].dim_value for value in [*graph.input, *graph.output]}
+    # the embeddings and each DeepStack block side by side, in all three models
+    assert widths["embed_tokens"]["inputs_embeds"] == widths["decoder_model_merged"]["inputs_embeds"] == hidden * (1 + deepstack)
+    assert widths["vision_encoder"]["image_features"] == hidden * (1 + deepstack)
+    assert json.loads((out / "config.json").read_text())["model_type"] == family
+    rng = np.random.default_rng(0)
+    paths = []
+    for height, width in QWEN3_KIND_IMAGES:
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    pad = int(config.text_config.pad_token_id)
+    question = "describe this image"
+    # a wide image; a tall one; a left-padded batch without images; a left-padded batch of a wide and a tall image
+    batches = [[([paths[0]], question)], [([paths[1]], question)], [([], question), ([], "the lazy dog")],
+               [([paths[1]], question), ([paths[0]], question)]]
+    prompts, expected = [], []
+    for batch in batches:
+        given = qwen3_kind_models.processed_batch(tmp_path / "source", family, batch, pad)
+        prompts.append({"inputs": tensor_specs(given)})
+        extra = {"mm_token_type_ids": (given["input_ids"] == config.image_token_id).long()} if "pixel_values" in given else {}
+        with torch.no_grad():
+            tokens = model.generate(**given, **extra, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                    pad_token_id=pad)
+        expected.append(tokens[:, given["input_ids"].shape[1]:].tolist())
+    assert all(0 in prompts[index]["inputs"]["attention_mask"]["data"] for index in (2, 3))  # the batches are padded
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    assert results[:2] == expected[:2] and expected[0] != expected[1]  # the images changed the tokens
+    # the prompt step alone is transformers' without images or with padding: after it, Transformers.js 4.3.1 feeds
+    # a prompt without images the positions of its text-only mRoPE deltas, `max + 1n + BigInt(dims[1])` where
+    # transformers' is max + 1 - length (Qwen2VLForConditionalGeneration._get_text_only_rope_index), and unmasks a
+    # batch's padding (prepare_inputs_for_generation sets `pixel_values` to null, not undefined, so
+    # generic_text_to_text_forward gives a one-token step ones over the past as its mask)
+    assert [[row[:1] for row in result] for result in results[2:]] == [[row[:1] for row in rows] for rows in expected[2:]]
+
+
 def save_llava(folder):
     """A two-layer LLaVA (a two-layer CLIP tower of 42-pixel images, 9 image tokens each, the
     "default" strategy dropping the class token) with a tokenizer that has an `<image>` token."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl
+from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl, qwen3_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -49,6 +49,13 @@ IDEFICS3_NOTE = (
     "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
 )
 
+QWEN3_VL_NOTE = (
+    "Transformers.js 4.3.1 runs this folder ({name}); its rows are wider than the embeddings (the DeepStack "
+    "features beside them, zeros at text tokens), which Transformers.js copies whole. Its Qwen2VLImageProcessor "
+    "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
+    "processed otherwise (the vision model takes them all in one run)."
+)
+
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
     # Qwen2VLForConditionalGeneration feeds them; its decoder the 3-D mRoPE positions Transformers.js
@@ -65,6 +72,15 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
         "processed otherwise (the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen2-VL type.",
         processor_class="Qwen2VLProcessor", architecture=qwen2_vl.ARCHITECTURE,
+    ),
+    # as Qwen2.5-VL's, its rows wider than the embeddings: the vision_encoder's features row the merger's then each
+    # DeepStack merger's, embed_tokens' row the embedding then zeros. Transformers.js checks only the features' count
+    # against the image tokens' and copies each features row over the whole row (default_merge_input_ids_with_features);
+    # the decoder adds each DeepStack block after its layer at every position (zeros at text tokens)
+    "qwen3_vl": TransformersJsRow(QWEN3_VL_NOTE.format(name="Qwen3VLForConditionalGeneration"), processor_class="Qwen3VLProcessor"),
+    "qwen3_vl_moe": TransformersJsRow(
+        QWEN3_VL_NOTE.format(name="Qwen3VLMoeForConditionalGeneration") + " ONNX Runtime GenAI has no Qwen3-VL-MoE type.",
+        processor_class="Qwen3VLProcessor", architecture=qwen3_vl.MOE_ARCHITECTURE,
     ),
     # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
@@ -96,10 +112,6 @@ NOT_SERVED = {
     "gemma3": (
         "Transformers.js feeds the decoder no token ids, and Gemma 3 attends both ways among an image's tokens "
         "(transformers' mask from the token ids), which a decoder fed embeddings alone cannot tell."
-    ),
-    "qwen3_vl": (
-        "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
-        "which Transformers.js's merge into the embedding rows does not take."
     ),
     "paligemma": (
         "its language model attends both ways over the image and prompt tokens (transformers' mask from "

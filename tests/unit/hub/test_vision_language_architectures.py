@@ -218,6 +218,7 @@ def test_the_verification_merges_features_as_the_embedding_does():
 # the architectures only Transformers.js runs: a tiny config of each (transformers_js.py's own rows)
 TRANSFORMERS_JS_ONLY = {
     "qwen2_vl": (lambda: transformers.Qwen2VLConfig(), qwen2_vl.ARCHITECTURE),
+    "qwen3_vl_moe": (lambda: transformers.Qwen3VLMoeConfig(), qwen3_vl.MOE_ARCHITECTURE),
     "llava": (lambda: transformers.LlavaConfig(), llava.ARCHITECTURE),
     "idefics3": (lambda: transformers.Idefics3Config(), idefics3.ARCHITECTURE),
     "smolvlm": (lambda: transformers.SmolVLMConfig(), idefics3.ARCHITECTURE),
@@ -236,7 +237,7 @@ def test_an_architecture_only_transformers_js_runs_gets_its_folder_alone(model_t
     with pytest.raises(NotImplementedError, match=f"{model_type} is not one of them"):
         architecture_of(config)
     assert "--runtime standard` writes its folder for Transformers.js" in transformers_js.transformers_js_hint(config)
-    if model_type != "qwen2_vl":  # Qwen2-VL's runtime processor is every Qwen's; the type is what GenAI lacks
+    if not model_type.startswith("qwen"):  # a Qwen's runtime processor is every Qwen's; the type is what GenAI lacks
         with pytest.raises(NotImplementedError, match="ONNX Runtime GenAI 0.18 has no"):
             expected.vision_section(config, "vision_encoder.onnx", genai_files.PROCESSOR_CONFIG)
 
