@@ -38,7 +38,8 @@ def _save(folder: Path, config_class, model_class, text: dict, vision: dict, spe
     torch.manual_seed(0)
     model = model_class(config).eval()
     model.save_pretrained(folder)
-    transformers.Qwen2VLImageProcessorPil(patch_size=vision["patch_size"], min_pixels=32 * 32, max_pixels=32 * 32 * 64,
+    side = vision["patch_size"] * vision["spatial_merge_size"]
+    transformers.Qwen2VLImageProcessorPil(patch_size=vision["patch_size"], min_pixels=side * side, max_pixels=side * side * 64,
                                           image_mean=[0.5] * 3, image_std=[0.5] * 3).save_pretrained(folder)
     tokenizer.chat_template = QWEN_TEMPLATE
     tokenizer.save_pretrained(folder)
@@ -56,11 +57,26 @@ def save_qwen3_vl_moe(folder: Path) -> torch.nn.Module:
                  {**MOE, **INTERLEAVED}, {**VISION, "deepstack_visual_indexes": [0, 1]}, QWEN_SPECIAL, QWEN_TOKENS)
 
 
-SAVERS = {"qwen3_vl": save_qwen3_vl, "qwen3_vl_moe": save_qwen3_vl_moe}
+GLM_TOKENS = dict(image_token_id="<|image|>", video_token_id="<|video|>", image_start_token_id="<|begin_of_image|>",
+                  image_end_token_id="<|end_of_image|>", video_start_token_id="<|begin_of_video|>",
+                  video_end_token_id="<|end_of_video|>")
+
+
+def save_glm_ocr(folder: Path) -> torch.nn.Module:
+    """A two-layer GLM-OCR (patch 14, merge 2: merged patches of 28 pixels) with mRoPE sections."""
+    vision = dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2)
+    text = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
+    return _save(folder, transformers.GlmOcrConfig, transformers.GlmOcrForConditionalGeneration, text, vision, GLM_SPECIAL,
+                 GLM_TOKENS)
+
+
+SAVERS = {"qwen3_vl": save_qwen3_vl, "qwen3_vl_moe": save_qwen3_vl_moe, "glm_ocr": save_glm_ocr}
 # a prompt's text around its images, and one image's placeholder (its image token repeated as the grid needs)
 PROMPTS = {"qwen3_vl": ("<|im_start|>user\n{images}{question}<|im_end|>\n<|im_start|>assistant\n", QWEN_IMAGE,
                         "<|image_pad|>")}
 PROMPTS["qwen3_vl_moe"] = PROMPTS["qwen3_vl"]
+PROMPTS["glm_ocr"] = (PROMPTS["qwen3_vl"][0], "<|begin_of_image|><|image|><|end_of_image|>", "<|image|>")
 
 
 def processed_batch(folder: Path, family: str, prompts: list[tuple[list[Path], str]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl, qwen3_vl
+from fx2onnx.hub.vision_language import glm_ocr, idefics3, llava, qwen2_vl, qwen3_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -81,6 +81,13 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     "qwen3_vl_moe": TransformersJsRow(
         QWEN3_VL_NOTE.format(name="Qwen3VLMoeForConditionalGeneration") + " ONNX Runtime GenAI has no Qwen3-VL-MoE type.",
         processor_class="Qwen3VLProcessor", architecture=qwen3_vl.MOE_ARCHITECTURE,
+    ),
+    # Qwen2.5-VL's path with its own mRoPE positions (GlmOcrForConditionalGeneration._get_multimodal_rope_positions,
+    # transformers' for images); the processor the checkpoint names is left as it is
+    "glm_ocr": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
+        "image_grid_thw transformers' processor gives. ONNX Runtime GenAI has no GLM-OCR type.",
+        architecture=glm_ocr.ARCHITECTURE,
     ),
     # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
