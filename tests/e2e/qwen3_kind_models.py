@@ -71,11 +71,22 @@ def save_glm_ocr(folder: Path) -> torch.nn.Module:
                  GLM_TOKENS)
 
 
-SAVERS = {"qwen3_vl": save_qwen3_vl, "qwen3_vl_moe": save_qwen3_vl_moe, "glm_ocr": save_glm_ocr}
+def save_qwen3_5(folder: Path) -> torch.nn.Module:
+    return _save(folder, transformers.Qwen3_5Config, transformers.Qwen3_5ForConditionalGeneration, {**LINEAR, **INTERLEAVED},
+                 VISION, QWEN_SPECIAL, QWEN_TOKENS)
+
+
+def save_qwen3_5_moe(folder: Path) -> torch.nn.Module:
+    return _save(folder, transformers.Qwen3_5MoeConfig, transformers.Qwen3_5MoeForConditionalGeneration,
+                 {**LINEAR, **INTERLEAVED, **MOE, "shared_expert_intermediate_size": 32}, VISION, QWEN_SPECIAL, QWEN_TOKENS)
+
+
+SAVERS = {"qwen3_vl": save_qwen3_vl, "qwen3_vl_moe": save_qwen3_vl_moe, "glm_ocr": save_glm_ocr, "qwen3_5": save_qwen3_5,
+          "qwen3_5_moe": save_qwen3_5_moe}
 # a prompt's text around its images, and one image's placeholder (its image token repeated as the grid needs)
 PROMPTS = {"qwen3_vl": ("<|im_start|>user\n{images}{question}<|im_end|>\n<|im_start|>assistant\n", QWEN_IMAGE,
                         "<|image_pad|>")}
-PROMPTS["qwen3_vl_moe"] = PROMPTS["qwen3_vl"]
+PROMPTS["qwen3_vl_moe"] = PROMPTS["qwen3_5"] = PROMPTS["qwen3_5_moe"] = PROMPTS["qwen3_vl"]
 PROMPTS["glm_ocr"] = (PROMPTS["qwen3_vl"][0], "<|begin_of_image|><|image|><|end_of_image|>", "<|image|>")
 
 

@@ -551,7 +551,7 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
 QWEN3_KIND_IMAGES = ((45, 75), (130, 60))
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "glm_ocr"])
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "glm_ocr", "qwen3_5", "qwen3_5_moe"])
 def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family):
     """Qwen3-VL and its kin as `--runtime standard` writes them for Transformers.js: rows
     wider than the embeddings where DeepStack features ride beside them (embed_tokens' zeros

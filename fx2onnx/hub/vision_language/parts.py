@@ -236,6 +236,8 @@ def _dynamic(value: Any, keep: dict[int, int] | None = None) -> Any:
     """Every dim of ``value``'s tensors dynamic but those of ``keep`` (torch.export's spec form)."""
     if isinstance(value, torch.Tensor):
         return {index: Dim.AUTO for index in range(value.dim()) if index not in (keep or {})}
+    if isinstance(value, dict):  # a spec mirrors a dict by its keys (a linear-attention layer's states)
+        return {key: _dynamic(child) for key, child in value.items()}
     node = pytree.SUPPORTED_NODES.get(type(value))
     if node is None and not isinstance(value, (list, tuple)):
         return None

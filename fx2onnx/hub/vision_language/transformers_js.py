@@ -20,7 +20,7 @@ from typing import Any
 
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import glm_ocr, idefics3, llava, qwen2_vl, qwen3_vl
+from fx2onnx.hub.vision_language import glm_ocr, idefics3, llava, qwen2_vl, qwen3_5, qwen3_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -56,6 +56,13 @@ QWEN3_VL_NOTE = (
     "processed otherwise (the vision model takes them all in one run)."
 )
 
+QWEN3_5_NOTE = (
+    "Transformers.js 4.3.1 runs this folder ({name}); its decoder takes the linear-attention layers' states as "
+    "past_conv.<layer> and past_recurrent.<layer>, as Transformers.js feeds them. Its Qwen2VLImageProcessor takes one "
+    "image per call, so a prompt with several images needs its pixel_values and image_grid_thw processed otherwise "
+    "(the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen3.5 vision-language type."
+)
+
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
     # Qwen2VLForConditionalGeneration feeds them; its decoder the 3-D mRoPE positions Transformers.js
@@ -89,6 +96,12 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "image_grid_thw transformers' processor gives. ONNX Runtime GenAI has no GLM-OCR type.",
         architecture=glm_ocr.ARCHITECTURE,
     ),
+    # Qwen3-VL's path (Qwen3_5ForConditionalGeneration extends Qwen3VLForConditionalGeneration) without DeepStack; the
+    # decoder's gated delta-rule states named as getCacheNames names those of the text config's `qwen3_5_text`
+    "qwen3_5": TransformersJsRow(QWEN3_5_NOTE.format(name="Qwen3_5ForConditionalGeneration"), processor_class="Qwen3VLProcessor",
+                                 architecture=qwen3_5.ARCHITECTURE),
+    "qwen3_5_moe": TransformersJsRow(QWEN3_5_NOTE.format(name="Qwen3_5MoeForConditionalGeneration"),
+                                     processor_class="Qwen3VLProcessor", architecture=qwen3_5.MOE_ARCHITECTURE),
     # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
     # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
