@@ -49,59 +49,73 @@ IDEFICS3_NOTE = (
     "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
 )
 
-QWEN3_VL_NOTE = (
-    "Transformers.js 4.3.1 runs this folder ({name}); its rows are wider than the embeddings (the DeepStack "
-    "features beside them, zeros at text tokens), which Transformers.js copies whole. Its Qwen2VLImageProcessor "
-    "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
-    "processed otherwise (the vision model takes them all in one run)."
+QWEN_IMAGES = (
+    " Its Qwen2VLImageProcessor takes one image per call, so a prompt with several images needs its pixel_values "
+    "and image_grid_thw processed otherwise (the vision model takes them all in one run)."
+)
+# what Transformers.js 4.3.1's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
+# after a prompt: `_get_text_only_rope_index` gives `max + 1n + BigInt(dims[1])` as a prompt's mRoPE delta where
+# transformers' is max + 1 - length, and `prepare_inputs_for_generation` sets `pixel_values` to null (not
+# undefined), so generic_text_to_text_forward gives a one-token step ones over the past as its attention mask
+QWEN_GENERATION = (
+    " Transformers.js 4.3.1 gives transformers' tokens for one prompt with images; after the first token it feeds a "
+    "prompt without images other positions than transformers' (its text-only mRoPE delta adds the prompt's length "
+    "where transformers subtracts it) and a left-padded batch a mask that no longer hides the padding."
 )
 
-QWEN3_5_NOTE = (
-    "Transformers.js 4.3.1 runs this folder ({name}); its decoder takes the linear-attention layers' states as "
-    "past_conv.<layer> and past_recurrent.<layer>, as Transformers.js feeds them. Its Qwen2VLImageProcessor takes one "
-    "image per call, so a prompt with several images needs its pixel_values and image_grid_thw processed otherwise "
-    "(the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen3.5 vision-language type."
+
+def qwen_note(name: str, folder: str = "", genai: str = "") -> str:
+    """The note of a Qwen-VL kind's folder (``name``: Transformers.js's class) in Transformers.js."""
+    return f"Transformers.js 4.3.1 runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
+
+
+DEEPSTACK_ROWS = (
+    "; its rows are wider than the embeddings (the DeepStack features beside them, zeros at text tokens), which "
+    "Transformers.js copies whole"
 )
+LINEAR_STATES = (
+    "; its decoder takes the linear-attention layers' states as past_conv.<layer> and past_recurrent.<layer>, as "
+    "Transformers.js feeds them"
+)
+
 
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
     # Qwen2VLForConditionalGeneration feeds them; its decoder the 3-D mRoPE positions Transformers.js
     # computes (get_rope_index)
-    "qwen2_5_vl": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration); its Qwen2VLImageProcessor "
-        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
-        "processed otherwise (the vision model takes them all in one run).",
-        processor_class="Qwen2_5_VLProcessor",
-    ),
+    "qwen2_5_vl": TransformersJsRow(qwen_note("Qwen2_5_VLForConditionalGeneration"), processor_class="Qwen2_5_VLProcessor"),
     # as Qwen2.5-VL's, its vision_encoder's grid input named `grid_thw` (Transformers.js's name for Qwen2-VL)
     "qwen2_vl": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Qwen2VLForConditionalGeneration); its Qwen2VLImageProcessor "
-        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
-        "processed otherwise (the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen2-VL type.",
+        qwen_note("Qwen2VLForConditionalGeneration", genai=" ONNX Runtime GenAI has no Qwen2-VL type."),
         processor_class="Qwen2VLProcessor", architecture=qwen2_vl.ARCHITECTURE,
     ),
     # as Qwen2.5-VL's, its rows wider than the embeddings: the vision_encoder's features row the merger's then each
     # DeepStack merger's, embed_tokens' row the embedding then zeros. Transformers.js checks only the features' count
     # against the image tokens' and copies each features row over the whole row (default_merge_input_ids_with_features);
     # the decoder adds each DeepStack block after its layer at every position (zeros at text tokens)
-    "qwen3_vl": TransformersJsRow(QWEN3_VL_NOTE.format(name="Qwen3VLForConditionalGeneration"), processor_class="Qwen3VLProcessor"),
+    "qwen3_vl": TransformersJsRow(qwen_note("Qwen3VLForConditionalGeneration", DEEPSTACK_ROWS), processor_class="Qwen3VLProcessor"),
     "qwen3_vl_moe": TransformersJsRow(
-        QWEN3_VL_NOTE.format(name="Qwen3VLMoeForConditionalGeneration") + " ONNX Runtime GenAI has no Qwen3-VL-MoE type.",
+        qwen_note("Qwen3VLMoeForConditionalGeneration", DEEPSTACK_ROWS, " ONNX Runtime GenAI has no Qwen3-VL-MoE type."),
         processor_class="Qwen3VLProcessor", architecture=qwen3_vl.MOE_ARCHITECTURE,
-    ),
-    # Qwen2.5-VL's path with its own mRoPE positions (GlmOcrForConditionalGeneration._get_multimodal_rope_positions,
-    # transformers' for images); the processor the checkpoint names is left as it is
-    "glm_ocr": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
-        "image_grid_thw transformers' processor gives. ONNX Runtime GenAI has no GLM-OCR type.",
-        architecture=glm_ocr.ARCHITECTURE,
     ),
     # Qwen3-VL's path (Qwen3_5ForConditionalGeneration extends Qwen3VLForConditionalGeneration) without DeepStack; the
     # decoder's gated delta-rule states named as getCacheNames names those of the text config's `qwen3_5_text`
-    "qwen3_5": TransformersJsRow(QWEN3_5_NOTE.format(name="Qwen3_5ForConditionalGeneration"), processor_class="Qwen3VLProcessor",
-                                 architecture=qwen3_5.ARCHITECTURE),
-    "qwen3_5_moe": TransformersJsRow(QWEN3_5_NOTE.format(name="Qwen3_5MoeForConditionalGeneration"),
-                                     processor_class="Qwen3VLProcessor", architecture=qwen3_5.MOE_ARCHITECTURE),
+    "qwen3_5": TransformersJsRow(
+        qwen_note("Qwen3_5ForConditionalGeneration", LINEAR_STATES, " ONNX Runtime GenAI has no Qwen3.5 vision-language type."),
+        processor_class="Qwen3VLProcessor", architecture=qwen3_5.ARCHITECTURE,
+    ),
+    "qwen3_5_moe": TransformersJsRow(
+        qwen_note("Qwen3_5MoeForConditionalGeneration", LINEAR_STATES,
+                  " ONNX Runtime GenAI has no Qwen3.5-MoE vision-language type."),
+        processor_class="Qwen3VLProcessor", architecture=qwen3_5.MOE_ARCHITECTURE,
+    ),
+    # Qwen2.5-VL's path with its own mRoPE positions (GlmOcrForConditionalGeneration._get_multimodal_rope_positions,
+    # transformers' for images); no processor named (the checkpoint's own is left as it is)
+    "glm_ocr": TransformersJsRow(
+        "Transformers.js 4.3.1 runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
+        "image_grid_thw transformers' processor gives." + QWEN_GENERATION + " ONNX Runtime GenAI has no GLM-OCR type.",
+        architecture=glm_ocr.ARCHITECTURE,
+    ),
     # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
     # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
