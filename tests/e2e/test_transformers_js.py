@@ -608,6 +608,37 @@ def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family
     # batch's padding (prepare_inputs_for_generation sets `pixel_values` to null, not undefined, so
     # generic_text_to_text_forward gives a one-token step ones over the past as its mask)
     assert [[row[:1] for row in result] for result in results[2:]] == [[row[:1] for row in rows] for rows in expected[2:]]
+    # the folder's models on transformers' positions and mask: the padded batch's tokens in onnxruntime
+    assert folder_argmax(out, model, qwen3_kind_models.processed_batch(tmp_path / "source", family, batches[3], pad),
+                         expected[3]) == expected[3]
+
+
+def folder_argmax(out, model, given: dict, tokens: list[list[int]]) -> list[list[int]]:
+    """The greedy picks of the folder's three models in onnxruntime after each of ``given``'s
+    rows followed by its ``tokens`` (one run over the whole sequence, from an empty cache), fed
+    transformers' mRoPE positions and the padding mask, the features merged as Transformers.js
+    does; never the end of text, as in transformers' generation of ``tokens``."""
+    from fx2onnx.hub.shared.verification import empty_cache, end_tokens, run_session
+    from fx2onnx.hub.vision_language.folder_verification import merged_features
+    import onnxruntime
+
+    image = int(model.config.image_token_id)
+    ids = torch.cat([given["input_ids"], torch.tensor(tokens)], dim=1)
+    mask = torch.cat([given["attention_mask"], torch.ones_like(torch.tensor(tokens))], dim=1)
+    positions, _ = model.model.get_rope_index(ids, (ids == image).long(), image_grid_thw=given["image_grid_thw"],
+                                              attention_mask=mask)
+    sessions = {name: onnxruntime.InferenceSession(os.fspath(out / "onnx" / f"{name}.onnx"))
+                for name in ("vision_encoder", "embed_tokens", "decoder_model_merged")}
+    features = run_session(sessions["vision_encoder"], {"pixel_values": given["pixel_values"].numpy(),
+                                                        "image_grid_thw": given["image_grid_thw"].numpy()})["image_features"]
+    embeds = run_session(sessions["embed_tokens"], {"input_ids": ids.numpy()})["inputs_embeds"]
+    decoder = sessions["decoder_model_merged"]
+    feed = {"inputs_embeds": merged_features(ids.numpy(), embeds, features, image), "attention_mask": mask.numpy(),
+            "position_ids": positions.numpy(), **empty_cache(decoder, batch=ids.shape[0])}
+    logits = run_session(decoder, feed)["logits"]
+    logits[..., end_tokens(model)] = -np.inf  # as transformers' min_new_tokens keeps it generating
+    prompt = given["input_ids"].shape[1]
+    return logits[:, prompt - 1:-1].argmax(-1).tolist()
 
 
 def save_llava(folder):

@@ -3,8 +3,9 @@ modules (genai_files.py names their files and writes the configs):
 
 - embedding (`input_ids`, `image_features` -> `inputs_embeds`): the token embedding, with
   each image token's row replaced by the next image feature, as the model's forward does;
-  in Transformers.js's layout (`input_ids` -> `inputs_embeds`) the token embedding alone:
-  Transformers.js puts the image features into the image tokens' rows itself.
+  in Transformers.js's layout (`input_ids` -> `inputs_embeds`) the token embedding alone
+  (zeros after it in rows wider than the embeddings): Transformers.js puts the image
+  features into the image tokens' rows itself.
 - decoder (`inputs_embeds`, `attention_mask`, `position_ids` (3-D mRoPE [3, batch, tokens]
   or 1-D [batch, tokens]), the cache -> `logits`, `present.*`): the language model and its
   head, captured as a decode step after a prefill like a causal LM (decode_step.py), with

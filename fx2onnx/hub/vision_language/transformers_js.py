@@ -3,7 +3,10 @@ its `ImageTextToText` model type reads `onnx/vision_encoder.onnx` (`image_featur
 `onnx/embed_tokens.onnx` (`input_ids` -> `inputs_embeds`) and `onnx/decoder_model_merged.onnx`,
 and puts the image features into the image tokens' rows itself, in JavaScript. The vision
 and decoder models are those of ONNX Runtime GenAI's folder (genai_files.py names them as
-Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding).
+Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding),
+as wide as the vision model's rows (Qwen3-VL's carry DeepStack features: zeros at text
+tokens; Transformers.js copies a features row over an image token's whole row). A hybrid
+text model's states take the names Transformers.js feeds (decoders/state_names.py).
 
 Which architectures get this folder is one table: those whose inputs Transformers.js feeds
 as the folder's models take them, each run in Transformers.js in Node by the tests. A row
