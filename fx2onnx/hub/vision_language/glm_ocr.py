@@ -12,28 +12,17 @@ from __future__ import annotations
 
 import torch
 
-from fx2onnx.hub.vision_language import vision_grid
-from fx2onnx.hub.vision_language.parts import Holder
+from fx2onnx.hub.vision_language.qwen2_vl import Qwen2Vision
 from fx2onnx.hub.vision_language.qwen_images import qwen_architecture
 
 
-class GlmOcrVision(torch.nn.Module):
-    """GLM-OCR's vision tower for images of any size: its segments (one per frame) and
-    rotary positions computed in the graph from ``image_grid_thw`` ([images, 3]) and the patch count."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        visual = model.model.visual
-        self.model = Holder(visual=visual)
-        self.merge = int(visual.config.spatial_merge_size)
+class GlmOcrVision(Qwen2Vision):
+    """GLM-OCR's vision tower for images of any size, computed as Qwen2-VL's (its segments and
+    rotary positions from the grid), its grid input named ``image_grid_thw`` as
+    Transformers.js feeds GLM-OCR's."""
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
-        patches = torch.arange(pixel_values.shape[0], device=pixel_values.device)
-        output = self.model.visual(
-            pixel_values, image_grid_thw, position_ids=vision_grid.position_ids(image_grid_thw, patches, self.merge),
-            cu_seqlens=vision_grid.frame_bounds(image_grid_thw, patches), max_seqlen=0,
-        )
-        return {"image_features": output.pooler_output}
+        return super().forward(pixel_values, image_grid_thw)
 
 
 # genai_type names the model type only: the architecture is in Transformers.js's table alone (transformers_js.py)
