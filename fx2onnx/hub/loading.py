@@ -81,7 +81,10 @@ def default_task(config: Any) -> str:
     if served is not None:
         return served
     if getattr(config, "is_encoder_decoder", False):
-        return SPEECH_RECOGNITION if getattr(config, "num_mel_bins", None) else TEXT2TEXT
+        # Moonshine's config has no mel bins (its encoder reads the waveform): its class says it
+        speech = getattr(config, "num_mel_bins", None) or any(
+            tasks.is_filed_under(a, tasks.SPEECH_SEQ2SEQ_MAPPING) for a in architectures)
+        return SPEECH_RECOGNITION if speech else TEXT2TEXT
     if getattr(config, "model_type", None) in CAUSAL_LM_IMAGE_TEXT_TO_TEXT:
         return IMAGE_TEXT_TO_TEXT
     # an audio language model transformers files under sequence-to-sequence alone (not under causal LMs too)

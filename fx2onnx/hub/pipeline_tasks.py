@@ -197,7 +197,8 @@ def _frame_width(config: Any, model: torch.nn.Module) -> int | None:
     return None
 
 
-def _audio_inputs(config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+def audio_inputs(config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+    """An audio model's example input of ``size`` 0 or 1, of the shape its config and first layer give."""
     generator = torch.Generator().manual_seed(size)
     batch = 2 + size
     name = getattr(model, "main_input_name", "input_values")
@@ -231,7 +232,7 @@ def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dic
     if kind is InputKind.IMAGE:
         return image_inputs(config, 2 + size, size)
     if kind is InputKind.AUDIO:
-        return _audio_inputs(config, model, size)
+        return audio_inputs(config, model, size)
     # texts and images in batches of their own: 3 labels and 2 images, then 4 and 1
     return {**text_inputs(config, model, size, (3 + size, 7 + 4 * size)), **image_inputs(config, 2 - size, size)}
 

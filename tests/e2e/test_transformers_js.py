@@ -316,7 +316,7 @@ def test_transformers_js_fails_where_export_hf_says_it_cannot_load(tmp_path, tok
     save_causal_lm(tmp_path / "source", "mixtral", tokenizer)
     said = []
     export_hf(tmp_path / "source", tmp_path / "out", say=said.append)
-    notes = [line for line in said if "Transformers.js 4.3.1 cannot load this folder" in line]
+    notes = [line for line in said if "Transformers.js 4.3.2 cannot load this folder" in line]
     error = "Unsupported model type: mixtral"
     assert len(notes) == 1 and error in notes[0]  # the client's own words
     prompts = [list(tokenizer(PROMPTS[0])["input_ids"])]
@@ -602,8 +602,8 @@ def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
     assert results[:2] == expected[:2] and expected[0] != expected[1]  # the images changed the tokens
-    # the prompt step alone is transformers' without images or with padding: after it, Transformers.js 4.3.1 feeds
-    # a prompt without images the positions of its text-only mRoPE deltas, `max + 1n + BigInt(dims[1])` where
+    # the prompt step alone is transformers' without images or with padding: after it, Transformers.js 4.3.2 (as
+    # 4.3.1) feeds a prompt without images the positions of its text-only mRoPE deltas, `max + 1n + BigInt(dims[1])` where
     # transformers' is max + 1 - length (Qwen2VLForConditionalGeneration._get_text_only_rope_index), and unmasks a
     # batch's padding (prepare_inputs_for_generation sets `pixel_values` to null, not undefined, so
     # generic_text_to_text_forward gives a one-token step ones over the past as its mask)
@@ -825,6 +825,12 @@ HYBRID_CONFIGS = {
     "lfm2": (lambda: transformers.Lfm2Config(
         **HYBRID_IDS, hidden_size=32, intermediate_size=64, block_ff_dim=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, conv_L_cache=3, layer_types=["conv", "full_attention"]), ["past_conv.0"]),
+    # LFM3: its convolution's state beside a sliding-window attention layer of a window of 8, which each
+    # prompt and its 16 new tokens pass (Transformers.js 4.3.2's class feeds both)
+    "lfm3": (lambda: transformers.Lfm3Config(
+        **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, conv_L_cache=3, sliding_window=8,
+        layer_types=["conv", "sliding_attention", "full_attention"]), ["past_conv.0"]),
     # a mamba mixer's convolution and scan states, its layer kinds in config.json by their older names: past_conv, past_ssm
     "nemotron_h": (lambda: transformers.NemotronHConfig(
         **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

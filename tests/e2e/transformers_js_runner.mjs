@@ -4,7 +4,7 @@
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
 // `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
-// folder's processor and `generate`), or "image_text" (prompts with image files through the folder's
+// folder's processor and `generate`, and by the speech recognition pipeline), or "image_text" (prompts with image files through the folder's
 // processor, or processed inputs as given, and an image-text-to-text model's `generate`), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
@@ -104,19 +104,29 @@ if (job.pipeline) {
     result.pipeline = await run(job.pipeline.texts, job.pipeline.options ?? {});
 }
 if (job.speech) {
-    // each clip as a user transcribes it: the folder's processor (its own log-mel features), then
-    // generate with the job's options (language, task, max_new_tokens); the tokens after the prompt
-    // generate builds from them (<|startoftranscript|>, language, task, <|notimestamps|>)
+    // each clip as a user transcribes it: the folder's processor (its own features, or the
+    // waveform as is), then generate with the job's options (language, task, max_new_tokens);
+    // the tokens after the prompt: Whisper's that generate builds from them (<|startoftranscript|>,
+    // language, task, <|notimestamps|>), another model's decoder start token. With "pipeline",
+    // the clips through `pipeline("automatic-speech-recognition", folder)` too: their texts.
     const { clips, options: speechOptions } = job.speech;
     const processor = await AutoProcessor.from_pretrained(job.folder, options);
     const model = await AutoModelForSpeechSeq2Seq.from_pretrained(job.folder, options);
-    const prompt = model._retrieve_init_tokens(model._prepare_generation_config(null, speechOptions));
+    const prompt = model._retrieve_init_tokens ? model._retrieve_init_tokens(model._prepare_generation_config(null, speechOptions))
+        : null;
     result.speech = { prompt, features: [], generated: [] };
     for (const samples of clips) {
         const inputs = await processor(Float32Array.from(samples));
-        result.speech.features.push(plain(inputs.input_features));
+        result.speech.features.push(plain(inputs[model.main_input_name]));
         const output = plain(await model.generate({ ...inputs, ...speechOptions }));
-        result.speech.generated.push(output.data.slice(prompt.length));
+        result.speech.generated.push(output.data.slice(prompt ? prompt.length : 1));
+    }
+    if (job.speech.pipeline) {
+        const run = await pipeline('automatic-speech-recognition', job.folder, options);
+        result.speech.texts = [];
+        for (const samples of clips) {
+            result.speech.texts.push((await run(Float32Array.from(samples), speechOptions)).text);
+        }
     }
 }
 if (job.image_text) {

@@ -1,4 +1,4 @@
-"""The audio-text-to-text folder in Transformers.js 4.3.1: its `AudioTextToText` classes load
+"""The audio-text-to-text folder in Transformers.js 4.3.2: its `AudioTextToText` classes load
 `audio_encoder`, `embed_tokens` and `decoder_model_merged`, run the audio encoder on the
 inputs it picks by the encoder's input names, and put `audio_features` into the audio tokens'
 rows (`config.audio_token_id`) in JavaScript, as audio_verification.py does.
@@ -37,8 +37,8 @@ def client_note(config: dict[str, Any]) -> str:
     """What export-hf says of the folder's clients for the model of ``config`` (config.json)."""
     model_type = config.get("model_type")
     if model_type in TRANSFORMERS_JS_INPUTS:
-        return (f"Transformers.js 4.3.1 runs this folder (AutoModelForAudioTextToText, {model_type}) on the tokens and "
+        return (f"Transformers.js 4.3.2 runs this folder (AutoModelForAudioTextToText, {model_type}) on the tokens and "
                 "audio features transformers' processor gives. ONNX Runtime GenAI has no audio-text-to-text type.")
-    return (f"Transformers.js 4.3.1 has no audio-text-to-text class for {model_type}, nor ONNX Runtime GenAI a type: "
+    return (f"Transformers.js 4.3.2 has no audio-text-to-text class for {model_type}, nor ONNX Runtime GenAI a type: "
             "run the three models with onnxruntime as the verification chains them (the audio encoder, its features "
             "put into the audio tokens' rows of embed_tokens' output, then decoder_model_merged).")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import typing
 from typing import Any
@@ -130,11 +131,25 @@ def decoder_sizes(config: Any) -> Any:
 
 def encoder_output(hidden_states: torch.Tensor) -> Any:
     """An encoder's output as an encoder-decoder's forward takes it (`encoder_outputs=`),
-    read by index or by name: transformers' output with every field an encoder returns,
-    the router logits of a mixture-of-experts encoder (NllbMoe) included, left None."""
+    read by index or by name: transformers' output with every field an encoder returns
+    left None (the router logits of a mixture-of-experts encoder, NllbMoe's; the mask of
+    its output frames a speech encoder returns, Moonshine's: no padding)."""
+    return _encoder_output_class()(last_hidden_state=hidden_states)
+
+
+@functools.cache
+def _encoder_output_class() -> type:
     from transformers.modeling_outputs import MoEModelOutput
 
-    return MoEModelOutput(last_hidden_state=hidden_states)
+    class EncoderOutput(MoEModelOutput):
+        """MoEModelOutput whose fields of other encoders' outputs read as None."""
+
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_"):
+                raise AttributeError(name)
+            return None
+
+    return EncoderOutput
 
 
 def codebooks(config: Any) -> int | None:

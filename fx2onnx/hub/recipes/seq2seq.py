@@ -1,9 +1,11 @@
-"""The sequence-to-sequence recipe: encoder-decoders (T5, BART, Whisper) as Optimum lays them out: `encoder_model.onnx`
-(`input_ids`/`attention_mask`, or `input_features`, -> `last_hidden_state`) and two
+"""The sequence-to-sequence recipe: encoder-decoders (T5, BART, Whisper, Moonshine...) as Optimum lays them out:
+`encoder_model.onnx` (`input_ids`/`attention_mask`, or a speech model's audio input, `input_features`
+or `input_values`, as speech/audio_input.py finds it -> `last_hidden_state`) and two
 decoders, merged into one file afterwards (merged_decoder.py): the first step
 (`input_ids`, `encoder_attention_mask` for text models, `encoder_hidden_states` ->
 `logits`, `present.{i}.decoder/encoder.key/.value`), and the next steps (the same inputs and
-`past_key_values.{i}.decoder/encoder.key/.value`). Two decoders, because the first step
+`past_key_values.{i}.decoder/encoder.key/.value`). A speech model's folder is verified against
+transformers' greedy generate (speech/speech_verify.py). Two decoders, because the first step
 computes the cross-attention cache from the encoder's output and the next ones read it:
 a choice the model's code makes in Python, fixed in each captured graph.
 
@@ -24,7 +26,7 @@ from torch import nn
 
 import fx2onnx
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, decoder_sizes, output_cache
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import SPEECH_RECOGNITION, LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -33,23 +35,32 @@ from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
+from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speech_examples
+from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
+from fx2onnx.hub.tasks import UnsupportedArchitectureError
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
 
 
 class EncoderHalf(nn.Module):
-    """The encoder, with the whole model's parameter names."""
+    """The encoder, with the whole model's parameter names: text (`input_ids`,
+    `attention_mask`) or audio (the model's own audio input, speech/audio_input.py)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                input_features: torch.Tensor | None = None) -> Any:
+                input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None) -> Any:
         encoder = self.model.get_encoder()
         if input_features is not None:
-            return encoder(input_features=input_features)
-        return encoder(input_ids=input_ids, attention_mask=attention_mask)
+            outputs = encoder(input_features=input_features)
+        elif input_values is not None:
+            outputs = encoder(input_values=input_values)
+        else:
+            outputs = encoder(input_ids=input_ids, attention_mask=attention_mask)
+        # the decoder reads this alone (a Wav2Vec2 encoder also returns its convolutions' features)
+        return {"last_hidden_state": outputs[0]}
 
 
 class DecoderHalf(nn.Module):
@@ -71,15 +82,14 @@ class DecoderHalf(nn.Module):
 
 
 def _speech(loaded: LoadedModel) -> bool:
-    return bool(getattr(loaded.config, "num_mel_bins", None))
+    return audio_input_name(loaded.model) is not None
 
 
 def encoder_inputs(loaded: LoadedModel, size: int = 0) -> dict[str, torch.Tensor]:
+    if _speech(loaded):  # as the folder's feature extractor gives them, clips of two lengths
+        return speech_examples(loaded.folder, loaded.config, loaded.model, size)
     generator = torch.Generator().manual_seed(size)
     batch = BATCH + size
-    if _speech(loaded):
-        frames = 2 * int(getattr(loaded.config, "max_source_positions", 1500))  # Whisper's fixed input length
-        return {"input_features": torch.randn(batch, int(loaded.config.num_mel_bins), frames, generator=generator)}
     length = ENCODER_TOKENS + 3 * size  # size 1: a second input length, for verification
     vocab = int(decoder_sizes(loaded.config).vocab_size)
     return {"input_ids": torch.randint(3, vocab, (batch, length), generator=generator),
@@ -98,7 +108,7 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
     with mode, torch.no_grad():
         encoder = {k: v.clone() for k, v in encoder.items()}
         ids = ids.clone()
-        hidden = EncoderHalf(model)(**encoder).last_hidden_state
+        hidden = EncoderHalf(model)(**encoder)["last_hidden_state"]
         mask = encoder.get("attention_mask") if decoder.with_mask else None
         inputs: dict[str, Any] = {"input_ids": ids[:, DECODED:] if with_past else ids, "encoder_hidden_states": hidden}
         if with_past:
@@ -114,9 +124,24 @@ def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
     return EncoderHalf(loaded.model).eval(), decoder.eval()
 
 
+def text_encoder_refusal(loaded: LoadedModel) -> Refusal | None:
+    """A model transformers files under speech sequence-to-sequence whose encoder reads text
+    (Dia: text in, audio codes out) is text-to-speech, not speech recognition."""
+    if loaded.task != SPEECH_RECOGNITION or _speech(loaded):
+        return None
+    reads = getattr(loaded.model.get_encoder(), "main_input_name", None) or loaded.model.main_input_name
+    return Refusal(UnsupportedArchitectureError, (
+        f"{type(loaded.model).__name__} ({loaded.config.model_type}) cannot be exported for automatic-speech-recognition: "
+        f"its encoder reads {reads}, not audio (input_features or input_values): it takes text in and writes audio "
+        "(text-to-speech), which export-hf does not serve. Nothing was written. "
+        "Speech recognition folders are written for encoder-decoders whose encoder reads audio (Whisper, Moonshine, "
+        "Speech2Text, SpeechT5, SeamlessM4T, Canary, Cohere ASR); export this model's modules with fx2onnx.dynamo_export."
+    ))
+
+
 class Seq2SeqRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return precision_refusal(loaded, request, FLOAT_ONLY)
+        return text_encoder_refusal(loaded) or precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
@@ -135,7 +160,8 @@ class Seq2SeqRecipe(RecipeDefaults):
                 state = checkpoint.only(needed)
             return save_program(program, folder, name, loaded, state)
 
-        program = exported(encoder, fake_inputs(encoder_inputs(loaded), loaded), options)
+        roles = audio_layout(loaded.folder, loaded.config, loaded.model).dim_roles() if _speech(loaded) else None
+        program = exported(encoder, fake_inputs(encoder_inputs(loaded), loaded), options, roles)
         files = save(program, staging, onnx_file(loaded, folder_layout.ENCODER))
         # the first and the next steps, captured apart, then merged into one file
         steps = staging / ".decoder_steps"
@@ -155,6 +181,10 @@ class Seq2SeqRecipe(RecipeDefaults):
     ) -> Verification:
         start = int(getattr(loaded.config, "decoder_start_token_id", None) or 0)
         files = (folder / onnx_file(loaded, folder_layout.ENCODER), folder / onnx_file(loaded, folder_layout.MERGED_DECODER))
+        if _speech(loaded):  # against transformers' greedy generate, each example's batch at once
+            return Verification.merged([
+                verify_speech_seq2seq(*files, model, encoder_inputs(loaded, size), request.tokens, tolerance) for size in (0, 1)
+            ])
         return Verification.merged([
             verify_seq2seq(*files, model, encoder_inputs(loaded, size), start, request.tokens, tolerance) for size in (0, 1)
         ])

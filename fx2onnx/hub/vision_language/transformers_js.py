@@ -1,4 +1,4 @@
-"""The image-text-to-text folder as Transformers.js 4.3.1 loads it (`--runtime standard`):
+"""The image-text-to-text folder as Transformers.js 4.3.2 loads it (`--runtime standard`):
 its `ImageTextToText` model type reads `onnx/vision_encoder.onnx` (`image_features`),
 `onnx/embed_tokens.onnx` (`input_ids` -> `inputs_embeds`) and `onnx/decoder_model_merged.onnx`,
 and puts the image features into the image tokens' rows itself, in JavaScript. The vision
@@ -47,7 +47,7 @@ class TransformersJsRow:
 
 
 IDEFICS3_NOTE = (
-    "Transformers.js 4.3.1 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
+    "Transformers.js 4.3.2 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
     "as transformers' processor cuts them; its own Idefics3ImageProcessor resizes with sharp's Lanczos filter, "
     "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
 )
@@ -56,12 +56,12 @@ QWEN_IMAGES = (
     " Its Qwen2VLImageProcessor takes one image per call, so a prompt with several images needs its pixel_values "
     "and image_grid_thw processed otherwise (the vision model takes them all in one run)."
 )
-# what Transformers.js 4.3.1's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
+# what Transformers.js 4.3.2's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
 # after a prompt: `_get_text_only_rope_index` gives `max + 1n + BigInt(dims[1])` as a prompt's mRoPE delta where
 # transformers' is max + 1 - length, and `prepare_inputs_for_generation` sets `pixel_values` to null (not
 # undefined), so generic_text_to_text_forward gives a one-token step ones over the past as its attention mask
 QWEN_GENERATION = (
-    " Transformers.js 4.3.1 gives transformers' tokens for one prompt with images; after the first token it feeds a "
+    " Transformers.js 4.3.2 gives transformers' tokens for one prompt with images; after the first token it feeds a "
     "prompt without images other positions than transformers' (its text-only mRoPE delta adds the prompt's length "
     "where transformers subtracts it) and a left-padded batch a mask that no longer hides the padding."
 )
@@ -69,7 +69,7 @@ QWEN_GENERATION = (
 
 def qwen_note(name: str, folder: str = "", genai: str = "") -> str:
     """The note of a Qwen-VL kind's folder (``name``: Transformers.js's class) in Transformers.js."""
-    return f"Transformers.js 4.3.1 runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
+    return f"Transformers.js 4.3.2 runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
 
 
 DEEPSTACK_ROWS = (
@@ -115,7 +115,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # Qwen2.5-VL's path with its own mRoPE positions (GlmOcrForConditionalGeneration._get_multimodal_rope_positions,
     # transformers' for images); no processor named (the checkpoint's own is left as it is)
     "glm_ocr": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
+        "Transformers.js 4.3.2 runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
         "image_grid_thw transformers' processor gives." + QWEN_GENERATION + " ONNX Runtime GenAI has no GLM-OCR type.",
         architecture=glm_ocr.ARCHITECTURE,
     ),
@@ -123,7 +123,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
     # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
     "llava": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
+        "Transformers.js 4.3.2 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
         "transformers' LlavaProcessor gives; its own LlavaProcessor counts one image token more than the vision "
         "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
         architecture=llava.ARCHITECTURE,
@@ -138,13 +138,13 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
     # the merged patch as patch_size: no processor named
     "mistral3": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
+        "Transformers.js 4.3.2 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time."
     ),
 }
 
 
-# model type -> why Transformers.js 4.3.1 cannot give transformers' answer with this folder's models
+# model type -> why Transformers.js 4.3.2 cannot give transformers' answer with this folder's models
 NOT_SERVED = {
     "gemma3": (
         "Transformers.js feeds the decoder no token ids, and Gemma 3 attends both ways among an image's tokens "
@@ -194,7 +194,7 @@ def transformers_js_hint(config: Any) -> str:
     folder for ``config``'s architecture, or nothing where there is none."""
     if getattr(config, "model_type", None) not in TRANSFORMERS_JS_ARCHITECTURES:
         return ""
-    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.1."
+    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.2."
 
 
 def transformers_js_note(config: Any) -> str:

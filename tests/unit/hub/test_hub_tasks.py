@@ -39,6 +39,14 @@ def test_the_default_task_is_the_one_transformers_files_the_architecture_under(a
     assert default_task(transformers.PretrainedConfig(architectures=[architecture])) == task
 
 
+@pytest.mark.parametrize(("architecture", "task"), [
+    ("MoonshineForConditionalGeneration", "automatic-speech-recognition"),  # no mel bins: its class says it
+    ("T5ForConditionalGeneration", "text2text-generation"),
+])
+def test_an_encoder_decoder_is_speech_recognition_where_transformers_files_it_so(architecture, task):
+    assert default_task(transformers.PretrainedConfig(architectures=[architecture], is_encoder_decoder=True)) == task
+
+
 @pytest.mark.parametrize(("architecture", "needed"), [
     ("VivitForVideoClassification", "video-classification"),
     ("OwlViTForObjectDetection", "zero-shot-object-detection"),

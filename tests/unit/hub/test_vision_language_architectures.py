@@ -188,7 +188,7 @@ def test_transformers_js_folders_are_written_for_the_rows_run_in_transformers_js
     config, _ = TINY[model_type]()
     refusal = transformers_js.transformers_js_refusal(config)
     if model_type in transformers_js.TRANSFORMERS_JS_ARCHITECTURES:
-        assert refusal is None and "Transformers.js 4.3.1 runs this folder" in transformers_js.transformers_js_note(config)
+        assert refusal is None and "Transformers.js 4.3.2 runs this folder" in transformers_js.transformers_js_note(config)
     else:
         assert refusal.error_type is NotImplementedError
         assert f"{model_type} is not one of them. For {model_type}: " in refusal.message

@@ -1,0 +1,110 @@
+"""The audio input of a speech encoder-decoder's encoder, as the model and its feature
+extractor give it: the model's main input (`input_features` or `input_values`), in the
+layout its feature extractor writes: log-mel features mel bins first (Whisper:
+(batch, mel, frames), always 3000 frames), frames first (Speech2Text, SeamlessM4T's
+stacked 160-wide frames, Parakeet's encoder in Canary and Cohere ASR: (batch, frames,
+width)), or the waveform itself (Moonshine, SpeechT5: (batch, samples)).
+
+The examples are the folder's feature extractor's output for clips of noise of two
+lengths (the frames, or samples, of a longer clip are what a dynamic dim must follow), in
+batches of BATCH and BATCH + 1 clips of one length. A folder without a feature
+extractor gets random features of the shape its config gives (pipeline_tasks.audio_inputs).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+AUDIO_INPUTS = ("input_features", "input_values")
+FEATURE_EXTRACTOR_FILE = "preprocessor_config.json"
+BATCH = 2
+# clip lengths in seconds of the two example sizes: frames of 10 ms and samples no other dim shares
+CLIP_SECONDS = (1.0, 1.55)
+# the dim names of an audio input's time axis (Optimum's)
+FRAMES, SAMPLES = "num_frames", "num_samples"
+
+
+def audio_input_name(model: torch.nn.Module) -> str | None:
+    """The audio input of the model's encoder (its main input, or the model's:
+    SpeechEncoderDecoderModel's own is `inputs`), None when it reads something else (text)."""
+    encoder = model.get_encoder() if hasattr(model, "get_encoder") else None
+    for name in (getattr(encoder, "main_input_name", None), getattr(model, "main_input_name", None)):
+        if name in AUDIO_INPUTS:
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class AudioLayout:
+    """The model's audio input: its name and the axis of its time (None: a fixed length)."""
+
+    name: str
+    time_axis: int | None
+
+    def dim_roles(self) -> dict[str, dict[int, str]]:
+        """The names of the input's batch and time dims (dim_roles)."""
+        from fx2onnx.hub.shared.dim_roles import BATCH as BATCH_DIM
+
+        roles = {0: BATCH_DIM}
+        if self.time_axis is not None:
+            roles[self.time_axis] = SAMPLES if self.name == "input_values" else FRAMES
+        return {self.name: roles}
+
+
+def _extractor(folder: Path) -> Any:
+    """The folder's feature extractor, None when it has none or it needs a library not
+    installed (the examples then follow the config, and a warning says why)."""
+    if not (Path(folder) / FEATURE_EXTRACTOR_FILE).is_file():
+        return None
+    from transformers import AutoFeatureExtractor
+
+    try:
+        return AutoFeatureExtractor.from_pretrained(folder)
+    except ImportError as error:  # librosa, torchaudio: the shapes are then the config's
+        warnings.warn(f"The folder's feature extractor cannot be loaded ({error}); the speech encoder's example "
+                      "inputs follow the model's config instead.", stacklevel=2)
+        return None
+
+
+def _extracted(extractor: Any, name: str, batch: int, seconds: float, seed: int) -> torch.Tensor:
+    rate = int(getattr(extractor, "sampling_rate", 16000) or 16000)
+    generator = np.random.default_rng(seed)
+    clips = [(0.1 * generator.standard_normal(int(rate * seconds))).astype(np.float32) for _ in range(batch)]
+    features = extractor(clips, sampling_rate=rate, return_tensors="pt")
+    if name not in features:
+        raise ValueError(
+            f"The folder's feature extractor ({type(extractor).__name__}) gives {', '.join(features)} but the model reads "
+            f"{name}: give the folder the feature extractor the model was trained with."
+        )
+    return features[name].float()
+
+
+def speech_examples(folder: Path, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+    """The encoder's example input of ``size`` 0 or 1: BATCH + size clips of
+    CLIP_SECONDS[size] seconds, as the folder's feature extractor gives them."""
+    name = audio_input_name(model)
+    if name is None:
+        raise ValueError(f"{type(model).__name__} reads {getattr(model, 'main_input_name', None)}, not audio")
+    extractor = _extractor(folder)
+    if extractor is None:
+        from fx2onnx.hub.pipeline_tasks import audio_inputs
+
+        inputs = audio_inputs(config, model, size)
+    else:
+        inputs = {name: _extracted(extractor, name, BATCH + size, CLIP_SECONDS[size], size)}
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return {key: value.to(dtype) for key, value in inputs.items()}
+
+
+def audio_layout(folder: Path, config: Any, model: torch.nn.Module) -> AudioLayout:
+    """The model's audio input and the axis along which its two example sizes differ (its
+    time; None when the feature extractor pads every clip to one length, as Whisper's)."""
+    shapes = [next(iter(speech_examples(folder, config, model, size).values())).shape for size in (0, 1)]
+    changed = [axis for axis in range(1, len(shapes[0])) if shapes[0][axis] != shapes[1][axis]]
+    return AudioLayout(str(audio_input_name(model)), changed[0] if changed else None)

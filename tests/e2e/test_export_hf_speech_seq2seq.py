@@ -1,0 +1,184 @@
+"""`export-hf` speech recognition by encoder-decoders other than Whisper (fx2onnx/hub/speech/):
+the encoder takes the model's own audio input as its feature extractor gives it, log-mel
+frames first (Speech2Text: `input_features` (batch, frames, mel)) or the waveform
+(Moonshine: `input_values` (batch, samples)), the decoder Optimum's merged one.
+
+`--verify` compares the folder's greedy tokens with transformers' greedy `generate` on
+batches of clips of two lengths; here the folder is also run on a clip of a third length,
+longer than both, against `generate`; its models pass the full ONNX checker, and
+Transformers.js (Node) transcribes with the Moonshine folder as transformers does; an error
+planted in the decoder fails the verification. A model
+transformers files under speech sequence-to-sequence whose encoder reads text (Dia, a
+text-to-speech model) is refused before anything is written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from fx2onnx.hub import export_hf
+from fx2onnx.hub.shared.verification import tolerance_for
+from fx2onnx.hub.speech.audio_input import speech_examples
+from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
+from fx2onnx.hub.tasks import UnsupportedArchitectureError
+from test_export_hf import plant_error
+from test_transformers_js import run_in_transformers_js, trained_tokenizer, transformers_js  # noqa: F401 (fixture)
+
+transformers = pytest.importorskip("transformers")
+
+TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1}
+NEW_TOKENS = 8
+
+
+def _varied(model: torch.nn.Module) -> torch.nn.Module:
+    """Weights drawn wider than the initial ones, so that greedy decoding varies its tokens."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3, generator=torch.Generator().manual_seed(parameter.numel()))
+    return model.eval()
+
+
+def save_speech_to_text(folder: Path, vocab: int = 100) -> torch.nn.Module:
+    """A two-layer Speech2Text with its feature extractor (80 mel bins, frames first)."""
+    config = transformers.Speech2TextConfig(
+        vocab_size=vocab, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, conv_channels=32, max_source_positions=256, max_target_positions=64,
+        **TOKENS)
+    model = _varied(transformers.Speech2TextForConditionalGeneration(config))
+    model.save_pretrained(folder)
+    transformers.Speech2TextFeatureExtractor(feature_size=80, num_mel_bins=80).save_pretrained(folder)
+    return model
+
+
+def save_moonshine(folder: Path, vocab: int = 100) -> torch.nn.Module:
+    """A two-layer Moonshine with the feature extractor its checkpoints ship (the waveform as is)."""
+    config = transformers.MoonshineConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, encoder_num_hidden_layers=1, decoder_num_hidden_layers=2,
+        encoder_num_attention_heads=4, decoder_num_attention_heads=4, encoder_num_key_value_heads=4,
+        decoder_num_key_value_heads=4, max_position_embeddings=128, **TOKENS)
+    model = _varied(transformers.MoonshineForConditionalGeneration(config))
+    model.save_pretrained(folder)
+    transformers.Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, do_normalize=False,
+                                          return_attention_mask=False).save_pretrained(folder)
+    return model
+
+
+MODELS = {"speech_to_text": (save_speech_to_text, "input_features", ["batch_size", "num_frames", 80]),
+          "moonshine": (save_moonshine, "input_values", ["batch_size", "num_samples"])}
+
+
+def clip(seconds: float, seed: int) -> np.ndarray:
+    return (0.1 * np.random.default_rng(seed).standard_normal(int(16000 * seconds))).astype(np.float32)
+
+
+def folder_greedy(out: Path, inputs: dict[str, np.ndarray], steps: int, start: int) -> list[int]:
+    """Greedy decoding of one clip with the folder's encoder and merged decoder, as Transformers.js chains them."""
+    encoder = ort.InferenceSession(os.fspath(out / "onnx" / "encoder_model.onnx"))
+    decoder = ort.InferenceSession(os.fspath(out / "onnx" / "decoder_model_merged.onnx"))
+    hidden = encoder.run(["last_hidden_state"], inputs)[0]
+    pasts = [i for i in decoder.get_inputs() if i.name.startswith("past_key_values.")]
+    cache = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=np.float32) for i in pasts}
+    tokens = [start]
+    for step in range(steps):
+        feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden,
+                "use_cache_branch": np.array([step > 0]), **cache}
+        outputs = dict(zip([o.name for o in decoder.get_outputs()], decoder.run(None, feed)))
+        tokens.append(int(outputs["logits"][0, -1].argmax()))
+        cache = {name: outputs[name.replace("past_key_values.", "present.")] for name in cache}
+    return tokens[1:]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, tuple[Path, torch.nn.Module, object]]:
+    """Each model saved with a tokenizer (Transformers.js's pipeline decodes with it) and
+    exported with --verify, once: its source, model and export_hf's result."""
+    made = {}
+    tokenizer = trained_tokenizer()
+    for kind, (save, _, _) in MODELS.items():
+        root = tmp_path_factory.mktemp(kind)
+        model = save(root / "source", len(tokenizer))
+        tokenizer.save_pretrained(root / "source")
+        made[kind] = (root, model, export_hf(root / "source", root / "out", verify=True, tokens=NEW_TOKENS))
+    return made
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_speech_encoder_decoder_folder(folders, kind):
+    _, input_name, input_dims = MODELS[kind]
+    root, model, result = folders[kind]
+    assert result.task == "automatic-speech-recognition"
+    # greedy tokens of two batches (2 clips of 1 s, 3 of 1.55 s) equal generate's, logits within 1e-4
+    verification = result.verification
+    assert verification.passed and verification.tokens_equal and verification.max_logit_difference < 1e-4
+    assert len(verification.onnx_tokens) == 2 * NEW_TOKENS and len(set(verification.onnx_tokens)) > 2
+    out = root / "out"
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / name), full_check=True)
+    encoder = onnx.load(os.fspath(out / "onnx" / "encoder_model.onnx"), load_external_data=False)
+    assert [i.name for i in encoder.graph.input] == [input_name]
+    assert [d.dim_param or d.dim_value for d in encoder.graph.input[0].type.tensor_type.shape.dim] == input_dims
+    # a clip longer than both of the export's, through the folder's own feature extractor
+    extractor = transformers.AutoFeatureExtractor.from_pretrained(out)
+    features = extractor(clip(2.3, 5), sampling_rate=16000, return_tensors="np")[input_name].astype(np.float32)
+    with torch.no_grad():
+        expected = model.generate(**{input_name: torch.from_numpy(features)}, do_sample=False, max_new_tokens=NEW_TOKENS,
+                                  min_new_tokens=NEW_TOKENS)[0, 1:].tolist()
+    assert folder_greedy(out, {input_name: features}, NEW_TOKENS, model.config.decoder_start_token_id) == expected
+
+
+def test_moonshine_folder_in_transformers_js(folders, tmp_path, transformers_js):  # noqa: F811 (fixture)
+    """The Moonshine folder as Transformers.js loads it (`encoder_model.onnx`,
+    `decoder_model_merged.onnx`, the Wav2Vec2 feature extractor, the tokenizer): its
+    `generate` gives transformers' tokens on clips of two lengths, and its
+    `pipeline("automatic-speech-recognition")` the text of those tokens."""
+    root, model, _ = folders["moonshine"]
+    clips = [clip(1.0, 7), clip(2.3, 8)]
+    options = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
+    job = {"folder": str(root / "out"), "task": "automatic-speech-recognition",
+           "speech": {"clips": [samples.tolist() for samples in clips], "options": options, "pipeline": True}}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)["speech"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(root / "source")
+    for samples, features, generated, text in zip(clips, result["features"], result["generated"], result["texts"]):
+        np.testing.assert_array_equal(np.reshape(features["data"], features["dims"]), samples[None].astype(np.float32))
+        with torch.no_grad():
+            expected = model.generate(input_values=torch.from_numpy(samples[None]), do_sample=False, **options)[0, 1:].tolist()
+        assert generated == expected and len(set(expected)) > 2
+        assert text == tokenizer.decode(expected, skip_special_tokens=True)
+
+
+def test_text_to_speech_is_refused_before_writing(tmp_path):
+    """Dia is filed under speech sequence-to-sequence, but its encoder reads text and its decoder writes audio codes."""
+    encoder = transformers.DiaEncoderConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                            num_key_value_heads=2, head_dim=16, vocab_size=64)
+    ids = dict(pad_token_id=61, eos_token_id=60, bos_token_id=62)
+    decoder = transformers.DiaDecoderConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                            num_key_value_heads=2, head_dim=16, cross_num_attention_heads=2,
+                                            cross_head_dim=16, cross_num_key_value_heads=2, cross_hidden_size=32,
+                                            num_channels=3, vocab_size=64, **ids)
+    config = transformers.DiaConfig(encoder_config=encoder, decoder_config=decoder, delay_pattern=[0, 1, 2], **ids)
+    transformers.DiaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedArchitectureError, match="its encoder reads input_ids, not audio.*text-to-speech.*Nothing was written"):
+        export_hf(tmp_path / "source", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_verify_sees_an_error_in_the_decoder(folders, tmp_path):
+    """1e-2 added to the merged decoder's logits: the verification fails on the logits alone
+    (a constant added to every logit keeps the greedy tokens)."""
+    root, model, _ = folders["speech_to_text"]
+    shutil.copytree(root / "out", tmp_path / "out")
+    onnx_folder = tmp_path / "out" / "onnx"
+    assert plant_error(onnx_folder / "decoder_model_merged.onnx", 1e-2) == ["logits"]
+    inputs = speech_examples(root / "source", model.config, model, 1)
+    verification = verify_speech_seq2seq(onnx_folder / "encoder_model.onnx", onnx_folder / "decoder_model_merged.onnx", model,
+                                         inputs, NEW_TOKENS, tolerance_for(torch.float32))
+    assert not verification.passed and verification.tokens_equal
+    assert verification.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
