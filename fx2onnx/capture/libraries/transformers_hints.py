@@ -12,6 +12,8 @@ import sys
 import traceback
 from typing import Any
 
+from fx2onnx.capture.value_branches import DATA_DEPENDENT, held_value_advice, value_branch
+
 _ATTENTION_FILES = ("flash_attention", "flex_attention", "paged_attention", "sdpa_attention")
 # Longformer's sliding-window attention and LED's copy of it: the files and the functions
 # that size its chunks
@@ -63,10 +65,14 @@ def transformers_hint(model: Any, error: BaseException) -> str | None:
             "torch.div on sizes, which makes them tensors that the capture reads back as sizes of unknown value, "
             "and branches on whether any token attends globally (.item()); no input or config flag avoids it."
         )
-    if any(needle in text for needle in ("data-dependent", "DataDependent", "unbacked", ".item()")):
+    if any(needle in text for needle in DATA_DEPENDENT):
+        branch = value_branch(model, error)
+        if branch is not None and branch.held:  # a value the model holds: no input changes it
+            return held_value_advice(branch)
         advice = "pass attention_mask (and position_ids) explicitly instead of letting the model derive them from token values"
         if uses_cache:
             advice += ", or export with use_cache=False"
+        where = f" at {branch}" if branch is not None else where
         return f"transformers code reads tensor values to decide a Python branch{where}: {advice}."
     if uses_cache and frame is not None and "cache" in frame.filename.lower():
         return (

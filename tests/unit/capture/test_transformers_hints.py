@@ -37,6 +37,20 @@ class BranchesOnTokenValues(transformers.GPT2LMHeadModel):
         return super().forward(input_ids=input_ids).logits
 
 
+class BranchesOnItsBuffer(transformers.GPT2LMHeadModel):
+    """EoMT's kind of branch: on a value the model holds, not on an input."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.register_buffer("mask_probs", torch.ones(1))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(input_ids=input_ids).logits
+        if self.mask_probs[0] > 0:  # a branch on a buffer's value
+            logits = logits * 2
+        return logits
+
+
 def test_unknown_cache_class_hint_names_use_cache_flag(tmp_path) -> None:
     model = ReturnsOwnCache(_gpt2_config()).eval()
     with pytest.raises(fx2onnx.OnnxExporterError) as raised:
@@ -52,6 +66,15 @@ def test_value_dependent_branch_hint_names_inputs_and_flag(tmp_path) -> None:
         fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
     summary = str(raised.value).split("What to do")[0]
     assert "attention_mask" in summary and "use_cache=False" in summary
+
+
+def test_a_branch_on_a_buffers_value_names_the_buffer_not_the_inputs(tmp_path) -> None:
+    model = BranchesOnItsBuffer(_gpt2_config()).eval()
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
+    summary = str(raised.value).split("What to do")[0]
+    assert "by the value of its buffer 'mask_probs' at " in summary and "(`if self.mask_probs[0] > 0:" in summary
+    assert "attention_mask" not in summary and "use_cache=False" not in summary
 
 
 def test_no_transformers_hint_for_other_models() -> None:
