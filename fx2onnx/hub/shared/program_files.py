@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import onnx_ir as ir
 import torch
 
 import fx2onnx
@@ -106,6 +107,12 @@ def save_program(
         state = loaded.weights if loaded.weights is not None else loaded.folder
     program.save(staging / relative, model_state=state, external_data=True, data_name=folder_layout.data_file(relative))
     return folder_layout.with_data_file(relative)
+
+
+def saved_graph(path: Path) -> ir.Model:
+    """The model file at ``path`` as saved (its graph files' rewrites included), its weights
+    left unread in their data file."""
+    return ir.load(path)
 
 
 def fake_inputs(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, torch.Tensor]:
