@@ -20,6 +20,7 @@ import torch
 
 from fx2onnx.capture import is_cache_type
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.shared.program_files import own_forward_refusal
 from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.decoders.sliding_window import growing_cache, layers_config
 
@@ -91,11 +92,9 @@ def decode_step_inputs(loaded: LoadedModel, cached: int = CACHED_TOKENS) -> dict
         # the model's own failure, whatever its class, is the cause named (Blt's cache built from a
         # config without layers: an AttributeError in transformers 5.24)
         except Exception as own:  # noqa: BLE001
-            raise UnsupportedTaskError(
-                f"{type(model).__name__} ({config.model_type}) does not run the prefill its decode step is captured "
-                f"after ({cached} tokens with use_cache=True): transformers' own forward fails with "
-                f"{type(own).__name__}: {str(own).strip().splitlines()[0].rstrip('.')}. No folder was written. Check "
-                "that the config's sizes are those its cache is built for, or export it with fx2onnx.dynamo_export."
+            raise own_forward_refusal(
+                model, config.model_type, f"the prefill its decode step is captured after ({cached} tokens with use_cache=True)", own,
+                "Check that the config's sizes are those its cache is built for, or export it with fx2onnx.dynamo_export.",
             ) from own
         inputs: dict[str, Any] = {"input_ids": ids[:, cached:], "attention_mask": mask}
         if "position_ids" in inspect.signature(model.forward).parameters:
