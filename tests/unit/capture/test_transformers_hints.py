@@ -51,28 +51,27 @@ class BranchesOnItsBuffer(transformers.GPT2LMHeadModel):
         return logits
 
 
-def test_unknown_cache_class_hint_names_use_cache_flag(tmp_path) -> None:
-    model = ReturnsOwnCache(_gpt2_config()).eval()
+def _failure_message(tmp_path, kind: type) -> str:
+    """The message of the failed export of a GPT-2 of class ``kind`` on token ids."""
+    model = kind(_gpt2_config()).eval()
     with pytest.raises(fx2onnx.OnnxExporterError) as raised:
         fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
-    message = str(raised.value)
+    return str(raised.value)
+
+
+def test_unknown_cache_class_hint_names_use_cache_flag(tmp_path) -> None:
+    message = _failure_message(tmp_path, ReturnsOwnCache)
     assert "use_cache=False" in message and "ToyCache" in message
     assert "torch.cond" not in message.split("What to do")[0]
 
 
 def test_value_dependent_branch_hint_names_inputs_and_flag(tmp_path) -> None:
-    model = BranchesOnTokenValues(_gpt2_config()).eval()
-    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
-        fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
-    summary = str(raised.value).split("What to do")[0]
+    summary = _failure_message(tmp_path, BranchesOnTokenValues).split("What to do")[0]
     assert "attention_mask" in summary and "use_cache=False" in summary
 
 
 def test_a_branch_on_a_buffers_value_names_the_buffer_not_the_inputs(tmp_path) -> None:
-    model = BranchesOnItsBuffer(_gpt2_config()).eval()
-    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
-        fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
-    summary = str(raised.value).split("What to do")[0]
+    summary = _failure_message(tmp_path, BranchesOnItsBuffer).split("What to do")[0]
     assert "by the value of its buffer 'mask_probs' at " in summary and "(`if self.mask_probs[0] > 0:" in summary
     assert "attention_mask" not in summary and "use_cache=False" not in summary
 
