@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from fx2onnx.capture import is_cache_type
+import fx2onnx
+from fx2onnx.capture import dims_dynamic_but_ones, is_cache_type
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.program_files import own_forward_refusal
 from fx2onnx.hub.tasks import UnsupportedTaskError
@@ -109,6 +110,16 @@ def decode_step_inputs(loaded: LoadedModel, cached: int = CACHED_TOKENS) -> dict
             )
         inputs[cache_argument(model)] = state
     return inputs
+
+
+def decode_step_options(inputs: dict[str, Any], options: fx2onnx.ExportOptions) -> fx2onnx.ExportOptions:
+    """``options`` for the capture of the decode step on ``inputs``: with every dim dynamic
+    asked, every dim but those of size 1. The step's example has 2 rows, 3 new tokens and 5
+    cached ones, so a dim of 1 is the model's own size (Kimi-Linear's and multi-query
+    attention's one key/value head), which the capture takes as static at once."""
+    if options.dynamic_shapes is not True:
+        return options
+    return dataclasses.replace(options, dynamic_shapes=dims_dynamic_but_ones(inputs))
 
 
 def _feedable(state: Any) -> bool:

@@ -129,12 +129,12 @@ class CausalLMRecipe(RecipeDefaults):
         counted = cache_counters.counter_refusal(loaded, inputs)
         if counted is not None:
             raise counted
-        options = state_list_options(loaded.model, inputs, options)
+        step_options = state_list_options(loaded.model, inputs, decode_step.decode_step_options(inputs, options))
         # a text-only folder's cache holds no image tokens for the mask to be widened by
         no_image = text_only.no_cached_image_tokens(loaded.model) if loaded.text_only else contextlib.nullcontext()
         with masks_by_held_tokens(loaded.model), no_image:
             try:
-                program = exported(loaded.model, inputs, options)
+                program = exported(loaded.model, inputs, step_options)
             except fx2onnx.OnnxExporterError as error:
                 # the model's own forward failing on the step too is the cause to name
                 failure = own_decode_step_failure(loaded) or value_branch_failure(
