@@ -76,6 +76,19 @@ def test_a_branch_on_a_buffers_value_names_the_buffer_not_the_inputs(tmp_path) -
     assert "attention_mask" not in summary and "use_cache=False" not in summary
 
 
+def test_longformers_capture_failure_quotes_its_line(tmp_path) -> None:
+    config = transformers.LongformerConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=32, attention_window=[4], max_position_embeddings=64)
+    model = transformers.LongformerModel(config).eval()
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        fx2onnx.dynamo_export(model, torch.randint(3, 100, (2, 8)), export_options=make_options(tmp_path))
+    hint = str(raised.value).split("Hint: ", 1)[1]
+    # the example's static sizes pass the chunking: the branch on global attention is the line
+    assert hint.startswith("Longformer's sliding-window attention cannot be captured at transformers/models/longformer/"
+                           "modeling_longformer.py:") and " in forward (`if is_global_attn:`)" in hint
+    assert "attention_mask" not in hint
+
+
 def test_no_transformers_hint_for_other_models() -> None:
     assert transformers_hint(torch.nn.Linear(2, 2), RuntimeError("which is not a known type")) is None
 
