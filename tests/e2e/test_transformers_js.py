@@ -911,6 +911,11 @@ def test_folders_taking_what_transformers_js_feeds_their_model_type(tmp_path, fa
     onnx.checker.check_model(onnx.load(path), full_check=True)
     graph = onnx.load(path, load_external_data=False).graph
     assert takes({i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input})
+    genai = tmp_path / "out" / "genai_config.json"
+    if genai.exists():  # ONNX Runtime GenAI is told the inputs of the graph as rewritten
+        decoder = json.loads(genai.read_text())["model"]["decoder"]
+        named = [decoder["inputs"][role] for role in ("input_ids", "attention_mask", "position_ids") if role in decoder["inputs"]]
+        assert {*named, decoder["inputs"]["past_key_names"] % 0} <= {i.name for i in graph.input}
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
 
 
