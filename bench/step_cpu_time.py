@@ -186,6 +186,8 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
     names = list(folders)
     if profile_dir is not None and len(steps) != 1:
         raise ValueError(f"profiling sums one step's nodes: give one phase and one length, not {steps}")
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)  # onnxruntime writes a profile only into a folder that exists
     fresh_workers = fresh_workers and profile_dir is None
     starting = list(reversed(names)) if start_reversed else names
     pids: dict[str, list[int]] = collections.defaultdict(list)
