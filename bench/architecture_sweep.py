@@ -29,12 +29,14 @@ only that pair; it records exported or the error's cause (its class and first li
 library that raised it, its class of failure: `CATEGORIES`), the largest difference, the
 export time, the peak memory the child added and the node count. Results are appended to
 a JSON lines file (a pair already there is not run again, unless `--retry` names its class
-of failure or `--architectures` its architecture); `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
+of failure or `--architectures` its architecture); `--torch-onnx-only` runs torch.onnx.export's
+side alone of the recorded pairs whose comparison is not measured, appending each as the pair's
+export-hf record with the new comparison. `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
 docs/scoreboard.md, from it: dated, with the versions, failures grouped by class and cause.
 
     OMP_NUM_THREADS=1 flock /tmp/fx2onnx-heavy.lock python bench/architecture_sweep.py \\
         [--tasks text-classification,fill-mask] [--limit 300] [--retry "time limit"] \\
-        [--architectures FSMTForConditionalGeneration,MvpForConditionalGeneration] [--report]
+        [--architectures FSMTForConditionalGeneration,MvpForConditionalGeneration] [--torch-onnx-only] [--report]
     python bench/architecture_sweep.py --write-docs
 """
 
@@ -1412,7 +1414,8 @@ def report(results: Path, page: Path) -> str:
                      f"{priority['exact']} of the {priority['tried'] - priority['refused']} not refused "
                      f"({_percent(priority['exact'], priority['tried'] - priority['refused'])}) exact; "
                      f"{priority['transformers_fails']} fail in transformers' own forward")
-    commits = sorted({r.get("commit", "unknown") for r in records})
+    # export-hf's commits, and those torch.onnx's side was run alone at (--torch-onnx-only)
+    commits = sorted({r.get("commit", "unknown") for r in records} | {r["torch_onnx_commit"] for r in records if "torch_onnx_commit" in r})
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     out = [
         "# Scoreboard: every task and architecture", "",
@@ -1435,7 +1438,7 @@ def report(results: Path, page: Path) -> str:
         "four decoder tokens), compared the same way, its outputs taken by position (it names them after their "
         "nodes); *exported, its run fails*: onnxruntime could not run its model on the example inputs; "
         "*exported, not compared*: a record written when the sweep matched its outputs by name and so "
-        "compared none (run the pair again to measure it). *exact*: within the tolerance; *differs*: exported but "
+        "compared none (`--torch-onnx-only` measures it). *exact*: within the tolerance; *differs*: exported but "
         "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
