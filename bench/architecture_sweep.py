@@ -29,12 +29,14 @@ only that pair; it records exported or the error's cause (its class and first li
 library that raised it, its class of failure: `CATEGORIES`), the largest difference, the
 export time, the peak memory the child added and the node count. Results are appended to
 a JSON lines file (a pair already there is not run again, unless `--retry` names its class
-of failure or `--architectures` its architecture); `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
+of failure or `--architectures` its architecture); `--torch-onnx-only` runs torch.onnx.export's
+side alone of the recorded pairs whose comparison is not measured, appending each as the pair's
+export-hf record with the new comparison. `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
 docs/scoreboard.md, from it: dated, with the versions, failures grouped by class and cause.
 
     OMP_NUM_THREADS=1 flock /tmp/fx2onnx-heavy.lock python bench/architecture_sweep.py \\
         [--tasks text-classification,fill-mask] [--limit 300] [--retry "time limit"] \\
-        [--architectures FSMTForConditionalGeneration,MvpForConditionalGeneration] [--report]
+        [--architectures FSMTForConditionalGeneration,MvpForConditionalGeneration] [--torch-onnx-only] [--report]
     python bench/architecture_sweep.py --write-docs
 """
 
@@ -777,9 +779,8 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
         return {"torch_onnx": "not compared"}
     make, names = found
     inputs = make(0)
-    auto = torch.export.Dim.AUTO
     extra = _without_cache(model)
-    dynamic = {**{k: {i: auto for i in range(v.dim())} for k, v in inputs.items()}, **{k: None for k in extra}}
+    dynamic = dynamic_shapes(model, inputs, extra)
     started = time.perf_counter()
     try:
         program = torch.onnx.export(model, (), kwargs={**inputs, **extra}, dynamo=True, dynamic_shapes=dynamic, verbose=False)
@@ -806,14 +807,30 @@ def _torch_onnx(model: torch.nn.Module, task: str, config: Any, folder: Path) ->
                 ratio = max(ratio, float((np.abs(value - want) / (ATOL + RTOL * np.abs(want))).max()))
     except Exception as error:  # noqa: BLE001
         return {"torch_onnx": "exported", "torch_onnx_seconds": seconds, "torch_onnx_exact": False,
-                "torch_onnx_cause": "run: " + _cause(error)}
+                "torch_onnx_cause": "run: " + _cause(error), MEASURED: 0}
     return {"torch_onnx": "exported", "torch_onnx_seconds": seconds, "torch_onnx_exact": ratio <= 1.0,
             "torch_onnx_difference": worst, "torch_onnx_nodes": _torch_onnx_nodes(folder / "torch_onnx.onnx"),
             MEASURED: count}
 
 
-# the field of a record whose torch.onnx outputs were compared (by position, how many): records
-# written before it matched the outputs by name, which torch.onnx does not give, and compared none
+def dynamic_shapes(model: torch.nn.Module, inputs: dict[str, torch.Tensor], extra: dict[str, Any]) -> dict[str, Any]:
+    """Every dim of ``inputs`` ``Dim.AUTO`` (``extra``'s flags static), keyed as torch.export binds
+    them to forward's signature: an input forward takes through its ``**kwargs`` (FNet's
+    attention mask, a speech model's decoder ids) under that parameter's name."""
+    auto = torch.export.Dim.AUTO
+    parameters = inspect.signature(model.forward).parameters
+    var_keyword = next((p.name for p in parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    shapes: dict[str, Any] = {**{k: {i: auto for i in range(v.dim())} for k, v in inputs.items()}, **{k: None for k in extra}}
+    named = {k: v for k, v in shapes.items() if k in parameters and parameters[k].kind is not inspect.Parameter.VAR_KEYWORD}
+    rest = {k: v for k, v in shapes.items() if k not in named}
+    if rest and var_keyword is None:
+        raise ValueError(f"forward takes no {', '.join(rest)}")
+    return {**named, **({var_keyword: rest} if rest else {})}
+
+
+# the field of a record whose torch.onnx outputs were compared (by position, how many; 0 when
+# onnxruntime could not run its model): records written before it matched the outputs by name,
+# which torch.onnx does not give, and compared none
 MEASURED = "torch_onnx_outputs_compared"
 
 
@@ -821,6 +838,16 @@ def torch_onnx_measured(record: dict[str, Any]) -> bool:
     """Whether the record's torch.onnx exactness was measured (an exported pair whose outputs
     were compared) rather than written with nothing compared or its run failed."""
     return record.get("torch_onnx") == "exported" and bool(record.get(MEASURED))
+
+
+def torch_onnx_unmeasured(record: dict[str, Any]) -> bool:
+    """Whether a pair's torch.onnx.export side is still to be measured: a built pair of a task
+    it is compared on, never given to it (a run without the comparison) or exported when
+    the outputs were matched by name (no count of compared outputs). A failed export is a
+    result: it stands."""
+    if record["status"] == "not built" or record["task"] in UNCOMPARED:
+        return False
+    return "torch_onnx" not in record or (record["torch_onnx"] == "exported" and MEASURED not in record)
 
 
 def compared_outputs(expected: Any, names: tuple[str, ...], got: list[np.ndarray]) -> list[tuple[np.ndarray, torch.Tensor]]:
@@ -898,6 +925,30 @@ def run_pair(
                 record.update(_torch_onnx(model, task, config, scratch))
             except Exception as error:  # noqa: BLE001
                 record.update(torch_onnx="failed", torch_onnx_cause=_cause(error))
+    return record
+
+
+def run_torch_onnx_pair(task: str, model_type: str, class_name: str, on_built: Any = None) -> dict[str, Any]:
+    """torch.onnx.export's side of one pair alone, in the current process: the tiny model
+    built as `run_pair` builds it (its shrink level, to be matched with export-hf's record,
+    given to ``on_built`` once known), exported and compared; export-hf is not run."""
+    import transformers
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    record: dict[str, Any] = {"task": task, "model_type": model_type, "architecture": class_name}
+    with tempfile.TemporaryDirectory(prefix="fx2onnx-sweep-") as scratch:
+        try:
+            config, model, record["shrunk"] = tiny_model(
+                model_type, class_name, lambda config, model: _eager_failure(task, config, model))
+        except Exception as error:  # noqa: BLE001 - its record says so; export-hf's record stands
+            return {**record, "shrunk": None, "torch_onnx": "not compared", "torch_onnx_cause": f"not built: {_cause(error)}"}
+        if on_built is not None:  # the shrink level, kept should the export reach the time limit
+            on_built(dict(record))
+        try:
+            record.update(_torch_onnx(model, task, config, Path(scratch)))
+        except Exception as error:  # noqa: BLE001
+            record.update(torch_onnx="failed", torch_onnx_cause=_cause(error))
     return record
 
 
@@ -1005,8 +1056,11 @@ def _eager_failure(task: str, config: Any, model: torch.nn.Module) -> str | None
     return None
 
 
-def _child(queue: Any, task: str, model_type: str, class_name: str, compare: bool) -> None:
+def _child(queue: Any, task: str, model_type: str, class_name: str, compare: bool, torch_onnx_only: bool) -> None:
     try:
+        if torch_onnx_only:
+            queue.put(run_torch_onnx_pair(task, model_type, class_name, queue.put))
+            return
         queue.put(run_pair(task, model_type, class_name, compare, queue.put))
     except BaseException as error:  # noqa: BLE001 - reported to the parent
         record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed",
@@ -1031,30 +1085,46 @@ def _next_record(queue: Any, child: Any, deadline: float) -> tuple[dict[str, Any
                 return None, "time limit"
 
 
-def run_in_child(task: str, model_type: str, class_name: str, compare: bool, limit: float) -> dict[str, Any]:
+def run_in_child(
+    task: str, model_type: str, class_name: str, compare: bool, limit: float, torch_onnx_only: bool = False
+) -> dict[str, Any]:
     """One pair in a forked child, killed after ``limit`` seconds; a crash or a hang ends
-    only the pair."""
+    only the pair. With ``torch_onnx_only``, torch.onnx.export's side alone (`run_torch_onnx_pair`)."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_child, args=(queue, task, model_type, class_name, compare))
+    child = context.Process(target=_child, args=(queue, task, model_type, class_name, compare, torch_onnx_only))
     deadline = time.perf_counter() + limit
     child.start()
     record, why = _next_record(queue, child, deadline)  # export-hf's part, then the whole record
+    if torch_onnx_only:  # the tiny model's shrink level, then the whole record
+        if record is not None and "torch_onnx" not in record:
+            whole, why = _next_record(queue, child, deadline)
+            record = whole or {**record, "torch_onnx": "failed",
+                               "torch_onnx_cause": why.replace("time limit", f"time limit ({limit:.0f} s)")}
+        _end(child, why)
+        if record is None:  # ended before its model was built: no shrink level, so it stands for no record
+            record = {"task": task, "model_type": model_type, "architecture": class_name, "shrunk": None,
+                      "torch_onnx": "failed", "torch_onnx_cause": why.replace("time limit", f"time limit ({limit:.0f} s)")}
+        return {**record, "torch_onnx_limit": limit}
     if record is not None and record.get("status") != "not built" and "peak_mb" in record:
         whole, why = _next_record(queue, child, deadline)
         if whole is None:  # export-hf's result stands; torch.onnx.export's part did not end
             record.update(torch_onnx="failed", torch_onnx_cause=why.replace("time limit", f"time limit ({limit:.0f} s)"))
         record = whole or record
-    child.join(0 if why else 5)  # a child past its time limit is killed at once
-    if child.is_alive():
-        child.kill()
-        child.join()
+    _end(child, why)
     if record is None:
         cause = why.replace("time limit", f"time limit ({limit:.0f} s)")
         record = {"task": task, "model_type": model_type, "architecture": class_name, "status": "failed", "cause": cause}
     record["category"] = classify(record)
     record["limit"] = limit  # the scoreboard states the limits its pairs ran under
     return record
+
+
+def _end(child: Any, why: str) -> None:
+    child.join(0 if why else 5)  # a child past its time limit (or dead) is killed at once
+    if child.is_alive():
+        child.kill()
+        child.join()
 
 
 def read_results(results: Path) -> list[dict[str, Any]]:
@@ -1104,28 +1174,50 @@ def sweep_order(task_names: list[str], per_task: int | None = None) -> list[tupl
 
 def sweep(
     task_names: list[str], results: Path, limit: float, compare: bool, budget: float | None, per_task: int | None = None,
-    retry: set[str] = frozenset(), architectures: set[str] | None = None,
+    retry: set[str] = frozenset(), architectures: set[str] | None = None, torch_onnx_only: bool = False,
 ) -> None:
     """Run every pair of ``task_names`` not yet in ``results`` (or whose failure class is in
     ``retry``), appending each pair's record as soon as it is known; with ``architectures``,
-    only the pairs of those classes, run again whether recorded or not."""
-    done = _done(results, set(retry)) if architectures is None else set()
+    only the pairs of those classes, run again whether recorded or not. With ``torch_onnx_only``,
+    torch.onnx.export's side alone of the recorded pairs whose side is unmeasured
+    (`torch_onnx_unmeasured`; with ``architectures``, of those classes' recorded pairs), each
+    appended as the pair's export-hf record with the new comparison (`with_torch_onnx`)."""
+    latest = {(r["task"], r["architecture"]): r for r in read_results(results)}
+    if torch_onnx_only:
+        todo = {pair for pair, r in latest.items() if (torch_onnx_unmeasured(r) if architectures is None else
+                                                          r["status"] != "not built" and r["task"] not in UNCOMPARED)}
+    else:
+        todo = None
+    done = _done(results, set(retry)) if architectures is None and not torch_onnx_only else set()
     earlier = _last_torch_onnx_records(results)
     started = time.perf_counter()
     commit = _commit()
     for task, model_type, class_name in sweep_order(task_names, per_task):
         if (task, class_name) in done or (architectures is not None and class_name not in architectures):
             continue
+        if todo is not None and (task, class_name) not in todo:
+            continue
         if budget is not None and time.perf_counter() - started > budget:
             print(f"budget of {budget:.0f} s spent: stopping (rerun to continue)", flush=True)
             return
-        record = {**run_in_child(task, model_type, class_name, compare, limit), "commit": commit}
-        if not compare:
-            record.update(_torch_onnx_kept(earlier.get((task, class_name)), record))
+        record = run_in_child(task, model_type, class_name, compare, limit, torch_onnx_only)
+        if torch_onnx_only:
+            torch_side = {**record, "torch_onnx_commit": commit}
+            record = with_torch_onnx(latest[(task, class_name)], torch_side)
+            if "torch_onnx" not in record:  # nothing new to append: export-hf's record is of another tiny model
+                print(f"{task:32} {class_name:48} torch.onnx on a tiny model built at the {torch_side.get('shrunk')} "
+                      f"level, export-hf's record at the {record.get('shrunk')}: run the pair again whole "
+                      f"(--architectures {class_name}) [{torch_side.get('torch_onnx_cause', '')[:80]}]", flush=True)
+                continue
+        else:
+            record["commit"] = commit
+            if not compare and "torch_onnx" not in record:
+                record = with_torch_onnx(record, earlier.get((task, class_name)))
         with results.open("a") as file:
             file.write(json.dumps(record) + "\n")
         print(f"{task:32} {class_name:48} {record['status']:10} {record.get('exact', '')!s:6} "
-              f"{record.get('torch_onnx', '')} {record.get('cause', '')[:90]}", flush=True)
+              f"{record.get('torch_onnx', '')} {record.get('torch_onnx_exact', '')!s:6} "
+              f"{record.get('cause', record.get('torch_onnx_cause', ''))[:90]}", flush=True)
 
 
 def _last_torch_onnx_records(results: Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -1141,9 +1233,25 @@ def _torch_onnx_kept(earlier: dict[str, Any] | None, record: dict[str, Any]) -> 
     """A pair run again without torch.onnx.export's comparison keeps its earlier one: that
     result depends on torch and the tiny model, not on fx2onnx, so it stands while the tiny
     model is built at the same shrink level."""
-    if earlier is None or earlier.get("shrunk") != record.get("shrunk"):
+    if earlier is None or _shrink_level(earlier) != _shrink_level(record):
         return {}
     return {key: value for key, value in earlier.items() if key.startswith("torch_onnx")}
+
+
+def _shrink_level(record: dict[str, Any]) -> str | None:
+    if "shrunk" in record:
+        return record["shrunk"]
+    # export-hf's records written before the sweep had shrink levels (1e27e32) were built from SMALL whole
+    return "small" if record.get("status") in ("exported", "failed") else None
+
+
+def with_torch_onnx(record: dict[str, Any], torch_record: dict[str, Any] | None) -> dict[str, Any]:
+    """A pair's record: export-hf's side from ``record``, torch.onnx.export's from ``torch_record``
+    (another run's, of the same pair) where it stands (`_torch_onnx_kept`: the same tiny model),
+    else none; the one place two runs' sides are combined, so that the pair's last line, which
+    the scoreboard reads, holds both."""
+    export_side = {key: value for key, value in record.items() if not key.startswith("torch_onnx")}
+    return {**export_side, **_torch_onnx_kept(torch_record, record)}
 
 
 # ---- the scoreboard ----------------------------------------------------------------------------------------------
@@ -1306,7 +1414,8 @@ def report(results: Path, page: Path) -> str:
                      f"{priority['exact']} of the {priority['tried'] - priority['refused']} not refused "
                      f"({_percent(priority['exact'], priority['tried'] - priority['refused'])}) exact; "
                      f"{priority['transformers_fails']} fail in transformers' own forward")
-    commits = sorted({r.get("commit", "unknown") for r in records})
+    # export-hf's commits, and those torch.onnx's side was run alone at (--torch-onnx-only)
+    commits = sorted({r.get("commit", "unknown") for r in records} | {r["torch_onnx_commit"] for r in records if "torch_onnx_commit" in r})
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     out = [
         "# Scoreboard: every task and architecture", "",
@@ -1329,7 +1438,7 @@ def report(results: Path, page: Path) -> str:
         "four decoder tokens), compared the same way, its outputs taken by position (it names them after their "
         "nodes); *exported, its run fails*: onnxruntime could not run its model on the example inputs; "
         "*exported, not compared*: a record written when the sweep matched its outputs by name and so "
-        "compared none (run the pair again to measure it). *exact*: within the tolerance; *differs*: exported but "
+        "compared none (`--torch-onnx-only` measures it). *exact*: within the tolerance; *differs*: exported but "
         "outside it; *fails*: no model, with the class of its cause (below). A pair whose tiny model transformers "
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
@@ -1405,6 +1514,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="stop starting pairs after these many seconds")
     parser.add_argument("--per-task", type=int, default=None, help="at most this many architectures per task, spread evenly")
     parser.add_argument("--no-torch-onnx", action="store_true", help="skip torch.onnx.export's comparison (a pair run again keeps its earlier one)")
+    parser.add_argument("--torch-onnx-only", action="store_true",
+                        help="run torch.onnx.export's comparison alone on the recorded pairs whose comparison is not "
+                             "measured (with --architectures, on those classes' pairs), keeping their export-hf results")
     parser.add_argument("--retry", action="append", default=[], choices=list(CATEGORIES),
                         help="run again the pairs whose failure is of this class (repeatable)")
     parser.add_argument("--architectures", default=None,
@@ -1421,8 +1533,10 @@ def main() -> None:
     torch.set_num_threads(1)
     if not args.write_docs:
         architectures = None if args.architectures is None else {a for a in args.architectures.split(",") if a}
+        if args.torch_onnx_only and (args.no_torch_onnx or args.retry):
+            parser.error("--torch-onnx-only runs torch.onnx.export's side alone: not with --no-torch-onnx or --retry")
         sweep(tasks, args.results, args.limit, not args.no_torch_onnx, args.budget, args.per_task, set(args.retry),
-              architectures)
+              architectures, args.torch_onnx_only)
     if args.report or args.write_docs:
         print(report(args.results, ROOT / "docs" / "scoreboard.md"))
 

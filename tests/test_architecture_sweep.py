@@ -335,6 +335,99 @@ def test_the_kept_comparison_is_the_pairs_last_one(tmp_path) -> None:
     assert sweep._last_torch_onnx_records(results)[("text-generation", "Mamba2ForCausalLM")]["torch_onnx"] == "exported"
 
 
+_EXPORT_HF = {"task": "fill-mask", "model_type": "bert", "architecture": "BertForMaskedLM", "shrunk": "small",
+              "status": "exported", "exact": False, "difference": 0.5, "seconds": 3.0, "category": "differs",
+              "commit": "aaaaaaa", "limit": 300.0}
+
+
+def test_a_torch_onnx_only_run_takes_export_hfs_side_from_the_pairs_record() -> None:
+    # the pair's record written when outputs were matched by name: exported, nothing compared
+    stale = {**_EXPORT_HF, "torch_onnx": "exported", "torch_onnx_exact": True, "torch_onnx_cause": "run: KeyError: 'logits'"}
+    torch_side = {"task": "fill-mask", "architecture": "BertForMaskedLM", "shrunk": "small", "torch_onnx": "exported",
+                  "torch_onnx_exact": True, "torch_onnx_difference": 1e-7, sweep.MEASURED: 1, "torch_onnx_commit": "bbbbbbb"}
+    merged = sweep.with_torch_onnx(stale, torch_side)
+    # export-hf's side and commit unchanged, torch.onnx's all new (the stale cause gone)
+    assert {k: merged[k] for k in _EXPORT_HF} == _EXPORT_HF
+    assert {k: v for k, v in merged.items() if k.startswith("torch_onnx")} == {
+        k: v for k, v in torch_side.items() if k.startswith("torch_onnx")}
+    assert sweep._torch_cell(merged) == "exact" and sweep.classify(merged) == "differs"
+    # another tiny model than export-hf's: its comparison is not the pair's
+    assert "torch_onnx" not in sweep.with_torch_onnx(stale, {**torch_side, "shrunk": "derived"})
+    # a record written before the shrink levels was built at the first, "small"
+    assert sweep.with_torch_onnx({k: v for k, v in stale.items() if k != "shrunk"}, torch_side)["torch_onnx_exact"]
+    assert "torch_onnx" not in sweep.with_torch_onnx(stale, {**torch_side, "shrunk": None})  # not built
+
+
+@pytest.mark.parametrize(("record", "unmeasured"), [
+    (_EXPORT_HF, True),  # run without the comparison
+    ({**_EXPORT_HF, "torch_onnx": "exported", "torch_onnx_exact": True}, True),  # outputs matched by name
+    ({**_EXPORT_HF, "torch_onnx": "exported", "torch_onnx_exact": True, sweep.MEASURED: 1}, False),
+    ({**_EXPORT_HF, "torch_onnx": "exported", "torch_onnx_cause": "run: Fail", sweep.MEASURED: 0}, False),
+    ({**_EXPORT_HF, "torch_onnx": "failed", "torch_onnx_cause": "ConversionError: x"}, False),  # a result
+    ({**_EXPORT_HF, "status": "not built"}, False),
+    ({**_EXPORT_HF, "task": "image-text-to-text", "torch_onnx": "not compared"}, False),
+])
+def test_the_pairs_whose_torch_onnx_side_is_unmeasured(record: dict, unmeasured: bool) -> None:
+    assert sweep.torch_onnx_unmeasured(record) is unmeasured
+
+
+def test_a_torch_onnx_only_sweep_appends_the_pairs_whole_records(tmp_path: Path, monkeypatch) -> None:
+    measured = {**_EXPORT_HF, "architecture": "EsmForMaskedLM", "model_type": "esm", "torch_onnx": "exported",
+                "torch_onnx_exact": True, sweep.MEASURED: 1}
+    earlier = [_EXPORT_HF, measured]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in earlier))
+    ran = []
+
+    def torch_side(task, model_type, class_name, compare, limit, torch_onnx_only):
+        assert torch_onnx_only
+        ran.append(class_name)
+        return {"task": task, "model_type": model_type, "architecture": class_name, "shrunk": "small",
+                "torch_onnx": "failed", "torch_onnx_cause": "ConversionError: x", "torch_onnx_limit": limit}
+
+    monkeypatch.setattr(sweep, "run_in_child", torch_side)
+    sweep.sweep(["fill-mask"], results, 60.0, True, None, torch_onnx_only=True)
+    assert ran == ["BertForMaskedLM"]  # the measured pair and those never run are left alone
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert lines[:2] == earlier  # appended only
+    assert len(lines) == 3 and lines[2]["torch_onnx"] == "failed" and lines[2]["seconds"] == 3.0
+    # measured now: a second run has nothing to do; the scoreboard reads the combined line
+    sweep.sweep(["fill-mask"], results, 60.0, True, None, torch_onnx_only=True)
+    assert ran == ["BertForMaskedLM"]
+    bert = next(r for r in sweep.read_results(results) if r["architecture"] == "BertForMaskedLM")
+    assert (bert["status"], bert["commit"], bert["torch_onnx_limit"]) == ("exported", "aaaaaaa", 60.0)
+    # a later run of export-hf alone keeps the comparison
+    monkeypatch.setattr(sweep, "run_in_child", lambda *args: {**_EXPORT_HF, "exact": True, "category": None})
+    sweep.sweep(["fill-mask"], results, 60.0, False, None, architectures={"BertForMaskedLM"})
+    bert = next(r for r in sweep.read_results(results) if r["architecture"] == "BertForMaskedLM")
+    assert bert["exact"] and bert["torch_onnx_cause"] == "ConversionError: x"
+
+
+def _builds_then_sleeps(task, model_type, class_name, on_built=None):
+    on_built({"task": task, "model_type": model_type, "architecture": class_name, "shrunk": "derived"})
+    time.sleep(60)
+
+
+def test_a_torch_onnx_only_pair_past_its_time_limit_keeps_its_shrink_level(monkeypatch) -> None:
+    monkeypatch.setattr(sweep, "run_torch_onnx_pair", _builds_then_sleeps)
+    record = sweep.run_in_child("fill-mask", "bert", "BertForMaskedLM", compare=True, limit=2, torch_onnx_only=True)
+    assert (record["shrunk"], record["torch_onnx"], record["torch_onnx_cause"]) == ("derived", "failed", "time limit (2 s)")
+    assert record["torch_onnx_limit"] == 2 and "status" not in record  # export-hf's side is the pair's record's
+
+
+def test_inputs_forward_takes_through_its_kwargs_are_keyed_under_them() -> None:
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, input_ids, use_cache=None, **kwargs):
+            return input_ids
+
+    inputs = {"input_ids": torch.zeros(2, 3), "attention_mask": torch.zeros(2, 3)}
+    shapes = sweep.dynamic_shapes(Model(), inputs, {"use_cache": False})
+    auto = torch.export.Dim.AUTO
+    assert shapes == {"input_ids": {0: auto, 1: auto}, "use_cache": None, "kwargs": {"attention_mask": {0: auto, 1: auto}}}
+
+
 @pytest.mark.parametrize(("model_type", "class_name", "encoder"), [
     ("bert", "BertForCausalLM", "BertForMaskedLM"), ("bert-generation", "BertGenerationDecoder", "BertGenerationEncoder"),
     ("bert", "BertLMHeadModel", "BertModel"), ("reformer", "ReformerModelWithLMHead", "ReformerForMaskedLM"),

@@ -5,7 +5,7 @@
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
 // `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
 // folder's processor and `generate`, and by the speech recognition pipeline), or "image_text" (prompts with image files through the folder's
-// processor, or processed inputs as given (a left-padded batch's rows generated each), and an image-text-to-text model's `generate`), or "audio_text" (processed
+// processor, or processed inputs as given, and an image-text-to-text model's `generate`), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
 // (the file suffix Transformers.js loads, in place of the config's).
@@ -141,12 +141,13 @@ if (job.image_text) {
         const output = plain(await model.generate({
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));
-        // a batch's rows (left-padded prompts) each as a list, one prompt's tokens as one list
-        const [rows, width] = output.dims, promptLength = inputs.input_ids.dims[1];
-        const generated = Array.from({ length: rows }, (_, row) => output.data.slice(row * width + promptLength, (row + 1) * width));
+        const [rows, promptLength] = inputs.input_ids.dims;
+        const width = output.data.length / rows;
         result.image_text.push({
-            input_ids: plain(inputs.input_ids).data, pixel_values: plain(inputs.pixel_values),
-            generated: rows === 1 ? generated[0] : generated,
+            input_ids: plain(inputs.input_ids).data, pixel_values: inputs.pixel_values ? plain(inputs.pixel_values) : null,
+            generated: output.data.slice(promptLength, width),
+            // each sequence's tokens after the prompt (a batch's rows)
+            generated_rows: Array.from({ length: rows }, (_, row) => output.data.slice(row * width + promptLength, (row + 1) * width)),
         });
     }
 }

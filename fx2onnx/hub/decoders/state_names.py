@@ -28,6 +28,7 @@ from typing import Any
 
 import onnx
 
+from fx2onnx.hub.decoders.graph_files import int64_constant
 from fx2onnx.hub.shared.dim_roles import present_name
 
 _STATE = re.compile(r"past_key_values\.(\d+)\.(conv_states|recurrent_states)\.0")
@@ -133,8 +134,7 @@ def _split(name: str, parts: list[str], sizes: list[int] | None) -> list[onnx.No
         return [onnx.helper.make_node("Identity", [name], parts, name=f"{parts[0]}.given")]
     sizes_name = f"{name}.split_sizes"
     return [
-        onnx.helper.make_node("Constant", [], [sizes_name],
-                              value=onnx.helper.make_tensor(sizes_name, onnx.TensorProto.INT64, [len(sizes)], sizes)),
+        int64_constant(sizes_name, sizes),
         onnx.helper.make_node("Split", [name, sizes_name], parts, axis=_CHANNELS, name=f"{name}.split"),
     ]
 
