@@ -10,7 +10,8 @@ torch.export under the capture's switches (`torch_export`), its attempts in orde
 capture, the names dims get in ONNX), what fx2onnx knows of third-party libraries
 (`libraries`, one module per library, reached through its one entry `library_adapters`:
 transformers' caches, hints, checkpoint names and per-module experts, torchvision's data-dependent helpers,
-torchao's tensor subclasses) and the hints for failed captures (`hints`).
+torchao's tensor subclasses) and the hints for failed captures (`hints`; the model's line that
+branches on a tensor's value, `value_branches`).
 """
 
 from fx2onnx.capture.dynamic_dims.check import FIXED_DIM
@@ -21,9 +22,10 @@ from fx2onnx.capture.library_adapters import (
     checkpoint_renaming, default_scan_chunks, frozen_numbers, is_cache_type, registered_containers,
 )
 from fx2onnx.capture.torch_export import model_name
+from fx2onnx.capture.value_branches import value_branch
 
 __all__ = [
     "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "dims_dynamic_but_ones", "frozen_numbers", "is_cache_type",
     "model_name",
-    "registered_containers", "signature_text",
+    "registered_containers", "signature_text", "value_branch",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from fx2onnx.capture.value_branches import value_branch
+from fx2onnx.capture import value_branch
 from fx2onnx.hub.loading import LoadedModel
 
 
