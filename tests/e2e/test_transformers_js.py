@@ -893,6 +893,36 @@ def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
     assert results == [expected] and len(set(expected)) > 1
 
 
+def test_granite_speech_folder_in_transformers_js(tmp_path, transformers_js):
+    """Granite Speech's audio-text-to-text folder (verified in onnxruntime, each file through the
+    full checker) in Transformers.js (AutoModelForAudioTextToText: GraniteSpeechForConditionalGeneration
+    feeds the audio encoder `input_features` under transformers' name): 16 greedy tokens equal
+    transformers' for one clip's prompt. Built without torchaudio, which only its feature extractor needs."""
+    from fx2onnx.hub.audio_language.audio_inputs import audio_inputs
+    from fx2onnx.hub.audio_language.hooks import audio_hooks
+    from test_export_hf_audio_language import AUDIO_TOKEN, PARTS, save_granite_speech
+
+    model = save_granite_speech(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, task="text2text-generation", verify=True, tokens=NEW_TOKENS).verification
+    assert verification.passed and verification.tokens_equal and verification.max_logit_difference < 1e-4
+    for name in PARTS:
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    hooks = audio_hooks(model)
+    audio = audio_inputs(model, hooks, tmp_path / "source", batch=1, seed=3)
+    with torch.no_grad():
+        rows = hooks.features(model, audio).shape[0]
+        ids = torch.tensor([[1, 40, 41] + [AUDIO_TOKEN] * rows + [42, 43]])
+        generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **audio, max_new_tokens=NEW_TOKENS,
+                                   min_new_tokens=NEW_TOKENS, do_sample=False)
+    expected = generated[0, ids.shape[1]:].tolist()
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **audio}
+    job = {"folder": str(out), "task": "text2text-generation", "audio_text": {"prompts": [tensor_specs(given)],
+                                                                            "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["audio_text"]
+    assert results == [expected] and len(expected) == NEW_TOKENS and len(set(expected)) > 2
+
+
 def save_gemma4(folder: Path, **layers) -> torch.nn.Module:
     """A tiny Gemma 4 without encoders: per-layer inputs, two sliding layers of 8 tokens, then a
     full one (the last layer always is) with wider heads; ``layers`` overrides those."""
