@@ -5,7 +5,9 @@ decoders, merged into one file afterwards (merged_decoder.py): the first step
 (`input_ids`, `encoder_attention_mask` for text models, `encoder_hidden_states` ->
 `logits`, `present.{i}.decoder/encoder.key/.value`), and the next steps (the same inputs and
 `past_key_values.{i}.decoder/encoder.key/.value`). A speech model's folder is verified against
-transformers' greedy generate (speech/speech_verify.py). Two decoders, because the first step
+transformers' greedy generate (speech/speech_verify.py), and gets the processor files
+Transformers.js reads for it; export-hf says which speech models Transformers.js runs
+(speech/transformers_js_speech.py). Two decoders, because the first step
 computes the cross-attention cache from the encoder's output and the next ones read it:
 a choice the model's code makes in Python, fixed in each captured graph.
 
@@ -192,7 +194,6 @@ class Seq2SeqRecipe(RecipeDefaults):
         return Verification.merged([
             verify_seq2seq(*files, model, encoder_inputs(loaded, size), start, request.tokens, tolerance) for size in (0, 1)
         ])
-
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
         return client_note(config)
