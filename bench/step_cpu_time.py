@@ -186,6 +186,8 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
     names = list(folders)
     if profile_dir is not None and len(steps) != 1:
         raise ValueError(f"profiling sums one step's nodes: give one phase and one length, not {steps}")
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)  # onnxruntime writes a profile only into a folder that exists
     fresh_workers = fresh_workers and profile_dir is None
     starting = list(reversed(names)) if start_reversed else names
     pids: dict[str, list[int]] = collections.defaultdict(list)
@@ -224,9 +226,60 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
                            "cpu_ratio": statistics.median(ratios), "wall_ratio": statistics.median(wall_ratios),
                            "cpu_ratios": ratios}  # by round
         by_step[f"{phase} {length}"] = entry
-    summaries = {name: summarize_profile(json.loads(Path(path).read_text()), warmup_runs=warmup, node_medians=True)
-                 for name, path in profiles.items() if path is not None}
+    summaries = {}
+    for name, path in profiles.items():
+        if path is None:
+            continue
+        events = json.loads(Path(path).read_text())
+        summaries[name] = {**summarize_profile(events, warmup_runs=warmup, node_medians=True),
+                           "nodes": step_nodes(events, warmup)}
+        # beside onnxruntime's profile: the step node by node, to compare two folders' steps
+        Path(path).with_suffix(".nodes.md").write_text(nodes_markdown(summaries[name]["nodes"]) + "\n")
     return {"steps": by_step, "pids": dict(pids), "runs": runs, **({"profiles": summaries} if summaries else {})}
+
+
+def _direct_children(events: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+    """The node events run inside ``events[start]`` (sorted by start) and not inside another
+    of them: what an `If`'s branch ran itself."""
+    end = events[start]["ts"] + events[start]["dur"]
+    children: list[dict[str, Any]] = []
+    for event in events[start + 1:]:
+        if event["ts"] > end:
+            break
+        if event["ts"] + event["dur"] <= end and not (children and event["ts"] + event["dur"] <= children[-1]["ts"] + children[-1]["dur"]):
+            children.append(event)
+    return children
+
+
+def step_nodes(events: list[dict[str, Any]], warmup_runs: int) -> list[dict[str, Any]]:
+    """Each node a step ran (an `If`'s branches' too), in the order of its first run after
+    ``warmup_runs`` runs: its operator, its median µs per run and, for an `If`, its own
+    median µs (its time less what its branch's nodes took: the frame onnxruntime builds
+    for the branch each run), so that two folders' steps compare node by node."""
+    runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"]
+    first = runs[warmup_runs]["ts"] if len(runs) > warmup_runs else 0
+    nodes = sorted((e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
+                    and e["ts"] >= first), key=lambda e: e["ts"])
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    own: dict[str, list[float]] = collections.defaultdict(list)
+    operators: dict[str, str] = {}
+    for index, event in enumerate(nodes):
+        name = event["name"].removesuffix("_kernel_time")
+        operators.setdefault(name, event["args"]["op_name"])
+        times[name].append(event["dur"])
+        if event["args"]["op_name"] == "If":
+            own[name].append(event["dur"] - sum(child["dur"] for child in _direct_children(nodes, index)))
+    return [{"node": name, "op": operators[name], "us": statistics.median(times[name]),
+             **({"own_us": statistics.median(own[name])} if name in own else {})} for name in operators]
+
+
+def nodes_markdown(nodes: list[dict[str, Any]]) -> str:
+    """One contender's `step_nodes` as a table."""
+    lines = ["| node | operator | µs (median) | an If's own µs |", "|---|---|---:|---:|"]
+    for node in nodes:
+        own = f"{node['own_us']:.1f}" if "own_us" in node else ""
+        lines.append(f"| {node['node']} | {node['op']} | {node['us']:.1f} | {own} |")
+    return "\n".join(lines)
 
 
 def profile_markdown(model: str, profiles: dict[str, Any]) -> str:

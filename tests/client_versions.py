@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PINNED_TRANSFORMERS_JS = "4.3.1"
+PINNED_TRANSFORMERS_JS = "4.3.2"
 TRANSFORMERS_JS_VERSION = os.environ.get("FX2ONNX_TRANSFORMERS_JS_VERSION", PINNED_TRANSFORMERS_JS)
 
 

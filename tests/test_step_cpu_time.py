@@ -83,9 +83,36 @@ def test_each_worker_profiles_its_own_session(tmp_path) -> None:
     folders = {"fx2onnx-fp32": folder, "builder-fp32": folder}
     with pytest.raises(ValueError, match="one phase and one length"):
         bench.measure(folders, [("decode", 2), ("decode", 3)], rounds=1, profile_dir=tmp_path)
-    result = bench.measure(folders, [("decode", 2)], rounds=2, repeats=2, warmup=1, profile_dir=tmp_path)
+    profiles = tmp_path / "not" / "yet"  # made when missing (onnxruntime writes only into a folder that exists)
+    result = bench.measure(folders, [("decode", 2)], rounds=2, repeats=2, warmup=1, profile_dir=profiles)
     assert sorted(result["profiles"]) == sorted(folders)
     for name, summary in result["profiles"].items():
         assert summary["ops"]["Cast"][1] == 1  # the one node, once a step
-        assert any(path.name.startswith(name) for path in tmp_path.glob("*.json"))
+        assert any(path.name.startswith(name) for path in profiles.glob("*.json"))
+        assert [(n["op"], "own_us" in n) for n in summary["nodes"]] == [("Cast", False)]
+        assert "| Cast |" in next(profiles.glob(f"{name}_*.nodes.md")).read_text()  # the step node by node
     assert "| Cast |" in bench.profile_markdown("tiny", result["profiles"])
+
+
+def _event(name: str, op: str, ts: int, dur: int) -> dict:
+    return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": op}}
+
+
+def test_step_nodes_give_an_ifs_own_time() -> None:
+    """Node by node, medians over the runs after the warm-up; an `If`'s own time is its
+    time less its branch's nodes (a nested `If` counted once, with its own nodes)."""
+    events = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 100},  # the warm-up: left out
+              _event("warm", "Cast", 1, 50)]
+    for start, scale in ((1000, 1), (2000, 3), (3000, 2)):
+        events += [{"cat": "Session", "name": "model_run", "ts": start, "dur": 100 * scale},
+                   _event("stack", "If", start, 40 * scale),
+                   _event("matmul", "MatMulNBits", start + 1, 10 * scale),
+                   _event("layer", "If", start + 12 * scale, 20 * scale),
+                   _event("attention", "GroupQueryAttention", start + 13 * scale, 15 * scale),
+                   _event("head", "MatMulNBits", start + 50 * scale, 5 * scale)]
+    nodes = bench.step_nodes(events, warmup_runs=1)
+    assert [(n["node"], n["op"], n["us"]) for n in nodes] == [
+        ("stack", "If", 80), ("matmul", "MatMulNBits", 20), ("layer", "If", 40),
+        ("attention", "GroupQueryAttention", 30), ("head", "MatMulNBits", 10)]
+    assert [n.get("own_us") for n in nodes] == [20, None, 10, None, None]  # 40 - 10 - 20; 20 - 15 (x2, the median)
+    assert "| stack | If | 80.0 | 20.0 |" in bench.nodes_markdown(nodes)

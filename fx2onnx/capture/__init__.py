@@ -15,6 +15,7 @@ torchao's tensor subclasses) and the hints for failed captures (`hints`).
 
 from fx2onnx.capture.dynamic_dims.check import FIXED_DIM
 from fx2onnx.capture.dynamic_dims.signature import bound_arguments
+from fx2onnx.capture.dynamic_dims.spec import dims_dynamic_but_ones
 from fx2onnx.capture.hints import signature_text
 from fx2onnx.capture.library_adapters import (
     checkpoint_renaming, default_scan_chunks, frozen_numbers, is_cache_type, registered_containers,
@@ -22,7 +23,7 @@ from fx2onnx.capture.library_adapters import (
 from fx2onnx.capture.torch_export import model_name
 
 __all__ = [
-    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "frozen_numbers", "is_cache_type",
+    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "dims_dynamic_but_ones", "frozen_numbers", "is_cache_type",
     "model_name",
     "registered_containers", "signature_text",
 ]

@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 
 from fx2onnx.capture.dynamic_dims.spec import capture_signature
 from fx2onnx.capture.library_adapters import library_hint, transformers_version
+from fx2onnx.capture.value_branches import DATA_DEPENDENT, held_value_advice, value_branch
 
 # The versions the test suite runs on (constraints.txt; a test keeps the two equal).
 TESTED_WITH = {"torch": "2.13.0", "transformers": "5.24.0"}
@@ -254,10 +255,13 @@ def _constraints_advice(failure: CaptureFailure) -> str:
 
 
 def _data_dependent_advice(failure: CaptureFailure) -> str:
+    branch = value_branch(failure.model, failure.error)
+    if branch is not None and branch.held:
+        return held_value_advice(branch)
+    where = f" at {branch}" if branch is not None else " (if x.sum() > 0, int(x.max()), .item())"
     return (
-        "a Python branch or size depends on a tensor's values (if x.sum() > 0, int(x.max()), "
-        ".item()); write the branch with torch.cond or torch.where, or state the fact with "
-        "torch._check(...)."
+        f"a Python branch or size depends on a tensor's values{where}; write the branch with torch.cond or "
+        "torch.where, or state the fact with torch._check(...)."
     )
 
 
@@ -343,11 +347,7 @@ HINTS: tuple[Hint, ...] = (
     Hint("cache-output", _is_cache_output, _cache_advice),
     Hint("unknown-output-type", lambda f: _unknown_output_type(f) is not None, _unknown_output_advice),
     Hint("inside-torch-export", _inside_torch_export, _torch_internal_advice),
-    Hint(
-        "data-dependent",
-        _contains("data-dependent", "DataDependent", "unbacked", ".item()"),
-        _data_dependent_advice,
-    ),
+    Hint("data-dependent", _contains(*DATA_DEPENDENT), _data_dependent_advice),
     Hint(
         "needs-real-data",
         _contains("data pointer", "data_ptr", ".numpy()", "Cannot access storage", "FakeTensor", "fake tensor"),

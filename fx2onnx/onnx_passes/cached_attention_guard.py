@@ -65,11 +65,21 @@ class _StepSizes:
     past: ir.Value
 
 
+def _as_int64(nodes: AppendedNodes, total: ir.Value) -> ir.Value:
+    """The kernel's int32 ``total`` as an int64 scalar: the int64 it was cast from, when it
+    is one (the mask's length, read from its shape), rather than a Cast back each step."""
+    producer = total.producer()
+    source = producer.inputs[0] if producer is not None and producer.op_type == "Cast" and producer.inputs else None
+    if source is not None and source.dtype == ir.DataType.INT64 and source.shape is not None and source.shape.rank() == 0:
+        return source
+    return nodes("Cast", [total], to=ir.DataType.INT64)
+
+
 def _step_sizes(nodes: AppendedNodes, sized: ir.Value, total: ir.Value) -> tuple[ir.Value, _StepSizes]:
     """``sized``'s (batch, new tokens) and the step's sizes (``total``, the kernel's)."""
     shape = nodes("Shape", [sized], start=0, end=2)
     new = nodes("Gather", [shape, nodes.constant(1)], axis=0)
-    total = nodes("Cast", [total], to=ir.DataType.INT64)
+    total = _as_int64(nodes, total)
     return shape, _StepSizes(total, nodes("Sub", [total, new]))
 
 

@@ -217,6 +217,7 @@ def positions_as_kernel_assumes(nodes: Any, positions: ir.Value, past: ir.Value,
     new tokens last in the mask; ``past`` and ``total`` int64 scalars) and within the
     tables of ``rows`` positions; ``nodes`` makes the nodes (`cached_attention_guard`'s)."""
     expected = nodes("Range", [past, total, nodes.constant(1)])
-    given = nodes("Cast", [positions], to=ir.DataType.INT64)
+    # position ids are int64 (a Cast of them would be a node a step for nothing)
+    given = positions if positions.dtype == ir.DataType.INT64 else nodes("Cast", [positions], to=ir.DataType.INT64)
     all_same = nodes("ReduceMin", [nodes("Equal", [given, expected])], keepdims=0)  # of (B, S) booleans
     return nodes("And", [all_same, nodes("LessOrEqual", [total, nodes.constant(rows)])])

@@ -98,9 +98,9 @@ def test_causal_lm_folder_runs_in_onnxruntime_genai(tmp_path, family, tokenizer)
     result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, say=said.append)
     out = tmp_path / "out"
     assert {"onnx/model.onnx", "onnx/model.onnx_data", "genai_config.json", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(result.files)
-    # the same folder for every family; the one Transformers.js 4.3.1 has no class for is named
+    # the same folder for every family; the one Transformers.js 4.3.2 has no class for is named
     notes = [line for line in said if "cannot load this folder" in line]
-    assert notes == (["Transformers.js 4.3.1 cannot load this folder: it has no text-generation class for model type "
+    assert notes == (["Transformers.js 4.3.2 cannot load this folder: it has no text-generation class for model type "
                       "mixtral (Unsupported model type: mixtral). It is for onnxruntime and ONNX Runtime GenAI."]
                      if family == "mixtral" else [])
     onnx.checker.check_model(os.fspath(out / "onnx" / "model.onnx"), full_check=True)

@@ -240,7 +240,7 @@ def test_cohere_asr_folder_in_transformers_js(folders, tmp_path, transformers_js
 
 
 def test_speecht5_folder_in_transformers_js_fails_as_its_note_says(folders, tmp_path, transformers_js):  # noqa: F811
-    """Transformers.js 4.3.1 loads the SpeechT5 folder but its SpeechT5FeatureExtractor has no
+    """Transformers.js 4.3.2 loads the SpeechT5 folder but its SpeechT5FeatureExtractor has no
     `_call` (and its model class feeds the encoder no `input_values`): the folder's note says so."""
     root, _, _ = folders["speecht5"]
     job = {"folder": str(root / "out"), "task": "automatic-speech-recognition",

@@ -545,5 +545,5 @@ def test_an_image_text_to_text_type_without_a_runtime_layout_is_an_error(tmp_pat
     transformers.LlavaForConditionalGeneration(config).save_pretrained(tmp_path / "source")
     with pytest.raises(NotImplementedError, match=f"for model types {', '.join(ARCHITECTURES)}; llava is not one of them. Nothing was written. Give --text-only") as error:
         export_hf(tmp_path / "source", tmp_path / "out", say=print)
-    assert str(error.value).endswith("`fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.1.")
+    assert str(error.value).endswith("`fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.2.")
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]

@@ -261,3 +261,17 @@ def test_the_kernel_rotates_only_at_its_own_positions(exported):
     layers = DECODER["num_hidden_layers"]
     # shifted prompt and step: the kernel with its (zero) bias after the rotations; then its own positions
     assert ran == ["kernel"] * 2 * layers + ["unpadded_kernel"] * layers
+
+
+def test_the_guards_condition_casts_no_input_back(exported):
+    """The condition computed once a step reads the int64 position ids and the mask's int64
+    length as they are: no Cast of its own (the kernel's int32 length is cast from the
+    int64 one; casting it back was a node a step for nothing)."""
+    _, folder, _, runtime = exported
+    if runtime != "onnxruntime":
+        pytest.skip("the standard runtime's folder has no kernel to guard")
+    proto = onnx.load(os.fspath(folder / "onnx" / "model.onnx"), load_external_data=False)
+    condition = [n for n in proto.graph.node if "/kernel_runs/" in n.name]
+    assert condition and not [n.op_type for n in condition if n.op_type == "Cast"]
+    readers = {n.op_type for n in condition if "position_ids" in n.input}
+    assert readers == {"Equal"}  # compared with the kernel's positions directly

@@ -316,7 +316,7 @@ def test_transformers_js_fails_where_export_hf_says_it_cannot_load(tmp_path, tok
     save_causal_lm(tmp_path / "source", "mixtral", tokenizer)
     said = []
     export_hf(tmp_path / "source", tmp_path / "out", say=said.append)
-    notes = [line for line in said if "Transformers.js 4.3.1 cannot load this folder" in line]
+    notes = [line for line in said if "Transformers.js 4.3.2 cannot load this folder" in line]
     error = "Unsupported model type: mixtral"
     assert len(notes) == 1 and error in notes[0]  # the client's own words
     prompts = [list(tokenizer(PROMPTS[0])["input_ids"])]
@@ -546,6 +546,101 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
     assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[-1]
 
 
+# (height, width) of the images of the Qwen3-VL kind's prompts: neither side a multiple of the merged patch (32
+# pixels), a wide and a tall one, other grids than the export's example (3 x 5 and 2 x 2 merged tokens)
+QWEN3_KIND_IMAGES = ((45, 75), (130, 60))
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "glm_ocr", "qwen3_5", "qwen3_5_moe"])
+def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family):
+    """Qwen3-VL and its kin as `--runtime standard` writes them for Transformers.js: rows
+    wider than the embeddings where DeepStack features ride beside them (embed_tokens' zeros
+    at text tokens, which Transformers.js's merge overwrites whole at image tokens). 16 greedy
+    tokens equal transformers' on an image of another grid than the export's, on a
+    left-padded batch of a tall and a wide image (mRoPE positions past the padding), and on
+    a prompt without an image; the folder checked in onnxruntime by export-hf's verification."""
+    from PIL import Image
+    import qwen3_kind_models
+
+    model = qwen3_kind_models.SAVERS[family](tmp_path / "source")
+    config = model.config
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=8).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    hidden = config.text_config.hidden_size
+    deepstack = len(getattr(config.vision_config, "deepstack_visual_indexes", None) or [])
+    widths = {}
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        path = os.fspath(out / "onnx" / f"{name}.onnx")
+        onnx.checker.check_model(path, full_check=True)
+        graph = onnx.load(path, load_external_data=False).graph
+        widths[name] = {value.name: value.type.tensor_type.shape.dim[-1].dim_value for value in [*graph.input, *graph.output]}
+    # the embeddings and each DeepStack block side by side, in all three models
+    assert widths["embed_tokens"]["inputs_embeds"] == widths["decoder_model_merged"]["inputs_embeds"] == hidden * (1 + deepstack)
+    assert widths["vision_encoder"]["image_features"] == hidden * (1 + deepstack)
+    assert json.loads((out / "config.json").read_text())["model_type"] == family
+    rng = np.random.default_rng(0)
+    paths = []
+    for height, width in QWEN3_KIND_IMAGES:
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    pad = int(config.text_config.pad_token_id)
+    question = "describe this image"
+    # a wide image; a tall one; a left-padded batch without images; a left-padded batch of a wide and a tall image
+    batches = [[([paths[0]], question)], [([paths[1]], question)], [([], question), ([], "the lazy dog")],
+               [([paths[1]], question), ([paths[0]], question)]]
+    prompts, expected = [], []
+    for batch in batches:
+        given = qwen3_kind_models.processed_batch(tmp_path / "source", family, batch, pad)
+        prompts.append({"inputs": tensor_specs(given)})
+        extra = {"mm_token_type_ids": (given["input_ids"] == config.image_token_id).long()} if "pixel_values" in given else {}
+        with torch.no_grad():
+            tokens = model.generate(**given, **extra, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                    pad_token_id=pad)
+        expected.append(tokens[:, given["input_ids"].shape[1]:].tolist())
+    assert all(0 in prompts[index]["inputs"]["attention_mask"]["data"] for index in (2, 3))  # the batches are padded
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    assert results[:2] == expected[:2] and expected[0] != expected[1]  # the images changed the tokens
+    # the prompt step alone is transformers' without images or with padding: after it, Transformers.js 4.3.2 (as
+    # 4.3.1) feeds a prompt without images the positions of its text-only mRoPE deltas, `max + 1n + BigInt(dims[1])` where
+    # transformers' is max + 1 - length (Qwen2VLForConditionalGeneration._get_text_only_rope_index), and unmasks a
+    # batch's padding (prepare_inputs_for_generation sets `pixel_values` to null, not undefined, so
+    # generic_text_to_text_forward gives a one-token step ones over the past as its mask)
+    assert [[row[:1] for row in result] for result in results[2:]] == [[row[:1] for row in rows] for rows in expected[2:]]
+    # the folder's models on transformers' positions and mask: the padded batch's tokens in onnxruntime
+    assert folder_argmax(out, model, qwen3_kind_models.processed_batch(tmp_path / "source", family, batches[3], pad),
+                         expected[3]) == expected[3]
+
+
+def folder_argmax(out, model, given: dict, tokens: list[list[int]]) -> list[list[int]]:
+    """The greedy picks of the folder's three models in onnxruntime after each of ``given``'s
+    rows followed by its ``tokens`` (one run over the whole sequence, from an empty cache), fed
+    transformers' mRoPE positions and the padding mask, the features merged as Transformers.js
+    does; never the end of text, as in transformers' generation of ``tokens``."""
+    from fx2onnx.hub.shared.verification import empty_cache, end_tokens, run_session
+    from fx2onnx.hub.vision_language.folder_verification import merged_features
+    import onnxruntime
+
+    image = int(model.config.image_token_id)
+    ids = torch.cat([given["input_ids"], torch.tensor(tokens)], dim=1)
+    mask = torch.cat([given["attention_mask"], torch.ones_like(torch.tensor(tokens))], dim=1)
+    positions, _ = model.model.get_rope_index(ids, (ids == image).long(), image_grid_thw=given["image_grid_thw"],
+                                              attention_mask=mask)
+    sessions = {name: onnxruntime.InferenceSession(os.fspath(out / "onnx" / f"{name}.onnx"))
+                for name in ("vision_encoder", "embed_tokens", "decoder_model_merged")}
+    features = run_session(sessions["vision_encoder"], {"pixel_values": given["pixel_values"].numpy(),
+                                                        "image_grid_thw": given["image_grid_thw"].numpy()})["image_features"]
+    embeds = run_session(sessions["embed_tokens"], {"input_ids": ids.numpy()})["inputs_embeds"]
+    decoder = sessions["decoder_model_merged"]
+    feed = {"inputs_embeds": merged_features(ids.numpy(), embeds, features, image), "attention_mask": mask.numpy(),
+            "position_ids": positions.numpy(), **empty_cache(decoder, batch=ids.shape[0])}
+    logits = run_session(decoder, feed)["logits"]
+    logits[..., end_tokens(model)] = -np.inf  # as transformers' min_new_tokens keeps it generating
+    prompt = given["input_ids"].shape[1]
+    return logits[:, prompt - 1:-1].argmax(-1).tolist()
+
+
 def save_llava(folder):
     """A two-layer LLaVA (a two-layer CLIP tower of 42-pixel images, 9 image tokens each, the
     "default" strategy dropping the class token) with a tokenizer that has an `<image>` token."""
@@ -730,6 +825,12 @@ HYBRID_CONFIGS = {
     "lfm2": (lambda: transformers.Lfm2Config(
         **HYBRID_IDS, hidden_size=32, intermediate_size=64, block_ff_dim=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, conv_L_cache=3, layer_types=["conv", "full_attention"]), ["past_conv.0"]),
+    # LFM3: its convolution's state beside a sliding-window attention layer of a window of 8, which each
+    # prompt and its 16 new tokens pass (Transformers.js 4.3.2's class feeds both)
+    "lfm3": (lambda: transformers.Lfm3Config(
+        **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, conv_L_cache=3, sliding_window=8,
+        layer_types=["conv", "sliding_attention", "full_attention"]), ["past_conv.0"]),
     # a mamba mixer's convolution and scan states, its layer kinds in config.json by their older names: past_conv, past_ssm
     "nemotron_h": (lambda: transformers.NemotronHConfig(
         **HYBRID_IDS, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -810,6 +911,11 @@ def test_folders_taking_what_transformers_js_feeds_their_model_type(tmp_path, fa
     onnx.checker.check_model(onnx.load(path), full_check=True)
     graph = onnx.load(path, load_external_data=False).graph
     assert takes({i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input})
+    genai = tmp_path / "out" / "genai_config.json"
+    if genai.exists():  # ONNX Runtime GenAI is told the inputs of the graph as rewritten
+        decoder = json.loads(genai.read_text())["model"]["decoder"]
+        named = [decoder["inputs"][role] for role in ("input_ids", "attention_mask", "position_ids") if role in decoder["inputs"]]
+        assert {*named, decoder["inputs"]["past_key_names"] % 0} <= {i.name for i in graph.input}
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
 
 

@@ -146,10 +146,13 @@ if (job.image_text) {
         const output = plain(await model.generate({
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));
-        const promptLength = inputs.input_ids.dims[1];
+        const [rows, promptLength] = inputs.input_ids.dims;
+        const width = output.data.length / rows;
         result.image_text.push({
-            input_ids: plain(inputs.input_ids).data, pixel_values: plain(inputs.pixel_values),
-            generated: output.data.slice(promptLength),
+            input_ids: plain(inputs.input_ids).data, pixel_values: inputs.pixel_values ? plain(inputs.pixel_values) : null,
+            generated: output.data.slice(promptLength, width),
+            // each sequence's tokens after the prompt (a batch's rows)
+            generated_rows: Array.from({ length: rows }, (_, row) => output.data.slice(row * width + promptLength, (row + 1) * width)),
         });
     }
 }

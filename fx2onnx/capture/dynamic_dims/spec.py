@@ -13,23 +13,34 @@ from torch.export import Dim
 
 from fx2onnx.capture.dynamic_dims.guards import SourcePlace, fixing_location, user_input_nodes
 from fx2onnx.capture.dynamic_dims.signature import bound_arguments, capture_signature, forward_signature, registered_children
+from fx2onnx.capture.library_adapters import registered_containers
 
 DynamicShapesOption = bool | Mapping[str, Any] | Sequence[Any] | None
 
 
-def _all_dims_dynamic(value: Any) -> Any:
+def _all_dims_dynamic(value: Any, ones_static: bool = False) -> Any:
     if isinstance(value, torch.Tensor):
-        return {index: Dim.AUTO for index in range(value.dim())}
+        return {index: Dim.AUTO for index in range(value.dim()) if not (ones_static and value.shape[index] == 1)}
     if isinstance(value, Mapping):
-        return {key: _all_dims_dynamic(item) for key, item in value.items()}
+        return {key: _all_dims_dynamic(item, ones_static) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_all_dims_dynamic(item) for item in value)
+        return type(value)(_all_dims_dynamic(item, ones_static) for item in value)
     children = registered_children(value)
     if children is not None:
         # torch.export reads the spec of a registered container (a KV cache) as a list
         # with one spec per child of its flatten function
-        return [_all_dims_dynamic(child) for child in children]
+        return [_all_dims_dynamic(child, ones_static) for child in children]
     return None
+
+
+def dims_dynamic_but_ones(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec keyed by input name: every dim of the inputs dynamic (Dim.AUTO, as with
+    dynamic_shapes=True) but those of example size 1, static. For an example whose varying
+    dims are all 2 or more, a dim of 1 is a size the model gives (one key/value head):
+    asked dynamic, it would be captured first from the example grown to 2 there, which the
+    model's code refuses, before the capture of the example fixes it to 1 anyway."""
+    with registered_containers():  # a cache's spec is one per child, as the capture flattens it
+        return {name: _all_dims_dynamic(value, ones_static=True) for name, value in inputs.items()}
 
 
 def torch_export_spec(option: DynamicShapesOption, model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -12,9 +12,12 @@ import sys
 import traceback
 from typing import Any
 
+from fx2onnx.capture.value_branches import DATA_DEPENDENT, held_value_advice, value_branch
+
 _ATTENTION_FILES = ("flash_attention", "flex_attention", "paged_attention", "sdpa_attention")
 # Longformer's sliding-window attention and LED's copy of it: the files and the functions
-# that size its chunks
+# that size its chunks (the files' other captures that read tensor values: its branch on
+# whether any token attends globally)
 _SLIDING_CHUNK_FILES = ("modeling_longformer.py", "modeling_led.py")
 _SLIDING_CHUNK_FUNCTIONS = ("_chunk", "_sliding_chunks_query_key_matmul", "_sliding_chunks_matmul_attn_probs_value")
 
@@ -57,17 +60,25 @@ def transformers_hint(model: Any, error: BaseException) -> str | None:
             f"this attention implementation cannot be captured{where}: load or configure the model with "
             "attn_implementation=\"sdpa\" (or \"eager\"), e.g. model.set_attn_implementation(\"sdpa\")."
         )
-    if frame is not None and frame.name in _SLIDING_CHUNK_FUNCTIONS and frame.filename.endswith(_SLIDING_CHUNK_FILES):
+    # the model's line that read tensor values, quoted (None for another failure)
+    data_dependent = any(needle in text for needle in DATA_DEPENDENT)
+    branch = value_branch(model, error) if data_dependent else None
+    line = f" at {branch}" if branch is not None else where
+    # in its attention's file: the chunks' sizes, or the branch on any token attending globally
+    if frame is not None and frame.filename.endswith(_SLIDING_CHUNK_FILES) and (
+            frame.name in _SLIDING_CHUNK_FUNCTIONS or data_dependent):
         return (
-            f"Longformer's sliding-window attention cannot be captured{where}: it counts its chunks with "
+            f"Longformer's sliding-window attention cannot be captured{line}: it counts its chunks with "
             "torch.div on sizes, which makes them tensors that the capture reads back as sizes of unknown value, "
             "and branches on whether any token attends globally (.item()); no input or config flag avoids it."
         )
-    if any(needle in text for needle in ("data-dependent", "DataDependent", "unbacked", ".item()")):
+    if data_dependent:
+        if branch is not None and branch.held:  # a value the model holds: no input changes it
+            return held_value_advice(branch)
         advice = "pass attention_mask (and position_ids) explicitly instead of letting the model derive them from token values"
         if uses_cache:
             advice += ", or export with use_cache=False"
-        return f"transformers code reads tensor values to decide a Python branch{where}: {advice}."
+        return f"transformers code reads tensor values to decide a Python branch{line}: {advice}."
     if uses_cache and frame is not None and "cache" in frame.filename.lower():
         return (
             f"the model's cache handling cannot be captured{where}: export with use_cache=False, "

@@ -16,7 +16,7 @@ from fx2onnx.hub.audio_language.audio_inputs import audio_inputs
 from fx2onnx.hub.audio_language.hooks import PROMPT, AudioHooks
 from fx2onnx.hub.audio_language.transformers_js_audio import encoder_input_names
 from fx2onnx.hub.shared.verification import (
-    Tolerance, Verification, cpu_session, empty_cache, greedy_decode, plain_greedy, run_session, verdict_of,
+    Tolerance, Verification, cpu_session, empty_cache, end_tokens, greedy_decode, plain_greedy, run_session, verdict_of,
 )
 from fx2onnx.hub.vision_language.folder_verification import merged_features
 
@@ -31,12 +31,6 @@ def verification_prompt(model: torch.nn.Module, hooks: AudioHooks, audio_rows: i
     drawn = torch.randint(0, vocab, (3 * TEXT_TOKENS,), generator=torch.Generator().manual_seed(1)).tolist()
     text = [token for token in drawn if token not in special][:TEXT_TOKENS]
     return torch.tensor([text[:3] + [hooks.audio_token_id] * audio_rows + text[3:]])
-
-
-def end_tokens(model: torch.nn.Module) -> list[int]:
-    """The end-of-text tokens `model.generate`'s ``min_new_tokens`` keeps it from choosing."""
-    ends = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    return [] if ends is None else [int(token) for token in ([ends] if isinstance(ends, int) else ends)]
 
 
 def verify_audio_text_to_text(

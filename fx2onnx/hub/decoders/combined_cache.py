@@ -1,7 +1,7 @@
 """A text-generation folder for a config that says ``multi_query: true`` (Falcon's and
 GPT-BigCode's defaults): two graph files over one weights file.
 
-Transformers.js 4.3.1 reads `config.json`'s ``multi_query`` whatever the model type and then
+Transformers.js 4.3.2 reads `config.json`'s ``multi_query`` whatever the model type and then
 feeds one combined ``past_key_values.<i>.key_value`` input per layer (and reads
 ``present.<i>.key_value``); it loads `onnx/model.onnx` by that name. ONNX Runtime GenAI 0.18
 feeds a decoder only separate ``past_key_values.<i>.key`` / ``.value`` inputs (it has no
@@ -26,6 +26,7 @@ from typing import Any
 
 import onnx
 
+from fx2onnx.hub.decoders.graph_files import int64_constant
 from fx2onnx.hub.shared.folder_layout import client_graph_file
 
 _PAST = re.compile(r"past_key_values\.(\d+)\.key")
@@ -65,8 +66,7 @@ def combine_cache(graph: onnx.GraphProto) -> None:
         head_size = _static_last_dim(inputs[past_key])
         sizes = f"cache_split_sizes.{layer}"
         split_nodes += [
-            onnx.helper.make_node("Constant", [], [sizes], value=onnx.helper.make_tensor(sizes, onnx.TensorProto.INT64, [2],
-                                                                                          [head_size, head_size])),
+            int64_constant(sizes, [head_size, head_size]),
             onnx.helper.make_node("Split", [f"past_key_values.{layer}.key_value", sizes], [past_key, past_value], axis=-1,
                                   name=f"past_key_values.{layer}.split"),
         ]

@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 
-from fx2onnx.capture import is_cache_type
+import fx2onnx
+from fx2onnx.capture import dims_dynamic_but_ones, is_cache_type
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.shared.program_files import own_forward_refusal
 from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.decoders.sliding_window import growing_cache, layers_config
 
@@ -91,11 +93,9 @@ def decode_step_inputs(loaded: LoadedModel, cached: int = CACHED_TOKENS) -> dict
         # the model's own failure, whatever its class, is the cause named (Blt's cache built from a
         # config without layers: an AttributeError in transformers 5.24)
         except Exception as own:  # noqa: BLE001
-            raise UnsupportedTaskError(
-                f"{type(model).__name__} ({config.model_type}) does not run the prefill its decode step is captured "
-                f"after ({cached} tokens with use_cache=True): transformers' own forward fails with "
-                f"{type(own).__name__}: {str(own).strip().splitlines()[0].rstrip('.')}. No folder was written. Check "
-                "that the config's sizes are those its cache is built for, or export it with fx2onnx.dynamo_export."
+            raise own_forward_refusal(
+                model, config.model_type, f"the prefill its decode step is captured after ({cached} tokens with use_cache=True)", own,
+                "Check that the config's sizes are those its cache is built for, or export it with fx2onnx.dynamo_export.",
             ) from own
         inputs: dict[str, Any] = {"input_ids": ids[:, cached:], "attention_mask": mask}
         if "position_ids" in inspect.signature(model.forward).parameters:
@@ -110,6 +110,16 @@ def decode_step_inputs(loaded: LoadedModel, cached: int = CACHED_TOKENS) -> dict
             )
         inputs[cache_argument(model)] = state
     return inputs
+
+
+def decode_step_options(inputs: dict[str, Any], options: fx2onnx.ExportOptions) -> fx2onnx.ExportOptions:
+    """``options`` for the capture of the decode step on ``inputs``: with every dim dynamic
+    asked, every dim but those of size 1. The step's example has 2 rows, 3 new tokens and 5
+    cached ones, so a dim of 1 is the model's own size (Kimi-Linear's and multi-query
+    attention's one key/value head), which the capture takes as static at once."""
+    if options.dynamic_shapes is not True:
+        return options
+    return dataclasses.replace(options, dynamic_shapes=dims_dynamic_but_ones(inputs))
 
 
 def _feedable(state: Any) -> bool:

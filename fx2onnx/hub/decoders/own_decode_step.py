@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fx2onnx.hub.decoders.decode_step import decode_step_inputs
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.shared.program_files import own_forward_failure
+from fx2onnx.hub.shared.program_files import own_forward_failure, quoted_error
 
 
 class DecodeStepError(RuntimeError):
@@ -20,7 +20,7 @@ def own_decode_step_failure(loaded: LoadedModel) -> DecodeStepError | None:
     name = type(loaded.model).__name__
     return own_forward_failure(loaded, decode_step_inputs(loaded), lambda error: DecodeStepError(
         f"{name}'s own forward fails in eager PyTorch on a decode step over its cache "
-        f"(new tokens after cached ones), before any export: {type(error).__name__}: {error}. A text-generation "
+        f"(new tokens after cached ones), before any export: {quoted_error(error)}. A text-generation "
         "folder runs that step, so export-hf cannot serve this model for text generation as its code is "
         "written; a task of one pass without a cache is not affected. Nothing was written."
     ), run_fake=True)

@@ -3,7 +3,7 @@ them.
 
 The export names a hybrid layer's states after transformers' cache layer
 (`past_key_values.<i>.conv_states.0`, `past_key_values.<i>.recurrent_states.0`, and their
-`present.*` outputs; translate/io_names.py). Transformers.js 4.3.1 names them by model type
+`present.*` outputs; translate/io_names.py). Transformers.js 4.3.2 names them by model type
 (`getCacheNames` in its `dist/transformers.node.mjs`): `past_conv.<i>` with `past_ssm.<i>` or
 `past_recurrent.<i>`, OLMo-hybrid's convolution of queries, keys and values as three inputs,
 ZAYA's beside its keys and values (`past_key_values.<i>.conv_state`, `.shift_state`), and
@@ -28,6 +28,7 @@ from typing import Any
 
 import onnx
 
+from fx2onnx.hub.decoders.graph_files import int64_constant
 from fx2onnx.hub.shared.dim_roles import present_name
 
 _STATE = re.compile(r"past_key_values\.(\d+)\.(conv_states|recurrent_states)\.0")
@@ -57,10 +58,11 @@ _CONV = ("past_conv.{layer}",)
 _MAMBA = StateNames(_CONV, "past_ssm.{layer}")
 _GATED_DELTA = StateNames(_CONV, "past_recurrent.{layer}")
 
-# model type -> the names Transformers.js 4.3.1 feeds its states by
+# model type -> the names Transformers.js 4.3.2 feeds its states by
 TRANSFORMERS_JS_STATE_NAMES = {
     "lfm2": StateNames(_CONV),
     "lfm2_moe": StateNames(_CONV),
+    "lfm3": StateNames(_CONV),
     "falcon_h1": _MAMBA,
     "nemotron_h": _MAMBA,
     "granitemoehybrid": _MAMBA,
@@ -132,8 +134,7 @@ def _split(name: str, parts: list[str], sizes: list[int] | None) -> list[onnx.No
         return [onnx.helper.make_node("Identity", [name], parts, name=f"{parts[0]}.given")]
     sizes_name = f"{name}.split_sizes"
     return [
-        onnx.helper.make_node("Constant", [], [sizes_name],
-                              value=onnx.helper.make_tensor(sizes_name, onnx.TensorProto.INT64, [len(sizes)], sizes)),
+        int64_constant(sizes_name, sizes),
         onnx.helper.make_node("Split", [name, sizes_name], parts, axis=_CHANNELS, name=f"{name}.split"),
     ]
 

@@ -40,7 +40,7 @@ from fx2onnx.hub.shared.dim_roles import fixed_size_states
 from fx2onnx.hub.shared.genai_config import (
     GENAI_CONFIG, genai_config, genai_decoder_file, genai_state_note, shared_cache_note, unequal_head_sizes_note,
 )
-from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, write_json_file
+from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, saved_graph, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
 
 PRECISION = PrecisionSupport(weight_only=True)
@@ -129,12 +129,12 @@ class CausalLMRecipe(RecipeDefaults):
         counted = cache_counters.counter_refusal(loaded, inputs)
         if counted is not None:
             raise counted
-        options = state_list_options(loaded.model, inputs, options)
+        step_options = state_list_options(loaded.model, inputs, decode_step.decode_step_options(inputs, options))
         # a text-only folder's cache holds no image tokens for the mask to be widened by
         no_image = text_only.no_cached_image_tokens(loaded.model) if loaded.text_only else contextlib.nullcontext()
         with masks_by_held_tokens(loaded.model), no_image:
             try:
-                program = exported(loaded.model, inputs, options)
+                program = exported(loaded.model, inputs, step_options)
             except fx2onnx.OnnxExporterError as error:
                 # the model's own forward failing on the step too is the cause to name
                 failure = own_decode_step_failure(loaded) or value_branch_failure(
@@ -151,10 +151,8 @@ class CausalLMRecipe(RecipeDefaults):
             files += write_embedded_decoder(loaded, staging, options, quantization)
         # indexer keys carried in the key cache, which Transformers.js feeds with the values
         write_joined_indexer_keys(staging, name, loaded.config.to_dict())
-        if write_positions_from_mask(staging, name, loaded.config.to_dict()):
-            # positions the graph counts from the mask, where Transformers.js would feed others:
-            # the GenAI config below is written for the graph's inputs as saved
-            program.model.graph.inputs.remove(next(v for v in program.model.graph.inputs if v.name == "position_ids"))
+        # positions the graph counts from the mask, where Transformers.js would feed others
+        write_positions_from_mask(staging, name, loaded.config.to_dict())
         states = fixed_size_states(program.model)
         if states:
             say(genai_state_note(loaded.config, states))
@@ -179,7 +177,8 @@ class CausalLMRecipe(RecipeDefaults):
             name = write_combined_cache_graph(staging, name)
             files.append(name)
         generation = getattr(loaded.model, "generation_config", None)
-        config = genai_config(loaded.config, generation, name, program.model)
+        # the inputs of the graph file as saved, after the rewrites for Transformers.js's feeds
+        config = genai_config(loaded.config, generation, name, saved_graph(staging / name))
         if apart is not None:
             # the folder's model as it is, its cache growing: no window-sized buffer either
             config["search"]["past_present_share_buffer"] = False

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 import fx2onnx
+from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
@@ -65,6 +66,8 @@ def export_folder(
         needed = set(programs[part].model.graph.initializers)
         files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
     if for_transformers_js:  # its config.json and tokenizer: the source's
+        # a hybrid text model's states under the names Transformers.js feeds (its text config's model type)
+        write_transformers_js_states(staging, paths["decoder"], loaded.config.text_config.to_dict())
         return files + write_processor_class(Path(loaded.folder), staging, loaded.config)
     generation = getattr(loaded.model, "generation_config", None)
     config = genai_files.genai_vlm_config(loaded.config, generation, paths, programs["decoder"].model, architecture)

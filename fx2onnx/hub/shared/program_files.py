@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import onnx_ir as ir
 import torch
 
 import fx2onnx
@@ -66,22 +67,33 @@ def own_forward_failure(
     return None
 
 
+def quoted_error(own: BaseException) -> str:
+    """`Type: the first line of its message`, as an error of the model's own code is quoted."""
+    said = str(own).strip().splitlines()
+    return f"{type(own).__name__}: {said[0].rstrip('.')}" if said else type(own).__name__
+
+
+def own_forward_refusal(
+    model: torch.nn.Module, model_type: str, runs: str, own: BaseException, todo: str, on: str = "",
+) -> UnsupportedTaskError:
+    """The refusal of a model whose own forward fails in eager PyTorch on what its folder needs
+    it to run (``runs``: "the prefill ..."; ``on``: what it fails on, "them"): its error quoted,
+    nothing written, then ``todo``."""
+    return UnsupportedTaskError(
+        f"{type(model).__name__} ({model_type}) does not run {runs}: transformers' own forward "
+        f"fails {f'on {on} ' if on else ''}with {quoted_error(own)}. No folder was written. {todo}"
+    )
+
+
 def inputs_refusal(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> UnsupportedTaskError | None:
     """After a failed capture: the refusal when transformers' own forward fails on the
     inputs the task's folder feeds (a layout model without its boxes, a classifier built on
     a vision-language model, patches its image processor cuts), None when it runs them (the
     capture's failure is then the cause) or the model is fake (nothing to run)."""
-    model = loaded.model
-
-    def refusal(own: Exception) -> UnsupportedTaskError:
-        return UnsupportedTaskError(
-            f"{type(model).__name__} ({model.config.model_type}) does not run on the inputs its {loaded.task} folder "
-            f"feeds ({', '.join(inputs)}): transformers' own forward fails on them with {type(own).__name__}: "
-            f"{str(own).strip().splitlines()[0].rstrip('.')}. No folder was written. Export it with fx2onnx.dynamo_export and the "
-            "inputs its forward needs."
-        )
-
-    return own_forward_failure(loaded, inputs, refusal, caught=(ValueError, TypeError, RuntimeError))
+    return own_forward_failure(loaded, inputs, lambda own: own_forward_refusal(
+        loaded.model, loaded.model.config.model_type, f"on the inputs its {loaded.task} folder feeds ({', '.join(inputs)})", own,
+        "Export it with fx2onnx.dynamo_export and the inputs its forward needs.", on="them",
+    ), caught=(ValueError, TypeError, RuntimeError))
 
 
 def weights_dtype(loaded: LoadedModel) -> torch.dtype:
@@ -106,6 +118,12 @@ def save_program(
         state = loaded.weights if loaded.weights is not None else loaded.folder
     program.save(staging / relative, model_state=state, external_data=True, data_name=folder_layout.data_file(relative))
     return folder_layout.with_data_file(relative)
+
+
+def saved_graph(path: Path) -> ir.Model:
+    """The model file at ``path`` as saved (its graph files' rewrites included), its weights
+    left unread in their data file."""
+    return ir.load(path)
 
 
 def fake_inputs(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, torch.Tensor]:

@@ -282,6 +282,12 @@ def causal_lm_feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, 
     return {"input_ids": step, "attention_mask": mask, "position_ids": positions_of(mask)[:, mask.shape[1] - step.shape[1]:]}
 
 
+def end_tokens(model: torch.nn.Module) -> list[int]:
+    """The end-of-text tokens `model.generate`'s ``min_new_tokens`` keeps it from choosing."""
+    ends = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return [] if ends is None else [int(token) for token in ([ends] if isinstance(ends, int) else ends)]
+
+
 def greedy_decode(
     run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], cache: dict[str, np.ndarray],
     prompts: list[list[int]], new_tokens: int, pad: int = 0, banned: Sequence[int] = (), feed: StepFeed = causal_lm_feed,

@@ -1,7 +1,7 @@
-"""A speech encoder-decoder folder in Transformers.js 4.3.1 (`AutoModelForSpeechSeq2Seq`,
+"""A speech encoder-decoder folder in Transformers.js 4.3.2 (`AutoModelForSpeechSeq2Seq`,
 MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES in dist/transformers.node.mjs): which model types
 it runs, the processor files its `AutoProcessor` reads for them, and why it cannot run the
-others. Line numbers are those of the 4.3.1 release's dist/transformers.node.mjs.
+others. Line numbers are those of the 4.3.2 release's dist/transformers.node.mjs (4.3.1's code is the same).
 
 Its `AutoProcessor` builds the class `preprocessor_config.json` names (`processor_class`),
 else a bare processor around the feature extractor; a class with `uses_processor_config`
@@ -22,14 +22,14 @@ from fx2onnx.hub.speech.audio_input import FEATURE_EXTRACTOR_FILE, PROCESSOR_FIL
 # calls the class's own methods: CohereAsrProcessor.get_decoder_prompt_ids), None: the bare one
 RUNS: dict[str, str | None] = {"moonshine": None, "cohere_asr": "CohereAsrProcessor"}
 
-# model type -> why Transformers.js 4.3.1 cannot transcribe with the folder
+# model type -> why Transformers.js 4.3.2 cannot transcribe with the folder
 CANNOT: dict[str, str] = {
     "speecht5": (
-        "its SpeechT5ForSpeechToText (line 30950) keeps PreTrainedModel's main_input_name `input_ids` and "
-        "forward_params [input_ids, attention_mask] (lines 25591-25592), so `generate` drops `input_values` and "
-        "encoder_forward (line 26226) feeds the encoder none (`Missing the following inputs: input_values`); its "
-        "SpeechT5FeatureExtractor (line 18482) has no _call (`Must implement _call method in subclass`), and the "
-        "automatic-speech-recognition pipeline throws for it (`does not support model type 'speecht5'`, lines 33618-33641)"
+        "its SpeechT5ForSpeechToText (line 31036) keeps PreTrainedModel's main_input_name `input_ids` and "
+        "forward_params [input_ids, attention_mask] (lines 25653-25654), so `generate` drops `input_values` and "
+        "encoder_forward (line 26288) feeds the encoder none (`Missing the following inputs: input_values`); its "
+        "SpeechT5FeatureExtractor (line 18488) has no _call (`Must implement _call method in subclass`), and the "
+        "automatic-speech-recognition pipeline throws for it (`does not support model type 'speecht5'`, lines 33707-33731)"
     ),
 }
 
@@ -55,15 +55,15 @@ def write_processor_files(source: Path, staging: Path, model_type: str | None) -
 
 def _cross_heads_differ(config: dict[str, Any]) -> str | None:
     """Cohere ASR: Transformers.js sizes the cross-attention cache it starts with from the
-    encoder's heads (`encoder_config.num_attention_heads`, lines 23371-23390), the model's
+    encoder's heads (`encoder_config.num_attention_heads`, lines 23440-23460), the model's
     has the decoder's `num_key_value_heads`: where they differ, the first step's empty cache
     does not fit the decoder's inputs."""
     encoder_heads = (config.get("encoder_config") or {}).get("num_attention_heads")
     decoder_heads = config.get("num_key_value_heads")
     if encoder_heads is None or encoder_heads == decoder_heads:
         return None
-    return (f"Transformers.js 4.3.1 gives the first step an empty cross-attention cache of {encoder_heads} heads (the "
-            f"encoder's, lines 23371-23390 of dist/transformers.node.mjs) where the decoder's has {decoder_heads}: "
+    return (f"Transformers.js 4.3.2 gives the first step an empty cross-attention cache of {encoder_heads} heads (the "
+            f"encoder's, lines 23440-23460 of dist/transformers.node.mjs) where the decoder's has {decoder_heads}: "
             "onnxruntime refuses those inputs, so Transformers.js cannot run this folder.")
 
 
@@ -83,9 +83,9 @@ def client_note(config: dict[str, Any]) -> str | None:
             return f"{mismatch} {genai}"
         pipeline = (" (its automatic-speech-recognition pipeline builds Cohere ASR's prompt of ten tokens, "
                     "CohereAsrProcessor.get_decoder_prompt_ids)" if model_type == "cohere_asr" else "")
-        return (f"Transformers.js 4.3.1 runs this folder (AutoModelForSpeechSeq2Seq, {model_type}): its processor, "
+        return (f"Transformers.js 4.3.2 runs this folder (AutoModelForSpeechSeq2Seq, {model_type}): its processor, "
                 f"`generate` and automatic-speech-recognition pipeline{pipeline}. {genai}")
     if model_type in CANNOT:
-        return f"Transformers.js 4.3.1 loads this folder but cannot transcribe with it: {CANNOT[model_type]}. {genai}"
-    return (f"Transformers.js 4.3.1 has no speech sequence-to-sequence class for {model_type} (its "
+        return f"Transformers.js 4.3.2 loads this folder but cannot transcribe with it: {CANNOT[model_type]}. {genai}"
+    return (f"Transformers.js 4.3.2 has no speech sequence-to-sequence class for {model_type} (its "
             f"MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES: speecht5, whisper, lite-whisper, moonshine, cohere_asr). {genai}")

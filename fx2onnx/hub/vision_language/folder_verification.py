@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.shared.verification import (
-    Tolerance, Verification, cpu_session, empty_cache, greedy_decode, run_session, verdict_of,
+    Tolerance, Verification, cpu_session, empty_cache, end_tokens, greedy_decode, run_session, verdict_of,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 
@@ -68,8 +68,9 @@ def verify_image_text_to_text(
             positions = prompt.positions if index == 0 else prompt.next_position(mask.shape[1] - 1)
             return {"input_ids": step, "inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions}
 
+        # never the end of text while transformers' min_new_tokens keeps generating
         greedy = greedy_decode(lambda feed: run_session(decoder, feed), empty_cache(decoder), [ids[0].tolist()], new_tokens,
-                               feed=step_feed)
+                               banned=end_tokens(model), feed=step_feed)
     onnx_tokens, torch_tokens = greedy.tokens[0], generated.sequences[0, ids.shape[1]:].tolist()
     pairs = [(features, prompt.features), *zip(greedy.logits, generated.logits)]
     return verdict_of(pairs, tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)

@@ -3,8 +3,9 @@ modules (genai_files.py names their files and writes the configs):
 
 - embedding (`input_ids`, `image_features` -> `inputs_embeds`): the token embedding, with
   each image token's row replaced by the next image feature, as the model's forward does;
-  in Transformers.js's layout (`input_ids` -> `inputs_embeds`) the token embedding alone:
-  Transformers.js puts the image features into the image tokens' rows itself.
+  in Transformers.js's layout (`input_ids` -> `inputs_embeds`) the token embedding alone
+  (zeros after it in rows wider than the embeddings): Transformers.js puts the image
+  features into the image tokens' rows itself.
 - decoder (`inputs_embeds`, `attention_mask`, `position_ids` (3-D mRoPE [3, batch, tokens]
   or 1-D [batch, tokens]), the cache -> `logits`, `present.*`): the language model and its
   head, captured as a decode step after a prefill like a causal LM (decode_step.py), with
@@ -124,22 +125,29 @@ def with_feature_rows(embeds: torch.Tensor, is_feature: torch.Tensor, features: 
 
 
 class TokenEmbedding(torch.nn.Module):
-    """The token embedding alone (Transformers.js's `embed_tokens`)."""
+    """The token embedding alone (Transformers.js's `embed_tokens`), its rows ``width`` wide
+    (zeros after the embedding: the wide rows' columns of a text token; Transformers.js
+    replaces an image token's whole row by its features row)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, width: int | None = None) -> None:
         super().__init__()
         self.name = language_model_name(model)
         self.model = Holder(**{self.name: Holder(embed_tokens=language_model_of(model).embed_tokens)})
+        self.extra = 0 if width is None else width - int(model.config.text_config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"inputs_embeds": getattr(self.model, self.name).embed_tokens(input_ids)}
+        embeds = getattr(self.model, self.name).embed_tokens(input_ids)
+        if self.extra:
+            embeds = torch.cat([embeds, embeds.new_zeros(*embeds.shape[:-1], self.extra)], dim=-1)
+        return {"inputs_embeds": embeds}
 
 
-def export_token_embedding(loaded: LoadedModel, options: fx2onnx.ExportOptions) -> fx2onnx.ONNXProgram:
-    """The program of Transformers.js's `embed_tokens` (`input_ids` -> `inputs_embeds`)."""
+def export_token_embedding(loaded: LoadedModel, options: fx2onnx.ExportOptions, width: int | None = None) -> fx2onnx.ONNXProgram:
+    """The program of Transformers.js's `embed_tokens` (`input_ids` -> `inputs_embeds`, rows
+    ``width`` wide: the embedding's, else wider with zeros after it)."""
     vocab = int(loaded.config.text_config.vocab_size)
     ids = as_loaded(torch.randint(0, vocab, (2, 9), generator=torch.Generator().manual_seed(0)), loaded)
-    return fx2onnx.dynamo_export(TokenEmbedding(loaded.model), input_ids=ids, export_options=without_causal_mask(options))
+    return fx2onnx.dynamo_export(TokenEmbedding(loaded.model, width), input_ids=ids, export_options=without_causal_mask(options))
 
 
 class Decoder(LanguageModelWithHead):
@@ -229,6 +237,8 @@ def _dynamic(value: Any, keep: dict[int, int] | None = None) -> Any:
     """Every dim of ``value``'s tensors dynamic but those of ``keep`` (torch.export's spec form)."""
     if isinstance(value, torch.Tensor):
         return {index: Dim.AUTO for index in range(value.dim()) if index not in (keep or {})}
+    if isinstance(value, dict):  # a spec mirrors a dict by its keys (a linear-attention layer's states)
+        return {key: _dynamic(child) for key, child in value.items()}
     node = pytree.SUPPORTED_NODES.get(type(value))
     if node is None and not isinstance(value, (list, tuple)):
         return None
@@ -265,7 +275,7 @@ def export_text_parts(
             export_options=without_causal_mask(options),
         )
     else:
-        programs["embedding"] = export_token_embedding(loaded, options)
+        programs["embedding"] = export_token_embedding(loaded, options, width)
     programs["decoder"] = export_decoder(loaded, options, decoder_inputs(loaded, architecture), architecture.wide_rows)
     return programs
 

@@ -57,7 +57,9 @@ class Qwen3Vision(torch.nn.Module):
             position_ids=vision_grid.position_ids(image_grid_thw, patches, self.merge),
             cu_seqlens=vision_grid.frame_bounds(image_grid_thw, patches),
         )
-        return {"image_features": torch.cat([output.pooler_output, *output.deepstack_features], dim=-1)}
+        # Qwen3.5's tower (the same but for DeepStack) gives the merger's features alone
+        deepstack = getattr(output, "deepstack_features", None) or []
+        return {"image_features": torch.cat([output.pooler_output, *deepstack], dim=-1)}
 
 
 def _added(hidden_states: torch.Tensor, visual_pos_masks: Any, visual_embeds: torch.Tensor) -> torch.Tensor:
@@ -84,3 +86,6 @@ class DeepStackRows:
 
 
 ARCHITECTURE = qwen_architecture("qwen3_vl", Qwen3Vision, wide_rows=DeepStackRows())
+# genai_type names the model type only: ONNX Runtime GenAI has no Qwen3-VL-MoE type; the architecture is in
+# Transformers.js's table alone (transformers_js.py)
+MOE_ARCHITECTURE = qwen_architecture("qwen3_vl_moe", Qwen3Vision, wide_rows=DeepStackRows())

@@ -148,14 +148,22 @@ def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tu
     return IMAGE_SIZES
 
 
+def image_bounds(config: Any) -> tuple[int, int]:
+    """The tokens before and after an image's tokens: Qwen's vision start and end, GLM-OCR's image start and end."""
+    if getattr(config, "vision_start_token_id", None) is not None:
+        return int(config.vision_start_token_id), int(config.vision_end_token_id)
+    return int(config.image_start_token_id), int(config.image_end_token_id)
+
+
 def verification_prompt(model: torch.nn.Module, images: dict[str, torch.Tensor]) -> Prompt:
     """Each image's placeholder tokens between a few random text tokens, with the mRoPE positions."""
     config = model.config
-    text = prompt_text(config, {int(config.image_token_id), int(config.video_token_id), int(config.vision_start_token_id)})
+    start, end = image_bounds(config)
+    text = prompt_text(config, {int(config.image_token_id), int(config.video_token_id), start, end})
     placeholders = []
     for grid in images["image_grid_thw"]:
         tokens = int(grid.prod()) // int(config.vision_config.spatial_merge_size) ** 2
-        placeholders += [int(config.vision_start_token_id), *[int(config.image_token_id)] * tokens, int(config.vision_end_token_id)]
+        placeholders += [start, *[int(config.image_token_id)] * tokens, end]
     ids = torch.tensor([text[:3] + placeholders + text[3:8]])
     mm_types = (ids == config.image_token_id).long()
     output = model.model.get_image_features(images["pixel_values"], images["image_grid_thw"])

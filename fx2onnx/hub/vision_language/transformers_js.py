@@ -1,9 +1,12 @@
-"""The image-text-to-text folder as Transformers.js 4.3.1 loads it (`--runtime standard`):
+"""The image-text-to-text folder as Transformers.js 4.3.2 loads it (`--runtime standard`):
 its `ImageTextToText` model type reads `onnx/vision_encoder.onnx` (`image_features`),
 `onnx/embed_tokens.onnx` (`input_ids` -> `inputs_embeds`) and `onnx/decoder_model_merged.onnx`,
 and puts the image features into the image tokens' rows itself, in JavaScript. The vision
 and decoder models are those of ONNX Runtime GenAI's folder (genai_files.py names them as
-Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding).
+Transformers.js does); the embedding is the token embedding alone (parts.TokenEmbedding),
+as wide as the vision model's rows (Qwen3-VL's carry DeepStack features: zeros at text
+tokens; Transformers.js copies a features row over an image token's whole row). A hybrid
+text model's states take the names Transformers.js feeds (decoders/state_names.py).
 
 Which architectures get this folder is one table: those whose inputs Transformers.js feeds
 as the folder's models take them, each run in Transformers.js in Node by the tests. A row
@@ -20,7 +23,7 @@ from typing import Any
 
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.vision_language import idefics3, llava, qwen2_vl
+from fx2onnx.hub.vision_language import glm_ocr, idefics3, llava, qwen2_vl, qwen3_5, qwen3_vl
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
@@ -44,33 +47,83 @@ class TransformersJsRow:
 
 
 IDEFICS3_NOTE = (
-    "Transformers.js 4.3.1 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
+    "Transformers.js 4.3.2 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
     "as transformers' processor cuts them; its own Idefics3ImageProcessor resizes with sharp's Lanczos filter, "
     "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
 )
+
+QWEN_IMAGES = (
+    " Its Qwen2VLImageProcessor takes one image per call, so a prompt with several images needs its pixel_values "
+    "and image_grid_thw processed otherwise (the vision model takes them all in one run)."
+)
+# what Transformers.js 4.3.2's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
+# after a prompt: `_get_text_only_rope_index` gives `max + 1n + BigInt(dims[1])` as a prompt's mRoPE delta where
+# transformers' is max + 1 - length, and `prepare_inputs_for_generation` sets `pixel_values` to null (not
+# undefined), so generic_text_to_text_forward gives a one-token step ones over the past as its attention mask
+QWEN_GENERATION = (
+    " Transformers.js 4.3.2 gives transformers' tokens for one prompt with images; after the first token it feeds a "
+    "prompt without images other positions than transformers' (its text-only mRoPE delta adds the prompt's length "
+    "where transformers subtracts it) and a left-padded batch a mask that no longer hides the padding."
+)
+
+
+def qwen_note(name: str, folder: str = "", genai: str = "") -> str:
+    """The note of a Qwen-VL kind's folder (``name``: Transformers.js's class) in Transformers.js."""
+    return f"Transformers.js 4.3.2 runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
+
+
+DEEPSTACK_ROWS = (
+    "; its rows are wider than the embeddings (the DeepStack features beside them, zeros at text tokens), which "
+    "Transformers.js copies whole"
+)
+LINEAR_STATES = (
+    "; its decoder takes the linear-attention layers' states as past_conv.<layer> and past_recurrent.<layer>, as "
+    "Transformers.js feeds them"
+)
+
 
 TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images, as Transformers.js's
     # Qwen2VLForConditionalGeneration feeds them; its decoder the 3-D mRoPE positions Transformers.js
     # computes (get_rope_index)
-    "qwen2_5_vl": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Qwen2_5_VLForConditionalGeneration); its Qwen2VLImageProcessor "
-        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
-        "processed otherwise (the vision model takes them all in one run).",
-        processor_class="Qwen2_5_VLProcessor",
-    ),
+    "qwen2_5_vl": TransformersJsRow(qwen_note("Qwen2_5_VLForConditionalGeneration"), processor_class="Qwen2_5_VLProcessor"),
     # as Qwen2.5-VL's, its vision_encoder's grid input named `grid_thw` (Transformers.js's name for Qwen2-VL)
     "qwen2_vl": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Qwen2VLForConditionalGeneration); its Qwen2VLImageProcessor "
-        "takes one image per call, so a prompt with several images needs its pixel_values and image_grid_thw "
-        "processed otherwise (the vision model takes them all in one run). ONNX Runtime GenAI has no Qwen2-VL type.",
+        qwen_note("Qwen2VLForConditionalGeneration", genai=" ONNX Runtime GenAI has no Qwen2-VL type."),
         processor_class="Qwen2VLProcessor", architecture=qwen2_vl.ARCHITECTURE,
+    ),
+    # as Qwen2.5-VL's, its rows wider than the embeddings: the vision_encoder's features row the merger's then each
+    # DeepStack merger's, embed_tokens' row the embedding then zeros. Transformers.js checks only the features' count
+    # against the image tokens' and copies each features row over the whole row (default_merge_input_ids_with_features);
+    # the decoder adds each DeepStack block after its layer at every position (zeros at text tokens)
+    "qwen3_vl": TransformersJsRow(qwen_note("Qwen3VLForConditionalGeneration", DEEPSTACK_ROWS), processor_class="Qwen3VLProcessor"),
+    "qwen3_vl_moe": TransformersJsRow(
+        qwen_note("Qwen3VLMoeForConditionalGeneration", DEEPSTACK_ROWS, " ONNX Runtime GenAI has no Qwen3-VL-MoE type."),
+        processor_class="Qwen3VLProcessor", architecture=qwen3_vl.MOE_ARCHITECTURE,
+    ),
+    # Qwen3-VL's path (Qwen3_5ForConditionalGeneration extends Qwen3VLForConditionalGeneration) without DeepStack; the
+    # decoder's gated delta-rule states named as getCacheNames names those of the text config's `qwen3_5_text`
+    "qwen3_5": TransformersJsRow(
+        qwen_note("Qwen3_5ForConditionalGeneration", LINEAR_STATES, " ONNX Runtime GenAI has no Qwen3.5 vision-language type."),
+        processor_class="Qwen3VLProcessor", architecture=qwen3_5.ARCHITECTURE,
+    ),
+    "qwen3_5_moe": TransformersJsRow(
+        qwen_note("Qwen3_5MoeForConditionalGeneration", LINEAR_STATES,
+                  " ONNX Runtime GenAI has no Qwen3.5-MoE vision-language type."),
+        processor_class="Qwen3VLProcessor", architecture=qwen3_5.MOE_ARCHITECTURE,
+    ),
+    # Qwen2.5-VL's path with its own mRoPE positions (GlmOcrForConditionalGeneration._get_multimodal_rope_positions,
+    # transformers' for images); no processor named (the checkpoint's own is left as it is)
+    "glm_ocr": TransformersJsRow(
+        "Transformers.js 4.3.2 runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
+        "image_grid_thw transformers' processor gives." + QWEN_GENERATION + " ONNX Runtime GenAI has no GLM-OCR type.",
+        architecture=glm_ocr.ARCHITECTURE,
     ),
     # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
     # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
     "llava": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
+        "Transformers.js 4.3.2 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
         "transformers' LlavaProcessor gives; its own LlavaProcessor counts one image token more than the vision "
         "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
         architecture=llava.ARCHITECTURE,
@@ -85,21 +138,17 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
     # the merged patch as patch_size: no processor named
     "mistral3": TransformersJsRow(
-        "Transformers.js 4.3.1 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
+        "Transformers.js 4.3.2 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time."
     ),
 }
 
 
-# model type -> why Transformers.js 4.3.1 cannot give transformers' answer with this folder's models
+# model type -> why Transformers.js 4.3.2 cannot give transformers' answer with this folder's models
 NOT_SERVED = {
     "gemma3": (
         "Transformers.js feeds the decoder no token ids, and Gemma 3 attends both ways among an image's tokens "
         "(transformers' mask from the token ids), which a decoder fed embeddings alone cannot tell."
-    ),
-    "qwen3_vl": (
-        "its image features carry the DeepStack features beside the merger's (rows wider than the embeddings), "
-        "which Transformers.js's merge into the embedding rows does not take."
     ),
     "paligemma": (
         "its language model attends both ways over the image and prompt tokens (transformers' mask from "
@@ -145,7 +194,7 @@ def transformers_js_hint(config: Any) -> str:
     folder for ``config``'s architecture, or nothing where there is none."""
     if getattr(config, "model_type", None) not in TRANSFORMERS_JS_ARCHITECTURES:
         return ""
-    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.1."
+    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.2."
 
 
 def transformers_js_note(config: Any) -> str:

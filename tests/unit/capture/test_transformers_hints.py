@@ -37,21 +37,56 @@ class BranchesOnTokenValues(transformers.GPT2LMHeadModel):
         return super().forward(input_ids=input_ids).logits
 
 
-def test_unknown_cache_class_hint_names_use_cache_flag(tmp_path) -> None:
-    model = ReturnsOwnCache(_gpt2_config()).eval()
+class BranchesOnItsBuffer(transformers.GPT2LMHeadModel):
+    """EoMT's kind of branch: on a value the model holds, not on an input."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.register_buffer("mask_probs", torch.ones(1))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(input_ids=input_ids).logits
+        if self.mask_probs[0] > 0:  # a branch on a buffer's value
+            logits = logits * 2
+        return logits
+
+
+def _failure_message(tmp_path, kind: type) -> str:
+    """The message of the failed export of a GPT-2 of class ``kind`` on token ids."""
+    model = kind(_gpt2_config()).eval()
     with pytest.raises(fx2onnx.OnnxExporterError) as raised:
         fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
-    message = str(raised.value)
+    return str(raised.value)
+
+
+def test_unknown_cache_class_hint_names_use_cache_flag(tmp_path) -> None:
+    message = _failure_message(tmp_path, ReturnsOwnCache)
     assert "use_cache=False" in message and "ToyCache" in message
     assert "torch.cond" not in message.split("What to do")[0]
 
 
 def test_value_dependent_branch_hint_names_inputs_and_flag(tmp_path) -> None:
-    model = BranchesOnTokenValues(_gpt2_config()).eval()
-    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
-        fx2onnx.dynamo_export(model, torch.randint(0, 100, (2, 5)), export_options=make_options(tmp_path))
-    summary = str(raised.value).split("What to do")[0]
+    summary = _failure_message(tmp_path, BranchesOnTokenValues).split("What to do")[0]
     assert "attention_mask" in summary and "use_cache=False" in summary
+
+
+def test_a_branch_on_a_buffers_value_names_the_buffer_not_the_inputs(tmp_path) -> None:
+    summary = _failure_message(tmp_path, BranchesOnItsBuffer).split("What to do")[0]
+    assert "by the value of its buffer 'mask_probs' at " in summary and "(`if self.mask_probs[0] > 0:" in summary
+    assert "attention_mask" not in summary and "use_cache=False" not in summary
+
+
+def test_longformers_capture_failure_quotes_its_line(tmp_path) -> None:
+    config = transformers.LongformerConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=32, attention_window=[4], max_position_embeddings=64)
+    model = transformers.LongformerModel(config).eval()
+    with pytest.raises(fx2onnx.OnnxExporterError) as raised:
+        fx2onnx.dynamo_export(model, torch.randint(3, 100, (2, 8)), export_options=make_options(tmp_path))
+    hint = str(raised.value).split("Hint: ", 1)[1]
+    # the example's static sizes pass the chunking: the branch on global attention is the line
+    assert hint.startswith("Longformer's sliding-window attention cannot be captured at transformers/models/longformer/"
+                           "modeling_longformer.py:") and " in forward (`if is_global_attn:`)" in hint
+    assert "attention_mask" not in hint
 
 
 def test_no_transformers_hint_for_other_models() -> None:

@@ -28,7 +28,7 @@ def test_mixtral_has_no_transformers_js_class():
         "it has no text-generation class for model type mixtral (Unsupported model type: mixtral)"
     )
     assert client_note(config) == (
-        "Transformers.js 4.3.1 cannot load this folder: it has no text-generation class for model type mixtral "
+        "Transformers.js 4.3.2 cannot load this folder: it has no text-generation class for model type mixtral "
         "(Unsupported model type: mixtral). It is for onnxruntime and ONNX Runtime GenAI."
     )
 
@@ -37,7 +37,7 @@ def test_a_folder_without_genai_config_is_for_onnxruntime_only():
     # Mamba's convolution and recurrent states: no genai_config.json, and no Transformers.js class
     config = transformers.MambaConfig(num_hidden_layers=1).to_dict()
     assert client_note(config, genai_config=False) == (
-        "Transformers.js 4.3.1 cannot load this folder: it has no text-generation class for model type mamba "
+        "Transformers.js 4.3.2 cannot load this folder: it has no text-generation class for model type mamba "
         "(Unsupported model type: mamba). It is for onnxruntime only."
     )
 

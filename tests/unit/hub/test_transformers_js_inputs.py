@@ -1,4 +1,4 @@
-"""The graph rewrites that make a decoder take what Transformers.js 4.3.1 feeds its model type,
+"""The graph rewrites that make a decoder take what Transformers.js 4.3.2 feeds its model type,
 on tiny graphs in onnxruntime: positions counted from the mask (Qwen3.5's text model) and the
 indexer keys carried in the key cache (GLM-MoE-DSA). Whole folders in Transformers.js:
 tests/e2e/test_transformers_js.py."""

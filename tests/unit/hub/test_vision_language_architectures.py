@@ -17,8 +17,8 @@ from fx2onnx.hub.loading import IMAGE_TEXT_TO_TEXT
 from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import image_text_to_text
 from fx2onnx.hub.vision_language import (
-    architecture, folder_verification, gemma3, genai_files, idefics3, llava, mistral3, parts, qwen2_5_vl, qwen2_vl, qwen3_vl,
-    qwen_images, transformers_js,
+    architecture, folder_verification, gemma3, genai_files, glm_ocr, idefics3, llava, mistral3, parts, qwen2_5_vl, qwen2_vl, qwen3_5,
+    qwen3_vl, qwen_images, transformers_js,
 )
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
 
@@ -188,7 +188,7 @@ def test_transformers_js_folders_are_written_for_the_rows_run_in_transformers_js
     config, _ = TINY[model_type]()
     refusal = transformers_js.transformers_js_refusal(config)
     if model_type in transformers_js.TRANSFORMERS_JS_ARCHITECTURES:
-        assert refusal is None and "Transformers.js 4.3.1 runs this folder" in transformers_js.transformers_js_note(config)
+        assert refusal is None and "Transformers.js 4.3.2 runs this folder" in transformers_js.transformers_js_note(config)
     else:
         assert refusal.error_type is NotImplementedError
         assert f"{model_type} is not one of them. For {model_type}: " in refusal.message
@@ -218,10 +218,18 @@ def test_the_verification_merges_features_as_the_embedding_does():
 # the architectures only Transformers.js runs: a tiny config of each (transformers_js.py's own rows)
 TRANSFORMERS_JS_ONLY = {
     "qwen2_vl": (lambda: transformers.Qwen2VLConfig(), qwen2_vl.ARCHITECTURE),
+    "qwen3_vl_moe": (lambda: transformers.Qwen3VLMoeConfig(), qwen3_vl.MOE_ARCHITECTURE),
+    "glm_ocr": (lambda: transformers.GlmOcrConfig(), glm_ocr.ARCHITECTURE),
+    "qwen3_5": (lambda: transformers.Qwen3_5Config(), qwen3_5.ARCHITECTURE),
+    "qwen3_5_moe": (lambda: transformers.Qwen3_5MoeConfig(), qwen3_5.MOE_ARCHITECTURE),
     "llava": (lambda: transformers.LlavaConfig(), llava.ARCHITECTURE),
     "idefics3": (lambda: transformers.Idefics3Config(), idefics3.ARCHITECTURE),
     "smolvlm": (lambda: transformers.SmolVLMConfig(), idefics3.ARCHITECTURE),
 }
+
+
+# rows with the runtime's Qwen image processor: what ONNX Runtime GenAI lacks is their model type
+QWEN_PROCESSED = ("qwen2_vl", "qwen3_vl_moe", "glm_ocr", "qwen3_5", "qwen3_5_moe")
 
 
 @pytest.mark.parametrize("model_type", sorted(TRANSFORMERS_JS_ONLY))
@@ -236,7 +244,7 @@ def test_an_architecture_only_transformers_js_runs_gets_its_folder_alone(model_t
     with pytest.raises(NotImplementedError, match=f"{model_type} is not one of them"):
         architecture_of(config)
     assert "--runtime standard` writes its folder for Transformers.js" in transformers_js.transformers_js_hint(config)
-    if model_type != "qwen2_vl":  # Qwen2-VL's runtime processor is every Qwen's; the type is what GenAI lacks
+    if model_type not in QWEN_PROCESSED:  # Qwen's runtime processor; the type is what GenAI lacks
         with pytest.raises(NotImplementedError, match="ONNX Runtime GenAI 0.18 has no"):
             expected.vision_section(config, "vision_encoder.onnx", genai_files.PROCESSOR_CONFIG)
 
