@@ -86,6 +86,7 @@ def client_note(config: dict[str, Any]) -> str | None:
         return (f"Transformers.js 4.3.2 runs this folder (AutoModelForSpeechSeq2Seq, {model_type}): its processor, "
                 f"`generate` and automatic-speech-recognition pipeline{pipeline}. {genai}")
     if model_type in CANNOT:
-        return f"Transformers.js 4.3.2 loads this folder but cannot transcribe with it: {CANNOT[model_type]}. {genai}"
+        return (f"Transformers.js 4.3.2 loads this folder but cannot transcribe with it (line numbers of its "
+                f"dist/transformers.node.mjs): {CANNOT[model_type]}. {genai}")
     return (f"Transformers.js 4.3.2 has no speech sequence-to-sequence class for {model_type} (its "
             f"MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES: speecht5, whisper, lite-whisper, moonshine, cohere_asr). {genai}")
