@@ -50,6 +50,26 @@ def save_voxtral(folder):
     return model
 
 
+def save_granite_speech(folder):
+    """A two-layer Granite Speech (a conformer encoder of 16 mel bins, a one-layer Q-Former
+    projector, no LoRA adapter), built without torchaudio (only its feature extractor needs
+    it), its weights drawn wide enough for greedy decoding to vary its tokens."""
+    encoder = transformers.GraniteSpeechEncoderConfig(input_dim=16, hidden_dim=32, dim_head=8, num_layers=2, num_heads=4,
+                                                      output_dim=24)
+    projector = transformers.Blip2QFormerConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                                intermediate_size=64, encoder_hidden_size=32)
+    text = {key: value for key, value in TEXT.items() if key != "head_dim"}
+    config = transformers.GraniteSpeechConfig(encoder_config=encoder, projector_config=projector, has_lora_adapter=False,
+                                              text_config=transformers.GraniteConfig(**text), audio_token_id=AUDIO_TOKEN)
+    model = transformers.GraniteSpeechForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3, generator=torch.Generator().manual_seed(parameter.numel()))
+    model.save_pretrained(folder)
+    return model
+
+
 def save_qwen2_audio(folder):
     """A two-layer Qwen2-Audio, whose forward computes the audio features inline."""
     config = transformers.Qwen2AudioConfig(audio_config=transformers.Qwen2AudioEncoderConfig(**WHISPER_AUDIO),
@@ -117,6 +137,21 @@ def test_an_audio_model_whose_hooks_differ_is_refused(tmp_path):
     model.model.get_audio_features = get_audio_features
     with pytest.raises(NotImplementedError, match="takes `speaker_embedding`, which is no audio input"):
         audio_hooks(model)
+
+
+def test_voxtral_realtime_is_refused_with_the_layout_transformers_js_loads(tmp_path):
+    """VoxtralRealtime streams its audio (each embedding added to one token's, the delay
+    conditioning the decoder): the refusal names the streaming encoder's inputs and outputs
+    Transformers.js feeds, before anything is written."""
+    audio = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_mel_bins=16, head_dim=8)
+    text = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=8)
+    config = transformers.VoxtralRealtimeConfig(audio_config=audio, text_config=text)
+    transformers.VoxtralRealtimeForConditionalGeneration(config).save_pretrained(tmp_path / "source")
+    with pytest.raises(NotImplementedError, match=r"(?s)it streams.*past_padding_cache \[1, num_mel_bins \+ audio hidden_size, 2\]"
+                                                  r".*does not write this streaming encoder.*Nothing was written"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text2text-generation")
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_folder_kind_and_its_clients_per_model_type():

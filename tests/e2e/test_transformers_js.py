@@ -1151,30 +1151,57 @@ def test_feed_rewrites_with_module_functions_and_int4_in_transformers_js(tmp_pat
         assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
 
 
-def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
-    """Voxtral's audio-text-to-text folder in Transformers.js (AutoModelForAudioTextToText: its
-    audio_encoder fed `audio_values`, the features merged into the audio tokens' rows in
-    JavaScript): 16 greedy tokens equal transformers' for one clip's prompt."""
+def audio_text_in_transformers_js(transformers_js, scratch: Path, model, out: Path, renamed: dict[str, str]) -> tuple[list, list]:
+    """One clip's prompt (its audio tokens as many as the features' rows) through the folder
+    ``out`` in Transformers.js (AutoModelForAudioTextToText, the audio inputs under the
+    ``renamed`` names its class reads) and transformers' `generate`: both greedy tokens."""
     from fx2onnx.hub.audio_language.audio_inputs import audio_inputs
     from fx2onnx.hub.audio_language.hooks import audio_hooks
-    from test_export_hf_audio_language import AUDIO_TOKEN, save_voxtral
+    from test_export_hf_audio_language import AUDIO_TOKEN
 
-    model = save_voxtral(tmp_path / "source")
-    out = tmp_path / "out"
-    export_hf(tmp_path / "source", out, task="text2text-generation")
     hooks = audio_hooks(model)
-    audio = audio_inputs(model, hooks, tmp_path / "source", batch=1, seed=3)
+    audio = audio_inputs(model, hooks, scratch / "source", batch=1, seed=3)
     with torch.no_grad():
         rows = hooks.features(model, audio).shape[0]
         ids = torch.tensor([[1, 40, 41] + [AUDIO_TOKEN] * rows + [42, 43]])
         generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **audio, max_new_tokens=NEW_TOKENS,
                                    min_new_tokens=NEW_TOKENS, do_sample=False)
-    expected = generated[0, ids.shape[1]:].tolist()
-    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "audio_values": audio["input_features"]}
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             **{renamed.get(name, name): value for name, value in audio.items()}}
     job = {"folder": str(out), "task": "text2text-generation", "audio_text": {"prompts": [tensor_specs(given)],
                                                                             "new_tokens": NEW_TOKENS}}
-    results = run_in_transformers_js(transformers_js, tmp_path, job)["audio_text"]
-    assert results == [expected] and len(set(expected)) > 1
+    results = run_in_transformers_js(transformers_js, scratch, job)["audio_text"]
+    return results, [generated[0, ids.shape[1]:].tolist()]
+
+
+def test_voxtral_folder_in_transformers_js(tmp_path, transformers_js):
+    """Voxtral's audio-text-to-text folder in Transformers.js (AutoModelForAudioTextToText: its
+    audio_encoder fed `audio_values`, the features merged into the audio tokens' rows in
+    JavaScript): 16 greedy tokens equal transformers' for one clip's prompt."""
+    from test_export_hf_audio_language import save_voxtral
+
+    model = save_voxtral(tmp_path / "source")
+    export_hf(tmp_path / "source", tmp_path / "out", task="text2text-generation")
+    results, expected = audio_text_in_transformers_js(transformers_js, tmp_path, model, tmp_path / "out",
+                                                      {"input_features": "audio_values"})
+    assert results == expected and len(set(expected[0])) > 1
+
+
+def test_granite_speech_folder_in_transformers_js(tmp_path, transformers_js):
+    """Granite Speech's audio-text-to-text folder (verified in onnxruntime, each file through the
+    full checker) in Transformers.js (AutoModelForAudioTextToText: GraniteSpeechForConditionalGeneration
+    feeds the audio encoder `input_features` under transformers' name): 16 greedy tokens equal
+    transformers' for one clip's prompt. Built without torchaudio, which only its feature extractor needs."""
+    from test_export_hf_audio_language import PARTS, save_granite_speech
+
+    model = save_granite_speech(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, task="text2text-generation", verify=True, tokens=NEW_TOKENS).verification
+    assert verification.passed and verification.tokens_equal and verification.max_logit_difference < 1e-4
+    for name in PARTS:
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    results, expected = audio_text_in_transformers_js(transformers_js, tmp_path, model, out, {})
+    assert results == expected and len(expected[0]) == NEW_TOKENS and len(set(expected[0])) > 2
 
 
 def save_gemma4(folder: Path, **layers) -> torch.nn.Module:

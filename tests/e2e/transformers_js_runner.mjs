@@ -109,12 +109,17 @@ if (job.speech) {
     // the tokens after the prompt: Whisper's that generate builds from them (<|startoftranscript|>,
     // language, task, <|notimestamps|>), another model's decoder start token. With "pipeline",
     // the clips through `pipeline("automatic-speech-recognition", folder)` too: their texts.
-    const { clips, options: speechOptions } = job.speech;
+    // A prompt the job gives (`decoder_input_ids` in its options: Cohere ASR's) is sent as is
+    // and skipped; "prompt_ids" is the prompt the folder's processor builds, where it builds
+    // one (CohereAsrProcessor.get_decoder_prompt_ids for the job's "language"); the pipeline
+    // runs with "pipeline_options" where given (it builds that prompt itself).
+    const { clips, options: speechOptions, pipeline_options: pipelineOptions, language } = job.speech;
     const processor = await AutoProcessor.from_pretrained(job.folder, options);
     const model = await AutoModelForSpeechSeq2Seq.from_pretrained(job.folder, options);
     const prompt = model._retrieve_init_tokens ? model._retrieve_init_tokens(model._prepare_generation_config(null, speechOptions))
-        : null;
-    result.speech = { prompt, features: [], generated: [] };
+        : speechOptions.decoder_input_ids ?? null;
+    const promptIds = processor.get_decoder_prompt_ids ? processor.get_decoder_prompt_ids(language) : null;
+    result.speech = { prompt, prompt_ids: promptIds, processor: processor.constructor.name, features: [], generated: [] };
     for (const samples of clips) {
         const inputs = await processor(Float32Array.from(samples));
         result.speech.features.push(plain(inputs[model.main_input_name]));
@@ -125,7 +130,7 @@ if (job.speech) {
         const run = await pipeline('automatic-speech-recognition', job.folder, options);
         result.speech.texts = [];
         for (const samples of clips) {
-            result.speech.texts.push((await run(Float32Array.from(samples), speechOptions)).text);
+            result.speech.texts.push((await run(Float32Array.from(samples), pipelineOptions ?? speechOptions)).text);
         }
     }
 }

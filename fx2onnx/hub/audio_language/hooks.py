@@ -16,6 +16,7 @@ import torch
 
 from fx2onnx.hub.audio_language.own_features import OWN_FEATURES
 from fx2onnx.hub.audio_language.tower_lengths import counts_output_lengths, tower_output_lengths
+from fx2onnx.hub.audio_language.transformers_js_audio import not_written
 
 # the tensors a `get_audio_features` may take, as the audio encoder's inputs (the processors' names)
 AUDIO_INPUTS = ("input_features", "input_features_mask", "feature_attention_mask", "input_values", "padding_mask")
@@ -78,6 +79,9 @@ def _refusal(model: torch.nn.Module, cause: str) -> NotImplementedError:
 def audio_hooks(model: torch.nn.Module) -> AudioHooks:
     """The hooks of ``model``; a NotImplementedError naming what differs for a model that has
     them otherwise."""
+    layout = not_written(getattr(model.config, "model_type", None))
+    if layout is not None:  # Transformers.js loads another layout for it
+        raise _refusal(model, layout)
     inner = getattr(model, "model", None)
     get_features = getattr(inner, "get_audio_features", None)
     own = OWN_FEATURES.get(getattr(model.config, "model_type", None))

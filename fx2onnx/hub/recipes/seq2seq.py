@@ -5,7 +5,9 @@ decoders, merged into one file afterwards (merged_decoder.py): the first step
 (`input_ids`, `encoder_attention_mask` for text models, `encoder_hidden_states` ->
 `logits`, `present.{i}.decoder/encoder.key/.value`), and the next steps (the same inputs and
 `past_key_values.{i}.decoder/encoder.key/.value`). A speech model's folder is verified against
-transformers' greedy generate (speech/speech_verify.py). Two decoders, because the first step
+transformers' greedy generate (speech/speech_verify.py), and gets the processor files
+Transformers.js reads for it; export-hf says which speech models Transformers.js runs
+(speech/transformers_js_speech.py). Two decoders, because the first step
 computes the cross-attention cache from the encoder's output and the next ones read it:
 a choice the model's code makes in Python, fixed in each captured graph.
 
@@ -37,6 +39,7 @@ from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speech_examples
 from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
+from fx2onnx.hub.speech.transformers_js_speech import client_note, write_processor_files
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
@@ -173,7 +176,10 @@ class Seq2SeqRecipe(RecipeDefaults):
         merged = onnx_file(loaded, folder_layout.MERGED_DECODER)
         merge_decoders(*paths, staging / merged, folder_layout.data_file(merged))
         shutil.rmtree(steps)
-        return [*files, *folder_layout.with_data_file(merged)]
+        files += folder_layout.with_data_file(merged)
+        if _speech(loaded):  # the processor files Transformers.js reads for it
+            files += write_processor_files(Path(loaded.folder), staging, loaded.config.model_type)
+        return files
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
@@ -188,6 +194,9 @@ class Seq2SeqRecipe(RecipeDefaults):
         return Verification.merged([
             verify_seq2seq(*files, model, encoder_inputs(loaded, size), start, request.tokens, tolerance) for size in (0, 1)
         ])
+
+    def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
+        return client_note(config)
 
 
 RECIPE = Seq2SeqRecipe()

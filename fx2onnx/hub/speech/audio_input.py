@@ -13,6 +13,7 @@ extractor gets random features of the shape its config gives (pipeline_tasks.aud
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 AUDIO_INPUTS = ("input_features", "input_values")
-FEATURE_EXTRACTOR_FILE = "preprocessor_config.json"
+FEATURE_EXTRACTOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
 BATCH = 2
 # clip lengths in seconds of the two example sizes: frames of 10 ms and samples no other dim shares
 CLIP_SECONDS = (1.0, 1.55)
@@ -57,10 +58,22 @@ class AudioLayout:
         return {self.name: roles}
 
 
+def feature_extractor_settings(folder: Path) -> dict[str, Any] | None:
+    """The folder's feature extractor settings: `preprocessor_config.json`, or the
+    `feature_extractor` part of `processor_config.json` (transformers 5 saves a processor so,
+    alone); None without either."""
+    folder = Path(folder)
+    if (folder / FEATURE_EXTRACTOR_FILE).is_file():
+        return json.loads((folder / FEATURE_EXTRACTOR_FILE).read_text(encoding="utf-8"))
+    if (folder / PROCESSOR_FILE).is_file():
+        return json.loads((folder / PROCESSOR_FILE).read_text(encoding="utf-8")).get("feature_extractor")
+    return None
+
+
 def _extractor(folder: Path) -> Any:
     """The folder's feature extractor, None when it has none or it needs a library not
     installed (the examples then follow the config, and a warning says why)."""
-    if not (Path(folder) / FEATURE_EXTRACTOR_FILE).is_file():
+    if feature_extractor_settings(folder) is None:
         return None
     from transformers import AutoFeatureExtractor
 
