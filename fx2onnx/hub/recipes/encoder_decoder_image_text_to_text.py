@@ -24,7 +24,9 @@ from fx2onnx.hub.shared.program_files import onnx_file, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import florence2
 from fx2onnx.hub.vision_language.florence2_verify import verify_florence2
-from fx2onnx.hub.vision_language.transformers_js import TRANSFORMERS_JS_ARCHITECTURES, transformers_js_note, transformers_js_refusal
+from fx2onnx.hub.vision_language.transformers_js import (
+    TRANSFORMERS_JS_ARCHITECTURES, transformers_js_note, transformers_js_refusal,
+)
 
 PREPROCESSOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
 # the processor's tables Transformers.js's Florence2Processor reads from the image processor's settings
@@ -63,7 +65,15 @@ class EncoderDecoderImageTextToTextRecipe(RecipeDefaults):
     """Transformers.js's folder of an encoder-decoder vision-language model."""
 
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        return transformers_js_refusal(loaded.config) or precision_refusal(loaded, request, FLOAT_ONLY)
+        from transformers import AutoImageProcessor
+
+        if (refusal := transformers_js_refusal(loaded.config) or precision_refusal(loaded, request, FLOAT_ONLY)) is not None:
+            return refusal
+        try:
+            florence2.image_side(AutoImageProcessor.from_pretrained(loaded.folder))
+        except NotImplementedError as error:  # images of other sizes than the vision model's one
+            return Refusal(NotImplementedError, str(error))
+        return None
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,

@@ -102,20 +102,23 @@ def _mode(loaded: LoadedModel) -> Any:
     return loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
 
 
-def image_side(loaded: LoadedModel, image_processor: Any) -> tuple[int, int]:
-    """The (height, width) the image processor resizes every image to."""
-    size = image_processor.size
-    if "height" not in size or "width" not in size or getattr(image_processor, "do_center_crop", False):
+def image_side(image_processor: Any) -> tuple[int, int]:
+    """The (height, width) the image processor resizes every image to; a NotImplementedError
+    for a processor that gives images of other sizes (the vision model takes one)."""
+    size, crop = image_processor.size, getattr(image_processor, "do_center_crop", False)
+    if "height" not in size or "width" not in size or crop:
         raise NotImplementedError(
-            f"the Florence-2 image processor's size {dict(size)} (center crop {getattr(image_processor, 'do_center_crop', None)}) "
-            "is not one fixed height and width, as Florence-2's processors resize every image to."
+            f"the image processor's size is {dict(size)} (do_center_crop {crop}), not one height and width: the "
+            "Florence-2 folder's vision model takes the one size Florence-2's processors resize every image to. Nothing "
+            "was written. Give the image processor a `size` of height and width and do_center_crop false, as released "
+            "Florence-2 checkpoints have."
         )
     return int(size["height"]), int(size["width"])
 
 
 def example_inputs(loaded: LoadedModel, image_processor: Any) -> dict[str, torch.Tensor]:
     """Real example inputs: IMAGES images of the processor's size and a prompt of PROMPT tokens each."""
-    height, width = image_side(loaded, image_processor)
+    height, width = image_side(image_processor)
     generator = torch.Generator().manual_seed(0)
     vocab = int(loaded.config.text_config.vocab_size)
     return {"pixel_values": torch.randn(IMAGES, 3, height, width, generator=generator),

@@ -308,6 +308,13 @@ def test_florence2_gets_the_encoder_decoder_folder_for_transformers_js_alone(tmp
     assert refusal.error_type is not None and issubclass(refusal.error_type, NotImplementedError)
     assert "florence2 is not one of them" in refusal.message
     assert "--runtime standard` writes its folder for Transformers.js 4.3.2" in refusal.message
-    assert encoder_decoder_image_text_to_text.TRANSFORMERS_JS_RECIPE.accepts(loaded, ExportRequest.resolve()) is None
-    with pytest.raises(NotImplementedError, match="is not one fixed height and width"):
-        florence2.image_side(loaded, transformers.CLIPImageProcessorPil(size={"shortest_edge": 32}))
+    recipe = encoder_decoder_image_text_to_text.TRANSFORMERS_JS_RECIPE
+    transformers.CLIPImageProcessorPil(size={"height": 32, "width": 48}, do_center_crop=False).save_pretrained(tmp_path)
+    assert recipe.accepts(loaded, ExportRequest.resolve()) is None
+    assert florence2.image_side(transformers.AutoImageProcessor.from_pretrained(tmp_path)) == (32, 48)
+    # an image processor giving other sizes than the vision model's one: refused before anything is written
+    transformers.CLIPImageProcessorPil(size={"shortest_edge": 32}).save_pretrained(tmp_path)
+    refusal = recipe.accepts(loaded, ExportRequest.resolve())
+    assert refusal.error_type is NotImplementedError and "not one height and width" in refusal.message
+    assert "Nothing was written" in refusal.message
+    assert "int4" in recipe.accepts(loaded, ExportRequest.resolve(precision="int4")).message
