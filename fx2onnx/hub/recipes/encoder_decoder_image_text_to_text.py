@@ -20,7 +20,7 @@ from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
-from fx2onnx.hub.shared.program_files import onnx_file, write_json_file
+from fx2onnx.hub.shared.program_files import onnx_file, weights_dtype, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import florence2
 from fx2onnx.hub.vision_language.florence2_verify import verify_florence2
@@ -29,6 +29,15 @@ from fx2onnx.hub.vision_language.transformers_js import (
 )
 
 PREPROCESSOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
+# why the folder is not written in a dtype
+DTYPE_CAUSES = {
+    torch.float16: (
+        "in float16 BART's encoder layers branch on their values (`if hidden_states.dtype == torch.float16 and not "
+        "torch.isfinite(hidden_states).all()`, transformers/models/bart/modeling_bart.py), which torch.export cannot "
+        "capture (BART's own text2text-generation export fails there too)"
+    ),
+    torch.bfloat16: "Transformers.js 4.3.2 has no bfloat16 dtype to load (DATA_TYPES: fp32, fp16 and quantized ones)",
+}
 # the processor's tables Transformers.js's Florence2Processor reads from the image processor's settings
 TASK_TABLES = ("tasks_answer_post_processing_type", "task_prompts_without_inputs", "task_prompts_with_input")
 
@@ -69,6 +78,11 @@ class EncoderDecoderImageTextToTextRecipe(RecipeDefaults):
 
         if (refusal := transformers_js_refusal(loaded.config) or precision_refusal(loaded, request, FLOAT_ONLY)) is not None:
             return refusal
+        if (why := DTYPE_CAUSES.get(weights_dtype(loaded))) is not None:
+            return Refusal(NotImplementedError, (
+                f"{type(loaded.model).__name__} ({loaded.config.model_type}) is written in float32 alone: {why}. Nothing "
+                "was written. Give --dtype float32 (dtype=\"float32\")."
+            ))
         try:
             florence2.image_side(AutoImageProcessor.from_pretrained(loaded.folder))
         except NotImplementedError as error:  # images of other sizes than the vision model's one

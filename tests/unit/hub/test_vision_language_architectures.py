@@ -318,3 +318,7 @@ def test_florence2_gets_the_encoder_decoder_folder_for_transformers_js_alone(tmp
     assert refusal.error_type is NotImplementedError and "not one height and width" in refusal.message
     assert "Nothing was written" in refusal.message
     assert "int4" in recipe.accepts(loaded, ExportRequest.resolve(precision="int4")).message
+    for dtype, cause in ((torch.float16, "torch.isfinite"), (torch.bfloat16, "no bfloat16 dtype")):
+        half = LoadedModel(torch.nn.Linear(2, 2).to(dtype), config, tmp_path, IMAGE_TEXT_TO_TEXT, None)
+        refusal = recipe.accepts(half, ExportRequest.resolve(dtype=str(dtype).removeprefix("torch.")))
+        assert refusal.error_type is NotImplementedError and cause in refusal.message and "--dtype float32" in refusal.message
