@@ -228,7 +228,21 @@ def transformers_js_hint(config: Any) -> str:
     folder for ``config``'s architecture, or nothing where there is none."""
     if getattr(config, "model_type", None) not in TRANSFORMERS_JS_ARCHITECTURES:
         return ""
-    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.2."
+    # an encoder-decoder's default task is text2text-generation (loading.default_task): the task is to be given
+    task = " --task image-text-to-text" if getattr(config, "is_encoder_decoder", False) else ""
+    return f" `fx2onnx export-hf <model> --output <folder>{task} --runtime standard` writes its folder for Transformers.js 4.3.2."
+
+
+def text_folder_note(config: dict[str, Any]) -> str | None:
+    """For a text2text-generation folder whose config.json is ``config``: what Transformers.js
+    4.3.2 loads instead where it runs the model type as image-text-to-text (an encoder-decoder
+    row: Florence-2), else None."""
+    model_type = config.get("model_type")
+    if model_type not in TRANSFORMERS_JS_ARCHITECTURES or not config.get("is_encoder_decoder"):
+        return None
+    return (f"Transformers.js 4.3.2 loads {model_type} as image-text-to-text (vision_encoder, embed_tokens, encoder_model "
+            "and decoder_model_merged), not this text2text-generation folder (its text model alone, for onnxruntime): "
+            "`fx2onnx export-hf <model> --output <folder> --task image-text-to-text --runtime standard` writes its folder.")
 
 
 def transformers_js_note(config: Any) -> str:

@@ -307,7 +307,13 @@ def test_florence2_gets_the_encoder_decoder_folder_for_transformers_js_alone(tmp
     refusal = image_text_to_text.RECIPE.accepts(loaded, ExportRequest.resolve())
     assert refusal.error_type is not None and issubclass(refusal.error_type, NotImplementedError)
     assert "florence2 is not one of them" in refusal.message
-    assert "--runtime standard` writes its folder for Transformers.js 4.3.2" in refusal.message
+    # its default task is text2text-generation (an encoder-decoder): the command names the task
+    assert "--task image-text-to-text --runtime standard` writes its folder for Transformers.js 4.3.2" in refusal.message
+    # its text2text-generation folder (the default task of an encoder-decoder) says what Transformers.js loads instead
+    from fx2onnx.hub.recipes import seq2seq
+
+    assert "--task image-text-to-text --runtime standard" in seq2seq.RECIPE.client_note(config.to_dict(), False)
+    assert seq2seq.RECIPE.client_note(transformers.BartConfig().to_dict(), False) is None
     recipe = encoder_decoder_image_text_to_text.TRANSFORMERS_JS_RECIPE
     transformers.CLIPImageProcessorPil(size={"height": 32, "width": 48}, do_center_crop=False).save_pretrained(tmp_path)
     assert recipe.accepts(loaded, ExportRequest.resolve()) is None
