@@ -14,13 +14,18 @@ from fx2onnx.hub.loading import (
     TEXT_GENERATION, is_ctc,
 )
 from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS
-from fx2onnx.hub.recipes import audio_text_to_text, causal_lm, encoder, image_text_to_text, phi4mm_genai, pipeline_task, seq2seq, whisper_genai
+from fx2onnx.hub.recipes import (
+    audio_text_to_text, causal_lm, encoder, encoder_decoder_image_text_to_text, image_text_to_text, phi4mm_genai, pipeline_task, seq2seq,
+    whisper_genai,
+)
 from fx2onnx.hub.recipes.folder_recipe import FolderRecipe
 
 ANY_RUNTIME = "*"
 CTC_SPEECH_RECOGNITION = "automatic-speech-recognition (CTC)"
 WHISPER_SPEECH_RECOGNITION = "automatic-speech-recognition (Whisper)"
 PHI4MM_IMAGE_TEXT_TO_TEXT = "image-text-to-text (Phi-4-multimodal)"
+# an encoder-decoder vision-language model (Florence-2): Transformers.js loads an encoder_model besides
+ENCODER_DECODER_IMAGE_TEXT_TO_TEXT = "image-text-to-text (encoder-decoder)"
 # a decoder-only language model with an audio encoder, which transformers files under sequence-to-sequence
 AUDIO_TEXT_TO_TEXT = "text2text-generation (audio language model)"
 # the speech models ONNX Runtime GenAI runs as encoder and decoder (config.model_type)
@@ -38,6 +43,9 @@ RECIPES: dict[tuple[str, str], FolderRecipe] = {
     (IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): image_text_to_text.RECIPE,
     (IMAGE_TEXT_TO_TEXT, "standard"): image_text_to_text.TRANSFORMERS_JS_RECIPE,
     (PHI4MM_IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): phi4mm_genai.RECIPE,
+    # ONNX Runtime GenAI has no encoder-decoder vision-language type: the image-text-to-text recipe refuses it
+    (ENCODER_DECODER_IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): image_text_to_text.RECIPE,
+    (ENCODER_DECODER_IMAGE_TEXT_TO_TEXT, "standard"): encoder_decoder_image_text_to_text.TRANSFORMERS_JS_RECIPE,
     (AUDIO_TEXT_TO_TEXT, ANY_RUNTIME): audio_text_to_text.RECIPE,
     **{(task, ANY_RUNTIME): pipeline_task.RECIPE for task in PIPELINE_TASKS if task != SPEECH_RECOGNITION},
 }
@@ -51,6 +59,8 @@ def folder_task(task: str, config: Any) -> str:
         return WHISPER_SPEECH_RECOGNITION
     if task == IMAGE_TEXT_TO_TEXT and getattr(config, "model_type", None) in CAUSAL_LM_IMAGE_TEXT_TO_TEXT:
         return PHI4MM_IMAGE_TEXT_TO_TEXT
+    if task == IMAGE_TEXT_TO_TEXT and getattr(config, "is_encoder_decoder", False):
+        return ENCODER_DECODER_IMAGE_TEXT_TO_TEXT
     if task == TEXT2TEXT and not getattr(config, "is_encoder_decoder", False):
         return AUDIO_TEXT_TO_TEXT
     return task

@@ -1389,3 +1389,93 @@ def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):
     assert logits["dims"] == list(expected.shape)
     np.testing.assert_allclose(np.array(logits["data"]).reshape(logits["dims"]), expected.numpy(), rtol=0, atol=1e-4)
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)
+
+
+def save_florence2(folder):
+    """A two-layer Florence-2 (a two-stage DaViT tower of 32-pixel images, 17 image tokens each; a
+    BART of two layers each side) with its processor: a byte-level tokenizer that wraps text in
+    `<s>` and `</s>` as BART's does, with an `<image>` token, and a CLIP image processor resizing
+    every image to 32 x 32."""
+    backend = trained_tokenizer()._tokenizer
+    backend.add_special_tokens(["<image>"])
+    backend.post_processor = tokenizers.processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                                     extra_special_tokens={"image_token": "<image>"})
+    text = dict(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+                pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2)
+    vision = dict(depths=[1, 1], patch_size=[7, 3], patch_stride=[4, 2], patch_padding=[3, 1], patch_prenorm=[False, True],
+                  embed_dim=[16, 32], num_heads=[2, 4], num_groups=[2, 4], window_size=2, projection_dim=32,
+                  max_position_embeddings=16, max_temporal_embeddings=8)
+    config = transformers.Florence2Config(text_config=text, vision_config=vision,
+                                          image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
+    torch.manual_seed(0)
+    model = transformers.Florence2ForConditionalGeneration(config).eval()
+    spread_weights(model)  # the tokens then depend on the image and the task
+    model.save_pretrained(folder)
+    image_processor = transformers.CLIPImageProcessorPil(size={"height": 32, "width": 32}, do_center_crop=False)
+    image_processor.image_seq_length = (32 // 8) ** 2 + 1  # a token per cell of the tower's 4 x 4 grid, and their mean
+    processor = transformers.Florence2Processor(image_processor=image_processor, tokenizer=tokenizer)
+    processor.save_pretrained(folder)
+    return model, processor
+
+
+def test_florence2_folder_in_transformers_js(tmp_path, transformers_js):
+    """Florence-2 as `--runtime standard` writes it for Transformers.js (an encoder-decoder: its
+    vision_encoder, embed_tokens, encoder_model and merged decoder; Transformers.js puts the image
+    features before the prompt's embeddings): export-hf's verification in onnxruntime (written in
+    fake mode), and 16 greedy tokens in Transformers.js equal transformers' `generate` on
+    transformers' processed inputs (images of two other sizes and aspect ratios with two task
+    prompts, both in one right-padded batch, and a prompt without an image) and through
+    Transformers.js's own Florence2Processor (its task prompts expanded from the folder's
+    preprocessor_config.json) on an image of the processor's size."""
+    from fx2onnx.hub.vision_language.florence2_verify import random_image, transformers_js_inputs
+
+    model, processor = save_florence2(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, task="image-text-to-text", runtime="standard", verify=True,
+                             tokens=4, fake=True).verification
+    assert verification.passed and verification.tokens_equal and len(verification.onnx_tokens) == 4
+    for name in ("vision_encoder", "embed_tokens", "encoder_model", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "florence2" and config["architectures"] == ["Florence2ForConditionalGeneration"]
+    preprocessor = json.loads((out / "preprocessor_config.json").read_text())
+    assert preprocessor["processor_class"] == "Florence2Processor"
+    assert preprocessor["task_prompts_without_inputs"]["<CAPTION>"] == processor.task_prompts_without_inputs["<CAPTION>"]
+    # transformers reads the folder's processor files as the source's
+    written = transformers.AutoProcessor.from_pretrained(out)(text="<OD>", images=random_image(40, 60, 5), return_tensors="pt")
+    source = processor(text="<OD>", images=random_image(40, 60, 5), return_tensors="pt")
+    assert all(torch.equal(written[k], source[k]) for k in ("input_ids", "attention_mask", "pixel_values"))
+
+    image = int(model.config.image_token_id)
+    prompts, expected = [], []
+
+    def add(given: dict, js_inputs: dict | None = None) -> None:
+        with torch.no_grad():
+            generated = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected.append(generated[:, 1:].tolist())  # after the decoder start token
+        if js_inputs is not None:
+            prompts.append({"inputs": tensor_specs({k: torch.from_numpy(v) for k, v in js_inputs.items()})})
+
+    images = [random_image(50, 70, 0), random_image(90, 40, 1)]
+    for task, picture in zip(("<CAPTION>", "<OD>"), images):
+        given = dict(processor(text=task, images=picture, return_tensors="pt"))
+        add(given, transformers_js_inputs(given, image))
+    batch = dict(processor(text=["<CAPTION>", "<OD>"], images=images, padding=True, return_tensors="pt"))
+    assert batch["attention_mask"][0, -1] == 0  # the shorter prompt padded on the right, as BART's tokenizer pads
+    add(batch, transformers_js_inputs(batch, image))
+    text = {k: v for k, v in processor.tokenizer("What does the image describe?", return_tensors="pt").items()
+            if k in ("input_ids", "attention_mask")}
+    add(text, {k: v.numpy() for k, v in text.items()})
+    for seed, task in ((3, "<CAPTION>"), (4, "<OD>")):  # through Transformers.js's processor: no resize
+        path = tmp_path / f"{seed}.png"
+        random_image(32, 32, seed).save(path)
+        from PIL import Image
+
+        add(dict(processor(text=task, images=Image.open(path), return_tensors="pt")))
+        prompts.append({"text": task, "images": [os.fspath(path)]})
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    assert [result["generated_rows"] for result in results] == expected
+    assert expected[0] != expected[1] and expected[0] != expected[3] and expected[4] != expected[5]  # images and tasks count

@@ -140,13 +140,17 @@ if (job.image_text) {
     const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
     result.image_text = [];
     for (const { text, images, inputs: given } of prompts) {
-        // a prompt's text and image files through the processor, or its processed inputs as given
+        // a prompt's text and image files through the processor (Florence2Processor takes the images first), or its
+        // processed inputs as given
         const opened = given ? [] : await Promise.all(images.map((path) => RawImage.read(path)));
-        const inputs = given ? tensors(given) : await processor(text, opened.length === 1 ? opened[0] : opened);
+        const pictures = opened.length === 1 ? opened[0] : opened;
+        const inputs = given ? tensors(given)
+            : processor.constructor.name === 'Florence2Processor' ? await processor(pictures, text) : await processor(text, pictures);
         const output = plain(await model.generate({
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));
-        const [rows, promptLength] = inputs.input_ids.dims;
+        // an encoder-decoder's output is the decoder's tokens, after its start token
+        const [rows, promptLength] = model.config.is_encoder_decoder ? [inputs.input_ids.dims[0], 1] : inputs.input_ids.dims;
         const width = output.data.length / rows;
         result.image_text.push({
             input_ids: plain(inputs.input_ids).data, pixel_values: inputs.pixel_values ? plain(inputs.pixel_values) : null,

@@ -41,6 +41,7 @@ from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speec
 from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
 from fx2onnx.hub.speech.transformers_js_speech import client_note, write_processor_files
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
+from fx2onnx.hub.vision_language.transformers_js import text_folder_note
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
 
@@ -196,7 +197,7 @@ class Seq2SeqRecipe(RecipeDefaults):
         ])
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
-        return client_note(config)
+        return client_note(config) or text_folder_note(config)
 
 
 RECIPE = Seq2SeqRecipe()

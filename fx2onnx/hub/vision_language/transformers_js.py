@@ -168,6 +168,18 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "token_type_ids 1 is not what the folder runs. ONNX Runtime GenAI has no PaliGemma type.",
         architecture=paligemma.ARCHITECTURE,
     ),
+    # an encoder-decoder: its own recipe writes four models, an encoder_model besides (florence2.py,
+    # recipes/encoder_decoder_image_text_to_text.py); Transformers.js puts the image features before the prompt's
+    # embeddings itself (Florence2ForConditionalGeneration._merge_input_ids_with_image_features)
+    "florence2": TransformersJsRow(
+        "Transformers.js 4.3.2 runs this folder (Florence2ForConditionalGeneration): vision_encoder, embed_tokens, "
+        "encoder_model and decoder_model_merged; it puts each image's features before its prompt's embeddings where "
+        "transformers' processor writes image tokens, and its Florence2Processor expands the task prompts "
+        "(\"<CAPTION>\", \"<OD>\", ...) from the preprocessor_config.json written here. The image processor resizes "
+        "every image to one size; Transformers.js's CLIPImageProcessor resizes with sharp, whose pixels differ from PIL's. "
+        "ONNX Runtime GenAI has no Florence-2 type.",
+        processor_class="Florence2Processor",
+    ),
 }
 
 
@@ -179,10 +191,6 @@ NOT_SERVED = {
         "image_sizes before the vision model runs; transformers' LLaVA-OneVision needs each image's size to choose the grid "
         "of its crops and to unpad their features (pack_image_features, with image_newline rows), which a vision model fed "
         "pixel_values alone cannot tell."
-    ),
-    "florence2": (
-        "it is an encoder-decoder (Transformers.js loads vision_encoder, embed_tokens, encoder_model and "
-        "decoder_model_merged), a layout export-hf does not write for image-text-to-text."
     ),
 }
 
@@ -201,7 +209,7 @@ def transformers_js_refusal(config: Any) -> Refusal | None:
         works = text_only.command_hint(config)
     return Refusal(NotImplementedError, (
         f"--runtime standard writes image-text-to-text folders in Transformers.js's layout (vision_encoder, embed_tokens "
-        f"and decoder_model_merged, the image features merged by Transformers.js) for model types "
+        f"and decoder_model_merged, the image features merged by Transformers.js; an encoder-decoder's encoder_model besides) for model types "
         f"{', '.join(TRANSFORMERS_JS_ARCHITECTURES)}; {model_type} is not one of them.{reason} Nothing was written. {works}"
     ))
 
@@ -220,7 +228,21 @@ def transformers_js_hint(config: Any) -> str:
     folder for ``config``'s architecture, or nothing where there is none."""
     if getattr(config, "model_type", None) not in TRANSFORMERS_JS_ARCHITECTURES:
         return ""
-    return " `fx2onnx export-hf <model> --output <folder> --runtime standard` writes its folder for Transformers.js 4.3.2."
+    # an encoder-decoder's default task is text2text-generation (loading.default_task): the task is to be given
+    task = " --task image-text-to-text" if getattr(config, "is_encoder_decoder", False) else ""
+    return f" `fx2onnx export-hf <model> --output <folder>{task} --runtime standard` writes its folder for Transformers.js 4.3.2."
+
+
+def text_folder_note(config: dict[str, Any]) -> str | None:
+    """For a text2text-generation folder whose config.json is ``config``: what Transformers.js
+    4.3.2 loads instead where it runs the model type as image-text-to-text (an encoder-decoder
+    row: Florence-2), else None."""
+    model_type = config.get("model_type")
+    if model_type not in TRANSFORMERS_JS_ARCHITECTURES or not config.get("is_encoder_decoder"):
+        return None
+    return (f"Transformers.js 4.3.2 loads {model_type} as image-text-to-text (vision_encoder, embed_tokens, encoder_model "
+            "and decoder_model_merged), not this text2text-generation folder (its text model alone, for onnxruntime): "
+            "`fx2onnx export-hf <model> --output <folder> --task image-text-to-text --runtime standard` writes its folder.")
 
 
 def transformers_js_note(config: Any) -> str:

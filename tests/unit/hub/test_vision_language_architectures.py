@@ -17,7 +17,7 @@ from fx2onnx.hub.loading import IMAGE_TEXT_TO_TEXT
 from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import image_text_to_text
 from fx2onnx.hub.vision_language import (
-    architecture, folder_verification, gemma3, gemma3_transformers_js, genai_files, glm_ocr, idefics3, lighton_ocr, llava,
+    architecture, florence2, folder_verification, gemma3, gemma3_transformers_js, genai_files, glm_ocr, idefics3, lighton_ocr, llava,
     mistral3, paligemma, parts, qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_vl, qwen_images, transformers_js,
 )
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
@@ -282,10 +282,49 @@ def test_gemma3_transformers_js_folder_has_flagged_rows_and_the_genai_folder_its
 
 @pytest.mark.parametrize("make_config, works", [
     (lambda: transformers.LlavaOnevisionConfig(), "Give --text-only to export its language model alone"),
-    (lambda: transformers.Florence2Config(), "Give --text-only to export its language model alone"),
 ])
 def test_a_family_transformers_js_runs_but_export_hf_does_not_write_says_why_and_what_works(make_config, works):
     config = make_config()
     refusal = transformers_js.transformers_js_refusal(config)
     assert f"For {config.model_type}: {transformers_js.NOT_SERVED[config.model_type]}" in refusal.message
     assert works in refusal.message.split("Nothing was written. ")[1]
+
+
+def test_florence2_gets_the_encoder_decoder_folder_for_transformers_js_alone(tmp_path):
+    """Florence-2 (an encoder-decoder) is written by its own recipe with `--runtime standard`
+    (four models, an encoder_model besides: florence2.py); the ONNX Runtime GenAI folder is
+    refused by the image-text-to-text recipe, naming `--runtime standard`."""
+    from fx2onnx.hub.loading import LoadedModel
+    from fx2onnx.hub.recipes import encoder_decoder_image_text_to_text
+    from fx2onnx.hub.request import ExportRequest
+
+    config = transformers.Florence2Config()
+    assert transformers_js.transformers_js_refusal(config) is None
+    assert "encoder_model" in transformers_js.transformers_js_note(config)
+    assert recipe_for(IMAGE_TEXT_TO_TEXT, config, "standard") is encoder_decoder_image_text_to_text.TRANSFORMERS_JS_RECIPE
+    assert recipe_for(IMAGE_TEXT_TO_TEXT, config, "onnxruntime") is image_text_to_text.RECIPE
+    loaded = LoadedModel(torch.nn.Linear(2, 2), config, tmp_path, IMAGE_TEXT_TO_TEXT, None)
+    refusal = image_text_to_text.RECIPE.accepts(loaded, ExportRequest.resolve())
+    assert refusal.error_type is not None and issubclass(refusal.error_type, NotImplementedError)
+    assert "florence2 is not one of them" in refusal.message
+    # its default task is text2text-generation (an encoder-decoder): the command names the task
+    assert "--task image-text-to-text --runtime standard` writes its folder for Transformers.js 4.3.2" in refusal.message
+    # its text2text-generation folder (the default task of an encoder-decoder) says what Transformers.js loads instead
+    from fx2onnx.hub.recipes import seq2seq
+
+    assert "--task image-text-to-text --runtime standard" in seq2seq.RECIPE.client_note(config.to_dict(), False)
+    assert seq2seq.RECIPE.client_note(transformers.BartConfig().to_dict(), False) is None
+    recipe = encoder_decoder_image_text_to_text.TRANSFORMERS_JS_RECIPE
+    transformers.CLIPImageProcessorPil(size={"height": 32, "width": 48}, do_center_crop=False).save_pretrained(tmp_path)
+    assert recipe.accepts(loaded, ExportRequest.resolve()) is None
+    assert florence2.image_side(transformers.AutoImageProcessor.from_pretrained(tmp_path)) == (32, 48)
+    # an image processor giving other sizes than the vision model's one: refused before anything is written
+    transformers.CLIPImageProcessorPil(size={"shortest_edge": 32}).save_pretrained(tmp_path)
+    refusal = recipe.accepts(loaded, ExportRequest.resolve())
+    assert refusal.error_type is NotImplementedError and "not one height and width" in refusal.message
+    assert "Nothing was written" in refusal.message
+    assert "int4" in recipe.accepts(loaded, ExportRequest.resolve(precision="int4")).message
+    for dtype, cause in ((torch.float16, "torch.isfinite"), (torch.bfloat16, "no bfloat16 dtype")):
+        half = LoadedModel(torch.nn.Linear(2, 2).to(dtype), config, tmp_path, IMAGE_TEXT_TO_TEXT, None)
+        refusal = recipe.accepts(half, ExportRequest.resolve(dtype=str(dtype).removeprefix("torch.")))
+        assert refusal.error_type is NotImplementedError and cause in refusal.message and "--dtype float32" in refusal.message
