@@ -27,10 +27,18 @@ shared machine inflate it far less than the wall clock; the wall time is given b
 A ratio is the median over rounds of the contender's time over its reference's in that
 round (the builder's folder of the same precision, or for an A/A copy its original).
 
+The cache is given as the client gives it (``--cache shared``, the default): both
+folders' genai configs say ``past_present_share_buffer``, so ONNX Runtime GenAI binds each
+past to a buffer of ``max_length`` positions that is also the step's present, and the
+attention kernel writes the new positions in place. ``--cache apart`` gives the past as
+tensors of its own length instead, as a plain onnxruntime session does: the kernel then
+copies the whole past into a new present every step, a cost that grows with the length,
+the same for both folders, and that the client never pays.
+
     OMP_NUM_THREADS=1 nice -n 10 flock /tmp/fx2onnx-heavy.lock python bench/step_cpu_time.py \\
         [--models llama qwen2] [--contenders fx2onnx-fp32 builder-fp32 ...] [--rounds 9] [--repeats 3] \\
         [--warmup 3] [--turn-warmup 1] [--same-workers] [--phases prefill decode] [--lengths 128 1024] \\
-        [--load-orders given reversed] \\
+        [--load-orders given reversed] [--cache shared|apart] \\
         [--self-check] [--profile DIR] [--work DIR] [--markdown out.md] [--json out.json]
 """
 
@@ -49,6 +57,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from int4_decode_profile import _decoder, step_feeds, summarize_profile  # noqa: E402 - bench modules side by side
@@ -59,14 +68,74 @@ COPY_SUFFIX = "-copy"  # an A/A contender: a copy of another contender's folder
 Step = tuple[str, int]  # (phase, length)
 
 
+class _Step:
+    """One step's run in a worker: plain feeds (``cache="apart"``: the past given as its own
+    tensors, the present returned as new ones, so the kernel copies the past into the
+    present every step), or an IO binding as ONNX Runtime GenAI runs a folder whose
+    genai_config says ``past_present_share_buffer`` (``cache="shared"``): each past a
+    buffer of the configuration's ``max_length`` positions, bound as its present too, so
+    the step writes its new positions in place."""
+
+    def __init__(self, session: Any, decoder: dict[str, Any], past: int, new: int, cache: str, max_length: int) -> None:
+        self._session = session
+        if cache == "apart":
+            self._feeds = step_feeds(session, decoder, past, new)
+            self.run = lambda: session.run(None, self._feeds)
+            return
+        import onnxruntime
+
+        if past + new > max_length:
+            raise ValueError(f"a step over {past} + {new} positions does not fit the shared buffer of max_length {max_length}")
+        feeds = step_feeds(session, decoder, max_length, new)  # every past at the buffer's length
+        names = {**decoder.get("inputs", {})}
+        mask = names.get("attention_mask", "attention_mask")
+        feeds[mask] = feeds[mask][:, : past + new]
+        positions = names.get("position_ids", "position_ids")
+        if positions in feeds:
+            feeds[positions] = np.arange(past, past + new, dtype=feeds[positions].dtype)[None]
+        self._binding = session.io_binding()
+        self.bound: dict[str, Any] = {}  # each input's array, each past's buffer (its present too)
+        for name, value in feeds.items():
+            if value.dtype.kind == "f":  # a past key or value: bound as its present too
+                self.bound[name] = onnxruntime.OrtValue.ortvalue_from_numpy(value)
+                self._binding.bind_ortvalue_input(name, self.bound[name])
+                self._binding.bind_ortvalue_output(_present_name(name, decoder), self.bound[name])
+            else:
+                self._binding.bind_cpu_input(name, value)
+                self.bound[name] = value
+        self._binding.bind_output(decoder.get("outputs", {}).get("logits", "logits"))
+        self.run = lambda: session.run_with_iobinding(self._binding)
+
+
+def _present_name(past_name: str, decoder: dict[str, Any]) -> str:
+    """The present output the genai config pairs with the past input ``past_name``."""
+    inputs, outputs = decoder.get("inputs", {}), decoder.get("outputs", {})
+    for kind in ("key", "value"):
+        past_pattern = inputs.get(f"past_{kind}_names", f"past_key_values.%d.{kind}")
+        present_pattern = outputs.get(f"present_{kind}_names", f"present.%d.{kind}")
+        head, _, tail = past_pattern.partition("%d")
+        if past_name.startswith(head) and past_name.endswith(tail):
+            layer = int(past_name[len(head):len(past_name) - len(tail)])
+            return present_pattern % layer
+    raise ValueError(f"{past_name} is not a past input of the genai config")
+
+
+def cache_given(requested: str, search: dict[str, Any]) -> str:
+    """How a step is given its cache: "shared" only where the folder's genai config shares
+    past and present (the client keeps the others apart, and so does the benchmark)."""
+    return "shared" if requested == "shared" and search.get("past_present_share_buffer") else "apart"
+
+
 def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup: int,
-           profile_prefix: str | None = None) -> None:
+           profile_prefix: str | None = None, cache: str = "shared") -> None:
     """A worker: one session of ``folder``'s decoder; runs the steps it is asked for and
     answers each with its (thread CPU ms, wall ms) per run; at the end, with
     ``profile_prefix``, the path of onnxruntime's profile of the session."""
     import onnxruntime
 
     path, decoder = _decoder(Path(folder))
+    search = json.loads((Path(folder) / "genai_config.json").read_text()).get("search", {})
+    cache = cache_given(cache, search)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -75,11 +144,12 @@ def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = {}
+    runs = {}
     for phase, length in steps:
-        feeds[phase, length] = step_feeds(session, decoder, 0, length) if phase == "prefill" else step_feeds(session, decoder, length, 1)
+        past, new = (0, length) if phase == "prefill" else (length, 1)
+        runs[phase, length] = _Step(session, decoder, past, new, cache, search.get("max_length", 0))
         for _ in range(warmup):
-            session.run(None, feeds[phase, length])
+            runs[phase, length].run()
     connection.send(("ready", os.getpid()))
     while True:
         request = connection.recv()
@@ -89,7 +159,7 @@ def _serve(connection: Any, folder: str, threads: int, steps: list[Step], warmup
         times = []
         for _ in range(repeats):
             started, started_wall = time.thread_time(), time.perf_counter()
-            session.run(None, feeds[phase, length])
+            runs[phase, length].run()
             times.append(((time.thread_time() - started) * 1e3, (time.perf_counter() - started_wall) * 1e3))
         connection.send(times)
     connection.send(session.end_profiling() if profile_prefix is not None else None)
@@ -101,10 +171,10 @@ class Worker:
     onnxruntime or allocations carries over)."""
 
     def __init__(self, folder: Path, threads: int, steps: list[Step], warmup: int,
-                 profile_prefix: str | None = None) -> None:
+                 profile_prefix: str | None = None, cache: str = "shared") -> None:
         context = multiprocessing.get_context("spawn")
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, str(folder), threads, steps, warmup, profile_prefix),
+        self._process = context.Process(target=_serve, args=(child, str(folder), threads, steps, warmup, profile_prefix, cache),
                                         daemon=True)
         self._process.start()
         child.close()
@@ -153,13 +223,13 @@ def reference_of(name: str, names: list[str]) -> str:
 
 
 def _start(folders: dict[str, Path], order: list[str], threads: int, steps: list[Step], warmup: int,
-           profile_dir: Path | None) -> dict[str, Worker]:
+           profile_dir: Path | None, cache: str = "shared") -> dict[str, Worker]:
     """A worker per contender, started in ``order``, each ready (loaded and warmed up)."""
     workers: dict[str, Worker] = {}
     try:
         for name in order:
             workers[name] = Worker(folders[name], threads, steps, warmup,
-                                   None if profile_dir is None else str(profile_dir / name))
+                                   None if profile_dir is None else str(profile_dir / name), cache)
         for worker in workers.values():
             worker.wait_ready()
     except BaseException:
@@ -171,7 +241,7 @@ def _start(folders: dict[str, Path], order: list[str], threads: int, steps: list
 
 def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: int = 1, repeats: int = 3,
             warmup: int = 3, start_reversed: bool = False, profile_dir: Path | None = None,
-            fresh_workers: bool = True, turn_warmup: int = 1) -> dict[str, Any]:
+            fresh_workers: bool = True, turn_warmup: int = 1, cache: str = "shared") -> dict[str, Any]:
     """By step: each contender's median thread CPU and wall ms and its median per-round
     ratios to its reference; also each contender's worker pids and the order the runs took
     (``runs``: (round, phase, length, contender)).
@@ -182,7 +252,8 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
     contender runs ``turn_warmup`` untimed steps first, so that none profits from having
     run just before (the end of one round and the start of the next). With
     ``profile_dir`` (one step only, one worker per contender), each contender's
-    onnxruntime profile summed by operator type (``profiles``)."""
+    onnxruntime profile summed by operator type (``profiles``). ``cache``: how each step
+    is given its cache (`_Step`: "shared" as the client runs the folder, or "apart")."""
     names = list(folders)
     if profile_dir is not None and len(steps) != 1:
         raise ValueError(f"profiling sums one step's nodes: give one phase and one length, not {steps}")
@@ -198,7 +269,7 @@ def measure(folders: dict[str, Path], steps: list[Step], rounds: int, threads: i
     try:
         for index, order in enumerate(round_orders(names, rounds)):
             if not workers:
-                workers = _start(folders, starting, threads, steps, warmup, profile_dir)
+                workers = _start(folders, starting, threads, steps, warmup, profile_dir, cache)
                 for name in starting:
                     pids[name].append(workers[name].pid)
             for phase, length in steps:
@@ -359,6 +430,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="also time a copy of each fx2onnx folder against it (A/A: should read 1.00x)")
     parser.add_argument("--profile", type=Path,
                         help="profile each worker's session with onnxruntime's profiler into this folder (one step)")
+    parser.add_argument("--cache", default="shared", choices=["shared", "apart"],
+                        help="shared (default): each past a buffer of the genai config's max_length, bound as its present "
+                             "too, as ONNX Runtime GenAI runs a folder whose config shares them; apart: the past as its own "
+                             "tensors and a new present each step (the kernel copies the past every step)")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -372,7 +447,8 @@ def main(argv: list[str] | None = None) -> None:
                 label = model if len(args.load_orders) == 1 else f"{model} (started {order})"
                 results[label] = measure(folders, steps, args.rounds, args.threads, args.repeats, args.warmup,
                                          start_reversed=order == "reversed", profile_dir=args.profile,
-                                         fresh_workers=not args.same_workers, turn_warmup=args.turn_warmup)
+                                         fresh_workers=not args.same_workers, turn_warmup=args.turn_warmup,
+                                         cache=args.cache)
                 print(markdown({label: results[label]}), flush=True)
     table = markdown(results)
     for label, result in results.items():

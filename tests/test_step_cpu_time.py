@@ -116,3 +116,59 @@ def test_step_nodes_give_an_ifs_own_time() -> None:
         ("attention", "GroupQueryAttention", 30), ("head", "MatMulNBits", 10)]
     assert [n.get("own_us") for n in nodes] == [20, None, 10, None, None]  # 40 - 10 - 20; 20 - 15 (x2, the median)
     assert "| stack | If | 80.0 | 20.0 |" in bench.nodes_markdown(nodes)
+
+
+def _cached_folder(folder: Path, share: bool) -> Path:
+    """A folder with one layer's cache: each present is its past plus one, the logits the mask."""
+    folder.mkdir(parents=True)
+    helper, FLOAT = onnx.helper, onnx.TensorProto.FLOAT
+    nodes = [helper.make_node("Cast", ["attention_mask"], ["logits"], to=FLOAT),
+             helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", FLOAT, [], [1.0]))]
+    inputs = [helper.make_tensor_value_info("input_ids", onnx.TensorProto.INT64, [1, "new"]),
+              helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, [1, "total"]),
+              helper.make_tensor_value_info("position_ids", onnx.TensorProto.INT64, [1, "new"])]
+    outputs = [helper.make_tensor_value_info("logits", FLOAT, [1, "total"])]
+    for kind in ("key", "value"):
+        nodes.append(helper.make_node("Add", [f"past_key_values.0.{kind}", "one"], [f"present.0.{kind}"]))
+        inputs.append(helper.make_tensor_value_info(f"past_key_values.0.{kind}", FLOAT, [1, 1, "past", 1]))
+        outputs.append(helper.make_tensor_value_info(f"present.0.{kind}", FLOAT, [1, 1, "past", 1]))
+    model = helper.make_model(helper.make_graph(nodes, "decoder", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, folder / "model.onnx")
+    decoder = {"filename": "model.onnx", "num_key_value_heads": 1, "head_size": 1, "inputs": {}}
+    search = {"past_present_share_buffer": share, "max_length": 16}
+    (folder / "genai_config.json").write_text(json.dumps({"model": {"decoder": decoder}, "search": search}))
+    return folder
+
+
+def test_a_shared_cache_is_one_buffer_of_max_length_written_in_place(tmp_path) -> None:
+    """As ONNX Runtime GenAI runs a folder whose config shares past and present: each past
+    is a buffer of max_length positions bound as its present too, the mask as long as the
+    positions held; apart, the past has its own length and the present is a new tensor."""
+    import onnxruntime
+
+    folder = _cached_folder(tmp_path / "shared", share=True)
+    path, decoder = bench._decoder(folder)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    step = bench._Step(session, decoder, past=5, new=1, cache="shared", max_length=16)
+    before = step.bound["past_key_values.0.key"].numpy().copy()
+    assert before.shape == (1, 1, 16, 1)
+    step.run()
+    step.run()
+    assert (step.bound["past_key_values.0.key"].numpy() == before + 2).all()  # the present written into the past's buffer
+    assert step.bound["attention_mask"].shape == (1, 6)  # as long as the positions held
+    assert step.bound["position_ids"].tolist() == [[5]]
+    assert bench._present_name("past_key_values.0.value", decoder) == "present.0.value"
+    apart = bench._Step(session, decoder, past=5, new=1, cache="apart", max_length=16)
+    logits, present_key, _ = apart.run()
+    assert logits.shape == (1, 6) and present_key.shape == (1, 1, 5, 1)
+    with pytest.raises(ValueError, match="does not fit the shared buffer of max_length 16"):
+        bench._Step(session, decoder, past=16, new=1, cache="shared", max_length=16)
+
+
+def test_a_cache_is_shared_only_where_the_config_shares_it() -> None:
+    assert bench.cache_given("shared", {"past_present_share_buffer": True, "max_length": 16}) == "shared"
+    assert bench.cache_given("shared", {"past_present_share_buffer": False}) == "apart"
+    assert bench.cache_given("shared", {}) == "apart"
+    assert bench.cache_given("apart", {"past_present_share_buffer": True}) == "apart"
