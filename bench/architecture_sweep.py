@@ -492,6 +492,7 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
     if multimodal:
         _fit_towers(config)
     config.architectures = [class_name]
+    _composite_token_ids(config)
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         # an encoder-decoder's checkpoints name the decoder's first token (T5's is the padding token);
         # its heads that shift the labels right (T5ForQuestionAnswering) read it from the config
@@ -501,6 +502,21 @@ def small_config(model_type: str, class_name: str, keys: frozenset[str] = frozen
         # an encoder's causal-LM head (BERT-like, BertGenerationDecoder, Reformer's) is a decoder only when told
         config.is_decoder = True
     return config
+
+
+def _composite_token_ids(config: Any) -> None:
+    """A composite encoder-decoder's token ids on its own config, in place, as its released checkpoints
+    set them (SpeechEncoderDecoderModel's, VisionEncoderDecoderModel's: the decoder's padding, end of
+    text, and its start of text as the decoder's first token): its config class sets none, and
+    generation and the export read them there."""
+    decoder = vars(config).get("decoder")
+    if not (hasattr(decoder, "to_dict") and hasattr(vars(config).get("encoder"), "to_dict")):
+        return
+    start = decoder.bos_token_id if getattr(decoder, "bos_token_id", None) is not None else decoder.pad_token_id
+    for name, value in (("pad_token_id", decoder.pad_token_id), ("eos_token_id", getattr(decoder, "eos_token_id", None)),
+                        ("decoder_start_token_id", start)):
+        if getattr(config, name, None) is None:
+            setattr(config, name, value)
 
 
 # a tiny vision tower's patches per side of its (shrunk) image: 16, the 256 image tokens a runtime's
@@ -1005,6 +1021,10 @@ def save_processors(model_type: str, config: Any, folder: Path) -> list[str]:
     from transformers.models.auto import feature_extraction_auto, image_processing_auto
 
     saved = []
+    encoder = vars(config).get("encoder")
+    if model_type not in feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES and \
+            model_type not in image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES and hasattr(encoder, "model_type"):
+        model_type = encoder.model_type  # a composite encoder-decoder's checkpoints ship its encoder's processor
     extractor = getattr(transformers, feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type) or "", None)
     if extractor is not None:
         bins = _mel_bins(config)

@@ -518,6 +518,23 @@ def test_an_encoder_decoder_names_its_decoders_first_token() -> None:
     assert sweep.small_config("t5", "T5ForQuestionAnswering").decoder_start_token_id == sweep.SMALL["pad_token_id"]
 
 
+@pytest.mark.parametrize(("model_type", "class_name", "processor"), [
+    ("speech-encoder-decoder", "SpeechEncoderDecoderModel", "Wav2Vec2FeatureExtractor"),
+    ("vision-encoder-decoder", "VisionEncoderDecoderModel", "ViTImageProcessorPil"),
+])
+def test_a_composite_encoder_decoder_has_its_decoders_token_ids_and_its_encoders_processor(
+        tmp_path: Path, model_type: str, class_name: str, processor: str) -> None:
+    # its config class sets no token ids of its own (its decoder's are the decoder config's): its
+    # checkpoints do, and generation reads them there
+    config = sweep.small_config(model_type, class_name, multimodal=True)
+    decoder = config.decoder
+    assert (config.pad_token_id, config.eos_token_id) == (decoder.pad_token_id, decoder.eos_token_id) == (
+        sweep.SMALL["pad_token_id"], sweep.SMALL["eos_token_id"])
+    assert config.decoder_start_token_id == sweep.SMALL["bos_token_id"]
+    assert sweep.save_processors(model_type, config, tmp_path) == [processor]  # its encoder's model type's
+    assert (tmp_path / "preprocessor_config.json").is_file()
+
+
 def test_a_latent_attentions_key_value_heads_shrink_with_its_heads() -> None:
     # GLM-4-MoE-Lite expands its latent keys to one per head: fewer key/value heads break its cache
     config = sweep.small_config("glm4_moe_lite", "Glm4MoeLiteForCausalLM")

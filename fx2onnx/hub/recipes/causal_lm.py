@@ -27,7 +27,7 @@ from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_
 from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.strided_cache import UNJOINED_NOTE, cache_stride, write_strided_cache
-from fx2onnx.hub.decoders.value_branch_refusal import value_branch_failure
+from fx2onnx.hub.shared.value_branch_refusal import value_branch_failure
 from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel

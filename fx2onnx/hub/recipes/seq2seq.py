@@ -36,6 +36,7 @@ from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
+from fx2onnx.hub.shared.value_branch_refusal import SEQ2SEQ, value_branch_failure
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speech_examples
 from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
@@ -143,6 +144,21 @@ def text_encoder_refusal(loaded: LoadedModel) -> Refusal | None:
     ))
 
 
+def _exported_half(
+    loaded: LoadedModel, half: nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions,
+    roles: dict[str, dict[int, str]] | None = None,
+) -> fx2onnx.ONNXProgram:
+    """:func:`exported` of one half; a capture failing on a Python branch over tensor values in
+    the model's code (LED's chunked attention) raises the error naming that line instead."""
+    try:
+        return exported(half, inputs, options, roles)
+    except fx2onnx.OnnxExporterError as error:
+        failure = value_branch_failure(loaded, error, options.failure_report_path, SEQ2SEQ)
+        if failure is None:
+            raise
+        raise failure from error
+
+
 class Seq2SeqRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         return text_encoder_refusal(loaded) or precision_refusal(loaded, request, FLOAT_ONLY)
@@ -165,13 +181,13 @@ class Seq2SeqRecipe(RecipeDefaults):
             return save_program(program, folder, name, loaded, state)
 
         roles = audio_layout(loaded.folder, loaded.config, loaded.model).dim_roles() if _speech(loaded) else None
-        program = exported(encoder, fake_inputs(encoder_inputs(loaded), loaded), options, roles)
+        program = _exported_half(loaded, encoder, fake_inputs(encoder_inputs(loaded), loaded), options, roles)
         files = save(program, staging, onnx_file(loaded, folder_layout.ENCODER))
         # the first and the next steps, captured apart, then merged into one file
         steps = staging / ".decoder_steps"
         paths = []
         for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
-            program = exported(decoder, decoder_inputs(loaded, decoder, with_past), options)
+            program = _exported_half(loaded, decoder, decoder_inputs(loaded, decoder, with_past), options)
             save(program, steps, name)
             paths.append(steps / name)
         merged = onnx_file(loaded, folder_layout.MERGED_DECODER)

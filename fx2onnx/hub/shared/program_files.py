@@ -16,6 +16,7 @@ import fx2onnx
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
+from fx2onnx.hub.shared.value_branch_refusal import ONE_PASS, value_branch_failure
 from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.onnx_passes import WeightQuantization
 
@@ -38,11 +39,12 @@ def exported_or_refused(
 ) -> fx2onnx.ONNXProgram:
     """:func:`exported` of the loaded model on ``inputs`` (faked as the load is); when the
     export fails and transformers' own forward fails on the same inputs, the refusal that
-    says so (`inputs_refusal`) instead."""
+    says so (`inputs_refusal`) instead, and when it fails on a Python branch over tensor
+    values in the model's code, the error naming that line (`value_branch_failure`)."""
     try:
         return exported(loaded.model, fake_inputs(inputs, loaded), options, extra_roles)
     except fx2onnx.OnnxExporterError as error:
-        refusal = inputs_refusal(loaded, inputs)
+        refusal = inputs_refusal(loaded, inputs) or value_branch_failure(loaded, error, options.failure_report_path, ONE_PASS)
         if refusal is None:
             raise
         raise refusal from error

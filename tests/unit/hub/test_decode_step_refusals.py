@@ -124,7 +124,7 @@ def test_a_branch_on_tensor_values_is_named_by_the_models_line(tmp_path: Path) -
     import types
 
     import fx2onnx
-    from fx2onnx.hub.decoders.value_branch_refusal import ValueBranchError, value_branch_failure
+    from fx2onnx.hub.shared.value_branch_refusal import ValueBranchError, value_branch_failure
 
     model = _BranchesOnACount()
     report = tmp_path / "failure.sarif"
