@@ -3,7 +3,7 @@ them.
 
 The export names a hybrid layer's states after transformers' cache layer
 (`past_key_values.<i>.conv_states.0`, `past_key_values.<i>.recurrent_states.0`, and their
-`present.*` outputs; translate/io_names.py). Transformers.js 4.3.2 names them by model type
+`present.*` outputs; translate/io_names.py). Transformers.js names them by model type
 (`getCacheNames` in its `dist/transformers.node.mjs`): `past_conv.<i>` with `past_ssm.<i>` or
 `past_recurrent.<i>`, OLMo-hybrid's convolution of queries, keys and values as three inputs,
 ZAYA's beside its keys and values (`past_key_values.<i>.conv_state`, `.shift_state`), and
@@ -58,7 +58,7 @@ _CONV = ("past_conv.{layer}",)
 _MAMBA = StateNames(_CONV, "past_ssm.{layer}")
 _GATED_DELTA = StateNames(_CONV, "past_recurrent.{layer}")
 
-# model type -> the names Transformers.js 4.3.2 feeds its states by
+# model type -> the names Transformers.js feeds its states by
 TRANSFORMERS_JS_STATE_NAMES = {
     "lfm2": StateNames(_CONV),
     "lfm2_moe": StateNames(_CONV),
