@@ -28,7 +28,7 @@ from typing import Any
 
 import onnx
 
-from fx2onnx.hub.decoders.graph_files import int64_constant
+from fx2onnx.hub.decoders.graph_files import int64_constant, rewrite_graph_file
 from fx2onnx.hub.shared.dim_roles import present_name
 
 _STATE = re.compile(r"past_key_values\.(\d+)\.(conv_states|recurrent_states)\.0")
@@ -158,13 +158,10 @@ def _replace(values: Any, replacements: dict[str, list[onnx.ValueInfoProto]]) ->
 
 def write_transformers_js_states(folder: Path, relative: str, config: Mapping[str, Any]) -> bool:
     """Rename the states of the graph at ``relative`` in ``folder`` as Transformers.js feeds
-    the model of ``config`` (a dict); False (nothing written) when it has no names of its own."""
+    the model of ``config`` (a dict); False (nothing written) when it has no names of its own
+or the graph no states."""
     names = state_names(config)
     if names is None:
         return False
-    path = folder / relative
-    model = onnx.load(str(path), load_external_data=False)
-    rename_states(model.graph, names, config)
-    onnx.save(model, str(path))
-    return True
+    return rewrite_graph_file(folder / relative, lambda graph: rename_states(graph, names, config))
 
