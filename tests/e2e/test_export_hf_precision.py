@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -19,7 +20,9 @@ from conftest import ATOL, RTOL, decoder_stack_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision.resolution import resolve_precision
-from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
+from fx2onnx.hub.shared.verification import (
+    QUANTIZED_ACTIVATION_ERROR, QUANTIZED_ERROR_FACTOR, greedy_in_onnxruntime, verify_quantized_causal_lm,
+)
 from fx2onnx.onnx_passes.decoder_stack_guard import EXACT_SUFFIX, STACK_GUARD
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
 from test_export_hf import PROMPT, causal_configs, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
@@ -101,6 +104,33 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     saved = sum(a.nbytes for a in _initializers(model_file(root / "float")).values()) - sum(a.nbytes for a in initializers.values())
     expected = layers * (4 - code_bytes - 4 / 32) + head * (4 - code_bytes - 4 / 64)
     assert abs(saved - expected) < 0.02 * (layers + head) * 4
+
+
+def test_the_quantized_bound_is_the_quantizations_own_error_and_a_wrong_scale_fails(folders, tmp_path):
+    """`--verify` judges a quantized folder by how far rounding the float model's weights as the
+    folder stores them moves the logits (quantization_error.py), measured from the float weights:
+    a folder with one layer's scales wrong fails, its reference the same."""
+    root, model, results = folders
+    right = results["int4"].verification
+    assert right.passed and right.own_error > 0
+    assert right.tolerance.atol == pytest.approx(QUANTIZED_ERROR_FACTOR * right.own_error
+                                                 + QUANTIZED_ACTIVATION_ERROR * right.logit_scale)
+    # the folder moves the logits as the rounding alone does (onnxruntime's int8 activations aside)
+    assert 0.5 * right.own_error < right.max_logit_difference < 1.5 * right.own_error
+    float_weights = {name: p.clone() for name, p in model.named_parameters()}
+    shutil.copytree(root / "int4", tmp_path / "broken")
+    path = model_file(tmp_path / "broken")
+    broken = onnx.load(os.fspath(path))
+    scales = next(t for t in broken.graph.initializer if t.name == "model.layers.0.self_attn.o_proj.weight_scales")
+    scales.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(scales) * 3, scales.name))
+    onnx.save(broken, os.fspath(path), save_as_external_data=True, location=f"{path.name}_data")
+    prompt = [5, 17, 42, 8, 9, 3]
+    kept = verify_quantized_causal_lm(model_file(root / "int4"), model, model.config, prompt, 8)
+    wrong = verify_quantized_causal_lm(path, model, model.config, prompt, 8)
+    assert kept.passed and not wrong.passed and wrong.own_error == kept.own_error
+    assert wrong.max_logit_difference > wrong.tolerance.atol
+    # the model's float weights are back after each measurement
+    assert all(torch.equal(p, float_weights[name]) for name, p in model.named_parameters())
 
 
 @pytest.mark.parametrize("precision", ["int4", "int8"])

@@ -1,0 +1,113 @@
+"""The quantization's own error: how far rounding a folder's weights to their grids moves the
+float model's logits, which a quantized folder's verification judges the folder by.
+
+A folder's ONNX files keep each quantized weight as ``<weight>_Q<bits>`` beside
+``<weight>_scales`` (and ``<weight>_zero_points`` when asymmetric; weight_quantization.py,
+embedding_quantization.py), ``<weight>`` the model's parameter. `rounded_model` runs the
+float model with each such weight rounded by `nbits_packing.rounded_weight` with the bits,
+block size and symmetry the folder stores, computed from the float weight, never read back
+from the folder's codes: a wrong code or scale in the folder is not in the reference.
+It rounds to nearest, which the ``search`` algorithm never exceeds in any block.
+
+How much rounding moves the logits is the model's own affair: tiny random models, whose
+logits are small and whose routers and top-k selections flip on small changes, move by a
+third of their largest logit; trained ones by a few percent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import torch
+from torch.nn.utils import parametrize
+
+from fx2onnx.onnx_passes.nbits_packing import block_count, rounded_weight
+
+_CODES = re.compile(r"(.+)_Q(4|8)")
+
+
+@dataclass(frozen=True)
+class StoredWeight:
+    """A weight as a folder stores it: ``rows`` (N) of ``blocks`` blocks each."""
+
+    name: str
+    bits: int
+    rows: int
+    blocks: int
+    symmetric: bool
+
+
+def stored_weights(paths: Iterable[Path]) -> list[StoredWeight]:
+    """The quantized weights of the ONNX files at ``paths`` (their graphs read without weights)."""
+    found: dict[str, StoredWeight] = {}
+    for path in paths:
+        dims = {t.name: list(t.dims) for t in onnx.load(str(path), load_external_data=False).graph.initializer}
+        for name, shape in dims.items():
+            match = _CODES.fullmatch(name)
+            scales = dims.get(f"{match.group(1)}_scales") if match else None
+            if match is None or scales is None:
+                continue
+            rows = shape[0]
+            found[match.group(1)] = StoredWeight(match.group(1), int(match.group(2)), rows, math.prod(scales) // rows,
+                                                 f"{match.group(1)}_zero_points" not in dims)
+    return list(found.values())
+
+
+class _Rounded(torch.nn.Module):
+    """A parametrization giving a weight rounded as the folder rounds it."""
+
+    def __init__(self, stored: StoredWeight, block_size: int, transposed: bool) -> None:
+        super().__init__()
+        self.stored, self.block_size, self.transposed = stored, block_size, transposed
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        rows = weight.t() if self.transposed else weight
+        rounded = rounded_weight(rows, self.stored.bits, self.block_size, self.stored.symmetric)
+        return rounded.t() if self.transposed else rounded
+
+
+def _block_size(columns: int, blocks: int) -> int | None:
+    """The power-of-two block size (at least 16) cutting ``columns`` into ``blocks`` blocks."""
+    size = 16
+    while size < 2 * max(columns, 1) and block_count(columns, size) > blocks:
+        size *= 2
+    return size if block_count(columns, size) == blocks else None
+
+
+def _rounding(module: torch.nn.Module, weight: torch.Tensor, stored: StoredWeight) -> _Rounded | None:
+    """How to round ``weight`` (a parameter of ``module``) as ``stored`` says, or None when its
+    shape is not the stored one's. transformers' Conv1D keeps its weight as [in, out]."""
+    transposed = type(module).__name__ == "Conv1D"
+    if weight.dim() != 2 or (weight.shape[1] if transposed else weight.shape[0]) != stored.rows:
+        return None
+    block_size = _block_size(weight.shape[0] if transposed else weight.shape[1], stored.blocks)
+    return None if block_size is None else _Rounded(stored, block_size, transposed)
+
+
+@contextlib.contextmanager
+def rounded_model(model: torch.nn.Module, weights: Iterable[StoredWeight]) -> Iterator[list[str]]:
+    """``model`` with each of ``weights`` rounded as the folder stores it, until the block
+    ends (then its float weights are back, untouched); gives the names it could not round
+    (no such parameter, or another shape)."""
+    parameters = dict(model.named_parameters(remove_duplicate=False))  # a tied head under its own name too
+    rounded, missing = [], []
+    try:
+        for stored in weights:
+            owner, _, attribute = stored.name.rpartition(".")
+            module = model.get_submodule(owner) if stored.name in parameters else None
+            rounding = None if module is None else _rounding(module, parameters[stored.name], stored)
+            if rounding is None:
+                missing.append(stored.name)
+                continue
+            parametrize.register_parametrization(module, attribute, rounding)
+            rounded.append((module, attribute))
+        yield missing
+    finally:
+        for module, attribute in reversed(rounded):
+            parametrize.remove_parametrizations(module, attribute, leave_parametrized=False)
