@@ -1249,6 +1249,16 @@ def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
     assert set(decoder) == {"inputs_embeds", "per_layer_inputs", "attention_mask", "position_ids",
                             *(f"past_key_values.{i}.{kind}" for i in range(3) for kind in ("key", "value"))}
     assert decoder["past_key_values.0.key"][3] == 8 and decoder["past_key_values.2.key"][3] == 16
+    # the pair's dims as the folder's model has them: only the roles free, every size the config fixes concrete
+    pair = onnx.load(folder / "decoder_model_merged.onnx", load_external_data=False).graph
+    whole = onnx.load(folder / "model.onnx", load_external_data=False).graph
+    in_pair, in_whole = {**decoder, **shapes(pair.output)}, {**shapes(whole.input), **shapes(whole.output)}
+    assert {name: in_pair[name] for name in in_whole if name != "input_ids"} == {
+        name: dims for name, dims in in_whole.items() if name != "input_ids"}
+    assert decoder["inputs_embeds"] == ["batch_size", "sequence_length", 32]
+    assert decoder["per_layer_inputs"] == ["batch_size", "sequence_length", 3, 8]
+    assert {dim for dims in in_pair.values() for dim in dims if isinstance(dim, str)} == {
+        "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"}
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)  # up to 25 tokens
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     genai = og.Model(str(tmp_path / "out"))
