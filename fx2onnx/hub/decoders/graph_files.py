@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from diagnostics.files import write_atomically
+from diagnostics import write_atomically
 
 
 def rewrite_graph_file(path: Path, rewrite: Callable[[onnx.GraphProto], object]) -> bool:

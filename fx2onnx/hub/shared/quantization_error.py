@@ -27,7 +27,7 @@ import onnx
 import torch
 from torch.nn.utils import parametrize
 
-from fx2onnx.onnx_passes.nbits_packing import block_count, rounded_weight
+from fx2onnx.onnx_passes import rounded_weight
 
 _CODES = re.compile(r"(.+)_Q(4|8)")
 
@@ -75,9 +75,9 @@ class _Rounded(torch.nn.Module):
 def _block_size(columns: int, blocks: int) -> int | None:
     """The power-of-two block size (at least 16) cutting ``columns`` into ``blocks`` blocks."""
     size = 16
-    while size < 2 * max(columns, 1) and block_count(columns, size) > blocks:
+    while size < 2 * max(columns, 1) and -(-columns // size) > blocks:
         size *= 2
-    return size if block_count(columns, size) == blocks else None
+    return size if -(-columns // size) == blocks else None
 
 
 def _rounding(module: torch.nn.Module, weight: torch.Tensor, stored: StoredWeight) -> _Rounded | None:
