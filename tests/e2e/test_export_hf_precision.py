@@ -129,6 +129,9 @@ def test_the_quantized_bound_is_the_quantizations_own_error_and_a_wrong_scale_fa
     wrong = verify_quantized_causal_lm(path, model, model.config, prompt, 8)
     assert kept.passed and not wrong.passed and wrong.own_error == kept.own_error
     assert wrong.max_logit_difference > wrong.tolerance.atol
+    # a bound given: judged by it, the own error not measured
+    given = verify_quantized_causal_lm(path, model, model.config, prompt, 8, atol=10.0)
+    assert given.passed and given.own_error is None and "rounding" not in given.summary()
     # the model's float weights are back after each measurement
     assert all(torch.equal(p, float_weights[name]) for name, p in model.named_parameters())
 

@@ -431,17 +431,18 @@ class QuantizedVerification(Verification):
     (quantization_error.py): the quantization's own error, which depends on the model
     (a third of the largest logit for some tiny random ones). It passes when the largest
     difference is at most ``QUANTIZED_ERROR_FACTOR`` times that plus
-    ``QUANTIZED_ACTIVATION_ERROR`` of the scale (or the ``atol`` given)."""
+    ``QUANTIZED_ACTIVATION_ERROR`` of the scale, or the ``atol`` given (then the own error is
+    not measured)."""
 
     token_agreement: float = 0.0
     logit_scale: float = 0.0
-    own_error: float = 0.0
+    own_error: float | None = None  # not measured where ``atol`` is given
 
     def summary(self) -> str:
+        own = "" if self.own_error is None else f"; rounding the weights alone moves them by {self.own_error:.3g}"
         return (
-            f"quantized: largest logit difference {self.max_logit_difference:.3g} ({_bounded(self, 'logits', self.logit_scale)}; "
-            f"rounding the weights alone moves them by {self.own_error:.3g}), "
-            f"greedy tokens agree at {self.token_agreement:.0%} of {len(self.torch_tokens)} positions"
+            f"quantized: largest logit difference {self.max_logit_difference:.3g} ({_bounded(self, 'logits', self.logit_scale)}"
+            f"{own}), greedy tokens agree at {self.token_agreement:.0%} of {len(self.torch_tokens)} positions"
         )
 
 
@@ -490,8 +491,11 @@ def verify_quantized_causal_lm(
     torch_logits = torch.cat([step[:1] for step in generated.logits]).float()
     agreement = sum(a == b for a, b in zip(onnx_tokens, torch_tokens)) / len(torch_tokens)
     scale = float(torch_logits.abs().max())
-    own = _own_error(model, [path, *([embedding] if embedding else [])], prompt + torch_tokens[:-1], torch_logits)
-    bound = Tolerance(0.0, atol if atol is not None else QUANTIZED_ERROR_FACTOR * own + QUANTIZED_ACTIVATION_ERROR * scale)
+    own, limit = None, atol
+    if limit is None:
+        own = _own_error(model, [path, *([embedding] if embedding else [])], prompt + torch_tokens[:-1], torch_logits)
+        limit = QUANTIZED_ERROR_FACTOR * own + QUANTIZED_ACTIVATION_ERROR * scale
+    bound = Tolerance(0.0, limit)
     compared = verdict_of([(logits, torch_logits)], bound, None, onnx_tokens, torch_tokens)
     return QuantizedVerification(**vars(compared), token_agreement=agreement, logit_scale=scale, own_error=own)
 
