@@ -1334,10 +1334,11 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(t
 
     monkeypatch.setattr(causal_lm, "verify_quantized_causal_lm", spied)
     said = []
-    # int4 of a 32-wide model moves its logits by up to 0.3 (of 0.4): the bound set above that
+    # int4 of a 32-wide model moves its logits by up to 0.45 (of 0.35), as rounding its weights alone does: judged
+    # against the model with its weights rounded so
     result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4", module_functions=True,
-                       verify=True, tokens=NEW_TOKENS, atol=0.5, say=said.append)
-    assert result.verification.passed
+                       verify=True, tokens=NEW_TOKENS, say=said.append)
+    assert result.verification.passed and result.verification.own_error > 0.1
     assert checked == [("model_q4.onnx", None), ("decoder_model_merged_q4.onnx", "embed_tokens_q4.onnx")]
     assert [line for line in said if line.startswith("genai_config.json with past and present apart")]
     folder = tmp_path / "out" / "onnx"
@@ -1356,8 +1357,8 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(t
         onnx.helper.make_node("Mul", ["logits/raw", "logits/three"], ["logits"])])
     onnx.save(tripled, folder / "decoder_model_merged_q4.onnx")
     prompt = [5, 17, 42, 8, 9, 3]
-    assert verify_quantized_causal_lm(folder / "model_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5).passed
-    assert not verify_quantized_causal_lm(folder / "decoder_model_merged_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5,
+    assert verify_quantized_causal_lm(folder / "model_q4.onnx", model, model.config, prompt, NEW_TOKENS).passed
+    assert not verify_quantized_causal_lm(folder / "decoder_model_merged_q4.onnx", model, model.config, prompt, NEW_TOKENS,
                                           embedding=folder / "embed_tokens_q4.onnx").passed
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())

@@ -87,3 +87,16 @@ def test_a_weight_the_model_does_not_have_is_named(tmp_path):
     with rounded_model(model, stored_weights([tmp_path / "model.onnx"])) as missing:
         assert sorted(missing) == ["embed.weight", "packed.qkv.weight"]
     assert not hasattr(model.proj, "parametrizations")
+
+
+def test_a_head_tied_to_its_embedding_is_rounded_for_both_unless_the_folder_keeps_the_table(tmp_path):
+    # with --quantize-embedding a tied embedding gathers from the head's codes: no float table left
+    model = Tiny().eval()
+    folder_file(tmp_path / "model.onnx", {"head.weight": (model.head.weight, 4, 32, True)})
+    weights = stored_weights([tmp_path / "model.onnx"])
+    with rounded_model(model, weights, kept_float=set()):
+        assert torch.equal(model.embed.weight, model.head.weight)
+        assert not torch.equal(model.embed.weight, model.embed.parametrizations.weight.original)
+    with rounded_model(model, weights, kept_float={"head.weight"}):  # the float table under the head's name
+        assert hasattr(model.head, "parametrizations") and not hasattr(model.embed, "parametrizations")
+    assert model.head.weight is model.embed.weight and not hasattr(model.head, "parametrizations")
