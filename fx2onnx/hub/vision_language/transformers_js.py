@@ -173,7 +173,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # recipes/encoder_decoder_image_text_to_text.py); Transformers.js puts the image features before the prompt's
     # embeddings itself (Florence2ForConditionalGeneration._merge_input_ids_with_image_features)
     "florence2": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (Florence2ForConditionalGeneration): vision_encoder, embed_tokens, "
+        f"{TRANSFORMERS_JS} runs this folder (Florence2ForConditionalGeneration): vision_encoder, embed_tokens, "
         "encoder_model and decoder_model_merged; it puts each image's features before its prompt's embeddings where "
         "transformers' processor writes image tokens, and its Florence2Processor expands the task prompts "
         "(\"<CAPTION>\", \"<OD>\", ...) from the preprocessor_config.json written here. The image processor resizes "
