@@ -1249,6 +1249,16 @@ def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
     assert set(decoder) == {"inputs_embeds", "per_layer_inputs", "attention_mask", "position_ids",
                             *(f"past_key_values.{i}.{kind}" for i in range(3) for kind in ("key", "value"))}
     assert decoder["past_key_values.0.key"][3] == 8 and decoder["past_key_values.2.key"][3] == 16
+    # the pair's dims as the folder's model has them: only the roles free, every size the config fixes concrete
+    pair = onnx.load(folder / "decoder_model_merged.onnx", load_external_data=False).graph
+    whole = onnx.load(folder / "model.onnx", load_external_data=False).graph
+    in_pair, in_whole = {**decoder, **shapes(pair.output)}, {**shapes(whole.input), **shapes(whole.output)}
+    assert {name: in_pair[name] for name in in_whole if name != "input_ids"} == {
+        name: dims for name, dims in in_whole.items() if name != "input_ids"}
+    assert decoder["inputs_embeds"] == ["batch_size", "sequence_length", 32]
+    assert decoder["per_layer_inputs"] == ["batch_size", "sequence_length", 3, 8]
+    assert {dim for dims in in_pair.values() for dim in dims if isinstance(dim, str)} == {
+        "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"}
     assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)  # up to 25 tokens
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     genai = og.Model(str(tmp_path / "out"))
@@ -1324,10 +1334,11 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(t
 
     monkeypatch.setattr(causal_lm, "verify_quantized_causal_lm", spied)
     said = []
-    # int4 of a 32-wide model moves its logits by up to 0.3 (of 0.4): the bound set above that
+    # int4 of a 32-wide model moves its logits by up to 0.45 (of 0.35), as rounding its weights alone does: judged
+    # against the model with its weights rounded so
     result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4", module_functions=True,
-                       verify=True, tokens=NEW_TOKENS, atol=0.5, say=said.append)
-    assert result.verification.passed
+                       verify=True, tokens=NEW_TOKENS, say=said.append)
+    assert result.verification.passed and result.verification.own_error > 0.1
     assert checked == [("model_q4.onnx", None), ("decoder_model_merged_q4.onnx", "embed_tokens_q4.onnx")]
     assert [line for line in said if line.startswith("genai_config.json with past and present apart")]
     folder = tmp_path / "out" / "onnx"
@@ -1346,8 +1357,8 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(t
         onnx.helper.make_node("Mul", ["logits/raw", "logits/three"], ["logits"])])
     onnx.save(tripled, folder / "decoder_model_merged_q4.onnx")
     prompt = [5, 17, 42, 8, 9, 3]
-    assert verify_quantized_causal_lm(folder / "model_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5).passed
-    assert not verify_quantized_causal_lm(folder / "decoder_model_merged_q4.onnx", model, model.config, prompt, NEW_TOKENS, 0.5,
+    assert verify_quantized_causal_lm(folder / "model_q4.onnx", model, model.config, prompt, NEW_TOKENS).passed
+    assert not verify_quantized_causal_lm(folder / "decoder_model_merged_q4.onnx", model, model.config, prompt, NEW_TOKENS,
                                           embedding=folder / "embed_tokens_q4.onnx").passed
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
     genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())

@@ -1,4 +1,4 @@
-"""The audio-text-to-text folder in Transformers.js 4.3.2: its `AudioTextToText` classes load
+"""The audio-text-to-text folder in Transformers.js: its `AudioTextToText` classes load
 `audio_encoder`, `embed_tokens` and `decoder_model_merged`, run the audio encoder on the
 inputs it picks by the encoder's input names, and put `audio_features` into the audio tokens'
 rows (`config.audio_token_id`) in JavaScript, as audio_verification.py does.
@@ -14,6 +14,8 @@ from typing import Any
 
 import onnx_ir as ir
 
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
+
 # model type -> the audio encoder's inputs renamed as Transformers.js's class feeds them
 TRANSFORMERS_JS_INPUTS: dict[str, dict[str, str]] = {
     "voxtral": {"input_features": "audio_values"},
@@ -21,13 +23,13 @@ TRANSFORMERS_JS_INPUTS: dict[str, dict[str, str]] = {
 }
 
 
-# model type -> the layout Transformers.js 4.3.2 loads for it that export-hf does not write, and why
+# model type -> the layout Transformers.js loads for it that export-hf does not write, and why
 # (line numbers of its dist/transformers.node.mjs)
 NOT_WRITTEN: dict[str, str] = {
     "voxtral_realtime": (
         "it streams: transformers adds the projected audio embeddings to the prompt's token embeddings one for one "
         "(inputs_embeds += audio_embeds, no audio token) and conditions every decoder layer on the delay "
-        "(num_delay_tokens through a time embedding and ada RMS norms). Transformers.js 4.3.2's "
+        f"(num_delay_tokens through a time embedding and ada RMS norms). {TRANSFORMERS_JS}'s "
         "VoxtralRealtimeForConditionalGeneration (lines 31482-31648 of dist/transformers.node.mjs) loads "
         "audio_encoder, embed_tokens and decoder_model_merged, and runs the audio encoder chunk by chunk as the "
         "decoder asks for audio: input_features [1, num_mel_bins, frames], attention_mask and position_ids over the "
@@ -64,8 +66,8 @@ def client_note(config: dict[str, Any]) -> str:
     """What export-hf says of the folder's clients for the model of ``config`` (config.json)."""
     model_type = config.get("model_type")
     if model_type in TRANSFORMERS_JS_INPUTS:
-        return (f"Transformers.js 4.3.2 runs this folder (AutoModelForAudioTextToText, {model_type}) on the tokens and "
+        return (f"{TRANSFORMERS_JS} runs this folder (AutoModelForAudioTextToText, {model_type}) on the tokens and "
                 "audio features transformers' processor gives. ONNX Runtime GenAI has no audio-text-to-text type.")
-    return (f"Transformers.js 4.3.2 has no audio-text-to-text class for {model_type}, nor ONNX Runtime GenAI a type: "
+    return (f"{TRANSFORMERS_JS} has no audio-text-to-text class for {model_type}, nor ONNX Runtime GenAI a type: "
             "run the three models with onnxruntime as the verification chains them (the audio encoder, its features "
             "put into the audio tokens' rows of embed_tokens' output, then decoder_model_merged).")

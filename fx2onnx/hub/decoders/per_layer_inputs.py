@@ -1,6 +1,6 @@
 """A text-generation folder's two extra models for Transformers.js's embedded-decoder layout (Gemma 4).
 
-Transformers.js 4.3.2 runs a ``gemma4`` causal LM through its image-audio-text-to-text
+Transformers.js runs a ``gemma4`` causal LM through its image-audio-text-to-text
 class (Gemma 3n's forward): it never loads `onnx/model.onnx`, but
 
 - `onnx/embed_tokens.onnx`: `input_ids` -> `inputs_embeds` and, for a model with per-layer
@@ -38,7 +38,7 @@ from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program
 from fx2onnx.hub.vision_language.parts import Holder
 
-# model types whose Transformers.js 4.3.2 causal-LM class loads embed_tokens and decoder_model_merged
+# model types whose Transformers.js causal-LM class loads embed_tokens and decoder_model_merged
 EMBEDDED_DECODER_TYPES = frozenset({"gemma4"})
 EMBEDDING, PER_LAYER = "embed_tokens", "per_layer_inputs"
 # the multimodal config's token ids its forward embeds as padding
