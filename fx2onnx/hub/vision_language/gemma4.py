@@ -13,7 +13,10 @@ language model once it has merged the features. So:
   [images, patches, 2], -1 at padding -> `image_features` [tokens, hidden]): the tower on the
   processor's padded patches and the embedder into the text model's width, the padding's
   pooled rows dropped (the tower's own `pooler_mask`): one row per image token, for any image
-  size the processor gives (its aspect ratio kept, the token count varying with it);
+  size the processor gives (its aspect ratio kept, the token count varying with it). The
+  patches' count is the image processor's (`max_soft_tokens` times the pooling window's
+  patches, as Transformers.js's Gemma4ImageProcessor pads them too): the tower's pooling sizes
+  a one-hot by it, which the capture keeps as a number;
 - audio_encoder (`input_features` [clips, frames, mel bins], `input_features_mask` ->
   `audio_features` [tokens, hidden]): the conformer and its embedder, the rows past each
   clip's end dropped (the tower's own output mask), as transformers merges them;
@@ -87,8 +90,8 @@ def check(config: Any) -> None:
         raise NotImplementedError(
             "The model has no audio tower (audio_config is null), and Transformers.js 4.3.2 loads onnx/audio_encoder.onnx "
             "for Gemma4ForConditionalGeneration whatever the prompt holds (src/models/session_config.js:78-90, the "
-            "image-audio-text-to-text sessions; src/models/registry.js:634-640), so a folder without one does not load. "
-            "Nothing was written."
+            "image-audio-text-to-text sessions; src/models/registry.js:634-640), so a folder without one does not load "
+            "(ModelFileNotFoundError for onnx/audio_encoder.onnx). Nothing was written."
         )
     if getattr(config.get_text_config(), "use_bidirectional_attention", None) == "vision":
         raise NotImplementedError(
@@ -121,16 +124,17 @@ def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_proc
     plain = parts.without_causal_mask(options)
     images = _processed(image_processor)
     vision = {"pixel_values": images["pixel_values"], "pixel_position_ids": images["image_position_ids"]}
-    # the processor pads every image to max_soft_tokens pooled tokens: patches a multiple of the pooling window's
-    pooled = Dim("pooled_tokens", min=1) * int(loaded.config.vision_config.pooling_kernel_size) ** 2
-    vision_options = dataclasses.replace(plain, dynamic_shapes={name: {0: Dim.AUTO, 1: pooled} for name in vision})
+    # the patches' count stays the processor's (max_soft_tokens pooled tokens): the tower's pooling sizes its one-hot
+    # by it, which the capture keeps as a number; another count is an error of onnxruntime's, not other numbers
+    vision_options = dataclasses.replace(plain, dynamic_shapes={name: {0: Dim.AUTO} for name in vision})
     audio = _audio_inputs()
     audio_options = dataclasses.replace(plain, dynamic_shapes={name: {0: Dim.AUTO, 1: Dim.AUTO} for name in audio})
     embedding, decoder = embedded_decoder_programs(loaded, options)
     return {
-        "vision": fx2onnx.dynamo_export(Gemma4Vision(loaded.model), **parts.as_loaded(vision, loaded),
+        # fake inputs with their sizes as numbers (the patches' count static)
+        "vision": fx2onnx.dynamo_export(Gemma4Vision(loaded.model), **parts.as_loaded(vision, loaded, static=True),
                                         export_options=vision_options),
-        "audio": fx2onnx.dynamo_export(Gemma4Audio(loaded.model), **parts.as_loaded(audio, loaded),
+        "audio": fx2onnx.dynamo_export(Gemma4Audio(loaded.model), **parts.as_loaded(audio, loaded, static=True),
                                        export_options=audio_options),
         "embedding": embedding,
         "decoder": decoder,
