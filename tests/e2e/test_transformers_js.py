@@ -1389,8 +1389,9 @@ def save_gemma4_multimodal(folder: Path) -> torch.nn.Module:
 
 def gemma4_prompts(model: torch.nn.Module) -> tuple[list[dict], list[dict]]:
     """transformers' processed inputs (as Gemma4Processor lays out the tokens) of a wide image, a tall
-    one, a prompt without an image, an audio clip, and a left-padded batch of two images of other sizes
-    (a prompt's ids, mask and pixels; the patches of each image padded to 70 pooled tokens)."""
+    one, a prompt without an image, an audio clip, an image and the clip in one prompt, and a
+    left-padded batch of two images of other sizes (a prompt's ids, mask, pixels and clip; the
+    patches of each image padded to 70 pooled tokens)."""
     config = model.config
     image_processor = transformers.Gemma4ImageProcessorPil(patch_size=4, max_soft_tokens=70, pooling_kernel_size=2)
     text = [5, 17, 42, 8, 9, 3, 77, 31]
@@ -1411,8 +1412,12 @@ def gemma4_prompts(model: torch.nn.Module) -> tuple[list[dict], list[dict]]:
     with torch.no_grad():
         count = int(model.model.get_audio_features(audio["input_features"], audio["input_features_mask"]).attention_mask.sum())
     ids = [1, *text[:2], config.boa_token_id, *[config.audio_token_id] * count, config.eoa_token_id, *text[2:]]
+    clip_inputs = {"input_features": audio["input_features"], "input_features_mask": audio["input_features_mask"]}
     prompts.append({"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.int64),
-                    "input_features": audio["input_features"], "input_features_mask": audio["input_features_mask"]})
+                    **clip_inputs})
+    image_ids, pixels = image_row(random_image(50, 30, 5), ids[1:])  # the image before the clip, in one prompt
+    prompts.append({"input_ids": torch.tensor([image_ids]), "attention_mask": torch.ones(1, len(image_ids), dtype=torch.int64),
+                    **pixels, **clip_inputs})
     rows = [image_row(random_image(40, 40, 3), text), image_row(random_image(20, 60, 4), text[:5])]
     width = max(len(ids) for ids, _ in rows)
     prompts.append({
@@ -1434,8 +1439,8 @@ def test_gemma4_image_audio_folder_in_transformers_js(tmp_path, transformers_js)
     prompt), embed_tokens with per-layer inputs, decoder_model_merged with the KV-shared layers'
     cache left out. export-hf's verification (two images of other sizes in one prompt, in
     onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on a wide image, a tall
-    one, a prompt without an image, an audio clip and a left-padded batch of two images, past the
-    sliding window of 8."""
+    one, a prompt without an image, an audio clip, an image and the clip in one prompt, and a
+    left-padded batch of two images, past the sliding window of 8."""
     model = save_gemma4_multimodal(tmp_path / "source")
     out = tmp_path / "out"
     said = []
@@ -1462,11 +1467,11 @@ def test_gemma4_image_audio_folder_in_transformers_js(tmp_path, transformers_js)
     assert config["model_type"] == "gemma4" and config["architectures"] == ["Gemma4ForConditionalGeneration"]
     prompts, expected = gemma4_prompts(model)
     assert len({len(prompt["inputs"]["input_ids"]["data"]) for prompt in prompts[:2]}) == 2  # other token counts
-    assert 0 in prompts[4]["inputs"]["attention_mask"]["data"]  # the batch is padded
+    assert 0 in prompts[5]["inputs"]["attention_mask"]["data"]  # the batch is padded
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
     assert results == expected
-    assert len({str(rows) for rows in expected[:4]}) == 4  # the image and the audio changed the tokens
+    assert len({str(rows) for rows in expected[:5]}) == 5  # the images and the audio changed the tokens
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):
