@@ -22,7 +22,7 @@ from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
-from fx2onnx.hub.vision_language import gemma4, genai_files
+from fx2onnx.hub.vision_language import genai_files
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to_text
@@ -59,8 +59,8 @@ def export_folder(
     state = None
     if loaded.fake_context is not None:
         state = part_checkpoint(loaded.folder, loaded.model, loaded.model)
-    # the parts the architecture has: the three of every folder, and Gemma 4's audio model
-    for part, base in (genai_files.PARTS | {"audio": gemma4.AUDIO}).items():
+    # the parts the architecture has: the three of every folder, and an optional one (Gemma 4's audio model)
+    for part, base in (genai_files.PARTS | genai_files.OPTIONAL_PARTS).items():
         if part not in programs:
             continue
         if part not in ("vision", "audio"):  # their dims are the image's and the clip's, no role the runtime names
@@ -88,8 +88,9 @@ def verify_folder(
     from transformers import AutoImageProcessor
 
     image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
-    files = {part: folder / onnx_file(loaded, base) for part, base in (genai_files.PARTS | {"audio": gemma4.AUDIO}).items()}
-    files = {part: path for part, path in files.items() if part != "audio" or path.is_file()}
+    files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
+    files |= {part: folder / onnx_file(loaded, base) for part, base in genai_files.OPTIONAL_PARTS.items()
+              if (folder / onnx_file(loaded, base)).is_file()}
     architecture = architecture_for(loaded.config, for_transformers_js)
     return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, architecture,
                                      embedding_merges=not for_transformers_js)

@@ -49,10 +49,6 @@ from fx2onnx.hub.vision_language import parts
 from fx2onnx.hub.vision_language.architecture import Prompt, VisionLanguageArchitecture, prompt_text, transformers_js_only
 from fx2onnx.hub.vision_language.parts import Holder
 
-# the file of the audio model, as Transformers.js names its session
-AUDIO = "audio_encoder"
-
-
 class Gemma4Vision(torch.nn.Module):
     """The vision tower and its embedder: one row per image token of every image."""
 
