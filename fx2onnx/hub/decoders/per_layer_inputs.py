@@ -133,11 +133,11 @@ def _decoder_inputs(loaded: LoadedModel, embedding: PerLayerEmbedding) -> dict[s
             **({PER_LAYER: embedded[PER_LAYER]} if PER_LAYER in embedded else {})}
 
 
-def write_embedded_decoder(
-    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: Any = None,
-) -> list[str]:
-    """Export and write Transformers.js's `embed_tokens` and `decoder_model_merged` into
-    ``staging`` (``options``: those of the folder's model); returns their paths and data files."""
+def embedded_decoder_programs(
+    loaded: LoadedModel, options: fx2onnx.ExportOptions,
+) -> tuple[fx2onnx.ONNXProgram, fx2onnx.ONNXProgram]:
+    """The programs of Transformers.js's `embed_tokens` and `decoder_model_merged` of ``loaded``'s
+    text model (``options``: those of the decoder)."""
     embedding = PerLayerEmbedding(loaded.model).eval()
     decoder = PerLayerDecoder(loaded.model).eval()
     vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
@@ -150,8 +150,16 @@ def write_embedded_decoder(
     inputs = _decoder_inputs(loaded, embedding)  # the prefill runs the whole model, with its own masks
     with masks_by_held_tokens(decoder.text_model()):
         decoder_program = exported(decoder, inputs, options, roles)
+    return embed_program, decoder_program
+
+
+def write_embedded_decoder(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: Any = None,
+) -> list[str]:
+    """Export and write Transformers.js's `embed_tokens` and `decoder_model_merged` into
+    ``staging`` (``options``: those of the folder's model); returns their paths and data files."""
+    embed_program, decoder_program = embedded_decoder_programs(loaded, options)
     files = []
     for program, base in ((embed_program, EMBEDDING), (decoder_program, folder_layout.MERGED_DECODER)):
         files += save_program(program, staging, onnx_file(loaded, base, quantization), loaded)
     return files
-

@@ -77,6 +77,9 @@ class VisionLanguageArchitecture:
         check: raises a clear error for a configuration the runtime cannot run.
         merges_images: the embedding takes the image features (ONNX Runtime GenAI's), else
             it is the token embedding alone (Transformers.js merges the features itself).
+        more_pairs: (the folder's files by part, model) -> more (onnxruntime, transformers)
+            results the verification judges: a model of the folder the greedy loop does not
+            run (Gemma 4's audio model); None: no other.
     """
 
     genai_type: str
@@ -91,6 +94,7 @@ class VisionLanguageArchitecture:
     wide_rows: WideRows | None = None
     check: Callable[[Any], None] = _no_check
     merges_images: bool = True
+    more_pairs: Callable[[dict[str, Any], torch.nn.Module], list[tuple[np.ndarray, torch.Tensor]]] | None = None
 
     def export(self, loaded: Any, options: Any, image_processor: Any) -> dict[str, Any]:
         """The "vision", "embedding" and "decoder" programs of ``loaded``'s model."""

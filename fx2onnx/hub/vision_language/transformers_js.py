@@ -25,7 +25,7 @@ from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.vision_language import (
-    gemma3_transformers_js, glm_ocr, idefics3, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
+    gemma3_transformers_js, gemma4, glm_ocr, idefics3, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
@@ -181,6 +181,18 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "ONNX Runtime GenAI has no Florence-2 type.",
         processor_class="Florence2Processor",
     ),
+    # Gemma3nForConditionalGeneration's path (gemma4.py): vision_encoder on the processor's padded patches and their
+    # positions, audio_encoder (loaded whatever the prompt), embed_tokens giving per_layer_inputs, positions from 0
+    "gemma4": TransformersJsRow(
+        "Transformers.js 4.3.2 runs this folder (Gemma4ForConditionalGeneration) on the input_ids, pixel_values and "
+        "image_position_ids transformers' Gemma4Processor gives (any image size: its token count varies with the "
+        "image's; the patches padded to the saved processor's max_soft_tokens, the one count the vision model takes), "
+        "and input_features with input_features_mask for audio; its own Gemma4Processor puts two newlines before "
+        "and after each image's tokens, which transformers' does not, and its Gemma4ImageProcessor resizes with sharp, "
+        "whose pixels differ from PIL's. embed_tokens gives per_layer_inputs beside inputs_embeds. ONNX Runtime "
+        "GenAI has no Gemma 4 vision-language type.",
+        architecture=gemma4.ARCHITECTURE,
+    ),
 }
 
 
@@ -192,6 +204,12 @@ NOT_SERVED = {
         "image_sizes before the vision model runs; transformers' LLaVA-OneVision needs each image's size to choose the grid "
         "of its crops and to unpad their features (pack_image_features, with image_newline rows), which a vision model fed "
         "pixel_values alone cannot tell."
+    ),
+    "gemma3n": (
+        "export-hf does not export its towers: the vision tower is timm's MobileNetV5 (transformers builds it through "
+        "TimmWrapperModel, and timm is not among export-hf's dependencies) and Transformers.js's "
+        "Gemma3nForConditionalGeneration also loads an audio_encoder (src/models/session_config.js:78-90), Gemma 3n's "
+        "USM conformer, not written either."
     ),
 }
 
@@ -220,6 +238,7 @@ def transformers_js_architecture(config: Any) -> VisionLanguageArchitecture:
     ONNX Runtime GenAI's folder has (architectures.py, with its checks)."""
     row = TRANSFORMERS_JS_ARCHITECTURES.get(getattr(config, "model_type", None))
     if row is not None and row.architecture is not None:
+        row.architecture.check(config)  # a configuration Transformers.js cannot run: a clear error
         return row.architecture
     return architecture_of(config)
 
