@@ -168,10 +168,11 @@ def test_voxtral_realtime_streaming_folder_generates_as_transformers(tmp_path):
     one token's, the decoder's delay conditioning inside: 16 greedy tokens and every step's logits
     equal transformers' `generate` on the whole clip, past both sliding windows. Each model passes
     the full checker; the encoder's inputs and outputs are those the client feeds and reads, its
-    batch and heads static (the client sizes its caches from them)."""
+    batch and heads static (the client sizes its caches from them). With module functions."""
     save_voxtral_realtime(tmp_path / "source")
     out = tmp_path / "out"
-    verification = export_hf(tmp_path / "source", out, task="text2text-generation", verify=True, tokens=16).verification
+    verification = export_hf(tmp_path / "source", out, task="text2text-generation", verify=True, tokens=16,
+                             module_functions=True).verification
     assert verification.passed and verification.tokens_equal and len(verification.onnx_tokens) == 16
     assert verification.max_logit_difference < 1e-4 and len(set(verification.torch_tokens)) > 4
     for name in PARTS:
@@ -183,6 +184,7 @@ def test_voxtral_realtime_streaming_folder_generates_as_transformers(tmp_path):
     assert shapes["past_padding_cache"] == [1, 16 + 32, 2] and shapes["past_key_values.0.key"][:2] == [1, 4]
     decoder = onnx.load(os.fspath(out / "onnx" / "decoder_model_merged.onnx"), load_external_data=False)
     assert [i.name for i in decoder.graph.input][:3] == ["inputs_embeds", "attention_mask", "past_key_values.0.key"]
+    assert decoder.functions and encoder.functions  # with module functions (the Transformers.js test: without)
     assert "Transformers.js 4.3.2 runs this folder" in client_note({"model_type": "voxtral_realtime"})
 
 
