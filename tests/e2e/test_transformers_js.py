@@ -1204,6 +1204,37 @@ def test_granite_speech_folder_in_transformers_js(tmp_path, transformers_js):
     assert results == expected and len(expected[0]) == NEW_TOKENS and len(set(expected[0])) > 2
 
 
+def test_voxtral_realtime_folder_in_transformers_js(tmp_path, transformers_js):
+    """VoxtralRealtime's streaming folder (without module functions) in Transformers.js
+    (AutoModelForAudioTextToText: VoxtralRealtimeForConditionalGeneration's generate takes the mel
+    frames as an iterable of chunks, encodes them as the tokens need audio and adds each audio
+    embedding to one token's): 16 greedy tokens equal transformers' `generate` on the whole clip,
+    for a clip exactly as long as the tokens need in chunks of 2 tokens' frames and a longer
+    one in chunks of 3 tokens', past the encoder's and decoder's sliding windows."""
+    from fx2onnx.hub.audio_language.voxtral_realtime_verification import verification_prompt
+    from test_export_hf_audio_language import save_voxtral_realtime
+
+    model = save_voxtral_realtime(tmp_path / "source")
+    export_hf(tmp_path / "source", tmp_path / "out", task="text2text-generation", module_functions=False)
+    prompt = torch.tensor([verification_prompt(model)])
+    per_token, prompts, expected = model.config.audio_length_per_tok, [], []
+    for extra, chunk_tokens in ((0, 2), (5, 3)):
+        frames = (prompt.shape[1] + NEW_TOKENS + extra) * per_token
+        features = torch.randn(1, 16, frames, generator=torch.Generator().manual_seed(extra))
+        with torch.no_grad():
+            generated = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), input_features=features,
+                                       max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        expected.append(generated[0, prompt.shape[1]:].tolist())
+        cuts = list(range(prompt.shape[1] * per_token, frames, chunk_tokens * per_token))
+        chunks = torch.tensor_split(features, cuts, dim=-1)
+        prompts.append({**tensor_specs({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}),
+                        "chunks": [tensor_specs({"chunk": chunk})["chunk"] for chunk in chunks]})
+    job = {"folder": str(tmp_path / "out"), "task": "text2text-generation",
+           "audio_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["audio_text"]
+    assert results == expected and all(len(set(tokens)) > 4 for tokens in expected)
+
+
 def save_gemma4(folder: Path, **layers) -> torch.nn.Module:
     """A tiny Gemma 4 without encoders: per-layer inputs, two sliding layers of 8 tokens, then a
     full one (the last layer always is) with wider heads; ``layers`` overrides those."""
