@@ -709,12 +709,11 @@ CATEGORIES = {
 TEXT_ONLY = "--text-only"
 
 # the errors export-hf refuses a pair with (a task, an architecture or parts it does not serve, a
-# Python branch on tensor values in the model's code), each naming what does or the line that stops it
-REFUSALS = ("UnsupportedTaskError", "UnsupportedArchitectureError", "PartsLeftOutError", "ValueBranchError")
-
-
-# the errors export-hf gives when the model's own forward fails on the step it exports
-OWN_FAILURES = ("DecodeStepError",)
+# Python branch on tensor values in the model's code, the model's own forward failing on the decode
+# step its folder runs), each naming what does or the line that stops it: the one place that says
+# what a refusal is
+REFUSALS = ("UnsupportedTaskError", "UnsupportedArchitectureError", "PartsLeftOutError", "ValueBranchError",
+            "DecodeStepError")
 
 
 def classify(record: dict[str, Any]) -> str | None:
@@ -731,8 +730,6 @@ def classify(record: dict[str, Any]) -> str | None:
         return "crash"
     if cause.split(":")[0] in REFUSALS:
         return "refused"
-    if cause.split(":")[0] in OWN_FAILURES:
-        return "transformers fails"
     eager = record.get("eager_cause", "")
     # transformers' forward fails on the example inputs, and the export where it runs that forward
     if eager and (eager.split(":")[0] == cause.split(":")[0] or via == "exporter"):
