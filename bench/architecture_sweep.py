@@ -691,7 +691,7 @@ def _failure(error: BaseException) -> dict[str, str]:
 CATEGORIES = {
     "not built": "the tiny model cannot be built (transformers refuses the shrunk config or needs a library)",
     "transformers fails": "transformers' own forward fails on the tiny model and its example inputs",
-    "refused": "export-hf refuses the pair before writing anything, with an error naming what serves it",
+    "refused": "export-hf refuses the pair before writing anything, with an error naming what serves it or the model's line that stops it",
     "export-hf": "export-hf (fx2onnx/hub) fails before or after the export",
     "capture": "torch.export cannot capture the model",
     "unsupported operator": "an operator without an ONNX function",
@@ -1460,7 +1460,8 @@ def report(results: Path, page: Path) -> str:
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
         "the column that sets it aside. A pair export-hf refuses before writing anything, with an error naming "
-        "what serves it (a task or parts it does not serve), is counted as tried in the class *refused*, and "
+        "what serves it (a task or parts it does not serve) or the line of the model's code that stops it (a "
+        "Python branch on tensor values, a step its own forward fails on), is counted as tried in the class *refused*, and "
         f"set aside in a second percentage. {TEXT_ONLY_LEGEND} A config whose smallest sizes break its own constraints (a rotary "
         "or latent head size, a validator) is built again with the widths that depend on them following the "
         "shrunk ones (the *derived* level). The sweep runs the pairs of text generation, text and token "
