@@ -40,8 +40,8 @@ class AudioTextToTextRecipe(RecipeDefaults):
         try:
             if streaming_layout(loaded.config.model_type) is None:  # a streaming one has its own module
                 audio_hooks(loaded.model)
-        except NotImplementedError as error:
-            return Refusal(NotImplementedError, str(error))
+        except NotImplementedError as error:  # the hooks' refusal (UnsupportedArchitectureError), as raised
+            return Refusal(type(error), str(error))
         if loaded.fake_context is not None:
             return Refusal(NotImplementedError, (
                 "An audio-text-to-text folder is not written in fake mode: the audio encoder's input sizes are found by "
