@@ -1,4 +1,4 @@
-"""VoxtralRealtime's streaming folder, as Transformers.js 4.3.2's
+"""VoxtralRealtime's streaming folder, as Transformers.js's
 VoxtralRealtimeForConditionalGeneration runs it (dist/transformers.node.mjs lines 31482-31648):
 
 - `audio_encoder`: one chunk of mel frames at a time. Inputs `input_features` [1, mel bins,

@@ -1,6 +1,6 @@
 """Gemma 4 as Transformers.js runs it (ONNX Runtime GenAI has no Gemma 4 vision type).
 
-Transformers.js 4.3.2's Gemma4ForConditionalGeneration (its Gemma3nForConditionalGeneration,
+Transformers.js's Gemma4ForConditionalGeneration (its Gemma3nForConditionalGeneration,
 src/models/gemma3n/modeling_gemma3n.js) loads four models (src/models/session_config.js:78-90,
 the image-audio-text-to-text sessions): it runs `embed_tokens` on a step's ids for
 `inputs_embeds` and `per_layer_inputs`, copies the vision model's rows over the image tokens'
@@ -42,6 +42,7 @@ import torch
 from torch.export import Dim
 
 import fx2onnx
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.decoders.per_layer_inputs import embedded_decoder_programs
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.verification import cpu_session, run_session
@@ -84,7 +85,7 @@ def check(config: Any) -> None:
         )
     if getattr(config, "audio_config", None) is None:
         raise NotImplementedError(
-            "The model has no audio tower (audio_config is null), and Transformers.js 4.3.2 loads onnx/audio_encoder.onnx "
+            f"The model has no audio tower (audio_config is null), and {TRANSFORMERS_JS} loads onnx/audio_encoder.onnx "
             "for Gemma4ForConditionalGeneration whatever the prompt holds (src/models/session_config.js:78-90, the "
             "image-audio-text-to-text sessions; src/models/registry.js:634-640), so a folder without one does not load "
             "(ModelFileNotFoundError for onnx/audio_encoder.onnx). Nothing was written."
@@ -92,7 +93,7 @@ def check(config: Any) -> None:
     if getattr(config.get_text_config(), "use_bidirectional_attention", None) == "vision":
         raise NotImplementedError(
             "The model's image tokens attend each other both ways (use_bidirectional_attention: \"vision\"), which "
-            "transformers reads from mm_token_type_ids; Transformers.js 4.3.2's Gemma4ForConditionalGeneration feeds its "
+            f"transformers reads from mm_token_type_ids; {TRANSFORMERS_JS}'s Gemma4ForConditionalGeneration feeds its "
             "decoder inputs_embeds, per_layer_inputs, attention_mask, position_ids and the cache alone "
             "(src/models/gemma3n/modeling_gemma3n.js:78-91), so its image tokens would attend causally. Nothing was written."
         )

@@ -184,7 +184,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # Gemma3nForConditionalGeneration's path (gemma4.py): vision_encoder on the processor's padded patches and their
     # positions, audio_encoder (loaded whatever the prompt), embed_tokens giving per_layer_inputs, positions from 0
     "gemma4": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (Gemma4ForConditionalGeneration) on the input_ids, pixel_values and "
+        f"{TRANSFORMERS_JS} runs this folder (Gemma4ForConditionalGeneration) on the input_ids, pixel_values and "
         "image_position_ids transformers' Gemma4Processor gives (any image size: its token count varies with the "
         "image's; the patches padded to the saved processor's max_soft_tokens, the one count the vision model takes), "
         "and input_features with input_features_mask for audio; its own Gemma4Processor puts two newlines before "
