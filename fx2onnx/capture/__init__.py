@@ -19,13 +19,14 @@ from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.dynamic_dims.spec import dims_dynamic_but_ones
 from fx2onnx.capture.hints import signature_text
 from fx2onnx.capture.library_adapters import (
-    checkpoint_renaming, default_scan_chunks, frozen_numbers, is_cache_type, registered_containers,
+    checkpoint_renaming, default_scan_chunks, frozen_numbers, is_cache_type, is_encoder_decoder_cache_type,
+    registered_containers, tensors_outside_layers,
 )
 from fx2onnx.capture.torch_export import model_name
-from fx2onnx.capture.value_branches import value_branch
+from fx2onnx.capture.value_branches import failing_line, value_branch
 
 __all__ = [
-    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "dims_dynamic_but_ones", "frozen_numbers", "is_cache_type",
-    "model_name",
-    "registered_containers", "signature_text", "value_branch",
+    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "dims_dynamic_but_ones", "failing_line", "frozen_numbers",
+    "is_cache_type", "is_encoder_decoder_cache_type", "model_name",
+    "registered_containers", "signature_text", "tensors_outside_layers", "value_branch",
 ]

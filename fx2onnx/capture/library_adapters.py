@@ -60,6 +60,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
     is_cache_type,
     is_encoder_decoder_cache_type,
     registered_containers,
+    tensors_outside_layers,
     uncounted_sliding_caches,
 )
 from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
@@ -88,7 +89,7 @@ __all__ = [
     "CAPTURE_REWRITES", "LIBRARY_HINTS", "CacheOutsideLayersError", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming",
     "default_scan_chunks", "frozen_numbers", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture",
     "library_hint", "registered_containers", "rewrite_site", "rewritten_library_functions", "static_window_image_sizes",
-    "transformers_version", "without_tensor_subclasses",
+    "tensors_outside_layers", "transformers_version", "without_tensor_subclasses",
 ]
 
 # each library's hint for a capture that failed in its code: (model, error) -> a sentence or None

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.capture import dims_dynamic_but_ones, is_cache_type
-from fx2onnx.capture.libraries.transformers_caches import is_encoder_decoder_cache_type, tensors_outside_layers
+from fx2onnx.capture import (
+    dims_dynamic_but_ones, is_cache_type, is_encoder_decoder_cache_type, tensors_outside_layers,
+)
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.program_files import own_forward_refusal
 from fx2onnx.hub.tasks import UnsupportedArchitectureError, UnsupportedTaskError
