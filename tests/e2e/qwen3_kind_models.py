@@ -89,6 +89,7 @@ SAVERS = {"qwen3_vl": save_qwen3_vl, "qwen3_vl_moe": save_qwen3_vl_moe, "glm_ocr
 PROMPTS = {"qwen3_vl": ("<|im_start|>user\n{images}{question}<|im_end|>\n<|im_start|>assistant\n", QWEN_IMAGE,
                         "<|image_pad|>")}
 PROMPTS["qwen3_vl_moe"] = PROMPTS["qwen3_5"] = PROMPTS["qwen3_5_moe"] = PROMPTS["qwen3_vl"]
+PROMPTS["qwen2_vl"] = PROMPTS["qwen2_5_vl"] = PROMPTS["qwen3_vl"]  # Qwen2-VL's and Qwen2.5-VL's, as Qwen3-VL's
 PROMPTS["glm_ocr"] = (PROMPTS["qwen3_vl"][0], GLM_IMAGE, "<|image|>")
 
 

@@ -513,11 +513,16 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
     """Qwen2.5-VL and Qwen2-VL as `--runtime standard` writes them for Transformers.js
     (`vision_encoder`, its grid input named as Transformers.js feeds the family's, `embed_tokens`
     taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal transformers' with
-    an image, through the processor Transformers.js's AutoProcessor builds from the folder on
-    an image it does not resize, and on transformers' processed inputs for two images it resizes
-    (no side a multiple of the merged patch, grids of other sizes), both in one prompt (one
-    vision run for the two, as Transformers.js runs it) and, for Qwen2.5-VL, each alone."""
+    an image, through the processor Transformers.js's AutoProcessor builds from the folder on the
+    folder's chat template with an image it does not resize (transformers' ids, grid and pixels)
+    and one it resizes (transformers' ids and grid, sharp's pixels: transformers' tokens on them),
+    and on transformers' processed inputs for two images it resizes (no side a multiple of the
+    merged patch, grids of other sizes), both in one prompt (one vision run for the two, as
+    Transformers.js runs it) and, for Qwen2.5-VL, each alone; a left-padded batch without images
+    and one of a tall and a wide image: the first token in Transformers.js, all 16 of each row in
+    onnxruntime on transformers' positions and mask."""
     from PIL import Image
+    import qwen3_kind_models
     import test_export_hf_vision_language as qwen_tests
 
     vision_inputs, processor_class, resized = QWEN_FAMILIES[family]
@@ -542,7 +547,8 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
         Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
     image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
-    prompts = [{"text": qwen_tests.qwen_prompt(1), "images": [str(paths[0])]}]
+    # Transformers.js's own processor on the folder's chat template: the image it does not resize, one it resizes
+    prompts = [{"messages": IMAGE_MESSAGES, "images": [str(path)]} for path in paths[:2]]
     chosen = [[paths[index] for index in indices] for indices in resized]
     for images_of_prompt in chosen:
         images = image_processor(images=[Image.open(path) for path in images_of_prompt], return_tensors="pt")
@@ -553,19 +559,38 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
         given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
                  "image_grid_thw": images["image_grid_thw"]}
         prompts.append({"inputs": tensor_specs(given)})
+    # a left-padded batch without images, and one of a tall and a wide image
+    pad = int(model.config.text_config.pad_token_id)
+    batches = [qwen3_kind_models.processed_batch(tmp_path / "source", family, batch, pad)
+               for batch in ([([], "describe this image"), ([], "the lazy dog")],
+                             [([paths[2]], "describe this image"), ([paths[1]], "describe this image")])]
+    prompts += [{"inputs": tensor_specs(given)} for given in batches]
     job = {"folder": str(out), "task": "image-text-to-text",
            "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    # Transformers.js's processor: transformers' prompt tokens and patches (an image it does not resize)
-    expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
-    pixels = results[0]["pixel_values"]
-    np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
-    grid_tokens = expected.shape[0] // 4
-    prompt_ids = tokenizer(qwen_tests.qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
-    assert results[0]["input_ids"] == prompt_ids
+    template = tokenizer.apply_chat_template(IMAGE_MESSAGES, add_generation_prompt=True, tokenize=False)
+    differences = []
+    for path, result in zip(paths, results[:2]):  # the chat template's prompt, ids and grid transformers'
+        assert result["prompt"] == template == qwen_tests.qwen_prompt(1)
+        client = client_tensors(result["processed"])
+        differences.append(pixel_difference(client, qwen3_kind_models.processed_batch(
+            tmp_path / "source", family, [([path], "describe this image")], pad)))
+        assert result["generated"] == qwen_generated(model, client)  # transformers' tokens on those inputs
+    assert differences[0] <= 1e-5 < differences[1]  # sharp's bicubic resize is not PIL's
     expected_tokens = [qwen_tests.transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
                        for images_of_prompt in [[paths[0]], *chosen]]
-    assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[-1]
+    generated = [result["generated"] for result in results[:1] + results[2:2 + len(chosen)]]
+    assert generated == expected_tokens and expected_tokens[0] != expected_tokens[-1]
+    # the padded batches: Transformers.js's first token transformers' (QWEN_GENERATION in transformers_js.py says why
+    # no more), the folder's 16 tokens in onnxruntime on transformers' positions and mask
+    for given, result in zip(batches, results[-2:]):
+        assert 0 in given["attention_mask"]
+        with torch.no_grad():
+            tokens = model.generate(**given, mm_token_type_ids=(given["input_ids"] == model.config.image_token_id).long(),
+                                    max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=pad)
+        expected = tokens[:, given["input_ids"].shape[1]:].tolist()
+        assert [row[:1] for row in result["generated_rows"]] == [row[:1] for row in expected]
+        assert folder_argmax(out, model, given, expected) == expected
 
 
 # (height, width) of the images of the Qwen3-VL kind's prompts: neither side a multiple of the merged patch (32
@@ -675,16 +700,19 @@ def folder_argmax(out, model, given: dict, tokens: list[list[int]]) -> list[list
     image = int(model.config.image_token_id)
     ids = torch.cat([given["input_ids"], torch.tensor(tokens)], dim=1)
     mask = torch.cat([given["attention_mask"], torch.ones_like(torch.tensor(tokens))], dim=1)
-    positions, _ = model.model.get_rope_index(ids, (ids == image).long(), image_grid_thw=given["image_grid_thw"],
+    positions, _ = model.model.get_rope_index(ids, (ids == image).long(), image_grid_thw=given.get("image_grid_thw"),
                                               attention_mask=mask)
     sessions = {name: onnxruntime.InferenceSession(os.fspath(out / "onnx" / f"{name}.onnx"))
                 for name in ("vision_encoder", "embed_tokens", "decoder_model_merged")}
-    features = run_session(sessions["vision_encoder"], {"pixel_values": given["pixel_values"].numpy(),
-                                                        "image_grid_thw": given["image_grid_thw"].numpy()})["image_features"]
     embeds = run_session(sessions["embed_tokens"], {"input_ids": ids.numpy()})["inputs_embeds"]
+    if "pixel_values" in given:  # the grid under the vision model's name for it (Qwen2-VL's `grid_thw`)
+        pixels, grid = (value.name for value in sessions["vision_encoder"].get_inputs())
+        features = run_session(sessions["vision_encoder"], {pixels: given["pixel_values"].numpy(),
+                                                            grid: given["image_grid_thw"].numpy()})["image_features"]
+        embeds = merged_features(ids.numpy(), embeds, features, image)
     decoder = sessions["decoder_model_merged"]
-    feed = {"inputs_embeds": merged_features(ids.numpy(), embeds, features, image), "attention_mask": mask.numpy(),
-            "position_ids": positions.numpy(), **empty_cache(decoder, batch=ids.shape[0])}
+    feed = {"inputs_embeds": embeds, "attention_mask": mask.numpy(), "position_ids": positions.numpy(),
+            **empty_cache(decoder, batch=ids.shape[0])}
     logits = run_session(decoder, feed)["logits"]
     logits[..., end_tokens(model)] = -np.inf  # as transformers' min_new_tokens keeps it generating
     prompt = given["input_ids"].shape[1]
