@@ -61,6 +61,13 @@ QWEN_IMAGES = (
     " Its Qwen2VLImageProcessor takes one image per call, so a prompt with several images needs its pixel_values "
     "and image_grid_thw processed otherwise (the vision model takes them all in one run)."
 )
+# Transformers.js 4.3.2's RawImage.resize (line 19137 of dist/transformers.node.mjs) resizes in Node with sharp's
+# `affine` and the processor's bicubic or bilinear interpolator (lines 19169-19174), where transformers' PIL image
+# processors resize with PIL's antialiasing filters: same sizes, other pixels
+SHARP_RESIZE = (
+    " Its image processor resizes with sharp, not PIL: an image it resizes gets transformers' prompt ids (and grid) "
+    "but other pixel values; an image already of the size it resizes to keeps transformers' pixels."
+)
 # what Transformers.js's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
 # after a prompt: `_get_text_only_rope_index` gives `max + 1n + BigInt(dims[1])` as a prompt's mRoPE delta where
 # transformers' is max + 1 - length, and `prepare_inputs_for_generation` sets `pixel_values` to null (not
@@ -74,7 +81,7 @@ QWEN_GENERATION = (
 
 def qwen_note(name: str, folder: str = "", genai: str = "") -> str:
     """The note of a Qwen-VL kind's folder (``name``: Transformers.js's class) in Transformers.js."""
-    return f"{TRANSFORMERS_JS} runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
+    return f"{TRANSFORMERS_JS} runs this folder ({name}){folder}.{QWEN_IMAGES}{SHARP_RESIZE}{QWEN_GENERATION}{genai}"
 
 
 DEEPSTACK_ROWS = (
@@ -158,7 +165,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         f"{TRANSFORMERS_JS} runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
         "rows are one column wider than the hidden size, the last column 1 at image rows and 0 at text rows, which "
         "the decoder reads to let an image's tokens attend each other both ways, as transformers does with "
-        "token_type_ids. Its vision model takes any number of images of the image processor's one size.",
+        "token_type_ids. Its vision model takes any number of images of the image processor's one size." + SHARP_RESIZE,
         processor_class="Gemma3Processor", architecture=gemma3_transformers_js.ARCHITECTURE,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of the tower's size, positions from 1; the decoder
@@ -167,7 +174,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         f"{TRANSFORMERS_JS} runs this folder (PaliGemmaForConditionalGeneration): its decoder lets a step without a "
         "past (the whole prompt, as Transformers.js runs it) attend both ways, as transformers does over the prefix "
         "its processor marks with token_type_ids 0, and any later step causally; a prompt with a suffix of "
-        "token_type_ids 1 is not what the folder runs. ONNX Runtime GenAI has no PaliGemma type.",
+        "token_type_ids 1 is not what the folder runs." + SHARP_RESIZE + " ONNX Runtime GenAI has no PaliGemma type.",
         processor_class="PaliGemmaProcessor", architecture=paligemma.ARCHITECTURE,
     ),
     # an encoder-decoder: its own recipe writes four models, an encoder_model besides (florence2.py,
