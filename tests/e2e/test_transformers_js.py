@@ -605,7 +605,10 @@ def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family
     at text tokens, which Transformers.js's merge overwrites whole at image tokens). 16 greedy
     tokens equal transformers' on an image of another grid than the export's, on a
     left-padded batch of a tall and a wide image (mRoPE positions past the padding), and on
-    a prompt without an image; the folder checked in onnxruntime by export-hf's verification."""
+    a prompt without an image; the folder checked in onnxruntime by export-hf's verification. Through
+    Transformers.js's own processor on the folder's chat template: an image of whole merged patches
+    (transformers' ids, grid and pixels) and a resized one (transformers' ids and grid, sharp's
+    pixels), each giving the tokens transformers generates from the inputs it gave."""
     from PIL import Image
     import qwen3_kind_models
 
@@ -1031,8 +1034,9 @@ def assert_client_processor(model, source, results: list[dict], paths: list, pro
     """The LLaVA-kind folder's processor in Transformers.js against transformers' (the
     source's AutoProcessor) on ``prompt`` with each image of ``paths`` (``results``, in order):
     the chat template's prompt, ids and mask equal, pixels of the unresized first image within
-    1e-5; and Transformers.js's 16 tokens transformers' on those inputs (transformers given
-    its processor's token_type_ids). Returns the pixels' largest differences."""
+    1e-5 (the second's resized by sharp, not PIL: other pixels); and Transformers.js's 16 tokens
+    transformers' on those inputs (transformers given its processor's token_type_ids). Returns
+    the pixels' largest differences."""
     from PIL import Image
 
     processor = transformers.AutoProcessor.from_pretrained(source)
@@ -1046,7 +1050,7 @@ def assert_client_processor(model, source, results: list[dict], paths: list, pro
                   if name in ("input_ids", "attention_mask", "pixel_values")}
         differences.append(pixel_difference(client, {name: expected[name] for name in client}))
         assert result["generated"] == generated_by_transformers(model, {**client, "token_type_ids": expected["token_type_ids"]})
-    assert differences[0] <= 1e-5
+    assert differences[0] <= 1e-5 < differences[1]
     return differences
 
 
@@ -1058,7 +1062,8 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on transformers'
     processed inputs: LightOnOCR's images of two sizes and aspect ratios; Gemma 3's (its image tokens
     attending each other both ways) and PaliGemma's (its prompt attending itself both ways) one image,
-    two in a prompt, and a left-padded batch as far as Transformers.js keeps its padding (padded_batch_tokens)."""
+    two in a prompt, and a left-padded batch as far as Transformers.js keeps its padding (padded_batch_tokens);
+    Gemma 3 and PaliGemma also through Transformers.js's own processor (assert_client_processor)."""
     save, make_prompts = LLAVA_KIND[family]
     model = save(tmp_path / "source")
     out = tmp_path / "out"
