@@ -60,11 +60,11 @@ def write_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
 def template_in_tokenizer_config(folder: Path) -> bool:
     """Copy the chat template of ``folder``'s `chat_template.jinja` into its
     `tokenizer_config.json` (as `chat_template`), where that has none; returns whether it
-    did. transformers 5 saves a tokenizer's one template as chat_template.jinja alone,
-    and Transformers.js 4.3.2's tokenizer reads only tokenizer_config.json's
-    (`this.chat_template = tokenizerConfig.chat_template ?? null` in PreTrainedTokenizer's
-    constructor), so its `apply_chat_template` would throw; transformers reads the .jinja
-    file first, so both give it the same template."""
+    did. transformers 5 saves a tokenizer's one template as chat_template.jinja alone, and
+    Transformers.js's tokenizer (the pinned release, client_support.TRANSFORMERS_JS) reads
+    only tokenizer_config.json's (`this.chat_template = tokenizerConfig.chat_template ?? null`
+    in PreTrainedTokenizer's constructor), so its `apply_chat_template` would throw;
+    transformers reads the .jinja file first, so both give it the same template."""
     template, config_path = folder / "chat_template.jinja", folder / "tokenizer_config.json"
     if not (template.is_file() and config_path.is_file()):
         return False

@@ -61,9 +61,9 @@ QWEN_IMAGES = (
     " Its Qwen2VLImageProcessor takes one image per call, so a prompt with several images needs its pixel_values "
     "and image_grid_thw processed otherwise (the vision model takes them all in one run)."
 )
-# Transformers.js 4.3.2's RawImage.resize (line 19137 of dist/transformers.node.mjs) resizes in Node with sharp's
-# `affine` and the processor's bicubic or bilinear interpolator (lines 19169-19174), where transformers' PIL image
-# processors resize with PIL's antialiasing filters: same sizes, other pixels
+# Transformers.js's RawImage.resize (line 19137 of the pinned release's dist/transformers.node.mjs) resizes in Node
+# with sharp's `affine` and the processor's bicubic or bilinear interpolator (lines 19169-19174), where transformers'
+# PIL image processors resize with PIL's antialiasing filters: same sizes, other pixels
 SHARP_RESIZE = (
     " Its image processor resizes with sharp, not PIL: an image it resizes gets transformers' prompt ids (and grid) "
     "but other pixel values; an image already of the size it resizes to keeps transformers' pixels."
