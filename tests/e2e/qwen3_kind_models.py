@@ -27,7 +27,8 @@ LINEAR = dict(layer_types=["linear_attention", "full_attention"], linear_conv_ke
               linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4)
 
 
-def _save(folder: Path, config_class, model_class, text: dict, vision: dict, special: list[str], tokens: dict) -> torch.nn.Module:
+def _save(folder: Path, config_class, model_class, text: dict, vision: dict, special: list[str], tokens: dict,
+          template: str = QWEN_TEMPLATE) -> torch.nn.Module:
     tokenizer = trained_tokenizer(special, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in special}
     roles = dict(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])
@@ -41,7 +42,7 @@ def _save(folder: Path, config_class, model_class, text: dict, vision: dict, spe
     side = vision["patch_size"] * vision["spatial_merge_size"]
     transformers.Qwen2VLImageProcessorPil(patch_size=vision["patch_size"], min_pixels=side * side, max_pixels=side * side * 64,
                                           image_mean=[0.5] * 3, image_std=[0.5] * 3).save_pretrained(folder)
-    tokenizer.chat_template = QWEN_TEMPLATE
+    tokenizer.chat_template = template
     tokenizer.save_pretrained(folder)
     return model
 
@@ -57,6 +58,7 @@ def save_qwen3_vl_moe(folder: Path) -> torch.nn.Module:
                  {**MOE, **INTERLEAVED}, {**VISION, "deepstack_visual_indexes": [0, 1]}, QWEN_SPECIAL, QWEN_TOKENS)
 
 
+GLM_IMAGE = "<|begin_of_image|><|image|><|end_of_image|>"  # one image's placeholder in GLM-OCR's prompts
 GLM_TOKENS = dict(image_token_id="<|image|>", video_token_id="<|video|>", image_start_token_id="<|begin_of_image|>",
                   image_end_token_id="<|end_of_image|>", video_start_token_id="<|begin_of_video|>",
                   video_end_token_id="<|end_of_video|>")
@@ -68,7 +70,7 @@ def save_glm_ocr(folder: Path) -> torch.nn.Module:
                   spatial_merge_size=2, temporal_patch_size=2)
     text = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
     return _save(folder, transformers.GlmOcrConfig, transformers.GlmOcrForConditionalGeneration, text, vision, GLM_SPECIAL,
-                 GLM_TOKENS)
+                 GLM_TOKENS, QWEN_TEMPLATE.replace(QWEN_IMAGE, GLM_IMAGE))
 
 
 def save_qwen3_5(folder: Path) -> torch.nn.Module:
@@ -87,7 +89,8 @@ SAVERS = {"qwen3_vl": save_qwen3_vl, "qwen3_vl_moe": save_qwen3_vl_moe, "glm_ocr
 PROMPTS = {"qwen3_vl": ("<|im_start|>user\n{images}{question}<|im_end|>\n<|im_start|>assistant\n", QWEN_IMAGE,
                         "<|image_pad|>")}
 PROMPTS["qwen3_vl_moe"] = PROMPTS["qwen3_5"] = PROMPTS["qwen3_5_moe"] = PROMPTS["qwen3_vl"]
-PROMPTS["glm_ocr"] = (PROMPTS["qwen3_vl"][0], "<|begin_of_image|><|image|><|end_of_image|>", "<|image|>")
+PROMPTS["qwen2_vl"] = PROMPTS["qwen2_5_vl"] = PROMPTS["qwen3_vl"]  # Qwen2-VL's and Qwen2.5-VL's, as Qwen3-VL's
+PROMPTS["glm_ocr"] = (PROMPTS["qwen3_vl"][0], GLM_IMAGE, "<|image|>")
 
 
 def processed_batch(folder: Path, family: str, prompts: list[tuple[list[Path], str]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -468,6 +468,28 @@ def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
                    "data": value.flatten().tolist()} for name, value in tensors.items()}
 
 
+# a user's turn of one image and a question, as a client gives it to the folder's chat template
+IMAGE_MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "describe this image"}]}]
+
+
+def client_tensors(processed: dict) -> dict[str, torch.Tensor]:
+    """Transformers.js's processor outputs (the runner's `processed`) as torch tensors."""
+    kinds = {"float32": torch.float32, "bool": torch.bool}
+    return {name: torch.tensor(value["data"], dtype=kinds.get(value["type"], torch.int64)).reshape(value["dims"])
+            for name, value in processed.items()}
+
+
+def pixel_difference(client: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> float:
+    """Transformers.js's processor outputs against transformers' ``expected``: every other
+    tensor of ``expected`` (ids, mask, grid) equal, the pixels of the same shape; returns the
+    pixels' largest difference."""
+    for name, value in expected.items():
+        if name != "pixel_values":
+            assert client[name].tolist() == value.tolist(), f"{name} differs from transformers'"
+    assert client["pixel_values"].shape == expected["pixel_values"].shape
+    return float((client["pixel_values"] - expected["pixel_values"]).abs().max())
+
+
 def save_qwen2_vl(folder):
     """A two-layer Qwen2-VL (two vision layers of full attention within each image) with
     Qwen's tokenizer and the Qwen2.5-VL tests' image processor."""
@@ -491,11 +513,16 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
     """Qwen2.5-VL and Qwen2-VL as `--runtime standard` writes them for Transformers.js
     (`vision_encoder`, its grid input named as Transformers.js feeds the family's, `embed_tokens`
     taking `input_ids` alone, `decoder_model_merged`): 16 greedy tokens equal transformers' with
-    an image, through the processor Transformers.js's AutoProcessor builds from the folder on
-    an image it does not resize, and on transformers' processed inputs for two images it resizes
-    (no side a multiple of the merged patch, grids of other sizes), both in one prompt (one
-    vision run for the two, as Transformers.js runs it) and, for Qwen2.5-VL, each alone."""
+    an image, through the processor Transformers.js's AutoProcessor builds from the folder on the
+    folder's chat template with an image it does not resize (transformers' ids, grid and pixels)
+    and one it resizes (transformers' ids and grid, sharp's pixels: transformers' tokens on them),
+    and on transformers' processed inputs for two images it resizes (no side a multiple of the
+    merged patch, grids of other sizes), both in one prompt (one vision run for the two, as
+    Transformers.js runs it) and, for Qwen2.5-VL, each alone; a left-padded batch without images
+    and one of a tall and a wide image: the first token in Transformers.js, all 16 of each row in
+    onnxruntime on transformers' positions and mask."""
     from PIL import Image
+    import qwen3_kind_models
     import test_export_hf_vision_language as qwen_tests
 
     vision_inputs, processor_class, resized = QWEN_FAMILIES[family]
@@ -520,7 +547,8 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
         Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
     image_processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source")
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "source")
-    prompts = [{"text": qwen_tests.qwen_prompt(1), "images": [str(paths[0])]}]
+    # Transformers.js's own processor on the folder's chat template: the image it does not resize, one it resizes
+    prompts = [{"messages": IMAGE_MESSAGES, "images": [str(path)]} for path in paths[:2]]
     chosen = [[paths[index] for index in indices] for indices in resized]
     for images_of_prompt in chosen:
         images = image_processor(images=[Image.open(path) for path in images_of_prompt], return_tensors="pt")
@@ -531,19 +559,38 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
         given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": images["pixel_values"],
                  "image_grid_thw": images["image_grid_thw"]}
         prompts.append({"inputs": tensor_specs(given)})
+    # a left-padded batch without images, and one of a tall and a wide image
+    pad = int(model.config.text_config.pad_token_id)
+    batches = [qwen3_kind_models.processed_batch(tmp_path / "source", family, batch, pad)
+               for batch in ([([], "describe this image"), ([], "the lazy dog")],
+                             [([paths[2]], "describe this image"), ([paths[1]], "describe this image")])]
+    prompts += [{"inputs": tensor_specs(given)} for given in batches]
     job = {"folder": str(out), "task": "image-text-to-text",
            "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    # Transformers.js's processor: transformers' prompt tokens and patches (an image it does not resize)
-    expected = image_processor(images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]
-    pixels = results[0]["pixel_values"]
-    np.testing.assert_allclose(np.reshape(pixels["data"], pixels["dims"]), expected.numpy(), rtol=0, atol=1e-5)
-    grid_tokens = expected.shape[0] // 4
-    prompt_ids = tokenizer(qwen_tests.qwen_prompt(1).replace("<|image_pad|>", "<|image_pad|>" * grid_tokens))["input_ids"]
-    assert results[0]["input_ids"] == prompt_ids
+    template = tokenizer.apply_chat_template(IMAGE_MESSAGES, add_generation_prompt=True, tokenize=False)
+    differences = []
+    for path, result in zip(paths, results[:2]):  # the chat template's prompt, ids and grid transformers'
+        assert result["prompt"] == template == qwen_tests.qwen_prompt(1)
+        client = client_tensors(result["processed"])
+        differences.append(pixel_difference(client, qwen3_kind_models.processed_batch(
+            tmp_path / "source", family, [([path], "describe this image")], pad)))
+        assert result["generated"] == qwen_generated(model, client)  # transformers' tokens on those inputs
+    assert differences[0] <= 1e-5 < differences[1]  # sharp's bicubic resize is not PIL's
     expected_tokens = [qwen_tests.transformers_tokens(tmp_path / "source", model, images_of_prompt, NEW_TOKENS)
                        for images_of_prompt in [[paths[0]], *chosen]]
-    assert [result["generated"] for result in results] == expected_tokens and expected_tokens[0] != expected_tokens[-1]
+    generated = [result["generated"] for result in results[:1] + results[2:2 + len(chosen)]]
+    assert generated == expected_tokens and expected_tokens[0] != expected_tokens[-1]
+    # the padded batches: Transformers.js's first token transformers' (QWEN_GENERATION in transformers_js.py says why
+    # no more), the folder's 16 tokens in onnxruntime on transformers' positions and mask
+    for given, result in zip(batches, results[-2:]):
+        assert 0 in given["attention_mask"]
+        with torch.no_grad():
+            tokens = model.generate(**given, mm_token_type_ids=(given["input_ids"] == model.config.image_token_id).long(),
+                                    max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=pad)
+        expected = tokens[:, given["input_ids"].shape[1]:].tolist()
+        assert [row[:1] for row in result["generated_rows"]] == [row[:1] for row in expected]
+        assert folder_argmax(out, model, given, expected) == expected
 
 
 # (height, width) of the images of the Qwen3-VL kind's prompts: neither side a multiple of the merged patch (32
@@ -558,7 +605,10 @@ def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family
     at text tokens, which Transformers.js's merge overwrites whole at image tokens). 16 greedy
     tokens equal transformers' on an image of another grid than the export's, on a
     left-padded batch of a tall and a wide image (mRoPE positions past the padding), and on
-    a prompt without an image; the folder checked in onnxruntime by export-hf's verification."""
+    a prompt without an image; the folder checked in onnxruntime by export-hf's verification. Through
+    Transformers.js's own processor on the folder's chat template: an image of whole merged patches
+    (transformers' ids, grid and pixels) and a resized one (transformers' ids and grid, sharp's
+    pixels), each giving the tokens transformers generates from the inputs it gave."""
     from PIL import Image
     import qwen3_kind_models
 
@@ -599,9 +649,27 @@ def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family
                                     pad_token_id=pad)
         expected.append(tokens[:, given["input_ids"].shape[1]:].tolist())
     assert all(0 in prompts[index]["inputs"]["attention_mask"]["data"] for index in (2, 3))  # the batches are padded
+    # Transformers.js's own processor (the folder's processor_class) on the folder's chat template: an image of whole
+    # merged patches, which it does not resize, and the wide one, which it resizes with sharp (other pixels)
+    side = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+    whole = tmp_path / "whole.png"
+    Image.fromarray(rng.integers(0, 256, (2 * side, 3 * side, 3), dtype=np.uint8)).save(whole)
+    prompts += [{"messages": IMAGE_MESSAGES, "images": [str(path)]} for path in (whole, paths[0])]
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
-    results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    outcome = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    results = [result["generated_rows"] for result in outcome[:4]]
     assert results[:2] == expected[:2] and expected[0] != expected[1]  # the images changed the tokens
+    template = transformers.AutoTokenizer.from_pretrained(tmp_path / "source").apply_chat_template(
+        IMAGE_MESSAGES, add_generation_prompt=True, tokenize=False)
+    differences = []
+    for path, result in zip((whole, paths[0]), outcome[4:]):
+        assert result["prompt"] == template
+        client = client_tensors(result["processed"])
+        differences.append(pixel_difference(client, qwen3_kind_models.processed_batch(tmp_path / "source", family,
+                                                                                       [([path], question)], pad)))
+        # transformers' tokens on the inputs Transformers.js's processor gave
+        assert result["generated"] == qwen_generated(model, client)
+    assert differences[0] <= 1e-5 < differences[1]
     # the prompt step alone is transformers' without images or with padding: after it, Transformers.js 4.3.2 (as
     # 4.3.1) feeds a prompt without images the positions of its text-only mRoPE deltas, `max + 1n + BigInt(dims[1])` where
     # transformers' is max + 1 - length (Qwen2VLForConditionalGeneration._get_text_only_rope_index), and unmasks a
@@ -611,6 +679,16 @@ def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family
     # the folder's models on transformers' positions and mask: the padded batch's tokens in onnxruntime
     assert folder_argmax(out, model, qwen3_kind_models.processed_batch(tmp_path / "source", family, batches[3], pad),
                          expected[3]) == expected[3]
+
+
+def qwen_generated(model, given: dict[str, torch.Tensor]) -> list[int]:
+    """transformers' 16 greedy tokens of a Qwen-VL kind on ``given`` (one prompt's processed inputs)."""
+    image = (given["input_ids"] == model.config.image_token_id).long()
+    inputs = {name: given[name] for name in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")}
+    with torch.no_grad():
+        tokens = model.generate(**inputs, mm_token_type_ids=image, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                do_sample=False)
+    return tokens[0, given["input_ids"].shape[1]:].tolist()
 
 
 def folder_argmax(out, model, given: dict, tokens: list[list[int]]) -> list[list[int]]:
@@ -625,16 +703,19 @@ def folder_argmax(out, model, given: dict, tokens: list[list[int]]) -> list[list
     image = int(model.config.image_token_id)
     ids = torch.cat([given["input_ids"], torch.tensor(tokens)], dim=1)
     mask = torch.cat([given["attention_mask"], torch.ones_like(torch.tensor(tokens))], dim=1)
-    positions, _ = model.model.get_rope_index(ids, (ids == image).long(), image_grid_thw=given["image_grid_thw"],
+    positions, _ = model.model.get_rope_index(ids, (ids == image).long(), image_grid_thw=given.get("image_grid_thw"),
                                               attention_mask=mask)
     sessions = {name: onnxruntime.InferenceSession(os.fspath(out / "onnx" / f"{name}.onnx"))
                 for name in ("vision_encoder", "embed_tokens", "decoder_model_merged")}
-    features = run_session(sessions["vision_encoder"], {"pixel_values": given["pixel_values"].numpy(),
-                                                        "image_grid_thw": given["image_grid_thw"].numpy()})["image_features"]
     embeds = run_session(sessions["embed_tokens"], {"input_ids": ids.numpy()})["inputs_embeds"]
+    if "pixel_values" in given:  # the grid under the vision model's name for it (Qwen2-VL's `grid_thw`)
+        pixels, grid = (value.name for value in sessions["vision_encoder"].get_inputs())
+        features = run_session(sessions["vision_encoder"], {pixels: given["pixel_values"].numpy(),
+                                                            grid: given["image_grid_thw"].numpy()})["image_features"]
+        embeds = merged_features(ids.numpy(), embeds, features, image)
     decoder = sessions["decoder_model_merged"]
-    feed = {"inputs_embeds": merged_features(ids.numpy(), embeds, features, image), "attention_mask": mask.numpy(),
-            "position_ids": positions.numpy(), **empty_cache(decoder, batch=ids.shape[0])}
+    feed = {"inputs_embeds": embeds, "attention_mask": mask.numpy(), "position_ids": positions.numpy(),
+            **empty_cache(decoder, batch=ids.shape[0])}
     logits = run_session(decoder, feed)["logits"]
     logits[..., end_tokens(model)] = -np.inf  # as transformers' min_new_tokens keeps it generating
     prompt = given["input_ids"].shape[1]
@@ -877,10 +958,25 @@ def gemma3_prompts(source, model):
     return two_way_prompts(source, model, text, images, causal_type=0)  # 0: text, attending causally
 
 
+# Gemma 3's chat template (its turns, an image as its start token, which the processor expands)
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' else "
+    "message['role'] }}\n{% for part in message['content'] %}{% if part['type'] == 'image' %}<start_of_image>{% else %}"
+    "{{ part['text'] }}{% endif %}{% endfor %}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}"
+    "<start_of_turn>model\n{% endif %}"
+)
+
+
 def save_gemma3(folder):
+    """The Gemma 3 tests' model (test_export_hf_vision_language.py) with a chat template, which
+    Transformers.js's Gemma3Processor reads (chat_template.jinja) to load at all."""
     from test_export_hf_vision_language import save_gemma3 as save
 
-    return save(folder)
+    model = save(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = GEMMA_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return model
 
 
 def save_paligemma(folder):
@@ -925,6 +1021,39 @@ LLAVA_KIND = {
 }
 
 
+# the LLaVA-kind types run through Transformers.js's own processor too (the folder names its class): their images'
+# (height, width), the processor's one size (not resized) and another it resizes with sharp; the prompt, chat
+# messages through the folder's template or (PaliGemma's, which has none) a prefix
+CLIENT_PROCESSED = {
+    "gemma3": (((64, 64), (50, 70)), {"messages": IMAGE_MESSAGES}),
+    "paligemma": (((32, 32), (50, 70)), {"text": "<image>describe this image"}),
+}
+
+
+def assert_client_processor(model, source, results: list[dict], paths: list, prompt: dict) -> list[float]:
+    """The LLaVA-kind folder's processor in Transformers.js against transformers' (the
+    source's AutoProcessor) on ``prompt`` with each image of ``paths`` (``results``, in order):
+    the chat template's prompt, ids and mask equal, pixels of the unresized first image within
+    1e-5 (the second's resized by sharp, not PIL: other pixels); and Transformers.js's 16 tokens
+    transformers' on those inputs (transformers given its processor's token_type_ids). Returns
+    the pixels' largest differences."""
+    from PIL import Image
+
+    processor = transformers.AutoProcessor.from_pretrained(source)
+    text = (processor.apply_chat_template(prompt["messages"], add_generation_prompt=True, tokenize=False)
+            if "messages" in prompt else prompt["text"])
+    differences = []
+    for path, result in zip(paths, results):
+        assert result["prompt"] == (text if "messages" in prompt else None)
+        expected = processor(text=text, images=[Image.open(path)], return_tensors="pt")
+        client = {name: value for name, value in client_tensors(result["processed"]).items()
+                  if name in ("input_ids", "attention_mask", "pixel_values")}
+        differences.append(pixel_difference(client, {name: expected[name] for name in client}))
+        assert result["generated"] == generated_by_transformers(model, {**client, "token_type_ids": expected["token_type_ids"]})
+    assert differences[0] <= 1e-5 < differences[1]
+    return differences
+
+
 @pytest.mark.parametrize("family", list(LLAVA_KIND))
 def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family):
     """LLaVA-kind architectures as `--runtime standard` writes them for Transformers.js (the vision
@@ -933,7 +1062,8 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on transformers'
     processed inputs: LightOnOCR's images of two sizes and aspect ratios; Gemma 3's (its image tokens
     attending each other both ways) and PaliGemma's (its prompt attending itself both ways) one image,
-    two in a prompt, and a left-padded batch as far as Transformers.js keeps its padding (padded_batch_tokens)."""
+    two in a prompt, and a left-padded batch as far as Transformers.js keeps its padding (padded_batch_tokens);
+    Gemma 3 and PaliGemma also through Transformers.js's own processor (assert_client_processor)."""
     save, make_prompts = LLAVA_KIND[family]
     model = save(tmp_path / "source")
     out = tmp_path / "out"
@@ -944,8 +1074,17 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == family and config["architectures"] == [type(model).__name__]
     prompts, expected = make_prompts(tmp_path / "source", model)
+    sizes, client_prompt = CLIENT_PROCESSED.get(family, ((), None))
+    paths = []
+    for seed, (height, width) in enumerate(sizes):
+        paths.append(tmp_path / f"{height}x{width}.png")
+        random_image(height, width, 10 + seed).save(paths[-1])
+    prompts += [{**client_prompt, "images": [str(path)]} for path in paths]
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    if paths:  # Transformers.js's own processor: the last prompts
+        assert_client_processor(model, tmp_path / "source", results[len(expected):], paths, client_prompt)
+    results = results[:len(expected)]
     generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
     assert generated[:2] == expected[:2] and expected[0] != expected[1]
     if len(expected) > 2:  # the left-padded batch: see padded_batch_tokens

@@ -5,7 +5,8 @@
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
 // `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
 // folder's processor and `generate`, and by the speech recognition pipeline), or "image_text" (prompts with image files through the folder's
-// processor, or processed inputs as given, and an image-text-to-text model's `generate`), or "audio_text" (processed
+// processor, with chat messages through its chat template, or processed inputs as given, and an image-text-to-text
+// model's `generate`; the processor's outputs returned), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
 // model's `generate` as its `input_features` iterable, one chunk per element). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
@@ -79,6 +80,13 @@ async function generate(model, ids, mask, newTokens) {
     return rows;
 }
 
+async function processed(processor, text, images) {
+    // PaliGemmaProcessor and Florence2Processor take the images first (`_call(images, text = null, kwargs = {})`), the
+    // others the text
+    return ['PaliGemmaProcessor', 'Florence2Processor'].includes(processor.constructor.name) ? processor(images, text)
+        : processor(text, images);
+}
+
 const result = {};
 if (job.strings) {
     const tokenizer = await AutoTokenizer.from_pretrained(job.folder, options);
@@ -140,13 +148,12 @@ if (job.image_text) {
     const processor = prompts.some((prompt) => prompt.images) ? await AutoProcessor.from_pretrained(job.folder, options) : null;
     const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
     result.image_text = [];
-    for (const { text, images, inputs: given } of prompts) {
-        // a prompt's text and image files through the processor (Florence2Processor takes the images first), or its
-        // processed inputs as given
+    for (const { text, messages, images, inputs: given } of prompts) {
+        // a prompt's text (or chat messages through the folder's chat template) and image files through
+        // the processor, or its processed inputs as given
         const opened = given ? [] : await Promise.all(images.map((path) => RawImage.read(path)));
-        const pictures = opened.length === 1 ? opened[0] : opened;
-        const inputs = given ? tensors(given)
-            : processor.constructor.name === 'Florence2Processor' ? await processor(pictures, text) : await processor(text, pictures);
+        const prompt = messages ? processor.apply_chat_template(messages, { add_generation_prompt: true }) : text;
+        const inputs = given ? tensors(given) : await processed(processor, prompt, opened.length === 1 ? opened[0] : opened);
         const output = plain(await model.generate({
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));
@@ -156,6 +163,10 @@ if (job.image_text) {
         result.image_text.push({
             input_ids: plain(inputs.input_ids).data, pixel_values: inputs.pixel_values ? plain(inputs.pixel_values) : null,
             generated: output.data.slice(promptLength, width),
+            // the processor's outputs (its tensors), and the prompt the chat template gave
+            processed: given ? null : Object.fromEntries(Object.entries(inputs).filter(([, value]) => value instanceof Tensor)
+                .map(([name, value]) => [name, { type: value.type, ...plain(value) }])),
+            prompt: messages ? prompt : null,
             // each sequence's tokens after the prompt (a batch's rows)
             generated_rows: Array.from({ length: rows }, (_, row) => output.data.slice(row * width + promptLength, (row + 1) * width)),
         });

@@ -9,7 +9,6 @@ with runtime "onnxruntime" image_text_to_text.py's recipe refuses the model (no 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,10 @@ from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import florence2
 from fx2onnx.hub.vision_language.florence2_verify import verify_florence2
 from fx2onnx.hub.vision_language.transformers_js import (
-    TRANSFORMERS_JS_ARCHITECTURES, transformers_js_note, transformers_js_refusal,
+    IMAGE_PROCESSOR_FILE, PROCESSOR_FILE, TRANSFORMERS_JS_ARCHITECTURES, image_processor_settings, transformers_js_note,
+    transformers_js_refusal,
 )
 
-PREPROCESSOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
 # why the folder is not written in a dtype
 DTYPE_CAUSES = {
     torch.float16: (
@@ -43,17 +42,14 @@ DTYPE_CAUSES = {
 TASK_TABLES = ("tasks_answer_post_processing_type", "task_prompts_without_inputs", "task_prompts_with_input")
 
 
-def image_processor_settings(source: Path) -> dict[str, Any]:
-    """The source's image processor settings: `preprocessor_config.json`, or the `image_processor`
-    part of transformers 5's `processor_config.json`."""
-    if (source / PREPROCESSOR_FILE).is_file():
-        return json.loads((source / PREPROCESSOR_FILE).read_text(encoding="utf-8"))
-    if (source / PROCESSOR_FILE).is_file():
-        settings = json.loads((source / PROCESSOR_FILE).read_text(encoding="utf-8")).get("image_processor")
-        if settings is not None:
-            return settings
-    raise FileNotFoundError(f"{source} has no image processor settings ({PREPROCESSOR_FILE}, or {PROCESSOR_FILE} with an "
-                            "`image_processor` part): the folder's clients cannot make pixel_values without them.")
+def required_image_processor_settings(source: Path) -> dict[str, Any]:
+    """The source's image processor settings (transformers_js.image_processor_settings), which
+    the folder cannot do without."""
+    settings = image_processor_settings(source)
+    if settings is None:
+        raise FileNotFoundError(f"{source} has no image processor settings ({IMAGE_PROCESSOR_FILE}, or {PROCESSOR_FILE} with "
+                                "an `image_processor` part): the folder's clients cannot make pixel_values without them.")
+    return settings
 
 
 def write_processor_files(source: Path, staging: Path, config: Any) -> list[str]:
@@ -65,10 +61,10 @@ def write_processor_files(source: Path, staging: Path, config: Any) -> list[str]
 
     processor = AutoProcessor.from_pretrained(source)
     processor_class = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_class
-    settings = {**image_processor_settings(source), "processor_class": processor_class}
+    settings = {**required_image_processor_settings(source), "processor_class": processor_class}
     for name in TASK_TABLES:
         settings.setdefault(name, dict(getattr(processor, name)))
-    return [write_json_file(staging, PREPROCESSOR_FILE, settings)]
+    return [write_json_file(staging, IMAGE_PROCESSOR_FILE, settings)]
 
 
 class EncoderDecoderImageTextToTextRecipe(RecipeDefaults):

@@ -15,6 +15,7 @@ the tokenizer files without loading the model); a difference is a
 from __future__ import annotations
 
 import importlib.util
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +52,28 @@ def write_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
             f"transformers loads {type(tokenizer).__name__} for this model, without a `tokenizers` backend: "
             "there is no tokenizer.json that encodes as it does for ONNX Runtime GenAI and Transformers.js."
         )
-    return [Path(path).name for path in tokenizer.save_pretrained(destination) if Path(path).parent == destination]
+    written = [Path(path).name for path in tokenizer.save_pretrained(destination) if Path(path).parent == destination]
+    template_in_tokenizer_config(destination)
+    return written
+
+
+def template_in_tokenizer_config(folder: Path) -> bool:
+    """Copy the chat template of ``folder``'s `chat_template.jinja` into its
+    `tokenizer_config.json` (as `chat_template`), where that has none; returns whether it
+    did. transformers 5 saves a tokenizer's one template as chat_template.jinja alone, and
+    Transformers.js's tokenizer (the pinned release, client_support.TRANSFORMERS_JS) reads
+    only tokenizer_config.json's (`this.chat_template = tokenizerConfig.chat_template ?? null`
+    in PreTrainedTokenizer's constructor), so its `apply_chat_template` would throw;
+    transformers reads the .jinja file first, so both give it the same template."""
+    template, config_path = folder / "chat_template.jinja", folder / "tokenizer_config.json"
+    if not (template.is_file() and config_path.is_file()):
+        return False
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.get("chat_template") is not None:
+        return False
+    config["chat_template"] = template.read_text(encoding="utf-8")
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return True
 
 
 def file_encoder(tokenizer_json: Path, special_tokens: bool = True) -> Encoder:

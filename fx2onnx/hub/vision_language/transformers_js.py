@@ -30,6 +30,8 @@ from fx2onnx.hub.vision_language import (
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 
+IMAGE_PROCESSOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
+
 
 @dataclass(frozen=True)
 class TransformersJsRow:
@@ -59,6 +61,13 @@ QWEN_IMAGES = (
     " Its Qwen2VLImageProcessor takes one image per call, so a prompt with several images needs its pixel_values "
     "and image_grid_thw processed otherwise (the vision model takes them all in one run)."
 )
+# Transformers.js's RawImage.resize (line 19137 of the pinned release's dist/transformers.node.mjs) resizes in Node
+# with sharp's `affine` and the processor's bicubic or bilinear interpolator (lines 19169-19174), where transformers'
+# PIL image processors resize with PIL's antialiasing filters: same sizes, other pixels
+SHARP_RESIZE = (
+    " Its image processor resizes with sharp, not PIL: an image it resizes gets transformers' prompt ids (and grid) "
+    "but other pixel values; an image already of the size it resizes to keeps transformers' pixels."
+)
 # what Transformers.js's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
 # after a prompt: `_get_text_only_rope_index` gives `max + 1n + BigInt(dims[1])` as a prompt's mRoPE delta where
 # transformers' is max + 1 - length, and `prepare_inputs_for_generation` sets `pixel_values` to null (not
@@ -72,7 +81,7 @@ QWEN_GENERATION = (
 
 def qwen_note(name: str, folder: str = "", genai: str = "") -> str:
     """The note of a Qwen-VL kind's folder (``name``: Transformers.js's class) in Transformers.js."""
-    return f"{TRANSFORMERS_JS} runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
+    return f"{TRANSFORMERS_JS} runs this folder ({name}){folder}.{QWEN_IMAGES}{SHARP_RESIZE}{QWEN_GENERATION}{genai}"
 
 
 DEEPSTACK_ROWS = (
@@ -116,11 +125,10 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         processor_class="Qwen3VLProcessor", architecture=qwen3_5.MOE_ARCHITECTURE,
     ),
     # Qwen2.5-VL's path with its own mRoPE positions (GlmOcrForConditionalGeneration._get_multimodal_rope_positions,
-    # transformers' for images); no processor named (the checkpoint's own is left as it is)
+    # transformers' for images); Glm46VProcessor: Qwen2VLProcessor's expansion of GLM's `<|image|>` placeholder
     "glm_ocr": TransformersJsRow(
-        f"{TRANSFORMERS_JS} runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
-        "image_grid_thw transformers' processor gives." + QWEN_GENERATION + " ONNX Runtime GenAI has no GLM-OCR type.",
-        architecture=glm_ocr.ARCHITECTURE,
+        qwen_note("GlmOcrForConditionalGeneration", genai=" ONNX Runtime GenAI has no GLM-OCR type."),
+        processor_class="Glm46VProcessor", architecture=glm_ocr.ARCHITECTURE,
     ),
     # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
@@ -157,8 +165,8 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         f"{TRANSFORMERS_JS} runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
         "rows are one column wider than the hidden size, the last column 1 at image rows and 0 at text rows, which "
         "the decoder reads to let an image's tokens attend each other both ways, as transformers does with "
-        "token_type_ids. Its vision model takes any number of images of the image processor's one size.",
-        architecture=gemma3_transformers_js.ARCHITECTURE,
+        "token_type_ids. Its vision model takes any number of images of the image processor's one size." + SHARP_RESIZE,
+        processor_class="Gemma3Processor", architecture=gemma3_transformers_js.ARCHITECTURE,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of the tower's size, positions from 1; the decoder
     # attends both ways over a step without a past (the prompt, transformers' prefix: paligemma.py)
@@ -166,8 +174,8 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         f"{TRANSFORMERS_JS} runs this folder (PaliGemmaForConditionalGeneration): its decoder lets a step without a "
         "past (the whole prompt, as Transformers.js runs it) attend both ways, as transformers does over the prefix "
         "its processor marks with token_type_ids 0, and any later step causally; a prompt with a suffix of "
-        "token_type_ids 1 is not what the folder runs. ONNX Runtime GenAI has no PaliGemma type.",
-        architecture=paligemma.ARCHITECTURE,
+        "token_type_ids 1 is not what the folder runs." + SHARP_RESIZE + " ONNX Runtime GenAI has no PaliGemma type.",
+        processor_class="PaliGemmaProcessor", architecture=paligemma.ARCHITECTURE,
     ),
     # an encoder-decoder: its own recipe writes four models, an encoder_model besides (florence2.py,
     # recipes/encoder_decoder_image_text_to_text.py); Transformers.js puts the image features before the prompt's
@@ -270,16 +278,29 @@ def transformers_js_note(config: Any) -> str:
     return TRANSFORMERS_JS_ARCHITECTURES[config.model_type].note
 
 
+def image_processor_settings(source: Path) -> dict[str, Any] | None:
+    """The source's image processor settings: `preprocessor_config.json`, or the
+    `image_processor` part of `processor_config.json` (transformers 5 saves a processor so,
+    alone); None without either."""
+    if (source / IMAGE_PROCESSOR_FILE).is_file():
+        return json.loads((source / IMAGE_PROCESSOR_FILE).read_text(encoding="utf-8"))
+    if (source / PROCESSOR_FILE).is_file():
+        return json.loads((source / PROCESSOR_FILE).read_text(encoding="utf-8")).get("image_processor")
+    return None
+
+
 def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]:
-    """`preprocessor_config.json` of ``source`` naming the processor Transformers.js's
-    `AutoProcessor` is to build (released checkpoints name it; an image processor saved
-    alone does not), written into ``staging``; returns the file's name, or nothing where
-    there is no file or no class to name."""
+    """`preprocessor_config.json` naming the processor Transformers.js's `AutoProcessor` is
+    to build (released checkpoints name it; an image processor saved alone does not), written
+    into ``staging`` from the source's image processor settings; returns the file's name, or
+    nothing where there are no settings or no class to name. Transformers.js reads that file
+    alone for `AutoProcessor` (it fails without it), where transformers 5 may have saved the
+    settings inside `processor_config.json` only (which the folder keeps, for the classes
+    that read it: Gemma3Processor's `image_seq_length`)."""
     processor_class = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_class
-    path = source / "preprocessor_config.json"
-    if processor_class is None or not path.is_file():
+    settings = image_processor_settings(source)
+    if processor_class is None or settings is None:
         return []
-    settings = json.loads(path.read_text(encoding="utf-8"))
     settings.setdefault("processor_class", processor_class)
-    (staging / path.name).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    return [path.name]
+    (staging / IMAGE_PROCESSOR_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return [IMAGE_PROCESSOR_FILE]
