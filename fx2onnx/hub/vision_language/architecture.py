@@ -77,6 +77,11 @@ class VisionLanguageArchitecture:
         check: raises a clear error for a configuration the runtime cannot run.
         merges_images: the embedding takes the image features (ONNX Runtime GenAI's), else
             it is the token embedding alone (Transformers.js merges the features itself).
+        verification_images: (model, image processor) -> the vision inputs of the
+            verification, where they are not the image processor's on random images of
+            ``verification_sizes`` (None: they are).
+        reads_image_processor: the export and verification read the checkpoint's image
+            processor (False: they are given None; LFM2-VL's needs torchvision).
     """
 
     genai_type: str
@@ -91,6 +96,8 @@ class VisionLanguageArchitecture:
     wide_rows: WideRows | None = None
     check: Callable[[Any], None] = _no_check
     merges_images: bool = True
+    verification_images: Callable[[torch.nn.Module, Any], dict[str, torch.Tensor]] | None = None
+    reads_image_processor: bool = True
 
     def export(self, loaded: Any, options: Any, image_processor: Any) -> dict[str, Any]:
         """The "vision", "embedding" and "decoder" programs of ``loaded``'s model."""

@@ -24,7 +24,7 @@ from typing import Any
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.vision_language import (
-    gemma3_transformers_js, glm_ocr, idefics3, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
+    gemma3_transformers_js, glm_ocr, idefics3, lfm2_vl, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
@@ -179,6 +179,15 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "every image to one size; Transformers.js's CLIPImageProcessor resizes with sharp, whose pixels differ from PIL's. "
         "ONNX Runtime GenAI has no Florence-2 type.",
         processor_class="Florence2Processor",
+    ),
+    # its vision_encoder takes the tiles of a prompt's images as Lfm2VlForConditionalGeneration feeds them (its
+    # forward_params: pixel_values, pixel_attention_mask, spatial_shapes); 1-D positions from the mask; the decoder's
+    # convolution states named as getCacheNames names those of the text config's `lfm2`
+    "lfm2_vl": TransformersJsRow(
+        "Transformers.js 4.3.2 runs this folder (Lfm2VlForConditionalGeneration) on a prompt's tiles (pixel_values, "
+        "pixel_attention_mask and spatial_shapes) as its Lfm2VlProcessor cuts them; its decoder takes the LFM2 "
+        "convolution states as past_conv.<layer>, as Transformers.js feeds them. ONNX Runtime GenAI has no LFM2-VL type.",
+        processor_class="Lfm2VlProcessor", architecture=lfm2_vl.ARCHITECTURE,
     ),
 }
 
