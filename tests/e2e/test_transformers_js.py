@@ -961,6 +961,102 @@ def padded_batch_tokens(rows: list[list[int]]) -> tuple[list[int], list[int]]:
     return rows[0], rows[1][:1]
 
 
+# LFM2-VL's image tokens and its tiles' position tokens (up to 4 x 4 tiles)
+LFM2_VL_SPECIAL = ["<image>", "<|image_start|>", "<|image_end|>", "<|img_thumbnail|>",
+                   *[f"<|img_row_{row}_col_{column}|>" for row in range(1, 5) for column in range(1, 5)]]
+# transformers' Lfm2VlImageProcessor settings as it saves them, scaled down: 8-pixel patches, 32-pixel tiles (2 x 2 image
+# tokens), 4 to 16 tokens for an image or thumbnail, 2 to 4 tiles for one larger than twice that
+LFM2_VL_PROCESSOR = {
+    "image_processor_type": "Lfm2VlImageProcessor", "downsample_factor": 2, "encoder_patch_size": 8, "tile_size": 32,
+    "min_tiles": 2, "max_tiles": 4, "use_thumbnail": True, "min_image_tokens": 4, "max_image_tokens": 16,
+    "max_pixels_tolerance": 2.0, "do_image_splitting": True, "do_resize": True, "size": {"height": 32, "width": 32},
+    "resample": 2, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5], "do_pad": True, "return_row_col_info": False,
+}
+# image (height, width) -> the spatial shapes (patch grids) of its tiles as both processors give them: one tile of 6 x 8
+# patches; an image past twice the most tokens, cut into 1 x 2 tiles with a thumbnail; one scaled up to the fewest tokens
+LFM2_VL_IMAGES = {(40, 70): [[6, 8]], (190, 130): [[4, 4], [4, 4], [8, 6]], (20, 30): [[4, 6]]}
+
+
+def save_lfm2_vl(folder):
+    """A three-layer LFM2-VL (a two-layer SigLIP2 tower of 8-pixel patches, an LFM2 text model of two
+    convolution layers around one of attention) with LFM2-VL's image tokens and image processor
+    settings (LFM2_VL_PROCESSOR: written as a file, transformers' class needs torchvision)."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": LFM2_VL_SPECIAL})
+    text = dict(model_type="lfm2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+                max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    vision = dict(model_type="siglip2_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, patch_size=8, num_patches=16, vision_use_head=False)
+    config = transformers.Lfm2VlConfig(text_config=text, vision_config=vision, projector_hidden_size=48,
+                                       image_token_id=tokenizer.convert_tokens_to_ids("<image>"), downsample_factor=2)
+    torch.manual_seed(0)
+    model = transformers.Lfm2VlForConditionalGeneration(config).eval()
+    spread_weights(model)  # the tokens then depend on the image
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps(LFM2_VL_PROCESSOR), encoding="utf-8")
+    return model
+
+
+def from_specs(specs: dict) -> dict[str, torch.Tensor]:
+    """The runner's tensors (type, dims, data) as torch tensors."""
+    kinds = {"float32": torch.float32, "bool": torch.bool, "int64": torch.int64}
+    return {name: torch.tensor(spec["data"], dtype=kinds[spec["type"]]).reshape(spec["dims"]) for name, spec in specs.items()}
+
+
+def lfm2_vl_padded_batch(model) -> dict[str, torch.Tensor]:
+    """Two prompts of one tile each (other grids, the processor's layout), the second left-padded."""
+    from fx2onnx.hub.vision_language.lfm2_vl import tiles
+
+    image_id = model.config.image_token_id
+    pixels = tiles(model.config, ((4, 6), (6, 4)), 64, seed=3)
+    rows, mask = left_padded([[1, 40] + [image_id] * 6 + [41, 42, 43, 44], [45] + [image_id] * 6 + [46]])
+    return {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(mask), **pixels}
+
+
+def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
+    """LFM2-VL as `--runtime standard` writes it for Transformers.js (a vision_encoder over the tiles its
+    Lfm2VlProcessor cuts, 1-D positions, the LFM2 convolution states as past_conv.<layer>): export-hf's
+    verification (the three models in onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on
+    the inputs Transformers.js's processor gives: an image of one tile, one cut into tiles with a thumbnail, one
+    scaled up, two in one prompt, a prompt without images, and left-padded batches: of text alone (exact) and with
+    images (as far as Transformers.js keeps its padding: padded_batch_tokens)."""
+    from PIL import Image
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = save_lfm2_vl(source)
+    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "lfm2_vl" and config["architectures"] == ["Lfm2VlForConditionalGeneration"]
+    settings = json.loads((out / "preprocessor_config.json").read_text())
+    assert settings["processor_class"] == "Lfm2VlProcessor" and settings["do_resize"] is False
+    decoder_inputs = [value.name for value in onnx.load(out / "onnx" / "decoder_model_merged.onnx", load_external_data=False).graph.input]
+    assert {"past_conv.0", "past_key_values.1.key", "past_conv.2"} <= set(decoder_inputs)
+    paths = []
+    for seed, (height, width) in enumerate(LFM2_VL_IMAGES):
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    prompts = [{"text": "<image>the quick brown fox", "images": [str(path)], "images_first": True} for path in paths]
+    prompts.append({"text": "<image>hello world<image>of onnx", "images": [str(paths[0]), str(paths[2])], "images_first": True})
+    text_rows, text_mask = left_padded([[1, 40, 41, 42, 43, 44, 45], [46, 47, 48]])
+    prompts.append({"inputs": tensor_specs({"input_ids": torch.tensor(text_rows[:1]), "attention_mask": torch.tensor(text_mask[:1])})})
+    prompts.append({"inputs": tensor_specs({"input_ids": torch.tensor(text_rows), "attention_mask": torch.tensor(text_mask)})})
+    prompts.append({"inputs": tensor_specs(lfm2_vl_padded_batch(model))})
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    shapes = [result["processed"]["spatial_shapes"]["data"] for result in results[:4]]
+    assert shapes == [sum(grids, []) for grids in LFM2_VL_IMAGES.values()] + [[6, 8, 4, 6]]
+    expected = [generated_by_transformers(model, from_specs(result["processed"])) for result in results]
+    generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
+    assert generated[:-1] == expected[:-1] and len({tuple(tokens) for tokens in expected[:4]}) == 4
+    assert padded_batch_tokens(generated[-1]) == padded_batch_tokens(expected[-1])
+
+
 def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_path, transformers_js):
     """Transformers.js reads EXAONE's layer count as `num_layers` (transformers 5 writes
     `num_hidden_layers`; without it Transformers.js feeds no cache): the folder's config.json

@@ -134,18 +134,20 @@ if (job.speech) {
         }
     }
 }
+// the processors whose `_call` takes the images before the text
+const IMAGES_FIRST = new Set(['Florence2Processor', 'Lfm2VlProcessor', 'Lfm3VlProcessor']);
 if (job.image_text) {
     const { prompts, new_tokens: newTokens } = job.image_text;
     const processor = prompts.some((prompt) => prompt.images) ? await AutoProcessor.from_pretrained(job.folder, options) : null;
     const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
     result.image_text = [];
     for (const { text, images, inputs: given } of prompts) {
-        // a prompt's text and image files through the processor (Florence2Processor takes the images first), or its
+        // a prompt's text and image files through the processor (those of IMAGES_FIRST take the images first), or its
         // processed inputs as given
         const opened = given ? [] : await Promise.all(images.map((path) => RawImage.read(path)));
         const pictures = opened.length === 1 ? opened[0] : opened;
         const inputs = given ? tensors(given)
-            : processor.constructor.name === 'Florence2Processor' ? await processor(pictures, text) : await processor(text, pictures);
+            : IMAGES_FIRST.has(processor.constructor.name) ? await processor(pictures, text) : await processor(text, pictures);
         const output = plain(await model.generate({
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));
@@ -154,6 +156,9 @@ if (job.image_text) {
         const width = output.data.length / rows;
         result.image_text.push({
             input_ids: plain(inputs.input_ids).data, pixel_values: inputs.pixel_values ? plain(inputs.pixel_values) : null,
+            // every tensor the processor gave (or the prompt's), with its type: the inputs to give transformers too
+            processed: Object.fromEntries(Object.entries(inputs).filter(([, value]) => value instanceof Tensor)
+                .map(([name, value]) => [name, { type: value.type, ...plain(value) }])),
             generated: output.data.slice(promptLength, width),
             // each sequence's tokens after the prompt (a batch's rows)
             generated_rows: Array.from({ length: rows }, (_, row) => output.data.slice(row * width + promptLength, (row + 1) * width)),

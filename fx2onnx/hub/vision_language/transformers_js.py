@@ -17,7 +17,7 @@ GenAI has no type for it (architectures.py holds those of the runtime's types).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,14 @@ class TransformersJsRow:
             processor reads more than the folder holds.
         architecture: how the parts are exported and verified, for an architecture ONNX
             Runtime GenAI has no type for (None: its row in architectures.py).
+        processor_settings: `preprocessor_config.json` settings written for Transformers.js's
+            image processor where it reads a setting transformers' ignores.
     """
 
     note: str
     processor_class: str | None = None
     architecture: VisionLanguageArchitecture | None = None
+    processor_settings: dict[str, Any] = field(default_factory=dict)
 
 
 IDEFICS3_NOTE = (
@@ -183,11 +186,17 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # its vision_encoder takes the tiles of a prompt's images as Lfm2VlForConditionalGeneration feeds them (its
     # forward_params: pixel_values, pixel_attention_mask, spatial_shapes); 1-D positions from the mask; the decoder's
     # convolution states named as getCacheNames names those of the text config's `lfm2`
+    # Its Lfm2VlImageProcessor first resizes every image to `size` where do_resize is set (ImageProcessor.preprocess),
+    # which transformers' ignores (its _preprocess sets do_resize and resizes by smart_resize and the tile grid alone):
+    # the folder's preprocessor_config.json says do_resize false
     "lfm2_vl": TransformersJsRow(
         "Transformers.js 4.3.2 runs this folder (Lfm2VlForConditionalGeneration) on a prompt's tiles (pixel_values, "
         "pixel_attention_mask and spatial_shapes) as its Lfm2VlProcessor cuts them; its decoder takes the LFM2 "
-        "convolution states as past_conv.<layer>, as Transformers.js feeds them. ONNX Runtime GenAI has no LFM2-VL type.",
-        processor_class="Lfm2VlProcessor", architecture=lfm2_vl.ARCHITECTURE,
+        "convolution states as past_conv.<layer>, as Transformers.js feeds them. preprocessor_config.json says "
+        "do_resize false, which transformers' Lfm2VlImageProcessor ignores and without which Transformers.js's resizes "
+        "every image to `size` before tiling it. Its processor resizes without antialiasing, so a downscaled image's "
+        "pixels differ a little from transformers'. ONNX Runtime GenAI has no LFM2-VL type.",
+        processor_class="Lfm2VlProcessor", architecture=lfm2_vl.ARCHITECTURE, processor_settings={"do_resize": False},
     ),
 }
 
@@ -262,13 +271,14 @@ def transformers_js_note(config: Any) -> str:
 def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]:
     """`preprocessor_config.json` of ``source`` naming the processor Transformers.js's
     `AutoProcessor` is to build (released checkpoints name it; an image processor saved
-    alone does not), written into ``staging``; returns the file's name, or nothing where
-    there is no file or no class to name."""
-    processor_class = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_class
+    alone does not), with the row's settings for Transformers.js, written into ``staging``;
+    returns the file's name, or nothing where there is no file or no class to name."""
+    row = TRANSFORMERS_JS_ARCHITECTURES[config.model_type]
     path = source / "preprocessor_config.json"
-    if processor_class is None or not path.is_file():
+    if row.processor_class is None or not path.is_file():
         return []
     settings = json.loads(path.read_text(encoding="utf-8"))
-    settings.setdefault("processor_class", processor_class)
+    settings.setdefault("processor_class", row.processor_class)
+    settings.update(row.processor_settings)
     (staging / path.name).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     return [path.name]
