@@ -973,8 +973,10 @@ LFM2_VL_PROCESSOR = {
     "resample": 2, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.5, 0.5],
     "image_std": [0.5, 0.5, 0.5], "do_pad": True, "return_row_col_info": False,
 }
-# image (height, width) -> the spatial shapes (patch grids) of its tiles as both processors give them: one tile of 6 x 8
-# patches; an image past twice the most tokens, cut into 1 x 2 tiles with a thumbnail; one scaled up to the fewest tokens
+# image (height, width) -> the spatial shapes (patch grids) of its tiles as Transformers.js's processor gives them: one
+# tile; an image past twice the most tokens, cut into 1 x 2 tiles with a thumbnail; one scaled up to the fewest tokens.
+# transformers' gives the last two the same; the first 4 x 8: 40 / 16 is 2.5, which Python's round takes to 2 and
+# JavaScript's Math.round to 3 (smart_resize's side in multiples of patch x downsample factor)
 LFM2_VL_IMAGES = {(40, 70): [[6, 8]], (190, 130): [[4, 4], [4, 4], [8, 6]], (20, 30): [[4, 6]]}
 
 

@@ -188,14 +188,17 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # convolution states named as getCacheNames names those of the text config's `lfm2`
     # Its Lfm2VlImageProcessor first resizes every image to `size` where do_resize is set (ImageProcessor.preprocess),
     # which transformers' ignores (its _preprocess sets do_resize and resizes by smart_resize and the tile grid alone):
-    # the folder's preprocessor_config.json says do_resize false
+    # the folder's preprocessor_config.json says do_resize false. Its smart_resize rounds with Math.round (half up),
+    # transformers' round_by_factor with Python's round (half to even)
     "lfm2_vl": TransformersJsRow(
         "Transformers.js 4.3.2 runs this folder (Lfm2VlForConditionalGeneration) on a prompt's tiles (pixel_values, "
         "pixel_attention_mask and spatial_shapes) as its Lfm2VlProcessor cuts them; its decoder takes the LFM2 "
         "convolution states as past_conv.<layer>, as Transformers.js feeds them. preprocessor_config.json says "
         "do_resize false, which transformers' Lfm2VlImageProcessor ignores and without which Transformers.js's resizes "
         "every image to `size` before tiling it. Its processor resizes without antialiasing, so a downscaled image's "
-        "pixels differ a little from transformers'. ONNX Runtime GenAI has no LFM2-VL type.",
+        "pixels differ a little from transformers', and rounds a side half-way to a multiple of patch x downsample factor "
+        "up where transformers rounds it to even (a 400-pixel side: 416 there, 384 in transformers), so such an image "
+        "gets other tokens. ONNX Runtime GenAI has no LFM2-VL type.",
         processor_class="Lfm2VlProcessor", architecture=lfm2_vl.ARCHITECTURE, processor_settings={"do_resize": False},
     ),
 }
