@@ -1059,6 +1059,80 @@ def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
     assert padded_batch_tokens(generated[-1]) == padded_batch_tokens(expected[-1])
 
 
+LFM3_VL_SPECIAL = ["<|image|>", "<|video|>", "<|vision_start|>", "<|vision_end|>"]
+
+
+def save_lfm3_vl(folder):
+    """A three-layer LFM3-VL (a three-layer vision tower, convolution, attention, convolution, of 14-pixel
+    patches; an LFM3 text model of a convolution, a sliding-window layer of a window of 8 and a full-attention
+    layer) with the Qwen image processor transformers gives it."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": LFM3_VL_SPECIAL})
+    ids = [tokenizer.convert_tokens_to_ids(token) for token in LFM3_VL_SPECIAL]
+    text = dict(model_type="lfm3", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, conv_L_cache=3, sliding_window=8,
+                layer_types=["conv", "sliding_attention", "full_attention"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, layer_types=["conv", "full_attention", "conv"])
+    config = transformers.Lfm3VlConfig(text_config=text, vision_config=vision, projector_hidden_size=48, image_token_id=ids[0],
+                                       video_token_id=ids[1], vision_start_token_id=ids[2], vision_end_token_id=ids[3])
+    torch.manual_seed(0)
+    model = transformers.Lfm3VlForConditionalGeneration(config).eval()
+    spread_weights(model)  # the tokens then depend on the image
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    transformers.Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 64, patch_size=14, merge_size=2,
+                                          temporal_patch_size=2).save_pretrained(folder)
+    return model
+
+
+def lfm3_vl_prompt(model, image_processor, images: list, text: list[int]) -> dict[str, torch.Tensor]:
+    """``images``' processed patches and grids, each image's tokens (one per merged block) after ``text``."""
+    image_id, merge = model.config.image_token_id, model.config.vision_config.spatial_merge_size
+    processed = image_processor(images=images, return_tensors="pt")
+    tokens = [image_id] * int(processed["image_grid_thw"].prod(-1).sum() // merge ** 2)
+    ids = torch.tensor([text + tokens + [50, 51]])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": processed["pixel_values"],
+            "image_grid_thw": processed["image_grid_thw"]}
+
+
+def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
+    """LFM3-VL as `--runtime standard` writes it for Transformers.js (a vision_encoder over a prompt's patches and
+    grids, its convolutions over each frame's grid computed from the grid in the graph, 1-D positions, the LFM3
+    states as past_conv.<layer> with a sliding-window layer that the prompts pass): export-hf's verification and
+    16 greedy tokens in Transformers.js equal transformers' on transformers' processed inputs: a 45x75 and a 130x60
+    image (other grids than the export's) each alone and both in one prompt, a prompt without images, and
+    left-padded batches: of text (exact) and with images (padded_batch_tokens)."""
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = save_lfm3_vl(source)
+    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "lfm3_vl" and config["architectures"] == ["Lfm3VlForConditionalGeneration"]
+    image_processor = transformers.AutoImageProcessor.from_pretrained(source)
+    images = [random_image(45, 75, 0), random_image(130, 60, 1)]
+    given = [lfm3_vl_prompt(model, image_processor, chosen, [1, 40, 41]) for chosen in ([images[0]], [images[1]], images)]
+    text_rows, text_mask = left_padded([[1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49], [46, 47, 48]])
+    given.append({"input_ids": torch.tensor(text_rows[:1]), "attention_mask": torch.tensor(text_mask[:1])})
+    given.append({"input_ids": torch.tensor(text_rows), "attention_mask": torch.tensor(text_mask)})
+    # the taller image's prompt first, unpadded; the other's padded
+    first, second = (lfm3_vl_prompt(model, image_processor, [image], text) for image, text in zip(images[::-1], ([1, 40, 41], [42])))
+    rows, mask = left_padded([first["input_ids"][0].tolist(), second["input_ids"][0].tolist()])
+    given.append({"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(mask),
+                  "pixel_values": torch.cat([first["pixel_values"], second["pixel_values"]]),
+                  "image_grid_thw": torch.cat([first["image_grid_thw"], second["image_grid_thw"]])})
+    assert given[0]["input_ids"].shape[1] > 8 and mask[1][0] == 0  # a prompt past the sliding window; the batch padded
+    prompts = [{"inputs": tensor_specs(inputs)} for inputs in given]
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    expected = [generated_by_transformers(model, inputs) for inputs in given]
+    generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
+    assert generated[:-1] == expected[:-1] and len({tuple(tokens) for tokens in expected[:3]}) == 3
+    assert padded_batch_tokens(generated[-1]) == padded_batch_tokens(expected[-1])
+
+
 def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_path, transformers_js):
     """Transformers.js reads EXAONE's layer count as `num_layers` (transformers 5 writes
     `num_hidden_layers`; without it Transformers.js feeds no cache): the folder's config.json

@@ -24,7 +24,7 @@ from typing import Any
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.vision_language import (
-    gemma3_transformers_js, glm_ocr, idefics3, lfm2_vl, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
+    gemma3_transformers_js, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
@@ -200,6 +200,15 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "up where transformers rounds it to even (a 400-pixel side: 416 there, 384 in transformers), so such an image "
         "gets other tokens. ONNX Runtime GenAI has no LFM2-VL type.",
         processor_class="Lfm2VlProcessor", architecture=lfm2_vl.ARCHITECTURE, processor_settings={"do_resize": False},
+    ),
+    # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images (Lfm3VlForConditionalGeneration's
+    # forward_params); 1-D positions from the mask; the decoder's convolution states named as getCacheNames names
+    # those of the text config's `lfm3`
+    "lfm3_vl": TransformersJsRow(
+        "Transformers.js 4.3.2 runs this folder (Lfm3VlForConditionalGeneration) on a prompt's images (pixel_values and "
+        "image_grid_thw) as the Qwen image processor cuts them; its decoder takes the LFM3 convolution states as "
+        "past_conv.<layer>, as Transformers.js feeds them. ONNX Runtime GenAI has no LFM3-VL type.",
+        architecture=lfm3_vl.ARCHITECTURE,
     ),
 }
 
