@@ -1102,7 +1102,8 @@ def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
     states as past_conv.<layer> with a sliding-window layer that the prompts pass): export-hf's verification and
     16 greedy tokens in Transformers.js equal transformers' on transformers' processed inputs: a 45x75 and a 130x60
     image (other grids than the export's) each alone and both in one prompt, a prompt without images, and
-    left-padded batches: of text (exact) and with images (padded_batch_tokens)."""
+    left-padded batches: of text (exact) and with images (padded_batch_tokens); and through the folder's processor
+    on a 56x84 image, which it does not resize (its ids and patches equal transformers')."""
     source, out = tmp_path / "source", tmp_path / "out"
     model = save_lfm3_vl(source)
     verification = export_hf(source, out, runtime="standard", verify=True, tokens=4).verification
@@ -1125,12 +1126,24 @@ def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
                   "image_grid_thw": torch.cat([first["image_grid_thw"], second["image_grid_thw"]])})
     assert given[0]["input_ids"].shape[1] > 8 and mask[1][0] == 0  # a prompt past the sliding window; the batch padded
     prompts = [{"inputs": tensor_specs(inputs)} for inputs in given]
+    # through the folder's processor (Lfm3VlProcessor, named in preprocessor_config.json): an image it does not resize
+    path = tmp_path / "56x84.png"
+    random_image(56, 84, 2).save(path)
+    prompts.append({"text": "<|image|>the quick brown fox", "images": [str(path)], "images_first": True})
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    own = from_specs(results[-1]["processed"])
+    processed = image_processor(images=[random_image(56, 84, 2)], return_tensors="pt")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    assert own["input_ids"][0].tolist() == tokenizer("<|image|>" * 6 + "the quick brown fox")["input_ids"]
+    torch.testing.assert_close(own["pixel_values"], processed["pixel_values"], rtol=0, atol=1e-5)
+    assert own["image_grid_thw"].tolist() == processed["image_grid_thw"].tolist() == [[1, 4, 6]]
+    given.append(own)
     expected = [generated_by_transformers(model, inputs) for inputs in given]
     generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
-    assert generated[:-1] == expected[:-1] and len({tuple(tokens) for tokens in expected[:3]}) == 3
-    assert padded_batch_tokens(generated[-1]) == padded_batch_tokens(expected[-1])
+    assert generated[:5] == expected[:5] and generated[6] == expected[6]
+    assert len({tuple(tokens) for tokens in expected[:3]}) == 3
+    assert padded_batch_tokens(generated[5]) == padded_batch_tokens(expected[5])
 
 
 def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_path, transformers_js):

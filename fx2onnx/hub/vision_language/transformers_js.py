@@ -208,7 +208,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "Transformers.js 4.3.2 runs this folder (Lfm3VlForConditionalGeneration) on a prompt's images (pixel_values and "
         "image_grid_thw) as the Qwen image processor cuts them; its decoder takes the LFM3 convolution states as "
         "past_conv.<layer>, as Transformers.js feeds them. ONNX Runtime GenAI has no LFM3-VL type.",
-        architecture=lfm3_vl.ARCHITECTURE,
+        processor_class="Lfm3VlProcessor", architecture=lfm3_vl.ARCHITECTURE,
     ),
 }
 
