@@ -1018,6 +1018,18 @@ def lfm2_vl_padded_batch(model) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(mask), **pixels}
 
 
+def written_and_verified(source, out, model) -> None:
+    """export-hf's Transformers.js folder of ``source`` written into ``out`` with its verification
+    (the three models in onnxruntime against ``model``, 4 tokens), every file passing the full
+    checker, config.json keeping the model's type and class."""
+    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == model.config.model_type and config["architectures"] == [type(model).__name__]
+
+
 def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
     """LFM2-VL as `--runtime standard` writes it for Transformers.js (a vision_encoder over the tiles its
     Lfm2VlProcessor cuts, 1-D positions, the LFM2 convolution states as past_conv.<layer>): export-hf's
@@ -1029,12 +1041,7 @@ def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
 
     source, out = tmp_path / "source", tmp_path / "out"
     model = save_lfm2_vl(source)
-    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4).verification
-    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
-    config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "lfm2_vl" and config["architectures"] == ["Lfm2VlForConditionalGeneration"]
+    written_and_verified(source, out, model)
     settings = json.loads((out / "preprocessor_config.json").read_text())
     assert settings["processor_class"] == "Lfm2VlProcessor" and settings["do_resize"] is False
     decoder_inputs = [value.name for value in onnx.load(out / "onnx" / "decoder_model_merged.onnx", load_external_data=False).graph.input]
@@ -1106,12 +1113,7 @@ def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
     on a 56x84 image, which it does not resize (its ids and patches equal transformers')."""
     source, out = tmp_path / "source", tmp_path / "out"
     model = save_lfm3_vl(source)
-    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4).verification
-    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
-    config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "lfm3_vl" and config["architectures"] == ["Lfm3VlForConditionalGeneration"]
+    written_and_verified(source, out, model)
     image_processor = transformers.AutoImageProcessor.from_pretrained(source)
     images = [random_image(45, 75, 0), random_image(130, 60, 1)]
     given = [lfm3_vl_prompt(model, image_processor, chosen, [1, 40, 41]) for chosen in ([images[0]], [images[1]], images)]

@@ -207,7 +207,9 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     "lfm3_vl": TransformersJsRow(
         "Transformers.js 4.3.2 runs this folder (Lfm3VlForConditionalGeneration) on a prompt's images (pixel_values and "
         "image_grid_thw) as the Qwen image processor cuts them; its decoder takes the LFM3 convolution states as "
-        "past_conv.<layer>, as Transformers.js feeds them. ONNX Runtime GenAI has no LFM3-VL type.",
+        "past_conv.<layer>, as Transformers.js feeds them. Its Lfm3VlImageProcessor resizes with sharp, whose bicubic "
+        "filter is not PIL's: an image it resizes gets other pixels than transformers' (one whose sides are multiples "
+        "of the merged patch gets transformers'). ONNX Runtime GenAI has no LFM3-VL type.",
         processor_class="Lfm3VlProcessor", architecture=lfm3_vl.ARCHITECTURE,
     ),
 }

@@ -1,6 +1,7 @@
-"""The layouts Qwen's vision towers take for a run of images, computed from their patch
-grids (`image_grid_thw` [images, 3]) with tensor operations only, so that one exported vision
-model serves images of every size, one or several at a time.
+"""The layouts Qwen's vision towers take for a run of images (and LFM3-VL's, with its
+convolutions' taps), computed from their patch grids (`image_grid_thw` [images, 3]) with
+tensor operations only, so that one exported vision model serves images of every size, one
+or several at a time.
 
 transformers computes these layouts (transformers.vision_utils) with Python loops over
 `grid_thw.tolist()`, which a capture would freeze to one grid. Here the grid's numbers stay
