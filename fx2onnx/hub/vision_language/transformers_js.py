@@ -195,10 +195,10 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "pixel_attention_mask and spatial_shapes) as its Lfm2VlProcessor cuts them; its decoder takes the LFM2 "
         "convolution states as past_conv.<layer>, as Transformers.js feeds them. preprocessor_config.json says "
         "do_resize false, which transformers' Lfm2VlImageProcessor ignores and without which Transformers.js's resizes "
-        "every image to `size` before tiling it. Its processor resizes without antialiasing, so a downscaled image's "
-        "pixels differ a little from transformers', and rounds a side half-way to a multiple of patch x downsample factor "
-        "up where transformers rounds it to even (a 400-pixel side: 416 there, 384 in transformers), so such an image "
-        "gets other tokens. ONNX Runtime GenAI has no LFM2-VL type.",
+        "every image to `size` before tiling it. Its processor resizes without antialiasing (transformers' with "
+        "torchvision's antialiased filter), so an image it scales down gets other pixels than transformers', and rounds "
+        "a side half-way to a multiple of patch x downsample factor up where transformers rounds it to even (a 400-pixel "
+        "side: 416 there, 384 in transformers), so such an image gets other tokens. ONNX Runtime GenAI has no LFM2-VL type.",
         processor_class="Lfm2VlProcessor", architecture=lfm2_vl.ARCHITECTURE, processor_settings={"do_resize": False},
     ),
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images (Lfm3VlForConditionalGeneration's
