@@ -203,13 +203,14 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     ),
     # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images (Lfm3VlForConditionalGeneration's
     # forward_params); 1-D positions from the mask; the decoder's convolution states named as getCacheNames names
-    # those of the text config's `lfm3`
+    # those of the text config's `lfm3`. transformers saves its image processor as Qwen2VLImageProcessor, which
+    # Transformers.js's AutoImageProcessor builds (not its Lfm3VlImageProcessor, which takes several images)
     "lfm3_vl": TransformersJsRow(
         "Transformers.js 4.3.2 runs this folder (Lfm3VlForConditionalGeneration) on a prompt's images (pixel_values and "
         "image_grid_thw) as the Qwen image processor cuts them; its decoder takes the LFM3 convolution states as "
-        "past_conv.<layer>, as Transformers.js feeds them. Its Lfm3VlImageProcessor resizes with sharp, whose bicubic "
+        "past_conv.<layer>, as Transformers.js feeds them. Its Qwen image processor resizes with sharp, whose bicubic "
         "filter is not PIL's: an image it resizes gets other pixels than transformers' (one whose sides are multiples "
-        "of the merged patch gets transformers'). ONNX Runtime GenAI has no LFM3-VL type.",
+        "of the merged patch gets transformers')." + QWEN_IMAGES + " ONNX Runtime GenAI has no LFM3-VL type.",
         processor_class="Lfm3VlProcessor", architecture=lfm3_vl.ARCHITECTURE,
     ),
 }
