@@ -1018,6 +1018,30 @@ def lfm2_vl_padded_batch(model) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(mask), **pixels}
 
 
+def padded_batch_in_onnxruntime(folder, model, given: dict[str, torch.Tensor], vision_inputs: tuple[str, ...]) -> list[list[int]]:
+    """The folder's three models' greedy tokens in onnxruntime for the left-padded batch ``given``
+    (its ``vision_inputs`` fed to the vision model), the image features merged as Transformers.js
+    merges them, with transformers' mask and positions (those Transformers.js 4.3 does not keep:
+    padded_batch_tokens)."""
+    from fx2onnx.hub.shared.verification import cpu_session, empty_cache, end_tokens, greedy_decode, run_session
+    from fx2onnx.hub.vision_language.folder_verification import merged_features
+
+    files = [folder / "onnx" / f"{name}.onnx" for name in ("vision_encoder", "embed_tokens", "decoder_model_merged")]
+    rows = [row[mask.bool()].tolist() for row, mask in zip(given["input_ids"], given["attention_mask"])]
+    with cpu_session(files[0]) as vision, cpu_session(files[1]) as embedding, cpu_session(files[2]) as decoder:
+        features = run_session(vision, {name: given[name].numpy() for name in vision_inputs})["image_features"]
+
+        def feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
+            embeds = run_session(embedding, {"input_ids": step})["inputs_embeds"]
+            if index == 0:
+                embeds = merged_features(step, embeds, features, int(model.config.image_token_id))
+            positions = np.where(mask == 0, 1, np.cumsum(mask, -1) - 1)[:, -step.shape[1]:]  # as transformers' generate
+            return {"inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions}
+
+        return greedy_decode(lambda inputs: run_session(decoder, inputs), empty_cache(decoder, batch=len(rows)), rows,
+                             NEW_TOKENS, banned=end_tokens(model), feed=feed).tokens
+
+
 def written_and_verified(source, out, model) -> None:
     """export-hf's Transformers.js folder of ``source`` written into ``out`` with its verification
     (the three models in onnxruntime against ``model``, 4 tokens), every file passing the full
@@ -1036,7 +1060,8 @@ def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
     verification (the three models in onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on
     the inputs Transformers.js's processor gives: an image of one tile, one cut into tiles with a thumbnail, one
     scaled up, two in one prompt, a prompt without images, and left-padded batches: of text alone (exact) and with
-    images (as far as Transformers.js keeps its padding: padded_batch_tokens)."""
+    images (as far as Transformers.js keeps its padding: padded_batch_tokens; all 16 tokens of both rows in onnxruntime
+    with transformers' mask and positions)."""
     from PIL import Image
 
     source, out = tmp_path / "source", tmp_path / "out"
@@ -1064,6 +1089,8 @@ def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
     generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
     assert generated[:-1] == expected[:-1] and len({tuple(tokens) for tokens in expected[:4]}) == 4
     assert padded_batch_tokens(generated[-1]) == padded_batch_tokens(expected[-1])
+    inputs = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
+    assert padded_batch_in_onnxruntime(out, model, from_specs(prompts[-1]["inputs"]), inputs) == expected[-1]
 
 
 LFM3_VL_SPECIAL = ["<|image|>", "<|video|>", "<|vision_start|>", "<|vision_end|>"]
@@ -1109,7 +1136,8 @@ def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
     states as past_conv.<layer> with a sliding-window layer that the prompts pass): export-hf's verification and
     16 greedy tokens in Transformers.js equal transformers' on transformers' processed inputs: a 45x75 and a 130x60
     image (other grids than the export's) each alone and both in one prompt, a prompt without images, and
-    left-padded batches: of text (exact) and with images (padded_batch_tokens); and through the folder's processor
+    left-padded batches: of text (exact) and with images (padded_batch_tokens; all 16 tokens in onnxruntime with
+    transformers' mask and positions); and through the folder's processor
     on a 56x84 image, which it does not resize (its ids and patches equal transformers')."""
     source, out = tmp_path / "source", tmp_path / "out"
     model = save_lfm3_vl(source)
@@ -1148,6 +1176,7 @@ def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
     assert generated[:5] == expected[:5] and generated[6] == expected[6]
     assert len({tuple(tokens) for tokens in expected[:3]}) == 3
     assert padded_batch_tokens(generated[5]) == padded_batch_tokens(expected[5])
+    assert padded_batch_in_onnxruntime(out, model, given[5], ("pixel_values", "image_grid_thw")) == expected[5]
 
 
 def test_exaone_folder_names_its_layer_count_as_transformers_js_reads_it(tmp_path, transformers_js):
