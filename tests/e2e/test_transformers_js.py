@@ -1042,11 +1042,11 @@ def padded_batch_in_onnxruntime(folder, model, given: dict[str, torch.Tensor], v
                              NEW_TOKENS, banned=end_tokens(model), feed=feed).tokens
 
 
-def written_and_verified(source, out, model) -> None:
-    """export-hf's Transformers.js folder of ``source`` written into ``out`` with its verification
-    (the three models in onnxruntime against ``model``, 4 tokens), every file passing the full
-    checker, config.json keeping the model's type and class."""
-    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4).verification
+def written_and_verified(source, out, model, fake: bool = False) -> None:
+    """export-hf's Transformers.js folder of ``source`` written into ``out`` (in fake mode with
+    ``fake``) with its verification (the three models in onnxruntime against ``model``, 4 tokens),
+    every file passing the full checker, config.json keeping the model's type and class."""
+    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4, fake=fake).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
     for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
         onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
@@ -1056,17 +1056,17 @@ def written_and_verified(source, out, model) -> None:
 
 def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
     """LFM2-VL as `--runtime standard` writes it for Transformers.js (a vision_encoder over the tiles its
-    Lfm2VlProcessor cuts, 1-D positions, the LFM2 convolution states as past_conv.<layer>): export-hf's
-    verification (the three models in onnxruntime) and 16 greedy tokens in Transformers.js equal transformers' on
-    the inputs Transformers.js's processor gives: an image of one tile, one cut into tiles with a thumbnail, one
-    scaled up, two in one prompt, a prompt without images, and left-padded batches: of text alone (exact) and with
-    images (as far as Transformers.js keeps its padding: padded_batch_tokens; all 16 tokens of both rows in onnxruntime
-    with transformers' mask and positions)."""
+    Lfm2VlProcessor cuts, 1-D positions, the LFM2 convolution states as past_conv.<layer>; written in fake mode):
+    export-hf's verification (the three models in onnxruntime) and 16 greedy tokens in Transformers.js equal
+    transformers' on the inputs Transformers.js's processor gives: an image of one tile, one cut into tiles with a
+    thumbnail, one scaled up, two in one prompt, a prompt without images, and left-padded batches: of text alone
+    (exact) and with images (as far as Transformers.js keeps its padding: padded_batch_tokens; all 16 tokens of both
+    rows in onnxruntime with transformers' mask and positions)."""
     from PIL import Image
 
     source, out = tmp_path / "source", tmp_path / "out"
     model = save_lfm2_vl(source)
-    written_and_verified(source, out, model)
+    written_and_verified(source, out, model, fake=True)  # each part's weights read by the checkpoint's names
     settings = json.loads((out / "preprocessor_config.json").read_text())
     assert settings["processor_class"] == "Lfm2VlProcessor" and settings["do_resize"] is False
     decoder = onnx.load(out / "onnx" / "decoder_model_merged.onnx", load_external_data=False)
