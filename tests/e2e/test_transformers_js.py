@@ -1075,8 +1075,8 @@ def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
     for seed, (height, width) in enumerate(LFM2_VL_IMAGES):
         paths.append(tmp_path / f"{height}x{width}.png")
         Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
-    prompts = [{"text": "<image>the quick brown fox", "images": [str(path)], "images_first": True} for path in paths]
-    prompts.append({"text": "<image>hello world<image>of onnx", "images": [str(paths[0]), str(paths[2])], "images_first": True})
+    prompts = [{"text": "<image>the quick brown fox", "images": [str(path)]} for path in paths]
+    prompts.append({"text": "<image>hello world<image>of onnx", "images": [str(paths[0]), str(paths[2])]})
     text_rows, text_mask = left_padded([[1, 40, 41, 42, 43, 44, 45], [46, 47, 48]])
     prompts.append({"inputs": tensor_specs({"input_ids": torch.tensor(text_rows[:1]), "attention_mask": torch.tensor(text_mask[:1])})})
     prompts.append({"inputs": tensor_specs({"input_ids": torch.tensor(text_rows), "attention_mask": torch.tensor(text_mask)})})
@@ -1161,7 +1161,7 @@ def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
     # through the folder's processor (Lfm3VlProcessor, named in preprocessor_config.json): an image it does not resize
     path = tmp_path / "56x84.png"
     random_image(56, 84, 2).save(path)
-    prompts.append({"text": "<|image|>the quick brown fox", "images": [str(path)], "images_first": True})
+    prompts.append({"text": "<|image|>the quick brown fox", "images": [str(path)]})
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     own = from_specs(results[-1]["processed"])
