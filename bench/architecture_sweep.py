@@ -691,7 +691,7 @@ def _failure(error: BaseException) -> dict[str, str]:
 CATEGORIES = {
     "not built": "the tiny model cannot be built (transformers refuses the shrunk config or needs a library)",
     "transformers fails": "transformers' own forward fails on the tiny model and its example inputs",
-    "refused": "export-hf refuses the pair before writing anything, with an error naming what serves it",
+    "refused": "export-hf refuses the pair before writing anything, with an error naming what serves it or the model's line that stops it",
     "export-hf": "export-hf (fx2onnx/hub) fails before or after the export",
     "capture": "torch.export cannot capture the model",
     "unsupported operator": "an operator without an ONNX function",
@@ -709,12 +709,11 @@ CATEGORIES = {
 TEXT_ONLY = "--text-only"
 
 # the errors export-hf refuses a pair with (a task, an architecture or parts it does not serve, a
-# Python branch on tensor values in the model's code), each naming what does or the line that stops it
-REFUSALS = ("UnsupportedTaskError", "UnsupportedArchitectureError", "PartsLeftOutError", "ValueBranchError")
-
-
-# the errors export-hf gives when the model's own forward fails on the step it exports
-OWN_FAILURES = ("DecodeStepError",)
+# Python branch on tensor values in the model's code, the model's own forward failing on the decode
+# step its folder runs), each naming what does or the line that stops it: the one place that says
+# what a refusal is
+REFUSALS = ("UnsupportedTaskError", "UnsupportedArchitectureError", "PartsLeftOutError", "ValueBranchError",
+            "DecodeStepError")
 
 
 def classify(record: dict[str, Any]) -> str | None:
@@ -731,8 +730,6 @@ def classify(record: dict[str, Any]) -> str | None:
         return "crash"
     if cause.split(":")[0] in REFUSALS:
         return "refused"
-    if cause.split(":")[0] in OWN_FAILURES:
-        return "transformers fails"
     eager = record.get("eager_cause", "")
     # transformers' forward fails on the example inputs, and the export where it runs that forward
     if eager and (eager.split(":")[0] == cause.split(":")[0] or via == "exporter"):
@@ -1463,7 +1460,8 @@ def report(results: Path, page: Path) -> str:
         "cannot build from the shrunk config is counted apart (not built); a pair whose export fails where "
         "transformers' own forward fails on the same example inputs is counted as tried, and shown apart in "
         "the column that sets it aside. A pair export-hf refuses before writing anything, with an error naming "
-        "what serves it (a task or parts it does not serve), is counted as tried in the class *refused*, and "
+        "what serves it (a task or parts it does not serve) or the line of the model's code that stops it (a "
+        "Python branch on tensor values, a step its own forward fails on), is counted as tried in the class *refused*, and "
         f"set aside in a second percentage. {TEXT_ONLY_LEGEND} A config whose smallest sizes break its own constraints (a rotary "
         "or latent head size, a validator) is built again with the widths that depend on them following the "
         "shrunk ones (the *derived* level). The sweep runs the pairs of text generation, text and token "

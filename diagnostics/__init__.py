@@ -12,6 +12,7 @@ Pure standard library: it knows nothing of torch or ONNX and can be used on its 
 from diagnostics import rules
 from diagnostics.context import DiagnosticContext
 from diagnostics.diagnostic import Diagnostic, exception_summary
+from diagnostics.files import write_atomically
 from diagnostics.levels import Level
 from diagnostics.locations import Location, Stack
 from diagnostics.options import DiagnosticOptions
@@ -27,4 +28,5 @@ __all__ = [
     "Stack",
     "exception_summary",
     "rules",
+    "write_atomically",
 ]

@@ -58,6 +58,9 @@ def test_an_export_failure_is_its_first_diagnostic() -> None:
           "where": "exporter", "via": "exporter"}, "capture"),
         # a clear refusal is counted apart from export-hf's failures
         ({"status": "failed", "cause": "UnsupportedTaskError: no", "where": "export-hf", "via": "export-hf"}, "refused"),
+        # the model's own forward failing on the decode step its folder runs, naming its line
+        ({"status": "failed", "cause": "DecodeStepError: X's own forward fails (raised at m.py:N)", "where": "export-hf",
+          "via": "export-hf"}, "refused"),
         ({"status": "failed", "cause": "ValueError: Dim N of input 'input_ids' is static", "where": "export-hf",
           "via": "export-hf"}, "export-hf"),
         ({"status": "failed", "cause": "Fail: [ONNXRuntimeError] bad", "where": "onnxruntime", "via": "export-hf"},

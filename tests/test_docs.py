@@ -14,6 +14,7 @@ import pytest
 
 import fx2onnx
 from diagnostics import rules
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -88,3 +89,13 @@ def test_every_command_line_option_is_in_the_reference():
 
 def test_the_readme_stays_short():
     assert len(README.splitlines()) <= 210, "the README gets you started; the rest goes to docs/"
+
+
+def test_the_docs_name_the_transformers_js_release_the_messages_name():
+    # where a page says which Transformers.js the folders are tested in, it is the release export-hf's messages
+    # name (and the tests pin); scoreboard.md is generated from results that record the release each pair ran in
+    pages = [p for p in DOCS.rglob("*.md") if p.name != "scoreboard.md"]
+    named = {f"{p.relative_to(DOCS)}: {m.group(0)}"
+             for p in pages for m in re.finditer(r"Transformers\.js \d+\.\d+\.\d+", p.read_text(encoding="utf-8"))
+             if m.group(0) != TRANSFORMERS_JS}
+    assert not named, f"the docs name another release than {TRANSFORMERS_JS}: {sorted(named)}"

@@ -105,23 +105,35 @@ def _held_values(frame: Any, code: str) -> tuple[str, ...]:
     return tuple(f"{kinds[name]} '{name}'" for name in names)
 
 
+def _innermost_line(files: set[str], cause: BaseException) -> ValueBranch | None:
+    """The innermost frame of ``cause``'s traceback in one of ``files``; None when none is."""
+    ours = [tb for tb in _frames(cause.__traceback__) if os.path.realpath(tb.tb_frame.f_code.co_filename) in files]
+    if not ours:
+        return None
+    innermost = ours[-1]
+    summary = inspect.getframeinfo(innermost, context=1)
+    code = (summary.code_context or [""])[0].strip()
+    return ValueBranch(summary.filename, innermost.tb_lineno, summary.function, code,
+                       _held_values(innermost.tb_frame, code), cause)
+
+
 def value_branch(model: Any, error: BaseException) -> ValueBranch | None:
     """The innermost line of ``model``'s code in a failed capture that branched on tensor
     values (``error`` or an error it was raised from); None when the failure is of another
     kind or no line of the model's code is in its traceback."""
     files = _model_files(model)
     for cause in reversed(list(_chain(error))):  # the innermost first: its traceback ends in the model's code
-        if not is_data_dependent(cause):
-            continue
-        ours = [tb for tb in _frames(cause.__traceback__) if os.path.realpath(tb.tb_frame.f_code.co_filename) in files]
-        if not ours:
-            continue
-        innermost = ours[-1]
-        summary = inspect.getframeinfo(innermost, context=1)
-        code = (summary.code_context or [""])[0].strip()
-        return ValueBranch(summary.filename, innermost.tb_lineno, summary.function, code,
-                           _held_values(innermost.tb_frame, code), cause)
+        if is_data_dependent(cause):
+            line = _innermost_line(files, cause)
+            if line is not None:
+                return line
     return None
 
 
-__all__ = ["DATA_DEPENDENT", "ValueBranch", "held_value_advice", "is_data_dependent", "value_branch"]
+def failing_line(model: Any, error: BaseException) -> ValueBranch | None:
+    """The innermost line of ``model``'s code where ``error`` (raised by running the model
+    in eager PyTorch, whatever its kind) was raised; None when its traceback has none."""
+    return _innermost_line(_model_files(model), error)
+
+
+__all__ = ["DATA_DEPENDENT", "ValueBranch", "failing_line", "held_value_advice", "is_data_dependent", "value_branch"]

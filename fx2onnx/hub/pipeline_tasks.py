@@ -223,8 +223,27 @@ def example_inputs(task: str, config: Any, model: torch.nn.Module, size: int) ->
     return {k: v.to(dtype) if v.is_floating_point() else v for k, v in _inputs_of(task, config, model, size).items()}
 
 
+def _question_and_context(config: Any, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``inputs`` as a question and its context, separated as a pair tokenizer writes them
+    where the config names its separator: `q </s></s> c </s>` where the separator also ends
+    a text (RoBERTa's, Longformer's: its forward finds the question by its three separators),
+    else `q [SEP] c [SEP]`."""
+    text = _sub(config, "text_config")
+    sep, vocab = getattr(text, "sep_token_id", None), int(getattr(text, "vocab_size", 100))
+    if not isinstance(sep, int) or not 0 <= sep < vocab:
+        return inputs
+    ids = inputs["input_ids"].clone()
+    ids[..., 2] = sep
+    ids[..., -1] = sep
+    if sep == getattr(text, "eos_token_id", None):
+        ids[..., 3] = sep
+    return {**inputs, "input_ids": ids}
+
+
 def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
     kind = PIPELINE_TASKS[task].inputs
+    if kind is InputKind.TEXT and task == QUESTION_ANSWERING:
+        return _question_and_context(config, text_inputs(config, model, size))
     if kind is InputKind.TEXT:
         return text_inputs(config, model, size)
     if kind is InputKind.CHOICES:

@@ -24,7 +24,7 @@ from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamicall
 from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.model_graphs import model_graphs
-from fx2onnx.onnx_passes.nbits_packing import PackedWeight, pack_codes
+from fx2onnx.onnx_passes.nbits_packing import PackedWeight, pack_codes, rounded_weight
 from fx2onnx.onnx_passes.opset_conversion import check_opset_version, newest_opset
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.rename_dims import rename_dims
@@ -47,4 +47,5 @@ __all__ = [
     "quantize_linear_weights",
     "quantize_linears_dynamically",
     "rename_dims",
+    "rounded_weight",
 ]

@@ -125,15 +125,31 @@ def _pack_rows(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Codes [rows, k_blocks, blob_size], scales [rows, k_blocks] and packed zero points
     [rows, ceil(k_blocks * bits / 8)] of some rows of a weight."""
+    matrix = _blocks(weight, block_size)
+    scales, zero = block_scales(matrix, bits, symmetric, algorithm)
+    codes = round_codes(matrix, scales, zero, 2**bits - 1).to(torch.uint8)
+    packed, packed_zero = lay_out_codes(codes, zero.to(torch.uint8), bits)
+    assert packed_zero is not None
+    return packed, scales, packed_zero
+
+
+def _blocks(weight: torch.Tensor, block_size: int) -> torch.Tensor:
+    """``weight`` [N, K] in float32 as [N, k_blocks, block_size], K padded with zeros."""
     n, k = weight.shape
     blocks = block_count(k, block_size)
     matrix = weight.detach().to(torch.float32)
     if blocks * block_size != k:
         matrix = torch.nn.functional.pad(matrix, (0, blocks * block_size - k))
-    matrix = matrix.reshape(n, blocks, block_size)
-    top = 2**bits - 1
+    return matrix.reshape(n, blocks, block_size)
+
+
+def rounded_weight(
+    weight: torch.Tensor, bits: int, block_size: int, symmetric: bool = True, algorithm: str = "rtn"
+) -> torch.Tensor:
+    """``weight`` [N, K] as `pack_weight`'s codes give it back (``(code - zero_point) * scale``),
+    in its own dtype: the weight a MatMulNBits of these settings computes with."""
+    n, k = weight.shape
+    matrix = _blocks(weight, block_size)
     scales, zero = block_scales(matrix, bits, symmetric, algorithm)
-    codes = round_codes(matrix, scales, zero, top).to(torch.uint8)
-    packed, packed_zero = lay_out_codes(codes, zero.to(torch.uint8), bits)
-    assert packed_zero is not None
-    return packed, scales, packed_zero
+    codes = round_codes(matrix, scales, zero, 2**bits - 1)
+    return ((codes - zero[..., None]) * scales[..., None]).reshape(n, -1)[:, :k].to(weight.dtype)

@@ -161,7 +161,9 @@ def test_a_model_whose_own_forward_needs_more_than_the_tasks_inputs_is_refused(t
     with pytest.raises(UnsupportedTaskError, match="transformers' own forward fails on them") as error:
         export_hf(tmp_path / "source", tmp_path / "out", task="token-classification")
     message = str(error.value)
-    assert "(input_ids, attention_mask" in message and "You have to specify bbox." in message
+    assert "(input_ids, attention_mask" in message
+    # transformers' error, and the line of the model's code that raised it
+    assert "You have to specify bbox (raised at transformers/models/bros/modeling_bros.py:" in message
     assert "fx2onnx.dynamo_export" in message
     assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
 

@@ -139,19 +139,53 @@ def test_an_audio_model_whose_hooks_differ_is_refused(tmp_path):
         audio_hooks(model)
 
 
-def test_voxtral_realtime_is_refused_with_the_layout_transformers_js_loads(tmp_path):
-    """VoxtralRealtime streams its audio (each embedding added to one token's, the delay
-    conditioning the decoder): the refusal names the streaming encoder's inputs and outputs
-    Transformers.js feeds, before anything is written."""
-    audio = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_mel_bins=16, head_dim=8)
-    text = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=8)
-    config = transformers.VoxtralRealtimeConfig(audio_config=audio, text_config=text)
-    transformers.VoxtralRealtimeForConditionalGeneration(config).save_pretrained(tmp_path / "source")
-    with pytest.raises(NotImplementedError, match=r"(?s)it streams.*past_padding_cache \[1, num_mel_bins \+ audio hidden_size, 2\]"
-                                                  r".*does not write this streaming encoder.*Nothing was written"):
-        export_hf(tmp_path / "source", tmp_path / "out", task="text2text-generation")
-    assert not (tmp_path / "out").exists()
+def save_voxtral_realtime(folder):
+    """A two-layer VoxtralRealtime whose windows the verification's clips pass: the encoder's of 12
+    positions (a clip of 21 tokens has 84), the decoder's of 16 tokens (the prompt and 16 new ones
+    are 21), a delay of 3 tokens; weights drawn wide enough for greedy decoding to vary its tokens."""
+    audio = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_mel_bins=16,
+                 head_dim=8, sliding_window=12, initializer_range=0.2)
+    text = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=8, sliding_window=16, initializer_range=0.2, pad_token_id=0,
+                bos_token_id=1, eos_token_id=2)
+    config = transformers.VoxtralRealtimeConfig(audio_config=audio, text_config=text, default_num_delay_tokens=3)
+    torch.manual_seed(0)
+    model = transformers.VoxtralRealtimeForConditionalGeneration(config).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+# the streaming encoder's inputs and outputs, as Transformers.js's encodeChunk feeds and reads them
+REALTIME_ENCODER_INPUTS = ["input_features", "attention_mask", "position_ids", "past_padding_cache",
+                           *(f"past_key_values.{layer}.{kind}" for layer in range(2) for kind in ("key", "value"))]
+REALTIME_ENCODER_OUTPUTS = ["audio_embeds", "present_padding_cache",
+                            *(f"present.{layer}.{kind}" for layer in range(2) for kind in ("key", "value"))]
+
+
+def test_voxtral_realtime_streaming_folder_generates_as_transformers(tmp_path):
+    """VoxtralRealtime's streaming folder with --verify: the encoder run chunk by chunk with its
+    padding and key/value caches (two clips, chunked differently), each audio embedding added to
+    one token's, the decoder's delay conditioning inside: 16 greedy tokens and every step's logits
+    equal transformers' `generate` on the whole clip, past both sliding windows. Each model passes
+    the full checker; the encoder's inputs and outputs are those the client feeds and reads, its
+    batch and heads static (the client sizes its caches from them). With module functions."""
+    save_voxtral_realtime(tmp_path / "source")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, task="text2text-generation", verify=True, tokens=16,
+                             module_functions=True).verification
+    assert verification.passed and verification.tokens_equal and len(verification.onnx_tokens) == 16
+    assert verification.max_logit_difference < 1e-4 and len(set(verification.torch_tokens)) > 4
+    for name in PARTS:
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    encoder = onnx.load(os.fspath(out / "onnx" / "audio_encoder.onnx"), load_external_data=False)
+    assert [i.name for i in encoder.graph.input] == REALTIME_ENCODER_INPUTS
+    assert [o.name for o in encoder.graph.output] == REALTIME_ENCODER_OUTPUTS
+    shapes = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim] for i in encoder.graph.input}
+    assert shapes["past_padding_cache"] == [1, 16 + 32, 2] and shapes["past_key_values.0.key"][:2] == [1, 4]
+    decoder = onnx.load(os.fspath(out / "onnx" / "decoder_model_merged.onnx"), load_external_data=False)
+    assert [i.name for i in decoder.graph.input][:3] == ["inputs_embeds", "attention_mask", "past_key_values.0.key"]
+    assert decoder.functions and encoder.functions  # with module functions (the Transformers.js test: without)
+    assert "Transformers.js 4.3.2 runs this folder" in client_note({"model_type": "voxtral_realtime"})
 
 
 def test_the_folder_kind_and_its_clients_per_model_type():

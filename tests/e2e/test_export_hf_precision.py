@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -19,7 +20,9 @@ from conftest import ATOL, RTOL, decoder_stack_nodes
 from fx2onnx.cli.main import main
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.precision.resolution import resolve_precision
-from fx2onnx.hub.shared.verification import greedy_in_onnxruntime
+from fx2onnx.hub.shared.verification import (
+    QUANTIZED_ACTIVATION_ERROR, greedy_in_onnxruntime, verify_quantized_causal_lm,
+)
 from fx2onnx.onnx_passes.decoder_stack_guard import EXACT_SUFFIX, STACK_GUARD
 from fx2onnx.onnx_passes.weight_quantization import WeightQuantization
 from test_export_hf import PROMPT, causal_configs, generate_with_genai, save_causal_lm, tokenizer  # noqa: F401 - the fixture is used by name
@@ -103,13 +106,44 @@ def test_every_linear_layer_is_matmul_nbits(folders, precision, bits):
     assert abs(saved - expected) < 0.02 * (layers + head) * 4
 
 
+def test_the_quantized_bound_is_the_quantizations_own_error_and_a_wrong_scale_fails(folders, tmp_path):
+    """`--verify` judges a quantized folder against the float model with its weights rounded as
+    the folder stores them (quantization_error.py, computed from the float weights), by how far
+    that rounding alone moves the logits: a folder with one layer's scales wrong fails, its
+    reference the same."""
+    root, model, results = folders
+    right = results["int4"].verification
+    assert right.passed and right.own_error > 0
+    assert right.tolerance.atol == pytest.approx(right.own_error + QUANTIZED_ACTIVATION_ERROR * right.logit_scale)
+    # the folder moves the logits as the rounding alone does; what is left is onnxruntime's int8 activations
+    assert 0.5 * right.own_error < right.float_difference < 1.5 * right.own_error
+    assert right.max_logit_difference < 0.5 * right.own_error
+    float_weights = {name: p.clone() for name, p in model.named_parameters()}
+    shutil.copytree(root / "int4", tmp_path / "broken")
+    path = model_file(tmp_path / "broken")
+    broken = onnx.load(os.fspath(path))
+    scales = next(t for t in broken.graph.initializer if t.name == "model.layers.0.self_attn.o_proj.weight_scales")
+    scales.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(scales) * 3, scales.name))
+    onnx.save(broken, os.fspath(path), save_as_external_data=True, location=f"{path.name}_data")
+    prompt = [5, 17, 42, 8, 9, 3]
+    kept = verify_quantized_causal_lm(model_file(root / "int4"), model, model.config, prompt, 8)
+    wrong = verify_quantized_causal_lm(path, model, model.config, prompt, 8)
+    assert kept.passed and not wrong.passed and wrong.own_error == kept.own_error
+    assert wrong.max_logit_difference > wrong.tolerance.atol
+    # a bound given: judged by it, the own error not measured
+    given = verify_quantized_causal_lm(path, model, model.config, prompt, 8, atol=10.0)
+    assert given.passed and given.own_error is None and "rounding" not in given.summary()
+    # the model's float weights are back after each measurement
+    assert all(torch.equal(p, float_weights[name]) for name, p in model.named_parameters())
+
+
 @pytest.mark.parametrize("precision", ["int4", "int8"])
 def test_quantized_folder_runs_and_stays_close_to_the_float_model(folders, precision, tokenizer):  # noqa: F811
     root, model, results = folders
     verification = results[precision].verification
     # random weights give flat logits: int8 keeps nearly every greedy token, int4 most
     assert verification.token_agreement >= (0.9 if precision == "int8" else 0.6)
-    assert verification.max_logit_difference < (0.05 if precision == "int8" else 0.25) * verification.logit_scale
+    assert verification.float_difference < (0.05 if precision == "int8" else 0.25) * verification.logit_scale
     assert "agree at" in verification.summary()
     # ONNX Runtime GenAI runs the folder as onnxruntime does: its greedy tokens are the
     # folder's own (decode steps over the cache, through MatMulNBits at accuracy level 4)
@@ -266,7 +300,7 @@ def test_quantized_embedding_on_request(folders, tmp_path, tokenizer):  # noqa: 
     assert abs(saved - vocabulary * hidden * (4 - 0.625)) < 0.02 * vocabulary * hidden * 4
     # within the int4 bound of the other int4 folders (random weights: flat logits)
     verification = result.verification
-    assert verification.passed and verification.max_logit_difference < 0.25 * verification.logit_scale
+    assert verification.passed and verification.float_difference < 0.25 * verification.logit_scale
     assert verification.token_agreement >= 0.6
     _runs_in_genai_as_in_onnxruntime(tmp_path / "out", tokenizer)
 
@@ -291,7 +325,7 @@ def test_tied_embedding_gathers_from_the_quantized_lm_head(tmp_path, tokenizer):
     assert [producers[gather.input[i]].input[0] for i in (0, 2)] == [head.input[1], head.input[2]]
     assert {"lm_head.weight", "model.embed_tokens.weight"}.isdisjoint(_initializers(path))
     verification = result.verification
-    assert verification.passed and verification.max_logit_difference < 0.25 * verification.logit_scale
+    assert verification.passed and verification.float_difference < 0.25 * verification.logit_scale
     _runs_in_genai_as_in_onnxruntime(tmp_path / "out", tokenizer)
     # fake mode (from the command line) reads the tied weight from the checkpoint as the head's: the same bytes
     assert main(["export-hf", os.fspath(tmp_path / "source"), "--output", os.fspath(tmp_path / "fake"), "--precision", "int4",

@@ -133,9 +133,7 @@ def folder_greedy(out: Path, inputs: dict[str, np.ndarray], steps: int, start: i
     decoder = ort.InferenceSession(os.fspath(out / "onnx" / "decoder_model_merged.onnx"))
     hidden = encoder.run(["last_hidden_state"], inputs)[0]
     pasts = [i for i in decoder.get_inputs() if i.name.startswith("past_key_values.")]
-    # unused by the first step: a head count left free (SpeechT5's cross-attention) takes any size
-    cache = {i.name: np.zeros((1, i.shape[1] if isinstance(i.shape[1], int) else 1, 0, i.shape[3]), dtype=np.float32)
-             for i in pasts}
+    cache = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=np.float32) for i in pasts}  # unused by the first step
     tokens = [start]
     for step in range(steps):
         feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden,
@@ -177,6 +175,19 @@ def test_speech_encoder_decoder_folder(folders, kind):
     assert [i.name for i in encoder.graph.input] == [input_name]
     dims = [d.dim_param or d.dim_value for d in encoder.graph.input[0].type.tensor_type.shape.dim]
     assert [dim if expected is not None else None for dim, expected in zip(dims, input_dims)] == input_dims
+    # the merged decoder's free dims are the roles the other encoder-decoders' name; the encoder's
+    # width and the cross-attention cache's heads (free in the next steps' capture) the config's
+    decoder = onnx.load(os.fspath(out / "onnx" / "decoder_model_merged.onnx"), load_external_data=False)
+    free = {d.dim_param for v in [*decoder.graph.input, *decoder.graph.output] for d in v.type.tensor_type.shape.dim}
+    assert free - {""} == {"batch_size", "sequence_length", "encoder_sequence_length", "past_sequence_length",
+                           "total_sequence_length"}
+    shapes = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in decoder.graph.input}
+    config = model.config
+    heads = getattr(config, "decoder_attention_heads", None) or getattr(config, "decoder_num_key_value_heads", None) \
+        or config.num_key_value_heads
+    assert shapes["encoder_hidden_states"][2] == (getattr(config, "encoder_config", None) or config).hidden_size
+    assert shapes["past_key_values.0.encoder.key"] == ["batch_size", heads, "encoder_sequence_length", shapes["past_key_values.0.encoder.key"][3]]
+    assert isinstance(shapes["past_key_values.0.encoder.key"][3], int)
     # a clip longer than both of the export's, through the folder's own feature extractor
     extractor = transformers.AutoFeatureExtractor.from_pretrained(out)
     features = extractor(clip(2.3, 5), sampling_rate=16000, return_tensors="np")[input_name].astype(np.float32)

@@ -6,7 +6,8 @@
 // `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
 // folder's processor and `generate`, and by the speech recognition pipeline), or "image_text" (prompts with image files through the folder's
 // processor, or processed inputs as given, and an image-text-to-text model's `generate`), or "audio_text" (processed
-// inputs as given to an audio-text-to-text model's `generate`). The folder is loaded as written:
+// inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
+// model's `generate` as its `input_features` iterable, one chunk per element). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
 // (the file suffix Transformers.js loads, in place of the config's).
 import { createRequire } from 'node:module';
@@ -170,8 +171,11 @@ if (job.audio_text) {
     const { prompts, new_tokens: newTokens } = job.audio_text;
     const model = await AutoModelForAudioTextToText.from_pretrained(job.folder, options);
     result.audio_text = [];
-    for (const given of prompts) {
+    for (const { chunks, ...given } of prompts) {
         const inputs = tensors(given);
+        if (chunks) {
+            inputs.input_features = chunks.map((chunk) => tensors({ chunk }).chunk);
+        }
         const output = plain(await model.generate({
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));

@@ -77,9 +77,15 @@ class CacheOutsideLayersError(TypeError):
     exported model as constants instead of being its inputs and outputs."""
 
 
+def tensors_outside_layers(cache: Any) -> list[str]:
+    """The attributes of ``cache`` besides its layers that hold tensors (MiniMax's `linear_cache`)."""
+    return sorted(key for key, value in vars(cache).items()
+                  if key != "layers" and any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)))
+
+
 def _flatten_cache(cache: Any) -> tuple[list[Any], CacheState]:
     state = {key: value for key, value in vars(cache).items() if key != "layers"}
-    held = sorted(key for key, value in state.items() if any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)))
+    held = tensors_outside_layers(cache)
     if held:
         raise CacheOutsideLayersError(
             f"{type(cache).__name__} keeps tensors outside its layers ({', '.join(held)}): fx2onnx takes a cache's "

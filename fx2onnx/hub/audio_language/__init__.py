@@ -11,5 +11,8 @@ and its head over `inputs_embeds` and the cache, vision_language/parts.py's deco
 - audio_inputs.py: the audio encoder's example inputs, of the sizes the encoder takes;
 - audio_parts.py: the three programs;
 - transformers_js_audio.py: the model types Transformers.js runs, the encoder's input names it feeds;
-- audio_verification.py: the greedy loop over the three models against `model.generate`.
+- audio_verification.py: the greedy loop over the three models against `model.generate`;
+- streaming_layouts.py: the architectures whose client streams the audio (VoxtralRealtime:
+  voxtral_realtime.py, an encoder run chunk by chunk with its own caches and a decoder with the
+  delay fixed; voxtral_realtime_verification.py, the three models chained as the client runs them).
 """

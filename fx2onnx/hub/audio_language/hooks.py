@@ -17,6 +17,7 @@ import torch
 from fx2onnx.hub.audio_language.own_features import OWN_FEATURES
 from fx2onnx.hub.audio_language.tower_lengths import counts_output_lengths, tower_output_lengths
 from fx2onnx.hub.audio_language.transformers_js_audio import not_written
+from fx2onnx.hub.tasks import UnsupportedArchitectureError
 
 # the tensors a `get_audio_features` may take, as the audio encoder's inputs (the processors' names)
 AUDIO_INPUTS = ("input_features", "input_features_mask", "feature_attention_mask", "input_values", "padding_mask")
@@ -66,9 +67,9 @@ def audio_token_ids(model: torch.nn.Module, hooks: AudioHooks, audio: dict[str, 
     return torch.full((mask.shape[0], int(lengths.max())), hooks.audio_token_id, dtype=torch.long)
 
 
-def _refusal(model: torch.nn.Module, cause: str) -> NotImplementedError:
+def _refusal(model: torch.nn.Module, cause: str) -> UnsupportedArchitectureError:
     config = model.config
-    return NotImplementedError(
+    return UnsupportedArchitectureError(
         f"{type(model).__name__} ({config.model_type}) cannot be written as an audio-text-to-text folder: {cause} "
         "export-hf writes this folder from transformers' hooks: `model.model.get_audio_features` giving the "
         "projected audio embeddings as `pooler_output`, `config.audio_token_id` whose tokens take them in order, "
@@ -77,8 +78,8 @@ def _refusal(model: torch.nn.Module, cause: str) -> NotImplementedError:
 
 
 def audio_hooks(model: torch.nn.Module) -> AudioHooks:
-    """The hooks of ``model``; a NotImplementedError naming what differs for a model that has
-    them otherwise."""
+    """The hooks of ``model``; an UnsupportedArchitectureError (a NotImplementedError) naming
+    what differs for a model that has them otherwise."""
     layout = not_written(getattr(model.config, "model_type", None))
     if layout is not None:  # Transformers.js loads another layout for it
         raise _refusal(model, layout)

@@ -10,7 +10,8 @@ which also holds the embedding and decoder Transformers.js loads (per_layer_inpu
 graphs of Qwen3.5's text model, GLM-MoE-DSA and ZAYA, which take their positions and caches as
 Transformers.js feeds them (mask_positions.py, indexer_cache.py, strided_cache.py).
 
-Transformers.js 4.3.2 (read from its `dist/transformers.node.mjs`):
+Transformers.js, the release `TRANSFORMERS_JS` names (the one the tests pin, tests/client_versions.py;
+read from its `dist/transformers.node.mjs`):
 
 - `AutoModelForCausalLM` finds a class by `config.json`'s `model_type` in its
   causal-LM table (`TRANSFORMERS_JS_CAUSAL_LM_TYPES`); any other type stops with
@@ -58,9 +59,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
+# the release every message names; the tests run the folders in it (tests/client_versions.py)
 TRANSFORMERS_JS = "Transformers.js 4.3.2"
 
-# The model types of Transformers.js 4.3.2's MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+# The model types of Transformers.js's MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 TRANSFORMERS_JS_CAUSAL_LM_TYPES = frozenset({
     "afmoe", "apertus", "arcee", "bloom", "codegen", "cohere", "cohere2", "deepseek_v3", "deepseek_v4", "ernie4_5",
     "exaone", "falcon", "falcon_h1", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma4", "glm",
@@ -73,7 +75,7 @@ TRANSFORMERS_JS_CAUSAL_LM_TYPES = frozenset({
     "vaultgemma", "youtu", "zaya",
 })
 
-# model type -> {the name Transformers.js 4.3.2 reads a config entry by: the name transformers writes it by
+# model type -> {the name Transformers.js reads a config entry by: the name transformers writes it by
 # (a dotted name: an entry of a sub-config)}
 TRANSFORMERS_JS_ENTRY_NAMES = {
     "exaone": {"num_layers": "num_hidden_layers"},
@@ -81,14 +83,14 @@ TRANSFORMERS_JS_ENTRY_NAMES = {
         "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim")},
 }
 
-# model type -> {an entry Transformers.js 4.3.2 reads in transformers' older vocabulary, which transformers
+# model type -> {an entry Transformers.js reads in transformers' older vocabulary, which transformers
 # also reads back: {transformers 5's value: the older one}}
 TRANSFORMERS_JS_ENTRY_VALUES = {
     model_type: {entry: {"linear_attention": "mamba", "full_attention": "attention"}}
     for model_type, entry in (("nemotron_h", "layers_block_type"), ("granitemoehybrid", "layer_types"))
 }
 
-# model type Transformers.js 4.3.2 has no class for -> the one whose class feeds what the folder's graph takes,
+# model type Transformers.js has no class for -> the one whose class feeds what the folder's graph takes,
 # and that transformers reads the config back as with every entry kept (Qwen3-Next's for Qwen3.5-MoE's text model:
 # 2-row positions, the same state names)
 TRANSFORMERS_JS_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_next"}
@@ -102,7 +104,7 @@ _NO_DECODER_ONLY_CACHE = (
     "past_key_values.0.key"
 )
 
-# model type -> (whether Transformers.js 4.3.2 cannot feed the cache of a folder of this config, why)
+# model type -> (whether Transformers.js cannot feed the cache of a folder of this config, why)
 TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
     "mbart": (lambda config: True, _NO_DECODER_ONLY_CACHE),
     "trocr": (lambda config: True, _NO_DECODER_ONLY_CACHE),
@@ -110,7 +112,7 @@ TRANSFORMERS_JS_CAUSAL_LM_LIMITS: dict[str, tuple[Callable[[Mapping[str, Any]], 
 
 
 def transformers_js_reason(config: Mapping[str, Any]) -> str | None:
-    """Why Transformers.js 4.3.2 cannot load a text-generation folder whose `config.json` is
+    """Why Transformers.js cannot load a text-generation folder whose `config.json` is
     ``config`` (a dict), or None when nothing known stops it."""
     model_type = config.get("model_type")
     if model_type not in TRANSFORMERS_JS_CAUSAL_LM_TYPES:
@@ -120,7 +122,7 @@ def transformers_js_reason(config: Mapping[str, Any]) -> str | None:
 
 
 def transformers_js_entries(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries to set in a folder's `config.json` (a dict) so that Transformers.js 4.3.2
+    """The entries to set in a folder's `config.json` (a dict) so that Transformers.js
     finds the sizes it reads under another name than transformers writes: the same values,
     under its names (none already there is replaced); the entries it reads in
     transformers' older vocabulary, in that vocabulary (which transformers reads back); and,
@@ -152,6 +154,6 @@ def client_note(config: Mapping[str, Any], genai_config: bool = True) -> str | N
 
 
 def transformers_js_unsupported(model_types: Iterable[str]) -> list[str]:
-    """The ``model_types`` (a causal-LM mapping's keys) Transformers.js 4.3.2 has no
+    """The ``model_types`` (a causal-LM mapping's keys) Transformers.js has no
     text-generation class for, sorted."""
     return sorted(set(model_types) - TRANSFORMERS_JS_CAUSAL_LM_TYPES)

@@ -1,7 +1,7 @@
 """A text-generation folder for a config that says ``multi_query: true`` (Falcon's and
 GPT-BigCode's defaults): two graph files over one weights file.
 
-Transformers.js 4.3.2 reads `config.json`'s ``multi_query`` whatever the model type and then
+Transformers.js reads `config.json`'s ``multi_query`` whatever the model type and then
 feeds one combined ``past_key_values.<i>.key_value`` input per layer (and reads
 ``present.<i>.key_value``); it loads `onnx/model.onnx` by that name. ONNX Runtime GenAI 0.18
 feeds a decoder only separate ``past_key_values.<i>.key`` / ``.value`` inputs (it has no

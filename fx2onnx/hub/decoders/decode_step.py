@@ -20,9 +20,10 @@ import torch
 
 import fx2onnx
 from fx2onnx.capture import dims_dynamic_but_ones, is_cache_type
+from fx2onnx.capture.libraries.transformers_caches import is_encoder_decoder_cache_type, tensors_outside_layers
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.program_files import own_forward_refusal
-from fx2onnx.hub.tasks import UnsupportedTaskError
+from fx2onnx.hub.tasks import UnsupportedArchitectureError, UnsupportedTaskError
 from fx2onnx.hub.decoders.sliding_window import growing_cache, layers_config
 
 BATCH, NEW_TOKENS, CACHED_TOKENS = 2, 3, 5
@@ -90,6 +91,8 @@ def decode_step_inputs(loaded: LoadedModel, cached: int = CACHED_TOKENS) -> dict
         try:
             prefill = model(input_ids=ids[:, :cached], attention_mask=mask[:, :cached], use_cache=True,
                             **({cache_argument(model): cache} if cache is not None else {}))
+        except (UnsupportedTaskError, UnsupportedArchitectureError):  # export-hf's own refusal, from its mask patches
+            raise
         # the model's own failure, whatever its class, is the cause named (Blt's cache built from a
         # config without layers: an AttributeError in transformers 5.24)
         except Exception as own:  # noqa: BLE001
@@ -107,6 +110,15 @@ def decode_step_inputs(loaded: LoadedModel, cached: int = CACHED_TOKENS) -> dict
                 f"{type(model).__name__} ({config.model_type}) keeps its decoding state in a {type(state).__name__}, "
                 "which is neither a transformers Cache nor a list of tensors: export-hf cannot make it the inputs and "
                 "outputs of a decode step. No folder was written. Export it with fx2onnx.dynamo_export."
+            )
+        outside = tensors_outside_layers(state) if is_cache_type(type(state)) and not is_encoder_decoder_cache_type(type(state)) else []
+        if outside:  # MiniMax's linear-attention states, kept beside the cache's layers
+            raise UnsupportedTaskError(
+                f"{type(model).__name__} ({config.model_type}) keeps part of its decoding state outside its cache's "
+                f"layers ({type(state).__name__}.{', '.join(outside)}): a decode step's inputs and outputs are the "
+                "cache's layers, so that state would be frozen into the folder's model as constants. No folder was "
+                "written. Tasks of one pass without a cache (text-classification, token-classification, "
+                "question-answering) export this model."
             )
         inputs[cache_argument(model)] = state
     return inputs

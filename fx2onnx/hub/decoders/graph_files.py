@@ -1,6 +1,7 @@
 """Rewrites of a saved graph file in place, as the decoder steps for Transformers.js's
 feeds make them (its inputs renamed, split or joined): the graph read without its weights,
-rewritten, and written back only when the rewrite changed it."""
+rewritten, and written back atomically only when the rewrite changed it. Every rewrite of
+a folder's graph file goes through `rewrite_graph_file`."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
+from diagnostics import write_atomically
+
 
 def rewrite_graph_file(path: Path, rewrite: Callable[[onnx.GraphProto], object]) -> bool:
-    """Apply ``rewrite`` to the graph of the model file at ``path`` (its external weights
-    left where they are) and save it when ``rewrite`` returns a true value; returns whether
-    the file was written."""
+    """Apply ``rewrite`` to the graph of the model file at ``path`` and save it when
+    ``rewrite`` returns a true value; returns whether the file was written. Its external
+    weights are left where they are (the graph keeps naming their file and offsets), and
+    the file is replaced in one step: a failure leaves the old one."""
     model = onnx.load(str(path), load_external_data=False)
     if not rewrite(model.graph):
         return False
-    onnx.save(model, str(path))
+    write_atomically(path, model.SerializeToString())
     return True
 
 

@@ -4,7 +4,7 @@ layer beside the values that Transformers.js feeds.
 GLM-MoE-DSA's layers keep, beside their keys and values, the keys of their indexer (one
 vector per token, `[batch, tokens, index_head_dim]`), by which its sparse attention picks the
 tokens each query attends to; the export takes them as `past_key_values.<i>.indexer_keys` and
-returns `present.<i>.indexer_keys`. Transformers.js 4.3.2 feeds a `glm_moe_dsa` cache by the
+returns `present.<i>.indexer_keys`. Transformers.js feeds a `glm_moe_dsa` cache by the
 names `getKeyValueNames` gives (src/configs.js: a key and a value per layer), zeros of each
 input's own shape on the first step, then every `present*` output back as `past*`.
 
@@ -30,7 +30,7 @@ from onnx import helper
 
 from fx2onnx.hub.decoders.graph_files import int64_constant, rename_value, rewrite_graph_file
 
-# model types whose layers keep indexer keys that Transformers.js 4.3.2 feeds no input for
+# model types whose layers keep indexer keys that Transformers.js feeds no input for
 INDEXER_KEY_TYPES = frozenset({"glm_moe_dsa"})
 
 _INDEXER = re.compile(r"past_key_values\.(\d+)\.indexer_keys")

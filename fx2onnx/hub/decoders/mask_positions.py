@@ -1,7 +1,7 @@
 """A decoder graph that counts its tokens' positions from `attention_mask` itself, for a
 model type whose Transformers.js class feeds other positions than transformers' generation.
 
-Transformers.js 4.3.2 runs Qwen3.5's text model (`qwen3_5_text`) through its Qwen-VL class,
+Transformers.js runs Qwen3.5's text model (`qwen3_5_text`) through its Qwen-VL class,
 whose `prepare_inputs_for_generation` (`Qwen2VLForConditionalGeneration`'s, in
 `models/qwen2_vl/modeling_qwen2_vl.js`) computes `position_ids` only when the session takes
 them: then it reads `config.vision_config.spatial_merge_size` (a text config has no vision
@@ -28,7 +28,7 @@ from onnx import TensorProto, helper
 
 from fx2onnx.hub.decoders.graph_files import int64_constant, rewrite_graph_file
 
-# model types whose Transformers.js 4.3.2 class feeds positions other than transformers' generation
+# model types whose Transformers.js class feeds positions other than transformers' generation
 # when the graph takes them, and none when it does not
 POSITIONS_FROM_MASK_TYPES = frozenset({"qwen3_5_text"})
 

@@ -1,6 +1,6 @@
 """A text-generation folder's two extra models for Transformers.js's embedded-decoder layout (Gemma 4).
 
-Transformers.js 4.3.2 runs a ``gemma4`` causal LM through its image-audio-text-to-text
+Transformers.js runs a ``gemma4`` causal LM through its image-audio-text-to-text
 class (Gemma 3n's forward): it never loads `onnx/model.onnx`, but
 
 - `onnx/embed_tokens.onnx`: `input_ids` -> `inputs_embeds` and, for a model with per-layer
@@ -38,7 +38,7 @@ from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program
 from fx2onnx.hub.vision_language.parts import Holder
 
-# model types whose Transformers.js 4.3.2 causal-LM class loads embed_tokens and decoder_model_merged
+# model types whose Transformers.js causal-LM class loads embed_tokens and decoder_model_merged
 EMBEDDED_DECODER_TYPES = frozenset({"gemma4"})
 EMBEDDING, PER_LAYER = "embed_tokens", "per_layer_inputs"
 # the multimodal config's token ids its forward embeds as padding
@@ -133,11 +133,11 @@ def _decoder_inputs(loaded: LoadedModel, embedding: PerLayerEmbedding) -> dict[s
             **({PER_LAYER: embedded[PER_LAYER]} if PER_LAYER in embedded else {})}
 
 
-def write_embedded_decoder(
-    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: Any = None,
-) -> list[str]:
-    """Export and write Transformers.js's `embed_tokens` and `decoder_model_merged` into
-    ``staging`` (``options``: those of the folder's model); returns their paths and data files."""
+def embedded_decoder_programs(
+    loaded: LoadedModel, options: fx2onnx.ExportOptions,
+) -> tuple[fx2onnx.ONNXProgram, fx2onnx.ONNXProgram]:
+    """The programs of Transformers.js's `embed_tokens` and `decoder_model_merged` of ``loaded``'s
+    text model (``options``: those of the decoder)."""
     embedding = PerLayerEmbedding(loaded.model).eval()
     decoder = PerLayerDecoder(loaded.model).eval()
     vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
@@ -150,8 +150,16 @@ def write_embedded_decoder(
     inputs = _decoder_inputs(loaded, embedding)  # the prefill runs the whole model, with its own masks
     with masks_by_held_tokens(decoder.text_model()):
         decoder_program = exported(decoder, inputs, options, roles)
+    return embed_program, decoder_program
+
+
+def write_embedded_decoder(
+    loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: Any = None,
+) -> list[str]:
+    """Export and write Transformers.js's `embed_tokens` and `decoder_model_merged` into
+    ``staging`` (``options``: those of the folder's model); returns their paths and data files."""
+    embed_program, decoder_program = embedded_decoder_programs(loaded, options)
     files = []
     for program, base in ((embed_program, EMBEDDING), (decoder_program, folder_layout.MERGED_DECODER)):
         files += save_program(program, staging, onnx_file(loaded, base, quantization), loaded)
     return files
-

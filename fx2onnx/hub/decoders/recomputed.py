@@ -14,7 +14,7 @@ Which clients run it:
   on the whole sequence; Optimum is not installed here, so that is read, not run);
 - not ONNX Runtime GenAI 0.18: its decoders feed a key/value cache and one new token per step,
   so the folder has no `genai_config.json`;
-- not Transformers.js 4.3.2: its generation feeds only the last token after the first step
+- not Transformers.js: its generation feeds only the last token after the first step
   (`_update_model_kwargs_for_generation`, whatever ``use_cache`` says), and its causal-LM table
   lists none of these model types.
 
@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 import fx2onnx
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.decoders.decode_step import BATCH, CACHED_TOKENS, NEW_TOKENS
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
@@ -49,7 +50,7 @@ NOTE = (
     "{name} returns no key/value cache: onnx/model.onnx reads the whole sequence at every step (use_cache: false in "
     "config.json and generation_config.json), as onnxruntime and Optimum's ORTModelForCausalLM(use_cache=False) run "
     "it. No genai_config.json: ONNX Runtime GenAI feeds a decoder a key/value cache and one token per step. "
-    "Transformers.js 4.3.2 feeds only the last token after the first step, so it cannot run such a folder."
+    f"{TRANSFORMERS_JS} feeds only the last token after the first step, so it cannot run such a folder."
 )
 
 

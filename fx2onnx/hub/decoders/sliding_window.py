@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from fx2onnx.hub.tasks import UnsupportedArchitectureError
+
 SLIDING, FULL = "sliding_attention", "full_attention"
 # the layer kinds that read a 2-D mask of their own tokens (a hybrid's convolution and linear attention)
 RECURRENT = ("conv", "linear_attention")
@@ -124,7 +126,7 @@ def masks_for(config: Any, attention_mask: torch.Tensor, queries: int, dtype: to
     masks = {SLIDING: sliding, FULL: _in_format(_visible(attention_mask, queries, None), implementation, dtype)}
     unknown = sorted(set(layer_types) - set(masks) - set(RECURRENT))
     if unknown:
-        raise NotImplementedError(
+        raise UnsupportedArchitectureError(
             f"{config.model_type} has layers of kind {', '.join(unknown)} beside its sliding-window ones, whose masks "
             "export-hf does not build; export the decode step with fx2onnx.dynamo_export instead. Nothing was written."
         )

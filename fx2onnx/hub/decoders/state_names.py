@@ -3,7 +3,7 @@ them.
 
 The export names a hybrid layer's states after transformers' cache layer
 (`past_key_values.<i>.conv_states.0`, `past_key_values.<i>.recurrent_states.0`, and their
-`present.*` outputs; translate/io_names.py). Transformers.js 4.3.2 names them by model type
+`present.*` outputs; translate/io_names.py). Transformers.js names them by model type
 (`getCacheNames` in its `dist/transformers.node.mjs`): `past_conv.<i>` with `past_ssm.<i>` or
 `past_recurrent.<i>`, OLMo-hybrid's convolution of queries, keys and values as three inputs,
 ZAYA's beside its keys and values (`past_key_values.<i>.conv_state`, `.shift_state`), and
@@ -28,7 +28,7 @@ from typing import Any
 
 import onnx
 
-from fx2onnx.hub.decoders.graph_files import int64_constant
+from fx2onnx.hub.decoders.graph_files import int64_constant, rewrite_graph_file
 from fx2onnx.hub.shared.dim_roles import present_name
 
 _STATE = re.compile(r"past_key_values\.(\d+)\.(conv_states|recurrent_states)\.0")
@@ -58,7 +58,7 @@ _CONV = ("past_conv.{layer}",)
 _MAMBA = StateNames(_CONV, "past_ssm.{layer}")
 _GATED_DELTA = StateNames(_CONV, "past_recurrent.{layer}")
 
-# model type -> the names Transformers.js 4.3.2 feeds its states by
+# model type -> the names Transformers.js feeds its states by
 TRANSFORMERS_JS_STATE_NAMES = {
     "lfm2": StateNames(_CONV),
     "lfm2_moe": StateNames(_CONV),
@@ -158,13 +158,10 @@ def _replace(values: Any, replacements: dict[str, list[onnx.ValueInfoProto]]) ->
 
 def write_transformers_js_states(folder: Path, relative: str, config: Mapping[str, Any]) -> bool:
     """Rename the states of the graph at ``relative`` in ``folder`` as Transformers.js feeds
-    the model of ``config`` (a dict); False (nothing written) when it has no names of its own."""
+    the model of ``config`` (a dict); False (nothing written) when it has no names of its own
+or the graph no states."""
     names = state_names(config)
     if names is None:
         return False
-    path = folder / relative
-    model = onnx.load(str(path), load_external_data=False)
-    rename_states(model.graph, names, config)
-    onnx.save(model, str(path))
-    return True
+    return rewrite_graph_file(folder / relative, lambda graph: rename_states(graph, names, config))
 

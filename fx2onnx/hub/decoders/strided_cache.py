@@ -1,7 +1,7 @@
 """A decoder's layers fed in groups, for a client that names a cache input only every few
 layers.
 
-Transformers.js 4.3.2 names ZAYA's cache by the numbering of the original checkpoint, whose
+Transformers.js names ZAYA's cache by the numbering of the original checkpoint, whose
 attention and experts layers alternate (`getCacheNames` in src/configs.js): a key, a value, a
 convolution state and a shift state for layers 0, `cca_time1`, 2 `cca_time1`, ... below
 `num_hidden_layers` only, zeros of each input's own shape on the first step, then every
@@ -28,9 +28,10 @@ from typing import Any
 import onnx
 from onnx import helper
 
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.decoders.graph_files import int64_constant, rename_value, rewrite_graph_file
 
-# model type -> the config entry giving the stride at which Transformers.js 4.3.2 names its cache inputs
+# model type -> the config entry giving the stride at which Transformers.js names its cache inputs
 STRIDED_CACHE_TYPES = {"zaya": "cca_time1"}
 # the inputs of each layer Transformers.js feeds for these types (state_names.py names the states so)
 _KINDS = ("key", "value", "conv_state", "shift_state")
@@ -38,7 +39,7 @@ _AXIS = 1
 
 
 UNJOINED_NOTE = (
-    "Transformers.js 4.3.2 cannot load this folder: it feeds a {model_type} cache only to every {stride}-th layer "
+    TRANSFORMERS_JS + " cannot load this folder: it feeds a {model_type} cache only to every {stride}-th layer "
     "(src/configs.js, getCacheNames), and this graph's layers' caches differ in shape, so they cannot be fed in "
     "groups. It is for onnxruntime only."
 )

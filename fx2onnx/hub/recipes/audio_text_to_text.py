@@ -14,6 +14,7 @@ import torch
 import fx2onnx
 from fx2onnx.hub.audio_language import audio_parts as parts
 from fx2onnx.hub.audio_language.hooks import audio_hooks
+from fx2onnx.hub.audio_language.streaming_layouts import streaming_layout
 from fx2onnx.hub.audio_language.transformers_js_audio import client_note, name_encoder_inputs
 from fx2onnx.hub.audio_language.audio_verification import verify_audio_text_to_text
 from fx2onnx.hub.loading import LoadedModel
@@ -37,9 +38,10 @@ class AudioTextToTextRecipe(RecipeDefaults):
 
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         try:
-            audio_hooks(loaded.model)
-        except NotImplementedError as error:
-            return Refusal(NotImplementedError, str(error))
+            if streaming_layout(loaded.config.model_type) is None:  # a streaming one has its own module
+                audio_hooks(loaded.model)
+        except NotImplementedError as error:  # the hooks' refusal (UnsupportedArchitectureError), as raised
+            return Refusal(type(error), str(error))
         if loaded.fake_context is not None:
             return Refusal(NotImplementedError, (
                 "An audio-text-to-text folder is not written in fake mode: the audio encoder's input sizes are found by "
@@ -50,7 +52,9 @@ class AudioTextToTextRecipe(RecipeDefaults):
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
-        programs = parts.export_parts(loaded, options, audio_hooks(loaded.model))
+        streaming = streaming_layout(loaded.config.model_type)
+        programs = (streaming.export_parts(loaded, options) if streaming is not None
+                    else parts.export_parts(loaded, options, audio_hooks(loaded.model)))
         files = []
         for part, path in _files(loaded).items():
             if part != "audio":  # the audio's dims are the clip's, no role a runtime names
@@ -65,6 +69,9 @@ class AudioTextToTextRecipe(RecipeDefaults):
         say: Say,
     ) -> Verification:
         files = {part: folder / path for part, path in _files(loaded).items()}
+        streaming = streaming_layout(loaded.config.model_type)
+        if streaming is not None:
+            return streaming.verify(files, model, request.tokens, tolerance)
         return verify_audio_text_to_text(files, model, audio_hooks(model), Path(loaded.folder), request.tokens, tolerance)
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:

@@ -212,7 +212,7 @@ class CausalLMRecipe(RecipeDefaults):
                 say(f"verifying {path} (ONNX Runtime GenAI's decoder) too")
             if prompt is not None:
                 verdict = verify_quantized_causal_lm(folder / path, model, loaded.config, prompt.tolist(), request.tokens,
-                                                     request.atol)
+                                                     request.atol, quantization=request.quantization)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
                                                       reference=reference)
@@ -227,7 +227,8 @@ class CausalLMRecipe(RecipeDefaults):
             say(f"verifying {embedding} and {decoder} (Transformers.js's models) too")
             if prompt is not None:
                 verdict = verify_quantized_causal_lm(folder / decoder, model, loaded.config, prompt.tolist(), request.tokens,
-                                                     request.atol, embedding=folder / embedding)
+                                                     request.atol, embedding=folder / embedding,
+                                                     quantization=request.quantization)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
                                                       reference=reference, embedding=folder / embedding)

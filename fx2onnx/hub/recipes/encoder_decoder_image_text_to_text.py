@@ -1,4 +1,4 @@
-"""The image-text-to-text recipe of an encoder-decoder (Florence-2) for Transformers.js 4.3.2
+"""The image-text-to-text recipe of an encoder-decoder (Florence-2) for Transformers.js
 (`--runtime standard`): its ImageTextToText kind loads `encoder_model` beside the vision
 encoder, token embedding and merged decoder where the config says `is_encoder_decoder`
 (session_config.js's sessions); the four models are vision_language/florence2.py's, verified
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 import fx2onnx
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
@@ -36,7 +37,7 @@ DTYPE_CAUSES = {
         "torch.isfinite(hidden_states).all()`, transformers/models/bart/modeling_bart.py), which torch.export cannot "
         "capture (BART's own text2text-generation export fails there too)"
     ),
-    torch.bfloat16: "Transformers.js 4.3.2 has no bfloat16 dtype to load (DATA_TYPES: fp32, fp16 and quantized ones)",
+    torch.bfloat16: f"{TRANSFORMERS_JS} has no bfloat16 dtype to load (DATA_TYPES: fp32, fp16 and quantized ones)",
 }
 # the processor's tables Transformers.js's Florence2Processor reads from the image processor's settings
 TASK_TABLES = ("tasks_answer_post_processing_type", "task_prompts_without_inputs", "task_prompts_with_input")

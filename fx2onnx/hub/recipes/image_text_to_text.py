@@ -66,8 +66,11 @@ def export_folder(
     state = None
     if loaded.fake_context is not None:
         state = part_checkpoint(loaded.folder, loaded.model, loaded.model)
-    for part, base in genai_files.PARTS.items():
-        if part != "vision":  # its dims are the image's, no role the runtime names
+    # the parts the architecture has: the three of every folder, and an optional one (Gemma 4's audio model)
+    for part, base in (genai_files.PARTS | genai_files.OPTIONAL_PARTS).items():
+        if part not in programs:
+            continue
+        if part not in ("vision", "audio"):  # their dims are the image's and the clip's, no role the runtime names
             name_dims_by_role(programs[part].model)
         paths[part] = onnx_file(loaded, base)
         needed = set(programs[part].model.graph.initializers)
@@ -92,6 +95,8 @@ def verify_folder(
     architecture = architecture_for(loaded.config, for_transformers_js)
     image_processor = image_processor_of(loaded, architecture)
     files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
+    files |= {part: folder / onnx_file(loaded, base) for part, base in genai_files.OPTIONAL_PARTS.items()
+              if (folder / onnx_file(loaded, base)).is_file()}
     return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, architecture,
                                      embedding_merges=not for_transformers_js)
 

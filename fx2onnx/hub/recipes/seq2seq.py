@@ -34,14 +34,14 @@ from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
-from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
+from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, own_forward_failure, own_forward_refusal, save_program
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.value_branch_refusal import SEQ2SEQ, value_branch_failure
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
 from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speech_examples
 from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
 from fx2onnx.hub.speech.transformers_js_speech import client_note, write_processor_files
-from fx2onnx.hub.tasks import UnsupportedArchitectureError
+from fx2onnx.hub.tasks import UnsupportedArchitectureError, UnsupportedTaskError
 from fx2onnx.hub.vision_language.transformers_js import text_folder_note
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
@@ -144,16 +144,31 @@ def text_encoder_refusal(loaded: LoadedModel) -> Refusal | None:
     ))
 
 
+def _step_refusal(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -> UnsupportedTaskError | None:
+    """After a failed capture of a decoding step: the refusal when the model's own forward
+    fails on that step in eager PyTorch too (ProphetNet's decoder asserts one token per step
+    over its cache), naming its line; None when it runs the step."""
+    step = (f"a decoding step of {NEW_TOKENS} new tokens over its cache of {DECODED}" if with_past
+            else f"a first decoding step of {DECODED + NEW_TOKENS} tokens")
+    return own_forward_failure(loaded, decoder_inputs(loaded, decoder, with_past), lambda own: own_forward_refusal(
+        loaded.model, loaded.config.model_type, f"{step}, which its folder's merged decoder is captured on", own,
+        "Export its encoder and decoder with fx2onnx.dynamo_export on the inputs its code takes.",
+    ), run_fake=True, module=decoder)
+
+
 def _exported_half(
     loaded: LoadedModel, half: nn.Module, inputs: dict[str, Any], options: fx2onnx.ExportOptions,
-    roles: dict[str, dict[int, str]] | None = None,
+    roles: dict[str, dict[int, str]] | None = None, with_past: bool | None = None,
 ) -> fx2onnx.ONNXProgram:
     """:func:`exported` of one half; a capture failing on a Python branch over tensor values in
-    the model's code (LED's chunked attention) raises the error naming that line instead."""
+    the model's code (LED's chunked attention) raises the error naming that line instead, and
+    a decoding step (``with_past`` given) the model's own forward fails on too, the refusal
+    naming the line that fails."""
     try:
         return exported(half, inputs, options, roles)
     except fx2onnx.OnnxExporterError as error:
-        failure = value_branch_failure(loaded, error, options.failure_report_path, SEQ2SEQ)
+        failure = (_step_refusal(loaded, half, with_past) if with_past is not None else None) or value_branch_failure(
+            loaded, error, options.failure_report_path, SEQ2SEQ)
         if failure is None:
             raise
         raise failure from error
@@ -187,7 +202,7 @@ class Seq2SeqRecipe(RecipeDefaults):
         steps = staging / ".decoder_steps"
         paths = []
         for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
-            program = _exported_half(loaded, decoder, decoder_inputs(loaded, decoder, with_past), options)
+            program = _exported_half(loaded, decoder, decoder_inputs(loaded, decoder, with_past), options, with_past=with_past)
             save(program, steps, name)
             paths.append(steps / name)
         merged = onnx_file(loaded, folder_layout.MERGED_DECODER)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from fx2onnx.hub.shared.dim_roles import present_name
 from fx2onnx.onnx_passes import CONSTANT_KEY, FOLDED_KEY
 
 USE_CACHE_BRANCH = "use_cache_branch"
@@ -121,10 +122,28 @@ def models_in_if(
                     producer_version=else_model.producer_version, functions=list(functions.values()))
 
 
+def _fix_dims_by_first_step(following: ir.Model, first: ir.Model) -> None:
+    """Give the next steps' inputs and outputs the sizes the first step fixes: a dim the next
+    steps only pass on (the encoder's width, which they do not read; a cross-attention cache's
+    heads, which they read as they are) is free in their capture, while the first step computes
+    that value from the weights. A past input takes the size of the first step's output for it."""
+    given = {value.name: value.shape for value in (*first.graph.inputs, *first.graph.outputs)}
+    for value in (*following.graph.inputs, *following.graph.outputs):
+        name = present_name(value.name) if value.name.startswith("past_key_values.") else value.name
+        fixed = given.get(name)
+        if value.shape is None or fixed is None or len(fixed) != len(value.shape):
+            continue
+        value.shape = ir.Shape([
+            size if isinstance(dim, ir.SymbolicDim) and isinstance(size, int) else dim
+            for dim, size in zip(value.shape, fixed)
+        ])
+
+
 def merge_decoders(first_path: Path, next_path: Path, destination: Path, data_name: str) -> None:
     """Write the decoder of ``first_path`` (no past) and ``next_path`` (with past) as one
     model at ``destination``, its weights in ``data_name`` beside it."""
     first, following = ir.load(os.fspath(first_path)), ir.load(os.fspath(next_path))
+    _fix_dims_by_first_step(following, first)
     inputs = [ir.Value(name=value.name, shape=value.shape, type=value.type) for value in following.graph.inputs]
     condition = ir.Value(name=USE_CACHE_BRANCH, shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.BOOL))
     model = models_in_if(following, first, [*inputs, condition], condition, [], (_NEXT, _FIRST), "decoder_model_merged",

@@ -13,6 +13,7 @@ import onnx_ir as ir
 import torch
 
 import fx2onnx
+from fx2onnx.capture.value_branches import failing_line
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
@@ -52,27 +53,31 @@ def exported_or_refused(
 
 def own_forward_failure(
     loaded: LoadedModel, inputs: dict[str, Any], failure: Callable[[Exception], _Failure],
-    caught: tuple[type[Exception], ...] = (Exception,), run_fake: bool = False,
+    caught: tuple[type[Exception], ...] = (Exception,), run_fake: bool = False, module: torch.nn.Module | None = None,
 ) -> _Failure | None:
     """After a failed capture: ``failure`` of the error (one of ``caught``) that the loaded
-    model's own forward raises in eager PyTorch on ``inputs``, the cause to name instead of the
-    capture's; None when it runs them (the capture's failure is then the cause). A fake model
-    runs in its fake mode with ``run_fake``, and is not run (None) without."""
+    model's own forward (or ``module``'s, a part export-hf captures around it) raises in eager
+    PyTorch on ``inputs``, the cause to name instead of the capture's; None when it runs them
+    (the capture's failure is then the cause). A fake model runs in its fake mode with
+    ``run_fake``, and is not run (None) without."""
     if loaded.fake_context is not None and not run_fake:
         return None
     mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
     try:
         with mode, torch.no_grad():
-            loaded.model(**inputs)
+            (module or loaded.model)(**inputs)
     except caught as own:  # noqa: BLE001 - the model's own failure is the cause the error names
         return failure(own)
     return None
 
 
-def quoted_error(own: BaseException) -> str:
-    """`Type: the first line of its message`, as an error of the model's own code is quoted."""
+def quoted_error(own: BaseException, model: torch.nn.Module | None = None) -> str:
+    """`Type: the first line of its message`, as an error of the model's own code is quoted;
+    with ``model``, followed by the line of its code that raised it, where its traceback has one."""
     said = str(own).strip().splitlines()
-    return f"{type(own).__name__}: {said[0].rstrip('.')}" if said else type(own).__name__
+    quoted = f"{type(own).__name__}: {said[0].rstrip('.')}" if said else type(own).__name__
+    line = failing_line(model, own) if model is not None else None
+    return quoted if line is None else f"{quoted} (raised at {line})"
 
 
 def own_forward_refusal(
@@ -83,7 +88,7 @@ def own_forward_refusal(
     nothing written, then ``todo``."""
     return UnsupportedTaskError(
         f"{type(model).__name__} ({model_type}) does not run {runs}: transformers' own forward "
-        f"fails {f'on {on} ' if on else ''}with {quoted_error(own)}. No folder was written. {todo}"
+        f"fails {f'on {on} ' if on else ''}with {quoted_error(own, model)}. No folder was written. {todo}"
     )
 
 

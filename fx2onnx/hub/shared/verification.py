@@ -24,6 +24,8 @@ import torch
 
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
 from fx2onnx.hub.shared.dim_roles import PAST, present_name
+from fx2onnx.hub.shared.quantization_error import float_weights, rounded_model, stored_weights
+from fx2onnx.onnx_passes import WeightQuantization
 from fx2onnx import ExportOptions
 from fx2onnx.program import session_on_cpu
 
@@ -424,18 +426,32 @@ class QuantizedVerification(Verification):
 
     ``token_agreement`` is the share of positions where the folder's greedy token is the
     float model's, both reading the float model's greedy text (a difference does not
-    carry on into the following positions); ``max_logit_difference`` is over the same
-    positions, ``logit_scale`` the largest float logit there, to judge it by. It passes
-    when the largest difference is at most ``QUANTIZED_LOGIT_ERROR`` of that scale (or the
-    ``atol`` given): int4 with blocks of 32 moves the logits of the tests' random-weight
-    models by 4 to 17% of their largest magnitude."""
+    carry on into the following positions); ``float_difference`` is the largest logit
+    difference from the float model over the same positions, ``logit_scale`` the largest
+    float logit there. The folder is judged against the float model with its weights
+    rounded as the folder stores them (quantization_error.py): ``max_logit_difference`` is
+    the largest difference from that model's logits, ``own_error`` how far the rounding
+    alone moves the float logits (the quantization's own error, which depends on the
+    model: a third of the largest logit and more for some tiny random ones). It passes
+    when ``max_logit_difference`` is at most ``own_error`` plus ``QUANTIZED_ACTIVATION_ERROR``
+    of the scale. With an ``atol`` given, the folder is judged against the float model by it
+    and nothing is rounded (``own_error`` None, ``max_logit_difference`` the float one)."""
 
     token_agreement: float = 0.0
     logit_scale: float = 0.0
+    float_difference: float = 0.0
+    own_error: float | None = None
 
     def summary(self) -> str:
+        if self.own_error is None:
+            judged = _bounded(self, "logits", self.logit_scale)
+        else:
+            verdict = "within" if self.within_tolerance else "OUTSIDE"
+            judged = (f"logits up to {self.logit_scale:.3g}; rounding the weights alone moves them by {self.own_error:.3g}; "
+                      f"{self.max_logit_difference:.3g} from the float model with the folder's rounding, {verdict} the bound "
+                      f"{self.tolerance.atol:.3g}")
         return (
-            f"quantized: largest logit difference {self.max_logit_difference:.3g} ({_bounded(self, 'logits', self.logit_scale)}), "
+            f"quantized: largest logit difference {self.float_difference:.3g} ({judged}), "
             f"greedy tokens agree at {self.token_agreement:.0%} of {len(self.torch_tokens)} positions"
         )
 
@@ -460,31 +476,64 @@ def _prefill_logits(path: Path, tokens: list[int], embedding: Path | None = None
         return run_session(session, feed)["logits"][0]
 
 
-# The largest logit difference a quantized folder may have from the float model, as a
-# share of the float logits' largest magnitude.
-QUANTIZED_LOGIT_ERROR = 0.25
+# What a quantized folder may differ by from the float model with its weights rounded as it
+# stores them, beyond what that rounding alone moves the logits by (onnxruntime rounds the
+# activations to int8 at accuracy level 4, a grid no coarser than the weights', so moving the
+# logits no more): a share of the largest float logit, for weights already on their grid (a
+# pre-quantized checkpoint's), where the rounding moves nothing.
+QUANTIZED_ACTIVATION_ERROR = 0.02
 
 
 def verify_quantized_causal_lm(
     path: Path, model: torch.nn.Module, config: Any, prompt: list[int], new_tokens: int, atol: float | None = None,
-    embedding: Path | None = None,
+    embedding: Path | None = None, quantization: WeightQuantization | None = None,
 ) -> QuantizedVerification:
     """The quantized decoder at ``path`` against the float ``model``'s greedy generation
-    (with ``embedding``, each position's ids embedded by that model first)."""
+    (with ``embedding``, each position's ids embedded by that model first); ``quantization``:
+    how the folder rounded its weights (its algorithms; None: round-to-nearest), or that it
+    holds a pre-quantized checkpoint's own codes (``codes_of``: the model's weights as they are)."""
     with torch.no_grad(), plain_greedy(model):
         generated = model.generate(
             torch.tensor([prompt]), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
             output_logits=True, return_dict_in_generate=True, pad_token_id=getattr(config, "pad_token_id", None) or 0,
         )
     torch_tokens = generated.sequences[0, len(prompt):].tolist()
-    logits = _prefill_logits(path, prompt + torch_tokens[:-1], embedding)[len(prompt) - 1:]
+    tokens = prompt + torch_tokens[:-1]
+    logits = _prefill_logits(path, tokens, embedding)[len(prompt) - 1:]
     onnx_tokens = [int(t) for t in logits.argmax(-1)]
     torch_logits = torch.cat([step[:1] for step in generated.logits]).float()
     agreement = sum(a == b for a, b in zip(onnx_tokens, torch_tokens)) / len(torch_tokens)
     scale = float(torch_logits.abs().max())
-    bound = Tolerance(0.0, atol if atol is not None else QUANTIZED_LOGIT_ERROR * scale)
-    compared = verdict_of([(logits, torch_logits)], bound, None, onnx_tokens, torch_tokens)
-    return QuantizedVerification(**vars(compared), token_agreement=agreement, logit_scale=scale)
+    float_difference = float(np.abs(logits.astype(np.float64) - torch_logits.double().numpy()).max())
+    if atol is not None:
+        compared = verdict_of([(logits, torch_logits)], Tolerance(0.0, atol), None, onnx_tokens, torch_tokens)
+        return QuantizedVerification(**vars(compared), token_agreement=agreement, logit_scale=scale,
+                                     float_difference=float_difference)
+    paths = [path, *([embedding] if embedding else [])]
+    reference = _rounded_logits(model, paths, tokens, quantization)[-len(torch_logits):]
+    own = float((reference - torch_logits).abs().max())
+    bound = Tolerance(0.0, own + QUANTIZED_ACTIVATION_ERROR * scale)
+    compared = verdict_of([(logits, reference)], bound, None, onnx_tokens, torch_tokens)
+    return QuantizedVerification(**vars(compared), token_agreement=agreement, logit_scale=scale,
+                                 float_difference=float_difference, own_error=own)
+
+
+def _rounded_logits(
+    model: torch.nn.Module, paths: list[Path], tokens: list[int], quantization: WeightQuantization | None,
+) -> torch.Tensor:
+    """The logits of ``model`` over ``tokens`` with the weights the files at ``paths`` quantize
+    rounded as they store them (none for a pre-quantized checkpoint's codes: the model's
+    weights are those codes' values already)."""
+    own_codes = quantization is not None and quantization.codes_of is not None
+    algorithm = quantization.algorithm if quantization is not None else "rtn"
+    head_algorithm = (quantization.lm_head_algorithm if quantization is not None else None) or algorithm
+    weights = [] if own_codes else stored_weights(paths)
+    with rounded_model(model, weights, algorithm, head_algorithm, float_weights(paths)) as missing, torch.no_grad():
+        if missing:
+            raise ValueError(f"the quantized weights {', '.join(missing)} of {paths[0].name} are not the model's parameters "
+                             "of their shape: the folder cannot be judged against its rounding; give atol to judge it "
+                             "against the float model.")
+        return model(torch.tensor([tokens])).logits[0].float()
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A speech encoder-decoder folder in Transformers.js 4.3.2 (`AutoModelForSpeechSeq2Seq`,
+"""A speech encoder-decoder folder in Transformers.js (`AutoModelForSpeechSeq2Seq`,
 MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES in dist/transformers.node.mjs): which model types
 it runs, the processor files its `AutoProcessor` reads for them, and why it cannot run the
 others. Line numbers are those of the 4.3.2 release's dist/transformers.node.mjs (4.3.1's code is the same).
@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.shared.program_files import write_json_file
 from fx2onnx.hub.speech.audio_input import FEATURE_EXTRACTOR_FILE, PROCESSOR_FILE, feature_extractor_settings
 
@@ -22,7 +23,7 @@ from fx2onnx.hub.speech.audio_input import FEATURE_EXTRACTOR_FILE, PROCESSOR_FIL
 # calls the class's own methods: CohereAsrProcessor.get_decoder_prompt_ids), None: the bare one
 RUNS: dict[str, str | None] = {"moonshine": None, "cohere_asr": "CohereAsrProcessor"}
 
-# model type -> why Transformers.js 4.3.2 cannot transcribe with the folder
+# model type -> why Transformers.js cannot transcribe with the folder
 CANNOT: dict[str, str] = {
     "speecht5": (
         "its SpeechT5ForSpeechToText (line 31036) keeps PreTrainedModel's main_input_name `input_ids` and "
@@ -62,7 +63,7 @@ def _cross_heads_differ(config: dict[str, Any]) -> str | None:
     decoder_heads = config.get("num_key_value_heads")
     if encoder_heads is None or encoder_heads == decoder_heads:
         return None
-    return (f"Transformers.js 4.3.2 gives the first step an empty cross-attention cache of {encoder_heads} heads (the "
+    return (f"{TRANSFORMERS_JS} gives the first step an empty cross-attention cache of {encoder_heads} heads (the "
             f"encoder's, lines 23440-23460 of dist/transformers.node.mjs) where the decoder's has {decoder_heads}: "
             "onnxruntime refuses those inputs, so Transformers.js cannot run this folder.")
 
@@ -83,10 +84,10 @@ def client_note(config: dict[str, Any]) -> str | None:
             return f"{mismatch} {genai}"
         pipeline = (" (its automatic-speech-recognition pipeline builds Cohere ASR's prompt of ten tokens, "
                     "CohereAsrProcessor.get_decoder_prompt_ids)" if model_type == "cohere_asr" else "")
-        return (f"Transformers.js 4.3.2 runs this folder (AutoModelForSpeechSeq2Seq, {model_type}): its processor, "
+        return (f"{TRANSFORMERS_JS} runs this folder (AutoModelForSpeechSeq2Seq, {model_type}): its processor, "
                 f"`generate` and automatic-speech-recognition pipeline{pipeline}. {genai}")
     if model_type in CANNOT:
-        return (f"Transformers.js 4.3.2 loads this folder but cannot transcribe with it (line numbers of its "
+        return (f"{TRANSFORMERS_JS} loads this folder but cannot transcribe with it (line numbers of its "
                 f"dist/transformers.node.mjs): {CANNOT[model_type]}. {genai}")
-    return (f"Transformers.js 4.3.2 has no speech sequence-to-sequence class for {model_type} (its "
+    return (f"{TRANSFORMERS_JS} has no speech sequence-to-sequence class for {model_type} (its "
             f"MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES: speecht5, whisper, lite-whisper, moonshine, cohere_asr). {genai}")

@@ -77,6 +77,9 @@ class VisionLanguageArchitecture:
         check: raises a clear error for a configuration the runtime cannot run.
         merges_images: the embedding takes the image features (ONNX Runtime GenAI's), else
             it is the token embedding alone (Transformers.js merges the features itself).
+        more_pairs: (the folder's files by part, model) -> more (onnxruntime, transformers)
+            results the verification judges: a model of the folder the greedy loop does not
+            run (Gemma 4's audio model); None: no other.
         verification_images: (model, image processor) -> the vision inputs of the
             verification, where they are not the image processor's on random images of
             ``verification_sizes`` (None: they are).
@@ -96,6 +99,7 @@ class VisionLanguageArchitecture:
     wide_rows: WideRows | None = None
     check: Callable[[Any], None] = _no_check
     merges_images: bool = True
+    more_pairs: Callable[[dict[str, Any], torch.nn.Module], list[tuple[np.ndarray, torch.Tensor]]] | None = None
     verification_images: Callable[[torch.nn.Module, Any], dict[str, torch.Tensor]] | None = None
     reads_image_processor: bool = True
 

@@ -1,4 +1,4 @@
-"""Florence-2 as Transformers.js 4.3.2 runs it (its Florence2ForConditionalGeneration, an
+"""Florence-2 as Transformers.js runs it (its Florence2ForConditionalGeneration, an
 encoder-decoder of the ImageTextToText kind): four models under `onnx/`.
 
 - `vision_encoder`: `pixel_values` [images, 3, height, width] -> `image_features`

@@ -63,17 +63,21 @@ def verify_image_text_to_text(
             # the prompt's step takes the image features and positions; a decode step none, the next position
             step_features = features if index == 0 else features[:0]
             if embedding_merges:
-                embeds = run_session(embedding, {"input_ids": step, "image_features": step_features})["inputs_embeds"]
+                embedded = run_session(embedding, {"input_ids": step, "image_features": step_features})
             else:
-                embeds = run_session(embedding, {"input_ids": step})["inputs_embeds"]
+                embedded = run_session(embedding, {"input_ids": step})
                 if index == 0:  # a decode step has no images (a generated image token keeps its embedding)
-                    embeds = merged_features(step, embeds, features, int(config.image_token_id))
+                    embedded["inputs_embeds"] = merged_features(step, embedded["inputs_embeds"], features,
+                                                                int(config.image_token_id))
             positions = prompt.positions if index == 0 else prompt.next_position(mask.shape[1] - 1)
-            return {"input_ids": step, "inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions}
+            # the embedding's other outputs (Gemma 4's per_layer_inputs) go to the decoder as they are
+            return {**embedded, "input_ids": step, "attention_mask": mask, "position_ids": positions}
 
         # never the end of text while transformers' min_new_tokens keeps generating
         greedy = greedy_decode(lambda feed: run_session(decoder, feed), empty_cache(decoder), [ids[0].tolist()], new_tokens,
                                banned=end_tokens(model), feed=step_feed)
     onnx_tokens, torch_tokens = greedy.tokens[0], generated.sequences[0, ids.shape[1]:].tolist()
     pairs = [(features, prompt.features), *zip(greedy.logits, generated.logits)]
+    if architecture.more_pairs is not None:
+        pairs += architecture.more_pairs(files, model)
     return verdict_of(pairs, tolerance, onnx_tokens == torch_tokens, onnx_tokens, torch_tokens)

@@ -1,4 +1,4 @@
-"""The image-text-to-text folder as Transformers.js 4.3.2 loads it (`--runtime standard`):
+"""The image-text-to-text folder as Transformers.js loads it (`--runtime standard`):
 its `ImageTextToText` model type reads `onnx/vision_encoder.onnx` (`image_features`),
 `onnx/embed_tokens.onnx` (`input_ids` -> `inputs_embeds`) and `onnx/decoder_model_merged.onnx`,
 and puts the image features into the image tokens' rows itself, in JavaScript. The vision
@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.decoders import text_only
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.vision_language import (
-    gemma3_transformers_js, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
+    gemma3_transformers_js, gemma4, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl,
+    qwen3_5, qwen3_vl,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
@@ -52,7 +54,7 @@ class TransformersJsRow:
 
 
 IDEFICS3_NOTE = (
-    "Transformers.js 4.3.2 runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
+    TRANSFORMERS_JS + " runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
     "as transformers' processor cuts them; its own Idefics3ImageProcessor resizes with sharp's Lanczos filter, "
     "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
 )
@@ -61,12 +63,12 @@ QWEN_IMAGES = (
     " Its Qwen2VLImageProcessor takes one image per call, so a prompt with several images needs its pixel_values "
     "and image_grid_thw processed otherwise (the vision model takes them all in one run)."
 )
-# what Transformers.js 4.3.2's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
+# what Transformers.js's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
 # after a prompt: `_get_text_only_rope_index` gives `max + 1n + BigInt(dims[1])` as a prompt's mRoPE delta where
 # transformers' is max + 1 - length, and `prepare_inputs_for_generation` sets `pixel_values` to null (not
 # undefined), so generic_text_to_text_forward gives a one-token step ones over the past as its attention mask
 QWEN_GENERATION = (
-    " Transformers.js 4.3.2 gives transformers' tokens for one prompt with images; after the first token it feeds a "
+    f" {TRANSFORMERS_JS} gives transformers' tokens for one prompt with images; after the first token it feeds a "
     "prompt without images other positions than transformers' (its text-only mRoPE delta adds the prompt's length "
     "where transformers subtracts it) and a left-padded batch a mask that no longer hides the padding."
 )
@@ -74,7 +76,7 @@ QWEN_GENERATION = (
 
 def qwen_note(name: str, folder: str = "", genai: str = "") -> str:
     """The note of a Qwen-VL kind's folder (``name``: Transformers.js's class) in Transformers.js."""
-    return f"Transformers.js 4.3.2 runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
+    return f"{TRANSFORMERS_JS} runs this folder ({name}){folder}.{QWEN_IMAGES}{QWEN_GENERATION}{genai}"
 
 
 DEEPSTACK_ROWS = (
@@ -120,7 +122,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # Qwen2.5-VL's path with its own mRoPE positions (GlmOcrForConditionalGeneration._get_multimodal_rope_positions,
     # transformers' for images); no processor named (the checkpoint's own is left as it is)
     "glm_ocr": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
+        f"{TRANSFORMERS_JS} runs this folder (GlmOcrForConditionalGeneration) on the input_ids, pixel_values and "
         "image_grid_thw transformers' processor gives." + QWEN_GENERATION + " ONNX Runtime GenAI has no GLM-OCR type.",
         architecture=glm_ocr.ARCHITECTURE,
     ),
@@ -128,7 +130,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
     # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
     "llava": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
+        f"{TRANSFORMERS_JS} runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
         "transformers' LlavaProcessor gives; its own LlavaProcessor counts one image token more than the vision "
         "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
         architecture=llava.ARCHITECTURE,
@@ -143,20 +145,20 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
     # the merged patch as patch_size: no processor named
     "mistral3": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
+        f"{TRANSFORMERS_JS} runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time."
     ),
     # Mistral 3's path under LightOnOCR's module names (lighton_ocr.py): LlavaForConditionalGeneration's
     # `pixel_values` of one image, 1-D positions from the mask; no processor named (Mistral 3's reasons)
     "lighton_ocr": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (LightOnOcrForConditionalGeneration) with one image per prompt: the "
+        f"{TRANSFORMERS_JS} runs this folder (LightOnOcrForConditionalGeneration) with one image per prompt: the "
         "vision model takes one image ([1, 3, height, width]) at a time. ONNX Runtime GenAI has no LightOnOCR type.",
         architecture=lighton_ocr.ARCHITECTURE,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of the processor's one size; rows one column wider, a
     # flag the decoder reads for the image tokens' two-way attention (gemma3_transformers_js.py)
     "gemma3": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
+        f"{TRANSFORMERS_JS} runs this folder (Gemma3ForConditionalGeneration): its image_features and inputs_embeds "
         "rows are one column wider than the hidden size, the last column 1 at image rows and 0 at text rows, which "
         "the decoder reads to let an image's tokens attend each other both ways, as transformers does with "
         "token_type_ids. Its vision model takes any number of images of the image processor's one size.",
@@ -165,7 +167,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # LlavaForConditionalGeneration's path: `pixel_values` of the tower's size, positions from 1; the decoder
     # attends both ways over a step without a past (the prompt, transformers' prefix: paligemma.py)
     "paligemma": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (PaliGemmaForConditionalGeneration): its decoder lets a step without a "
+        f"{TRANSFORMERS_JS} runs this folder (PaliGemmaForConditionalGeneration): its decoder lets a step without a "
         "past (the whole prompt, as Transformers.js runs it) attend both ways, as transformers does over the prefix "
         "its processor marks with token_type_ids 0, and any later step causally; a prompt with a suffix of "
         "token_type_ids 1 is not what the folder runs. ONNX Runtime GenAI has no PaliGemma type.",
@@ -175,13 +177,25 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # recipes/encoder_decoder_image_text_to_text.py); Transformers.js puts the image features before the prompt's
     # embeddings itself (Florence2ForConditionalGeneration._merge_input_ids_with_image_features)
     "florence2": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (Florence2ForConditionalGeneration): vision_encoder, embed_tokens, "
+        f"{TRANSFORMERS_JS} runs this folder (Florence2ForConditionalGeneration): vision_encoder, embed_tokens, "
         "encoder_model and decoder_model_merged; it puts each image's features before its prompt's embeddings where "
         "transformers' processor writes image tokens, and its Florence2Processor expands the task prompts "
         "(\"<CAPTION>\", \"<OD>\", ...) from the preprocessor_config.json written here. The image processor resizes "
         "every image to one size; Transformers.js's CLIPImageProcessor resizes with sharp, whose pixels differ from PIL's. "
         "ONNX Runtime GenAI has no Florence-2 type.",
         processor_class="Florence2Processor",
+    ),
+    # Gemma3nForConditionalGeneration's path (gemma4.py): vision_encoder on the processor's padded patches and their
+    # positions, audio_encoder (loaded whatever the prompt), embed_tokens giving per_layer_inputs, positions from 0
+    "gemma4": TransformersJsRow(
+        f"{TRANSFORMERS_JS} runs this folder (Gemma4ForConditionalGeneration) on the input_ids, pixel_values and "
+        "image_position_ids transformers' Gemma4Processor gives (any image size: its token count varies with the "
+        "image's; the patches padded to the saved processor's max_soft_tokens, the one count the vision model takes), "
+        "and input_features with input_features_mask for audio; its own Gemma4Processor puts two newlines before "
+        "and after each image's tokens, which transformers' does not, and its Gemma4ImageProcessor resizes with sharp, "
+        "whose pixels differ from PIL's. embed_tokens gives per_layer_inputs beside inputs_embeds. ONNX Runtime "
+        "GenAI has no Gemma 4 vision-language type.",
+        architecture=gemma4.ARCHITECTURE,
     ),
     # its vision_encoder takes the tiles of a prompt's images as Lfm2VlForConditionalGeneration feeds them (its
     # forward_params: pixel_values, pixel_attention_mask, spatial_shapes); 1-D positions from the mask; the decoder's
@@ -191,7 +205,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # the folder's preprocessor_config.json says do_resize false. Its smart_resize rounds with Math.round (half up),
     # transformers' round_by_factor with Python's round (half to even)
     "lfm2_vl": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (Lfm2VlForConditionalGeneration) on a prompt's tiles (pixel_values, "
+        f"{TRANSFORMERS_JS} runs this folder (Lfm2VlForConditionalGeneration) on a prompt's tiles (pixel_values, "
         "pixel_attention_mask and spatial_shapes) as its Lfm2VlProcessor cuts them; its decoder takes the LFM2 "
         "convolution states as past_conv.<layer>, as Transformers.js feeds them. preprocessor_config.json says "
         "do_resize false, which transformers' Lfm2VlImageProcessor ignores and without which Transformers.js's resizes "
@@ -206,7 +220,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # those of the text config's `lfm3`. transformers saves its image processor as Qwen2VLImageProcessor, which
     # Transformers.js's AutoImageProcessor builds (not its Lfm3VlImageProcessor, which takes several images)
     "lfm3_vl": TransformersJsRow(
-        "Transformers.js 4.3.2 runs this folder (Lfm3VlForConditionalGeneration) on a prompt's images (pixel_values and "
+        f"{TRANSFORMERS_JS} runs this folder (Lfm3VlForConditionalGeneration) on a prompt's images (pixel_values and "
         "image_grid_thw) as the Qwen image processor cuts them; its decoder takes the LFM3 convolution states as "
         "past_conv.<layer>, as Transformers.js feeds them. Its Qwen image processor resizes with sharp, whose bicubic "
         "filter is not PIL's: an image it resizes gets other pixels than transformers' (one whose sides are multiples "
@@ -216,7 +230,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
 }
 
 
-# model type -> why Transformers.js 4.3.2 cannot give transformers' answer with this folder's models
+# model type -> why Transformers.js cannot give transformers' answer with this folder's models
 NOT_SERVED = {
     "llava_onevision": (
         "Transformers.js runs it as its LlavaForConditionalGeneration (models.js exports LlavaOnevisionForConditionalGeneration "
@@ -224,6 +238,12 @@ NOT_SERVED = {
         "image_sizes before the vision model runs; transformers' LLaVA-OneVision needs each image's size to choose the grid "
         "of its crops and to unpad their features (pack_image_features, with image_newline rows), which a vision model fed "
         "pixel_values alone cannot tell."
+    ),
+    "gemma3n": (
+        "export-hf does not export its towers: the vision tower is timm's MobileNetV5 (transformers builds it through "
+        "TimmWrapperModel, and timm is not among export-hf's dependencies) and Transformers.js's "
+        "Gemma3nForConditionalGeneration also loads an audio_encoder (src/models/session_config.js:78-90), Gemma 3n's "
+        "USM conformer, not written either."
     ),
 }
 
@@ -252,6 +272,7 @@ def transformers_js_architecture(config: Any) -> VisionLanguageArchitecture:
     ONNX Runtime GenAI's folder has (architectures.py, with its checks)."""
     row = TRANSFORMERS_JS_ARCHITECTURES.get(getattr(config, "model_type", None))
     if row is not None and row.architecture is not None:
+        row.architecture.check(config)  # a configuration Transformers.js cannot run: a clear error
         return row.architecture
     return architecture_of(config)
 
@@ -263,17 +284,17 @@ def transformers_js_hint(config: Any) -> str:
         return ""
     # an encoder-decoder's default task is text2text-generation (loading.default_task): the task is to be given
     task = " --task image-text-to-text" if getattr(config, "is_encoder_decoder", False) else ""
-    return f" `fx2onnx export-hf <model> --output <folder>{task} --runtime standard` writes its folder for Transformers.js 4.3.2."
+    return f" `fx2onnx export-hf <model> --output <folder>{task} --runtime standard` writes its folder for {TRANSFORMERS_JS}."
 
 
 def text_folder_note(config: dict[str, Any]) -> str | None:
     """For a text2text-generation folder whose config.json is ``config``: what Transformers.js
-    4.3.2 loads instead where it runs the model type as image-text-to-text (an encoder-decoder
+    loads instead where it runs the model type as image-text-to-text (an encoder-decoder
     row: Florence-2), else None."""
     model_type = config.get("model_type")
     if model_type not in TRANSFORMERS_JS_ARCHITECTURES or not config.get("is_encoder_decoder"):
         return None
-    return (f"Transformers.js 4.3.2 loads {model_type} as image-text-to-text (vision_encoder, embed_tokens, encoder_model "
+    return (f"{TRANSFORMERS_JS} loads {model_type} as image-text-to-text (vision_encoder, embed_tokens, encoder_model "
             "and decoder_model_merged), not this text2text-generation folder (its text model alone, for onnxruntime): "
             "`fx2onnx export-hf <model> --output <folder> --task image-text-to-text --runtime standard` writes its folder.")
 

@@ -8,18 +8,33 @@ import re
 from pathlib import Path
 
 import pytest
-from client_versions import TRANSFORMERS_JS_VERSION, transformers_js_folder
+from client_versions import PINNED_TRANSFORMERS_JS, TRANSFORMERS_JS_VERSION, transformers_js_folder
 
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache
 from fx2onnx.hub.decoders.client_support import (
-    TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason,
+    TRANSFORMERS_JS, TRANSFORMERS_JS_CAUSAL_LM_TYPES, client_note, transformers_js_reason,
     transformers_js_unsupported,
 )
 
 transformers = pytest.importorskip("transformers")
 
 DOCS = Path(__file__).parents[3] / "docs" / "guides" / "export-hf.md"
+PACKAGE = Path(__file__).parents[3] / "fx2onnx"
 TRANSFORMERS_JS_DIST = transformers_js_folder() / "node_modules" / "@huggingface" / "transformers" / "dist" / "transformers.node.mjs"
+
+
+def test_the_messages_name_the_release_the_tests_pin():
+    # a bump of the pin that forgets the constant (or the reverse) makes every note name a release no test ran
+    assert TRANSFORMERS_JS == f"Transformers.js {PINNED_TRANSFORMERS_JS}"
+
+
+def test_no_module_writes_a_transformers_js_release_of_its_own():
+    # every message reads client_support.TRANSFORMERS_JS, so that one line names the release
+    written = [f"{path.relative_to(PACKAGE)}:{number}"
+               for path in sorted(PACKAGE.rglob("*.py"))
+               for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+               if re.search(r"Transformers\.js \d+\.\d+", line) and not line.startswith("TRANSFORMERS_JS = ")]
+    assert not written, f"use client_support.TRANSFORMERS_JS instead of the release written out: {written}"
 
 
 def test_mixtral_has_no_transformers_js_class():

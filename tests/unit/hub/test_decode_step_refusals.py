@@ -5,6 +5,7 @@ codebooks (Musicgen) are refused. Nothing is written."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from fx2onnx.hub import export_hf
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.own_decode_step import DecodeStepError, own_decode_step_failure
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.tasks import UnsupportedTaskError
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,9 +38,12 @@ def _llama() -> torch.nn.Module:
 def test_the_models_own_failure_on_a_decode_step_is_named_and_none_when_it_runs() -> None:
     model = _cpmant()
     failure = own_decode_step_failure(LoadedModel(model, model.config, Path("."), "text-generation", None))
-    assert isinstance(failure, DecodeStepError)
+    assert isinstance(failure, DecodeStepError) and isinstance(failure, UnsupportedTaskError)  # a refusal
     assert str(failure).startswith("CpmAntForCausalLM's own forward fails in eager PyTorch on a decode step")
     assert "must match the size of tensor" in str(failure)  # the model's own error, quoted
+    # and the line of its code that raised it
+    assert re.search(r"raised at transformers/models/cpmant/modeling_cpmant\.py:\d+ in forward "
+                     r"\(`score = score \+ position_bias`\)", str(failure))
     llama = _llama()
     assert own_decode_step_failure(LoadedModel(llama, llama.config, Path("."), "text-generation", None)) is None
 
@@ -157,3 +162,19 @@ def test_a_prefill_that_fails_in_transformers_is_refused_whatever_its_error(tmp_
             r"use_cache=True\): transformers' own forward fails with AttributeError: .*No folder was written")):
         export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_cache_keeping_state_outside_its_layers_is_refused_before_capture() -> None:
+    # MiniMax keeps its lightning-attention states in MiniMaxCache.linear_cache, beside the cache's layers
+    config = transformers.MiniMaxConfig(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_local_experts=2,
+                                        num_experts_per_tok=1, block_size=4,
+                                        layer_types=["linear_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = transformers.MiniMaxForCausalLM(config).eval()
+    with pytest.raises(UnsupportedTaskError, match=r"outside its cache's layers \(MiniMaxCache\.linear_cache\).*"
+                                                   r"No folder was written"):
+        decode_step.decode_step_inputs(LoadedModel(model, config, Path("."), "text-generation", None))
+    llama = _llama()  # a cache whose every state is in its layers
+    inputs = decode_step.decode_step_inputs(LoadedModel(llama, llama.config, Path("."), "text-generation", None))
+    assert isinstance(inputs[decode_step.cache_argument(llama)], transformers.DynamicCache)

@@ -5,13 +5,16 @@ table against Transformers.js's own cache names where it is installed."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.helper as oh
 import pytest
 
-from fx2onnx.hub.decoders.state_names import TRANSFORMERS_JS_STATE_NAMES, rename_states, state_names
+from fx2onnx.hub.decoders.state_names import (
+    TRANSFORMERS_JS_STATE_NAMES, rename_states, state_names, write_transformers_js_states,
+)
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
@@ -81,6 +84,40 @@ def test_a_mamba_hybrids_states_get_transformers_js_names_and_the_same_values():
     for theirs, ours in (("present_conv.0", "present.0.conv_states.0"), ("present_ssm.0", "present.0.recurrent_states.0"),
                          ("logits", "logits"), ("present.1.key", "present.1.key")):
         np.testing.assert_array_equal(got[theirs], expected[ours])
+
+
+def test_a_folders_graph_with_external_weights_is_rewritten_in_place_and_still_loads(tmp_path: Path):
+    # the graph file is replaced whole; its weights stay in their own file, which the graph still names
+    model = hybrid_graph(channels=4)
+    rng = np.random.default_rng(2)
+    feed = {i.name: rng.standard_normal([2, *[d.dim_value or 1 for d in i.type.tensor_type.shape.dim[1:]]]).astype(np.float32)
+            for i in model.graph.input}
+    expected = run(model, feed)
+    (tmp_path / "onnx").mkdir()
+    # the weights in raw bytes (what onnx moves to an external file), the axes inline (shape inference reads them)
+    model.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(model.graph.initializer[0]),
+                                                                     "weights"))
+    onnx.save(model, str(tmp_path / "onnx" / "model.onnx"), save_as_external_data=True, location="model.onnx_data",
+              size_threshold=0)
+    weights = (tmp_path / "onnx" / "model.onnx_data").read_bytes()
+
+    assert write_transformers_js_states(tmp_path, "onnx/model.onnx", {"model_type": "nemotron_h"})
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["model.onnx", "model.onnx_data"]
+    assert (tmp_path / "onnx" / "model.onnx_data").read_bytes() == weights
+    graph_only = onnx.load(str(tmp_path / "onnx" / "model.onnx"), load_external_data=False)
+    assert {t.name: t.data_location for t in graph_only.graph.initializer} == {
+        "weights": onnx.TensorProto.EXTERNAL, "axes": onnx.TensorProto.DEFAULT}
+    onnx.checker.check_model(str(tmp_path / "onnx" / "model.onnx"), full_check=True)
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {
+        "past_conv.0": feed["past_key_values.0.conv_states.0"], "past_ssm.0": feed["past_key_values.0.recurrent_states.0"],
+        **{name: feed[name] for name in ("past_key_values.1.key", "past_key_values.1.value")}})))
+    np.testing.assert_array_equal(got["present_conv.0"], expected["present.0.conv_states.0"])
+    np.testing.assert_array_equal(got["logits"], expected["logits"])
+    # a type without names of its own, or a refused graph: the file is left as it was
+    before = (tmp_path / "onnx" / "model.onnx").read_bytes()
+    assert not write_transformers_js_states(tmp_path, "onnx/model.onnx", {"model_type": "llama"})
+    assert (tmp_path / "onnx" / "model.onnx").read_bytes() == before
 
 
 def test_olmo_hybrids_convolution_state_is_fed_as_queries_keys_and_values():

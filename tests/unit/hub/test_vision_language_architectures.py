@@ -17,8 +17,8 @@ from fx2onnx.hub.loading import IMAGE_TEXT_TO_TEXT
 from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import image_text_to_text
 from fx2onnx.hub.vision_language import (
-    architecture, florence2, folder_verification, gemma3, gemma3_transformers_js, genai_files, glm_ocr, idefics3, lighton_ocr, llava,
-    mistral3, paligemma, parts, qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_vl, qwen_images, transformers_js,
+    architecture, florence2, folder_verification, gemma3, gemma3_transformers_js, gemma4, genai_files, glm_ocr, idefics3,
+    lighton_ocr, llava, mistral3, paligemma, parts, qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_vl, qwen_images, transformers_js,
 )
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
 
@@ -282,6 +282,7 @@ def test_gemma3_transformers_js_folder_has_flagged_rows_and_the_genai_folder_its
 
 @pytest.mark.parametrize("make_config, works", [
     (lambda: transformers.LlavaOnevisionConfig(), "Give --text-only to export its language model alone"),
+    (lambda: transformers.Gemma3nConfig(), "Give --text-only to export its language model alone"),
 ])
 def test_a_family_transformers_js_runs_but_export_hf_does_not_write_says_why_and_what_works(make_config, works):
     config = make_config()
@@ -328,3 +329,27 @@ def test_florence2_gets_the_encoder_decoder_folder_for_transformers_js_alone(tmp
         half = LoadedModel(torch.nn.Linear(2, 2).to(dtype), config, tmp_path, IMAGE_TEXT_TO_TEXT, None)
         refusal = recipe.accepts(half, ExportRequest.resolve(dtype=str(dtype).removeprefix("torch.")))
         assert refusal.error_type is NotImplementedError and cause in refusal.message and "--dtype float32" in refusal.message
+
+
+def gemma4_config(audio: bool = True, **text) -> object:
+    """A Gemma 4 configuration with a vision tower, an audio tower where ``audio``, and ``text``'s entries."""
+    return transformers.Gemma4Config(text_config=transformers.Gemma4TextConfig(**text).to_dict(),
+                                     vision_config=transformers.Gemma4VisionConfig().to_dict(),
+                                     audio_config=transformers.Gemma4AudioConfig().to_dict() if audio else None)
+
+
+@pytest.mark.parametrize("config, cause", [
+    (lambda: transformers.Gemma4Config(), "has no vision tower"),
+    (lambda: gemma4_config(audio=False), "loads onnx/audio_encoder.onnx for Gemma4ForConditionalGeneration"),
+    (lambda: gemma4_config(use_bidirectional_attention="vision"), "src/models/gemma3n/modeling_gemma3n.js:78-91"),
+])
+def test_gemma4_folder_transformers_js_cannot_run_is_refused_with_its_cause(config, cause):
+    """Gemma 4's Transformers.js row refuses, before anything is written, a model without a vision
+    tower, one without an audio tower (Transformers.js loads an audio_encoder whatever the prompt) and
+    one whose image tokens attend each other both ways (Transformers.js feeds no mm_token_type_ids)."""
+    config = config()
+    assert transformers_js.transformers_js_refusal(config) is None  # the model type has a row
+    with pytest.raises(NotImplementedError, match="Nothing was written") as error:
+        transformers_js.transformers_js_architecture(config)
+    assert cause in str(error.value)
+    assert transformers_js.transformers_js_architecture(gemma4_config()) is gemma4.ARCHITECTURE
