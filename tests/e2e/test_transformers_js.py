@@ -1777,3 +1777,221 @@ def test_florence2_folder_in_transformers_js(tmp_path, transformers_js):
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     assert [result["generated_rows"] for result in results] == expected
     assert expected[0] != expected[1] and expected[0] != expected[3] and expected[4] != expected[5]  # images and tasks count
+
+
+# LFM2-VL's image tokens and its tiles' position tokens (up to 4 x 4 tiles)
+LFM2_VL_SPECIAL = ["<image>", "<|image_start|>", "<|image_end|>", "<|img_thumbnail|>",
+                   *[f"<|img_row_{row}_col_{column}|>" for row in range(1, 5) for column in range(1, 5)]]
+# transformers' Lfm2VlImageProcessor settings as it saves them, scaled down: 8-pixel patches, 32-pixel tiles (2 x 2 image
+# tokens), 4 to 16 tokens for an image or thumbnail, 2 to 4 tiles for one larger than twice that
+LFM2_VL_PROCESSOR = {
+    "image_processor_type": "Lfm2VlImageProcessor", "downsample_factor": 2, "encoder_patch_size": 8, "tile_size": 32,
+    "min_tiles": 2, "max_tiles": 4, "use_thumbnail": True, "min_image_tokens": 4, "max_image_tokens": 16,
+    "max_pixels_tolerance": 2.0, "do_image_splitting": True, "do_resize": True, "size": {"height": 32, "width": 32},
+    "resample": 2, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5], "do_pad": True, "return_row_col_info": False,
+}
+# image (height, width) -> the spatial shapes (patch grids) of its tiles as Transformers.js's processor gives them: one
+# tile; an image past twice the most tokens, cut into 1 x 2 tiles with a thumbnail; one scaled up to the fewest tokens.
+# transformers' gives the last two the same; the first 4 x 8: 40 / 16 is 2.5, which Python's round takes to 2 and
+# JavaScript's Math.round to 3 (smart_resize's side in multiples of patch x downsample factor)
+LFM2_VL_IMAGES = {(40, 70): [[6, 8]], (190, 130): [[4, 4], [4, 4], [8, 6]], (20, 30): [[4, 6]]}
+
+
+def save_lfm2_vl(folder):
+    """A three-layer LFM2-VL (a two-layer SigLIP2 tower of 8-pixel patches, an LFM2 text model of two
+    convolution layers around one of attention) with LFM2-VL's image tokens and image processor
+    settings (LFM2_VL_PROCESSOR: written as a file, transformers' class needs torchvision)."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": LFM2_VL_SPECIAL})
+    text = dict(model_type="lfm2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+                max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    vision = dict(model_type="siglip2_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, patch_size=8, num_patches=16, vision_use_head=False)
+    config = transformers.Lfm2VlConfig(text_config=text, vision_config=vision, projector_hidden_size=48,
+                                       image_token_id=tokenizer.convert_tokens_to_ids("<image>"), downsample_factor=2)
+    torch.manual_seed(0)
+    model = transformers.Lfm2VlForConditionalGeneration(config).eval()
+    spread_weights(model)  # the tokens then depend on the image
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps(LFM2_VL_PROCESSOR), encoding="utf-8")
+    return model
+
+
+def from_specs(specs: dict) -> dict[str, torch.Tensor]:
+    """The runner's tensors (type, dims, data) as torch tensors."""
+    kinds = {"float32": torch.float32, "bool": torch.bool, "int64": torch.int64}
+    return {name: torch.tensor(spec["data"], dtype=kinds[spec["type"]]).reshape(spec["dims"]) for name, spec in specs.items()}
+
+
+def lfm2_vl_padded_batch(model) -> dict[str, torch.Tensor]:
+    """Two prompts of one tile each (other grids, the processor's layout), the second left-padded."""
+    from fx2onnx.hub.vision_language.lfm2_vl import tiles
+
+    image_id = model.config.image_token_id
+    pixels = tiles(model.config, ((4, 6), (6, 4)), 64, seed=3)
+    rows, mask = left_padded([[1, 40] + [image_id] * 6 + [41, 42, 43, 44], [45] + [image_id] * 6 + [46]])
+    return {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(mask), **pixels}
+
+
+def padded_batch_in_onnxruntime(folder, model, given: dict[str, torch.Tensor], vision_inputs: tuple[str, ...]) -> list[list[int]]:
+    """The folder's three models' greedy tokens in onnxruntime for the left-padded batch ``given``
+    (its ``vision_inputs`` fed to the vision model), the image features merged as Transformers.js
+    merges them, with transformers' mask and positions (those Transformers.js 4.3 does not keep:
+    padded_batch_tokens)."""
+    from fx2onnx.hub.shared.verification import cpu_session, empty_cache, end_tokens, greedy_decode, run_session
+    from fx2onnx.hub.vision_language.folder_verification import merged_features
+
+    files = [folder / "onnx" / f"{name}.onnx" for name in ("vision_encoder", "embed_tokens", "decoder_model_merged")]
+    rows = [row[mask.bool()].tolist() for row, mask in zip(given["input_ids"], given["attention_mask"])]
+    with cpu_session(files[0]) as vision, cpu_session(files[1]) as embedding, cpu_session(files[2]) as decoder:
+        features = run_session(vision, {name: given[name].numpy() for name in vision_inputs})["image_features"]
+
+        def feed(step: np.ndarray, mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
+            embeds = run_session(embedding, {"input_ids": step})["inputs_embeds"]
+            if index == 0:
+                embeds = merged_features(step, embeds, features, int(model.config.image_token_id))
+            positions = np.where(mask == 0, 1, np.cumsum(mask, -1) - 1)[:, -step.shape[1]:]  # as transformers' generate
+            return {"inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions}
+
+        return greedy_decode(lambda inputs: run_session(decoder, inputs), empty_cache(decoder, batch=len(rows)), rows,
+                             NEW_TOKENS, banned=end_tokens(model), feed=feed).tokens
+
+
+def written_and_verified(source, out, model, fake: bool = False) -> None:
+    """export-hf's Transformers.js folder of ``source`` written into ``out`` (in fake mode with
+    ``fake``) with its verification (the three models in onnxruntime against ``model``, 4 tokens),
+    every file passing the full checker, config.json keeping the model's type and class."""
+    verification = export_hf(source, out, runtime="standard", verify=True, tokens=4, fake=fake).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == model.config.model_type and config["architectures"] == [type(model).__name__]
+
+
+def test_lfm2_vl_folder_in_transformers_js(tmp_path, transformers_js):
+    """LFM2-VL as `--runtime standard` writes it for Transformers.js (a vision_encoder over the tiles its
+    Lfm2VlProcessor cuts, 1-D positions, the LFM2 convolution states as past_conv.<layer>; written in fake mode):
+    export-hf's verification (the three models in onnxruntime) and 16 greedy tokens in Transformers.js equal
+    transformers' on the inputs Transformers.js's processor gives: an image of one tile, one cut into tiles with a
+    thumbnail, one scaled up, two in one prompt, a prompt without images, and left-padded batches: of text alone
+    (exact) and with images (as far as Transformers.js keeps its padding: padded_batch_tokens; all 16 tokens of both
+    rows in onnxruntime with transformers' mask and positions)."""
+    from PIL import Image
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = save_lfm2_vl(source)
+    written_and_verified(source, out, model, fake=True)  # each part's weights read by the checkpoint's names
+    settings = json.loads((out / "preprocessor_config.json").read_text())
+    assert settings["processor_class"] == "Lfm2VlProcessor" and settings["do_resize"] is False
+    decoder = onnx.load(out / "onnx" / "decoder_model_merged.onnx", load_external_data=False)
+    assert {"past_conv.0", "past_key_values.1.key", "past_conv.2"} <= {value.name for value in decoder.graph.input}
+    paths = []
+    for seed, (height, width) in enumerate(LFM2_VL_IMAGES):
+        paths.append(tmp_path / f"{height}x{width}.png")
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(paths[-1])
+    prompts = [{"text": "<image>the quick brown fox", "images": [str(path)]} for path in paths]
+    prompts.append({"text": "<image>hello world<image>of onnx", "images": [str(paths[0]), str(paths[2])]})
+    text_rows, text_mask = left_padded([[1, 40, 41, 42, 43, 44, 45], [46, 47, 48]])
+    prompts.append({"inputs": tensor_specs({"input_ids": torch.tensor(text_rows[:1]), "attention_mask": torch.tensor(text_mask[:1])})})
+    prompts.append({"inputs": tensor_specs({"input_ids": torch.tensor(text_rows), "attention_mask": torch.tensor(text_mask)})})
+    prompts.append({"inputs": tensor_specs(lfm2_vl_padded_batch(model))})
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    shapes = [result["processed"]["spatial_shapes"]["data"] for result in results[:4]]
+    assert shapes == [sum(grids, []) for grids in LFM2_VL_IMAGES.values()] + [[6, 8, 4, 6]]
+    expected = [generated_by_transformers(model, from_specs(result["processed"])) for result in results]
+    generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
+    assert generated[:-1] == expected[:-1] and len({tuple(tokens) for tokens in expected[:4]}) == 4
+    assert padded_batch_tokens(generated[-1]) == padded_batch_tokens(expected[-1])
+    inputs = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
+    assert padded_batch_in_onnxruntime(out, model, from_specs(prompts[-1]["inputs"]), inputs) == expected[-1]
+
+
+LFM3_VL_SPECIAL = ["<|image|>", "<|video|>", "<|vision_start|>", "<|vision_end|>"]
+
+
+def save_lfm3_vl(folder):
+    """A three-layer LFM3-VL (a three-layer vision tower, convolution, attention, convolution, of 14-pixel
+    patches; an LFM3 text model of a convolution, a sliding-window layer of a window of 8 and a full-attention
+    layer) with the Qwen image processor transformers gives it."""
+    tokenizer = trained_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": LFM3_VL_SPECIAL})
+    ids = [tokenizer.convert_tokens_to_ids(token) for token in LFM3_VL_SPECIAL]
+    text = dict(model_type="lfm3", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, conv_L_cache=3, sliding_window=8,
+                layer_types=["conv", "sliding_attention", "full_attention"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, layer_types=["conv", "full_attention", "conv"])
+    config = transformers.Lfm3VlConfig(text_config=text, vision_config=vision, projector_hidden_size=48, image_token_id=ids[0],
+                                       video_token_id=ids[1], vision_start_token_id=ids[2], vision_end_token_id=ids[3])
+    torch.manual_seed(0)
+    model = transformers.Lfm3VlForConditionalGeneration(config).eval()
+    spread_weights(model)  # the tokens then depend on the image
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    transformers.Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 64, patch_size=14, merge_size=2,
+                                          temporal_patch_size=2).save_pretrained(folder)
+    return model
+
+
+def lfm3_vl_prompt(model, image_processor, images: list, text: list[int]) -> dict[str, torch.Tensor]:
+    """``images``' processed patches and grids, each image's tokens (one per merged block) after ``text``."""
+    image_id, merge = model.config.image_token_id, model.config.vision_config.spatial_merge_size
+    processed = image_processor(images=images, return_tensors="pt")
+    tokens = [image_id] * int(processed["image_grid_thw"].prod(-1).sum() // merge ** 2)
+    ids = torch.tensor([text + tokens + [50, 51]])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": processed["pixel_values"],
+            "image_grid_thw": processed["image_grid_thw"]}
+
+
+def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
+    """LFM3-VL as `--runtime standard` writes it for Transformers.js (a vision_encoder over a prompt's patches and
+    grids, its convolutions over each frame's grid computed from the grid in the graph, 1-D positions, the LFM3
+    states as past_conv.<layer> with a sliding-window layer that the prompts pass): export-hf's verification and
+    16 greedy tokens in Transformers.js equal transformers' on transformers' processed inputs: a 45x75 and a 130x60
+    image (other grids than the export's) each alone and both in one prompt, a prompt without images, and
+    left-padded batches: of text (exact) and with images (padded_batch_tokens; all 16 tokens in onnxruntime with
+    transformers' mask and positions); and through the folder's processor
+    on a 56x84 image, which it does not resize (its ids and patches equal transformers')."""
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = save_lfm3_vl(source)
+    written_and_verified(source, out, model)
+    decoder = onnx.load(out / "onnx" / "decoder_model_merged.onnx", load_external_data=False)
+    assert {"past_conv.0", "past_key_values.1.key", "past_key_values.2.key"} <= {value.name for value in decoder.graph.input}
+    image_processor = transformers.AutoImageProcessor.from_pretrained(source)
+    images = [random_image(45, 75, 0), random_image(130, 60, 1)]
+    given = [lfm3_vl_prompt(model, image_processor, chosen, [1, 40, 41]) for chosen in ([images[0]], [images[1]], images)]
+    text_rows, text_mask = left_padded([[1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49], [46, 47, 48]])
+    given.append({"input_ids": torch.tensor(text_rows[:1]), "attention_mask": torch.tensor(text_mask[:1])})
+    given.append({"input_ids": torch.tensor(text_rows), "attention_mask": torch.tensor(text_mask)})
+    # the taller image's prompt first, unpadded; the other's padded
+    first, second = (lfm3_vl_prompt(model, image_processor, [image], text) for image, text in zip(images[::-1], ([1, 40, 41], [42])))
+    rows, mask = left_padded([first["input_ids"][0].tolist(), second["input_ids"][0].tolist()])
+    given.append({"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(mask),
+                  "pixel_values": torch.cat([first["pixel_values"], second["pixel_values"]]),
+                  "image_grid_thw": torch.cat([first["image_grid_thw"], second["image_grid_thw"]])})
+    assert given[0]["input_ids"].shape[1] > 8 and mask[1][0] == 0  # a prompt past the sliding window; the batch padded
+    prompts = [{"inputs": tensor_specs(inputs)} for inputs in given]
+    # through the folder's processor (Lfm3VlProcessor, named in preprocessor_config.json): an image it does not resize
+    path = tmp_path / "56x84.png"
+    random_image(56, 84, 2).save(path)
+    prompts.append({"text": "<|image|>the quick brown fox", "images": [str(path)]})
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    own = from_specs(results[-1]["processed"])
+    processed = image_processor(images=[random_image(56, 84, 2)], return_tensors="pt")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    assert own["input_ids"][0].tolist() == tokenizer("<|image|>" * 6 + "the quick brown fox")["input_ids"]
+    torch.testing.assert_close(own["pixel_values"], processed["pixel_values"], rtol=0, atol=1e-5)
+    assert own["image_grid_thw"].tolist() == processed["image_grid_thw"].tolist() == [[1, 4, 6]]
+    given.append(own)
+    expected = [generated_by_transformers(model, inputs) for inputs in given]
+    generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
+    assert generated[:5] == expected[:5] and generated[6] == expected[6]
+    assert len({tuple(tokens) for tokens in expected[:3]}) == 3
+    assert padded_batch_tokens(generated[5]) == padded_batch_tokens(expected[5])
+    assert padded_batch_in_onnxruntime(out, model, given[5], ("pixel_values", "image_grid_thw")) == expected[5]

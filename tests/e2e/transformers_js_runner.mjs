@@ -80,11 +80,11 @@ async function generate(model, ids, mask, newTokens) {
     return rows;
 }
 
+// the processors whose call takes the images first (`_call(images, text = null, kwargs = {})`); the others take the text
+const IMAGES_FIRST = new Set(['PaliGemmaProcessor', 'Florence2Processor', 'Lfm2VlProcessor', 'Lfm3VlProcessor']);
+
 async function processed(processor, text, images) {
-    // PaliGemmaProcessor and Florence2Processor take the images first (`_call(images, text = null, kwargs = {})`), the
-    // others the text
-    return ['PaliGemmaProcessor', 'Florence2Processor'].includes(processor.constructor.name) ? processor(images, text)
-        : processor(text, images);
+    return IMAGES_FIRST.has(processor.constructor.name) ? processor(images, text) : processor(text, images);
 }
 
 const result = {};
@@ -162,10 +162,11 @@ if (job.image_text) {
         const width = output.data.length / rows;
         result.image_text.push({
             input_ids: plain(inputs.input_ids).data, pixel_values: inputs.pixel_values ? plain(inputs.pixel_values) : null,
-            generated: output.data.slice(promptLength, width),
-            // the processor's outputs (its tensors), and the prompt the chat template gave
-            processed: given ? null : Object.fromEntries(Object.entries(inputs).filter(([, value]) => value instanceof Tensor)
+            // every tensor the processor gave (or the prompt's), with its type: the inputs to give transformers too
+            processed: Object.fromEntries(Object.entries(inputs).filter(([, value]) => value instanceof Tensor)
                 .map(([name, value]) => [name, { type: value.type, ...plain(value) }])),
+            generated: output.data.slice(promptLength, width),
+            // the prompt the chat template gave
             prompt: messages ? prompt : null,
             // each sequence's tokens after the prompt (a batch's rows)
             generated_rows: Array.from({ length: rows }, (_, row) => output.data.slice(row * width + promptLength, (row + 1) * width)),

@@ -36,16 +36,23 @@ def architecture_for(config: Any, for_transformers_js: bool) -> VisionLanguageAr
     return transformers_js_architecture(config) if for_transformers_js else architecture_of(config)
 
 
+def image_processor_of(loaded: LoadedModel, architecture: VisionLanguageArchitecture) -> Any:
+    """The checkpoint's image processor, or None where the architecture reads none."""
+    if not architecture.reads_image_processor:
+        return None
+    from transformers import AutoImageProcessor
+
+    return AutoImageProcessor.from_pretrained(loaded.folder)
+
+
 def export_folder(
     loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, say: Callable[[str], None] = lambda line: None,
     for_transformers_js: bool = False,
 ) -> list[str]:
     """Write the three models and the two configuration files into ``staging``; returns their
     paths. ``for_transformers_js``: the three models only, the embedding without the images."""
-    from transformers import AutoImageProcessor
-
-    image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
     architecture = architecture_for(loaded.config, for_transformers_js)
+    image_processor = image_processor_of(loaded, architecture)
     if for_transformers_js:  # Transformers.js merges the image features itself: the token embedding alone
         architecture = dataclasses.replace(architecture, merges_images=False)
     programs = architecture.export(loaded, options, image_processor)
@@ -85,13 +92,11 @@ def verify_folder(
     for_transformers_js: bool = False,
 ) -> Verification:
     """The folder's greedy generation on an image against ``model``'s (vision_language/folder_verification.py)."""
-    from transformers import AutoImageProcessor
-
-    image_processor = AutoImageProcessor.from_pretrained(loaded.folder)
+    architecture = architecture_for(loaded.config, for_transformers_js)
+    image_processor = image_processor_of(loaded, architecture)
     files = {part: folder / onnx_file(loaded, base) for part, base in genai_files.PARTS.items()}
     files |= {part: folder / onnx_file(loaded, base) for part, base in genai_files.OPTIONAL_PARTS.items()
               if (folder / onnx_file(loaded, base)).is_file()}
-    architecture = architecture_for(loaded.config, for_transformers_js)
     return verify_image_text_to_text(files, model, image_processor, tokens, tolerance, architecture,
                                      embedding_merges=not for_transformers_js)
 

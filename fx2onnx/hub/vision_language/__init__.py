@@ -8,7 +8,7 @@ alone runs, qwen2_vl.py, llava.py and idefics3.py, are named by its rows there).
 - one module per architecture, named after its model type (the Qwen ones share
   qwen_images.py): the vision model, the parts' export, the processor configuration,
   the verification's images and prompt;
-- parts.py: the shared embedding and decoder wrappers; vision_grid.py: Qwen's grid layouts
-  in the graph; genai_files.py: the folder's files; folder_verification.py: the greedy loop
+- parts.py: the shared embedding and decoder wrappers; vision_grid.py: the grid layouts of
+  Qwen's and LFM3-VL's towers in the graph; genai_files.py: the folder's files; folder_verification.py: the greedy loop
   over the three models.
 """

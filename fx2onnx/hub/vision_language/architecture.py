@@ -80,6 +80,11 @@ class VisionLanguageArchitecture:
         more_pairs: (the folder's files by part, model) -> more (onnxruntime, transformers)
             results the verification judges: a model of the folder the greedy loop does not
             run (Gemma 4's audio model); None: no other.
+        verification_images: (model, image processor) -> the vision inputs of the
+            verification, where they are not the image processor's on random images of
+            ``verification_sizes`` (None: they are).
+        reads_image_processor: the export and verification read the checkpoint's image
+            processor (False: they are given None; LFM2-VL's needs torchvision).
     """
 
     genai_type: str
@@ -95,6 +100,8 @@ class VisionLanguageArchitecture:
     check: Callable[[Any], None] = _no_check
     merges_images: bool = True
     more_pairs: Callable[[dict[str, Any], torch.nn.Module], list[tuple[np.ndarray, torch.Tensor]]] | None = None
+    verification_images: Callable[[torch.nn.Module, Any], dict[str, torch.Tensor]] | None = None
+    reads_image_processor: bool = True
 
     def export(self, loaded: Any, options: Any, image_processor: Any) -> dict[str, Any]:
         """The "vision", "embedding" and "decoder" programs of ``loaded``'s model."""

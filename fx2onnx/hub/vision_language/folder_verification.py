@@ -44,7 +44,10 @@ def verify_image_text_to_text(
     ``architecture`` against ``model``; ``embedding_merges``: the embedding takes the image features (ONNX Runtime
     GenAI's), else they are merged here as Transformers.js merges them."""
     config = model.config
-    images = image_processor(images=random_images(architecture.verification_sizes(model, image_processor)), return_tensors="pt")
+    if architecture.verification_images is not None:
+        images = architecture.verification_images(model, image_processor)
+    else:
+        images = image_processor(images=random_images(architecture.verification_sizes(model, image_processor)), return_tensors="pt")
     with torch.no_grad():
         prompt = architecture.verification_prompt(model, images)
         ids = prompt.ids

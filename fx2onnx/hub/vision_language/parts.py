@@ -208,10 +208,11 @@ def decoder_inputs(loaded: LoadedModel, architecture: VisionLanguageArchitecture
 
 
 def decode_step_over_embeds(
-    loaded: LoadedModel, language_model: torch.nn.Module, hidden: int, mrope: bool, width: int = 0,
+    loaded: LoadedModel, language_model: torch.nn.Module, hidden: int, mrope: bool, width: int = 0, cache: Any = None,
 ) -> dict[str, Any]:
     """``language_model``'s decode step after a prefill over `inputs_embeds` ``hidden``
-    wide, positions 3-D with ``mrope``, and ``width`` extra columns (wide rows)."""
+    wide, positions 3-D with ``mrope``, and ``width`` extra columns (wide rows); the prefill
+    fills ``cache`` where given (a cache whose sliding layers grow: sliding_window.py)."""
     batch, cached, new = decode_step.BATCH, decode_step.CACHED_TOKENS, decode_step.NEW_TOKENS
     embeds = torch.randn(batch, cached + new, hidden, generator=torch.Generator().manual_seed(0))
     mask = torch.ones(batch, cached + new, dtype=torch.int64)
@@ -221,8 +222,10 @@ def decode_step_over_embeds(
     embeds, mask, positions = as_loaded((embeds, mask, positions), loaded)
     mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
     with mode, torch.no_grad():
+        given = {decode_step.cache_argument(language_model): cache} if cache is not None else {}
         prefill = language_model(
-            inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[..., :cached], use_cache=True
+            inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[..., :cached], use_cache=True,
+            **given,
         )
     cache = decode_step.output_cache(prefill)
     step = embeds[:, cached:]

@@ -17,7 +17,7 @@ GenAI has no type for it (architectures.py holds those of the runtime's types).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,8 @@ from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.vision_language import (
-    gemma3_transformers_js, gemma4, glm_ocr, idefics3, lighton_ocr, llava, paligemma, qwen2_vl, qwen3_5, qwen3_vl,
+    gemma3_transformers_js, gemma4, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl,
+    qwen3_5, qwen3_vl,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
@@ -44,11 +45,14 @@ class TransformersJsRow:
             processor reads more than the folder holds.
         architecture: how the parts are exported and verified, for an architecture ONNX
             Runtime GenAI has no type for (None: its row in architectures.py).
+        processor_settings: `preprocessor_config.json` settings written for Transformers.js's
+            image processor where it reads a setting transformers' ignores.
     """
 
     note: str
     processor_class: str | None = None
     architecture: VisionLanguageArchitecture | None = None
+    processor_settings: dict[str, Any] = field(default_factory=dict)
 
 
 IDEFICS3_NOTE = (
@@ -201,6 +205,36 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "GenAI has no Gemma 4 vision-language type.",
         architecture=gemma4.ARCHITECTURE,
     ),
+    # its vision_encoder takes the tiles of a prompt's images as Lfm2VlForConditionalGeneration feeds them (its
+    # forward_params: pixel_values, pixel_attention_mask, spatial_shapes); 1-D positions from the mask; the decoder's
+    # convolution states named as getCacheNames names those of the text config's `lfm2`
+    # Its Lfm2VlImageProcessor first resizes every image to `size` where do_resize is set (ImageProcessor.preprocess),
+    # which transformers' ignores (its _preprocess sets do_resize and resizes by smart_resize and the tile grid alone):
+    # the folder's preprocessor_config.json says do_resize false. Its smart_resize rounds with Math.round (half up),
+    # transformers' round_by_factor with Python's round (half to even)
+    "lfm2_vl": TransformersJsRow(
+        f"{TRANSFORMERS_JS} runs this folder (Lfm2VlForConditionalGeneration) on a prompt's tiles (pixel_values, "
+        "pixel_attention_mask and spatial_shapes) as its Lfm2VlProcessor cuts them; its decoder takes the LFM2 "
+        "convolution states as past_conv.<layer>, as Transformers.js feeds them. preprocessor_config.json says "
+        "do_resize false, which transformers' Lfm2VlImageProcessor ignores and without which Transformers.js's resizes "
+        "every image to `size` before tiling it. Its processor resizes without antialiasing (transformers' with "
+        "torchvision's antialiased filter), so an image it scales down gets other pixels than transformers', and rounds "
+        "a side half-way to a multiple of patch x downsample factor up where transformers rounds it to even (a 400-pixel "
+        "side: 416 there, 384 in transformers), so such an image gets other tokens. ONNX Runtime GenAI has no LFM2-VL type.",
+        processor_class="Lfm2VlProcessor", architecture=lfm2_vl.ARCHITECTURE, processor_settings={"do_resize": False},
+    ),
+    # its vision_encoder takes `pixel_values` and `image_grid_thw` of a prompt's images (Lfm3VlForConditionalGeneration's
+    # forward_params); 1-D positions from the mask; the decoder's convolution states named as getCacheNames names
+    # those of the text config's `lfm3`. transformers saves its image processor as Qwen2VLImageProcessor, which
+    # Transformers.js's AutoImageProcessor builds (not its Lfm3VlImageProcessor, which takes several images)
+    "lfm3_vl": TransformersJsRow(
+        f"{TRANSFORMERS_JS} runs this folder (Lfm3VlForConditionalGeneration) on a prompt's images (pixel_values and "
+        "image_grid_thw) as the Qwen image processor cuts them; its decoder takes the LFM3 convolution states as "
+        "past_conv.<layer>, as Transformers.js feeds them. Its Qwen image processor resizes with sharp, whose bicubic "
+        "filter is not PIL's: an image it resizes gets other pixels than transformers' (one whose sides are multiples "
+        "of the merged patch gets transformers')." + QWEN_IMAGES + " ONNX Runtime GenAI has no LFM3-VL type.",
+        processor_class="Lfm3VlProcessor", architecture=lfm3_vl.ARCHITECTURE,
+    ),
 }
 
 
@@ -292,7 +326,8 @@ def image_processor_settings(source: Path) -> dict[str, Any] | None:
 def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]:
     """`preprocessor_config.json` naming the processor Transformers.js's `AutoProcessor` is
     to build (released checkpoints name it; an image processor saved alone does not), written
-    into ``staging`` from the source's image processor settings; returns the file's name, or
+    into ``staging`` from the source's image processor settings (with the row's settings for
+    Transformers.js); returns the file's name, or
     nothing where there are no settings or no class to name. Transformers.js reads that file
     alone for `AutoProcessor` (it fails without it), where transformers 5 may have saved the
     settings inside `processor_config.json` only (which the folder keeps, for the classes
@@ -302,5 +337,6 @@ def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]
     if processor_class is None or settings is None:
         return []
     settings.setdefault("processor_class", processor_class)
+    settings.update(TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_settings)  # what the client must do otherwise
     (staging / IMAGE_PROCESSOR_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     return [IMAGE_PROCESSOR_FILE]

@@ -1,6 +1,7 @@
-"""The layouts Qwen's vision towers take for a run of images, computed from their patch
-grids (`image_grid_thw` [images, 3]) with tensor operations only, so that one exported vision
-model serves images of every size, one or several at a time.
+"""The layouts Qwen's vision towers take for a run of images (and LFM3-VL's, with its
+convolutions' taps), computed from their patch grids (`image_grid_thw` [images, 3]) with
+tensor operations only, so that one exported vision model serves images of every size, one
+or several at a time.
 
 transformers computes these layouts (transformers.vision_utils) with Python loops over
 `grid_thw.tolist()`, which a capture would freeze to one grid. Here the grid's numbers stay
@@ -110,3 +111,21 @@ def interpolation_taps(
     indices = (row_taps[:, :, None] * side + column_taps[:, None, :]).reshape(-1, 4)
     weights = (row_weights[:, :, None] * column_weights[:, None, :]).reshape(-1, 4)
     return indices, weights
+
+
+def neighbour_patches(grid_thw: torch.Tensor, patches: torch.Tensor, merge: int, kernel: int) -> torch.Tensor:
+    """For each patch the indices of the ``kernel`` x ``kernel`` patches around it in its frame
+    ([patches, kernel x kernel], the kernel's taps in rows, as a 2-D convolution with `kernel // 2`
+    zero padding reads them), the patch count where a tap falls outside the frame."""
+    _, local, height, width = _per_image(grid_thw, patches)
+    within = local % (height * width)
+    row, column = patch_rows_and_columns(grid_thw, patches, merge)
+    offsets = torch.arange(kernel, device=patches.device) - kernel // 2
+    rows = (row[:, None] + offsets)[:, :, None]  # [patches, kernel, 1]
+    columns = (column[:, None] + offsets)[:, None, :]  # [patches, 1, kernel]
+    inside = (rows >= 0) & (rows < height[:, None, None]) & (columns >= 0) & (columns < width[:, None, None])
+    rows, columns = rows.clamp(min=0), columns.clamp(min=0)
+    # a patch's place in its frame, blocks of merge x merge in rows, the patches of a block in rows
+    block = (rows // merge) * (width // merge)[:, None, None] + columns // merge
+    index = (patches - within)[:, None, None] + block * (merge * merge) + (rows % merge) * merge + columns % merge
+    return torch.where(inside, index, patches.shape[0]).reshape(patches.shape[0], kernel * kernel)

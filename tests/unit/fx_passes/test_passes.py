@@ -79,12 +79,31 @@ def test_remove_assertions_erases_unused_runtime_checks_only() -> None:
     flag = graph.call_function(torch.ops.aten.gt.Scalar, (x, 0))
     graph.call_function(torch.ops.aten._assert_async.msg, (flag, "positive"))
     graph.call_function(torch.ops.aten._assert_tensor_metadata.default, (x,))
-    graph.output(graph.call_function(torch.ops.aten.relu.default, (x,)))
+    # a condition the output reads too: kept; one computed for its assertion alone: removed with it
+    kept = graph.call_function(torch.ops.aten.lt.Scalar, (x, 9))
+    graph.call_function(torch.ops.aten._assert_async.msg, (kept, "small"))
+    graph.output((graph.call_function(torch.ops.aten.relu.default, (x,)), kept))
     graph_module = torch.fx.GraphModule(torch.nn.Module(), graph)
 
-    assert remove_assertions(graph_module) == 2
-    assert _targets(graph_module) == [torch.ops.aten.gt.Scalar, torch.ops.aten.relu.default]
+    assert remove_assertions(graph_module) == 3
+    assert _targets(graph_module) == [torch.ops.aten.lt.Scalar, torch.ops.aten.relu.default]
     assert remove_assertions(graph_module) == 0
+
+
+def test_remove_assertions_takes_the_condition_transformers_checks_with() -> None:
+    """transformers' `torch_compilable_check` while exporting: `_is_all_true`, `item` and a
+    comparison feed only `_assert_scalar`; none is left to translate (`_is_all_true` has no ONNX function)."""
+    from fx2onnx.fx_passes.remove_assertions import remove_assertions
+
+    class Checked(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch._check_tensor_all(x > 0)
+            return x.relu()
+
+    graph_module = torch.export.export(Checked(), (torch.ones(3),)).graph_module
+    assert torch.ops.aten._is_all_true.default in _targets(graph_module)
+    assert remove_assertions(graph_module) >= 1
+    assert _targets(graph_module) == [torch.ops.aten.relu.default]
 
 
 # -- decompose_nodes ------------------------------------------------------------------------------

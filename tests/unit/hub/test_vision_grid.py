@@ -1,4 +1,4 @@
-"""The layouts Qwen's vision towers take, computed from the patch grid with tensor
+"""The layouts Qwen's vision towers take (and LFM3-VL's convolution taps), computed from the patch grid with tensor
 operations (hub/vision_language/vision_grid.py), equal transformers' own for grids of every shape:
 square and not, windows that tile the grid and that do not, one frame and two, one image and
 several of different grids."""
@@ -55,3 +55,22 @@ def test_position_embedding_taps_equal_transformers(grid):
     )
     indices, weights = vision_grid.interpolation_taps(grid_thw, torch.arange(count), 2, 7)
     assert torch.equal(indices, expected[0]) and torch.equal(weights, expected[1])
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_convolution_taps_give_lfm3_vl_convolution(grid, kernel):
+    """LFM3-VL's gated depthwise convolution over each frame's grid, as the sum of each patch's taps
+    (`neighbour_patches`, zeros past a frame's edge), equals transformers' (each frame reshaped to its grid)."""
+    from transformers.models.lfm3_vl.modeling_lfm3_vl import Lfm3VlVisionConfig, Lfm3VlVisionShortConv
+
+    from fx2onnx.hub.vision_language.lfm3_vl import short_conv
+
+    grid_thw, count = grid_and_count(grid)
+    torch.manual_seed(0)
+    conv = Lfm3VlVisionShortConv(Lfm3VlVisionConfig(hidden_size=8, conv_kernel_size=kernel, spatial_merge_size=2), 0)
+    hidden = torch.randn(count, 8)
+    taps = vision_grid.neighbour_patches(grid_thw, torch.arange(count), 2, kernel)
+    assert taps.shape == (count, kernel * kernel) and int(taps.max()) <= count
+    with torch.no_grad():
+        torch.testing.assert_close(short_conv(conv, hidden, taps), conv(hidden, grid_thw.tolist()), rtol=1e-5, atol=1e-6)
