@@ -284,6 +284,7 @@ def test_the_main_graph_computes_only_what_the_kernels_path_reads(exported):
     _, folder, _, runtime = exported
     if runtime != "onnxruntime":
         pytest.skip("the standard runtime's folder has no kernel to guard")
+    onnx.checker.check_model(os.fspath(folder / "onnx" / "model.onnx"), full_check=True)
     graph = onnx.load(os.fspath(folder / "onnx" / "model.onnx"), load_external_data=False).graph
     guards = [n for n in graph.node if n.op_type == "If" and n.name.endswith("/unpadded_or_not")]
     assert len(guards) == DECODER["num_hidden_layers"]
