@@ -23,7 +23,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.decoder_stack_guard import layer_guards
-from fx2onnx.onnx_passes.model_graphs import model_graphs
+from fx2onnx.onnx_passes.model_graphs import model_graphs, subgraph_nodes
 
 _KEPT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "MatMulInteger", "Conv"})  # what quantizers look for
 
@@ -38,13 +38,14 @@ def _branch_owners(guards: list[ir.Node]) -> tuple[dict[ir.Node, int], set[int]]
     owners: dict[ir.Node, int] = {}
     outputs: set[int] = set()
     for index, guard in enumerate(guards):
-        for graph in (guard.attributes["then_branch"].as_graph(), guard.attributes["else_branch"].as_graph()):
-            for inner in [graph, *(g for node in ir.traversal.RecursiveGraphIterator(graph)
-                                   for a in node.attributes.values() if a.type == ir.AttributeType.GRAPH
-                                   for g in [a.as_graph()])]:
-                outputs.update(id(value) for value in inner.outputs)
-        for node in ir.traversal.RecursiveGraphIterator(guard.attributes["else_branch"].as_graph()):
-            owners[node] = index
+        for node in [guard, *subgraph_nodes(guard)]:
+            for attribute in node.attributes.values():
+                if attribute.type == ir.AttributeType.GRAPH:
+                    outputs.update(id(value) for value in attribute.as_graph().outputs)
+        exact = guard.attributes["else_branch"].as_graph()
+        for node in exact:
+            for inner in [node, *subgraph_nodes(node)]:
+                owners[inner] = index
     return owners, outputs
 
 
