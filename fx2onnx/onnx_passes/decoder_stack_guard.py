@@ -40,7 +40,7 @@ EXACT_SUFFIX = "_guarded"  # the second branch's outputs: the model's outputs' n
 _STACK_SUFFIX = "_layers_fast"  # the first branch's copies of the model's values
 
 
-def _layer_guards(graph: ir.Graph) -> list[ir.Node]:
+def layer_guards(graph: ir.Graph) -> list[ir.Node]:
     """The guard `If`s of ``graph``: a first branch of one `GroupQueryAttention` alone."""
     guards = []
     for node in graph:
@@ -99,7 +99,7 @@ def _joined(graph: ir.Graph, conditions: list[ir.Value], before: ir.Node) -> ir.
 
 def _inline_first_branches(branch: ir.Graph) -> None:
     """Each layer guard of ``branch`` replaced by its first branch's kernel."""
-    for guard in _layer_guards(branch):
+    for guard in layer_guards(branch):
         inner = guard.attributes["then_branch"].as_graph()
         kernel = next(iter(inner))
         inner.outputs.clear()
@@ -144,7 +144,7 @@ def guard_decoder_stack(model: ir.Model) -> int:
     """``model``'s main graph as its layers' condition and one `If` between the stack of
     kernels and the stack of guarded layers; returns how many layer guards it joined."""
     graph = model.graph
-    guards = _layer_guards(graph)
+    guards = layer_guards(graph)
     outputs = list(graph.outputs)
     if len(guards) < 2 or len({id(v) for v in outputs}) != len(outputs):
         return 0

@@ -27,6 +27,7 @@ from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamicall
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
 from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.expert_weights import write_expert_weights
+from fx2onnx.onnx_passes.fallback_inputs import move_into_fallbacks
 from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
 from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
@@ -133,6 +134,9 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     # after the packing: a guarded GroupQueryAttention reads the packed query, key and value
     Step("pack_attention_inputs", lambda state: pack_attention_inputs(state.model_ir), stage="weight quantization",
          when=lambda state: _quantization(state) is not None),
+    # after every pass that edits the layers' guards: what only their exact branches read
+    # (the rotary tables, the expanded mask) computed there, not in every step
+    Step("move_into_fallbacks", lambda state: move_into_fallbacks(state.model_ir)),
     # after every pass that edits the layers' guards: one guard for the whole stack, where
     # the weights are quantized (a float file stays as tools that quantize it read it)
     Step("guard_decoder_stack", lambda state: guard_decoder_stack(state.model_ir), stage="weight quantization",

@@ -275,3 +275,24 @@ def test_the_guards_condition_casts_no_input_back(exported):
     assert condition and not [n.op_type for n in condition if n.op_type == "Cast"]
     readers = {n.op_type for n in condition if "position_ids" in n.input}
     assert readers == {"Equal"}  # compared with the kernel's positions directly
+
+
+def test_the_main_graph_computes_only_what_the_kernels_path_reads(exported):
+    """What only the guards' exact branches read (the rotary cos and sin, the mask expanded
+    to the scores' shape) is computed inside them: every node of the main graph feeds the
+    condition, a kernel or the layers, so a step that takes the kernels runs none of it."""
+    _, folder, _, runtime = exported
+    if runtime != "onnxruntime":
+        pytest.skip("the standard runtime's folder has no kernel to guard")
+    onnx.checker.check_model(os.fspath(folder / "onnx" / "model.onnx"), full_check=True)
+    graph = onnx.load(os.fspath(folder / "onnx" / "model.onnx"), load_external_data=False).graph
+    guards = [n for n in graph.node if n.op_type == "If" and n.name.endswith("/unpadded_or_not")]
+    assert len(guards) == DECODER["num_hidden_layers"]
+    kernel_reads = {name for guard in guards for a in guard.attribute if a.name == "then_branch"
+                    for node in a.g.node for name in node.input}
+    read = {name for node in graph.node for name in node.input} | kernel_reads | {o.name for o in graph.output}
+    assert [n.name for n in graph.node if not set(n.output) & read] == []
+    assert not {n.op_type for n in graph.node} & {"Sin", "Cos", "Where"}
+    for guard in guards:  # each exact branch computes its own tables and bias
+        exact = next(a.g for a in guard.attribute if a.name == "else_branch")
+        assert {"Cos", "Sin", "Where"} <= {n.op_type for n in exact.node}
