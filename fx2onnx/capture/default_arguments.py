@@ -18,6 +18,7 @@ import inspect
 import torch
 
 from fx2onnx.capture.dynamic_dims.signature import forward_signature
+from fx2onnx.capture.fake_mode import fake_copy
 from fx2onnx.options import ONNXFakeContext
 
 
@@ -66,7 +67,7 @@ def with_tensor_defaults(
         return dict(kwargs), None
     example = dict(defaults)
     if fake_context is not None:
-        example = {name: fake_context.fake_mode.from_tensor(tensor, static_shapes=True) for name, tensor in defaults.items()}
+        example = {name: fake_copy(fake_context.fake_mode, tensor, static=True) for name, tensor in defaults.items()}
     positional = tuple(
         name for name, parameter in signature.parameters.items() if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     )

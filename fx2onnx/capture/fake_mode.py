@@ -70,6 +70,24 @@ def outside_fake_mode() -> Iterator[None]:
         yield
 
 
+def fake_copy(fake_mode: FakeTensorMode, tensor: torch.Tensor, static: bool = False) -> torch.Tensor:
+    """``tensor`` as a fake tensor of ``fake_mode`` with the dims asked for: symbolic, or its
+    sizes as numbers (``static``), whatever the mode made of that tensor before.
+
+    A fake mode remembers the fake it made of each real tensor for as long as that fake
+    lives, and gives it again when the tensor is converted another time, whatever dims are
+    asked (`from_tensor`, or running ops on the tensor in the mode). An export's fakes live
+    until the garbage collector frees their reference cycles, so a second conversion would
+    get symbolic or numeric sizes depending on when the collector last ran (on what ran
+    before in the process). A copy is converted instead: what the mode remembers is about
+    the copy, which dies here."""
+    if isinstance(tensor, FakeTensor):
+        return fake_mode.from_tensor(tensor, static_shapes=static)
+    with outside_fake_mode():  # the copy real, not converted by the active mode on its way
+        copy = tensor.clone()
+    return fake_mode.from_tensor(copy, static_shapes=static)
+
+
 def is_fake(value: Any) -> bool:
     """A tensor without data: a FakeTensor or a tensor on the meta device."""
     return isinstance(value, FakeTensor) or (isinstance(value, torch.Tensor) and value.device.type == "meta")
@@ -115,4 +133,4 @@ def check_fake_mode_use(
         )
 
 
-__all__ = ["ONNXFakeContext", "check_fake_mode_use", "enable_fake_mode", "is_fake", "outside_fake_mode"]
+__all__ = ["ONNXFakeContext", "check_fake_mode_use", "enable_fake_mode", "fake_copy", "is_fake", "outside_fake_mode"]

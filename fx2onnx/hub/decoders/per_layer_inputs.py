@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 import fx2onnx
+from fx2onnx.capture.fake_mode import fake_copy
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import LoadedModel
@@ -143,7 +144,7 @@ def embedded_decoder_programs(
     vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
     ids = torch.randint(min(3, vocab - 1), vocab, (2, 9), generator=torch.Generator().manual_seed(0))
     if loaded.fake_context is not None:
-        ids = loaded.fake_context.fake_mode.from_tensor(ids)
+        ids = fake_copy(loaded.fake_context.fake_mode, ids)
     # the embedding has no attention: no causal mask to find
     embed_program = exported(embedding, {"input_ids": ids}, dataclasses.replace(options, causal_mask_input=None))
     roles = {name: {0: BATCH, 1: SEQUENCE} for name in ("inputs_embeds", PER_LAYER)}

@@ -14,6 +14,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.capture import failing_line
+from fx2onnx.capture.fake_mode import fake_copy
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
@@ -134,10 +135,12 @@ def saved_graph(path: Path) -> ir.Model:
 
 
 def fake_inputs(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[str, torch.Tensor]:
-    """``inputs`` as fake tensors of the load's fake mode (unchanged when the model is real)."""
+    """``inputs`` as fake tensors of the load's fake mode, their dims symbolic (unchanged when
+    the model is real). The real tensors converted again later (run in the mode) are faked
+    with their sizes as numbers, whenever the collector frees these: see `fake_copy`."""
     if loaded.fake_context is None:
         return inputs
-    return {k: loaded.fake_context.fake_mode.from_tensor(v) for k, v in inputs.items()}
+    return {k: fake_copy(loaded.fake_context.fake_mode, v) for k, v in inputs.items()}
 
 
 def write_json_file(staging: Path, name: str, content: Any) -> str:

@@ -29,6 +29,7 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.capture import registered_containers
+from fx2onnx.capture.fake_mode import fake_copy
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture, WideRows
@@ -180,7 +181,7 @@ def as_loaded(value: Any, loaded: LoadedModel, static: bool = False) -> Any:
     if loaded.fake_context is None:
         return value
     mode = loaded.fake_context.fake_mode
-    return pytree.tree_map_only(torch.Tensor, lambda tensor: mode.from_tensor(tensor, static_shapes=static), value)
+    return pytree.tree_map_only(torch.Tensor, lambda tensor: fake_copy(mode, tensor, static), value)
 
 
 def embedding_inputs(loaded: LoadedModel, width: int, per_image: bool = False) -> dict[str, torch.Tensor]:

@@ -344,3 +344,24 @@ def test_fake_export_twice_gives_identical_files(tmp_path):
         program.save(tmp_path / name / "model.onnx", model_state=state, external_data=True)
         files.append([(tmp_path / name / f).read_bytes() for f in ("model.onnx", "model.onnx.data")])
     assert files[0] == files[1]
+
+
+def test_a_tensor_faked_again_gets_the_dims_asked_whatever_fakes_of_it_live():
+    """A fake mode gives a real tensor's earlier fake again while that fake lives (until the
+    collector frees an export's reference cycles): fake_copy's dims are the ones asked for,
+    and running the mode on the tensor afterwards gives its sizes as numbers, either order."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    from fx2onnx.capture.fake_mode import fake_copy
+
+    real = torch.rand(2, 3, 32, 32)
+    with fx2onnx.enable_fake_mode() as fake_context:
+        pass
+    mode = fake_context.fake_mode
+    symbolic = fake_copy(mode, real)  # held, as an uncollected export holds its inputs
+    assert all(isinstance(size, torch.SymInt) for size in symbolic.shape)
+    with mode:
+        ran = real.clone()
+    assert ran.shape == (2, 3, 32, 32) and not free_symbols(ran)
+    assert not free_symbols(fake_copy(mode, real, static=True))
+    assert free_symbols(fake_copy(mode, real)) and not free_symbols(ran)  # the run's fake is not given back either

@@ -353,3 +353,30 @@ def test_gemma4_folder_transformers_js_cannot_run_is_refused_with_its_cause(conf
         transformers_js.transformers_js_architecture(config)
     assert cause in str(error.value)
     assert transformers_js.transformers_js_architecture(gemma4_config()) is gemma4.ARCHITECTURE
+
+
+def test_florence2_encoder_inputs_have_numeric_sizes_while_the_vision_exports_fakes_live(tmp_path):
+    """Florence-2 in fake mode: the encoder's example inputs run the vision tower on the example
+    images, which the vision export was given as fakes with symbolic dims; while those fakes live
+    (until the collector frees the export's reference cycles) the tower still runs on numeric sizes
+    (its window padding takes numbers only): the rows of 17 image tokens and 5 prompt tokens."""
+    import fx2onnx
+    from fx2onnx.hub.loading import LoadedModel
+    from fx2onnx.hub.shared.program_files import fake_inputs
+
+    text = dict(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+                encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
+    vision = dict(depths=[1, 1], patch_size=[7, 3], patch_stride=[4, 2], patch_padding=[3, 1], patch_prenorm=[False, True],
+                  embed_dim=[16, 32], num_heads=[2, 4], num_groups=[2, 4], window_size=2, projection_dim=32,
+                  max_position_embeddings=16, max_temporal_embeddings=8)
+    config = transformers.Florence2Config(text_config=text, vision_config=vision, image_token_id=63)
+    with fx2onnx.enable_fake_mode() as fake_context:
+        model = transformers.Florence2ForConditionalGeneration(config).eval()
+    loaded = LoadedModel(model, config, tmp_path, IMAGE_TEXT_TO_TEXT, fake_context)
+    processor = transformers.CLIPImageProcessorPil(size={"height": 32, "width": 32}, do_center_crop=False)
+    examples = florence2.example_inputs(loaded, processor)
+    held = fake_inputs({"pixel_values": examples["pixel_values"]}, loaded)  # the vision export's inputs, not collected
+    assert isinstance(held["pixel_values"].shape[2], torch.SymInt)
+    encoder = florence2._encoder_inputs(loaded, examples)
+    assert encoder["inputs_embeds"].shape == (florence2.IMAGES, 17 + florence2.PROMPT, 32)
+    assert all(isinstance(size, int) for size in encoder["inputs_embeds"].shape)
