@@ -578,7 +578,9 @@ def test_attention_over_a_cache_is_onnxruntimes_group_query_attention(tmp_path, 
     (branch,) = [n for n in program.model_proto.graph.node if n.op_type == "If"]
     fast, padded = branches(branch)
     assert [n.input for n in fast.node] == [unpadded.input]
-    (inner,) = padded.node
+    # the padded branch: the second If, after the nodes only it reads (the bias), moved out of the main graph
+    (inner,) = [n for n in padded.node if n.op_type == "If"]
+    assert padded.node[-1] is inner and not {"MatMul", "GroupQueryAttention"} & {n.op_type for n in padded.node}
     then_branch, else_branch = branches(inner)
     assert [n.op_type for n in then_branch.node] == ["GroupQueryAttention"]
     assert {"Attention", "Concat"} <= {n.op_type for n in else_branch.node} and "GroupQueryAttention" not in {n.op_type for n in else_branch.node}
