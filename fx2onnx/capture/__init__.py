@@ -17,6 +17,7 @@ branches on a tensor's value, `value_branches`).
 from fx2onnx.capture.dynamic_dims.check import FIXED_DIM
 from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.dynamic_dims.spec import dims_dynamic_but_ones
+from fx2onnx.capture.fake_mode import fake_copy
 from fx2onnx.capture.hints import signature_text
 from fx2onnx.capture.library_adapters import (
     checkpoint_renaming, default_scan_chunks, frozen_numbers, is_cache_type, is_encoder_decoder_cache_type,
@@ -26,7 +27,7 @@ from fx2onnx.capture.torch_export import model_name
 from fx2onnx.capture.value_branches import failing_line, value_branch
 
 __all__ = [
-    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "dims_dynamic_but_ones", "failing_line", "frozen_numbers",
+    "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "dims_dynamic_but_ones", "failing_line", "fake_copy", "frozen_numbers",
     "is_cache_type", "is_encoder_decoder_cache_type", "model_name",
     "registered_containers", "signature_text", "tensors_outside_layers", "value_branch",
 ]

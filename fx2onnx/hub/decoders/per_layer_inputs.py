@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.capture.fake_mode import fake_copy
+from fx2onnx.capture import fake_copy
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
 from fx2onnx.hub.loading import LoadedModel

@@ -13,8 +13,7 @@ import onnx_ir as ir
 import torch
 
 import fx2onnx
-from fx2onnx.capture import failing_line
-from fx2onnx.capture.fake_mode import fake_copy
+from fx2onnx.capture import failing_line, fake_copy
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role

@@ -28,8 +28,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim
 
 import fx2onnx
-from fx2onnx.capture import registered_containers
-from fx2onnx.capture.fake_mode import fake_copy
+from fx2onnx.capture import fake_copy, registered_containers
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture, WideRows
