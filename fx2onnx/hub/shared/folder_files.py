@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _COPIED = (
     "config.json", "generation_config.json", "chat_template.jinja", "preprocessor_config.json", "processor_config.json",
@@ -41,15 +43,31 @@ def _runtime_tokenizer_class(tokenizer_json: dict) -> str:
     return "LlamaTokenizer" if "Metaspace" in text or "Replace" in text else "GPT2Tokenizer"
 
 
+def edit_json_file(path: Path, edit: Callable[[dict[str, Any]], bool]) -> bool:
+    """Read the folder's JSON file ``path``, let ``edit`` change it in place (it returns
+    whether it did) and write it back as the runtimes' own tools write theirs (indented, the
+    text as it is); returns whether the file changed."""
+    content = json.loads(path.read_text(encoding="utf-8"))
+    if not edit(content):
+        return False
+    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return True
+
+
 def name_tokenizer_class(folder: Path) -> str | None:
     """Give tokenizer_config.json a class the runtime reads; returns the class set, or
     None when there is no fast tokenizer or the class is already specific."""
     config_path, tokenizer_path = folder / "tokenizer_config.json", folder / "tokenizer.json"
     if not (config_path.is_file() and tokenizer_path.is_file()):
         return None
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    if config.get("tokenizer_class") not in _GENERIC_CLASSES:
-        return None
-    config["tokenizer_class"] = _runtime_tokenizer_class(json.loads(tokenizer_path.read_text(encoding="utf-8")))
-    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return config["tokenizer_class"]
+    named: list[str] = []
+
+    def name(config: dict[str, Any]) -> bool:
+        if config.get("tokenizer_class") not in _GENERIC_CLASSES:
+            return False
+        config["tokenizer_class"] = _runtime_tokenizer_class(json.loads(tokenizer_path.read_text(encoding="utf-8")))
+        named.append(config["tokenizer_class"])
+        return True
+
+    edit_json_file(config_path, name)
+    return named[0] if named else None

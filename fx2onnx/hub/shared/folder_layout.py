@@ -16,12 +16,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from fx2onnx.hub.decoders.client_support import transformers_js_entries
+from fx2onnx.hub.shared.folder_files import edit_json_file
 
 ONNX_FOLDER = "onnx"
 MODEL, ENCODER, MERGED_DECODER = "model", "encoder_model", "decoder_model_merged"
@@ -75,9 +75,11 @@ def mark_for_transformers_js(config_path: Path, dtype: torch.dtype, bits: int | 
     """Tell Transformers.js, in the folder's `config.json`, that the weights are external
     data files and which dtype (file suffix) to load, and the sizes it reads under other
     names than transformers writes (EXAONE's `num_layers`); other entries are kept."""
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    config.update(transformers_js_entries(config))
-    settings = dict(config.get("transformers.js_config") or {})
-    settings.update(use_external_data_format=True, dtype=transformers_js_dtype(dtype, bits))
-    config["transformers.js_config"] = settings
-    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    def mark(config: dict) -> bool:
+        config.update(transformers_js_entries(config))
+        settings = dict(config.get("transformers.js_config") or {})
+        settings.update(use_external_data_format=True, dtype=transformers_js_dtype(dtype, bits))
+        config["transformers.js_config"] = settings
+        return True
+
+    edit_json_file(config_path, mark)

@@ -15,13 +15,12 @@ the tokenizer files without loading the model); a difference is a
 from __future__ import annotations
 
 import importlib.util
-import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, name_tokenizer_class
+from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, edit_json_file, name_tokenizer_class
 
 # the strings the written tokenizer is checked on: digits, runs of spaces, non-ASCII
 CHECKED_STRINGS = ("the lazy fox jumps 42 times in 2024", "  two  spaces,\ta tab and\nnew line ", "naïve café, 東京 🦊")
@@ -68,12 +67,14 @@ def template_in_tokenizer_config(folder: Path) -> bool:
     template, config_path = folder / "chat_template.jinja", folder / "tokenizer_config.json"
     if not (template.is_file() and config_path.is_file()):
         return False
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    if config.get("chat_template") is not None:
-        return False
-    config["chat_template"] = template.read_text(encoding="utf-8")
-    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return True
+
+    def add_template(config: dict[str, Any]) -> bool:
+        if config.get("chat_template") is not None:
+            return False
+        config["chat_template"] = template.read_text(encoding="utf-8")
+        return True
+
+    return edit_json_file(config_path, add_template)
 
 
 def file_encoder(tokenizer_json: Path, special_tokens: bool = True) -> Encoder:
