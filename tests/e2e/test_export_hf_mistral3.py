@@ -32,19 +32,29 @@ def prompt(images: int) -> str:
     return f"[INST]{' and '.join(['[IMG]'] * images)}describe this image[/INST]"
 
 
-def save_mistral3(folder):
-    """A two-layer Mistral 3 (two Pixtral vision layers) with its tokenizer and processor."""
+def pixtral_parts(text_type: str) -> tuple:
+    """What a tiny model of Pixtral's vision tower shares (Mistral 3, LightOnOCR): the
+    tokenizer with its special tokens, the config's entries (two Pixtral vision layers, a
+    two-layer ``text_type`` text model of the tokenizer's vocabulary, the token roles, the
+    image token, merges of 2 x 2 patches)."""
     tokenizer = trained_tokenizer(SPECIAL, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL}
     roles = dict(bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<unk>"])
-    config = transformers.Mistral3Config(
+    entries = dict(
         vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                            num_attention_heads=2, head_dim=16, image_size=LONGEST_EDGE, patch_size=14),
-        text_config=dict(model_type="mistral", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer),
-                         sliding_window=None, **roles),
+        text_config=dict(model_type=text_type, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer), **roles),
         image_token_id=ids["[IMG]"], spatial_merge_size=2, **roles,
     )
+    return tokenizer, entries
+
+
+def save_mistral3(folder):
+    """A two-layer Mistral 3 (two Pixtral vision layers) with its tokenizer and processor."""
+    tokenizer, entries = pixtral_parts("mistral")
+    entries["text_config"]["sliding_window"] = None
+    config = transformers.Mistral3Config(**entries)
     torch.manual_seed(0)
     model = transformers.Mistral3ForConditionalGeneration(config).eval()
     with torch.no_grad():  # weights large enough that the tokens depend on the image (at the default init they do not)

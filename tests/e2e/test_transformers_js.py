@@ -875,17 +875,10 @@ def spread_weights(model: torch.nn.Module) -> None:
 def save_lighton_ocr(folder):
     """A two-layer LightOnOCR (two Pixtral vision layers, a Qwen3 text model) with Mistral 3's
     tokenizer and image processor (28-pixel merged patches)."""
-    from test_export_hf_mistral3 import LONGEST_EDGE, SPECIAL, trained_tokenizer as special_tokenizer
+    from test_export_hf_mistral3 import LONGEST_EDGE, pixtral_parts
 
-    tokenizer = special_tokenizer(SPECIAL, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL}
-    roles = dict(bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<unk>"])
-    config = transformers.LightOnOcrConfig(
-        vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, head_dim=16, image_size=LONGEST_EDGE, patch_size=14),
-        text_config=dict(model_type="qwen3", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer), **roles),
-        image_token_id=ids["[IMG]"], spatial_merge_size=2, **roles)
+    tokenizer, entries = pixtral_parts("qwen3")
+    config = transformers.LightOnOcrConfig(**entries)
     torch.manual_seed(0)
     model = transformers.LightOnOcrForConditionalGeneration(config).eval()
     spread_weights(model)  # the tokens then depend on the image (at the default init they do not)
