@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fx2onnx.onnx_passes.model_graphs import subgraph_nodes
+from fx2onnx.onnx_passes.model_graphs import has_subgraph, subgraph_nodes
 
 STACK_GUARD = "decoder_stack/kernels_or_guarded"  # the If's name
 EXACT_SUFFIX = "_guarded"  # the second branch's outputs: the model's outputs' names with it
@@ -70,7 +70,7 @@ def _weights_only(graph: ir.Graph) -> set[ir.Node]:
     kept in the main graph, onnxruntime folds them once rather than once a branch."""
     found: set[ir.Node] = set()
     for node in graph:
-        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+        if has_subgraph(node):
             continue
         if all(value is None or value.is_initializer() or value.producer() in found for value in node.inputs):
             found.add(node)

@@ -23,13 +23,9 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from fx2onnx.onnx_passes.decoder_stack_guard import layer_guards
-from fx2onnx.onnx_passes.model_graphs import model_graphs, subgraph_nodes
+from fx2onnx.onnx_passes.model_graphs import has_subgraph, model_graphs, subgraph_nodes
 
 _KEPT_OPS = frozenset({"MatMul", "Gemm", "MatMulNBits", "MatMulInteger", "Conv"})  # what quantizers look for
-
-
-def _has_subgraph(node: ir.Node) -> bool:
-    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
 
 
 def _branch_owners(guards: list[ir.Node]) -> tuple[dict[ir.Node, int], set[int]]:
@@ -55,7 +51,7 @@ def _fallback_readers(graph: ir.Graph | ir.Function, owners: dict[ir.Node, int],
     such nodes), the indices of the guards that read it."""
     readers: dict[ir.Node, set[int]] = {}
     for node in reversed(list(graph)):  # the readers of a node come after it
-        if node.op_type in _KEPT_OPS or _has_subgraph(node) or not node.outputs:
+        if node.op_type in _KEPT_OPS or has_subgraph(node) or not node.outputs:
             continue
         guards: set[int] = set()
         movable = True

@@ -28,6 +28,11 @@ def model_nodes(model: ir.Model) -> Iterator[ir.Node]:
         yield from container
 
 
+def has_subgraph(node: ir.Node) -> bool:
+    """Whether ``node`` holds graphs (an `If`'s branches, a `Loop`'s or `Scan`'s body)."""
+    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
+
+
 def subgraph_nodes(node: ir.Node) -> set[ir.Node]:
     """Every node of ``node``'s sub-graphs (an `If`'s branches), nested ones included."""
     inside: set[ir.Node] = set()
@@ -40,4 +45,4 @@ def subgraph_nodes(node: ir.Node) -> set[ir.Node]:
     return inside
 
 
-__all__ = ["model_graphs", "model_nodes", "subgraph_nodes"]
+__all__ = ["has_subgraph", "model_graphs", "model_nodes", "subgraph_nodes"]

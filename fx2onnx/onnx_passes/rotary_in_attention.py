@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.model_graphs import has_subgraph
 from fx2onnx.onnx_passes.runtime_folding import run_in_onnxruntime
 
 # positions the tables hold: a step whose total is larger rotates outside the kernel
@@ -91,7 +92,7 @@ def _subgraph(outputs: list[ir.Value]) -> tuple[set[ir.Node], list[ir.Value], li
                 return None
             constants.append(value) if value not in constants else None
         elif producer not in nodes:
-            if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in producer.attributes.values()):
+            if has_subgraph(producer):
                 return None
             nodes.add(producer)
             pending.extend(v for v in producer.inputs if v is not None)

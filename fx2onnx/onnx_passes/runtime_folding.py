@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.model_graphs import has_subgraph
+
 # the folder's own limit on a folded output (onnxscript's DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT)
 OUTPUT_SIZE_LIMIT = 512 * 512
 # elements of all inputs of one node copied into a session (64 MiB of float32)
@@ -49,7 +51,7 @@ def _constant_inputs(node: ir.Node) -> list[ir.TensorProtocol | None] | None:
 def _may_run(node: ir.Node) -> bool:
     return (node.domain in ("", "ai.onnx") and node.op_type not in ("Constant", *_NON_DETERMINISTIC, *_KEPT_BY_THE_FOLDER)
             and bool(node.inputs)
-            and not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()))
+            and not has_subgraph(node))
 
 
 def _run_alone(node: ir.Node, tensors: list[ir.TensorProtocol | None], opset: int) -> list[np.ndarray] | None:
