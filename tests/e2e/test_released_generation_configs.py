@@ -33,10 +33,9 @@ _SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_
 TEXT2TEXT = {
     "bart": (transformers.BartConfig, transformers.BartForConditionalGeneration, _BART_IDS, _SIZES),
     "marian": (transformers.MarianConfig, transformers.MarianMTModel, {0: 2, 58100: 0}, _SIZES),
-    "mbart": (transformers.MBartConfig, transformers.MBartForConditionalGeneration, _BART_IDS, _SIZES),
 }
-# M2M100's config (beams 5, early_stopping) asks for nothing mBART-50's does not; T5's ids only (its greedy
-# folder: test_transformers_js.py): both in tests/unit/hub/test_generation_search.py
+# mBART-50's and M2M100's configs (beams 5, early_stopping, mBART's forced eos) ask for nothing BART's and Marian's do
+# not; T5's, ids only, is its greedy folder's (test_transformers_js.py): their notes in tests/unit/hub/test_generation_search.py
 
 
 def generated(model, given: dict, **search) -> list[list[int]]:
@@ -62,7 +61,7 @@ def assert_processors_applied(tokens: list[int], config: dict, start: list[int])
 
 @pytest.mark.parametrize("family", list(TEXT2TEXT))
 def test_text2text_folder_with_its_released_generation_config_in_transformers_js(tmp_path, transformers_js, family):
-    """BART, Marian and mBART-50 with their released generation configs: the folder's
+    """BART and Marian with their released generation configs: the folder's
     generation_config.json is the source's, export-hf says Transformers.js runs the beams greedily,
     and Transformers.js's 16 tokens are transformers' `generate` with the config at num_beams=1,
     its processors applied (forced tokens, bad words, no repeated 3-grams)."""
@@ -129,3 +128,74 @@ def test_florence2_folder_with_its_released_generation_config_in_transformers_js
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
     for tokens in expected:
         assert_processors_applied(tokens, generation, [generation["decoder_start_token_id"]])
+
+
+def test_qwen2_5_vl_genai_folder_searches_as_its_released_generation_config(tmp_path):
+    """Qwen2.5-VL's GenAI folder with Qwen's released generation config (sampling at top_k 1,
+    top_p 0.001, temperature 0.1; repetition_penalty 1.05; two eos ids): genai_config.json's
+    search and ids say so, and ONNX Runtime GenAI with do_sample off (its own processor on two
+    images of other sizes) gives transformers' 16 tokens with do_sample=False, the repetition
+    penalty applied by both."""
+    from PIL import Image
+    import numpy as np
+    import test_export_hf_vision_language as vision_tests
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = vision_tests.save_qwen2_5_vl(source)
+    # the released ids by role: <|endoftext|> 151643, <|im_end|> 151645, <|vision_pad|> 151654 (not in the tiny vocabulary:
+    # <|endoftext|>, the other pad)
+    generation = released("qwen2_vl", {151643: 0, 151645: 2, 151654: 0})
+    model.generation_config = transformers.GenerationConfig(**generation)
+    model.generation_config.save_pretrained(source)
+    export_hf(source, out)
+    written = json.loads((out / "genai_config.json").read_text())
+    assert {k: written["search"][k] for k in ("do_sample", "top_k", "top_p", "temperature", "repetition_penalty")} == {
+        "do_sample": True, "top_k": 1, "top_p": 0.001, "temperature": 0.1, "repetition_penalty": 1.05}
+    assert (written["model"]["eos_token_id"], written["model"]["pad_token_id"]) == ([2, 0], 0)
+    paths = []
+    for seed, size in enumerate(((45, 75), (130, 60))):
+        paths.append(tmp_path / f"{seed}.png")
+        Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)).save(paths[-1])
+    expected = vision_tests.transformers_tokens(source, model, paths, NEW_TOKENS)
+    assert vision_tests.genai_tokens(out, paths, NEW_TOKENS) == expected
+    # a penalty that changes this model's tokens, read from the search section as written: the runtime
+    # penalizes the prompt's tokens (image tokens included) as transformers does
+    written["search"]["repetition_penalty"] = model.generation_config.repetition_penalty = 1.5
+    (out / "genai_config.json").write_text(json.dumps(written))
+    penalized = vision_tests.transformers_tokens(source, model, paths, NEW_TOKENS)
+    assert penalized != expected and vision_tests.genai_tokens(out, paths, NEW_TOKENS) == penalized
+
+
+def test_causal_lm_genai_folder_runs_the_generation_configs_beam_search(tmp_path):
+    """A generation config of beam search with no repeated 3-grams: genai_config.json's search
+    carries it, export-hf says how the runtime's beam search differs, and ONNX Runtime GenAI
+    running the search as written (16 tokens at least) gives transformers' `generate`; 2 beams
+    and greedy search too. (At 4 beams the runtime returns a lower-scoring beam than
+    transformers' on this model, with a standard-operator graph as with this one: its search.)"""
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai does not install on this platform")
+    from test_export_hf import save_causal_lm
+
+    tokenizer = trained_tokenizer()
+    model = save_causal_lm(tmp_path / "source", "llama", tokenizer)
+    spread_weights(model)
+    model.generation_config = transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0, num_beams=3,
+                                                            no_repeat_ngram_size=3, early_stopping=True)
+    model.save_pretrained(tmp_path / "source")
+    said = []
+    export_hf(tmp_path / "source", tmp_path / "out", say=said.append)
+    search = json.loads((tmp_path / "out" / "genai_config.json").read_text())["search"]
+    assert (search["num_beams"], search["no_repeat_ngram_size"], search["early_stopping"]) == (3, 3, True)
+    assert any(line.startswith("ONNX Runtime GenAI") and "beam search (num_beams 3)" in line for line in said)
+    runtime = og.Model(str(tmp_path / "out"))
+    prompt = list(tokenizer(PROMPTS[0])["input_ids"])
+    for beams in (3, 2, 1):
+        params = og.GeneratorParams(runtime)
+        params.set_search_options(max_length=len(prompt) + NEW_TOKENS, min_length=len(prompt) + NEW_TOKENS,
+                                  **({} if beams == 3 else {"num_beams": beams}))
+        generator = og.Generator(runtime, params)
+        generator.append_tokens([prompt])
+        while not generator.is_done():
+            generator.generate_next_token()
+        tokens = [int(t) for t in generator.get_sequence(0)][len(prompt):]
+        given = {"input_ids": torch.tensor([prompt]), "attention_mask": torch.ones(1, len(prompt), dtype=torch.int64)}
+        assert tokens == generated(model, given, num_beams=beams)[0][len(prompt):], beams

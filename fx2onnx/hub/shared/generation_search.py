@@ -87,13 +87,25 @@ def genai_search(generation: Any) -> dict[str, Any]:
 
 
 def genai_note(generation: Any) -> str | None:
-    """What ONNX Runtime GenAI's search leaves out of the generation config (None: nothing)."""
+    """What ONNX Runtime GenAI's search runs unlike transformers' `generate` with the
+    generation config (None: the same): the settings it has no option for, and its beam search."""
+    notes = []
     lacking = [f"{name} {_value(generation, name)}" for name in _GENAI_LACKS if _set(generation, name)]
-    if not lacking:
+    if lacking:
+        notes.append(f"the runtime has no search option for {', '.join(lacking)} (src/config.cpp's search keys): its "
+                     "generation does not apply them, transformers' generate does")
+    beams = _value(generation, "num_beams")
+    if beams is not None and int(beams) > 1:
+        notes.append(
+            f"its beam search (num_beams {beams}) applies min_length, repetition_penalty and no_repeat_ngram_size to the "
+            "logits before normalizing them (src/search.cpp: the Apply* calls of RunStandardDecodingStep, then "
+            "BeamSearch_Cpu::SelectTop's LogSoftMax) where transformers normalizes first, and divides a finished beam's "
+            "score by the whole sequence's length: its beams may differ from transformers' (greedy search, num_beams 1, "
+            "gives transformers' tokens)")
+    if not notes:
         return None
-    return (f"ONNX Runtime GenAI: genai_config.json's search has the generation config's sampling, beam search and "
-            f"repetition settings, but the runtime has no search option for {', '.join(lacking)} "
-            "(src/config.cpp's search keys): its generation does not apply them, transformers' generate does.")
+    return ("ONNX Runtime GenAI: genai_config.json's search has the generation config's sampling, beam search and "
+            "repetition settings, but " + "; ".join(notes) + ".")
 
 
 def transformers_js_note(generation: Any) -> str | None:

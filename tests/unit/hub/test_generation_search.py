@@ -28,7 +28,7 @@ def test_genai_search_carries_beam_search_and_says_what_the_runtime_lacks():
     assert generation_search.genai_search(bart) == {
         "num_beams": 4, "length_penalty": 2.0, "no_repeat_ngram_size": 3, "min_length": 56, "early_stopping": True}
     note = generation_search.genai_note(bart)
-    assert "forced_bos_token_id 0, forced_eos_token_id 2" in note
+    assert "forced_bos_token_id 0, forced_eos_token_id 2" in note and "beam search (num_beams 4)" in note
     assert generation_search.genai_note(GenerationConfig(**RELEASED["gemma3"])) is None
     # transformers' "never" is not True: the runtime's heuristic stop
     assert generation_search.genai_search(SimpleNamespace(early_stopping="never"))["early_stopping"] is False
