@@ -23,6 +23,8 @@ written from the file as the Hub shows it (the pages the docs corpus holds):
   ships the same values.
 - gemma3: google/gemma-3-4b-it (huggingface.co/tylee4/gemma_trl and the tiny test
   checkpoint's history: sampling with top_k 64, top_p 0.95, eos 1 and 106).
+- voxtral_realtime: mistralai/Voxtral-Mini-4B-Realtime-2602 (its ONNX copy,
+  onnx-community/Voxtral-Mini-4B-Realtime-2602-ONNX: ids only, greedy).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ RELEASED: dict[str, dict[str, Any]] = {
                  "pad_token_id": 151654, "repetition_penalty": 1.05, "temperature": 0.1, "top_k": 1, "top_p": 0.001},
     "gemma3": {"bos_token_id": 2, "cache_implementation": "hybrid", "do_sample": True, "eos_token_id": [1, 106],
                "pad_token_id": 0, "top_k": 64, "top_p": 0.95},
+    "voxtral_realtime": {"bos_token_id": 1, "eos_token_id": 2, "output_attentions": False, "output_hidden_states": False,
+                         "pad_token_id": 11, "use_cache": True},
 }
 _TOKEN_FIELDS = ("bos_token_id", "decoder_start_token_id", "eos_token_id", "forced_bos_token_id", "forced_eos_token_id",
                  "pad_token_id")

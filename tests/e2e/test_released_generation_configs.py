@@ -62,7 +62,8 @@ def assert_processors_applied(tokens: list[int], config: dict, start: list[int])
 @pytest.mark.parametrize("family", list(TEXT2TEXT))
 def test_text2text_folder_with_its_released_generation_config_in_transformers_js(tmp_path, transformers_js, family):
     """BART and Marian with their released generation configs: the folder's
-    generation_config.json is the source's, export-hf says Transformers.js runs the beams greedily,
+    generation_config.json is the source's, export-hf says Transformers.js runs the beams greedily
+    (and --verify that it decodes greedily without the config's search),
     and Transformers.js's 16 tokens are transformers' `generate` with the config at num_beams=1,
     its processors applied (forced tokens, bad words, no repeated 3-grams)."""
     config_class, model_class, ids, sizes = TEXT2TEXT[family]
@@ -79,7 +80,9 @@ def test_text2text_folder_with_its_released_generation_config_in_transformers_js
     # as saved: Marian's sinusoidal positions are computed again on loading, not read
     model = model_class.from_pretrained(source).eval()
     said = []
-    export_hf(source, out, say=said.append)
+    assert export_hf(source, out, verify=True, say=said.append).verification.passed
+    assert any(line.startswith("verification decoded greedily without the search of generation_config.json (num_beams 4")
+               for line in said)
     onnx.checker.check_model(os.fspath(out / "onnx" / "decoder_model_merged.onnx"), full_check=True)
     assert json.loads((out / "generation_config.json").read_text()) == json.loads((source / "generation_config.json").read_text())
     beams = [line for line in said if "runs as greedy search" in line]

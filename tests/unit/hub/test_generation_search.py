@@ -43,7 +43,9 @@ def test_transformers_js_note_names_the_beams_it_runs_greedily(family):
 
 def test_transformers_js_note_on_sampling_and_on_greedy_configs():
     assert "without top_p 0.95" in generation_search.transformers_js_note(RELEASED["gemma3"])
-    assert generation_search.transformers_js_note(RELEASED["t5"]) is None
+    for greedy in ("t5", "voxtral_realtime"):  # ids only: both clients search as generate does
+        assert generation_search.transformers_js_note(RELEASED[greedy]) is None
+        assert generation_search.genai_note(RELEASED[greedy]) is None
     assert generation_search.transformers_js_note({"do_sample": True, "top_k": 20}) is None  # no top_p: the same
     assert "typical_p" in generation_search.transformers_js_note({"typical_p": 0.9})
 
