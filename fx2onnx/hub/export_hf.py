@@ -30,6 +30,7 @@ from fx2onnx.hub.recipes.folder_recipe import FolderRecipe
 from fx2onnx.hub.request import ExportRequest
 from fx2onnx.hub.shared import folder_layout, tokenizer_files
 from fx2onnx.hub.shared.folder_files import copy_folder_files
+from fx2onnx.hub.shared.generation_search import verification_note
 from fx2onnx.hub.shared.program_files import weights_dtype
 from fx2onnx.hub.shared.verification import FolderRunError, Verification, tolerance_for
 from fx2onnx.onnx_passes import newest_opset
@@ -245,6 +246,8 @@ def export_hf(
                                   (staging / "genai_config.json").is_file())
         if note is not None:
             say(note)
+        for line in recipe.generation_notes(staging):
+            say(line)
         files += tokenizer_files.write_folder_tokenizer(
             folder, staging, (staging / "genai_config.json").is_file(), say, special_tokens=recipe.special_tokens
         )
@@ -256,6 +259,8 @@ def export_hf(
             except FolderRunError as error:  # the folder is whole: kept, with the failure stated
                 result.verification = Verification.failed_run(error, tolerance_for(weights_dtype(loaded), rtol, atol))
             say(f"verification: {result.verification.summary()}")
+            if (unsearched := verification_note(staging)) is not None:
+                say(unsearched)
         if output.exists():
             output.rmdir()  # empty, checked above
         staging.rename(output)

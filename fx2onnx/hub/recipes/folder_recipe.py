@@ -19,6 +19,8 @@ import torch
 import fx2onnx
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.request import ExportRequest, Refusal
+from fx2onnx.hub.shared.genai_config import GENAI_CONFIG
+from fx2onnx.hub.shared.generation_search import generation_notes
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 
 Say = Callable[[str], None]
@@ -52,11 +54,21 @@ class FolderRecipe(Protocol):
         """What to tell of the clients that cannot load the folder, whose config.json is ``config``
         (``genai_config``: the folder has a `genai_config.json`)."""
 
+    def generation_notes(self, folder: Path) -> list[str]:
+        """What the folder's clients run unlike transformers' `generate` with its generation config."""
+
 
 class RecipeDefaults:
-    """What most recipes share: a tokenizer with its special tokens, no note on clients."""
+    """What most recipes share: a tokenizer with its special tokens, no note on clients, a
+    folder Transformers.js loads (``transformers_js``) and ONNX Runtime GenAI too where it
+    has a `genai_config.json`, whose search differences from transformers' `generate` with
+    the folder's generation config are said (shared/generation_search.py)."""
 
     special_tokens = True
+    transformers_js = True
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
         return None
+
+    def generation_notes(self, folder: Path) -> list[str]:
+        return generation_notes(folder, (folder / GENAI_CONFIG).is_file(), self.transformers_js)

@@ -106,6 +106,7 @@ class ImageTextToTextRecipe(RecipeDefaults):
 
     def __init__(self, for_transformers_js: bool = False) -> None:
         self.for_transformers_js = for_transformers_js
+        self.transformers_js = for_transformers_js  # the GenAI folder's embedding merges the images: for the runtime alone
 
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         if self.for_transformers_js and (refusal := transformers_js_refusal(loaded.config)) is not None:

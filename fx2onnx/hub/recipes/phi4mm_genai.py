@@ -32,6 +32,8 @@ AUDIO_NOTE = (
 class Phi4MMRecipe(RecipeDefaults):
     """The `phi4mm` folder for ONNX Runtime GenAI."""
 
+    transformers_js = False
+
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         if request.runtime != "onnxruntime":
             return Refusal(NotImplementedError, (

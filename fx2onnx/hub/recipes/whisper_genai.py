@@ -214,5 +214,8 @@ class WhisperGenAIRecipe(RecipeDefaults):
         files = (folder / onnx_file(loaded, folder_layout.GENAI_ENCODER), folder / onnx_file(loaded, folder_layout.GENAI_DECODER))
         return verify_whisper_genai(folder, *files, model, loaded.folder, request.tokens, tolerance)
 
+    def generation_notes(self, folder: Path) -> list[str]:
+        return []  # its beam search note is said on export; its suppress lists are in the decoder's graph
+
 
 RECIPE = WhisperGenAIRecipe()

@@ -11,7 +11,9 @@ returns new cache tensors.
 
 The sections every GenAI configuration holds (each model's session options, the token
 ids, the greedy search) are written here once, for every folder kind's configuration
-(whisper_config.py's and vision_language/genai_files.py's too).
+(whisper_config.py's and vision_language/genai_files.py's too). A decoder's search is then
+the generation config's where it sets one (sampling, beam search, repetition settings:
+generation_search.py), as transformers' `generate` would run it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 from fx2onnx.hub.decoders.decode_step import decoder_sizes, head_size
 from fx2onnx.hub.decoders.decoder_types import genai_decoder_type
 from fx2onnx.hub.decoders.model_lengths import context_length
+from fx2onnx.hub.shared.generation_search import genai_search
 
 
 def _token_id(value: Any) -> Any:
@@ -154,7 +157,8 @@ def genai_config(config: Any, generation_config: Any, filename: str, model: ir.M
         },
         # a model without position_ids reads its positions from the past's length, which a
         # shared buffer (the whole context long) does not give
-        "search": search_options(context, updates_cache_in_place(model) and "position_ids" in input_names),
+        "search": search_options(context, updates_cache_in_place(model) and "position_ids" in input_names)
+        | genai_search(generation_config),
     }
 
 
