@@ -230,7 +230,7 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "image_position_ids transformers' Gemma4Processor gives (any image size: its token count varies with the "
         "image's; the patches padded to the saved processor's max_soft_tokens, the one count the vision model takes), "
         "and input_features with input_features_mask for audio; its own Gemma4Processor puts two newlines before "
-        "and after each image's tokens (src/models/gemma4/processing_gemma4.js:78-81), which transformers' does not "
+        "and after each image's tokens (src/models/gemma4/processing_gemma4.js:79-81), which transformers' does not "
         "(replace_image_token: begin, image tokens, end), and its Gemma4ImageProcessor resizes with sharp, "
         "whose pixels differ from PIL's. embed_tokens gives per_layer_inputs beside inputs_embeds. ONNX Runtime "
         "GenAI has no Gemma 4 vision-language type.",
