@@ -893,9 +893,9 @@ def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
     transformers' on transformers' processed inputs, for two images of other sizes; through
     Transformers.js's own PixtralProcessor (the processor_config.json entries and image patch
     export-hf writes, the source having no processor saved) on the folder's chat template,
-    transformers' PixtralProcessor's ids for an image of whole merged patches (transformers'
-    pixels) and one it resizes (sharp's pixels), each giving the tokens transformers generates
-    from those inputs."""
+    transformers' PixtralProcessor's ids (PixtralRows) for an image of whole merged patches
+    (transformers' pixels) and one it resizes (sharp's pixels), each giving the tokens
+    transformers generates from those inputs."""
     from PIL import Image
     from test_export_hf_mistral3 import IMAGE_SIZES, prompt, save_mistral3, transformers_tokens
 
