@@ -754,6 +754,10 @@ def save_llava(folder):
     image_processor = transformers.CLIPImageProcessor(size={"shortest_edge": 42}, crop_size={"height": 42, "width": 42})
     image_processor.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    # its processor as released checkpoints save it (processor_config.json: the class token among the image tokens, which
+    # the "default" strategy then subtracts)
+    transformers.LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14, image_token="<image>",
+                                num_additional_image_tokens=1, vision_feature_select_strategy="default").save_pretrained(folder)
     return model, image_processor
 
 
@@ -761,7 +765,8 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
     """LLaVA as `--runtime standard` writes it for Transformers.js (a vision_encoder of any
     number of images, features merged by Transformers.js, 1-D positions): 16 greedy tokens
     equal transformers' on transformers' processed inputs, one image alone and two in one prompt;
-    the folder written in fake mode."""
+    the folder written in fake mode. Transformers.js's own LlavaProcessor, were the folder to name
+    it, counts one image token more than the features (the client's: the folder names none)."""
     from PIL import Image
 
     model, image_processor = save_llava(tmp_path / "source")
@@ -787,6 +792,18 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+    # why the folder names no processor class: Transformers.js's LlavaProcessor on the released processor_config.json the
+    # folder keeps counts 9 + 1 image tokens (src/models/llava/processing_llava.js:21-23; transformers' 9), and its
+    # merge refuses them
+    settings = json.loads((out / "preprocessor_config.json").read_text())
+    assert "processor_class" not in settings and (out / "processor_config.json").is_file()
+    (out / "preprocessor_config.json").write_text(json.dumps({**settings, "processor_class": "LlavaProcessor"}))
+    path = tmp_path / "42x42.png"
+    opened[1].save(path)
+    prompt = {"text": "<image>describe this image", "images": [str(path)]}
+    done = node_run(transformers_js, tmp_path, {**job, "image_text": {"prompts": [prompt], "new_tokens": NEW_TOKENS}})
+    error = "Number of tokens and features do not match: tokens: 10, features 9"
+    assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]
 
 
 def save_idefics3(folder, family: str):
@@ -1611,6 +1628,26 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(t
 # Gemma 4's image, audio and video token ids in the tiny models' vocabulary of 300 (ids past the text's 280)
 GEMMA4_TOKENS = dict(image_token_id=290, audio_token_id=291, boi_token_id=292, eoi_token_id=293, boa_token_id=294,
                      eoa_token_id=295, video_token_id=296)
+# their texts, in that order, as the tokenizer's special tokens name them (its roles: Gemma4Processor reads them)
+GEMMA4_TOKEN_TEXTS = {"image_token": "<image_soft_token>", "audio_token": "<audio_soft_token>", "boi_token": "<start_of_image>",
+                      "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>",
+                      "video_token": "<video_soft_token>"}
+
+
+def save_gemma4_tokenizer(folder: Path) -> None:
+    """A byte-level BPE tokenizer of 290 tokens with Gemma 4's special tokens after them (GEMMA4_TOKENS' ids)."""
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=290, special_tokens=["<pad>", "<bos>", "<eos>"],
+                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    model.train_from_iterator(["the quick brown fox jumps over the lazy dog describe this image\n\n"] * 40, trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=model, bos_token="<bos>", eos_token="<eos>",
+                                                     pad_token="<pad>")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(GEMMA4_TOKEN_TEXTS.values())})
+    assert tokenizer.convert_tokens_to_ids(list(GEMMA4_TOKEN_TEXTS.values())) == list(GEMMA4_TOKENS.values())
+    tokenizer.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(folder, extra_special_tokens=GEMMA4_TOKEN_TEXTS).save_pretrained(folder)
 
 
 def save_gemma4_multimodal(folder: Path) -> torch.nn.Module:
@@ -1635,6 +1672,7 @@ def save_gemma4_multimodal(folder: Path) -> torch.nn.Module:
     model = transformers.Gemma4ForConditionalGeneration(config).eval()
     model.save_pretrained(folder)
     transformers.Gemma4ImageProcessorPil(patch_size=4, max_soft_tokens=70, pooling_kernel_size=2).save_pretrained(folder)
+    save_gemma4_tokenizer(folder)
     return model
 
 
@@ -1723,6 +1761,37 @@ def test_gemma4_image_audio_folder_in_transformers_js(tmp_path, transformers_js)
     results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
     assert results == expected
     assert len({str(rows) for rows in expected[:5]}) == 5  # the images and the audio changed the tokens
+    assert_gemma4_client_processor(tmp_path, transformers_js, out)
+
+
+def assert_gemma4_client_processor(scratch: Path, transformers_js: Path, out: Path) -> None:
+    """Why the Gemma 4 folder names no processor class: Transformers.js's Gemma4Processor (given
+    the processor_config.json transformers 5 saves, the image processor nested) puts two
+    newlines before and after each image's tokens (src/models/gemma4/processing_gemma4.js:79-81),
+    where transformers' replace_image_token writes begin, image tokens, end; on an image of the
+    processor's target size (48x80: 6 x 10 pooled tokens) its patches and their positions are
+    transformers'."""
+    from PIL import Image
+
+    settings = json.loads((out / "preprocessor_config.json").read_text())
+    assert "processor_class" not in settings
+    (out / "processor_config.json").write_text(json.dumps({"image_processor": settings}))
+    (out / "preprocessor_config.json").write_text(json.dumps({**settings, "processor_class": "Gemma4Processor"}))
+    path = scratch / "48x80.png"
+    random_image(48, 80, 0).save(path)
+    text = "<bos>describe <image_soft_token> this image"
+    job = {"folder": str(out), "task": "image-text-to-text",
+           "image_text": {"prompts": [{"text": text, "images": [str(path)]}], "new_tokens": NEW_TOKENS}}
+    client = client_tensors(run_in_transformers_js(transformers_js, scratch, job)["image_text"][0]["processed"])
+    processed = transformers.Gemma4ImageProcessorPil.from_pretrained(out)(images=[Image.open(path)], return_tensors="pt")
+    assert int(processed["num_soft_tokens_per_image"][0]) == 60
+    image = "<start_of_image>" + "<image_soft_token>" * 60 + "<end_of_image>"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    expected, newlines = (tokenizer(text.replace("<image_soft_token>", tokens), add_special_tokens=False)["input_ids"]
+                          for tokens in (image, f"\n\n{image}\n\n"))
+    assert client["input_ids"][0].tolist() == newlines != expected
+    assert torch.equal(client["pixel_values"], processed["pixel_values"])
+    assert torch.equal(client["image_position_ids"], processed["image_position_ids"])
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):
