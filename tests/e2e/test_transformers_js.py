@@ -472,6 +472,19 @@ def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
 IMAGE_MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "describe this image"}]}]
 
 
+def chat_template(image: str, turn: tuple[str, str], generation: str = "") -> str:
+    """A chat template writing each turn as ``turn``'s start, its parts (an image as ``image``)
+    and ``turn``'s end, then ``generation`` where a generation prompt is asked for."""
+    return ("{% for message in messages %}" + turn[0] + "{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+            + image + "{% else %}{{ part['text'] }}{% endif %}{% endfor %}" + turn[1] + "{% endfor %}"
+            + "{% if add_generation_prompt %}" + generation + "{% endif %}")
+
+
+# Mistral 3's and LightOnOCR's turns ([INST][IMG]describe this image[/INST]); Idefics3's and SmolVLM's
+PIXTRAL_TEMPLATE = chat_template("[IMG]", ("[INST]", "[/INST]"))
+IDEFICS3_TEMPLATE = chat_template("<image>", ("User:", "<end_of_utterance>\n"), "Assistant:")
+
+
 def client_tensors(processed: dict) -> dict[str, torch.Tensor]:
     """Transformers.js's processor outputs (the runner's `processed`) as torch tensors."""
     kinds = {"float32": torch.float32, "bool": torch.bool}
@@ -741,6 +754,10 @@ def save_llava(folder):
     image_processor = transformers.CLIPImageProcessor(size={"shortest_edge": 42}, crop_size={"height": 42, "width": 42})
     image_processor.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    # its processor as released checkpoints save it (processor_config.json: the class token among the image tokens, which
+    # the "default" strategy then subtracts)
+    transformers.LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14, image_token="<image>",
+                                num_additional_image_tokens=1, vision_feature_select_strategy="default").save_pretrained(folder)
     return model, image_processor
 
 
@@ -748,7 +765,8 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
     """LLaVA as `--runtime standard` writes it for Transformers.js (a vision_encoder of any
     number of images, features merged by Transformers.js, 1-D positions): 16 greedy tokens
     equal transformers' on transformers' processed inputs, one image alone and two in one prompt;
-    the folder written in fake mode."""
+    the folder written in fake mode. Transformers.js's own LlavaProcessor, were the folder to name
+    it, counts one image token more than the features (the client's: the folder names none)."""
     from PIL import Image
 
     model, image_processor = save_llava(tmp_path / "source")
@@ -774,6 +792,18 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+    # why the folder names no processor class: Transformers.js's LlavaProcessor on the released processor_config.json the
+    # folder keeps counts 9 + 1 image tokens (src/models/llava/processing_llava.js:21-23; transformers' 9), and its
+    # merge refuses them
+    settings = json.loads((out / "preprocessor_config.json").read_text())
+    assert "processor_class" not in settings and (out / "processor_config.json").is_file()
+    (out / "preprocessor_config.json").write_text(json.dumps({**settings, "processor_class": "LlavaProcessor"}))
+    path = tmp_path / "42x42.png"
+    opened[1].save(path)
+    prompt = {"text": "<image>describe this image", "images": [str(path)]}
+    done = node_run(transformers_js, tmp_path, {**job, "image_text": {"prompts": [prompt], "new_tokens": NEW_TOKENS}})
+    error = "Number of tokens and features do not match: tokens: 10, features 9"
+    assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]
 
 
 def save_idefics3(folder, family: str):
@@ -798,8 +828,10 @@ def save_idefics3(folder, family: str):
     model.save_pretrained(folder)
     image_processor = processor_class(size={"longest_edge": 112}, max_image_size={"longest_edge": 56})
     image_processor.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return model, transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4)
+    tokenizer.chat_template = IDEFICS3_TEMPLATE
+    tokenizer.save_pretrained(folder)  # no processor_config.json: export-hf writes image_seq_len
+    return model, transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4,
+                                                 chat_template=IDEFICS3_TEMPLATE)
 
 
 @pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
@@ -808,7 +840,11 @@ def test_idefics3_folder_in_transformers_js(tmp_path, transformers_js, family):
     vision_encoder over a prompt's crops and their bool pixel_attention_mask, 1-D positions):
     16 greedy tokens equal transformers' on its processor's inputs, an image cut into 2 x 2
     crops and the whole, and with another cut into 2 x 1 in one prompt; Idefics3's folder
-    written in fake mode."""
+    written in fake mode. Through Transformers.js's own processor (the folder's processor_class,
+    and image_seq_len in the processor_config.json export-hf writes) on the folder's chat
+    template: transformers' ids and crop masks for an image of the processor's longest edge
+    (its crops not resized: transformers' pixels; the whole scaled down by sharp: other pixels)
+    and one it resizes, each giving the tokens transformers generates from those inputs."""
     from PIL import Image
 
     model, processor = save_idefics3(tmp_path / "source", family)
@@ -819,6 +855,7 @@ def test_idefics3_folder_in_transformers_js(tmp_path, transformers_js, family):
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
     for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
         onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    assert json.loads((out / "processor_config.json").read_text()) == {"image_seq_len": processor.image_seq_len}
     rng = np.random.default_rng(0)
     opened = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((50, 90, 3), (100, 40, 3))]
     prompts, expected, crops = [], [], []
@@ -831,19 +868,57 @@ def test_idefics3_folder_in_transformers_js(tmp_path, transformers_js, family):
         given["pixel_attention_mask"] = given["pixel_attention_mask"].bool()  # as Transformers.js's processor gives it
         prompts.append({"inputs": tensor_specs(given)})
     assert crops == [4 + 1, 4 + 1 + 2 + 1]  # each image cut into 2 x 2 or 2 x 1 crops, beside the whole
+    paths = [tmp_path / "112x112.png", tmp_path / "50x90.png"]  # the processor's longest edge; one it resizes
+    Image.fromarray(rng.integers(0, 256, (112, 112, 3), dtype=np.uint8)).save(paths[0])
+    opened[0].save(paths[1])
+    prompts += [{"messages": IMAGE_MESSAGES, "images": [str(path)]} for path in paths]
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+    assert [result["generated"] for result in results[:2]] == expected and expected[0] != expected[1]
+    compared = ("input_ids", "attention_mask", "pixel_values", "pixel_attention_mask")
+    differences = assert_client_processor(model, processor, results[2:], paths, {"messages": IMAGE_MESSAGES}, compared)
+    # the 112-pixel image's four crops are its pixels as they are; its whole, scaled to 56 pixels, sharp's Lanczos
+    text = processor.apply_chat_template(IMAGE_MESSAGES, add_generation_prompt=True, tokenize=False)
+    pixels = client_tensors(results[2]["processed"])["pixel_values"]
+    crop_differences = (pixels - processor(text=text, images=[Image.open(paths[0])], return_tensors="pt")["pixel_values"]).abs()
+    assert crop_differences[0, :4].max() <= 1e-5 < crop_differences[0, 4].max() and differences[1] > 1e-5
+
+
+class PixtralRows:
+    """transformers' PixtralProcessor (which needs torchvision, not installed here) as its
+    `replace_image_token` expands a prompt's image: a row of [IMG] per merged patch row, each
+    but the last followed by [IMG_BREAK], the last by [IMG_END] (the image processor given the
+    merged patch, 28 pixels, as PixtralProcessor gives it)."""
+
+    def __init__(self, image_processor, tokenizer) -> None:
+        self.image_processor, self.tokenizer = image_processor, tokenizer
+
+    def apply_chat_template(self, messages: list, **options) -> str:
+        return self.tokenizer.apply_chat_template(messages, **options)
+
+    def __call__(self, text: str, images: list, return_tensors: str) -> dict[str, torch.Tensor]:
+        processed = self.image_processor(images=images, patch_size={"height": 28, "width": 28}, return_tensors=return_tensors)
+        height, width = processed["image_sizes"][0].tolist()
+        rows = ["[IMG]" * (width // 28) + "[IMG_BREAK]"] * (height // 28)
+        tokens = "".join(rows)[:-len("[IMG_BREAK]")] + "[IMG_END]"
+        return {**self.tokenizer(text.replace("[IMG]", tokens, 1), return_tensors=return_tensors), **processed}
 
 
 def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
     """Mistral 3 as `--runtime standard` writes it for Transformers.js (its Llava path: the
     vision model on `pixel_values`, 1-D positions from the mask): 16 greedy tokens equal
-    transformers' on transformers' processed inputs, for two images of other sizes."""
+    transformers' on transformers' processed inputs, for two images of other sizes; through
+    Transformers.js's own PixtralProcessor (the processor_config.json entries and image patch
+    export-hf writes, the source having no processor saved) on the folder's chat template,
+    transformers' PixtralProcessor's ids (PixtralRows) for an image of whole merged patches
+    (transformers' pixels) and one it resizes (sharp's pixels), each giving the tokens
+    transformers generates from those inputs."""
     from PIL import Image
     from test_export_hf_mistral3 import IMAGE_SIZES, prompt, save_mistral3, transformers_tokens
 
     model, (image_processor, tokenizer) = save_mistral3(tmp_path / "source")
+    tokenizer.chat_template = PIXTRAL_TEMPLATE
+    tokenizer.save_pretrained(tmp_path / "source")
     out = tmp_path / "out"
     export_hf(tmp_path / "source", out, runtime="standard")
     for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
@@ -858,10 +933,16 @@ def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
         ids = tokenizer(prompt(1).replace("[IMG]", "".join(rows)[:-len("[IMG_BREAK]")] + "[IMG_END]"), return_tensors="pt")["input_ids"]
         prompts.append({"inputs": tensor_specs({"input_ids": ids, "attention_mask": torch.ones_like(ids),
                                                 "pixel_values": images["pixel_values"]})})
+    client_paths = [paths[0], tmp_path / "45x75.png"]  # whole merged patches; one it resizes
+    random_image(45, 75, 0).save(client_paths[1])
+    prompts += [{"messages": IMAGE_MESSAGES, "images": [str(path)]} for path in client_paths]
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
     expected = [transformers_tokens(model, (image_processor, tokenizer), [path], NEW_TOKENS) for path in paths]
-    assert [result["generated"] for result in results] == expected and expected[0] != expected[1]
+    assert [result["generated"] for result in results[:2]] == expected and expected[0] != expected[1]
+    differences = assert_client_processor(model, PixtralRows(image_processor, tokenizer), results[2:], client_paths,
+                                          {"messages": IMAGE_MESSAGES})
+    assert differences[0] <= 1e-5 < differences[1]
 
 
 def spread_weights(model: torch.nn.Module) -> None:
@@ -874,7 +955,8 @@ def spread_weights(model: torch.nn.Module) -> None:
 
 def save_lighton_ocr(folder):
     """A two-layer LightOnOCR (two Pixtral vision layers, a Qwen3 text model) with Mistral 3's
-    tokenizer and image processor (28-pixel merged patches)."""
+    tokenizer (its image tokens named, as LightOnOcrProcessor reads them) and image processor
+    (28-pixel merged patches), saved as its processor with a chat template."""
     from test_export_hf_mistral3 import LONGEST_EDGE, pixtral_parts
 
     tokenizer, entries = pixtral_parts("qwen3")
@@ -883,9 +965,14 @@ def save_lighton_ocr(folder):
     model = transformers.LightOnOcrForConditionalGeneration(config).eval()
     spread_weights(model)  # the tokens then depend on the image (at the default init they do not)
     model.save_pretrained(folder)
-    transformers.PixtralImageProcessorPil(patch_size={"height": 28, "width": 28},
-                                          size={"longest_edge": LONGEST_EDGE}).save_pretrained(folder)
+    image_processor = transformers.PixtralImageProcessorPil(patch_size={"height": 28, "width": 28},
+                                                            size={"longest_edge": LONGEST_EDGE})
+    image_processor.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, extra_special_tokens={
+        "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"})
+    transformers.LightOnOcrProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14, spatial_merge_size=2,
+                                     chat_template=PIXTRAL_TEMPLATE).save_pretrained(folder)
     return model
 
 
@@ -1015,35 +1102,38 @@ LLAVA_KIND = {
 
 
 # the LLaVA-kind types run through Transformers.js's own processor too (the folder names its class): their images'
-# (height, width), the processor's one size (not resized) and another it resizes with sharp; the prompt, chat
-# messages through the folder's template or (PaliGemma's, which has none) a prefix
+# (height, width), one not resized (Gemma 3's and PaliGemma's processor's one size, LightOnOCR's whole merged
+# patches) and another it resizes with sharp; the prompt, chat messages through the folder's template or
+# (PaliGemma's, which has none) a prefix
 CLIENT_PROCESSED = {
+    "lighton_ocr": (((56, 84), (45, 75)), {"messages": IMAGE_MESSAGES}),
     "gemma3": (((64, 64), (50, 70)), {"messages": IMAGE_MESSAGES}),
     "paligemma": (((32, 32), (50, 70)), {"text": "<image>describe this image"}),
 }
 
 
-def assert_client_processor(model, source, results: list[dict], paths: list, prompt: dict) -> list[float]:
-    """The LLaVA-kind folder's processor in Transformers.js against transformers' (the
-    source's AutoProcessor) on ``prompt`` with each image of ``paths`` (``results``, in order):
-    the chat template's prompt, ids and mask equal, pixels of the unresized first image within
-    1e-5 (the second's resized by sharp, not PIL: other pixels); and Transformers.js's 16 tokens
-    transformers' on those inputs (transformers given its processor's token_type_ids). Returns
-    the pixels' largest differences."""
+def assert_client_processor(model, processor, results: list[dict], paths: list, prompt: dict,
+                            compared: tuple[str, ...] = ("input_ids", "attention_mask", "pixel_values")) -> list[float]:
+    """The folder's processor in Transformers.js against transformers' ``processor`` on
+    ``prompt`` with each image of ``paths`` (``results``, in order): the chat template's
+    prompt, and of the tensors ``compared`` the ids, mask (and any other but the pixels) equal,
+    the pixels of the same shape; and Transformers.js's 16 tokens transformers' on those
+    inputs (transformers given besides its processor's tensors the model takes and
+    Transformers.js's does not: token_type_ids, image_sizes). Returns the pixels' largest
+    differences, one per image."""
     from PIL import Image
 
-    processor = transformers.AutoProcessor.from_pretrained(source)
     text = (processor.apply_chat_template(prompt["messages"], add_generation_prompt=True, tokenize=False)
             if "messages" in prompt else prompt["text"])
     differences = []
     for path, result in zip(paths, results):
         assert result["prompt"] == (text if "messages" in prompt else None)
         expected = processor(text=text, images=[Image.open(path)], return_tensors="pt")
-        client = {name: value for name, value in client_tensors(result["processed"]).items()
-                  if name in ("input_ids", "attention_mask", "pixel_values")}
+        client = {name: value for name, value in client_tensors(result["processed"]).items() if name in compared}
+        assert sorted(client) == sorted(compared)
         differences.append(pixel_difference(client, {name: expected[name] for name in client}))
-        assert result["generated"] == generated_by_transformers(model, {**client, "token_type_ids": expected["token_type_ids"]})
-    assert differences[0] <= 1e-5 < differences[1]
+        besides = {name: expected[name] for name in ("token_type_ids", "image_sizes") if name in expected}
+        assert result["generated"] == generated_by_transformers(model, {**client, **besides})
     return differences
 
 
@@ -1056,7 +1146,9 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     processed inputs: LightOnOCR's images of two sizes and aspect ratios; Gemma 3's (its image tokens
     attending each other both ways) and PaliGemma's (its prompt attending itself both ways) one image,
     two in a prompt, and a left-padded batch as far as Transformers.js keeps its padding (padded_batch_tokens);
-    Gemma 3 and PaliGemma also through Transformers.js's own processor (assert_client_processor)."""
+    each also through Transformers.js's own processor (assert_client_processor; LightOnOCR's its PixtralProcessor
+    on the processor_config.json entries export-hf adds to the source's): an image it does not resize
+    (transformers' pixels) and one it resizes."""
     save, make_prompts = LLAVA_KIND[family]
     model = save(tmp_path / "source")
     out = tmp_path / "out"
@@ -1075,8 +1167,10 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     prompts += [{**client_prompt, "images": [str(path)]} for path in paths]
     job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
     results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
-    if paths:  # Transformers.js's own processor: the last prompts
-        assert_client_processor(model, tmp_path / "source", results[len(expected):], paths, client_prompt)
+    if paths:  # Transformers.js's own processor: the last prompts; the first image not resized (transformers' pixels)
+        differences = assert_client_processor(model, transformers.AutoProcessor.from_pretrained(tmp_path / "source"),
+                                              results[len(expected):], paths, client_prompt)
+        assert differences[0] <= 1e-5 < differences[1]
     results = results[:len(expected)]
     generated = [result["generated"] if len(result["generated_rows"]) == 1 else result["generated_rows"] for result in results]
     assert generated[:2] == expected[:2] and expected[0] != expected[1]
@@ -1534,6 +1628,26 @@ def test_gemma4_int4_folder_with_module_functions_in_transformers_js_and_genai(t
 # Gemma 4's image, audio and video token ids in the tiny models' vocabulary of 300 (ids past the text's 280)
 GEMMA4_TOKENS = dict(image_token_id=290, audio_token_id=291, boi_token_id=292, eoi_token_id=293, boa_token_id=294,
                      eoa_token_id=295, video_token_id=296)
+# their texts, in that order, as the tokenizer's special tokens name them (its roles: Gemma4Processor reads them)
+GEMMA4_TOKEN_TEXTS = {"image_token": "<image_soft_token>", "audio_token": "<audio_soft_token>", "boi_token": "<start_of_image>",
+                      "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>",
+                      "video_token": "<video_soft_token>"}
+
+
+def save_gemma4_tokenizer(folder: Path) -> None:
+    """A byte-level BPE tokenizer of 290 tokens with Gemma 4's special tokens after them (GEMMA4_TOKENS' ids)."""
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=290, special_tokens=["<pad>", "<bos>", "<eos>"],
+                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    model.train_from_iterator(["the quick brown fox jumps over the lazy dog describe this image\n\n"] * 40, trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=model, bos_token="<bos>", eos_token="<eos>",
+                                                     pad_token="<pad>")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(GEMMA4_TOKEN_TEXTS.values())})
+    assert tokenizer.convert_tokens_to_ids(list(GEMMA4_TOKEN_TEXTS.values())) == list(GEMMA4_TOKENS.values())
+    tokenizer.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(folder, extra_special_tokens=GEMMA4_TOKEN_TEXTS).save_pretrained(folder)
 
 
 def save_gemma4_multimodal(folder: Path) -> torch.nn.Module:
@@ -1558,6 +1672,7 @@ def save_gemma4_multimodal(folder: Path) -> torch.nn.Module:
     model = transformers.Gemma4ForConditionalGeneration(config).eval()
     model.save_pretrained(folder)
     transformers.Gemma4ImageProcessorPil(patch_size=4, max_soft_tokens=70, pooling_kernel_size=2).save_pretrained(folder)
+    save_gemma4_tokenizer(folder)
     return model
 
 
@@ -1646,6 +1761,37 @@ def test_gemma4_image_audio_folder_in_transformers_js(tmp_path, transformers_js)
     results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
     assert results == expected
     assert len({str(rows) for rows in expected[:5]}) == 5  # the images and the audio changed the tokens
+    assert_gemma4_client_processor(tmp_path, transformers_js, out)
+
+
+def assert_gemma4_client_processor(scratch: Path, transformers_js: Path, out: Path) -> None:
+    """Why the Gemma 4 folder names no processor class: Transformers.js's Gemma4Processor (given
+    the processor_config.json transformers 5 saves, the image processor nested) puts two
+    newlines before and after each image's tokens (src/models/gemma4/processing_gemma4.js:79-81),
+    where transformers' replace_image_token writes begin, image tokens, end; on an image of the
+    processor's target size (48x80: 6 x 10 pooled tokens) its patches and their positions are
+    transformers'."""
+    from PIL import Image
+
+    settings = json.loads((out / "preprocessor_config.json").read_text())
+    assert "processor_class" not in settings
+    (out / "processor_config.json").write_text(json.dumps({"image_processor": settings}))
+    (out / "preprocessor_config.json").write_text(json.dumps({**settings, "processor_class": "Gemma4Processor"}))
+    path = scratch / "48x80.png"
+    random_image(48, 80, 0).save(path)
+    text = "<bos>describe <image_soft_token> this image"
+    job = {"folder": str(out), "task": "image-text-to-text",
+           "image_text": {"prompts": [{"text": text, "images": [str(path)]}], "new_tokens": NEW_TOKENS}}
+    client = client_tensors(run_in_transformers_js(transformers_js, scratch, job)["image_text"][0]["processed"])
+    processed = transformers.Gemma4ImageProcessorPil.from_pretrained(out)(images=[Image.open(path)], return_tensors="pt")
+    assert int(processed["num_soft_tokens_per_image"][0]) == 60
+    image = "<start_of_image>" + "<image_soft_token>" * 60 + "<end_of_image>"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    expected, newlines = (tokenizer(text.replace("<image_soft_token>", tokens), add_special_tokens=False)["input_ids"]
+                          for tokens in (image, f"\n\n{image}\n\n"))
+    assert client["input_ids"][0].tolist() == newlines != expected
+    assert torch.equal(client["pixel_values"], processed["pixel_values"])
+    assert torch.equal(client["image_position_ids"], processed["image_position_ids"])
 
 
 def test_qwen2_moe_folder_in_transformers_js(tmp_path, transformers_js):

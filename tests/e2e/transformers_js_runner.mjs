@@ -81,7 +81,8 @@ async function generate(model, ids, mask, newTokens) {
 }
 
 // the processors whose call takes the images first (`_call(images, text = null, kwargs = {})`); the others take the text
-const IMAGES_FIRST = new Set(['PaliGemmaProcessor', 'Florence2Processor', 'Lfm2VlProcessor', 'Lfm3VlProcessor']);
+const IMAGES_FIRST = new Set(['PaliGemmaProcessor', 'Florence2Processor', 'Lfm2VlProcessor', 'Lfm3VlProcessor', 'PixtralProcessor',
+    'LlavaProcessor']);
 
 async function processed(processor, text, images) {
     return IMAGES_FIRST.has(processor.constructor.name) ? processor(images, text) : processor(text, images);

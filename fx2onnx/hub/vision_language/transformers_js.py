@@ -17,6 +17,7 @@ GenAI has no type for it (architectures.py holds those of the runtime's types).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,17 @@ from typing import Any
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.request import Refusal
+from fx2onnx.hub.shared.folder_files import edit_json_file
 from fx2onnx.hub.vision_language import (
     gemma3_transformers_js, gemma4, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl,
     qwen3_5, qwen3_vl,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
+from fx2onnx.hub.vision_language.transformers_js_processors import (
+    TokenText, added_token_text, idefics3_entries, lighton_ocr_entries, lighton_ocr_image_settings, mistral3_entries,
+    mistral3_image_settings,
+)
 
 IMAGE_PROCESSOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
 
@@ -47,18 +53,27 @@ class TransformersJsRow:
             Runtime GenAI has no type for (None: its row in architectures.py).
         processor_settings: `preprocessor_config.json` settings written for Transformers.js's
             image processor where it reads a setting transformers' ignores.
+        image_settings: (config, the source's image processor settings) -> more such
+            settings, computed (transformers_js_processors.py).
+        processor_entries: (config, the tokenizer's token texts) -> `processor_config.json`
+            entries Transformers.js's processor class reads, each written where the source's
+            file lacks it (transformers_js_processors.py).
     """
 
     note: str
     processor_class: str | None = None
     architecture: VisionLanguageArchitecture | None = None
     processor_settings: dict[str, Any] = field(default_factory=dict)
+    image_settings: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
+    processor_entries: Callable[[Any, TokenText], dict[str, Any]] | None = None
 
 
 IDEFICS3_NOTE = (
     TRANSFORMERS_JS + " runs this folder ({name}) on a prompt's crops (pixel_values and pixel_attention_mask) "
-    "as transformers' processor cuts them; its own Idefics3ImageProcessor resizes with sharp's Lanczos filter, "
-    "whose pixels differ from PIL's. ONNX Runtime GenAI has no type for this architecture."
+    "as its Idefics3Processor cuts them, reading image_seq_len from processor_config.json (written from the config "
+    "where the source has none): transformers' prompt ids and crop masks. Its Idefics3ImageProcessor resizes with "
+    "sharp's Lanczos filter, not PIL's: a crop it scales (every image's whole, and the crops of an image not already "
+    "of the longest edge) gets other pixels than transformers'. ONNX Runtime GenAI has no type for this architecture."
 )
 
 QWEN_IMAGES = (
@@ -71,6 +86,10 @@ QWEN_IMAGES = (
 SHARP_RESIZE = (
     " Its image processor resizes with sharp, not PIL: an image it resizes gets transformers' prompt ids (and grid) "
     "but other pixel values; an image already of the size it resizes to keeps transformers' pixels."
+)
+PIXTRAL_FILES = (
+    " Its PixtralProcessor reads the image tokens and patch sizes from processor_config.json, and its image processor "
+    "the patch it resizes to as patch_size x spatial_merge_size from preprocessor_config.json (both written here)."
 )
 # what Transformers.js's Qwen-VL class (Qwen2VLForConditionalGeneration, every Qwen-VL kind's base) feeds
 # after a prompt: `_get_text_only_rope_index` gives `max + 1n + BigInt(dims[1])` as a prompt's mRoPE delta where
@@ -135,33 +154,44 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         processor_class="Glm46VProcessor", architecture=glm_ocr.ARCHITECTURE,
     ),
     # its vision_encoder takes `pixel_values` of any number of images of the tower's size; 1-D positions from
-    # the mask. Its LlavaProcessor reads processor_config.json and counts the class token among the image
-    # tokens, which the "default" strategy drops (transformers' processor does not count it): no processor named
+    # the mask. Its LlavaProcessor (src/models/llava/processing_llava.js:21-23) counts (height / patch) x
+    # (width / patch) + num_additional_image_tokens image tokens, where transformers' subtracts the class token the
+    # "default" strategy drops: with a released processor_config.json one token more than the features, which its
+    # merge refuses (src/models/modeling_utils.js:1684). No processor named
     "llava": TransformersJsRow(
         f"{TRANSFORMERS_JS} runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
-        "transformers' LlavaProcessor gives; its own LlavaProcessor counts one image token more than the vision "
-        "model gives features for under the \"default\" feature strategy. ONNX Runtime GenAI has no LLaVA type.",
+        "transformers' LlavaProcessor gives; its own LlavaProcessor counts num_additional_image_tokens (the class "
+        "token) among an image's tokens where the \"default\" feature strategy drops it "
+        "(src/models/llava/processing_llava.js:21-23): one image token more than the vision model gives features for, "
+        "which its merge refuses (\"Number of tokens and features do not match\"). ONNX Runtime GenAI has no LLaVA type.",
         architecture=llava.ARCHITECTURE,
     ),
     # Idefics3ForConditionalGeneration's path (SmolVLM's the same): its vision_encoder takes `pixel_values` and the
-    # bool `pixel_attention_mask` of a prompt's crops; 1-D positions from the mask. Its Idefics3ImageProcessor
-    # resizes with sharp's Lanczos, not PIL's: no processor named
-    "idefics3": TransformersJsRow(IDEFICS3_NOTE.format(name="Idefics3ForConditionalGeneration"), architecture=idefics3.ARCHITECTURE),
-    "smolvlm": TransformersJsRow(IDEFICS3_NOTE.format(name="SmolVLMForConditionalGeneration"), architecture=idefics3.ARCHITECTURE),
+    # bool `pixel_attention_mask` of a prompt's crops; 1-D positions from the mask. Its Idefics3Processor reads
+    # `image_seq_len` from processor_config.json (written from the config where the source has none)
+    "idefics3": TransformersJsRow(IDEFICS3_NOTE.format(name="Idefics3ForConditionalGeneration"), architecture=idefics3.ARCHITECTURE,
+                                  processor_class="Idefics3Processor", processor_entries=idefics3_entries),
+    "smolvlm": TransformersJsRow(IDEFICS3_NOTE.format(name="SmolVLMForConditionalGeneration"), architecture=idefics3.ARCHITECTURE,
+                                 processor_class="SmolVLMProcessor", processor_entries=idefics3_entries),
     # LlavaForConditionalGeneration's path: `pixel_values` of one image, 1-D positions from the mask.
-    # Its PixtralProcessor reads processor_config.json's image tokens, and a patch_size of the vision patch
-    # with a spatial_merge_size in preprocessor_config.json, where transformers' PixtralImageProcessor keeps
-    # the merged patch as patch_size: no processor named
+    # Its PixtralProcessor reads processor_config.json's image tokens and patch sizes, and its
+    # PixtralImageProcessor a number patch_size and a spatial_merge_size in preprocessor_config.json
+    # (transformers_js_processors.py)
     "mistral3": TransformersJsRow(
         f"{TRANSFORMERS_JS} runs this folder (Mistral3ForConditionalGeneration) with one image per prompt: the "
-        "vision model takes one image ([1, 3, height, width]) at a time."
+        "vision model takes one image ([1, 3, height, width]) at a time." + PIXTRAL_FILES + SHARP_RESIZE,
+        processor_class="PixtralProcessor", image_settings=mistral3_image_settings, processor_entries=mistral3_entries,
     ),
     # Mistral 3's path under LightOnOCR's module names (lighton_ocr.py): LlavaForConditionalGeneration's
-    # `pixel_values` of one image, 1-D positions from the mask; no processor named (Mistral 3's reasons)
+    # `pixel_values` of one image, 1-D positions from the mask; Transformers.js has no LightOnOCR processor: its
+    # PixtralProcessor with empty break and end tokens writes LightOnOcrProcessor's tokens
     "lighton_ocr": TransformersJsRow(
         f"{TRANSFORMERS_JS} runs this folder (LightOnOcrForConditionalGeneration) with one image per prompt: the "
-        "vision model takes one image ([1, 3, height, width]) at a time. ONNX Runtime GenAI has no LightOnOCR type.",
-        architecture=lighton_ocr.ARCHITECTURE,
+        "vision model takes one image ([1, 3, height, width]) at a time." + PIXTRAL_FILES + " Its break and end tokens "
+        "are empty there, so that its rows join into LightOnOcrProcessor's run of image tokens." + SHARP_RESIZE
+        + " ONNX Runtime GenAI has no LightOnOCR type.",
+        processor_class="PixtralProcessor", architecture=lighton_ocr.ARCHITECTURE,
+        image_settings=lighton_ocr_image_settings, processor_entries=lighton_ocr_entries,
     ),
     # LlavaForConditionalGeneration's path: `pixel_values` of the processor's one size; rows one column wider, a
     # flag the decoder reads for the image tokens' two-way attention (gemma3_transformers_js.py)
@@ -200,7 +230,8 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "image_position_ids transformers' Gemma4Processor gives (any image size: its token count varies with the "
         "image's; the patches padded to the saved processor's max_soft_tokens, the one count the vision model takes), "
         "and input_features with input_features_mask for audio; its own Gemma4Processor puts two newlines before "
-        "and after each image's tokens, which transformers' does not, and its Gemma4ImageProcessor resizes with sharp, "
+        "and after each image's tokens (src/models/gemma4/processing_gemma4.js:79-81), which transformers' does not "
+        "(replace_image_token: begin, image tokens, end), and its Gemma4ImageProcessor resizes with sharp, "
         "whose pixels differ from PIL's. embed_tokens gives per_layer_inputs beside inputs_embeds. ONNX Runtime "
         "GenAI has no Gemma 4 vision-language type.",
         architecture=gemma4.ARCHITECTURE,
@@ -327,16 +358,40 @@ def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]
     """`preprocessor_config.json` naming the processor Transformers.js's `AutoProcessor` is
     to build (released checkpoints name it; an image processor saved alone does not), written
     into ``staging`` from the source's image processor settings (with the row's settings for
-    Transformers.js); returns the file's name, or
-    nothing where there are no settings or no class to name. Transformers.js reads that file
-    alone for `AutoProcessor` (it fails without it), where transformers 5 may have saved the
-    settings inside `processor_config.json` only (which the folder keeps, for the classes
-    that read it: Gemma3Processor's `image_seq_length`)."""
-    processor_class = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_class
+    Transformers.js), and the `processor_config.json` entries that processor reads
+    (write_processor_entries); returns the files' names, or nothing where there are no
+    settings or no class to name. Transformers.js reads `preprocessor_config.json` alone for
+    `AutoProcessor` (it fails without it), where transformers 5 may have saved the settings
+    inside `processor_config.json` only (which the folder keeps, for the classes that read it:
+    Gemma3Processor's `image_seq_length`)."""
+    row = TRANSFORMERS_JS_ARCHITECTURES[config.model_type]
     settings = image_processor_settings(source)
-    if processor_class is None or settings is None:
+    if row.processor_class is None or settings is None:
         return []
-    settings.setdefault("processor_class", processor_class)
-    settings.update(TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_settings)  # what the client must do otherwise
+    settings.setdefault("processor_class", row.processor_class)
+    settings.update(row.processor_settings)  # what the client must do otherwise
+    if row.image_settings is not None:
+        settings.update(row.image_settings(config, dict(settings)))
     (staging / IMAGE_PROCESSOR_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    return [IMAGE_PROCESSOR_FILE]
+    return [IMAGE_PROCESSOR_FILE, *write_processor_entries(source, staging, config)]
+
+
+def write_processor_entries(source: Path, staging: Path, config: Any) -> list[str]:
+    """`processor_config.json` in ``staging``: the source's (or an empty one) with each entry
+    of the row's `processor_entries` it lacks (the source's own values are kept: transformers'
+    processor reads them too); returns its name, or nothing for a row without entries."""
+    entries = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_entries
+    if entries is None:
+        return []
+    path = staging / PROCESSOR_FILE
+    path.write_text((source / PROCESSOR_FILE).read_text(encoding="utf-8") if (source / PROCESSOR_FILE).is_file() else "{}",
+                    encoding="utf-8")
+    wanted = entries(config, added_token_text(source))
+
+    def add_missing(content: dict[str, Any]) -> bool:
+        missing = {name: value for name, value in wanted.items() if name not in content}
+        content.update(missing)
+        return bool(missing)
+
+    edit_json_file(path, add_missing)
+    return [PROCESSOR_FILE]
