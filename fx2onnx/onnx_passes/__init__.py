@@ -20,6 +20,7 @@ the stage's entry `run_onnx_passes` (`onnx_pass_steps`).
 from dispatcher.functions.fused import ONNXRUNTIME_DOMAIN
 from fx2onnx.onnx_passes.appended_nodes import AppendedNodes
 from fx2onnx.onnx_passes.block_scales import QUANTIZATION_ALGORITHMS
+from fx2onnx.onnx_passes.derived_weights import source_weight_names
 from fx2onnx.onnx_passes.dynamic_quantization import quantize_linears_dynamically
 from fx2onnx.onnx_passes.fake_weights import CONSTANT_KEY, FOLDED_KEY
 from fx2onnx.onnx_passes.embedding_quantization import quantize_embeddings
@@ -48,4 +49,5 @@ __all__ = [
     "quantize_linears_dynamically",
     "rename_dims",
     "rounded_weight",
+    "source_weight_names",
 ]

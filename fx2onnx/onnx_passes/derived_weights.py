@@ -10,12 +10,15 @@ the program's weight or from the same weight read out of a checkpoint
 weights and the checkpoint's names still find the weights behind the new initializers.
 
 The tensors derived from one weight share a `DerivedGroup`, which computes them
-together and keeps them only until each was taken once.
+together and keeps them only until each was taken once. A group may also come from
+several weights (`register_derived` given a list: a float layer's query, key and value
+weights written side by side as one, `packed_float_projections`), read together when it
+is written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -23,38 +26,50 @@ import torch
 
 from fx2onnx.translate.tensor_data import TorchTensorData, has_data
 
-# the source weight as the model stores it -> each derived initializer's tensor, by name
-Derive = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+# the source weights as the model stores them (one for most groups) -> each derived
+# initializer's tensor, by name
+Derive = Callable[..., dict[str, torch.Tensor]]
+# reads a group's source weights, in the stored layout, in the order of its sources
+ReadSources = Callable[[], Sequence[torch.Tensor]]
 
 
 class DerivedGroup:
-    """The initializers computed together from one weight."""
+    """The initializers computed together from one weight (or a few, read together)."""
 
-    def __init__(self, source: ir.Value, derive: Derive, names: list[str]) -> None:
-        self.source = source
+    def __init__(self, sources: ir.Value | Sequence[ir.Value], derive: Derive, names: list[str]) -> None:
+        self.sources = [sources] if isinstance(sources, ir.Value) else list(sources)
         self._derive = derive
         self._names = names
         self._cached: tuple[object, dict[str, torch.Tensor], set[str]] | None = None
 
-    def tensor(self, name: str, key: object, read: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """The tensor ``name`` derived from the weight ``read`` gives (``key`` says which
+    @property
+    def source(self) -> ir.Value:
+        """The weight the group comes from (the first, for a group of several)."""
+        return self.sources[0]
+
+    def tensor(self, name: str, key: object, read: ReadSources) -> torch.Tensor:
+        """The tensor ``name`` derived from the weights ``read`` gives (``key`` says which
         reading it is: the outputs of one reading are computed once)."""
         if self._cached is None or self._cached[0] != key:
-            self._cached = (key, self._derive(read()), set())
+            self._cached = (key, self._derive(*read()), set())
         _, outputs, taken = self._cached
         taken.add(name)
         if taken.issuperset(self._names):
             self._cached = None  # every output taken: keep no copy
         return outputs[name]
 
-    def program_weight(self) -> torch.Tensor:
-        """The source weight as the program holds it (stored layout)."""
-        tensor = self.source.const_value
-        if tensor is None or not has_data(tensor):
-            raise ValueError(f"the weight {self.source.name!r} has no data: give the weights with model_state")
-        if isinstance(tensor, TorchTensorData):
-            return tensor.raw
-        return torch.from_numpy(np.array(tensor.numpy()))  # a copy: numpy arrays of ir.Tensor may be read-only
+    def program_weights(self) -> list[torch.Tensor]:
+        """The source weights as the program holds them (stored layout)."""
+        return [_program_weight(source) for source in self.sources]
+
+
+def _program_weight(source: ir.Value) -> torch.Tensor:
+    tensor = source.const_value
+    if tensor is None or not has_data(tensor):
+        raise ValueError(f"the weight {source.name!r} has no data: give the weights with model_state")
+    if isinstance(tensor, TorchTensorData):
+        return tensor.raw
+    return torch.from_numpy(np.array(tensor.numpy()))  # a copy: numpy arrays of ir.Tensor may be read-only
 
 
 class DerivedTensor(ir.LazyTensor):
@@ -66,14 +81,15 @@ class DerivedTensor(ir.LazyTensor):
 
     def _from_program(self) -> ir.TensorProtocol:
         assert self.name is not None
-        return TorchTensorData(self.group.tensor(self.name, "program", self.group.program_weight), name=self.name)
+        return TorchTensorData(self.group.tensor(self.name, "program", self.group.program_weights), name=self.name)
 
     @property
     def has_data(self) -> bool:
-        return has_data(self.group.source.const_value)
+        return all(has_data(source.const_value) for source in self.group.sources)
 
-    def from_weight(self, key: object, read: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """This tensor computed from the source weight that ``read`` gives in the stored layout."""
+    def from_weights(self, key: object, read: ReadSources) -> torch.Tensor:
+        """This tensor computed from the source weights that ``read`` gives in the stored
+        layout, in the order of the group's sources."""
         assert self.name is not None
         return self.group.tensor(self.name, key, read)
 
@@ -87,10 +103,12 @@ def fresh_name(graph: ir.Graph, wanted: str) -> str:
 
 
 def register_derived(
-    graph: ir.Graph, source: ir.Value, derive: Derive, specs: list[tuple[str, ir.DataType, tuple[int, ...]]]
+    graph: ir.Graph, source: ir.Value | Sequence[ir.Value], derive: Derive,
+    specs: list[tuple[str, ir.DataType, tuple[int, ...]]],
 ) -> list[ir.Value]:
     """New initializers of ``graph``, one per (name, dtype, shape) of ``specs``, computed
-    together from the initializer ``source`` by ``derive`` when the model is written."""
+    together from the initializer ``source`` (or the initializers, given to ``derive`` in
+    their order) by ``derive`` when the model is written."""
     group = DerivedGroup(source, derive, [name for name, _, _ in specs])
     values = []
     for name, dtype, shape in specs:
@@ -107,4 +125,15 @@ def derived_initializers(model: ir.Model) -> dict[str, DerivedTensor]:
         name: value.const_value
         for name, value in model.graph.initializers.items()
         if isinstance(value.const_value, DerivedTensor)
+    }
+
+
+def source_weight_names(model: ir.Model) -> set[str]:
+    """The names of the weights ``model``'s initializers are written from: a derived
+    initializer's source weights (which left the graph), every other initializer's own."""
+    derived = derived_initializers(model)
+    return {
+        source.name if source.name is not None else name
+        for name in model.graph.initializers
+        for source in (derived[name].group.sources if name in derived else [model.graph.initializers[name]])
     }

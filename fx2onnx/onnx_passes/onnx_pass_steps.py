@@ -33,6 +33,7 @@ from fx2onnx.onnx_passes.legalize_types import legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.packed_attention_inputs import pack_attention_inputs
+from fx2onnx.onnx_passes.packed_float_projections import pack_float_projections
 from fx2onnx.onnx_passes.packed_projections import pack_projections
 from fx2onnx.onnx_passes.rotary_in_attention import TABLE_POSITIONS
 from fx2onnx.onnx_passes.skip_normalization import fuse_skip_normalizations
@@ -131,9 +132,12 @@ ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
     # which reads them packed (one kernel call a layer instead of three, and no Split where it runs)
     Step("pack_projections", lambda state: _pack_projections(state), stage="weight quantization",
          when=lambda state: _quantization(state) is not None),
+    # float weights: a kernel's query, key and value projections as one MatMul of the
+    # joined weights, an initializer of its own (the file stays quantizable by the tools)
+    Step("pack_float_projections", lambda state: pack_float_projections(state.model_ir), stage="tool layout",
+         when=lambda state: _quantization(state) is None),
     # after the packing: a guarded GroupQueryAttention reads the packed query, key and value
-    Step("pack_attention_inputs", lambda state: pack_attention_inputs(state.model_ir), stage="weight quantization",
-         when=lambda state: _quantization(state) is not None),
+    Step("pack_attention_inputs", lambda state: pack_attention_inputs(state.model_ir), stage="weight quantization"),
     # after every pass that edits the layers' guards: what only their exact branches read
     # (the rotary tables, the expanded mask) computed there, not in every step
     Step("move_into_fallbacks", lambda state: move_into_fallbacks(state.model_ir)),

@@ -260,17 +260,18 @@ class ONNXProgram:
         signature = self._model_signature
         by_onnx_name = signature.torch_names() if signature else {}
         derived = derived_initializers(model)
-        # a derived initializer (a quantized weight) is read as the weight it comes from
+        # a derived initializer (a quantized weight, packed weights) is read as the weights it comes from
         torch_names = {
-            name: by_onnx_name.get(source) or source
+            name: [by_onnx_name.get(source) or source
+                   for source in ([s.name for s in derived[name].group.sources] if name in derived else [name])]
             for name in model.graph.initializers
-            for source in [derived[name].group.source.name if name in derived else name]
         }
-        without_data = {torch_names[name] for name in fake_weights(model)}
-        parameters = set(signature.parameters.values()) if signature else set(torch_names.values())
-        required = without_data | (parameters & set(torch_names.values()))
-        optional = set(torch_names.values()) - required
-        known = set(signature.weight_names() if signature else ()) | set(torch_names.values())
+        every_name = {torch_name for names in torch_names.values() for torch_name in names}
+        without_data = {torch_name for name in fake_weights(model) for torch_name in torch_names[name]}
+        parameters = set(signature.parameters.values()) if signature else every_name
+        required = without_data | (parameters & every_name)
+        optional = every_name - required
+        known = set(signature.weight_names() if signature else ()) | every_name
         aliases = signature.aliases() if signature else {}
         match = match_state_names(required, optional, source.names(), aliases, known, checkpoint_renaming(self.module))
         if match.missing:
@@ -290,18 +291,18 @@ class ONNXProgram:
                 stacklevel=4,
             )
         getters = program_getters(model)
-        for name, torch_name in torch_names.items():
-            if torch_name not in match.found:
+        for name, names in torch_names.items():
+            if any(torch_name not in match.found for torch_name in names):
                 continue
-            given = match.found[torch_name]
+            givens = tuple(match.found[torch_name] for torch_name in names)
             if name in derived:
                 tensor = derived[name]
-                weight = tensor.group.source
-                getters[name] = lambda given=given, tensor=tensor, weight=weight: tensor.from_weight(
-                    given, lambda: stored_form(weight, source.get(given))
+                weights = tensor.group.sources
+                getters[name] = lambda givens=givens, tensor=tensor, weights=weights: tensor.from_weights(
+                    givens, lambda: [stored_form(weight, source.get(given)) for weight, given in zip(weights, givens)]
                 )
             else:
-                value = model.graph.initializers[name]
+                value, (given,) = model.graph.initializers[name], givens
                 getters[name] = lambda given=given, value=value: stored_form(value, source.get(given))
         return getters
 

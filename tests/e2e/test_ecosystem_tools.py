@@ -57,8 +57,14 @@ def test_matmul_nbits_quantizer_quantizes_every_linear_layer_of_a_folder(tmp_pat
     quantizer.process()
     quantized = quantizer.model.model
     kinds = collections.Counter(node.op_type for node in quantized.graph.node)
-    # every nn.Linear (7 per layer and the LM head) and no MatMul on a weight left
-    assert kinds["MatMulNBits"] == _linear_layers(model) == 15
+    # every nn.Linear (7 per layer and the LM head), a layer's query, key and value one
+    # MatMul of their joined weights (as the kernel reads them), and no MatMul on a weight left
+    layers = model.config.num_hidden_layers
+    assert kinds["MatMulNBits"] == _linear_layers(model) - 2 * layers == 15 - 2 * 2
+    packed = [n for n in quantized.graph.node if n.op_type == "MatMulNBits" and "qkv_packed" in n.input[1]]
+    heads = model.config.num_attention_heads + 2 * model.config.num_key_value_heads
+    head_size = model.config.hidden_size // model.config.num_attention_heads
+    assert [next(a.i for a in n.attribute if a.name == "N") for n in packed] == [heads * head_size] * layers
     weights = {t.name for t in quantized.graph.initializer}
     assert not [n for n in quantized.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
     quantized_path = tmp_path / "int4.onnx"

@@ -176,11 +176,26 @@ def test_codes_and_scales_are_onnxruntime_quantizers_own(folders, precision, bit
         weight = name.removesuffix(f"_Q{bits}")
         head = weight == "lm_head.weight"
         for suffix in (f"_Q{bits}", "_scales"):
-            assert ours[weight + suffix].tobytes() == theirs[not head][weight + suffix].tobytes(), weight + suffix
+            assert ours[weight + suffix].tobytes() == _theirs_of(theirs[not head], weight, suffix, ours), weight + suffix
     # the head's zero points (a row's unused half byte is padding: onnxruntime's quantizer writes 8 there)
     n, blocks, _ = ours["lm_head.weight_Q%d" % bits].shape
     assert np.array_equal(_zero_points(ours["lm_head.weight_zero_points"], n, blocks, bits),
                           _zero_points(theirs[False]["lm_head.weight_zero_points"], n, blocks, bits))
+
+
+def _theirs_of(theirs: dict[str, np.ndarray], weight: str, suffix: str, ours: dict[str, np.ndarray]) -> bytes:
+    """The quantizer's tensor for ``weight``: the float folder holds a layer's query, key
+    and value as one joined weight (N = their three N), so each one's rows are its slice of
+    the joined tensor's (MatMulNBits quantizes each row of N on its own)."""
+    if weight + suffix in theirs:
+        return theirs[weight + suffix].tobytes()
+    layer = weight.rsplit(".self_attn.", 1)[0]
+    parts = [f"{layer}.self_attn.{p}_proj.weight" for p in "qkv"]
+    joined = theirs[f"{parts[0]}_qkv_packed{suffix}"]
+    sizes = [ours[part + suffix].shape[0] if suffix != "_scales" else ours[part + suffix].size for part in parts]
+    rows = joined.reshape(sum(sizes), -1) if suffix != "_scales" else joined.reshape(-1)
+    start = sum(sizes[:parts.index(weight)])
+    return np.ascontiguousarray(rows[start:start + sizes[parts.index(weight)]]).tobytes()
 
 
 def _zero_points(packed: np.ndarray, n: int, blocks: int, bits: int) -> np.ndarray:

@@ -29,6 +29,7 @@ from fx2onnx.hub.vision_language.folder_verification import verify_image_text_to
 from fx2onnx.hub.vision_language.transformers_js import (
     transformers_js_architecture, transformers_js_hint, transformers_js_note, transformers_js_refusal, write_processor_class,
 )
+from fx2onnx.onnx_passes import source_weight_names
 
 
 def architecture_for(config: Any, for_transformers_js: bool) -> VisionLanguageArchitecture:
@@ -73,7 +74,7 @@ def export_folder(
         if part not in ("vision", "audio"):  # their dims are the image's and the clip's, no role the runtime names
             name_dims_by_role(programs[part].model)
         paths[part] = onnx_file(loaded, base)
-        needed = set(programs[part].model.graph.initializers)
+        needed = source_weight_names(programs[part].model)  # packed or quantized weights: their sources
         files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
     if for_transformers_js:  # its config.json and tokenizer: the source's
         # a hybrid text model's states under the names Transformers.js feeds (its text config's model type)

@@ -22,6 +22,7 @@ from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import genai_files, phi4_multimodal, phi4_speech
 from fx2onnx.hub.vision_language.phi4_multimodal_verify import verify_phi4mm
+from fx2onnx.onnx_passes import source_weight_names
 
 AUDIO_NOTE = (
     "phi4mm folder for images and text: the speech model is left out (--without-audio), so ONNX Runtime GenAI refuses "
@@ -72,7 +73,7 @@ class Phi4MMRecipe(RecipeDefaults):
             if part not in ("vision", "speech"):  # their dims are the images' and clips', no role the runtime names
                 name_dims_by_role(programs[part].model)
             paths[part] = onnx_file(loaded, base)
-            needed = set(programs[part].model.graph.initializers)
+            needed = source_weight_names(programs[part].model)  # packed or quantized weights: their sources
             files += save_program(programs[part], staging, paths[part], loaded, state.only(needed) if state is not None else None)
         generation = getattr(loaded.model, "generation_config", None)
         config = phi4_multimodal.phi4mm_genai_config(loaded.config, generation, paths, programs["decoder"].model)
