@@ -136,6 +136,7 @@ class _Layer:
     kernel: ir.Node  # the folder's kernel without the bias, rotating its query and key itself
     query: ir.Value  # the query and key after their rotations (computed by ``rotations``)
     key: ir.Value
+    value: ir.Value  # apart, as the kernel with the bias reads it (the folder's kernel may read the three packed)
     rotations: list[ir.Node]
     window: int
     outputs: list[ir.Value]
@@ -156,7 +157,7 @@ def _exact(nodes: AppendedNodes, layer: _Layer, rows: _Rows, dtype: ir.DataType)
     layout (held tokens only; a sliding layer's last L(T) of them)."""
     kernel = layer.kernel
     heads, kv_heads = _attribute(kernel, "num_heads", 0), _attribute(kernel, "kv_num_heads", 0)
-    value, past_key, past_value = kernel.inputs[2], kernel.inputs[3], kernel.inputs[4]
+    value, past_key, past_value = layer.value, kernel.inputs[3], kernel.inputs[4]
     sinks = kernel.inputs[_SINKS] if len(kernel.inputs) > _SINKS else None
     capacity, window = _item(nodes, past_key, 2), layer.window
     numpy_type = dtype.numpy()
@@ -247,7 +248,7 @@ def _layers(graph: ir.Graph) -> dict[int, _Layer]:
         kernel = fast[0]
         if with_bias is None or set(kernel.attributes) - _COMPUTED:
             continue
-        found[index] = _Layer(kernel=kernel, query=with_bias.inputs[0], key=with_bias.inputs[1],
+        found[index] = _Layer(kernel=kernel, query=with_bias.inputs[0], key=with_bias.inputs[1], value=with_bias.inputs[2],
                               rotations=list(padded)[:-1], window=_attribute(kernel, "local_window_size", -1),
                               outputs=list(fast.outputs))
     return found
