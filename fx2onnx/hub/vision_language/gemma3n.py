@@ -122,9 +122,9 @@ def _processed(image_processor: Any) -> torch.Tensor:
 
 
 def _audio_inputs(frames: int = 120, held: int = 90, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Two clips of ``frames`` log-mel frames, the second's end masked after ``held``. The export's
-    120 give 30 subsampled frames, which the conformer's attention pads to chunks (of 12, the
-    checkpoints'): a count that needs no padding takes the same graph, padded by nothing."""
+    """Two clips of ``frames`` log-mel frames, the second's end masked after ``held`` (the
+    conformer's attention pads its frames to whole chunks, by none where they fill them: the
+    capture pads always, capture/libraries/transformers_audio_chunks.py)."""
     bins = 128  # the mel bins of Gemma 3n's feature extractor, which the subsampling is sized for (input_feat_size)
     features = torch.randn(2, frames, bins, generator=torch.Generator().manual_seed(seed))
     mask = torch.ones(2, frames, dtype=torch.bool)
