@@ -132,25 +132,33 @@ def _audio_inputs(frames: int = 120, held: int = 90, seed: int = 0) -> dict[str,
     return {"input_features": features, "input_features_mask": mask}
 
 
+def tower_and_text_programs(
+    loaded: LoadedModel, options: fx2onnx.ExportOptions, vision: tuple[torch.nn.Module, dict[str, torch.Tensor]],
+    audio: tuple[torch.nn.Module, dict[str, torch.Tensor]], embedding: torch.nn.Module | None = None,
+) -> dict[str, fx2onnx.ONNXProgram]:
+    """The programs of the four models Transformers.js's Gemma3nForConditionalGeneration loads (and
+    Gemma 4's, its subclass): the vision model for any number of images and the audio model for any
+    number of clips of any length (each a module and its example inputs, their other dims as the
+    example's), without the decoder's causal mask; the embedding (``embedding``, else
+    decoders/per_layer_inputs.py's) and the decoder."""
+    embed_program, decoder_program = embedded_decoder_programs(loaded, options, embedding)
+    plain = parts.without_causal_mask(options)
+    programs = {}
+    for part, (module, inputs), dims in (("vision", vision, {0: Dim.AUTO}), ("audio", audio, {0: Dim.AUTO, 1: Dim.AUTO})):
+        part_options = dataclasses.replace(plain, dynamic_shapes={name: dims for name in inputs})
+        # fake inputs with their sizes as numbers (the other dims static)
+        programs[part] = fx2onnx.dynamo_export(module, **parts.as_loaded(inputs, loaded, static=True),
+                                               export_options=part_options)
+    return {**programs, "embedding": embed_program, "decoder": decoder_program}
+
+
 def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
                  architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
-    """The vision model for any number of images of the processor's size, the audio model for any
-    number of clips of any length, the embedding and the decoder."""
-    plain = parts.without_causal_mask(options)
-    vision = {"pixel_values": _processed(image_processor)}
-    vision_options = dataclasses.replace(plain, dynamic_shapes={"pixel_values": {0: Dim.AUTO}})
-    audio = _audio_inputs()
-    audio_options = dataclasses.replace(plain, dynamic_shapes={name: {0: Dim.AUTO, 1: Dim.AUTO} for name in audio})
-    embedding, decoder = embedded_decoder_programs(loaded, options, Gemma3nEmbedding(loaded.model).eval())
-    return {
-        # the image size static: the tower's pooling to its output map is sized by it
-        "vision": fx2onnx.dynamo_export(Gemma3nVision(loaded.model), **parts.as_loaded(vision, loaded, static=True),
-                                        export_options=vision_options),
-        "audio": fx2onnx.dynamo_export(Gemma3nAudio(loaded.model), **parts.as_loaded(audio, loaded, static=True),
-                                       export_options=audio_options),
-        "embedding": embedding,
-        "decoder": decoder,
-    }
+    """The vision model for any number of images of the processor's size (the image size static: the
+    tower's pooling to its output map is sized by it), the audio model for any number of clips of
+    any length, the embedding and the decoder."""
+    return tower_and_text_programs(loaded, options, (Gemma3nVision(loaded.model), {"pixel_values": _processed(image_processor)}),
+                                   (Gemma3nAudio(loaded.model), _audio_inputs()), Gemma3nEmbedding(loaded.model).eval())
 
 
 def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tuple[int, int], ...]:
