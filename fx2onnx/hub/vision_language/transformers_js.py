@@ -238,14 +238,20 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     ),
     # Gemma 4's path, the class's own (gemma3n.py): vision_encoder on `pixel_values` alone (timm's MobileNetV5, every
     # image of the processor's one size), audio_encoder (loaded whatever the prompt) giving the processor's fixed count
-    # of rows a clip, embed_tokens giving per_layer_inputs and the vision and audio vocabularies' embeddings
+    # of rows a clip, embed_tokens giving per_layer_inputs and the vision and audio vocabularies' embeddings. Its
+    # feature extractor's spectrogram frames by frame_length (line 18079 of the pinned release's
+    # dist/transformers.node.mjs), transformers' unfolds frame_length + 1 samples: 73 frames of a 12000-sample clip
+    # (padded to 12032) against transformers' 72, the 72 within 2.1e-5
     "gemma3n": TransformersJsRow(
         f"{TRANSFORMERS_JS} runs this folder (Gemma3nForConditionalGeneration) on the input_ids and pixel_values "
         "transformers' Gemma3nProcessor gives (every image resized to the image processor's one size, "
         "vision_soft_tokens_per_image tokens each; the vision model takes any number of images) and input_features "
         "with input_features_mask for audio (audio_soft_tokens_per_image tokens a clip, the rows past a clip's end "
         "the audio padding embedding, as transformers merges them). embed_tokens gives per_layer_inputs beside "
-        "inputs_embeds." + SHARP_RESIZE + " The vision tower is timm's: export-hf needs timm (the vision extra). "
+        "inputs_embeds." + SHARP_RESIZE + " Its Gemma3nAudioFeatureExtractor frames a clip by frame_length samples "
+        "where transformers' takes one more (its preemphasis reads frame_length + 1), so a clip whose padded length "
+        "less frame_length is a multiple of hop_length gets one log-mel frame more than transformers' (the others "
+        "equal). The vision tower is timm's: export-hf needs timm (the vision extra). "
         "ONNX Runtime GenAI has no Gemma 3n type.",
         architecture=gemma3n.ARCHITECTURE,
     ),
