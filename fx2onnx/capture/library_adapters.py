@@ -54,6 +54,7 @@ import torch
 
 from fx2onnx.capture.libraries import torchvision_rewrites
 from fx2onnx.capture.libraries.torchao_tensors import TensorSubclassError, without_tensor_subclasses
+from fx2onnx.capture.libraries.transformers_audio_chunks import chunks_padded_always
 from fx2onnx.capture.libraries.transformers_caches import (
     CacheOutsideLayersError,
     frozen_numbers,
@@ -189,6 +190,10 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
     CaptureRewrite(
         "transformers.models.gemma3n.modeling_gemma3n", "Gemma3nTextMLP._gaussian_topk", quantile_as_a_constant,
         "a constant normal quantile computed by torch.distributions, whose argument checks do not decompose",
+    ),
+    CaptureRewrite(
+        "transformers.models.gemma3n.modeling_gemma3n", "Gemma3nAudioAttention._convert_to_block", chunks_padded_always,
+        "queries padded to whole chunks only where the clip's frames do not fill them already (a branch on its length)",
     ),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "apply_mask_to_padding_states", mask_of_the_new_tokens,

@@ -42,6 +42,8 @@ _AUTO_CLASSES = {
     IMAGE_TEXT_TO_TEXT: "AutoModelForImageTextToText",
 }
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# the model types of the (sub-)configs whose model transformers builds with timm (TimmWrapperModel)
+TIMM_CONFIG_TYPES = frozenset({"timm_wrapper", "gemma3n_vision"})
 
 
 @dataclass
@@ -202,11 +204,32 @@ def load_model(
     return LoadedModel(model, config, folder, task, fake_context)
 
 
+def check_timm(config: Any) -> None:
+    """A clear error, before the model is built, for a model with a timm tower (Gemma 3n's
+    MobileNetV5) where timm cannot be imported (it is not installed, or its torchvision does
+    not load with this torch)."""
+    configs = [config, *(getattr(config, name, None) for name in getattr(config, "sub_configs", {}))]
+    towers = [c for c in configs if getattr(c, "model_type", None) in TIMM_CONFIG_TYPES]
+    if not towers:
+        return
+    try:
+        import timm  # noqa: F401 (whether it imports)
+    except ImportError as error:
+        architecture = ", ".join(getattr(config, "architectures", None) or [config.model_type])
+        raise ImportError(
+            f"{architecture}'s vision tower is timm's {getattr(towers[0], 'architecture', 'model')} (transformers builds "
+            f"it with TimmWrapperModel), and timm cannot be imported here ({error}). Install the vision extra, "
+            "`pip install \"fx2onnx[vision]\"` (timm and torchvision: torchvision of your torch's release, see "
+            "docs/guides/vision.md). Nothing was written."
+        ) from error
+
+
 def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -> tuple[torch.nn.Module, ONNXFakeContext | None]:
     import transformers
 
     from fx2onnx import enable_fake_mode
 
+    check_timm(config)
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"Unknown dtype '{dtype}': one of {', '.join(DTYPES)}.")
     auto = _model_class(transformers, task, config)

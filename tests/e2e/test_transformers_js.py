@@ -1708,17 +1708,42 @@ def gemma4_prompts(model: torch.nn.Module) -> tuple[list[dict], list[dict]]:
     prompts.append({"input_ids": torch.tensor([image_ids]), "attention_mask": torch.ones(1, len(image_ids), dtype=torch.int64),
                     **pixels, **clip_inputs})
     rows = [image_row(random_image(40, 40, 3), text), image_row(random_image(20, 60, 4), text[:5])]
-    width = max(len(ids) for ids, _ in rows)
-    prompts.append({
-        "input_ids": torch.tensor([[0] * (width - len(ids)) + ids for ids, _ in rows]),
-        "attention_mask": torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids, _ in rows]),
-        **{name: torch.cat([pixels[name] for _, pixels in rows]) for name in ("pixel_values", "image_position_ids")}})
+    prompts.append(left_padded_batch([ids for ids, _ in rows], **{
+        name: torch.cat([pixels[name] for _, pixels in rows]) for name in ("pixel_values", "image_position_ids")}))
+    return jobs_and_greedy_rows(model, prompts)
+
+
+def left_padded_batch(rows: list[list[int]], **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A batch of ``rows`` of ids padded on the left with 0, its mask and ``inputs``."""
+    width = max(len(ids) for ids in rows)
+    return {"input_ids": torch.tensor([[0] * (width - len(ids)) + ids for ids in rows]),
+            "attention_mask": torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in rows]), **inputs}
+
+
+def jobs_and_greedy_rows(model: torch.nn.Module, prompts: list[dict]) -> tuple[list[dict], list[list[list[int]]]]:
+    """Each prompt as the runner's image_text jobs give it, and transformers' 16 greedy tokens after
+    it (a list per row)."""
     expected = []
     for given in prompts:
         with torch.no_grad():
             out = model.generate(**given, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
         expected.append(out[:, given["input_ids"].shape[1]:].tolist())
     return [{"inputs": tensor_specs(given)} for given in prompts], expected
+
+
+def assert_per_layer_folder(out: Path, graphs: dict, model_type: str, architecture: str, stored_layers: int) -> None:
+    """The audio model's inputs, the embedding's outputs and the decoder's inputs as Transformers.js's
+    Gemma3nForConditionalGeneration (Gemma 4's base) feeds and reads them, the cache of the
+    ``stored_layers`` layers that store keys and values alone, and config.json's model type and
+    class as transformers has them."""
+    assert [i.name for i in graphs["audio_encoder"].input] == ["input_features", "input_features_mask"]
+    assert [o.name for o in graphs["embed_tokens"].output] == ["inputs_embeds", "per_layer_inputs"]
+    decoder_inputs = {i.name for i in graphs["decoder_model_merged"].input}
+    assert {"inputs_embeds", "per_layer_inputs", "attention_mask", "position_ids"} <= decoder_inputs
+    assert {name for name in decoder_inputs if name.startswith("past_")} == {
+        f"past_key_values.{i}.{kind}" for i in range(stored_layers) for kind in ("key", "value")}
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == model_type and config["architectures"] == [architecture]
 
 
 def test_gemma4_image_audio_folder_in_transformers_js(tmp_path, transformers_js):
@@ -1746,14 +1771,7 @@ def test_gemma4_image_audio_folder_in_transformers_js(tmp_path, transformers_js)
     # the patches as the processor pads them (70 pooled tokens of 2 x 2 patches), images any in number
     assert shapes(graphs["vision_encoder"].input) == {"pixel_values": ["pixel_values_dim_0", 280, 48],
                                                       "pixel_position_ids": ["pixel_values_dim_0", 280, 2]}
-    assert [i.name for i in graphs["audio_encoder"].input] == ["input_features", "input_features_mask"]
-    assert [o.name for o in graphs["embed_tokens"].output] == ["inputs_embeds", "per_layer_inputs"]
-    decoder_inputs = {i.name for i in graphs["decoder_model_merged"].input}
-    assert {"inputs_embeds", "per_layer_inputs", "attention_mask", "position_ids"} <= decoder_inputs
-    assert {name for name in decoder_inputs if name.startswith("past_")} == {
-        f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")}
-    config = json.loads((out / "config.json").read_text())
-    assert config["model_type"] == "gemma4" and config["architectures"] == ["Gemma4ForConditionalGeneration"]
+    assert_per_layer_folder(out, graphs, "gemma4", "Gemma4ForConditionalGeneration", stored_layers=2)
     prompts, expected = gemma4_prompts(model)
     assert len({len(prompt["inputs"]["input_ids"]["data"]) for prompt in prompts[:2]}) == 2  # other token counts
     assert 0 in prompts[5]["inputs"]["attention_mask"]["data"]  # the batch is padded

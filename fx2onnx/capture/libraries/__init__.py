@@ -10,7 +10,8 @@
   rule with a symbolic number of chunks (`transformers_chunked_scans`,
   `transformers_delta_rule_scans`), Mamba's selective scan over a symbolic length from the
   cache's state (`transformers_selective_scans`), the images' height and width kept static for its
-  shifted-window models (`transformers_windows`);
+  shifted-window models (`transformers_windows`), Gemma 3n's audio attention padding its
+  queries to whole chunks whatever their count (`transformers_audio_chunks`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).

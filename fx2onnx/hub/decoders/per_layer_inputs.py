@@ -121,7 +121,7 @@ class PerLayerDecoder(torch.nn.Module):
         return {"logits": logits, "present": decode_step.output_cache(output)}
 
 
-def _decoder_inputs(loaded: LoadedModel, embedding: PerLayerEmbedding) -> dict[str, Any]:
+def _decoder_inputs(loaded: LoadedModel, embedding: torch.nn.Module) -> dict[str, Any]:
     """The folder's decode step (decode_step.py) with its ids embedded as the embedding model does."""
     step = decode_step.decode_step_inputs(loaded)
     ids = step.pop("input_ids")
@@ -135,11 +135,13 @@ def _decoder_inputs(loaded: LoadedModel, embedding: PerLayerEmbedding) -> dict[s
 
 
 def embedded_decoder_programs(
-    loaded: LoadedModel, options: fx2onnx.ExportOptions,
+    loaded: LoadedModel, options: fx2onnx.ExportOptions, embedding: torch.nn.Module | None = None,
 ) -> tuple[fx2onnx.ONNXProgram, fx2onnx.ONNXProgram]:
     """The programs of Transformers.js's `embed_tokens` and `decoder_model_merged` of ``loaded``'s
-    text model (``options``: those of the decoder)."""
-    embedding = PerLayerEmbedding(loaded.model).eval()
+    text model (``options``: those of the decoder); ``embedding``: the model's own (`input_ids` ->
+    `inputs_embeds` and `per_layer_inputs`: Gemma 3n's embeds its vision and audio vocabularies
+    otherwise), else `PerLayerEmbedding`."""
+    embedding = embedding if embedding is not None else PerLayerEmbedding(loaded.model).eval()
     decoder = PerLayerDecoder(loaded.model).eval()
     vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)
     ids = torch.randint(min(3, vocab - 1), vocab, (2, 9), generator=torch.Generator().manual_seed(0))

@@ -67,7 +67,7 @@ def export_folder(
     state = None
     if loaded.fake_context is not None:
         state = part_checkpoint(loaded.folder, loaded.model, loaded.model)
-    # the parts the architecture has: the three of every folder, and an optional one (Gemma 4's audio model)
+    # the parts the architecture has: the three of every folder, and an optional one (Gemma 4's and Gemma 3n's audio model)
     for part, base in (genai_files.PARTS | genai_files.OPTIONAL_PARTS).items():
         if part not in programs:
             continue

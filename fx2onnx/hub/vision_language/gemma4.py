@@ -34,19 +34,16 @@ both ways (`use_bidirectional_attention: "vision"`: transformers reads that from
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 import torch
-from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
-from fx2onnx.hub.decoders.per_layer_inputs import embedded_decoder_programs
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.verification import cpu_session, run_session
-from fx2onnx.hub.vision_language import parts
+from fx2onnx.hub.vision_language import gemma3n
 from fx2onnx.hub.vision_language.architecture import Prompt, VisionLanguageArchitecture, prompt_text, transformers_js_only
 from fx2onnx.hub.vision_language.parts import Holder
 
@@ -118,24 +115,12 @@ def _audio_inputs(frames: int = 120, held: int = 90, seed: int = 0) -> dict[str,
 def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
                  architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
     """The vision and audio models for any number of images and clips, the embedding and the decoder."""
-    plain = parts.without_causal_mask(options)
     images = _processed(image_processor)
     vision = {"pixel_values": images["pixel_values"], "pixel_position_ids": images["image_position_ids"]}
     # the patches' count stays the processor's (max_soft_tokens pooled tokens): the tower's pooling sizes its one-hot
     # by it, which the capture keeps as a number; another count is an error of onnxruntime's, not other numbers
-    vision_options = dataclasses.replace(plain, dynamic_shapes={name: {0: Dim.AUTO} for name in vision})
-    audio = _audio_inputs()
-    audio_options = dataclasses.replace(plain, dynamic_shapes={name: {0: Dim.AUTO, 1: Dim.AUTO} for name in audio})
-    embedding, decoder = embedded_decoder_programs(loaded, options)
-    return {
-        # fake inputs with their sizes as numbers (the patches' count static)
-        "vision": fx2onnx.dynamo_export(Gemma4Vision(loaded.model), **parts.as_loaded(vision, loaded, static=True),
-                                        export_options=vision_options),
-        "audio": fx2onnx.dynamo_export(Gemma4Audio(loaded.model), **parts.as_loaded(audio, loaded, static=True),
-                                       export_options=audio_options),
-        "embedding": embedding,
-        "decoder": decoder,
-    }
+    return gemma3n.tower_and_text_programs(loaded, options, (Gemma4Vision(loaded.model), vision),
+                                           (Gemma4Audio(loaded.model), _audio_inputs()))
 
 
 def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tuple[int, int], ...]:

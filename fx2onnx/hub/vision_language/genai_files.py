@@ -20,7 +20,7 @@ from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 
 VISION, EMBEDDING, DECODER = "vision_encoder", "embed_tokens", "decoder_model_merged"
 PARTS = {"vision": VISION, "embedding": EMBEDDING, "decoder": DECODER}  # the models and their file names
-# a part a folder may have beside the three (Gemma 4's audio model, under Transformers.js's session name)
+# a part a folder may have beside the three (Gemma 4's and Gemma 3n's audio model, under Transformers.js's session name)
 OPTIONAL_PARTS = {"audio": "audio_encoder"}
 PROCESSOR_CONFIG = "genai_processor_config.json"
 

@@ -27,7 +27,7 @@ from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.shared.folder_files import edit_json_file
 from fx2onnx.hub.vision_language import (
-    gemma3_transformers_js, gemma4, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl,
+    gemma3_transformers_js, gemma3n, gemma4, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl,
     qwen3_5, qwen3_vl,
 )
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
@@ -236,6 +236,25 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
         "GenAI has no Gemma 4 vision-language type.",
         architecture=gemma4.ARCHITECTURE,
     ),
+    # Gemma 4's path, the class's own (gemma3n.py): vision_encoder on `pixel_values` alone (timm's MobileNetV5, every
+    # image of the processor's one size), audio_encoder (loaded whatever the prompt) giving the processor's fixed count
+    # of rows a clip, embed_tokens giving per_layer_inputs and the vision and audio vocabularies' embeddings. Its
+    # feature extractor's spectrogram frames by frame_length (line 18079 of the pinned release's
+    # dist/transformers.node.mjs), transformers' unfolds frame_length + 1 samples: 73 frames of a 12000-sample clip
+    # (padded to 12032) against transformers' 72, the 72 within 2.1e-5
+    "gemma3n": TransformersJsRow(
+        f"{TRANSFORMERS_JS} runs this folder (Gemma3nForConditionalGeneration) on the input_ids and pixel_values "
+        "transformers' Gemma3nProcessor gives (every image resized to the image processor's one size, "
+        "vision_soft_tokens_per_image tokens each; the vision model takes any number of images) and input_features "
+        "with input_features_mask for audio (audio_soft_tokens_per_image tokens a clip, the rows past a clip's end "
+        "the audio padding embedding, as transformers merges them). embed_tokens gives per_layer_inputs beside "
+        "inputs_embeds." + SHARP_RESIZE + " Its Gemma3nAudioFeatureExtractor frames a clip by frame_length samples "
+        "where transformers' takes one more (its preemphasis reads frame_length + 1), so a clip whose padded length "
+        "less frame_length is a multiple of hop_length gets one log-mel frame more than transformers' (the others "
+        "equal). The vision tower is timm's: export-hf needs timm (the vision extra). "
+        "ONNX Runtime GenAI has no Gemma 3n type.",
+        architecture=gemma3n.ARCHITECTURE,
+    ),
     # its vision_encoder takes the tiles of a prompt's images as Lfm2VlForConditionalGeneration feeds them (its
     # forward_params: pixel_values, pixel_attention_mask, spatial_shapes); 1-D positions from the mask; the decoder's
     # convolution states named as getCacheNames names those of the text config's `lfm2`
@@ -277,12 +296,6 @@ NOT_SERVED = {
         "image_sizes before the vision model runs; transformers' LLaVA-OneVision needs each image's size to choose the grid "
         "of its crops and to unpad their features (pack_image_features, with image_newline rows), which a vision model fed "
         "pixel_values alone cannot tell."
-    ),
-    "gemma3n": (
-        "export-hf does not export its towers: the vision tower is timm's MobileNetV5 (transformers builds it through "
-        "TimmWrapperModel, and timm is not among export-hf's dependencies) and Transformers.js's "
-        "Gemma3nForConditionalGeneration also loads an audio_encoder (src/models/session_config.js:78-90), Gemma 3n's "
-        "USM conformer, not written either."
     ),
 }
 

@@ -17,7 +17,8 @@ from fx2onnx.hub.loading import IMAGE_TEXT_TO_TEXT
 from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import image_text_to_text
 from fx2onnx.hub.vision_language import (
-    architecture, florence2, folder_verification, gemma3, gemma3_transformers_js, gemma4, genai_files, glm_ocr, idefics3,
+    architecture, florence2, folder_verification, gemma3, gemma3_transformers_js, gemma3n, gemma4, genai_files, glm_ocr,
+    idefics3,
     lighton_ocr, llava, mistral3, paligemma, parts, qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_vl, qwen_images, transformers_js,
 )
 from fx2onnx.hub.vision_language.architectures import ARCHITECTURES, architecture_of
@@ -282,7 +283,6 @@ def test_gemma3_transformers_js_folder_has_flagged_rows_and_the_genai_folder_its
 
 @pytest.mark.parametrize("make_config, works", [
     (lambda: transformers.LlavaOnevisionConfig(), "Give --text-only to export its language model alone"),
-    (lambda: transformers.Gemma3nConfig(), "Give --text-only to export its language model alone"),
 ])
 def test_a_family_transformers_js_runs_but_export_hf_does_not_write_says_why_and_what_works(make_config, works):
     config = make_config()
@@ -353,6 +353,28 @@ def test_gemma4_folder_transformers_js_cannot_run_is_refused_with_its_cause(conf
         transformers_js.transformers_js_architecture(config)
     assert cause in str(error.value)
     assert transformers_js.transformers_js_architecture(gemma4_config()) is gemma4.ARCHITECTURE
+
+
+def test_gemma3n_has_its_own_transformers_js_row():
+    config = transformers.Gemma3nConfig()
+    assert transformers_js.transformers_js_refusal(config) is None and "gemma3n" not in transformers_js.NOT_SERVED
+    assert transformers_js.transformers_js_architecture(config) is gemma3n.ARCHITECTURE
+    assert "(Gemma3nForConditionalGeneration)" in transformers_js.transformers_js_note(config)
+
+
+def test_gemma3n_without_timm_is_an_error_naming_what_to_install(tmp_path, monkeypatch):
+    """Gemma 3n's vision tower is timm's: where timm cannot be imported, export-hf says so and
+    which extra to install before it builds the model, and writes nothing."""
+    import sys
+
+    from fx2onnx.hub import export_hf
+
+    transformers.Gemma3nConfig().save_pretrained(tmp_path / "source")  # a configuration alone: the model is not built
+    monkeypatch.setitem(sys.modules, "timm", None)  # `import timm` raises ImportError
+    with pytest.raises(ImportError, match=r"timm's mobilenetv5_300m_enc") as error:
+        export_hf(tmp_path / "source", tmp_path / "out", task="image-text-to-text", runtime="standard")
+    assert 'pip install "fx2onnx[vision]"' in str(error.value) and "Nothing was written" in str(error.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_florence2_encoder_inputs_have_numeric_sizes_while_the_vision_exports_fakes_live(tmp_path):
