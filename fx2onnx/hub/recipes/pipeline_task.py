@@ -23,7 +23,7 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
-from fx2onnx.hub.speech.audio_mask import reads_mask
+from fx2onnx.hub.speech.audio_mask import frames_mask_rule, reads_mask
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:
@@ -36,10 +36,24 @@ def audio_mask(loaded: LoadedModel) -> bool:
         Path(loaded.folder), loaded.model)
 
 
+def attended_frames(model: torch.nn.Module, inputs: dict[str, torch.Tensor], actual: np.ndarray,
+                    expected: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """A CTC model's logits (batch, frames, vocabulary) at the output frames its input mask
+    attends (by the model's own rule, audio_mask.frames_mask_rule): a padded clip's other
+    frames are no transcription, and their values differ between attention kernels (a query
+    row masked whole); other outputs as they are."""
+    rule = frames_mask_rule(model) if "attention_mask" in inputs and expected.dim() == 3 else None
+    if rule is None:
+        return actual, expected
+    frames = rule(inputs["attention_mask"], expected.shape[1]).bool()
+    return actual[frames.numpy()], expected[frames]
+
+
 def verify_task_outputs(
     path: Path, model: torch.nn.Module, task: str, config: Any, tolerance: Tolerance, with_mask: bool = False,
 ) -> Verification:
-    """Every output of the folder's model against transformers', on two input sizes."""
+    """Every output of the folder's model against transformers', on two input sizes (a
+    padded clip's logits at its attended frames)."""
     pairs: list[tuple[np.ndarray, torch.Tensor]] = []
     with cpu_session(path) as session:
         names = [o.name for o in session.get_outputs()]
@@ -48,7 +62,7 @@ def verify_task_outputs(
             actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})
             with torch.no_grad():
                 expected = model(**inputs)
-            pairs += [(actual[name], _torch_output(expected, name)) for name in names]
+            pairs += [attended_frames(model, inputs, actual[name], _torch_output(expected, name)) for name in names]
     return verdict_of(pairs, tolerance)
 
 
