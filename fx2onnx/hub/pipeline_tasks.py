@@ -279,7 +279,7 @@ def extra_dim_roles(
     with the model, a spectrogram given time first has its frames named as well, and with
     ``audio_mask`` the mask of a padded batch the time of the audio input it masks."""
     from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
-    from fx2onnx.hub.speech.audio_input import SAMPLES
+    from fx2onnx.hub.speech.audio_mask import SAMPLES
 
     if PIPELINE_TASKS[task].inputs is InputKind.CHOICES:
         roles = {0: BATCH, 1: NUM_CHOICES, 2: SEQUENCE}

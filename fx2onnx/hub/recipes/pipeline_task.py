@@ -23,7 +23,8 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
-from fx2onnx.hub.speech.audio_mask import frames_mask_rule, reads_mask
+from fx2onnx.hub.speech.audio_input import reads_mask
+from fx2onnx.hub.speech.audio_mask import frames_mask_rule
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:

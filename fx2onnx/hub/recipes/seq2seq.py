@@ -40,8 +40,8 @@ from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, o
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.value_branch_refusal import SEQ2SEQ, value_branch_failure
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
-from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speech_examples
-from fx2onnx.hub.speech.audio_mask import MASK, attended, frames_mask_rule, frames_of, optional_mask, reads_mask
+from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, reads_mask, speech_examples
+from fx2onnx.hub.speech.audio_mask import MASK, attended, frames_mask_rule, frames_of, optional_mask
 from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
 from fx2onnx.hub.speech.transformers_js_speech import client_note, write_processor_files
 from fx2onnx.hub.tasks import UnsupportedArchitectureError, UnsupportedTaskError
@@ -67,7 +67,7 @@ class EncoderHalf(nn.Module):
             outputs = encoder(input_ids=input_ids, attention_mask=attention_mask)
         elif attention_mask is None:
             outputs = encoder(**audio)
-        else:  # a speech encoder's mask where its folder reads one (audio_mask.reads_mask): optional
+        else:  # a speech encoder's mask where its folder reads one (audio_input.reads_mask): optional
             outputs = encoder(**audio, attention_mask=attended(attention_mask))
         # the decoder reads this alone (a Wav2Vec2 encoder also returns its convolutions' features)
         return {"last_hidden_state": outputs[0]}

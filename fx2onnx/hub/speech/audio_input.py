@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fx2onnx.hub.speech.audio_mask import MASK
+from fx2onnx.hub.speech.audio_mask import FRAMES, MASK, SAMPLES, takes_mask
 
 AUDIO_INPUTS = ("input_features", "input_values")
 FEATURE_EXTRACTOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
@@ -34,8 +34,6 @@ BATCH = 2
 CLIP_SECONDS = (1.0, 1.55)
 # the last clip of an example batch, as a share of the others: a padded row
 SHORTER_CLIP = 0.7
-# the dim names of an audio input's time axis (Optimum's)
-FRAMES, SAMPLES = "num_frames", "num_samples"
 
 
 def audio_input_name(model: torch.nn.Module) -> str | None:
@@ -92,6 +90,21 @@ def feature_extractor(folder: Path) -> Any:
         warnings.warn(f"The folder's feature extractor cannot be loaded ({error}); the speech encoder's example "
                       "inputs follow the model's config instead.", stacklevel=2)
         return None
+
+
+def extractor_gives_mask(folder: Path) -> bool:
+    """Whether the folder's feature extractor returns an attention mask (False without one)."""
+    extractor = feature_extractor(folder)
+    if extractor is None:
+        return False
+    rate = int(getattr(extractor, "sampling_rate", 16000) or 16000)
+    return MASK in extractor([np.zeros(rate // 10, dtype=np.float32)], sampling_rate=rate, return_tensors="np")
+
+
+def reads_mask(folder: Path, module: torch.nn.Module) -> bool:
+    """Whether ``module`` (a model, or an encoder-decoder's encoder) is given the mask the
+    folder's feature extractor returns."""
+    return takes_mask(module) and extractor_gives_mask(folder)
 
 
 def _padded(extractor: Any) -> dict[str, Any]:

@@ -4,8 +4,8 @@ A feature extractor pads the clips of a batch to the longest and, where its sett
 (`return_attention_mask`), returns a mask of the samples or frames each clip fills; the
 model then masks the padding: a wav2vec2-style encoder its attention and a classifier its
 pooling, a speech encoder-decoder its encoder and its decoder's cross-attention. A folder
-reads that mask where the extractor returns one and the model takes one (`reads_mask`),
-so that each row of a padded batch is transformers' row.
+reads that mask where the extractor returns one and the model takes one
+(audio_input.reads_mask), so that each row of a padded batch is transformers' row.
 
 A speech encoder-decoder's decoder is given the mask of the encoder's input, as
 Transformers.js gives it (`encoder_attention_mask`: the input's `attention_mask`), and
@@ -23,28 +23,13 @@ import numpy as np
 import torch
 
 MASK = "attention_mask"
+# the dim names of an audio input's time axis (Optimum's), which its mask shares
+FRAMES, SAMPLES = "num_frames", "num_samples"
 
 
 def takes_mask(module: torch.nn.Module) -> bool:
     """Whether ``module``'s forward takes an `attention_mask`."""
     return MASK in inspect.signature(module.forward).parameters
-
-
-def extractor_gives_mask(folder: Path) -> bool:
-    """Whether the folder's feature extractor returns an attention mask (False without one)."""
-    from fx2onnx.hub.speech.audio_input import feature_extractor
-
-    extractor = feature_extractor(folder)
-    if extractor is None:
-        return False
-    rate = int(getattr(extractor, "sampling_rate", 16000) or 16000)
-    return MASK in extractor([np.zeros(rate // 10, dtype=np.float32)], sampling_rate=rate, return_tensors="np")
-
-
-def reads_mask(folder: Path, module: torch.nn.Module) -> bool:
-    """Whether ``module`` (a model, or an encoder-decoder's encoder) is given the mask the
-    folder's feature extractor returns."""
-    return takes_mask(module) and extractor_gives_mask(folder)
 
 
 def frames_mask_rule(model: torch.nn.Module) -> Callable[[torch.Tensor, int], torch.Tensor] | None:

@@ -11,8 +11,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from fx2onnx.hub.speech.audio_input import speech_examples
-from fx2onnx.hub.speech.audio_mask import attended, extractor_gives_mask, frames_mask_rule, frames_of, optional_mask, reads_mask
+from fx2onnx.hub.speech.audio_input import extractor_gives_mask, reads_mask, speech_examples
+from fx2onnx.hub.speech.audio_mask import attended, frames_mask_rule, frames_of, optional_mask
 
 transformers = pytest.importorskip("transformers")
 
