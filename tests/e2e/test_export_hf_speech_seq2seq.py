@@ -350,3 +350,22 @@ def test_verify_sees_an_error_in_the_decoder(folders, tmp_path):
                                          inputs, NEW_TOKENS, tolerance_for(torch.float32))
     assert not verification.passed and verification.tokens_equal
     assert verification.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
+
+
+def test_a_padded_batch_with_module_functions(tmp_path):
+    """Speech2Text written with module functions (the encoder's and the merged decoder's
+    modules as ONNX functions, the optional masks' defaults in the main graphs): --verify on
+    its padded batches, and the 2.1 s and 0.9 s clips' 16 tokens per row as transformers'."""
+    tokenizer = trained_tokenizer()
+    tokenizer.save_pretrained(tmp_path / "source")
+    model = save_speech_to_text(tmp_path / "source", len(tokenizer))
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, tokens=NEW_TOKENS, module_functions=True)
+    assert result.verification.passed and result.verification.tokens_equal
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        onnx.checker.check_model(os.fspath(tmp_path / "out" / "onnx" / name), full_check=True)
+        assert onnx.load(os.fspath(tmp_path / "out" / "onnx" / name), load_external_data=False).functions
+    features = extracted(tmp_path / "out", [clip(2.1, 11), clip(0.9, 12)])
+    with torch.no_grad():
+        expected = model.generate(**{k: torch.from_numpy(v) for k, v in features.items()}, do_sample=False, max_new_tokens=16,
+                                  min_new_tokens=16)[:, 1:].tolist()
+    assert folder_greedy(tmp_path / "out", features, 16, model.config.decoder_start_token_id) == expected
