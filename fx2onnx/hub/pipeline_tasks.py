@@ -197,8 +197,20 @@ def _frame_width(config: Any, model: torch.nn.Module) -> int | None:
     return None
 
 
-def audio_inputs(config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
-    """An audio model's example input of ``size`` 0 or 1, of the shape its config and first layer give."""
+def audio_inputs(config: Any, model: torch.nn.Module, size: int, with_mask: bool = False) -> dict[str, torch.Tensor]:
+    """An audio model's example input of ``size`` 0 or 1, of the shape its config and first
+    layer give; ``with_mask``: with the attention mask of a padded batch where the input has
+    a time axis (the waveform, or frames first), its first row's last quarter padded."""
+    inputs = _audio_values(config, model, size)
+    name, values = next(iter(inputs.items()))
+    if with_mask and (name == "input_values" or _frame_width(config, model) is not None):
+        mask = torch.ones(values.shape[:2], dtype=torch.int64)
+        mask[0, -(values.shape[1] // 4):] = 0
+        inputs["attention_mask"] = mask
+    return inputs
+
+
+def _audio_values(config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(size)
     batch = 2 + size
     name = getattr(model, "main_input_name", "input_values")
@@ -216,11 +228,15 @@ def audio_inputs(config: Any, model: torch.nn.Module, size: int) -> dict[str, to
     return {name: torch.randn(batch, 1600 + 400 * size, generator=generator)}
 
 
-def example_inputs(task: str, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+def example_inputs(
+    task: str, config: Any, model: torch.nn.Module, size: int, audio_mask: bool = False,
+) -> dict[str, torch.Tensor]:
     """Example inputs of ``task``'s model, its float inputs in the model's dtype; ``size`` 0
-    or 1 picks one of two shapes."""
+    or 1 picks one of two shapes; ``audio_mask``: an audio model's with the mask of a
+    padded batch (the folder's feature extractor returns one, speech/audio_mask.py)."""
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in _inputs_of(task, config, model, size).items()}
+    inputs = _inputs_of(task, config, model, size, audio_mask)
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
 
 
 def _question_and_context(config: Any, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -240,7 +256,7 @@ def _question_and_context(config: Any, inputs: dict[str, torch.Tensor]) -> dict[
     return {**inputs, "input_ids": ids}
 
 
-def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dict[str, torch.Tensor]:
+def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int, audio_mask: bool) -> dict[str, torch.Tensor]:
     kind = PIPELINE_TASKS[task].inputs
     if kind is InputKind.TEXT and task == QUESTION_ANSWERING:
         return _question_and_context(config, text_inputs(config, model, size))
@@ -251,15 +267,19 @@ def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int) -> dic
     if kind is InputKind.IMAGE:
         return image_inputs(config, 2 + size, size)
     if kind is InputKind.AUDIO:
-        return audio_inputs(config, model, size)
+        return audio_inputs(config, model, size, audio_mask)
     # texts and images in batches of their own: 3 labels and 2 images, then 4 and 1
     return {**text_inputs(config, model, size, (3 + size, 7 + 4 * size)), **image_inputs(config, 2 - size, size)}
 
 
-def extra_dim_roles(task: str, config: Any = None, model: torch.nn.Module | None = None) -> dict[str, dict[int, str]]:
+def extra_dim_roles(
+    task: str, config: Any = None, model: torch.nn.Module | None = None, audio_mask: bool = False,
+) -> dict[str, dict[int, str]]:
     """The dim names of ``task``'s inputs that differ from the other tasks' (dim_roles);
-    with the model, a spectrogram given time first has its frames named as well."""
+    with the model, a spectrogram given time first has its frames named as well, and with
+    ``audio_mask`` the mask of a padded batch the time of the audio input it masks."""
     from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
+    from fx2onnx.hub.speech.audio_mask import SAMPLES
 
     if PIPELINE_TASKS[task].inputs is InputKind.CHOICES:
         roles = {0: BATCH, 1: NUM_CHOICES, 2: SEQUENCE}
@@ -268,7 +288,10 @@ def extra_dim_roles(task: str, config: Any = None, model: torch.nn.Module | None
         return {"pixel_values": {0: IMAGE_BATCH}}
     if PIPELINE_TASKS[task].inputs is InputKind.AUDIO:
         time_first = model is not None and _frame_width(config, model) is not None
-        return {"input_values": {0: BATCH}, "input_features": {0: BATCH, 1: SEQUENCE} if time_first else {0: BATCH}}
+        roles = {"input_values": {0: BATCH}, "input_features": {0: BATCH, 1: SEQUENCE} if time_first else {0: BATCH}}
+        if audio_mask and getattr(model, "main_input_name", None) == "input_values":  # a waveform's samples
+            roles.update({"input_values": {0: BATCH, 1: SAMPLES}, "attention_mask": {0: BATCH, 1: SAMPLES}})
+        return roles
     return {}
 
 

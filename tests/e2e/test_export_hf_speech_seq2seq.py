@@ -121,27 +121,52 @@ MODELS = {"speech_to_text": (save_speech_to_text, "input_features", ["batch_size
           "moonshine": (save_moonshine, "input_values", ["batch_size", "num_samples"]),
           "speecht5": (save_speecht5, "input_values", ["batch_size", "num_samples"]),
           "cohere_asr": (save_cohere_asr, "input_features", ["batch_size", "num_frames", None])}
+# the kinds whose feature extractor returns the mask of a padded batch, which their folders read
+# (the Moonshine extractor of these tests returns none, as return_attention_mask=False says)
+MASKED = ("speech_to_text", "speecht5", "cohere_asr")
 
 
 def clip(seconds: float, seed: int) -> np.ndarray:
     return (0.1 * np.random.default_rng(seed).standard_normal(int(16000 * seconds))).astype(np.float32)
 
 
-def folder_greedy(out: Path, inputs: dict[str, np.ndarray], steps: int, start: int) -> list[int]:
-    """Greedy decoding of one clip with the folder's encoder and merged decoder, as Transformers.js chains them."""
+def folder_greedy(out: Path, inputs: dict[str, np.ndarray], steps: int, start: int) -> list[list[int]]:
+    """Greedy decoding of a batch of clips with the folder's encoder and merged decoder, as
+    Transformers.js chains them (the decoder given the encoder's input mask where it reads
+    one): each row's tokens."""
     encoder = ort.InferenceSession(os.fspath(out / "onnx" / "encoder_model.onnx"))
     decoder = ort.InferenceSession(os.fspath(out / "onnx" / "decoder_model_merged.onnx"))
-    hidden = encoder.run(["last_hidden_state"], inputs)[0]
+    hidden = encoder.run(["last_hidden_state"], {name: inputs[name] for name in optional_inputs(encoder) if name in inputs})[0]
+    batch = hidden.shape[0]
     pasts = [i for i in decoder.get_inputs() if i.name.startswith("past_key_values.")]
-    cache = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=np.float32) for i in pasts}  # unused by the first step
-    tokens = [start]
+    cache = {i.name: np.zeros((batch, i.shape[1], 0, i.shape[3]), dtype=np.float32) for i in pasts}  # unused by the first step
+    mask = {"encoder_attention_mask": inputs["attention_mask"]} if "attention_mask" in inputs else {}
+    tokens = np.full((batch, 1), start, dtype=np.int64)
     for step in range(steps):
-        feed = {"input_ids": np.array([[tokens[-1]]], dtype=np.int64), "encoder_hidden_states": hidden,
-                "use_cache_branch": np.array([step > 0]), **cache}
+        feed = {"input_ids": tokens[:, -1:], "encoder_hidden_states": hidden, "use_cache_branch": np.array([step > 0]),
+                **mask, **cache}
         outputs = dict(zip([o.name for o in decoder.get_outputs()], decoder.run(None, feed)))
-        tokens.append(int(outputs["logits"][0, -1].argmax()))
+        tokens = np.concatenate([tokens, outputs["logits"][:, -1].argmax(-1)[:, None]], axis=1)
         cache = {name: outputs[name.replace("past_key_values.", "present.")] for name in cache}
-    return tokens[1:]
+    return tokens[:, 1:].tolist()
+
+
+def optional_inputs(session) -> list[str]:
+    """The session's inputs and its optional ones (a default for each: the mask)."""
+    return [i.name for i in [*session.get_inputs(), *session.get_overridable_initializers()]]
+
+
+def extracted(folder: Path, clips: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The folder's feature extractor's inputs for ``clips``, padded to the longest as
+    transformers' pipeline pads a batch (the extractor's own padding: Whisper's 30 s), the
+    mask as int64."""
+    extractor = transformers.AutoFeatureExtractor.from_pretrained(folder)
+    padding = {"padding": True} if isinstance(extractor, (transformers.Wav2Vec2FeatureExtractor,
+                                                         transformers.Speech2TextFeatureExtractor,
+                                                         transformers.SpeechT5FeatureExtractor)) else {}
+    features = extractor(clips, sampling_rate=16000, return_tensors="np", **padding)
+    return {name: value.astype(np.int64 if name == "attention_mask" else np.float32) for name, value in features.items()
+            if isinstance(value, np.ndarray)}
 
 
 @pytest.fixture(scope="module")
@@ -172,16 +197,23 @@ def test_speech_encoder_decoder_folder(folders, kind):
     for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
         onnx.checker.check_model(os.fspath(out / "onnx" / name), full_check=True)
     encoder = onnx.load(os.fspath(out / "onnx" / "encoder_model.onnx"), load_external_data=False)
-    assert [i.name for i in encoder.graph.input] == [input_name]
+    assert [i.name for i in encoder.graph.input] == [input_name] + (["attention_mask"] if kind in MASKED else [])
+    # the mask is optional: a default of its name (a row attending nothing: every frame attended)
+    defaults = {i.name: list(i.dims) for i in encoder.graph.initializer if i.name in {v.name for v in encoder.graph.input}}
+    assert defaults == ({"attention_mask": [1, 1]} if kind in MASKED else {})
     dims = [d.dim_param or d.dim_value for d in encoder.graph.input[0].type.tensor_type.shape.dim]
     assert [dim if expected is not None else None for dim, expected in zip(dims, input_dims)] == input_dims
     # the merged decoder's free dims are the roles the other encoder-decoders' name; the encoder's
     # width and the cross-attention cache's heads (free in the next steps' capture) the config's
     decoder = onnx.load(os.fspath(out / "onnx" / "decoder_model_merged.onnx"), load_external_data=False)
     free = {d.dim_param for v in [*decoder.graph.input, *decoder.graph.output] for d in v.type.tensor_type.shape.dim}
+    # with the mask of the encoder's input (its time: frames or samples) where the folder reads one
+    time = ({input_dims[1]} if kind in MASKED else set())
     assert free - {""} == {"batch_size", "sequence_length", "encoder_sequence_length", "past_sequence_length",
-                           "total_sequence_length"}
+                           "total_sequence_length"} | time
     shapes = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in decoder.graph.input}
+    if kind in MASKED:
+        assert shapes["encoder_attention_mask"] == ["batch_size", input_dims[1]]
     config = model.config
     heads = getattr(config, "decoder_attention_heads", None) or getattr(config, "decoder_num_key_value_heads", None) \
         or config.num_key_value_heads
@@ -189,12 +221,39 @@ def test_speech_encoder_decoder_folder(folders, kind):
     assert shapes["past_key_values.0.encoder.key"] == ["batch_size", heads, "encoder_sequence_length", shapes["past_key_values.0.encoder.key"][3]]
     assert isinstance(shapes["past_key_values.0.encoder.key"][3], int)
     # a clip longer than both of the export's, through the folder's own feature extractor
-    extractor = transformers.AutoFeatureExtractor.from_pretrained(out)
-    features = extractor(clip(2.3, 5), sampling_rate=16000, return_tensors="np")[input_name].astype(np.float32)
+    features = extracted(out, [clip(2.3, 5)])
     with torch.no_grad():
-        expected = model.generate(**{input_name: torch.from_numpy(features)}, do_sample=False, max_new_tokens=NEW_TOKENS,
-                                  min_new_tokens=NEW_TOKENS)[0, 1:].tolist()
-    assert folder_greedy(out, {input_name: features}, NEW_TOKENS, model.config.decoder_start_token_id) == expected
+        expected = model.generate(**{name: torch.from_numpy(value) for name, value in features.items()}, do_sample=False,
+                                  max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)[:, 1:].tolist()
+    assert folder_greedy(out, features, NEW_TOKENS, model.config.decoder_start_token_id) == expected
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_a_padded_batch_of_two_clips_generates_transformers_tokens(folders, kind):
+    """Two clips of 2.1 s and 0.9 s as the folder's feature extractor pads them (with its
+    mask where it returns one): the folder's 16 greedy tokens of each row are those of
+    transformers' `generate` on the same padded batch; where the folder reads the mask,
+    transformers' padded row differs without it (the mask is what makes the row exact)."""
+    root, model, _ = folders[kind]
+    features = extracted(root / "out", [clip(2.1, 11), clip(0.9, 12)])
+    assert ("attention_mask" in features) == (kind in MASKED)
+    given = {name: torch.from_numpy(value) for name, value in features.items()}
+
+    def generated(inputs: dict[str, torch.Tensor]) -> tuple[list[list[int]], torch.Tensor]:
+        with torch.no_grad():
+            out = model.generate(**inputs, do_sample=False, max_new_tokens=16, min_new_tokens=16, output_logits=True,
+                                 return_dict_in_generate=True)
+        return out.sequences[:, 1:].tolist(), torch.stack(out.logits)
+
+    expected, logits = generated(given)
+    assert folder_greedy(root / "out", features, 16, model.config.decoder_start_token_id) == expected
+    assert len({token for row in expected for token in row}) > 2
+    if kind in MASKED:
+        unmasked, unmasked_logits = generated({k: v for k, v in given.items() if k != "attention_mask"})
+        assert (unmasked_logits[0, 1] - logits[0, 1]).abs().max() > 1e-3  # the padded row's first step
+        # the mask is optional (Transformers.js gives none): without it, transformers' tokens without it
+        plain = {name: value for name, value in features.items() if name != "attention_mask"}
+        assert folder_greedy(root / "out", plain, 16, model.config.decoder_start_token_id) == unmasked
 
 
 def test_moonshine_folder_in_transformers_js(folders, tmp_path, transformers_js):  # noqa: F811 (fixture)
@@ -291,3 +350,22 @@ def test_verify_sees_an_error_in_the_decoder(folders, tmp_path):
                                          inputs, NEW_TOKENS, tolerance_for(torch.float32))
     assert not verification.passed and verification.tokens_equal
     assert verification.max_logit_difference == pytest.approx(1e-2, rel=1e-3)
+
+
+def test_a_padded_batch_with_module_functions(tmp_path):
+    """Speech2Text written with module functions (the encoder's and the merged decoder's
+    modules as ONNX functions, the optional masks' defaults in the main graphs): --verify on
+    its padded batches, and the 2.1 s and 0.9 s clips' 16 tokens per row as transformers'."""
+    tokenizer = trained_tokenizer()
+    tokenizer.save_pretrained(tmp_path / "source")
+    model = save_speech_to_text(tmp_path / "source", len(tokenizer))
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, tokens=NEW_TOKENS, module_functions=True)
+    assert result.verification.passed and result.verification.tokens_equal
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        onnx.checker.check_model(os.fspath(tmp_path / "out" / "onnx" / name), full_check=True)
+        assert onnx.load(os.fspath(tmp_path / "out" / "onnx" / name), load_external_data=False).functions
+    features = extracted(tmp_path / "out", [clip(2.1, 11), clip(0.9, 12)])
+    with torch.no_grad():
+        expected = model.generate(**{k: torch.from_numpy(v) for k, v in features.items()}, do_sample=False, max_new_tokens=16,
+                                  min_new_tokens=16)[:, 1:].tolist()
+    assert folder_greedy(tmp_path / "out", features, 16, model.config.decoder_start_token_id) == expected

@@ -4,7 +4,8 @@
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
 // `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
-// folder's processor and `generate`, and by the speech recognition pipeline), or "image_text" (prompts with image files through the folder's
+// folder's processor and `generate`, and by the speech recognition pipeline), "audio" (clips one by one
+// through the folder's processor and a CTC or audio classification model), or "image_text" (prompts with image files through the folder's
 // processor, with chat messages through its chat template, or processed inputs as given, and an image-text-to-text
 // model's `generate`; the processor's outputs returned), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
@@ -112,6 +113,19 @@ if (job.prompts || job.inputs) {
 if (job.pipeline) {
     const run = await pipeline(job.task, job.folder, options);
     result.pipeline = await run(job.pipeline.texts, job.pipeline.options ?? {});
+}
+if (job.audio) {
+    // each clip alone through the folder's processor and model, as the speech recognition (CTC) and
+    // audio classification pipelines run a batch of clips: the processor's input names, the outputs
+    const model = await classes[job.task].from_pretrained(job.folder, options);
+    const processor = await AutoProcessor.from_pretrained(job.folder, options);
+    result.audio = [];
+    for (const samples of job.audio.clips) {
+        const inputs = await processor(Float32Array.from(samples));
+        const outputs = await model(inputs);
+        result.audio.push({ inputs: Object.keys(inputs).sort(),
+                            outputs: Object.fromEntries(job.audio.outputs.map((name) => [name, plain(outputs[name])])) });
+    }
 }
 if (job.speech) {
     // each clip as a user transcribes it: the folder's processor (its own features, or the

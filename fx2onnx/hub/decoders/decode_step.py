@@ -152,12 +152,16 @@ def decoder_sizes(config: Any) -> Any:
     return layers_config(config)
 
 
-def encoder_output(hidden_states: torch.Tensor) -> Any:
+def encoder_output(hidden_states: torch.Tensor, frames_mask: torch.Tensor | None = None) -> Any:
     """An encoder's output as an encoder-decoder's forward takes it (`encoder_outputs=`),
     read by index or by name: transformers' output with every field an encoder returns
-    left None (the router logits of a mixture-of-experts encoder, NllbMoe's; the mask of
-    its output frames a speech encoder returns, Moonshine's: no padding)."""
-    return _encoder_output_class()(last_hidden_state=hidden_states)
+    left None (the router logits of a mixture-of-experts encoder, NllbMoe's), but the mask
+    of its output frames a speech encoder returns (Moonshine's, Cohere ASR's) where given
+    (None: no padding)."""
+    output = _encoder_output_class()(last_hidden_state=hidden_states)
+    if frames_mask is not None:
+        output["attention_mask"] = frames_mask
+    return output
 
 
 @functools.cache

@@ -2,7 +2,8 @@
 detection, segmentation, depth, CTC and audio, CLIP-style zero-shot; pipeline_tasks.py):
 one `onnx/model.onnx` with the outputs the task's pipelines read. Its verification
 compares every output the folder's model keeps against transformers', on two input sizes
-(the second with a padded row)."""
+(the second with a padded row). An audio model reads the mask of a padded batch where its
+feature extractor returns one (speech/audio_mask.py)."""
 
 from __future__ import annotations
 
@@ -22,25 +23,47 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
+from fx2onnx.hub.speech.audio_input import reads_mask
+from fx2onnx.hub.speech.audio_mask import frames_mask_rule
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:
     return outputs[name] if isinstance(outputs, dict) else getattr(outputs, name)
 
 
+def audio_mask(loaded: LoadedModel) -> bool:
+    """Whether the folder of an audio task reads the mask of a padded batch."""
+    return pipeline_tasks.PIPELINE_TASKS[loaded.task].inputs is pipeline_tasks.InputKind.AUDIO and reads_mask(
+        Path(loaded.folder), loaded.model)
+
+
+def attended_frames(model: torch.nn.Module, inputs: dict[str, torch.Tensor], actual: np.ndarray,
+                    expected: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """A CTC model's logits (batch, frames, vocabulary) at the output frames its input mask
+    attends (by the model's own rule, audio_mask.frames_mask_rule): a padded clip's other
+    frames are no transcription, and their values differ between attention kernels (a query
+    row masked whole); other outputs as they are."""
+    rule = frames_mask_rule(model) if "attention_mask" in inputs and expected.dim() == 3 else None
+    if rule is None:
+        return actual, expected
+    frames = rule(inputs["attention_mask"], expected.shape[1]).bool()
+    return actual[frames.numpy()], expected[frames]
+
+
 def verify_task_outputs(
-    path: Path, model: torch.nn.Module, task: str, config: Any, tolerance: Tolerance
+    path: Path, model: torch.nn.Module, task: str, config: Any, tolerance: Tolerance, with_mask: bool = False,
 ) -> Verification:
-    """Every output of the folder's model against transformers', on two input sizes."""
+    """Every output of the folder's model against transformers', on two input sizes (a
+    padded clip's logits at its attended frames)."""
     pairs: list[tuple[np.ndarray, torch.Tensor]] = []
     with cpu_session(path) as session:
         names = [o.name for o in session.get_outputs()]
         for size in (0, 1):
-            inputs = example_inputs(task, config, model, size)
+            inputs = example_inputs(task, config, model, size, with_mask)
             actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})
             with torch.no_grad():
                 expected = model(**inputs)
-            pairs += [(actual[name], _torch_output(expected, name)) for name in names]
+            pairs += [attended_frames(model, inputs, actual[name], _torch_output(expected, name)) for name in names]
     return verdict_of(pairs, tolerance)
 
 
@@ -57,8 +80,10 @@ class PipelineTaskRecipe(RecipeDefaults):
         task = loaded.task
         if getattr(loaded.model.config, "use_cache", None):  # one pass: a decoder's cache is no output of the task
             loaded.model.config.use_cache = False
-        inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0)
-        program = exported_or_refused(loaded, inputs, options, pipeline_tasks.extra_dim_roles(task, loaded.config, loaded.model))
+        with_mask = audio_mask(loaded)
+        inputs = pipeline_tasks.example_inputs(task, loaded.config, loaded.model, 0, with_mask)
+        roles = pipeline_tasks.extra_dim_roles(task, loaded.config, loaded.model, with_mask)
+        program = exported_or_refused(loaded, inputs, options, roles)
         pipeline_tasks.keep_task_outputs(program.model, task)
         pipeline_tasks.name_image_dims(program.model)
         return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)
@@ -67,7 +92,8 @@ class PipelineTaskRecipe(RecipeDefaults):
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
         say: Say,
     ) -> Verification:
-        return verify_task_outputs(folder / onnx_file(loaded, folder_layout.MODEL), model, loaded.task, loaded.config, tolerance)
+        return verify_task_outputs(folder / onnx_file(loaded, folder_layout.MODEL), model, loaded.task, loaded.config, tolerance,
+                                   audio_mask(loaded))
 
 
 RECIPE = PipelineTaskRecipe()

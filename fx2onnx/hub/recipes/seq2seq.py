@@ -2,7 +2,8 @@
 `encoder_model.onnx` (`input_ids`/`attention_mask`, or a speech model's audio input, `input_features`
 or `input_values`, as speech/audio_input.py finds it -> `last_hidden_state`) and two
 decoders, merged into one file afterwards (merged_decoder.py): the first step
-(`input_ids`, `encoder_attention_mask` for text models, `encoder_hidden_states` ->
+(`input_ids`, `encoder_attention_mask` for text models and for speech models that read
+the mask of a padded batch (speech/audio_mask.py), `encoder_hidden_states` ->
 `logits`, `present.{i}.decoder/encoder.key/.value`), and the next steps (the same inputs and
 `past_key_values.{i}.decoder/encoder.key/.value`). A speech model's folder is verified against
 transformers' greedy generate (speech/speech_verify.py), and gets the processor files
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +40,15 @@ from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, o
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.value_branch_refusal import SEQ2SEQ, value_branch_failure
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_seq2seq
-from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, speech_examples
+from fx2onnx.hub.speech.audio_input import audio_input_name, audio_layout, reads_mask, speech_examples
+from fx2onnx.hub.speech.audio_mask import MASK, attended, frames_mask_rule, frames_of, optional_mask
 from fx2onnx.hub.speech.speech_verify import verify_speech_seq2seq
 from fx2onnx.hub.speech.transformers_js_speech import client_note, write_processor_files
 from fx2onnx.hub.tasks import UnsupportedArchitectureError, UnsupportedTaskError
 from fx2onnx.hub.vision_language.transformers_js import text_folder_note
 
 BATCH, ENCODER_TOKENS, DECODED, NEW_TOKENS = 2, 6, 4, 3  # sizes no other dim shares
+ENCODER_MASK = "encoder_attention_mask"
 
 
 class EncoderHalf(nn.Module):
@@ -58,30 +62,41 @@ class EncoderHalf(nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None) -> Any:
         encoder = self.model.get_encoder()
-        if input_features is not None:
-            outputs = encoder(input_features=input_features)
-        elif input_values is not None:
-            outputs = encoder(input_values=input_values)
-        else:
+        audio = {"input_features": input_features} if input_features is not None else {"input_values": input_values}
+        if input_ids is not None:
             outputs = encoder(input_ids=input_ids, attention_mask=attention_mask)
+        elif attention_mask is None:
+            outputs = encoder(**audio)
+        else:  # a speech encoder's mask where its folder reads one (audio_input.reads_mask): optional
+            outputs = encoder(**audio, attention_mask=attended(attention_mask))
         # the decoder reads this alone (a Wav2Vec2 encoder also returns its convolutions' features)
         return {"last_hidden_state": outputs[0]}
 
 
 class DecoderHalf(nn.Module):
-    """A decode step with Optimum's input names."""
+    """A decode step with Optimum's input names. A speech model's ``frames_mask``
+    (audio_mask.frames_mask_rule) turns the mask of the encoder's input into its output
+    frames' mask, which the model's forward reads from the encoder's output."""
 
-    def __init__(self, model: nn.Module, cache_argument: str, with_mask: bool) -> None:
+    def __init__(self, model: nn.Module, cache_argument: str, with_mask: bool,
+                 frames_mask: Callable[[torch.Tensor, int], torch.Tensor] | None = None) -> None:
         super().__init__()
         self.model = model
         self.cache_argument = cache_argument
         self.with_mask = with_mask
+        self.frames_mask = frames_mask
+
+    def encoded(self, hidden_states: torch.Tensor, mask: torch.Tensor | None) -> Any:
+        """The encoder's output as the model's forward takes it."""
+        if mask is None or self.frames_mask is None:
+            return encoder_output(hidden_states)
+        return encoder_output(hidden_states, frames_of(self.frames_mask, mask, hidden_states.shape[1]))
 
     def forward(self, input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, cache: Any = None,
                 encoder_attention_mask: torch.Tensor | None = None) -> Any:
         outputs = self.model(
-            decoder_input_ids=input_ids, encoder_outputs=encoder_output(encoder_hidden_states), attention_mask=encoder_attention_mask,
-            use_cache=True, **{self.cache_argument: cache},
+            decoder_input_ids=input_ids, encoder_outputs=self.encoded(encoder_hidden_states, encoder_attention_mask),
+            attention_mask=encoder_attention_mask, use_cache=True, **{self.cache_argument: cache},
         )
         return {"logits": outputs.logits, "present": output_cache(outputs)}
 
@@ -90,9 +105,17 @@ def _speech(loaded: LoadedModel) -> bool:
     return audio_input_name(loaded.model) is not None
 
 
+def speech_mask(loaded: LoadedModel) -> bool:
+    """Whether the speech model's folder reads the mask of a padded batch: its feature
+    extractor returns one, its encoder takes one, and its decoder's mask of the encoder's
+    frames follows from it by a rule of the model's (audio_mask.py)."""
+    return (_speech(loaded) and frames_mask_rule(loaded.model) is not None
+            and reads_mask(Path(loaded.folder), loaded.model.get_encoder()))
+
+
 def encoder_inputs(loaded: LoadedModel, size: int = 0) -> dict[str, torch.Tensor]:
-    if _speech(loaded):  # as the folder's feature extractor gives them, clips of two lengths
-        return speech_examples(loaded.folder, loaded.config, loaded.model, size)
+    if _speech(loaded):  # as the folder's feature extractor gives them, clips of two lengths, one padded
+        return speech_examples(loaded.folder, loaded.config, loaded.model, size, with_mask=speech_mask(loaded))
     generator = torch.Generator().manual_seed(size)
     batch = BATCH + size
     length = ENCODER_TOKENS + 3 * size  # size 1: a second input length, for verification
@@ -117,7 +140,8 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
         mask = encoder.get("attention_mask") if decoder.with_mask else None
         inputs: dict[str, Any] = {"input_ids": ids[:, DECODED:] if with_past else ids, "encoder_hidden_states": hidden}
         if with_past:
-            first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=encoder_output(hidden), attention_mask=mask, use_cache=True)
+            first = model(decoder_input_ids=ids[:, :DECODED], encoder_outputs=decoder.encoded(hidden, mask), attention_mask=mask,
+                          use_cache=True)
             inputs["cache"] = output_cache(first)
         if mask is not None:
             inputs["encoder_attention_mask"] = mask
@@ -125,7 +149,12 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
 
 
 def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
-    decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), not _speech(loaded))
+    if not _speech(loaded):
+        decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), True)
+    elif speech_mask(loaded):
+        decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), True, frames_mask_rule(loaded.model))
+    else:
+        decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), False)
     return EncoderHalf(loaded.model).eval(), decoder.eval()
 
 
@@ -197,17 +226,24 @@ class Seq2SeqRecipe(RecipeDefaults):
 
         roles = audio_layout(loaded.folder, loaded.config, loaded.model).dim_roles() if _speech(loaded) else None
         program = _exported_half(loaded, encoder, fake_inputs(encoder_inputs(loaded), loaded), options, roles)
+        # a speech decoder's mask is the encoder's input's: its time, not the encoder's output frames
+        decoder_roles = {ENCODER_MASK: roles[MASK]} if roles and MASK in roles and decoder.with_mask else None
         files = save(program, staging, onnx_file(loaded, folder_layout.ENCODER))
+        if decoder.frames_mask is not None:  # a client without the mask (Transformers.js) gets every frame attended
+            optional_mask(staging / files[0], MASK, str(audio_input_name(loaded.model)), (0, 1))
         # the first and the next steps, captured apart, then merged into one file
         steps = staging / ".decoder_steps"
         paths = []
         for name, with_past in (("decoder_model.onnx", False), ("decoder_with_past_model.onnx", True)):
-            program = _exported_half(loaded, decoder, decoder_inputs(loaded, decoder, with_past), options, with_past=with_past)
+            program = _exported_half(loaded, decoder, decoder_inputs(loaded, decoder, with_past), options, decoder_roles,
+                                     with_past=with_past)
             save(program, steps, name)
             paths.append(steps / name)
         merged = onnx_file(loaded, folder_layout.MERGED_DECODER)
         merge_decoders(*paths, staging / merged, folder_layout.data_file(merged))
         shutil.rmtree(steps)
+        if decoder.frames_mask is not None:  # its default: a row attending nothing, every row's frames attended
+            optional_mask(staging / merged, ENCODER_MASK, "encoder_hidden_states", (0,))
         files += folder_layout.with_data_file(merged)
         if _speech(loaded):  # the processor files Transformers.js reads for it
             files += write_processor_files(Path(loaded.folder), staging, loaded.config.model_type)

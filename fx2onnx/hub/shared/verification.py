@@ -136,9 +136,12 @@ class FolderRunError(RuntimeError):
 
 
 def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The session's outputs by name, fed with the entries of ``feed`` it takes; a failed
-    run is a :class:`FolderRunError` naming the inputs' shapes."""
-    names = {i.name for i in session.get_inputs()}
+    """The session's outputs by name, fed with the entries of ``feed`` it takes (its
+    inputs, and the optional ones with a default: a speech folder's mask); a failed run is
+    a :class:`FolderRunError` naming the inputs' shapes."""
+    # a session of another runtime (or a test's stand-in) may have no optional inputs to list
+    optional = getattr(session, "get_overridable_initializers", list)()
+    names = {i.name for i in [*session.get_inputs(), *optional]}
     given = {k: v for k, v in feed.items() if k in names}
     try:
         results = session.run(None, given)

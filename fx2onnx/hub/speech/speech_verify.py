@@ -1,6 +1,7 @@
 """`--verify` of a speech encoder-decoder folder in Optimum's layout: the encoder and the
 merged decoder chained as Transformers.js chains them (the first step with
-`use_cache_branch` false and an empty past), greedy over a batch of clips, against
+`use_cache_branch` false and an empty past), greedy over a batch of clips (one padded,
+with its mask where the folder reads one), against
 transformers' own greedy `generate` on the same features."""
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ def verify_speech_seq2seq(
     with cpu_session(encoder_path) as encoder, cpu_session(decoder_path) as decoder:
         hidden = run_session(encoder, {k: v.numpy() for k, v in encoder_inputs.items()})["last_hidden_state"]
 
+        # a padded batch's mask, where the folder reads one: the encoder's input's, as Transformers.js feeds it
+        mask = {"encoder_attention_mask": encoder_inputs["attention_mask"].numpy()} if "attention_mask" in encoder_inputs else {}
+
         def step_feed(step: np.ndarray, _mask: np.ndarray, index: int) -> dict[str, np.ndarray]:
-            return {"input_ids": step, "encoder_hidden_states": hidden, "use_cache_branch": np.array([index > 0])}
+            return {"input_ids": step, "encoder_hidden_states": hidden, "use_cache_branch": np.array([index > 0]), **mask}
 
         greedy = greedy_decode(lambda feed: run_session(decoder, feed), empty_cache(decoder, len(starts)), starts, steps,
                                banned=_end_tokens(model), feed=step_feed)

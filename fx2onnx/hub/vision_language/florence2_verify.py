@@ -49,13 +49,23 @@ def transformers_js_inputs(given: dict[str, torch.Tensor], image_token: int) -> 
 
 
 def greedy_in_folder(files: dict[str, Path], inputs: dict[str, np.ndarray], start: int, steps: int,
-                     banned: list[int]) -> tuple[list[list[int]], list[np.ndarray]]:
-    """The folder's greedy tokens and each step's logits for ``inputs`` (Transformers.js's)."""
+                     banned: list[int], image_token: int | None = None) -> tuple[list[list[int]], list[np.ndarray]]:
+    """The folder's greedy tokens and each step's logits for ``inputs``: Transformers.js's
+    (the image's features put before the prompt), or, given the ``image_token``,
+    transformers' processor's (its image tokens' rows replaced by the features, wherever
+    the padding puts them: after a left-padded row's padding)."""
     with cpu_session(files["vision"]) as vision, cpu_session(files["embedding"]) as embedding, \
             cpu_session(files["encoder"]) as encoder, cpu_session(files["decoder"]) as decoder:
         rows = run_session(embedding, {"input_ids": inputs["input_ids"]})["inputs_embeds"]
         mask = inputs["attention_mask"]
-        if "pixel_values" in inputs:  # the image's features before the prompt, attended (Transformers.js's merge)
+        if "pixel_values" in inputs and image_token is not None:  # transformers' merge: the image tokens' rows
+            features = run_session(vision, {"pixel_values": inputs["pixel_values"]})["image_features"]
+            places = inputs["input_ids"] == image_token
+            if places.sum() != features.shape[0] * features.shape[1]:
+                raise ValueError("the prompts' image tokens are not the images' features")
+            rows = rows.copy()
+            rows[places] = features.reshape(-1, features.shape[-1])
+        elif "pixel_values" in inputs:  # the image's features before the prompt, attended (Transformers.js's merge)
             features = run_session(vision, {"pixel_values": inputs["pixel_values"]})["image_features"]
             rows = np.concatenate([features, rows], axis=1)
             mask = np.concatenate([np.ones(features.shape[:2], dtype=np.int64), mask], axis=1)

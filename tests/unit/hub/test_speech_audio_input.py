@@ -41,7 +41,9 @@ def test_examples_and_layout_follow_the_feature_extractor(tmp_path, extractor, n
     assert [tuple(e[name].shape) for e in examples] == shapes and all(list(e) == [name] for e in examples)
     assert audio_layout(tmp_path, None, model) == layout
     frames = "num_samples" if name == "input_values" else "num_frames"
-    assert layout.dim_roles() == {name: {0: "batch_size", **({} if layout.time_axis is None else {1: frames})}}
+    # the mask of a padded batch, where the input has a time, follows it
+    mask = {} if layout.time_axis is None else {"attention_mask": {0: "batch_size", 1: frames}}
+    assert layout.dim_roles() == {name: {0: "batch_size", **({} if layout.time_axis is None else {1: frames})}, **mask}
 
 
 def test_an_extractor_without_the_models_input_is_an_error(tmp_path):
