@@ -88,6 +88,25 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
     TEXT_TO_AUDIO: PipelineTask("AutoModelForTextToWaveform", (_mapping("TEXT_TO_WAVEFORM"),), InputKind.TEXT, ("waveform",)),
 }
 
+# the model types whose text-to-audio folder export-hf writes: one pass from token ids to a waveform
+TEXT_TO_AUDIO_MODEL_TYPES = ("vits",)
+
+
+def text_to_audio_refusal(config: Any) -> str | None:
+    """Why export-hf writes no text-to-audio folder of ``config``'s model (None for VITS):
+    said before its weights are loaded."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in TEXT_TO_AUDIO_MODEL_TYPES:
+        return None
+    architecture = ", ".join(getattr(config, "architectures", None) or [str(model_type)])
+    return (
+        f"{architecture} ({model_type}): export-hf writes text-to-audio folders of {', '.join(TEXT_TO_AUDIO_MODEL_TYPES)} "
+        "(one pass from token ids to a waveform) only; this model generates its audio in steps (or through a "
+        "vocoder), which no recipe of export-hf writes. Nothing was written. Export its modules with "
+        "fx2onnx.dynamo_export."
+    )
+
+
 # A CLIP-style model's images are batched apart from its texts (one image, every label)
 IMAGE_BATCH = "image_batch_size"
 NUM_CHOICES = "num_choices"

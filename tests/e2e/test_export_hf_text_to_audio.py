@@ -105,8 +105,17 @@ def test_quiet_vits_in_transformers_js_pipeline(tmp_path, transformers_js):  # n
         np.testing.assert_allclose(audio["audio"], expected.numpy(), rtol=0, atol=1e-4)
 
 
+def test_an_opset_without_onnxruntime_s_random_kernel_is_refused(released, tmp_path):
+    """RandomNormalLike's opset 22 version has no onnxruntime kernel: --opset 22 is refused, naming the opset that works."""
+    _, folder, _ = released
+    with pytest.raises(ValueError, match="RandomNormalLike, whose opset 22 version .* give --opset 21"):
+        export_hf(folder.parent / "source", tmp_path / "out", opset=22)
+    assert not (tmp_path / "out").exists()
+
+
 def test_text_to_audio_of_another_architecture_is_refused(tmp_path):
-    """A speech model that generates its audio in steps (MusicGen) is refused for the task, nothing written."""
+    """A speech model that generates its audio in steps (MusicGen) is refused for the task before its
+    weights are loaded, nothing written."""
     text = dict(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32, num_codebooks=2)
     config = transformers.MusicgenConfig(
         text_encoder=transformers.T5Config(vocab_size=32, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8).to_dict(),

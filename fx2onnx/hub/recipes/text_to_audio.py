@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import onnx
 import onnx_ir as ir
@@ -34,12 +36,11 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.program_files import exported, exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
+from fx2onnx.hub.speech.vits_tokenizer import VITS_TOKENIZER, skipped_steps
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
 from fx2onnx.onnx_passes import rename_dims
 
 WAVEFORM = "waveform"
-# the model types whose text-to-audio folder this recipe writes
-MODEL_TYPES = ("vits",)
 NOISE_SCALES = ("noise_scale", "noise_scale_duration")
 # the newest opset whose RandomNormalLike onnxruntime runs (1.32 has no kernel of its opset 22 version)
 RANDOM_OPSET = 21
@@ -110,16 +111,22 @@ def compare_waveforms(
     return verdict_of(pairs, tolerance)
 
 
+def _tokenizer_steps_left_out(source: Path) -> list[str]:
+    """The steps of the source's `VitsTokenizer` (as its tokenizer_config.json sets them) that no tokenizer.json takes."""
+    path = source / "tokenizer_config.json"
+    if not path.is_file():
+        return []
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    if settings.get("tokenizer_class") != VITS_TOKENIZER:
+        return []
+    return skipped_steps(SimpleNamespace(**settings))
+
+
 class TextToAudioRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        model_type = getattr(loaded.config, "model_type", None)
-        if model_type not in MODEL_TYPES:
-            return Refusal(UnsupportedArchitectureError, (
-                f"{type(loaded.model).__name__} ({model_type}): export-hf writes text-to-audio folders of "
-                f"{', '.join(MODEL_TYPES)} (one pass from token ids to a waveform) only; this model generates its "
-                "audio in steps (or through a vocoder), which no recipe of export-hf writes. Nothing was written. "
-                "Export its modules with fx2onnx.dynamo_export."
-            ))
+        refusal = pipeline_tasks.text_to_audio_refusal(loaded.config)  # loading refused these already
+        if refusal is not None:
+            return Refusal(UnsupportedArchitectureError, refusal)
         if request.opset is not None and request.opset > RANDOM_OPSET:
             return Refusal(ValueError, (
                 f"opset {request.opset}: VITS draws its noise with RandomNormalLike, whose opset 22 version onnxruntime "
@@ -130,6 +137,8 @@ class TextToAudioRecipe(RecipeDefaults):
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
+        for step in _tokenizer_steps_left_out(loaded.folder):
+            say(f"WARNING the folder's tokenizer.json leaves out the tokenizer's {step}")
         scales = ", ".join(f"{name} {getattr(loaded.model, name, None)}" for name in NOISE_SCALES)
         say(f"text-to-audio: the graph draws the model's noise ({scales}); the waveform differs from run to run")
         if request.opset is None:
