@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnxruntime as ort
 import pytest
 import torch
 
 from fx2onnx.hub import export_hf
+from fx2onnx.hub.recipes.text_to_audio import weight_differences
 from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, check_encodings, file_encoder
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 (fixture)
@@ -52,10 +54,11 @@ def _source(folder: Path, model: transformers.VitsModel) -> Path:
 
 @pytest.fixture(scope="module")
 def released(tmp_path_factory):
-    """(model, folder, export) of a VITS with its own noise, exported with --verify."""
+    """(model, folder, export) of a VITS with its own noise, exported in fake mode (its weights
+    streamed from the checkpoint) with --verify."""
     folder = tmp_path_factory.mktemp("vits")
     model = _vits()
-    result = export_hf(_source(folder / "source", model), folder / "out", verify=True)
+    result = export_hf(_source(folder / "source", model), folder / "out", verify=True, fake=True)
     return model, folder / "out", result
 
 
@@ -76,6 +79,19 @@ def test_vits_folder_keeps_the_noise_and_verifies_its_quiet_twin(released):
     runs = [session.run(None, {k: ids[k] for k in ("input_ids", "attention_mask")})[0] for _ in range(3)]
     assert all(np.isfinite(run).all() for run in runs)
     assert len({run.tobytes() for run in runs}) == 3  # each run draws its own noise
+
+
+
+def test_verify_compares_the_written_weights_with_the_model_s(released, tmp_path):
+    """The twin is exported from the real weights: a weight written otherwise (a wrong one streamed) is found."""
+    _, folder, _ = released
+    path = folder / "onnx" / "model.onnx"
+    assert weight_differences(path, path) == []
+    model = onnx.load(str(path))
+    weight = next(t for t in model.graph.initializer if t.name.endswith("k_proj.weight"))
+    weight.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weight) + 1, weight.name))
+    onnx.save(model, str(tmp_path / "model.onnx"), save_as_external_data=True, location="model.onnx_data")
+    assert weight_differences(tmp_path / "model.onnx", path) == [weight.name]
 
 
 def test_vits_tokenizer_json_encodes_as_vits_tokenizer(released, tmp_path, transformers_js):  # noqa: F811 (fixture)

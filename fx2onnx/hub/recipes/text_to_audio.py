@@ -9,7 +9,8 @@ the graph computes it as the model does, for any text. The graph keeps the model
 (`noise_scale`, `noise_scale_duration`: random normal draws), as transformers' model runs,
 so two runs differ; the verification compares instead a twin of the model with both scales
 0, exported the same way, with transformers' twin: equal lengths and waveforms within the
-tolerance, on two texts of different lengths (batches of 2 and 3, one padded).
+tolerance, on two texts of different lengths (batches of 2 and 3, one padded), and the
+twin's weights equal to the folder's (the written file itself checked).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnx_ir as ir
 import torch
 
@@ -122,6 +125,19 @@ def _tokenizer_steps_left_out(source: Path) -> list[str]:
     return skipped_steps(SimpleNamespace(**settings))
 
 
+def weight_differences(path: Path, twin_path: Path) -> list[str]:
+    """The twin's initializers (exported from the real weights) that the folder's model lacks
+    or holds otherwise: the written file's own weights checked, those streamed from the
+    checkpoint in fake mode too. The folder's model may hold more (a fake model's zero
+    biases, which the real export folds away, have no values to fold)."""
+    def weights(model_path: Path) -> dict[str, np.ndarray]:
+        return {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(model_path)).graph.initializer}
+
+    written, twin = weights(path), weights(twin_path)
+    return sorted(name for name, value in twin.items()
+                  if name not in written or written[name].shape != value.shape or not np.array_equal(written[name], value))
+
+
 class TextToAudioRecipe(RecipeDefaults):
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
         refusal = pipeline_tasks.text_to_audio_refusal(loaded.config)  # loading refused these already
@@ -156,7 +172,12 @@ class TextToAudioRecipe(RecipeDefaults):
         with tempfile.TemporaryDirectory(prefix="fx2onnx-quiet-twin-") as scratch:
             twin_path = Path(scratch) / "model.onnx"
             _program(twin, example_inputs(loaded, twin, 0), _options_of(path, request)).save(twin_path, external_data=True)
-            return compare_waveforms(twin_path, twin, lambda size: example_inputs(loaded, twin, size), tolerance)
+            verification = compare_waveforms(twin_path, twin, lambda size: example_inputs(loaded, twin, size), tolerance)
+            differing = weight_differences(path, twin_path)
+        if differing and verification.failure is None:
+            verification.failure = (f"{len(differing)} weights of the folder's model differ from the model's "
+                                    f"(first: {', '.join(differing[:3])})")
+        return verification
 
 
 RECIPE = TextToAudioRecipe()
