@@ -114,7 +114,7 @@ def compare_waveforms(
     return verdict_of(pairs, tolerance)
 
 
-def _tokenizer_steps_left_out(source: Path) -> list[str]:
+def tokenizer_steps_left_out(source: Path) -> list[str]:
     """The steps of the source's `VitsTokenizer` (as its tokenizer_config.json sets them) that no tokenizer.json takes."""
     path = source / "tokenizer_config.json"
     if not path.is_file():
@@ -153,8 +153,11 @@ class TextToAudioRecipe(RecipeDefaults):
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
-        for step in _tokenizer_steps_left_out(loaded.folder):
+        for step in tokenizer_steps_left_out(loaded.folder):
             say(f"WARNING the folder's tokenizer.json leaves out the tokenizer's {step}")
+        speakers = int(getattr(loaded.config, "num_speakers", 1) or 1)
+        if speakers > 1:
+            say(f"WARNING {speakers} speakers: the folder takes no speaker_id, its waveform is the model's without one")
         scales = ", ".join(f"{name} {getattr(loaded.model, name, None)}" for name in NOISE_SCALES)
         say(f"text-to-audio: the graph draws the model's noise ({scales}); the waveform differs from run to run")
         if request.opset is None:

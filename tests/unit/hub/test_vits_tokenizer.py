@@ -8,7 +8,7 @@ import json
 import onnx_ir as ir
 import pytest
 
-from fx2onnx.hub.recipes.text_to_audio import NOISE_SCALES, name_frames, quiet_twin
+from fx2onnx.hub.recipes.text_to_audio import NOISE_SCALES, name_frames, quiet_twin, tokenizer_steps_left_out
 from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, file_encoder, write_tokenizer
 from fx2onnx.hub.speech.vits_tokenizer import skipped_steps
 
@@ -33,9 +33,14 @@ def test_tokenizer_json_encodes_as_vits_tokenizer(tmp_path, blank, normalize):
 
 
 def test_steps_a_tokenizer_json_cannot_take_are_named(tmp_path):
+    """Phonemization and romanization, named from the tokenizer and from the source's tokenizer_config.json."""
     (tmp_path / "vocab.json").write_text(json.dumps({"_": 0, "a": 1}), encoding="utf-8")
     tokenizer = transformers.VitsTokenizer(str(tmp_path / "vocab.json"), phonemize=True, is_uroman=True)
     assert [step.split(" ")[0] for step in skipped_steps(tokenizer)] == ["phonemization", "romanization"]
+    tokenizer.save_pretrained(tmp_path)
+    assert [step.split(" ")[0] for step in tokenizer_steps_left_out(tmp_path)] == ["phonemization", "romanization"]
+    transformers.VitsTokenizer(str(tmp_path / "vocab.json"), phonemize=False).save_pretrained(tmp_path)
+    assert tokenizer_steps_left_out(tmp_path) == []
 
 
 def test_quiet_twin_and_frame_names():
