@@ -634,6 +634,9 @@ def test_the_generative_multimodal_tasks_are_enumerated_from_their_auto_mappings
     assert not set(sweep.pairs_of("speech-seq2seq")) & set(sweep.pairs_of("automatic-speech-recognition"))
     assert sweep.EXPORT_TASKS["speech-seq2seq"] in TASKS and "image-text-to-text" in TASKS
     assert set(sweep.UNCOMPARED) == {"image-text-to-text", "speech-seq2seq"}
+    # text-to-audio is swept, its torch.onnx export not compared: each run draws its own noise
+    assert ("vits", "VitsModel") in sweep.pairs_of("text-to-audio") and "text-to-audio" in TASKS
+    assert sweep._torch_onnx(None, "text-to-audio", None, Path("."))["torch_onnx"] == "not compared"
 
 
 def test_a_tiny_vision_language_model_fits_its_towers_to_the_shrunk_sizes() -> None:

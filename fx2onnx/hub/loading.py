@@ -17,7 +17,7 @@ from fx2onnx import ONNXFakeContext
 from fx2onnx.hub import tasks
 from fx2onnx.hub.decoders import text_only as text_only_module
 from fx2onnx.hub.precision.prequantized import loading_arguments, quant_method
-from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, auto_class_for, served_task
+from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, TEXT_TO_AUDIO, auto_class_for, served_task, text_to_audio_refusal
 from fx2onnx.program import snapshot_folder
 
 TEXT_GENERATION = "text-generation"
@@ -200,6 +200,8 @@ def load_model(
         raise ValueError(f"Unknown task '{task}': one of {', '.join(TASKS)}.")
     if task == TEXT_GENERATION:
         text_only_module.check_parts_kept(config, architecture)
+    if task == TEXT_TO_AUDIO and (refusal := text_to_audio_refusal(config)) is not None:
+        raise tasks.UnsupportedArchitectureError(refusal)
     model, fake_context = _load(folder, config, task, dtype, fake)
     return LoadedModel(model, config, folder, task, fake_context)
 

@@ -1,12 +1,12 @@
 """The single-model tasks of `export-hf`: one `onnx/model.onnx` that a pipeline feeds
 once (classifiers, detectors, segmenters, CTC speech recognition, CLIP-style zero-shot
-image classification...).
+image classification, VITS text-to-audio...).
 
 Each task (`PIPELINE_TASKS`) says which auto class loads it, which auto mappings of
 transformers hold its architectures, what its example inputs are (`InputKind`) and which
 outputs the folder keeps, named as Transformers.js's pipelines and Optimum's ONNX configs
 read them (`logits`, `start_logits`/`end_logits`, `pred_boxes`, `predicted_depth`,
-`logits_per_image`...). Everything else the model returns (hidden states, auxiliary
+`logits_per_image`, `waveform`...). Everything else the model returns (hidden states, auxiliary
 outputs) is dropped from the graph with the nodes only it needed.
 """
 
@@ -32,6 +32,8 @@ IMAGE_SEGMENTATION = "image-segmentation"
 DEPTH_ESTIMATION = "depth-estimation"
 AUDIO_CLASSIFICATION = "audio-classification"
 ZERO_SHOT_IMAGE_CLASSIFICATION = "zero-shot-image-classification"
+# text to a waveform in one pass (VITS: recipes/text_to_audio.py)
+TEXT_TO_AUDIO = "text-to-audio"
 # CTC models serve automatic-speech-recognition (loading.SPEECH_RECOGNITION) without a decoder
 CTC_SPEECH_RECOGNITION = "automatic-speech-recognition"
 
@@ -83,7 +85,27 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
         "AutoModelForZeroShotImageClassification", (_mapping("ZERO_SHOT_IMAGE_CLASSIFICATION"),), InputKind.TEXT_AND_IMAGE,
         ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
     ),
+    TEXT_TO_AUDIO: PipelineTask("AutoModelForTextToWaveform", (_mapping("TEXT_TO_WAVEFORM"),), InputKind.TEXT, ("waveform",)),
 }
+
+# the model types whose text-to-audio folder export-hf writes: one pass from token ids to a waveform
+TEXT_TO_AUDIO_MODEL_TYPES = ("vits",)
+
+
+def text_to_audio_refusal(config: Any) -> str | None:
+    """Why export-hf writes no text-to-audio folder of ``config``'s model (None for VITS):
+    said before its weights are loaded."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in TEXT_TO_AUDIO_MODEL_TYPES:
+        return None
+    architecture = ", ".join(getattr(config, "architectures", None) or [str(model_type)])
+    return (
+        f"{architecture} ({model_type}): export-hf writes text-to-audio folders of {', '.join(TEXT_TO_AUDIO_MODEL_TYPES)} "
+        "(one pass from token ids to a waveform) only; this model generates its audio in steps (or through a "
+        "vocoder), which no recipe of export-hf writes. Nothing was written. Export its modules with "
+        "fx2onnx.dynamo_export."
+    )
+
 
 # A CLIP-style model's images are batched apart from its texts (one image, every label)
 IMAGE_BATCH = "image_batch_size"

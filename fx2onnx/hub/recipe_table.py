@@ -13,10 +13,10 @@ from fx2onnx.hub.loading import (
     CAUSAL_LM_IMAGE_TEXT_TO_TEXT, FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, IMAGE_TEXT_TO_TEXT, SPEECH_RECOGNITION, TEXT2TEXT,
     TEXT_GENERATION, is_ctc,
 )
-from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS
+from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, TEXT_TO_AUDIO
 from fx2onnx.hub.recipes import (
     audio_text_to_text, causal_lm, encoder, encoder_decoder_image_text_to_text, image_text_to_text, phi4mm_genai, pipeline_task, seq2seq,
-    whisper_genai,
+    text_to_audio, whisper_genai,
 )
 from fx2onnx.hub.recipes.folder_recipe import FolderRecipe
 
@@ -47,7 +47,8 @@ RECIPES: dict[tuple[str, str], FolderRecipe] = {
     (ENCODER_DECODER_IMAGE_TEXT_TO_TEXT, ANY_RUNTIME): image_text_to_text.RECIPE,
     (ENCODER_DECODER_IMAGE_TEXT_TO_TEXT, "standard"): encoder_decoder_image_text_to_text.TRANSFORMERS_JS_RECIPE,
     (AUDIO_TEXT_TO_TEXT, ANY_RUNTIME): audio_text_to_text.RECIPE,
-    **{(task, ANY_RUNTIME): pipeline_task.RECIPE for task in PIPELINE_TASKS if task != SPEECH_RECOGNITION},
+    **{(task, ANY_RUNTIME): pipeline_task.RECIPE for task in PIPELINE_TASKS if task not in (SPEECH_RECOGNITION, TEXT_TO_AUDIO)},
+    (TEXT_TO_AUDIO, ANY_RUNTIME): text_to_audio.RECIPE,
 }
 
 

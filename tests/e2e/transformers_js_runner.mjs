@@ -113,6 +113,10 @@ if (job.prompts || job.inputs) {
 if (job.pipeline) {
     const run = await pipeline(job.task, job.folder, options);
     result.pipeline = await run(job.pipeline.texts, job.pipeline.options ?? {});
+    // text-to-audio gives RawAudio objects: their samples as a plain list, with the sampling rate
+    const audio = (item) => (item?.audio instanceof Float32Array
+        ? { audio: Array.from(item.audio), sampling_rate: item.sampling_rate } : item);
+    result.pipeline = Array.isArray(result.pipeline) ? result.pipeline.map(audio) : audio(result.pipeline);
 }
 if (job.audio) {
     // each clip alone through the folder's processor and model, as the speech recognition (CTC) and

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, edit_json_file, name_tokenizer_class
+from fx2onnx.hub.speech.vits_tokenizer import is_vits_tokenizer, write_vits_tokenizer
 
 # the strings the written tokenizer is checked on: digits, runs of spaces, non-ASCII
 CHECKED_STRINGS = ("the lazy fox jumps 42 times in 2024", "  two  spaces,\ta tab and\nnew line ", "naïve café, 東京 🦊")
@@ -45,7 +46,10 @@ def load_tokenizer(folder: Path) -> Any:
 
 def write_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
     """Save ``tokenizer`` (its backend as `tokenizer.json`) into ``destination``; returns
-    the names of the files written there."""
+    the names of the files written there (a `VitsTokenizer`, which has no backend, with the
+    `tokenizer.json` that encodes as it does: `fx2onnx.hub.speech.vits_tokenizer`)."""
+    if is_vits_tokenizer(tokenizer):
+        return write_vits_tokenizer(tokenizer, destination)
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise ValueError(
             f"transformers loads {type(tokenizer).__name__} for this model, without a `tokenizers` backend: "

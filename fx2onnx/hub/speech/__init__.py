@@ -1,1 +1,1 @@
-"""Speech recognition by encoder-decoders: the encoder's audio input as each model takes it."""
+"""Speech models: the encoder's audio input as each speech recognizer takes it; VITS's tokenizer for text-to-audio."""

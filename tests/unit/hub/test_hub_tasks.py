@@ -50,7 +50,7 @@ def test_an_encoder_decoder_is_speech_recognition_where_transformers_files_it_so
 @pytest.mark.parametrize(("architecture", "needed"), [
     ("VivitForVideoClassification", "video-classification"),
     ("OwlViTForObjectDetection", "zero-shot-object-detection"),
-    ("SpeechT5ForTextToSpeech", "text-to-audio"),
+    ("SpeechT5ForTextToSpeech", "text-to-audio by spectrogram"),
 ])
 def test_an_architecture_for_a_task_not_served_is_an_error_naming_it(architecture, needed):
     with pytest.raises(UnsupportedTaskError, match=re.escape(f"is a model for {needed}, which export-hf does not serve")) as error:

@@ -1,0 +1,85 @@
+"""A `tokenizer.json` for transformers' `VitsTokenizer` (VITS, MMS-TTS), which has none.
+
+`VitsTokenizer` is a Python tokenizer: a text is lowercased, stripped of the characters
+its vocabulary lacks and of the spaces at its ends (``normalize``), cut into characters,
+and the vocabulary's token 0 put between and around them (``add_blank``). Transformers.js
+(and the `tokenizers` library) read that from `tokenizer.json`: normalizers that do the
+same (`Lowercase`, a `Replace` of every character outside the vocabulary, `Strip`, a
+`Replace` of the empty match, at every position, by token 0), a `Split` isolating each
+character (or token 0), and a `WordLevel` vocabulary (Transformers.js maps the pieces
+through it as they are). What it cannot do is said, not written: a tokenizer that
+phonemizes its text (eSpeak) or romanizes it (uroman) is written without that step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# characters with a meaning in a regular expression, escaped both in Oniguruma (the
+# `tokenizers` library) and JavaScript with the `u` flag (which refuses other escapes)
+_SYNTAX = set("^$\\.*+?()[]{}|/-")
+VITS_TOKENIZER = "VitsTokenizer"
+
+
+def is_vits_tokenizer(tokenizer: Any) -> bool:
+    return type(tokenizer).__name__ == VITS_TOKENIZER
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\{char}" if char in _SYNTAX else char for char in text)
+
+
+def skipped_steps(tokenizer: Any) -> list[str]:
+    """What ``tokenizer`` does that its `tokenizer.json` cannot (its clients' text must come so prepared)."""
+    steps = []
+    if getattr(tokenizer, "phonemize", False):
+        steps.append("phonemization (eSpeak through `phonemizer`: give the clients phonemes)")
+    if getattr(tokenizer, "is_uroman", False):
+        steps.append("romanization (uroman: give the clients romanized text)")
+    return steps
+
+
+def vits_tokenizer_json(tokenizer: Any) -> dict[str, Any]:
+    """The `tokenizer.json` that encodes as ``tokenizer`` (a `VitsTokenizer`) does, bar :func:`skipped_steps`."""
+    vocab = dict(tokenizer.encoder)
+    blank = tokenizer.convert_ids_to_tokens(0)
+    normalizers: list[dict[str, Any]] = []
+    if tokenizer.normalize:
+        # normalize_text lowercases what is no vocabulary entry: the same where no entry has capitals
+        normalizers.append({"type": "Lowercase"})
+    if tokenizer.language == "ron":  # _preprocess_char: Romanian's t with comma below as its cedilla form
+        normalizers.append({"type": "Replace", "pattern": {"String": "ț"}, "content": "ţ"})
+    if tokenizer.normalize and not tokenizer.phonemize:
+        characters = "".join(_escaped(token) for token in vocab if len(token) == 1)
+        normalizers.append({"type": "Replace", "pattern": {"Regex": f"[^{characters}]"}, "content": ""})
+        normalizers.append({"type": "Strip", "strip_left": True, "strip_right": True})
+    if tokenizer.add_blank:  # token 0 at every position: before each character and after the last
+        normalizers.append({"type": "Replace", "pattern": {"Regex": ""}, "content": blank})
+    pieces = f"{_escaped(blank)}|." if len(blank) > 1 else "."
+    added = [
+        {"id": index, "content": token.content, "single_word": token.single_word, "lstrip": token.lstrip,
+         "rstrip": token.rstrip, "normalized": token.normalized, "special": token.special}
+        for index, token in sorted(tokenizer.added_tokens_decoder.items())
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": normalizers} if normalizers else None,
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": pieces}, "behavior": "Isolated", "invert": False},
+        "post_processor": None,
+        "decoder": None,  # Transformers.js decodes with its VitsTokenizer's own decoder
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": tokenizer.unk_token},
+    }
+
+
+def write_vits_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
+    """Save ``tokenizer`` (its own files, `vocab.json` and `tokenizer_config.json`) and its
+    `tokenizer.json` into ``destination``; returns the names of the files written there."""
+    written = [Path(path).name for path in tokenizer.save_pretrained(destination) if Path(path).parent == destination]
+    (destination / "tokenizer.json").write_text(
+        json.dumps(vits_tokenizer_json(tokenizer), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return [*dict.fromkeys([*written, "tokenizer.json"])]
