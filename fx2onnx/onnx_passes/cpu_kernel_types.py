@@ -40,3 +40,36 @@ def cpu_kernel_types(op_type: str, opset: int, type_param: str, domain: str = ""
             known = True
             found.update(constraints[type_param])
     return found if known else None
+
+
+@functools.cache
+def _runtime_schemas() -> dict[tuple[str, str], object]:
+    """onnxruntime's own operator schemas (its ``com.microsoft`` kernels), newest first."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+    except ImportError:
+        return {}
+    schemas: dict[tuple[str, str], object] = {}
+    for schema in sorted(ort_state.get_all_operator_schema(), key=lambda s: s.since_version, reverse=True):
+        domain = "" if schema.domain in ("", "ai.onnx") else schema.domain
+        schemas.setdefault((domain, schema.name), schema)
+    return schemas
+
+
+def runtime_output_type(op_type: str, domain: str, output: int, input_types: list[str | None]) -> str | None:
+    """The type string (``tensor(float)``) of output ``output`` of onnxruntime's operator
+    ``op_type``, from its schema: the type its type parameter takes from an input of that
+    parameter whose type is known (``input_types``, by position), or the one type the
+    parameter allows; None when the schema does not say (no onnxruntime, no such
+    operator, a variadic output)."""
+    schema = _runtime_schemas().get((domain, op_type))
+    if schema is None or output >= len(schema.outputs):
+        return None
+    parameter = schema.outputs[output].typeStr
+    for formal, given in zip(schema.inputs, input_types):
+        if formal.typeStr == parameter and given is not None:
+            return given
+    allowed = next((c.allowed_type_strs for c in schema.type_constraints if c.type_param_str == parameter), None)
+    if allowed is None and parameter.startswith("tensor("):
+        return parameter  # the output's type written out rather than a parameter
+    return allowed[0] if allowed is not None and len(allowed) == 1 else None

@@ -7,7 +7,9 @@ has no type, nor has anything computed from it, and once it leaves the body the 
 node of the caller that reads it fails (``Input 0 expected to have type but instead is
 null``). In the main graph the ``value_info`` gives that type. So in a function body
 such an output goes through a ``Cast`` to its own type, whose type ONNX infers from the
-attribute; onnxruntime removes a Cast to the same type when it loads the model.
+attribute; onnxruntime removes a Cast to the same type when it loads the model. An
+output the translation left without a type (an onnxruntime kernel inlined from a fused
+rule's function) takes the one its schema in onnxruntime gives it (`cpu_kernel_types`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from fx2onnx.onnx_passes.cpu_kernel_types import runtime_output_type
 from fx2onnx.onnx_passes.function_calls import FunctionCalls
+from fx2onnx.onnx_passes.legalize_types import type_string
 
 
 def _unknown(node: ir.Node, calls: FunctionCalls) -> bool:
@@ -25,6 +29,18 @@ def _unknown(node: ir.Node, calls: FunctionCalls) -> bool:
     return not onnx.defs.has(node.op_type, domain)
 
 
+def _typed_by_schema(node: ir.Node, index: int) -> None:
+    """Output ``index`` of ``node`` given the element type onnxruntime's schema gives it,
+    where the translation left it without one."""
+    value = node.outputs[index]
+    if value.dtype is not None:
+        return
+    given = [type_string(v.dtype) if v is not None and v.dtype is not None else None for v in node.inputs]
+    found = runtime_output_type(node.op_type, "" if node.domain == "ai.onnx" else node.domain, index, given)
+    if found is not None:
+        value.dtype = ir.DataType(onnx.TensorProto.DataType.Value(found.removeprefix("tensor(").removesuffix(")").upper()))
+
+
 def type_unknown_op_outputs(model: ir.Model) -> int:
     """Give every output of an operator ONNX does not know in a function body a typed
     Cast (see the module docstring), in place; how many were given one."""
@@ -32,7 +48,8 @@ def type_unknown_op_outputs(model: ir.Model) -> int:
     typed = 0
     for function in model.functions.values():
         for node in [n for n in function if _unknown(n, calls)]:
-            for value in node.outputs:
+            for index, value in enumerate(node.outputs):
+                _typed_by_schema(node, index)
                 if value.dtype is None or not (value.uses() or value in function.outputs):
                     continue
                 cast = ir.node("Cast", [value], {"to": value.dtype}, name=f"{node.name}/typed")

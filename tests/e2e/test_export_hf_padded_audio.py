@@ -2,9 +2,7 @@
 batch: two clips of different lengths as the folder's feature extractor pads them, with
 the mask where it returns one, give transformers' logits on the same batch, row by row
 (within 1e-4; a CTC model's at the output frames the clip fills: the others are no
-transcription), with module functions on and off (W2V-BERT and Parakeet; wav2vec2's
-export with module functions fails ONNX validation whether or not it reads a mask: its
-encoder's Dropout function, called from each layer's function, is left untyped). A folder reads the mask where the
+transcription), with module functions on and off (wav2vec2, W2V-BERT and Parakeet). A folder reads the mask where the
 extractor returns one (wav2vec2's layer-norm models, W2V-BERT's and Parakeet's
 extractors) and not where it returns none (wav2vec2's group-norm models: zeros padded,
 unmasked, as transformers reads them). Transformers.js's pipelines run a batch's clips
@@ -51,7 +49,7 @@ MODELS = {
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_mel_bins=80,
         subsampling_conv_channels=8, conv_kernel_size=3))), transformers.ParakeetFeatureExtractor, True),
 }
-CASES = [(kind, False) for kind in MODELS] + [("wav2vec2-bert", True), ("parakeet", True)]
+CASES = [(kind, False) for kind in MODELS] + [("wav2vec2-layer-norm", True), ("wav2vec2-bert", True), ("parakeet", True)]
 
 
 def clip(seconds: float, seed: int) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import onnx
+import onnx_ir as ir
 import pytest
 import torch
 
@@ -213,3 +214,35 @@ def test_onnxruntime_kernel_table_is_reachable() -> None:
     assert "tensor(float)" in cpu_kernel_types("Conv", 18, "T")
     assert "tensor(int64)" not in cpu_kernel_types("Gemm", 18, "T")
     assert "tensor(int64)" in cpu_kernel_types("Add", 18, "T")
+
+
+def test_onnxruntime_operator_schemas_are_reachable() -> None:
+    """The private onnxruntime API that types its own kernels' outputs in function bodies;
+    fails loudly when it moves."""
+    from fx2onnx.onnx_passes.cpu_kernel_types import runtime_output_type
+
+    # an output of the input's type parameter takes the input's type
+    assert runtime_output_type("MultiHeadAttention", "com.microsoft", 0, ["tensor(float16)"]) == "tensor(float16)"
+    assert runtime_output_type("MatMulNBits", "com.microsoft", 0, ["tensor(float)", "tensor(uint8)"]) == "tensor(float)"
+    # nothing known of the input: no answer rather than a guess among several types
+    assert runtime_output_type("MultiHeadAttention", "com.microsoft", 0, [None]) is None
+    assert runtime_output_type("NoSuchKernel", "com.microsoft", 0, ["tensor(float)"]) is None
+
+
+def test_an_untyped_runtime_kernel_in_a_function_is_typed_from_its_schema() -> None:
+    """A kernel the translation left without an output type (a fused rule's function
+    inlined) gets its schema's type, and the Cast that carries it out of the body."""
+    from fx2onnx.onnx_passes.unknown_op_types import type_unknown_op_outputs
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT16), shape=ir.Shape([1, 2, 8]))
+    kernel = ir.node("MultiHeadAttention", [x, x, x], {"num_heads": 2}, domain="com.microsoft", name="attention")
+    untyped = kernel.outputs[0]
+    function = ir.Function("pkg.test", "attention", "", graph=ir.Graph([x], [untyped], nodes=[kernel],
+                                                                        opset_imports={"": 20, "com.microsoft": 1}), attributes=[])
+    call = ir.node("attention", [ir.Value(name="given")], domain="pkg.test", overload="", name="call")
+    model = ir.Model(ir.Graph(list(call.inputs), list(call.outputs), nodes=[call], opset_imports={"": 20, "pkg.test": 1}),
+                     ir_version=10, functions=[function])
+    assert type_unknown_op_outputs(model) == 1
+    assert untyped.dtype == ir.DataType.FLOAT16
+    cast = next(node for node in function if node.op_type == "Cast")
+    assert cast.attributes["to"].as_int() == ir.DataType.FLOAT16 and function.outputs[0] is cast.outputs[0]
