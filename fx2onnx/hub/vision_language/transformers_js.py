@@ -58,6 +58,8 @@ class TransformersJsRow:
         processor_entries: (config, the tokenizer's token texts) -> `processor_config.json`
             entries Transformers.js's processor class reads, each written where the source's
             file lacks it (transformers_js_processors.py).
+        processor_class_when: config -> whether `processor_class` is named for that config
+            (None: always), where the processor matches transformers' for some configs alone.
     """
 
     note: str
@@ -66,6 +68,7 @@ class TransformersJsRow:
     processor_settings: dict[str, Any] = field(default_factory=dict)
     image_settings: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
     processor_entries: Callable[[Any, TokenText], dict[str, Any]] | None = None
+    processor_class_when: Callable[[Any], bool] | None = None
 
 
 IDEFICS3_NOTE = (
@@ -157,14 +160,17 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # the mask. Its LlavaProcessor (src/models/llava/processing_llava.js:21-23) counts (height / patch) x
     # (width / patch) + num_additional_image_tokens image tokens, where transformers' subtracts the class token the
     # "default" strategy drops: with a released processor_config.json one token more than the features, which its
-    # merge refuses (src/models/modeling_utils.js:1684). No processor named
+    # merge refuses (src/models/modeling_utils.js:1684). Under the "full" strategy (the class token kept) both
+    # count the same: LlavaProcessor named for those configs alone
     "llava": TransformersJsRow(
         f"{TRANSFORMERS_JS} runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
-        "transformers' LlavaProcessor gives; its own LlavaProcessor counts num_additional_image_tokens (the class "
-        "token) among an image's tokens where the \"default\" feature strategy drops it "
-        "(src/models/llava/processing_llava.js:21-23): one image token more than the vision model gives features for, "
-        "which its merge refuses (\"Number of tokens and features do not match\"). ONNX Runtime GenAI has no LLaVA type.",
-        architecture=llava.ARCHITECTURE,
+        "transformers' LlavaProcessor gives; its own LlavaProcessor, which the folder names where the config's "
+        "vision_feature_select_strategy is \"full\", counts num_additional_image_tokens (the class token) among an "
+        "image's tokens whatever the strategy (src/models/llava/processing_llava.js:21-23): under the \"default\" "
+        "strategy, which drops the class token, one image token more than the vision model gives features for, which "
+        "its merge refuses (\"Number of tokens and features do not match\"), so such a folder names no processor "
+        "class. ONNX Runtime GenAI has no LLaVA type.",
+        architecture=llava.ARCHITECTURE, processor_class="LlavaProcessor", processor_class_when=llava.full_strategy,
     ),
     # Idefics3ForConditionalGeneration's path (SmolVLM's the same): its vision_encoder takes `pixel_values` and the
     # bool `pixel_attention_mask` of a prompt's crops; 1-D positions from the mask. Its Idefics3Processor reads
@@ -380,6 +386,8 @@ def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]
     row = TRANSFORMERS_JS_ARCHITECTURES[config.model_type]
     settings = image_processor_settings(source)
     if row.processor_class is None or settings is None:
+        return []
+    if row.processor_class_when is not None and not row.processor_class_when(config):
         return []
     settings.setdefault("processor_class", row.processor_class)
     settings.update(row.processor_settings)  # what the client must do otherwise
