@@ -44,6 +44,23 @@ def test_a_processor_saved_by_transformers_5_gets_a_preprocessor_config_naming_i
     assert _written(tmp_path / "full", "preprocessor_config.json")["processor_class"] == "LlavaProcessor"
 
 
+def test_gemma3n_folder_names_its_processor_with_the_feature_extractor_beside_the_image_processor(tmp_path):
+    """Gemma3nProcessor in Transformers.js builds its image processor and its feature extractor from
+    preprocessor_config.json: the feature extractor's settings transformers 5 nests in
+    processor_config.json are merged in, the token counts added from the config where the file
+    lacks them; a source without a feature extractor gets no processor class (it would not load)."""
+    audio = {"feature_extractor_type": "Gemma3nAudioFeatureExtractor", "hop_length": 160}
+    image = {"image_processor_type": "SiglipImageProcessor", "size": {"height": 128, "width": 128}}
+    config = SimpleNamespace(model_type="gemma3n", vision_soft_tokens_per_image=16, audio_soft_tokens_per_image=12)
+    nested = {"image_processor": image, "feature_extractor": audio, "image_seq_length": 16}
+    source, staging = _folders(tmp_path, {"processor_config.json": json.dumps(nested), "tokenizer.json": TOKENIZER})
+    assert write_processor_class(source, staging, config) == ["preprocessor_config.json", "processor_config.json"]
+    assert _written(staging, "preprocessor_config.json") == {**audio, **image, "processor_class": "Gemma3nProcessor"}
+    assert _written(staging, "processor_config.json") == {**nested, "audio_seq_length": 12}
+    (source / "processor_config.json").write_text(json.dumps({"image_processor": image}), encoding="utf-8")
+    assert write_processor_class(source, tmp_path / "none", config) == []
+
+
 def test_the_chat_template_file_goes_into_tokenizer_config_where_it_has_none(tmp_path):
     """chat_template.jinja's template copied into tokenizer_config.json (Transformers.js's
     tokenizer reads it there alone); a template tokenizer_config.json has is kept."""
