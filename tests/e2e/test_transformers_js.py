@@ -735,9 +735,10 @@ def folder_argmax(out, model, given: dict, tokens: list[list[int]]) -> list[list
     return logits[:, prompt - 1:-1].argmax(-1).tolist()
 
 
-def save_llava(folder):
+def save_llava(folder, strategy: str = "default"):
     """A two-layer LLaVA (a two-layer CLIP tower of 42-pixel images, 9 image tokens each, the
-    "default" strategy dropping the class token) with a tokenizer that has an `<image>` token."""
+    "default" ``strategy`` dropping the class token, "full" keeping it: 10) with a tokenizer that
+    has an `<image>` token."""
     tokenizer = trained_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
     text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -747,7 +748,7 @@ def save_llava(folder):
         vision_config=transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                                     num_attention_heads=2, image_size=42, patch_size=14),
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-2,
-        vision_feature_select_strategy="default", pad_token_id=0)
+        vision_feature_select_strategy=strategy, pad_token_id=0)
     torch.manual_seed(0)
     model = transformers.LlavaForConditionalGeneration(config).eval()
     model.save_pretrained(folder)
@@ -757,7 +758,7 @@ def save_llava(folder):
     # its processor as released checkpoints save it (processor_config.json: the class token among the image tokens, which
     # the "default" strategy then subtracts)
     transformers.LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14, image_token="<image>",
-                                num_additional_image_tokens=1, vision_feature_select_strategy="default").save_pretrained(folder)
+                                num_additional_image_tokens=1, vision_feature_select_strategy=strategy).save_pretrained(folder)
     return model, image_processor
 
 
@@ -804,6 +805,35 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
     done = node_run(transformers_js, tmp_path, {**job, "image_text": {"prompts": [prompt], "new_tokens": NEW_TOKENS}})
     error = "Number of tokens and features do not match: tokens: 10, features 9"
     assert done.returncode != 0 and error in done.stderr, done.stderr[-3000:]
+
+
+def test_llava_full_strategy_folder_names_its_processor(tmp_path, transformers_js):
+    """LLaVA under the "full" strategy (the class token kept: 10 features a 42-pixel image), whose
+    image tokens Transformers.js's LlavaProcessor counts as transformers' does: the folder names
+    LlavaProcessor, and on an image it does not resize (42x42) and one it resizes (50x70) its ids
+    and mask equal transformers' processor's, the pixels within 1e-5 on the first, and
+    Transformers.js's 16 greedy tokens equal transformers' on the inputs its processor gave."""
+    model, _ = save_llava(tmp_path / "source", strategy="full")
+    out = tmp_path / "out"
+    verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
+    assert verification.passed and verification.onnx_tokens == verification.torch_tokens
+    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "LlavaProcessor"
+    paths = []
+    for seed, (height, width) in enumerate(((42, 42), (50, 70))):
+        paths.append(tmp_path / f"{height}x{width}.png")
+        random_image(height, width, seed).save(paths[-1])
+    prompt = {"text": "<image>describe this image"}
+    job = {"folder": str(out), "task": "image-text-to-text",
+           "image_text": {"prompts": [{**prompt, "images": [str(path)]} for path in paths], "new_tokens": NEW_TOKENS}}
+    results = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    image_id = model.config.image_token_id
+    assert [result["processed"]["input_ids"]["data"].count(image_id) for result in results] == [10, 10]
+    differences = assert_client_processor(model, transformers.AutoProcessor.from_pretrained(tmp_path / "source"),
+                                          results, paths, prompt)
+    assert differences[0] <= 1e-5 < differences[1]
+    assert results[0]["generated"] != results[1]["generated"]
 
 
 def save_idefics3(folder, family: str):

@@ -5,6 +5,7 @@ Transformers.js's Gemma3nForConditionalGeneration in Node and checked against tr
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,8 +22,8 @@ pytest.importorskip("timm", reason="transformers builds Gemma 3n's vision tower 
 transformers = pytest.importorskip("transformers")
 
 from test_transformers_js import (  # noqa: E402
-    NEW_TOKENS, assert_per_layer_folder, jobs_and_greedy_rows, left_padded_batch, random_image, run_in_transformers_js,
-    shapes, transformers_js,  # noqa: F401 (fixture)
+    NEW_TOKENS, assert_per_layer_folder, client_tensors, jobs_and_greedy_rows, left_padded_batch, random_image,
+    run_in_transformers_js, shapes, transformers_js,  # noqa: F401 (fixture)
 )
 
 pytestmark = pytest.mark.vision
@@ -33,6 +34,9 @@ pytestmark = pytest.mark.vision
 TOKENS = dict(boi_token_id=250, eoi_token_id=256, image_token_id=257, boa_token_id=251, eoa_token_id=328,
               audio_token_id=329, vision_soft_tokens_per_image=16, audio_soft_tokens_per_image=12)
 IMAGE_SIDE = 128
+# the texts of those tokens, as the tokenizer's special tokens name them (both clients' Gemma3nProcessor reads them)
+TOKEN_TEXTS = {"boi_token": "<start_of_image>", "boa_token": "<start_of_audio>", "eoi_token": "<end_of_image>",
+               "image_token": "<image_soft_token>", "eoa_token": "<end_of_audio>", "audio_token": "<audio_soft_token>"}
 # the tower's block kinds (timm's MobileNetV5: edge residual, universal inverted residual, multi-query attention
 # with its keys and values downsampled), a stage ending as the checkpoints' do (timm's feature taps read a stage's
 # last block's pointwise convolution, which an attention block has not)
@@ -46,13 +50,38 @@ def image_processor():
     return transformers.SiglipImageProcessorPil(size={"height": IMAGE_SIDE, "width": IMAGE_SIDE}, do_normalize=False)
 
 
+def save_gemma3n_processor(folder: Path) -> None:
+    """Gemma3nProcessor as transformers 5 saves it (processor_config.json, the image processor and
+    the feature extractor nested) with a byte-level BPE tokenizer of 400 tokens: 120 trained, then
+    Gemma 3n's special tokens at TOKENS' ids among unused ones."""
+    import tokenizers
+
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=120, special_tokens=["<pad>", "<eos>", "<bos>"], initial_alphabet=[])
+    model.train_from_iterator(["the quick brown fox jumps over the lazy dog describe this image and audio\n\n"] * 40, trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=model, bos_token="<bos>", eos_token="<eos>",
+                                                     pad_token="<pad>")
+    ids = {TOKENS[name.replace("_token", "_token_id")]: text for name, text in TOKEN_TEXTS.items()}
+    tokenizer.add_special_tokens({"additional_special_tokens": [ids.get(i, f"<unused{i}>") for i in range(len(tokenizer), 400)]})
+    assert tokenizer.convert_tokens_to_ids(list(ids.values())) == list(ids)
+    tokenizer.save_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, extra_special_tokens=TOKEN_TEXTS)
+    transformers.Gemma3nProcessor(
+        feature_extractor=transformers.Gemma3nAudioFeatureExtractor(), image_processor=image_processor(), tokenizer=tokenizer,
+        chat_template="{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}",
+        image_seq_length=TOKENS["vision_soft_tokens_per_image"], audio_seq_length=TOKENS["audio_soft_tokens_per_image"],
+    ).save_pretrained(folder)
+
+
 def save_gemma3n(folder: Path) -> torch.nn.Module:
     """A tiny Gemma 3n as its E2B and E4B checkpoints are: per-layer inputs, AltUp, LAuReL, a sparse
     first layer, sliding layers of 8 tokens and the last sliding and full layer reusing the earlier
     layers' keys and values; timm's MobileNetV5 encoder cut to eight blocks of its three kinds (its
     fused 2048-wide output as the checkpoints', the 8 x 8 map of a 128-pixel image pooled to 4 x 4,
     as theirs 48 x 48 to 16 x 16: 16 tokens an image); a two-layer conformer of chunks of 12
-    (12 tokens a clip); the checkpoints' image processor at 128 pixels."""
+    (12 tokens a clip); the checkpoints' image processor at 128 pixels, in Gemma3nProcessor."""
     from timm.models._efficientnet_builder import decode_arch_def
 
     torch.manual_seed(0)
@@ -73,7 +102,7 @@ def save_gemma3n(folder: Path) -> torch.nn.Module:
     # config gets them as given, as a checkpoint holds them
     model.config.vision_config.model_args = {"block_args": decode_arch_def(TOWER), "msfa_output_resolution": 4}
     model.save_pretrained(folder)
-    image_processor().save_pretrained(folder)
+    save_gemma3n_processor(folder)
     return model
 
 
@@ -108,6 +137,59 @@ def gemma3n_prompts(model: torch.nn.Module) -> tuple[list[dict], list[list[list[
     return jobs_and_greedy_rows(model, prompts)
 
 
+# clips for Transformers.js's own processor (samples at 16 kHz): 12100 samples give both clients 73 log-mel frames;
+# 12000, padded to 12032, whose length less the 512-sample frame is a multiple of the 160-sample hop, give
+# Transformers.js's 73 (src/models/gemma3n/feature_extraction_gemma3n.js:34-38: frames of frame_length samples)
+# and transformers' 72 (frames of frame_length + 1)
+CLIENT_CLIPS = (12100, 12000)
+
+
+def client_prompts(scratch: Path) -> list[dict]:
+    """Prompts for Transformers.js's Gemma3nProcessor: an image of the processor's size (not
+    resized), one it resizes, and each of CLIENT_CLIPS."""
+    prompts = []
+    for seed, (height, width) in enumerate(((IMAGE_SIDE, IMAGE_SIDE), (40, 60))):
+        path = scratch / f"{height}x{width}.png"
+        random_image(height, width, 20 + seed).save(path)
+        prompts.append({"text": "<bos>describe <image_soft_token> this image", "images": [str(path)]})
+    for samples in CLIENT_CLIPS:
+        clip = np.random.default_rng(samples).standard_normal(samples).astype(np.float32) * 0.1
+        prompts.append({"text": "<bos>describe <audio_soft_token> this audio", "audio": clip.tolist()})
+    return prompts
+
+
+def assert_client_processor(model: torch.nn.Module, source: Path, prompts: list[dict], results: list[dict]) -> None:
+    """Transformers.js's Gemma3nProcessor against transformers' on client_prompts: the ids equal
+    (both put newlines around an image's and a clip's tokens), the unresized image's pixels
+    within 1e-6, the resized one's sharp's (other values); the 12100-sample clip's features within
+    5e-5 and its mask equal, the 12000-sample clip one frame longer; and on every prompt
+    Transformers.js's 16 greedy tokens transformers' on the inputs its processor gave."""
+    from PIL import Image
+
+    processor = transformers.AutoProcessor.from_pretrained(source)
+    pixels, audio = [], []
+    for prompt, result in zip(prompts, results):
+        client = client_tensors(result["processed"])
+        if "images" in prompt:
+            expected = processor(text=prompt["text"], images=[Image.open(prompt["images"][0])], return_tensors="pt")
+            pixels.append(float((client["pixel_values"] - expected["pixel_values"]).abs().max()))
+        else:
+            expected = processor(text=prompt["text"], audio=[np.array(prompt["audio"], dtype=np.float32)], return_tensors="pt")
+            audio.append((client["input_features"], client["input_features_mask"], expected))
+        assert torch.equal(client["input_ids"], expected["input_ids"])
+        inputs = {name: value for name, value in client.items() if name != "token_type_ids"}
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+        assert result["generated"] == out[0, client["input_ids"].shape[1]:].tolist()
+    assert pixels[0] <= 1e-6 < 0.1 < pixels[1]
+    (features, mask, expected), (longer, _, shorter) = audio
+    assert features.shape == expected["input_features"].shape == (1, 73, 128)
+    torch.testing.assert_close(features, expected["input_features"], rtol=0, atol=5e-5)
+    assert torch.equal(mask, expected["input_features_mask"])
+    assert longer.shape[1] == shorter["input_features"].shape[1] + 1 == 73
+    torch.testing.assert_close(longer[:, :72], shorter["input_features"], rtol=0, atol=5e-5)
+
+
 def exported_graphs(out: Path) -> dict[str, onnx.GraphProto]:
     """The folder's four models, each through the checker's full check."""
     graphs = {}
@@ -124,7 +206,8 @@ def test_gemma3n_image_audio_folder_in_transformers_js(tmp_path, transformers_js
     batches of clips of other lengths, each with a padded clip, against the rows transformers merges)
     passes in onnxruntime; 16 greedy tokens in Transformers.js equal
     transformers' on a wide image, a tall one, a prompt without an image, an audio clip, an image
-    and the clip in one prompt, and a left-padded batch of two images, past the sliding window of 8."""
+    and the clip in one prompt, and a left-padded batch of two images, past the sliding window of 8;
+    and through Transformers.js's own Gemma3nProcessor, which the folder names (assert_client_processor)."""
     model = save_gemma3n(tmp_path / "source")
     out = tmp_path / "out"
     said = []
@@ -140,9 +223,14 @@ def test_gemma3n_image_audio_folder_in_transformers_js(tmp_path, transformers_js
     assert shapes(graphs["embed_tokens"].output) == {"inputs_embeds": ["batch_size", "sequence_length", 32],
                                                      "per_layer_inputs": ["batch_size", "sequence_length", 4, 8]}
     assert_per_layer_folder(out, graphs, "gemma3n", "Gemma3nForConditionalGeneration", stored_layers=2)
+    settings = json.loads((out / "preprocessor_config.json").read_text())
+    assert settings["processor_class"] == "Gemma3nProcessor" and settings["feature_extractor_type"] == "Gemma3nAudioFeatureExtractor"
     prompts, expected = gemma3n_prompts(model)
-    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
-    results = [result["generated_rows"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    own = client_prompts(tmp_path)
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts + own, "new_tokens": NEW_TOKENS}}
+    done = run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]
+    assert_client_processor(model, tmp_path / "source", own, done[len(prompts):])
+    results = [result["generated_rows"] for result in done[:len(prompts)]]
     assert results == expected
     assert len({str(rows) for rows in expected[:5]}) == 5  # the images and the audio changed the tokens
 

@@ -5,7 +5,7 @@
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
 // `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
 // folder's processor and `generate`, and by the speech recognition pipeline), "audio" (clips one by one
-// through the folder's processor and a CTC or audio classification model), or "image_text" (prompts with image files through the folder's
+// through the folder's processor and a CTC or audio classification model), or "image_text" (prompts with image files (and audio clips) through the folder's
 // processor, with chat messages through its chat template, or processed inputs as given, and an image-text-to-text
 // model's `generate`; the processor's outputs returned), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
@@ -85,7 +85,10 @@ async function generate(model, ids, mask, newTokens) {
 const IMAGES_FIRST = new Set(['PaliGemmaProcessor', 'Florence2Processor', 'Lfm2VlProcessor', 'Lfm3VlProcessor', 'PixtralProcessor',
     'LlavaProcessor']);
 
-async function processed(processor, text, images) {
+async function processed(processor, text, images, audio) {
+    if (audio) {  // processors of images and audio (Gemma3nProcessor): `_call(text, images = null, audio = null)`
+        return processor(text, images, audio);
+    }
     return IMAGES_FIRST.has(processor.constructor.name) ? processor(images, text) : processor(text, images);
 }
 
@@ -164,15 +167,18 @@ if (job.speech) {
 }
 if (job.image_text) {
     const { prompts, new_tokens: newTokens } = job.image_text;
-    const processor = prompts.some((prompt) => prompt.images) ? await AutoProcessor.from_pretrained(job.folder, options) : null;
+    const processor = prompts.some((prompt) => prompt.images || prompt.audio)
+        ? await AutoProcessor.from_pretrained(job.folder, options) : null;
     const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
     result.image_text = [];
-    for (const { text, messages, images, inputs: given } of prompts) {
-        // a prompt's text (or chat messages through the folder's chat template) and image files through
-        // the processor, or its processed inputs as given
+    for (const { text, messages, images = [], audio, inputs: given } of prompts) {
+        // a prompt's text (or chat messages through the folder's chat template), image files and audio clips
+        // (samples, one clip) through the processor, or its processed inputs as given
         const opened = given ? [] : await Promise.all(images.map((path) => RawImage.read(path)));
         const prompt = messages ? processor.apply_chat_template(messages, { add_generation_prompt: true }) : text;
-        const inputs = given ? tensors(given) : await processed(processor, prompt, opened.length === 1 ? opened[0] : opened);
+        const chosen = opened.length === 1 ? opened[0] : (opened.length === 0 && audio ? null : opened);
+        const inputs = given ? tensors(given)
+            : await processed(processor, prompt, chosen, audio ? Float32Array.from(audio) : null);
         const output = plain(await model.generate({
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));

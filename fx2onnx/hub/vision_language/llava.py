@@ -40,6 +40,12 @@ class LlavaVision(torch.nn.Module):
         return {"image_features": self.model.multi_modal_projector(selected)}
 
 
+def full_strategy(config: Any) -> bool:
+    """Whether the vision features keep the class token (the "full" strategy), as Transformers.js's
+    LlavaProcessor counts an image's tokens (num_additional_image_tokens always among them)."""
+    return getattr(config, "vision_feature_select_strategy", "default") == "full"
+
+
 def image_side(config: Any) -> int:
     return int(config.vision_config.image_size)
 

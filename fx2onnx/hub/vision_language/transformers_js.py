@@ -33,8 +33,8 @@ from fx2onnx.hub.vision_language import (
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture
 from fx2onnx.hub.vision_language.architectures import architecture_of
 from fx2onnx.hub.vision_language.transformers_js_processors import (
-    TokenText, added_token_text, idefics3_entries, lighton_ocr_entries, lighton_ocr_image_settings, mistral3_entries,
-    mistral3_image_settings,
+    TokenText, added_token_text, feature_extractor_settings, gemma3n_entries, idefics3_entries, lighton_ocr_entries,
+    lighton_ocr_image_settings, mistral3_entries, mistral3_image_settings,
 )
 
 IMAGE_PROCESSOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
@@ -58,6 +58,11 @@ class TransformersJsRow:
         processor_entries: (config, the tokenizer's token texts) -> `processor_config.json`
             entries Transformers.js's processor class reads, each written where the source's
             file lacks it (transformers_js_processors.py).
+        processor_class_when: config -> whether `processor_class` is named for that config
+            (None: always), where the processor matches transformers' for some configs alone.
+        feature_extractor: whether the processor builds a feature extractor from
+            `preprocessor_config.json` too (its settings merged in; no class named where the
+            source has none: the processor would fail to load).
     """
 
     note: str
@@ -66,6 +71,8 @@ class TransformersJsRow:
     processor_settings: dict[str, Any] = field(default_factory=dict)
     image_settings: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None
     processor_entries: Callable[[Any, TokenText], dict[str, Any]] | None = None
+    processor_class_when: Callable[[Any], bool] | None = None
+    feature_extractor: bool = False
 
 
 IDEFICS3_NOTE = (
@@ -157,14 +164,17 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # the mask. Its LlavaProcessor (src/models/llava/processing_llava.js:21-23) counts (height / patch) x
     # (width / patch) + num_additional_image_tokens image tokens, where transformers' subtracts the class token the
     # "default" strategy drops: with a released processor_config.json one token more than the features, which its
-    # merge refuses (src/models/modeling_utils.js:1684). No processor named
+    # merge refuses (src/models/modeling_utils.js:1684). Under the "full" strategy (the class token kept) both
+    # count the same: LlavaProcessor named for those configs alone
     "llava": TransformersJsRow(
         f"{TRANSFORMERS_JS} runs this folder (LlavaForConditionalGeneration) on the tokens and pixel_values "
-        "transformers' LlavaProcessor gives; its own LlavaProcessor counts num_additional_image_tokens (the class "
-        "token) among an image's tokens where the \"default\" feature strategy drops it "
-        "(src/models/llava/processing_llava.js:21-23): one image token more than the vision model gives features for, "
-        "which its merge refuses (\"Number of tokens and features do not match\"). ONNX Runtime GenAI has no LLaVA type.",
-        architecture=llava.ARCHITECTURE,
+        "transformers' LlavaProcessor gives; its own LlavaProcessor, which the folder names where the config's "
+        "vision_feature_select_strategy is \"full\", counts num_additional_image_tokens (the class token) among an "
+        "image's tokens whatever the strategy (src/models/llava/processing_llava.js:21-23): under the \"default\" "
+        "strategy, which drops the class token, one image token more than the vision model gives features for, which "
+        "its merge refuses (\"Number of tokens and features do not match\"), so such a folder names no processor "
+        "class. ONNX Runtime GenAI has no LLaVA type.",
+        architecture=llava.ARCHITECTURE, processor_class="LlavaProcessor", processor_class_when=llava.full_strategy,
     ),
     # Idefics3ForConditionalGeneration's path (SmolVLM's the same): its vision_encoder takes `pixel_values` and the
     # bool `pixel_attention_mask` of a prompt's crops; 1-D positions from the mask. Its Idefics3Processor reads
@@ -239,21 +249,26 @@ TRANSFORMERS_JS_ARCHITECTURES: dict[str, TransformersJsRow] = {
     # Gemma 4's path, the class's own (gemma3n.py): vision_encoder on `pixel_values` alone (timm's MobileNetV5, every
     # image of the processor's one size), audio_encoder (loaded whatever the prompt) giving the processor's fixed count
     # of rows a clip, embed_tokens giving per_layer_inputs and the vision and audio vocabularies' embeddings. Its
-    # feature extractor's spectrogram frames by frame_length (line 18079 of the pinned release's
-    # dist/transformers.node.mjs), transformers' unfolds frame_length + 1 samples: 73 frames of a 12000-sample clip
-    # (padded to 12032) against transformers' 72, the 72 within 2.1e-5
+    # Gemma3nProcessor lays out an image's and a clip's tokens as transformers' (newlines around both: the same ids)
+    # and reads both processors from preprocessor_config.json: named. Its feature extractor's spectrogram frames by
+    # frame_length (src/models/gemma3n/feature_extraction_gemma3n.js:34-38), transformers' unfolds frame_length + 1
+    # samples: 73 frames of a 12000-sample clip (padded to 12032) against transformers' 72, the 72 within 1.3e-5
     "gemma3n": TransformersJsRow(
-        f"{TRANSFORMERS_JS} runs this folder (Gemma3nForConditionalGeneration) on the input_ids and pixel_values "
-        "transformers' Gemma3nProcessor gives (every image resized to the image processor's one size, "
-        "vision_soft_tokens_per_image tokens each; the vision model takes any number of images) and input_features "
-        "with input_features_mask for audio (audio_soft_tokens_per_image tokens a clip, the rows past a clip's end "
-        "the audio padding embedding, as transformers merges them). embed_tokens gives per_layer_inputs beside "
-        "inputs_embeds." + SHARP_RESIZE + " Its Gemma3nAudioFeatureExtractor frames a clip by frame_length samples "
-        "where transformers' takes one more (its preemphasis reads frame_length + 1), so a clip whose padded length "
-        "less frame_length is a multiple of hop_length gets one log-mel frame more than transformers' (the others "
-        "equal). The vision tower is timm's: export-hf needs timm (the vision extra). "
-        "ONNX Runtime GenAI has no Gemma 3n type.",
-        architecture=gemma3n.ARCHITECTURE,
+        f"{TRANSFORMERS_JS} runs this folder (Gemma3nForConditionalGeneration) through its Gemma3nProcessor, which "
+        "the folder names (image_seq_length and audio_seq_length from the config where processor_config.json lacks "
+        "them; the feature extractor's settings beside the image processor's in preprocessor_config.json) and which "
+        "gives transformers' input_ids and, for an image of the image processor's size, its pixel_values (every "
+        "image resized to that one size, vision_soft_tokens_per_image tokens each; the vision model takes any "
+        "number of images), and input_features with input_features_mask for audio (audio_soft_tokens_per_image "
+        "tokens a clip, the rows past a clip's end the audio padding embedding, as transformers merges them). "
+        "embed_tokens gives per_layer_inputs beside inputs_embeds." + SHARP_RESIZE + " Its "
+        "Gemma3nAudioFeatureExtractor frames a clip by frame_length samples where transformers' takes one more "
+        "(its preemphasis reads frame_length + 1; src/models/gemma3n/feature_extraction_gemma3n.js:34-38), so a clip "
+        "whose padded length less frame_length is a multiple of hop_length gets one log-mel frame more than "
+        "transformers' (the others equal): for such clips give the model transformers' input_features. The vision "
+        "tower is timm's: export-hf needs timm (the vision extra). ONNX Runtime GenAI has no Gemma 3n type.",
+        architecture=gemma3n.ARCHITECTURE, processor_class="Gemma3nProcessor", processor_entries=gemma3n_entries,
+        feature_extractor=True,
     ),
     # its vision_encoder takes the tiles of a prompt's images as Lfm2VlForConditionalGeneration feeds them (its
     # forward_params: pixel_values, pixel_attention_mask, spatial_shapes); 1-D positions from the mask; the decoder's
@@ -381,6 +396,13 @@ def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]
     settings = image_processor_settings(source)
     if row.processor_class is None or settings is None:
         return []
+    if row.processor_class_when is not None and not row.processor_class_when(config):
+        return []
+    if row.feature_extractor:
+        audio = feature_extractor_settings(source, settings)
+        if audio is None:
+            return []
+        settings = {**audio, **settings}
     settings.setdefault("processor_class", row.processor_class)
     settings.update(row.processor_settings)  # what the client must do otherwise
     if row.image_settings is not None:

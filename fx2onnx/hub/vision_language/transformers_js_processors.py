@@ -12,6 +12,10 @@ the same tokens and cut it into the same pixels.
   its PixtralImageProcessor resizes to multiples of `patch_size x spatial_merge_size` of
   `preprocessor_config.json` (a number each), where transformers' image processor resizes to
   multiples of its `patch_size` ({height, width}), given by the processor where it has one.
+- Gemma3nProcessor reads `image_seq_length` and `audio_seq_length` from `processor_config.json`
+  (the tokens of an image and of a clip), and builds its image processor and its feature
+  extractor both from `preprocessor_config.json`, where transformers 5 saves the feature
+  extractor's settings inside `processor_config.json` (`feature_extractor`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "TokenText", "added_token_text", "idefics3_entries", "lighton_ocr_entries", "lighton_ocr_image_settings",
+    "TokenText", "added_token_text", "feature_extractor_settings", "gemma3n_entries", "idefics3_entries", "lighton_ocr_entries", "lighton_ocr_image_settings",
     "mistral3_entries", "mistral3_image_settings",
 ]
 
@@ -54,6 +58,25 @@ def idefics3_entries(config: Any, token: TokenText) -> dict[str, Any]:
     vision = config.vision_config
     patches = (int(vision.image_size) // int(vision.patch_size)) ** 2
     return {"image_seq_len": patches // int(config.scale_factor) ** 2}
+
+
+def gemma3n_entries(config: Any, token: TokenText) -> dict[str, Any]:
+    """Gemma3nProcessor's token counts: an image's (vision_soft_tokens_per_image) and a clip's
+    (audio_soft_tokens_per_image), as the model merges them."""
+    return {"image_seq_length": int(config.vision_soft_tokens_per_image),
+            "audio_seq_length": int(config.audio_soft_tokens_per_image)}
+
+
+def feature_extractor_settings(source: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The feature extractor's settings for `preprocessor_config.json` beside the image
+    processor's ``settings``: none to add where they name its type already (released checkpoints
+    save both in one file), else the `feature_extractor` part of ``source``'s
+    `processor_config.json`; None where the source has neither."""
+    if "feature_extractor_type" in settings:
+        return {}
+    path = source / "processor_config.json"
+    nested = json.loads(path.read_text(encoding="utf-8")).get("feature_extractor") if path.is_file() else None
+    return dict(nested) if isinstance(nested, dict) and "feature_extractor_type" in nested else None
 
 
 def _pixtral_sizes(config: Any) -> dict[str, int]:

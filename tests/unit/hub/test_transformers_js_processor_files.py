@@ -29,13 +29,36 @@ def _folders(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Path]:
 def test_a_processor_saved_by_transformers_5_gets_a_preprocessor_config_naming_its_class(tmp_path):
     """transformers 5 saves Gemma 3's processor as processor_config.json alone (the image
     processor nested): preprocessor_config.json, which Transformers.js's AutoProcessor needs,
-    is written from it naming Gemma3Processor; a type whose processor is not named gets none."""
+    is written from it naming Gemma3Processor; a type whose processor is not named gets none, LLaVA
+    LlavaProcessor under the "full" feature strategy alone."""
     nested = {"image_processor": SETTINGS, "image_seq_length": 256, "processor_class": "Gemma3Processor"}
     source, staging = _folders(tmp_path, {"processor_config.json": json.dumps(nested)})
     assert write_processor_class(source, staging, SimpleNamespace(model_type="gemma3")) == ["preprocessor_config.json"]
     written = json.loads((staging / "preprocessor_config.json").read_text(encoding="utf-8"))
     assert written == {**SETTINGS, "processor_class": "Gemma3Processor"}
     assert write_processor_class(source, tmp_path, SimpleNamespace(model_type="llava")) == []
+    default, full = (SimpleNamespace(model_type="llava", vision_feature_select_strategy=kind) for kind in ("default", "full"))
+    assert write_processor_class(source, tmp_path / "none", default) == []
+    (tmp_path / "full").mkdir()
+    assert write_processor_class(source, tmp_path / "full", full) == ["preprocessor_config.json"]
+    assert _written(tmp_path / "full", "preprocessor_config.json")["processor_class"] == "LlavaProcessor"
+
+
+def test_gemma3n_folder_names_its_processor_with_the_feature_extractor_beside_the_image_processor(tmp_path):
+    """Gemma3nProcessor in Transformers.js builds its image processor and its feature extractor from
+    preprocessor_config.json: the feature extractor's settings transformers 5 nests in
+    processor_config.json are merged in, the token counts added from the config where the file
+    lacks them; a source without a feature extractor gets no processor class (it would not load)."""
+    audio = {"feature_extractor_type": "Gemma3nAudioFeatureExtractor", "hop_length": 160}
+    image = {"image_processor_type": "SiglipImageProcessor", "size": {"height": 128, "width": 128}}
+    config = SimpleNamespace(model_type="gemma3n", vision_soft_tokens_per_image=16, audio_soft_tokens_per_image=12)
+    nested = {"image_processor": image, "feature_extractor": audio, "image_seq_length": 16}
+    source, staging = _folders(tmp_path, {"processor_config.json": json.dumps(nested), "tokenizer.json": TOKENIZER})
+    assert write_processor_class(source, staging, config) == ["preprocessor_config.json", "processor_config.json"]
+    assert _written(staging, "preprocessor_config.json") == {**audio, **image, "processor_class": "Gemma3nProcessor"}
+    assert _written(staging, "processor_config.json") == {**nested, "audio_seq_length": 12}
+    (source / "processor_config.json").write_text(json.dumps({"image_processor": image}), encoding="utf-8")
+    assert write_processor_class(source, tmp_path / "none", config) == []
 
 
 def test_the_chat_template_file_goes_into_tokenizer_config_where_it_has_none(tmp_path):
