@@ -92,23 +92,9 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
     ),
 }
 
-# the model types whose text-to-audio folder export-hf writes: one pass from token ids to a waveform
-TEXT_TO_AUDIO_MODEL_TYPES = ("vits",)
-
-
-# why a model type's text-to-audio folder is not written, beyond "not one pass"
-_TEXT_TO_AUDIO_CAUSES = {
-    "speecht5": (
-        "SpeechT5 generates a spectrogram step by step and a separate checkpoint (SpeechT5HifiGan) turns it into "
-        "the waveform. Its folder is not written yet: Transformers.js's generate_speech gives the vocoder the "
-        "decoder's spectra as they are, without transformers' postnet (convolutions over the whole spectrogram, "
-        "weights of this checkpoint), so the vocoder graph would have to hold the postnet and the HiFi-GAN of two "
-        "checkpoints together; it stops when any of the reduction_factor stop probabilities reaches the threshold "
-        "where transformers sums them; transformers' decoder prenet draws its dropout masks at every step even in "
-        "eval, so generate_speech differs from run to run; and transformers has no converter of SpeechT5Tokenizer "
-        "(SentencePiece) to the tokenizer.json Transformers.js reads."
-    ),
-}
+# the model types whose text-to-audio folder export-hf writes: VITS's one pass from token ids to a
+# waveform, SpeechT5's spectrogram step by step and its vocoder (recipes/speecht5_text_to_audio.py)
+TEXT_TO_AUDIO_MODEL_TYPES = ("vits", "speecht5")
 
 
 def text_to_audio_refusal(config: Any) -> str | None:
@@ -118,12 +104,11 @@ def text_to_audio_refusal(config: Any) -> str | None:
     if model_type in TEXT_TO_AUDIO_MODEL_TYPES:
         return None
     architecture = ", ".join(getattr(config, "architectures", None) or [str(model_type)])
-    cause = _TEXT_TO_AUDIO_CAUSES.get(model_type, (
-        "this model generates its audio in steps (or through a vocoder), which no recipe of export-hf writes."))
     return (
         f"{architecture} ({model_type}): export-hf writes text-to-audio folders of {', '.join(TEXT_TO_AUDIO_MODEL_TYPES)} "
-        f"(one pass from token ids to a waveform) only; {cause} Nothing was written. Export its modules with "
-        "fx2onnx.dynamo_export."
+        "(VITS's one pass from token ids to a waveform, SpeechT5's spectrogram and HiFi-GAN vocoder) only; this model "
+        "generates its audio otherwise, which no recipe of export-hf writes. Nothing was written. Export its modules "
+        "with fx2onnx.dynamo_export."
     )
 
 
@@ -168,6 +153,8 @@ def auto_class_for(task: str, config: Any) -> str:
             if any(tasks.is_filed_under(a, mapping) for a in architectures):
                 return auto
         return "AutoModelForSemanticSegmentation"
+    if task == TEXT_TO_AUDIO and getattr(config, "model_type", None) == "speecht5":
+        return "AutoModelForTextToSpectrogram"
     return spec.auto_class
 
 

@@ -144,19 +144,9 @@ def test_text_to_audio_of_another_architecture_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("task", [None, "text-to-audio"])
-def test_speecht5_text_to_speech_is_refused_naming_its_causes(task, tmp_path):
-    """SpeechT5ForTextToSpeech is text-to-audio (its task inferred from its class, as
-    Transformers.js files it) and refused for that task before its weights load, the error
-    naming why its folder is not written (the postnet the vocoder would need, the stop rule,
-    the prenet's dropout, the tokenizer), nothing written."""
-    config = transformers.SpeechT5Config(architectures=["SpeechT5ForTextToSpeech"])
-    config.save_pretrained(tmp_path / "source")  # no weights: the refusal comes before they load
-    with pytest.raises(UnsupportedArchitectureError) as error:
-        export_hf(tmp_path / "source", tmp_path / "out", task=task)
-    message = str(error.value)
-    assert message.startswith("SpeechT5ForTextToSpeech (speecht5): export-hf writes text-to-audio folders of vits")
-    for cause in ("without transformers' postnet", "reduction_factor stop probabilities", "dropout masks",
-                  "SpeechT5Tokenizer"):
-        assert cause in message
+
+def test_a_vocoder_given_for_vits_is_refused(tmp_path):
+    """--vocoder is SpeechT5's: VITS writes its own waveform, and the option is refused, nothing written."""
+    with pytest.raises(ValueError, match="--vocoder is SpeechT5's text-to-audio vocoder; vits"):
+        export_hf(_source(tmp_path / "source", _vits()), tmp_path / "out", vocoder=tmp_path / "hifigan")
     assert not (tmp_path / "out").exists()

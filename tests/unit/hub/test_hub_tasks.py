@@ -35,7 +35,7 @@ transformers = pytest.importorskip("transformers")
     ("CLIPModel", "zero-shot-image-classification"),
     ("XLMWithLMHeadModel", "text-generation"),  # filed under fill-mask too: a generation model stays one
     ("VitsModel", "text-to-audio"),
-    ("SpeechT5ForTextToSpeech", "text-to-audio"),  # a spectrogram model: the task, refused by its cause at loading
+    ("SpeechT5ForTextToSpeech", "text-to-audio"),  # a spectrogram model and its vocoder
 ])
 def test_the_default_task_is_the_one_transformers_files_the_architecture_under(architecture, task):
     assert default_task(transformers.PretrainedConfig(architectures=[architecture])) == task
