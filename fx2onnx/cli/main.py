@@ -173,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Phi-4-multimodal: write its phi4mm folder for images and text, the speech model left out",
     )
     hub.add_argument(
+        "--vocoder", metavar="MODEL",
+        help="text-to-audio of SpeechT5: its SpeechT5HifiGan checkpoint (folder or hub id), written after the model's "
+        "postnet as the folder's vocoder/",
+    )
+    hub.add_argument(
         "--float32-twin", action="store_true",
         help="with --precision fp16: also write each ONNX file in float32 (onnx/model.onnx beside onnx/model_fp16.onnx), "
         "which Transformers.js loads with dtype 'fp32' on WebGPU adapters without shader-f16",
@@ -224,7 +229,7 @@ def _run_export_hf(args: argparse.Namespace) -> int:
             opset=opset, tokens=args.tokens, rtol=args.rtol, atol=args.atol, progress=not args.quiet, say=say, runtime=args.runtime,
             module_functions=args.module_functions, precision=args.precision, block_size=args.block_size,
             accuracy_level=args.accuracy_level, quantize_lm_head=not args.float_lm_head,
-            quantize_embedding=args.quantize_embedding, text_only=args.text_only, without_audio=args.without_audio, quantization_algorithm=args.quantization,
+            quantize_embedding=args.quantize_embedding, text_only=args.text_only, without_audio=args.without_audio, vocoder=args.vocoder, quantization_algorithm=args.quantization,
             mixed_precision=args.mixed_precision, float32_twin=args.float32_twin,
         )
     except FileExistsError as error:

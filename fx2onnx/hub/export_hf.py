@@ -123,6 +123,7 @@ def export_hf(
     text_only: bool = False,
     without_audio: bool = False,
     float32_twin: bool = False,
+    vocoder: str | os.PathLike | None = None,
 ) -> HubExport:
     """Export the transformers model ``model`` (a save_pretrained folder, a cache snapshot,
     or a hub id) to the folder ``output``, ready for its runtime.
@@ -207,6 +208,9 @@ def export_hf(
             `<file>.onnx` (`fx2onnx.hub.precision.float32_twin`): the file Transformers.js
             loads with dtype "fp32", for WebGPU adapters without `shader-f16`, where it
             refuses "fp16". Refused for other weights.
+        vocoder: text-to-audio of SpeechT5: the `SpeechT5HifiGan` checkpoint (a folder or a
+            hub id) written, after the model's postnet, as the folder's `vocoder/` (the model
+            Transformers.js's `generate_speech` runs on the spectrogram). Refused for other models.
     """
     started = time.perf_counter()
     output = Path(os.fspath(output)).expanduser()
@@ -217,11 +221,14 @@ def export_hf(
         block_size=block_size, accuracy_level=accuracy_level, quantize_lm_head=quantize_lm_head,
         quantize_embedding=quantize_embedding, quantization_algorithm=quantization_algorithm,
         mixed_precision=mixed_precision, pack_projections=pack_projections, text_only=text_only, without_audio=without_audio,
-        float32_twin=float32_twin,
+        float32_twin=float32_twin, vocoder=None if vocoder is None else os.fspath(vocoder),
     )
     folder = local_folder(model)
     loaded = load_model(folder, request.task, request.dtype, fake, say, text_only=text_only)
     recipe = recipe_for(loaded.task, loaded.config, runtime)
+    if request.vocoder is not None and not getattr(recipe, "takes_vocoder", False):
+        raise ValueError(f"--vocoder is SpeechT5's text-to-audio vocoder; {loaded.config.model_type} ({loaded.task}) "
+                         "takes none: drop it. Nothing was written.")
     refusal = recipe.accepts(loaded, request)
     if refusal is not None:
         raise refusal.error()

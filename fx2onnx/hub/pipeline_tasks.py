@@ -85,11 +85,16 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
         "AutoModelForZeroShotImageClassification", (_mapping("ZERO_SHOT_IMAGE_CLASSIFICATION"),), InputKind.TEXT_AND_IMAGE,
         ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"),
     ),
-    TEXT_TO_AUDIO: PipelineTask("AutoModelForTextToWaveform", (_mapping("TEXT_TO_WAVEFORM"),), InputKind.TEXT, ("waveform",)),
+    # a spectrogram model (SpeechT5) is text-to-audio too, as Transformers.js's pipeline files it: refused by its cause
+    TEXT_TO_AUDIO: PipelineTask(
+        "AutoModelForTextToWaveform", (_mapping("TEXT_TO_WAVEFORM"), _mapping("TEXT_TO_SPECTROGRAM")), InputKind.TEXT,
+        ("waveform",),
+    ),
 }
 
-# the model types whose text-to-audio folder export-hf writes: one pass from token ids to a waveform
-TEXT_TO_AUDIO_MODEL_TYPES = ("vits",)
+# the model types whose text-to-audio folder export-hf writes: VITS's one pass from token ids to a
+# waveform, SpeechT5's spectrogram step by step and its vocoder (recipes/speecht5_text_to_audio.py)
+TEXT_TO_AUDIO_MODEL_TYPES = ("vits", "speecht5")
 
 
 def text_to_audio_refusal(config: Any) -> str | None:
@@ -101,9 +106,9 @@ def text_to_audio_refusal(config: Any) -> str | None:
     architecture = ", ".join(getattr(config, "architectures", None) or [str(model_type)])
     return (
         f"{architecture} ({model_type}): export-hf writes text-to-audio folders of {', '.join(TEXT_TO_AUDIO_MODEL_TYPES)} "
-        "(one pass from token ids to a waveform) only; this model generates its audio in steps (or through a "
-        "vocoder), which no recipe of export-hf writes. Nothing was written. Export its modules with "
-        "fx2onnx.dynamo_export."
+        "(VITS's one pass from token ids to a waveform, SpeechT5's spectrogram and HiFi-GAN vocoder) only; this model "
+        "generates its audio otherwise, which no recipe of export-hf writes. Nothing was written. Export its modules "
+        "with fx2onnx.dynamo_export."
     )
 
 
@@ -148,6 +153,8 @@ def auto_class_for(task: str, config: Any) -> str:
             if any(tasks.is_filed_under(a, mapping) for a in architectures):
                 return auto
         return "AutoModelForSemanticSegmentation"
+    if task == TEXT_TO_AUDIO and getattr(config, "model_type", None) == "speecht5":
+        return "AutoModelForTextToSpectrogram"
     return spec.auto_class
 
 

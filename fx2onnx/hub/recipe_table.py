@@ -16,7 +16,7 @@ from fx2onnx.hub.loading import (
 from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, TEXT_TO_AUDIO
 from fx2onnx.hub.recipes import (
     audio_text_to_text, causal_lm, encoder, encoder_decoder_image_text_to_text, image_text_to_text, phi4mm_genai, pipeline_task, seq2seq,
-    text_to_audio, whisper_genai,
+    speecht5_text_to_audio, text_to_audio, whisper_genai,
 )
 from fx2onnx.hub.recipes.folder_recipe import FolderRecipe
 
@@ -28,6 +28,8 @@ PHI4MM_IMAGE_TEXT_TO_TEXT = "image-text-to-text (Phi-4-multimodal)"
 ENCODER_DECODER_IMAGE_TEXT_TO_TEXT = "image-text-to-text (encoder-decoder)"
 # a decoder-only language model with an audio encoder, which transformers files under sequence-to-sequence
 AUDIO_TEXT_TO_TEXT = "text2text-generation (audio language model)"
+# SpeechT5's spectrogram, step by step, and its vocoder (VITS's text-to-audio is one pass)
+SPECTROGRAM_TEXT_TO_AUDIO = "text-to-audio (SpeechT5)"
 # the speech models ONNX Runtime GenAI runs as encoder and decoder (config.model_type)
 GENAI_SPEECH_MODEL_TYPES = ("whisper",)
 
@@ -49,6 +51,7 @@ RECIPES: dict[tuple[str, str], FolderRecipe] = {
     (AUDIO_TEXT_TO_TEXT, ANY_RUNTIME): audio_text_to_text.RECIPE,
     **{(task, ANY_RUNTIME): pipeline_task.RECIPE for task in PIPELINE_TASKS if task not in (SPEECH_RECOGNITION, TEXT_TO_AUDIO)},
     (TEXT_TO_AUDIO, ANY_RUNTIME): text_to_audio.RECIPE,
+    (SPECTROGRAM_TEXT_TO_AUDIO, ANY_RUNTIME): speecht5_text_to_audio.RECIPE,
 }
 
 
@@ -62,6 +65,8 @@ def folder_task(task: str, config: Any) -> str:
         return PHI4MM_IMAGE_TEXT_TO_TEXT
     if task == IMAGE_TEXT_TO_TEXT and getattr(config, "is_encoder_decoder", False):
         return ENCODER_DECODER_IMAGE_TEXT_TO_TEXT
+    if task == TEXT_TO_AUDIO and getattr(config, "model_type", None) == "speecht5":
+        return SPECTROGRAM_TEXT_TO_AUDIO
     if task == TEXT2TEXT and not getattr(config, "is_encoder_decoder", False):
         return AUDIO_TEXT_TO_TEXT
     return task

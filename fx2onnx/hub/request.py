@@ -52,6 +52,7 @@ class ExportRequest:
     text_only: bool = False
     without_audio: bool = False
     float32_twin: bool = False
+    vocoder: str | None = None
     quantization: WeightQuantization | None = None
 
     @classmethod

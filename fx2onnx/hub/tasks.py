@@ -14,8 +14,6 @@ from typing import Any
 # transformers' auto-class mappings of tasks export-hf does not serve -> the pipeline
 # task names people know them by (those it serves: pipeline_tasks.PIPELINE_TASKS)
 _MAPPING_TASKS = {
-    # text-to-audio by a spectrogram model and a vocoder (SpeechT5): export-hf writes VITS's one pass only
-    "MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES": "text-to-audio by spectrogram",
     "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES": "video-classification",
     "MODEL_FOR_IMAGE_TO_IMAGE_MAPPING_NAMES": "image-to-image",
     "MODEL_FOR_ZERO_SHOT_OBJECT_DETECTION_MAPPING_NAMES": "zero-shot-object-detection",

@@ -142,3 +142,11 @@ def test_text_to_audio_of_another_architecture_is_refused(tmp_path):
     with pytest.raises(UnsupportedArchitectureError, match="writes text-to-audio folders of vits"):
         export_hf(tmp_path / "source", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+
+def test_a_vocoder_given_for_vits_is_refused(tmp_path):
+    """--vocoder is SpeechT5's: VITS writes its own waveform, and the option is refused, nothing written."""
+    with pytest.raises(ValueError, match="--vocoder is SpeechT5's text-to-audio vocoder; vits"):
+        export_hf(_source(tmp_path / "source", _vits()), tmp_path / "out", vocoder=tmp_path / "hifigan")
+    assert not (tmp_path / "out").exists()

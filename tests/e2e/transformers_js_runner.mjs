@@ -9,7 +9,8 @@
 // processor, with chat messages through its chat template, or processed inputs as given, and an image-text-to-text
 // model's `generate`; the processor's outputs returned), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
-// model's `generate` as its `input_features` iterable, one chunk per element). The folder is loaded as written:
+// model's `generate` as its `input_features` iterable, one chunk per element), or "spectrogram" (token ids
+// with a speaker embedding through a text-to-spectrogram model's `generate_speech` and a vocoder folder). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
 // (the file suffix Transformers.js loads, in place of the config's).
 import { createRequire } from 'node:module';
@@ -22,7 +23,7 @@ const {
     AutoTokenizer, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForImageClassification,
     AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering, AutoModelForMaskedLM,
     AutoModelForObjectDetection, AutoModelForSemanticSegmentation, AutoModelForDepthEstimation, AutoModelForCTC,
-    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoModelForImageTextToText, AutoModelForAudioTextToText, AutoProcessor, RawImage, Tensor, pipeline,
+    AutoModelForAudioClassification, AutoModelForSpeechSeq2Seq, AutoModelForImageTextToText, AutoModelForAudioTextToText, AutoModelForTextToSpectrogram, AutoProcessor, RawImage, Tensor, pipeline,
 } = transformers;
 
 const job = JSON.parse(readFileSync(jobPath, 'utf8'));
@@ -212,6 +213,21 @@ if (job.audio_text) {
             ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
         }));
         result.audio_text.push(output.data.slice(inputs.input_ids.dims[1]));
+    }
+}
+if (job.spectrogram) {
+    // each text's token ids with its speaker embedding through a text-to-spectrogram model's
+    // generate_speech, with the vocoder loaded from the folder it names (as a user sets the
+    // text-to-audio pipeline's `vocoder`): the spectrogram and the waveform
+    const { texts, speaker_embeddings: speakers, vocoder: vocoderFolder } = job.spectrogram;
+    const model = await AutoModelForTextToSpectrogram.from_pretrained(job.folder, options);
+    const vocoder = await AutoModel.from_pretrained(vocoderFolder, options);
+    result.spectrogram = [];
+    for (const ids of texts) {
+        const speaker = new Tensor('float32', Float32Array.from(speakers), [1, speakers.length]);
+        const { spectrogram, waveform } = await model.generate_speech(int64([ids]), speaker, { vocoder });
+        result.spectrogram.push({ spectrogram: plain(spectrogram), waveform: plain(waveform),
+                                  vocoder: vocoder.constructor.name });
     }
 }
 writeFileSync(resultPath, JSON.stringify(result));

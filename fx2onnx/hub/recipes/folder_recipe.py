@@ -66,6 +66,7 @@ class RecipeDefaults:
 
     special_tokens = True
     transformers_js = True
+    takes_vocoder = False  # a separate vocoder checkpoint (`vocoder`): SpeechT5's text-to-audio
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
         return None

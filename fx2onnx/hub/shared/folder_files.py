@@ -17,7 +17,7 @@ _COPIED = (
 )
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt",
-    "vocab.txt", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model",
+    "vocab.txt", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model", "spm_char.model",
 )
 # transformers 5 names the class of every fast tokenizer TokenizersBackend, which the
 # runtime does not know: it reads tokenizer.json under the name of a known class.

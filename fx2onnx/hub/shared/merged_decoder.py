@@ -24,6 +24,7 @@ from fx2onnx.onnx_passes import CONSTANT_KEY, FOLDED_KEY
 
 USE_CACHE_BRANCH = "use_cache_branch"
 _FIRST, _NEXT = "first_step", "with_past"
+_SELF_CACHE_LENGTH = 2  # (batch, heads, length, head size)
 
 
 def _function_key(function: ir.Function) -> bytes:
@@ -126,16 +127,19 @@ def _fix_dims_by_first_step(following: ir.Model, first: ir.Model) -> None:
     """Give the next steps' inputs and outputs the sizes the first step fixes: a dim the next
     steps only pass on (the encoder's width, which they do not read; a cross-attention cache's
     heads, which they read as they are) is free in their capture, while the first step computes
-    that value from the weights. A past input takes the size of the first step's output for it."""
+    that value from the weights. A past input takes the size of the first step's output for it,
+    but for the length of a self-attention cache, which grows from step to step (a first step that
+    decodes one frame, SpeechT5's, gives a cache of length 1)."""
     given = {value.name: value.shape for value in (*first.graph.inputs, *first.graph.outputs)}
     for value in (*following.graph.inputs, *following.graph.outputs):
         name = present_name(value.name) if value.name.startswith("past_key_values.") else value.name
         fixed = given.get(name)
         if value.shape is None or fixed is None or len(fixed) != len(value.shape):
             continue
+        growing = _SELF_CACHE_LENGTH if name.startswith("present.") and ".decoder." in name else None
         value.shape = ir.Shape([
-            size if isinstance(dim, ir.SymbolicDim) and isinstance(size, int) else dim
-            for dim, size in zip(value.shape, fixed)
+            size if isinstance(dim, ir.SymbolicDim) and isinstance(size, int) and index != growing else dim
+            for index, (dim, size) in enumerate(zip(value.shape, fixed))
         ])
 
 

@@ -137,7 +137,7 @@ def write_folder_tokenizer(
     try:
         tokenizer = load_tokenizer(source)
         written = write_tokenizer(tokenizer, staging)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ImportError) as error:  # ImportError: a library the tokenizer needs (SentencePiece)
         warnings.warn(f"The tokenizer files are copied as they are: {error}", TokenizerMismatchWarning, stacklevel=2)
         say(f"WARNING tokenizer files copied as they are: {error}")
         return copy_folder_files(source, staging, TOKENIZER_FILES)

@@ -34,6 +34,8 @@ transformers = pytest.importorskip("transformers")
     ("ASTForAudioClassification", "audio-classification"),
     ("CLIPModel", "zero-shot-image-classification"),
     ("XLMWithLMHeadModel", "text-generation"),  # filed under fill-mask too: a generation model stays one
+    ("VitsModel", "text-to-audio"),
+    ("SpeechT5ForTextToSpeech", "text-to-audio"),  # a spectrogram model and its vocoder
 ])
 def test_the_default_task_is_the_one_transformers_files_the_architecture_under(architecture, task):
     assert default_task(transformers.PretrainedConfig(architectures=[architecture])) == task
@@ -50,7 +52,6 @@ def test_an_encoder_decoder_is_speech_recognition_where_transformers_files_it_so
 @pytest.mark.parametrize(("architecture", "needed"), [
     ("VivitForVideoClassification", "video-classification"),
     ("OwlViTForObjectDetection", "zero-shot-object-detection"),
-    ("SpeechT5ForTextToSpeech", "text-to-audio by spectrogram"),
 ])
 def test_an_architecture_for_a_task_not_served_is_an_error_naming_it(architecture, needed):
     with pytest.raises(UnsupportedTaskError, match=re.escape(f"is a model for {needed}, which export-hf does not serve")) as error:
