@@ -10,15 +10,24 @@ onnxruntime nothing is preferred and the schema alone decides.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 _PROVIDER = "CPUExecutionProvider"
 
 
+def _onnxruntime_state() -> Any:
+    """onnxruntime's pybind module (private), or None without onnxruntime."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state
+    except ImportError:
+        return None
+    return onnxruntime_pybind11_state
+
+
 @functools.cache
 def _kernel_table() -> dict[tuple[str, str], list[tuple[int, int, dict[str, list[str]]]]]:
-    try:
-        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
-    except ImportError:
+    ort_state = _onnxruntime_state()
+    if ort_state is None:
         return {}
     table: dict[tuple[str, str], list[tuple[int, int, dict[str, list[str]]]]] = {}
     for kernel in ort_state.get_all_opkernel_def():
@@ -45,9 +54,8 @@ def cpu_kernel_types(op_type: str, opset: int, type_param: str, domain: str = ""
 @functools.cache
 def _runtime_schemas() -> dict[tuple[str, str], object]:
     """onnxruntime's own operator schemas (its ``com.microsoft`` kernels), newest first."""
-    try:
-        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
-    except ImportError:
+    ort_state = _onnxruntime_state()
+    if ort_state is None:
         return {}
     schemas: dict[tuple[str, str], object] = {}
     for schema in sorted(ort_state.get_all_operator_schema(), key=lambda s: s.since_version, reverse=True):

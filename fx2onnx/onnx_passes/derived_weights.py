@@ -128,12 +128,16 @@ def derived_initializers(model: ir.Model) -> dict[str, DerivedTensor]:
     }
 
 
-def source_weight_names(model: ir.Model) -> set[str]:
-    """The names of the weights ``model``'s initializers are written from: a derived
-    initializer's source weights (which left the graph), every other initializer's own."""
+def initializer_sources(model: ir.Model) -> dict[str, list[str]]:
+    """By initializer of ``model``, the names of the weights it is written from: a derived
+    initializer's source weights (which may have left the graph), every other one's own."""
     derived = derived_initializers(model)
     return {
-        source.name if source.name is not None else name
+        name: [source.name or name for source in derived[name].group.sources] if name in derived else [name]
         for name in model.graph.initializers
-        for source in (derived[name].group.sources if name in derived else [model.graph.initializers[name]])
     }
+
+
+def source_weight_names(model: ir.Model) -> set[str]:
+    """The names of the weights ``model``'s initializers are written from (`initializer_sources`)."""
+    return {source for sources in initializer_sources(model).values() for source in sources}

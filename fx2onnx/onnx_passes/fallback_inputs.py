@@ -14,8 +14,8 @@ into each when several layers read it (the second branch is the rare path: the c
 cost nothing where the kernel runs), its weights still read from the enclosing graph
 (initializers are never copied). The computation is the same, so the model is exact as
 before; the first branches and the condition keep what they read. Linear layers never
-move: a float file keeps its MatMuls in the main graph, where tools that quantize it
-(onnxruntime's `MatMulNBitsQuantizer` skips an `If`'s branches) find them.
+move: a float file keeps each MatMul once, in the main graph, where tools that quantize
+it find it.
 """
 
 from __future__ import annotations

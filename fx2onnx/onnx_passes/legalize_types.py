@@ -77,6 +77,11 @@ def type_string(dtype: DataType) -> str:
     return f"tensor({onnx.TensorProto.DataType.Name(dtype.value).lower()})"
 
 
+def string_type(spelled: str) -> DataType:
+    """The tensor type an ONNX schema spells ``spelled`` (``tensor(int64)``): `type_string`'s inverse."""
+    return DataType(onnx.TensorProto.DataType.Value(spelled.removeprefix("tensor(").removesuffix(")").upper()))
+
+
 @dataclass
 class LegalizationReport:
     """What legalization changed: (op, from dtype, to dtype) -> number of nodes."""

@@ -23,7 +23,7 @@ import onnx_ir as ir
 import torch
 
 from fx2onnx.onnx_passes.derived_weights import fresh_name, register_derived
-from fx2onnx.onnx_passes.model_graphs import model_graphs
+from fx2onnx.onnx_passes.packed_projections import attention_inputs
 
 _STANDARD = ("", "ai.onnx")
 
@@ -64,12 +64,6 @@ def _projection(value: ir.Value) -> _Projection | None:
     return _Projection(producer, add, bias)
 
 
-def _kernels(model: ir.Model) -> list[ir.Node]:
-    """Every `GroupQueryAttention` of ``model`` that reads a query, key and value apart."""
-    return [node for graph in model_graphs(model) for node in graph
-            if node.op_type == "GroupQueryAttention" and len(node.inputs) >= 3 and all(node.inputs[:3])]
-
-
 def _packable(graph: ir.Graph, projections: list[_Projection | None]) -> bool:
     if any(p is None or p.matmul.graph is not graph for p in projections):
         return False
@@ -102,7 +96,8 @@ def _typed(value: ir.Value, like: ir.Value, name: str, columns: int | None = Non
 
 
 def _pack(graph: ir.Graph, projections: list[_Projection], outputs: list[ir.Value]) -> None:
-    first = min((p.matmul for p in projections), key=lambda node: list(graph).index(node))
+    matmuls = {p.matmul for p in projections}
+    first = next(node for node in graph if node in matmuls)  # the earliest: the packed MatMul goes there
     weights = [p.weight for p in projections]
     stem = weights[0].name or "projections"
     columns = [int(w.shape[1]) for w in weights]  # type: ignore[index]
@@ -142,9 +137,9 @@ def pack_float_projections(model: ir.Model) -> int:
     without bias additions) of one input in ``model``'s main graph reads them from one
     MatMul of the joined weights and a `Split`; returns how many layers were packed."""
     graph, packed = model.graph, 0
-    for kernel in _kernels(model):
-        outputs = list(kernel.inputs[:3])
-        projections = [_projection(value) for value in outputs]  # type: ignore[arg-type]
+    for query_key_value in attention_inputs(model):
+        outputs = list(query_key_value)
+        projections = [_projection(value) for value in outputs]
         if _packable(graph, projections):
             _pack(graph, projections, outputs)  # type: ignore[arg-type]
             packed += 1

@@ -79,7 +79,7 @@ def _pack(graph: ir.Graph, nodes: list[ir.Node]) -> None:
         graph.remove(node, safe=True)
 
 
-def _attention_inputs(model: ir.Model) -> list[tuple[ir.Value, ir.Value, ir.Value]]:
+def attention_inputs(model: ir.Model) -> list[tuple[ir.Value, ir.Value, ir.Value]]:
     """The (query, key, value) each `GroupQueryAttention` of ``model`` reads apart, in
     any of its graphs (a guard's branches read the main graph's projections)."""
     found = []
@@ -109,7 +109,7 @@ def pack_projections(model: ir.Model, attention_only: bool = False) -> int:
     for node in model.graph:
         if _packable(node):
             groups[(id(node.inputs[0]), _signature(node))].append(node)
-    attention = _attention_inputs(model)
+    attention = attention_inputs(model)
     packed = 0
     for nodes in groups.values():
         query_key_value = _attention_group(nodes, attention)

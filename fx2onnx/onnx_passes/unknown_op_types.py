@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from fx2onnx.onnx_passes.cpu_kernel_types import runtime_output_type
 from fx2onnx.onnx_passes.function_calls import FunctionCalls
-from fx2onnx.onnx_passes.legalize_types import type_string
+from fx2onnx.onnx_passes.legalize_types import string_type, type_string
 
 
 def _unknown(node: ir.Node, calls: FunctionCalls) -> bool:
@@ -38,7 +38,7 @@ def _typed_by_schema(node: ir.Node, index: int) -> None:
     given = [type_string(v.dtype) if v is not None and v.dtype is not None else None for v in node.inputs]
     found = runtime_output_type(node.op_type, "" if node.domain == "ai.onnx" else node.domain, index, given)
     if found is not None:
-        value.dtype = ir.DataType(onnx.TensorProto.DataType.Value(found.removeprefix("tensor(").removesuffix(")").upper()))
+        value.dtype = string_type(found)
 
 
 def type_unknown_op_outputs(model: ir.Model) -> int:

@@ -35,7 +35,7 @@ from fx2onnx.onnx_passes.inlining import inlined_model
 from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import fake_weights, proto_with_weights_as_inputs
 from fx2onnx.options import ONNXFakeContext
-from fx2onnx.onnx_passes.derived_weights import derived_initializers
+from fx2onnx.onnx_passes.derived_weights import derived_initializers, initializer_sources
 from fx2onnx.onnx_passes.weight_layout import stored_form
 from fx2onnx.program.model_writer import WeightGetter, initializer_bytes, program_getters, write_embedded, write_model
 
@@ -262,9 +262,8 @@ class ONNXProgram:
         derived = derived_initializers(model)
         # a derived initializer (a quantized weight, packed weights) is read as the weights it comes from
         torch_names = {
-            name: [by_onnx_name.get(source) or source
-                   for source in ([s.name for s in derived[name].group.sources] if name in derived else [name])]
-            for name in model.graph.initializers
+            name: [by_onnx_name.get(source) or source for source in sources]
+            for name, sources in initializer_sources(model).items()
         }
         every_name = {torch_name for names in torch_names.values() for torch_name in names}
         without_data = {torch_name for name in fake_weights(model) for torch_name in torch_names[name]}
