@@ -461,6 +461,19 @@ def test_whisper_folder_in_transformers_js(tmp_path, transformers_js):
     assert first_picks == {True}  # the suppress lists, read from generation_config.json, chose each first token
 
 
+VISION_FOLDER_MODELS = ("vision_encoder", "embed_tokens", "decoder_model_merged")
+
+
+def checked_graphs(out: Path, names: tuple[str, ...] = VISION_FOLDER_MODELS) -> dict[str, onnx.GraphProto]:
+    """The folder's models ``names`` (its onnx/ files), each through the checker's full check, by name."""
+    graphs = {}
+    for name in names:
+        path = os.fspath(out / "onnx" / f"{name}.onnx")
+        onnx.checker.check_model(path, full_check=True)
+        graphs[name] = onnx.load(path, load_external_data=False).graph
+    return graphs
+
+
 def tensor_specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
     """Tensors as the runner's jobs give them (type, dims, data)."""
     kinds = {torch.float32: "float32", torch.bool: "bool"}
@@ -543,11 +556,7 @@ def test_qwen_folder_in_transformers_js(tmp_path, transformers_js, family):
     out = tmp_path / "out"
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=8).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens  # the features merged as Transformers.js does
-    inputs = {}
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        path = os.fspath(out / "onnx" / f"{name}.onnx")
-        onnx.checker.check_model(path, full_check=True)
-        inputs[name] = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
+    inputs = {name: [i.name for i in graph.input] for name, graph in checked_graphs(out).items()}
     assert inputs["embed_tokens"] == ["input_ids"] and inputs["vision_encoder"] == vision_inputs
     assert inputs["decoder_model_merged"][:3] == ["inputs_embeds", "attention_mask", "position_ids"]
     assert not (out / "genai_config.json").exists()
@@ -632,12 +641,8 @@ def test_qwen3_kind_folders_in_transformers_js(tmp_path, transformers_js, family
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
     hidden = config.text_config.hidden_size
     deepstack = len(getattr(config.vision_config, "deepstack_visual_indexes", None) or [])
-    widths = {}
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        path = os.fspath(out / "onnx" / f"{name}.onnx")
-        onnx.checker.check_model(path, full_check=True)
-        graph = onnx.load(path, load_external_data=False).graph
-        widths[name] = {value.name: value.type.tensor_type.shape.dim[-1].dim_value for value in [*graph.input, *graph.output]}
+    widths = {name: {value.name: value.type.tensor_type.shape.dim[-1].dim_value for value in [*graph.input, *graph.output]}
+              for name, graph in checked_graphs(out).items()}
     # the embeddings and each DeepStack block side by side, in all three models
     assert widths["embed_tokens"]["inputs_embeds"] == widths["decoder_model_merged"]["inputs_embeds"] == hidden * (1 + deepstack)
     assert widths["vision_encoder"]["image_features"] == hidden * (1 + deepstack)
@@ -776,8 +781,7 @@ def test_llava_folder_in_transformers_js(tmp_path, transformers_js):
     # weights by the optimizer while the weights are hidden
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4, fake=True).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    checked_graphs(out)
     rng = np.random.default_rng(0)
     opened = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((50, 70, 3), (42, 42, 3))]
     image_id = model.config.image_token_id
@@ -817,8 +821,7 @@ def test_llava_full_strategy_folder_names_its_processor(tmp_path, transformers_j
     out = tmp_path / "out"
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    checked_graphs(out)
     assert json.loads((out / "preprocessor_config.json").read_text())["processor_class"] == "LlavaProcessor"
     paths = []
     for seed, (height, width) in enumerate(((42, 42), (50, 70))):
@@ -883,8 +886,7 @@ def test_idefics3_folder_in_transformers_js(tmp_path, transformers_js, family):
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4,
                              fake=family == "idefics3").verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    checked_graphs(out)
     assert json.loads((out / "processor_config.json").read_text()) == {"image_seq_len": processor.image_seq_len}
     rng = np.random.default_rng(0)
     opened = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((50, 90, 3), (100, 40, 3))]
@@ -951,8 +953,7 @@ def test_mistral3_folder_in_transformers_js(tmp_path, transformers_js):
     tokenizer.save_pretrained(tmp_path / "source")
     out = tmp_path / "out"
     export_hf(tmp_path / "source", out, runtime="standard")
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    checked_graphs(out)
     rng = np.random.default_rng(0)
     paths, prompts = [], []
     for height, width in IMAGE_SIZES[:2]:
@@ -1184,8 +1185,7 @@ def test_llava_kind_folder_in_transformers_js(tmp_path, transformers_js, family)
     out = tmp_path / "out"
     verification = export_hf(tmp_path / "source", out, runtime="standard", verify=True, tokens=4).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    checked_graphs(out)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == family and config["architectures"] == [type(model).__name__]
     prompts, expected = make_prompts(tmp_path / "source", model)
@@ -1793,11 +1793,7 @@ def test_gemma4_image_audio_folder_in_transformers_js(tmp_path, transformers_js)
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
     assert verification.max_logit_difference < 1e-4
     assert [line for line in said if "(Gemma4ForConditionalGeneration)" in line]
-    graphs = {}
-    for name in ("vision_encoder", "audio_encoder", "embed_tokens", "decoder_model_merged"):
-        path = os.fspath(out / "onnx" / f"{name}.onnx")
-        onnx.checker.check_model(path, full_check=True)
-        graphs[name] = onnx.load(path, load_external_data=False).graph
+    graphs = checked_graphs(out, ("vision_encoder", "audio_encoder", "embed_tokens", "decoder_model_merged"))
     # the patches as the processor pads them (70 pooled tokens of 2 x 2 patches), images any in number
     assert shapes(graphs["vision_encoder"].input) == {"pixel_values": ["pixel_values_dim_0", 280, 48],
                                                       "pixel_position_ids": ["pixel_values_dim_0", 280, 2]}
@@ -2053,8 +2049,7 @@ def written_and_verified(source, out, model, fake: bool = False) -> None:
     every file passing the full checker, config.json keeping the model's type and class."""
     verification = export_hf(source, out, runtime="standard", verify=True, tokens=4, fake=fake).verification
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
-    for name in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
-        onnx.checker.check_model(os.fspath(out / "onnx" / f"{name}.onnx"), full_check=True)
+    checked_graphs(out)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == model.config.model_type and config["architectures"] == [type(model).__name__]
 

@@ -22,7 +22,7 @@ pytest.importorskip("timm", reason="transformers builds Gemma 3n's vision tower 
 transformers = pytest.importorskip("transformers")
 
 from test_transformers_js import (  # noqa: E402
-    NEW_TOKENS, assert_per_layer_folder, client_tensors, jobs_and_greedy_rows, left_padded_batch, random_image,
+    NEW_TOKENS, assert_per_layer_folder, checked_graphs, client_tensors, jobs_and_greedy_rows, left_padded_batch, random_image,
     run_in_transformers_js, shapes, transformers_js,  # noqa: F401 (fixture)
 )
 
@@ -190,16 +190,6 @@ def assert_client_processor(model: torch.nn.Module, source: Path, prompts: list[
     torch.testing.assert_close(longer[:, :72], shorter["input_features"], rtol=0, atol=5e-5)
 
 
-def exported_graphs(out: Path) -> dict[str, onnx.GraphProto]:
-    """The folder's four models, each through the checker's full check."""
-    graphs = {}
-    for name in ("vision_encoder", "audio_encoder", "embed_tokens", "decoder_model_merged"):
-        path = os.fspath(out / "onnx" / f"{name}.onnx")
-        onnx.checker.check_model(path, full_check=True)
-        graphs[name] = onnx.load(path, load_external_data=False).graph
-    return graphs
-
-
 def test_gemma3n_image_audio_folder_in_transformers_js(tmp_path, transformers_js):
     """Gemma 3n as `--runtime standard` writes it for Transformers.js's Gemma3nForConditionalGeneration.
     export-hf's verification (two images of other sizes in one prompt, and the audio model on two
@@ -216,7 +206,7 @@ def test_gemma3n_image_audio_folder_in_transformers_js(tmp_path, transformers_js
     assert verification.passed and verification.onnx_tokens == verification.torch_tokens
     assert verification.max_logit_difference < 1e-4
     assert [line for line in said if "(Gemma3nForConditionalGeneration)" in line]
-    graphs = exported_graphs(out)
+    graphs = checked_graphs(out, ("vision_encoder", "audio_encoder", "embed_tokens", "decoder_model_merged"))
     assert shapes(graphs["vision_encoder"].input) == {"pixel_values": ["pixel_values_dim_0", 3, IMAGE_SIDE, IMAGE_SIDE]}
     assert shapes(graphs["vision_encoder"].output)["image_features"][1:] == [16, 32]
     assert shapes(graphs["audio_encoder"].output)["audio_features"][1:] == [12, 32]

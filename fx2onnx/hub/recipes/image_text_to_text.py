@@ -106,29 +106,30 @@ class ImageTextToTextRecipe(RecipeDefaults):
     """The folder for ONNX Runtime GenAI, or (``for_transformers_js``) for Transformers.js."""
 
     def __init__(self, for_transformers_js: bool = False) -> None:
-        self.for_transformers_js = for_transformers_js
-        self.transformers_js = for_transformers_js  # the GenAI folder's embedding merges the images: for the runtime alone
+        # RecipeDefaults' flag, read by its generation notes too: the GenAI folder's embedding merges the images,
+        # so it is for the runtime alone
+        self.transformers_js = for_transformers_js
 
     def accepts(self, loaded: LoadedModel, request: ExportRequest) -> Refusal | None:
-        if self.for_transformers_js and (refusal := transformers_js_refusal(loaded.config)) is not None:
+        if self.transformers_js and (refusal := transformers_js_refusal(loaded.config)) is not None:
             return refusal
         try:
-            architecture_for(loaded.config, self.for_transformers_js)
+            architecture_for(loaded.config, self.transformers_js)
         except NotImplementedError as error:  # an architecture without a runtime layout here
-            hint = "" if self.for_transformers_js else transformers_js_hint(loaded.config)
+            hint = "" if self.transformers_js else transformers_js_hint(loaded.config)
             return Refusal(type(error), f"{error}{hint}")  # its class: an architecture without a row is refused as such
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(
         self, loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, request: ExportRequest, say: Say,
     ) -> list[str]:
-        return export_folder(loaded, staging, options, say, self.for_transformers_js)
+        return export_folder(loaded, staging, options, say, self.transformers_js)
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
         say: Say,
     ) -> Verification:
-        return verify_folder(loaded, folder, model, request.tokens, tolerance, self.for_transformers_js)
+        return verify_folder(loaded, folder, model, request.tokens, tolerance, self.transformers_js)
 
 
 RECIPE = ImageTextToTextRecipe()

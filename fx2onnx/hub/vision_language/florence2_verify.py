@@ -58,15 +58,14 @@ def greedy_in_folder(files: dict[str, Path], inputs: dict[str, np.ndarray], star
             cpu_session(files["encoder"]) as encoder, cpu_session(files["decoder"]) as decoder:
         rows = run_session(embedding, {"input_ids": inputs["input_ids"]})["inputs_embeds"]
         mask = inputs["attention_mask"]
-        if "pixel_values" in inputs and image_token is not None:  # transformers' merge: the image tokens' rows
-            features = run_session(vision, {"pixel_values": inputs["pixel_values"]})["image_features"]
+        features = run_session(vision, {"pixel_values": inputs["pixel_values"]})["image_features"] if "pixel_values" in inputs else None
+        if features is not None and image_token is not None:  # transformers' merge: the image tokens' rows
             places = inputs["input_ids"] == image_token
             if places.sum() != features.shape[0] * features.shape[1]:
                 raise ValueError("the prompts' image tokens are not the images' features")
             rows = rows.copy()
             rows[places] = features.reshape(-1, features.shape[-1])
-        elif "pixel_values" in inputs:  # the image's features before the prompt, attended (Transformers.js's merge)
-            features = run_session(vision, {"pixel_values": inputs["pixel_values"]})["image_features"]
+        elif features is not None:  # the image's features before the prompt, attended (Transformers.js's merge)
             rows = np.concatenate([features, rows], axis=1)
             mask = np.concatenate([np.ones(features.shape[:2], dtype=np.int64), mask], axis=1)
         hidden = run_session(encoder, {"inputs_embeds": rows, "attention_mask": mask})["last_hidden_state"]

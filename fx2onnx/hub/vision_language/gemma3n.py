@@ -114,17 +114,19 @@ class Gemma3nEmbedding(torch.nn.Module):
         return {"inputs_embeds": embeds, PER_LAYER: per_layer.reshape(*input_ids.shape, self.layers, self.size)}
 
 
-def _processed(image_processor: Any) -> torch.Tensor:
-    """The processor's pixels of two random images of other sizes and aspect ratios."""
+def processed_images(image_processor: Any) -> dict[str, torch.Tensor]:
+    """The processor's output for two random images of other sizes and aspect ratios (Gemma 3n's
+    and Gemma 4's processors)."""
     from fx2onnx.hub.vision_language.folder_verification import random_images
 
-    return image_processor(images=random_images(((30, 50), (20, 90))), return_tensors="pt")["pixel_values"]
+    return image_processor(images=random_images(((30, 50), (20, 90))), return_tensors="pt")
 
 
-def _audio_inputs(frames: int = 120, held: int = 90, seed: int = 0) -> dict[str, torch.Tensor]:
+def audio_inputs(frames: int = 120, held: int = 90, seed: int = 0) -> dict[str, torch.Tensor]:
     """Two clips of ``frames`` log-mel frames, the second's end masked after ``held`` (the
     conformer's attention pads its frames to whole chunks, by none where they fill them: the
-    capture pads always, capture/libraries/transformers_audio_chunks.py)."""
+    capture pads always, capture/libraries/transformers_audio_chunks.py). Gemma 4's audio model
+    takes the same (its subsampling's projection is sized for 128 bins too)."""
     bins = 128  # the mel bins of Gemma 3n's feature extractor, which the subsampling is sized for (input_feat_size)
     features = torch.randn(2, frames, bins, generator=torch.Generator().manual_seed(seed))
     mask = torch.ones(2, frames, dtype=torch.bool)
@@ -157,8 +159,9 @@ def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_proc
     """The vision model for any number of images of the processor's size (the image size static: the
     tower's pooling to its output map is sized by it), the audio model for any number of clips of
     any length, the embedding and the decoder."""
-    return tower_and_text_programs(loaded, options, (Gemma3nVision(loaded.model), {"pixel_values": _processed(image_processor)}),
-                                   (Gemma3nAudio(loaded.model), _audio_inputs()), Gemma3nEmbedding(loaded.model).eval())
+    vision = {"pixel_values": processed_images(image_processor)["pixel_values"]}
+    return tower_and_text_programs(loaded, options, (Gemma3nVision(loaded.model), vision),
+                                   (Gemma3nAudio(loaded.model), audio_inputs()), Gemma3nEmbedding(loaded.model).eval())
 
 
 def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tuple[int, int], ...]:
@@ -218,7 +221,7 @@ def audio_pairs(files: dict[str, Any], model: torch.nn.Module) -> list[tuple[np.
     pairs = []
     with cpu_session(files["audio"]) as audio:
         for frames, held, seed in ((157, 61, 1), (96, 50, 2)):
-            clips = _audio_inputs(frames, held, seed)
+            clips = audio_inputs(frames, held, seed)
             got = run_session(audio, {name: value.numpy() for name, value in clips.items()})["audio_features"]
             pairs.append((got, merged_audio_rows(model, clips)))
     return pairs

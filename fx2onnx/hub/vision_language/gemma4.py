@@ -96,31 +96,15 @@ def check(config: Any) -> None:
         )
 
 
-def _processed(image_processor: Any) -> dict[str, torch.Tensor]:
-    """The processor's patches of two random images of other sizes and aspect ratios."""
-    from fx2onnx.hub.vision_language.folder_verification import random_images
-
-    return image_processor(images=random_images(((30, 50), (20, 90))), return_tensors="pt")
-
-
-def _audio_inputs(frames: int = 120, held: int = 90, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Two clips of ``frames`` log-mel frames, the second's end masked after ``held``."""
-    bins = 128  # the mel bins the subsampling's projection is sized for (Gemma4AudioSubSampleConvProjection)
-    features = torch.randn(2, frames, bins, generator=torch.Generator().manual_seed(seed))
-    mask = torch.ones(2, frames, dtype=torch.bool)
-    mask[1, held:] = False
-    return {"input_features": features, "input_features_mask": mask}
-
-
 def export_parts(loaded: LoadedModel, options: fx2onnx.ExportOptions, image_processor: Any,
                  architecture: VisionLanguageArchitecture) -> dict[str, fx2onnx.ONNXProgram]:
     """The vision and audio models for any number of images and clips, the embedding and the decoder."""
-    images = _processed(image_processor)
+    images = gemma3n.processed_images(image_processor)
     vision = {"pixel_values": images["pixel_values"], "pixel_position_ids": images["image_position_ids"]}
     # the patches' count stays the processor's (max_soft_tokens pooled tokens): the tower's pooling sizes its one-hot
     # by it, which the capture keeps as a number; another count is an error of onnxruntime's, not other numbers
     return gemma3n.tower_and_text_programs(loaded, options, (Gemma4Vision(loaded.model), vision),
-                                           (Gemma4Audio(loaded.model), _audio_inputs()))
+                                           (Gemma4Audio(loaded.model), gemma3n.audio_inputs()))
 
 
 def verification_sizes(model: torch.nn.Module, image_processor: Any) -> tuple[tuple[int, int], ...]:
@@ -156,7 +140,7 @@ def image_features(vision: Any, images: dict[str, torch.Tensor]) -> np.ndarray:
 def audio_pairs(files: dict[str, Any], model: torch.nn.Module) -> list[tuple[np.ndarray, torch.Tensor]]:
     """The audio model in onnxruntime beside transformers' merged rows (get_audio_features, the
     rows past each clip's end dropped) on two clips of other lengths than the export's."""
-    clips = _audio_inputs(frames=157, held=61, seed=1)
+    clips = gemma3n.audio_inputs(frames=157, held=61, seed=1)
     with torch.no_grad():
         output = model.model.get_audio_features(clips["input_features"], clips["input_features_mask"], return_dict=True)
     with cpu_session(files["audio"]) as audio:

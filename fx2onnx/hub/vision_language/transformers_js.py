@@ -26,6 +26,7 @@ from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.request import Refusal
 from fx2onnx.hub.shared.folder_files import edit_json_file
+from fx2onnx.hub.shared.program_files import write_json_file
 from fx2onnx.hub.vision_language import (
     gemma3_transformers_js, gemma3n, gemma4, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl,
     qwen3_5, qwen3_vl,
@@ -407,8 +408,7 @@ def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]
     settings.update(row.processor_settings)  # what the client must do otherwise
     if row.image_settings is not None:
         settings.update(row.image_settings(config, dict(settings)))
-    (staging / IMAGE_PROCESSOR_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    return [IMAGE_PROCESSOR_FILE, *write_processor_entries(source, staging, config)]
+    return [write_json_file(staging, IMAGE_PROCESSOR_FILE, settings), *write_processor_entries(source, staging, config)]
 
 
 def write_processor_entries(source: Path, staging: Path, config: Any) -> list[str]:
