@@ -17,23 +17,13 @@ import torch
 from torch import nn
 
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH
-from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
+from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, empty_cache, run_session, verdict_of
 from fx2onnx.hub.speech.speecht5_tts import first_spectrum, without_prenet_dropout
 
 __all__ = ["THRESHOLD", "MAXLENRATIO", "onnx_speech", "verify_speecht5"]
 
 # transformers' and Transformers.js's defaults (minlenratio 0: no minimum)
 THRESHOLD, MAXLENRATIO = 0.5, 20.0
-
-
-def _empty_past(session, batch: int) -> dict[str, np.ndarray]:
-    """The first step's cache inputs: empty, as Transformers.js gives them (unused on that branch)."""
-    past = {}
-    for value in session.get_inputs():
-        if value.name.startswith("past_key_values."):
-            shape = [batch if i == 0 else (d if isinstance(d, int) else 0) for i, d in enumerate(value.shape)]
-            past[value.name] = np.zeros(shape, dtype=np.float32)
-    return past
 
 
 @contextlib.contextmanager
@@ -59,7 +49,7 @@ def _speech(encoder: Any, decoder: Any, vocoder: Any, input_ids: np.ndarray, spe
     hidden, mask = encoded["encoder_outputs"], encoded["encoder_attention_mask"]
     maxlen = int(hidden.shape[1] / reduction_factor * maxlenratio)
     feeds = {"output_sequence": first_spectrum(num_mel_bins, hidden.shape[0]).numpy(), "speaker_embeddings": speaker_embeddings,
-             "encoder_hidden_states": hidden, "encoder_attention_mask": mask, **_empty_past(decoder, hidden.shape[0])}
+             "encoder_hidden_states": hidden, "encoder_attention_mask": mask, **empty_cache(decoder, hidden.shape[0])}
     spectra, step, with_cache = [], 0, False
     while True:
         step += 1
