@@ -98,7 +98,7 @@ TEXT_TO_AUDIO_MODEL_TYPES = ("vits", "speecht5")
 
 
 def text_to_audio_refusal(config: Any) -> str | None:
-    """Why export-hf writes no text-to-audio folder of ``config``'s model (None for VITS):
+    """Why export-hf writes no text-to-audio folder of ``config``'s model (None for VITS and SpeechT5):
     said before its weights are loaded."""
     model_type = getattr(config, "model_type", None)
     if model_type in TEXT_TO_AUDIO_MODEL_TYPES:

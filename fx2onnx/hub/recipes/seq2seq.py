@@ -149,12 +149,9 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
 
 
 def halves(loaded: LoadedModel) -> tuple[EncoderHalf, DecoderHalf]:
-    if not _speech(loaded):
-        decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), True)
-    elif speech_mask(loaded):
-        decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), True, frames_mask_rule(loaded.model))
-    else:
-        decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), False)
+    # a text model's decoder reads the encoder's mask; a speech model's where its folder reads one
+    frames_mask = frames_mask_rule(loaded.model) if speech_mask(loaded) else None
+    decoder = DecoderHalf(loaded.model, cache_argument(loaded.model), not _speech(loaded) or frames_mask is not None, frames_mask)
     return EncoderHalf(loaded.model).eval(), decoder.eval()
 
 

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import re
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,7 +37,7 @@ from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.program_files import exported, exported_or_refused, onnx_file, save_program
-from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
+from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_outputs
 from fx2onnx.hub.speech.vits_tokenizer import VITS_TOKENIZER, skipped_steps
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
 from fx2onnx.onnx_passes import rename_dims
@@ -92,26 +91,6 @@ def _options_of(path: Path, request: ExportRequest) -> fx2onnx.ExportOptions:
         dynamic_shapes=True, opset_version=opset, runtime=request.runtime, module_functions=request.module_functions,
         target="portable" if request.runtime == "standard" else "default",
     )
-
-
-def compare_waveforms(
-    path: Path, model: torch.nn.Module, make_inputs: Callable[[int], dict[str, torch.Tensor]], tolerance: Tolerance,
-) -> Verification:
-    """The waveform of the ONNX model at ``path`` against ``model``'s, on inputs of sizes 0
-    and 1; a waveform of another length than transformers' fails, saying both."""
-    pairs = []
-    with cpu_session(path) as session:
-        for size in (0, 1):
-            inputs = make_inputs(size)
-            actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})[WAVEFORM]
-            with torch.no_grad():
-                expected = model(**inputs).waveform
-            if tuple(actual.shape) != tuple(expected.shape):
-                failure = (f"the waveform is {list(actual.shape)} long where transformers' is {list(expected.shape)} "
-                           f"(inputs {list(inputs['input_ids'].shape)})")
-                return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
-            pairs.append((actual, expected))
-    return verdict_of(pairs, tolerance)
 
 
 def tokenizer_steps_left_out(source: Path) -> list[str]:
@@ -177,7 +156,7 @@ class TextToAudioRecipe(RecipeDefaults):
         with tempfile.TemporaryDirectory(prefix="fx2onnx-quiet-twin-") as scratch:
             twin_path = Path(scratch) / "model.onnx"
             _program(twin, example_inputs(loaded, twin, 0), _options_of(path, request)).save(twin_path, external_data=True)
-            verification = compare_waveforms(twin_path, twin, lambda size: example_inputs(loaded, twin, size), tolerance)
+            verification = verify_outputs(twin_path, twin, lambda size: example_inputs(loaded, twin, size), WAVEFORM, tolerance)
             differing = weight_differences(path, twin_path, set(twin.state_dict()))
         if differing and verification.failure is None:
             verification.failure = (f"{len(differing)} weights of the folder's model differ from the model's "

@@ -389,8 +389,16 @@ def _output_pairs(path: Path, model: torch.nn.Module, make_inputs: Any, output_n
 
 
 def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str, tolerance: Tolerance) -> Verification:
-    """The ONNX model's ``output_name`` against the model's, on two input sizes."""
-    return verdict_of(_output_pairs(path, model, make_inputs, output_name), tolerance)
+    """The ONNX model's ``output_name`` against the model's, on two input sizes; an output
+    of another shape than the model's (a waveform whose length the graph computes) fails,
+    saying both."""
+    pairs = _output_pairs(path, model, make_inputs, output_name)
+    for size, (actual, expected) in enumerate(pairs):
+        if tuple(actual.shape) != tuple(expected.shape):
+            failure = (f"the {output_name} is {list(actual.shape)} where transformers' is {list(expected.shape)} "
+                       f"(the inputs of size {size})")
+            return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
+    return verdict_of(pairs, tolerance)
 
 
 def verify_seq2seq(
