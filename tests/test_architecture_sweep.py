@@ -127,6 +127,14 @@ def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> N
     assert "time limit (300 s for 1 pair; 120 to 600 s for the 3 pairs run before the results recorded it)" in text
 
 
+def _sweep_and_client_results(folder: Path, records: list[dict], clients: list[dict]) -> Path:
+    """The sweep's results file and the clients' beside it, as the scoreboard reads them."""
+    results = folder / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "sweep_clients.jsonl").write_text("".join(json.dumps(r) + "\n" for r in clients))
+    return results
+
+
 def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     """bench/sweep_clients.py's records beside the sweep's give the pair tables a
     Transformers.js column (and ONNX Runtime GenAI's for text generation) and the page a
@@ -164,9 +172,7 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
         {"task": "fill-mask", "architecture": "XmodForMaskedLM", "model_type": "xmod", "rebuilt": "failed",
          "cause": "RuntimeError: no"},
     ]
-    results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in records))
-    (tmp_path / "sweep_clients.jsonl").write_text("".join(json.dumps(r) + "\n" for r in clients))
+    results = _sweep_and_client_results(tmp_path, records, clients)
     page = tmp_path / "scoreboard.md"
     sweep.report(results, page)
     text = page.read_text()
@@ -702,9 +708,7 @@ def test_the_task_pages_get_their_tables_between_their_markers(tmp_path: Path) -
         {"task": "text-generation", "architecture": "MambaForCausalLM", "model_type": "mamba", "js": "not supported",
          "genai": "no genai_config.json"},
     ]
-    results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in records))
-    (tmp_path / "sweep_clients.jsonl").write_text("".join(json.dumps(r) + "\n" for r in clients))
+    results = _sweep_and_client_results(tmp_path, records, clients)
     pages = tmp_path / "pages"
     pages.mkdir()
     marked = "\n".join([task_pages.START.format(task="{task}"), "an old table", task_pages.END])
