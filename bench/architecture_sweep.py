@@ -33,7 +33,8 @@ a JSON lines file (a pair already there is not run again, unless `--retry` names
 of failure or `--architectures` its architecture); `--torch-onnx-only` runs torch.onnx.export's
 side alone of the recorded pairs whose comparison is not measured, appending each as the pair's
 export-hf record with the new comparison. `--report` (after a sweep) or `--write-docs` (alone) writes the scoreboard,
-docs/scoreboard.md, from it: dated, with the versions, failures grouped by class and cause.
+docs/scoreboard.md, from it: dated, with the versions, failures grouped by class and cause; and each export-hf task
+page's table of its architectures (docs/guides/export-hf/, bench/task_pages.py).
 
     OMP_NUM_THREADS=1 flock /tmp/fx2onnx-heavy.lock python bench/architecture_sweep.py \\
         [--tasks text-classification,fill-mask] [--limit 300] [--retry "time limit"] \\
@@ -1531,6 +1532,15 @@ def _client_columns(rows: list[str], records: list[dict[str, Any]], clients: dic
     return sweep_clients.with_client_columns(rows, records, clients) if clients else rows
 
 
+def write_task_tables(results: Path, folder: Path) -> list[Path]:
+    """Each export-hf task page's table of the sweep's architectures (bench/task_pages.py)."""
+    import sweep_clients
+    import task_pages
+
+    return task_pages.write_tables(folder, read_results(results), _client_records(results), _cell,
+                                   sweep_clients.client_columns)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(TASK_MAPPINGS), help="comma-separated tasks (default: all)")
@@ -1564,6 +1574,7 @@ def main() -> None:
               architectures, args.torch_onnx_only)
     if args.report or args.write_docs:
         print(report(args.results, ROOT / "docs" / "scoreboard.md"))
+        write_task_tables(args.results, ROOT / "docs" / "guides" / "export-hf")
 
 
 if __name__ == "__main__":

@@ -421,7 +421,7 @@ def client_summary(clients: dict[tuple[str, str], dict[str, Any]], swept: set[tu
     ] + rows
     out += ["", f"Model types by client ({_js_releases(records)}; why one does not load, whatever "
             "the folder, and what export-hf writes for it instead: "
-            "[Clients per architecture](guides/export-hf.md#clients-per-architecture)):", ""] + _families(records, "js")
+            "[Clients per architecture](guides/export-hf/clients.md)):", ""] + _families(records, "js")
     out += ["", "ONNX Runtime GenAI:", ""] + _families(records, "genai")
     beyond = sorted((r for r in clients.values() if (r["task"], r["architecture"]) not in swept),
                     key=lambda r: (r["task"], r["architecture"]))

@@ -127,6 +127,14 @@ def test_the_scoreboard_counts_the_last_record_of_each_pair(tmp_path: Path) -> N
     assert "time limit (300 s for 1 pair; 120 to 600 s for the 3 pairs run before the results recorded it)" in text
 
 
+def _sweep_and_client_results(folder: Path, records: list[dict], clients: list[dict]) -> Path:
+    """The sweep's results file and the clients' beside it, as the scoreboard reads them."""
+    results = folder / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "sweep_clients.jsonl").write_text("".join(json.dumps(r) + "\n" for r in clients))
+    return results
+
+
 def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
     """bench/sweep_clients.py's records beside the sweep's give the pair tables a
     Transformers.js column (and ONNX Runtime GenAI's for text generation) and the page a
@@ -164,9 +172,7 @@ def test_the_scoreboard_has_a_column_per_client(tmp_path: Path) -> None:
         {"task": "fill-mask", "architecture": "XmodForMaskedLM", "model_type": "xmod", "rebuilt": "failed",
          "cause": "RuntimeError: no"},
     ]
-    results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in records))
-    (tmp_path / "sweep_clients.jsonl").write_text("".join(json.dumps(r) + "\n" for r in clients))
+    results = _sweep_and_client_results(tmp_path, records, clients)
     page = tmp_path / "scoreboard.md"
     sweep.report(results, page)
     text = page.read_text()
@@ -681,3 +687,61 @@ def test_a_tiny_whisper_suppresses_only_tokens_of_its_vocabulary() -> None:
     assert any(i >= sweep.VOCAB for i in model.generation_config.begin_suppress_tokens)
     sweep._generation_within_vocabulary(model)
     assert all(i < sweep.VOCAB for i in model.generation_config.begin_suppress_tokens or [])
+
+
+def test_the_task_pages_get_their_tables_between_their_markers(tmp_path: Path) -> None:
+    """--write-docs fills each export-hf task page's marked table from the sweep's and the
+    clients' records, and leaves the hand-written text as it is."""
+    import task_pages
+
+    records = [
+        {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "status": "exported", "exact": True, "difference": 1.5e-7},
+        {"task": "text-generation", "architecture": "MambaForCausalLM", "status": "exported", "exact": True, "difference": 2e-7},
+        {"task": "text-generation", "architecture": "XLMWithLMHeadModel", "status": "failed", "where": "export-hf",
+         "via": "export-hf", "cause": "UnsupportedTaskError: XLMWithLMHeadModel (xlm) is served by fill-mask"},
+        {"task": "text-generation", "architecture": "SqueezeBertForCausalLM", "status": "not built", "cause": "ValueError: w"},
+        {"task": "fill-mask", "architecture": "BertForMaskedLM", "status": "exported", "exact": False, "difference": 0.5},
+    ]
+    clients = [
+        {"task": "text-generation", "architecture": "Qwen2ForCausalLM", "model_type": "qwen2", "js": "loaded", "js_exact": True,
+         "genai": "loaded", "genai_type": "qwen2", "genai_exact": True},
+        {"task": "text-generation", "architecture": "MambaForCausalLM", "model_type": "mamba", "js": "not supported",
+         "genai": "no genai_config.json"},
+    ]
+    results = _sweep_and_client_results(tmp_path, records, clients)
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    marked = "\n".join([task_pages.START.format(task="{task}"), "an old table", task_pages.END])
+    (pages / "text-generation.md").write_text(f"# Text generation\n\nBy hand.\n\n{marked.format(task='text-generation')}\n\nAfter.\n")
+    (pages / "fill-mask.md").write_text(f"# Fill-mask\n\n{marked.format(task='fill-mask')}\n")
+    (pages / "other.md").write_text("# Nothing marked\n")
+
+    written = sweep.write_task_tables(results, pages)
+    assert [p.name for p in written] == ["fill-mask.md", "text-generation.md"]
+    text = (pages / "text-generation.md").read_text()
+    assert text.startswith("# Text generation\n\nBy hand.\n\n") and text.endswith(f"{task_pages.END}\n\nAfter.\n")
+    assert "an old table" not in text
+    assert ("3 architectures tried, 2 exported, 2 exact in onnxruntime. Of the 2 folders run in the clients, "
+            "Transformers.js has a class for 1: 1 exact; ONNX Runtime GenAI ran the 1 with a `genai_config.json`: 1 exact.") in text
+    assert "| architecture | export-hf | largest difference | Transformers.js | ONNX Runtime GenAI |" in text
+    assert "| Qwen2ForCausalLM | exact | 1.5e-07 | exact | exact (qwen2) |" in text
+    assert "| MambaForCausalLM | exact | 2e-07 | no class | not written (no genai_config.json) |" in text
+    assert "| XLMWithLMHeadModel | fails: refused |  |  |  |" in text
+    assert "SqueezeBert" not in text  # not built: counted on the scoreboard, not tried
+    fill_mask = (pages / "fill-mask.md").read_text()
+    assert "| BertForMaskedLM | differs | 0.5 | - |" in fill_mask and "ONNX Runtime GenAI" not in fill_mask
+    assert "Not run in the clients yet." in fill_mask
+    # a second run finds its own tables and writes them the same
+    assert sweep.write_task_tables(results, pages) == []
+    # a marker naming a task the results do not hold is an error, not an empty table
+    (pages / "other.md").write_text(marked.format(task="text-to-mime") + "\n")
+    with pytest.raises(ValueError, match="other.md asks for the sweep table of 'text-to-mime'"):
+        sweep.write_task_tables(results, pages)
+
+
+def test_the_guides_markers_name_tasks_of_the_sweep() -> None:
+    import task_pages
+
+    pages = sorted((sweep.ROOT / "docs" / "guides" / "export-hf").glob("*.md"))
+    marked = {m["task"] for page in pages for m in task_pages.MARKED.finditer(page.read_text(encoding="utf-8"))}
+    assert marked and marked <= set(sweep.TASK_MAPPINGS), sorted(marked - set(sweep.TASK_MAPPINGS))

@@ -199,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         "and rope switch point, and as a left-padded batch); exit 1 when an output is outside the tolerance, a greedy "
         "token differs or a run fails (the folder is kept, the failure stated)",
     )
-    hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
-    hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf.md)")
+    hub.add_argument("--rtol", type=float, help="relative tolerance of --verify (default: the model dtype's, see docs/guides/export-hf/index.md)")
+    hub.add_argument("--atol", type=float, help="absolute tolerance of --verify (default: the model dtype's, see docs/guides/export-hf/index.md)")
     hub.add_argument("--tokens", type=int, default=16, help="greedy tokens --verify generates for an LLM (default 16)")
     hub.add_argument("--opset", type=int, help=_OPSET_HELP.replace("default: 20", "default: 23, fused attention kernels; 20 with --runtime standard"))
     hub.add_argument("--runtime", choices=ExportOptions.RUNTIMES, default="onnxruntime", help=_HUB_RUNTIME_HELP)

@@ -64,7 +64,7 @@ def rope_config(kind: str):
 def reference(model, prompts: list[list[int]]):
     """transformers' greedy generation; for Phi-3 without the step its generation loop adds
     at the first token past the switch (it drops the cache and reads the whole sequence
-    again with the long factors), which no client's loop does (docs/guides/export-hf.md)."""
+    again with the long factors), which no client's loop does (docs/guides/export-hf/text-generation.md)."""
     with contextlib.ExitStack() as stack:
         if isinstance(model, transformers.Phi3ForCausalLM):
             stack.enter_context(mock.patch.object(
@@ -194,7 +194,7 @@ def test_change_points_of_each_family():
     assert [p.length for p in change_points(both)] == [24, ORIGINAL]
     lengths = verification_lengths(both, 16)
     assert (lengths.prompt, lengths.batch, lengths.unreached()) == (72, (72, 48, 18), [])
-    assert lengths.describe() == (  # as docs/guides/export-hf.md shows it
+    assert lengths.describe() == (  # as docs/guides/export-hf/text-generation.md shows it
         "a prompt of 72 tokens (past sliding window 24, LongRoPE's original context 64), 16 decode steps to length 88, "
         "a left-padded batch of 72, 48, 18 tokens")
     assert context_length(rope_config("dynamic")) == 4 * ORIGINAL

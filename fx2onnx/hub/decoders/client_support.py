@@ -1,7 +1,7 @@
 """Which clients cannot load a text-generation folder as `export-hf` writes it, and why.
 
 The one place that knows a client's limits per architecture: `export_hf` says the note
-when it writes such a folder, and docs/guides/export-hf.md ("Clients per architecture")
+when it writes such a folder, and docs/guides/export-hf/clients.md ("Clients per architecture")
 lists the same model types. The folder itself is the same for every client (one key and
 one value input per layer, as ONNX Runtime GenAI and onnxruntime take it), except for a
 config with ``multi_query: true`` (combined_cache.py), a hybrid decoder's convolution and
