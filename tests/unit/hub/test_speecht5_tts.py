@@ -18,7 +18,6 @@ from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import speecht5_text_to_audio
 from fx2onnx.hub.recipes.speecht5_text_to_audio import vocoder_refusal
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
-from fx2onnx.hub.shared.tokenizer_files import TokenizerMismatchWarning, write_folder_tokenizer
 from fx2onnx.hub.speech.speecht5_tts import DecoderStep, SpeechEncoder, first_spectrum, without_prenet_dropout
 from fx2onnx.hub.speech.speecht5_verify import MAXLENRATIO, THRESHOLD
 
@@ -78,24 +77,6 @@ def test_the_table_picks_the_speecht5_recipe_for_its_text_to_audio():
     config = transformers.SpeechT5Config(architectures=["SpeechT5ForTextToSpeech"])
     assert recipe_for("text-to-audio", config, "onnxruntime") is speecht5_text_to_audio.RECIPE
     assert recipe_for("text-to-audio", transformers.VitsConfig(), "onnxruntime") is not speecht5_text_to_audio.RECIPE
-
-
-def test_a_tokenizer_transformers_cannot_load_without_its_library_is_copied_as_it_is(tmp_path):
-    """SpeechT5Tokenizer needs SentencePiece: without it, its files are copied, with a warning."""
-    try:
-        import sentencepiece  # noqa: F401
-        pytest.skip("sentencepiece is installed: the tokenizer loads")
-    except ImportError:
-        pass
-    source, staging, said = tmp_path / "source", tmp_path / "staging", []
-    source.mkdir()
-    staging.mkdir()
-    (source / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "SpeechT5Tokenizer"}))
-    (source / "spm_char.model").write_bytes(b"model")
-    with pytest.warns(TokenizerMismatchWarning, match="SentencePiece"):
-        written = write_folder_tokenizer(source, staging, False, said.append)
-    assert sorted(written) == ["spm_char.model", "tokenizer_config.json"] and (staging / "spm_char.model").read_bytes() == b"model"
-    assert said and said[0].startswith("WARNING tokenizer files copied as they are")
 
 
 def _cache_step(path, with_past: bool) -> None:
