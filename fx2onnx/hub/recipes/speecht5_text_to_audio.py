@@ -57,7 +57,7 @@ def processor_files(source: Path, staging: Path) -> list[str]:
     """`preprocessor_config.json` (naming SpeechT5Processor) where the source has transformers
     5's `processor_config.json` alone: Transformers.js's `AutoProcessor` reads that file only,
     and its text-to-audio pipeline takes the text-to-spectrogram path (the vocoder, the speaker
-    embeddings) only with a processor (set on it: docs/guides/export-hf.md). Nothing where the
+    embeddings) only with a processor (set on it: docs/guides/export-hf/text-to-audio.md). Nothing where the
     source has the file (copied as it is) or no feature extractor."""
     settings = feature_extractor_settings(source)
     if settings is None or (source / FEATURE_EXTRACTOR_FILE).is_file():
