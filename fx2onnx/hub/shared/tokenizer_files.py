@@ -31,6 +31,9 @@ from fx2onnx.hub.speech.vits_tokenizer import is_vits_tokenizer, write_vits_toke
 
 # the strings the written tokenizer is checked on: digits, runs of spaces, non-ASCII
 CHECKED_STRINGS = ("the lazy fox jumps 42 times in 2024", "  two  spaces,\ta tab and\nnew line ", "naïve café, 東京 🦊")
+# and a SentencePiece tokenizer written from its model file: capitals and punctuation, longer
+# runs of spaces, SentencePiece's space piece in the text, the empty text
+SENTENCEPIECE_STRINGS = ("Hello, THE Fox's tail: it is 3.45 (or 5)!", "   runs   of    spaces   ", "▁its space piece▁", "")
 
 Encoder = Callable[[str], list[int]]
 
@@ -111,12 +114,13 @@ def genai_encoder(folder: Path) -> Encoder | None:
     return lambda text: [int(token) for token in genai.encode(text)]
 
 
-def check_encodings(tokenizer: Any, clients: dict[str, Encoder], special_tokens: bool = True) -> list[str]:
-    """Warn (TokenizerMismatchWarning) for each checked string a client encodes differently
+def check_encodings(tokenizer: Any, clients: dict[str, Encoder], special_tokens: bool = True,
+                    strings: tuple[str, ...] = CHECKED_STRINGS) -> list[str]:
+    """Warn (TokenizerMismatchWarning) for each of ``strings`` a client encodes differently
     from ``tokenizer`` (with its special tokens added, or without); returns the
     differences, one line each."""
     differences = []
-    for text in CHECKED_STRINGS:
+    for text in strings:
         expected = list(tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
         for client, encode in clients.items():
             actual = encode(text)
@@ -183,7 +187,7 @@ def _write_sentencepiece_folder_tokenizer(source: Path, staging: Path, say: Call
     except (OSError, ValueError, ImportError) as error:  # ImportError: transformers loads it with `sentencepiece` only
         say(f"WARNING tokenizer.json not checked against transformers' tokenizer, which does not load here: {error}")
         return written
-    for difference in check_encodings(tokenizer, {"tokenizer.json": file_encoder(staging / "tokenizer.json", special_tokens)},
-                                      special_tokens):
+    clients = {"tokenizer.json": file_encoder(staging / "tokenizer.json", special_tokens)}
+    for difference in check_encodings(tokenizer, clients, special_tokens, (*CHECKED_STRINGS, *SENTENCEPIECE_STRINGS)):
         say(f"WARNING the tokenizer differs from transformers on {difference}")
     return written

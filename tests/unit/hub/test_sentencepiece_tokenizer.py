@@ -60,7 +60,8 @@ def test_tokenizer_json_of_a_character_map_encodes_as_speecht5_tokenizer(tmp_pat
 
 def test_numbers_spelt_out_are_said_and_the_check_finds_them(tmp_path):
     """SpeechT5Tokenizer's `normalize: true` (numbers in words) is left out of tokenizer.json:
-    said, and the export's check names the strings with digits."""
+    said, and the export's check (CHECKED_STRINGS and SENTENCEPIECE_STRINGS) names the strings
+    with digits."""
     speecht5_tokenizer_folder(tmp_path / "source")
     config_path = tmp_path / "source" / "tokenizer_config.json"
     config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "normalize": True}))
@@ -70,6 +71,8 @@ def test_numbers_spelt_out_are_said_and_the_check_finds_them(tmp_path):
         write_folder_tokenizer(tmp_path / "source", tmp_path / "out", False, said.append)
     assert any(line.startswith("WARNING tokenizer.json leaves out numbers spelt out in English") for line in said)
     assert any(line.startswith("WARNING the tokenizer differs from transformers on 'the lazy fox") for line in said)
+    # the SentencePiece strings are checked too: the one with digits differs
+    assert any(line.startswith("WARNING the tokenizer differs from transformers on \"Hello, THE Fox's") for line in said)
 
 
 def test_without_transformers_tokenizer_it_is_written_unchecked(tmp_path, monkeypatch):
