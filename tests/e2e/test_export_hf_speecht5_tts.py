@@ -8,7 +8,9 @@ passes the full ONNX checker; `--verify` (the folder run as Transformers.js runs
 step, against transformers' `generate_speech` without the prenet's dropout) passes on two
 texts, one stopped by its stop probability, one by the maximum length; Transformers.js's
 `generate_speech` with the vocoder folder gives transformers' spectrogram and waveform
-within 1e-4. Without a vocoder, or with a vocoder for another model, the export is refused."""
+within 1e-4, and its `text-to-audio` pipeline given text (the folder's tokenizer.json, written
+from the source's SentencePiece character model) transformers' ids and waveform. Without a
+vocoder, or with a vocoder for another model, the export is refused."""
 
 from __future__ import annotations
 
@@ -22,12 +24,16 @@ import torch
 
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.recipes.speecht5_text_to_audio import speaker_embedding, verification_texts
+from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, write_folder_tokenizer
 from fx2onnx.hub.speech.speecht5_tts import without_prenet_dropout
+from sentencepiece_models import MAPPED, STRINGS, char_model, speecht5_tokenizer_folder, trained_char_model
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 (fixture)
 
 transformers = pytest.importorskip("transformers")
 
 MEL_BINS, SPEAKER = 6, 10
+CHARACTERS = "etaonihsrdlcu,.TH"  # no digits, few capitals: "2" and "W" are the unknown token
+TEXTS = ("The hat sat.", "Hi,  Ted 2W")  # short: at 20 frames a token, within the model's 256 speech positions
 
 
 def _models() -> tuple[transformers.SpeechT5ForTextToSpeech, transformers.SpeechT5HifiGan]:
@@ -62,6 +68,14 @@ def released(tmp_path_factory):
     folder = tmp_path_factory.mktemp("speecht5")
     model, vocoder = _models()
     model.save_pretrained(folder / "tts")
+    # the tokenizer files as the released checkpoint has them: a character SentencePiece model,
+    # its 22 pieces then <mask> and <ctc_blank> (the model's 24 tokens)
+    speecht5_tokenizer_folder(folder / "tts", char_model(CHARACTERS), old_files=True)
+    # the processor as transformers 5 saves it: processor_config.json alone (the folder gets the
+    # preprocessor_config.json Transformers.js's pipeline loads a processor from)
+    settings = transformers.SpeechT5FeatureExtractor(num_mel_bins=MEL_BINS).to_dict()
+    (folder / "tts" / "processor_config.json").write_text(json.dumps(
+        {"feature_extractor": settings, "processor_class": "SpeechT5Processor"}))
     vocoder.save_pretrained(folder / "hifigan")
     result = export_hf(folder / "tts", folder / "out", vocoder=folder / "hifigan", verify=True)
     return model, vocoder, result
@@ -117,11 +131,59 @@ def test_speecht5_in_transformers_js_generate_speech(released, tmp_path, transfo
         assert tuple(postnet.shape) == tuple(spectrogram.shape)
         np.testing.assert_allclose(postnet.numpy(), spectrogram.numpy(), rtol=0, atol=1e-4)
         assert run["waveform"]["dims"] == [1, waveform.shape[-1]]
-        np.testing.assert_allclose(np.array(run["waveform"]["data"]), waveform.numpy(), rtol=0, atol=1e-4)
+        # the tiny vocoder's samples are about 1e-6: within 1e-4 of their largest
+        np.testing.assert_allclose(np.array(run["waveform"]["data"]), waveform.numpy().ravel(), rtol=0,
+                                   atol=1e-4 * np.abs(waveform.numpy()).max())
         lengths.append(spectrogram.shape[0])
     maxlen = [int(len(ids) / model.config.reduction_factor * 20) * model.config.reduction_factor for ids in texts]
     # one text stopped by its stop probability after steps over the cache, the other by the maximum length
     assert 4 * model.config.reduction_factor <= lengths[0] < maxlen[0] and lengths[1] == maxlen[1]
+
+
+def test_speecht5_text_to_audio_pipeline_speaks_text_in_transformers_js(released, tmp_path, transformers_js):  # noqa: F811
+    """Transformers.js's `text-to-audio` pipeline on the folder, given text (its vocoder set from
+    `vocoder/`): the folder's tokenizer.json gives transformers' SpeechT5Tokenizer's ids, and the
+    pipeline transformers' `generate_speech` waveform through the vocoder (same length, within
+    1e-4 of its largest sample)."""
+    pytest.importorskip("sentencepiece")  # transformers' SpeechT5Tokenizer, the reference, runs it
+    model, vocoder, result = released
+    assert "tokenizer.json" in result.files
+    tokenizer = transformers.AutoTokenizer.from_pretrained(result.folder)  # the folder's files, as transformers reads them
+    strings = [*CHECKED_STRINGS, *TEXTS, "", "  The   end  "]
+    speaker = speaker_embedding(model.config)
+    job = {"folder": str(result.folder), "task": "text-to-audio", "strings": strings, "speak": {
+        "texts": list(TEXTS), "speaker_embeddings": speaker[0].tolist(), "vocoder": str(result.folder / "vocoder")}}
+    got = run_in_transformers_js(transformers_js, tmp_path, job)
+    assert got["encoded"] == [tokenizer(text)["input_ids"] for text in strings]
+    assert tokenizer.unk_token_id in tokenizer(TEXTS[1])["input_ids"]  # "2W": one unknown token
+    lengths = set()
+    for text, run in zip(TEXTS, got["speak"]):
+        with torch.no_grad(), without_prenet_dropout(model):
+            waveform = vocoder(model.generate_speech(tokenizer(text, return_tensors="pt")["input_ids"], speaker)).numpy()
+        assert run["sampling_rate"] == 16000 and len(run["audio"]) == waveform.shape[-1]
+        # the tiny vocoder's samples are about 1e-6: within 1e-4 of their largest (measured: 2e-6 of it)
+        scale = np.abs(waveform).max()
+        np.testing.assert_allclose(np.array(run["audio"]), waveform, rtol=0, atol=1e-4 * scale)
+        lengths.add(waveform.shape[-1])
+    assert len(lengths) == 2  # each text its own length
+
+
+@pytest.mark.parametrize("model", ["identity", "nmt_nfkc"])
+def test_sentencepiece_tokenizer_json_in_transformers_js(tmp_path, transformers_js, model):  # noqa: F811 (fixture)
+    """The tokenizer.json written for SpeechT5Tokenizer's character model, read by
+    Transformers.js's tokenizer, gives transformers' ids: a model without a character map
+    (built with protobuf), and one SentencePiece's trainer wrote with the `nmt_nfkc` rule's
+    map (which Transformers.js's `Precompiled` normalizer applies as NFKC and its own spaces)."""
+    pytest.importorskip("sentencepiece")  # transformers' SpeechT5Tokenizer, the reference, runs it
+    source, out = tmp_path / "source", tmp_path / "out"
+    speecht5_tokenizer_folder(source, char_model() if model == "identity" else trained_char_model(), old_files=True)
+    out.mkdir()
+    write_folder_tokenizer(source, out, False, lambda line: None)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    strings = [*CHECKED_STRINGS, *STRINGS, *MAPPED]
+    encoded = run_in_transformers_js(transformers_js, tmp_path, {"folder": str(out), "task": "text-to-audio",
+                                                                 "strings": strings})["encoded"]
+    assert encoded == [tokenizer(text)["input_ids"] for text in strings]
 
 
 def test_speecht5_without_a_vocoder_or_with_another_s_is_refused(tmp_path):

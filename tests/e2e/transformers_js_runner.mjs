@@ -10,7 +10,8 @@
 // model's `generate`; the processor's outputs returned), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
 // model's `generate` as its `input_features` iterable, one chunk per element), or "spectrogram" (token ids
-// with a speaker embedding through a text-to-spectrogram model's `generate_speech` and a vocoder folder). The folder is loaded as written:
+// with a speaker embedding through a text-to-spectrogram model's `generate_speech` and a vocoder folder), or "speak" (texts
+// through the `text-to-audio` pipeline with a speaker embedding, its vocoder set from a folder). The folder is loaded as written:
 // from_pretrained(folder, { local_files_only: true }), with the job's "dtype" where it names one
 // (the file suffix Transformers.js loads, in place of the config's).
 import { createRequire } from 'node:module';
@@ -228,6 +229,21 @@ if (job.spectrogram) {
         const { spectrogram, waveform } = await model.generate_speech(int64([ids]), speaker, { vocoder });
         result.spectrogram.push({ spectrogram: plain(spectrogram), waveform: plain(waveform),
                                   vocoder: vocoder.constructor.name });
+    }
+}
+if (job.speak) {
+    // the text-to-audio pipeline on each text, with its vocoder and processor set on it as the
+    // guide says (pipeline() takes no vocoder option, and loads no processor for a task of text
+    // input, without which the pipeline does not take the text-to-spectrogram path): the samples
+    // and the sampling rate
+    const { texts, speaker_embeddings: speakers, vocoder: vocoderFolder } = job.speak;
+    const speak = await pipeline('text-to-audio', job.folder, options);
+    speak.vocoder = await AutoModel.from_pretrained(vocoderFolder, options);
+    speak.processor = await AutoProcessor.from_pretrained(job.folder, options);
+    result.speak = [];
+    for (const text of texts) {
+        const { audio, sampling_rate } = await speak(text, { speaker_embeddings: Float32Array.from(speakers) });
+        result.speak.push({ audio: Array.from(audio), sampling_rate });
     }
 }
 writeFileSync(resultPath, JSON.stringify(result));

@@ -24,8 +24,9 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
-from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, weights_dtype
+from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, weights_dtype, write_json_file
 from fx2onnx.hub.shared.verification import Tolerance, Verification
+from fx2onnx.hub.speech.audio_input import FEATURE_EXTRACTOR_FILE, feature_extractor_settings
 from fx2onnx.hub.speech.speecht5_tts import (
     DecoderStep, PostnetVocoder, SpeechEncoder, first_spectrum, without_prenet_dropout,
 )
@@ -50,6 +51,18 @@ def vocoder_refusal(source: str, config: Any) -> str | None:
         return (f"--vocoder {source} reads {settings.get('model_in_dim')} mel bins where the model writes "
                 f"{config.num_mel_bins}: give the vocoder made for this model. Nothing was written.")
     return None
+
+
+def processor_files(source: Path, staging: Path) -> list[str]:
+    """`preprocessor_config.json` (naming SpeechT5Processor) where the source has transformers
+    5's `processor_config.json` alone: Transformers.js's `AutoProcessor` reads that file only,
+    and its text-to-audio pipeline takes the text-to-spectrogram path (the vocoder, the speaker
+    embeddings) only with a processor (set on it: docs/guides/export-hf/text-to-audio.md). Nothing where the
+    source has the file (copied as it is) or no feature extractor."""
+    settings = feature_extractor_settings(source)
+    if settings is None or (source / FEATURE_EXTRACTOR_FILE).is_file():
+        return []
+    return [write_json_file(staging, FEATURE_EXTRACTOR_FILE, {**settings, "processor_class": "SpeechT5Processor"})]
 
 
 def load_vocoder(source: str) -> torch.nn.Module:
@@ -137,7 +150,7 @@ class SpeechT5TextToAudioRecipe(RecipeDefaults):
         vocoder_config = {**vocoder.config.to_dict(), "model_type": TRANSFORMERS_JS_VOCODER_TYPE}
         (staging / VOCODER / "config.json").write_text(json.dumps(vocoder_config, indent=2), encoding="utf-8")
         folder_layout.mark_for_transformers_js(staging / VOCODER / "config.json", weights_dtype(loaded))
-        return [*files, f"{VOCODER}/config.json"]
+        return [*files, f"{VOCODER}/config.json", *processor_files(Path(loaded.folder), staging)]
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,

@@ -10,6 +10,11 @@ with the written `tokenizer.json` (the `tokenizers` library) and, in a causal LM
 folder where onnxruntime-genai is installed, with `og.Tokenizer(folder)` (which reads
 the tokenizer files without loading the model); a difference is a
 `TokenizerMismatchWarning` naming the string and both encodings.
+
+A SentencePiece tokenizer transformers has no `tokenizers` backend for (SpeechT5Tokenizer)
+keeps the source's files, with a `tokenizer.json` built from its model file
+(`fx2onnx.hub.shared.sentencepiece_tokenizer`), checked where transformers loads the
+tokenizer (with the `sentencepiece` library).
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, edit_json_file, name_tokenizer_class
+from fx2onnx.hub.shared.sentencepiece_tokenizer import sentencepiece_class, steps_left_out, write_sentencepiece_tokenizer
 from fx2onnx.hub.speech.vits_tokenizer import is_vits_tokenizer, write_vits_tokenizer
 
 # the strings the written tokenizer is checked on: digits, runs of spaces, non-ASCII
 CHECKED_STRINGS = ("the lazy fox jumps 42 times in 2024", "  two  spaces,\ta tab and\nnew line ", "naïve café, 東京 🦊")
+# and a SentencePiece tokenizer written from its model file: capitals and punctuation, longer
+# runs of spaces, SentencePiece's space piece in the text, the empty text
+SENTENCEPIECE_STRINGS = ("Hello, THE Fox's tail: it is 3.45 (or 5)!", "   runs   of    spaces   ", "▁its space piece▁", "")
 
 Encoder = Callable[[str], list[int]]
 
@@ -105,12 +114,13 @@ def genai_encoder(folder: Path) -> Encoder | None:
     return lambda text: [int(token) for token in genai.encode(text)]
 
 
-def check_encodings(tokenizer: Any, clients: dict[str, Encoder], special_tokens: bool = True) -> list[str]:
-    """Warn (TokenizerMismatchWarning) for each checked string a client encodes differently
+def check_encodings(tokenizer: Any, clients: dict[str, Encoder], special_tokens: bool = True,
+                    strings: tuple[str, ...] = CHECKED_STRINGS) -> list[str]:
+    """Warn (TokenizerMismatchWarning) for each of ``strings`` a client encodes differently
     from ``tokenizer`` (with its special tokens added, or without); returns the
     differences, one line each."""
     differences = []
-    for text in CHECKED_STRINGS:
+    for text in strings:
         expected = list(tokenizer(text, add_special_tokens=special_tokens)["input_ids"])
         for client, encode in clients.items():
             actual = encode(text)
@@ -134,6 +144,8 @@ def write_folder_tokenizer(
     are when transformers cannot load its tokenizer. Returns the names of the files written."""
     if not has_tokenizer(source):
         return []
+    if sentencepiece_class(source) is not None:
+        return _write_sentencepiece_folder_tokenizer(source, staging, say, special_tokens)
     try:
         tokenizer = load_tokenizer(source)
         written = write_tokenizer(tokenizer, staging)
@@ -150,5 +162,32 @@ def write_folder_tokenizer(
         if genai is not None:
             clients["og.Tokenizer"] = genai
     for difference in check_encodings(tokenizer, clients, special_tokens):
+        say(f"WARNING the tokenizer differs from transformers on {difference}")
+    return written
+
+
+def _write_sentencepiece_folder_tokenizer(source: Path, staging: Path, say: Callable[[str], None],
+                                          special_tokens: bool) -> list[str]:
+    """A SentencePiece tokenizer transformers has no `tokenizers` backend for
+    (`fx2onnx.hub.shared.sentencepiece_tokenizer`): the source's files as they are, with the
+    `tokenizer.json` written from its model file, checked against transformers' tokenizer
+    where transformers loads it (it needs the `sentencepiece` library)."""
+    written = copy_folder_files(source, staging, TOKENIZER_FILES)
+    try:
+        written = [*dict.fromkeys([*written, *write_sentencepiece_tokenizer(source, staging)])]
+    except ValueError as error:
+        warnings.warn(f"The tokenizer files are copied as they are: {error}", TokenizerMismatchWarning, stacklevel=3)
+        say(f"WARNING tokenizer files copied as they are: {error}")
+        return written
+    say("tokenizer.json: written from the SentencePiece model file")
+    for step in steps_left_out(source):
+        say(f"WARNING tokenizer.json leaves out {step}")
+    try:
+        tokenizer = load_tokenizer(source)
+    except (OSError, ValueError, ImportError) as error:  # ImportError: transformers loads it with `sentencepiece` only
+        say(f"WARNING tokenizer.json not checked against transformers' tokenizer, which does not load here: {error}")
+        return written
+    clients = {"tokenizer.json": file_encoder(staging / "tokenizer.json", special_tokens)}
+    for difference in check_encodings(tokenizer, clients, special_tokens, (*CHECKED_STRINGS, *SENTENCEPIECE_STRINGS)):
         say(f"WARNING the tokenizer differs from transformers on {difference}")
     return written

@@ -1,7 +1,8 @@
 """SpeechT5 text-to-speech's pieces (fx2onnx/hub/speech/speecht5_tts.py, speecht5_verify.py,
 recipes/speecht5_text_to_audio.py): the prenet's dropout taken out and put back, the decoding
 step's outputs as Transformers.js reads them, the vocoder checked against the model, the
-recipe the table picks, and the merged decoder's self-attention cache length left free."""
+recipe the table picks, the processor file Transformers.js's pipeline reads, and the merged
+decoder's self-attention cache length left free."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ from onnx import TensorProto, helper
 
 from fx2onnx.hub.recipe_table import recipe_for
 from fx2onnx.hub.recipes import speecht5_text_to_audio
-from fx2onnx.hub.recipes.speecht5_text_to_audio import vocoder_refusal
+from fx2onnx.hub.recipes.speecht5_text_to_audio import processor_files, vocoder_refusal
 from fx2onnx.hub.shared.merged_decoder import USE_CACHE_BRANCH, merge_decoders
-from fx2onnx.hub.shared.tokenizer_files import TokenizerMismatchWarning, write_folder_tokenizer
 from fx2onnx.hub.speech.speecht5_tts import DecoderStep, SpeechEncoder, first_spectrum, without_prenet_dropout
 from fx2onnx.hub.speech.speecht5_verify import MAXLENRATIO, THRESHOLD
 
@@ -80,22 +80,21 @@ def test_the_table_picks_the_speecht5_recipe_for_its_text_to_audio():
     assert recipe_for("text-to-audio", transformers.VitsConfig(), "onnxruntime") is not speecht5_text_to_audio.RECIPE
 
 
-def test_a_tokenizer_transformers_cannot_load_without_its_library_is_copied_as_it_is(tmp_path):
-    """SpeechT5Tokenizer needs SentencePiece: without it, its files are copied, with a warning."""
-    try:
-        import sentencepiece  # noqa: F401
-        pytest.skip("sentencepiece is installed: the tokenizer loads")
-    except ImportError:
-        pass
-    source, staging, said = tmp_path / "source", tmp_path / "staging", []
+def test_preprocessor_config_is_written_from_a_processor_config_alone(tmp_path):
+    """transformers 5's processor_config.json alone: the preprocessor_config.json Transformers.js's
+    pipeline loads a processor from, naming SpeechT5Processor; nothing where the source has one
+    (copied) or no feature extractor."""
+    source, staging = tmp_path / "source", tmp_path / "staging"
     source.mkdir()
     staging.mkdir()
-    (source / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "SpeechT5Tokenizer"}))
-    (source / "spm_char.model").write_bytes(b"model")
-    with pytest.warns(TokenizerMismatchWarning, match="SentencePiece"):
-        written = write_folder_tokenizer(source, staging, False, said.append)
-    assert sorted(written) == ["spm_char.model", "tokenizer_config.json"] and (staging / "spm_char.model").read_bytes() == b"model"
-    assert said and said[0].startswith("WARNING tokenizer files copied as they are")
+    assert processor_files(source, staging) == []
+    settings = {"feature_extractor_type": "SpeechT5FeatureExtractor", "sampling_rate": 16000}
+    (source / "processor_config.json").write_text(json.dumps({"feature_extractor": settings}))
+    assert processor_files(source, staging) == ["preprocessor_config.json"]
+    assert json.loads((staging / "preprocessor_config.json").read_text()) == {**settings, "processor_class": "SpeechT5Processor"}
+    (staging / "preprocessor_config.json").unlink()
+    (source / "preprocessor_config.json").write_text(json.dumps(settings))
+    assert processor_files(source, staging) == [] and not (staging / "preprocessor_config.json").exists()
 
 
 def _cache_step(path, with_past: bool) -> None:
