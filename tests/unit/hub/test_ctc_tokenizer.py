@@ -1,0 +1,65 @@
+"""The CTC heads' `tokenizer.json` (fx2onnx/hub/speech/ctc_tokenizer.py), without exporting:
+the `tokenizers` library reads from it the ids `Wav2Vec2CTCTokenizer` encodes and the text
+it decodes a CTC model's picks to (as transformers' speech recognition pipeline does: the
+special tokens kept, grouped, the blank dropped). Transformers.js's pipeline on it:
+tests/e2e/test_export_hf_padded_audio_architectures.py."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, file_encoder, write_tokenizer
+from fx2onnx.hub.speech.ctc_tokenizer import ctc_tokenizer_json, skipped_steps
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+# a released English checkpoint's vocabulary: the blank, the special tokens, the delimiter, letters, the apostrophe
+VOCABULARY = ["<pad>", "<s>", "</s>", "<unk>", "|", *"ETAONIHSRDLUMWCFGYPBVK'XJQZ"]
+
+
+def ctc_tokenizer(folder, **settings):
+    (folder / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(VOCABULARY)}), encoding="utf-8")
+    return transformers.Wav2Vec2CTCTokenizer(str(folder / "vocab.json"), **settings)
+
+
+def test_tokenizer_json_encodes_as_the_ctc_tokenizer(tmp_path):
+    tokenizer = ctc_tokenizer(tmp_path)
+    written = write_tokenizer(tokenizer, tmp_path / "out")
+    assert {"tokenizer.json", "vocab.json", "tokenizer_config.json"} <= set(written)
+    strings = [*CHECKED_STRINGS, "HELLO THE FOX'S WORLD", "A  B\tC\nD", "<s>THE</s> <unk>", ""]
+    encode = file_encoder(tmp_path / "out" / "tokenizer.json")
+    assert [encode(text) for text in strings] == [tokenizer(text)["input_ids"] for text in strings]
+
+
+def test_tokenizer_json_decodes_picks_as_the_pipeline(tmp_path):
+    """Greedy picks with repeats, blanks between repeats, delimiters and the special tokens:
+    the text of `decode(ids)` with the special tokens kept (transformers' CTC pipeline)."""
+    tokenizer = ctc_tokenizer(tmp_path)
+    write_tokenizer(tokenizer, tmp_path / "out")
+    written = tokenizers.Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    assert written.get_added_tokens_decoder() and not any(t.special for t in written.get_added_tokens_decoder().values())
+    rng = np.random.default_rng(0)
+    picks = [[5, 5, 0, 5, 6, 4, 4, 7, 0, 0, 8], [0, 1, 9, 9, 4, 2, 3, 10, 0]]
+    picks += [rng.integers(0, len(VOCABULARY), 40).tolist() for _ in range(20)]
+    for ids in picks:
+        # the `tokenizers` library's CTC decoder keeps the spaces of delimiters at the ends, which
+        # transformers and Transformers.js's decoder (`.trim()`) strip
+        assert written.decode(ids, skip_special_tokens=False).strip() == tokenizer.decode(ids)
+
+
+def test_no_delimiter_and_casing_left_out(tmp_path):
+    """A tokenizer without a word delimiter writes no normalizer; one that upper-cases its
+    text (do_lower_case) says what its tokenizer.json leaves out."""
+    tokenizer = ctc_tokenizer(tmp_path, word_delimiter_token=None)
+    assert ctc_tokenizer_json(tokenizer)["normalizer"] is None
+    cased = ctc_tokenizer(tmp_path, do_lower_case=True)
+    assert skipped_steps(cased) and not skipped_steps(tokenizer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        write_tokenizer(cased, tmp_path / "cased")
+    assert any("do_lower_case" in str(w.message) for w in caught)
