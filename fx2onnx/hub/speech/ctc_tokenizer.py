@@ -22,10 +22,11 @@ What it cannot write is said (a warning), not written (:func:`skipped_steps`).""
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
+
+from fx2onnx.hub.speech.tokenizer_json import added_tokens, write_with_tokenizer_json
 
 CTC_TOKENIZER = "Wav2Vec2CTCTokenizer"
 # every character, one piece each (`.` leaves out line breaks; JavaScript's regular
@@ -52,16 +53,11 @@ def ctc_tokenizer_json(tokenizer: Any) -> dict[str, Any]:
     delimiter = tokenizer.word_delimiter_token if tokenizer.word_delimiter_token_id is not None else None
     normalizer = ({"type": "Replace", "pattern": {"String": " "}, "content": delimiter}
                   if delimiter is not None else None)
-    added = [
-        {"id": index, "content": token.content, "single_word": token.single_word, "lstrip": token.lstrip,
-         "rstrip": token.rstrip, "normalized": False, "special": False}
-        for index, token in sorted(tokenizer.added_tokens_decoder.items())
-    ]
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": added,
+        "added_tokens": added_tokens(tokenizer, normalized=False, special=False),
         "normalizer": normalizer,
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": _CHARACTER}, "behavior": "Isolated", "invert": False},
         "post_processor": None,
@@ -80,7 +76,4 @@ def write_ctc_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
     if steps:
         warnings.warn(f"The folder's tokenizer.json leaves out {', '.join(steps)}: its clients' text is not cased "
                       f"as {CTC_TOKENIZER}'s.", stacklevel=2)
-    written = [Path(path).name for path in tokenizer.save_pretrained(destination) if Path(path).parent == destination]
-    (destination / "tokenizer.json").write_text(
-        json.dumps(ctc_tokenizer_json(tokenizer), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    return [*dict.fromkeys([*written, "tokenizer.json"])]
+    return write_with_tokenizer_json(tokenizer, ctc_tokenizer_json(tokenizer), destination)

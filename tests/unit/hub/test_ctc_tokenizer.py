@@ -14,6 +14,7 @@ import pytest
 
 from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, file_encoder, write_tokenizer
 from fx2onnx.hub.speech.ctc_tokenizer import ctc_tokenizer_json, skipped_steps
+from fx2onnx.hub.speech.tokenizer_json import added_tokens
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -56,7 +57,11 @@ def test_no_delimiter_and_casing_left_out(tmp_path):
     """A tokenizer without a word delimiter writes no normalizer; one that upper-cases its
     text (do_lower_case) says what its tokenizer.json leaves out."""
     tokenizer = ctc_tokenizer(tmp_path, word_delimiter_token=None)
-    assert ctc_tokenizer_json(tokenizer)["normalizer"] is None
+    written = ctc_tokenizer_json(tokenizer)
+    assert written["normalizer"] is None and written["decoder"]["cleanup"] is False
+    delimited = ctc_tokenizer(tmp_path)  # its added tokens (the delimiter special) written unmarked
+    assert any(t["special"] for t in added_tokens(delimited))
+    assert not any(t["special"] for t in ctc_tokenizer_json(delimited)["added_tokens"])
     cased = ctc_tokenizer(tmp_path, do_lower_case=True)
     assert skipped_steps(cased) and not skipped_steps(tokenizer)
     with warnings.catch_warnings(record=True) as caught:
