@@ -11,13 +11,20 @@ transformers' padded row without the mask, and that of transformers' padded row 
 transformers on the clip alone (what a mask can reach: group norm normalises over the
 padding too). One JSON line each, appended to bench/speech_padded_batches.jsonl.
 
-    OMP_NUM_THREADS=1 python bench/speech_padded_batches.py [--kinds hubert,wavlm]
+With --transformers-js: the architectures Transformers.js lists (MODEL_FOR_CTC_MAPPING_NAMES,
+MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES of its dist/transformers.node.mjs), layer norm
+with the mask, the two clips through its `automatic-speech-recognition` and
+`audio-classification` pipelines against transformers' pipelines: whether the texts are
+equal, or the labels, and the largest difference of the scores.
+
+    OMP_NUM_THREADS=1 python bench/speech_padded_batches.py [--kinds hubert,wavlm] [--heads ctc] [--transformers-js]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -34,6 +41,8 @@ from fx2onnx.hub import export_hf  # noqa: E402
 from fx2onnx.hub.speech.audio_mask import frames_mask_rule  # noqa: E402
 from test_export_hf_padded_audio import _features, _logits, clip  # noqa: E402
 from test_export_hf_padded_audio_architectures import ARCHITECTURES, HEADS, padded_rows, save_source, tiny_model  # noqa: E402
+from client_versions import transformers_js_folder  # noqa: E402
+from test_transformers_js import node_run  # noqa: E402
 
 RESULTS = Path(__file__).with_name("speech_padded_batches.jsonl")
 # setting -> (the config's, whether the extractor returns the mask)
@@ -44,6 +53,9 @@ SETTINGS = {
     "layer norm, no mask": ({}, False),
 }
 # the architectures without a feature encoder norm to choose (always layer norm) or an extractor that always masks
+# the model types of those Transformers.js lists that are built here, by head
+TRANSFORMERS_JS = {"ctc": ("wav2vec2", "wav2vec2-bert", "unispeech", "unispeech-sat", "wavlm", "hubert"),
+                   "classifier": ("wav2vec2", "wav2vec2-bert", "unispeech", "unispeech-sat", "wavlm", "hubert")}
 ONE_SETTING = {"data2vec-audio": ("layer norm, mask", "layer norm, no mask"), "wav2vec2-bert": ("layer norm, mask",)}
 
 
@@ -81,14 +93,56 @@ def measure(kind: str, head: str, setting: str) -> dict:
     return record
 
 
+def in_transformers_js(kind: str, head: str) -> dict:
+    """The two clips through Transformers.js's pipeline for ``head`` and transformers'."""
+    import transformers
+
+    record = {"kind": kind, "head": head, "client": "transformers.js"}
+    clips = [clip(1.3, 1), clip(0.55, 2)]
+    task = "automatic-speech-recognition" if head == "ctc" else "audio-classification"
+    with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scratch = Path(scratch)
+        save_source(scratch / "source", tiny_model(kind, head))
+        export_hf(scratch / "source", scratch / "out")
+        job = {"folder": str(scratch / "out"), "task": task, "pipeline": {"clips": [c.tolist() for c in clips]}}
+        done = node_run(transformers_js_folder(), scratch, job)
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if re.match(r"\s*\w*Error: ", line)]
+            record["error"] = (lines[0] if lines else done.stderr[-300:]).strip()[:300]
+            return record
+        got = json.loads((scratch / "result.json").read_text(encoding="utf-8"))["pipeline"]
+        expected = transformers.pipeline(task, model=str(scratch / "source"))(clips)
+    if head == "ctc":
+        record.update(texts=[row["text"] for row in got], expected=[row["text"] for row in expected])
+        record["equal"] = record["texts"] == record["expected"]
+    else:
+        record["equal"] = [[i["label"] for i in row] for row in got] == [[i["label"] for i in row] for row in expected]
+        record["scores"] = float(np.abs(np.array([[i["score"] for i in row] for row in got])
+                                        - np.array([[i["score"] for i in row] for row in expected])).max())
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join([*ARCHITECTURES, "wav2vec2-bert"]))
+    parser.add_argument("--heads", default=",".join(HEADS))
+    parser.add_argument("--transformers-js", action="store_true")
     args = parser.parse_args()
     import transformers
 
+    if args.transformers_js:
+        for head, kinds in TRANSFORMERS_JS.items():
+            for kind in kinds:
+                if kind in args.kinds.split(",") and head in args.heads.split(","):
+                    record = {**in_transformers_js(kind, head), "transformers": transformers.__version__}
+                    print(json.dumps(record), flush=True)
+                    with RESULTS.open("a", encoding="utf-8") as results:
+                        results.write(json.dumps(record) + "\n")
+        return
+
     for kind in args.kinds.split(","):
-        for head in HEADS:
+        for head in args.heads.split(","):
             for setting in ONE_SETTING.get(kind, tuple(SETTINGS)[:3]):
                 record = {**measure(kind, head, setting), "transformers": transformers.__version__}
                 print(json.dumps(record), flush=True)
