@@ -18,10 +18,16 @@ character repeated across a blank would be merged): the added tokens are written
 so that both group the same picks. Transformers.js's CTC decoder turns the delimiter into
 a space only with its `cleanup` (whose joining of a space before punctuation comes first,
 on the text before the delimiter is replaced: nothing to join where no token is a space).
-What it cannot write is said (a warning), not written (:func:`skipped_steps`)."""
+What it cannot write is said (a warning), not written (:func:`skipped_steps`).
+
+Parakeet's and LASR's tokenizers have a `tokenizers` backend, and their CTC decoding
+(repeats grouped, the blank dropped) is Python code of theirs (`_decode`) before the
+backend's decoder: for a CTC head's folder their `tokenizer.json` gets the `CTC` decoder
+(no delimiter) before its own, its added tokens unmarked as above (:func:`decode_as_ctc`)."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,8 @@ from typing import Any
 from fx2onnx.hub.speech.tokenizer_json import added_tokens, write_with_tokenizer_json
 
 CTC_TOKENIZER = "Wav2Vec2CTCTokenizer"
+# tokenizers with a `tokenizers` backend that decode a CTC head's picks in Python (`_decode`)
+GROUPING_TOKENIZERS = frozenset({"ParakeetTokenizer", "LasrTokenizer"})
 # every character, one piece each (`.` leaves out line breaks; JavaScript's regular
 # expressions, which Transformers.js builds from the pattern, have no inline `(?s)`)
 _CHARACTER = r"[\s\S]"
@@ -36,6 +44,30 @@ _CHARACTER = r"[\s\S]"
 
 def is_ctc_tokenizer(tokenizer: Any) -> bool:
     return type(tokenizer).__name__ == CTC_TOKENIZER
+
+
+def ctc_head(folder: Path) -> bool:
+    """Whether the model of ``folder`` (its config.json) is a CTC head (`...ForCTC`); a
+    Parakeet transducer shares the CTC head's tokenizer and decodes every token it emits."""
+    path = Path(folder) / "config.json"
+    architectures = json.loads(path.read_text(encoding="utf-8")).get("architectures") if path.is_file() else None
+    return any(str(name).endswith("ForCTC") for name in architectures or ())
+
+
+def decode_as_ctc(tokenizer: Any, tokenizer_json: dict[str, Any]) -> bool:
+    """Make ``tokenizer_json`` (the written `tokenizer.json` of ``tokenizer``, one of
+    GROUPING_TOKENIZERS) decode a CTC head's picks as the tokenizer does, in place: the
+    `CTC` decoder (grouping, the blank dropped) before the file's own, and no added token
+    marked special. False, unchanged, for another tokenizer or a file that already decodes so."""
+    decoder = tokenizer_json.get("decoder") or {}
+    first = (decoder.get("decoders") or [{}])[0] if decoder.get("type") == "Sequence" else decoder
+    if type(tokenizer).__name__ not in GROUPING_TOKENIZERS or first.get("type") == "CTC":
+        return False
+    ctc = {"type": "CTC", "pad_token": tokenizer.pad_token, "word_delimiter_token": "", "cleanup": False}
+    tokenizer_json["decoder"] = {"type": "Sequence", "decoders": [ctc, *([decoder] if decoder else [])]}
+    for token in tokenizer_json.get("added_tokens", []):
+        token["special"] = False
+    return True
 
 
 def skipped_steps(tokenizer: Any) -> list[str]:

@@ -68,3 +68,28 @@ def test_no_delimiter_and_casing_left_out(tmp_path):
         warnings.simplefilter("always")
         write_tokenizer(cased, tmp_path / "cased")
     assert any("do_lower_case" in str(w.message) for w in caught)
+
+
+def test_a_grouping_tokenizer_gets_ctc_decoding(tmp_path):
+    """A `ParakeetTokenizer` (a `tokenizers` backend; transformers groups a CTC head's picks
+    and drops the blank in Python): its tokenizer.json, the `CTC` decoder put before its
+    own, decodes the picks as `decode(ids)` does; a transducer's folder (no CTC head) keeps
+    its decoder."""
+    from fx2onnx.hub.speech.ctc_tokenizer import ctc_head, decode_as_ctc
+
+    words = ["<unk>", "▁he", "llo", "▁w", "or", "ld", "▁", "<pad>"]
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.decoder = tokenizers.decoders.Metaspace()
+    backend.add_special_tokens(["<unk>", "<pad>"])
+    tokenizer = transformers.ParakeetTokenizer(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>")
+    written = json.loads(backend.to_str())
+    assert decode_as_ctc(tokenizer, written) and not decode_as_ctc(tokenizer, written)  # once
+    assert written["decoder"]["decoders"][0]["type"] == "CTC" and not any(t["special"] for t in written["added_tokens"])
+    assert not decode_as_ctc(ctc_tokenizer(tmp_path), json.loads(backend.to_str()))  # not a grouping tokenizer
+    grouped = tokenizers.Tokenizer.from_str(json.dumps(written))
+    rng = np.random.default_rng(1)
+    for ids in [[1, 1, 7, 1, 2, 2, 7, 7, 3, 4, 4, 5, 0], *(rng.integers(0, len(words), 30).tolist() for _ in range(20))]:
+        assert grouped.decode(ids, skip_special_tokens=False) == tokenizer.decode(ids)
+    for architectures, expected in ((["ParakeetForCTC"], True), (["ParakeetForTDT"], False), (None, False)):
+        (tmp_path / "config.json").write_text(json.dumps({"architectures": architectures}), encoding="utf-8")
+        assert ctc_head(tmp_path) is expected
