@@ -4,7 +4,7 @@ from its config class), with its CTC head and its audio-classification head, for
 its checkpoints are saved: layer norm with an extractor that returns the mask, group norm
 with one that returns it (WavLM's, UniSpeechSat's) and group norm with one that returns
 none (wav2vec2-base's, HuBERT-base's); Data2VecAudio (layer norm only) with and without the
-mask, W2V-BERT with its extractor's. Two clips (1.3 s, 0.55 s) padded together: the
+mask, W2V-BERT and Parakeet CTC with their extractors'. Two clips (1.3 s, 0.55 s) padded together: the
 largest difference of each row between the folder's logits and transformers' on the same
 inputs (the padded row of a CTC model at the frames the mask attends), that of
 transformers' padded row without the mask, and that of transformers' padded row from
@@ -51,12 +51,16 @@ SETTINGS = {
     "group norm, mask": (dict(feat_extract_norm="group", do_stable_layer_norm=False), True),
     "group norm, no mask": (dict(feat_extract_norm="group", do_stable_layer_norm=False), False),
     "layer norm, no mask": ({}, False),
+    "extractor's mask": ({}, True),  # Parakeet's extractor always returns it
 }
 # the architectures without a feature encoder norm to choose (always layer norm) or an extractor that always masks
 # the model types of those Transformers.js lists that are built here, by head
-TRANSFORMERS_JS = {"ctc": ("wav2vec2", "wav2vec2-bert", "unispeech", "unispeech-sat", "wavlm", "hubert"),
+TRANSFORMERS_JS = {"ctc": ("wav2vec2", "wav2vec2-bert", "unispeech", "unispeech-sat", "wavlm", "hubert", "parakeet_ctc"),
                    "classifier": ("wav2vec2", "wav2vec2-bert", "unispeech", "unispeech-sat", "wavlm", "hubert")}
-ONE_SETTING = {"data2vec-audio": ("layer norm, mask", "layer norm, no mask"), "wav2vec2-bert": ("layer norm, mask",)}
+ONE_SETTING = {"data2vec-audio": ("layer norm, mask", "layer norm, no mask"), "wav2vec2-bert": ("layer norm, mask",),
+               "parakeet_ctc": ("extractor's mask",)}
+# the heads each architecture has (Parakeet: CTC only)
+HEADS_OF = {"parakeet_ctc": ("ctc",)}
 
 
 def alone_row1(out: Path, model: torch.nn.Module) -> float:
@@ -142,7 +146,7 @@ def main() -> None:
         return
 
     for kind in args.kinds.split(","):
-        for head in args.heads.split(","):
+        for head in [head for head in args.heads.split(",") if head in HEADS_OF.get(kind, HEADS)]:
             for setting in ONE_SETTING.get(kind, tuple(SETTINGS)[:3]):
                 record = {**measure(kind, head, setting), "transformers": transformers.__version__}
                 print(json.dumps(record), flush=True)

@@ -11,9 +11,9 @@ what makes it exact).
 
 Transformers.js (its pipelines run a batch's clips one at a time): the
 `automatic-speech-recognition` pipeline gives transformers' pipeline's text for each clip
-(HuBERT, UniSpeechSat: the folder's `tokenizer.json` written for their
-`Wav2Vec2CTCTokenizer`) and the `audio-classification` pipeline its labels and scores
-(WavLM, within 1e-4)."""
+(HuBERT: the folder's `tokenizer.json` written for its `Wav2Vec2CTCTokenizer`; Parakeet:
+its `ParakeetTokenizer`'s with the CTC decoding transformers does in Python) and the
+`audio-classification` pipeline its labels and scores (WavLM, within 1e-4)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import torch
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.speech.audio_mask import frames_mask_rule
 from test_export_hf_padded_audio import _WAV2VEC2, _features, _logits, _varied, clip
+from test_export_hf_padded_audio import MODELS as PADDED_AUDIO_MODELS
 from test_transformers_js import run_in_transformers_js, transformers_js  # noqa: F401 (fixture)
 
 transformers = pytest.importorskip("transformers")
@@ -62,9 +63,30 @@ _W2V_BERT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_
 HEADS = ("ctc", "classifier")
 
 
+# a Parakeet CTC head's tokenizer: SentencePiece-style pieces (a word's first marked), the blank last
+PIECES = ["<unk>", "▁", "▁the", "▁a", "s", "t", "e", "▁cat", "▁sat", "on", "m", "at", "d", "o", "g", "▁dog", "r", "n",
+          "i", "<pad>"]
+
+
+def parakeet_tokenizer():
+    """A `ParakeetTokenizer` over PIECES (its backend a `tokenizers` word-level model, the
+    Metaspace decoder of the checkpoints' SentencePiece models)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel({p: i for i, p in enumerate(PIECES)}, unk_token="<unk>"))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+    backend.decoder = tokenizers.decoders.Metaspace()
+    backend.add_special_tokens(["<unk>", "<pad>"])
+    return transformers.ParakeetTokenizer(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>")
+
+
 def tiny_model(model_type: str, head: str, **settings) -> torch.nn.Module:
     """The architecture's tiny model with ``head``, its weights drawn wide (`_varied`);
     ``settings`` over the tiny ones (`feat_extract_norm="group"`)."""
+    if model_type == "parakeet_ctc":  # test_export_hf_padded_audio.py's, its blank the tokenizer's
+        torch.manual_seed(0)
+        model = _varied(PADDED_AUDIO_MODELS["parakeet"][0]())
+        model.config.pad_token_id = PIECES.index("<pad>")
+        return model
     if model_type == "wav2vec2-bert":
         config_class, ctc, classifier, extra = "Wav2Vec2BertConfig", "Wav2Vec2BertForCTC", \
             "Wav2Vec2BertForSequenceClassification", _W2V_BERT
@@ -80,6 +102,10 @@ def tiny_model(model_type: str, head: str, **settings) -> torch.nn.Module:
 def save_source(folder: Path, model: torch.nn.Module, mask: bool = True) -> None:
     """The model, its feature extractor (returning the mask or not) and, for a CTC head, its tokenizer."""
     model.save_pretrained(folder)
+    if model.config.model_type == "parakeet_ctc":
+        transformers.ParakeetFeatureExtractor().save_pretrained(folder)
+        parakeet_tokenizer().save_pretrained(folder)
+        return
     if model.config.model_type == "wav2vec2-bert":
         transformers.SeamlessM4TFeatureExtractor().save_pretrained(folder)
     else:
@@ -119,9 +145,10 @@ def padded_rows(out: Path, model: torch.nn.Module) -> dict[str, float]:
 CASES = [("hubert", "ctc"), ("wavlm", "classifier"), ("unispeech", "classifier"), ("unispeech-sat", "ctc"),
          ("data2vec-audio", "ctc"), ("sew", "classifier"), ("sew-d", "ctc"), ("wav2vec2-conformer", "classifier"),
          ("wav2vec2-bert", "classifier")]
-# two CTC models transcribed and a classifier (WavLM's CTC head: Transformers.js's speech recognition pipeline
-# has no case for WavLM, lines 33712-33731 of dist/transformers.node.mjs 4.3.2)
-JS_CASES = [("hubert", "ctc"), ("unispeech-sat", "ctc"), ("wavlm", "classifier")]
+# two CTC models transcribed (a Wav2Vec2CTCTokenizer's folder, a ParakeetTokenizer's) and a classifier (WavLM's
+# CTC head: Transformers.js's speech recognition pipeline has no case for WavLM, lines 33712-33731 of
+# dist/transformers.node.mjs 4.3.2)
+JS_CASES = [("hubert", "ctc"), ("parakeet_ctc", "ctc"), ("wavlm", "classifier")]
 
 
 @pytest.fixture(scope="module")
