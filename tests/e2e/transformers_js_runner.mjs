@@ -2,8 +2,8 @@
 // Usage: node transformers_js_runner.mjs <npm prefix holding @huggingface/transformers> <job.json> <result.json>
 // The job names the folder, its task, and what to run: "strings" to encode with the folder's
 // tokenizer, "prompts" (token ids) to generate from greedily, one by one and as one left-padded
-// batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts" run through
-// `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
+// batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts", or audio "clips", run
+// through `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
 // folder's processor and `generate`, and by the speech recognition pipeline), "audio" (clips one by one
 // through the folder's processor and a CTC or audio classification model), or "image_text" (prompts with image files (and audio clips) through the folder's
 // processor, with chat messages through its chat template, or processed inputs as given, and an image-text-to-text
@@ -117,7 +117,9 @@ if (job.prompts || job.inputs) {
 }
 if (job.pipeline) {
     const run = await pipeline(job.task, job.folder, options);
-    result.pipeline = await run(job.pipeline.texts, job.pipeline.options ?? {});
+    // audio clips (lists of samples) as Float32Array, as the audio pipelines take a batch of clips
+    const given = job.pipeline.clips ? job.pipeline.clips.map((samples) => Float32Array.from(samples)) : job.pipeline.texts;
+    result.pipeline = await run(given, job.pipeline.options ?? {});
     // text-to-audio gives RawAudio objects: their samples as a plain list, with the sampling rate
     const audio = (item) => (item?.audio instanceof Float32Array
         ? { audio: Array.from(item.audio), sampling_rate: item.sampling_rate } : item);

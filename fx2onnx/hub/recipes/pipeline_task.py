@@ -25,6 +25,7 @@ from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, sav
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
 from fx2onnx.hub.speech.audio_input import reads_mask
 from fx2onnx.hub.speech.audio_mask import frames_mask_rule
+from fx2onnx.hub.speech.transformers_js_speech import ctc_client_note
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:
@@ -87,6 +88,9 @@ class PipelineTaskRecipe(RecipeDefaults):
         pipeline_tasks.keep_task_outputs(program.model, task)
         pipeline_tasks.name_image_dims(program.model)
         return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)
+
+    def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
+        return ctc_client_note(config)
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,

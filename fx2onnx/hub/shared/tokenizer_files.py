@@ -27,6 +27,7 @@ from typing import Any
 
 from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, edit_json_file, name_tokenizer_class
 from fx2onnx.hub.shared.sentencepiece_tokenizer import sentencepiece_class, steps_left_out, write_sentencepiece_tokenizer
+from fx2onnx.hub.speech.ctc_tokenizer import ctc_head, decode_as_ctc, is_ctc_tokenizer, write_ctc_tokenizer
 from fx2onnx.hub.speech.vits_tokenizer import is_vits_tokenizer, write_vits_tokenizer
 
 # the strings the written tokenizer is checked on: digits, runs of spaces, non-ASCII
@@ -55,10 +56,13 @@ def load_tokenizer(folder: Path) -> Any:
 
 def write_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
     """Save ``tokenizer`` (its backend as `tokenizer.json`) into ``destination``; returns
-    the names of the files written there (a `VitsTokenizer`, which has no backend, with the
-    `tokenizer.json` that encodes as it does: `fx2onnx.hub.speech.vits_tokenizer`)."""
+    the names of the files written there (a `VitsTokenizer` or a `Wav2Vec2CTCTokenizer`,
+    which have no backend, with the `tokenizer.json` that encodes as it does:
+    `fx2onnx.hub.speech.vits_tokenizer`, `fx2onnx.hub.speech.ctc_tokenizer`)."""
     if is_vits_tokenizer(tokenizer):
         return write_vits_tokenizer(tokenizer, destination)
+    if is_ctc_tokenizer(tokenizer):
+        return write_ctc_tokenizer(tokenizer, destination)
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise ValueError(
             f"transformers loads {type(tokenizer).__name__} for this model, without a `tokenizers` backend: "
@@ -153,6 +157,8 @@ def write_folder_tokenizer(
         warnings.warn(f"The tokenizer files are copied as they are: {error}", TokenizerMismatchWarning, stacklevel=2)
         say(f"WARNING tokenizer files copied as they are: {error}")
         return copy_folder_files(source, staging, TOKENIZER_FILES)
+    if ctc_head(source) and edit_json_file(staging / "tokenizer.json", lambda found: decode_as_ctc(tokenizer, found)):
+        say(f"tokenizer.json: {type(tokenizer).__name__}'s CTC decoding (repeats grouped, the blank dropped) in its decoder")
     clients = {"tokenizer.json": file_encoder(staging / "tokenizer.json", special_tokens)}
     if for_genai:
         tokenizer_class = name_tokenizer_class(staging)

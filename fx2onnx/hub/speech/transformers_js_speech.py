@@ -91,3 +91,19 @@ def client_note(config: dict[str, Any]) -> str | None:
                 f"dist/transformers.node.mjs): {CANNOT[model_type]}. {genai}")
     return (f"{TRANSFORMERS_JS} has no speech sequence-to-sequence class for {model_type} (its "
             f"MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES: speecht5, whisper, lite-whisper, moonshine, cohere_asr). {genai}")
+
+
+# model types Transformers.js's AutoModelForCTC loads (MODEL_FOR_CTC_MAPPING_NAMES, lines 32761-32769) whose
+# automatic-speech-recognition pipeline throws `does not support model type` (its `_call`, lines 33712-33731)
+CTC_PIPELINE_CANNOT = frozenset({"wavlm"})
+
+
+def ctc_client_note(config: dict[str, Any]) -> str | None:
+    """What export-hf says of a CTC head's folder whose model Transformers.js loads but does
+    not transcribe with its pipeline, for config.json ``config``; None for the others."""
+    architectures = config.get("architectures") or ()
+    if config.get("model_type") not in CTC_PIPELINE_CANNOT or not any(str(a).endswith("ForCTC") for a in architectures):
+        return None
+    return (f"{TRANSFORMERS_JS} loads this folder (AutoModelForCTC) but its automatic-speech-recognition pipeline throws "
+            f"`does not support model type '{config['model_type']}'` (lines 33712-33731 of dist/transformers.node.mjs): "
+            "run the model and decode each frame's largest logit with the tokenizer (`tokenizer.decode`).")

@@ -13,9 +13,10 @@ phonemizes its text (eSpeak) or romanizes it (uroman) is written without that st
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from fx2onnx.hub.speech.tokenizer_json import added_tokens, write_with_tokenizer_json
 
 # characters with a meaning in a regular expression, escaped both in Oniguruma (the
 # `tokenizers` library) and JavaScript with the `u` flag (which refuses other escapes)
@@ -58,16 +59,11 @@ def vits_tokenizer_json(tokenizer: Any) -> dict[str, Any]:
     if tokenizer.add_blank:  # token 0 at every position: before each character and after the last
         normalizers.append({"type": "Replace", "pattern": {"Regex": ""}, "content": blank})
     pieces = f"{_escaped(blank)}|." if len(blank) > 1 else "."
-    added = [
-        {"id": index, "content": token.content, "single_word": token.single_word, "lstrip": token.lstrip,
-         "rstrip": token.rstrip, "normalized": token.normalized, "special": token.special}
-        for index, token in sorted(tokenizer.added_tokens_decoder.items())
-    ]
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": added,
+        "added_tokens": added_tokens(tokenizer),
         "normalizer": {"type": "Sequence", "normalizers": normalizers} if normalizers else None,
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": pieces}, "behavior": "Isolated", "invert": False},
         "post_processor": None,
@@ -79,7 +75,4 @@ def vits_tokenizer_json(tokenizer: Any) -> dict[str, Any]:
 def write_vits_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
     """Save ``tokenizer`` (its own files, `vocab.json` and `tokenizer_config.json`) and its
     `tokenizer.json` into ``destination``; returns the names of the files written there."""
-    written = [Path(path).name for path in tokenizer.save_pretrained(destination) if Path(path).parent == destination]
-    (destination / "tokenizer.json").write_text(
-        json.dumps(vits_tokenizer_json(tokenizer), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    return [*dict.fromkeys([*written, "tokenizer.json"])]
+    return write_with_tokenizer_json(tokenizer, vits_tokenizer_json(tokenizer), destination)

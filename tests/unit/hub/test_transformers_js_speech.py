@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fx2onnx.hub.speech.transformers_js_speech import client_note, write_processor_files
+from fx2onnx.hub.speech.transformers_js_speech import client_note, ctc_client_note, write_processor_files
 
 SETTINGS = {"feature_extractor_type": "CohereAsrFeatureExtractor", "feature_size": 128, "sampling_rate": 16000}
 
@@ -52,3 +52,15 @@ def test_notes_name_what_transformers_js_cannot_do():
     assert "Missing the following inputs: input_values" in client_note({"model_type": "speecht5"})
     assert "no speech sequence-to-sequence class for seamless_m4t" in client_note({"model_type": "seamless_m4t"})
     assert client_note({"model_type": "t5"}) is None and client_note({"model_type": "whisper"}) is None
+
+
+def test_ctc_note_for_a_model_the_pipeline_refuses():
+    """WavLM's CTC head: Transformers.js loads it, its speech recognition pipeline throws; nothing
+    said of the model types its pipeline transcribes, or of WavLM's classifier."""
+    note = ctc_client_note({"model_type": "wavlm", "architectures": ["WavLMForCTC"]})
+    assert "does not support model type 'wavlm'" in note and "AutoModelForCTC" in note
+    assert ctc_client_note({"model_type": "hubert", "architectures": ["HubertForCTC"]}) is None
+    assert ctc_client_note({"model_type": "wavlm", "architectures": ["WavLMForSequenceClassification"]}) is None
+    from fx2onnx.hub.recipes.pipeline_task import RECIPE  # export-hf says it for the pipeline tasks' folders
+
+    assert RECIPE.client_note({"model_type": "wavlm", "architectures": ["WavLMForCTC"]}, False) == note
