@@ -604,6 +604,8 @@ def tiny_model(model_type: str, class_name: str, check: Any = None, multimodal: 
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
             _random_where_zero(model)
+            if model_type in _QUERY_SELECTION_TYPES:
+                _weights_that_separate_positions(model)
         except Exception as error:  # noqa: BLE001 - the next level is tried; the first error is the cause
             first = first or error
             continue
@@ -640,6 +642,28 @@ def _random_where_zero(model: torch.nn.Module) -> None:
         for parameter in model.parameters():
             if parameter.is_floating_point() and parameter.numel() > 1 and not parameter.any():
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
+
+
+# model types whose initial weights (matrices of standard deviation initializer_range, 0.01, and
+# batch-norm scales drawn as small) shrink every feature map to rounding noise before their encoder
+# scores the positions: their query selection (a top-k over the positions, RT-DETR's) then picks
+# among ties, which torch and onnxruntime each break their own way
+_QUERY_SELECTION_TYPES = ("rt_detr", "rt_detr_v2", "d_fine", "deimv2")
+
+
+def _weights_that_separate_positions(model: torch.nn.Module) -> None:
+    """Weights that keep the positions of a feature map apart, as a trained checkpoint's do:
+    batch-norm scales drawn near zero set to one, and weight matrices (a Linear's, a
+    convolution's) drawn with standard deviation 1 / sqrt(fan-in) (seeded by their size)."""
+    with torch.no_grad():
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and weight is not None \
+                    and weight.numel() and float(weight.abs().mean()) < 0.1:
+                weight.fill_(1.0)
+        for parameter in model.parameters():
+            if parameter.is_floating_point() and parameter.dim() > 1:
+                parameter.normal_(0, parameter[0].numel() ** -0.5, generator=torch.Generator().manual_seed(parameter.numel()))
 
 
 def _node_count(folder: Path) -> int:

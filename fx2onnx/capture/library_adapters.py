@@ -22,6 +22,10 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   and Falcon-Mamba's mixers take the padding mask's positions of their own tokens
   (:mod:`fx2onnx.capture.libraries.transformers_recurrent_masks`), since a decoder with a
   cache is given the mask of the past tokens too;
+- **sizes kept symbolic**: RT-DETR-style detectors read their batch with Python's ``len``
+  of a tensor and their image's sizes with ``torch_int``, both of which make a symbolic
+  size an int fixed to the example's; their modules get a ``len`` and a ``torch_int`` that
+  give a size as it is (:mod:`fx2onnx.capture.libraries.transformers_query_selection`);
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
   (:mod:`fx2onnx.capture.libraries.transformers_rope`);
@@ -43,6 +47,7 @@ names its checkpoints give weights.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
 import sys
@@ -77,6 +82,7 @@ from fx2onnx.capture.libraries.transformers_experts import (
     experts_without_routing_loops,
 )
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
+from fx2onnx.capture.libraries.transformers_query_selection import QUERY_SELECTION_FAMILIES, first_dim_as_is, symbolic_size_as_is
 from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_new_tokens
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
 from fx2onnx.capture.libraries.transformers_selective_scans import (
@@ -101,13 +107,16 @@ LIBRARY_HINTS: tuple[Callable[[Any, BaseException], str | None], ...] = (transfo
 class CaptureRewrite:
     """``module.attribute`` replaced, during a capture, by ``replacement(original)``; so
     is the same name in ``also_in``, the modules that import the function by name (the
-    library's own callers read it there)."""
+    library's own callers read it there). With ``shadows_builtin``, ``attribute`` names a
+    Python builtin the module's code calls (``len``): the module gets a global of that
+    name, ``replacement(the builtin)``, removed afterwards."""
 
     module: str
     attribute: str
     replacement: Callable[[Any], Any]
     why: str
     also_in: tuple[str, ...] = ()
+    shadows_builtin: bool = False
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -227,6 +236,14 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "transformers.models.rwkv.modeling_rwkv", "rwkv_linear_attention_cpu", wkv_scan,
         "a Python loop over the tokens, unrolled for the example's",
     ),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", "len", first_dim_as_is,
+        "`len(source_flatten)`, which Python makes an int: the batch fixed to the example's", shadows_builtin=True,
+    ) for name in QUERY_SELECTION_FAMILIES),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", "torch_int", symbolic_size_as_is,
+        "`torch_int(height)` of the position embedding, `int()` outside TorchScript: the image's size fixed",
+    ) for name in QUERY_SELECTION_FAMILIES),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",
@@ -254,6 +271,9 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "`int(math.ceil(size / stride) * stride)`, which fixes a dynamic image size to the example's",
     ),
 )
+
+
+_NONE = object()  # a module without a global of a rewrite's name (one shadowing a builtin)
 
 
 def rewrite_site(module: Any, dotted: str) -> tuple[Any, str]:
@@ -286,7 +306,7 @@ def default_scan_chunks(module_name: str) -> list[int]:
 def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_REWRITES) -> Iterator[None]:
     """Replace the functions of ``rewrites`` whose module is imported; restore them on
     exit, even when the block raises."""
-    replaced: list[tuple[Any, str, Any]] = []
+    replaced: list[tuple[Any, str, Any]] = []  # (owner, name, its own value; _NONE: it had none)
     try:
         for rewrite in rewrites:
             for name in rewrite.modules:
@@ -294,15 +314,19 @@ def rewritten_library_functions(rewrites: tuple[CaptureRewrite, ...] = CAPTURE_R
                     continue
                 # already loaded: no import cost
                 owner, attribute = rewrite_site(importlib.import_module(name), rewrite.attribute)
-                original = getattr(owner, attribute, None)
-                if original is None:  # another version of the library: nothing to rewrite
+                own = getattr(owner, attribute, _NONE) if owner is not None else _NONE
+                original = getattr(builtins, attribute) if rewrite.shadows_builtin and own is _NONE else own
+                if original is _NONE or original is None:  # another version of the library: nothing to rewrite
                     continue
                 setattr(owner, attribute, rewrite.replacement(original))
-                replaced.append((owner, attribute, original))
+                replaced.append((owner, attribute, own))
         yield
     finally:
-        for module, attribute, original in reversed(replaced):
-            setattr(module, attribute, original)
+        for module, attribute, own in reversed(replaced):
+            if own is _NONE:
+                delattr(module, attribute)
+            else:
+                setattr(module, attribute, own)
 
 
 @contextlib.contextmanager

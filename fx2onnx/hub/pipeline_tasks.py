@@ -190,10 +190,18 @@ def text_inputs(config: Any, model: torch.nn.Module, size: int, shape: tuple[int
     return inputs
 
 
-def image_inputs(config: Any, batch: int, seed: int) -> dict[str, torch.Tensor]:
-    """pixel_values of ``batch`` images of the config's image size (224 when it has none)."""
+# how much taller and wider the second example's images are for a model that takes any image
+# size: multiples of 32, the largest stride of common detectors' feature maps, and unequal
+GROWN_IMAGE = (32, 64)
+
+
+def image_inputs(config: Any, batch: int, seed: int, grown: bool = False) -> dict[str, torch.Tensor]:
+    """pixel_values of ``batch`` images of the config's image size (224 when it has none);
+    ``grown``: taller and wider by GROWN_IMAGE."""
     vision = _sub(config, "vision_config")
     height, width = _size(getattr(vision, "image_size", None), 224)
+    if grown:
+        height, width = height + GROWN_IMAGE[0], width + GROWN_IMAGE[1]
     channels = int(getattr(vision, "num_channels", 3) or 3)
     generator = torch.Generator().manual_seed(seed)
     return {"pixel_values": torch.randn(batch, channels, height, width, generator=generator)}
@@ -258,13 +266,15 @@ def _audio_values(config: Any, model: torch.nn.Module, size: int) -> dict[str, t
 
 
 def example_inputs(
-    task: str, config: Any, model: torch.nn.Module, size: int, audio_mask: bool = False,
+    task: str, config: Any, model: torch.nn.Module, size: int, audio_mask: bool = False, any_image_size: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Example inputs of ``task``'s model, its float inputs in the model's dtype; ``size`` 0
     or 1 picks one of two shapes; ``audio_mask``: an audio model's with the mask of a
-    padded batch (the folder's feature extractor returns one, speech/audio_mask.py)."""
+    padded batch (the folder's feature extractor returns one, speech/audio_mask.py);
+    ``any_image_size``: an image model whose folder takes any height and width gets images
+    of another size at ``size`` 1 too."""
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    inputs = _inputs_of(task, config, model, size, audio_mask)
+    inputs = _inputs_of(task, config, model, size, audio_mask, any_image_size)
     return {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
 
 
@@ -285,7 +295,9 @@ def _question_and_context(config: Any, inputs: dict[str, torch.Tensor]) -> dict[
     return {**inputs, "input_ids": ids}
 
 
-def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int, audio_mask: bool) -> dict[str, torch.Tensor]:
+def _inputs_of(
+    task: str, config: Any, model: torch.nn.Module, size: int, audio_mask: bool, any_image_size: bool = False,
+) -> dict[str, torch.Tensor]:
     kind = PIPELINE_TASKS[task].inputs
     if kind is InputKind.TEXT and task == QUESTION_ANSWERING:
         return _question_and_context(config, text_inputs(config, model, size))
@@ -294,7 +306,7 @@ def _inputs_of(task: str, config: Any, model: torch.nn.Module, size: int, audio_
     if kind is InputKind.CHOICES:
         return text_inputs(config, model, size, (2 + size, 2 + size, 7 + 4 * size))
     if kind is InputKind.IMAGE:
-        return image_inputs(config, 2 + size, size)
+        return image_inputs(config, 2 + size, size, grown=any_image_size and size == 1)
     if kind is InputKind.AUDIO:
         return audio_inputs(config, model, size, audio_mask)
     # texts and images in batches of their own: 3 labels and 2 images, then 4 and 1

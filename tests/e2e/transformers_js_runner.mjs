@@ -5,7 +5,8 @@
 // batch ("batch"), "inputs" (tensors) for one forward pass, "pipeline" (its "texts", or audio "clips", run
 // through `pipeline(task, folder)` with its "options"), "speech" (audio clips transcribed by the
 // folder's processor and `generate`, and by the speech recognition pipeline), "audio" (clips one by one
-// through the folder's processor and a CTC or audio classification model), or "image_text" (prompts with image files (and audio clips) through the folder's
+// through the folder's processor and a CTC or audio classification model), or "detect" (image files one by one
+// through `pipeline("object-detection", folder)` and the folder's processor), or "image_text" (prompts with image files (and audio clips) through the folder's
 // processor, with chat messages through its chat template, or processed inputs as given, and an image-text-to-text
 // model's `generate`; the processor's outputs returned), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
@@ -124,6 +125,17 @@ if (job.pipeline) {
     const audio = (item) => (item?.audio instanceof Float32Array
         ? { audio: Array.from(item.audio), sampling_rate: item.sampling_rate } : item);
     result.pipeline = Array.isArray(result.pipeline) ? result.pipeline.map(audio) : audio(result.pipeline);
+}
+if (job.detect) {
+    // each image file alone through `pipeline("object-detection", folder)` (its batch of one) with the
+    // job's options, and through the folder's processor: the pixel values that pipeline fed the model
+    const run = await pipeline('object-detection', job.folder, options);
+    const processor = await AutoProcessor.from_pretrained(job.folder, options);
+    result.detect = [];
+    for (const path of job.detect.images) {
+        const { pixel_values } = await processor(await RawImage.read(path));
+        result.detect.push({ pixel_values: plain(pixel_values), detections: await run(path, job.detect.options ?? {}) });
+    }
 }
 if (job.audio) {
     // each clip alone through the folder's processor and model, as the speech recognition (CTC) and

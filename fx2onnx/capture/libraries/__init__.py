@@ -11,7 +11,8 @@
   `transformers_delta_rule_scans`), Mamba's selective scan over a symbolic length from the
   cache's state (`transformers_selective_scans`), the images' height and width kept static for its
   shifted-window models (`transformers_windows`), Gemma 3n's audio attention padding its
-  queries to whole chunks whatever their count (`transformers_audio_chunks`);
+  queries to whole chunks whatever their count (`transformers_audio_chunks`), RT-DETR-style
+  detectors' batch and image sizes read as Python ints kept symbolic (`transformers_query_selection`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).

@@ -2,7 +2,8 @@
 detection, segmentation, depth, CTC and audio, CLIP-style zero-shot; pipeline_tasks.py):
 one `onnx/model.onnx` with the outputs the task's pipelines read. Its verification
 compares every output the folder's model keeps against transformers', on two input sizes
-(the second with a padded row). An audio model reads the mask of a padded batch where its
+(the second with a padded row; a detector's images of another height and width where the
+folder's model takes any). An audio model reads the mask of a padded batch where its
 feature extractor returns one (speech/audio_mask.py)."""
 
 from __future__ import annotations
@@ -51,16 +52,28 @@ def attended_frames(model: torch.nn.Module, inputs: dict[str, torch.Tensor], act
     return actual[frames.numpy()], expected[frames]
 
 
+def takes_any_image_size(session: Any) -> bool:
+    """Whether the session's ``pixel_values`` (batch, channels, height, width) has its height
+    and width dynamic (dims named rather than sizes)."""
+    pixels = next((i for i in session.get_inputs() if i.name == "pixel_values"), None)
+    shape = pixels.shape if pixels is not None else None
+    return shape is not None and len(shape) == 4 and all(isinstance(shape[d], str) for d in (2, 3))
+
+
 def verify_task_outputs(
     path: Path, model: torch.nn.Module, task: str, config: Any, tolerance: Tolerance, with_mask: bool = False,
 ) -> Verification:
     """Every output of the folder's model against transformers', on two input sizes (a
-    padded clip's logits at its attended frames)."""
+    padded clip's logits at its attended frames; a detector's images of two sizes where the
+    folder's model takes any)."""
     pairs: list[tuple[np.ndarray, torch.Tensor]] = []
     with cpu_session(path) as session:
         names = [o.name for o in session.get_outputs()]
+        # detectors' folders are checked at a second image size too; DPT's depth folder names its
+        # sizes dynamic but reshapes to the example's patch grid: another size fails there
+        any_size = task == pipeline_tasks.OBJECT_DETECTION and takes_any_image_size(session)
         for size in (0, 1):
-            inputs = example_inputs(task, config, model, size, with_mask)
+            inputs = example_inputs(task, config, model, size, with_mask, any_size)
             actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})
             with torch.no_grad():
                 expected = model(**inputs)
