@@ -213,6 +213,6 @@ def test_command_line_examples_parse():
     assert any(" export " in line for line in examples)
     parser = build_parser()
     for line in examples:
-        args = parser.parse_args(shlex.split(line)[1:])
+        args = parser.parse_args(shlex.split(line, comments=True)[1:])  # a trailing comment is bash's, not an argument
         if args.command == "export":
             assert ":" in args.model
