@@ -103,8 +103,10 @@ def test_a_cache_counting_its_tokens_in_python_numbers_is_refused(tmp_path: Path
 
     _deepseek_v4().save_pretrained(tmp_path / "source")
     with pytest.raises(UnsupportedTaskError, match=(
-            r"keeps Python numbers in its cache layers that change with the tokens seen \(DeepseekV4CSACache"
-            r"\.entry_count: they differ after prefills of 5 and 23 tokens\).*Nothing was written")):
+            r"counts what its cache has seen in Python numbers: DeepseekV4CSACache\.entry_count, read by "
+            r"DeepseekV4HCACache\.store_compression_weights \(`first_window_position = self\.entry_count\[name\] "
+            r"\* self\.compress_rate`\); DeepseekV4HCACache\.update_compressor_states .*\(they differ after "
+            r"prefills of 5 and 23 tokens\).*Nothing was written")):
         export_hf(tmp_path / "source", tmp_path / "out", task="text-generation")
     assert not (tmp_path / "out").exists()
     # a cache of keys and values alone counts nothing in Python numbers (a sliding layer's count is rebuilt)
@@ -113,6 +115,36 @@ def test_a_cache_counting_its_tokens_in_python_numbers_is_refused(tmp_path: Path
     mistral = transformers.MistralForCausalLM(config).eval()
     loaded = LoadedModel(mistral, mistral.config, Path("."), "text-generation", None)
     assert counted_numbers(loaded, decode_step.decode_step_inputs(loaded)) == []
+
+
+class _CountingLayer:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def position(self) -> int:
+        return self.seen * 4
+
+    def reset(self) -> None:
+        self.seen = 0
+
+
+class _SubclassedCountingLayer(_CountingLayer):
+    def grow(self, tokens: int) -> None:
+        self.seen_before = self.seen
+        self.seen += tokens
+
+
+def test_the_lines_reading_a_counted_number_are_named_from_the_layer_and_its_bases() -> None:
+    from fx2onnx.hub.decoders.cache_counters import number_readers
+
+    # the subclass's own method first, then the inherited one; setters (__init__, reset) and other names left out
+    assert number_readers(_SubclassedCountingLayer, "seen") == [
+        "_SubclassedCountingLayer.grow (`self.seen_before = self.seen`)",
+        "_CountingLayer.position (`return self.seen * 4`)",
+    ]
+    assert number_readers(_SubclassedCountingLayer, "seen_before") == [
+        "_SubclassedCountingLayer.grow (`self.seen_before = self.seen`)"]
+    assert number_readers(_CountingLayer, "unread") == []
 
 
 class _BranchesOnACount(torch.nn.Module):
