@@ -156,11 +156,12 @@ class CompressedAttentionStep(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
-        self.model = model
+        # the causal LM's own modules under its own names: the folder's weights are named as the checkpoint's
+        self.model, self.lm_head, self.config = model.model, model.lm_head, model.config
         self.layout = state_layout(model.config)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, states: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        inner = self.model.model
+        inner = self.model
         seq = input_ids.shape[1]
         past = attention_mask.shape[1] - seq
         positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)[:, past:]
@@ -168,7 +169,7 @@ class CompressedAttentionStep(torch.nn.Module):
         for state, value in zip(self.layout, states):
             by_layer.setdefault(state.layer, {})[f"{state.part}.{state.rows}"] = value
         embeds = inner.embed_tokens(input_ids)
-        hidden = embeds.unsqueeze(2).expand(-1, -1, self.model.config.hc_mult, -1).contiguous()
+        hidden = embeds.unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
         rotary = {kind: inner.rotary_emb(embeds, position_ids=positions, layer_type=kind) for kind in ("main", "compress")}
         new: dict[int, dict[str, torch.Tensor]] = {}
         for index, layer in enumerate(inner.layers):
@@ -179,7 +180,7 @@ class CompressedAttentionStep(torch.nn.Module):
             post, comb, collapsed = layer.ffn_hc(hidden)
             out = layer.mlp(layer.post_attention_layernorm(collapsed), input_ids=input_ids)
             hidden = post.unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.transpose(-1, -2), hidden)
-        logits = self.model.lm_head(inner.norm(inner.hc_head(hidden)))
+        logits = self.lm_head(inner.norm(inner.hc_head(hidden)))
         return (logits, *[new[state.layer][f"{state.part}.{state.rows}"] for state in self.layout])
 
     def _attention(self, attention: torch.nn.Module, hidden: torch.Tensor, rotary: dict[str, Any],
