@@ -93,15 +93,16 @@ def state_layout(config: Any) -> list[State]:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """transformers' interleaved rope on the trailing slice of ``x``, its pairs put back by an
-    explicit shape: a reshape that infers a dim fails in onnxruntime on 0 entries."""
+    """transformers' interleaved rope (`apply_rotary_pos_emb`) on the trailing slice of ``x``,
+    its pairs put back by an explicit shape: a reshape that infers a dim fails in onnxruntime
+    on 0 entries, as the compressed entries of a step that closes no window are."""
     pairs = (*cos.shape[:-1], 2 * cos.shape[-1])
     cos = torch.stack((cos, cos), dim=-1).reshape(pairs).unsqueeze(1)
     sin = torch.stack((sin, sin), dim=-1).reshape(pairs).unsqueeze(1)
     width = cos.shape[-1]
     nope, part = x[..., :-width], x[..., -width:]
     turned = torch.stack((-part[..., 1::2], part[..., 0::2]), dim=-1).reshape(part.shape)
-    return torch.cat([nope, (part * cos + turned * sin).to(x.dtype)], dim=-1)
+    return torch.cat([nope, (part.float() * cos + turned.float() * sin).to(x.dtype)], dim=-1)  # in float32, as transformers
 
 
 def _at_least(past: Any, count: int) -> torch.Tensor:
