@@ -39,6 +39,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
+from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import TOTAL
@@ -174,13 +175,15 @@ class CompressedAttentionStep(torch.nn.Module):
         rotary = {kind: inner.rotary_emb(embeds, position_ids=positions, layer_type=kind) for kind in ("main", "compress")}
         new: dict[int, dict[str, torch.Tensor]] = {}
         for index, layer in enumerate(inner.layers):
+            # the hyper-connections' weights (float32) in the streams' dtype, as transformers' decoder layer mixes them
+            dtype = hidden.dtype
             post, comb, collapsed = layer.attn_hc(hidden)
             out, new[index] = self._attention(layer.self_attn, layer.input_layernorm(collapsed), rotary, positions,
                                               attention_mask, by_layer[index], past)
-            hidden = post.unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.transpose(-1, -2), hidden)
+            hidden = post.to(dtype).unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.to(dtype).transpose(-1, -2), hidden)
             post, comb, collapsed = layer.ffn_hc(hidden)
             out = layer.mlp(layer.post_attention_layernorm(collapsed), input_ids=input_ids)
-            hidden = post.unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.transpose(-1, -2), hidden)
+            hidden = post.to(dtype).unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.to(dtype).transpose(-1, -2), hidden)
         logits = self.lm_head(inner.norm(inner.hc_head(hidden)))
         return (logits, *[new[state.layer][f"{state.part}.{state.rows}"] for state in self.layout])
 
@@ -205,7 +208,7 @@ class CompressedAttentionStep(torch.nn.Module):
         query_at = torch.arange(seq) + past
         seen = (key_at <= query_at[:, None]) & (key_at > query_at[:, None] - window)
         seen = seen & _mask_columns(mask, past - kept)[:, None, :]
-        bias = torch.where(seen, 0.0, torch.finfo(torch.float32).min)[:, None].to(query.dtype)
+        bias = torch.where(seen, 0.0, torch.finfo(query.dtype).min)[:, None].to(query.dtype)
         compressor = attention.compressor
         if compressor is not None:
             sparse = isinstance(compressor, modeling.DeepseekV4CSACompressor)
@@ -345,7 +348,15 @@ def export_compressed_attention(
 ) -> list[str]:
     """The folder's `onnx/model.onnx` of DeepSeek-V4's step (`CompressedAttentionStep`); its files."""
     step = CompressedAttentionStep(loaded.model)
-    inputs = step_inputs(loaded)
+    try:
+        inputs = step_inputs(loaded)
+    except RuntimeError as error:
+        # transformers' own forward failing too is the cause to name (DeepSeek-V4 in float16 on CPU: its
+        # compressors' projections kept in float32 take the float16 hidden states)
+        own = own_decode_step_failure(loaded)
+        if own is None:
+            raise
+        raise own from error
     options = dataclasses.replace(options, dynamic_shapes=dynamic_shapes(inputs))
     with apart_sizes():
         program = exported(step, inputs, options)

@@ -83,3 +83,14 @@ def test_the_folder_is_verified_and_takes_the_states_transformers_js_feeds(tmp_p
     assert shapes["past_compressor.1.kv"] == ["batch_size", "past_compressor_1_kv_length", 16]
     assert [o.name for o in graph.output][:3] == ["logits", "present.0.key", "present.1.key"]
     assert not (tmp_path / "out" / "genai_config.json").exists()
+
+
+def test_a_float16_folder_is_refused_as_transformers_own_forward_fails(tmp_path: Path) -> None:
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    # transformers keeps the compressors' projections in float32, which take float16 hidden states on CPU
+    deepseek_v4().save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=r"transformers' own forward fails with RuntimeError: expected m1 and "
+                                                   r"m2 to have the same dtype.*No folder was written"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", dtype="float16")
+    assert not (tmp_path / "out").exists()
