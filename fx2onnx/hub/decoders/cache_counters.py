@@ -8,7 +8,9 @@ on how many tokens wait for the next window) would give a graph that is right af
 prefill of the example's length only. Such a model is refused before anything is written,
 the layers and numbers named, with the lines of the layer's methods that read each number
 (DeepSeek-V4's `store_compression_weights` places the next compressed window's rotary
-position at `entry_count * compress_rate`).
+position at `entry_count * compress_rate`). DeepSeek-V4 itself is served by a step of
+export-hf's own that takes those counts from the past length (compressed_attention.py),
+before this check.
 """
 
 from __future__ import annotations
