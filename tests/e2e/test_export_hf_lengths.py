@@ -189,6 +189,9 @@ def test_change_points_of_each_family():
     assert [p.length for p in change_points(transformers.FalconH1Config(mamba_chunk_size=64))] == [64]
     assert verification_lengths(transformers.Mamba2Config(chunk_size=256), 16).prompt == 256 + 8
     assert change_points(transformers.LlamaConfig()) == []  # chunk_size_feed_forward is not a scan's chunk
+    # DeepSeek-V4's compressors: an entry per window of 4 and of 128 tokens (its default layers have no sliding one)
+    assert [(p.length, p.what) for p in change_points(transformers.DeepseekV4Config())] == [
+        (4, "compression window"), (128, "compression window")]
     both = transformers.Phi3Config(sliding_window=24, **DECODER, max_position_embeddings=256,
                                    original_max_position_embeddings=ORIGINAL, rope_parameters=rope_config("longrope").rope_parameters)
     assert [p.length for p in change_points(both)] == [24, ORIGINAL]

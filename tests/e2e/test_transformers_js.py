@@ -1316,6 +1316,19 @@ FED_AS_TRANSFORMERS_JS_FEEDS = {
         num_experts_per_tok=2, n_group=1, topk_group=1),
         lambda inputs: inputs["past_key_values.0.key"][1] == inputs["past_key_values.0.value"][1] + 1
         and not [name for name in inputs if "indexer" in name]),
+    # DeepSeek-V4 (export-hf's own step, its compressors' counts from the past length): a sliding layer, a
+    # compressed sparse one (windows of 4, an indexer keeping 3 entries, fewer than the prompts reach) and a
+    # heavily compressed one (windows of 8), which the prompts and their 16 new tokens pass; 16 indexer heads,
+    # as 2 give several entries the same score (a ReLU's zeros) where torch's and onnxruntime's top-k differ
+    "deepseek_v4": (lambda: transformers.DeepseekV4Config(
+        **HYBRID_IDS, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+        q_lora_rank=16, o_lora_rank=16, o_groups=2, index_n_heads=16, index_head_dim=8, index_topk=3,
+        moe_intermediate_size=16, n_routed_experts=2, num_experts_per_tok=1, sliding_window=6,
+        layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+        mlp_layer_types=["hash_moe", "moe", "moe"], qk_rope_head_dim=2, partial_rotary_factor=0.25,
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}),
+        lambda inputs: "position_ids" not in inputs and inputs["past_key_values.1.value"][-1] == 8 + 8
+        and inputs["past_indexer.1.kv"][-1] == 2 * 8 and not [n for n in inputs if n.startswith("past_indexer.2")]),
     # two layers' caches in the inputs of the first (cca_time1 2, transformers' default: Transformers.js
     # feeds layers 0, 2, 4, ...), joined along their heads and channels
     "zaya": (lambda: transformers.ZayaConfig(

@@ -71,6 +71,10 @@ def _attention_points(config: Any) -> list[ChangePoint]:
     chunk = getattr(config, "attention_chunk_size", None)
     if chunk:
         points.append(ChangePoint(int(chunk), "attention chunk"))
+    # DeepSeek-V4's compressors: an entry per window of `rate` tokens, read by the tokens after it
+    rates = getattr(config, "compress_rates", None)
+    if isinstance(rates, dict):
+        points += [ChangePoint(int(rate), "compression window") for rate in sorted(set(rates.values())) if rate]
     return points
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import fx2onnx
-from fx2onnx.hub.decoders import cache_counters, decode_step, recomputed, text_only
+from fx2onnx.hub.decoders import cache_counters, compressed_attention, decode_step, recomputed, text_only
 from fx2onnx.hub.decoders.client_support import client_note
 from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_combined_cache_graph
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
@@ -125,6 +125,10 @@ class CausalLMRecipe(RecipeDefaults):
             # its cache may be updated in place
             options = dataclasses.replace(options, causal_mask_input="attention_mask")
         options = _with_precision(options, request)
+        if compressed_attention.serves(loaded.config):
+            # DeepSeek-V4: export-hf's own step, the compressors' counts taken from the past length
+            say(compressed_attention.NOTE.format(name=type(loaded.model).__name__))
+            return compressed_attention.export_compressed_attention(loaded, staging, options, quantization)
         inputs = decode_step.decode_step_inputs(loaded)
         counted = cache_counters.counter_refusal(loaded, inputs)
         if counted is not None:

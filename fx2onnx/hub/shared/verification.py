@@ -163,8 +163,10 @@ def verdict_of(pairs: Any, tolerance: Tolerance, tokens_equal: bool | None = Non
 
 def _is_past(name: str) -> bool:
     """A cache input: keys and values (`past_key_values.*`) and a hybrid's states as
-    Transformers.js names them (`past_conv.*`, `past_ssm.*`, `past_recurrent.*`), RWKV's (`past_state.*`)."""
-    return name.startswith(("past_key_values.", "past_conv.", "past_ssm.", "past_recurrent.", "past_state."))
+    Transformers.js names them (`past_conv.*`, `past_ssm.*`, `past_recurrent.*`, DeepSeek-V4's compressors'
+    `past_compressor.*` and `past_indexer.*`), RWKV's (`past_state.*`)."""
+    return name.startswith(("past_key_values.", "past_conv.", "past_ssm.", "past_recurrent.", "past_state.",
+                             "past_compressor.", "past_indexer."))
 
 
 def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = _is_past) -> dict[str, np.ndarray]:
@@ -191,11 +193,18 @@ def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = 
             return np.zeros((batch, *shape[1:]), dtype=dtype)
         # no tokens along the past length: dim 2 of keys and values, dim 1 of a cache
         # without heads (an indexer's keys, [batch, length, size])
-        length = shape.index(PAST) if PAST in shape else 2
+        length = shape.index(PAST) if PAST in shape else _own_past_axis(shape)
         return np.zeros((batch, *(0 if axis == length else size(name, axis) for axis in range(1, len(shape)))),
                         dtype=dtype)
 
     return {n: empty(n) for n in past_names}
+
+
+def _own_past_axis(shape: list[Any]) -> int:
+    """The axis of a state's own past length (`past_*_length`: DeepSeek-V4's states, each of its
+    own length), else 2 (keys' and values' length)."""
+    return next((axis for axis, dim in enumerate(shape)
+                 if isinstance(dim, str) and dim.startswith("past_") and dim.endswith("_length")), 2)
 
 
 def _fixed_size(shape: list[Any], present: Any) -> bool:

@@ -1,0 +1,96 @@
+"""DeepSeek-V4's text-generation folder: export-hf's own decode step, its compressors' counts
+taken from the past length (fx2onnx/hub/decoders/compressed_attention.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+from fx2onnx.hub import export_hf
+from fx2onnx.hub.decoders import compressed_attention
+
+transformers = pytest.importorskip("transformers")
+
+
+def deepseek_v4() -> torch.nn.Module:
+    """A sliding layer, a compressed sparse one (windows of 4, an indexer keeping 3 entries) and a
+    heavily compressed one (windows of 8); position biases, sinks and the hash router's table
+    random (transformers starts them at zeros); 16 indexer heads, as 2 give several entries the
+    same score (a ReLU's zeros), where torch's and onnxruntime's top-k pick different ones."""
+    config = transformers.DeepseekV4Config(
+        vocab_size=100, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+        q_lora_rank=16, o_lora_rank=16, o_groups=2, index_n_heads=16, index_head_dim=8, index_topk=3,
+        moe_intermediate_size=16, n_routed_experts=2, num_experts_per_tok=1, sliding_window=6,
+        max_position_embeddings=256, qk_rope_head_dim=2, partial_rotary_factor=0.25,
+        layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+        mlp_layer_types=["hash_moe", "moe", "moe"],
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8})
+    torch.manual_seed(0)
+    model = transformers.DeepseekV4ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "position_bias" in name or "sinks" in name:
+                parameter.normal_(0, 0.5)
+        model.model.layers[0].mlp.gate.tid2eid.random_(0, config.n_routed_experts)
+    return model
+
+
+def test_the_step_over_zero_length_states_is_transformers_forward_at_every_length() -> None:
+    # every count from the past length, in eager PyTorch: a prefill of 7 then single tokens past the windows
+    # of 4 and 8 and the sliding window of 6, against transformers' forward over its own cache
+    model = deepseek_v4()
+    step = compressed_attention.CompressedAttentionStep(model)
+    ids = torch.randint(3, 100, (2, 20), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # a left-padded row
+    states = compressed_attention.empty_states(model, 2)
+    cache, done = transformers.DynamicCache(config=model.config), 0
+    with torch.no_grad():
+        for length in [7] + [1] * 13:
+            given = mask[:, :done + length]
+            positions = (given.cumsum(-1) - 1).masked_fill(given == 0, 0)[:, done:]
+            theirs = model(input_ids=ids[:, done:done + length], attention_mask=given, position_ids=positions, cache=cache)
+            logits, *states = step(ids[:, done:done + length], given, states)
+            cache, done = theirs.cache, done + length
+            torch.testing.assert_close(logits, theirs.logits, rtol=1e-5, atol=1e-6)
+    names = [state.name for state in compressed_attention.state_layout(model.config)]
+    assert names == ["past_key_values.0.key", "past_key_values.1.key", "past_key_values.1.value",
+                     "past_compressor.1.kv", "past_compressor.1.gate", "past_indexer.1.kv", "past_indexer.1.gate",
+                     "past_key_values.2.key", "past_key_values.2.value", "past_compressor.2.kv", "past_compressor.2.gate"]
+    # the rows kept: 20 tokens are 5 windows of 4 (the last window and none waiting) and 2 of 8 with 4 waiting
+    assert [tuple(s.shape) for s in states[1:7]] == [(2, 1, 5, 8), (2, 1, 5, 16), (2, 4, 16), (2, 4, 16), (2, 4, 16),
+                                                     (2, 4, 16)]
+    assert [tuple(s.shape) for s in states[7:]] == [(2, 1, 5, 8), (2, 1, 2, 8), (2, 4, 8), (2, 4, 8)]
+
+
+def test_the_folder_is_verified_and_takes_the_states_transformers_js_feeds(tmp_path: Path) -> None:
+    deepseek_v4().save_pretrained(tmp_path / "source")
+    said: list[str] = []
+    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", verify=True, say=said.append)
+    verification = result.verification
+    assert verification.passed and verification.tokens_equal and verification.max_logit_difference < 1e-4
+    assert "a prompt of 16 tokens (past compression window 4, sliding window 6, compression window 8)" in verification.lengths
+    assert any("counts its windows in Python numbers" in line for line in said)
+    path = os.fspath(tmp_path / "out" / "onnx" / "model.onnx")
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    graph = onnx.load(path, load_external_data=False).graph
+    shapes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
+    assert shapes["attention_mask"] == ["batch_size", "total_sequence_length"] and "position_ids" not in shapes
+    assert shapes["past_compressor.1.kv"] == ["batch_size", "past_compressor_1_kv_length", 16]
+    assert [o.name for o in graph.output][:3] == ["logits", "present.0.key", "present.1.key"]
+    assert not (tmp_path / "out" / "genai_config.json").exists()
+
+
+def test_a_float16_folder_is_refused_as_transformers_own_forward_fails(tmp_path: Path) -> None:
+    from fx2onnx.hub.tasks import UnsupportedTaskError
+
+    # transformers keeps the compressors' projections in float32, which take float16 hidden states on CPU
+    deepseek_v4().save_pretrained(tmp_path / "source")
+    with pytest.raises(UnsupportedTaskError, match=r"transformers' own forward fails with RuntimeError: expected m1 and "
+                                                   r"m2 to have the same dtype.*No folder was written"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", dtype="float16")
+    assert not (tmp_path / "out").exists()
