@@ -1523,6 +1523,16 @@ def shapes(values) -> dict[str, list]:
     return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
 
 
+def export_with_transformers_js_pair(source: Path, out: Path) -> None:
+    """export-hf's text-generation folder of ``source``, verified (tokens equal), its embedding and
+    decoder for Transformers.js verified too, and no note that a client cannot load it."""
+    said = []
+    result = export_hf(source, out, task="text-generation", say=said.append, verify=True, tokens=NEW_TOKENS)
+    assert result.verification.passed and result.verification.tokens_equal
+    assert [line for line in said if "(Transformers.js's models) too" in line]
+    assert not [line for line in said if "cannot load" in line]
+
+
 def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
     """Gemma 4's folder holds Transformers.js's `embed_tokens` (ids -> embeddings and per-layer
     inputs) and `decoder_model_merged` beside its model, each verified in onnxruntime as its client
@@ -1532,12 +1542,7 @@ def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
     from test_export_hf import genai_greedy
 
     model = save_gemma4(tmp_path / "source")
-    said = []
-    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", say=said.append, verify=True,
-                       tokens=NEW_TOKENS)
-    assert result.verification.passed and result.verification.tokens_equal
-    assert [line for line in said if "(Transformers.js's models) too" in line]
-    assert not [line for line in said if "cannot load" in line]
+    export_with_transformers_js_pair(tmp_path / "source", tmp_path / "out")
     folder = tmp_path / "out" / "onnx"
     for name in ("model", "embed_tokens", "decoder_model_merged"):
         onnx.checker.check_model(onnx.load(folder / f"{name}.onnx"), full_check=True)
@@ -1698,12 +1703,7 @@ def test_gemma3n_text_folder_in_transformers_js(tmp_path, transformers_js):
     torch.manual_seed(0)
     model = transformers.Gemma3nForCausalLM(transformers.Gemma3nTextConfig(**GEMMA3N_TEXT)).eval()
     model.save_pretrained(tmp_path / "source")
-    said = []
-    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", say=said.append, verify=True,
-                       tokens=NEW_TOKENS)
-    assert result.verification.passed and result.verification.tokens_equal
-    assert [line for line in said if "(Transformers.js's models) too" in line]
-    assert not [line for line in said if "cannot load" in line]
+    export_with_transformers_js_pair(tmp_path / "source", tmp_path / "out")
     graphs = checked_graphs(tmp_path / "out", ("model", "embed_tokens", "decoder_model_merged"))
     assert shapes(graphs["embed_tokens"].output) == {"inputs_embeds": ["batch_size", "sequence_length", 32],
                                                      "per_layer_inputs": ["batch_size", "sequence_length", 4, 8]}
