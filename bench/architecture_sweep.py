@@ -144,6 +144,12 @@ def pairs_of(task: str) -> list[tuple[str, str]]:
         for model_type, classes in getattr(modeling_auto, mapping, {}).items():
             for name in (classes,) if isinstance(classes, str) else classes:
                 found.setdefault(name, model_type)
+    if task == "text-generation":
+        # a causal LM transformers files under image-text-to-text alone (Mistral4ForCausalLM), which
+        # export-hf's default task makes text generation where its config has no encoder
+        for model_type, name in pairs_of("image-text-to-text"):
+            if name.endswith("ForCausalLM"):
+                found.setdefault(name, model_type)
     return sorted((model_type, name) for name, model_type in found.items())
 
 
@@ -225,6 +231,13 @@ _CHECKPOINT_VALUES = {
     "align": {"vision_config": {"width_coefficient": 0.25, "depth_coefficient": 0.25, "hidden_dim": 64}},
     # BEiT's segmentation checkpoints hand four of their layers to the segmentation head
     "beit": {"out_indices": [3, 5, 7, 11]},
+    # DepthPro's encoders read patches of patch_size pixels (their image size, which its config sets to it)
+    # cut from the image at a quarter, half and whole size: 32-pixel patches of 8-pixel tokens (384 of 16
+    # released), so that its image is 128 pixels (1536); its patch encoder hands on its layers 1 and 0
+    # ((11, 5) of 24 released, deeper first)
+    "depth_pro": {"patch_size": 32, "intermediate_hook_ids": [1, 0], **{
+        part: {"model_type": "dinov2", "patch_size": 8} for part in (
+            "image_model_config", "patch_model_config", "fov_model_config")}},
     # Cohere Compass's checkpoints give rotary parameters per layer kind, which its rotary embedding reads
     "cohere_compass_text": {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": 50000.0}
                                                 for kind in ("full_attention", "sliding_attention")}},

@@ -202,6 +202,16 @@ def in_genai(model: torch.nn.Module, folder: Path, prompts: list[list[int]]) -> 
     return {"genai": "loaded", "genai_type": kind, "genai_exact": generated == expected_tokens("text-generation", model, prompts, plain=True)}
 
 
+def candidate_types(model_type: str, class_name: str) -> frozenset[str]:
+    """The model types a folder of ``class_name`` may say: the one transformers' mapping
+    files it under, and its own config class's (Llama4ForCausalLM: llama4 and llama4_text)."""
+    import transformers
+
+    config_class = getattr(getattr(transformers, class_name, None), "config_class", None)
+    own = getattr(config_class, "model_type", None)
+    return frozenset({model_type, own} - {None, ""})
+
+
 def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str, frozenset[str]], prefix: Path,
                 limit: float, keep: Path | None = None, verify: bool = True, text_only: bool = False) -> dict[str, Any]:
     """One exported pair, in the current process: its folder built again (with `--text-only`
@@ -216,8 +226,7 @@ def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str,
     record: dict[str, Any] = {"task": task, "model_type": model_type, "architecture": class_name}
     if text_only:
         record["option"] = sweep.TEXT_ONLY
-    runs_js = model_type in js_types.get(task, ())
-    if not runs_js and task != "text-generation":
+    if task != "text-generation" and not js_types.get(task, frozenset()) & candidate_types(model_type, class_name):
         return {**record, "js": "not supported"}
     with tempfile.TemporaryDirectory(prefix="fx2onnx-clients-") as scratch:
         scratch = Path(scratch)
@@ -234,6 +243,12 @@ def run_clients(task: str, model_type: str, class_name: str, js_types: dict[str,
                                  text_only=text_only).verification
         if verification is not None:
             record["onnxruntime_exact"] = verification.passed
+        # the model type the clients read is the folder's (a class's own config class: Llama4ForCausalLM's
+        # llama4_text, which transformers also maps from llama4; a text-only folder's text config)
+        written = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type", model_type)
+        if written != model_type:
+            record.update(model_type=written, mapped_from=model_type)
+        runs_js = written in js_types.get(task, ())
         if runs_js and task == "text-generation":
             # what export-hf says Transformers.js cannot run in this folder, whatever the folder
             limit_reason = transformers_js_reason(json.loads((folder / "config.json").read_text(encoding="utf-8")))

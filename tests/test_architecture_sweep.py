@@ -745,3 +745,32 @@ def test_the_guides_markers_name_tasks_of_the_sweep() -> None:
     pages = sorted((sweep.ROOT / "docs" / "guides" / "export-hf").glob("*.md"))
     marked = {m["task"] for page in pages for m in task_pages.MARKED.finditer(page.read_text(encoding="utf-8"))}
     assert marked and marked <= set(sweep.TASK_MAPPINGS), sorted(marked - set(sweep.TASK_MAPPINGS))
+
+
+def test_a_causal_lm_filed_under_image_text_to_text_alone_is_swept_as_text_generation() -> None:
+    # Mistral4ForCausalLM: export-hf's default task for it (no encoder) is text generation
+    assert ("mistral4", "Mistral4ForCausalLM") in sweep.pairs_of("text-generation")
+    assert ("mistral4", "Mistral4ForCausalLM") in sweep.pairs_of("image-text-to-text")
+    names = [name for _, name in sweep.pairs_of("text-generation")]
+    assert len(names) == len(set(names))  # a class filed under both (Git's) once
+
+
+def test_the_clients_read_a_folders_model_type_as_the_class_config_gives_it() -> None:
+    """transformers maps llama4 and llama4_text to Llama4ForCausalLM, whose own config class
+    writes llama4_text (the type Transformers.js lists): both may be the folder's."""
+    import sweep_clients
+
+    assert sweep_clients.candidate_types("llama4", "Llama4ForCausalLM") == {"llama4", "llama4_text"}
+    assert sweep_clients.candidate_types("llama", "LlamaForCausalLM") == {"llama"}
+
+
+def test_a_tiny_depth_pro_takes_images_of_its_processors_proportions() -> None:
+    """DepthPro's patches (patch_size, each encoder's image size) shrunk to 32 pixels, so that
+    its image is 128 pixels (its processor's 1536 hold 384-pixel patches), and its encoders'
+    layers it hands on within their shrunk depth."""
+    from fx2onnx.hub.pipeline_tasks import image_size
+
+    config = sweep.small_config("depth_pro", "DepthProForDepthEstimation")
+    assert config.patch_size == config.image_model_config.image_size == config.patch_model_config.image_size == 32
+    assert max(config.intermediate_hook_ids) < config.patch_model_config.num_hidden_layers
+    assert image_size(config) == (128, 128)

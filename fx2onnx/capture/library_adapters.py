@@ -26,6 +26,8 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   of a tensor and their image's sizes with ``torch_int``, both of which make a symbolic
   size an int fixed to the example's; their modules get a ``len`` and a ``torch_int`` that
   give a size as it is (:mod:`fx2onnx.capture.libraries.transformers_query_selection`);
+  so does DepthPro's, which counts each scale's patches (the batch times a number per
+  image) with ``len``;
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
   (:mod:`fx2onnx.capture.libraries.transformers_rope`);
@@ -240,6 +242,11 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         f"transformers.models.{name}.modeling_{name}", "len", first_dim_as_is,
         "`len(source_flatten)`, which Python makes an int: the batch fixed to the example's", shadows_builtin=True,
     ) for name in QUERY_SELECTION_FAMILIES),
+    CaptureRewrite(
+        "transformers.models.depth_pro.modeling_depth_pro", "len", first_dim_as_is,
+        "`len()` of each scale's patches (the batch times a number per image), which Python makes an int: the batch "
+        "fixed to the example's", shadows_builtin=True,
+    ),
     *(CaptureRewrite(
         f"transformers.models.{name}.modeling_{name}", "torch_int", symbolic_size_as_is,
         "`torch_int(height)` of the position embedding, `int()` outside TorchScript: the image's size fixed",

@@ -94,7 +94,8 @@ def default_task(config: Any) -> str:
            for a in architectures):
         return TEXT2TEXT
     # before causal LMs: transformers files some (Gemma 3) under both
-    if any(tasks.is_filed_under(a, tasks.IMAGE_TEXT_TO_TEXT_MAPPING) for a in architectures):
+    if any(tasks.is_filed_under(a, tasks.IMAGE_TEXT_TO_TEXT_MAPPING) for a in architectures) and not _language_model_alone(
+            config, architectures):
         return IMAGE_TEXT_TO_TEXT
     if any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
         return TEXT_GENERATION
@@ -105,6 +106,14 @@ def default_task(config: Any) -> str:
         if needed and not tasks.is_filed_under(architecture, tasks.BASE_MAPPING):
             raise tasks.unsupported_task_error(config, architecture, needed, TASKS)
     return FEATURE_EXTRACTION
+
+
+def _language_model_alone(config: Any, architectures: list[str]) -> bool:
+    """Whether the checkpoint is a causal LM with no encoder and no text config, which
+    transformers files under image-text-to-text alone (Mistral4ForCausalLM, the language
+    model of Mistral's vision checkpoints): it takes text only, a text-generation folder."""
+    return (bool(architectures) and all(a.endswith("ForCausalLM") for a in architectures)
+            and getattr(config, "text_config", None) is None and not text_only_module.left_out_parts(config))
 
 
 def is_ctc(task: str, config: Any) -> bool:

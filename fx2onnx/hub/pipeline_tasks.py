@@ -13,6 +13,7 @@ outputs) is dropped from the graph with the nodes only it needed.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -195,11 +196,28 @@ def text_inputs(config: Any, model: torch.nn.Module, size: int, shape: tuple[int
 GROWN_IMAGE = (32, 64)
 
 
-def image_inputs(config: Any, batch: int, seed: int, grown: bool = False) -> dict[str, torch.Tensor]:
-    """pixel_values of ``batch`` images of the config's image size (224 when it has none);
-    ``grown``: taller and wider by GROWN_IMAGE."""
+def image_size(config: Any) -> tuple[int, int]:
+    """The (height, width) of the images the model of ``config`` takes: its (vision
+    config's) image size; for a model that encodes an image as patches of several scales
+    (DepthPro: patches of `patch_size` pixels cut from the image scaled by each of
+    `scaled_images_ratios`), the smallest image whose smallest scale holds a patch, the
+    size of its processor's images (1536 for 384 and a quarter); else 224."""
     vision = _sub(config, "vision_config")
-    height, width = _size(getattr(vision, "image_size", None), 224)
+    size = getattr(vision, "image_size", None)
+    if size:
+        return _size(size, 224)
+    ratios, patch = getattr(config, "scaled_images_ratios", None), getattr(config, "patch_size", None)
+    if ratios and isinstance(patch, int):
+        side = math.ceil(patch / min(ratios))
+        return side, side
+    return 224, 224
+
+
+def image_inputs(config: Any, batch: int, seed: int, grown: bool = False) -> dict[str, torch.Tensor]:
+    """pixel_values of ``batch`` images of the model's size (`image_size`); ``grown``: taller
+    and wider by GROWN_IMAGE."""
+    vision = _sub(config, "vision_config")
+    height, width = image_size(config)
     if grown:
         height, width = height + GROWN_IMAGE[0], width + GROWN_IMAGE[1]
     channels = int(getattr(vision, "num_channels", 3) or 3)

@@ -169,6 +169,44 @@ def test_classifier_in_transformers_js_pipeline(exported, tmp_path, transformers
         np.testing.assert_allclose([entry["score"] for entry in ranked], [score for _, score in expected], rtol=0, atol=1e-4)
 
 
+def test_depth_pro_folder_at_the_image_size_its_patches_need(tmp_path, transformers_js):  # noqa: F811 (fixture)
+    """DepthPro cuts patches of patch_size pixels from the image at a quarter, half and whole size,
+    so it takes no image whose quarter is smaller than a patch: its folder is exported and
+    verified on images of 4 x patch_size pixels (its processor's 1536 for 384), its batch
+    dynamic (the encoder counts each scale's patches with len(): library_adapters), and in
+    Transformers.js's AutoModelForDepthEstimation gives transformers' depth within 1e-4 at
+    another batch."""
+    torch.manual_seed(0)
+    encoder = dict(model_type="dinov2", hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+                   patch_size=8)
+    model = transformers.DepthProForDepthEstimation(transformers.DepthProConfig(
+        patch_size=32, intermediate_hook_ids=[1, 0], intermediate_feature_dims=[16, 16],
+        scaled_images_feature_dims=[32, 32, 16], fusion_hidden_size=16, image_model_config=encoder,
+        patch_model_config=encoder, fov_model_config=encoder)).eval()
+    # its initial head gives depths of up to 800, where float32 PyTorch is itself 5.5e-4 off float64
+    # (past atol 1e-4 where a depth is near 0): the head's last layer scaled to depths of up to 8
+    with torch.no_grad():
+        model.head.layers[4].weight.mul_(0.01)
+    model.save_pretrained(tmp_path / "source")
+    result = export_hf(tmp_path / "source", tmp_path / "out", verify=True)
+    assert result.task == "depth-estimation" and result.verification.passed, result.verification.summary()
+    path = tmp_path / "out" / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    assert [o.name for o in graph.output] == ["predicted_depth"]
+    assert _dims(graph.input[0]) == ["batch_size", 3, 128, 128]
+    inputs = {"pixel_values": torch.randn(4, 3, 128, 128, generator=torch.Generator().manual_seed(5))}
+    job = {"folder": str(tmp_path / "out"), "task": "depth-estimation", "outputs": ["predicted_depth"],
+           "inputs": {"pixel_values": {"type": "float32", "dims": list(inputs["pixel_values"].shape),
+                                       "data": inputs["pixel_values"].flatten().tolist()}}}
+    with torch.no_grad():
+        want = model(**inputs).predicted_depth.numpy()
+    got = run_in_transformers_js(transformers_js, tmp_path, job)["outputs"]["predicted_depth"]
+    assert got["dims"] == list(want.shape) == [4, 256, 256]
+    np.testing.assert_allclose(np.reshape(got["data"], want.shape), want, rtol=0, atol=1e-4)
+    assert np.abs(want).max() > 1e-3
+
+
 def test_checkpoint_without_the_task_head_is_refused(tmp_path):
     """A base model asked for text-classification would get a random head: refused,
     naming the task it is made for, and nothing written."""

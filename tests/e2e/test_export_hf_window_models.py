@@ -84,3 +84,17 @@ def test_dynamo_export_of_a_window_model_records_its_static_image_sizes():
     with torch.no_grad():
         expected = model(pixel_values=more).logits
     torch.testing.assert_close(program(pixel_values=more).logits, expected, rtol=1e-3, atol=1e-4)
+
+
+def test_a_multi_scale_patch_encoder_keeps_its_image_sizes_static():
+    """DepthPro cuts its image into patches at several scales, their count and its maps' sizes
+    computed in Python from the image's: its height and width static, the batch dynamic."""
+    images = torch.randn(2, 3, 128, 128)
+    spec = {"pixel_values": {dim: torch.export.Dim.AUTO for dim in range(4)}}
+    encoder = dict(model_type="dinov2", hidden_size=16, num_hidden_layers=1, num_attention_heads=2, patch_size=8)
+    model = transformers.DepthProForDepthEstimation(transformers.DepthProConfig(
+        patch_size=32, intermediate_hook_ids=[0, 0], intermediate_feature_dims=[8, 8], scaled_images_feature_dims=[16, 16, 8],
+        fusion_hidden_size=16, image_model_config=encoder, patch_model_config=encoder, fov_model_config=encoder))
+    changed, notes = static_window_image_sizes(spec, model, {"pixel_values": images})
+    assert list(changed["pixel_values"]) == [0, 1] and len(notes) == 1
+    assert "(128 x 128, the example's)" in notes[0] and "patches at several scales (DepthProEncoder)" in notes[0]

@@ -1523,6 +1523,16 @@ def shapes(values) -> dict[str, list]:
     return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
 
 
+def export_with_transformers_js_pair(source: Path, out: Path) -> None:
+    """export-hf's text-generation folder of ``source``, verified (tokens equal), its embedding and
+    decoder for Transformers.js verified too, and no note that a client cannot load it."""
+    said = []
+    result = export_hf(source, out, task="text-generation", say=said.append, verify=True, tokens=NEW_TOKENS)
+    assert result.verification.passed and result.verification.tokens_equal
+    assert [line for line in said if "(Transformers.js's models) too" in line]
+    assert not [line for line in said if "cannot load" in line]
+
+
 def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
     """Gemma 4's folder holds Transformers.js's `embed_tokens` (ids -> embeddings and per-layer
     inputs) and `decoder_model_merged` beside its model, each verified in onnxruntime as its client
@@ -1532,12 +1542,7 @@ def test_gemma4_folder_in_transformers_js_and_genai(tmp_path, transformers_js):
     from test_export_hf import genai_greedy
 
     model = save_gemma4(tmp_path / "source")
-    said = []
-    result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", say=said.append, verify=True,
-                       tokens=NEW_TOKENS)
-    assert result.verification.passed and result.verification.tokens_equal
-    assert [line for line in said if "(Transformers.js's models) too" in line]
-    assert not [line for line in said if "cannot load" in line]
+    export_with_transformers_js_pair(tmp_path / "source", tmp_path / "out")
     folder = tmp_path / "out" / "onnx"
     for name in ("model", "embed_tokens", "decoder_model_merged"):
         onnx.checker.check_model(onnx.load(folder / f"{name}.onnx"), full_check=True)
@@ -1675,6 +1680,40 @@ GEMMA4_TOKENS = dict(image_token_id=290, audio_token_id=291, boi_token_id=292, e
 GEMMA4_TOKEN_TEXTS = {"image_token": "<image_soft_token>", "audio_token": "<audio_soft_token>", "boi_token": "<start_of_image>",
                       "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>",
                       "video_token": "<video_soft_token>"}
+
+
+# Gemma 3n's language model as its E2B and E4B checkpoints are: per-layer inputs from a table of the text
+# vocabulary alone (256 of 400 ids), AltUp, LAuReL, a sparse first layer, sliding layers of 8 tokens, the last
+# sliding and full layer reusing the earlier layers' keys and values
+GEMMA3N_TEXT = dict(
+    vocab_size=400, vocab_size_per_layer_input=256, hidden_size=32, hidden_size_per_layer_input=8, intermediate_size=64,
+    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+    layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2, sliding_window=8, laurel_rank=8,
+    activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], max_position_embeddings=256, pad_token_id=0, bos_token_id=2,
+    eos_token_id=1)
+
+
+def test_gemma3n_text_folder_in_transformers_js(tmp_path, transformers_js):
+    """Gemma 3n's language model (Gemma3nForCausalLM, gemma3n_text, for which Transformers.js has no
+    class): its folder holds the embedding and decoder of Transformers.js's gemma3n class, which
+    config.json names (Gemma3nForConditionalGeneration, the sizes under text_config), with the
+    cache of the two layers that store keys and values; export-hf verifies both in onnxruntime, and
+    16 greedy tokens in Transformers.js equal transformers' (alone and left-padded), past the
+    sliding window of 8."""
+    torch.manual_seed(0)
+    model = transformers.Gemma3nForCausalLM(transformers.Gemma3nTextConfig(**GEMMA3N_TEXT)).eval()
+    model.save_pretrained(tmp_path / "source")
+    export_with_transformers_js_pair(tmp_path / "source", tmp_path / "out")
+    graphs = checked_graphs(tmp_path / "out", ("model", "embed_tokens", "decoder_model_merged"))
+    assert shapes(graphs["embed_tokens"].output) == {"inputs_embeds": ["batch_size", "sequence_length", 32],
+                                                     "per_layer_inputs": ["batch_size", "sequence_length", 4, 8]}
+    assert {i.name for i in graphs["decoder_model_merged"].input if i.name.startswith("past_")} == {
+        f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")}
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == "gemma3n" and config["architectures"] == ["Gemma3nForConditionalGeneration"]
+    assert config["text_config"]["model_type"] == "gemma3n_text"
+    assert config["text_config"]["num_kv_shared_layers"] == 2
+    assert_generates_as_transformers(transformers_js, tmp_path, tmp_path / "out", model)  # up to 25 tokens
 
 
 def save_gemma4_tokenizer(folder: Path) -> None:

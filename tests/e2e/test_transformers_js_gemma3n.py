@@ -22,8 +22,9 @@ pytest.importorskip("timm", reason="transformers builds Gemma 3n's vision tower 
 transformers = pytest.importorskip("transformers")
 
 from test_transformers_js import (  # noqa: E402
-    NEW_TOKENS, assert_per_layer_folder, checked_graphs, client_tensors, jobs_and_greedy_rows, left_padded_batch, random_image,
-    run_in_transformers_js, shapes, transformers_js,  # noqa: F401 (fixture)
+    NEW_TOKENS, assert_generates_as_transformers, assert_per_layer_folder, checked_graphs, client_tensors,
+    jobs_and_greedy_rows, left_padded_batch, random_image, run_in_transformers_js, shapes,
+    transformers_js,  # noqa: F401 (fixture)
 )
 
 pytestmark = pytest.mark.vision
@@ -223,6 +224,35 @@ def test_gemma3n_image_audio_folder_in_transformers_js(tmp_path, transformers_js
     results = [result["generated_rows"] for result in done[:len(prompts)]]
     assert results == expected
     assert len({str(rows) for rows in expected[:5]}) == 5  # the images and the audio changed the tokens
+
+
+def test_gemma3n_text_only_folder_in_transformers_js(tmp_path, transformers_js):
+    """Gemma 3n's language model alone (`--text-only`, its towers left out): Transformers.js's
+    text-generation class for gemma3n loads the folder's embedding and decoder (config.json names
+    Gemma3nForConditionalGeneration, with no vision or audio config), and its 16 greedy tokens
+    equal transformers' from that language model (the checkpoint's weights in Gemma3nForCausalLM,
+    as export-hf loads it) alone and as a left-padded batch, past the sliding window of 8;
+    export-hf verifies the model and the pair in onnxruntime. (The random model generates ids of
+    the vision and audio vocabularies, 256 to 399, which the whole model embeds with its towers'
+    embedders and its language model alone with its text table: the whole model's tokens differ.)"""
+    from fx2onnx.hub.loading import load_model
+
+    save_gemma3n(tmp_path / "source")
+    model = load_model(tmp_path / "source", None, None, fake=False, text_only=True).model
+    assert type(model).__name__ == "Gemma3nForCausalLM"
+    out = tmp_path / "out"
+    said = []
+    verification = export_hf(tmp_path / "source", out, text_only=True, verify=True, tokens=NEW_TOKENS,
+                             say=said.append).verification
+    assert verification.passed and verification.tokens_equal
+    assert [line for line in said if "(Transformers.js's models) too" in line]
+    graphs = checked_graphs(out, ("model", "embed_tokens", "decoder_model_merged"))
+    assert shapes(graphs["embed_tokens"].output)["per_layer_inputs"] == ["batch_size", "sequence_length", 4, 8]
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "gemma3n" and config["architectures"] == ["Gemma3nForConditionalGeneration"]
+    assert "vision_config" not in config and "audio_config" not in config
+    assert not (out / "onnx" / "vision_encoder.onnx").exists()
+    assert_generates_as_transformers(transformers_js, tmp_path, out, model)
 
 
 def test_gemma3n_towers_with_module_functions(tmp_path):

@@ -1,5 +1,5 @@
 """Image sizes kept static for transformers' shifted-window models (Swin, Swin V2, Donut's
-Swin, MaskFormer's Swin, Swin2SR, CLAP's audio Swin).
+Swin, MaskFormer's Swin, Swin2SR, CLAP's audio Swin) and multi-scale patch encoders (DepthPro).
 
 Their layers pad the feature map to whole windows and the patch grid to whole patches
 (`maybe_pad`), shift the windows only when the map is larger than one window, and halve
@@ -10,6 +10,11 @@ capture still follows the padding branches of the example's size only: the ONNX 
 would then compute something else at sizes that pad otherwise. Their image processors
 resize every image to one size, so a capture asked to keep every dim dynamic keeps the
 images' height and width at the example's size (the batch stays dynamic) and says so.
+DepthPro's patch encoder cuts the image, scaled by each of its `scaled_images_ratios`, into
+overlapping patches and merges their features back into maps whose sizes it computes in
+Python from the image's (a square root of the patch count, the log2 of the width over its
+encoder's grid): a capture follows the example's size only, and its processor resizes every
+image to one size as well (1536 pixels).
 Knows transformers only by its module names: nothing here imports it.
 """
 
@@ -37,6 +42,34 @@ def window_padding_layer(model: Any) -> str | None:
     return None
 
 
+def multi_scale_patch_layer(model: Any) -> str | None:
+    """The class name of the first transformers layer of ``model`` that cuts its image into
+    patches at several scales (DepthPro's encoder: ``scaled_images_ratios`` and a
+    config's ``patch_size``), or None."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    for module in model.modules():
+        cls = type(module)
+        if (cls.__module__.startswith("transformers.") and getattr(module, "scaled_images_ratios", None)
+                and isinstance(getattr(getattr(module, "config", None), "patch_size", None), int)):
+            return cls.__name__
+    return None
+
+
+def _why_static(model: Any) -> str | None:
+    """Why ``model``'s image sizes are kept static (its layer named), or None when they are not."""
+    layer = window_padding_layer(model)
+    if layer is not None:
+        return (f"pads its feature maps to whole windows ({layer}.maybe_pad), and with those sizes dynamic "
+                "torch.export's symbolic reasoning over the padding takes minutes and still follows the example's "
+                "padding only")
+    layer = multi_scale_patch_layer(model)
+    if layer is not None:
+        return (f"cuts its image into patches at several scales ({layer}) and computes their count and its feature "
+                "maps' sizes in Python from the example's size, which a capture follows only")
+    return None
+
+
 def _is_image(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() == _IMAGE_RANK and value.is_floating_point()
 
@@ -46,11 +79,12 @@ def static_window_image_sizes(
 ) -> tuple[Any, list[str]]:
     """``spec`` (the all-dims-dynamic spec of a capture, by input name) with the height and
     width of ``model``'s images static when it is a shifted-window model, and the note that
-    says so (one per input changed); ``spec`` as it is and no note otherwise."""
+    says so (one per input changed); ``spec`` as it is and no note otherwise. So are a
+    multi-scale patch encoder's (DepthPro's)."""
     if not isinstance(spec, Mapping) or named_inputs is None:
         return spec, []
-    layer = window_padding_layer(model)
-    if layer is None:
+    why = _why_static(model)
+    if why is None:
         return spec, []
     changed = dict(spec)
     notes: list[str] = []
@@ -62,9 +96,7 @@ def static_window_image_sizes(
         height, width = value.shape[2], value.shape[3]
         notes.append(
             f"Input '{name}' keeps its height and width static ({height} x {width}, the example's): {type(model).__name__} "
-            f"pads its feature maps to whole windows ({layer}.maybe_pad), and with those sizes dynamic torch.export's "
-            "symbolic reasoning over the padding takes minutes and still follows the example's padding only. Its "
-            "image processor resizes every image to one size: export at that size (the batch stays dynamic), or pass "
-            "dynamic_shapes naming the dims to keep them dynamic."
+            f"{why}. Its image processor resizes every image to one size: export at that size (the batch stays "
+            "dynamic), or pass dynamic_shapes naming the dims to keep them dynamic."
         )
     return changed, notes

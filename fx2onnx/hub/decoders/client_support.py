@@ -31,7 +31,12 @@ read from its `dist/transformers.node.mjs`):
   at all.
 - it runs Gemma 4 through its image-audio-text-to-text class, which loads
   `onnx/embed_tokens.onnx` and `onnx/decoder_model_merged.onnx`: the folder holds them beside
-  its model (per_layer_inputs.py).
+  its model (per_layer_inputs.py). It has no class for Gemma 3n's language model
+  (`gemma3n_text`: a `--text-only` folder of Gemma 3n, or a Gemma3nForCausalLM checkpoint's);
+  its `gemma3n` causal-LM class runs the same two models when `config.json` names
+  Gemma3nForConditionalGeneration, reading the sizes from `text_config`: such a folder holds
+  them, and its `config.json` says `gemma3n` and that class, the text config under
+  `text_config` too (`TRANSFORMERS_JS_WRAPPED_TYPES`).
 - it feeds ZAYA's cache in every ``cca_time1``-th layer only (a field transformers reads as a
   kernel size): the folder's graph takes each group of ``cca_time1`` layers' caches in the
   inputs of its first layer (strided_cache.py).
@@ -95,6 +100,14 @@ TRANSFORMERS_JS_ENTRY_VALUES = {
 # 2-row positions, the same state names)
 TRANSFORMERS_JS_MODEL_TYPES = {"qwen3_5_moe_text": "qwen3_next"}
 
+# text model type Transformers.js has no class for -> (the multimodal type whose causal-LM class runs its
+# language model alone, that type's multimodal class): a config.json naming that class gets the class's
+# text-only sessions (embed_tokens and decoder_model_merged, per_layer_inputs.py), its sizes read from
+# `text_config` (Gemma 3n's language model: gemma3n_text)
+TRANSFORMERS_JS_WRAPPED_TYPES = {"gemma3n_text": ("gemma3n", "Gemma3nForConditionalGeneration")}
+# the entries of a folder's config.json that are no part of the model's text config
+_FOLDER_ENTRIES = ("architectures", "transformers.js_config")
+
 _NO_DECODER_ONLY_CACHE = (
     "it feeds a {model_type} causal LM no cache (src/configs.js: getKeyValueNames counts this model type's cache "
     "layers only under is_encoder_decoder, its sizes table naming an encoder-decoder's decoder_layers alone, and "
@@ -126,9 +139,15 @@ def transformers_js_entries(config: Mapping[str, Any]) -> dict[str, Any]:
     finds the sizes it reads under another name than transformers writes: the same values,
     under its names (none already there is replaced); the entries it reads in
     transformers' older vocabulary, in that vocabulary (which transformers reads back); and,
-    for a model type it has no class for, the one whose class runs the folder."""
+    for a model type it has no class for, the one whose class runs the folder (a text model
+    type of `TRANSFORMERS_JS_WRAPPED_TYPES`: the multimodal type and class, the config under
+    `text_config` as well, its entries kept at the top)."""
     model_type = config.get("model_type")
     found = {"model_type": TRANSFORMERS_JS_MODEL_TYPES[model_type]} if model_type in TRANSFORMERS_JS_MODEL_TYPES else {}
+    if model_type in TRANSFORMERS_JS_WRAPPED_TYPES:
+        wrapper, architecture = TRANSFORMERS_JS_WRAPPED_TYPES[model_type]
+        text = {key: value for key, value in config.items() if key not in _FOLDER_ENTRIES}
+        found.update(model_type=wrapper, architectures=[architecture], text_config=text)
     for entry, older in TRANSFORMERS_JS_ENTRY_VALUES.get(model_type, {}).items():
         if isinstance(config.get(entry), list):
             found[entry] = [older.get(value, value) for value in config[entry]]

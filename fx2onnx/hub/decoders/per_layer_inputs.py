@@ -1,6 +1,8 @@
-"""A text-generation folder's two extra models for Transformers.js's embedded-decoder layout (Gemma 4).
+"""A text-generation folder's two extra models for Transformers.js's embedded-decoder layout (Gemma 4, Gemma 3n).
 
-Transformers.js runs a ``gemma4`` causal LM through its image-audio-text-to-text
+Transformers.js runs a ``gemma4`` causal LM, and Gemma 3n's language model (a ``gemma3n_text``
+folder, whose `config.json` names Gemma 3n's multimodal class for it:
+client_support.TRANSFORMERS_JS_WRAPPED_TYPES), through its image-audio-text-to-text
 class (Gemma 3n's forward): it never loads `onnx/model.onnx`, but
 
 - `onnx/embed_tokens.onnx`: `input_ids` -> `inputs_embeds` and, for a model with per-layer
@@ -13,8 +15,9 @@ The folder keeps its `onnx/model.onnx` (ONNX Runtime GenAI's and Optimum-style l
 and gets these two beside it, each with its own data file:
 
 - the embedding is the text model's scaled token embedding and the token part of its
-  per-layer inputs (``get_per_layer_inputs``), of the ids with image, video and audio
-  tokens replaced by padding, as the multimodal model's forward does;
+  per-layer inputs (``get_per_layer_inputs``: ids past the per-layer table's rows read
+  its row 0, Gemma 3n's table holding the text vocabulary alone), of the ids with image,
+  video and audio tokens replaced by padding, as the multimodal model's forward does;
 - the decoder is the text model from those (it adds the projection of the embeddings to
   the per-layer inputs itself), its head and the logits' soft cap, captured as a decode
   step after a prefill with the options and masks of the folder's own model.
@@ -40,7 +43,8 @@ from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program
 from fx2onnx.hub.vision_language.parts import Holder
 
 # model types whose Transformers.js causal-LM class loads embed_tokens and decoder_model_merged
-EMBEDDED_DECODER_TYPES = frozenset({"gemma4"})
+# (Gemma 3n's text model's through the class of the type its config.json is given: gemma3n)
+EMBEDDED_DECODER_TYPES = frozenset({"gemma4", "gemma3n_text"})
 EMBEDDING, PER_LAYER = "embed_tokens", "per_layer_inputs"
 # the multimodal config's token ids its forward embeds as padding
 _PLACEHOLDER_IDS = ("image_token_id", "video_token_id", "audio_token_id")
@@ -74,6 +78,9 @@ class PerLayerEmbedding(torch.nn.Module):
         super().__init__()
         text = _text_model(model)
         self.layers, self.size = int(text.config.num_hidden_layers), int(text.config.hidden_size_per_layer_input or 0)
+        # the per-layer table's rows where it holds fewer than the vocabulary (Gemma 3n's), else None
+        rows = getattr(text.config, "vocab_size_per_layer_input", None)
+        self.table_rows = int(rows) if isinstance(rows, int) and 0 < rows < int(text.config.vocab_size) else None
         parts = {"embed_tokens": text.embed_tokens}
         if self.size:
             parts["embed_tokens_per_layer"] = text.embed_tokens_per_layer
@@ -91,7 +98,8 @@ class PerLayerEmbedding(torch.nn.Module):
         parts = _held_text_model(self.model)
         found = {"inputs_embeds": parts.embed_tokens(ids)}
         if self.size:
-            found[PER_LAYER] = parts.embed_tokens_per_layer(ids).reshape(*ids.shape, self.layers, self.size)
+            in_table = ids if self.table_rows is None else torch.where((ids >= 0) & (ids < self.table_rows), ids, 0)
+            found[PER_LAYER] = parts.embed_tokens_per_layer(in_table).reshape(*ids.shape, self.layers, self.size)
         return found
 
 

@@ -179,3 +179,22 @@ def test_qwen3_5_moe_text_is_written_as_the_model_type_whose_transformers_js_cla
     read_back = transformers.AutoConfig.for_model(**written).to_dict()
     assert {key: read_back[key] for key in config if key != "model_type"} == {
         key: value for key, value in config.items() if key != "model_type"}
+
+
+def test_gemma3n_text_is_written_as_the_multimodal_class_whose_text_only_sessions_run_it():
+    """Transformers.js has no class for gemma3n_text; its gemma3n causal-LM class loads the
+    embedding and decoder a config naming Gemma3nForConditionalGeneration has, with the sizes of
+    `text_config`; transformers reads the text config back whole from there."""
+    from fx2onnx.hub.decoders.client_support import transformers_js_entries
+
+    config = transformers.Gemma3nTextConfig(num_hidden_layers=2, num_kv_shared_layers=0).to_dict()
+    config["architectures"] = ["Gemma3nForCausalLM"]
+    written = {**config, **transformers_js_entries(config)}
+    assert written["model_type"] == "gemma3n" and written["architectures"] == ["Gemma3nForConditionalGeneration"]
+    assert client_note(written) is None and client_note(config) is not None
+    assert written["text_config"]["model_type"] == "gemma3n_text" and "architectures" not in written["text_config"]
+    assert written["hidden_size"] == config["hidden_size"]  # the top-level entries kept
+    read_back = transformers.Gemma3nTextConfig(**written["text_config"]).to_dict()
+    assert {key: read_back[key] for key in config if key != "architectures"} == {
+        key: value for key, value in config.items() if key != "architectures"}
+    assert transformers_js_entries(written) == {}  # marking the folder again changes nothing

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from fx2onnx.hub.loading import default_task
 from fx2onnx.hub.tasks import UnsupportedTaskError
@@ -34,11 +35,17 @@ transformers = pytest.importorskip("transformers")
     ("ASTForAudioClassification", "audio-classification"),
     ("CLIPModel", "zero-shot-image-classification"),
     ("XLMWithLMHeadModel", "text-generation"),  # filed under fill-mask too: a generation model stays one
+    ("Mistral4ForCausalLM", "text-generation"),  # filed under image-text-to-text alone, with no encoder
     ("VitsModel", "text-to-audio"),
     ("SpeechT5ForTextToSpeech", "text-to-audio"),  # a spectrogram model and its vocoder
 ])
 def test_the_default_task_is_the_one_transformers_files_the_architecture_under(architecture, task):
     assert default_task(transformers.PretrainedConfig(architectures=[architecture])) == task
+
+
+def test_a_causal_lm_with_an_encoder_filed_under_image_text_to_text_stays_there():
+    config = transformers.PretrainedConfig(architectures=["GitForCausalLM"], vision_config={"hidden_size": 32})
+    assert default_task(config) == "image-text-to-text"
 
 
 @pytest.mark.parametrize(("architecture", "task"), [
@@ -110,3 +117,19 @@ def test_a_model_without_the_tasks_outputs_is_refused_naming_them():
             "outputs (last_hidden_state) include none of those object-detection pipelines read (logits, pred_boxes)")):
         keep_task_outputs(model, "object-detection")
     assert [v.name for v in model.graph.outputs] == ["last_hidden_state"]  # nothing removed
+
+
+def test_example_images_are_of_the_size_the_model_takes():
+    """The config's image size; DepthPro's (patches of patch_size pixels cut from the image at
+    each of scaled_images_ratios) the smallest image whose quarter holds a patch, as its
+    processor's 1536 pixels hold 384; 224 for a config that names none."""
+    from fx2onnx.hub.pipeline_tasks import example_inputs, image_size
+
+    assert image_size(transformers.ViTConfig(image_size=48)) == (48, 48)
+    assert image_size(transformers.PretrainedConfig()) == (224, 224)
+    assert image_size(transformers.DepthProConfig()) == (1536, 1536)
+    encoders = {part: {"model_type": "dinov2"} for part in ("image_model_config", "patch_model_config", "fov_model_config")}
+    config = transformers.DepthProConfig(patch_size=32, **encoders)
+    assert image_size(config) == (128, 128)
+    model = torch.nn.Linear(2, 2)
+    assert example_inputs("depth-estimation", config, model, 1)["pixel_values"].shape == (3, 3, 128, 128)

@@ -27,6 +27,26 @@ def test_gemma4_folders_get_the_layout_and_others_not():
     assert writes_embedded_decoder(transformers.AutoConfig.for_model("gemma4"))
     assert not writes_embedded_decoder(transformers.LlamaConfig())
     assert not writes_embedded_decoder(transformers.AutoConfig.for_model("gemma4_text"))  # no Transformers.js class
+    # Gemma 3n's language model, run by the gemma3n class its config.json is given (client_support.py)
+    assert writes_embedded_decoder(transformers.AutoConfig.for_model("gemma3n_text"))
+
+
+def test_ids_past_a_per_layer_table_read_its_first_row():
+    """Gemma 3n's per-layer table holds the text vocabulary alone (256 of 400 rows here): the
+    embedding gives transformers' per-layer inputs for ids past it too (its row 0)."""
+    torch.manual_seed(0)
+    text = transformers.Gemma3nTextConfig(
+        vocab_size=400, vocab_size_per_layer_input=256, hidden_size=32, hidden_size_per_layer_input=8,
+        intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=0, laurel_rank=8,
+        activation_sparsity_pattern=[0.0, 0.0])
+    model = transformers.Gemma3nForCausalLM(text).eval()
+    ids = torch.tensor([[5, 300, 255, 256, 399, 17]])
+    with torch.no_grad():
+        embedded = PerLayerEmbedding(model)(ids)
+        expected = model.model.get_per_layer_inputs(ids)
+    torch.testing.assert_close(embedded["per_layer_inputs"], expected, rtol=0, atol=0)
+    assert torch.equal(expected[0, 1], expected[0, 3]) and not torch.equal(expected[0, 2], expected[0, 3])
 
 
 def test_the_embedding_and_decoder_compute_the_models_logits():
