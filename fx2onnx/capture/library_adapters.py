@@ -93,7 +93,7 @@ from fx2onnx.capture.libraries.transformers_selective_scans import (
 )
 from fx2onnx.capture.libraries.transformers_token_scans import linear_recurrence_scan, wkv_scan
 from fx2onnx.capture.libraries.transformers_sparsity import quantile_as_a_constant
-from fx2onnx.capture.libraries.transformers_symbolic_sizes import symbolic_size_as_is
+from fx2onnx.capture.libraries.transformers_symbolic_sizes import INT_SIZED_FAMILIES, symbolic_size_as_is
 from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
@@ -263,6 +263,10 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "`torch_int(height)`, `torch_int(sequence_length**0.5)` of an image's size or patch grid, `int()` outside "
         "TorchScript: the image's size fixed to the example's", every_module_under=True,
     ),
+    *(CaptureRewrite(
+        f"transformers.models.{name}.modeling_{name}", "int", symbolic_size_as_is,
+        "`int(patch_height * patch_size)` of the depth map's size: the image's size fixed", shadows_builtin=True,
+    ) for name in INT_SIZED_FAMILIES),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",

@@ -11,6 +11,10 @@ truncation Python's ``int`` applies): the ONNX model computes the size from its 
 (a square root as ``Pow(x, 0.5)`` in double precision and a cast to int64, exact for a
 perfect square, as eager PyTorch computes it). Every other argument goes to the original.
 
+Depth Anything sizes its depth map with Python's own ``int(patch_height * patch_size)``:
+its module gets an ``int`` of the same kind during a capture (a module global shadowing the
+builtin, removed afterwards; the module reads ``int`` nowhere else).
+
 Knows transformers only by name (library_adapters.CAPTURE_REWRITES): never imports it.
 """
 
@@ -20,6 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+# transformers' model types whose modeling module sizes an output with the builtin `int` of an image size
+INT_SIZED_FAMILIES = ("depth_anything",)
 
 
 def symbolic_size_as_is(original: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -62,3 +62,12 @@ def test_a_square_patch_grid_stays_dynamic(export_and_compare, tmp_path) -> None
     got = np.asarray(program(tokens))  # the program's one output
     assert got.shape == (2, 3, 64, 64)
     np.testing.assert_allclose(got, Grid()(tokens).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_depth_anything_gets_int_during_the_capture_only() -> None:
+    module = importlib.import_module("transformers.models.depth_anything.modeling_depth_anything")
+    assert "int" not in vars(module)
+    with rewritten_library_functions():
+        rewritten = vars(module)["int"]
+        assert rewritten.__wrapped__ is int and rewritten(7.9) == 7 and type(rewritten(7.9)) is int
+    assert "int" not in vars(module)
