@@ -7,7 +7,8 @@ folder must not name its height and width dynamic: export-hf runs the model on i
 second size (taller and wider by pipeline_tasks.GROWN_IMAGE) before naming them, and where
 transformers refuses them writes the example's size into the ONNX input and into
 `preprocessor_config.json` (so Transformers.js's image processor resizes every image to it),
-and says so."""
+and says so. A few models run any size in transformers but the capture follows the
+example's only (EXAMPLE_GRID_MODEL_TYPES): those keep the example's size too."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.program_files import fake_inputs, own_forward_failure, quoted_error, write_json_file
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
+
+# transformers' model types whose code transformers runs at any image size but the capture
+# follows at the example's only (a branch on whether the size is a multiple of the patch
+# grid, sizes made Python ints): their folders keep the example's size, and why
+EXAMPLE_GRID_MODEL_TYPES = {
+    "mobilevit": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
+                 "resizes it only when that differs",
+    "mobilevitv2": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
+                   "resizes it only when that differs",
+}
 
 
 def refused_image_size(loaded: LoadedModel, grown: dict[str, Any]) -> str | None:
@@ -40,6 +51,16 @@ def static_size_note(model_name: str, size: tuple[int, int], grown: tuple[int, i
         f"pixel_values keeps its height and width static ({size[0]} x {size[1]}, the example's): transformers' "
         f"{model_name} itself does not run images of another size ({grown[0]} x {grown[1]}: {error}). "
         f"{PREPROCESSOR_FILE} says that size, so that Transformers.js's image processor resizes every image to it."
+    )
+
+
+def example_grid_note(model_name: str, size: tuple[int, int], why: str) -> str:
+    """What export-hf says of a folder whose images keep the example's ``size`` because the
+    capture follows the example's grid only (``why``)."""
+    return (
+        f"pixel_values keeps its height and width static ({size[0]} x {size[1]}, the example's): {model_name} runs "
+        f"other sizes in transformers, but the capture follows the example's only ({why}). {PREPROCESSOR_FILE} says "
+        "that size, so that Transformers.js's image processor resizes every image to it."
     )
 
 
@@ -73,13 +94,19 @@ def image_dims(
     and said. Returns the files written."""
     if not pipeline_tasks.dynamic_image_dims(model):
         return []
-    error = refused_image_size(loaded, grown)
-    if error is None:
-        pipeline_tasks.name_image_dims(model)
-        return []
+    model_type = getattr(loaded.config, "model_type", None)
+    grown_size = tuple(grown["pixel_values"].shape[2:])
     height, width = pipeline_tasks.image_size(loaded.config)
+    if model_type in EXAMPLE_GRID_MODEL_TYPES:
+        note = example_grid_note(type(loaded.model).__name__, (height, width), EXAMPLE_GRID_MODEL_TYPES[model_type])
+    else:
+        error = refused_image_size(loaded, grown)
+        if error is None:
+            pipeline_tasks.name_image_dims(model)
+            return []
+        note = static_size_note(type(loaded.model).__name__, (height, width), grown_size, error)
     pipeline_tasks.keep_image_size(model, height, width)
-    say(static_size_note(type(loaded.model).__name__, (height, width), tuple(grown["pixel_values"].shape[2:]), error))
+    say(note)
     return write_processor_at_size(Path(loaded.folder), staging, height, width)
 
 

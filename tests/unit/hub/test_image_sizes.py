@@ -61,3 +61,10 @@ def test_the_processor_resizes_to_the_example_size(tmp_path: Path) -> None:
 def test_the_note_says_the_size_kept_and_why() -> None:
     note = static_size_note("DPTForDepthEstimation", (32, 32), (64, 96), "RuntimeError: shape '[3, 9, 9, 32]' is invalid")
     assert "static (32 x 32" in note and "(64 x 96: RuntimeError" in note and PREPROCESSOR_FILE in note
+
+
+def test_a_model_the_capture_follows_at_the_example_grid_only_is_named_with_its_reason() -> None:
+    from fx2onnx.hub.shared.image_sizes import EXAMPLE_GRID_MODEL_TYPES, example_grid_note
+
+    note = example_grid_note("MobileViTForSemanticSegmentation", (64, 64), EXAMPLE_GRID_MODEL_TYPES["mobilevit"])
+    assert "static (64 x 64" in note and "math.ceil" in note and PREPROCESSOR_FILE in note
