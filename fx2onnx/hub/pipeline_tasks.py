@@ -371,6 +371,16 @@ def dynamic_image_dims(model: ir.Model) -> bool:
     return pixels is not None and any(isinstance(pixels.shape[index], ir.SymbolicDim) for index in (2, 3))
 
 
+def square_image_dims(model: ir.Model) -> bool:
+    """Whether the export gave the height and width of ``pixel_values`` one symbol (the
+    capture followed a branch taken for square images only)."""
+    pixels = _pixels(model)
+    if pixels is None:
+        return False
+    height, width = pixels.shape[2], pixels.shape[3]
+    return isinstance(height, ir.SymbolicDim) and height.value is not None and height == width
+
+
 def name_image_dims(model: ir.Model) -> None:
     """Name the height and width of ``pixel_values`` where the export left them dynamic
     (models that interpolate their position embeddings take any image size)."""

@@ -25,10 +25,12 @@ from fx2onnx.hub.shared.program_files import fake_inputs, own_forward_failure, q
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 
-# transformers' model types whose code transformers runs at any image size but the capture
-# follows at the example's only (a branch on whether the size is a multiple of the patch
+# transformers' model types (or classes) whose code transformers runs at any image size but the
+# capture follows at the example's only (a branch on whether the size is a multiple of the patch
 # grid, sizes made Python ints): their folders keep the example's size, and why
 EXAMPLE_GRID_MODEL_TYPES = {
+    "PerceiverForImageClassificationConvProcessing": "its trained position embeddings are reshaped to the "
+                                                      "example's grid of convolved features",
     "mobilevit": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
                  "resizes it only when that differs",
     "mobilevitv2": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
@@ -97,11 +99,15 @@ def image_dims(
     and said. Returns the files written."""
     if not pipeline_tasks.dynamic_image_dims(model):
         return []
-    model_type = getattr(loaded.config, "model_type", None)
+    name = type(loaded.model).__name__
+    why = EXAMPLE_GRID_MODEL_TYPES.get(name) or EXAMPLE_GRID_MODEL_TYPES.get(getattr(loaded.config, "model_type", None))
+    if why is None and pipeline_tasks.square_image_dims(model):
+        why = ("it takes a branch for square images, so the capture tied the width to the height "
+               "(Dinov2 uses its position embeddings as they are when the image is square and of their size)")
     grown_size = tuple(grown["pixel_values"].shape[2:])
     height, width = pipeline_tasks.image_size(loaded.config)
-    if model_type in EXAMPLE_GRID_MODEL_TYPES:
-        note = example_grid_note(type(loaded.model).__name__, (height, width), EXAMPLE_GRID_MODEL_TYPES[model_type])
+    if why is not None:
+        note = example_grid_note(name, (height, width), why)
     else:
         error = refused_image_size(loaded, grown)
         if error is None:

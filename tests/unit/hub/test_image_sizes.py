@@ -68,3 +68,9 @@ def test_a_model_the_capture_follows_at_the_example_grid_only_is_named_with_its_
 
     note = example_grid_note("MobileViTForSemanticSegmentation", (64, 64), EXAMPLE_GRID_MODEL_TYPES["mobilevit"])
     assert "static (64 x 64" in note and "math.ceil" in note and PREPROCESSOR_FILE in note
+
+
+def test_height_and_width_of_one_symbol_are_told_apart() -> None:
+    assert pipeline_tasks.square_image_dims(_model("s1", "s1"))
+    assert not pipeline_tasks.square_image_dims(_model("s1", "s2"))
+    assert not pipeline_tasks.square_image_dims(_model(32, 32))
