@@ -36,8 +36,6 @@ EXAMPLE_GRID_MODEL_TYPES = {
     "mobilevitv2": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
                    "resizes it only when that differs",
     "deformable_detr": "its deformable attention splits the values by the feature maps' sizes as a list of Python ints",
-    "pp_doclayout_v4": "its anchors and encoder follow the example's feature maps: at another size its ONNX model "
-                       "differs from transformers",
 }
 
 
