@@ -23,11 +23,12 @@ afterwards, so that the user's libraries behave as they always do outside an exp
   (:mod:`fx2onnx.capture.libraries.transformers_recurrent_masks`), since a decoder with a
   cache is given the mask of the past tokens too;
 - **sizes kept symbolic**: RT-DETR-style detectors read their batch with Python's ``len``
-  of a tensor and their image's sizes with ``torch_int``, both of which make a symbolic
-  size an int fixed to the example's; their modules get a ``len`` and a ``torch_int`` that
-  give a size as it is (:mod:`fx2onnx.capture.libraries.transformers_query_selection`);
+  of a tensor, which makes a symbolic size an int fixed to the example's; their modules get
+  a ``len`` that gives it as it is (:mod:`fx2onnx.capture.libraries.transformers_query_selection`);
   so does DepthPro's, which counts each scale's patches (the batch times a number per
-  image) with ``len``;
+  image) with ``len``. Every transformers module that imports ``torch_int`` (``int()`` of
+  an image's size or of the square root of its patch count) gets one that keeps a symbolic
+  value symbolic (:mod:`fx2onnx.capture.libraries.transformers_symbolic_sizes`);
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
   (:mod:`fx2onnx.capture.libraries.transformers_rope`);
@@ -84,7 +85,7 @@ from fx2onnx.capture.libraries.transformers_experts import (
     experts_without_routing_loops,
 )
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
-from fx2onnx.capture.libraries.transformers_query_selection import QUERY_SELECTION_FAMILIES, first_dim_as_is, symbolic_size_as_is
+from fx2onnx.capture.libraries.transformers_query_selection import QUERY_SELECTION_FAMILIES, first_dim_as_is
 from fx2onnx.capture.libraries.transformers_recurrent_masks import mask_of_the_new_tokens
 from fx2onnx.capture.libraries.transformers_rope import rope_of_the_sequence_length
 from fx2onnx.capture.libraries.transformers_selective_scans import (
@@ -92,6 +93,7 @@ from fx2onnx.capture.libraries.transformers_selective_scans import (
 )
 from fx2onnx.capture.libraries.transformers_token_scans import linear_recurrence_scan, wkv_scan
 from fx2onnx.capture.libraries.transformers_sparsity import quantile_as_a_constant
+from fx2onnx.capture.libraries.transformers_symbolic_sizes import INT_SIZED_FAMILIES, symbolic_size_as_is
 from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
 
 __all__ = [
@@ -119,10 +121,19 @@ class CaptureRewrite:
     why: str
     also_in: tuple[str, ...] = ()
     shadows_builtin: bool = False
+    # ``module`` names a package: every module of it loaded at the capture that has a function
+    # ``attribute`` of its own (the library's modules that import the function by name)
+    every_module_under: bool = False
 
     @property
     def modules(self) -> tuple[str, ...]:
-        return (self.module, *self.also_in)
+        if not self.every_module_under:
+            return (self.module, *self.also_in)
+        prefix = f"{self.module}."
+        # read in the module's own globals: a lazy package's getattr would import its parts
+        return tuple(name for name, module in list(sys.modules.items())
+                     if name.startswith(prefix) and getattr(vars(module).get(self.attribute), "__name__", None)
+                     == self.attribute)
 
 
 def mask_is_causal_only_when_said(original: Callable[..., bool]) -> Callable[..., bool]:
@@ -247,10 +258,15 @@ CAPTURE_REWRITES: tuple[CaptureRewrite, ...] = (
         "`len()` of each scale's patches (the batch times a number per image), which Python makes an int: the batch "
         "fixed to the example's", shadows_builtin=True,
     ),
+    CaptureRewrite(
+        "transformers.models", "torch_int", symbolic_size_as_is,
+        "`torch_int(height)`, `torch_int(sequence_length**0.5)` of an image's size or patch grid, `int()` outside "
+        "TorchScript: the image's size fixed to the example's", every_module_under=True,
+    ),
     *(CaptureRewrite(
-        f"transformers.models.{name}.modeling_{name}", "torch_int", symbolic_size_as_is,
-        "`torch_int(height)` of the position embedding, `int()` outside TorchScript: the image's size fixed",
-    ) for name in QUERY_SELECTION_FAMILIES),
+        f"transformers.models.{name}.modeling_{name}", "int", symbolic_size_as_is,
+        "`int(patch_height * patch_size)` of the depth map's size: the image's size fixed", shadows_builtin=True,
+    ) for name in INT_SIZED_FAMILIES),
     CaptureRewrite(
         "torchvision.ops.boxes", "batched_nms", torchvision_rewrites.batched_nms,
         "`if boxes.numel() == 0` and the choice between per-class and offset NMS by the number of boxes",

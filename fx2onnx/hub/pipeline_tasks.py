@@ -196,6 +196,10 @@ def text_inputs(config: Any, model: torch.nn.Module, size: int, shape: tuple[int
 GROWN_IMAGE = (32, 64)
 
 
+# the input kinds whose example has images (pixel_values)
+IMAGE_KINDS = (InputKind.IMAGE, InputKind.TEXT_AND_IMAGE)
+
+
 def image_size(config: Any) -> tuple[int, int]:
     """The (height, width) of the images the model of ``config`` takes: its (vision
     config's) image size; for a model that encodes an image as patches of several scales
@@ -328,7 +332,8 @@ def _inputs_of(
     if kind is InputKind.AUDIO:
         return audio_inputs(config, model, size, audio_mask)
     # texts and images in batches of their own: 3 labels and 2 images, then 4 and 1
-    return {**text_inputs(config, model, size, (3 + size, 7 + 4 * size)), **image_inputs(config, 2 - size, size)}
+    images = image_inputs(config, 2 - size, size, grown=any_image_size and size == 1)
+    return {**text_inputs(config, model, size, (3 + size, 7 + 4 * size)), **images}
 
 
 def extra_dim_roles(
@@ -354,13 +359,35 @@ def extra_dim_roles(
     return {}
 
 
+def _pixels(model: ir.Model) -> ir.Value | None:
+    """The model's ``pixel_values`` input of rank 4, or None."""
+    pixels = next((value for value in model.graph.inputs if value.name == "pixel_values"), None)
+    return pixels if pixels is not None and pixels.shape is not None and len(pixels.shape) == 4 else None
+
+
+def dynamic_image_dims(model: ir.Model) -> bool:
+    """Whether the export left the height and width of ``pixel_values`` dynamic (either)."""
+    pixels = _pixels(model)
+    return pixels is not None and any(isinstance(pixels.shape[index], ir.SymbolicDim) for index in (2, 3))
+
+
+def square_image_dims(model: ir.Model) -> bool:
+    """Whether the export gave the height and width of ``pixel_values`` one symbol (the
+    capture followed a branch taken for square images only)."""
+    pixels = _pixels(model)
+    if pixels is None:
+        return False
+    height, width = pixels.shape[2], pixels.shape[3]
+    return isinstance(height, ir.SymbolicDim) and height.value is not None and height == width
+
+
 def name_image_dims(model: ir.Model) -> None:
     """Name the height and width of ``pixel_values`` where the export left them dynamic
     (models that interpolate their position embeddings take any image size)."""
     from fx2onnx.onnx_passes import rename_dims
 
-    pixels = next((value for value in model.graph.inputs if value.name == "pixel_values"), None)
-    if pixels is None or pixels.shape is None or len(pixels.shape) != 4:
+    pixels = _pixels(model)
+    if pixels is None:
         return
     symbols = {
         str(pixels.shape[index].value): name for index, name in ((2, "height"), (3, "width"))
@@ -368,6 +395,24 @@ def name_image_dims(model: ir.Model) -> None:
     }
     if symbols:
         rename_dims(model, symbols)
+
+
+def takes_any_image_size(session: Any) -> bool:
+    """Whether the session's ``pixel_values`` (batch, channels, height, width) has its height
+    and width dynamic (dims named rather than sizes)."""
+    pixels = next((i for i in session.get_inputs() if i.name == "pixel_values"), None)
+    shape = pixels.shape if pixels is not None else None
+    return shape is not None and len(shape) == 4 and all(isinstance(shape[d], str) for d in (2, 3))
+
+
+def keep_image_size(model: ir.Model, height: int, width: int) -> bool:
+    """Write the height and width of ``pixel_values`` as the static ``height`` and ``width``
+    (the graph computes at the example's size only); returns whether the model has that input."""
+    pixels = _pixels(model)
+    if pixels is None:
+        return False
+    pixels.shape = ir.Shape([pixels.shape[0], pixels.shape[1], height, width])
+    return True
 
 
 def keep_task_outputs(model: ir.Model, task: str) -> list[str]:

@@ -9,6 +9,7 @@ gives a fine-tuned classifier's labels and scores."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,9 @@ DIMS = {
     "multiple-choice": ["batch_size", "num_choices", "sequence_length"],
     "zero-shot-image-classification": ["batch_size", "sequence_length"],
     "object-detection": ["batch_size", 3, "height", "width"],  # YOLOS interpolates its position embeddings
+    # DPT without a backbone reshapes its tokens to a square grid: transformers runs no other image
+    # size than a square one, so the folder keeps the example's (and its image processor resizes to it)
+    "depth-estimation": ["batch_size", 3, 32, 32],
 }
 TEXT_TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask", "multiple-choice")
 
@@ -90,6 +94,8 @@ def exported(request, tmp_path_factory, tokenizer):
     model.save_pretrained(folder / "source")
     if task in TEXT_TASKS or task == "zero-shot-image-classification":
         tokenizer.save_pretrained(folder / "source")
+    if task == "depth-estimation":  # resizes to 384 x 384 by default, keeping the aspect ratio where asked
+        transformers.DPTImageProcessor(keep_aspect_ratio=True).save_pretrained(folder / "source")
     result = export_hf(folder / "source", folder / "out", verify=True)
     return task, model, folder / "out", result
 
@@ -110,6 +116,9 @@ def test_task_folder_matches_transformers(exported):
     assert _dims(proto.graph.input[0])[0] == "batch_size"
     if task in DIMS:
         assert _dims(proto.graph.input[0]) == DIMS[task]
+    if task == "depth-estimation":  # Transformers.js's image processor resizes every image to the folder's size
+        processor = json.loads((folder / "preprocessor_config.json").read_text(encoding="utf-8"))
+        assert processor["size"] == {"height": 32, "width": 32} and processor["keep_aspect_ratio"] is False
     if task == "zero-shot-image-classification":  # images batched apart from the texts (one image, every label)
         assert _dims(next(i for i in proto.graph.input if i.name == "pixel_values"))[0] == "image_batch_size"
         assert _dims(next(o for o in proto.graph.output if o.name == "logits_per_image")) == ["image_batch_size", "batch_size"]

@@ -12,7 +12,8 @@
   cache's state (`transformers_selective_scans`), the images' height and width kept static for its
   shifted-window models (`transformers_windows`), Gemma 3n's audio attention padding its
   queries to whole chunks whatever their count (`transformers_audio_chunks`), RT-DETR-style
-  detectors' batch and image sizes read as Python ints kept symbolic (`transformers_query_selection`);
+  detectors' batch read as a Python int kept symbolic (`transformers_query_selection`), its
+  `torch_int` of an image's size or patch grid kept symbolic (`transformers_symbolic_sizes`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).

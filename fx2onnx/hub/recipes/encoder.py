@@ -1,6 +1,8 @@
 """The encoder recipe (feature extraction, image classification): one `onnx/model.onnx`
-with the model's own outputs; a text encoder's int8 as `MatMulInteger` of activations
-quantized at run time (`fx2onnx.onnx_passes.dynamic_quantization`)."""
+with the model's own outputs (an image classifier's height and width named where its model
+runs images of another size, and then verified at one: image_sizes.py); a text encoder's
+int8 as `MatMulInteger` of activations quantized at run time
+(`fx2onnx.onnx_passes.dynamic_quantization`)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.tasks import UnsupportedTaskError
+from fx2onnx.hub.shared.image_sizes import image_dims, names_image_dims
 from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_outputs, verify_quantized_outputs
 from fx2onnx.onnx_passes import WeightQuantization
@@ -28,10 +31,11 @@ PRECISION = PrecisionSupport(dynamic_int8_tasks=(FEATURE_EXTRACTION,))
 OUTPUTS = {FEATURE_EXTRACTION: "last_hidden_state", IMAGE_CLASSIFICATION: "logits"}
 
 
-def example_inputs(loaded: LoadedModel, size: int) -> dict[str, torch.Tensor]:
-    """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two shapes."""
+def example_inputs(loaded: LoadedModel, size: int, any_image_size: bool = False) -> dict[str, torch.Tensor]:
+    """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two
+    shapes (``any_image_size``: images of another height and width at 1 too)."""
     if loaded.task == IMAGE_CLASSIFICATION:
-        return pipeline_tasks.image_inputs(loaded.config, 2 + size, size)
+        return pipeline_tasks.image_inputs(loaded.config, 2 + size, size, grown=any_image_size and size == 1)
     inputs = pipeline_tasks.text_inputs(loaded.config, loaded.model, size)
     inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
     return inputs
@@ -88,7 +92,9 @@ class EncoderRecipe(RecipeDefaults):
             precision = WeightQuantization(bits=8, dynamic_activations=True)  # a step of the export's ONNX passes
             options = dataclasses.replace(options, precision=precision)
         program = exported_or_refused(loaded, example_inputs(loaded, 0), options)
-        return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL, request.quantization), loaded)
+        written = image_dims(loaded, program.model, example_inputs(loaded, 1, any_image_size=True), staging, say)
+        path = onnx_file(loaded, folder_layout.MODEL, request.quantization)
+        return [*written, *save_program(program, staging, path, loaded)]
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,
@@ -96,9 +102,14 @@ class EncoderRecipe(RecipeDefaults):
     ) -> Verification:
         path = folder / onnx_file(loaded, folder_layout.MODEL, request.quantization)
         output = OUTPUTS[loaded.task]
+        any_size = loaded.task == IMAGE_CLASSIFICATION and names_image_dims(path)  # then checked at a second size
+
+        def inputs(size: int) -> dict[str, torch.Tensor]:
+            return example_inputs(loaded, size, any_size)
+
         if request.quantization is not None:
-            return verify_quantized_outputs(path, model, lambda size: example_inputs(loaded, size), output, request.atol)
-        return verify_outputs(path, model, lambda size: example_inputs(loaded, size), output, tolerance)
+            return verify_quantized_outputs(path, model, inputs, output, request.atol)
+        return verify_outputs(path, model, inputs, output, tolerance)
 
 
 RECIPE = EncoderRecipe()

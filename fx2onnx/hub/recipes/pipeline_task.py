@@ -2,9 +2,10 @@
 detection, segmentation, depth, CTC and audio, CLIP-style zero-shot; pipeline_tasks.py):
 one `onnx/model.onnx` with the outputs the task's pipelines read. Its verification
 compares every output the folder's model keeps against transformers', on two input sizes
-(the second with a padded row; a detector's images of another height and width where the
-folder's model takes any). An audio model reads the mask of a padded batch where its
-feature extractor returns one (speech/audio_mask.py)."""
+(the second with a padded row; images of another height and width where the folder's model
+names them dynamic, which it does only where transformers' model runs them: image_sizes.py).
+An audio model reads the mask of a padded batch where its feature extractor returns one
+(speech/audio_mask.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import torch
 import fx2onnx
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.pipeline_tasks import example_inputs
+from fx2onnx.hub.pipeline_tasks import example_inputs, takes_any_image_size
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
-from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, save_program
+from fx2onnx.hub.shared.image_sizes import image_dims
+from fx2onnx.hub.shared.program_files import exported_or_refused, onnx_file, quoted_error, save_program
 from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session, run_session, verdict_of
 from fx2onnx.hub.speech.audio_input import reads_mask
 from fx2onnx.hub.speech.audio_mask import frames_mask_rule
@@ -52,32 +54,33 @@ def attended_frames(model: torch.nn.Module, inputs: dict[str, torch.Tensor], act
     return actual[frames.numpy()], expected[frames]
 
 
-def takes_any_image_size(session: Any) -> bool:
-    """Whether the session's ``pixel_values`` (batch, channels, height, width) has its height
-    and width dynamic (dims named rather than sizes)."""
-    pixels = next((i for i in session.get_inputs() if i.name == "pixel_values"), None)
-    shape = pixels.shape if pixels is not None else None
-    return shape is not None and len(shape) == 4 and all(isinstance(shape[d], str) for d in (2, 3))
-
-
 def verify_task_outputs(
     path: Path, model: torch.nn.Module, task: str, config: Any, tolerance: Tolerance, with_mask: bool = False,
 ) -> Verification:
     """Every output of the folder's model against transformers', on two input sizes (a
-    padded clip's logits at its attended frames; a detector's images of two sizes where the
-    folder's model takes any)."""
+    padded clip's logits at its attended frames; images of a second height and width where
+    the folder's model names them dynamic)."""
     pairs: list[tuple[np.ndarray, torch.Tensor]] = []
     with cpu_session(path) as session:
         names = [o.name for o in session.get_outputs()]
-        # detectors' folders are checked at a second image size too; DPT's depth folder names its
-        # sizes dynamic but reshapes to the example's patch grid: another size fails there
-        any_size = task == pipeline_tasks.OBJECT_DETECTION and takes_any_image_size(session)
+        any_size = pipeline_tasks.PIPELINE_TASKS[task].inputs in pipeline_tasks.IMAGE_KINDS and takes_any_image_size(session)
         for size in (0, 1):
             inputs = example_inputs(task, config, model, size, with_mask, any_size)
+            try:
+                with torch.no_grad():
+                    expected = model(**inputs)
+            except (ValueError, TypeError, RuntimeError) as own:  # a folder that names sizes its model cannot run
+                failure = (f"the folder names the height and width of pixel_values dynamic, but transformers' model "
+                           f"itself does not run images of {list(inputs['pixel_values'].shape[2:])}: {quoted_error(own)}")
+                return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
             actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})
-            with torch.no_grad():
-                expected = model(**inputs)
-            pairs += [attended_frames(model, inputs, actual[name], _torch_output(expected, name)) for name in names]
+            for name in names:
+                got, want = actual[name], _torch_output(expected, name)
+                if tuple(got.shape) != tuple(want.shape):  # a size the graph fixed at the example's
+                    failure = (f"the {name} is {list(got.shape)} where transformers' is {list(want.shape)} (the inputs "
+                               f"of size {size}: {', '.join(f'{k} {list(v.shape)}' for k, v in inputs.items())})")
+                    return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
+                pairs.append(attended_frames(model, inputs, got, want))
     return verdict_of(pairs, tolerance)
 
 
@@ -99,8 +102,9 @@ class PipelineTaskRecipe(RecipeDefaults):
         roles = pipeline_tasks.extra_dim_roles(task, loaded.config, loaded.model, with_mask)
         program = exported_or_refused(loaded, inputs, options, roles)
         pipeline_tasks.keep_task_outputs(program.model, task)
-        pipeline_tasks.name_image_dims(program.model)
-        return save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)
+        grown = example_inputs(task, loaded.config, loaded.model, 1, with_mask, any_image_size=True)
+        return [*image_dims(loaded, program.model, grown, staging, say),
+                *save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)]
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
         return ctc_client_note(config)

@@ -1,4 +1,4 @@
-"""RT-DETR-style detectors' `len` and `torch_int` during a capture
+"""RT-DETR-style detectors' `len` during a capture
 (capture/libraries/transformers_query_selection.py, listed in library_adapters.CAPTURE_REWRITES):
 eager values as the originals give them, a module global shadowing `len` only while the
 rewrites are in place, and a batch read with `len` kept dynamic in the export."""
@@ -13,9 +13,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.capture.libraries.transformers_query_selection import (
-    QUERY_SELECTION_FAMILIES, first_dim_as_is, symbolic_size_as_is,
-)
+from fx2onnx.capture.libraries.transformers_query_selection import QUERY_SELECTION_FAMILIES, first_dim_as_is
 from fx2onnx.capture.library_adapters import CAPTURE_REWRITES, rewritten_library_functions
 
 transformers = pytest.importorskip("transformers")
@@ -29,14 +27,6 @@ def test_len_is_the_builtins_on_eager_values() -> None:
         tensor_len(torch.tensor(1.0))
 
 
-def test_torch_int_is_transformers_on_eager_values() -> None:
-    from transformers.utils import torch_int
-
-    rewritten = symbolic_size_as_is(torch_int)
-    for value in (7, 7.9, torch.tensor(3)):
-        assert rewritten(value) == torch_int(value) and type(rewritten(value)) is int
-
-
 def test_each_family_module_gets_len_only_during_the_capture() -> None:
     modules = [importlib.import_module(f"transformers.models.{name}.modeling_{name}") for name in QUERY_SELECTION_FAMILIES]
     originals = [module.torch_int for module in modules]
@@ -47,7 +37,7 @@ def test_each_family_module_gets_len_only_during_the_capture() -> None:
             assert module.torch_int.__wrapped__ is original
     assert not any("len" in vars(module) for module in modules)
     assert [module.torch_int for module in modules] == originals
-    shadowing = [r for r in CAPTURE_REWRITES if r.shadows_builtin]
+    shadowing = [r for r in CAPTURE_REWRITES if r.shadows_builtin and r.attribute == "len"]
     # and DepthPro's, which counts its patches with len (test_depth_pro_patch_counts.py)
     depth_pro = "transformers.models.depth_pro.modeling_depth_pro"
     assert {r.module for r in shadowing} == {module.__name__ for module in modules} | {depth_pro}

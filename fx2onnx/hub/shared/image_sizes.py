@@ -1,0 +1,128 @@
+"""An image folder's height and width: dynamic only where transformers' own model runs
+images of another size.
+
+Some image models compute at one size only (DPT without a backbone reshapes its tokens to
+a square grid: a taller than wide image does not fit it, in transformers as in ONNX). Such a
+folder must not name its height and width dynamic: export-hf runs the model on images of a
+second size (taller and wider by pipeline_tasks.GROWN_IMAGE) before naming them, and where
+transformers refuses them writes the example's size into the ONNX input and into
+`preprocessor_config.json` (so Transformers.js's image processor resizes every image to it),
+and says so. A few models run any size in transformers but the capture follows the
+example's only (EXAMPLE_GRID_MODEL_TYPES): those keep the example's size too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from fx2onnx.hub import pipeline_tasks
+from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.shared.program_files import fake_inputs, own_forward_failure, quoted_error, write_json_file
+
+PREPROCESSOR_FILE = "preprocessor_config.json"
+
+# transformers' model types (or classes) whose code transformers runs at any image size but the
+# capture follows at the example's only (a branch on whether the size is a multiple of the patch
+# grid, sizes made Python ints): their folders keep the example's size, and why
+EXAMPLE_GRID_MODEL_TYPES = {
+    "PerceiverForImageClassificationConvProcessing": "its trained position embeddings are reshaped to the "
+                                                      "example's grid of convolved features",
+    "mobilevit": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
+                 "resizes it only when that differs",
+    "mobilevitv2": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
+                   "resizes it only when that differs",
+    "deformable_detr": "its deformable attention splits the values by the feature maps' sizes as a list of Python ints",
+}
+
+
+def refused_image_size(loaded: LoadedModel, grown: dict[str, Any]) -> str | None:
+    """transformers' own error on the ``grown`` example (images of a second size), quoted;
+    None when its forward runs them (a fake model in its fake mode)."""
+    failure = own_forward_failure(
+        loaded, fake_inputs(grown, loaded), lambda own: RuntimeError(quoted_error(own, loaded.model)),
+        caught=(ValueError, TypeError, RuntimeError), run_fake=True)
+    return None if failure is None else str(failure)
+
+
+def static_size_note(model_name: str, size: tuple[int, int], grown: tuple[int, int], error: str) -> str:
+    """What export-hf says of a folder whose images keep the example's ``size``."""
+    return (
+        f"pixel_values keeps its height and width static ({size[0]} x {size[1]}, the example's): transformers' "
+        f"{model_name} itself does not run images of another size ({grown[0]} x {grown[1]}: {error}). "
+        f"{PREPROCESSOR_FILE} says that size, so that Transformers.js's image processor resizes every image to it."
+    )
+
+
+def example_grid_note(model_name: str, size: tuple[int, int], why: str) -> str:
+    """What export-hf says of a folder whose images keep the example's ``size`` because the
+    capture follows the example's grid only (``why``)."""
+    return (
+        f"pixel_values keeps its height and width static ({size[0]} x {size[1]}, the example's): {model_name} runs "
+        f"other sizes in transformers, but the capture follows the example's only ({why}). {PREPROCESSOR_FILE} says "
+        "that size, so that Transformers.js's image processor resizes every image to it."
+    )
+
+
+def processor_at_size(settings: dict[str, Any], height: int, width: int) -> dict[str, Any]:
+    """Image processor ``settings`` that resize every image to ``height`` x ``width`` (no
+    aspect ratio kept; a center crop, where it crops, of that size too)."""
+    changed = {**settings, "do_resize": True, "size": {"height": height, "width": width}}
+    if "keep_aspect_ratio" in changed:
+        changed["keep_aspect_ratio"] = False
+    if changed.get("do_center_crop"):
+        changed["crop_size"] = {"height": height, "width": width}
+    return changed
+
+
+def write_processor_at_size(source: Path, staging: Path, height: int, width: int) -> list[str]:
+    """The folder's `preprocessor_config.json`: the source's, resizing to ``height`` x
+    ``width`` (processor_at_size); nothing where the source has none."""
+    path = source / PREPROCESSOR_FILE
+    if not path.is_file():
+        return []
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    return [write_json_file(staging, PREPROCESSOR_FILE, processor_at_size(settings, height, width))]
+
+
+def image_dims(
+    loaded: LoadedModel, model: ir.Model, grown: dict[str, Any], staging: Path, say: Callable[[str], None],
+) -> list[str]:
+    """Where the export left the height and width of ``model``'s images dynamic: named
+    (pipeline_tasks.name_image_dims) when transformers' model runs the ``grown`` example,
+    else written as the example's size, in the model and in the image processor's settings,
+    and said. Returns the files written."""
+    if not pipeline_tasks.dynamic_image_dims(model):
+        return []
+    name = type(loaded.model).__name__
+    why = EXAMPLE_GRID_MODEL_TYPES.get(name) or EXAMPLE_GRID_MODEL_TYPES.get(getattr(loaded.config, "model_type", None))
+    if why is None and pipeline_tasks.square_image_dims(model):
+        why = ("it takes a branch for square images, so the capture tied the width to the height "
+               "(Dinov2 uses its position embeddings as they are when the image is square and of their size)")
+    grown_size = tuple(grown["pixel_values"].shape[2:])
+    height, width = pipeline_tasks.image_size(loaded.config)
+    if why is not None:
+        note = example_grid_note(name, (height, width), why)
+    else:
+        error = refused_image_size(loaded, grown)
+        if error is None:
+            pipeline_tasks.name_image_dims(model)
+            return []
+        note = static_size_note(type(loaded.model).__name__, (height, width), grown_size, error)
+    pipeline_tasks.keep_image_size(model, height, width)
+    say(note)
+    return write_processor_at_size(Path(loaded.folder), staging, height, width)
+
+
+def names_image_dims(path: Path) -> bool:
+    """Whether the ONNX model at ``path`` names the height and width of its ``pixel_values``
+    (read without its weights)."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    pixels = next((value for value in proto.graph.input if value.name == "pixel_values"), None)
+    dims = list(pixels.type.tensor_type.shape.dim) if pixels is not None else []
+    return len(dims) == 4 and all(dim.dim_param for dim in dims[2:])
