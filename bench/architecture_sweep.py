@@ -135,15 +135,30 @@ SMALL = dict(
 RTOL, ATOL = fx2onnx.ExportOptions.verify_rtol, fx2onnx.ExportOptions.verify_atol
 
 
+def own_model_type(class_name: str, model_types: list[str]) -> str:
+    """Of the model types transformers files ``class_name`` under (GPT2LMHeadModel under
+    ``gpt2`` and ``gpt-sw3``, LlamaForCausalLM under ``llama``, ``exaone`` and others), the
+    one of the class's own config class, which clients know it by; else the first."""
+    if len(model_types) > 1:
+        import transformers
+
+        config_class = getattr(getattr(transformers, class_name, None), "config_class", None)
+        own = getattr(config_class, "model_type", None)
+        if own in model_types:
+            return own
+    return model_types[0]
+
+
 def pairs_of(task: str) -> list[tuple[str, str]]:
     """(model type, class name) of every class transformers files under ``task``."""
     from transformers.models.auto import modeling_auto
 
-    found: dict[str, str] = {}
+    candidates: dict[str, list[str]] = {}
     for mapping in TASK_MAPPINGS[task]:
         for model_type, classes in getattr(modeling_auto, mapping, {}).items():
             for name in (classes,) if isinstance(classes, str) else classes:
-                found.setdefault(name, model_type)
+                candidates.setdefault(name, []).append(model_type)
+    found = {name: own_model_type(name, types) for name, types in candidates.items()}
     if task == "text-generation":
         # a causal LM transformers files under image-text-to-text alone (Mistral4ForCausalLM), which
         # export-hf's default task makes text generation where its config has no encoder

@@ -774,3 +774,14 @@ def test_a_tiny_depth_pro_takes_images_of_its_processors_proportions() -> None:
     assert config.patch_size == config.image_model_config.image_size == config.patch_model_config.image_size == 32
     assert max(config.intermediate_hook_ids) < config.patch_model_config.num_hidden_layers
     assert image_size(config) == (128, 128)
+
+
+def test_a_class_filed_under_several_model_types_is_swept_under_its_own_config_s() -> None:
+    """transformers files GPT2LMHeadModel under gpt-sw3 and gpt2, LlamaForCausalLM under
+    exaone, llama and others: the sweep builds each from its own config class's model
+    type, the one clients know it by."""
+    pairs = dict((name, model_type) for model_type, name in sweep.pairs_of("text-generation"))
+    assert pairs["GPT2LMHeadModel"] == "gpt2" and pairs["LlamaForCausalLM"] == "llama"
+    assert pairs["Llama4ForCausalLM"] == "llama4_text"
+    assert sweep.own_model_type("LlamaForCausalLM", ["exaone", "llama"]) == "llama"
+    assert sweep.own_model_type("NoSuchClass", ["b", "a"]) == "b"  # no config class: the first
