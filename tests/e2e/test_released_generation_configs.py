@@ -5,7 +5,9 @@ The folder keeps `generation_config.json` as the source has it. Transformers.js 
 applies its logits processors (forced bos and eos tokens, no-repeat n-grams, bad words,
 repetition penalty) but runs `num_beams` > 1 as greedy search
 (fx2onnx/hub/shared/generation_search.py says where): its 16 tokens are transformers'
-`generate` with the config and num_beams=1, which export-hf says. ONNX Runtime GenAI reads the
+`generate` with the config and num_beams=1, which export-hf says. It samples without top_p: Qwen2-VL's
+config (top_k 1) gives transformers' tokens as written; Gemma 3's is compared greedily, and its sampling
+checked for where it stops. ONNX Runtime GenAI reads the
 config's sampling and repetition settings from genai_config.json's search section: with
 do_sample off, its tokens are transformers' with do_sample=False (the repetition penalty kept).
 """
@@ -202,3 +204,78 @@ def test_causal_lm_genai_folder_runs_the_generation_configs_beam_search(tmp_path
         tokens = [int(t) for t in generator.get_sequence(0)][len(prompt):]
         given = {"input_ids": torch.tensor([prompt]), "attention_mask": torch.ones(1, len(prompt), dtype=torch.int64)}
         assert tokens == generated(model, given, num_beams=beams)[0][len(prompt):], beams
+
+
+def test_qwen2_vl_folder_samples_its_released_generation_config_in_transformers_js(tmp_path, transformers_js):
+    """Qwen2-VL with Qwen's released generation config run as written by Transformers.js (sampling at
+    top_k 1: the argmax after the repetition penalty 1.05 and temperature 0.1; top_p not applied, which at
+    top_k 1 changes nothing): its 16 tokens on an image are transformers' `generate` with the same config, and
+with a repetition penalty of 1.5 given to both (the rest as written), which changes them."""
+    import qwen3_kind_models
+    from test_transformers_js import random_image, save_qwen2_vl
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = save_qwen2_vl(source)
+    # the released ids by role, as the GenAI test above maps them
+    generation = released("qwen2_vl", {151643: 0, 151645: 2, 151654: 0})
+    model.generation_config = transformers.GenerationConfig(**generation)
+    model.generation_config.save_pretrained(source)
+    export_hf(source, out, runtime="standard")
+    assert json.loads((out / "generation_config.json").read_text())["top_k"] == 1
+    random_image(45, 75, 0).save(tmp_path / "image.png")
+    given = qwen3_kind_models.processed_batch(source, "qwen2_vl", [([tmp_path / "image.png"], "describe this image")], 0)
+    # as written, and with a penalty that changes this model's tokens (1.05 does not), the rest as written
+    searches = [{"min_new_tokens": NEW_TOKENS}, {"min_new_tokens": NEW_TOKENS, "repetition_penalty": 1.5}]
+    job = {"folder": str(out), "task": "image-text-to-text",
+           "image_text": {"prompts": [{"inputs": tensor_specs(given), "options": search} for search in searches],
+                          "new_tokens": NEW_TOKENS}}
+    results = [result["generated"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    given["mm_token_type_ids"] = (given["input_ids"] == model.config.image_token_id).long()
+    length = given["input_ids"].shape[1]
+    sampled = generated(model, given)[0][length:]
+    penalized = generated(model, given, repetition_penalty=1.5)[0][length:]
+    assert model.generation_config.do_sample and results == [sampled, penalized] and sampled != penalized
+
+
+def test_gemma3_folder_with_its_released_generation_config_in_transformers_js(tmp_path, transformers_js):
+    """Gemma 3 with Google's released generation config (sampling at top_k 64, top_p 0.95; eos 1 and
+    106): with do_sample false given to both clients (the rest of the config as written, no minimum
+    length) Transformers.js's tokens on an image are transformers'; eos ids given as a list stop both
+    at whichever comes first; sampling as written stops at an eos id or after 16 tokens, each a
+    token of the vocabulary."""
+    from test_transformers_js import random_image, save_gemma3
+    from test_export_hf_vision_language import gemma_prompt
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    model = save_gemma3(source)
+    processor = transformers.AutoProcessor.from_pretrained(source)
+    token = processor.tokenizer.convert_tokens_to_ids
+    # the released ids by role: <pad> 0, <eos> 1, <bos> 2, <end_of_turn> 106
+    generation = released("gemma3", {0: token("<pad>"), 1: token("<eos>"), 2: token("<bos>"), 106: token("<end_of_turn>")})
+    model.generation_config = transformers.GenerationConfig(**generation)
+    model.generation_config.save_pretrained(source)
+    export_hf(source, out, runtime="standard")
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == generation["eos_token_id"]
+    given = dict(processor(text=gemma_prompt(1), images=[random_image(64, 64, 0)], return_tensors="pt"))
+    length = given["input_ids"].shape[1]
+    with torch.no_grad():
+        greedy = model.generate(**given, max_new_tokens=NEW_TOKENS, do_sample=False)[0, length:].tolist()
+    # eos ids a list of two tokens greedy search gives, each first at its place: either stops both clients
+    first, later = greedy[2], next(t for t in greedy[5:] if t not in greedy[:5])
+    stops = [[later, first], [first, later]]
+    client = tensor_specs({k: given[k] for k in ("input_ids", "attention_mask", "pixel_values")})
+    prompts = [{"inputs": client, "options": {"do_sample": False}}]
+    prompts += [{"inputs": client, "options": {"do_sample": False, "eos_token_id": eos}} for eos in stops]
+    prompts += [{"inputs": client, "options": {}}] * 4  # sampling as written
+    job = {"folder": str(out), "task": "image-text-to-text", "image_text": {"prompts": prompts, "new_tokens": NEW_TOKENS}}
+    results = [result["generated"] for result in run_in_transformers_js(transformers_js, tmp_path, job)["image_text"]]
+    assert results[0] == greedy
+    for eos, tokens in zip(stops, results[1:3]):
+        with torch.no_grad():
+            expected = model.generate(**given, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos)[0, length:]
+        assert tokens == expected.tolist() == greedy[:3]
+    vocabulary = model.config.text_config.vocab_size
+    for tokens in results[3:]:
+        assert 0 < len(tokens) <= NEW_TOKENS and all(0 <= t < vocabulary for t in tokens)
+        ends = [i for i, t in enumerate(tokens) if t in generation["eos_token_id"]]
+        assert ends in ([], [len(tokens) - 1]) and (ends or len(tokens) == NEW_TOKENS)

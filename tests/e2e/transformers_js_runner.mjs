@@ -8,7 +8,7 @@
 // through the folder's processor and a CTC or audio classification model), or "detect" (image files one by one
 // through `pipeline("object-detection", folder)` and the folder's processor), or "image_text" (prompts with image files (and audio clips) through the folder's
 // processor, with chat messages through its chat template, or processed inputs as given, and an image-text-to-text
-// model's `generate`; the processor's outputs returned), or "audio_text" (processed
+// model's `generate`, greedily or with the prompt's generate options; the processor's outputs returned), or "audio_text" (processed
 // inputs as given to an audio-text-to-text model's `generate`; a prompt's "chunks", tensors given to a streaming
 // model's `generate` as its `input_features` iterable, one chunk per element), or "spectrogram" (token ids
 // with a speaker embedding through a text-to-spectrogram model's `generate_speech` and a vocoder folder), or "speak" (texts
@@ -187,7 +187,7 @@ if (job.image_text) {
         ? await AutoProcessor.from_pretrained(job.folder, options) : null;
     const model = await AutoModelForImageTextToText.from_pretrained(job.folder, options);
     result.image_text = [];
-    for (const { text, messages, images = [], audio, inputs: given } of prompts) {
+    for (const { text, messages, images = [], audio, inputs: given, options: search } of prompts) {
         // a prompt's text (or chat messages through the folder's chat template), image files and audio clips
         // (samples, one clip) through the processor, or its processed inputs as given
         const opened = given ? [] : await Promise.all(images.map((path) => RawImage.read(path)));
@@ -195,8 +195,10 @@ if (job.image_text) {
         const chosen = opened.length === 1 ? opened[0] : (opened.length === 0 && audio ? null : opened);
         const inputs = given ? tensors(given)
             : await processed(processor, prompt, chosen, audio ? Float32Array.from(audio) : null);
+        // a prompt's "options" (generate's keyword arguments) in place of greedy search of newTokens tokens exactly:
+        // `{}` runs the folder's generation_config.json as written
         const output = plain(await model.generate({
-            ...inputs, max_new_tokens: newTokens, min_new_tokens: newTokens, do_sample: false,
+            ...inputs, max_new_tokens: newTokens, ...(search ?? { min_new_tokens: newTokens, do_sample: false }),
         }));
         // an encoder-decoder's output is the decoder's tokens, after its start token
         const [rows, promptLength] = model.config.is_encoder_decoder ? [inputs.input_ids.dims[0], 1] : inputs.input_ids.dims;
