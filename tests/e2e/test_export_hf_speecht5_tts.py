@@ -19,11 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 import torch
 
 from fx2onnx.hub import export_hf
 from fx2onnx.hub.recipes.speecht5_text_to_audio import speaker_embedding, verification_texts
+from fx2onnx.hub.shared.verification import tolerance_for
+from fx2onnx.hub.speech.speecht5_verify import onnx_speech, verify_speecht5
 from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, write_folder_tokenizer
 from fx2onnx.hub.speech.speecht5_tts import without_prenet_dropout
 from sentencepiece_models import MAPPED, STRINGS, char_model, speecht5_tokenizer_folder, trained_char_model
@@ -196,3 +199,26 @@ def test_speecht5_without_a_vocoder_or_with_another_s_is_refused(tmp_path):
     with pytest.raises(ValueError, match=f"reads {MEL_BINS + 2} mel bins where the model writes {MEL_BINS}"):
         export_hf(tmp_path / "tts", tmp_path / "out", vocoder=tmp_path / "other")
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_fails_a_tiny_vocoder_s_wrong_waveform(released, tmp_path):
+    """The tiny vocoder's samples are far below the tolerance's atol: a folder whose vocoder
+    gives them 1.5 times as large (its last convolution's weight scaled) fails --verify, as
+    its waveform is compared relative to transformers' largest sample (peak_scale.py)."""
+    model, vocoder, result = released
+    folder = result.folder
+    altered = onnx.load(str(folder / "vocoder/onnx/model.onnx"))
+    weight = next(t for t in altered.graph.initializer if t.name.endswith("conv_post.weight"))
+    weight.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weight) * 1.5, weight.name))
+    onnx.save(altered, str(tmp_path / "model.onnx"), save_as_external_data=True, location="model.onnx_data")
+    paths = [folder / "onnx/encoder_model.onnx", folder / "onnx/decoder_model_merged.onnx"]
+    texts, speaker = verification_texts(model.config), speaker_embedding(model.config)
+    _, waveform = onnx_speech(*paths, tmp_path / "model.onnx", texts[0].numpy(), speaker.numpy(),
+                              model.config.reduction_factor, MEL_BINS)
+    with torch.no_grad(), without_prenet_dropout(model):
+        expected = vocoder(model.generate_speech(texts[0], speaker)).numpy()
+    # wrong by a third of every sample, yet within 1e-4 of transformers' waveform
+    assert np.abs(waveform.ravel() - expected.ravel()).max() < 1e-4
+    wrong = verify_speecht5(*paths, tmp_path / "model.onnx", model, vocoder, texts, speaker, tolerance_for(torch.float32))
+    assert not wrong.passed and wrong.worst_ratio > 100
+    assert result.verification.passed  # the folder as written, by the same rule

@@ -17,6 +17,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.hub import pipeline_tasks
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.pipeline_tasks import example_inputs, takes_any_image_size
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
@@ -29,6 +30,28 @@ from fx2onnx.hub.shared.verification import Tolerance, Verification, cpu_session
 from fx2onnx.hub.speech.audio_input import reads_mask
 from fx2onnx.hub.speech.audio_mask import frames_mask_rule
 from fx2onnx.hub.speech.transformers_js_speech import ctc_client_note
+
+
+# detectors whose transformers post-processing (RTDetrImageProcessor, use_focal_loss) scores the best
+# query-label pairs with a sigmoid, where Transformers.js's object-detection pipeline applies DETR's
+# rule to every detector (post_process_object_detection, lines 19863-19900 of dist/transformers.node.mjs)
+SIGMOID_DETECTORS = frozenset({"rt_detr", "rt_detr_v2", "d_fine"})
+
+
+def detection_client_note(config: dict[str, Any]) -> str | None:
+    """What export-hf says of an RT-DETR-style detector's folder (config.json ``config``):
+    its outputs are the model's, Transformers.js's pipeline detections are not transformers';
+    None for the other models."""
+    architectures = config.get("architectures") or ()
+    if config.get("model_type") not in SIGMOID_DETECTORS or not any(
+            str(a).endswith("ForObjectDetection") for a in architectures):
+        return None
+    return (f"{TRANSFORMERS_JS}'s object-detection pipeline post-processes this {config['model_type']} folder with "
+            "DETR's rule (the softmax of each query's largest logit, the last label dropped as 'no object'; "
+            "post_process_object_detection, lines 19863-19900 of dist/transformers.node.mjs), where transformers' "
+            "RTDetrImageProcessor keeps the best query-label pairs scored by a sigmoid: the model's logits and "
+            "pred_boxes are exact, the pipeline's scores and labels are not transformers'. For transformers' "
+            "detections, run the model (AutoModelForObjectDetection) and apply the sigmoid rule to its outputs.")
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:
@@ -107,7 +130,7 @@ class PipelineTaskRecipe(RecipeDefaults):
                 *save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)]
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
-        return ctc_client_note(config)
+        return ctc_client_note(config) or detection_client_note(config)
 
     def verify(
         self, loaded: LoadedModel, folder: Path, model: torch.nn.Module, request: ExportRequest, tolerance: Tolerance,

@@ -30,6 +30,7 @@ from fx2onnx.hub.speech.audio_input import FEATURE_EXTRACTOR_FILE, feature_extra
 from fx2onnx.hub.speech.speecht5_tts import (
     DecoderStep, PostnetVocoder, SpeechEncoder, first_spectrum, without_prenet_dropout,
 )
+from fx2onnx.hub.shared.peak_scale import PEAK_SCALED_RULE
 from fx2onnx.hub.speech.speecht5_verify import verify_speecht5
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
 
@@ -158,7 +159,7 @@ class SpeechT5TextToAudioRecipe(RecipeDefaults):
     ) -> Verification:
         vocoder = load_vocoder(str(request.vocoder)).to(next(model.parameters()).dtype)
         say("verification: the folder run as Transformers.js's generate_speech runs it, against transformers' "
-            "generate_speech without the prenet's dropout, on two texts")
+            f"generate_speech without the prenet's dropout, on two texts; spectrograms and waveforms {PEAK_SCALED_RULE}")
         texts = verification_texts(model.config)
         return verify_speecht5(
             folder / onnx_file(loaded, folder_layout.ENCODER), folder / onnx_file(loaded, folder_layout.MERGED_DECODER),

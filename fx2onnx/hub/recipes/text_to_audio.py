@@ -37,6 +37,7 @@ from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.program_files import exported, exported_or_refused, onnx_file, save_program
+from fx2onnx.hub.shared.peak_scale import PEAK_SCALED_RULE
 from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_outputs
 from fx2onnx.hub.speech.vits_tokenizer import VITS_TOKENIZER, skipped_steps
 from fx2onnx.hub.tasks import UnsupportedArchitectureError
@@ -152,11 +153,13 @@ class TextToAudioRecipe(RecipeDefaults):
     ) -> Verification:
         path = folder / onnx_file(loaded, folder_layout.MODEL)
         twin = quiet_twin(model)
-        say("verification: the model with noise scales 0, exported as the folder's, against transformers' with them 0")
+        say("verification: the model with noise scales 0, exported as the folder's, against transformers' with them 0; "
+            f"waveforms {PEAK_SCALED_RULE}")
         with tempfile.TemporaryDirectory(prefix="fx2onnx-quiet-twin-") as scratch:
             twin_path = Path(scratch) / "model.onnx"
             _program(twin, example_inputs(loaded, twin, 0), _options_of(path, request)).save(twin_path, external_data=True)
-            verification = verify_outputs(twin_path, twin, lambda size: example_inputs(loaded, twin, size), WAVEFORM, tolerance)
+            verification = verify_outputs(twin_path, twin, lambda size: example_inputs(loaded, twin, size), WAVEFORM, tolerance,
+                                          scaled=True)
             differing = weight_differences(path, twin_path, set(twin.state_dict()))
         if differing and verification.failure is None:
             verification.failure = (f"{len(differing)} weights of the folder's model differ from the model's "

@@ -6,7 +6,9 @@ two input sizes.
 
 Every task is judged: each output element must satisfy ``|onnx - torch| <= atol + rtol *
 |torch|`` (a :class:`Tolerance` fitting the model's dtype, see :data:`DEFAULT_TOLERANCES`),
-and the greedy tokens of a decoder must be equal as well. A model that fails to run fails
+and the greedy tokens of a decoder must be equal as well; an output that may be tiny (a
+waveform, a spectrogram) is first divided by min(1, its largest |torch| value)
+(:func:`peak_scaled`). A model that fails to run fails
 the verification (:class:`FolderRunError`, said in one sentence), never with a traceback."""
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
 from fx2onnx.hub.shared.dim_roles import PAST, present_name
+from fx2onnx.hub.shared.peak_scale import peak_scaled
 from fx2onnx.hub.shared.quantization_error import float_weights, rounded_model, stored_weights
 from fx2onnx.onnx_passes import WeightQuantization
 from fx2onnx import ExportOptions
@@ -397,17 +400,18 @@ def _output_pairs(path: Path, model: torch.nn.Module, make_inputs: Any, output_n
     return pairs
 
 
-def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str, tolerance: Tolerance) -> Verification:
+def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_name: str, tolerance: Tolerance,
+                   scaled: bool = False) -> Verification:
     """The ONNX model's ``output_name`` against the model's, on two input sizes; an output
     of another shape than the model's (a waveform whose length the graph computes) fails,
-    saying both."""
+    saying both. ``scaled``: each size's outputs compared as :func:`peak_scaled` gives them."""
     pairs = _output_pairs(path, model, make_inputs, output_name)
     for size, (actual, expected) in enumerate(pairs):
         if tuple(actual.shape) != tuple(expected.shape):
             failure = (f"the {output_name} is {list(actual.shape)} where transformers' is {list(expected.shape)} "
                        f"(the inputs of size {size})")
             return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
-    return verdict_of(pairs, tolerance)
+    return verdict_of([peak_scaled(*pair) for pair in pairs] if scaled else pairs, tolerance)
 
 
 def verify_seq2seq(
