@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -397,12 +398,16 @@ def name_image_dims(model: ir.Model) -> None:
         rename_dims(model, symbols)
 
 
+def names_height_and_width(shape: Sequence[Any] | None) -> bool:
+    """Whether a ``pixel_values`` shape (batch, channels, height, width) names its height and
+    width (dims named rather than sizes)."""
+    return shape is not None and len(shape) == 4 and all(isinstance(shape[d], str) and shape[d] for d in (2, 3))
+
+
 def takes_any_image_size(session: Any) -> bool:
-    """Whether the session's ``pixel_values`` (batch, channels, height, width) has its height
-    and width dynamic (dims named rather than sizes)."""
+    """Whether the session's ``pixel_values`` has its height and width dynamic (`names_height_and_width`)."""
     pixels = next((i for i in session.get_inputs() if i.name == "pixel_values"), None)
-    shape = pixels.shape if pixels is not None else None
-    return shape is not None and len(shape) == 4 and all(isinstance(shape[d], str) for d in (2, 3))
+    return names_height_and_width(pixels.shape if pixels is not None else None)
 
 
 def keep_image_size(model: ir.Model, height: int, width: int) -> bool:

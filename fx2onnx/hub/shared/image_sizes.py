@@ -48,23 +48,26 @@ def refused_image_size(loaded: LoadedModel, grown: dict[str, Any]) -> str | None
     return None if failure is None else str(failure)
 
 
-def static_size_note(model_name: str, size: tuple[int, int], grown: tuple[int, int], error: str) -> str:
-    """What export-hf says of a folder whose images keep the example's ``size``."""
+def _kept_size_note(size: tuple[int, int], because: str) -> str:
+    """What export-hf says of a folder whose images keep the example's ``size``, ``because`` ..."""
     return (
-        f"pixel_values keeps its height and width static ({size[0]} x {size[1]}, the example's): transformers' "
-        f"{model_name} itself does not run images of another size ({grown[0]} x {grown[1]}: {error}). "
+        f"pixel_values keeps its height and width static ({size[0]} x {size[1]}, the example's): {because}. "
         f"{PREPROCESSOR_FILE} says that size, so that Transformers.js's image processor resizes every image to it."
     )
+
+
+def static_size_note(model_name: str, size: tuple[int, int], grown: tuple[int, int], error: str) -> str:
+    """What export-hf says of a folder whose images keep the example's ``size``: transformers'
+    model refuses the ``grown`` size with ``error``."""
+    return _kept_size_note(
+        size, f"transformers' {model_name} itself does not run images of another size ({grown[0]} x {grown[1]}: {error})")
 
 
 def example_grid_note(model_name: str, size: tuple[int, int], why: str) -> str:
     """What export-hf says of a folder whose images keep the example's ``size`` because the
     capture follows the example's grid only (``why``)."""
-    return (
-        f"pixel_values keeps its height and width static ({size[0]} x {size[1]}, the example's): {model_name} runs "
-        f"other sizes in transformers, but the capture follows the example's only ({why}). {PREPROCESSOR_FILE} says "
-        "that size, so that Transformers.js's image processor resizes every image to it."
-    )
+    return _kept_size_note(size, f"{model_name} runs other sizes in transformers, but the capture follows the "
+                                 f"example's only ({why})")
 
 
 def processor_at_size(settings: dict[str, Any], height: int, width: int) -> dict[str, Any]:
@@ -111,7 +114,7 @@ def image_dims(
         if error is None:
             pipeline_tasks.name_image_dims(model)
             return []
-        note = static_size_note(type(loaded.model).__name__, (height, width), grown_size, error)
+        note = static_size_note(name, (height, width), grown_size, error)
     pipeline_tasks.keep_image_size(model, height, width)
     say(note)
     return write_processor_at_size(Path(loaded.folder), staging, height, width)
@@ -124,5 +127,5 @@ def names_image_dims(path: Path) -> bool:
 
     proto = onnx.load(str(path), load_external_data=False)
     pixels = next((value for value in proto.graph.input if value.name == "pixel_values"), None)
-    dims = list(pixels.type.tensor_type.shape.dim) if pixels is not None else []
-    return len(dims) == 4 and all(dim.dim_param for dim in dims[2:])
+    dims = [dim.dim_param or dim.dim_value for dim in pixels.type.tensor_type.shape.dim] if pixels is not None else None
+    return pipeline_tasks.names_height_and_width(dims)
