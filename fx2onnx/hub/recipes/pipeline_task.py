@@ -95,14 +95,14 @@ def verify_task_outputs(
             except (ValueError, TypeError, RuntimeError) as own:  # a folder that names sizes its model cannot run
                 failure = (f"the folder names the height and width of pixel_values dynamic, but transformers' model "
                            f"itself does not run images of {list(inputs['pixel_values'].shape[2:])}: {quoted_error(own)}")
-                return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
+                return Verification.failed(failure, tolerance)
             actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})
             for name in names:
                 got, want = actual[name], _torch_output(expected, name)
                 if tuple(got.shape) != tuple(want.shape):  # a size the graph fixed at the example's
                     failure = (f"the {name} is {list(got.shape)} where transformers' is {list(want.shape)} (the inputs "
                                f"of size {size}: {', '.join(f'{k} {list(v.shape)}' for k, v in inputs.items())})")
-                    return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
+                    return Verification.failed(failure, tolerance)
                 pairs.append(attended_frames(model, inputs, got, want))
     return verdict_of(pairs, tolerance)
 

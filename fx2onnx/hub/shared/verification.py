@@ -92,9 +92,14 @@ class Verification:
         return self.failure is None and self.within_tolerance and self.tokens_equal is not False
 
     @staticmethod
+    def failed(failure: str, tolerance: Tolerance) -> Verification:
+        """The verdict on a folder that could not be compared, saying why (``failure``)."""
+        return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
+
+    @staticmethod
     def failed_run(error: FolderRunError, tolerance: Tolerance) -> Verification:
         """The verdict on a folder whose model failed to run."""
-        return Verification(float("inf"), None, [], [], tolerance, float("inf"), str(error))
+        return Verification.failed(str(error), tolerance)
 
     def summary(self) -> str:
         if self.failure is not None and self.max_logit_difference == float("inf"):
@@ -410,7 +415,7 @@ def verify_outputs(path: Path, model: torch.nn.Module, make_inputs: Any, output_
         if tuple(actual.shape) != tuple(expected.shape):
             failure = (f"the {output_name} is {list(actual.shape)} where transformers' is {list(expected.shape)} "
                        f"(the inputs of size {size})")
-            return Verification(float("inf"), None, [], [], tolerance, float("inf"), failure)
+            return Verification.failed(failure, tolerance)
     return verdict_of([peak_scaled(*pair) for pair in pairs] if scaled else pairs, tolerance)
 
 
