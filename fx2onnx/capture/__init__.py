@@ -17,6 +17,7 @@ branches on a tensor's value, `value_branches`).
 from fx2onnx.capture.dynamic_dims.check import FIXED_DIM
 from fx2onnx.capture.dynamic_dims.signature import bound_arguments
 from fx2onnx.capture.dynamic_dims.spec import dims_dynamic_but_ones
+from fx2onnx.capture.dynamic_dims.switches import sizes_kept_apart
 from fx2onnx.capture.fake_mode import fake_copy
 from fx2onnx.capture.hints import signature_text
 from fx2onnx.capture.library_adapters import (
@@ -29,5 +30,5 @@ from fx2onnx.capture.value_branches import failing_line, value_branch
 __all__ = [
     "FIXED_DIM", "bound_arguments", "checkpoint_renaming", "default_scan_chunks", "dims_dynamic_but_ones", "failing_line", "fake_copy", "frozen_numbers",
     "is_cache_type", "is_encoder_decoder_cache_type", "model_name",
-    "registered_containers", "signature_text", "tensors_outside_layers", "value_branch",
+    "registered_containers", "signature_text", "sizes_kept_apart", "tensors_outside_layers", "value_branch",
 ]

@@ -1,6 +1,6 @@
 """The switches a capture runs under: size-oblivious reasoning for dims of example size
-0 or 1, and torch's symbolic replacements of `math` functions. Both are private to torch
-and reached here only."""
+0 or 1, torch's symbolic replacements of `math` functions, and sizes equal in the example
+kept apart. All are private to torch and reached here only."""
 
 from __future__ import annotations
 
@@ -23,6 +23,17 @@ def keep_size_one_dims_dynamic(enabled: bool = True) -> Iterator[None]:
     import torch.fx.experimental._config as shape_config
 
     with shape_config.patch(backed_size_oblivious=True), _python_bool_arguments():
+        yield
+
+
+@contextlib.contextmanager
+def sizes_kept_apart() -> Iterator[None]:
+    """Capture with torch's duck shaping off: dims of equal example size get symbols of their
+    own instead of one shared symbol (a model's states of different lengths that happen to
+    be equal in the example). The switch is private to torch: reached here only."""
+    import torch.fx.experimental._config as shape_config
+
+    with shape_config.patch(use_duck_shape=False):
         yield
 
 

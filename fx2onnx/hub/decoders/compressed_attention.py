@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ import onnx
 import torch
 
 import fx2onnx
+from fx2onnx.capture import sizes_kept_apart
 from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.loading import LoadedModel
@@ -304,16 +305,6 @@ def dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {"input_ids": {0: auto, 1: auto}, "attention_mask": {0: auto, 1: auto}, "states": sizes}
 
 
-@contextlib.contextmanager
-def apart_sizes() -> Iterator[None]:
-    """Sizes equal in the example kept apart in the capture (torch's duck shaping off): the
-    states' lengths are of different layers and rates."""
-    import torch.fx.experimental._config as fx_config
-
-    with fx_config.patch(use_duck_shape=False):
-        yield
-
-
 def name_folder_values(graph: onnx.GraphProto, config: Any) -> None:
     """The exported graph's state inputs and outputs under the names Transformers.js feeds
     (`state_layout`), its first output `logits`, and each dim's name: `batch_size` and one
@@ -358,7 +349,7 @@ def export_compressed_attention(
             raise
         raise own from error
     options = dataclasses.replace(options, dynamic_shapes=dynamic_shapes(inputs))
-    with apart_sizes():
+    with sizes_kept_apart():  # the states' lengths are of different layers and rates
         program = exported(step, inputs, options)
     name = onnx_file(loaded, folder_layout.MODEL, quantization)
     files = save_program(program, staging, name, loaded)

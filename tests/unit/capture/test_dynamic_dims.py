@@ -145,3 +145,15 @@ def test_size_one_switch_is_restored() -> None:
     with keep_size_one_dims_dynamic():
         assert shape_config.backed_size_oblivious is True
     assert shape_config.backed_size_oblivious == before
+
+
+def test_sizes_kept_apart_turns_torch_s_duck_shaping_off_and_back() -> None:
+    """The switch is torch's private `use_duck_shape`: this fails loudly where it moves."""
+    import torch.fx.experimental._config as shape_config
+
+    from fx2onnx.capture import sizes_kept_apart
+
+    assert shape_config.use_duck_shape is True
+    with sizes_kept_apart():
+        assert shape_config.use_duck_shape is False
+    assert shape_config.use_duck_shape is True
