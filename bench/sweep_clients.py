@@ -155,9 +155,14 @@ def _tensor_job(inputs: dict[str, torch.Tensor], names: list[str]) -> dict[str, 
 def in_transformers_js(task: str, model: torch.nn.Module, config: Any, folder: Path, prompts: list[list[int]],
                        prefix: Path, limit: float) -> dict[str, Any]:
     """The folder in Transformers.js against transformers: loaded or the error's first line, exact or not."""
+    with tempfile.TemporaryDirectory(prefix="fx2onnx-js-") as scratch:
+        return _compare_in_transformers_js(task, model, config, folder, prompts, prefix, limit, Path(scratch))
+
+
+def _compare_in_transformers_js(task: str, model: torch.nn.Module, config: Any, folder: Path, prompts: list[list[int]],
+                                prefix: Path, limit: float, scratch: Path) -> dict[str, Any]:
     import onnx
 
-    scratch = Path(tempfile.mkdtemp(prefix="fx2onnx-js-"))
     if task in ("text-generation", "text2text-generation"):
         job = {"folder": str(folder), "task": task, "prompts": prompts, "new_tokens": NEW_TOKENS}
         result, error = _node(job, scratch, prefix, limit)

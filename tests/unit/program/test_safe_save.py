@@ -123,6 +123,17 @@ def _interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
+def _os_for_files_module(monkeypatch, **replaced):
+    """Replace `os` functions for `diagnostics.files` alone: patching the `os` module itself
+    would also reach whatever else runs in the worker meanwhile (finalizers, other threads)."""
+
+    class _Os:
+        def __getattr__(self, name):
+            return replaced[name] if name in replaced else getattr(os, name)
+
+    monkeypatch.setattr(files, "os", _Os())
+
+
 @pytest.mark.parametrize("external_data", [False, True])
 def test_interrupted_save_leaves_old_files_and_no_temporary(program, tmp_path, monkeypatch, external_data):
     path = tmp_path / "m.onnx"
@@ -135,7 +146,7 @@ def test_interrupted_save_leaves_old_files_and_no_temporary(program, tmp_path, m
 
 
 def test_interrupted_report_leaves_no_temporary(program, tmp_path, monkeypatch):
-    monkeypatch.setattr(files.os, "fsync", _interrupt)
+    _os_for_files_module(monkeypatch, fsync=_interrupt)
     with pytest.raises(KeyboardInterrupt):
         program.save_diagnostics(tmp_path / "r.sarif")
     assert listing(tmp_path) == []
@@ -145,7 +156,7 @@ def test_errors_name_the_users_path_not_a_temporary_one(program, tmp_path, monke
     def refuse(source, destination):
         raise PermissionError(errno.EACCES, "Permission denied", os.fspath(source))
 
-    monkeypatch.setattr(files.os, "replace", refuse)
+    _os_for_files_module(monkeypatch, replace=refuse)
     path = tmp_path / "m.onnx"
     with pytest.raises(PermissionError) as caught:
         program.save(path)
