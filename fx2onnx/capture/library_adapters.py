@@ -97,14 +97,19 @@ from fx2onnx.capture.libraries.transformers_token_scans import linear_recurrence
 from fx2onnx.capture.libraries.transformers_sparsity import quantile_as_a_constant
 from fx2onnx.capture.libraries.transformers_symbolic_sizes import INT_SIZED_FAMILIES, symbolic_size_as_is
 from fx2onnx.capture.libraries.transformers_image_sizes import (
-    SQUARE_IMAGES_REASON, STATIC_IMAGE_SIZES, KeptBy, StaticImageSizes, static_image_sizes, static_image_sizes_at_capture,
+    SQUARE_IMAGES_REASON,
+    STATIC_IMAGE_SIZES,
+    KeptBy,
+    StaticImageSizes,
+    static_image_size_reason,
+    static_image_sizes_at_capture,
 )
 
 __all__ = [
     "CAPTURE_REWRITES", "LIBRARY_HINTS", "SQUARE_IMAGES_REASON", "STATIC_IMAGE_SIZES", "CacheOutsideLayersError", "CaptureRewrite",
     "KeptBy", "StaticImageSizes", "TensorSubclassError", "checkpoint_renaming", "default_scan_chunks", "frozen_numbers",
     "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
-    "rewrite_site", "rewritten_library_functions", "static_image_sizes", "static_image_sizes_at_capture",
+    "rewrite_site", "rewritten_library_functions", "static_image_size_reason", "static_image_sizes_at_capture",
     "tensors_outside_layers", "transformers_version", "without_tensor_subclasses",
 ]
 

@@ -22,12 +22,12 @@ Two steps keep sizes static, and each entry names its own (`KeptBy`):
 Why a hand table and not a measurement: export-hf already measures what it can before
 writing a folder (transformers' own model refusing a second size; a height and width the
 capture gave one symbol, for a branch on square images: `SQUARE_IMAGES_REASON`). The
-entries below are models that transformers runs at any size and whose ONNX model, captured
+folder entries are models that transformers runs at any size and whose ONNX model, captured
 with the sizes dynamic, fails at another: seeing that takes running the ONNX model at a
 second size, which `--verify` does but an export cannot always (a fake-mode export has no
-weights). The capture's own warning of branches on the dynamic sizes sees MobileViT's
-only. Each entry's `dynamic_capture` says what a capture with the sizes dynamic gave,
-with the tiny model its test builds.
+weights). Of those, the capture's own warning of branches on the dynamic sizes sees
+MobileViT's only. Each entry's `dynamic_capture` says what a capture with the sizes dynamic
+gave a tiny model of its architecture (torch 2.13, transformers 5.24).
 
 Knows transformers only by its module, class and model-type names: nothing here imports it.
 """
@@ -150,7 +150,7 @@ STATIC_IMAGE_SIZES: tuple[StaticImageSizes, ...] = (
 )
 
 
-def static_image_sizes(model: Any, kept_by: KeptBy) -> str | None:
+def static_image_size_reason(model: Any, kept_by: KeptBy) -> str | None:
     """Why ``model``'s images keep the example's height and width at the step ``kept_by``
     (the first entry of STATIC_IMAGE_SIZES kept by it that matches: its reason), or None."""
     for entry in STATIC_IMAGE_SIZES:
@@ -181,7 +181,7 @@ def static_image_sizes_at_capture(
     the note that says so (one per input changed); ``spec`` as it is and no note otherwise."""
     if not isinstance(spec, Mapping) or named_inputs is None:
         return spec, []
-    why = static_image_sizes(model, KeptBy.CAPTURE)
+    why = static_image_size_reason(model, KeptBy.CAPTURE)
     if why is None:
         return spec, []
     changed = dict(spec)

@@ -10,7 +10,7 @@ transformers refuses them writes the example's size into the ONNX input and into
 and says so. So it does where the capture gave height and width one symbol (a branch for
 square images), and for the models that transformers runs at any size but whose capture
 follows the example's only: the entries of the capture's table of models keeping the
-example's image size (`static_image_sizes`, kept by `KeptBy.FOLDER`), which says why."""
+example's image size (`static_image_size_reason`, kept by `KeptBy.FOLDER`), which says why."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from fx2onnx.capture import SQUARE_IMAGES_REASON, KeptBy, static_image_sizes
+from fx2onnx.capture import SQUARE_IMAGES_REASON, KeptBy, static_image_size_reason
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.program_files import fake_inputs, own_forward_failure, quoted_error, write_json_file
@@ -90,7 +90,7 @@ def image_dims(
     if not pipeline_tasks.dynamic_image_dims(model):
         return []
     name = type(loaded.model).__name__
-    why = static_image_sizes(loaded.model, KeptBy.FOLDER)
+    why = static_image_size_reason(loaded.model, KeptBy.FOLDER)
     if why is None and pipeline_tasks.square_image_dims(model):
         why = SQUARE_IMAGES_REASON
     grown_size = tuple(grown["pixel_values"].shape[2:])

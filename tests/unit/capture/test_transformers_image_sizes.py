@@ -11,7 +11,9 @@ from types import SimpleNamespace
 
 import torch
 
-from fx2onnx.capture.library_adapters import STATIC_IMAGE_SIZES, KeptBy, static_image_sizes, static_image_sizes_at_capture
+from fx2onnx.capture.library_adapters import (
+    STATIC_IMAGE_SIZES, KeptBy, static_image_size_reason, static_image_sizes_at_capture,
+)
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "guides"
 _TRANSFORMERS = "transformers.models.stand_in.modeling_stand_in"
@@ -49,15 +51,15 @@ def test_every_entry_says_why_at_which_step_and_what_a_dynamic_capture_gave() ->
 
 def test_each_model_is_matched_at_its_own_step_only() -> None:
     swin = _window_model()
-    assert "SwinLayer.maybe_pad" in static_image_sizes(swin, KeptBy.CAPTURE)
-    assert static_image_sizes(swin, KeptBy.FOLDER) is None
+    assert "SwinLayer.maybe_pad" in static_image_size_reason(swin, KeptBy.CAPTURE)
+    assert static_image_size_reason(swin, KeptBy.FOLDER) is None
     mobilevit = _model_of_type("MobileViTForImageClassification", "mobilevit")
-    assert "math.ceil" in static_image_sizes(mobilevit, KeptBy.FOLDER)
-    assert static_image_sizes(mobilevit, KeptBy.CAPTURE) is None
+    assert "math.ceil" in static_image_size_reason(mobilevit, KeptBy.FOLDER)
+    assert static_image_size_reason(mobilevit, KeptBy.CAPTURE) is None
     perceiver = _model_of_type("PerceiverForImageClassificationConvProcessing", "perceiver")
-    assert "position embeddings" in static_image_sizes(perceiver, KeptBy.FOLDER)
+    assert "position embeddings" in static_image_size_reason(perceiver, KeptBy.FOLDER)
     fourier = _model_of_type("PerceiverForImageClassificationFourier", "perceiver")  # no grid of the example's
-    assert static_image_sizes(fourier, KeptBy.FOLDER) is None
+    assert static_image_size_reason(fourier, KeptBy.FOLDER) is None
 
 
 def test_the_capture_note_is_the_entrys_reason() -> None:
