@@ -42,7 +42,7 @@ from fx2onnx.capture.dynamic_dims.size_one import Example
 from fx2onnx.capture.dynamic_dims.spec import DynamicDimError, requested_dynamic_dims, torch_export_spec
 from fx2onnx.capture.fake_mode import check_fake_mode_use
 from fx2onnx.capture.hints import CaptureFailure, capture_hint, explain
-from fx2onnx.capture.library_adapters import library_input_notes, static_window_image_sizes
+from fx2onnx.capture.library_adapters import library_input_notes, static_image_sizes_at_capture
 from fx2onnx.capture.torch_export import (
     CapturedModel,
     CaptureError,
@@ -159,7 +159,7 @@ def _dynamic_shapes(state: CaptureState) -> None:
     args, kwargs = independent.args, independent.kwargs
     spec = torch_export_spec(option, module, args, kwargs)
     if option is True:  # every dim asked dynamic: a library's model may keep some static
-        spec, state.spec_notes = static_window_image_sizes(spec, module, bound_arguments(module, args, kwargs))
+        spec, state.spec_notes = static_image_sizes_at_capture(spec, module, bound_arguments(module, args, kwargs))
         for note in state.spec_notes:
             state.context.record(rules.CAPTURE_FAILURE, Level.NOTE, message=note)
     try:

@@ -32,9 +32,11 @@ afterwards, so that the user's libraries behave as they always do outside an exp
 - **model state**: transformers' dynamic rotary embeddings, which keep frequencies from
   call to call, compute them from each step's positions instead
   (:mod:`fx2onnx.capture.libraries.transformers_rope`);
-- **dims kept static**: a transformers shifted-window model (Swin) asked to keep every dim
-  dynamic keeps its images' height and width static
-  (:func:`fx2onnx.capture.libraries.transformers_windows.static_window_image_sizes`);
+- **dims kept static**: a transformers model that the table of models keeping the
+  example's image size leaves to the capture (shifted-window models such as Swin; DepthPro),
+  asked to keep every dim dynamic, keeps its images' height and width static
+  (:mod:`fx2onnx.capture.libraries.transformers_image_sizes`, whose table export-hf's image
+  folders read too);
 - **model choices**: a transformers model that asks for its experts' "eager" routing loop
   runs transformers' grouped implementation during a capture
   (:func:`fx2onnx.capture.libraries.transformers_experts.experts_without_routing_loops`).
@@ -94,12 +96,20 @@ from fx2onnx.capture.libraries.transformers_selective_scans import (
 from fx2onnx.capture.libraries.transformers_token_scans import linear_recurrence_scan, wkv_scan
 from fx2onnx.capture.libraries.transformers_sparsity import quantile_as_a_constant
 from fx2onnx.capture.libraries.transformers_symbolic_sizes import INT_SIZED_FAMILIES, symbolic_size_as_is
-from fx2onnx.capture.libraries.transformers_windows import static_window_image_sizes
+from fx2onnx.capture.libraries.transformers_image_sizes import (
+    SQUARE_IMAGES_REASON,
+    STATIC_IMAGE_SIZES,
+    KeptBy,
+    StaticImageSizes,
+    static_image_size_reason,
+    static_image_sizes_at_capture,
+)
 
 __all__ = [
-    "CAPTURE_REWRITES", "LIBRARY_HINTS", "CacheOutsideLayersError", "CaptureRewrite", "TensorSubclassError", "checkpoint_renaming",
-    "default_scan_chunks", "frozen_numbers", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture",
-    "library_hint", "registered_containers", "rewrite_site", "rewritten_library_functions", "static_window_image_sizes",
+    "CAPTURE_REWRITES", "LIBRARY_HINTS", "SQUARE_IMAGES_REASON", "STATIC_IMAGE_SIZES", "CacheOutsideLayersError", "CaptureRewrite",
+    "KeptBy", "StaticImageSizes", "TensorSubclassError", "checkpoint_renaming", "default_scan_chunks", "frozen_numbers",
+    "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
+    "rewrite_site", "rewritten_library_functions", "static_image_size_reason", "static_image_sizes_at_capture",
     "tensors_outside_layers", "transformers_version", "without_tensor_subclasses",
 ]
 

@@ -1,6 +1,6 @@
 """Shifted-window image models (Swin, Swin V2): asked for every dim dynamic, the capture
 keeps the images' height and width static at the example's size
-(fx2onnx/capture/libraries/transformers_windows.py) and says so; the `export-hf` folder and
+(fx2onnx/capture/libraries/transformers_image_sizes.py) and says so; the `export-hf` folder and
 the `dynamo_export` model match transformers at several batch sizes.
 
 The images are 56 pixels: a 14 x 14 patch grid that the first stage pads to whole windows
@@ -15,7 +15,7 @@ import onnx
 import pytest
 import torch
 
-from fx2onnx.capture.library_adapters import static_window_image_sizes
+from fx2onnx.capture.library_adapters import static_image_sizes_at_capture
 from fx2onnx.hub import export_hf
 
 transformers = pytest.importorskip("transformers")
@@ -58,12 +58,12 @@ def test_only_window_models_keep_their_image_sizes_static():
     images = torch.randn(2, 3, 56, 56)
     spec = {"pixel_values": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO, 2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO}}
     swin = MODELS["swin"]()
-    changed, notes = static_window_image_sizes(spec, swin, {"pixel_values": images})
+    changed, notes = static_image_sizes_at_capture(spec, swin, {"pixel_values": images})
     assert list(changed["pixel_values"]) == [0, 1] and len(notes) == 1
     assert list(spec["pixel_values"]) == [0, 1, 2, 3]  # the caller's spec is not edited
     vit = transformers.ViTForImageClassification(transformers.ViTConfig(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=56, patch_size=8))
-    assert static_window_image_sizes(spec, vit, {"pixel_values": images}) == (spec, [])
+    assert static_image_sizes_at_capture(spec, vit, {"pixel_values": images}) == (spec, [])
 
 
 def test_dynamo_export_of_a_window_model_records_its_static_image_sizes():
@@ -95,6 +95,6 @@ def test_a_multi_scale_patch_encoder_keeps_its_image_sizes_static():
     model = transformers.DepthProForDepthEstimation(transformers.DepthProConfig(
         patch_size=32, intermediate_hook_ids=[0, 0], intermediate_feature_dims=[8, 8], scaled_images_feature_dims=[16, 16, 8],
         fusion_hidden_size=16, image_model_config=encoder, patch_model_config=encoder, fov_model_config=encoder))
-    changed, notes = static_window_image_sizes(spec, model, {"pixel_values": images})
+    changed, notes = static_image_sizes_at_capture(spec, model, {"pixel_values": images})
     assert list(changed["pixel_values"]) == [0, 1] and len(notes) == 1
     assert "(128 x 128, the example's)" in notes[0] and "patches at several scales (DepthProEncoder)" in notes[0]

@@ -9,11 +9,13 @@
   (`transformers_recurrent_masks`), Mamba2-style chunked scans and the chunked gated delta
   rule with a symbolic number of chunks (`transformers_chunked_scans`,
   `transformers_delta_rule_scans`), Mamba's selective scan over a symbolic length from the
-  cache's state (`transformers_selective_scans`), the images' height and width kept static for its
-  shifted-window models (`transformers_windows`), Gemma 3n's audio attention padding its
-  queries to whole chunks whatever their count (`transformers_audio_chunks`), RT-DETR-style
-  detectors' batch read as a Python int kept symbolic (`transformers_query_selection`), its
-  `torch_int` of an image's size or patch grid kept symbolic (`transformers_symbolic_sizes`);
+  cache's state (`transformers_selective_scans`), which of its image models keep their
+  images' height and width static, why and at which step (`transformers_image_sizes`:
+  shifted-window models and DepthPro at capture, MobileViT and a few others in export-hf's
+  folders), Gemma 3n's audio attention padding its queries to whole chunks whatever their
+  count (`transformers_audio_chunks`), RT-DETR-style detectors' batch read as a Python int
+  kept symbolic (`transformers_query_selection`), its `torch_int` of an image's size or
+  patch grid kept symbolic (`transformers_symbolic_sizes`);
 - torchvision: its functions rewritten so that a capture can decide their data-dependent
   branches (`torchvision_rewrites`);
 - torchao: weights held as tensor subclasses made plain tensors (`torchao_tensors`).

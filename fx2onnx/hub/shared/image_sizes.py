@@ -1,5 +1,5 @@
 """An image folder's height and width: dynamic only where transformers' own model runs
-images of another size.
+images of another size and the capture follows it there.
 
 Some image models compute at one size only (DPT without a backbone reshapes its tokens to
 a square grid: a taller than wide image does not fit it, in transformers as in ONNX). Such a
@@ -7,8 +7,10 @@ folder must not name its height and width dynamic: export-hf runs the model on i
 second size (taller and wider by pipeline_tasks.GROWN_IMAGE) before naming them, and where
 transformers refuses them writes the example's size into the ONNX input and into
 `preprocessor_config.json` (so Transformers.js's image processor resizes every image to it),
-and says so. A few models run any size in transformers but the capture follows the
-example's only (EXAMPLE_GRID_MODEL_TYPES): those keep the example's size too."""
+and says so. So it does where the capture gave height and width one symbol (a branch for
+square images), and for the models that transformers runs at any size but whose capture
+follows the example's only: the entries of the capture's table of models keeping the
+example's image size (`static_image_size_reason`, kept by `KeptBy.FOLDER`), which says why."""
 
 from __future__ import annotations
 
@@ -19,25 +21,12 @@ from typing import Any
 
 import onnx_ir as ir
 
+from fx2onnx.capture import SQUARE_IMAGES_REASON, KeptBy, static_image_size_reason
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared.program_files import fake_inputs, own_forward_failure, quoted_error, write_json_file
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
-
-# transformers' model types (or classes) whose code transformers runs at any image size but the
-# capture follows at the example's only (a branch on whether the size is a multiple of the patch
-# grid, sizes made Python ints): their folders keep the example's size, and why
-EXAMPLE_GRID_MODEL_TYPES = {
-    "PerceiverForImageClassificationConvProcessing": "its trained position embeddings are reshaped to the "
-                                                      "example's grid of convolved features",
-    "mobilevit": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
-                 "resizes it only when that differs",
-    "mobilevitv2": "its unfolding into patches rounds the feature map's size with Python's int and math.ceil and "
-                   "resizes it only when that differs",
-    "deformable_detr": "its deformable attention splits the values by the feature maps' sizes as a list of Python ints",
-}
-
 
 def refused_image_size(loaded: LoadedModel, grown: dict[str, Any]) -> str | None:
     """transformers' own error on the ``grown`` example (images of a second size), quoted;
@@ -101,10 +90,9 @@ def image_dims(
     if not pipeline_tasks.dynamic_image_dims(model):
         return []
     name = type(loaded.model).__name__
-    why = EXAMPLE_GRID_MODEL_TYPES.get(name) or EXAMPLE_GRID_MODEL_TYPES.get(getattr(loaded.config, "model_type", None))
+    why = static_image_size_reason(loaded.model, KeptBy.FOLDER)
     if why is None and pipeline_tasks.square_image_dims(model):
-        why = ("it takes a branch for square images, so the capture tied the width to the height "
-               "(Dinov2 uses its position embeddings as they are when the image is square and of their size)")
+        why = SQUARE_IMAGES_REASON
     grown_size = tuple(grown["pixel_values"].shape[2:])
     height, width = pipeline_tasks.image_size(loaded.config)
     if why is not None:
