@@ -17,7 +17,14 @@ with the mask, the two clips through its `automatic-speech-recognition` and
 `audio-classification` pipelines against transformers' pipelines: whether the texts are
 equal, or the labels, and the largest difference of the scores.
 
+With --seq2seq: the speech encoder-decoders whose extractors return the mask (Canary,
+SeamlessM4T, SeamlessM4T v2: tests/e2e/test_export_hf_padded_speech_seq2seq.py), a 2.1 s and a
+0.9 s clip padded together: the largest difference of the folder's encoder outputs per row at
+the frames each clip fills, that of transformers' short row without the mask, and whether the
+folder's 12 greedy tokens per row are transformers' `generate`'s on the batch and on each clip alone.
+
     OMP_NUM_THREADS=1 python bench/speech_padded_batches.py [--kinds hubert,wavlm] [--heads ctc] [--transformers-js]
+    OMP_NUM_THREADS=1 python bench/speech_padded_batches.py --seq2seq [--kinds canary]
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ sys.path[:0] = [str(_TESTS / "e2e"), str(_TESTS)]
 from fx2onnx.hub import export_hf  # noqa: E402
 from fx2onnx.hub.speech.audio_mask import frames_mask_rule  # noqa: E402
 from test_export_hf_padded_audio import _features, _logits, clip  # noqa: E402
+from test_export_hf_padded_speech_seq2seq import MODELS as SEQ2SEQ, padded_batch  # noqa: E402
 from test_export_hf_padded_audio_architectures import ARCHITECTURES, HEADS, padded_rows, save_source, tiny_model  # noqa: E402
 from client_versions import transformers_js_folder  # noqa: E402
 from test_transformers_js import node_run  # noqa: E402
@@ -97,6 +105,29 @@ def measure(kind: str, head: str, setting: str) -> dict:
     return record
 
 
+def measure_seq2seq(kind: str) -> dict:
+    """A speech encoder-decoder's folder on the padded batch of padded_batch against transformers."""
+    record: dict = {"kind": kind, "head": "seq2seq", "setting": "extractor's mask"}
+    start = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = SEQ2SEQ[kind](Path(scratch) / "source")
+            result = export_hf(Path(scratch) / "source", Path(scratch) / "out", verify=True, tokens=8)
+            record["verified"] = result.verification.passed
+            found = padded_batch(Path(scratch) / "out", model)
+    except Exception as error:  # noqa: BLE001 - recorded: the sweep goes on
+        record["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    else:
+        record.update(reads_mask="attention_mask" in found["encoder_inputs"], frames=found["frames"],
+                      row0=found["encoder_rows"][0], row1=found["encoder_rows"][1], unmasked_row1=found["unmasked_row1"],
+                      tokens_equal_batch=found["tokens"] == found["batch_tokens"],
+                      tokens_equal_alone=found["tokens"] == found["alone_tokens"],
+                      distinct_tokens=len({token for row in found["tokens"] for token in row}))
+    record["seconds"] = round(time.perf_counter() - start, 1)
+    return record
+
+
 def in_transformers_js(kind: str, head: str) -> dict:
     """The two clips through Transformers.js's pipeline for ``head`` and transformers'."""
     import transformers
@@ -129,12 +160,22 @@ def in_transformers_js(kind: str, head: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kinds", default=",".join([*ARCHITECTURES, "wav2vec2-bert"]))
+    parser.add_argument("--kinds", help="model types (default: every one of the mode's)")
     parser.add_argument("--heads", default=",".join(HEADS))
     parser.add_argument("--transformers-js", action="store_true")
+    parser.add_argument("--seq2seq", action="store_true", help="the speech encoder-decoders (--kinds of their own)")
     args = parser.parse_args()
     import transformers
 
+    if args.seq2seq:
+        for kind in (args.kinds or ",".join(SEQ2SEQ)).split(","):
+            record = {**measure_seq2seq(kind), "transformers": transformers.__version__}
+            print(json.dumps(record), flush=True)
+            with RESULTS.open("a", encoding="utf-8") as results:
+                results.write(json.dumps(record) + "\n")
+        return
+
+    args.kinds = args.kinds or ",".join([*ARCHITECTURES, "wav2vec2-bert"])
     if args.transformers_js:
         for head, kinds in TRANSFORMERS_JS.items():
             for kind in kinds:

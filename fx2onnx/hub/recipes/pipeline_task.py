@@ -32,26 +32,46 @@ from fx2onnx.hub.speech.audio_mask import frames_mask_rule
 from fx2onnx.hub.speech.transformers_js_speech import ctc_client_note
 
 
-# detectors whose transformers post-processing (RTDetrImageProcessor, use_focal_loss) scores the best
-# query-label pairs with a sigmoid, where Transformers.js's object-detection pipeline applies DETR's
-# rule to every detector (post_process_object_detection, lines 19863-19900 of dist/transformers.node.mjs)
-SIGMOID_DETECTORS = frozenset({"rt_detr", "rt_detr_v2", "d_fine"})
+# the settings of RT-DETR's decoder in a config (the denoising queries it trains with, the anchors its query
+# selection scores): every detector built on that decoder's code keeps them (RT-DETR, RT-DETR v2, D-FINE,
+# DEIMv2, PP-DocLayout v2 to v4), and transformers post-processes each of them with a sigmoid over the
+# query-label pairs (RTDetrImageProcessor's use_focal_loss, PP-DocLayout's own image processors), where
+# Transformers.js's object-detection pipeline applies DETR's rule to every detector
+# (post_process_object_detection, lines 19863-19900 of dist/transformers.node.mjs)
+RT_DETR_DECODER_SETTINGS = ("num_denoising", "anchor_image_size")
+# the model types Transformers.js's AutoModelForObjectDetection loads (MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES,
+# lines 32723-32731 of dist/transformers.node.mjs); another stops with "Unsupported model type"
+TRANSFORMERS_JS_DETECTORS = frozenset({"detr", "rt_detr", "rt_detr_v2", "rf_detr", "d_fine", "table-transformer", "yolos"})
+
+
+def rt_detr_detector(config: dict[str, Any]) -> bool:
+    """Whether config.json ``config`` is that of a detector on RT-DETR's decoder (its
+    settings, RT_DETR_DECODER_SETTINGS; a ...ForObjectDetection class, not a backbone)."""
+    architectures = config.get("architectures") or ()
+    return all(name in config for name in RT_DETR_DECODER_SETTINGS) and any(
+        str(a).endswith("ForObjectDetection") for a in architectures)
 
 
 def detection_client_note(config: dict[str, Any]) -> str | None:
-    """What export-hf says of an RT-DETR-style detector's folder (config.json ``config``):
-    its outputs are the model's, Transformers.js's pipeline detections are not transformers';
-    None for the other models."""
-    architectures = config.get("architectures") or ()
-    if config.get("model_type") not in SIGMOID_DETECTORS or not any(
-            str(a).endswith("ForObjectDetection") for a in architectures):
+    """What export-hf says of the folder of a detector on RT-DETR's decoder (config.json
+    ``config``): its outputs are the model's, Transformers.js's pipeline detections are not
+    transformers' (and, for a model type it lists no class for, it loads none); None for
+    the other models."""
+    if not rt_detr_detector(config):
         return None
-    return (f"{TRANSFORMERS_JS}'s object-detection pipeline post-processes this {config['model_type']} folder with "
-            "DETR's rule (the softmax of each query's largest logit, the last label dropped as 'no object'; "
+    model_type = config.get("model_type")
+    rule = ("DETR's rule (the softmax of each query's largest logit, the last label dropped as 'no object'; "
             "post_process_object_detection, lines 19863-19900 of dist/transformers.node.mjs), where transformers' "
-            "RTDetrImageProcessor keeps the best query-label pairs scored by a sigmoid: the model's logits and "
-            "pred_boxes are exact, the pipeline's scores and labels are not transformers'. For transformers' "
-            "detections, run the model (AutoModelForObjectDetection) and apply the sigmoid rule to its outputs.")
+            "image processor (RTDetrImageProcessor; PP-DocLayout's own) keeps the best query-label pairs scored by a "
+            "sigmoid: the folder's logits and pred_boxes are the model's outputs (what --verify compares with "
+            "transformers'), the pipeline's scores and labels are not transformers'. For transformers' detections, run the model (AutoModelForObjectDetection) and apply the "
+            "sigmoid rule to its outputs.")
+    if model_type in TRANSFORMERS_JS_DETECTORS:
+        return f"{TRANSFORMERS_JS}'s object-detection pipeline post-processes this {model_type} folder with {rule}"
+    return (f"{TRANSFORMERS_JS} has no object-detection class for {model_type} (its AutoModelForObjectDetection stops "
+            f"with 'Unsupported model type: {model_type}'; MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES, lines 32723-32731 "
+            f"of dist/transformers.node.mjs); this {model_type} folder shares RT-DETR's decoder, which its "
+            f"object-detection pipeline post-processes with {rule}")
 
 
 def _torch_output(outputs: Any, name: str) -> torch.Tensor:

@@ -39,11 +39,19 @@ def frames_mask_rule(model: torch.nn.Module) -> Callable[[torch.Tensor, int], to
     encoder = model.get_encoder() if hasattr(model, "get_encoder") else model
     if hasattr(encoder, "_get_output_attention_mask"):  # Parakeet's encoder (Cohere ASR, Canary): subsampled lengths
         return lambda mask, frames: encoder._get_output_attention_mask(mask, target_length=frames)
+    if hasattr(model, "_compute_sub_sample_lengths_from_attention_mask"):  # SeamlessM4T (v2): its adapter's lengths
+        return lambda mask, frames: _first_frames(model._compute_sub_sample_lengths_from_attention_mask(mask), frames)
     # the convolutions' output lengths (Speech2Text, SpeechT5's speech prenet, wav2vec2-style encoders)
     owner = next((m for m in model.modules() if hasattr(m, "_get_feature_vector_attention_mask")), None)
     if owner is not None:
         return lambda mask, frames: owner._get_feature_vector_attention_mask(frames, mask)
     return None
+
+
+def _first_frames(lengths: torch.Tensor, frames: int) -> torch.Tensor:
+    """The mask (batch, ``frames``) attending each row's first ``lengths`` frames (SeamlessM4T's
+    `_compute_new_attention_mask`: a frame is masked from its index on ``lengths``, a float's floor)."""
+    return (torch.arange(frames, device=lengths.device)[None] < lengths[:, None]).long()
 
 
 def _unattended(mask: torch.Tensor) -> torch.Tensor:
