@@ -70,6 +70,29 @@ def experts_without_routing_loops(model: Any) -> Iterator[None]:
         model.set_experts_implementation(kept)
 
 
+@contextlib.contextmanager
+def experts_fake_tensors_run(model: Any) -> Iterator[None]:
+    """While inside, ``model`` (a transformers model whose experts take the "grouped_mm"
+    implementation) runs transformers' "batched_mm" one instead; anything else is left as it is.
+
+    For the eager forwards of a fake model (the prefill its example inputs are made from):
+    torch's fake kernel of ``_grouped_mm`` takes bfloat16 alone, as CUDA's kernel does, where
+    its CPU kernel takes every float, so a float32 or float16 fake model fails there. A capture
+    is not run inside: transformers then takes its own fallback of the grouped product, which
+    fake tensors run."""
+    config = getattr(model, "config", None)
+    can_set = getattr(type(model), "_can_set_experts_implementation", None)
+    if getattr(config, "_experts_implementation", None) != "grouped_mm" or can_set is None or not can_set():
+        yield
+        return
+    kept = model.get_experts_implementation()
+    model.set_experts_implementation("batched_mm")
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(kept)
+
+
 def every_expert_weighted(original: Any) -> Any:
     """A forward for a ModuleDict of experts (``expert_{i}``) given the one-hot choices
     ``selected_experts`` (tokens, top-k, experts) and their ``routing_weights`` (tokens,

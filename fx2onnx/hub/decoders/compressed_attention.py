@@ -27,7 +27,6 @@ ONNX Runtime GenAI has no such states: the folder has no `genai_config.json`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ import fx2onnx
 from fx2onnx.capture import sizes_kept_apart
 from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import TOTAL
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program
@@ -290,7 +289,7 @@ def step_inputs(loaded: LoadedModel, batch: int = 2) -> dict[str, Any]:
     past, seq = 2 * rate + 2, 2 * rate + 1
     vocab = int(config.vocab_size)
     ids = torch.randint(min(3, vocab - 1), vocab, (batch, past + seq), generator=torch.Generator().manual_seed(0))
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     with mode, torch.no_grad():
         ids = ids.clone()  # fake when the model is
         mask = torch.ones(batch, past + seq, dtype=torch.int64)

@@ -94,3 +94,58 @@ def test_a_float16_folder_is_refused_as_transformers_own_forward_fails(tmp_path:
                                                    r"m2 to have the same dtype.*No folder was written"):
         export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", dtype="float16")
     assert not (tmp_path / "out").exists()
+
+
+def _checkpoint_under_the_models_names(model: torch.nn.Module, folder: Path) -> None:
+    """``model`` saved with its tensors under its own names (its experts stacked), which
+    transformers loads as they are and fake mode streams."""
+    import safetensors.torch
+
+    model.save_pretrained(folder)
+    safetensors.torch.save_file({name: tensor.contiguous() for name, tensor in model.state_dict().items()},
+                                os.fspath(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("mode", ["fake", "int4 with module functions"])
+def test_the_folder_of_another_mode_matches_transformers_past_every_window(tmp_path: Path, mode: str) -> None:
+    # 8 new tokens after a prompt of 16 close windows of 4 and 8 in decode steps too (at 20 and 24)
+    from fx2onnx.hub.decoders.model_lengths import verification_lengths
+    from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
+    from fx2onnx.hub.shared.quantization_error import float_weights, rounded_model, stored_weights
+    from fx2onnx.hub.shared.verification import Tolerance
+
+    model = deepseek_v4()
+    _checkpoint_under_the_models_names(model, tmp_path / "source")
+    lengths = verification_lengths(model.config, 8)
+    assert lengths.describe() == ("a prompt of 16 tokens (past compression window 4, sliding window 6, compression window "
+                                  "8), 8 decode steps to length 24, a left-padded batch of 16, 11, 4 tokens")
+    if mode == "fake":  # --verify runs the folder at those lengths
+        result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", fake=True, verify=True, tokens=8)
+        verification = result.verification
+        assert verification.lengths == lengths.describe()
+        path = tmp_path / "out" / "onnx" / "model.onnx"
+    else:
+        # --verify of a quantized folder runs one prefill: the decode steps and the padded batch are run here, against
+        # transformers with the weights rounded as the folder stores them (float activations: accuracy level 0)
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4", module_functions=True,
+                  accuracy_level=0)
+        path = tmp_path / "out" / "onnx" / "model_q4.onnx"
+        graph = onnx.load(os.fspath(path), load_external_data=False)
+        quantized = [node for function in graph.functions for node in function.node if node.op_type == "MatMulNBits"]
+        assert graph.functions and quantized and {a.i for n in quantized for a in n.attribute if a.name == "bits"} == {4}
+        with rounded_model(model, stored_weights([path]), kept_float=float_weights([path])) as missing:
+            assert not missing
+            verification = verify_causal_lm_at_lengths(path, model, model.config, lengths, Tolerance(1e-3, 1e-4))
+    assert verification.passed and verification.tokens_equal, verification.summary()
+    assert verification.max_logit_difference < 1e-4
+    onnx.checker.check_model(onnx.load(os.fspath(path)), full_check=True)
+
+
+def test_fake_mode_refuses_a_checkpoint_whose_experts_transformers_stacks_at_load(tmp_path: Path) -> None:
+    # save_pretrained writes DeepSeek-V4's experts one by one, under the original names: refused before any capture
+    deepseek_v4().save_pretrained(tmp_path / "source")
+    with pytest.raises(NotImplementedError, match=r"stores 18 tensors that transformers converts when it loads them.*"
+                                                  r"'model\.layers\.0\.ffn\.experts\.0\.w1\.weight' goes into the model's "
+                                                  r"'model\.layers\.0\.mlp\.experts\.gate_up_proj'.*Export it without fake mode"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", fake=True)
+    assert not (tmp_path / "out").exists()
