@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -125,11 +127,17 @@ def test_the_folder_of_another_mode_matches_transformers_past_every_window(tmp_p
         assert verification.lengths == lengths.describe()
         path = tmp_path / "out" / "onnx" / "model.onnx"
     else:
-        # --verify of a quantized folder runs one prefill: the decode steps and the padded batch are run here, against
-        # transformers with the weights rounded as the folder stores them (float activations: accuracy level 0)
-        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4", module_functions=True,
-                  accuracy_level=0)
+        # --verify of a quantized folder: one pass against transformers, its decode steps against that pass; the
+        # padded batch is run here too, against transformers with the weights rounded as the folder stores them
+        # (float activations: accuracy level 0)
+        said: list[str] = []
+        result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4",
+                           module_functions=True, accuracy_level=0, verify=True, tokens=8, say=said.append)
+        assert result.verification.passed
+        steps = [line for line in said if line.startswith("verification of the decode steps: largest difference")]
+        assert steps and "within the tolerance" in steps[0]
         path = tmp_path / "out" / "onnx" / "model_q4.onnx"
+        _a_dropped_state_is_caught(path, model, lengths)
         graph = onnx.load(os.fspath(path), load_external_data=False)
         quantized = [node for function in graph.functions for node in function.node if node.op_type == "MatMulNBits"]
         assert graph.functions and quantized and {a.i for n in quantized for a in n.attribute if a.name == "bits"} == {4}
@@ -139,6 +147,26 @@ def test_the_folder_of_another_mode_matches_transformers_past_every_window(tmp_p
     assert verification.passed and verification.tokens_equal, verification.summary()
     assert verification.max_logit_difference < 1e-4
     onnx.checker.check_model(onnx.load(os.fspath(path)), full_check=True)
+
+
+def _a_dropped_state_is_caught(path: Path, model: torch.nn.Module, lengths: Any) -> None:
+    """The decode steps' check fails on a copy of the folder's model whose sparse layer forgets
+    its compressor's waiting rows at every step (the one pass, from empty states, is unchanged)."""
+    from fx2onnx.hub.decoders.verify_lengths import verify_steps_against_one_pass
+    from fx2onnx.hub.shared.verification import Tolerance
+
+    edited = onnx.load(os.fspath(path))
+    graph = edited.graph
+    for node in graph.node:  # the output's producer writes a raw value, sliced to no rows after it
+        node.output[:] = ["forgotten_raw" if name == "present_compressor.1.kv" else name for name in node.output]
+    graph.initializer.extend([onnx.numpy_helper.from_array(np.array([value], dtype=np.int64), name)
+                              for name, value in (("forgotten_start", 0), ("forgotten_axis", 1))])
+    graph.node.append(onnx.helper.make_node("Slice", ["forgotten_raw", "forgotten_start", "forgotten_start",
+                                                      "forgotten_axis"], ["present_compressor.1.kv"]))
+    broken = path.with_name("broken.onnx")
+    onnx.save(edited, os.fspath(broken), save_as_external_data=True, location="broken.onnx_data")
+    verdict = verify_steps_against_one_pass(broken, model, model.config, lengths, Tolerance(1e-3, 1e-4))
+    assert verdict.failure is None and not verdict.passed and 1e-3 < verdict.max_logit_difference < float("inf")
 
 
 def test_fake_mode_refuses_a_checkpoint_whose_experts_transformers_stacks_at_load(tmp_path: Path) -> None:
