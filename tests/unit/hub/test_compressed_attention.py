@@ -92,9 +92,11 @@ def test_a_float16_folder_is_refused_as_transformers_own_forward_fails(tmp_path:
 
     # transformers keeps the compressors' projections in float32, which take float16 hidden states on CPU
     deepseek_v4().save_pretrained(tmp_path / "source")
-    with pytest.raises(UnsupportedTaskError, match=r"transformers' own forward fails with RuntimeError: expected m1 and "
-                                                   r"m2 to have the same dtype.*No folder was written"):
-        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", dtype="float16")
+    with pytest.raises(UnsupportedTaskError, match=r"does not run in float16: transformers keeps 7 of its weights in float32 "
+                                                   r"\(its class's _keep_in_fp32_modules: model\.layers\.1\.self_attn\.compressor"
+                                                   r"\.kv_proj\.weight.*RuntimeError: expected m1 and m2 to have the same dtype.*"
+                                                   r"No folder was written\. Export it in float32"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="fp16")
     assert not (tmp_path / "out").exists()
 
 
