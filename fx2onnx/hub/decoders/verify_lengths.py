@@ -145,15 +145,18 @@ def _prompt_runs(config: Any, lengths: VerificationLengths, seed: int) -> dict[s
 
 
 def verify_steps_against_one_pass(
-    path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1,
+    path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, share: float, seed: int = 1,
     embedding: Path | None = None,
 ) -> LengthsVerification:
     """A folder's prompt and decode steps at ``lengths`` against its own one pass over the same
     text (the prompt and the tokens the folder chose, read at once), each step's logits within
-    ``tolerance``: for a quantized folder, whose verification against transformers
-    (`verify_quantized_causal_lm`) is one such pass, and whose tokens transformers' do not bound
-    (near ties chosen otherwise), its cache at every length. The prompt alone: a left-padded
-    batch need not read the same in one pass and in steps (DeepSeek-V4's windows do not)."""
+    ``share`` of the one pass's largest logit: for a quantized folder, whose verification against
+    transformers (`verify_quantized_causal_lm`) is one such pass, and whose tokens transformers'
+    do not bound (near ties chosen otherwise), its cache at every length. The share bounds what
+    onnxruntime's int8 activations move between one pass and single steps (their kernels differ:
+    0.4% of the largest logit in the tests' int8 LLaMA); a state read wrong moves the logits by
+    their size. The prompt alone: a left-padded batch need not read the same in one pass and in
+    steps (DeepSeek-V4's windows do not)."""
     pad, banned = _pad_and_banned(model, config)
     what, prompts = next(iter(_prompt_runs(config, lengths, seed).items()))
     try:
@@ -161,9 +164,10 @@ def verify_steps_against_one_pass(
         # the one pass's logits at each step: those of the position before each new token
         one_pass = prefill_logits(path, [prompts[0] + ours.tokens[0][:-1]], pad, embedding)[0, len(prompts[0]) - 1:]
     except FolderRunError as error:
-        return LengthsVerification(float("inf"), None, [], [], tolerance, float("inf"), f"{error} while running {what}",
-                                   lengths.describe(), error.length or 0)
+        return LengthsVerification(float("inf"), None, [], [], Tolerance(0.0, 0.0), float("inf"),
+                                   f"{error} while running {what}", lengths.describe(), error.length or 0)
     worst, worst_length, largest = 0.0, 0, 0.0
+    tolerance = Tolerance(0.0, share * float(np.abs(one_pass).max()))
     for steps, expected, length in zip(ours.logits, one_pass, ours.lengths):
         steps, expected = steps[0].astype(np.float64), expected.astype(np.float64)
         largest = max(largest, float(np.abs(steps - expected).max()))

@@ -41,7 +41,7 @@ from fx2onnx.hub.shared.genai_config import (
     GENAI_CONFIG, genai_config, genai_decoder_file, genai_state_note, shared_cache_note, unequal_head_sizes_note,
 )
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, saved_graph, write_json_file
-from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
+from fx2onnx.hub.shared.verification import QUANTIZED_ACTIVATION_ERROR, Tolerance, Verification, verify_quantized_causal_lm
 
 PRECISION = PrecisionSupport(weight_only=True)
 MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
@@ -219,7 +219,7 @@ class CausalLMRecipe(RecipeDefaults):
             if prompt is not None:
                 verdict = verify_quantized_causal_lm(folder / path, model, loaded.config, prompt.tolist(), request.tokens,
                                                      request.atol, quantization=request.quantization)
-                verdict = _also_at_lengths(verdict, folder / path, model, loaded.config, lengths, tolerance, say)
+                verdict = _also_at_lengths(verdict, folder / path, model, loaded.config, lengths, say)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
                                                       reference=reference)
@@ -236,8 +236,7 @@ class CausalLMRecipe(RecipeDefaults):
                 verdict = verify_quantized_causal_lm(folder / decoder, model, loaded.config, prompt.tolist(), request.tokens,
                                                      request.atol, embedding=folder / embedding,
                                                      quantization=request.quantization)
-                verdict = _also_at_lengths(verdict, folder / decoder, model, loaded.config, lengths, tolerance, say,
-                                           folder / embedding)
+                verdict = _also_at_lengths(verdict, folder / decoder, model, loaded.config, lengths, say, folder / embedding)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
                                                       reference=reference, embedding=folder / embedding)
@@ -250,16 +249,16 @@ class CausalLMRecipe(RecipeDefaults):
 
 
 def _also_at_lengths(
-    one_pass: Verification, path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths,
-    tolerance: Tolerance, say: Say, embedding: Path | None = None,
+    one_pass: Verification, path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, say: Say,
+    embedding: Path | None = None,
 ) -> Verification:
     """A quantized folder that passed its verification (one pass over the prompt and the
     generated tokens) at ``lengths`` too: its decode steps against that one pass
-    (`verify_steps_against_one_pass`), within the model dtype's ``tolerance``. The one pass's
-    verdict when they agree, theirs when not."""
+    (`verify_steps_against_one_pass`), within what int8 activations move the logits by. The
+    one pass's verdict when they agree, theirs when not."""
     if not one_pass.passed:
         return one_pass
-    steps = verify_steps_against_one_pass(path, model, config, lengths, tolerance, embedding=embedding)
+    steps = verify_steps_against_one_pass(path, model, config, lengths, QUANTIZED_ACTIVATION_ERROR, embedding=embedding)
     say(f"verification of the decode steps: {steps.summary()}")
     return one_pass if steps.passed else steps
 

@@ -153,22 +153,22 @@ def test_the_folder_of_another_mode_matches_transformers_past_every_window(tmp_p
 
 def _a_dropped_state_is_caught(path: Path, model: torch.nn.Module, lengths: Any) -> None:
     """The decode steps' check fails on a copy of the folder's model whose sparse layer forgets
-    its compressor's waiting rows at every step (the one pass, from empty states, is unchanged)."""
+    its compressor's waiting rows at every step, zeroed (the one pass, from empty states, is unchanged)."""
     from fx2onnx.hub.decoders.verify_lengths import verify_steps_against_one_pass
-    from fx2onnx.hub.shared.verification import Tolerance
+    from fx2onnx.hub.shared.verification import QUANTIZED_ACTIVATION_ERROR
 
     edited = onnx.load(os.fspath(path))
     graph = edited.graph
-    for node in graph.node:  # the output's producer writes a raw value, sliced to no rows after it
+    for node in graph.node:  # the output's producer writes a raw value, zeroed after it
         node.output[:] = ["forgotten_raw" if name == "present_compressor.1.kv" else name for name in node.output]
-    graph.initializer.extend([onnx.numpy_helper.from_array(np.array([value], dtype=np.int64), name)
-                              for name, value in (("forgotten_start", 0), ("forgotten_axis", 1))])
-    graph.node.append(onnx.helper.make_node("Slice", ["forgotten_raw", "forgotten_start", "forgotten_start",
-                                                      "forgotten_axis"], ["present_compressor.1.kv"]))
+    graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), dtype=np.float32), "forgotten_zero"))
+    graph.node.append(onnx.helper.make_node("Mul", ["forgotten_raw", "forgotten_zero"], ["present_compressor.1.kv"]))
     broken = path.with_name("broken.onnx")
     onnx.save(edited, os.fspath(broken), save_as_external_data=True, location="broken.onnx_data")
-    verdict = verify_steps_against_one_pass(broken, model, model.config, lengths, Tolerance(1e-3, 1e-4))
-    assert verdict.failure is None and not verdict.passed and 1e-3 < verdict.max_logit_difference < float("inf")
+    kept = verify_steps_against_one_pass(path, model, model.config, lengths, QUANTIZED_ACTIVATION_ERROR)
+    verdict = verify_steps_against_one_pass(broken, model, model.config, lengths, QUANTIZED_ACTIVATION_ERROR)
+    assert kept.passed and kept.max_logit_difference < 1e-5
+    assert verdict.failure is None and not verdict.passed and verdict.max_logit_difference < float("inf")
 
 
 def test_fake_mode_refuses_a_checkpoint_whose_experts_transformers_stacks_at_load(tmp_path: Path) -> None:
