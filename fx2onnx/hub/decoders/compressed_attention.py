@@ -349,6 +349,15 @@ def export_compressed_attention(
     loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None,
 ) -> list[str]:
     """The folder's `onnx/model.onnx` of DeepSeek-V4's step (`CompressedAttentionStep`); its files."""
+    if loaded.model.lm_head.weight.dtype == torch.bfloat16:
+        # transformers runs bfloat16 experts through torch's grouped product, which no translation takes with
+        # its offsets; onnxruntime's MoE kernel, which replaces it elsewhere, routes by a softmax's top k
+        raise UnsupportedTaskError(
+            f"{type(loaded.model).__name__} in bfloat16: its routed experts run torch's bfloat16 grouped product "
+            "(_grouped_mm with offsets), which has no ONNX translation, and its routing is not the softmax top k of "
+            "onnxruntime's MoE kernel. No folder was written. Export it in float32 (the default; --precision int4 or "
+            "int8 keep float32 activations)."
+        )
     step = CompressedAttentionStep(loaded.model)
     try:
         inputs = step_inputs(loaded)

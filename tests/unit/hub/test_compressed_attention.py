@@ -87,16 +87,22 @@ def test_the_folder_is_verified_and_takes_the_states_transformers_js_feeds(tmp_p
     assert not (tmp_path / "out" / "genai_config.json").exists()
 
 
-def test_a_float16_folder_is_refused_as_transformers_own_forward_fails(tmp_path: Path) -> None:
+def test_float16_and_bfloat16_folders_are_refused_before_anything_is_written(tmp_path: Path) -> None:
     from fx2onnx.hub.tasks import UnsupportedTaskError
 
-    # transformers keeps the compressors' projections in float32, which take float16 hidden states on CPU
+    # float16: transformers keeps the compressors' projections in float32, which take float16 hidden states on CPU;
+    # bfloat16: the routed experts' grouped product has no translation
     deepseek_v4().save_pretrained(tmp_path / "source")
     with pytest.raises(UnsupportedTaskError, match=r"does not run in float16: transformers keeps 7 of its weights in float32 "
                                                    r"\(its class's _keep_in_fp32_modules: model\.layers\.1\.self_attn\.compressor"
                                                    r"\.kv_proj\.weight.*RuntimeError: expected m1 and m2 to have the same dtype.*"
                                                    r"No folder was written\. Export it in float32"):
         export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="fp16")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UnsupportedTaskError, match=r"in bfloat16: its routed experts run torch's bfloat16 grouped product "
+                                                   r"\(_grouped_mm with offsets\), which has no ONNX translation.*No folder "
+                                                   r"was written\. Export it in float32"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="bf16")
     assert not (tmp_path / "out").exists()
 
 
