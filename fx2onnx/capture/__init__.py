@@ -21,15 +21,16 @@ from fx2onnx.capture.dynamic_dims.switches import sizes_kept_apart
 from fx2onnx.capture.fake_mode import fake_copy
 from fx2onnx.capture.hints import signature_text
 from fx2onnx.capture.library_adapters import (
-    SQUARE_IMAGES_REASON, KeptBy, checkpoint_renaming, default_scan_chunks, frozen_numbers, is_cache_type,
-    is_encoder_decoder_cache_type, registered_containers, static_image_size_reason, tensors_outside_layers,
+    SQUARE_IMAGES_REASON, KeptBy, checkpoint_conversions, checkpoint_renaming, default_scan_chunks,
+    experts_fake_tensors_run, frozen_numbers, is_cache_type, is_encoder_decoder_cache_type, registered_containers,
+    static_image_size_reason, tensors_outside_layers,
 )
 from fx2onnx.capture.torch_export import model_name
 from fx2onnx.capture.value_branches import failing_line, value_branch
 
 __all__ = [
-    "FIXED_DIM", "SQUARE_IMAGES_REASON", "KeptBy", "bound_arguments", "checkpoint_renaming", "default_scan_chunks",
-    "dims_dynamic_but_ones", "failing_line", "fake_copy", "frozen_numbers", "is_cache_type", "is_encoder_decoder_cache_type",
-    "model_name", "registered_containers", "signature_text", "sizes_kept_apart", "static_image_size_reason",
+    "FIXED_DIM", "SQUARE_IMAGES_REASON", "KeptBy", "bound_arguments", "checkpoint_conversions", "checkpoint_renaming",
+    "default_scan_chunks", "dims_dynamic_but_ones", "experts_fake_tensors_run", "failing_line", "fake_copy", "frozen_numbers",
+    "is_cache_type", "is_encoder_decoder_cache_type", "model_name", "registered_containers", "signature_text", "sizes_kept_apart", "static_image_size_reason",
     "tensors_outside_layers", "value_branch",
 ]

@@ -71,7 +71,8 @@ class FakeModuleBuilder:
         # the fake parameter made for each real one: a parameter registered twice (tied
         # weights) stays one parameter
         self._fakes: weakref.WeakKeyDictionary[torch.Tensor, nn.Parameter] = weakref.WeakKeyDictionary()
-        self._original_inits: dict[type, Callable[..., None]] = {}
+        # each wrapped class's own __init__ and the wrapper put in its place
+        self._original_inits: dict[type, tuple[Callable[..., None], Callable[..., None]]] = {}
         self._thread = threading.get_ident()
 
     def _fake_parameter(self, module: nn.Module, name: str, param: nn.Parameter | None) -> nn.Parameter | None:
@@ -107,7 +108,7 @@ class FakeModuleBuilder:
 
         setattr(real_init, _REAL_INIT_FLAG, True)
         cls.__init__ = real_init  # type: ignore[misc]
-        self._original_inits[cls] = init
+        self._original_inits[cls] = (init, real_init)
 
     def _wrap_new_class(self, cls: type, **kwargs: Any) -> None:
         """`nn.Module.__init_subclass__` for the time of the block: module classes defined
@@ -130,8 +131,12 @@ class FakeModuleBuilder:
         finally:
             handle.remove()
             del nn.Module.__init_subclass__
-            for cls, init in self._original_inits.items():
-                cls.__init__ = init  # type: ignore[misc]
+            for cls, (init, real_init) in self._original_inits.items():
+                # a class defined inside whose decorator then wrapped its __init__ (transformers'
+                # `@use_experts_implementation`, which sets `self.config`) keeps the decorator's
+                # wrapper: putting the bare __init__ back would drop it for every later model
+                if cls.__dict__.get("__init__") is real_init:
+                    cls.__init__ = init  # type: ignore[misc]
             self._original_inits.clear()
 
 

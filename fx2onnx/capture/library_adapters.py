@@ -74,7 +74,7 @@ from fx2onnx.capture.libraries.transformers_caches import (
     tensors_outside_layers,
     uncounted_sliding_caches,
 )
-from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_renaming
+from fx2onnx.capture.libraries.transformers_checkpoints import checkpoint_conversions, checkpoint_renaming
 from fx2onnx.capture.libraries.transformers_chunked_scans import MAMBA2_SCAN_FAMILIES, scan_with_symbolic_chunks
 from fx2onnx.capture.libraries.transformers_delta_rule_scans import (
     GATED_DELTA_RULE_FAMILIES, GATED_DELTA_RULE_FUNCTION, KIMI_DELTA_RULE_FAMILIES, KIMI_DELTA_RULE_FUNCTION, default_chunk,
@@ -84,6 +84,7 @@ from fx2onnx.capture.libraries.transformers_experts import (
     every_expert_and_identity_weighted,
     every_expert_weighted,
     every_stacked_glu_expert_weighted,
+    experts_fake_tensors_run,
     experts_without_routing_loops,
 )
 from fx2onnx.capture.libraries.transformers_hints import transformers_hint, transformers_version
@@ -107,9 +108,9 @@ from fx2onnx.capture.libraries.transformers_image_sizes import (
 
 __all__ = [
     "CAPTURE_REWRITES", "LIBRARY_HINTS", "SQUARE_IMAGES_REASON", "STATIC_IMAGE_SIZES", "CacheOutsideLayersError", "CaptureRewrite",
-    "KeptBy", "StaticImageSizes", "TensorSubclassError", "checkpoint_renaming", "default_scan_chunks", "frozen_numbers",
-    "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture", "library_hint", "registered_containers",
-    "rewrite_site", "rewritten_library_functions", "static_image_size_reason", "static_image_sizes_at_capture",
+    "KeptBy", "StaticImageSizes", "TensorSubclassError", "checkpoint_conversions", "checkpoint_renaming", "default_scan_chunks",
+    "experts_fake_tensors_run", "frozen_numbers", "is_cache_type", "is_encoder_decoder_cache_type", "library_adapters_at_capture",
+    "library_hint", "registered_containers", "rewrite_site", "rewritten_library_functions", "static_image_size_reason", "static_image_sizes_at_capture",
     "tensors_outside_layers", "transformers_version", "without_tensor_subclasses",
 ]
 

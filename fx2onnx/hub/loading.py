@@ -14,11 +14,12 @@ from typing import Any
 import torch
 
 from fx2onnx import ONNXFakeContext
+from fx2onnx.capture import checkpoint_conversions, experts_fake_tensors_run
 from fx2onnx.hub import tasks
 from fx2onnx.hub.decoders import text_only as text_only_module
 from fx2onnx.hub.precision.prequantized import loading_arguments, quant_method
 from fx2onnx.hub.pipeline_tasks import PIPELINE_TASKS, TEXT_TO_AUDIO, auto_class_for, served_task, text_to_audio_refusal
-from fx2onnx.program import snapshot_folder
+from fx2onnx.program import checkpoint_files, snapshot_folder
 
 TEXT_GENERATION = "text-generation"
 TEXT2TEXT = "text2text-generation"
@@ -57,6 +58,18 @@ class LoadedModel:
     text_only: bool = False
     # in fake mode, the folder's weights under the model's names where they differ (text_only.py)
     weights: Any = None
+
+
+@contextlib.contextmanager
+def eager_forwards(loaded: LoadedModel) -> Iterator[None]:
+    """Where ``loaded``'s model runs outside a capture (the prefill example inputs are made
+    from): nothing for a real model; for a fake one its fake mode, with transformers' experts
+    in an implementation that fake tensors run (`experts_fake_tensors_run`)."""
+    if loaded.fake_context is None:
+        yield
+        return
+    with loaded.fake_context.fake_mode, experts_fake_tensors_run(loaded.model):
+        yield
 
 
 def local_folder(source: str | os.PathLike) -> Path:
@@ -257,11 +270,37 @@ def _load(folder: Path, config: Any, task: str, dtype: str | None, fake: bool) -
             model.generation_config = transformers.GenerationConfig.from_pretrained(folder)
         if torch_dtype is not None:
             model.to(torch_dtype)
+        _check_streamable(folder, model)
         return model.eval(), fake_context
     # a pre-quantized checkpoint loads as the float weights its codes stand for
     arguments = loading_arguments(config)
     model = auto.from_pretrained(folder, dtype=torch_dtype, **arguments) if torch_dtype else auto.from_pretrained(folder, **arguments)
     return model.eval(), None
+
+
+def _check_streamable(folder: Path, model: torch.nn.Module) -> None:
+    """Refuse a fake-mode export whose checkpoint stores tensors that transformers converts when it
+    loads them (experts one by one, stacked into one tensor of the model): fake mode streams each
+    of the model's weights from the tensor of its name, and would fail only once the graph is built."""
+    files = checkpoint_files(folder)
+    if files.weight_map is not None:
+        names = list(files.weight_map)
+    else:
+        from safetensors import safe_open
+
+        names = []
+        for path in (p for p in files.files if p.suffix == ".safetensors"):
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                names += list(handle.keys())
+    converted = checkpoint_conversions(model, names)
+    if converted:
+        name, target = next(iter(converted.items()))
+        raise NotImplementedError(
+            f"{type(model).__name__}'s checkpoint stores {len(converted)} tensors that transformers converts when it "
+            f"loads them, rather than renames (its WeightConverters: '{name}' goes into the model's '{target}'): fake "
+            "mode streams each weight of the model from the checkpoint's tensor of that name and does not convert "
+            "them. Export it without fake mode, or from a checkpoint saved under the model's own names."
+        )
 
 
 def _load_text_only(

@@ -40,13 +40,20 @@ from fx2onnx.user_warnings import ExportWarning, user_stacklevel
 _CAPTURED_IMPLEMENTATIONS = ("grouped_mm", "batched_mm")
 
 
+def _settable_experts_implementation(model: Any) -> str | None:
+    """The experts implementation of a transformers model whose class can change it (its
+    experts `@use_experts_implementation`); None for any other model."""
+    can_set = getattr(type(model), "_can_set_experts_implementation", None)
+    if can_set is None or not can_set():
+        return None
+    return getattr(getattr(model, "config", None), "_experts_implementation", None)
+
+
 @contextlib.contextmanager
 def experts_without_routing_loops(model: Any) -> Iterator[None]:
     """While inside, ``model`` (a transformers model that asks for the "eager" experts
     implementation) runs a captured one instead; anything else is left as it is."""
-    config = getattr(model, "config", None)
-    can_set = getattr(type(model), "_can_set_experts_implementation", None)
-    if getattr(config, "_experts_implementation", None) != "eager" or can_set is None or not can_set():
+    if _settable_experts_implementation(model) != "eager":
         yield
         return
     kept = model.get_experts_implementation()
@@ -64,6 +71,27 @@ def experts_without_routing_loops(model: Any) -> Iterator[None]:
             "model.set_experts_implementation('grouped_mm') yourself if your transformers version offers it.",
             ExportWarning, stacklevel=user_stacklevel(),
         )
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(kept)
+
+
+@contextlib.contextmanager
+def experts_fake_tensors_run(model: Any) -> Iterator[None]:
+    """While inside, ``model`` (a transformers model whose experts take the "grouped_mm"
+    implementation) runs transformers' "batched_mm" one instead; anything else is left as it is.
+
+    For the eager forwards of a fake model (the prefill its example inputs are made from):
+    torch's fake kernel of ``_grouped_mm`` takes bfloat16 alone, as CUDA's kernel does, where
+    its CPU kernel takes every float, so a float32 or float16 fake model fails there. A capture
+    is not run inside: transformers then takes its own fallback of the grouped product, which
+    fake tensors run."""
+    if _settable_experts_implementation(model) != "grouped_mm":
+        yield
+        return
+    kept = model.get_experts_implementation()
+    model.set_experts_implementation("batched_mm")
     try:
         yield
     finally:

@@ -27,7 +27,6 @@ ONNX Runtime GenAI has no such states: the folder has no `genai_config.json`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,10 +40,11 @@ import fx2onnx
 from fx2onnx.capture import sizes_kept_apart
 from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import TOTAL
-from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program
+from fx2onnx.hub.tasks import UnsupportedTaskError
+from fx2onnx.hub.shared.program_files import exported, onnx_file, quoted_error, save_program
 from fx2onnx.onnx_passes import WeightQuantization
 
 MODEL_TYPES = frozenset({"deepseek_v4"})
@@ -290,7 +290,7 @@ def step_inputs(loaded: LoadedModel, batch: int = 2) -> dict[str, Any]:
     past, seq = 2 * rate + 2, 2 * rate + 1
     vocab = int(config.vocab_size)
     ids = torch.randint(min(3, vocab - 1), vocab, (batch, past + seq), generator=torch.Generator().manual_seed(0))
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     with mode, torch.no_grad():
         ids = ids.clone()  # fake when the model is
         mask = torch.ones(batch, past + seq, dtype=torch.int64)
@@ -334,16 +334,43 @@ def name_folder_values(graph: onnx.GraphProto, config: Any) -> None:
             dims[1].dim_param = TOTAL
 
 
+def _kept_float32(model: torch.nn.Module) -> list[str]:
+    """The float32 weights of a float16 model that its class keeps in float32 (transformers'
+    non-strict `_keep_in_fp32_modules`: DeepSeek-V4's compressors' projections, which its
+    forward then feeds float16 values); none for a model of another dtype."""
+    if model.lm_head.weight.dtype != torch.float16:
+        return []
+    kept = getattr(type(model), "_keep_in_fp32_modules", None) or []
+    return [name for name, parameter in model.named_parameters()
+            if parameter.dtype == torch.float32 and any(module in name for module in kept)]
+
+
 def export_compressed_attention(
     loaded: LoadedModel, staging: Path, options: fx2onnx.ExportOptions, quantization: WeightQuantization | None,
 ) -> list[str]:
     """The folder's `onnx/model.onnx` of DeepSeek-V4's step (`CompressedAttentionStep`); its files."""
+    if loaded.model.lm_head.weight.dtype == torch.bfloat16:
+        # transformers runs bfloat16 experts through torch's grouped product, which no translation takes with
+        # its offsets; onnxruntime's MoE kernel, which replaces it elsewhere, routes by a softmax's top k
+        raise UnsupportedTaskError(
+            f"{type(loaded.model).__name__} in bfloat16: its routed experts run torch's bfloat16 grouped product "
+            "(_grouped_mm with offsets), which has no ONNX translation, and its routing is not the softmax top k of "
+            "onnxruntime's MoE kernel. No folder was written. Export it in float32 (the default; --precision int4 or "
+            "int8 keep float32 activations)."
+        )
     step = CompressedAttentionStep(loaded.model)
     try:
         inputs = step_inputs(loaded)
     except RuntimeError as error:
-        # transformers' own forward failing too is the cause to name (DeepSeek-V4 in float16 on CPU: its
-        # compressors' projections kept in float32 take the float16 hidden states)
+        kept = _kept_float32(loaded.model)
+        if kept:
+            raise UnsupportedTaskError(
+                f"{type(loaded.model).__name__} does not run in float16: transformers keeps {len(kept)} of its weights in "
+                f"float32 (its class's _keep_in_fp32_modules: {', '.join(kept[:2])}{' ...' if len(kept) > 2 else ''}), "
+                f"and its own forward fails on the float16 values they take ({quoted_error(error)}). No folder was "
+                "written. Export it in float32 (the default; --precision int4 or int8 keep float32 activations)."
+            ) from error
+        # transformers' own forward failing too is the cause to name
         own = own_decode_step_failure(loaded)
         if own is None:
             raise

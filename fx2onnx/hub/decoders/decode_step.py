@@ -9,7 +9,6 @@ past length of 0 is then the prefill. Inputs `input_ids`, `attention_mask`,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -22,7 +21,7 @@ import fx2onnx
 from fx2onnx.capture import (
     dims_dynamic_but_ones, is_cache_type, is_encoder_decoder_cache_type, tensors_outside_layers,
 )
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared.program_files import own_forward_refusal
 from fx2onnx.hub.tasks import UnsupportedArchitectureError, UnsupportedTaskError
 from fx2onnx.hub.decoders.sliding_window import growing_cache, layers_config
@@ -81,7 +80,7 @@ def decode_step_inputs(loaded: LoadedModel, cached: int = CACHED_TOKENS) -> dict
     with the sequence in every layer (a prefill of ``cached`` tokens)."""
     model, config = loaded.model, loaded.config
     vocab = int(getattr(config, "vocab_size", 100) or 100)
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(min(3, vocab - 1), vocab, (BATCH, cached + NEW_TOKENS), generator=generator)
     with mode, torch.no_grad():

@@ -25,7 +25,6 @@ and gets these two beside it, each with its own data file:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ import fx2onnx
 from fx2onnx.capture import fake_copy
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.decoders.sliding_window import masks_by_held_tokens
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program
@@ -133,7 +132,7 @@ def _decoder_inputs(loaded: LoadedModel, embedding: torch.nn.Module) -> dict[str
     """The folder's decode step (decode_step.py) with its ids embedded as the embedding model does."""
     step = decode_step.decode_step_inputs(loaded)
     ids = step.pop("input_ids")
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     with mode, torch.no_grad():
         embedded = embedding(ids)
     cache = step.pop(decode_step.cache_argument(loaded.model))

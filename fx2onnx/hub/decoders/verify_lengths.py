@@ -25,7 +25,7 @@ from fx2onnx.hub.decoders.decode_step import decoder_sizes
 from fx2onnx.hub.decoders.state_list import BATCH_ROWS_ALONE, takes_state_list
 from fx2onnx.hub.decoders.model_lengths import VerificationLengths
 from fx2onnx.hub.shared.verification import (
-    FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded, plain_greedy,
+    FolderRunError, Greedy, Tolerance, Verification, greedy_in_folder, left_padded, plain_greedy, prefill_logits,
 )
 
 
@@ -110,7 +110,7 @@ class LengthsVerification(Verification):
             return f"{self.failure} (lengths run: {self.lengths})"
         verdict = "within" if self.within_tolerance else f"{self.worst_ratio:.3g} times"
         tolerance = f"rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g}"
-        tokens = self.failure or "greedy tokens equal"
+        tokens = self.failure or ("greedy tokens equal" if self.tokens_equal is not None else "against the folder's one pass")
         return (f"largest difference {self.max_logit_difference:.3g} after {self.worst_length} tokens ({verdict} the "
                 f"tolerance {tolerance}), {tokens}")
 
@@ -125,6 +125,58 @@ def _first_difference(ours: Greedy, theirs: Greedy, what: str) -> str | None:
     return None
 
 
+def _pad_and_banned(model: torch.nn.Module, config: Any) -> tuple[int, list[int]]:
+    """The pad token of the batches and the end-of-text tokens greedy generation keeps from choosing."""
+    pad = int(getattr(config, "pad_token_id", None) or 0)
+    eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
+    return pad, [] if eos is None else eos if isinstance(eos, list) else [eos]
+
+
+def _prompt_runs(config: Any, lengths: VerificationLengths, seed: int) -> dict[str, list[list[int]]]:
+    """The prompts of each run at ``lengths``, by what the run is: the prompt alone, then the batch."""
+    vocab = int(decoder_sizes(config).vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    runs = {
+        f"the prompt of {lengths.prompt}": [lengths.prompt],
+        f"the batch of {', '.join(map(str, lengths.batch))}": list(lengths.batch),
+    }
+    return {what: [torch.randint(min(3, vocab - 1), vocab, (size,), generator=generator).tolist() for size in sizes]
+            for what, sizes in runs.items()}
+
+
+def verify_steps_against_one_pass(
+    path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, share: float, seed: int = 1,
+    embedding: Path | None = None,
+) -> LengthsVerification:
+    """A folder's prompt and decode steps at ``lengths`` against its own one pass over the same
+    text (the prompt and the tokens the folder chose, read at once), each step's logits within
+    ``share`` of the one pass's largest logit: for a quantized folder, whose verification against
+    transformers (`verify_quantized_causal_lm`) is one such pass, and whose tokens transformers'
+    do not bound (near ties chosen otherwise), its cache at every length. The share bounds what
+    onnxruntime's int8 activations move between one pass and single steps (their kernels differ:
+    0.4% of the largest logit in the tests' int8 LLaMA); a state read wrong moves the logits by
+    their size. The prompt alone: a left-padded batch need not read the same in one pass and in
+    steps (DeepSeek-V4's windows do not)."""
+    pad, banned = _pad_and_banned(model, config)
+    what, prompts = next(iter(_prompt_runs(config, lengths, seed).items()))
+    try:
+        ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad, banned, embedding)
+        # the one pass's logits at each step: those of the position before each new token
+        one_pass = prefill_logits(path, [prompts[0] + ours.tokens[0][:-1]], pad, embedding)[0, len(prompts[0]) - 1:]
+    except FolderRunError as error:
+        return LengthsVerification(float("inf"), None, [], [], Tolerance(0.0, 0.0), float("inf"),
+                                   f"{error} while running {what}", lengths.describe(), error.length or 0)
+    worst, worst_length, largest = 0.0, 0, 0.0
+    tolerance = Tolerance(0.0, share * float(np.abs(one_pass).max()))
+    for steps, expected, length in zip(ours.logits, one_pass, ours.lengths):
+        steps, expected = steps[0].astype(np.float64), expected.astype(np.float64)
+        largest = max(largest, float(np.abs(steps - expected).max()))
+        if (ratio := tolerance.worst_ratio(steps, expected)) > worst:
+            worst, worst_length = ratio, length
+    return LengthsVerification(largest, None, ours.tokens[0], ours.tokens[0], tolerance, worst, None,
+                               f"{what} and {lengths.new_tokens} decode steps", worst_length)
+
+
 def verify_causal_lm_at_lengths(
     path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, tolerance: Tolerance, seed: int = 1,
     reference: BatchReference = BatchReference.BATCH, embedding: Path | None = None,
@@ -132,18 +184,9 @@ def verify_causal_lm_at_lengths(
     """The folder's decoder against ``model.generate`` on one prompt and one batch (or the
     batch's rows alone, as ``reference`` says: `greedy_in_transformers`); ``embedding``: the
     model that embeds each step's ids for the decoder (`greedy_in_folder`)."""
-    vocab = int(decoder_sizes(config).vocab_size)
-    pad = int(getattr(config, "pad_token_id", None) or 0)
-    eos = token_ids(config, getattr(model, "generation_config", None))["eos_token_id"]
-    banned = [] if eos is None else eos if isinstance(eos, list) else [eos]
-    generator = torch.Generator().manual_seed(seed)
-    runs = {
-        f"the prompt of {lengths.prompt}": [lengths.prompt],
-        f"the batch of {', '.join(map(str, lengths.batch))}": list(lengths.batch),
-    }
+    pad, banned = _pad_and_banned(model, config)
     worst, worst_length, largest, failure, first = 0.0, 0, 0.0, None, None
-    for what, sizes in runs.items():
-        prompts = [torch.randint(min(3, vocab - 1), vocab, (size,), generator=generator).tolist() for size in sizes]
+    for what, prompts in _prompt_runs(config, lengths, seed).items():
         try:
             ours = greedy_in_folder(path, prompts, lengths.new_tokens, pad, banned, embedding)
         except FolderRunError as error:

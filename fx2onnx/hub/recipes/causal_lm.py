@@ -20,7 +20,7 @@ from fx2onnx.hub.decoders.combined_cache import reads_combined_cache, write_comb
 from fx2onnx.hub.decoders.growing_cache import check_growing_cache
 from fx2onnx.hub.decoders.indexer_cache import write_joined_indexer_keys
 from fx2onnx.hub.decoders.mask_positions import write_positions_from_mask
-from fx2onnx.hub.decoders.model_lengths import verification_lengths
+from fx2onnx.hub.decoders.model_lengths import VerificationLengths, verification_lengths
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.decoders.per_layer_inputs import EMBEDDING, write_embedded_decoder, writes_embedded_decoder
 from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_held_tokens
@@ -28,7 +28,7 @@ from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.strided_cache import UNJOINED_NOTE, cache_stride, write_strided_cache
 from fx2onnx.hub.shared.value_branch_refusal import value_branch_failure
-from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths
+from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths, verify_steps_against_one_pass
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
@@ -41,7 +41,7 @@ from fx2onnx.hub.shared.genai_config import (
     GENAI_CONFIG, genai_config, genai_decoder_file, genai_state_note, shared_cache_note, unequal_head_sizes_note,
 )
 from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, saved_graph, write_json_file
-from fx2onnx.hub.shared.verification import Tolerance, Verification, verify_quantized_causal_lm
+from fx2onnx.hub.shared.verification import QUANTIZED_ACTIVATION_ERROR, Tolerance, Verification, verify_quantized_causal_lm
 
 PRECISION = PrecisionSupport(weight_only=True)
 MASKED_LM_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
@@ -197,7 +197,9 @@ class CausalLMRecipe(RecipeDefaults):
         say: Say,
     ) -> Verification:
         lengths = verification_lengths(loaded.config, request.tokens)
-        say(f"verification lengths: {lengths.describe()}")
+        # a quantized folder's tokens are not transformers': compared in one pass, then its decode steps against it
+        reached = "" if request.quantization is None else " (quantized: the prompt and its decode steps, not the batch)"
+        say(f"verification lengths: {lengths.describe()}{reached}")
         relative = onnx_file(loaded, folder_layout.MODEL, request.quantization)
         # the folder's model, then the one ONNX Runtime GenAI reads where it has its own (a
         # separate cache, a windowed one: fed as onnxruntime's other clients feed a cache, its
@@ -217,6 +219,7 @@ class CausalLMRecipe(RecipeDefaults):
             if prompt is not None:
                 verdict = verify_quantized_causal_lm(folder / path, model, loaded.config, prompt.tolist(), request.tokens,
                                                      request.atol, quantization=request.quantization)
+                verdict = _also_at_lengths(verdict, folder / path, model, loaded.config, lengths, say)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / path, model, loaded.config, lengths, tolerance,
                                                       reference=reference)
@@ -233,6 +236,7 @@ class CausalLMRecipe(RecipeDefaults):
                 verdict = verify_quantized_causal_lm(folder / decoder, model, loaded.config, prompt.tolist(), request.tokens,
                                                      request.atol, embedding=folder / embedding,
                                                      quantization=request.quantization)
+                verdict = _also_at_lengths(verdict, folder / decoder, model, loaded.config, lengths, say, folder / embedding)
             else:
                 verdict = verify_causal_lm_at_lengths(folder / decoder, model, loaded.config, lengths, tolerance,
                                                       reference=reference, embedding=folder / embedding)
@@ -242,6 +246,21 @@ class CausalLMRecipe(RecipeDefaults):
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
         return client_note(config, genai_config)
+
+
+def _also_at_lengths(
+    one_pass: Verification, path: Path, model: torch.nn.Module, config: Any, lengths: VerificationLengths, say: Say,
+    embedding: Path | None = None,
+) -> Verification:
+    """A quantized folder that passed its verification (one pass over the prompt and the
+    generated tokens) at ``lengths`` too: its decode steps against that one pass
+    (`verify_steps_against_one_pass`), within what int8 activations move the logits by. The
+    one pass's verdict when they agree, theirs when not."""
+    if not one_pass.passed:
+        return one_pass
+    steps = verify_steps_against_one_pass(path, model, config, lengths, QUANTIZED_ACTIVATION_ERROR, embedding=embedding)
+    say(f"verification of the decode steps: {steps.summary()}")
+    return one_pass if steps.passed else steps
 
 
 RECIPE = CausalLMRecipe()

@@ -19,7 +19,6 @@ weights are streamed from the folder.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from torch import nn
 
 import fx2onnx
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, decoder_sizes, output_cache
-from fx2onnx.hub.loading import SPEECH_RECOGNITION, LoadedModel
+from fx2onnx.hub.loading import SPEECH_RECOGNITION, LoadedModel, eager_forwards
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -128,7 +127,7 @@ def decoder_inputs(loaded: LoadedModel, decoder: DecoderHalf, with_past: bool) -
     """A decoding step's inputs, fake when the model is: the first step (no cache), or a
     step with a cache of DECODED tokens."""
     model = loaded.model
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     encoder = encoder_inputs(loaded)
     vocab = int(decoder_sizes(loaded.config).vocab_size)
     batch = next(iter(encoder.values())).shape[0]

@@ -21,7 +21,6 @@ The config files the runtime reads beside them are written by whisper_config.py.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ import fx2onnx
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.decoders.decode_step import cache_argument
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -128,7 +127,7 @@ def _examples(loaded: LoadedModel) -> tuple[torch.Tensor, tuple[torch.Tensor, ..
     """The encoder's example features and the decoder's example inputs (ids, then the caches),
     fake when the model is."""
     config, model = loaded.config, loaded.model
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(BATCH_SIZE, int(config.num_mel_bins), RUNTIME_FRAMES, generator=generator).to(dtype)

@@ -3,7 +3,6 @@ the file names its clients look for, from example inputs in the load's fake mode
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.capture import failing_line, fake_copy
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
 from fx2onnx.hub.shared.value_branch_refusal import ONE_PASS, value_branch_failure
@@ -62,7 +61,7 @@ def own_forward_failure(
     ``run_fake``, and is not run (None) without."""
     if loaded.fake_context is not None and not run_fake:
         return None
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     try:
         with mode, torch.no_grad():
             (module or loaded.model)(**inputs)

@@ -491,18 +491,16 @@ def _bounded(verification: Verification, what: str, scale: float) -> str:
     return f"{what} up to {scale:.3g}; {verdict} the bound {verification.tolerance.atol:.3g}"
 
 
-def _prefill_logits(path: Path, tokens: list[int], embedding: Path | None = None) -> np.ndarray:
-    """The logits of every position of ``tokens`` read at once, with an empty cache; with
-    ``embedding``, the ids go through that model first (as in `greedy_in_folder`)."""
+def prefill_logits(path: Path, texts: list[list[int]], pad: int = 0, embedding: Path | None = None) -> np.ndarray:
+    """The logits (batch, width, vocab) of every position of ``texts`` read at once as one
+    left-padded batch with an empty cache; with ``embedding``, the ids go through that model
+    first (as in `greedy_in_folder`)."""
+    ids, mask = left_padded(texts, pad)
     with cpu_session(path) as session, (cpu_session(embedding) if embedding else contextlib.nullcontext()) as embed:
-        cache = empty_cache(session)
-        feed = {
-            "input_ids": np.array([tokens], dtype=np.int64), "attention_mask": np.ones((1, len(tokens)), dtype=np.int64),
-            "position_ids": np.arange(len(tokens), dtype=np.int64)[None, :], **cache,
-        }
+        feed = {"input_ids": ids, "attention_mask": mask, "position_ids": positions_of(mask), **empty_cache(session, len(texts))}
         if embed is not None:
             feed |= run_session(embed, feed)
-        return run_session(session, feed)["logits"][0]
+        return run_session(session, feed)["logits"]
 
 
 # What a quantized folder may differ by from the float model with its weights rounded as it
@@ -528,7 +526,7 @@ def verify_quantized_causal_lm(
         )
     torch_tokens = generated.sequences[0, len(prompt):].tolist()
     tokens = prompt + torch_tokens[:-1]
-    logits = _prefill_logits(path, tokens, embedding)[len(prompt) - 1:]
+    logits = prefill_logits(path, [tokens], embedding=embedding)[0][len(prompt) - 1:]
     onnx_tokens = [int(t) for t in logits.argmax(-1)]
     torch_logits = torch.cat([step[:1] for step in generated.logits]).float()
     agreement = sum(a == b for a, b in zip(onnx_tokens, torch_tokens)) / len(torch_tokens)

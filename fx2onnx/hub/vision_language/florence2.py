@@ -19,7 +19,6 @@ Each part holds the whole model (as `model`), so its weights keep the checkpoint
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shutil
 from pathlib import Path
@@ -31,7 +30,7 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.hub.decoders.decode_step import cache_argument, output_cache
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
 from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
@@ -98,10 +97,6 @@ class DecoderStep(nn.Module):
         return {"logits": self.model.lm_head(outputs.last_hidden_state), "present": output_cache(outputs)}
 
 
-def _mode(loaded: LoadedModel) -> Any:
-    return loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
-
-
 def image_side(image_processor: Any) -> tuple[int, int]:
     """The (height, width) the image processor resizes every image to; a NotImplementedError
     for a processor that gives images of other sizes (the vision model takes one)."""
@@ -129,7 +124,7 @@ def example_inputs(loaded: LoadedModel, image_processor: Any) -> dict[str, torch
 def _encoder_inputs(loaded: LoadedModel, examples: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The encoder's inputs as Transformers.js makes them (fake when the model is): each image's
     features then its prompt's embeddings, and ones over both."""
-    with _mode(loaded), torch.no_grad():
+    with eager_forwards(loaded), torch.no_grad():
         features = VisionEncoder(loaded.model)(examples["pixel_values"].clone())["image_features"]
         embeds = TokenEmbedding(loaded.model)(examples["input_ids"].clone())["inputs_embeds"]
         rows = torch.cat([features, embeds], dim=1)
@@ -140,7 +135,7 @@ def _decoder_inputs(loaded: LoadedModel, examples: dict[str, torch.Tensor], with
     """A decode step's inputs (fake when the model is): the first step, or one after DECODED tokens."""
     model = loaded.model
     encoder = _encoder_inputs(loaded, examples)
-    with _mode(loaded), torch.no_grad():
+    with eager_forwards(loaded), torch.no_grad():
         hidden = Encoder(model)(**encoder)["last_hidden_state"]
         embed, step = TokenEmbedding(model), DecoderStep(model)
         ids = examples["decoder_input_ids"].clone()

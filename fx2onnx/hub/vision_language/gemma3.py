@@ -29,7 +29,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +40,7 @@ from torch.export import Dim
 
 import fx2onnx  # its fused kernels register torch.ops.fx2onnx.cached_attention
 from fx2onnx.hub.decoders import decode_step
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared.merged_decoder import models_in_if
 from fx2onnx.hub.shared.verification import run_session
 from fx2onnx.hub.vision_language import genai_files, parts
@@ -147,7 +146,7 @@ def decoder_inputs(loaded: LoadedModel, fake: Any, flagged: bool = False) -> dic
     mask = torch.ones(batch, cached + new, dtype=torch.int64)
     positions = torch.arange(cached + new).view(1, -1).expand(batch, -1).contiguous()
     ids, embeds, mask, positions = fake((ids, embeds, mask, positions))
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     with mode, torch.no_grad():
         prefill = language_model(
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[:, :cached],

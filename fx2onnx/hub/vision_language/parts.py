@@ -30,7 +30,7 @@ from torch.export import Dim
 import fx2onnx
 from fx2onnx.capture import fake_copy, registered_containers
 from fx2onnx.hub.decoders import decode_step
-from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.vision_language.architecture import VisionLanguageArchitecture, WideRows
 
 
@@ -220,7 +220,7 @@ def decode_step_over_embeds(
     if not mrope:
         positions = positions[0]
     embeds, mask, positions = as_loaded((embeds, mask, positions), loaded)
-    mode = loaded.fake_context.fake_mode if loaded.fake_context is not None else contextlib.nullcontext()
+    mode = eager_forwards(loaded)
     with mode, torch.no_grad():
         given = {decode_step.cache_argument(language_model): cache} if cache is not None else {}
         prefill = language_model(

@@ -365,3 +365,29 @@ def test_a_tensor_faked_again_gets_the_dims_asked_whatever_fakes_of_it_live():
     assert ran.shape == (2, 3, 32, 32) and not free_symbols(ran)
     assert not free_symbols(fake_copy(mode, real, static=True))
     assert free_symbols(fake_copy(mode, real)) and not free_symbols(ran)  # the run's fake is not given back either
+
+
+def test_a_class_defined_inside_keeps_the_init_its_decorator_wraps():
+    # transformers imports a model's module lazily, inside the block, and decorates some classes after their
+    # definition (`@use_experts_implementation` wraps __init__ to set `self.config`): later real models keep it
+    def setting_config(cls):
+        own = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            own(self, *args, **kwargs)
+            self.config = "set"
+
+        cls.__init__ = __init__
+        return cls
+
+    with fx2onnx.enable_fake_mode():
+        @setting_config
+        class Experts(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(2))
+
+        inside = Experts()
+    assert isinstance(inside.weight, FakeTensor) and inside.config == "set"
+    outside = Experts()
+    assert not isinstance(outside.weight, FakeTensor) and outside.config == "set"

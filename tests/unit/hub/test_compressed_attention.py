@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -85,12 +87,101 @@ def test_the_folder_is_verified_and_takes_the_states_transformers_js_feeds(tmp_p
     assert not (tmp_path / "out" / "genai_config.json").exists()
 
 
-def test_a_float16_folder_is_refused_as_transformers_own_forward_fails(tmp_path: Path) -> None:
+def test_float16_and_bfloat16_folders_are_refused_before_anything_is_written(tmp_path: Path) -> None:
     from fx2onnx.hub.tasks import UnsupportedTaskError
 
-    # transformers keeps the compressors' projections in float32, which take float16 hidden states on CPU
+    # float16: transformers keeps the compressors' projections in float32, which take float16 hidden states on CPU;
+    # bfloat16: the routed experts' grouped product has no translation
     deepseek_v4().save_pretrained(tmp_path / "source")
-    with pytest.raises(UnsupportedTaskError, match=r"transformers' own forward fails with RuntimeError: expected m1 and "
-                                                   r"m2 to have the same dtype.*No folder was written"):
-        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", dtype="float16")
+    with pytest.raises(UnsupportedTaskError, match=r"does not run in float16: transformers keeps 7 of its weights in float32 "
+                                                   r"\(its class's _keep_in_fp32_modules: model\.layers\.1\.self_attn\.compressor"
+                                                   r"\.kv_proj\.weight.*RuntimeError: expected m1 and m2 to have the same dtype.*"
+                                                   r"No folder was written\. Export it in float32"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="fp16")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UnsupportedTaskError, match=r"in bfloat16: its routed experts run torch's bfloat16 grouped product "
+                                                   r"\(_grouped_mm with offsets\), which has no ONNX translation.*No folder "
+                                                   r"was written\. Export it in float32"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="bf16")
+    assert not (tmp_path / "out").exists()
+
+
+def _checkpoint_under_the_models_names(model: torch.nn.Module, folder: Path) -> None:
+    """``model`` saved with its tensors under its own names (its experts stacked), which
+    transformers loads as they are and fake mode streams."""
+    import safetensors.torch
+
+    model.save_pretrained(folder)
+    safetensors.torch.save_file({name: tensor.contiguous() for name, tensor in model.state_dict().items()},
+                                os.fspath(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("mode", ["fake", "int4 with module functions"])
+def test_the_folder_of_another_mode_matches_transformers_past_every_window(tmp_path: Path, mode: str) -> None:
+    # 8 new tokens after a prompt of 16 close windows of 4 and 8 in decode steps too (at 20 and 24)
+    from fx2onnx.hub.decoders.model_lengths import verification_lengths
+    from fx2onnx.hub.decoders.verify_lengths import verify_causal_lm_at_lengths
+    from fx2onnx.hub.shared.quantization_error import float_weights, rounded_model, stored_weights
+    from fx2onnx.hub.shared.verification import Tolerance
+
+    model = deepseek_v4()
+    _checkpoint_under_the_models_names(model, tmp_path / "source")
+    lengths = verification_lengths(model.config, 8)
+    assert lengths.describe() == ("a prompt of 16 tokens (past compression window 4, sliding window 6, compression window "
+                                  "8), 8 decode steps to length 24, a left-padded batch of 16, 11, 4 tokens")
+    if mode == "fake":  # --verify runs the folder at those lengths
+        result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", fake=True, verify=True, tokens=8)
+        verification = result.verification
+        assert verification.lengths == lengths.describe()
+        path = tmp_path / "out" / "onnx" / "model.onnx"
+    else:
+        # --verify of a quantized folder: one pass against transformers, its decode steps against that pass; the
+        # padded batch is run here too, against transformers with the weights rounded as the folder stores them
+        # (float activations: accuracy level 0)
+        said: list[str] = []
+        result = export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", precision="int4",
+                           module_functions=True, accuracy_level=0, verify=True, tokens=8, say=said.append)
+        assert result.verification.passed
+        steps = [line for line in said if line.startswith("verification of the decode steps: largest difference")]
+        assert steps and "within the tolerance" in steps[0]
+        path = tmp_path / "out" / "onnx" / "model_q4.onnx"
+        _a_dropped_state_is_caught(path, model, lengths)
+        graph = onnx.load(os.fspath(path), load_external_data=False)
+        quantized = [node for function in graph.functions for node in function.node if node.op_type == "MatMulNBits"]
+        assert graph.functions and quantized and {a.i for n in quantized for a in n.attribute if a.name == "bits"} == {4}
+        with rounded_model(model, stored_weights([path]), kept_float=float_weights([path])) as missing:
+            assert not missing
+            verification = verify_causal_lm_at_lengths(path, model, model.config, lengths, Tolerance(1e-3, 1e-4))
+    assert verification.passed and verification.tokens_equal, verification.summary()
+    assert verification.max_logit_difference < 1e-4
+    onnx.checker.check_model(onnx.load(os.fspath(path)), full_check=True)
+
+
+def _a_dropped_state_is_caught(path: Path, model: torch.nn.Module, lengths: Any) -> None:
+    """The decode steps' check fails on a copy of the folder's model whose sparse layer forgets
+    its compressor's waiting rows at every step, zeroed (the one pass, from empty states, is unchanged)."""
+    from fx2onnx.hub.decoders.verify_lengths import verify_steps_against_one_pass
+    from fx2onnx.hub.shared.verification import QUANTIZED_ACTIVATION_ERROR
+
+    edited = onnx.load(os.fspath(path))
+    graph = edited.graph
+    for node in graph.node:  # the output's producer writes a raw value, zeroed after it
+        node.output[:] = ["forgotten_raw" if name == "present_compressor.1.kv" else name for name in node.output]
+    graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((), dtype=np.float32), "forgotten_zero"))
+    graph.node.append(onnx.helper.make_node("Mul", ["forgotten_raw", "forgotten_zero"], ["present_compressor.1.kv"]))
+    broken = path.with_name("broken.onnx")
+    onnx.save(edited, os.fspath(broken), save_as_external_data=True, location="broken.onnx_data")
+    kept = verify_steps_against_one_pass(path, model, model.config, lengths, QUANTIZED_ACTIVATION_ERROR)
+    verdict = verify_steps_against_one_pass(broken, model, model.config, lengths, QUANTIZED_ACTIVATION_ERROR)
+    assert kept.passed and kept.max_logit_difference < 1e-5
+    assert verdict.failure is None and not verdict.passed and verdict.max_logit_difference < float("inf")
+
+
+def test_fake_mode_refuses_a_checkpoint_whose_experts_transformers_stacks_at_load(tmp_path: Path) -> None:
+    # save_pretrained writes DeepSeek-V4's experts one by one, under the original names: refused before any capture
+    deepseek_v4().save_pretrained(tmp_path / "source")
+    with pytest.raises(NotImplementedError, match=r"stores 18 tensors that transformers converts when it loads them.*"
+                                                  r"'model\.layers\.0\.ffn\.experts\.0\.w1\.weight' goes into the model's "
+                                                  r"'model\.layers\.0\.mlp\.experts\.gate_up_proj'.*Export it without fake mode"):
+        export_hf(tmp_path / "source", tmp_path / "out", task="text-generation", fake=True)
     assert not (tmp_path / "out").exists()
