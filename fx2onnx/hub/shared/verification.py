@@ -113,9 +113,10 @@ class Verification:
 
     @staticmethod
     def merged(runs: list[Verification]) -> Verification:
-        """One verdict over several runs, with the first run's tokens."""
+        """One verdict over several runs, with the first run's tokens (None where no run compares tokens)."""
+        compared = [r.tokens_equal for r in runs if r.tokens_equal is not None]
         return Verification(
-            max(r.max_logit_difference for r in runs), all(r.tokens_equal for r in runs), runs[0].onnx_tokens,
+            max(r.max_logit_difference for r in runs), all(compared) if compared else None, runs[0].onnx_tokens,
             runs[0].torch_tokens, runs[0].tolerance, max(r.worst_ratio for r in runs),
             next((r.failure for r in runs if r.failure is not None), None),
         )
