@@ -144,6 +144,9 @@ class FolderRunError(RuntimeError):
         self.length = length
 
 
+_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
 def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The session's outputs by name, fed with the entries of ``feed`` it takes (its
     inputs, and the optional ones with a default: a speech folder's mask); a failed run is
@@ -151,7 +154,11 @@ def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarr
     # a session of another runtime (or a test's stand-in) may have no optional inputs to list
     optional = getattr(session, "get_overridable_initializers", list)()
     names = {i.name for i in [*session.get_inputs(), *optional]}
-    given = {k: v for k, v in feed.items() if k in names}
+    # a float input in the float type the session declares: a float16 one-pass folder takes its
+    # processors' float32 (precision/float32_inputs.py) where transformers' model takes float16
+    floats = {i.name: _FLOAT_TYPES[i.type] for i in session.get_inputs() if getattr(i, "type", None) in _FLOAT_TYPES}
+    given = {k: v.astype(floats[k]) if k in floats and np.issubdtype(v.dtype, np.floating) else v
+             for k, v in feed.items() if k in names}
     try:
         results = session.run(None, given)
     except Exception as error:  # the runtime's own error, stated by the verification
