@@ -16,7 +16,7 @@ import fx2onnx
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.decoders.decode_step import declared_output_fields
 from fx2onnx.hub.loading import FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, LoadedModel
-from fx2onnx.hub.precision.float32_inputs import float32_inputs
+from fx2onnx.hub.precision.float32_io import float32_io
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -96,7 +96,7 @@ class EncoderRecipe(RecipeDefaults):
             options = dataclasses.replace(options, precision=precision)
         program = exported_or_refused(loaded, example_inputs(loaded, 0), options)
         written = image_dims(loaded, program.model, example_inputs(loaded, 1, any_image_size=True), staging, say)
-        float32_inputs(program.model)
+        float32_io(program.model)
         path = onnx_file(loaded, folder_layout.MODEL, request.quantization)
         return [*written, *save_program(program, staging, path, loaded)]
 

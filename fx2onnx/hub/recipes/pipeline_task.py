@@ -20,7 +20,7 @@ from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.pipeline_tasks import example_inputs, takes_any_image_size
-from fx2onnx.hub.precision.float32_inputs import float32_inputs
+from fx2onnx.hub.precision.float32_io import float32_io
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -179,7 +179,7 @@ class PipelineTaskRecipe(RecipeDefaults):
         pipeline_tasks.keep_task_outputs(program.model, task)
         grown = example_inputs(task, loaded.config, loaded.model, 1, with_mask, any_image_size=True)
         written = image_dims(loaded, program.model, grown, staging, say)
-        float32_inputs(program.model)
+        float32_io(program.model)
         return [*written, *save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)]
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:

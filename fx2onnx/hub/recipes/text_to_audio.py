@@ -32,6 +32,7 @@ import torch
 import fx2onnx
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.precision.float32_io import float32_io
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -91,6 +92,7 @@ def _program(model: torch.nn.Module, inputs: dict[str, torch.Tensor], options: f
     program = (exported_or_refused(loaded, inputs, options) if loaded is not None else exported(model, inputs, options))
     pipeline_tasks.keep_task_outputs(program.model, pipeline_tasks.TEXT_TO_AUDIO)
     name_frames(program.model)
+    float32_io(program.model)
     return program
 
 

@@ -155,7 +155,7 @@ def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarr
     optional = getattr(session, "get_overridable_initializers", list)()
     names = {i.name for i in [*session.get_inputs(), *optional]}
     # a float input in the float type the session declares: a float16 one-pass folder takes its
-    # processors' float32 (precision/float32_inputs.py) where transformers' model takes float16
+    # processors' float32 (precision/float32_io.py) where transformers' model takes float16
     floats = {i.name: _FLOAT_TYPES[i.type] for i in session.get_inputs() if getattr(i, "type", None) in _FLOAT_TYPES}
     given = {k: v.astype(floats[k]) if k in floats and np.issubdtype(v.dtype, np.floating) else v
              for k, v in feed.items() if k in names}
