@@ -217,3 +217,23 @@ def test_float16_classifier_in_transformers_js_pipeline(sources, tmp_path, trans
         expected = {model.config.id2label[index]: float(score) for index, score in enumerate(text_scores)}
         assert by_label.keys() == expected.keys()
         np.testing.assert_allclose([by_label[k] for k in expected], list(expected.values()), rtol=0, atol=1e-2)
+
+
+def test_causal_lm_float32_twin_is_verified_apart_from_genai_s_float16_file(tmp_path):
+    """A float16 LLaMA folder with its float32 twin: the twin verified on its own (the GenAI
+    decoder genai_config.json names is the float16 file, verified before), greedy tokens
+    equal and logits within float32's bound of the float16 weights computed in float32."""
+    tokenizer = trained_tokenizer()
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=len(tokenizer), max_position_embeddings=128)).save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    said: list[str] = []
+    result = export_hf(tmp_path / "source", tmp_path / "out", precision="fp16", float32_twin=True, verify=True, tokens=8,
+                       say=said.append)
+    assert result.verification.passed and result.verification.tokens_equal, result.verification.summary()
+    twins = next(line for line in said if line.startswith("verification (float32 twins): "))
+    assert "within the tolerance rtol=0.001, atol=0.0001), greedy tokens equal" in twins
+    assert not [line for line in said if "(ONNX Runtime GenAI's decoder) too" in line]
+    onnx.checker.check_model(str(result.folder / "onnx" / "model.onnx"), full_check=True)
