@@ -13,6 +13,9 @@ Integer inputs and outputs (token ids, masks) are untouched.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import onnx_ir as ir
 
 _HALF, _FLOAT = ir.DataType.FLOAT16, ir.DataType.FLOAT
@@ -55,3 +58,14 @@ def float32_io(model: ir.Model) -> list[str]:
         graph.outputs[index] = cast.outputs[0]
         changed.append(name)
     return changed
+
+
+_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+def in_declared_floats(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feed`` with each float array in the float type ``session`` declares for it (a
+    verification's inputs are in transformers' model's dtype, float16, where such a folder
+    takes float32); other arrays, and inputs of undeclared type, as they are."""
+    floats = {i.name: _FLOAT_TYPES[i.type] for i in session.get_inputs() if getattr(i, "type", None) in _FLOAT_TYPES}
+    return {k: v.astype(floats[k]) if k in floats and np.issubdtype(v.dtype, np.floating) else v for k, v in feed.items()}

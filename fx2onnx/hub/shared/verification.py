@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
+from fx2onnx.hub.precision.float32_io import in_declared_floats
 from fx2onnx.hub.shared.dim_roles import PAST, present_name
 from fx2onnx.hub.shared.peak_scale import peak_scaled
 from fx2onnx.hub.shared.quantization_error import float_weights, rounded_model, stored_weights
@@ -144,9 +145,6 @@ class FolderRunError(RuntimeError):
         self.length = length
 
 
-_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-
-
 def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The session's outputs by name, fed with the entries of ``feed`` it takes (its
     inputs, and the optional ones with a default: a speech folder's mask); a failed run is
@@ -154,11 +152,7 @@ def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarr
     # a session of another runtime (or a test's stand-in) may have no optional inputs to list
     optional = getattr(session, "get_overridable_initializers", list)()
     names = {i.name for i in [*session.get_inputs(), *optional]}
-    # a float input in the float type the session declares: a float16 one-pass folder takes its
-    # processors' float32 (precision/float32_io.py) where transformers' model takes float16
-    floats = {i.name: _FLOAT_TYPES[i.type] for i in session.get_inputs() if getattr(i, "type", None) in _FLOAT_TYPES}
-    given = {k: v.astype(floats[k]) if k in floats and np.issubdtype(v.dtype, np.floating) else v
-             for k, v in feed.items() if k in names}
+    given = in_declared_floats(session, {k: v for k, v in feed.items() if k in names})
     try:
         results = session.run(None, given)
     except Exception as error:  # the runtime's own error, stated by the verification

@@ -7,7 +7,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
-from fx2onnx.hub.precision.float32_io import float32_io
+from fx2onnx.hub.precision.float32_io import float32_io, in_declared_floats
 from fx2onnx.hub.precision.float32_twin import widen_to_float32
 
 
@@ -48,3 +48,9 @@ def test_the_float32_twin_of_such_a_model_casts_to_float32():
                                                                      "ids": np.array([4])})
     assert y.dtype == np.float32 and np.array_equal(y, np.array([[0.0, 0.1, 3.0]], np.float32))  # 0.1 not rounded to float16
     assert not [node for node in model.graph if node.op_type == "Cast" and node.attributes["to"].value == ir.DataType.FLOAT16]
+
+
+def test_a_feed_in_the_float_types_the_session_declares():
+    session = ort.InferenceSession(ir.serde.serialize_model(_half_model()).SerializeToString())  # float16 pixel_values
+    feed = in_declared_floats(session, {"pixel_values": np.ones((1, 3), np.float32), "ids": np.array([4]), "other": np.ones(2)})
+    assert feed["pixel_values"].dtype == np.float16 and feed["ids"].dtype == np.int64 and feed["other"].dtype == np.float64
