@@ -212,3 +212,27 @@ def test_small_integer_initializers_stay_in_the_model_file(tmp_path):
     with torch.no_grad():
         expected = model(x).numpy()
     np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_resize_s_scales_stay_in_the_model_file(tmp_path):
+    """A Resize's float scales, which onnxruntime's shape inference reads from the model file
+    only, are not written to the data file (a portable folder with them there failed to load:
+    "Cannot parse data from external tensors")."""
+
+    class Upsampled(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.interpolate(x, scale_factor=2.0, mode="nearest") + 1
+
+    x = torch.randn(1, 2, 3, 4)
+    options = fx2onnx.ExportOptions(dynamic_shapes=True, target="portable", opset_version=20)
+    program = fx2onnx.dynamo_export(Upsampled().eval(), x, export_options=options)
+    resize = next(node for node in program.model.graph if node.op_type == "Resize")
+    scales = resize.inputs[2]
+    assert scales is not None and scales.is_initializer() and scales.dtype == ir.DataType.FLOAT
+    path = tmp_path / "m.onnx"
+    program.save(path, external_data=True)
+    located = {t.name: t.data_location for t in onnx.load(str(path), load_external_data=False).graph.initializer}
+    assert located[scales.name] == onnx.TensorProto.DEFAULT
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0],
+                               Upsampled()(x).numpy(), rtol=1e-6, atol=1e-6)
