@@ -125,14 +125,16 @@ class Verification:
 
 @contextlib.contextmanager
 def cpu_session(path: Path) -> Iterator[Any]:
-    """An onnxruntime CPU session on a saved model of the folder (a bfloat16 one computed
-    in float32, its copy in a temporary folder: the folder itself is left as written)."""
+    """An onnxruntime CPU session on a model of the folder (a bfloat16 one in float32, as a temporary copy)."""
     import onnxruntime as ort
-
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failed run is reported by the verification, with its length
     with tempfile.TemporaryDirectory(prefix="fx2onnx-verify-") as scratch:
-        yield session_on_cpu(path, options, Path(scratch))
+        try:  # a model the runtime refuses to load fails the verification too, saying why
+            session = session_on_cpu(path, options, Path(scratch))
+        except Exception as error:
+            raise FolderRunError(f"to load {path.name}", error) from error
+        yield session
 
 
 class FolderRunError(RuntimeError):
@@ -146,9 +148,8 @@ class FolderRunError(RuntimeError):
 
 
 def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The session's outputs by name, fed with the entries of ``feed`` it takes (its
-    inputs, and the optional ones with a default: a speech folder's mask); a failed run is
-    a :class:`FolderRunError` naming the inputs' shapes."""
+    """The session's outputs by name, fed with the entries of ``feed`` it takes (its inputs, and the
+    optional ones with a default: a speech folder's mask); a failed run is a :class:`FolderRunError`."""
     # a session of another runtime (or a test's stand-in) may have no optional inputs to list
     optional = getattr(session, "get_overridable_initializers", list)()
     names = {i.name for i in [*session.get_inputs(), *optional]}

@@ -44,3 +44,11 @@ def test_a_verdict_merged_from_runs_without_tokens_compares_no_tokens():
     outside = Verification.merged([half, Verification(0.5, None, [], [], Tolerance(1e-3, 1e-4), 40.0)])
     assert not outside.passed and outside.worst_ratio == 40.0
     assert Verification.merged([Verification(0.0, True, [1], [1]), Verification(0.0, False, [2], [3])]).tokens_equal is False
+
+
+def test_a_model_the_runtime_refuses_to_load_is_a_failed_run(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"not a model")
+    with pytest.raises(FolderRunError, match=r"^onnxruntime failed to load m\.onnx: ") as raised:
+        with cpu_session(tmp_path / "m.onnx"):
+            pass
+    assert "\n" not in str(raised.value) and not Verification.failed_run(raised.value, Tolerance(1e-3, 1e-4)).passed
