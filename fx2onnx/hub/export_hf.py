@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import torch
+
 import fx2onnx
 from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
 from fx2onnx.hub.decoders.model_lengths import context_length
@@ -87,13 +89,33 @@ def _options(request: ExportRequest, loaded: LoadedModel, report: Path) -> fx2on
 def _verify(
     loaded: LoadedModel, folder: Path, recipe: FolderRecipe, request: ExportRequest, say: Callable[[str], None],
 ) -> Verification:
-    """The recipe's verification of ``folder`` against the model with real weights."""
+    """The recipe's verification of ``folder`` against the model with real weights; with
+    float32 twins, theirs too (`_verify_twins`), one verdict over both."""
     model = loaded.model
     if loaded.fake_context is not None:  # the real model, built from the folder, to compare with
         model = load_model(loaded.folder, loaded.task, None, fake=False, text_only=loaded.text_only).model
         model.to(next(p.dtype for p in loaded.model.parameters()))
     tolerance = tolerance_for(next(p.dtype for p in model.parameters()), request.rtol, request.atol)
-    return recipe.verify(loaded, folder, model, request, tolerance, say)
+    verification = recipe.verify(loaded, folder, model, request, tolerance, say)
+    if not request.float32_twin:
+        return verification
+    say(f"verification (float16 files): {verification.summary()}")
+    twins_verdict = _verify_twins(loaded, folder, recipe, request, model, say)
+    say(f"verification (float32 twins): {twins_verdict.summary()}")
+    return Verification.merged([verification, twins_verdict])
+
+
+def _verify_twins(
+    loaded: LoadedModel, folder: Path, recipe: FolderRecipe, request: ExportRequest, model: torch.nn.Module,
+    say: Callable[[str], None],
+) -> Verification:
+    """The recipe's verification of the folder's float32 twins: the float16 weights widened and
+    computed in float32, as transformers' float16 model after ``.float()`` computes (the
+    reference, widened in place: the float16 verdict is given), within float32's tolerance.
+    The recipe finds the twins by the loaded model's dtype (`onnx_file`: no `_fp16` suffix)."""
+    model.float()
+    widened = replace(loaded, model=model, fake_context=None)
+    return recipe.verify(widened, folder, model, request, tolerance_for(torch.float32, request.rtol, request.atol), say)
 
 
 def export_hf(

@@ -118,6 +118,17 @@ def legalize_types(model: ir.Model, context: DiagnosticContext | None = None) ->
     return report
 
 
+def inline_library_functions(model: ir.Model) -> int:
+    """Inline every call of a library function (torchlib's functions it writes as calls,
+    `aten_fill`'s CastLike, Shape and Expand) in place, for a file that must hold no
+    functions (the portable target: OpenVINO and TVM take none); returns how many kinds
+    were inlined. Run before `legalize_types`, which types and legalizes their nodes."""
+    library = {key for key, function in model.functions.items() if function.domain.startswith(_LIBRARY_DOMAIN)}
+    if library:
+        InlinePass(criteria=lambda function: function.identifier() in library)(model)
+    return len(library)
+
+
 def _inline_library_calls_on_integers(model: ir.Model) -> None:
     """Inline the library functions (torchlib's) that get integer or bool inputs.
 

@@ -1,7 +1,8 @@
 """The ONNX passes' stage as one ordered list of steps, `ONNX_PASS_STEPS`, and its entry
 `run_onnx_passes`: from the translated model to one onnxruntime and ONNX's checker take.
 
-Types first (onnxruntime's kernels), then the optimizer (and, for the portable target,
+The portable target's library function calls inlined (its file holds no functions), types
+first (onnxruntime's kernels), then the optimizer (and, for the portable target,
 batch normalization folded into the layer before it and the nodes that read only
 weights folded; otherwise the additions of biases of zeros left out), the opset asked for, the fused
 kernels joining the standard domain once the opset is final, residual additions and RMS
@@ -29,7 +30,7 @@ from fx2onnx.onnx_passes.float8 import legalize_float8
 from fx2onnx.onnx_passes.expert_weights import write_expert_weights
 from fx2onnx.onnx_passes.fallback_inputs import move_into_fallbacks
 from fx2onnx.onnx_passes.fused_kernel_domain import lower_fused_kernels
-from fx2onnx.onnx_passes.legalize_types import legalize_types
+from fx2onnx.onnx_passes.legalize_types import inline_library_functions, legalize_types
 from fx2onnx.onnx_passes.opset_conversion import convert_to_opset
 from fx2onnx.onnx_passes.optimization import optimize_keeping_functions
 from fx2onnx.onnx_passes.packed_attention_inputs import pack_attention_inputs
@@ -93,6 +94,9 @@ def _quantize_activations(state: OnnxPassState) -> StepResult:
 
 
 ONNX_PASS_STEPS: tuple[Step[OnnxPassState], ...] = (
+    # the portable file holds no functions: the library's calls inlined, then typed with the rest
+    Step("inline_library_functions", lambda state: inline_library_functions(state.model_ir), stage="legalization",
+         when=lambda state: state.options.target == "portable"),
     Step("legalize_types", lambda state: sum(legalize_types(state.model_ir, state.context).changes.values()),
          stage="legalization"),
     Step("optimize", lambda state: optimize_keeping_functions(state.model_ir), stage="optimization",

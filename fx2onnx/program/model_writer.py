@@ -30,6 +30,7 @@ import torch
 
 from diagnostics.files import StagedFiles, resolve_destination, staged_files
 from dispatcher import torch_dtype_to_onnx
+from fx2onnx.onnx_passes.model_graphs import model_nodes
 from fx2onnx.onnx_passes.serialization import serialize_model
 from fx2onnx.onnx_passes.fake_weights import proto_with_weights_as_inputs, swapped_initializers
 from fx2onnx.translate.tensor_data import TorchTensorData, real_view, tensor_bytes_view
@@ -119,17 +120,26 @@ def _stays_embedded(tensor: torch.Tensor | ir.TensorProtocol) -> bool:
     return tensor.dtype.is_integer() and tensor.nbytes < EMBEDDED_BELOW_BYTES
 
 
+def _float_shape_inputs(model: ir.Model) -> set[str]:
+    """The initializers a Resize reads as its roi or scales: float values onnxruntime's shape
+    inference reads from the model file only (a folder of opset 20 failed to load, "Cannot
+    parse data from external tensors", with them in the data file)."""
+    return {str(value.name) for node in model_nodes(model) if node.op_type == "Resize" and node.domain in ("", "ai.onnx")
+            for value in node.inputs[1:3] if value is not None and value.is_initializer()}
+
+
 def _external_tensors(
     model: ir.Model, getters: Mapping[str, WeightGetter], data_path: Path, data_name: str
 ) -> dict[str, ir.TensorProtocol]:
-    """Stream every initializer into ``data_path`` but small integer ones; the tensors to
-    put in the proto (references to the file, small integer tensors themselves)."""
+    """Stream every initializer into ``data_path`` but small integer ones and a Resize's
+    roi and scales; the tensors to put in the proto (references to the file, the others themselves)."""
     references: dict[str, ir.TensorProtocol] = {}
     offset = 0
+    embedded = _float_shape_inputs(model)
     with open(data_path, "wb") as stream:
         for name, value in model.graph.initializers.items():
             tensor = _checked(name, value, getters[name]())
-            if _stays_embedded(tensor):
+            if _stays_embedded(tensor) or name in embedded:
                 references[name] = TorchTensorData(tensor, name=name) if isinstance(tensor, torch.Tensor) else tensor
                 continue
             length = _write_tensor(stream, tensor)

@@ -261,13 +261,15 @@ def test_verify_fails_on_a_planted_error(tmp_path, monkeypatch, capsys):
 
 def test_fake_mode_float16_folder(tmp_path):
     """A CTC folder built in fake mode (the weights streamed from the checkpoint) in float16
-    (its waveform input in float16 too) matches transformers."""
+    matches transformers; its waveform input is float32, as Transformers.js's feature extractor
+    gives it, cast to float16 by the graph's first node."""
     torch.manual_seed(0)
     MODELS["automatic-speech-recognition"](100).save_pretrained(tmp_path / "source")
     result = export_hf(tmp_path / "source", tmp_path / "out", verify=True, fake=True, dtype="float16")
     assert result.verification.passed, result.verification.summary()
     proto = onnx.load(str(tmp_path / "out" / "onnx" / "model_fp16.onnx"), load_external_data=False)
-    assert [(i.name, i.type.tensor_type.elem_type) for i in proto.graph.input] == [("input_values", onnx.TensorProto.FLOAT16)]
+    assert [(i.name, i.type.tensor_type.elem_type) for i in proto.graph.input] == [("input_values", onnx.TensorProto.FLOAT)]
+    assert proto.graph.node[0].op_type == "Cast" and proto.graph.node[0].input == ["input_values"]
     assert [o.name for o in proto.graph.output] == ["logits"]
 
 

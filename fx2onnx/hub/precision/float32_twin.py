@@ -63,6 +63,11 @@ def widen_to_float32(model: ir.Model) -> None:
             _widen_node(node)
 
 
+def float16_file(twin: str) -> str:
+    """The float16 file whose twin is ``twin`` (`onnx/model.onnx` -> `onnx/model_fp16.onnx`)."""
+    return twin[: -len(".onnx")] + _FP16_SUFFIX
+
+
 def write_float32_twins(staging: Path, files: list[str]) -> list[str]:
     """The float32 twin of each `*_fp16.onnx` among the folder's ``files``; returns the
     paths written (each file and its data), relative to the folder."""

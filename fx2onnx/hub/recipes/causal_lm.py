@@ -31,6 +31,7 @@ from fx2onnx.hub.shared.value_branch_refusal import value_branch_failure
 from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths, verify_steps_against_one_pass
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
 from fx2onnx.hub.loading import LoadedModel
+from fx2onnx.hub.precision import float32_twin as twins
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -204,7 +205,10 @@ class CausalLMRecipe(RecipeDefaults):
         # the folder's model, then the one ONNX Runtime GenAI reads where it has its own (a
         # separate cache, a windowed one: fed as onnxruntime's other clients feed a cache, its
         # exact form first, then its kernels once a sliding layer's buffer holds the window)
-        paths = [relative, *[path for path in [genai_decoder_file(folder)] if path not in (None, relative)]]
+        # (not in the verification of float32 twins, export_hf._verify_twins: the GenAI file then is the
+        # float16 file, verified as the folder's model before)
+        paths = [relative, *[path for path in [genai_decoder_file(folder)]
+                             if path not in (None, relative, twins.float16_file(relative))]]
         prompt = None
         if request.quantization is not None:
             vocab = int(decode_step.decoder_sizes(loaded.config).vocab_size)

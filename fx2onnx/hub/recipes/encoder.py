@@ -16,6 +16,7 @@ import fx2onnx
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.decoders.decode_step import declared_output_fields
 from fx2onnx.hub.loading import FEATURE_EXTRACTION, IMAGE_CLASSIFICATION, LoadedModel
+from fx2onnx.hub.precision.float32_io import float32_io
 from fx2onnx.hub.precision.folder_precision import PrecisionSupport, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -34,8 +35,10 @@ OUTPUTS = {FEATURE_EXTRACTION: "last_hidden_state", IMAGE_CLASSIFICATION: "logit
 def example_inputs(loaded: LoadedModel, size: int, any_image_size: bool = False) -> dict[str, torch.Tensor]:
     """Example inputs of an encoder or image classifier; ``size`` 0 or 1 picks one of two
     shapes (``any_image_size``: images of another height and width at 1 too)."""
-    if loaded.task == IMAGE_CLASSIFICATION:
-        return pipeline_tasks.image_inputs(loaded.config, 2 + size, size, grown=any_image_size and size == 1)
+    if loaded.task == IMAGE_CLASSIFICATION:  # in the model's dtype, as pipeline_tasks.example_inputs gives them
+        dtype = next(p.dtype for p in loaded.model.parameters() if p.is_floating_point())
+        images = pipeline_tasks.image_inputs(loaded.config, 2 + size, size, grown=any_image_size and size == 1)
+        return {name: value.to(dtype) for name, value in images.items()}
     inputs = pipeline_tasks.text_inputs(loaded.config, loaded.model, size)
     inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
     return inputs
@@ -93,6 +96,7 @@ class EncoderRecipe(RecipeDefaults):
             options = dataclasses.replace(options, precision=precision)
         program = exported_or_refused(loaded, example_inputs(loaded, 0), options)
         written = image_dims(loaded, program.model, example_inputs(loaded, 1, any_image_size=True), staging, say)
+        float32_io(program.model)
         path = onnx_file(loaded, folder_layout.MODEL, request.quantization)
         return [*written, *save_program(program, staging, path, loaded)]
 

@@ -20,6 +20,7 @@ from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.pipeline_tasks import example_inputs, takes_any_image_size
+from fx2onnx.hub.precision.float32_io import float32_io
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -97,6 +98,35 @@ def attended_frames(model: torch.nn.Module, inputs: dict[str, torch.Tensor], act
     return actual[frames.numpy()], expected[frames]
 
 
+# a detector's outputs per query, (batch, queries, ...): compared query by query once matched
+DETECTION_OUTPUTS = ("logits", "pred_boxes")
+
+
+def matched_queries(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``actual``'s detector outputs with each image's queries in the order of ``expected``'s,
+    each paired with the nearest unpaired one (largest difference of its logits and box).
+    Detectors that pick their queries by the top k of their encoder's scores (RT-DETR,
+    Deformable DETR's two stages) order them by those scores, which float16 rounds: two
+    near-equal scores come in either order, and the queries with them; every pipeline
+    post-processes the queries as a set. A query only one side picked stays unpaired with
+    its match and fails the comparison."""
+    if not all(name in actual and name in expected and actual[name].ndim == 3 for name in DETECTION_OUTPUTS):
+        return actual
+    ours = np.concatenate([actual[name].astype(np.float64) for name in DETECTION_OUTPUTS], axis=-1)
+    theirs = np.concatenate([expected[name].astype(np.float64) for name in DETECTION_OUTPUTS], axis=-1)
+    if ours.shape != theirs.shape:
+        return actual
+    order = np.empty(ours.shape[:2], dtype=np.int64)
+    for row in range(ours.shape[0]):
+        cost = np.abs(theirs[row][:, None, :] - ours[row][None, :, :]).max(axis=-1)  # (expected query, actual query)
+        for _ in range(cost.shape[0]):  # the closest pair first
+            want, got = np.unravel_index(np.argmin(cost), cost.shape)
+            order[row, want] = got
+            cost[want, :], cost[:, got] = np.inf, np.inf
+    rows = np.arange(ours.shape[0])[:, None]
+    return {**actual, **{name: actual[name][rows, order] for name in DETECTION_OUTPUTS}}
+
+
 def verify_task_outputs(
     path: Path, model: torch.nn.Module, task: str, config: Any, tolerance: Tolerance, with_mask: bool = False,
 ) -> Verification:
@@ -117,6 +147,8 @@ def verify_task_outputs(
                            f"itself does not run images of {list(inputs['pixel_values'].shape[2:])}: {quoted_error(own)}")
                 return Verification.failed(failure, tolerance)
             actual = run_session(session, {k: v.numpy() for k, v in inputs.items()})
+            if task == pipeline_tasks.OBJECT_DETECTION:
+                actual = matched_queries(actual, {name: _torch_output(expected, name).float().numpy() for name in names})
             for name in names:
                 got, want = actual[name], _torch_output(expected, name)
                 if tuple(got.shape) != tuple(want.shape):  # a size the graph fixed at the example's
@@ -146,8 +178,9 @@ class PipelineTaskRecipe(RecipeDefaults):
         program = exported_or_refused(loaded, inputs, options, roles)
         pipeline_tasks.keep_task_outputs(program.model, task)
         grown = example_inputs(task, loaded.config, loaded.model, 1, with_mask, any_image_size=True)
-        return [*image_dims(loaded, program.model, grown, staging, say),
-                *save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)]
+        written = image_dims(loaded, program.model, grown, staging, say)
+        float32_io(program.model)
+        return [*written, *save_program(program, staging, onnx_file(loaded, folder_layout.MODEL), loaded)]
 
     def client_note(self, config: dict[str, Any], genai_config: bool) -> str | None:
         return ctc_client_note(config) or detection_client_note(config)

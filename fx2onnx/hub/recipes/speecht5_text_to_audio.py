@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import fx2onnx
+from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.loading import LoadedModel, local_folder
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
@@ -122,6 +123,12 @@ class SpeechT5TextToAudioRecipe(RecipeDefaults):
             return Refusal(UnsupportedArchitectureError, (
                 "SpeechT5 text-to-audio is exported from the checkpoint's real weights (its vocoder is another "
                 "checkpoint): give it without --fake. Nothing was written."))
+        if (dtype := weights_dtype(loaded)) != torch.float32:
+            return Refusal(NotImplementedError, (
+                f"SpeechT5 text-to-audio in {str(dtype).removeprefix('torch.')}: {TRANSFORMERS_JS}'s generate_speech feeds the decoder its first "
+                "spectrogram frame and the speaker embeddings as float32 tensors whatever the folder's dtype (lines 31085 "
+                "and 33911 of dist/transformers.node.mjs), which a float16 decoder refuses. Nothing was written. "
+                "Give --precision fp32 (a float16 checkpoint's weights are then widened)."))
         return precision_refusal(loaded, request, FLOAT_ONLY)
 
     def export(

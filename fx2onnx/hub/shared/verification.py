@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
+from fx2onnx.hub.precision.float32_io import in_declared_floats
 from fx2onnx.hub.shared.dim_roles import PAST, present_name
 from fx2onnx.hub.shared.peak_scale import peak_scaled
 from fx2onnx.hub.shared.quantization_error import float_weights, rounded_model, stored_weights
@@ -113,9 +114,10 @@ class Verification:
 
     @staticmethod
     def merged(runs: list[Verification]) -> Verification:
-        """One verdict over several runs, with the first run's tokens."""
+        """One verdict over several runs, with the first run's tokens (None where no run compares tokens)."""
+        compared = [r.tokens_equal for r in runs if r.tokens_equal is not None]
         return Verification(
-            max(r.max_logit_difference for r in runs), all(r.tokens_equal for r in runs), runs[0].onnx_tokens,
+            max(r.max_logit_difference for r in runs), all(compared) if compared else None, runs[0].onnx_tokens,
             runs[0].torch_tokens, runs[0].tolerance, max(r.worst_ratio for r in runs),
             next((r.failure for r in runs if r.failure is not None), None),
         )
@@ -123,14 +125,16 @@ class Verification:
 
 @contextlib.contextmanager
 def cpu_session(path: Path) -> Iterator[Any]:
-    """An onnxruntime CPU session on a saved model of the folder (a bfloat16 one computed
-    in float32, its copy in a temporary folder: the folder itself is left as written)."""
+    """An onnxruntime CPU session on a model of the folder (a bfloat16 one in float32, as a temporary copy)."""
     import onnxruntime as ort
-
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failed run is reported by the verification, with its length
     with tempfile.TemporaryDirectory(prefix="fx2onnx-verify-") as scratch:
-        yield session_on_cpu(path, options, Path(scratch))
+        try:  # a model the runtime refuses to load fails the verification too, saying why
+            session = session_on_cpu(path, options, Path(scratch))
+        except Exception as error:
+            raise FolderRunError(f"to load {path.name}", error) from error
+        yield session
 
 
 class FolderRunError(RuntimeError):
@@ -144,13 +148,12 @@ class FolderRunError(RuntimeError):
 
 
 def run_session(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The session's outputs by name, fed with the entries of ``feed`` it takes (its
-    inputs, and the optional ones with a default: a speech folder's mask); a failed run is
-    a :class:`FolderRunError` naming the inputs' shapes."""
+    """The session's outputs by name, fed with the entries of ``feed`` it takes (its inputs, and the
+    optional ones with a default: a speech folder's mask); a failed run is a :class:`FolderRunError`."""
     # a session of another runtime (or a test's stand-in) may have no optional inputs to list
     optional = getattr(session, "get_overridable_initializers", list)()
     names = {i.name for i in [*session.get_inputs(), *optional]}
-    given = {k: v for k, v in feed.items() if k in names}
+    given = in_declared_floats(session, {k: v for k, v in feed.items() if k in names})
     try:
         results = session.run(None, given)
     except Exception as error:  # the runtime's own error, stated by the verification

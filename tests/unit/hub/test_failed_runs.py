@@ -34,3 +34,21 @@ def test_a_failed_run_is_stated_with_the_inputs(gather_of_four_rows):
     assert not verdict.passed and verdict.summary() == str(raised.value) and "\n" not in verdict.summary()
     merged = Verification.merged([verdict, Verification(0.0, True, [1], [1])])
     assert not merged.passed and merged.failure == str(raised.value)
+
+
+def test_a_verdict_merged_from_runs_without_tokens_compares_no_tokens():
+    # a float16 folder's verdict and its float32 twins' (one-pass models: no greedy tokens)
+    half, twins = Verification(3e-3, None, [], [], Tolerance(1e-2, 1e-2), 0.2), Verification(2e-5, None, [], [], Tolerance(1e-3, 1e-4), 0.1)
+    merged = Verification.merged([half, twins])
+    assert merged.passed and merged.tokens_equal is None and merged.max_logit_difference == 3e-3
+    outside = Verification.merged([half, Verification(0.5, None, [], [], Tolerance(1e-3, 1e-4), 40.0)])
+    assert not outside.passed and outside.worst_ratio == 40.0
+    assert Verification.merged([Verification(0.0, True, [1], [1]), Verification(0.0, False, [2], [3])]).tokens_equal is False
+
+
+def test_a_model_the_runtime_refuses_to_load_is_a_failed_run(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"not a model")
+    with pytest.raises(FolderRunError, match=r"^onnxruntime failed to load m\.onnx: ") as raised:
+        with cpu_session(tmp_path / "m.onnx"):
+            pass
+    assert "\n" not in str(raised.value) and not Verification.failed_run(raised.value, Tolerance(1e-3, 1e-4)).passed

@@ -212,3 +212,47 @@ def test_small_integer_initializers_stay_in_the_model_file(tmp_path):
     with torch.no_grad():
         expected = model(x).numpy()
     np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_resize_s_scales_stay_in_the_model_file(tmp_path):
+    """A Resize's float scales, which onnxruntime's shape inference reads from the model file
+    only, are not written to the data file (a portable folder with them there failed to load:
+    "Cannot parse data from external tensors")."""
+
+    class Upsampled(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.interpolate(x, scale_factor=2.0, mode="nearest") + 1
+
+    x = torch.randn(1, 2, 3, 4)
+    options = fx2onnx.ExportOptions(dynamic_shapes=True, target="portable", opset_version=20)
+    program = fx2onnx.dynamo_export(Upsampled().eval(), x, export_options=options)
+    resize = next(node for node in program.model.graph if node.op_type == "Resize")
+    scales = resize.inputs[2]
+    assert scales is not None and scales.is_initializer() and scales.dtype == ir.DataType.FLOAT
+    path = tmp_path / "m.onnx"
+    program.save(path, external_data=True)
+    located = {t.name: t.data_location for t in onnx.load(str(path), load_external_data=False).graph.initializer}
+    assert located[scales.name] == onnx.TensorProto.DEFAULT
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0],
+                               Upsampled()(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_the_portable_target_holds_no_library_functions(tmp_path):
+    """torchlib writes `aten.fill` as a call of its function `aten_fill` (VITS's folders held one):
+    the portable file, for runtimes that take no functions, has its nodes inlined instead."""
+
+    class Filled(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * torch.empty_like(x).fill_(2.5) + torch.ops.aten.fill.Scalar(x, 1.0)
+
+    x = torch.randn(2, 3)
+    calls = {}
+    for target in ("default", "portable"):
+        program = fx2onnx.dynamo_export(Filled().eval(), x, export_options=fx2onnx.ExportOptions(dynamic_shapes=True, target=target))
+        proto = program.model_proto
+        onnx.checker.check_model(proto, full_check=True)
+        calls[target] = [f.name for f in proto.functions]
+        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], Filled()(x).numpy(), rtol=0, atol=0)
+    assert calls == {"default": ["aten_fill"], "portable": []}
