@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fx2onnx.hub.shared.tokenizer_backend import add_tokens, vocabulary_with, write_backend
+
 __all__ = [
     "SENTENCEPIECE_CLASSES", "SentencePieceClass", "read_sentencepiece_model", "sentencepiece_class",
     "sentencepiece_tokenizer", "source_added_tokens", "steps_left_out", "write_sentencepiece_tokenizer",
@@ -172,18 +174,15 @@ def sentencepiece_tokenizer(proto: Any, added: dict[int, dict[str, Any]], append
     """The `tokenizers.Tokenizer` that encodes as SentencePiece's character model ``proto``
     does, with the ``added`` tokens (by id) matched first and the token ``appended`` after
     the ids; ValueError where an added token's id is not its piece's, or ``appended`` has none."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors
 
-    vocab = {piece.piece: index for index, piece in enumerate(proto.pieces)}
-    for index, token in added.items():
-        if vocab.setdefault(token["content"], index) != index:
-            raise ValueError(f"the added token {token['content']!r} has id {index}, its piece {vocab[token['content']]}.")
+    vocab = vocabulary_with({piece.piece: index for index, piece in enumerate(proto.pieces)}, added)
     unknown = proto.pieces[proto.trainer_spec.unk_id].piece
     tokenizer = Tokenizer(models.BPE(vocab, [], unk_token=unknown, fuse_unk=True))  # no merges: each character alone
     if steps := _normalizers(proto.normalizer_spec):
         tokenizer.normalizer = normalizers.Sequence(steps)
     tokenizer.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
-    tokenizer.add_tokens([AddedToken(**token) for _, token in sorted(added.items())])
+    add_tokens(tokenizer, added)
     if appended not in vocab:
         raise ValueError(f"the special token {appended!r} after the ids is neither a piece nor an added token.")
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -205,5 +204,4 @@ def write_sentencepiece_tokenizer(source: Path, destination: Path) -> list[str]:
     named = config.get(known.appended) or _json(source / "special_tokens_map.json").get(known.appended)
     appended = _content(named) or known.appended_default
     tokenizer = sentencepiece_tokenizer(proto, source_added_tokens(source, proto), appended)
-    tokenizer.save(str(destination / "tokenizer.json"))
-    return ["tokenizer.json"]
+    return write_backend(tokenizer, destination)
