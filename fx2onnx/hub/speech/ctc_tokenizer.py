@@ -27,11 +27,11 @@ backend's decoder: for a CTC head's folder their `tokenizer.json` gets the `CTC`
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
 
+from fx2onnx.hub.shared.json_files import read_json_if_present
 from fx2onnx.hub.shared.tokenizer_backend import add_tokens, python_added_tokens, vocabulary_with, write_with_backend
 
 CTC_TOKENIZER = "Wav2Vec2CTCTokenizer"
@@ -49,8 +49,7 @@ def is_ctc_tokenizer(tokenizer: Any) -> bool:
 def ctc_head(folder: Path) -> bool:
     """Whether the model of ``folder`` (its config.json) is a CTC head (`...ForCTC`); a
     Parakeet transducer shares the CTC head's tokenizer and decodes every token it emits."""
-    path = Path(folder) / "config.json"
-    architectures = json.loads(path.read_text(encoding="utf-8")).get("architectures") if path.is_file() else None
+    architectures = read_json_if_present(Path(folder) / "config.json", {}).get("architectures")
     return any(str(name).endswith("ForCTC") for name in architectures or ())
 
 
