@@ -94,7 +94,8 @@ def source_added_tokens(source: Path, proto: Any) -> dict[int, dict[str, Any]]:
     tokenizer_config.json's `added_tokens_decoder` (transformers' files since 4.34),
     `added_tokens.json` and the special tokens both files name (older files), those in the
     vocabulary with its ids. Each as the `tokenizers` library's `AddedToken` arguments."""
-    config, special_map = read_json_if_present(source / "tokenizer_config.json", {}), read_json_if_present(source / "special_tokens_map.json", {})
+    config = read_json_if_present(source / "tokenizer_config.json", {})
+    special_map = read_json_if_present(source / "special_tokens_map.json", {})
     pieces = {piece.piece: index for index, piece in enumerate(proto.pieces)}
     flags: dict[str, dict[str, Any]] = {}  # the token's lstrip, rstrip, single_word as given
     ids: dict[str, int] = {}

@@ -30,7 +30,8 @@ def vocabulary_with(vocab: dict[str, int], added: dict[int, dict[str, Any]]) -> 
     merged = dict(vocab)
     for index, token in added.items():
         if merged.setdefault(token["content"], index) != index:
-            raise ValueError(f"the added token {token['content']!r} has id {index}, its vocabulary entry {merged[token['content']]}.")
+            raise ValueError(f"the added token {token['content']!r} has id {index}, its vocabulary entry "
+                             f"{merged[token['content']]}.")
     return merged
 
 
