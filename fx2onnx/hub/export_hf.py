@@ -9,7 +9,6 @@ empty is refused rather than mixed with.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 
 import fx2onnx
+from diagnostics import write_atomically
 from fx2onnx.fx_passes import FUSED_KERNELS_OPSET
 from fx2onnx.hub.decoders.model_lengths import context_length
 from fx2onnx.hub.loading import LoadedModel, load_model, local_folder
@@ -33,6 +33,7 @@ from fx2onnx.hub.request import ExportRequest
 from fx2onnx.hub.shared import folder_layout, tokenizer_files
 from fx2onnx.hub.shared.folder_files import copy_folder_files
 from fx2onnx.hub.shared.generation_search import verification_note
+from fx2onnx.hub.shared.json_files import read_json
 from fx2onnx.hub.shared.program_files import weights_dtype
 from fx2onnx.hub.shared.verification import FolderRunError, Verification, tolerance_for
 from fx2onnx.onnx_passes import newest_opset
@@ -267,11 +268,11 @@ def export_hf(
             files += twins.write_float32_twins(staging, files)
         files += copy_folder_files(folder, staging)
         if loaded.text_only:  # the language model's config: the folder holds no encoder
-            (staging / "config.json").write_text(loaded.model.config.to_json_string(), encoding="utf-8")
+            write_atomically(staging / "config.json", loaded.model.config.to_json_string())
         bits = request.quantization.bits if request.quantization is not None else None
         folder_layout.mark_for_transformers_js(staging / "config.json", weights_dtype(loaded), bits)
         # told from config.json as written: what the clients read
-        note = recipe.client_note(json.loads((staging / "config.json").read_text(encoding="utf-8")),
+        note = recipe.client_note(read_json(staging / "config.json"),
                                   (staging / "genai_config.json").is_file())
         if note is not None:
             say(note)

@@ -8,7 +8,6 @@ the bins from the audio config or the folder's feature extractor configuration
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 
 from fx2onnx.hub.audio_language.hooks import PROMPT, AudioHooks, audio_token_ids
+from fx2onnx.hub.shared.json_files import read_json_if_present
 
 _BIN_KEYS = ("num_mel_bins", "input_dim", "feature_size", "n_mels", "num_mel_filters")
 _FRAMES = (3000, 200)  # Whisper's 30 s of frames, then a short clip
@@ -24,8 +24,7 @@ _HOP = 160  # samples per frame of a padding mask over raw audio (10 ms at 16 kH
 
 
 def _extractor_settings(folder: Path) -> dict[str, Any]:
-    path = folder / "preprocessor_config.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return read_json_if_present(folder / "preprocessor_config.json", {})
 
 
 def _audio_configs(config: Any) -> list[Any]:

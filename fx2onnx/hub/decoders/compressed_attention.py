@@ -42,7 +42,7 @@ from fx2onnx.hub.decoders.graph_files import rename_value, rewrite_graph_file
 from fx2onnx.hub.decoders.own_decode_step import own_decode_step_failure
 from fx2onnx.hub.loading import LoadedModel, eager_forwards
 from fx2onnx.hub.shared import folder_layout
-from fx2onnx.hub.shared.dim_roles import TOTAL
+from fx2onnx.hub.shared.dim_roles import TOTAL, own_length
 from fx2onnx.hub.tasks import UnsupportedTaskError
 from fx2onnx.hub.shared.program_files import exported, onnx_file, quoted_error, save_program
 from fx2onnx.onnx_passes import WeightQuantization
@@ -323,8 +323,7 @@ def name_folder_values(graph: onnx.GraphProto, config: Any) -> None:
         for value in [*graph.input, *graph.output]:
             if value.name == old:
                 value.name = new
-    lengths = {state.name: state.name.replace(".", "_") + "_length" for state in layout}
-    lengths.update({state.present: state.present.replace(".", "_") + "_length" for state in layout})
+    lengths = {name: own_length(name) for state in layout for name in (state.name, state.present)}
     for value in [*graph.input, *graph.output]:
         dims = value.type.tensor_type.shape.dim
         dims[0].dim_param = "batch_size"

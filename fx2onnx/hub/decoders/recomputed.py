@@ -41,7 +41,8 @@ from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.decoders.decode_step import BATCH, CACHED_TOKENS, NEW_TOKENS
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.shared import folder_layout
-from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program, write_json_file
+from fx2onnx.hub.shared.json_files import write_json_file
+from fx2onnx.hub.shared.program_files import exported, fake_inputs, onnx_file, save_program
 from fx2onnx.onnx_passes import WeightQuantization
 
 # the inputs a recomputing loader feeds

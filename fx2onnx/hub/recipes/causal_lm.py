@@ -27,6 +27,7 @@ from fx2onnx.hub.decoders.sliding_window import causal_within_windows, masks_by_
 from fx2onnx.hub.decoders.state_list import name_states, state_list_options
 from fx2onnx.hub.decoders.state_names import write_transformers_js_states
 from fx2onnx.hub.decoders.strided_cache import UNJOINED_NOTE, cache_stride, write_strided_cache
+from fx2onnx.hub.shared.json_files import write_json_file
 from fx2onnx.hub.shared.value_branch_refusal import value_branch_failure
 from fx2onnx.hub.decoders.verify_lengths import batch_reference, verify_causal_lm_at_lengths, verify_steps_against_one_pass
 from fx2onnx.hub.decoders.windowed_cache import write_windowed_decoder
@@ -41,7 +42,7 @@ from fx2onnx.hub.shared.dim_roles import fixed_size_states
 from fx2onnx.hub.shared.genai_config import (
     GENAI_CONFIG, genai_config, genai_decoder_file, genai_state_note, shared_cache_note, unequal_head_sizes_note,
 )
-from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, saved_graph, write_json_file
+from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, saved_graph
 from fx2onnx.hub.shared.verification import QUANTIZED_ACTIVATION_ERROR, Tolerance, Verification, verify_quantized_causal_lm
 
 PRECISION = PrecisionSupport(weight_only=True)

@@ -20,7 +20,8 @@ from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
-from fx2onnx.hub.shared.program_files import onnx_file, weights_dtype, write_json_file
+from fx2onnx.hub.shared.json_files import write_json_file
+from fx2onnx.hub.shared.program_files import onnx_file, weights_dtype
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import florence2
 from fx2onnx.hub.vision_language.florence2_verify import verify_florence2

@@ -17,7 +17,8 @@ from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared.dim_roles import name_dims_by_role
-from fx2onnx.hub.shared.program_files import onnx_file, save_program, write_json_file
+from fx2onnx.hub.shared.json_files import write_json_file
+from fx2onnx.hub.shared.program_files import onnx_file, save_program
 from fx2onnx.hub.shared.renamed_weights import part_checkpoint
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.vision_language import genai_files, phi4_multimodal, phi4_speech

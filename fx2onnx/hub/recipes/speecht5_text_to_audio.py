@@ -9,7 +9,6 @@ Transformers.js does, against transformers' `generate_speech` (speech/speecht5_v
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from fx2onnx.hub.request import ExportRequest, Refusal
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.dim_roles import BATCH, SEQUENCE
 from fx2onnx.hub.shared.merged_decoder import merge_decoders
-from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, weights_dtype, write_json_file
+from fx2onnx.hub.shared.json_files import read_json, write_json_file
+from fx2onnx.hub.shared.program_files import exported, onnx_file, save_program, weights_dtype
 from fx2onnx.hub.shared.verification import Tolerance, Verification
 from fx2onnx.hub.speech.audio_input import FEATURE_EXTRACTOR_FILE, feature_extractor_settings
 from fx2onnx.hub.speech.speecht5_tts import (
@@ -45,7 +45,7 @@ _ROLES = {"output_sequence": {0: BATCH, 1: SEQUENCE}, "speaker_embeddings": {0: 
 
 def vocoder_refusal(source: str, config: Any) -> str | None:
     """Why ``source`` (a folder or a hub id) is not a `SpeechT5HifiGan` for the model of ``config``, or None."""
-    settings = json.loads((local_folder(source) / "config.json").read_text(encoding="utf-8"))
+    settings = read_json(local_folder(source) / "config.json")
     if settings.get("model_type") not in VOCODER_TYPES:
         return (f"--vocoder {source}: a {settings.get('model_type')} checkpoint; give a SpeechT5HifiGan one "
                 "(model_type speecht5_hifigan or hifigan: microsoft/speecht5_hifigan). Nothing was written.")
@@ -156,7 +156,7 @@ class SpeechT5TextToAudioRecipe(RecipeDefaults):
                            {"spectrogram": {0: "num_frames"}})
         files += [f"{VOCODER}/{name}" for name in save_program(program, staging / VOCODER, onnx_file(loaded, folder_layout.MODEL), loaded)]
         vocoder_config = {**vocoder.config.to_dict(), "model_type": TRANSFORMERS_JS_VOCODER_TYPE}
-        (staging / VOCODER / "config.json").write_text(json.dumps(vocoder_config, indent=2), encoding="utf-8")
+        write_json_file(staging / VOCODER, "config.json", vocoder_config)
         folder_layout.mark_for_transformers_js(staging / VOCODER / "config.json", weights_dtype(loaded))
         return [*files, f"{VOCODER}/config.json", *processor_files(Path(loaded.folder), staging)]
 

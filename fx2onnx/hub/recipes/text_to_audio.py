@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import re
 import tempfile
 from pathlib import Path
@@ -29,6 +28,7 @@ import onnx.numpy_helper
 import onnx_ir as ir
 import torch
 
+from fx2onnx.hub.shared.json_files import read_json_if_present
 import fx2onnx
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.loading import LoadedModel
@@ -108,10 +108,7 @@ def _options_of(path: Path, request: ExportRequest) -> fx2onnx.ExportOptions:
 
 def tokenizer_steps_left_out(source: Path) -> list[str]:
     """The steps of the source's `VitsTokenizer` (as its tokenizer_config.json sets them) that no tokenizer.json takes."""
-    path = source / "tokenizer_config.json"
-    if not path.is_file():
-        return []
-    settings = json.loads(path.read_text(encoding="utf-8"))
+    settings = read_json_if_present(source / "tokenizer_config.json", {})
     if settings.get("tokenizer_class") != VITS_TOKENIZER:
         return []
     return skipped_steps(SimpleNamespace(**settings))

@@ -19,6 +19,13 @@ PAST = "past_sequence_length"
 TOTAL = "total_sequence_length"
 ENCODER_SEQUENCE = "encoder_sequence_length"
 
+
+def own_length(name: str) -> str:
+    """The name of the length dim of the state ``name`` in a model whose states each have a
+    length of their own (DeepSeek-V4's: `past_compressor.1.kv` -> `past_compressor_1_kv_length`):
+    compressed_attention names the dims so, and verification finds an empty state's axis by it."""
+    return name.replace(".", "_") + "_length"
+
 # input name (or name prefix) -> {dim index: name}
 _ROLES: list[tuple[str, dict[int, str]]] = [
     ("input_ids", {0: BATCH, 1: SEQUENCE}),

@@ -1,15 +1,16 @@
 """The files beside the model: config, generation config and preprocessor files copied
 from the source folder (the tokenizer's too when transformers cannot load it, see
-tokenizer_files), the tokenizer's class named so that ONNX Runtime GenAI's tokenizer
-reads it."""
+tokenizer_files), a processor's settings read from them, the tokenizer's class named so
+that ONNX Runtime GenAI's tokenizer reads it."""
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from fx2onnx.hub.shared.json_files import edit_json_file, read_json, read_json_if_present
 
 _COPIED = (
     "config.json", "generation_config.json", "chat_template.jinja", "preprocessor_config.json", "processor_config.json",
@@ -19,6 +20,7 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt",
     "vocab.txt", "added_tokens.json", "spiece.model", "sentencepiece.bpe.model", "spm_char.model",
 )
+PREPROCESSOR_FILE, PROCESSOR_FILE = "preprocessor_config.json", "processor_config.json"
 # transformers 5 names the class of every fast tokenizer TokenizersBackend, which the
 # runtime does not know: it reads tokenizer.json under the name of a known class.
 _GENERIC_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast", None)
@@ -43,15 +45,13 @@ def _runtime_tokenizer_class(tokenizer_json: dict) -> str:
     return "LlamaTokenizer" if "Metaspace" in text or "Replace" in text else "GPT2Tokenizer"
 
 
-def edit_json_file(path: Path, edit: Callable[[dict[str, Any]], bool]) -> bool:
-    """Read the folder's JSON file ``path``, let ``edit`` change it in place (it returns
-    whether it did) and write it back as the runtimes' own tools write theirs (indented, the
-    text as it is); returns whether the file changed."""
-    content = json.loads(path.read_text(encoding="utf-8"))
-    if not edit(content):
-        return False
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return True
+def processor_file_settings(folder: Path, part: str) -> dict[str, Any] | None:
+    """The settings of one of the folder's processors: `preprocessor_config.json`, or the
+    ``part`` (`image_processor`, `feature_extractor`) of `processor_config.json`
+    (transformers 5 saves a processor so, alone); None without either."""
+    if (Path(folder) / PREPROCESSOR_FILE).is_file():
+        return read_json(Path(folder) / PREPROCESSOR_FILE)
+    return read_json_if_present(Path(folder) / PROCESSOR_FILE, {}).get(part)
 
 
 def name_tokenizer_class(folder: Path) -> str | None:
@@ -65,7 +65,7 @@ def name_tokenizer_class(folder: Path) -> str | None:
     def name(config: dict[str, Any]) -> bool:
         if config.get("tokenizer_class") not in _GENERIC_CLASSES:
             return False
-        config["tokenizer_class"] = _runtime_tokenizer_class(json.loads(tokenizer_path.read_text(encoding="utf-8")))
+        config["tokenizer_class"] = _runtime_tokenizer_class(read_json(tokenizer_path))
         named.append(config["tokenizer_class"])
         return True
 

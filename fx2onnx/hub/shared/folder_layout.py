@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from fx2onnx.hub.decoders.client_support import transformers_js_entries
-from fx2onnx.hub.shared.folder_files import edit_json_file
+from fx2onnx.hub.shared.json_files import edit_json_file
 
 ONNX_FOLDER = "onnx"
 MODEL, ENCODER, MERGED_DECODER = "model", "encoder_model", "decoder_model_merged"

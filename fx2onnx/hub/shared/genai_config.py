@@ -18,12 +18,12 @@ generation_search.py), as transformers' `generate` would run it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
 
+from fx2onnx.hub.shared.json_files import read_json_if_present
 from fx2onnx.onnx_passes import ONNXRUNTIME_DOMAIN
 from fx2onnx.hub.decoders.decode_step import decoder_sizes, head_size
 from fx2onnx.hub.decoders.decoder_types import genai_decoder_type
@@ -112,10 +112,8 @@ GENAI_CONFIG = "genai_config.json"
 def genai_decoder_file(folder: Path) -> str | None:
     """The folder path of the decoder ONNX Runtime GenAI reads in ``folder`` (its
     `genai_config.json`'s), None for a folder without one."""
-    path = folder / GENAI_CONFIG
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))["model"]["decoder"]["filename"]
+    settings = read_json_if_present(folder / GENAI_CONFIG)
+    return None if settings is None else settings["model"]["decoder"]["filename"]
 
 
 def genai_config(config: Any, generation_config: Any, filename: str, model: ir.Model) -> dict[str, Any]:

@@ -21,11 +21,11 @@ it (folder_files.py copies it); the clients differ in what they read of it:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
+from fx2onnx.hub.shared.json_files import read_json_if_present
 
 GENERATION_CONFIG = "generation_config.json"
 # the generation config's fields ONNX Runtime GenAI's search section has under the same name
@@ -131,8 +131,7 @@ def transformers_js_note(generation: Any) -> str | None:
 
 def folder_generation_config(folder: Path) -> dict[str, Any] | None:
     """The folder's `generation_config.json`, None without one."""
-    path = folder / GENERATION_CONFIG
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_json_if_present(folder / GENERATION_CONFIG)
 
 
 def generation_notes(folder: Path, genai: bool, transformers_js: bool) -> list[str]:

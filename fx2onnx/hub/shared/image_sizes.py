@@ -14,7 +14,6 @@ example's image size (`static_image_size_reason`, kept by `KeptBy.FOLDER`), whic
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ import onnx_ir as ir
 from fx2onnx.capture import SQUARE_IMAGES_REASON, KeptBy, static_image_size_reason
 from fx2onnx.hub import pipeline_tasks
 from fx2onnx.hub.loading import LoadedModel
-from fx2onnx.hub.shared.program_files import fake_inputs, own_forward_failure, quoted_error, write_json_file
+from fx2onnx.hub.shared.json_files import read_json, write_json_file
+from fx2onnx.hub.shared.program_files import fake_inputs, own_forward_failure, quoted_error
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 
@@ -76,8 +76,7 @@ def write_processor_at_size(source: Path, staging: Path, height: int, width: int
     path = source / PREPROCESSOR_FILE
     if not path.is_file():
         return []
-    settings = json.loads(path.read_text(encoding="utf-8"))
-    return [write_json_file(staging, PREPROCESSOR_FILE, processor_at_size(settings, height, width))]
+    return [write_json_file(staging, PREPROCESSOR_FILE, processor_at_size(read_json(path), height, width))]
 
 
 def image_dims(

@@ -3,7 +3,6 @@ the file names its clients look for, from example inputs in the load's fake mode
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -139,10 +138,3 @@ def fake_inputs(inputs: dict[str, torch.Tensor], loaded: LoadedModel) -> dict[st
     if loaded.fake_context is None:
         return inputs
     return {k: fake_copy(loaded.fake_context.fake_mode, v) for k, v in inputs.items()}
-
-
-def write_json_file(staging: Path, name: str, content: Any) -> str:
-    """Write ``content`` as the folder's JSON file ``name`` (indented, as the runtimes' own
-    tools write theirs); returns ``name``."""
-    (staging / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-    return name

@@ -29,10 +29,12 @@ out and said (:func:`steps_left_out`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fx2onnx.hub.shared.json_files import read_json_if_present
+from fx2onnx.hub.shared.tokenizer_backend import add_tokens, vocabulary_with, write_backend
 
 __all__ = [
     "SENTENCEPIECE_CLASSES", "SentencePieceClass", "read_sentencepiece_model", "sentencepiece_class",
@@ -60,14 +62,10 @@ class SentencePieceClass:
 SENTENCEPIECE_CLASSES = {"SpeechT5Tokenizer": SentencePieceClass("spm_char.model", "eos_token", "</s>")}
 
 
-def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def sentencepiece_class(source: Path) -> SentencePieceClass | None:
     """The class of ``source``'s tokenizer (tokenizer_config.json's `tokenizer_class`) when it
     is one of :data:`SENTENCEPIECE_CLASSES` and its model file is there; else None."""
-    known = SENTENCEPIECE_CLASSES.get(_json(source / "tokenizer_config.json").get("tokenizer_class"))
+    known = SENTENCEPIECE_CLASSES.get(read_json_if_present(source / "tokenizer_config.json", {}).get("tokenizer_class"))
     return known if known is not None and (source / known.model_file).is_file() else None
 
 
@@ -96,13 +94,14 @@ def source_added_tokens(source: Path, proto: Any) -> dict[int, dict[str, Any]]:
     tokenizer_config.json's `added_tokens_decoder` (transformers' files since 4.34),
     `added_tokens.json` and the special tokens both files name (older files), those in the
     vocabulary with its ids. Each as the `tokenizers` library's `AddedToken` arguments."""
-    config, special_map = _json(source / "tokenizer_config.json"), _json(source / "special_tokens_map.json")
+    config = read_json_if_present(source / "tokenizer_config.json", {})
+    special_map = read_json_if_present(source / "special_tokens_map.json", {})
     pieces = {piece.piece: index for index, piece in enumerate(proto.pieces)}
     flags: dict[str, dict[str, Any]] = {}  # the token's lstrip, rstrip, single_word as given
     ids: dict[str, int] = {}
     for index, entry in config.get("added_tokens_decoder", {}).items():
         ids[entry["content"]], flags[entry["content"]] = int(index), entry
-    for content, index in _json(source / "added_tokens.json").items():
+    for content, index in read_json_if_present(source / "added_tokens.json", {}).items():
         ids.setdefault(content, int(index))
     special = {entry["content"] for entry in config.get("added_tokens_decoder", {}).values() if entry.get("special")}
     for values in (special_map, config):
@@ -127,7 +126,7 @@ def source_added_tokens(source: Path, proto: Any) -> dict[int, dict[str, Any]]:
 
 def steps_left_out(source: Path) -> list[str]:
     """What ``source``'s tokenizer does that its `tokenizer.json` cannot (its clients' text must come so prepared)."""
-    if _json(source / "tokenizer_config.json").get("normalize"):
+    if read_json_if_present(source / "tokenizer_config.json", {}).get("normalize"):
         return ["numbers spelt out in English (SpeechT5Tokenizer's `normalize: true`): give the clients numbers in words"]
     return []
 
@@ -172,18 +171,15 @@ def sentencepiece_tokenizer(proto: Any, added: dict[int, dict[str, Any]], append
     """The `tokenizers.Tokenizer` that encodes as SentencePiece's character model ``proto``
     does, with the ``added`` tokens (by id) matched first and the token ``appended`` after
     the ids; ValueError where an added token's id is not its piece's, or ``appended`` has none."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors
 
-    vocab = {piece.piece: index for index, piece in enumerate(proto.pieces)}
-    for index, token in added.items():
-        if vocab.setdefault(token["content"], index) != index:
-            raise ValueError(f"the added token {token['content']!r} has id {index}, its piece {vocab[token['content']]}.")
+    vocab = vocabulary_with({piece.piece: index for index, piece in enumerate(proto.pieces)}, added)
     unknown = proto.pieces[proto.trainer_spec.unk_id].piece
     tokenizer = Tokenizer(models.BPE(vocab, [], unk_token=unknown, fuse_unk=True))  # no merges: each character alone
     if steps := _normalizers(proto.normalizer_spec):
         tokenizer.normalizer = normalizers.Sequence(steps)
     tokenizer.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
-    tokenizer.add_tokens([AddedToken(**token) for _, token in sorted(added.items())])
+    add_tokens(tokenizer, added)
     if appended not in vocab:
         raise ValueError(f"the special token {appended!r} after the ids is neither a piece nor an added token.")
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -198,12 +194,11 @@ def write_sentencepiece_tokenizer(source: Path, destination: Path) -> list[str]:
     known = sentencepiece_class(source)
     if known is None:
         raise ValueError(f"{source} has no tokenizer of {', '.join(SENTENCEPIECE_CLASSES)} with its model file.")
-    config = _json(source / "tokenizer_config.json")
+    config = read_json_if_present(source / "tokenizer_config.json", {})
     proto = read_sentencepiece_model(source / known.model_file)
     if (why := _refusal(proto, config)) is not None:
         raise ValueError(f"no tokenizer.json is written for {why}.")
-    named = config.get(known.appended) or _json(source / "special_tokens_map.json").get(known.appended)
+    named = config.get(known.appended) or read_json_if_present(source / "special_tokens_map.json", {}).get(known.appended)
     appended = _content(named) or known.appended_default
     tokenizer = sentencepiece_tokenizer(proto, source_added_tokens(source, proto), appended)
-    tokenizer.save(str(destination / "tokenizer.json"))
-    return ["tokenizer.json"]
+    return write_backend(tokenizer, destination)

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, edit_json_file, name_tokenizer_class
+from fx2onnx.hub.shared.folder_files import TOKENIZER_FILES, copy_folder_files, name_tokenizer_class
+from fx2onnx.hub.shared.json_files import edit_json_file
 from fx2onnx.hub.shared.sentencepiece_tokenizer import sentencepiece_class, steps_left_out, write_sentencepiece_tokenizer
 from fx2onnx.hub.speech.ctc_tokenizer import ctc_head, decode_as_ctc, is_ctc_tokenizer, write_ctc_tokenizer
 from fx2onnx.hub.speech.vits_tokenizer import is_vits_tokenizer, write_vits_tokenizer

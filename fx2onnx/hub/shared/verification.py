@@ -26,7 +26,7 @@ import torch
 
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, output_cache
 from fx2onnx.hub.precision.float32_io import in_declared_floats
-from fx2onnx.hub.shared.dim_roles import PAST, present_name
+from fx2onnx.hub.shared.dim_roles import PAST, own_length, present_name
 from fx2onnx.hub.shared.peak_scale import peak_scaled
 from fx2onnx.hub.shared.quantization_error import float_weights, rounded_model, stored_weights
 from fx2onnx.onnx_passes import WeightQuantization
@@ -204,18 +204,18 @@ def empty_cache(session: Any, batch: int = 1, is_cache: Callable[[str], bool] = 
             return np.zeros((batch, *shape[1:]), dtype=dtype)
         # no tokens along the past length: dim 2 of keys and values, dim 1 of a cache
         # without heads (an indexer's keys, [batch, length, size])
-        length = shape.index(PAST) if PAST in shape else _own_past_axis(shape)
+        length = shape.index(PAST) if PAST in shape else _own_past_axis(name, shape)
         return np.zeros((batch, *(0 if axis == length else size(name, axis) for axis in range(1, len(shape)))),
                         dtype=dtype)
 
     return {n: empty(n) for n in past_names}
 
 
-def _own_past_axis(shape: list[Any]) -> int:
-    """The axis of a state's own past length (`past_*_length`: DeepSeek-V4's states, each of its
-    own length), else 2 (keys' and values' length)."""
-    return next((axis for axis, dim in enumerate(shape)
-                 if isinstance(dim, str) and dim.startswith("past_") and dim.endswith("_length")), 2)
+def _own_past_axis(name: str, shape: list[Any]) -> int:
+    """The axis of the state ``name``'s own past length (dim_roles.own_length: DeepSeek-V4's
+    states, each of its own length), else 2 (keys' and values' length)."""
+    own = own_length(name)
+    return shape.index(own) if own in shape else 2
 
 
 def _fixed_size(shape: list[Any], present: Any) -> bool:

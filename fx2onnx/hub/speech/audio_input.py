@@ -16,7 +16,6 @@ without a feature extractor gets random features of the shape its config gives
 from __future__ import annotations
 
 import inspect
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fx2onnx.hub.shared.folder_files import processor_file_settings
 from fx2onnx.hub.speech.audio_mask import FRAMES, MASK, SAMPLES, takes_mask
 
 AUDIO_INPUTS = ("input_features", "input_values")
@@ -69,12 +69,7 @@ def feature_extractor_settings(folder: Path) -> dict[str, Any] | None:
     """The folder's feature extractor settings: `preprocessor_config.json`, or the
     `feature_extractor` part of `processor_config.json` (transformers 5 saves a processor so,
     alone); None without either."""
-    folder = Path(folder)
-    if (folder / FEATURE_EXTRACTOR_FILE).is_file():
-        return json.loads((folder / FEATURE_EXTRACTOR_FILE).read_text(encoding="utf-8"))
-    if (folder / PROCESSOR_FILE).is_file():
-        return json.loads((folder / PROCESSOR_FILE).read_text(encoding="utf-8")).get("feature_extractor")
-    return None
+    return processor_file_settings(folder, "feature_extractor")
 
 
 def feature_extractor(folder: Path) -> Any:

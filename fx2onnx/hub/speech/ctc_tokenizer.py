@@ -9,9 +9,9 @@ token) dropped, the delimiter turned into a space. Transformers.js needs `tokeni
 to load a tokenizer, and its `automatic-speech-recognition` pipeline decodes a CTC model's
 greedy picks with it (`tokenizer.decode(ids, {skip_special_tokens: true})`).
 
-Written here: a `Replace` normalizer of the space by the delimiter, a `Split` isolating
-each character, a `WordLevel` vocabulary, the entries of several characters as added
-tokens, and the `CTC` decoder. transformers' speech recognition pipeline decodes a CTC
+Built here with the `tokenizers` library: a `Replace` normalizer of the space by the
+delimiter, a `Split` isolating each character, a `WordLevel` vocabulary, the entries of
+several characters as added tokens, and the `CTC` decoder. transformers' speech recognition pipeline decodes a CTC
 model's picks with the special tokens kept (grouped, then the blank dropped), whereas
 Transformers.js drops the tokens `tokenizer.json` marks special before grouping (a
 character repeated across a blank would be merged): the added tokens are written unmarked,
@@ -27,12 +27,12 @@ backend's decoder: for a CTC head's folder their `tokenizer.json` gets the `CTC`
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any
 
-from fx2onnx.hub.speech.tokenizer_json import added_tokens, write_with_tokenizer_json
+from fx2onnx.hub.shared.json_files import read_json_if_present
+from fx2onnx.hub.shared.tokenizer_backend import add_tokens, python_added_tokens, vocabulary_with, write_with_backend
 
 CTC_TOKENIZER = "Wav2Vec2CTCTokenizer"
 # tokenizers with a `tokenizers` backend that decode a CTC head's picks in Python (`_decode`)
@@ -49,8 +49,7 @@ def is_ctc_tokenizer(tokenizer: Any) -> bool:
 def ctc_head(folder: Path) -> bool:
     """Whether the model of ``folder`` (its config.json) is a CTC head (`...ForCTC`); a
     Parakeet transducer shares the CTC head's tokenizer and decodes every token it emits."""
-    path = Path(folder) / "config.json"
-    architectures = json.loads(path.read_text(encoding="utf-8")).get("architectures") if path.is_file() else None
+    architectures = read_json_if_present(Path(folder) / "config.json", {}).get("architectures")
     return any(str(name).endswith("ForCTC") for name in architectures or ())
 
 
@@ -78,27 +77,24 @@ def skipped_steps(tokenizer: Any) -> list[str]:
     return ["do_lower_case's upper-casing of the text and lower-casing of the transcription"]
 
 
-def ctc_tokenizer_json(tokenizer: Any) -> dict[str, Any]:
-    """The `tokenizer.json` that encodes and decodes as ``tokenizer`` (a `Wav2Vec2CTCTokenizer`)
+def ctc_backend(tokenizer: Any) -> Any:
+    """The `tokenizers.Tokenizer` that encodes and decodes as ``tokenizer`` (a `Wav2Vec2CTCTokenizer`)
     does, bar :func:`skipped_steps`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
     # the token only where one is set (unset, `word_delimiter_token` logs an error)
     delimiter = tokenizer.word_delimiter_token if tokenizer.word_delimiter_token_id is not None else None
-    normalizer = ({"type": "Replace", "pattern": {"String": " "}, "content": delimiter}
-                  if delimiter is not None else None)
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added_tokens(tokenizer, normalized=False, special=False),
-        "normalizer": normalizer,
-        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": _CHARACTER}, "behavior": "Isolated", "invert": False},
-        "post_processor": None,
-        # Transformers.js's CTC decoder turns the delimiter into a space only with `cleanup`
-        # (and, with it, an empty delimiter into spaces everywhere)
-        "decoder": {"type": "CTC", "pad_token": tokenizer.pad_token, "word_delimiter_token": delimiter or "",
-                    "cleanup": delimiter is not None},
-        "model": {"type": "WordLevel", "vocab": dict(tokenizer.encoder), "unk_token": tokenizer.unk_token},
-    }
+    added = python_added_tokens(tokenizer, normalized=False, special=False)
+    backend = Tokenizer(models.WordLevel(vocabulary_with(dict(tokenizer.encoder), added), unk_token=tokenizer.unk_token))
+    if delimiter is not None:
+        backend.normalizer = normalizers.Replace(" ", delimiter)
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(_CHARACTER), behavior="isolated", invert=False)
+    # Transformers.js's CTC decoder turns the delimiter into a space only with `cleanup`
+    # (and, with it, an empty delimiter into spaces everywhere)
+    backend.decoder = decoders.CTC(pad_token=tokenizer.pad_token, word_delimiter_token=delimiter or "",
+                                   cleanup=delimiter is not None)
+    add_tokens(backend, added)
+    return backend
 
 
 def write_ctc_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
@@ -108,4 +104,4 @@ def write_ctc_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
     if steps:
         warnings.warn(f"The folder's tokenizer.json leaves out {', '.join(steps)}: its clients' text is not cased "
                       f"as {CTC_TOKENIZER}'s.", stacklevel=2)
-    return write_with_tokenizer_json(tokenizer, ctc_tokenizer_json(tokenizer), destination)
+    return write_with_backend(tokenizer, ctc_backend(tokenizer), destination)

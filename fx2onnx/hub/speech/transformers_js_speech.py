@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
-from fx2onnx.hub.shared.program_files import write_json_file
+from fx2onnx.hub.shared.json_files import write_json_file
 from fx2onnx.hub.speech.audio_input import FEATURE_EXTRACTOR_FILE, PROCESSOR_FILE, feature_extractor_settings
 
 # model type -> the processor class Transformers.js's AutoProcessor must build (its pipeline

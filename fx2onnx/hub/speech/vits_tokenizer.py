@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fx2onnx.hub.speech.tokenizer_json import added_tokens, write_with_tokenizer_json
+from fx2onnx.hub.shared.tokenizer_backend import add_tokens, python_added_tokens, vocabulary_with, write_with_backend
 
 # characters with a meaning in a regular expression, escaped both in Oniguruma (the
 # `tokenizers` library) and JavaScript with the `u` flag (which refuses other escapes)
@@ -42,37 +42,35 @@ def skipped_steps(tokenizer: Any) -> list[str]:
     return steps
 
 
-def vits_tokenizer_json(tokenizer: Any) -> dict[str, Any]:
-    """The `tokenizer.json` that encodes as ``tokenizer`` (a `VitsTokenizer`) does, bar :func:`skipped_steps`."""
+def vits_backend(tokenizer: Any) -> Any:
+    """The `tokenizers.Tokenizer` that encodes as ``tokenizer`` (a `VitsTokenizer`) does, bar :func:`skipped_steps`."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+    added = python_added_tokens(tokenizer)
     vocab = dict(tokenizer.encoder)
     blank = tokenizer.convert_ids_to_tokens(0)
-    normalizers: list[dict[str, Any]] = []
+    steps: list[Any] = []
     if tokenizer.normalize:
         # normalize_text lowercases what is no vocabulary entry: the same where no entry has capitals
-        normalizers.append({"type": "Lowercase"})
+        steps.append(normalizers.Lowercase())
     if tokenizer.language == "ron":  # _preprocess_char: Romanian's t with comma below as its cedilla form
-        normalizers.append({"type": "Replace", "pattern": {"String": "ț"}, "content": "ţ"})
+        steps.append(normalizers.Replace("ț", "ţ"))
     if tokenizer.normalize and not tokenizer.phonemize:
         characters = "".join(_escaped(token) for token in vocab if len(token) == 1)
-        normalizers.append({"type": "Replace", "pattern": {"Regex": f"[^{characters}]"}, "content": ""})
-        normalizers.append({"type": "Strip", "strip_left": True, "strip_right": True})
+        steps += [normalizers.Replace(Regex(f"[^{characters}]"), ""), normalizers.Strip(left=True, right=True)]
     if tokenizer.add_blank:  # token 0 at every position: before each character and after the last
-        normalizers.append({"type": "Replace", "pattern": {"Regex": ""}, "content": blank})
+        steps.append(normalizers.Replace(Regex(""), blank))
+    backend = Tokenizer(models.WordLevel(vocabulary_with(vocab, added), unk_token=tokenizer.unk_token))
+    if steps:
+        backend.normalizer = normalizers.Sequence(steps)
     pieces = f"{_escaped(blank)}|." if len(blank) > 1 else "."
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added_tokens(tokenizer),
-        "normalizer": {"type": "Sequence", "normalizers": normalizers} if normalizers else None,
-        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": pieces}, "behavior": "Isolated", "invert": False},
-        "post_processor": None,
-        "decoder": None,  # Transformers.js decodes with its VitsTokenizer's own decoder
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": tokenizer.unk_token},
-    }
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(pieces), behavior="isolated", invert=False)
+    # no decoder: Transformers.js decodes with its VitsTokenizer's own decoder
+    add_tokens(backend, added)
+    return backend
 
 
 def write_vits_tokenizer(tokenizer: Any, destination: Path) -> list[str]:
     """Save ``tokenizer`` (its own files, `vocab.json` and `tokenizer_config.json`) and its
     `tokenizer.json` into ``destination``; returns the names of the files written there."""
-    return write_with_tokenizer_json(tokenizer, vits_tokenizer_json(tokenizer), destination)
+    return write_with_backend(tokenizer, vits_backend(tokenizer), destination)

@@ -23,7 +23,6 @@ crops of 448 pixels in patches of 14, and 256 + 16 + 1 global tokens per image.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from fx2onnx.hub.shared.json_files import read_json
 import fx2onnx
 from fx2onnx.hub.decoders import decode_step
 from fx2onnx.hub.loading import LoadedModel
@@ -254,7 +254,7 @@ def image_processor_settings(folder: Path) -> dict[str, Any]:
     for name in ("preprocessor_config.json", "processor_config.json"):
         path = folder / name
         if path.is_file():
-            settings = json.loads(path.read_text())
+            settings = read_json(path)
             return settings.get("image_processor", settings)
     return {}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from fx2onnx.hub.shared.json_files import read_json
 import fx2onnx
 from fx2onnx.hub.loading import LoadedModel
 from fx2onnx.hub.vision_language import parts
@@ -123,7 +123,7 @@ def feature_extractor_settings(folder: Path) -> dict[str, Any]:
     for name in ("processor_config.json", "preprocessor_config.json"):
         path = folder / name
         if path.is_file():
-            settings = json.loads(path.read_text())
+            settings = read_json(path)
             part = settings.get("audio_processor") or settings.get("feature_extractor") or settings
             return {key: part.get(key, default) for key, default in _EXTRACTOR_DEFAULTS.items()}
     return dict(_EXTRACTOR_DEFAULTS)

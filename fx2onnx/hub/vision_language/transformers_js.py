@@ -16,7 +16,6 @@ GenAI has no type for it (architectures.py holds those of the runtime's types).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,8 @@ from typing import Any
 from fx2onnx.hub.decoders import text_only
 from fx2onnx.hub.decoders.client_support import TRANSFORMERS_JS
 from fx2onnx.hub.request import Refusal
-from fx2onnx.hub.shared.folder_files import edit_json_file
-from fx2onnx.hub.shared.program_files import write_json_file
+from fx2onnx.hub.shared.folder_files import processor_file_settings
+from fx2onnx.hub.shared.json_files import read_json_if_present, write_json_file
 from fx2onnx.hub.vision_language import (
     gemma3_transformers_js, gemma3n, gemma4, glm_ocr, idefics3, lfm2_vl, lfm3_vl, lighton_ocr, llava, paligemma, qwen2_vl,
     qwen3_5, qwen3_vl,
@@ -373,14 +372,8 @@ def transformers_js_note(config: Any) -> str:
 
 
 def image_processor_settings(source: Path) -> dict[str, Any] | None:
-    """The source's image processor settings: `preprocessor_config.json`, or the
-    `image_processor` part of `processor_config.json` (transformers 5 saves a processor so,
-    alone); None without either."""
-    if (source / IMAGE_PROCESSOR_FILE).is_file():
-        return json.loads((source / IMAGE_PROCESSOR_FILE).read_text(encoding="utf-8"))
-    if (source / PROCESSOR_FILE).is_file():
-        return json.loads((source / PROCESSOR_FILE).read_text(encoding="utf-8")).get("image_processor")
-    return None
+    """The source's image processor settings (folder_files.processor_file_settings); None without any."""
+    return processor_file_settings(source, "image_processor")
 
 
 def write_processor_class(source: Path, staging: Path, config: Any) -> list[str]:
@@ -418,15 +411,7 @@ def write_processor_entries(source: Path, staging: Path, config: Any) -> list[st
     entries = TRANSFORMERS_JS_ARCHITECTURES[config.model_type].processor_entries
     if entries is None:
         return []
-    path = staging / PROCESSOR_FILE
-    path.write_text((source / PROCESSOR_FILE).read_text(encoding="utf-8") if (source / PROCESSOR_FILE).is_file() else "{}",
-                    encoding="utf-8")
+    content = read_json_if_present(source / PROCESSOR_FILE, {})
     wanted = entries(config, added_token_text(source))
-
-    def add_missing(content: dict[str, Any]) -> bool:
-        missing = {name: value for name, value in wanted.items() if name not in content}
-        content.update(missing)
-        return bool(missing)
-
-    edit_json_file(path, add_missing)
-    return [PROCESSOR_FILE]
+    content.update({name: value for name, value in wanted.items() if name not in content})
+    return [write_json_file(staging, PROCESSOR_FILE, content)]

@@ -20,10 +20,11 @@ the same tokens and cut it into the same pixels.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from fx2onnx.hub.shared.json_files import read_json_if_present
 
 __all__ = [
     "TokenText", "added_token_text", "feature_extractor_settings", "gemma3n_entries", "idefics3_entries", "lighton_ocr_entries", "lighton_ocr_image_settings",
@@ -42,8 +43,7 @@ def added_token_text(source: Path) -> TokenText:
 
     def text(token_id: int) -> str:
         path = source / "tokenizer.json"
-        added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", []) if path.is_file() else []
-        for token in added:
+        for token in read_json_if_present(path, {}).get("added_tokens", []):
             if token.get("id") == token_id:
                 return str(token["content"])
         raise ValueError(f"{source} has no tokenizer.json adding token {token_id}, the config's image token: "
@@ -74,8 +74,7 @@ def feature_extractor_settings(source: Path, settings: dict[str, Any]) -> dict[s
     `processor_config.json`; None where the source has neither."""
     if "feature_extractor_type" in settings:
         return {}
-    path = source / "processor_config.json"
-    nested = json.loads(path.read_text(encoding="utf-8")).get("feature_extractor") if path.is_file() else None
+    nested = read_json_if_present(source / "processor_config.json", {}).get("feature_extractor")
     return dict(nested) if isinstance(nested, dict) and "feature_extractor_type" in nested else None
 
 

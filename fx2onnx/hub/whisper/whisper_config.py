@@ -22,11 +22,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fx2onnx.hub.shared.genai_config import search_options, session_options, token_ids
+from fx2onnx.hub.shared.json_files import read_json
 
 # the models' input and output names (key and value templates of each cache), as the config gives them
 AUDIO_FEATURES, HIDDEN_STATES = "audio_features", "encoder_hidden_states"
@@ -114,7 +114,7 @@ def _feature_extractor(folder: Path) -> dict[str, Any]:
             "(feature_extractor.save_pretrained(folder)), or export with --runtime standard (Optimum's layout, no "
             "audio processing in the folder)."
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path)
 
 
 def audio_processor_config(folder: Path, mel_bins: int, frames: int) -> dict[str, Any]:

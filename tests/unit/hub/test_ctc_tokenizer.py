@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from fx2onnx.hub.shared.tokenizer_files import CHECKED_STRINGS, file_encoder, write_tokenizer
-from fx2onnx.hub.speech.ctc_tokenizer import ctc_tokenizer_json, skipped_steps
-from fx2onnx.hub.speech.tokenizer_json import added_tokens
+from fx2onnx.hub.shared.tokenizer_backend import python_added_tokens, vocabulary_with
+from fx2onnx.hub.speech.ctc_tokenizer import ctc_backend, skipped_steps
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -37,6 +37,21 @@ def test_tokenizer_json_encodes_as_the_ctc_tokenizer(tmp_path):
     assert [encode(text) for text in strings] == [tokenizer(text)["input_ids"] for text in strings]
 
 
+def test_a_token_added_to_the_tokenizer_keeps_its_id(tmp_path):
+    """A token added after the vocabulary: the id transformers gives it, matched whole, decoded
+    back; an added token the vocabulary holds under another id is refused."""
+    tokenizer = ctc_tokenizer(tmp_path)
+    tokenizer.add_tokens(["<laugh>"])
+    write_tokenizer(tokenizer, tmp_path / "out")
+    written = tokenizers.Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    assert written.token_to_id("<laugh>") == tokenizer.convert_tokens_to_ids("<laugh>") == len(VOCABULARY)
+    text = "THE <laugh> FOX"
+    assert written.encode(text).ids == tokenizer(text)["input_ids"]
+    assert written.decode(written.encode(text).ids, skip_special_tokens=False) == tokenizer.decode(tokenizer(text)["input_ids"])
+    with pytest.raises(ValueError, match="'<pad>' has id 3, its vocabulary entry 0"):
+        vocabulary_with({"<pad>": 0}, {3: {"content": "<pad>"}})
+
+
 def test_tokenizer_json_decodes_picks_as_the_pipeline(tmp_path):
     """Greedy picks with repeats, blanks between repeats, delimiters and the special tokens:
     the text of `decode(ids)` with the special tokens kept (transformers' CTC pipeline)."""
@@ -57,11 +72,11 @@ def test_no_delimiter_and_casing_left_out(tmp_path):
     """A tokenizer without a word delimiter writes no normalizer; one that upper-cases its
     text (do_lower_case) says what its tokenizer.json leaves out."""
     tokenizer = ctc_tokenizer(tmp_path, word_delimiter_token=None)
-    written = ctc_tokenizer_json(tokenizer)
+    written = json.loads(ctc_backend(tokenizer).to_str())
     assert written["normalizer"] is None and written["decoder"]["cleanup"] is False
     delimited = ctc_tokenizer(tmp_path)  # its added tokens (the delimiter special) written unmarked
-    assert any(t["special"] for t in added_tokens(delimited))
-    assert not any(t["special"] for t in ctc_tokenizer_json(delimited)["added_tokens"])
+    assert any(t["special"] for t in python_added_tokens(delimited).values())
+    assert not any(t["special"] for t in json.loads(ctc_backend(delimited).to_str())["added_tokens"])
     cased = ctc_tokenizer(tmp_path, do_lower_case=True)
     assert skipped_steps(cased) and not skipped_steps(tokenizer)
     with warnings.catch_warnings(record=True) as caught:

@@ -15,7 +15,7 @@ from transformers import GenerationConfig, LlamaConfig, RoCBertConfig, WhisperCo
 from fx2onnx.hub.decoders.decoder_types import GENERIC_DECODER, genai_decoder_type
 from fx2onnx.hub.shared import folder_layout
 from fx2onnx.hub.shared.genai_config import genai_config, search_options, session_options, token_ids
-from fx2onnx.hub.shared.program_files import write_json_file
+from fx2onnx.hub.shared.json_files import write_json_file
 from fx2onnx.hub.whisper.whisper_config import whisper_genai_config
 
 SESSION = {"log_id": "onnxruntime-genai", "provider_options": []}
