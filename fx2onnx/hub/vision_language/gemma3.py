@@ -146,8 +146,7 @@ def decoder_inputs(loaded: LoadedModel, fake: Any, flagged: bool = False) -> dic
     mask = torch.ones(batch, cached + new, dtype=torch.int64)
     positions = torch.arange(cached + new).view(1, -1).expand(batch, -1).contiguous()
     ids, embeds, mask, positions = fake((ids, embeds, mask, positions))
-    mode = eager_forwards(loaded)
-    with mode, torch.no_grad():
+    with eager_forwards(loaded), torch.no_grad():
         prefill = language_model(
             inputs_embeds=embeds[:, :cached], attention_mask=mask[:, :cached], position_ids=positions[:, :cached],
             use_cache=True, **{decode_step.cache_argument(language_model): DynamicCache()},
@@ -156,7 +155,7 @@ def decoder_inputs(loaded: LoadedModel, fake: Any, flagged: bool = False) -> dic
     step = {"input_ids": ids[:, cached:], "inputs_embeds": embeds[:, cached:], "attention_mask": mask,
             "position_ids": positions[:, cached:].contiguous(), "past_key_values": cache}
     if flagged:
-        with mode:
+        with eager_forwards(loaded):
             flags = (step.pop("input_ids") == config.image_token_id).to(embeds.dtype)[..., None]
             step["inputs_embeds"] = torch.cat([step["inputs_embeds"], flags], dim=-1)
     return step
