@@ -2230,3 +2230,31 @@ def test_lfm3_vl_folder_in_transformers_js(tmp_path, transformers_js):
     assert len({tuple(tokens) for tokens in expected[:3]}) == 3
     assert padded_batch_tokens(generated[5]) == padded_batch_tokens(expected[5])
     assert padded_batch_in_onnxruntime(out, model, given[5], ("pixel_values", "image_grid_thw")) == expected[5]
+
+
+def test_float16_whisper_folder_in_transformers_js(tmp_path, transformers_js):
+    """A float16 Whisper folder as `--runtime standard` writes it: its encoder takes the
+    log-mel features in float32, as Transformers.js's processor makes them and feeds them
+    uncast (a float16 `input_features` stopped the client: "Unexpected input data type"),
+    and the client generates transformers' float16 model's tokens."""
+    from test_whisper_genai import clips, features_of, save_multilingual_whisper
+
+    save_multilingual_whisper(tmp_path / "source")
+    out = tmp_path / "out"
+    export_hf(tmp_path / "source", out, runtime="standard", dtype="float16", verify=True)
+    encoder = out / "onnx" / "encoder_model_fp16.onnx"
+    onnx.checker.check_model(os.fspath(encoder), full_check=True)
+    inputs = {i.name: i.type.tensor_type.elem_type for i in onnx.load(os.fspath(encoder), load_external_data=False).graph.input}
+    assert inputs["input_features"] == onnx.TensorProto.FLOAT
+    samples = list(clips().values())
+    options = {"language": "en", "task": "transcribe", "max_new_tokens": NEW_TOKENS}
+    job = {"folder": str(out), "task": "automatic-speech-recognition",
+           "speech": {"clips": [(clip.astype(np.float32) / 32768).tolist() for clip in samples], "options": options}}
+    result = run_in_transformers_js(transformers_js, tmp_path, job)["speech"]
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(tmp_path / "source", dtype=torch.float16).eval()
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(tmp_path / "source")
+    for clip, generated in zip(samples, result["generated"]):
+        with torch.no_grad():
+            expected = model.generate(features_of(extractor, clip).half(), language="en", task="transcribe",
+                                      max_new_tokens=NEW_TOKENS)[0].tolist()
+        assert len(expected) == NEW_TOKENS and generated == expected

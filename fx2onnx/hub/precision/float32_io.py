@@ -27,10 +27,12 @@ def _cast(value: ir.Value, to: ir.DataType, name: str) -> ir.Node:
     return node
 
 
-def float32_io(model: ir.Model) -> list[str]:
+def float32_io(model: ir.Model, outputs: bool = True) -> list[str]:
     """Make every float16 input and output of ``model``'s graph float32 (in place): an
     input cast to float16 by a node before the rest of the graph, an output cast from
-    float16 by a node after it; returns the names of the values changed."""
+    float16 by a node after it; returns the names of the values changed. ``outputs=False``
+    widens the inputs alone (an encoder whose output its own folder's decoder reads in
+    float16)."""
     graph, changed = model.graph, []
     for index, value in enumerate(list(graph.inputs)):
         if value.dtype != _HALF:
@@ -47,7 +49,7 @@ def float32_io(model: ir.Model) -> list[str]:
         else:
             graph.append(cast)
         changed.append(name)
-    for index, value in enumerate(list(graph.outputs)):
+    for index, value in enumerate(list(graph.outputs) if outputs else []):
         if value.dtype != _HALF:
             continue
         name = str(value.name)

@@ -30,6 +30,7 @@ from torch import nn
 import fx2onnx
 from fx2onnx.hub.decoders.decode_step import cache_argument, encoder_output, decoder_sizes, output_cache
 from fx2onnx.hub.loading import SPEECH_RECOGNITION, LoadedModel, eager_forwards
+from fx2onnx.hub.precision.float32_io import float32_io
 from fx2onnx.hub.precision.folder_precision import FLOAT_ONLY, precision_refusal
 from fx2onnx.hub.recipes.folder_recipe import RecipeDefaults, Say
 from fx2onnx.hub.request import ExportRequest, Refusal
@@ -222,6 +223,8 @@ class Seq2SeqRecipe(RecipeDefaults):
 
         roles = audio_layout(loaded.folder, loaded.config, loaded.model).dim_roles() if _speech(loaded) else None
         program = _exported_half(loaded, encoder, fake_inputs(encoder_inputs(loaded), loaded), options, roles)
+        if _speech(loaded):  # the features as Transformers.js's processor makes them, float32 (precision/float32_io.py)
+            float32_io(program.model, outputs=False)
         # a speech decoder's mask is the encoder's input's: its time, not the encoder's output frames
         decoder_roles = {ENCODER_MASK: roles[MASK]} if roles and MASK in roles and decoder.with_mask else None
         files = save(program, staging, onnx_file(loaded, folder_layout.ENCODER))
