@@ -60,16 +60,25 @@ class LoadedModel:
     weights: Any = None
 
 
-@contextlib.contextmanager
-def eager_forwards(loaded: LoadedModel) -> Iterator[None]:
+class eager_forwards(contextlib.AbstractContextManager):  # noqa: N801 - used as a function: `with eager_forwards(loaded):`
     """Where ``loaded``'s model runs outside a capture (the prefill example inputs are made
     from): nothing for a real model; for a fake one its fake mode, with transformers' experts
-    in an implementation that fake tensors run (`experts_fake_tensors_run`)."""
-    if loaded.fake_context is None:
-        yield
-        return
-    with loaded.fake_context.fake_mode, experts_fake_tensors_run(loaded.model):
-        yield
+    in an implementation that fake tensors run (`experts_fake_tensors_run`). The same object
+    may be entered again after it exits (a recipe's step runs the model in it twice)."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self._loaded = loaded
+        self._open: list[contextlib.ExitStack] = []
+
+    def __enter__(self) -> None:
+        stack = contextlib.ExitStack()
+        if self._loaded.fake_context is not None:
+            stack.enter_context(self._loaded.fake_context.fake_mode)
+            stack.enter_context(experts_fake_tensors_run(self._loaded.model))
+        self._open.append(stack)
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self._open.pop().__exit__(*exc_info)
 
 
 def local_folder(source: str | os.PathLike) -> Path:
